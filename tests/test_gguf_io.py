@@ -1,0 +1,90 @@
+"""GGUF writer/reader round trip, exact sizes, atomic output."""
+import os
+
+import numpy as np
+import pytest
+
+from toolkit.errors import InputError
+from toolkit.gguf_io import GGMLType, GGUFFile, GGUFStreamWriter, atomic_output
+
+
+def _write(path, chunks=1):
+    a = np.arange(6 * 10, dtype=np.float32).reshape(6, 10)
+    b = np.arange(3, dtype=np.float32)
+    w = GGUFStreamWriter(path, "mamba")
+    w.kv.add_uint32("mamba.block_count", 1)
+    w.add_tensor("a", a.shape, GGMLType.F32)
+    w.add_tensor("b", b.shape, GGMLType.F32)
+    w.begin_data()
+    for part in np.array_split(a, chunks):
+        w.write("a", part)
+    w.write("b", b)
+    w.close()
+    return a, b
+
+
+def test_roundtrip_and_bands_give_same_bytes(tmp_path):
+    p1, p2 = tmp_path / "one.gguf", tmp_path / "bands.gguf"
+    a, b = _write(str(p1), 1)
+    _write(str(p2), 4)
+    assert p1.read_bytes() == p2.read_bytes()
+    f = GGUFFile(p1)
+    assert f.arch == "mamba" and f.get("mamba.block_count") == 1
+    assert f.tensor("a").shape == (10, 6) and f.tensor("a").np_shape == (6, 10)
+    np.testing.assert_array_equal(f.array("a"), a)
+    np.testing.assert_array_equal(f.array("b"), b)
+
+
+def test_writer_rejects_wrong_sizes_and_order(tmp_path):
+    w = GGUFStreamWriter(str(tmp_path / "x.gguf"), "mamba")
+    w.add_tensor("a", (2, 32), GGMLType.F32)
+    w.add_tensor("b", (32,), GGMLType.F32)
+    w.begin_data()
+    with pytest.raises(ValueError, match="tensor 'a': 0 bytes written, 256 declared"):
+        w.write("b", np.zeros(32, np.float32))
+    w.write("a", np.zeros(32, np.float32))
+    with pytest.raises(ValueError, match="tensor .a.: 128 bytes written, 256 declared"):
+        w.write("b", np.zeros(32, np.float32))
+    w.abort()
+
+
+def test_quant_shape_must_fit_blocks(tmp_path):
+    w = GGUFStreamWriter(str(tmp_path / "x.gguf"), "mamba")
+    with pytest.raises(ValueError, match="block size 32"):
+        w.add_tensor("a", (2, 33), GGMLType.Q8_0)
+    assert w.add_tensor("b", (2, 64), GGMLType.Q8_0) == 2 * 2 * 34
+
+
+def test_atomic_output_leaves_nothing_on_error(tmp_path):
+    out = tmp_path / "out.gguf"
+    with pytest.raises(RuntimeError):
+        with atomic_output(out) as tmp:
+            open(tmp, "wb").write(b"partial")
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_output(out) as tmp:
+            open(tmp, "wb").write(b"partial")
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == []
+    with atomic_output(out) as tmp:
+        open(tmp, "wb").write(b"done")
+    assert os.listdir(tmp_path) == ["out.gguf"]
+
+
+def test_atomic_output_refuses_to_overwrite_input(tmp_path):
+    src = tmp_path / "in.gguf"
+    src.write_bytes(b"x")
+    with pytest.raises(InputError, match="overwrite the input"):
+        with atomic_output(src, inputs=(str(src),)):
+            pass
+    assert src.read_bytes() == b"x"
+
+
+def test_reader_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 10)
+    with pytest.raises(InputError, match="bad.gguf"):
+        GGUFFile(bad)
+    with pytest.raises(InputError, match="no such file"):
+        GGUFFile(tmp_path / "missing.gguf")

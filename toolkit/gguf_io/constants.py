@@ -1,0 +1,105 @@
+"""GGUF key constants: the only place key strings are spelled.
+
+Most keys come from the ``gguf`` package (llama.cpp's gguf-py); what gguf 0.19 lacks is
+defined here.  Per-architecture keys are templates with ``{arch}``; use :func:`k` to
+format them.  Example: ``k(Keys.SSM.STATE_SIZE, "mamba2") == "mamba2.ssm.state_size"``.
+"""
+from __future__ import annotations
+
+import gguf
+from gguf import GGMLQuantizationType as GGMLType  # noqa: F401  (re-exported)
+from gguf import GGUFValueType  # noqa: F401  (re-exported)
+
+
+class Keys:
+    class General:
+        ARCHITECTURE = gguf.Keys.General.ARCHITECTURE
+        NAME = gguf.Keys.General.NAME
+        FILE_TYPE = gguf.Keys.General.FILE_TYPE
+        QUANTIZATION_VERSION = gguf.Keys.General.QUANTIZATION_VERSION
+        ALIGNMENT = gguf.Keys.General.ALIGNMENT
+
+    class LLM:
+        VOCAB_SIZE = gguf.Keys.LLM.VOCAB_SIZE
+        CONTEXT_LENGTH = gguf.Keys.LLM.CONTEXT_LENGTH
+        EMBEDDING_LENGTH = gguf.Keys.LLM.EMBEDDING_LENGTH
+        BLOCK_COUNT = gguf.Keys.LLM.BLOCK_COUNT
+        FEED_FORWARD_LENGTH = gguf.Keys.LLM.FEED_FORWARD_LENGTH
+        EXPERT_COUNT = gguf.Keys.LLM.EXPERT_COUNT
+        EXPERT_USED_COUNT = gguf.Keys.LLM.EXPERT_USED_COUNT
+        EXPERT_SHARED_FEED_FORWARD_LENGTH = gguf.Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH
+        EMBEDDING_SCALE = gguf.Keys.LLM.EMBEDDING_SCALE
+        RESIDUAL_SCALE = gguf.Keys.LLM.RESIDUAL_SCALE
+        LOGIT_SCALE = gguf.Keys.LLM.LOGIT_SCALE
+
+    class Attention:
+        HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
+        HEAD_COUNT_KV = gguf.Keys.Attention.HEAD_COUNT_KV
+        KEY_LENGTH = gguf.Keys.Attention.KEY_LENGTH
+        VALUE_LENGTH = gguf.Keys.Attention.VALUE_LENGTH
+        LAYERNORM_RMS_EPS = gguf.Keys.Attention.LAYERNORM_RMS_EPS
+        SCALE = gguf.Keys.Attention.SCALE
+        # ours (not in gguf 0.19): explicit list of attention layers of a hybrid model
+        LAYER_INDICES = "{arch}.attention.layer_indices"
+
+    class Rope:
+        DIMENSION_COUNT = gguf.Keys.Rope.DIMENSION_COUNT
+        FREQ_BASE = gguf.Keys.Rope.FREQ_BASE
+        SCALING_FINETUNED = gguf.Keys.Rope.SCALING_FINETUNED
+
+    class SSM:
+        CONV_KERNEL = gguf.Keys.SSM.CONV_KERNEL
+        INNER_SIZE = gguf.Keys.SSM.INNER_SIZE
+        STATE_SIZE = gguf.Keys.SSM.STATE_SIZE
+        TIME_STEP_RANK = gguf.Keys.SSM.TIME_STEP_RANK
+        GROUP_COUNT = gguf.Keys.SSM.GROUP_COUNT
+        DT_B_C_RMS = gguf.Keys.SSM.DT_B_C_RMS
+        # ours (not in gguf 0.19): Mamba-2 head dim (d_inner / n_head)
+        HEAD_DIM = "{arch}.ssm.head_dim"
+
+    class Tokenizer:
+        MODEL = gguf.Keys.Tokenizer.MODEL
+        PRE = gguf.Keys.Tokenizer.PRE
+        LIST = gguf.Keys.Tokenizer.LIST
+        TOKEN_TYPE = gguf.Keys.Tokenizer.TOKEN_TYPE
+        SCORES = gguf.Keys.Tokenizer.SCORES
+        MERGES = gguf.Keys.Tokenizer.MERGES
+        BOS_ID = gguf.Keys.Tokenizer.BOS_ID
+        EOS_ID = gguf.Keys.Tokenizer.EOS_ID
+        EOT_ID = gguf.Keys.Tokenizer.EOT_ID
+        EOM_ID = gguf.Keys.Tokenizer.EOM_ID
+        UNK_ID = gguf.Keys.Tokenizer.UNK_ID
+        PAD_ID = gguf.Keys.Tokenizer.PAD_ID
+        ADD_BOS = gguf.Keys.Tokenizer.ADD_BOS
+        ADD_EOS = gguf.Keys.Tokenizer.ADD_EOS
+        ADD_PREFIX = gguf.Keys.Tokenizer.ADD_PREFIX
+        CHAT_TEMPLATE = gguf.Keys.Tokenizer.CHAT_TEMPLATE
+        HF_JSON = gguf.Keys.Tokenizer.HF_JSON
+
+
+def k(template: str, arch: str) -> str:
+    """Format a per-architecture key template: ``k("{arch}.block_count", "mamba")``."""
+    return template.format(arch=arch)
+
+
+# Architecture names as llama.cpp spells them (general.architecture).
+ARCH_MAMBA = "mamba"
+ARCH_MAMBA2 = "mamba2"
+ARCH_GRANITE_HYBRID = "granitehybrid"
+ARCH_JAMBA = "jamba"
+SUPPORTED_ARCHES = (ARCH_MAMBA, ARCH_MAMBA2, ARCH_GRANITE_HYBRID, ARCH_JAMBA)
+
+GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
+
+
+def type_size(ggml_type: int) -> tuple[int, int]:
+    """(block_size in elements, type_size in bytes) of a ggml type, from gguf's table."""
+    return gguf.GGML_QUANT_SIZES[GGMLType(ggml_type)]
+
+
+def row_nbytes(ggml_type: int, n_per_row: int) -> int:
+    """Bytes of one row of ``n_per_row`` elements; raises ValueError if not a block multiple."""
+    bs, ts = type_size(ggml_type)
+    if n_per_row % bs:
+        raise ValueError(f"row of {n_per_row} elements is not a multiple of the {GGMLType(ggml_type).name} block size {bs}")
+    return n_per_row // bs * ts

@@ -1,0 +1,177 @@
+"""Write GGUF files streamed, with exact sizes, atomically.
+
+The header, key/values and tensor infos are written by ``gguf.GGUFWriter``; tensor data is
+then streamed in declaration order, in as many chunks per tensor as the caller likes (a band
+of rows at a time), and every tensor must receive exactly the byte count declared for it.
+
+    with atomic_output(out_path) as tmp:
+        w = GGUFStreamWriter(tmp, "mamba")
+        w.kv.add_uint32(...)                       # gguf.GGUFWriter's add_* methods
+        w.add_tensor("token_embd.weight", (512, 64), GGMLType.F32)   # numpy order
+        w.begin_data()
+        w.write("token_embd.weight", arr)          # bytes-like / ndarray, any number of chunks
+        w.close()                                  # checks every tensor is complete
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
+import numpy as np
+import gguf
+
+from toolkit.errors import InputError, ResourceError
+from toolkit.gguf_io.constants import GGMLType, row_nbytes
+
+log = logging.getLogger(__name__)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> Iterator[str]:
+    """Yield a temp path next to ``path``; rename it onto ``path`` only if the block succeeds.
+
+    On any exception (KeyboardInterrupt included) the temp file is removed and ``path`` is
+    left as it was.  ``ENOSPC``/``EDQUOT`` become ResourceError.
+
+    Raises:
+        InputError: the output directory does not exist, or ``path`` is one of ``inputs``.
+    """
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise InputError(f"{path}: output directory {d} does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory")
+    for src in inputs:
+        if _same_file(src, path):
+            raise InputError(f"{path}: output would overwrite the input {src}")
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        _unlink(tmp)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceError(f"{path}: no space left on device while writing") from None
+        raise
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _unlink(p: str) -> None:
+    try:
+        os.unlink(p)
+    except FileNotFoundError:
+        pass
+
+
+def tensor_nbytes(np_shape: tuple[int, ...], ggml_type: int) -> int:
+    """Exact data size of a tensor of numpy shape ``np_shape`` (rows of ``np_shape[-1]``)."""
+    n_rows = int(np.prod(np_shape[:-1], dtype=np.int64)) if len(np_shape) > 1 else 1
+    return n_rows * row_nbytes(ggml_type, int(np_shape[-1]) if np_shape else 1)
+
+
+class GGUFStreamWriter:
+    """A small state machine: PLAN (kv + add_tensor) -> DATA (write ...) -> CLOSED."""
+
+    def __init__(self, path: str, arch: str):
+        self.path = path
+        self.kv = gguf.GGUFWriter(path, arch)
+        self._plan: list[tuple[str, int]] = []   # (name, nbytes) in declaration order
+        self._state = "plan"
+        self._cur = 0          # index into _plan of the tensor being written
+        self._written = 0      # bytes written of the current tensor
+        self._fout = None
+
+    def add_tensor(self, name: str, np_shape: tuple[int, ...], ggml_type: int) -> int:
+        """Declare a tensor (numpy-order shape); returns its exact byte size."""
+        self._expect("plan")
+        nbytes = tensor_nbytes(tuple(np_shape), ggml_type)
+        self.kv.add_tensor_info(name, tuple(int(x) for x in np_shape), np.dtype(np.float32), nbytes,
+                                raw_dtype=GGMLType(ggml_type))
+        self._plan.append((name, nbytes))
+        return nbytes
+
+    def begin_data(self) -> None:
+        self._expect("plan")
+        self.kv.write_header_to_file()
+        self.kv.write_kv_data_to_file()
+        self.kv.write_ti_data_to_file()
+        self._fout = self.kv.fout[0]
+        self._state = "data"
+        self._pad()
+
+    def write(self, name: str, data) -> None:
+        """Append bytes of tensor ``name`` (must be the tensor in progress or the next one)."""
+        self._expect("data")
+        buf = memoryview(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data).cast("B")
+        if self._cur >= len(self._plan):
+            raise ValueError(f"tensor {name!r}: all declared tensors are already written")
+        want, size = self._plan[self._cur]
+        if want != name:
+            if self._written != size:
+                raise ValueError(f"tensor {want!r}: {self._written} bytes written, {size} declared "
+                                 f"(got data of {name!r} before it was complete)")
+            self._advance()
+            if self._cur >= len(self._plan) or self._plan[self._cur][0] != name:
+                nxt = self._plan[self._cur][0] if self._cur < len(self._plan) else None
+                raise ValueError(f"expected data of tensor {nxt!r}, got {name!r}")
+            want, size = self._plan[self._cur]
+        if self._written + len(buf) > size:
+            raise ValueError(f"tensor {name!r}: {self._written + len(buf)} bytes written, {size} declared")
+        self._fout.write(buf)
+        self._written += len(buf)
+
+    def _advance(self) -> None:
+        name, size = self._plan[self._cur]
+        if self._written != size:
+            raise ValueError(f"tensor {name!r}: {self._written} bytes written, {size} declared")
+        self._pad()
+        self._cur += 1
+        self._written = 0
+
+    def _pad(self) -> None:
+        pos = self._fout.tell()
+        pad = gguf.GGUFWriter.ggml_pad(pos, self.kv.data_alignment) - pos
+        if pad:
+            self._fout.write(b"\0" * pad)
+
+    def close(self) -> None:
+        """Check that every declared tensor is complete, flush and close."""
+        if self._state == "plan":
+            self.begin_data()
+        self._expect("data")
+        if self._plan:
+            if self._cur < len(self._plan):
+                self._advance()
+            if self._cur != len(self._plan):
+                raise ValueError(f"tensor {self._plan[self._cur][0]!r} was declared but never written")
+        self._fout.flush()
+        os.fsync(self._fout.fileno())
+        self.kv.close()
+        self._state = "closed"
+
+    def abort(self) -> None:
+        """Close the file handle without checks (the caller removes the file)."""
+        try:
+            self.kv.close()
+        except Exception:
+            pass
+        self._state = "closed"
+
+    def _expect(self, state: str) -> None:
+        if self._state != state:
+            raise ValueError(f"GGUF writer: expected state {state!r}, got {self._state!r}")

@@ -1,0 +1,56 @@
+"""cffi builder (out-of-line API mode) for toolkit's C runtime: ``toolkit._native``.
+
+Run by ``pip install .`` through setup.py's ``cffi_modules``.  Compiles every ``*.c`` in
+this folder with portable flags (no -march=native: SIMD paths are chosen at run time).
+
+Environment:
+    TOOLKIT_SANITIZE=1   build with AddressSanitizer + UndefinedBehaviorSanitizer
+                         (run Python with LD_PRELOAD=$(gcc -print-file-name=libasan.so))
+    TOOLKIT_DEBUG_BUILD=1  -O0 -g
+"""
+import glob
+import os
+import re
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cdef() -> str:
+    with open(os.path.join(HERE, "toolkit.h")) as fh:
+        text = fh.read()
+    m = re.search(r"/\* CDEF-BEGIN \*/(.*)/\* CDEF-END \*/", text, re.S)
+    if not m:
+        raise RuntimeError("toolkit.h: CDEF-BEGIN/CDEF-END markers not found")
+    return m.group(1)
+
+
+def _flags():
+    cflags = ["-std=gnu11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+    ldflags = ["-lm", "-lpthread"]
+    if os.environ.get("TOOLKIT_DEBUG_BUILD") == "1":
+        cflags += ["-O0", "-g"]
+    else:
+        cflags += ["-O3"]
+    if os.environ.get("TOOLKIT_SANITIZE") == "1":
+        san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+        cflags += san + ["-g"]
+        ldflags += san
+    return cflags, ldflags
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_cdef())
+_cflags, _ldflags = _flags()
+ffibuilder.set_source(
+    "toolkit._native",
+    '#include "toolkit.h"\n',
+    sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
+    include_dirs=[os.path.relpath(HERE)],
+    extra_compile_args=_cflags,
+    extra_link_args=_ldflags,
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,1 @@
+"""The only Python code (with toolkit.quantize) that touches the C library."""

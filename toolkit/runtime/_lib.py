@@ -1,0 +1,26 @@
+"""Load the cffi extension and turn C status codes into NativeError."""
+from __future__ import annotations
+
+from toolkit.errors import NativeError, ResourceError, UnsupportedError
+
+try:
+    from toolkit._native import ffi, lib  # noqa: F401
+except ImportError as e:  # pragma: no cover - only when the package was not built
+    raise ImportError(f"toolkit's C library is not built ({e}); install the package with `pip install .`") from e
+
+_STATUS_EXC = {
+    lib.TK_ERR_NOMEM: ResourceError,
+    lib.TK_ERR_UNSUPPORTED: UnsupportedError,
+}
+
+
+def last_error() -> str:
+    return ffi.string(lib.tk_last_error()).decode("utf-8", "replace")
+
+
+def check(status: int, what: str = "") -> None:
+    """Raise the exception matching a non-zero tk_status, with tk_last_error()'s message."""
+    if status != lib.TK_OK:
+        msg = last_error()
+        exc = _STATUS_EXC.get(status, NativeError)
+        raise exc(f"{what}: {msg}" if what else msg)
