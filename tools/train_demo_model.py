@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Train the small hybrid model that ships inside the package (toolkit/data/default.gguf).
+
+What it trains: a ``BambaForCausalLM`` (Mamba-2 mixers with one attention layer) of about
+5 M parameters, on the Python standard library's own ``.py`` files, with a byte-level BPE
+tokenizer trained by ``tokenizers`` on the same training files.  Needs the ``[dev]`` extra
+(torch + transformers); the package itself never imports either.
+
+Reproducibility
+    * Corpus: every ``*.py`` under ``sysconfig.get_paths()["stdlib"]``, sorted by relative
+      POSIX path, minus tests (``test``/``tests``/``idle_test`` dirs, ``test_*.py``),
+      ``site-packages``, ``encodings`` (codec tables, not code) and ``pydoc_data`` (one
+      600 kB docstring).  The held-out slice is every file whose index in that sorted list
+      is ``HELDOUT_OFFSET (mod HELDOUT_EVERY)``: 1 file in 20.  The list and its SHA-256
+      are written to ``train_meta.json``; a different Python version gives a different
+      list (the meta file says which one was used).
+    * Seeds: ``--seed`` seeds torch and the batch sampler; one thread
+      (``--threads 1``) and ``torch.use_deterministic_algorithms(True)``.
+    * Budget: a fixed ``--steps`` count (the default fits 2 CPU cores in well under an
+      hour); ``--max-minutes`` is only a safety stop.  If it fires, the run is NOT the
+      recorded configuration and ``train_meta.json`` says so (``stopped_early``).
+
+Widths: d_model 256, d_inner 512, d_ff 768 and vocab 4096 are multiples of 256, so every
+matrix's row length (ggml ne0 = input features: 256 or 512 or 768) is a whole number of
+k-quant super-blocks (QK_K = 256) and Q2_K..Q6_K apply to every weight.
+
+Outputs (in ``--out``): ``config.json``, ``generation_config.json``,
+``model-0000N-of-0000M.safetensors`` shards + ``model.safetensors.index.json``,
+``tokenizer.json``, ``tokenizer_config.json``, ``train_meta.json`` (file list hash, steps,
+losses, held-out perplexity before/after) and ``heldout.txt`` (the held-out files joined
+by a blank line: the text ``toolkit perplexity`` scores).
+
+Usage::
+
+    pip install -e ".[dev]"
+    python tools/train_demo_model.py --out /tmp/demo-hf                 # full run
+    python tools/train_demo_model.py --out /tmp/smoke --smoke           # 1-minute check
+
+Perplexity here follows llama.cpp's ``llama-perplexity``: non-overlapping chunks of
+``n_ctx`` tokens, only the second half of each chunk scored (ref: llama.cpp
+tools/perplexity/perplexity.cpp, ``perplexity()``).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+HELDOUT_EVERY = 20
+HELDOUT_OFFSET = 7
+EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "encodings", "pydoc_data", "__pycache__"}
+EOT = "<|endoftext|>"
+PAD = "<|pad|>"
+
+
+def corpus_files(root: Path) -> list[Path]:
+    """The sorted list of stdlib ``.py`` files used for training and evaluation."""
+    out = []
+    for p in root.rglob("*.py"):
+        rel = p.relative_to(root)
+        if any(part in EXCLUDED_DIRS for part in rel.parts[:-1]) or rel.name.startswith("test_"):
+            continue
+        out.append(p)
+    return sorted(out, key=lambda p: p.relative_to(root).as_posix())
+
+
+def read_text(p: Path) -> str:
+    return p.read_bytes().decode("utf-8", errors="replace")
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[EOT, PAD],          # ids 0 and 1
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return tok
+
+
+def perplexity(model, tokens, n_ctx: int, max_chunks: int) -> tuple[float, float, int]:
+    """llama-perplexity protocol over a 1-D token tensor: (ppl, ppl stderr, n scored)."""
+    import torch
+
+    n_chunks = min(len(tokens) // n_ctx, max_chunks)
+    nll = nll2 = 0.0
+    count = 0
+    first = n_ctx // 2
+    model.eval()
+    with torch.no_grad():
+        for c in range(n_chunks):
+            x = tokens[c * n_ctx:(c + 1) * n_ctx].unsqueeze(0)
+            logits = model(input_ids=x).logits[0].double()
+            lp = torch.log_softmax(logits[first:n_ctx - 1], dim=-1)
+            tgt = x[0, first + 1:n_ctx]
+            v = -lp.gather(1, tgt.unsqueeze(1)).squeeze(1)
+            nll += float(v.sum())
+            nll2 += float((v * v).sum())
+            count += v.numel()
+    model.train()
+    nll /= count
+    nll2 /= count
+    ppl = math.exp(nll)
+    unc = math.sqrt(max(nll2 - nll * nll, 0.0) / (count - 1)) * ppl
+    return ppl, unc, count
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--steps", type=int, default=450, help="fixed optimizer step count (the recorded run)")
+    ap.add_argument("--max-minutes", type=float, default=55.0, help="safety stop; a stopped run is marked in train_meta.json")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--eval-ctx", type=int, default=256)
+    ap.add_argument("--eval-chunks", type=int, default=64)
+    ap.add_argument("--shard-size", default="1MB", help="save_pretrained max_shard_size")
+    ap.add_argument("--save-dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--save-init", type=Path, default=None, help="also save the random-init model here")
+    ap.add_argument("--smoke", action="store_true", help="tiny run to check the script (a few steps)")
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+    from transformers import BambaConfig, BambaForCausalLM, PreTrainedTokenizerFast
+
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    if args.smoke:
+        args.steps, args.eval_chunks, args.batch = 5, 2, 4
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = corpus_files(root)
+    if not files:
+        print(f"error: no .py files under {root}", file=sys.stderr)
+        return 2
+    rels = [p.relative_to(root).as_posix() for p in files]
+    held = [i for i in range(len(files)) if i % HELDOUT_EVERY == HELDOUT_OFFSET]
+    held_set = set(held)
+    train_texts = [read_text(files[i]) for i in range(len(files)) if i not in held_set]
+    held_texts = [read_text(files[i]) for i in held]
+    list_sha = hashlib.sha256("\n".join(rels).encode()).hexdigest()
+    print(f"corpus: {root} {len(files)} files ({len(train_texts)} train, {len(held_texts)} held out), "
+          f"list sha256 {list_sha[:16]}", flush=True)
+
+    tok = train_tokenizer(train_texts, args.vocab)
+    assert tok.token_to_id(EOT) == 0 and tok.token_to_id(PAD) == 1
+    eot = 0
+
+    # Training stream: each file's tokens followed by <|endoftext|>.
+    ids: list[int] = []
+    for enc in tok.encode_batch(train_texts):
+        ids.extend(enc.ids)
+        ids.append(eot)
+    train_ids = torch.tensor(ids, dtype=torch.long)
+    heldout_text = "\n\n".join(held_texts)
+    held_ids = torch.tensor(tok.encode(heldout_text).ids, dtype=torch.long)
+    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)} "
+          f"({sum(map(len, train_texts)) / len(train_ids):.2f} chars/token)", flush=True)
+
+    cfg = BambaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        attn_layer_indices=[2],
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        mamba_n_heads=8,
+        mamba_d_head=64,
+        mamba_expand=2,
+        mamba_d_state=64,
+        mamba_n_groups=1,
+        mamba_d_conv=4,
+        mamba_chunk_size=256,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        tie_word_embeddings=False,
+        bos_token_id=eot, eos_token_id=eot, pad_token_id=1,
+        initializer_range=0.02,
+    )
+    model = BambaForCausalLM(cfg)
+    # Mamba-2 dt init (ref: state-spaces/mamba mamba2.py): dt ~ logUniform[1e-3, 1e-1],
+    # dt_bias = softplus^-1(dt); transformers' default (dt_bias = 1) forgets too fast.
+    g = torch.Generator().manual_seed(args.seed + 1)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            mixer = getattr(layer, "mamba", None)
+            if mixer is not None:
+                dt = torch.exp(torch.rand(mixer.num_heads, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+                mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params} parameters", flush=True)
+
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=PAD)
+    init_ppl = perplexity(model, held_ids, args.eval_ctx, args.eval_chunks)
+    print(f"held-out ppl (random init): {init_ppl[0]:.2f} +/- {init_ppl[1]:.2f} over {init_ppl[2]} tokens", flush=True)
+    if args.save_init:
+        model.save_pretrained(args.save_init, max_shard_size=args.shard_size)
+        hf_tok.save_pretrained(args.save_init)
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    warmup = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        t = (step - warmup) / max(1, args.steps - warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    rng = np.random.default_rng(args.seed)
+    L = args.seq_len
+    losses = []
+    stopped_early = False
+    t_train = time.time()
+    model.train()
+    step = 0
+    for step in range(args.steps):
+        if (time.time() - t_start) / 60 > args.max_minutes:
+            stopped_early = True
+            print(f"max-minutes reached at step {step}: stopping early (NOT the recorded configuration)", flush=True)
+            break
+        starts = rng.integers(0, len(train_ids) - L - 1, size=args.batch)
+        x = torch.stack([train_ids[s:s + L] for s in starts])
+        y = torch.stack([train_ids[s + 1:s + L + 1] for s in starts])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 25 == 0 or step == args.steps - 1:
+            el = time.time() - t_train
+            print(f"step {step:5d} loss {np.mean(losses[-25:]):.4f} lr {lr_at(step):.2e} "
+                  f"{el / 60:.1f} min ({(step + 1) * args.batch * L / el:.0f} tok/s)", flush=True)
+    steps_done = len(losses)
+    train_minutes = (time.time() - t_train) / 60
+
+    final_ppl = perplexity(model, held_ids, args.eval_ctx, args.eval_chunks)
+    print(f"held-out ppl (trained): {final_ppl[0]:.2f} +/- {final_ppl[1]:.2f} over {final_ppl[2]} tokens", flush=True)
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.save_dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+    model.generation_config.bos_token_id = eot
+    model.generation_config.eos_token_id = eot
+    model.generation_config.pad_token_id = 1
+    model.save_pretrained(out, max_shard_size=args.shard_size)
+    hf_tok.save_pretrained(out)
+    (out / "heldout.txt").write_text(heldout_text, encoding="utf-8")
+    meta = {
+        "python": platform.python_version(),
+        "stdlib": str(root),
+        "n_files": len(files),
+        "file_list_sha256": list_sha,
+        "heldout_rule": f"index % {HELDOUT_EVERY} == {HELDOUT_OFFSET} in the sorted list",
+        "heldout_files": [rels[i] for i in held],
+        "train_tokens": len(train_ids),
+        "heldout_tokens": len(held_ids),
+        "n_params": n_params,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "steps_done": steps_done,
+        "stopped_early": stopped_early,
+        "train_minutes": round(train_minutes, 2),
+        "total_minutes": round((time.time() - t_start) / 60, 2),
+        "final_train_loss": float(np.mean(losses[-50:])) if losses else None,
+        "heldout_ppl_init": {"ppl": init_ppl[0], "stderr": init_ppl[1], "n_tokens": init_ppl[2], "n_ctx": args.eval_ctx},
+        "heldout_ppl_trained": {"ppl": final_ppl[0], "stderr": final_ppl[1], "n_tokens": final_ppl[2], "n_ctx": args.eval_ctx},
+        "loss_curve": [round(float(np.mean(losses[i:i + 25])), 4) for i in range(0, len(losses), 25)],
+    }
+    (out / "train_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"saved to {out} in {meta['total_minutes']} min", flush=True)
+
+    # A short greedy sample, to see it is Python-looking.
+    model = model.float().eval()
+    prompt = torch.tensor([tok.encode("def fibonacci(n):").ids])
+    with torch.no_grad():
+        gen = model.generate(prompt, max_new_tokens=40, do_sample=False)
+    print("sample:", tok.decode(gen[0].tolist()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
