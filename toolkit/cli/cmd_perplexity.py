@@ -1,0 +1,70 @@
+"""`toolkit perplexity -m MODEL FILE`: perplexity over a text file, KL divergence vs a base model."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from toolkit.cli.app import app
+
+log = logging.getLogger(__name__)
+
+
+@app.command()
+def perplexity(
+    file: str = typer.Argument(..., help="UTF-8 text file to score."),
+    model: str = typer.Option(..., "-m", "--model", help="GGUF model."),
+    ctx: int = typer.Option(512, "--ctx", "-c", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
+    chunks: int = typer.Option(0, "--chunks", help="Score at most this many chunks (0: all)."),
+    kld_base: Optional[str] = typer.Option(None, "--kld-base", help="Base model: a GGUF, or a logits file from --kld-out. Adds KL divergence and top-1 agreement."),
+    kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
+    threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Threads (default: TOOLKIT_THREADS or all cores)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
+    non-overlapping chunks of --ctx tokens, each from an empty memory, the second half of each
+    chunk scored; PPL = exp(mean NLL) +/- its standard error.  With --kld-base, also the KL
+    divergence KL(base || model) per token (nats) and how often both models' top token agree."""
+    from toolkit.errors import InputError
+    from toolkit.runtime.perplexity import perplexity_file
+
+    if kld_base and kld_out:
+        raise InputError("--kld-base and --kld-out: give one or the other")
+    if threads is not None and threads < 1:
+        raise InputError(f"--threads {threads}: must be >= 1")
+
+    err = Console(stderr=True)
+    show = not as_json and sys.stderr.isatty()
+
+    def progress(i: int, n: int, ppl: float) -> None:
+        if show:
+            err.print(f"\rchunk {i + 1}/{n}  PPL {ppl:.4f}", end="", highlight=False)
+
+    res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
+                          threads=threads, progress=progress)
+    if show:
+        err.print()
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), indent=1))
+        return
+    out = Console()
+    t = Table(show_header=False, box=None)
+    t.add_row("model", res.model)
+    t.add_row("file", f"{res.file}: {res.n_tokens_file} tokens")
+    t.add_row("chunks", f"{res.n_chunks} x {res.n_ctx} tokens, {res.n_scored} scored")
+    t.add_row("PPL", f"{res.ppl:.4f} +/- {res.ppl_stderr:.4f}")
+    t.add_row("speed", f"{res.tokens_per_s:.1f} tokens/s")
+    if res.kld is not None:
+        k = res.kld
+        t.add_row("base", k.base)
+        t.add_row("KL divergence", f"{k.mean:.6f} +/- {k.stderr:.6f} nats (median {k.median:.6f}, "
+                                   f"99% {k.p99:.6f}, max {k.max:.6f})")
+        t.add_row("same top token", f"{100 * k.top1:.3f} +/- {100 * k.top1_stderr:.3f} %")
+    if kld_out:
+        t.add_row("logits written", kld_out)
+    out.print(t)
