@@ -18,6 +18,7 @@ class Keys:
         FILE_TYPE = gguf.Keys.General.FILE_TYPE
         QUANTIZATION_VERSION = gguf.Keys.General.QUANTIZATION_VERSION
         ALIGNMENT = gguf.Keys.General.ALIGNMENT
+        TYPE = gguf.Keys.General.TYPE
 
     class LLM:
         VOCAB_SIZE = gguf.Keys.LLM.VOCAB_SIZE
@@ -70,6 +71,9 @@ class Keys:
         EOM_ID = gguf.Keys.Tokenizer.EOM_ID
         UNK_ID = gguf.Keys.Tokenizer.UNK_ID
         PAD_ID = gguf.Keys.Tokenizer.PAD_ID
+        SEP_ID = gguf.Keys.Tokenizer.SEP_ID
+        MASK_ID = gguf.Keys.Tokenizer.MASK_ID
+        ADD_SEP = gguf.Keys.Tokenizer.ADD_SEP
         ADD_BOS = gguf.Keys.Tokenizer.ADD_BOS
         ADD_EOS = gguf.Keys.Tokenizer.ADD_EOS
         ADD_PREFIX = gguf.Keys.Tokenizer.ADD_PREFIX

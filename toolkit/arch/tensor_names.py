@@ -1,0 +1,52 @@
+"""GGUF tensor names as llama.cpp spells them (from gguf-py's table), templated by block id.
+
+    tn(T.SSM_IN, 3)             -> "blk.3.ssm_in.weight"
+    tn(T.SSM_A, 3, suffix="")   -> "blk.3.ssm_a"
+    tn(T.TOKEN_EMBD)            -> "token_embd.weight"
+
+Used by convert (what to write), quantize (type rules) and the runtime (what to load).
+"""
+from __future__ import annotations
+
+import gguf
+
+_M = gguf.MODEL_TENSOR
+
+
+class T:
+    TOKEN_EMBD = gguf.TENSOR_NAMES[_M.TOKEN_EMBD]
+    OUTPUT = gguf.TENSOR_NAMES[_M.OUTPUT]
+    OUTPUT_NORM = gguf.TENSOR_NAMES[_M.OUTPUT_NORM]
+    ATTN_NORM = gguf.TENSOR_NAMES[_M.ATTN_NORM]
+    ATTN_Q = gguf.TENSOR_NAMES[_M.ATTN_Q]
+    ATTN_K = gguf.TENSOR_NAMES[_M.ATTN_K]
+    ATTN_V = gguf.TENSOR_NAMES[_M.ATTN_V]
+    ATTN_OUT = gguf.TENSOR_NAMES[_M.ATTN_OUT]
+    FFN_NORM = gguf.TENSOR_NAMES[_M.FFN_NORM]
+    FFN_GATE = gguf.TENSOR_NAMES[_M.FFN_GATE]
+    FFN_UP = gguf.TENSOR_NAMES[_M.FFN_UP]
+    FFN_DOWN = gguf.TENSOR_NAMES[_M.FFN_DOWN]
+    FFN_GATE_INP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP]
+    FFN_GATE_EXP = gguf.TENSOR_NAMES[_M.FFN_GATE_EXP]
+    FFN_UP_EXP = gguf.TENSOR_NAMES[_M.FFN_UP_EXP]
+    FFN_DOWN_EXP = gguf.TENSOR_NAMES[_M.FFN_DOWN_EXP]
+    FFN_GATE_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_SHEXP]
+    FFN_UP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_UP_SHEXP]
+    FFN_DOWN_SHEXP = gguf.TENSOR_NAMES[_M.FFN_DOWN_SHEXP]
+    SSM_IN = gguf.TENSOR_NAMES[_M.SSM_IN]
+    SSM_CONV1D = gguf.TENSOR_NAMES[_M.SSM_CONV1D]
+    SSM_X = gguf.TENSOR_NAMES[_M.SSM_X]
+    SSM_DT = gguf.TENSOR_NAMES[_M.SSM_DT]
+    SSM_A = gguf.TENSOR_NAMES[_M.SSM_A]
+    SSM_D = gguf.TENSOR_NAMES[_M.SSM_D]
+    SSM_NORM = gguf.TENSOR_NAMES[_M.SSM_NORM]
+    SSM_OUT = gguf.TENSOR_NAMES[_M.SSM_OUT]
+    SSM_DT_NORM = gguf.TENSOR_NAMES[_M.SSM_DT_NORM]
+    SSM_B_NORM = gguf.TENSOR_NAMES[_M.SSM_B_NORM]
+    SSM_C_NORM = gguf.TENSOR_NAMES[_M.SSM_C_NORM]
+
+
+def tn(template: str, bid: int | None = None, suffix: str = ".weight") -> str:
+    """Format a tensor name template (``blk.{bid}.ssm_in``) with a block id and a suffix."""
+    name = template.format(bid=bid) if "{bid}" in template else template
+    return name + suffix

@@ -1,0 +1,82 @@
+"""`toolkit convert HF_DIR OUT.gguf`: stream a Hugging Face checkpoint into a GGUF file."""
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from toolkit.cli.app import app
+
+_err = Console(stderr=True)
+
+
+def _progress_factory(enabled: bool):
+    """A rich progress bar in bytes on stderr (only when stderr is a terminal)."""
+    if not enabled:
+        return None, None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    prog = Progress(TextColumn("converting"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=_err, transient=True)
+
+    def factory(total: int):
+        task = prog.add_task("convert", total=total)
+        prog.start()
+        return lambda n: prog.advance(task, n)
+
+    return prog, factory
+
+
+@app.command()
+def convert(
+    hf_dir: str = typer.Argument(..., help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
+    out: str = typer.Argument(..., help="GGUF file to write (written atomically: nothing is left on error)."),
+    outtype: str = typer.Option("f32", "--outtype", help="f32, f16, bf16, q8_0, or auto (the checkpoint's dtype). "
+                                "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
+) -> None:
+    """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba checkpoint to GGUF, one band of
+    rows resident at a time."""
+    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
+    from toolkit.errors import InputError
+
+    if outtype not in OUTTYPES:
+        raise InputError(f"--outtype {outtype!r}: must be one of {', '.join(OUTTYPES)}")
+    plan = make_plan(hf_dir, outtype)
+    if dry_run:
+        d = plan_to_dict(plan)
+        if as_json:
+            typer.echo(json.dumps(d, indent=1, default=str))
+            return
+        con = Console()
+        con.print(f"[bold]{hf_dir}[/]: {d['hf_architecture']} -> GGUF architecture [bold]{d['architecture']}[/], "
+                  f"outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB (dry run: nothing written)")
+        kt = Table(title="key/values", show_header=False)
+        for key, v in d["kv"].items():
+            kt.add_row(key, str(v))
+        con.print(kt)
+        tt = Table(title="tensors")
+        for c in ("GGUF name", "shape (ggml)", "type", "bytes", "from", "transform"):
+            tt.add_column(c, justify="right" if c == "bytes" else "left")
+        for t in d["tensors"]:
+            tt.add_row(t["name"], str(t["shape"]), t["type"], str(t["bytes"]), ", ".join(t["sources"]), t["transform"])
+        con.print(tt)
+        for o in d["omitted"]:
+            con.print(f"omitted {o['name']}: {o['why']}")
+        return
+    prog, factory = _progress_factory(sys.stderr.isatty() and not as_json)
+    try:
+        s = do_convert(hf_dir, out, outtype, progress_factory=factory, plan=plan)
+    finally:
+        if prog is not None:
+            prog.stop()
+    if as_json:
+        typer.echo(json.dumps(s.to_dict(), indent=1))
+        return
+    Console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
+                    f"{s.n_bytes / 2**20:.1f} MiB of tensor data ({s.file_bytes / 2**20:.1f} MiB file), "
+                    f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB", highlight=False)

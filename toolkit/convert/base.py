@@ -1,0 +1,193 @@
+"""The family base class: owns the source tensors, type rules and bookkeeping; a family
+(``toolkit/convert/families/*.py``) overrides only its hparams and its tensor map.
+
+A family's ``build()`` calls :meth:`Family.take` for every HF tensor it expects (with the
+shape config.json implies) and :meth:`Family.emit` for every GGUF tensor.  Names no rule
+knows raise at once (``unknown tensor``); tensors never taken raise at the end (``leftover``).
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import ClassVar, Iterable
+
+import gguf
+import numpy as np
+
+from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.hfdir import HFDir
+from toolkit.convert.plan import KV, OutTensor, Plan, Segment, kv_u32
+from toolkit.convert.st_reader import FLOAT_DTYPES, STTensor
+from toolkit.errors import InputError, UnsupportedError
+from toolkit.gguf_io import GGMLType, Keys, k
+
+OUTTYPES = ("f32", "f16", "bf16", "q8_0", "auto")
+
+_OUT_GGML = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16, "q8_0": GGMLType.Q8_0}
+# general.file_type, llama.cpp's LlamaFileType
+_FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+              "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+
+# GGUF tensors llama.cpp's converter always keeps in F32 (convert_hf_to_gguf.py, prepare_tensors:
+# "Some tensor types are always in float32"); 1-D tensors, "*_norm.weight" and names not
+# ending in ".weight" (ssm_a, ssm_d, biases) are F32 by the rules in :func:`pick_type`.
+_ALWAYS_F32 = tuple(t.split(".")[-1] + ".weight" for t in (T.FFN_GATE_INP, T.SSM_CONV1D))
+
+
+def pick_type(name: str, np_shape: tuple[int, ...], outtype: str) -> GGMLType:
+    """ggml type of one output tensor under ``--outtype`` (llama.cpp's converter rules).
+
+    F32: 1-D tensors, ``*_norm.weight``, anything not ending in ``.weight`` (ssm_a, ssm_d,
+    biases), ``ffn_gate_inp`` (router) and ``ssm_conv1d``.  Otherwise the outtype's type;
+    Q8_0 needs rows that are a multiple of 32 elements, else F16 (llama.cpp's fallback).
+    """
+    if outtype == "f32" or len(np_shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
+        return GGMLType.F32
+    if name.split(".")[-2] + ".weight" in _ALWAYS_F32:
+        return GGMLType.F32
+    t = _OUT_GGML[outtype]
+    if t == GGMLType.Q8_0 and np_shape[-1] % 32:
+        return GGMLType.F16
+    return t
+
+
+def head_perm(n_head: int, head_dim: int, n_rot: int) -> np.ndarray:
+    """Row order that turns HF's half-split RoPE layout into llama.cpp's NORM (adjacent pairs).
+
+    Within each head, among the first ``n_rot`` rows, pairs (i, i + n_rot/2) move to
+    (2i, 2i + 1); rows n_rot..head_dim-1 stay.  Output row r <- source row perm[r].
+    With n_rot == head_dim this is llama.cpp's ``LlamaModel.permute``.
+    Shape: int64 [n_head * head_dim].
+    """
+    if n_rot % 2 or not (0 <= n_rot <= head_dim):
+        raise ValueError(f"n_rot {n_rot} must be even and at most head_dim {head_dim}")
+    half = n_rot // 2
+    one = np.arange(head_dim, dtype=np.int64)
+    one[0:n_rot:2] = np.arange(half)
+    one[1:n_rot:2] = np.arange(half) + half
+    return (np.arange(n_head, dtype=np.int64)[:, None] * head_dim + one[None, :]).reshape(-1)
+
+
+class Family:
+    """Base class of one converter family.  Subclasses set ``hf_archs``, ``arch``, ``known``
+    (regexes of every HF tensor name the family understands) and implement ``build``."""
+
+    hf_archs: ClassVar[tuple[str, ...]] = ()
+    arch: ClassVar[str] = ""
+    known: ClassVar[tuple[str, ...]] = ()
+    # llama.cpp pads the token list to a multiple of this (then the embedding rows decide)
+    pad_vocab_multiple: ClassVar[int] = 1
+
+    def __init__(self, hf: HFDir, outtype: str):
+        if outtype not in OUTTYPES:
+            raise InputError(f"--outtype {outtype!r}: must be one of {', '.join(OUTTYPES)}")
+        self.hf = hf
+        self.cfg = hf.config
+        self.outtype = self._resolve_outtype(outtype)
+        self.plan = Plan(arch=self.arch, hf_arch=hf.arch_name)
+        self._taken: set[str] = set()
+        self._known = [re.compile(p) for p in self.known]
+        for name, t in hf.tensors.items():
+            if not any(r.fullmatch(name) for r in self._known):
+                raise InputError(f"{t.path}: unknown tensor name {name!r} for {hf.arch_name}")
+            if t.dtype not in FLOAT_DTYPES:
+                raise UnsupportedError(f"{t.path}: tensor {name!r} has dtype {t.dtype}; supported: {', '.join(FLOAT_DTYPES)}")
+
+    # ---- helpers for subclasses ---------------------------------------------------------
+    def key(self, template: str) -> str:
+        return k(template, self.arch)
+
+    def _resolve_outtype(self, outtype: str) -> str:
+        """``auto``: the checkpoint's dtype (F16 -> f16, BF16 -> bf16, else f32), judged on the
+        matrices (>= 2-D), as llama.cpp's ``--outtype auto`` judges on the first tensor."""
+        if outtype != "auto":
+            return outtype
+        count: dict[str, int] = {}
+        for t in self.hf.tensors.values():
+            if len(t.shape) >= 2:
+                count[t.dtype] = count.get(t.dtype, 0) + t.n_elements
+        top = max(count, key=count.get) if count else "F32"
+        return {"F16": "f16", "BF16": "bf16"}.get(top, "f32")
+
+    @property
+    def file_type(self) -> int:
+        return int(_FILE_TYPE[self.outtype])
+
+    def has(self, name: str) -> bool:
+        return name in self.hf.tensors
+
+    def take(self, name: str, shape: Iterable[int] | None = None, why: str = "") -> STTensor:
+        """The source tensor ``name``, checked against the shape config.json implies.
+
+        Raises:
+            InputError: missing tensor, or a shape that disagrees (names tensor, file, shape).
+        """
+        t = self.hf.tensors.get(name)
+        if t is None:
+            raise InputError(f"{self.hf.path}: missing tensor {name!r}{' (' + why + ')' if why else ''}")
+        if name in self._taken:
+            raise ValueError(f"tensor {name!r} taken twice")
+        if shape is not None and tuple(shape) != t.shape:
+            raise InputError(f"{t.path}: tensor {name!r} has shape {list(t.shape)}, config.json implies "
+                             f"{list(shape)}{' (' + why + ')' if why else ''}")
+        self._taken.add(name)
+        return t
+
+    def omit(self, name: str, why: str) -> None:
+        """Mark a source tensor as deliberately not written (e.g. a tied lm_head)."""
+        self._taken.add(name)
+        self.plan.omitted.append((name, why))
+
+    def emit(self, name: str, shape: tuple[int, ...], segments: list[Segment], op: str | None = None,
+             note: str = "") -> OutTensor:
+        shape = tuple(int(x) for x in shape)
+        ot = OutTensor(name, shape, pick_type(name, shape, self.outtype), segments, op, note)
+        rows = sum(s.n_rows for s in segments)
+        if rows != ot.n_rows:
+            raise ValueError(f"{name}: segments give {rows} rows, shape {shape} needs {ot.n_rows}")
+        for s in segments:
+            if s.src.n_elements % ot.row_len or (s.row0 + s.n_rows) * ot.row_len > s.src.n_elements:
+                raise ValueError(f"{name}: segment rows [{s.row0}, {s.row0 + s.n_rows}) x {ot.row_len} outside {s.src.name} {s.src.shape}")
+        self.plan.tensors.append(ot)
+        return ot
+
+    def copy(self, out: str, src: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None,
+             op: str | None = None, note: str = "", perm: np.ndarray | None = None, block: int = 1,
+             why: str = "") -> OutTensor:
+        """Write source ``src`` (expected ``shape``) as ``out`` with ``out_shape`` (a reshape of
+        the same elements; default the same shape), optionally reordering rows."""
+        t = self.take(src, shape, why)
+        out_shape = tuple(out_shape if out_shape is not None else shape) or (1,)
+        if math.prod(out_shape) != t.n_elements:
+            raise ValueError(f"{out}: out shape {out_shape} does not hold the {t.n_elements} elements of {src}")
+        rows = math.prod(out_shape[:-1]) if len(out_shape) > 1 else 1
+        return self.emit(out, out_shape, [Segment(t, 0, rows, perm, block)], op, note)
+
+    def check_leftovers(self) -> None:
+        left = [n for n in self.hf.tensors if n not in self._taken]
+        if left:
+            t = self.hf.tensors[left[0]]
+            raise InputError(f"{t.path}: tensor {left[0]!r} was not converted (it does not fit the layer layout "
+                             f"config.json describes){f'; {len(left) - 1} more' if len(left) > 1 else ''}")
+
+    def tied_output(self, embd: str, lm_head: str, n_vocab: int, n_embd: int, tie_default: bool) -> None:
+        """output.weight from ``lm_head`` unless the embeddings are tied (tie_word_embeddings)."""
+        tie = bool(self.cfg.d.get("tie_word_embeddings", tie_default))
+        if tie:
+            if self.has(lm_head):
+                self.take(lm_head, (n_vocab, n_embd))
+                self.omit(lm_head, "tie_word_embeddings: the output reuses token_embd.weight")
+            return
+        self.copy(tn(T.OUTPUT), lm_head, (n_vocab, n_embd), why="tie_word_embeddings is false")
+
+    # ---- to implement ---------------------------------------------------------------
+    def build(self) -> Plan:
+        """Fill ``self.plan``: hparams key/values then tensors (the tokenizer is added by the caller)."""
+        raise NotImplementedError
+
+    def general_kv(self) -> list[KV]:
+        return [kv_u32(Keys.General.FILE_TYPE, self.file_type)]
+
+    def n_vocab_rows(self) -> int:
+        """Rows of the token embedding (the vocabulary size the tokenizer is padded to)."""
+        raise NotImplementedError

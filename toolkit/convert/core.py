@@ -1,0 +1,177 @@
+"""``convert``: plan from headers, then stream every output tensor band by band into the GGUF.
+
+Memory: one band of rows is resident at a time (source bytes read with ``os.preadv`` into
+one reused buffer, plus the band's converted copy), so peak memory does not grow with the
+model.  Output goes through :func:`toolkit.gguf_io.atomic_output`: on any error nothing is
+left at OUT.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from toolkit.convert.encode import encode
+from toolkit.convert.families import REGISTRY, supported
+from toolkit.convert.hfdir import HFDir
+from toolkit.convert.plan import OutTensor, Plan, kv_str
+from toolkit.convert.st_reader import DTYPES, ShardReader
+from toolkit.convert.tokenizer import tokenizer_kv
+from toolkit.errors import ResourceError, UnsupportedError
+from toolkit.gguf_io import GGUFStreamWriter, Keys, atomic_output, tensor_nbytes
+
+log = logging.getLogger(__name__)
+
+# Elements per band (rows are grouped up to this many elements): 4 Mi elements is 16 MiB of
+# float32 working copy, small against the 250 MB budget and large enough that per-band
+# overhead vanishes.
+BAND_ELEMENTS = 4 * 2**20
+
+
+def make_plan(hf_dir: str, outtype: str = "f32") -> Plan:
+    """The full plan (key/values incl. tokenizer, tensors with types) from headers only.
+
+    Raises:
+        InputError: anything wrong with the directory (names the file, key or tensor).
+        UnsupportedError: an architecture not in the registry (lists the supported ones).
+    """
+    hf = HFDir(hf_dir)
+    fam_cls = REGISTRY.get(hf.arch_name)
+    if fam_cls is None:
+        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
+                               f"supported: {', '.join(supported())}")
+    fam = fam_cls(hf, outtype)
+    plan = fam.build()
+    name = os.path.basename(os.path.normpath(hf.path)) or "model"
+    plan.kv = [kv_str(Keys.General.NAME, name)] + plan.kv + fam.general_kv()
+    plan.kv += tokenizer_kv(hf, fam.n_vocab_rows(), plan.warnings)
+    plan.outtype = fam.outtype
+    plan.hf_path = hf.path
+    return plan
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """The plan as plain data (``--dry-run --json``)."""
+    return {
+        "architecture": plan.arch,
+        "hf_architecture": plan.hf_arch,
+        "outtype": plan.outtype,
+        "kv": {kv.key: kv.display() for kv in plan.kv},
+        "tensors": [{"name": t.name, "shape": list(reversed(t.shape)), "type": t.type.name,
+                     "bytes": tensor_nbytes(t.shape, t.type), "sources": t.sources, "transform": t.note}
+                    for t in plan.tensors],
+        "omitted": [{"name": n, "why": w} for n, w in plan.omitted],
+        "warnings": list(plan.warnings),
+        "n_tensors": len(plan.tensors),
+        "n_bytes": sum(tensor_nbytes(t.shape, t.type) for t in plan.tensors),
+    }
+
+
+@dataclass
+class Summary:
+    out: str
+    arch: str
+    outtype: str
+    n_tensors: int
+    n_bytes: int           # bytes of tensor data written
+    file_bytes: int        # size of the GGUF file
+    wall_s: float
+    peak_rss_bytes: int    # ru_maxrss of this process
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
+
+
+class _Buffer:
+    """One growable byte buffer reused for every band read."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(0)
+
+    def view(self, n: int) -> memoryview:
+        if len(self.buf) < n:
+            self.buf = bytearray(max(n, len(self.buf) * 5 // 4))
+        return memoryview(self.buf)[:n]
+
+
+def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTensor,
+                  progress: Callable[[int], None] | None) -> None:
+    row_len = t.row_len
+    for seg in t.segments:
+        src = seg.src
+        np_dtype, isz = DTYPES[src.dtype]
+        row_bytes = row_len * isz
+        step = max(1, BAND_ELEMENTS // max(row_len, 1))
+        if seg.perm is not None and seg.block > 1:
+            step = max(seg.block, step // seg.block * seg.block)   # never split a permutation block
+        for r0 in range(0, seg.n_rows, step):
+            r1 = min(seg.n_rows, r0 + step)
+            mv = buf.view((r1 - r0) * row_bytes)
+            rd.read_into(src, (seg.row0 + r0) * row_bytes, mv)
+            raw = np.frombuffer(mv, dtype=np_dtype).reshape(r1 - r0, row_len)
+            if seg.perm is not None:
+                raw = raw[seg.perm[r0:r1] - r0]
+            data = encode(raw, src.dtype, t.type, t.op)
+            w.write(t.name, data)
+            if progress:
+                progress(data.nbytes)
+
+
+def convert(hf_dir: str, out: str, outtype: str = "f32",
+            progress_factory: Callable[[int], Callable[[int], None]] | None = None,
+            plan: Plan | None = None) -> Summary:
+    """Convert the checkpoint at ``hf_dir`` into the GGUF file ``out``.
+
+    progress_factory(total_bytes) returns a callback called with the bytes of each band written.
+
+    Raises:
+        InputError / UnsupportedError: see :func:`make_plan`; a shard shorter than its header.
+        ResourceError: not enough disk space (checked first, and on ENOSPC/EDQUOT/EFBIG).
+        Nothing is left at ``out`` on any error.
+    """
+    t0 = time.perf_counter()
+    if plan is None:
+        plan = make_plan(hf_dir, outtype)
+    total = sum(tensor_nbytes(t.shape, t.type) for t in plan.tensors)
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out_dir):
+        free = shutil.disk_usage(out_dir).free
+        if free < total:
+            raise ResourceError(f"{out}: needs about {total / 2**20:.1f} MiB, only {free / 2**20:.1f} MiB free on its disk")
+    inputs = tuple(os.path.join(plan.hf_path, f) for f in os.listdir(plan.hf_path))
+    progress = progress_factory(total) if progress_factory else None
+    try:
+        with atomic_output(out, inputs=inputs) as tmp, ShardReader() as rd:
+            w = GGUFStreamWriter(tmp, plan.arch)
+            try:
+                for kv in plan.kv:
+                    w.kv.add_key_value(kv.key, kv.value, kv.vtype, sub_type=kv.sub_type)
+                for t in plan.tensors:
+                    w.add_tensor(t.name, t.shape, t.type)
+                w.begin_data()
+                buf = _Buffer()
+                for t in plan.tensors:
+                    _write_tensor(w, rd, buf, t, progress)
+                w.close()
+            except BaseException:
+                w.abort()
+                raise
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise ResourceError(f"{out}: cannot write ({os.strerror(e.errno)})") from None
+        raise
+    return Summary(out=out, arch=plan.arch, outtype=plan.outtype, n_tensors=len(plan.tensors),
+                   n_bytes=total, file_bytes=os.path.getsize(out), wall_s=time.perf_counter() - t0,
+                   peak_rss_bytes=_peak_rss(), warnings=list(plan.warnings))

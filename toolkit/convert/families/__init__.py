@@ -1,0 +1,15 @@
+"""One module per family; the registry maps HF ``architectures[0]`` to its family class."""
+from __future__ import annotations
+
+from toolkit.convert.base import Family
+from toolkit.convert.families.mamba import MambaFamily
+from toolkit.convert.families.mamba2 import Mamba2Family
+
+FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family)
+
+REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
+
+
+def supported() -> list[str]:
+    """The HF architecture names convert accepts, sorted."""
+    return sorted(REGISTRY)

@@ -1,0 +1,101 @@
+"""MambaForCausalLM -> GGUF ``mamba`` (llama.cpp's MambaModel converter, same keys, names, data).
+
+Glossary: D = hidden_size, L = num_hidden_layers, d_inner = intermediate_size (expand * D),
+N = d_state, K = d_conv, R = dt_rank, V = vocab rows.
+
+HF tensor (numpy shape)                     GGUF tensor
+backbone.embeddings.weight [V, D]           token_embd.weight
+backbone.layers.i.norm.weight [D]           blk.i.attn_norm.weight
+  mixer.in_proj.weight [2 d_inner, D]       blk.i.ssm_in.weight
+  mixer.conv1d.weight [d_inner, 1, K]       blk.i.ssm_conv1d.weight [d_inner, K]   (squeeze)
+  mixer.conv1d.bias [d_inner]               blk.i.ssm_conv1d.bias
+  mixer.x_proj.weight [R + 2N, d_inner]     blk.i.ssm_x.weight
+  mixer.dt_proj.weight [d_inner, R] / bias  blk.i.ssm_dt.weight / .bias
+  mixer.A_log [d_inner, N]                  blk.i.ssm_a = -exp(A_log)
+  mixer.D [d_inner]                         blk.i.ssm_d
+  mixer.out_proj.weight [D, d_inner]        blk.i.ssm_out.weight
+backbone.norm_f.weight [D]                  output_norm.weight
+lm_head.weight [V, D]                       output.weight (omitted when tied)
+"""
+from __future__ import annotations
+
+from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.base import Family
+from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
+from toolkit.gguf_io import ARCH_MAMBA, Keys
+
+_L = r"backbone\.layers\.\d+\."
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(a // -b)
+
+
+class MambaFamily(Family):
+    hf_archs = ("MambaForCausalLM",)
+    arch = ARCH_MAMBA
+    pad_vocab_multiple = 8   # llama.cpp MambaModel.set_vocab
+    known = (
+        r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
+        _L + r"norm\.weight",
+        _L + r"mixer\.(A_log|D|conv1d\.weight|conv1d\.bias|dt_proj\.weight|dt_proj\.bias|in_proj\.weight|"
+             r"x_proj\.weight|out_proj\.weight)",
+    )
+
+    def read_hparams(self) -> None:
+        c = self.cfg
+        self.n_embd = c.int("hidden_size", "d_model")
+        self.n_layer = c.int("num_hidden_layers", "n_layer")
+        self.n_vocab = c.int("vocab_size")
+        self.d_inner = c.int("intermediate_size", "d_inner", default=2 * self.n_embd)
+        self.d_conv = c.int("conv_kernel", "d_conv", default=4)
+        self.d_state = c.int("state_size", "d_state", default=16)
+        r = c.get("time_step_rank", "dt_rank")
+        # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
+        self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
+        self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        if c.d.get("use_bias"):
+            from toolkit.errors import UnsupportedError
+            raise UnsupportedError(f"{c.path}: use_bias = true (in/out projection biases) is not supported by the mamba GGUF layout")
+
+    def n_vocab_rows(self) -> int:
+        return self.n_vocab
+
+    def build(self):
+        self.read_hparams()
+        key = self.key
+        p = self.plan
+        # llama.cpp MambaModel.set_gguf_parameters, same keys and order
+        p.kv += [
+            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), 2**20),   # no positional limit; llama.cpp's value
+            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
+            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), 0),
+            kv_u32(key(Keys.Attention.HEAD_COUNT), 0),
+            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
+            kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
+            kv_u32(key(Keys.SSM.INNER_SIZE), self.d_inner),
+            kv_u32(key(Keys.SSM.STATE_SIZE), self.d_state),
+            kv_u32(key(Keys.SSM.TIME_STEP_RANK), self.dt_rank),
+            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
+            kv_bool(key(Keys.SSM.DT_B_C_RMS), False),
+        ]
+        D, di, N, K, R = self.n_embd, self.d_inner, self.d_state, self.d_conv, self.dt_rank
+        self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
+        for i in range(self.n_layer):
+            pre = f"backbone.layers.{i}."
+            m = pre + "mixer."
+            self.copy(tn(T.ATTN_NORM, i), pre + "norm.weight", (D,))
+            self.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * di, D))
+            self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (di, 1, K), (di, K), note="squeeze [C,1,K] -> [C,K]")
+            self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (di,))
+            self.copy(tn(T.SSM_X, i), m + "x_proj.weight", (R + 2 * N, di))
+            self.copy(tn(T.SSM_DT, i), m + "dt_proj.weight", (di, R))
+            self.copy(tn(T.SSM_DT, i, ".bias"), m + "dt_proj.bias", (di,))
+            # the runtime wants A itself; HF stores log(-A) for the parametrisation A = -exp(A_log)
+            self.copy(tn(T.SSM_A, i, ""), m + "A_log", (di, N), op="neg_exp", note="A = -exp(A_log)")
+            self.copy(tn(T.SSM_D, i, ""), m + "D", (di,))
+            self.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, di))
+        self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))
+        self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)
+        self.check_leftovers()
+        return p

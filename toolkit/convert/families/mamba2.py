@@ -1,0 +1,108 @@
+"""Mamba2ForCausalLM -> GGUF ``mamba2`` (llama.cpp's Mamba2Model converter: same keys, names, data).
+
+Glossary: D = hidden_size, d_inner = expand * D = H * P, H = num_heads, P = head_dim,
+G = n_groups, N = d_state, K = d_conv, C = d_inner + 2 G N (conv channels: x, B, C).
+
+HF tensor (numpy shape)                         GGUF tensor
+backbone.embeddings.weight [V, D]               token_embd.weight
+backbone.layers.i.norm.weight [D]               blk.i.attn_norm.weight
+  mixer.in_proj.weight [2 d_inner + 2GN + H, D] blk.i.ssm_in.weight      (z, xBC, dt)
+  mixer.conv1d.weight [C, 1, K] / bias [C]      blk.i.ssm_conv1d.weight [C, K] / .bias
+  mixer.dt_bias [H]                             blk.i.ssm_dt.bias
+  mixer.A_log [H]                               blk.i.ssm_a [H, 1] = -exp(A_log)
+  mixer.D [H]                                   blk.i.ssm_d [H, 1]
+  mixer.norm.weight [d_inner]                   blk.i.ssm_norm.weight [G, d_inner / G]
+  mixer.out_proj.weight [D, d_inner]            blk.i.ssm_out.weight
+backbone.norm_f.weight [D]                      output_norm.weight
+lm_head.weight [V, D]                           output.weight (omitted when tied)
+"""
+from __future__ import annotations
+
+from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.base import Family
+from toolkit.convert.plan import kv_f32, kv_u32
+from toolkit.errors import InputError
+from toolkit.gguf_io import ARCH_MAMBA2, Keys
+
+_L = r"backbone\.layers\.\d+\."
+
+
+class Mamba2Family(Family):
+    hf_archs = ("Mamba2ForCausalLM",)
+    arch = ARCH_MAMBA2
+    pad_vocab_multiple = 16   # llama.cpp Mamba2Model.set_vocab
+    known = (
+        r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
+        _L + r"norm\.weight",
+        _L + r"mixer\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
+    )
+
+    def read_hparams(self) -> None:
+        c = self.cfg
+        self.n_embd = c.int("hidden_size", "d_model")
+        self.n_layer = c.int("num_hidden_layers", "n_layer")
+        self.n_vocab = c.int("vocab_size")
+        self.d_conv = c.int("conv_kernel", "d_conv", default=4)
+        self.d_state = c.int("state_size", "d_state", default=128)
+        self.n_group = c.int("n_groups", default=1)
+        self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        expand = c.get("expand", default=2)
+        self.d_inner = c.int("intermediate_size", "d_inner", default=int(expand * self.n_embd))
+        self.head_dim = c.int("head_dim", default=64)
+        self.n_head = c.int("num_heads", default=self.d_inner // self.head_dim)
+        if self.n_head * self.head_dim != self.d_inner:
+            raise InputError(f"{c.path}: num_heads {self.n_head} x head_dim {self.head_dim} != expand x hidden_size = {self.d_inner}")
+        if self.n_head % self.n_group:
+            raise InputError(f"{c.path}: n_groups {self.n_group} does not divide num_heads {self.n_head}")
+        if c.d.get("use_bias"):
+            from toolkit.errors import UnsupportedError
+            raise UnsupportedError(f"{c.path}: use_bias = true (in/out projection biases) is not supported by the mamba2 GGUF layout")
+
+    def n_vocab_rows(self) -> int:
+        return self.n_vocab
+
+    def build(self):
+        self.read_hparams()
+        key = self.key
+        p = self.plan
+        # llama.cpp Mamba2Model.set_gguf_parameters, same keys and order
+        p.kv += [
+            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), 2**20),
+            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
+            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), 0),
+            kv_u32(key(Keys.Attention.HEAD_COUNT), 0),
+            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
+            kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
+            kv_u32(key(Keys.SSM.INNER_SIZE), self.d_inner),
+            kv_u32(key(Keys.SSM.STATE_SIZE), self.d_state),
+            kv_u32(key(Keys.SSM.TIME_STEP_RANK), self.n_head),
+            kv_u32(key(Keys.SSM.GROUP_COUNT), self.n_group),
+            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
+            kv_u32(key(Keys.SSM.HEAD_DIM), self.head_dim),   # ours; llama.cpp derives it
+        ]
+        D = self.n_embd
+        self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
+        for i in range(self.n_layer):
+            pre = f"backbone.layers.{i}."
+            self.copy(tn(T.ATTN_NORM, i), pre + "norm.weight", (D,))
+            emit_mamba2_mixer(self, i, pre + "mixer.", D, self.d_inner, self.d_state, self.n_group,
+                              self.n_head, self.d_conv)
+        self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))
+        self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)
+        self.check_leftovers()
+        return p
+
+
+def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int, G: int, H: int, K: int) -> None:
+    """The Mamba-2 mixer tensors of layer ``i`` (HF prefix ``m``), shared by mamba2 and granitehybrid."""
+    C = d_inner + 2 * G * N
+    fam.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * d_inner + 2 * G * N + H, D))
+    fam.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
+    fam.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (C,))
+    fam.copy(tn(T.SSM_DT, i, ".bias"), m + "dt_bias", (H,))
+    # A as a column [H, 1], the shape llama.cpp's Mamba-2 graph broadcasts; A = -exp(A_log)
+    fam.copy(tn(T.SSM_A, i, ""), m + "A_log", (H,), (H, 1), op="neg_exp", note="A = -exp(A_log), [H] -> [H,1]")
+    fam.copy(tn(T.SSM_D, i, ""), m + "D", (H,), (H, 1), note="[H] -> [H,1]")
+    # the gated RMSNorm is per group: [d_inner] -> [G, d_inner / G]
+    fam.copy(tn(T.SSM_NORM, i), m + "norm.weight", (d_inner,), (G, d_inner // G), note="[d_inner] -> [G, d_inner/G]")
+    fam.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, d_inner))
