@@ -13,4 +13,200 @@ tk_status tk_set_error(const char * file, int line, tk_status st, const char * f
 #define TK_FAIL(st, ...) tk_set_error(__FILE__, __LINE__, (st), __VA_ARGS__)
 #define TK_CHECK(expr) do { tk_status _s = (expr); if (_s != TK_OK) return _s; } while (0)
 
+/* ==== runtime internals (model.c, ops.c, ssm.c, memory_*.c, forward.c, context.c) ==== */
+#include <stdbool.h>
+
+/* ggml type ids this file needs by name (ggml.h values). */
+enum {
+    TK_GGML_F32 = 0, TK_GGML_F16 = 1, TK_GGML_Q8_0 = 8, TK_GGML_BF16 = 30
+};
+
+/* Block size (elements) and block bytes of a ggml type; 0 when the id is unknown. */
+int tk_type_block(int type, int64_t * blck, int64_t * bytes);
+const char * tk_type_name(int type);
+
+/* Every other type is read through tk_dequantize_row (quants.c, declared in toolkit.h). */
+
+/* A 2-D view of weights in the mmap: rows of ne0 elements, ne1 rows (a 3-D expert tensor
+ * is ne2 such matrices, `mat_stride` bytes apart). */
+typedef struct {
+    const uint8_t * data;      /* first byte in the mmap; NULL = absent */
+    int32_t type;              /* ggml type */
+    int64_t ne[4];             /* ggml order */
+    size_t  row_bytes;         /* bytes of one row of ne[0] elements */
+} tk_weight;
+
+typedef struct {
+    /* small tensors are copied to owned float32 arrays at load (any source type) */
+    float * attn_norm;         /* [D] */
+    /* recurrent */
+    tk_weight ssm_in;          /* M1: [D, 2*d_inner]; M2: [D, 2*d_inner + 2*G*N + H] */
+    float * ssm_conv1d;        /* [conv_dim][d_conv]  (ggml [d_conv, conv_dim]) */
+    float * ssm_conv1d_b;      /* [conv_dim] or NULL */
+    tk_weight ssm_x;           /* M1: [d_inner, dt_rank + 2N] */
+    tk_weight ssm_dt;          /* M1: [dt_rank, d_inner] */
+    float * ssm_dt_b;          /* M1: [d_inner]; M2: [H] */
+    float * ssm_a;             /* M1: [d_inner][N]; M2: [H]  (A = -exp(A_log)) */
+    float * ssm_d;             /* M1: [d_inner]; M2: [H] */
+    float * ssm_norm;          /* M2: [d_inner] (ggml [d_inner/G, G]) */
+    float * ssm_dt_norm;       /* Jamba: [dt_rank] or NULL */
+    float * ssm_b_norm;        /* Jamba: [N] or NULL */
+    float * ssm_c_norm;        /* Jamba: [N] or NULL */
+    tk_weight ssm_out;         /* [d_inner, D] */
+    /* attention */
+    tk_weight wq, wk, wv, wo;  /* [D, H*hd], [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
+    /* ffn */
+    float * ffn_norm;          /* [D] */
+    tk_weight ffn_gate, ffn_up, ffn_down;               /* [D, F], [D, F], [F, D] */
+    tk_weight ffn_gate_inp;                             /* [D, E] */
+    tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
+    tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
+    int32_t kind;              /* tk_layer_kind */
+    int32_t ffn_kind;          /* tk_ffn_kind */
+    int32_t n_head_kv;
+    int32_t n_ff;              /* dense width F (0 if none) */
+    int32_t n_ff_exp;          /* expert width Fe */
+    int32_t n_ff_shexp;        /* shared expert width Fs (0 if none) */
+} tk_layer;
+
+struct tk_model {
+    tk_hparams hp;             /* layer_kinds/ffn_kinds/n_head_kv point into the arrays below */
+    int32_t * layer_kinds;     /* [n_layer] */
+    int32_t * ffn_kinds;       /* [n_layer] */
+    int32_t * n_head_kv;       /* [n_layer] */
+    void *  map;               /* mmap of the whole file */
+    size_t  map_size;
+    tk_weight tok_embd;        /* [D, n_vocab] */
+    float * output_norm;       /* [D] */
+    tk_weight output;          /* [D, n_vocab] (tok_embd when tied) */
+    tk_layer * layers;         /* [n_layer] */
+    int32_t conv_dim;          /* M1: d_inner; M2: d_inner + 2*G*N */
+    int32_t max_ff;            /* widest FFN hidden width of any layer */
+    float ** owned;            /* float arrays copied at load, freed with the model */
+    int32_t n_owned, cap_owned;
+};
+
+/* ---- ops.c ---------------------------------------------------------------------- */
+float tk_fp16_to_fp32(uint16_t h);
+float tk_bf16_to_fp32(uint16_t h);
+/* y[t][r] = sum_k W[r][k] x[t][k] for t < n_tok, r < w->ne[1]; x: [n_tok, ne0], y: [n_tok, ne1].
+ * `mat` selects the ne[2] slice (experts). scratch: ne0 floats (other types' dequantized row). */
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, float * scratch);
+/* One row of any supported type to float32 (embedding gather). */
+tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
+void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
+void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base);
+float tk_silu(float x);
+float tk_softplus(float x);
+
+/* ---- ssm.c ---------------------------------------------------------------------- */
+void tk_ssm_conv(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                 const float * w, const float * b, float * state, float * y, int64_t y_stride);
+void tk_ssm_scan_mamba1(float * s, const float * x, const float * dt, const float * A, const float * B,
+                        const float * C, const float * D, const float * z, int32_t d_inner, int32_t d_state,
+                        float * y);
+void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const float * A, const float * B,
+                        const float * C, const float * D, int32_t n_head, int32_t head_dim, int32_t d_state,
+                        int32_t n_group, float * y);
+
+/* ---- memory (memory_kv.c, memory_rs.c, memory_hybrid.c) ----------------------------- */
+#define TK_MAX_SEQ 64
+
+/* One micro-batch: n_seqs sequences x n_seq_tokens tokens, token t = s*n_seq_tokens + i. */
+typedef struct {
+    int32_t n_tokens;
+    int32_t n_seqs;
+    int32_t n_seq_tokens;
+    int32_t * token;           /* [n_tokens] */
+    int32_t * pos;             /* [n_tokens] */
+    int32_t * seq;             /* [n_seqs] sequence id of each row */
+    int32_t * out_row;         /* [n_tokens] logits row or -1 */
+} tk_ubatch;
+
+/* The memory interface (the shape of llama.cpp's llama_memory_i). */
+typedef struct tk_memory tk_memory;
+struct tk_memory {
+    void     (*clear)(tk_memory * m);
+    bool     (*can_seq_rm)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1);
+    void     (*seq_rm)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1);   /* after can_seq_rm */
+    void     (*seq_cp)(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    void     (*seq_keep)(tk_memory * m, int32_t seq);
+    int32_t  (*seq_pos_min)(tk_memory * m, int32_t seq);
+    int32_t  (*seq_pos_max)(tk_memory * m, int32_t seq);
+    /* room for a batch of n_tokens over these sequences? (checked before any change) */
+    tk_status (*can_fit)(tk_memory * m, int32_t n_tokens);
+    /* claim cells for the ubatch (kv: one per token; rs: one per sequence) */
+    tk_status (*prepare)(tk_memory * m, const tk_ubatch * ub);
+    void     (*free)(tk_memory * m);
+};
+
+typedef struct {
+    tk_memory base;
+    int32_t n_cells;
+    int32_t n_layer;
+    int32_t * pos;             /* [n_cells] -1 = empty */
+    uint64_t * seqs;           /* [n_cells] bit set of sequence ids */
+    int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
+    int32_t * kv_dim;          /* [n_layer] n_head_kv*head_dim, 0 = no tensors */
+    float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+} tk_memory_kv;
+
+typedef struct {
+    tk_memory base;
+    int32_t n_cells;           /* == n_seq_max */
+    int32_t n_layer;
+    int32_t * pos;             /* [n_cells] last position folded into the state, -1 = empty */
+    uint64_t * seqs;           /* [n_cells] sequences sharing this state */
+    int32_t tail[TK_MAX_SEQ];  /* cell holding each sequence's state, -1 = none */
+    int32_t * ub_cells;        /* [n_seqs of current ubatch] */
+    size_t conv_n;             /* floats of one cell's conv state: (d_conv-1) * conv_dim */
+    size_t ssm_n;              /* floats of one cell's SSM state: d_state * d_inner */
+    float ** conv;             /* [n_layer] -> [n_cells, conv_dim, d_conv-1] or NULL */
+    float ** ssm;              /* [n_layer] -> [n_cells, ...] or NULL (M1: [d_inner, N]; M2: [H, P, N]) */
+} tk_memory_rs;
+
+typedef struct {
+    tk_memory base;
+    tk_memory_kv * kv;
+    tk_memory_rs * rs;
+} tk_memory_hybrid;
+
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory_kv ** out);
+tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory_rs ** out);
+tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_hybrid ** out);
+
+/* ---- context / forward ---------------------------------------------------------- */
+struct tk_context {
+    tk_model * model;
+    tk_context_params params;
+    tk_memory * mem;           /* kv, rs or hybrid */
+    tk_memory_kv * kv;         /* NULL when the model has no attention layer */
+    tk_memory_rs * rs;         /* NULL when the model has no recurrent layer */
+    /* scratch, [n_ubatch, width] float32 each (allocated once in tk_context_new) */
+    float * x;                 /* [U, D] residual stream */
+    float * cur;               /* [U, D] normed input of a block */
+    float * out;               /* [U, D] block output */
+    float * zx;                /* [U, ssm_in rows] in-projection (M1: 2*DI; M2: 2*DI+2GN+H) */
+    float * xc;                /* [U, conv_dim] conv output */
+    float * xdbl;              /* [U, dt_rank + 2N] (M1) */
+    float * dtr;               /* [U, dt_rank] (M1, compact copy of the dt part) */
+    float * dt;                /* [U, DI] (M1 dt after softplus) */
+    float * y;                 /* [U, DI] scan output */
+    float * q;                 /* [U, H*hd] */
+    float * k;                 /* [U, Hkv_max*hd] */
+    float * v;                 /* [U, Hkv_max*hd] */
+    float * att;               /* [U, H*hd] */
+    float * g;                 /* [U, max_ff] */
+    float * u;                 /* [U, max_ff] */
+    float * f1;                /* [D] one token's expert output */
+    float * row;               /* [row_n] dequantized weight row */
+    float * vec;               /* [vec_n] per-token work (scores over cells, router logits) */
+    size_t row_n, vec_n;
+    tk_ubatch ub;
+};
+
+tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
+
+
 #endif

@@ -51,6 +51,115 @@ tk_status tk_quantize_rows(int type, const float * src, void * dst, int64_t n_ro
 /* src: n_rows rows of `type` -> dst: float32[n_rows, n_per_row]. */
 tk_status tk_dequantize_rows(int type, const void * src, float * dst, int64_t n_rows, int64_t n_per_row, int n_threads);
 
+/* ==== runtime: model description (filled by Python from the GGUF) =================== */
+/* Python (toolkit.gguf_io + toolkit.arch.HParams) is the GGUF parser; it hands C this
+ * description, and C mmaps the file and validates every tensor before use.            */
+
+typedef enum {                 /* == toolkit.arch.LayerKind */
+    TK_LAYER_MAMBA1 = 0,
+    TK_LAYER_MAMBA2 = 1,
+    TK_LAYER_ATTENTION = 2
+} tk_layer_kind;
+
+typedef enum {                 /* == toolkit.arch.FFNKind */
+    TK_FFN_NONE = 0,
+    TK_FFN_DENSE = 1,
+    TK_FFN_MOE = 2
+} tk_ffn_kind;
+
+typedef enum {
+    TK_ARCH_MAMBA = 0,
+    TK_ARCH_MAMBA2 = 1,
+    TK_ARCH_GRANITE_HYBRID = 2,
+    TK_ARCH_JAMBA = 3
+} tk_arch;
+
+typedef struct {
+    int32_t arch;              /* tk_arch */
+    int32_t n_vocab;
+    int32_t n_embd;            /* D */
+    int32_t n_layer;           /* L */
+    float   rms_eps;
+    /* recurrent */
+    int32_t d_conv;
+    int32_t d_inner;
+    int32_t d_state;           /* N */
+    int32_t dt_rank;           /* Mamba-1 dt rank; Mamba-2 number of heads H */
+    int32_t n_group;           /* G (Mamba-2) */
+    int32_t ssm_n_head;        /* H (Mamba-2) */
+    int32_t ssm_head_dim;      /* P (Mamba-2) */
+    int32_t dt_b_c_rms;        /* 1: weightless RMS norm of dt, B, C (Falcon-Mamba style) */
+    /* attention */
+    int32_t n_head;
+    int32_t head_dim;
+    int32_t n_rot;             /* rotated dims per head (NORM mode: adjacent pairs); 0 = none */
+    float   rope_freq_base;
+    int32_t use_rope;
+    float   attention_scale;   /* 0 -> 1/sqrt(head_dim) */
+    /* ffn */
+    int32_t n_expert;
+    int32_t n_expert_used;
+    int32_t moe_softmax_topk;  /* 1: softmax over all experts then top-k, weights not renormalised (Jamba);
+                                  0: top-k of the logits then softmax over the k (Granite) */
+    /* granite multipliers */
+    float   embedding_scale;
+    float   residual_scale;
+    float   logit_scale;       /* logits are divided by this */
+    const int32_t * layer_kinds;   /* [n_layer] tk_layer_kind */
+    const int32_t * ffn_kinds;     /* [n_layer] tk_ffn_kind */
+    const int32_t * n_head_kv;     /* [n_layer], 0 on recurrent layers */
+} tk_hparams;
+
+typedef struct {
+    const char * name;         /* GGUF tensor name, NUL-terminated */
+    uint64_t offset;           /* absolute byte offset of the data in the file */
+    int32_t  type;             /* ggml type id */
+    int32_t  n_dims;           /* 1..4 */
+    int64_t  ne[4];            /* ggml order: ne[0] fastest; unused dims 1 */
+} tk_tensor_desc;
+
+typedef struct tk_model tk_model;
+
+/* mmap `path` read-only and bind/validate the tensors the architecture needs.
+ * TK_ERR_INVALID names a missing/misshaped/out-of-range tensor; TK_ERR_UNSUPPORTED a type. */
+tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
+                        int64_t n_tensors, tk_model ** out);
+void tk_model_free(tk_model * model);
+
+/* ==== runtime: context, batches, decode ============================================== */
+
+typedef struct {
+    int32_t n_ctx;             /* KV cells (attention layers only) */
+    int32_t n_seq_max;         /* sequences, 1..64 */
+    int32_t n_ubatch;          /* max tokens per micro-batch */
+    int32_t n_threads;         /* 0 = default */
+} tk_context_params;
+
+typedef struct tk_context tk_context;
+
+tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out);
+void tk_context_free(tk_context * ctx);
+
+typedef struct {
+    int32_t n_tokens;
+    const int32_t * token;     /* [n_tokens] */
+    const int32_t * pos;       /* [n_tokens]; per sequence consecutive, starting at seq_pos_max+1 */
+    const int32_t * seq_id;    /* [n_tokens] in [0, n_seq_max) */
+    const int8_t  * logits;    /* [n_tokens] 1 = write this token's logits */
+} tk_batch;
+
+/* Run the batch; logits_out: [n_out, n_vocab] float32 for the flagged tokens in batch order. */
+tk_status tk_decode(tk_context * ctx, const tk_batch * batch, float * logits_out);
+int32_t tk_n_vocab(const tk_model * model);
+
+/* ==== runtime: memory (kv / recurrent / hybrid) ====================================== */
+/* p1 < 0 means "to the end"; seq < 0 means every sequence (seq_rm only).               */
+tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t * removed);
+tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq);
+tk_status tk_memory_seq_pos_min(tk_context * ctx, int32_t seq, int32_t * pos);
+tk_status tk_memory_seq_pos_max(tk_context * ctx, int32_t seq, int32_t * pos);
+void      tk_memory_clear(tk_context * ctx);
 
 /* CDEF-END */
 

@@ -1,0 +1,244 @@
+/* context.c: a model's inference context: memory, scratch, batch -> ubatch split, decode,
+ * and the public memory operations.
+ *
+ * Batches are split "equal" (ref: llama.cpp llama_batch_allocr::split_equal): a ubatch
+ * takes up to n_ubatch tokens as n_seqs sequences x the same number of consecutive tokens
+ * each, so a recurrent layer scans every row of the ubatch the same number of steps.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_internal.h"
+
+/* ==== lifecycle ====================================================================== */
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+void tk_context_free(tk_context * c) {
+    if (!c) return;
+    if (c->mem) c->mem->free(c->mem);
+    float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
+                      c->att, c->g, c->u, c->f1, c->row, c->vec};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->ub.token);
+    free(c->ub.pos);
+    free(c->ub.seq);
+    free(c->ub.out_row);
+    free(c);
+}
+
+tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out) {
+    if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    if (!model || !params) return TK_FAIL(TK_ERR_INVALID, "model or params is NULL");
+    const tk_hparams * hp = &model->hp;
+    tk_context_params p = *params;
+    if (p.n_seq_max <= 0 || p.n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p.n_seq_max, TK_MAX_SEQ);
+    if (p.n_ubatch <= 0 || p.n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p.n_ubatch);
+    if (p.n_ctx <= 0 || p.n_ctx > (1 << 24)) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
+    if (p.n_threads < 0) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be >= 0", p.n_threads);
+
+    tk_context * c = calloc(1, sizeof *c);
+    if (!c) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    c->model = model;
+    c->params = p;
+
+    int has_attn = 0, has_rec = 0, has_m2 = 0;
+    int32_t hkv_max = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kinds[i] == TK_LAYER_ATTENTION) {
+            has_attn = 1;
+            if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
+        } else {
+            has_rec = 1;
+            has_m2 |= hp->layer_kinds[i] == TK_LAYER_MAMBA2;
+        }
+    }
+    tk_status st = TK_OK;
+    if (has_attn) st = tk_memory_kv_new(model, p.n_ctx, p.n_ubatch, &c->kv);
+    if (st == TK_OK && has_rec) st = tk_memory_rs_new(model, p.n_seq_max, &c->rs);
+    if (st == TK_OK) {
+        if (c->kv && c->rs) {
+            tk_memory_hybrid * h;
+            st = tk_memory_hybrid_new(c->kv, c->rs, &h);
+            if (st == TK_OK) c->mem = &h->base;
+            else { c->kv->base.free(&c->kv->base); c->rs->base.free(&c->rs->base); }
+        } else {
+            c->mem = c->kv ? &c->kv->base : &c->rs->base;
+        }
+    } else {
+        if (c->kv) c->kv->base.free(&c->kv->base);
+        if (c->rs) c->rs->base.free(&c->rs->base);
+    }
+    if (st != TK_OK) {
+        c->mem = NULL;
+        tk_context_free(c);
+        return st;
+    }
+
+    const size_t U = (size_t) p.n_ubatch, D = (size_t) hp->n_embd;
+    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state;
+    size_t zx_w = 0, xc_w = 0, xd_w = 0, dtr_w = 0, y_w = 0, q_w = 0, kv_w = 0, ff_w = (size_t) model->max_ff;
+    if (has_rec) {
+        zx_w = has_m2 ? 2 * DI + 2 * (size_t) hp->n_group * N + (size_t) hp->ssm_n_head : 2 * DI;
+        zx_w = zmax(zx_w, 2 * DI);
+        xc_w = (size_t) model->conv_dim;
+        xd_w = (size_t) hp->dt_rank + 2 * N;
+        dtr_w = (size_t) hp->dt_rank;
+        y_w = DI;
+    }
+    if (has_attn) {
+        q_w = (size_t) hp->n_head * (size_t) hp->head_dim;
+        kv_w = (size_t) hkv_max * (size_t) hp->head_dim;
+    }
+    /* widest weight row any matmul may dequantize */
+    c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
+    c->vec_n = zmax(zmax((size_t) p.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
+    struct { float ** p; size_t n; } allocs[] = {
+        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
+        {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
+        {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
+        {&c->f1, D}, {&c->row, c->row_n}, {&c->vec, c->vec_n},
+    };
+    for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
+        *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
+        if (!*allocs[i].p) {
+            tk_context_free(c);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
+        }
+    }
+    c->ub.token = malloc(U * sizeof(int32_t));
+    c->ub.pos = malloc(U * sizeof(int32_t));
+    c->ub.seq = malloc(U * sizeof(int32_t));
+    c->ub.out_row = malloc(U * sizeof(int32_t));
+    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row) {
+        tk_context_free(c);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    *out = c;
+    return TK_OK;
+}
+
+/* ==== decode ========================================================================= */
+
+tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
+    if (!ctx || !b) return TK_FAIL(TK_ERR_INVALID, "ctx or batch is NULL");
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t n = b->n_tokens, n_seq_max = ctx->params.n_seq_max;
+    if (n <= 0) return TK_FAIL(TK_ERR_INVALID, "empty batch");
+    if (!b->token || !b->pos || !b->seq_id) return TK_FAIL(TK_ERR_INVALID, "batch arrays missing");
+
+    /* validate tokens, sequence ids and positions before touching the memory */
+    int32_t next[TK_MAX_SEQ], count[TK_MAX_SEQ] = {0}, order[TK_MAX_SEQ], n_order = 0, n_out = 0;
+    for (int32_t s = 0; s < n_seq_max; s++) next[s] = ctx->mem->seq_pos_max(ctx->mem, s) + 1;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t tok = b->token[i], s = b->seq_id[i];
+        if (tok < 0 || tok >= hp->n_vocab) return TK_FAIL(TK_ERR_INVALID, "batch[%d]: token id %d outside [0, %d)", i, tok, hp->n_vocab);
+        if (s < 0 || s >= n_seq_max) return TK_FAIL(TK_ERR_INVALID, "batch[%d]: seq_id %d outside [0, n_seq_max=%d)", i, s, n_seq_max);
+        if (b->pos[i] != next[s])
+            return TK_FAIL(TK_ERR_INVALID, "batch[%d]: position %d for sequence %d, expected %d (positions continue the sequence)",
+                           i, b->pos[i], s, next[s]);
+        next[s]++;
+        if (!count[s]++) order[n_order++] = s;
+        if (b->logits && b->logits[i]) n_out++;
+    }
+    if (n_out && !logits_out) return TK_FAIL(TK_ERR_INVALID, "logits_out is NULL but %d tokens want logits", n_out);
+    TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
+
+    /* per-sequence token lists (batch indices in order) */
+    int32_t * idx = malloc((size_t) n * sizeof(int32_t));
+    int32_t * out_row = malloc((size_t) n * sizeof(int32_t));
+    if (!idx || !out_row) { free(idx); free(out_row); return TK_FAIL(TK_ERR_NOMEM, "out of memory"); }
+    int32_t start[TK_MAX_SEQ], done[TK_MAX_SEQ] = {0};
+    for (int32_t j = 0, o = 0; j < n_order; j++) { start[order[j]] = o; o += count[order[j]]; }
+    {
+        int32_t fill[TK_MAX_SEQ] = {0}, r = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t s = b->seq_id[i];
+            idx[start[s] + fill[s]++] = i;
+            out_row[i] = (b->logits && b->logits[i]) ? r++ : -1;
+        }
+    }
+
+    tk_status st = TK_OK;
+    tk_ubatch * ub = &ctx->ub;
+    const int32_t n_ub = ctx->params.n_ubatch;
+    for (;;) {
+        /* sequences with tokens left, in first-appearance order */
+        int32_t act[TK_MAX_SEQ], n_act = 0, len = INT32_MAX;
+        for (int32_t j = 0; j < n_order && n_act < n_ub; j++) {
+            const int32_t s = order[j];
+            if (done[s] < count[s]) {
+                act[n_act++] = s;
+                if (count[s] - done[s] < len) len = count[s] - done[s];
+            }
+        }
+        if (!n_act) break;
+        if (len > n_ub / n_act) len = n_ub / n_act;
+        ub->n_seqs = n_act;
+        ub->n_seq_tokens = len;
+        ub->n_tokens = n_act * len;
+        for (int32_t j = 0; j < n_act; j++) {
+            const int32_t s = act[j];
+            ub->seq[j] = s;
+            for (int32_t t = 0; t < len; t++) {
+                const int32_t bi = idx[start[s] + done[s] + t];
+                ub->token[j * len + t] = b->token[bi];
+                ub->pos[j * len + t] = b->pos[bi];
+                ub->out_row[j * len + t] = out_row[bi];
+            }
+            done[s] += len;
+        }
+        st = ctx->mem->prepare(ctx->mem, ub);
+        if (st == TK_OK) st = tk_forward_ubatch(ctx, ub, logits_out);
+        if (st != TK_OK) break;
+    }
+    free(idx);
+    free(out_row);
+    return st;
+}
+
+/* ==== memory operations ============================================================== */
+
+static tk_status check_seq(const tk_context * ctx, int32_t seq, int allow_all) {
+    if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
+    if ((allow_all && seq == -1) || (seq >= 0 && seq < ctx->params.n_seq_max)) return TK_OK;
+    return TK_FAIL(TK_ERR_INVALID, "sequence id %d outside [0, n_seq_max=%d)", seq, ctx->params.n_seq_max);
+}
+
+tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t * removed) {
+    TK_CHECK(check_seq(ctx, seq, 1));
+    if (!removed) return TK_FAIL(TK_ERR_INVALID, "removed is NULL");
+    *removed = ctx->mem->can_seq_rm(ctx->mem, seq, p0, p1);
+    if (*removed) ctx->mem->seq_rm(ctx->mem, seq, p0, p1);
+    return TK_OK;
+}
+
+tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    TK_CHECK(check_seq(ctx, src, 0));
+    TK_CHECK(check_seq(ctx, dst, 0));
+    ctx->mem->seq_cp(ctx->mem, src, dst, p0, p1);
+    return TK_OK;
+}
+
+tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq) {
+    TK_CHECK(check_seq(ctx, seq, 0));
+    ctx->mem->seq_keep(ctx->mem, seq);
+    return TK_OK;
+}
+
+tk_status tk_memory_seq_pos_min(tk_context * ctx, int32_t seq, int32_t * pos) {
+    TK_CHECK(check_seq(ctx, seq, 0));
+    *pos = ctx->mem->seq_pos_min(ctx->mem, seq);
+    return TK_OK;
+}
+
+tk_status tk_memory_seq_pos_max(tk_context * ctx, int32_t seq, int32_t * pos) {
+    TK_CHECK(check_seq(ctx, seq, 0));
+    *pos = ctx->mem->seq_pos_max(ctx->mem, seq);
+    return TK_OK;
+}
+
+void tk_memory_clear(tk_context * ctx) {
+    if (ctx) ctx->mem->clear(ctx->mem);
+}

@@ -1,0 +1,266 @@
+/* forward.c: one micro-batch through the model, layer by layer, routed by layer kind.
+ *
+ * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd, DI d_inner,
+ * N d_state, R dt_rank, H heads (Mamba-2 or attention), P Mamba-2 head dim, G n_group,
+ * hd attention head dim, F FFN width, E experts.
+ *
+ * Block (every family here):  x += rs * mixer(rmsnorm(x));  x += rs * ffn(rmsnorm(x))
+ * with rs the Granite residual multiplier (1 elsewhere), the mixer chosen by layer kind and
+ * the FFN by ffn kind (none / dense SwiGLU / MoE with optional shared expert).
+ * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
+ *       modeling_granitemoehybrid.py, modeling_jamba.py; llama.cpp src/models/ (one graph builder per family).
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "tk_internal.h"
+
+/* ==== Mamba-1 mixer ================================================================== */
+/* in_proj -> (x, z); x = silu(conv(x) + b); (dt, B, C) = x_proj(x) [Jamba: RMSNorm each];
+ * dt = softplus(dt_proj(dt) + dt_bias); selective scan; y = (C.s + D x) * silu(z); out_proj. */
+static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state, R = hp->dt_rank, K = hp->d_conv;
+    const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens, XD = R + 2 * N;
+    tk_memory_rs * rs = ctx->rs;
+    (void) D;
+
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row));
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        const int32_t cell = rs->ub_cells[s];
+        tk_ssm_conv(ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                    rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * DI, DI);
+    }
+    for (int64_t i = 0; i < (int64_t) U * DI; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
+
+    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, ctx->row));
+    for (int32_t t = 0; t < U; t++) {
+        float * xd = ctx->xdbl + (int64_t) t * XD;
+        if (l->ssm_dt_norm || hp->dt_b_c_rms) {
+            tk_rms_norm(xd, l->ssm_dt_norm, hp->rms_eps, R, xd);
+            tk_rms_norm(xd + R, l->ssm_b_norm, hp->rms_eps, N, xd + R);
+            tk_rms_norm(xd + R + N, l->ssm_c_norm, hp->rms_eps, N, xd + R + N);
+        }
+        memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
+    }
+    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, ctx->row));
+    for (int32_t t = 0; t < U; t++) {
+        float * dt = ctx->dt + (int64_t) t * DI;
+        for (int32_t c = 0; c < DI; c++) dt[c] = tk_softplus(l->ssm_dt_b ? dt[c] + l->ssm_dt_b[c] : dt[c]);
+    }
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        float * state = rs->ssm[il] + (size_t) rs->ub_cells[s] * rs->ssm_n;
+        for (int32_t i = 0; i < nst; i++) {
+            const int64_t t = (int64_t) s * nst + i;
+            const float * xd = ctx->xdbl + t * XD;
+            tk_ssm_scan_mamba1(state, ctx->xc + t * DI, ctx->dt + t * DI, l->ssm_a, xd + R, xd + R + N, l->ssm_d,
+                               ctx->zx + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
+        }
+    }
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row);
+}
+
+/* ==== Mamba-2 mixer ================================================================== */
+/* in_proj -> (z, xBC, dt); xBC = silu(conv(xBC) + b); dt = softplus(dt + dt_bias);
+ * scan with scalar A per head, B/C per group; y = y + D x;
+ * y = grouped RMSNorm(y * silu(z)) * w  (group size DI/G); out_proj.
+ * ref: transformers MambaRMSNormGated; llama.cpp build_mamba2_layer. */
+static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t DI = hp->d_inner, N = hp->d_state, H = hp->ssm_n_head, P = hp->ssm_head_dim, G = hp->n_group;
+    const int32_t K = hp->d_conv, CD = ctx->model->conv_dim, W = 2 * DI + 2 * G * N + H;
+    const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
+    tk_memory_rs * rs = ctx->rs;
+
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row));
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        const int32_t cell = rs->ub_cells[s];
+        tk_ssm_conv(ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                    rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * CD, CD);
+    }
+    for (int64_t i = 0; i < (int64_t) U * CD; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
+
+    float * dt = ctx->vec;     /* [H] */
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        float * state = rs->ssm[il] + (size_t) rs->ub_cells[s] * rs->ssm_n;
+        for (int32_t i = 0; i < nst; i++) {
+            const int64_t t = (int64_t) s * nst + i;
+            const float * dtr = ctx->zx + t * W + DI + CD;
+            for (int32_t h = 0; h < H; h++) dt[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
+            const float * xs = ctx->xc + t * CD;
+            tk_ssm_scan_mamba2(state, xs, dt, l->ssm_a, xs + DI, xs + DI + G * N, l->ssm_d, H, P, N, G, ctx->y + t * DI);
+        }
+    }
+    const int32_t gs = DI / G;
+    for (int32_t t = 0; t < U; t++) {
+        float * y = ctx->y + (int64_t) t * DI;
+        const float * z = ctx->zx + (int64_t) t * W;
+        for (int32_t c = 0; c < DI; c++) y[c] *= tk_silu(z[c]);
+        for (int32_t g = 0; g < G; g++) tk_rms_norm(y + g * gs, l->ssm_norm + g * gs, hp->rms_eps, gs, y + g * gs);
+    }
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row);
+}
+
+/* ==== attention ====================================================================== */
+/* q, k, v projections; RoPE (NORM mode, first n_rot dims) when the model uses it; K/V
+ * stored in the token's KV cell; softmax(q.k * scale) over the cells of the token's
+ * sequence with pos <= the token's (causal), GQA head h reads kv head h / (H / Hkv). */
+static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
+    const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
+    const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
+    tk_memory_kv * kv = ctx->kv;
+
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, ctx->row));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, ctx->row));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, ctx->row));
+    for (int32_t t = 0; t < U; t++) {
+        if (hp->use_rope && hp->n_rot > 0) {
+            tk_rope_norm(ctx->q + (int64_t) t * H * hd, H, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
+            tk_rope_norm(ctx->k + (int64_t) t * kvd, Hkv, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
+        }
+        const int32_t c = kv->ub_cells[t];
+        memcpy(kv->k[il] + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+        memcpy(kv->v[il] + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+    }
+    float * score = ctx->vec;  /* [n_cells] */
+    for (int32_t t = 0; t < U; t++) {
+        const uint64_t sbit = UINT64_C(1) << ub->seq[t / nst];
+        const int32_t pos = ub->pos[t];
+        for (int32_t h = 0; h < H; h++) {
+            const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
+            const int32_t kh = h / grp;
+            float mx = -FLT_MAX;
+            for (int32_t c = 0; c < kv->n_cells; c++) {
+                if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+                const float * kc = kv->k[il] + (size_t) c * kvd + (size_t) kh * hd;
+                float d = 0.0f;
+                for (int32_t i = 0; i < hd; i++) d += qh[i] * kc[i];
+                score[c] = d * scale;
+                if (score[c] > mx) mx = score[c];
+            }
+            float * o = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
+            for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+            double den = 0.0;
+            for (int32_t c = 0; c < kv->n_cells; c++) {
+                if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+                const float p = expf(score[c] - mx);
+                den += p;
+                const float * vc = kv->v[il] + (size_t) c * kvd + (size_t) kh * hd;
+                for (int32_t i = 0; i < hd; i++) o[i] += p * vc[i];
+            }
+            const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
+            for (int32_t i = 0; i < hd; i++) o[i] *= inv;
+        }
+    }
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, ctx->row);
+}
+
+/* ==== feed-forward =================================================================== */
+
+/* SwiGLU: down(silu(gate(x)) * up(x)) for n tokens of x [n, D] into y [n, D]. */
+static tk_status swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                        int64_t mat, const float * x, int32_t n, float * y) {
+    const int64_t F = up->ne[1];
+    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, ctx->row));
+    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, ctx->row));
+    for (int64_t i = 0; i < (int64_t) n * F; i++) ctx->g[i] = tk_silu(ctx->g[i]) * ctx->u[i];
+    return tk_matmul(down, mat, ctx->g, n, y, ctx->row);
+}
+
+/* MoE: router logits r = W_inp x [E];
+ *   moe_softmax_topk (Jamba):  p = softmax(r); top-k of p; weights = p[k] (not renormalised)
+ *   else (Granite):            top-k of r; weights = softmax over the k logits
+ * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present).
+ * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE. */
+static tk_status ffn_moe(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    float * r = ctx->vec;      /* [E] */
+    int32_t sel[64];
+    float w[64];
+    if (k > 64) return TK_FAIL(TK_ERR_UNSUPPORTED, "n_expert_used = %d > 64", k);
+    for (int32_t t = 0; t < U; t++) {
+        const float * xt = ctx->cur + (int64_t) t * D;
+        float * ot = out + (int64_t) t * D;
+        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, ctx->row));
+        if (hp->moe_softmax_topk) {
+            float mx = -FLT_MAX;
+            for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+            double sum = 0.0;
+            for (int32_t e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
+            for (int32_t e = 0; e < E; e++) r[e] = (float) (r[e] / sum);
+        }
+        /* top-k, ties to the lower index (torch.topk order for distinct values) */
+        for (int32_t j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
+                if (!taken && (best < 0 || r[e] > r[best])) best = e;
+            }
+            sel[j] = best;
+            w[j] = r[best];
+        }
+        if (!hp->moe_softmax_topk) {
+            const float mx = w[0];
+            double sum = 0.0;
+            for (int32_t j = 0; j < k; j++) { w[j] = expf(w[j] - mx); sum += w[j]; }
+            for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+        }
+        for (int32_t i = 0; i < D; i++) ot[i] = 0.0f;
+        for (int32_t j = 0; j < k; j++) {
+            TK_CHECK(swiglu(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, sel[j], xt, 1, ctx->f1));
+            for (int32_t i = 0; i < D; i++) ot[i] += w[j] * ctx->f1[i];
+        }
+        if (l->n_ff_shexp) {
+            TK_CHECK(swiglu(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, xt, 1, ctx->f1));
+            for (int32_t i = 0; i < D; i++) ot[i] += ctx->f1[i];
+        }
+    }
+    return TK_OK;
+}
+
+/* ==== the whole ubatch =============================================================== */
+
+tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out) {
+    const tk_model * m = ctx->model;
+    const tk_hparams * hp = &m->hp;
+    const int32_t D = hp->n_embd, U = ub->n_tokens;
+
+    for (int32_t t = 0; t < U; t++) {
+        float * xt = ctx->x + (int64_t) t * D;
+        TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], xt));
+        if (hp->embedding_scale != 1.0f)
+            for (int32_t i = 0; i < D; i++) xt[i] *= hp->embedding_scale;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        const tk_layer * l = &m->layers[il];
+        for (int32_t t = 0; t < U; t++)
+            tk_rms_norm(ctx->x + (int64_t) t * D, l->attn_norm, hp->rms_eps, D, ctx->cur + (int64_t) t * D);
+        switch (l->kind) {
+            case TK_LAYER_MAMBA1: TK_CHECK(mixer_mamba1(ctx, l, il, ub, ctx->out)); break;
+            case TK_LAYER_MAMBA2: TK_CHECK(mixer_mamba2(ctx, l, il, ub, ctx->out)); break;
+            default: TK_CHECK(mixer_attention(ctx, l, il, ub, ctx->out)); break;
+        }
+        for (int64_t i = 0; i < (int64_t) U * D; i++) ctx->x[i] += ctx->out[i] * hp->residual_scale;
+        if (l->ffn_kind == TK_FFN_NONE) continue;
+        for (int32_t t = 0; t < U; t++)
+            tk_rms_norm(ctx->x + (int64_t) t * D, l->ffn_norm, hp->rms_eps, D, ctx->cur + (int64_t) t * D);
+        if (l->ffn_kind == TK_FFN_DENSE) TK_CHECK(swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->out));
+        else TK_CHECK(ffn_moe(ctx, l, U, ctx->out));
+        for (int64_t i = 0; i < (int64_t) U * D; i++) ctx->x[i] += ctx->out[i] * hp->residual_scale;
+    }
+    /* logits only for the tokens that asked for them */
+    for (int32_t t = 0; t < U; t++) {
+        if (ub->out_row[t] < 0) continue;
+        float * lo = logits_out + (int64_t) ub->out_row[t] * hp->n_vocab;
+        tk_rms_norm(ctx->x + (int64_t) t * D, m->output_norm, hp->rms_eps, D, ctx->cur);
+        TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, ctx->row));
+        if (hp->logit_scale != 1.0f)
+            for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
+    }
+    return TK_OK;
+}

@@ -1,0 +1,72 @@
+/* memory_hybrid.c: owns one KV cache and one recurrent cache (tk_memory_hybrid).
+ *
+ * Every operation goes to both children; seq_rm asks BOTH whether they can before
+ * changing either, so a refusal (a partial removal of a recurrent state) changes nothing.
+ * Positions: seq_pos_min is the larger of the children's, seq_pos_max the smaller
+ * (what both memories hold).  The forward pass routes each layer to its child by kind.
+ * ref: llama.cpp src/llama-memory-hybrid.{h,cpp}.
+ */
+#include <stdlib.h>
+
+#include "tk_internal.h"
+
+static tk_memory_hybrid * HY(tk_memory * m) { return (tk_memory_hybrid *) m; }
+#define KVM(m) (&HY(m)->kv->base)
+#define RSM(m) (&HY(m)->rs->base)
+
+static void hy_clear(tk_memory * m) { KVM(m)->clear(KVM(m)); RSM(m)->clear(RSM(m)); }
+
+static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    return KVM(m)->can_seq_rm(KVM(m), seq, p0, p1) && RSM(m)->can_seq_rm(RSM(m), seq, p0, p1);
+}
+
+static void hy_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    KVM(m)->seq_rm(KVM(m), seq, p0, p1);
+    RSM(m)->seq_rm(RSM(m), seq, p0, p1);
+}
+
+static void hy_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    KVM(m)->seq_cp(KVM(m), src, dst, p0, p1);
+    RSM(m)->seq_cp(RSM(m), src, dst, p0, p1);
+}
+
+static void hy_seq_keep(tk_memory * m, int32_t seq) { KVM(m)->seq_keep(KVM(m), seq); RSM(m)->seq_keep(RSM(m), seq); }
+
+static int32_t hy_seq_pos_min(tk_memory * m, int32_t seq) {
+    int32_t a = KVM(m)->seq_pos_min(KVM(m), seq), b = RSM(m)->seq_pos_min(RSM(m), seq);
+    return a > b ? a : b;
+}
+
+static int32_t hy_seq_pos_max(tk_memory * m, int32_t seq) {
+    int32_t a = KVM(m)->seq_pos_max(KVM(m), seq), b = RSM(m)->seq_pos_max(RSM(m), seq);
+    return a < b ? a : b;
+}
+
+static tk_status hy_can_fit(tk_memory * m, int32_t n_tokens) {
+    TK_CHECK(KVM(m)->can_fit(KVM(m), n_tokens));
+    return RSM(m)->can_fit(RSM(m), n_tokens);
+}
+
+static tk_status hy_prepare(tk_memory * m, const tk_ubatch * ub) {
+    TK_CHECK(KVM(m)->prepare(KVM(m), ub));
+    return RSM(m)->prepare(RSM(m), ub);
+}
+
+static void hy_free(tk_memory * m) {
+    if (!m) return;
+    KVM(m)->free(KVM(m));
+    RSM(m)->free(RSM(m));
+    free(m);
+}
+
+tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_hybrid ** out) {
+    *out = NULL;
+    tk_memory_hybrid * h = calloc(1, sizeof *h);
+    if (!h) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    h->base = (tk_memory){hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min,
+                          hy_seq_pos_max, hy_can_fit, hy_prepare, hy_free};
+    h->kv = kv;
+    h->rs = rs;
+    *out = h;
+    return TK_OK;
+}

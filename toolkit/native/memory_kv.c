@@ -1,0 +1,145 @@
+/* memory_kv.c: the attention KV cache (tk_memory_kv), one implementation of tk_memory.
+ *
+ * n_cells cells; a cell holds one token's K and V for every attention layer (tensors
+ * exist only for attention layers), its position, and the set of sequences that see it.
+ * Cells are claimed lowest index first, so a sequence's cells are in position order and
+ * attention sums over them in the same order however the prompt was split.
+ * ref: llama.cpp src/llama-kv-cache.{h,cpp} (cells with pos + seq set).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_internal.h"
+
+static tk_memory_kv * KV(tk_memory * m) { return (tk_memory_kv *) m; }
+
+static int32_t clamp_p1(int32_t p1) { return p1 < 0 ? INT32_MAX : p1; }
+
+static void kv_clear(tk_memory * m) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t i = 0; i < kv->n_cells; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
+}
+
+static bool kv_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    (void) m; (void) seq; (void) p0; (void) p1;
+    return true;                /* any range can be dropped from a KV cache */
+}
+
+static void kv_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    tk_memory_kv * kv = KV(m);
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        if (seq < 0) kv->seqs[i] = 0;
+        else kv->seqs[i] &= ~(UINT64_C(1) << seq);
+        if (!kv->seqs[i]) kv->pos[i] = -1;
+    }
+}
+
+static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    tk_memory_kv * kv = KV(m);
+    if (src == dst) return;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if (kv->pos[i] >= p0 && kv->pos[i] < p1 && (kv->seqs[i] >> src & 1)) kv->seqs[i] |= UINT64_C(1) << dst;
+}
+
+static void kv_seq_keep(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        kv->seqs[i] &= UINT64_C(1) << seq;
+        if (!kv->seqs[i]) kv->pos[i] = -1;
+    }
+}
+
+static int32_t kv_seq_pos_min(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    int32_t r = -1;
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if ((kv->seqs[i] >> seq & 1) && (r < 0 || kv->pos[i] < r)) r = kv->pos[i];
+    return r;
+}
+
+static int32_t kv_seq_pos_max(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    int32_t r = -1;
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if ((kv->seqs[i] >> seq & 1) && kv->pos[i] > r) r = kv->pos[i];
+    return r;
+}
+
+static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
+    tk_memory_kv * kv = KV(m);
+    int32_t free_cells = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) free_cells += kv->pos[i] < 0;
+    if (free_cells < n_tokens)
+        return TK_FAIL(TK_ERR_NOMEM, "KV cache full: %d tokens need cells, %d of %d free (raise n_ctx)",
+                       n_tokens, free_cells, kv->n_cells);
+    return TK_OK;
+}
+
+/* Claim one cell per ubatch token (lowest free index first) and tag it with pos and seq. */
+static tk_status kv_prepare(tk_memory * m, const tk_ubatch * ub) {
+    tk_memory_kv * kv = KV(m);
+    TK_CHECK(kv_can_fit(m, ub->n_tokens));
+    int32_t c = 0;
+    for (int32_t t = 0; t < ub->n_tokens; t++) {
+        while (kv->pos[c] >= 0) c++;
+        kv->pos[c] = ub->pos[t];
+        kv->seqs[c] = UINT64_C(1) << ub->seq[t / ub->n_seq_tokens];
+        kv->ub_cells[t] = c;
+    }
+    return TK_OK;
+}
+
+static void kv_free(tk_memory * m) {
+    tk_memory_kv * kv = KV(m);
+    if (!kv) return;
+    if (kv->k) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->k[l]);
+    if (kv->v) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->v[l]);
+    free(kv->k);
+    free(kv->v);
+    free(kv->kv_dim);
+    free(kv->pos);
+    free(kv->seqs);
+    free(kv->ub_cells);
+    free(kv);
+}
+
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory_kv ** out) {
+    const tk_hparams * hp = &model->hp;
+    *out = NULL;
+    if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
+    tk_memory_kv * kv = calloc(1, sizeof *kv);
+    if (!kv) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    kv->base = (tk_memory){kv_clear, kv_can_seq_rm, kv_seq_rm, kv_seq_cp, kv_seq_keep, kv_seq_pos_min,
+                           kv_seq_pos_max, kv_can_fit, kv_prepare, kv_free};
+    kv->n_cells = n_cells;
+    kv->n_layer = hp->n_layer;
+    kv->pos = malloc((size_t) n_cells * sizeof(int32_t));
+    kv->seqs = calloc((size_t) n_cells, sizeof(uint64_t));
+    kv->ub_cells = malloc((size_t) n_ubatch * sizeof(int32_t));
+    kv->kv_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
+    kv->k = calloc((size_t) hp->n_layer, sizeof(float *));
+    kv->v = calloc((size_t) hp->n_layer, sizeof(float *));
+    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->k || !kv->v) {
+        kv_free(&kv->base);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        if (hp->layer_kinds[l] != TK_LAYER_ATTENTION) continue;
+        kv->kv_dim[l] = hp->n_head_kv[l] * hp->head_dim;
+        size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l];
+        kv->k[l] = calloc(n, sizeof(float));
+        kv->v[l] = calloc(n, sizeof(float));
+        if (!kv->k[l] || !kv->v[l]) {
+            kv_free(&kv->base);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", 2 * n);
+        }
+    }
+    kv_clear(&kv->base);
+    *out = kv;
+    return TK_OK;
+}

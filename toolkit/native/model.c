@@ -1,0 +1,413 @@
+/* model.c: mmap a GGUF file read-only and bind the tensors an architecture needs.
+ *
+ * Python (toolkit.gguf_io) parses the GGUF header and hands over a tensor table
+ * (name, absolute offset, ggml type, ne[4]); nothing here trusts it: every tensor's type,
+ * shape and byte range is checked against the file size, and every tensor the
+ * architecture needs against the shape the hparams imply, before anything is read.
+ * Large matrices stay in the mapping (zero copy); small vectors (norms, biases, A, D,
+ * conv kernels) are copied to float32 arrays owned by the model.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tk_internal.h"
+
+/* ==== ggml type traits =============================================================== */
+/* ref: ggml/src/ggml.c type_traits (blck_size, type_size). */
+
+typedef struct { int id; const char * name; int64_t blck; int64_t bytes; } tk_type_info;
+
+static const tk_type_info TYPES[] = {
+    {0, "F32", 1, 4},       {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},
+    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},     {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},
+    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},  {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
+    {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},  {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
+    {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50}, {20, "IQ4_NL", 32, 18}, {21, "IQ3_S", 256, 110},
+    {22, "IQ2_S", 256, 82}, {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},       {25, "I16", 1, 2},
+    {26, "I32", 1, 4},      {27, "I64", 1, 8},       {28, "F64", 1, 8},      {29, "IQ1_M", 256, 56},
+    {30, "BF16", 1, 2},     {34, "TQ1_0", 256, 54},  {35, "TQ2_0", 256, 66}, {39, "MXFP4", 32, 17},
+};
+
+int tk_type_block(int type, int64_t * blck, int64_t * bytes) {
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        if (TYPES[i].id == type) {
+            *blck = TYPES[i].blck;
+            *bytes = TYPES[i].bytes;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char * tk_type_name(int type) {
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
+        if (TYPES[i].id == type) return TYPES[i].name;
+    return "unknown";
+}
+
+/* Types the matmul kernels read directly; others go through tk_dequantize_row. */
+static int native_type(int type) {
+    return type == TK_GGML_F32 || type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0;
+}
+
+/* ==== tensor table validation ======================================================== */
+
+typedef struct {
+    const tk_tensor_desc * t;
+    int64_t n;
+    size_t map_size;
+    const uint8_t * base;
+    const char * path;
+} tk_table;
+
+static tk_status validate_table(const tk_table * tab) {
+    for (int64_t i = 0; i < tab->n; i++) {
+        const tk_tensor_desc * t = &tab->t[i];
+        const char * name = t->name ? t->name : "(null)";
+        int64_t blck, bytes;
+        if (!t->name) return TK_FAIL(TK_ERR_INVALID, "%s: tensor #%lld has no name", tab->path, (long long) i);
+        if (!tk_type_block(t->type, &blck, &bytes))
+            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has unknown ggml type %d", tab->path, name, t->type);
+        if (t->n_dims < 1 || t->n_dims > 4)
+            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has %d dims (1..4 allowed)", tab->path, name, t->n_dims);
+        /* element count and byte size, overflow-checked */
+        uint64_t nel = 1;
+        for (int d = 0; d < 4; d++) {
+            if (t->ne[d] <= 0 || (d >= t->n_dims && t->ne[d] != 1))
+                return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has invalid ne[%d] = %lld", tab->path, name, d, (long long) t->ne[d]);
+            if ((uint64_t) t->ne[d] > (UINT64_C(1) << 40) || nel > (UINT64_C(1) << 40))
+                return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' is implausibly large", tab->path, name);
+            nel *= (uint64_t) t->ne[d];
+        }
+        if (t->ne[0] % blck)
+            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s': row of %lld elements is not a multiple of the %s block size %lld",
+                           tab->path, name, (long long) t->ne[0], tk_type_name(t->type), (long long) blck);
+        uint64_t nbytes = nel / (uint64_t) blck * (uint64_t) bytes;
+        if (t->offset > tab->map_size || nbytes > tab->map_size - t->offset)
+            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' data [%llu, %llu) lies beyond the end of the file (%llu bytes)",
+                           tab->path, name, (unsigned long long) t->offset, (unsigned long long) (t->offset + nbytes),
+                           (unsigned long long) tab->map_size);
+        int64_t align = t->type == TK_GGML_F32 ? 4 : (t->type == TK_GGML_F16 || t->type == TK_GGML_BF16) ? 2 : 1;
+        if (t->offset % (uint64_t) align)
+            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' data offset %llu is not aligned for %s",
+                           tab->path, name, (unsigned long long) t->offset, tk_type_name(t->type));
+    }
+    return TK_OK;
+}
+
+static const tk_tensor_desc * find(const tk_table * tab, const char * name) {
+    for (int64_t i = 0; i < tab->n; i++)
+        if (strcmp(tab->t[i].name, name) == 0) return &tab->t[i];
+    return NULL;
+}
+
+/* Compare shapes ignoring size-1 dims ([1, H] == [H]). */
+static int same_shape(const int64_t * ne, int n_exp, const int64_t * exp) {
+    int64_t a[4], b[4];
+    int na = 0, nb = 0;
+    for (int d = 0; d < 4; d++) if (ne[d] != 1) a[na++] = ne[d];
+    for (int d = 0; d < n_exp; d++) if (exp[d] != 1) b[nb++] = exp[d];
+    if (na != nb) return 0;
+    for (int d = 0; d < na; d++) if (a[d] != b[d]) return 0;
+    return 1;
+}
+
+static void shape_str(char * buf, size_t n, const int64_t * ne, int nd) {
+    size_t o = 0;
+    o += (size_t) snprintf(buf + o, n - o, "[");
+    for (int d = 0; d < nd && o < n; d++) o += (size_t) snprintf(buf + o, n - o, d ? ", %lld" : "%lld", (long long) ne[d]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+/* Bind a matrix-like weight (stays in the mapping).  exp: expected ggml shape (n_exp dims).
+ * A missing optional tensor leaves w->data NULL. */
+static tk_status bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                             int required, tk_weight * w) {
+    memset(w, 0, sizeof *w);
+    const tk_tensor_desc * t = find(tab, name);
+    if (!t) {
+        if (required) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, name);
+        return TK_OK;
+    }
+    if (!same_shape(t->ne, n_exp, exp)) {
+        char a[96], b[96];
+        shape_str(a, sizeof a, t->ne, t->n_dims);
+        shape_str(b, sizeof b, exp, n_exp);
+        return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has shape %s, expected %s", tab->path, name, a, b);
+    }
+    if (!native_type(t->type)) {
+        /* probe the dequantizer with the first row: refuses a type it does not know */
+        float * probe = malloc((size_t) t->ne[0] * sizeof(float));
+        if (!probe) return TK_FAIL(TK_ERR_NOMEM, "out of memory probing '%s'", name);
+        tk_status st = tk_dequantize_row(t->type, tab->base + t->offset, probe, t->ne[0]);
+        free(probe);
+        if (st != TK_OK)
+            return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot dequantize",
+                           tab->path, name, tk_type_name(t->type));
+    }
+    int64_t blck, bytes;
+    tk_type_block(t->type, &blck, &bytes);
+    w->data = tab->base + t->offset;
+    w->type = t->type;
+    for (int d = 0; d < 4; d++) w->ne[d] = t->ne[d];
+    w->row_bytes = (size_t) (t->ne[0] / blck * bytes);
+    (void) m;
+    return TK_OK;
+}
+
+static tk_status own(tk_model * m, float * p) {
+    if (m->n_owned == m->cap_owned) {
+        int32_t cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float ** q = realloc(m->owned, (size_t) cap * sizeof *q);
+        if (!q) { free(p); return TK_FAIL(TK_ERR_NOMEM, "out of memory"); }
+        m->owned = q;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return TK_OK;
+}
+
+/* Bind a small tensor and copy it to an owned float32 array (*out NULL when absent and optional). */
+static tk_status bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                          int required, float ** out) {
+    tk_weight w;
+    *out = NULL;
+    TK_CHECK(bind_weight(m, tab, name, n_exp, exp, required, &w));
+    if (!w.data) return TK_OK;
+    int64_t rows = w.ne[1] * w.ne[2] * w.ne[3];
+    float * p = malloc((size_t) (rows * w.ne[0]) * sizeof(float));
+    if (!p) return TK_FAIL(TK_ERR_NOMEM, "out of memory copying '%s'", name);
+    TK_CHECK(own(m, p));
+    for (int64_t r = 0; r < rows; r++) TK_CHECK(tk_weight_row(&w, r, p + r * w.ne[0]));
+    for (int64_t i = 0; i < rows * w.ne[0]; i++)
+        if (!isfinite(p[i])) return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has a non-finite value at %lld", tab->path, name, (long long) i);
+    *out = p;
+    return TK_OK;
+}
+
+#define SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+
+/* ==== hparams checks ================================================================= */
+
+static tk_status check_hparams(const tk_hparams * hp) {
+    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_JAMBA) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
+    if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
+    if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
+    if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");
+    int has_rec = 0, has_attn = 0, has_moe = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        int k = hp->layer_kinds[i], f = hp->ffn_kinds[i];
+        if (k < TK_LAYER_MAMBA1 || k > TK_LAYER_ATTENTION) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown layer kind %d", i, k);
+        if (f < TK_FFN_NONE || f > TK_FFN_MOE) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown ffn kind %d", i, f);
+        if (k == TK_LAYER_ATTENTION) {
+            has_attn = 1;
+            if (hp->n_head_kv[i] <= 0 || hp->n_head <= 0 || hp->n_head % hp->n_head_kv[i])
+                return TK_FAIL(TK_ERR_INVALID, "layer %d: n_head_kv = %d must divide n_head = %d", i, hp->n_head_kv[i], hp->n_head);
+        } else has_rec = 1;
+        if (f == TK_FFN_MOE) has_moe = 1;
+    }
+    if (has_attn) {
+        if (hp->head_dim <= 0 || hp->head_dim > 4096) return TK_FAIL(TK_ERR_INVALID, "head_dim = %d out of range", hp->head_dim);
+        if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
+            return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
+        if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
+    }
+    if (has_rec) {
+        if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_inner <= 0 || hp->d_state <= 0 || hp->d_state > 4096 || hp->dt_rank <= 0)
+            return TK_FAIL(TK_ERR_INVALID, "recurrent hparams out of range (d_conv %d, d_inner %d, d_state %d, dt_rank %d)",
+                           hp->d_conv, hp->d_inner, hp->d_state, hp->dt_rank);
+        for (int i = 0; i < hp->n_layer; i++) {
+            if (hp->layer_kinds[i] == TK_LAYER_MAMBA2) {
+                if (hp->ssm_n_head <= 0 || hp->n_group <= 0 || hp->ssm_n_head % hp->n_group ||
+                    hp->ssm_head_dim * hp->ssm_n_head != hp->d_inner || hp->d_inner % hp->n_group)
+                    return TK_FAIL(TK_ERR_INVALID, "Mamba-2 hparams inconsistent: n_head %d, head_dim %d, n_group %d, d_inner %d",
+                                   hp->ssm_n_head, hp->ssm_head_dim, hp->n_group, hp->d_inner);
+                break;
+            }
+        }
+    }
+    if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
+        return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
+    if (!(hp->rms_eps >= 0) || !isfinite(hp->logit_scale) || hp->logit_scale == 0)
+        return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
+    return TK_OK;
+}
+
+/* ==== per-layer binding ============================================================== */
+
+static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
+    const tk_hparams * hp = &m->hp;
+    tk_layer * l = &m->layers[il];
+    const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
+    char nm[128];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
+    l->kind = hp->layer_kinds[il];
+    l->ffn_kind = hp->ffn_kinds[il];
+    l->n_head_kv = hp->n_head_kv[il];
+    TK_CHECK(bind_vec(m, tab, NAME("attn_norm.weight"), SHAPE(D), 1, &l->attn_norm));
+
+    if (l->kind == TK_LAYER_MAMBA1) {
+        const int64_t R = hp->dt_rank;
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_in.weight"), SHAPE(D, 2 * DI), 1, &l->ssm_in));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.weight"), SHAPE(hp->d_conv, DI), 1, &l->ssm_conv1d));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.bias"), SHAPE(DI), 0, &l->ssm_conv1d_b));
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_x.weight"), SHAPE(DI, R + 2 * N), 1, &l->ssm_x));
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_dt.weight"), SHAPE(R, DI), 1, &l->ssm_dt));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt.bias"), SHAPE(DI), 0, &l->ssm_dt_b));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_a"), SHAPE(N, DI), 1, &l->ssm_a));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_d"), SHAPE(DI), 1, &l->ssm_d));
+        int jamba = hp->arch == TK_ARCH_JAMBA;
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt_norm.weight"), SHAPE(R), jamba, &l->ssm_dt_norm));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_b_norm.weight"), SHAPE(N), jamba, &l->ssm_b_norm));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_c_norm.weight"), SHAPE(N), jamba, &l->ssm_c_norm));
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_out.weight"), SHAPE(DI, D), 1, &l->ssm_out));
+    } else if (l->kind == TK_LAYER_MAMBA2) {
+        const int64_t H = hp->ssm_n_head, G = hp->n_group;
+        const int64_t conv_dim = DI + 2 * G * N;
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_in.weight"), SHAPE(D, 2 * DI + 2 * G * N + H), 1, &l->ssm_in));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.weight"), SHAPE(hp->d_conv, conv_dim), 1, &l->ssm_conv1d));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.bias"), SHAPE(conv_dim), 0, &l->ssm_conv1d_b));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt.bias"), SHAPE(H), 1, &l->ssm_dt_b));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_a"), SHAPE(1, H), 1, &l->ssm_a));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_d"), SHAPE(1, H), 1, &l->ssm_d));
+        TK_CHECK(bind_vec(m, tab, NAME("ssm_norm.weight"), SHAPE(DI / G, G), 1, &l->ssm_norm));
+        TK_CHECK(bind_weight(m, tab, NAME("ssm_out.weight"), SHAPE(DI, D), 1, &l->ssm_out));
+    } else {
+        const int64_t HD = hp->head_dim, Hq = hp->n_head, Hkv = l->n_head_kv;
+        TK_CHECK(bind_weight(m, tab, NAME("attn_q.weight"), SHAPE(D, Hq * HD), 1, &l->wq));
+        TK_CHECK(bind_weight(m, tab, NAME("attn_k.weight"), SHAPE(D, Hkv * HD), 1, &l->wk));
+        TK_CHECK(bind_weight(m, tab, NAME("attn_v.weight"), SHAPE(D, Hkv * HD), 1, &l->wv));
+        TK_CHECK(bind_weight(m, tab, NAME("attn_output.weight"), SHAPE(Hq * HD, D), 1, &l->wo));
+        static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
+        for (int b = 0; b < 4; b++) {
+            snprintf(nm, sizeof nm, "blk.%d.%s", il, biases[b]);
+            if (find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported", tab->path, nm);
+        }
+    }
+
+    /* ffn: widths come from the tensors (gate/up rows), checked against down */
+    if (l->ffn_kind != TK_FFN_NONE) TK_CHECK(bind_vec(m, tab, NAME("ffn_norm.weight"), SHAPE(D), 1, &l->ffn_norm));
+    if (l->ffn_kind == TK_FFN_DENSE) {
+        const tk_tensor_desc * up = find(tab, NAME("ffn_up.weight"));
+        if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
+        const int64_t F = up->ne[1];
+        l->n_ff = (int32_t) F;
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_up.weight"), SHAPE(D, F), 1, &l->ffn_up));
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate.weight"), SHAPE(D, F), 1, &l->ffn_gate));
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_down.weight"), SHAPE(F, D), 1, &l->ffn_down));
+    } else if (l->ffn_kind == TK_FFN_MOE) {
+        const int64_t E = hp->n_expert;
+        const tk_tensor_desc * up = find(tab, NAME("ffn_up_exps.weight"));
+        if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
+        const int64_t F = up->ne[1];
+        l->n_ff_exp = (int32_t) F;
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_inp.weight"), SHAPE(D, E), 1, &l->ffn_gate_inp));
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_up_exps.weight"), SHAPE(D, F, E), 1, &l->ffn_up_exps));
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_exps.weight"), SHAPE(D, F, E), 1, &l->ffn_gate_exps));
+        TK_CHECK(bind_weight(m, tab, NAME("ffn_down_exps.weight"), SHAPE(F, D, E), 1, &l->ffn_down_exps));
+        const tk_tensor_desc * sh = find(tab, NAME("ffn_up_shexp.weight"));
+        if (sh) {
+            const int64_t Fs = sh->ne[1];
+            l->n_ff_shexp = (int32_t) Fs;
+            TK_CHECK(bind_weight(m, tab, NAME("ffn_up_shexp.weight"), SHAPE(D, Fs), 1, &l->ffn_up_shexp));
+            TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
+            TK_CHECK(bind_weight(m, tab, NAME("ffn_down_shexp.weight"), SHAPE(Fs, D), 1, &l->ffn_down_shexp));
+        }
+    }
+#undef NAME
+    int32_t w = l->n_ff;
+    if (l->n_ff_exp > w) w = l->n_ff_exp;
+    if (l->n_ff_shexp > w) w = l->n_ff_shexp;
+    if (w > m->max_ff) m->max_ff = w;
+    return TK_OK;
+}
+
+/* ==== load / free ==================================================================== */
+
+tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
+                        int64_t n_tensors, tk_model ** out) {
+    if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
+    *out = NULL;
+    if (!path || !hp || (!tensors && n_tensors) || n_tensors < 0) return TK_FAIL(TK_ERR_INVALID, "bad arguments");
+    TK_CHECK(check_hparams(hp));
+
+    tk_model * m = calloc(1, sizeof *m);
+    if (!m) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    m->hp = *hp;
+    size_t nl = (size_t) hp->n_layer;
+    m->layer_kinds = malloc(nl * sizeof(int32_t));
+    m->ffn_kinds = malloc(nl * sizeof(int32_t));
+    m->n_head_kv = malloc(nl * sizeof(int32_t));
+    m->layers = calloc(nl, sizeof(tk_layer));
+    m->map = MAP_FAILED;
+    if (!m->layer_kinds || !m->ffn_kinds || !m->n_head_kv || !m->layers) {
+        tk_model_free(m);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    memcpy(m->layer_kinds, hp->layer_kinds, nl * sizeof(int32_t));
+    memcpy(m->ffn_kinds, hp->ffn_kinds, nl * sizeof(int32_t));
+    memcpy(m->n_head_kv, hp->n_head_kv, nl * sizeof(int32_t));
+    m->hp.layer_kinds = m->layer_kinds;
+    m->hp.ffn_kinds = m->ffn_kinds;
+    m->hp.n_head_kv = m->n_head_kv;
+    m->conv_dim = hp->d_inner;
+    for (int i = 0; i < hp->n_layer; i++)
+        if (hp->layer_kinds[i] == TK_LAYER_MAMBA2) m->conv_dim = hp->d_inner + 2 * hp->n_group * hp->d_state;
+
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        tk_status st = TK_FAIL(TK_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        tk_model_free(m);
+        return st;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
+        tk_status st = TK_FAIL(TK_ERR_IO, "%s: cannot stat or empty file", path);
+        close(fd);
+        tk_model_free(m);
+        return st;
+    }
+    m->map_size = (size_t) sb.st_size;
+    m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m->map == MAP_FAILED) {
+        tk_status st = TK_FAIL(TK_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+        tk_model_free(m);
+        return st;
+    }
+
+    tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path};
+    tk_status st = validate_table(&tab);
+    if (st == TK_OK) st = bind_weight(m, &tab, "token_embd.weight", SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
+    if (st == TK_OK) st = bind_vec(m, &tab, "output_norm.weight", SHAPE(hp->n_embd), 1, &m->output_norm);
+    if (st == TK_OK) st = bind_weight(m, &tab, "output.weight", SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
+    if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
+    for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);
+    if (st != TK_OK) {
+        tk_model_free(m);
+        return st;
+    }
+    *out = m;
+    return TK_OK;
+}
+
+void tk_model_free(tk_model * m) {
+    if (!m) return;
+    if (m->map && m->map != MAP_FAILED) munmap(m->map, m->map_size);
+    for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    free(m->layer_kinds);
+    free(m->ffn_kinds);
+    free(m->n_head_kv);
+    free(m);
+}
+
+int32_t tk_n_vocab(const tk_model * m) { return m ? m->hp.n_vocab : 0; }

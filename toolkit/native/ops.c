@@ -1,0 +1,195 @@
+/* ops.c: scalar reference kernels: type conversion, mat-vec/mat-mat, RMSNorm, RoPE.
+ *
+ * Every kernel is a plain loop with a fixed accumulation order, so a token's result does
+ * not depend on how many other tokens share its micro-batch (chunked prefill is
+ * bit-identical to one-shot prefill).  "Run, fast" adds SIMD paths beside these.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "tk_internal.h"
+
+/* ==== type conversion ================================================================ */
+
+/* IEEE half -> float, exact for every input (subnormals, inf, NaN). ref: ggml's fp16 tables. */
+float tk_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {               /* subnormal: renormalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400u));
+            bits = sign | ((uint32_t) (127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+float tk_bf16_to_fp32(uint16_t h) {
+    uint32_t bits = (uint32_t) h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* ==== dot products per weight type =================================================== */
+/* Eight independent float accumulators, summed pairwise at the end: a fixed order. */
+
+static float hsum8(const float * a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+static float dot_f32(const float * w, const float * x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += w[i + j] * x[i + j];
+    float s = hsum8(acc);
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+
+static float dot_f16(const uint16_t * w, const float * x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += tk_fp16_to_fp32(w[i + j]) * x[i + j];
+    float s = hsum8(acc);
+    for (; i < n; i++) s += tk_fp16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_bf16(const uint16_t * w, const float * x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += tk_bf16_to_fp32(w[i + j]) * x[i + j];
+    float s = hsum8(acc);
+    for (; i < n; i++) s += tk_bf16_to_fp32(w[i]) * x[i];
+    return s;
+}
+
+/* Q8_0 block: f16 scale d, 32 int8 q; value = d * q.  ref: ggml-quants.c dequantize_row_q8_0 */
+static float dot_q8_0(const uint8_t * w, const float * x, int64_t n) {
+    float s = 0.0f;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t * blk = w + b * 34;
+        uint16_t dh;
+        memcpy(&dh, blk, 2);
+        const int8_t * q = (const int8_t *) (blk + 2);
+        const float * xb = x + b * 32;
+        float acc[8] = {0};
+        for (int i = 0; i < 32; i += 8)
+            for (int j = 0; j < 8; j++) acc[j] += (float) q[i + j] * xb[i + j];
+        s += tk_fp16_to_fp32(dh) * hsum8(acc);
+    }
+    return s;
+}
+
+static float dot_row(const tk_weight * w, const uint8_t * row, const float * x, float * scratch) {
+    const int64_t n = w->ne[0];
+    switch (w->type) {
+        case TK_GGML_F32: return dot_f32((const float *) (const void *) row, x, n);
+        case TK_GGML_F16: return dot_f16((const uint16_t *) (const void *) row, x, n);
+        case TK_GGML_BF16: return dot_bf16((const uint16_t *) (const void *) row, x, n);
+        case TK_GGML_Q8_0: return dot_q8_0(row, x, n);
+        default:
+            /* bound at load: the dequantizer accepted this type */
+            tk_dequantize_row(w->type, row, scratch, n);
+            return dot_f32(scratch, x, n);
+    }
+}
+
+/* ==== matmul ========================================================================= */
+/* Contract:
+ *   w: ggml [K, M(, E)] (K = ne0 per row), slice `mat` of ne[2]
+ *   x: [n_tok, K] float32, y: [n_tok, M] float32, scratch: K floats
+ *   y[t][r] = sum_k W[r][k] * x[t][k]
+ * Loop order: row outer (a weight row is read once per call), token inner. */
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, float * scratch) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
+    const uint8_t * base = w->data + (size_t) mat * (size_t) M * w->row_bytes;
+    for (int64_t r = 0; r < M; r++) {
+        const uint8_t * row = base + (size_t) r * w->row_bytes;
+        if (w->type != TK_GGML_F32 && w->type != TK_GGML_F16 && w->type != TK_GGML_BF16 && w->type != TK_GGML_Q8_0) {
+            /* dequantize the row once for all tokens */
+            TK_CHECK(tk_dequantize_row(w->type, row, scratch, K));
+            for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_f32(scratch, x + t * K, K);
+            continue;
+        }
+        for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_row(w, row, x + t * K, scratch);
+    }
+    return TK_OK;
+}
+
+/* One row (of the flattened ne1*ne2*ne3 rows) as float32. */
+tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst) {
+    const int64_t n = w->ne[0];
+    const uint8_t * p = w->data + (size_t) row * w->row_bytes;
+    switch (w->type) {
+        case TK_GGML_F32: memcpy(dst, p, (size_t) n * sizeof(float)); return TK_OK;
+        case TK_GGML_F16:
+            for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); dst[i] = tk_fp16_to_fp32(h); }
+            return TK_OK;
+        case TK_GGML_BF16:
+            for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); dst[i] = tk_bf16_to_fp32(h); }
+            return TK_OK;
+        case TK_GGML_Q8_0:
+            for (int64_t b = 0; b < n / 32; b++) {
+                uint16_t dh;
+                memcpy(&dh, p + b * 34, 2);
+                const float d = tk_fp16_to_fp32(dh);
+                const int8_t * q = (const int8_t *) (p + b * 34 + 2);
+                for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * (float) q[j];
+            }
+            return TK_OK;
+        default:
+            return tk_dequantize_row(w->type, p, dst, n);
+    }
+}
+
+/* ==== elementwise and norms ========================================================== */
+
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w (w may be NULL).  x, y: [n]; y may alias x.
+ * ref: transformers MambaRMSNorm / BambaRMSNorm (variance in float32; summed here in double). */
+void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
+    const float scale = (float) (1.0 / sqrt(ss / (double) n + (double) eps));
+    for (int64_t i = 0; i < n; i++) y[i] = w ? x[i] * scale * w[i] : x[i] * scale;
+}
+
+float tk_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* softplus with torch's threshold 20 (ref: torch.nn.functional.softplus; ggml ssm ops). */
+float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* RoPE, NORM mode (adjacent pairs), on the first n_rot dims of each head; the rest of the
+ * head passes through.  x: [n_head, head_dim] of one token at position `pos`.
+ *   theta_i = pos * base^(-2i / n_rot),  (x[2i], x[2i+1]) <- rotation by theta_i
+ * ref: ggml rope_f32 (mode 0); HF's rotate_half form after the converter's q/k row
+ * permutation within the first n_rot dims. Angles in double, then cos/sin rounded. */
+void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base) {
+    for (int32_t i = 0; i < n_rot / 2; i++) {
+        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
+        const double theta = (double) pos * inv_freq;
+        const float c = (float) cos(theta), s = (float) sin(theta);
+        for (int32_t h = 0; h < n_head; h++) {
+            float * p = x + (int64_t) h * head_dim + 2 * i;
+            const float x0 = p[0], x1 = p[1];
+            p[0] = x0 * c - x1 * s;
+            p[1] = x0 * s + x1 * c;
+        }
+    }
+}

@@ -1,0 +1,179 @@
+"""An inference context: the model's memory (KV / recurrent / hybrid) and decode().
+
+Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
+
+    m = Model("model.gguf")
+    ctx = Context(m, n_ctx=4096, n_seq_max=1, n_ubatch=512)
+    logits = ctx.decode([1, 2, 3], seq_id=0)          # float32 [1, V] (last token)
+    logits = ctx.decode([4, 5], logits="all")          # float32 [2, V]; positions continue
+    ctx.memory.seq_rm(0, 3, -1)                        # False: a recurrent state is whole
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.errors import InputError
+from toolkit.runtime._lib import check, ffi, lib
+from toolkit.runtime.model import Model, _as_tokens
+
+_LOGITS_MODES = ("last", "all", "none")
+
+
+class Memory:
+    """The context's memory (``kv``, ``rs`` or ``hybrid``, chosen by the model's layer kinds).
+
+    Positions are token positions (int); ``p1 < 0`` means "to the end".
+    """
+
+    def __init__(self, ctx: "Context"):
+        self._ctx = ctx
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove positions [p0, p1) of ``seq_id`` (-1: every sequence).
+
+        Returns False and changes nothing when a recurrent state would be cut partway
+        (only the whole sequence, or a range after its end, can be removed).
+        """
+        out = ffi.new("int32_t *")
+        check(lib.tk_memory_seq_rm(self._ctx.ptr, seq_id, p0, p1, out), "seq_rm")
+        return bool(out[0])
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Let ``dst`` see ``src``'s cells in [p0, p1) (recurrent state: shared, copied on write)."""
+        check(lib.tk_memory_seq_cp(self._ctx.ptr, src, dst, p0, p1), "seq_cp")
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Drop every sequence but ``seq_id``."""
+        check(lib.tk_memory_seq_keep(self._ctx.ptr, seq_id), "seq_keep")
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position held for ``seq_id`` (-1 when empty)."""
+        out = ffi.new("int32_t *")
+        check(lib.tk_memory_seq_pos_min(self._ctx.ptr, seq_id, out), "seq_pos_min")
+        return int(out[0])
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position held for ``seq_id`` (-1 when empty)."""
+        out = ffi.new("int32_t *")
+        check(lib.tk_memory_seq_pos_max(self._ctx.ptr, seq_id, out), "seq_pos_max")
+        return int(out[0])
+
+    def clear(self) -> None:
+        """Forget every sequence."""
+        lib.tk_memory_clear(self._ctx.ptr)
+
+
+class Context:
+    """Decode state for up to ``n_seq_max`` sequences of one :class:`Model`.
+
+    Args:
+        n_ctx:     KV cells (tokens of all sequences together) for attention layers.
+        n_seq_max: sequences (1..64); recurrent layers keep one state per sequence.
+        n_ubatch:  most tokens per micro-batch (a batch is split into equal-length
+                   per-sequence micro-batches).
+        n_threads: worker threads (None: the model's).
+
+    Raises:
+        NativeError / ResourceError: bad parameters, out of memory.
+    """
+
+    def __init__(self, model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
+                 n_threads: int | None = None):
+        self.model = model
+        self.n_ctx, self.n_seq_max, self.n_ubatch = int(n_ctx), int(n_seq_max), int(n_ubatch)
+        self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
+        self._ptr = ffi.NULL
+        p = ffi.new("tk_context_params *")
+        p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = self.n_ctx, self.n_seq_max, self.n_ubatch, self.n_threads
+        out = ffi.new("tk_context **")
+        check(lib.tk_context_new(model.ptr, p, out), "context")
+        self._ptr = out[0]
+        model._contexts.add(self)
+        self.memory = Memory(self)
+
+    @property
+    def ptr(self):
+        if self._ptr == ffi.NULL:
+            raise InputError("context is closed")
+        return self._ptr
+
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    def close(self) -> None:
+        if self._ptr != ffi.NULL:
+            lib.tk_context_free(self._ptr)
+            self._ptr = ffi.NULL
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover
+            pass
+
+    # ---- decoding ---------------------------------------------------------------------
+    def decode(self, tokens, seq_id: int = 0, logits: str = "last") -> np.ndarray:
+        """Feed ``tokens`` (ids, 1-D) to sequence ``seq_id``; positions continue from its end.
+
+        Returns float32 logits: ``logits="last"`` -> [1, V]; ``"all"`` -> [T, V];
+        ``"none"`` -> [0, V].
+
+        Raises:
+            InputError: empty or non-integer tokens, unknown ``logits`` mode.
+            NativeError: token id out of range, bad seq_id, KV cache full (ResourceError).
+        """
+        return self.decode_batch([(tokens, seq_id)], logits=logits)[0]
+
+    def decode_batch(self, items, logits: str = "last") -> list[np.ndarray]:
+        """Several sequences in one batch: ``items`` = [(tokens, seq_id), ...].
+
+        Returns one float32 array per item, shaped as in :meth:`decode`.
+        """
+        if logits not in _LOGITS_MODES:
+            raise InputError(f"logits={logits!r}: expected one of {', '.join(_LOGITS_MODES)}")
+        items = [(_as_tokens(toks), int(seq)) for toks, seq in items]
+        if not items or any(t.size == 0 for t, _ in items):
+            raise InputError("decode: empty token list")
+        seqs = [s for _, s in items]
+        if len(set(seqs)) != len(seqs):
+            raise InputError(f"decode_batch: a sequence id appears twice in one batch: {seqs}")
+        for s in seqs:
+            if not 0 <= s < self.n_seq_max:
+                raise InputError(f"seq_id {s} outside [0, n_seq_max={self.n_seq_max})")
+        tok = np.concatenate([t for t, _ in items]).astype(np.int32)
+        seq = np.concatenate([np.full(t.size, s, np.int32) for t, s in items])
+        pos = np.concatenate([self.memory.seq_pos_max(s) + 1 + np.arange(t.size, dtype=np.int32) for t, s in items]).astype(np.int32)
+        want = np.zeros(tok.size, np.int8)
+        counts = []
+        o = 0
+        for t, _ in items:
+            if logits == "all":
+                want[o:o + t.size] = 1
+                counts.append(t.size)
+            elif logits == "last":
+                want[o + t.size - 1] = 1
+                counts.append(1)
+            else:
+                counts.append(0)
+            o += t.size
+        out = np.empty((int(want.sum()), self.n_vocab), np.float32)
+        b = ffi.new("tk_batch *")
+        b.n_tokens = tok.size
+        b.token = ffi.cast("const int32_t *", ffi.from_buffer(tok))
+        b.pos = ffi.cast("const int32_t *", ffi.from_buffer(pos))
+        b.seq_id = ffi.cast("const int32_t *", ffi.from_buffer(seq))
+        b.logits = ffi.cast("const int8_t *", ffi.from_buffer(want))
+        out_ptr = ffi.cast("float *", ffi.from_buffer(out, require_writable=True)) if out.size else ffi.NULL
+        check(lib.tk_decode(self.ptr, b, out_ptr), "decode")
+        res, r = [], 0
+        for c in counts:
+            res.append(out[r:r + c])
+            r += c
+        return res

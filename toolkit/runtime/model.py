@@ -1,0 +1,150 @@
+"""A GGUF model loaded into the C runtime (weights mmap'd, zero copy).
+
+Python parses the GGUF (:class:`toolkit.gguf_io.GGUFFile`, :class:`toolkit.arch.HParams`) and
+hands the C library a description: a ``tk_hparams`` struct and the tensor table (name,
+absolute offset, ggml type, ``ne``). The C side mmaps the file and validates every tensor
+(type, shape, byte range) before use; see ``toolkit/native/model.c``.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from toolkit.arch import HParams
+from toolkit.errors import InputError
+from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
+from toolkit.runtime._lib import check, ffi, lib
+
+_ARCH_ID = {
+    ARCH_MAMBA: lib.TK_ARCH_MAMBA,
+    ARCH_MAMBA2: lib.TK_ARCH_MAMBA2,
+    ARCH_GRANITE_HYBRID: lib.TK_ARCH_GRANITE_HYBRID,
+    ARCH_JAMBA: lib.TK_ARCH_JAMBA,
+}
+
+
+def default_threads() -> int:
+    """``TOOLKIT_THREADS`` when set, else the CPUs this process may use."""
+    env = os.environ.get("TOOLKIT_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise InputError(f"TOOLKIT_THREADS={env!r} is not an integer") from None
+        if n <= 0:
+            raise InputError(f"TOOLKIT_THREADS={env!r} must be positive")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+class Model:
+    """A GGUF model of a supported architecture, ready for :class:`toolkit.runtime.Context`.
+
+    Attributes:
+        path:     the GGUF file
+        gguf:     :class:`toolkit.gguf_io.GGUFFile` (metadata, tokenizer keys)
+        hparams:  :class:`toolkit.arch.HParams`
+        n_vocab:  logits width
+
+    Raises:
+        InputError: not a GGUF file, missing/malformed key (from the Python parser).
+        NativeError: a missing, misshaped or out-of-range tensor (named in the message).
+        UnsupportedError: architecture or tensor type this build does not run.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None):
+        self.path = os.fspath(path)
+        self.gguf = GGUFFile(self.path)
+        self.hparams = HParams.from_gguf(self.gguf)
+        self.n_threads = n_threads if n_threads is not None else default_threads()
+        self.n_vocab = self.hparams.n_vocab
+        self._ptr = ffi.NULL
+        self._contexts = weakref.WeakSet()   # closed before the model is freed
+        hp = self.hparams
+        n = hp.n_layer
+        # keep the arrays alive until tk_model_load has copied them
+        self._kinds = ffi.new("int32_t[]", [int(x) for x in hp.layer_kinds])
+        self._ffn = ffi.new("int32_t[]", [int(x) for x in hp.ffn_kinds])
+        self._hkv = ffi.new("int32_t[]", [int(x) for x in (hp.n_head_kv or [0] * n)])
+        self._c_hparams = c = ffi.new("tk_hparams *")
+        c.arch = _ARCH_ID[hp.arch]
+        c.n_vocab, c.n_embd, c.n_layer, c.rms_eps = hp.n_vocab, hp.n_embd, hp.n_layer, hp.rms_eps
+        c.d_conv, c.d_inner, c.d_state, c.dt_rank = hp.d_conv, hp.d_inner, hp.d_state, hp.dt_rank
+        c.n_group, c.ssm_n_head, c.ssm_head_dim = hp.n_group, hp.ssm_n_head, hp.ssm_head_dim
+        c.dt_b_c_rms = int(hp.dt_b_c_rms)
+        c.n_head, c.head_dim, c.n_rot = hp.n_head, hp.head_dim, hp.n_rot
+        c.rope_freq_base, c.use_rope, c.attention_scale = hp.rope_freq_base, int(hp.use_rope), hp.attention_scale
+        c.n_expert, c.n_expert_used = hp.n_expert, hp.n_expert_used
+        # routing rule per family: Jamba softmax-then-top-k without renormalisation
+        # (JambaSparseMoeBlock); Granite top-k of the logits, softmax over the k
+        # (GraniteMoeHybridTopKGating)
+        c.moe_softmax_topk = int(hp.arch == ARCH_JAMBA)
+        c.embedding_scale, c.residual_scale, c.logit_scale = hp.embedding_scale, hp.residual_scale, hp.logit_scale
+        c.layer_kinds, c.ffn_kinds, c.n_head_kv = self._kinds, self._ffn, self._hkv
+
+        self._ptr = _load(self.path, c, list(self.gguf))
+
+    @property
+    def ptr(self):
+        if self._ptr == ffi.NULL:
+            raise InputError(f"{self.path}: model is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the C model (unmaps the file); closes the contexts made from it first."""
+        for c in list(getattr(self, "_contexts", ())):
+            c.close()
+        if self._ptr != ffi.NULL:
+            lib.tk_model_free(self._ptr)
+            self._ptr = ffi.NULL
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"Model({self.path!r}, arch={self.hparams.arch!r}, n_layer={self.hparams.n_layer})"
+
+
+def _load(path: str, c_hparams, infos) -> "ffi.CData":
+    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`)."""
+    descs = ffi.new("tk_tensor_desc[]", max(len(infos), 1))
+    names = []  # keep the name buffers alive during the call
+    for i, t in enumerate(infos):
+        if len(t.shape) > 4:
+            raise InputError(f"{path}: tensor {t.name!r} has {len(t.shape)} dims (at most 4)")
+        nm = ffi.new("char[]", t.name.encode("utf-8"))
+        names.append(nm)
+        d = descs[i]
+        d.name = nm
+        d.offset = t.offset
+        d.type = int(t.type)
+        d.n_dims = max(1, len(t.shape))
+        ne = list(t.shape) + [1] * (4 - len(t.shape))
+        for j in range(4):
+            d.ne[j] = int(ne[j])
+    out = ffi.new("tk_model **")
+    check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out), path)
+    return out[0]
+
+
+def _as_tokens(tokens) -> np.ndarray:
+    arr = np.asarray(tokens)
+    if arr.ndim != 1:
+        raise InputError(f"tokens must be a 1-D sequence of ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"tokens must be integers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int32)
