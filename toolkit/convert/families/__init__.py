@@ -4,8 +4,9 @@ from __future__ import annotations
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba import MambaFamily
 from toolkit.convert.families.mamba2 import Mamba2Family
+from toolkit.convert.families.granitehybrid import GraniteHybridFamily
 
-FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family)
+FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 
