@@ -5,8 +5,9 @@ from toolkit.convert.base import Family
 from toolkit.convert.families.mamba import MambaFamily
 from toolkit.convert.families.mamba2 import Mamba2Family
 from toolkit.convert.families.granitehybrid import GraniteHybridFamily
+from toolkit.convert.families.jamba import JambaFamily
 
-FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily)
+FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 
