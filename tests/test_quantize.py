@@ -1,0 +1,215 @@
+"""toolkit quantize: byte-identical to llama-quantize, banding, rules, bad input.
+
+References: tests/fixtures/quant/bamba-small.TYPE.json, extracted by
+tools/make_quant_reference.py from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix,
+2 threads) of tests/fixtures/llamacpp/bamba-small.f32.gguf.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import gguf
+import numpy as np
+import pytest
+
+from toolkit.errors import InputError, UnsupportedError
+from toolkit.gguf_io import GGMLType
+from toolkit.quantize import Options, make_plan, quantize_file
+from toolkit.quantize.rules import ModelInfo, TypeChooser, allows_quantization, llama_tensor_order, n_dims
+from toolkit.quantize.types import FILE_TYPES, FileType, file_type
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures")
+SRC = os.path.join(FIX, "llamacpp", "bamba-small.f32.gguf")
+REFS = sorted(f[len("bamba-small."):-len(".json")] for f in os.listdir(os.path.join(FIX, "quant"))
+              if f.startswith("bamba-small.") and f.endswith(".json"))
+
+
+def _sha(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read())
+    return h.hexdigest()
+
+
+def _digests(path: str) -> dict[str, list[str]]:
+    r = gguf.GGUFReader(path)
+    return {t.name: [t.tensor_type.name, hashlib.sha256(np.asarray(t.data).view(np.uint8).tobytes()).hexdigest()]
+            for t in r.tensors}
+
+
+def test_reference_set_is_complete():
+    assert set(REFS) == {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_S",
+                         "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"}
+
+
+@pytest.mark.parametrize("qtype", REFS)
+def test_matches_llama_quantize(qtype, tmp_path):
+    """Every tensor's ggml type and data bytes, the tensor order, the changed metadata and
+    finally the whole file equal llama-quantize's output."""
+    with open(os.path.join(FIX, "quant", f"bamba-small.{qtype}.json")) as fh:
+        ref = json.load(fh)
+    out = str(tmp_path / f"out.{qtype}.gguf")
+    quantize_file(SRC, out, qtype, n_threads=2)
+    got = _digests(out)
+    wrong = {n: (got.get(n, ["missing"])[0], want[0]) for n, want in ref["tensors"].items() if got.get(n) != want}
+    assert not wrong, f"{qtype}: {len(wrong)} tensors differ from llama-quantize (ours, theirs): {wrong}"
+    assert set(got) == set(ref["tensors"])
+    r = gguf.GGUFReader(out)
+    assert [t.name for t in r.tensors] == ref["order"]
+    for key, val in ref["metadata"].items():
+        assert r.fields[key].contents() == val, key
+    assert _sha(out) == ref["file_sha256"], f"{qtype}: tensors equal but the file bytes differ (metadata/layout)"
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K_M", "Q8_0", "IQ4_XS"])
+def test_tiny_bands_give_identical_bytes(qtype, tmp_path):
+    """Rows are independent: a band of one row (band_mb tiny) and one thread give the same file."""
+    a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
+    quantize_file(SRC, a, qtype, n_threads=2)
+    quantize_file(SRC, b, qtype, n_threads=1, band_mb=1e-6)
+    assert _sha(a) == _sha(b)
+
+
+def test_requantize_refused_then_allowed(tmp_path):
+    q8 = str(tmp_path / "q8.gguf")
+    quantize_file(SRC, q8, "Q8_0", n_threads=2)
+    with pytest.raises(InputError, match="allow-requantize"):
+        quantize_file(q8, str(tmp_path / "x.gguf"), "Q4_K_M")
+    assert not os.path.exists(tmp_path / "x.gguf")
+    out = str(tmp_path / "q4.gguf")
+    quantize_file(q8, out, "Q4_K_M", allow_requantize=True, n_threads=2)
+    types = {k: v[0] for k, v in _digests(out).items()}
+    assert types["blk.0.ssm_in.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
+
+
+def test_bf16_source_matches_f32_source(tmp_path):
+    """A BF16 input is dequantized exactly (bf16 -> f32 is exact), so BF16 -> Q4_K_M equals
+    quantizing the bf16-rounded weights from F32 via the tensor type path."""
+    bf = str(tmp_path / "bf16.gguf")
+    quantize_file(SRC, bf, "BF16", n_threads=2)
+    a = str(tmp_path / "a.gguf")
+    quantize_file(bf, a, "Q8_0", n_threads=2)
+    r, rb = gguf.GGUFReader(a), gguf.GGUFReader(bf)
+    from toolkit.quantize import _native
+    for t, tb in zip(r.tensors, rb.tensors):
+        if t.tensor_type == GGMLType.Q8_0:
+            x = _native.dequantize(GGMLType.BF16, np.asarray(tb.data).view(np.uint8).tobytes(), int(tb.shape[0]))
+            want = _native.quantize(GGMLType.Q8_0, x)
+            assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(-1), want), t.name
+
+
+# ---- rules --------------------------------------------------------------------------------
+
+def test_llama_tensor_order_sorts_by_layer_number():
+    names = ["blk.10.a.weight", "token_embd.weight", "blk.2.b.weight", "output.weight", "blk.2.a.weight"]
+    assert llama_tensor_order(names) == ["output.weight", "token_embd.weight", "blk.2.a.weight", "blk.2.b.weight",
+                                         "blk.10.a.weight"]
+
+
+def test_allows_quantization():
+    assert n_dims((512, 1)) == 1 and n_dims((1, 8)) == 2
+    assert allows_quantization("blk.0.ssm_in.weight", (256, 1096))
+    for name, shape in [("blk.0.ssm_a", (1, 8)), ("blk.0.ssm_d", (1, 8)), ("blk.0.ssm_conv1d.weight", (4, 576)),
+                        ("blk.0.ssm_norm.weight", (64, 8)), ("blk.0.ffn_gate_inp.weight", (256, 4)),
+                        ("blk.0.attn_norm.weight", (256,)), ("blk.0.x.weight", (512, 1))]:
+        assert not allows_quantization(name, shape), name
+    assert not allows_quantization("output.weight", (256, 512), quantize_output_tensor=False)
+
+
+def _chooser(ftype: str, names, n_layer=4, **kw):
+    ft = file_type(ftype)
+    return TypeChooser(ModelInfo("granitehybrid", n_layer, **kw), ft.ftype, ft.default, Options(), names)
+
+
+@pytest.mark.parametrize("width,target,expect", [
+    (96, "Q4_K_M", GGMLType.Q5_0),   # Q4_K -> Q5_0
+    (64, "Q6_K", GGMLType.Q8_0),     # Q6_K -> Q8_0
+    (96, "Q5_K_M", GGMLType.Q5_1),   # Q5_K -> Q5_1
+    (96, "Q2_K", GGMLType.Q4_0),     # Q2_K -> Q4_0 (ffn_up keeps the default type Q2_K first)
+    (64, "IQ4_XS", GGMLType.IQ4_NL),
+    (48, "Q4_K_M", GGMLType.F16),    # even the 32-block fallback does not divide
+    (48, "Q8_0", GGMLType.F16),
+])
+def test_fallback_for_odd_widths(width, target, expect):
+    name = "blk.0.ffn_up.weight"
+    c = _chooser(target, [name]).choose(name, (width, 128), GGMLType.F32)
+    assert c.type == expect
+    assert c.fallback and str(width) in c.fallback and expect.name in c.fallback
+
+
+def test_output_of_odd_width_is_q8_0():
+    c = _chooser("Q4_K_M", ["output.weight"]).choose("output.weight", (96, 512), GGMLType.F32)
+    assert c.type == GGMLType.Q8_0 and c.fallback is None
+
+
+def test_attn_v_bump_counts_only_attention_layers():
+    """Q4_K_M: attn_v gets Q6_K by use_more_bits over the attention layers only (hybrid)."""
+    names = [f"blk.{i}.attn_v.weight" for i in (5, 11, 17, 23)]
+    ch = _chooser("Q4_K_M", names, n_layer=24)
+    got = [ch.choose(n, (1024, 256), GGMLType.F32).type for n in names]
+    # use_more_bits(i, 4): i < 0 or i >= 3 or (i % 3 == 2) -> layers #2 and #3 of 4
+    assert got == [GGMLType.Q4_K, GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q6_K]
+
+
+def test_tensor_type_override_and_pure():
+    names = ["blk.0.ffn_down.weight", "blk.0.ffn_up.weight"]
+    ft = file_type("Q4_K_M")
+    ch = TypeChooser(ModelInfo("granitehybrid", 1), ft.ftype, ft.default,
+                     Options(tensor_types=[("FFN_DOWN", GGMLType.Q8_0), ("nomatch", GGMLType.Q6_K)]), names)
+    assert ch.choose(names[0], (256, 256), GGMLType.F32).type == GGMLType.Q8_0  # regex lowercased like llama
+    assert ch.pattern_hits == {"FFN_DOWN": 1, "nomatch": 0}
+    pure = TypeChooser(ModelInfo("granitehybrid", 1), ft.ftype, ft.default, Options(pure=True), names)
+    assert pure.choose(names[0], (256, 256), GGMLType.F32).type == GGMLType.Q4_K
+
+
+def test_dry_run_plan_sizes():
+    from toolkit.gguf_io import GGUFFile
+    p = make_plan(GGUFFile(SRC), "Q4_K_M")
+    assert p.ftype.ftype == FileType.MOSTLY_Q4_K_M
+    assert p.dst_bytes < p.src_bytes
+    with open(os.path.join(FIX, "quant", "bamba-small.Q4_K_M.json")) as fh:
+        ref = json.load(fh)
+    assert {t.name: t.dst_type.name for t in p.tensors} == {n: v[0] for n, v in ref["tensors"].items()}
+
+
+def test_unknown_type_lists_valid_ones():
+    with pytest.raises(InputError, match="Q4_K_M"):
+        file_type("Q4_K_X")
+    assert file_type("q4_k").name == "Q4_K_M"
+    assert "IQ4_XS" in FILE_TYPES
+
+
+# ---- bad input ----------------------------------------------------------------------------
+
+def test_not_gguf_and_truncated(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all" * 10)
+    out = tmp_path / "out.gguf"
+    with pytest.raises(InputError):
+        quantize_file(str(bad), str(out), "Q8_0")
+    trunc = tmp_path / "trunc.gguf"
+    with open(SRC, "rb") as fh:
+        trunc.write_bytes(fh.read()[: 4_000_000])
+    with pytest.raises(InputError):
+        quantize_file(str(trunc), str(out), "Q8_0")
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+
+def test_output_equal_to_input_is_refused(tmp_path):
+    import shutil
+    src = tmp_path / "m.gguf"
+    shutil.copy(SRC, src)
+    before = _sha(str(src))
+    with pytest.raises(InputError, match="overwrite"):
+        quantize_file(str(src), str(src), "Q8_0")
+    assert _sha(str(src)) == before
+
+
+def test_unreadable_source_type_is_unsupported(tmp_path, monkeypatch):
+    from toolkit.quantize import types
+    monkeypatch.setattr(types, "is_supported_source", lambda t: False)
+    with pytest.raises(UnsupportedError):
+        quantize_file(SRC, str(tmp_path / "o.gguf"), "Q8_0")

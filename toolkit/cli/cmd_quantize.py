@@ -1,0 +1,106 @@
+"""`toolkit quantize IN.gguf OUT.gguf TYPE`: llama-quantize's file types, in row bands."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from toolkit.cli.app import app
+from toolkit.errors import InputError
+
+log = logging.getLogger(__name__)
+
+
+def _parse_tensor_types(items: list[str]) -> list[tuple[str, object]]:
+    from toolkit.quantize.types import tensor_type
+
+    out = []
+    for it in items:
+        pat, sep, typ = it.partition("=")
+        if not sep or not pat:
+            raise InputError(f"--tensor-type {it!r}: expected REGEX=TYPE (e.g. attn_v=q8_0)")
+        if not typ:
+            raise InputError(f"--tensor-type {it!r}: missing the type after '='")
+        out.append((pat, tensor_type(typ, "tensor type in --tensor-type")))
+    return out
+
+
+@app.command()
+def quantize(
+    input: str = typer.Argument(..., help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
+    output: str = typer.Argument(..., help="Output GGUF (written atomically; must differ from the input)."),
+    type: str = typer.Argument(..., help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
+                                         "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K)."),
+    tensor_type: Optional[List[str]] = typer.Option(None, "--tensor-type", help="REGEX=TYPE: tensors whose name matches "
+                                                    "REGEX get ggml type TYPE (repeatable; first match wins)."),
+    token_embedding_type: Optional[str] = typer.Option(None, "--token-embedding-type", help="ggml type of token_embd "
+                                                       "(and per_layer_token_embd)."),
+    output_tensor_type: Optional[str] = typer.Option(None, "--output-tensor-type", help="ggml type of output.weight."),
+    pure: bool = typer.Option(False, "--pure", help="No mixture rules: every quantizable tensor gets the default type."),
+    leave_output_tensor: bool = typer.Option(False, "--leave-output-tensor", help="Keep output.weight unquantized."),
+    allow_requantize: bool = typer.Option(False, "--allow-requantize", help="Allow already-quantized input tensors."),
+    threads: int = typer.Option(0, "-t", "--threads", help="Threads (0 = all CPUs)."),
+    band_mb: float = typer.Option(256.0, "--band-mb", help="MiB of float32 rows staged per band."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-tensor plan and the resulting size; write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan and summary) on stdout."),
+    imatrix: Optional[str] = typer.Option(None, "--imatrix", help="Importance matrix (not supported yet)."),
+) -> None:
+    """Quantize a GGUF model the way llama-quantize does (same per-tensor types, same bytes),
+    reading and writing in bands of whole rows so memory stays bounded."""
+    from toolkit.errors import UnsupportedError
+    from toolkit.quantize import Options, quantize_file
+    from toolkit.quantize.types import file_type, tensor_type as parse_type
+
+    if imatrix:
+        raise UnsupportedError("--imatrix: importance matrices are not supported yet")
+    file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
+    if not dry_run and os.path.abspath(input) == os.path.abspath(output):
+        raise InputError(f"{output}: output would overwrite the input")
+    opts = Options(
+        pure=pure,
+        quantize_output_tensor=not leave_output_tensor,
+        output_tensor_type=parse_type(output_tensor_type, "--output-tensor-type") if output_tensor_type else None,
+        token_embedding_type=parse_type(token_embedding_type, "--token-embedding-type") if token_embedding_type else None,
+        tensor_types=_parse_tensor_types(tensor_type or []),
+    )
+    err = Console(stderr=True)
+    show_bar = not as_json and not dry_run and err.is_terminal
+    if show_bar:
+        with Progress(TextColumn("[bold]quantize[/]"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("", total=1)
+
+            def progress(done: int, total: int, name: str) -> None:
+                bar.update(task, completed=done, total=total, description=name)
+
+            s = quantize_file(input, output, type, opts, n_threads=threads or None, band_mb=band_mb,
+                              allow_requantize=allow_requantize, progress=progress)
+    else:
+        s = quantize_file(input, output, type, opts, n_threads=threads or None, band_mb=band_mb,
+                          allow_requantize=allow_requantize, dry_run=dry_run)
+    # fallbacks and unmatched --tensor-type patterns were logged as warnings (stderr) by the driver
+    d = s.to_dict()
+    if as_json:
+        typer.echo(json.dumps(d, indent=1))
+        return
+    out = Console()
+    if dry_run:
+        t = Table(title=f"plan: {s.plan.ftype.name}")
+        for c in ("name", "shape", "type", "->", "MiB before", "MiB after"):
+            t.add_column(c, justify="right" if c.startswith("MiB") else "left")
+        for tp in s.plan.tensors:
+            t.add_row(tp.name, str(list(tp.shape)), tp.src_type.name, tp.dst_type.name,
+                      f"{tp.src_bytes / 2**20:.3f}", f"{tp.dst_bytes / 2**20:.3f}")
+        out.print(t)
+    out.print(f"{'would write' if dry_run else 'wrote'} [bold]{output}[/] ({s.plan.ftype.name}): "
+              f"{d['size_before'] / 2**20:.2f} MiB ({d['bpw_before']:.2f} bpw) -> "
+              f"{d['size_after'] / 2**20:.2f} MiB ({d['bpw_after']:.2f} bpw)"
+              + ("" if dry_run else f" in {s.wall_s:.2f} s, {s.n_threads} threads, peak RSS {s.peak_rss_mb:.0f} MiB"),
+              highlight=False)

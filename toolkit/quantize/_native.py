@@ -1,0 +1,62 @@
+"""The Python side of native/quants.c: quantize and dequantize whole rows through cffi.
+
+Buffers are numpy arrays (or any writable buffer); nothing is copied on the way in or out.
+The C calls release the GIL and run ``n_threads`` pthreads over contiguous runs of rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.runtime._lib import check, ffi, lib
+
+
+def row_size(ggml_type: int, n_per_row: int) -> int:
+    """Bytes of one row of ``n_per_row`` elements of ``ggml_type``.
+
+    Raises:
+        ValueError: the type is not handled by quants.c, or the width is not a block multiple.
+    """
+    n = int(lib.tk_quant_row_size(int(ggml_type), int(n_per_row)))
+    if n < 0:
+        raise ValueError(f"ggml type {int(ggml_type)}: no row size for width {n_per_row}")
+    return n
+
+
+def quantize_rows(ggml_type: int, src: np.ndarray, dst, n_rows: int, n_per_row: int, n_threads: int = 1) -> None:
+    """src: float32 [n_rows * n_per_row] (C order) -> dst: n_rows * row_size bytes of ``ggml_type``.
+
+    Raises:
+        NativeError / UnsupportedError: bad shape or type (message from tk_last_error).
+    """
+    assert src.dtype == np.float32 and src.flags.c_contiguous and src.size >= n_rows * n_per_row
+    check(lib.tk_quantize_rows(int(ggml_type), ffi.cast("float *", ffi.from_buffer(src)), ffi.from_buffer(dst),
+                               int(n_rows), int(n_per_row), int(n_threads)), "quantize")
+
+
+def dequantize_rows(ggml_type: int, src, dst: np.ndarray, n_rows: int, n_per_row: int, n_threads: int = 1) -> None:
+    """src: n_rows rows of ``ggml_type`` -> dst: float32 [n_rows * n_per_row]."""
+    assert dst.dtype == np.float32 and dst.flags.c_contiguous and dst.size >= n_rows * n_per_row
+    check(lib.tk_dequantize_rows(int(ggml_type), ffi.from_buffer(src), ffi.cast("float *", ffi.from_buffer(dst, require_writable=True)),
+                                 int(n_rows), int(n_per_row), int(n_threads)), "dequantize")
+
+
+def quantize(ggml_type: int, x: np.ndarray, n_threads: int = 1) -> np.ndarray:
+    """Quantize a float32 array of rows (last axis = row) to a uint8 array of ggml blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n_per_row = x.shape[-1]
+    n_rows = x.size // n_per_row
+    out = np.empty(n_rows * row_size(ggml_type, n_per_row), np.uint8)
+    quantize_rows(ggml_type, x.reshape(-1), out, n_rows, n_per_row, n_threads)
+    return out
+
+
+def dequantize(ggml_type: int, data, n_per_row: int, n_threads: int = 1) -> np.ndarray:
+    """Dequantize rows of ``n_per_row`` elements from raw bytes to float32 [n_rows, n_per_row]."""
+    buf = np.frombuffer(data, np.uint8)
+    rs = row_size(ggml_type, n_per_row)
+    if buf.size % rs:
+        raise ValueError(f"{buf.size} bytes is not a whole number of rows of {rs} bytes")
+    n_rows = buf.size // rs
+    out = np.empty((n_rows, n_per_row), np.float32)
+    dequantize_rows(ggml_type, buf, out.reshape(-1), n_rows, n_per_row, n_threads)
+    return out

@@ -1,0 +1,330 @@
+"""Row-band driver: GGUF in -> GGUF out with llama-quantize's per-tensor types, bounded memory.
+
+For each tensor, in llama.cpp's order (:func:`~toolkit.quantize.rules.llama_tensor_order`):
+a band of whole rows is read from the input with ``os.preadv`` into a reused buffer,
+dequantized to float32 (any source type quants.c reads) and quantized to the target type in
+C (``n_threads`` pthreads), then appended to the output through ``GGUFStreamWriter``; sizes
+are exact and declared up front.  At most ``band_mb`` MiB of float32 is staged per band (plus
+the band's source and output bytes), so peak memory does not depend on the largest tensor.
+Rows are independent, so the band size never changes a byte of the output.
+
+Metadata: every key of the input is copied in order, then ``general.quantization_version``
+(2, GGML_QNT_VERSION) and ``general.file_type`` (the llama_ftype) are written last, as
+llama-quantize does (it removes and re-appends them).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gguf
+import numpy as np
+
+from toolkit.errors import InputError, ResourceError
+from toolkit.gguf_io import GGMLType, GGUFFile, GGUFStreamWriter, Keys, atomic_output, k, row_nbytes
+from toolkit.quantize import _native
+from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
+from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source
+
+log = logging.getLogger(__name__)
+
+GGML_QNT_VERSION = 2   # ggml.h: the k-quant/legacy block formats' version (general.quantization_version)
+
+
+@dataclass
+class TensorPlan:
+    """One tensor of the output.
+
+    shape:     ggml order (ne0 = row width first)
+    src_type / dst_type: ggml types; equal -> bytes are copied unchanged
+    src_bytes / dst_bytes: exact data sizes in bytes
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    src_type: GGMLType
+    dst_type: GGMLType
+    src_bytes: int
+    dst_bytes: int
+    offset: int
+    fallback: str | None = None
+
+    @property
+    def n_per_row(self) -> int:
+        return int(self.shape[0]) if self.shape else 1
+
+    @property
+    def n_rows(self) -> int:
+        n = 1
+        for d in self.shape[1:]:
+            n *= int(d)
+        return n
+
+    @property
+    def n_elements(self) -> int:
+        return self.n_per_row * self.n_rows
+
+
+@dataclass
+class QuantPlan:
+    """The whole job: file type, per-tensor plan (in output order) and warnings."""
+
+    input: str
+    arch: str
+    ftype: FileTypeInfo
+    tensors: list[TensorPlan]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def src_bytes(self) -> int:
+        return sum(t.src_bytes for t in self.tensors)
+
+    @property
+    def dst_bytes(self) -> int:
+        return sum(t.dst_bytes for t in self.tensors)
+
+    @property
+    def n_elements(self) -> int:
+        return sum(t.n_elements for t in self.tensors)
+
+    def to_dict(self) -> dict:
+        n = max(1, self.n_elements)
+        return {
+            "input": self.input, "architecture": self.arch, "file_type": self.ftype.name,
+            "file_type_id": int(self.ftype.ftype),
+            "size_before": self.src_bytes, "size_after": self.dst_bytes,
+            "bpw_before": self.src_bytes * 8 / n, "bpw_after": self.dst_bytes * 8 / n,
+            "warnings": self.warnings,
+            "tensors": [{"name": t.name, "shape": list(t.shape), "type_before": t.src_type.name,
+                         "type_after": t.dst_type.name, "bytes_before": t.src_bytes, "bytes_after": t.dst_bytes}
+                        for t in self.tensors],
+        }
+
+
+def _first(v, default: int = 0) -> int:
+    if v is None:
+        return default
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return int(v[0]) if len(v) else default
+    return int(v)
+
+
+def model_info(f: GGUFFile) -> ModelInfo:
+    """The hparams the mixture rules read (block_count, expert_count, n_gqa of layer 0)."""
+    arch = f.arch
+    n_layer = f.require(Keys.LLM.BLOCK_COUNT)
+    n_head = _first(f.get(Keys.Attention.HEAD_COUNT))
+    n_head_kv = _first(f.get(Keys.Attention.HEAD_COUNT_KV), n_head)
+    return ModelInfo(arch=arch, n_layer=int(n_layer), n_expert=_first(f.get(Keys.LLM.EXPERT_COUNT)),
+                     n_gqa=(n_head // n_head_kv) if n_head_kv else 0)
+
+
+def make_plan(f: GGUFFile, ftype_name: str, opts: Options | None = None, allow_requantize: bool = False) -> QuantPlan:
+    """Choose every tensor's output type the way llama-quantize would.
+
+    Raises:
+        InputError: unknown type name; a quantized input without ``allow_requantize``.
+        UnsupportedError: a tensor to convert has a source type quants.c cannot read.
+    """
+    ft = file_type(ftype_name)
+    opts = opts or Options()
+    names = llama_tensor_order(f.tensors)
+    chooser = TypeChooser(model_info(f), ft.ftype, ft.default, opts, names)
+    plan = QuantPlan(f.path, f.arch, ft, [])
+    for name in names:
+        ti = f.tensors[name]
+        c = chooser.choose(name, ti.shape, ti.type)
+        dst = c.type
+        if dst != ti.type:
+            require_supported_source(ti.type, name, f.path)
+            if ti.type in QUANTIZED and not allow_requantize:
+                raise InputError(f"{f.path}: tensor {name!r} is already quantized ({ti.type.name}); requantizing "
+                                 f"to {dst.name} loses accuracy and is disabled: pass --allow-requantize")
+        if c.fallback:
+            plan.warnings.append(c.fallback)
+        n_rows = 1
+        for d in ti.shape[1:]:
+            n_rows *= int(d)
+        dst_bytes = ti.nbytes if dst == ti.type else n_rows * row_nbytes(dst, int(ti.shape[0]))
+        plan.tensors.append(TensorPlan(name, tuple(ti.shape), ti.type, dst, ti.nbytes, dst_bytes, ti.offset, c.fallback))
+    for pat, hits in chooser.pattern_hits.items():
+        if hits == 0:
+            plan.warnings.append(f"--tensor-type {pat!r} matched no quantizable tensor")
+    return plan
+
+
+@dataclass
+class Summary:
+    plan: QuantPlan
+    output: str
+    wall_s: float
+    peak_rss_mb: float
+    band_mb: float
+    n_threads: int
+
+    def to_dict(self) -> dict:
+        d = self.plan.to_dict()
+        d.update(output=self.output, wall_s=self.wall_s, peak_rss_mb=self.peak_rss_mb, band_mb=self.band_mb,
+                 threads=self.n_threads)
+        return d
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _copy_metadata(src: GGUFFile, w: GGUFStreamWriter, ftype: int) -> None:
+    """Copy every key/value of ``src`` (raw, strings as bytes), then the two keys llama-quantize sets."""
+    skip = {Keys.General.ARCHITECTURE, Keys.General.QUANTIZATION_VERSION, Keys.General.FILE_TYPE,
+            gguf.Keys.Split.LLM_KV_SPLIT_NO, gguf.Keys.Split.LLM_KV_SPLIT_COUNT, gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT}
+    VT = gguf.GGUFValueType
+    # gguf_io.GGUFFile wraps gguf-py's reader; its fields keep each value's exact type
+    for key, fld in src._r.fields.items():  # noqa: SLF001 (raw field access, types preserved)
+        if key.startswith("GGUF.") or key in skip:
+            continue
+        vt = VT(fld.types[0])
+        if vt == VT.ARRAY:
+            sub = VT(fld.types[-1])
+            if sub == VT.STRING:
+                val = [bytes(fld.parts[i]) for i in fld.data]
+            else:
+                val = [fld.parts[i][0].item() for i in fld.data]
+            if not val:
+                raise InputError(f"{src.path}: key {key!r} is an empty array (not supported by the GGUF writer)")
+            w.kv.add_key_value(key, val, vt, sub_type=sub)
+        elif vt == VT.STRING:
+            w.kv.add_key_value(key, bytes(fld.parts[fld.data[0]]), vt)
+        else:
+            w.kv.add_key_value(key, fld.parts[fld.data[0]][0].item(), vt)
+        if key == Keys.General.ALIGNMENT:
+            w.kv.data_alignment = int(fld.parts[fld.data[0]][0])
+    w.kv.add_uint32(Keys.General.QUANTIZATION_VERSION, GGML_QNT_VERSION)
+    w.kv.add_uint32(Keys.General.FILE_TYPE, ftype)
+
+
+class _Buffers:
+    """Reused band buffers, grown on demand (np.empty: pages are touched only when used)."""
+
+    def __init__(self):
+        self._b: dict[str, np.ndarray] = {}
+
+    def get(self, key: str, n: int, dtype) -> np.ndarray:
+        b = self._b.get(key)
+        if b is None or b.size < n:
+            self._b.pop(key, None)
+            b = np.empty(max(n, 1), dtype)
+            self._b[key] = b
+        return b[:n]
+
+
+def _pread_into(fd: int, buf, offset: int, path: str) -> None:
+    mv = memoryview(buf).cast("B")
+    done = 0
+    while done < len(mv):
+        n = os.preadv(fd, [mv[done:]], offset + done)
+        if n <= 0:
+            raise InputError(f"{path}: unexpected end of file at byte {offset + done}")
+        done += n
+
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | None = None, *,
+                  n_threads: int | None = None, band_mb: float = 256.0, allow_requantize: bool = False,
+                  dry_run: bool = False, progress: ProgressFn | None = None) -> Summary:
+    """Quantize GGUF ``in_path`` to ``out_path`` with file type ``ftype_name`` (``"Q4_K_M"``).
+
+    n_threads: C threads per band (default: all CPUs).  band_mb: MiB of float32 rows staged
+    per band.  progress(done_elements, total_elements, tensor_name) is called after each band.
+
+    Raises:
+        InputError: unknown type, not GGUF / truncated input, OUT is IN, requantize refused.
+        UnsupportedError: a source tensor type that cannot be read.
+        ResourceError: disk full.
+    """
+    t0 = time.perf_counter()
+    if band_mb <= 0:
+        raise InputError(f"--band-mb must be positive, got {band_mb}")
+    if not dry_run and os.path.abspath(in_path) == os.path.abspath(out_path):
+        raise InputError(f"{out_path}: output would overwrite the input")
+    n_threads = max(1, int(n_threads or os.cpu_count() or 1))
+    f = GGUFFile(in_path)
+    plan = make_plan(f, ftype_name, opts, allow_requantize)
+    for msg in plan.warnings:
+        log.warning("%s", msg)
+    if dry_run:
+        return Summary(plan, "", time.perf_counter() - t0, peak_rss_mb(), band_mb, n_threads)
+
+    band_bytes = int(band_mb * 2**20)
+    total = sum(t.n_elements for t in plan.tensors)
+    done = 0
+    bufs = _Buffers()
+    fd = os.open(in_path, os.O_RDONLY)
+    try:
+        with atomic_output(out_path, inputs=(in_path,)) as tmp:
+            w = GGUFStreamWriter(tmp, f.arch)
+            try:
+                _copy_metadata(f, w, int(plan.ftype.ftype))
+                for t in plan.tensors:
+                    # llama-quantize writes ggml_n_dims dims: trailing 1s dropped ([512, 1] -> [512])
+                    w.add_tensor(t.name, tuple(reversed(t.shape[:n_dims(t.shape)])), t.dst_type)
+                w.begin_data()
+                for t in plan.tensors:
+                    if t.src_type == t.dst_type:
+                        _copy_tensor(fd, in_path, w, t, bufs, band_bytes)
+                    else:
+                        _convert_tensor(fd, in_path, w, t, bufs, band_bytes, n_threads,
+                                        lambda n, name=t.name: progress(done + n, total, name) if progress else None)
+                    done += t.n_elements
+                    if progress:
+                        progress(done, total, t.name)
+                w.close()
+            except BaseException:
+                w.abort()
+                raise
+    except OSError as e:
+        raise ResourceError(f"{out_path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return Summary(plan, out_path, time.perf_counter() - t0, peak_rss_mb(), band_mb, n_threads)
+
+
+def _copy_tensor(fd: int, path: str, w: GGUFStreamWriter, t: TensorPlan, bufs: _Buffers, band_bytes: int) -> None:
+    """Unchanged type: copy the bytes in slabs of whole rows."""
+    row = t.src_bytes // max(1, t.n_rows)
+    slab = max(row, (band_bytes // max(1, row)) * row) if row else t.src_bytes
+    off = 0
+    while off < t.src_bytes:
+        n = min(slab, t.src_bytes - off)
+        buf = bufs.get("raw", n, np.uint8)
+        _pread_into(fd, buf, t.offset + off, path)
+        w.write(t.name, buf)
+        off += n
+
+
+def _convert_tensor(fd: int, path: str, w: GGUFStreamWriter, t: TensorPlan, bufs: _Buffers, band_bytes: int,
+                    n_threads: int, on_band: Callable[[int], None]) -> None:
+    """Dequantize (if needed) and quantize one tensor, a band of whole rows at a time."""
+    n_per_row, n_rows = t.n_per_row, t.n_rows
+    src_row = row_nbytes(t.src_type, n_per_row)
+    dst_row = row_nbytes(t.dst_type, n_per_row)
+    rows_per_band = max(1, min(n_rows, band_bytes // (4 * n_per_row)))
+    for r0 in range(0, n_rows, rows_per_band):
+        nr = min(rows_per_band, n_rows - r0)
+        f32 = bufs.get("f32", nr * n_per_row, np.float32)
+        if t.src_type == GGMLType.F32:
+            _pread_into(fd, f32, t.offset + r0 * src_row, path)
+        else:
+            raw = bufs.get("raw", nr * src_row, np.uint8)
+            _pread_into(fd, raw, t.offset + r0 * src_row, path)
+            _native.dequantize_rows(t.src_type, raw, f32, nr, n_per_row, n_threads)
+        out = bufs.get("out", nr * dst_row, np.uint8)
+        _native.quantize_rows(t.dst_type, f32, out, nr, n_per_row, n_threads)
+        w.write(t.name, out)
+        on_band((r0 + nr) * n_per_row)
