@@ -1,0 +1,165 @@
+"""`toolkit run [-m MODEL.gguf] PROMPT`: generate text with the C runtime.
+
+Text streams to stdout as it is generated, timings go to stderr.  Like llama-cli, the prompt is
+echoed before the generated text unless ``--no-display-prompt``; ``--json`` prints one object
+instead (nothing streamed).  The prompt is tokenized with the file's BOS rule and with special
+tokens (``<|endoftext|>``...) parsed, as llama-cli does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+from typing import Optional
+
+import numpy as np
+import typer
+
+from toolkit.cli.app import app, err_console
+from toolkit.errors import InputError
+
+DEFAULT_MODEL = pathlib.Path(__file__).resolve().parent.parent / "data" / "default.gguf"
+
+
+def resolve_model(model: Optional[str]) -> str:
+    """-m when given, else the packaged default model; InputError when neither exists."""
+    if model is not None:
+        if not os.path.isfile(model):
+            raise InputError(f"{model}: no such model file (-m/--model)")
+        return model
+    if DEFAULT_MODEL.is_file():
+        return str(DEFAULT_MODEL)
+    raise InputError(f"no model given and no packaged default model at {DEFAULT_MODEL}; "
+                     f"pass one with -m/--model MODEL.gguf")
+
+
+def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
+    """"1,2,3" -> [1, 2, 3]; InputError naming --tokens for a non-integer or out-of-range id."""
+    ids = []
+    for part in spec.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise InputError(f"--tokens: {part!r} is not an integer token id") from None
+        if not 0 <= v < n_vocab:
+            raise InputError(f"--tokens: id {v} is outside the vocabulary [0, {n_vocab})")
+        ids.append(v)
+    if not ids:
+        raise InputError("--tokens: no token ids given")
+    return ids
+
+
+def save_npy_atomic(path: str, arr: np.ndarray) -> None:
+    """Write ``arr`` as .npy at ``path`` through atomic_output (nothing half-written is left)."""
+    from toolkit.gguf_io import atomic_output
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as fh:   # a file object: np.save would append ".npy" to a name
+            np.save(fh, arr)
+
+
+@app.command()
+def run(
+    prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin."),
+    model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
+    n_predict: int = typer.Option(128, "-n", "--n-predict", help="Tokens to generate (-1: until end of generation or a full context)."),
+    temp: float = typer.Option(0.8, "--temp", help="Temperature; 0 = greedy (argmax)."),
+    top_k: int = typer.Option(40, "--top-k", help="Keep the k most likely tokens (0: off)."),
+    top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling threshold (1.0: off)."),
+    min_p: float = typer.Option(0.05, "--min-p", help="Drop tokens below min_p x the top probability (0: off)."),
+    seed: int = typer.Option(-1, "--seed", help="Random seed (-1: random; the seed used is in --json)."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens."),
+    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="CPU threads (default: TOOLKIT_THREADS or all cores)."),
+    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", help="Tokens per micro-batch when decoding the prompt."),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
+    logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape [n_prompt, n_vocab], to this .npy file."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
+    display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Echo the prompt before the generated text (llama-cli's default)."),
+) -> None:
+    """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
+    from toolkit.runtime.generate import generate
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.tokenizer import Tokenizer
+
+    # ---- flags that need no model -------------------------------------------------------
+    if tokens is not None and prompt is not None:
+        raise InputError("give either a PROMPT or --tokens, not both")
+    if tokens is None and prompt is None:
+        raise InputError("no prompt: give PROMPT (or '-' for stdin) or --tokens 1,2,3")
+    if ctx_size <= 0:
+        raise InputError(f"--ctx-size must be > 0, got {ctx_size}")
+    if ubatch <= 0:
+        raise InputError(f"--ubatch must be > 0, got {ubatch}")
+    if threads is not None and threads <= 0:
+        raise InputError(f"--threads must be > 0, got {threads}")
+    if n_predict < -1:
+        raise InputError(f"--n-predict must be >= -1, got {n_predict}")
+    if seed < -1:
+        raise InputError(f"--seed must be >= -1, got {seed}")
+    params = SamplerParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=None if seed == -1 else seed)
+    params.validate()
+    if logits_out is not None:
+        d = os.path.dirname(os.path.abspath(logits_out))
+        if not os.path.isdir(d):
+            raise InputError(f"--logits-out {logits_out}: directory {d} does not exist")
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    path = resolve_model(model)
+
+    from toolkit.runtime import Context, Model
+
+    m = Model(path, n_threads=threads)
+    try:
+        tok = Tokenizer.from_gguf(m.gguf)
+        n_vocab = int(m.hparams.n_vocab)
+        if tokens is not None:
+            prompt_ids = parse_token_ids(tokens, n_vocab)
+        else:
+            prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
+            if not prompt_ids:
+                raise InputError("the prompt is empty after tokenization (and the model adds no BOS)")
+        if len(prompt_ids) > ctx_size:
+            raise InputError(f"the prompt has {len(prompt_ids)} tokens, more than --ctx-size {ctx_size}")
+        ctx = Context(m, n_ctx=ctx_size, n_seq_max=1, n_ubatch=ubatch, n_threads=threads)
+        sampler = Sampler(params)
+
+        out = sys.stdout
+        if not as_json and display_prompt:
+            out.write(tok.decode(prompt_ids) if tokens is None else tok.decode(prompt_ids, strip_space_prefix=False))
+            out.flush()
+
+        def on_text(s: str) -> None:
+            if not as_json:
+                out.write(s)
+                out.flush()
+
+        res = generate(ctx, tok, prompt_ids, n_predict, sampler, on_text=on_text,
+                       prompt_logits=logits_out is not None)
+        if logits_out is not None and res.prompt_logits is not None:
+            save_npy_atomic(logits_out, res.prompt_logits)
+        if as_json:
+            obj = {
+                "model": path,
+                "prompt_tokens": res.prompt_tokens,
+                "tokens": res.tokens,
+                "text": res.text,
+                "stop_reason": res.stop_reason,
+                "timings": res.timings.to_dict(),
+                "sampling": sampler.to_dict(),
+                "n_ctx": ctx_size,
+                "n_vocab": n_vocab,
+            }
+            if logits_out is not None:
+                obj["logits_out"] = logits_out
+            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        else:
+            out.write("\n")
+        out.flush()
+        err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
+        if res.interrupted:
+            err_console.print("interrupted", highlight=False)
+            raise typer.Exit(130)
+    finally:
+        m.close()
