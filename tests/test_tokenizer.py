@@ -239,3 +239,98 @@ def test_hf_json_route(tmp_path):
     assert tok.encode(s, add_special=False) == ref.encode(s, add_special_tokens=False).ids
     assert tok.decode(tok.encode(s, add_special=False)) == s
     assert tok.is_eog(0) and tok.piece(0) == b""
+
+
+def test_metadata_bpe_equals_hf_json_on_the_same_vocab(gpt2):
+    """llama.cpp's mamba-tiny GGUF (tokens + merges + pre 'gpt-2', no HF json) tokenizes every
+    test string exactly like the checkpoint's own tokenizer.json."""
+    from tokenizers import Tokenizer as HFTokenizer
+    here = pathlib.Path(__file__).parent / "fixtures"
+    tok = Tokenizer.from_gguf(GGUFFile(here / "llamacpp" / "mamba-tiny.f32.gguf"))
+    ref = HFTokenizer.from_file(str(here / "hf" / "mamba-tiny" / "tokenizer.json"))
+    assert tok.kind == "gpt2"
+    for s, _ in read_cases(GPT2):
+        assert tok.encode(s, add_special=False) == ref.encode(s, add_special_tokens=False).ids, s
+
+
+# ---- SentencePiece: our tokenizers-BPE construction vs llama.cpp's bigram algorithm ---------
+def llamacpp_spm(text: str, vocab: dict[str, int], scores: list[float], add_space_prefix=True) -> list[int]:
+    """A transcription of llama.cpp's llm_tokenizer_spm_session::tokenize (src/llama-vocab.cpp):
+    symbols are UTF-8 characters; the adjacent pair whose concatenation is a vocab entry with the
+    highest score merges first (ties: leftmost); leftover symbols not in the vocab become <0xXX>."""
+    import heapq
+    if add_space_prefix:
+        text = " " + text
+    text = text.replace(" ", SP)
+    sym = [[c, i - 1, i + 1] for i, c in enumerate(text)]   # text, prev, next
+    if sym:
+        sym[-1][2] = -1
+    heap: list = []
+    rev: dict[str, tuple[int, int]] = {}
+
+    def add(left, right):
+        if left < 0 or right < 0:
+            return
+        t = sym[left][0] + sym[right][0]
+        if t not in vocab:
+            return
+        heapq.heappush(heap, (-scores[vocab[t]], left, right, len(t)))
+        rev[t] = (left, right)
+
+    for i in range(1, len(sym)):
+        add(i - 1, i)
+    while heap:
+        _, left, right, size = heapq.heappop(heap)
+        ls, rs = sym[left], sym[right]
+        if not ls[0] or not rs[0] or len(ls[0]) + len(rs[0]) != size:
+            continue
+        ls[0] += rs[0]
+        rs[0] = ""
+        ls[2] = rs[2]
+        if rs[2] >= 0:
+            sym[rs[2]][1] = left
+        add(ls[1], left)
+        add(left, ls[2])
+    out: list[int] = []
+    i = 0 if sym else -1
+    while i >= 0:
+        t = sym[i][0]
+        if t in vocab:
+            out.append(vocab[t])
+        else:
+            out.extend(vocab[f"<0x{b:02X}>"] for b in t.encode("utf-8"))
+        i = sym[i][2]
+    return out
+
+
+def test_spm_matches_llamacpp_algorithm_on_random_vocabs(tmp_path):
+    import numpy as np
+    alphabet = ["a", "b", "c", "d", SP]
+    n_ok = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+        types = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL] + [TOKEN_BYTE] * 256
+        pieces = set(alphabet)
+        while len(pieces) < 40:
+            pieces.add("".join(rng.choice(alphabet, size=int(rng.integers(2, 5)))))
+        pieces = sorted(pieces)
+        toks += pieces
+        types += [TOKEN_NORMAL] * len(pieces)
+        scores = [0.0] * 259 + list(rng.permutation(len(pieces)).astype(float) * -1.0 - 1.0)  # distinct
+        out = tmp_path / f"spm{seed}.gguf"
+        w = gguf.GGUFWriter(str(out), "llama")
+        w.add_tokenizer_model("llama")
+        w.add_token_list(toks); w.add_token_scores(scores); w.add_token_types(types)
+        w.add_bos_token_id(1); w.add_eos_token_id(2); w.add_unk_token_id(0)
+        w.write_header_to_file(); w.write_kv_data_to_file(); w.write_ti_data_to_file(); w.close()
+        tok = Tokenizer.from_gguf(GGUFFile(out))
+        vocab = {t: i for i, t in enumerate(toks)}
+        for _ in range(10):
+            chars = rng.choice(["a", "b", "c", "d", " ", "é"], size=int(rng.integers(1, 30)))
+            s = "".join(chars)
+            want = llamacpp_spm(s, vocab, scores)
+            assert tok.encode(s, add_special=False) == want, (seed, s)
+            assert tok.decode(want) == s
+            n_ok += 1
+    assert n_ok == 400
