@@ -74,7 +74,7 @@ def run(
     threads: Optional[int] = typer.Option(None, "-t", "--threads", help="CPU threads (default: TOOLKIT_THREADS or all cores)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", help="Tokens per micro-batch when decoding the prompt."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
-    logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape [n_prompt, n_vocab], to this .npy file."),
+    logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
     display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Echo the prompt before the generated text (llama-cli's default)."),
 ) -> None:
