@@ -165,8 +165,8 @@ def test_tensor_type_override_and_pure():
 
 
 def test_dry_run_plan_sizes():
-    from toolkit.gguf_io import GGUFFile
-    p = make_plan(GGUFFile(SRC), "Q4_K_M")
+    from toolkit.quantize.header import GGUFHeader
+    p = make_plan(GGUFHeader(SRC), "Q4_K_M")
     assert p.ftype.ftype == FileType.MOSTLY_Q4_K_M
     assert p.dst_bytes < p.src_bytes
     with open(os.path.join(FIX, "quant", "bamba-small.Q4_K_M.json")) as fh:

@@ -4,8 +4,9 @@ For each tensor, in llama.cpp's order (:func:`~toolkit.quantize.rules.llama_tens
 a band of whole rows is read from the input with ``os.preadv`` into a reused buffer,
 dequantized to float32 (any source type quants.c reads) and quantized to the target type in
 C (``n_threads`` pthreads), then appended to the output through ``GGUFStreamWriter``; sizes
-are exact and declared up front.  At most ``band_mb`` MiB of float32 is staged per band (plus
-the band's source and output bytes), so peak memory does not depend on the largest tensor.
+are exact and declared up front.  A band holds at most ``band_mb`` MiB in all (float32 rows,
+their source bytes, and two output slots: one being written on a background thread while the
+next band is computed), so peak memory does not depend on the largest tensor.
 Rows are independent, so the band size never changes a byte of the output.
 
 Metadata: every key of the input is copied in order, then ``general.quantization_version``
@@ -18,6 +19,7 @@ import logging
 import os
 import resource
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,8 +27,9 @@ import gguf
 import numpy as np
 
 from toolkit.errors import InputError, ResourceError
-from toolkit.gguf_io import GGMLType, GGUFFile, GGUFStreamWriter, Keys, atomic_output, k, row_nbytes
+from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes
 from toolkit.quantize import _native
+from toolkit.quantize.header import GGUFHeader
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
 from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source
 
@@ -113,7 +116,7 @@ def _first(v, default: int = 0) -> int:
     return int(v)
 
 
-def model_info(f: GGUFFile) -> ModelInfo:
+def model_info(f: GGUFHeader) -> ModelInfo:
     """The hparams the mixture rules read (block_count, expert_count, n_gqa of layer 0)."""
     arch = f.arch
     n_layer = f.require(Keys.LLM.BLOCK_COUNT)
@@ -123,7 +126,7 @@ def model_info(f: GGUFFile) -> ModelInfo:
                      n_gqa=(n_head // n_head_kv) if n_head_kv else 0)
 
 
-def make_plan(f: GGUFFile, ftype_name: str, opts: Options | None = None, allow_requantize: bool = False) -> QuantPlan:
+def make_plan(f: GGUFHeader, ftype_name: str, opts: Options | None = None, allow_requantize: bool = False) -> QuantPlan:
     """Choose every tensor's output type the way llama-quantize would.
 
     Raises:
@@ -178,31 +181,18 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _copy_metadata(src: GGUFFile, w: GGUFStreamWriter, ftype: int) -> None:
-    """Copy every key/value of ``src`` (raw, strings as bytes), then the two keys llama-quantize sets."""
+def _copy_metadata(src: GGUFHeader, w: GGUFStreamWriter, ftype: int) -> None:
+    """Copy every key/value of ``src`` with its exact value type, then the two keys llama-quantize sets."""
     skip = {Keys.General.ARCHITECTURE, Keys.General.QUANTIZATION_VERSION, Keys.General.FILE_TYPE,
             gguf.Keys.Split.LLM_KV_SPLIT_NO, gguf.Keys.Split.LLM_KV_SPLIT_COUNT, gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT}
-    VT = gguf.GGUFValueType
-    # gguf_io.GGUFFile wraps gguf-py's reader; its fields keep each value's exact type
-    for key, fld in src._r.fields.items():  # noqa: SLF001 (raw field access, types preserved)
-        if key.startswith("GGUF.") or key in skip:
+    for kv in src.kv:
+        if kv.key in skip:
             continue
-        vt = VT(fld.types[0])
-        if vt == VT.ARRAY:
-            sub = VT(fld.types[-1])
-            if sub == VT.STRING:
-                val = [bytes(fld.parts[i]) for i in fld.data]
-            else:
-                val = [fld.parts[i][0].item() for i in fld.data]
-            if not val:
-                raise InputError(f"{src.path}: key {key!r} is an empty array (not supported by the GGUF writer)")
-            w.kv.add_key_value(key, val, vt, sub_type=sub)
-        elif vt == VT.STRING:
-            w.kv.add_key_value(key, bytes(fld.parts[fld.data[0]]), vt)
-        else:
-            w.kv.add_key_value(key, fld.parts[fld.data[0]][0].item(), vt)
-        if key == Keys.General.ALIGNMENT:
-            w.kv.data_alignment = int(fld.parts[fld.data[0]][0])
+        if kv.type == gguf.GGUFValueType.ARRAY and not kv.value:
+            raise InputError(f"{src.path}: key {kv.key!r} is an empty array (not supported by the GGUF writer)")
+        w.kv.add_key_value(kv.key, kv.value, kv.type, sub_type=kv.sub_type)
+        if kv.key == Keys.General.ALIGNMENT:
+            w.kv.data_alignment = int(kv.value)
     w.kv.add_uint32(Keys.General.QUANTIZATION_VERSION, GGML_QNT_VERSION)
     w.kv.add_uint32(Keys.General.FILE_TYPE, ftype)
 
@@ -240,8 +230,8 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
                   dry_run: bool = False, progress: ProgressFn | None = None) -> Summary:
     """Quantize GGUF ``in_path`` to ``out_path`` with file type ``ftype_name`` (``"Q4_K_M"``).
 
-    n_threads: C threads per band (default: all CPUs).  band_mb: MiB of float32 rows staged
-    per band.  progress(done_elements, total_elements, tensor_name) is called after each band.
+    n_threads: C threads per band (default: all CPUs).  band_mb: MiB staged per band (float32
+    rows + source rows + output slots).  progress(done_elements, total_elements, tensor_name) is called after each band.
 
     Raises:
         InputError: unknown type, not GGUF / truncated input, OUT is IN, requantize refused.
@@ -254,7 +244,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
     if not dry_run and os.path.abspath(in_path) == os.path.abspath(out_path):
         raise InputError(f"{out_path}: output would overwrite the input")
     n_threads = max(1, int(n_threads or os.cpu_count() or 1))
-    f = GGUFFile(in_path)
+    f = GGUFHeader(in_path)
     plan = make_plan(f, ftype_name, opts, allow_requantize)
     for msg in plan.warnings:
         log.warning("%s", msg)
@@ -269,6 +259,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
     try:
         with atomic_output(out_path, inputs=(in_path,)) as tmp:
             w = GGUFStreamWriter(tmp, f.arch)
+            out = _Writer(w)
             try:
                 _copy_metadata(f, w, int(plan.ftype.ftype))
                 for t in plan.tensors:
@@ -277,15 +268,17 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
                 w.begin_data()
                 for t in plan.tensors:
                     if t.src_type == t.dst_type:
-                        _copy_tensor(fd, in_path, w, t, bufs, band_bytes)
+                        _copy_tensor(fd, in_path, out, t, bufs, band_bytes)
                     else:
-                        _convert_tensor(fd, in_path, w, t, bufs, band_bytes, n_threads,
+                        _convert_tensor(fd, in_path, out, t, bufs, band_bytes, n_threads,
                                         lambda n, name=t.name: progress(done + n, total, name) if progress else None)
                     done += t.n_elements
                     if progress:
                         progress(done, total, t.name)
+                out.drain()
                 w.close()
             except BaseException:
+                out.drain(raise_errors=False)
                 w.abort()
                 raise
     except OSError as e:
@@ -295,26 +288,65 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
     return Summary(plan, out_path, time.perf_counter() - t0, peak_rss_mb(), band_mb, n_threads)
 
 
-def _copy_tensor(fd: int, path: str, w: GGUFStreamWriter, t: TensorPlan, bufs: _Buffers, band_bytes: int) -> None:
+class _Writer:
+    """Writes bands on one background thread while the next band is computed.
+
+    Two output slots alternate: a slot is reused only after its previous write finished, so at
+    most two output bands exist at a time.  Errors surface on the next call or at drain().
+    """
+
+    def __init__(self, w: GGUFStreamWriter):
+        self.w = w
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gguf-write")
+        self.pending: list[Future] = []
+        self.slot = 0
+
+    def next_slot(self) -> str:
+        """Name of the output buffer to fill next (waits until its last write is done)."""
+        self.slot ^= 1
+        if len(self.pending) >= 2:
+            self.pending.pop(0).result()
+        return f"out{self.slot}"
+
+    def write(self, name: str, buf) -> None:
+        self.pending.append(self.pool.submit(self.w.write, name, buf))
+
+    def drain(self, raise_errors: bool = True) -> None:
+        try:
+            for fut in self.pending:
+                fut.result() if raise_errors else fut.exception()
+        finally:
+            self.pending.clear()
+            self.pool.shutdown(wait=True)
+
+
+def _copy_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buffers, band_bytes: int) -> None:
     """Unchanged type: copy the bytes in slabs of whole rows."""
     row = t.src_bytes // max(1, t.n_rows)
-    slab = max(row, (band_bytes // max(1, row)) * row) if row else t.src_bytes
+    slab = max(row, (band_bytes // 2 // max(1, row)) * row) if row else t.src_bytes
     off = 0
     while off < t.src_bytes:
         n = min(slab, t.src_bytes - off)
-        buf = bufs.get("raw", n, np.uint8)
+        buf = bufs.get(out.next_slot(), n, np.uint8)
         _pread_into(fd, buf, t.offset + off, path)
-        w.write(t.name, buf)
+        out.write(t.name, buf)
         off += n
 
 
-def _convert_tensor(fd: int, path: str, w: GGUFStreamWriter, t: TensorPlan, bufs: _Buffers, band_bytes: int,
+def band_rows(n_per_row: int, src_row: int, dst_row: int, n_rows: int, band_bytes: int) -> int:
+    """Rows per band so that float32 rows + source rows + two output slots fit in band_bytes
+    (at least one row)."""
+    per_row = 4 * n_per_row + src_row + 2 * dst_row
+    return max(1, min(n_rows, band_bytes // per_row))
+
+
+def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buffers, band_bytes: int,
                     n_threads: int, on_band: Callable[[int], None]) -> None:
     """Dequantize (if needed) and quantize one tensor, a band of whole rows at a time."""
     n_per_row, n_rows = t.n_per_row, t.n_rows
     src_row = row_nbytes(t.src_type, n_per_row)
     dst_row = row_nbytes(t.dst_type, n_per_row)
-    rows_per_band = max(1, min(n_rows, band_bytes // (4 * n_per_row)))
+    rows_per_band = band_rows(n_per_row, 0 if t.src_type == GGMLType.F32 else src_row, dst_row, n_rows, band_bytes)
     for r0 in range(0, n_rows, rows_per_band):
         nr = min(rows_per_band, n_rows - r0)
         f32 = bufs.get("f32", nr * n_per_row, np.float32)
@@ -324,7 +356,7 @@ def _convert_tensor(fd: int, path: str, w: GGUFStreamWriter, t: TensorPlan, bufs
             raw = bufs.get("raw", nr * src_row, np.uint8)
             _pread_into(fd, raw, t.offset + r0 * src_row, path)
             _native.dequantize_rows(t.src_type, raw, f32, nr, n_per_row, n_threads)
-        out = bufs.get("out", nr * dst_row, np.uint8)
-        _native.quantize_rows(t.dst_type, f32, out, nr, n_per_row, n_threads)
-        w.write(t.name, out)
+        q = bufs.get(out.next_slot(), nr * dst_row, np.uint8)
+        _native.quantize_rows(t.dst_type, f32, q, nr, n_per_row, n_threads)
+        out.write(t.name, q)
         on_band((r0 + nr) * n_per_row)
