@@ -14,6 +14,7 @@ import gguf
 
 from toolkit.errors import InputError
 from toolkit.gguf_io.constants import GGMLType, Keys, k
+from toolkit.gguf_io.layout import check_layout
 
 _MISSING = object()
 
@@ -49,12 +50,14 @@ class GGUFFile:
 
     Raises:
         InputError: the file is missing, not GGUF, truncated or inconsistent (message names it).
+        UnsupportedError: GGUF version other than 2/3, or big-endian.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
             raise InputError(f"{self.path}: no such file")
+        check_layout(self.path)   # bounds-checked header walk first: gguf-py trusts counts and lengths
         try:
             self._r = gguf.GGUFReader(self.path, "r")
         except Exception as e:  # gguf-py raises many kinds on malformed input
