@@ -27,6 +27,13 @@ from toolkit.gguf_io.constants import (
 )
 
 
+# value kinds of the hparam keys that are not int32 (for the type check in HParams.from_gguf)
+_FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE}
+_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED}
+_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES}
+
+
 class LayerKind(enum.IntEnum):
     """Mixer of one block.  Values are shared with the C runtime (tk_layer_kind)."""
 
@@ -107,14 +114,34 @@ class HParams:
         if arch not in SUPPORTED_ARCHES:
             raise UnsupportedError(f"{f.path}: architecture {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHES)}")
 
-        def req(key: str) -> Any:
-            return f.require(k(key, arch))
-
-        def opt(key: str, default: Any) -> Any:
-            return f.get(k(key, arch), default)
-
         def bad(key: str, why: str) -> InputError:
             return InputError(f"{f.path}: key {k(key, arch)!r} {why}")
+
+        def typed(key: str, v: Any) -> Any:
+            # every hparam is a number (or, for two keys, a per-layer list of ints); a value of
+            # another GGUF type, or an int that does not fit the C runtime's int32, is bad input
+            if v is None:
+                return v
+            if key in _LIST_KEYS and isinstance(v, list):
+                if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31 for x in v):
+                    raise bad(key, f"= {str(v)[:60]} must list integers in [0, 2**31)")
+                return v
+            if key in _BOOL_KEYS:
+                ok = isinstance(v, (bool, int))
+            elif key in _FLOAT_KEYS:
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            else:
+                ok = isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31
+            if not ok:
+                raise bad(key, f"= {str(v)[:60]!s} ({type(v).__name__}) is not a valid value "
+                               f"(expected {'a boolean' if key in _BOOL_KEYS else 'a number' if key in _FLOAT_KEYS else 'an int32'})")
+            return v
+
+        def req(key: str) -> Any:
+            return typed(key, f.require(k(key, arch)))
+
+        def opt(key: str, default: Any) -> Any:
+            return typed(key, f.get(k(key, arch), default))
 
         n_layer = int(req(Keys.LLM.BLOCK_COUNT))
         n_embd = int(req(Keys.LLM.EMBEDDING_LENGTH))
@@ -128,6 +155,8 @@ class HParams:
             if tok is None:
                 raise InputError(f"{f.path}: missing tensor 'token_embd.weight' (needed for the vocabulary size)")
             n_vocab = tok.shape[1] if len(tok.shape) == 2 else 0
+        if not 0 < n_vocab < 2**31:
+            raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
         hp = cls(
             arch=arch, n_vocab=int(n_vocab), n_embd=n_embd, n_layer=n_layer,
             n_ctx_train=int(opt(Keys.LLM.CONTEXT_LENGTH, 0)),

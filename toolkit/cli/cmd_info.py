@@ -14,17 +14,22 @@ from toolkit.cli.app import app
 def describe(path: str) -> dict[str, Any]:
     """Everything `info` shows, as plain data (the `--json` output)."""
     from toolkit.arch import HParams
+    from toolkit.errors import InputError
     from toolkit.gguf_io import GGUFFile, Keys
 
     f = GGUFFile(path)
     hp = HParams.from_gguf(f)
     tensors = [{"name": t.name, "shape": list(t.shape), "type": t.type.name, "bytes": t.nbytes} for t in f]
     toks = f.get(Keys.Tokenizer.LIST)
+    merges = f.get(Keys.Tokenizer.MERGES)
+    for key, v in ((Keys.Tokenizer.LIST, toks), (Keys.Tokenizer.MERGES, merges)):
+        if v is not None and not isinstance(v, list):
+            raise InputError(f"{path}: key {key!r} must be an array of strings, not a {type(v).__name__}")
     tok = {
         "model": f.get(Keys.Tokenizer.MODEL),
         "pre": f.get(Keys.Tokenizer.PRE),
         "n_tokens": len(toks) if toks is not None else 0,
-        "n_merges": len(f.get(Keys.Tokenizer.MERGES) or []),
+        "n_merges": len(merges or []),
         "bos_token_id": f.get(Keys.Tokenizer.BOS_ID),
         "eos_token_id": f.get(Keys.Tokenizer.EOS_ID),
         "padding_token_id": f.get(Keys.Tokenizer.PAD_ID),
