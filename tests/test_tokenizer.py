@@ -334,3 +334,34 @@ def test_spm_matches_llamacpp_algorithm_on_random_vocabs(tmp_path):
             assert tok.decode(want) == s
             n_ok += 1
     assert n_ok == 400
+
+
+def _vocab_file(tmp_path, name, **kv) -> pathlib.Path:
+    out = tmp_path / f"{name}.gguf"
+    w = gguf.GGUFWriter(str(out), "gpt2")
+    w.add_tokenizer_model(kv.pop("model", "gpt2"))
+    for key, (kind, val) in kv.items():
+        getattr(w, kind)(key.replace("__", "."), val)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_ti_data_to_file(); w.close()
+    return out
+
+
+@pytest.mark.parametrize("kv,msg", [
+    (dict(tokenizer__ggml__tokens=("add_array", ["a", "b"]), tokenizer__ggml__token_type=("add_array", [1]),
+          tokenizer__ggml__merges=("add_array", [])), "has 1 entries"),
+    (dict(tokenizer__ggml__tokens=("add_array", ["a", "b", "ab"]),
+          tokenizer__ggml__merges=("add_array", ["ab"])), "is not 'left right'"),
+    (dict(tokenizer__ggml__tokens=("add_array", [1, 2])), "array of strings"),
+    (dict(tokenizer__ggml__tokens=("add_array", ["a", "b", "ab"]), tokenizer__ggml__merges=("add_array", ["a b"]),
+          tokenizer__ggml__bos_token_id=("add_string", "x")), "integer token id"),
+    (dict(tokenizer__ggml__tokens=("add_array", ["a"])), "without 'tokenizer.ggml.merges'"),
+    (dict(tokenizer__huggingface__json=("add_string", "{not json")), "not a valid tokenizer.json"),
+    (dict(model="llama", tokenizer__ggml__tokens=("add_array", ["a", "b"]),
+          tokenizer__ggml__scores=("add_array", [0.0])), "has 1 entries"),
+])
+def test_malformed_tokenizer_metadata_is_input_error(tmp_path, kv, msg):
+    from toolkit.errors import InputError
+    path = _vocab_file(tmp_path, "bad", **kv)
+    with pytest.raises(InputError, match=msg) as e:
+        Tokenizer.from_gguf(GGUFFile(path))
+    assert str(path) in str(e.value)

@@ -195,6 +195,8 @@ class Tokenizer:
         hf_json = f.get(Keys.Tokenizer.HF_JSON)
         if tokens is None and hf_json is None:
             raise InputError(f"{path}: no tokenizer in the file (missing key {Keys.Tokenizer.LIST!r})")
+        if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
+            raise InputError(f"{path}: key {Keys.Tokenizer.LIST!r} must be an array of strings")
         model = f.get(Keys.Tokenizer.MODEL)
         if model is None:
             model = "gpt2" if hf_json is None else "hf"
@@ -221,6 +223,11 @@ class Tokenizer:
         else:
             if types is None:
                 types = [TOKEN_NORMAL] * len(tokens)
+            if not isinstance(types, list) or not all(isinstance(t, int) for t in types):
+                raise InputError(f"{path}: key {Keys.Tokenizer.TOKEN_TYPE!r} must be an array of integers")
+            if len(types) != len(tokens):
+                raise InputError(f"{path}: {Keys.Tokenizer.TOKEN_TYPE!r} has {len(types)} entries, "
+                                 f"{Keys.Tokenizer.LIST!r} has {len(tokens)}")
             if model == "gpt2":
                 hf = _build_bpe(f, tokens, types, pre)
                 decode_style = "byte-level"
@@ -244,6 +251,8 @@ class Tokenizer:
             v = f.get(key)
             if v is None:
                 return None
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InputError(f"{path}: key {key!r} must be an integer token id, got {v!r}")
             v = int(v)
             if not 0 <= v < len(tokens):
                 # llama.cpp ignores an out-of-range special id with a warning; so do we
@@ -395,6 +404,8 @@ def _build_bpe(f: GGUFFile, tokens: Sequence[str], types: Sequence[int], pre: st
                     f.path, pre, Keys.Tokenizer.PRE)
         family = "default"
     vocab = {t: i for i, t in enumerate(tokens)}
+    if not isinstance(merges_raw, list) or not all(isinstance(m, str) for m in merges_raw):
+        raise InputError(f"{f.path}: key {Keys.Tokenizer.MERGES!r} must be an array of strings")
     merges = [_split_merge(m, f.path) for m in merges_raw]
     model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre in _IGNORE_MERGES))
     hf = HFTokenizer(model)
@@ -411,6 +422,8 @@ def _build_spm(f: GGUFFile, tokens: Sequence[str], types: Sequence[int]):
     scores = f.get(Keys.Tokenizer.SCORES)
     if scores is None:
         scores = [0.0] * len(tokens)
+    if not isinstance(scores, list) or not all(isinstance(x, (int, float)) for x in scores):
+        raise InputError(f"{f.path}: key {Keys.Tokenizer.SCORES!r} must be an array of numbers")
     if len(scores) != len(tokens):
         raise InputError(f"{f.path}: {Keys.Tokenizer.SCORES!r} has {len(scores)} entries, "
                          f"{Keys.Tokenizer.LIST!r} has {len(tokens)}")
