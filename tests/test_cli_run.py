@@ -250,3 +250,15 @@ def test_sigint_subprocess_stops_cleanly():
     assert b"interrupted" in err and b"Traceback" not in err
     assert len(out) > 0            # what was generated before Ctrl-C was printed
     (first + out).decode("utf-8")  # and it is valid UTF-8 (no split character)
+
+
+def test_hybrid_model_stops_when_the_context_is_full(monkeypatch, capsys):
+    """Bamba (Mamba-2 + attention, KV cache of -c cells): -n -1 runs until the context is full;
+    every position 0..c-1 was decoded, the last sampled token needs no decode."""
+    bamba = MODEL.parent / "bamba-tiny.f32.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(bamba), PROMPT, "-c", "16", "-n", "-1",
+                       "--temp", "0", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["stop_reason"] == "ctx_full"
+    assert len(d["prompt_tokens"]) + len(d["tokens"]) == 16 + 1
