@@ -22,6 +22,7 @@ def test_greedy_is_argmax_first_of_ties():
     assert s.sample(logits_of(P)) == 1
     assert s.sample(np.array([1.0, 3.0, 3.0, 2.0], np.float32)) == 1
     assert Sampler(SamplerParams(temp=-1.0)).sample(np.array([[0.0, 5.0, 1.0]], np.float32)) == 1
+    assert s.sample(np.array([np.nan, 1.0, 2.0, np.nan], np.float32)) == 2
 
 
 def test_no_truncation_keeps_distribution():

@@ -77,7 +77,8 @@ class Sampler:
         if z.size == 0:
             raise InputError("cannot sample from an empty row of logits")
         if self.greedy:
-            return np.array([int(np.argmax(z))]), np.array([1.0])
+            zz = np.where(np.isnan(z), -np.inf, z)     # a NaN logit is never the argmax
+            return np.array([int(np.argmax(zz))]), np.array([1.0])
         p = self.params
         ids = np.arange(z.size)
         # drop -inf/NaN logits (masked tokens) but keep at least one
