@@ -82,8 +82,9 @@ static tk_status validate_table(const tk_table * tab) {
         for (int d = 0; d < 4; d++) {
             if (t->ne[d] <= 0 || (d >= t->n_dims && t->ne[d] != 1))
                 return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has invalid ne[%d] = %lld", tab->path, name, d, (long long) t->ne[d]);
-            if ((uint64_t) t->ne[d] > (UINT64_C(1) << 40) || nel > (UINT64_C(1) << 40))
-                return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' is implausibly large", tab->path, name);
+            /* nel * ne[d] <= 2^40 elements, checked by division so the product never wraps */
+            if ((uint64_t) t->ne[d] > (UINT64_C(1) << 40) || nel > (UINT64_C(1) << 40) / (uint64_t) t->ne[d])
+                return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' is implausibly large (more than 2^40 elements)", tab->path, name);
             nel *= (uint64_t) t->ne[d];
         }
         if (t->ne[0] % blck)
