@@ -44,6 +44,37 @@ class T:
     SSM_DT_NORM = gguf.TENSOR_NAMES[_M.SSM_DT_NORM]
     SSM_B_NORM = gguf.TENSOR_NAMES[_M.SSM_B_NORM]
     SSM_C_NORM = gguf.TENSOR_NAMES[_M.SSM_C_NORM]
+    # gated delta net (Qwen3-Next / Qwen3.5 / qwen4exp) and gated attention
+    ATTN_QKV = gguf.TENSOR_NAMES[_M.ATTN_QKV]
+    ATTN_GATE = gguf.TENSOR_NAMES[_M.ATTN_GATE]
+    ATTN_Q_NORM = gguf.TENSOR_NAMES[_M.ATTN_Q_NORM]
+    ATTN_K_NORM = gguf.TENSOR_NAMES[_M.ATTN_K_NORM]
+    SSM_ALPHA = gguf.TENSOR_NAMES[_M.SSM_ALPHA]
+    SSM_BETA = gguf.TENSOR_NAMES[_M.SSM_BETA]
+    FFN_GATE_INP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP_SHEXP]
+    PER_LAYER_TOKEN_EMBD = gguf.TENSOR_NAMES[_M.PER_LAYER_TOKEN_EMBD]
+    # qwen4exp names gguf 0.19 lacks, as llama.cpp 0c1e570's gguf-py TENSOR_NAMES spells them
+    INDEXER_Q_PROJ = "blk.{bid}.indexer.q_proj"
+    INDEXER_K_PROJ = "blk.{bid}.indexer.k_proj"
+    INDEXER_Q_NORM = "blk.{bid}.indexer.q_norm"
+    INDEXER_K_NORM = "blk.{bid}.indexer.k_norm"
+    HC_HEAD_NORM = "output_hc_norm"
+    HC_HEAD_DOWN = "output_hc_down"
+    HC_HEAD_UP = "output_hc_up"
+    HC_ATTN_NORM = "blk.{bid}.hc_attn_norm"
+    HC_ATTN_DOWN = "blk.{bid}.hc_attn_down"
+    HC_ATTN_UP = "blk.{bid}.hc_attn_up"
+    HC_ATTN_INJECT = "blk.{bid}.hc_attn_inject"
+    HC_FFN_NORM = "blk.{bid}.hc_ffn_norm"
+    HC_FFN_DOWN = "blk.{bid}.hc_ffn_down"
+    HC_FFN_UP = "blk.{bid}.hc_ffn_up"
+    HC_FFN_INJECT = "blk.{bid}.hc_ffn_inject"
+    PLE_KEY = "blk.{bid}.ple_key"
+    PLE_VALUE = "blk.{bid}.ple_value"
+    PLE_NORM_KEY = "blk.{bid}.ple_norm_key"
+    PLE_NORM_QUERY = "blk.{bid}.ple_norm_query"
+    PLE_NORM_CONV = "blk.{bid}.ple_norm_conv"
+    PLE_CONV1D = "blk.{bid}.ple_conv1d"
 
 
 def tn(template: str, bid: int | None = None, suffix: str = ".weight") -> str:

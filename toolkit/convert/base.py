@@ -75,6 +75,8 @@ class Family:
     hf_archs: ClassVar[tuple[str, ...]] = ()
     arch: ClassVar[str] = ""
     known: ClassVar[tuple[str, ...]] = ()
+    # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
+    int_known: ClassVar[tuple[str, ...]] = ()
     # llama.cpp pads the token list to a multiple of this (then the embedding rows decide)
     pad_vocab_multiple: ClassVar[int] = 1
 
@@ -90,7 +92,7 @@ class Family:
         for name, t in hf.tensors.items():
             if not any(r.fullmatch(name) for r in self._known):
                 raise InputError(f"{t.path}: unknown tensor name {name!r} for {hf.arch_name}")
-            if t.dtype not in FLOAT_DTYPES:
+            if t.dtype not in FLOAT_DTYPES and not any(re.fullmatch(p, name) for p in self.int_known):
                 raise UnsupportedError(f"{t.path}: tensor {name!r} has dtype {t.dtype}; supported: {', '.join(FLOAT_DTYPES)}")
 
     # ---- helpers for subclasses ---------------------------------------------------------

@@ -125,6 +125,8 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTens
             raw = np.frombuffer(mv, dtype=np_dtype).reshape(r1 - r0, row_len)
             if seg.perm is not None:
                 raw = raw[seg.perm[r0:r1] - r0]
+            if t.col_perm is not None:
+                raw = raw[:, t.col_perm]
             data = encode(raw, src.dtype, t.type, t.op)
             w.write(t.name, data)
             if progress:

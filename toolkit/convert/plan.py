@@ -97,8 +97,11 @@ class OutTensor:
     shape:     numpy (row-major) order; the GGUF ``ne`` is its reverse
     type:      ggml type written
     segments:  where the rows come from, in order
-    op:        None or "neg_exp" (A = -exp(A_log), computed in float64, rounded to float32)
+    op:        None, "neg_exp" (A = -exp(A_log), computed in float64, rounded to float32) or
+               "plus_one" (zero-centred norm gamma -> 1 + w)
     note:      the transform, for --dry-run
+    col_perm:  optional int array of length row_len: output column j <- source column col_perm[j]
+               of every row (a reorder along the last axis, e.g. out_proj input columns)
     """
 
     name: str
@@ -107,6 +110,7 @@ class OutTensor:
     segments: list[Segment]
     op: str | None = None
     note: str = ""
+    col_perm: np.ndarray | None = None
 
     @property
     def row_len(self) -> int:

@@ -32,6 +32,10 @@ class Keys:
         EMBEDDING_SCALE = gguf.Keys.LLM.EMBEDDING_SCALE
         RESIDUAL_SCALE = gguf.Keys.LLM.RESIDUAL_SCALE
         LOGIT_SCALE = gguf.Keys.LLM.LOGIT_SCALE
+        EXPERT_FEED_FORWARD_LENGTH = gguf.Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
+        FULL_ATTENTION_INTERVAL = gguf.Keys.LLM.FULL_ATTENTION_INTERVAL
+        # qwen4exp: row width of per_layer_token_embd (one PLE n-gram head)
+        EMBD_LENGTH_PER_LAYER_INP = gguf.Keys.LLM.EMBD_LENGTH_PER_LAYER_INP
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
@@ -42,11 +46,23 @@ class Keys:
         SCALE = gguf.Keys.Attention.SCALE
         # ours (not in gguf 0.19): explicit list of attention layers of a hybrid model
         LAYER_INDICES = "{arch}.attention.layer_indices"
+        # llama.cpp 0c1e570's gguf-py (not in gguf 0.19): per layer, tokens averaged into one QSA
+        # index block (0 = dense / not an indexed layer), INT32 array
+        COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
+        # llama.cpp 0c1e570's gguf-py (not in gguf 0.19): per layer, true = recurrent, BOOL array
+        RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+
+        class Indexer:
+            """QSA / DSA token indexer (gguf-py Keys.Attention.Indexer)."""
+            HEAD_COUNT = gguf.Keys.Attention.Indexer.HEAD_COUNT
+            KEY_LENGTH = gguf.Keys.Attention.Indexer.KEY_LENGTH
+            TOP_K = gguf.Keys.Attention.Indexer.TOP_K
 
     class Rope:
         DIMENSION_COUNT = gguf.Keys.Rope.DIMENSION_COUNT
         FREQ_BASE = gguf.Keys.Rope.FREQ_BASE
         SCALING_FINETUNED = gguf.Keys.Rope.SCALING_FINETUNED
+        DIMENSION_SECTIONS = gguf.Keys.Rope.DIMENSION_SECTIONS
 
     class SSM:
         CONV_KERNEL = gguf.Keys.SSM.CONV_KERNEL
@@ -57,6 +73,27 @@ class Keys:
         DT_B_C_RMS = gguf.Keys.SSM.DT_B_C_RMS
         # ours (not in gguf 0.19): Mamba-2 head dim (d_inner / n_head)
         HEAD_DIM = "{arch}.ssm.head_dim"
+
+    class HyperConnection:
+        """Hyper-connections (qwen4exp); llama.cpp 0c1e570's gguf-py ``Keys.HyperConnection``
+        (not in gguf 0.19)."""
+        COUNT = "{arch}.hyper_connection.count"          # residual streams (hc_count)
+        LOW_RANK = "{arch}.hyper_connection.low_rank"    # rank of the input mixer (hc_lowrank)
+
+    class PerLayerEmbedding:
+        """Per-layer n-gram hash embeddings, PLE (qwen4exp); llama.cpp 0c1e570's gguf-py
+        ``Keys.PerLayerEmbedding`` (not in gguf 0.19).  The hash constants are UINT64 arrays
+        (gguf-py ``_add_u64_array``): multipliers reach 2^45 (2^54 for a 512-token vocabulary),
+        which neither INT32 nor a float holds exactly."""
+        LAYERS = "{arch}.ple.layers"                       # 0-based layer ids, INT32 array
+        NGRAM_SIZE = "{arch}.ple.ngram_size"
+        HEADS_PER_NGRAM = "{arch}.ple.heads_per_ngram"
+        CONV_KERNEL = "{arch}.ple.conv_kernel"
+        LAYER_MULTIPLIERS = "{arch}.ple.layer_multipliers"  # UINT64 [ngram_size]
+        HEAD_OFFSETS = "{arch}.ple.head_offsets"            # UINT64 [(ngram_size - 1) * heads_per_ngram]
+        HEAD_VOCAB_SIZES = "{arch}.ple.head_vocab_sizes"    # UINT64 [(ngram_size - 1) * heads_per_ngram]
+        EOS_TOKEN_ID = "{arch}.ple.eos_token_id"
+        IMAGE_TOKEN_ID = "{arch}.ple.image_token_id"
 
     class Tokenizer:
         MODEL = gguf.Keys.Tokenizer.MODEL
@@ -91,6 +128,8 @@ ARCH_MAMBA = "mamba"
 ARCH_MAMBA2 = "mamba2"
 ARCH_GRANITE_HYBRID = "granitehybrid"
 ARCH_JAMBA = "jamba"
+# convert only (the runtime does not run it yet, so it is not in SUPPORTED_ARCHES)
+ARCH_QWEN4EXP = "qwen4exp"
 SUPPORTED_ARCHES = (ARCH_MAMBA, ARCH_MAMBA2, ARCH_GRANITE_HYBRID, ARCH_JAMBA)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT

@@ -6,8 +6,9 @@ from toolkit.convert.families.mamba import MambaFamily
 from toolkit.convert.families.mamba2 import Mamba2Family
 from toolkit.convert.families.granitehybrid import GraniteHybridFamily
 from toolkit.convert.families.jamba import JambaFamily
+from toolkit.convert.families.qwen4exp import Qwen4ExpFamily
 
-FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily)
+FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

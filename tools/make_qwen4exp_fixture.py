@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Write the tiny qwen4exp (Qwen3.8-Flash-Next) checkpoint under tests/fixtures/hf/qwen4exp-tiny.
+
+Needs torch + transformers >= 5.24 (models/qwen4_exp); run it in the dev venv, never in tests:
+
+    /tmp/venv-dev/bin/python tools/make_qwen4exp_fixture.py [OUT_DIR]
+
+What it makes (Qwen4ExpForCausalLM, float32, random weights, seed 0):
+- 4 layers: gated delta net at 0-2, indexed (QSA) attention at 3; MoE (4 experts, top 2) with a
+  gated shared expert everywhere; hyper-connections with hc_count 2, hc_lowrank 8.
+- linear attention with 2 key heads and 4 value heads (so the V-head reorder is not a no-op).
+- attention head_dim 64 with partial_rotary_factor 0.25 -> 16 rotary dims; interleaved M-RoPE
+  sections [3, 3, 2] (sum 8 = 16 / 2: they fit the rotary half, as llama.cpp requires).
+- PLE on layer 2 (1-based ``ple_layer_ids`` [2] -> 0-based layer 1, a linear-attention layer),
+  ngram_size 3, heads_per_ngram 2, ngram_vocab_size_base 50 -> head vocab sizes are the primes
+  53, 59, 61, 67; 240 rows padded to 256, saved by transformers as ``split_ngram_parts`` = 5
+  shards (52, 52, 52, 52, 48 rows: the last one is shorter), spread over several safetensors files
+  by a small ``max_shard_size``.  With vocab_size 512 the hash multipliers are up to ~2^54, above
+  2^53, so a float64 round trip would change them.
+- eos_token_id 2, written as an int; the 512-token byte-level BPE tokenizer of bamba-tiny.
+
+Every parameter is randomised (norm gammas around 0, since these RMSNorms compute x * (1 + w);
+the gated delta net's RMSNormGated around 1; A_log = log U(1, 16)), so a converter that drops
+the +1, misorders a head or misplaces a PLE shard row shows in the data.
+
+reference.npz: ``tokens`` int32 [24], ``logits`` float32 [24, 512] of one forward pass.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TOKENIZER_SRC = os.path.join(REPO, "tests", "fixtures", "hf", "bamba-tiny")
+
+TEXT_CONFIG = dict(
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    hidden_act="silu",
+    max_position_embeddings=4096,
+    initializer_range=0.08,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                     "mrope_section": [3, 3, 2], "mrope_interleaved": True},
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=32,
+    num_experts_per_tok=2,
+    num_experts=4,
+    hc_count=2,
+    hc_lowrank=8,
+    ple_layer_ids=[2],
+    ple_conv_kernel_size=4,
+    ngram_size=3,
+    heads_per_ngram=2,
+    ngram_vocab_size_base=50,
+    make_ngram_vocab_size_divisible_by=128,
+    seed=1234,
+    split_ngram_parts=5,
+    indexer_n_heads=2,
+    indexer_kv_heads=1,
+    indexer_head_dim=16,
+    indexer_budget=8,
+    indexer_compress_ratio=4,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def _spread_ple_shards(out: str) -> None:
+    """save_pretrained keeps the (small) PLE shards together in one file; move the odd-numbered
+    ones, highest first, into a file of their own and rewrite the index, so a converter has to
+    find them by name in more than one file and in no particular order."""
+    from safetensors.torch import load_file, save_file
+
+    index_path = os.path.join(out, "model.safetensors.index.json")
+    with open(index_path) as f:
+        index = json.load(f)
+    wm = index["weight_map"]
+    odd = sorted((n for n in wm if ".ngram_embedding.shard_" in n and int(n.split("shard_")[1].split(".")[0]) % 2),
+                 reverse=True)
+    src = wm[odd[0]]
+    tensors = load_file(os.path.join(out, src))
+    moved = {n: tensors.pop(n) for n in odd}
+    save_file(tensors, os.path.join(out, src), metadata={"format": "pt"})
+    extra = "model-ple-odd-shards.safetensors"
+    save_file(moved, os.path.join(out, extra), metadata={"format": "pt"})
+    for n in odd:
+        wm[n] = extra
+    with open(index_path, "w") as f:
+        json.dump(index, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def main(out: str) -> None:
+    import torch
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    torch.manual_seed(0)
+    cfg = Qwen4ExpTextConfig(**TEXT_CONFIG)
+    cfg.architectures = ["Qwen4ExpForCausalLM"]
+    model = Qwen4ExpForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1 or name.endswith("dt_bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+
+    tokens = np.random.default_rng(0).integers(3, 512, size=24).astype(np.int32)
+    tokens[11] = 2   # an EOS mid-sequence: the PLE n-gram hash restarts after it
+    with torch.no_grad():
+        logits = model(torch.tensor(tokens[None].astype(np.int64))).logits[0].float().numpy()
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits.astype(np.float32))
+
+    _spread_ple_shards(out)
+    with open(os.path.join(out, "model.safetensors.index.json")) as f:
+        wm = json.load(f)["weight_map"]
+    ple = sorted((n, fn) for n, fn in wm.items() if ".ngram_embedding.shard_" in n)
+    files = sorted(set(wm.values()))
+    total = sum(os.path.getsize(os.path.join(out, fn)) for fn in files)
+    print(f"wrote {out}: {len(wm)} tensors in {len(files)} files, {total / 1024:.0f} KiB")
+    print("PLE shards:", ", ".join(f"{n.split('.')[-2]}->{fn}" for n, fn in ple))
+    if len({fn for _, fn in ple}) < 2:
+        sys.exit("the PLE shards landed in one file; lower max_shard_size")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "tests", "fixtures", "hf", "qwen4exp-tiny"))
