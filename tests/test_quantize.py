@@ -84,20 +84,25 @@ def test_requantize_refused_then_allowed(tmp_path):
     assert types["blk.0.ssm_in.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
 
 
-def test_bf16_source_matches_f32_source(tmp_path):
-    """A BF16 input is dequantized exactly (bf16 -> f32 is exact), so BF16 -> Q4_K_M equals
-    quantizing the bf16-rounded weights from F32 via the tensor type path."""
+def test_bf16_source_converts_row_by_row(tmp_path):
+    """A BF16 input goes through tk_convert_rows (one-row float32 scratch): the bytes equal
+    dequantizing the whole tensor and quantizing it, and do not depend on the band size."""
+    from toolkit.quantize import _native
     bf = str(tmp_path / "bf16.gguf")
     quantize_file(SRC, bf, "BF16", n_threads=2)
-    a = str(tmp_path / "a.gguf")
-    quantize_file(bf, a, "Q8_0", n_threads=2)
+    a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
+    quantize_file(bf, a, "Q4_K_M", n_threads=2)
+    quantize_file(bf, b, "Q4_K_M", n_threads=1, band_mb=1e-6)
+    assert _sha(a) == _sha(b)
     r, rb = gguf.GGUFReader(a), gguf.GGUFReader(bf)
-    from toolkit.quantize import _native
+    n = 0
     for t, tb in zip(r.tensors, rb.tensors):
-        if t.tensor_type == GGMLType.Q8_0:
+        if t.tensor_type in (GGMLType.Q4_K, GGMLType.Q6_K):
             x = _native.dequantize(GGMLType.BF16, np.asarray(tb.data).view(np.uint8).tobytes(), int(tb.shape[0]))
-            want = _native.quantize(GGMLType.Q8_0, x)
+            want = _native.quantize(t.tensor_type, x)
             assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(-1), want), t.name
+            n += 1
+    assert n == 24
 
 
 # ---- rules --------------------------------------------------------------------------------

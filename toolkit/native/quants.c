@@ -1066,50 +1066,69 @@ tk_status tk_dequantize_row(int type, const void * src, float * dst, int64_t n) 
 /* ---- row-parallel driver: each thread takes a contiguous run of whole rows ---------- */
 
 typedef struct {
-    const qtype * t;
-    int quantize;            /* 1: f32 -> type, 0: type -> f32 */
+    const qtype * st;        /* source type (NULL: src is float32) */
+    const qtype * dt;        /* destination type (NULL: dst is float32) */
     const void * src;
     void * dst;
     int64_t row0, row1;      /* rows [row0, row1) */
     int64_t n_per_row;
-    size_t row_bytes;        /* bytes of one row of type t */
+    size_t src_row_bytes;    /* bytes of one source row */
+    size_t dst_row_bytes;    /* bytes of one destination row */
+    int failed;              /* 1: could not allocate the row scratch */
 } rows_job;
 
-static void run_rows(const rows_job * j) {
-    const int64_t nr = j->row1 - j->row0;
-    if (nr <= 0) return;
-    const int64_t k = nr * j->n_per_row;
-    if (j->quantize) {
-        const float * s = (const float *) j->src + j->row0 * j->n_per_row;
-        char * d = (char *) j->dst + (size_t) j->row0 * j->row_bytes;
-        /* one row at a time: the k-quant reference functions index blocks with int */
-        for (int64_t r = 0; r < nr; r++) j->t->quant(s + r * j->n_per_row, d + (size_t) r * j->row_bytes, j->n_per_row);
-        (void) k;
-    } else {
-        const char * s = (const char *) j->src + (size_t) j->row0 * j->row_bytes;
-        float * d = (float *) j->dst + j->row0 * j->n_per_row;
-        for (int64_t r = 0; r < nr; r++) j->t->dequant(s + (size_t) r * j->row_bytes, d + r * j->n_per_row, j->n_per_row);
+/* One row at a time: dequantize into a one-row float32 scratch (unless the source is
+ * float32) and quantize from it, so no band-sized float32 buffer is ever needed. */
+static void run_rows(rows_job * j) {
+    if (j->row1 <= j->row0) return;
+    float * scratch = NULL;
+    if (j->st && j->dt) {
+        scratch = malloc((size_t) j->n_per_row * sizeof(float));
+        if (!scratch) { j->failed = 1; return; }
     }
+    for (int64_t r = j->row0; r < j->row1; r++) {
+        const char * s = (const char *) j->src + (size_t) r * j->src_row_bytes;
+        char * d = (char *) j->dst + (size_t) r * j->dst_row_bytes;
+        if (!j->st) {
+            j->dt->quant((const float *) s, d, j->n_per_row);
+        } else if (!j->dt) {
+            j->st->dequant(s, (float *) d, j->n_per_row);
+        } else {
+            j->st->dequant(s, scratch, j->n_per_row);
+            j->dt->quant(scratch, d, j->n_per_row);
+        }
+    }
+    free(scratch);
 }
 
-static void * run_rows_thread(void * arg) { run_rows((const rows_job *) arg); return NULL; }
+static void * run_rows_thread(void * arg) { run_rows((rows_job *) arg); return NULL; }
 
 #define TK_QUANT_MAX_THREADS 256
 
-static tk_status rows_parallel(int type, int quantize, const void * src, void * dst,
-                               int64_t n_rows, int64_t n_per_row, int n_threads) {
-    const char * what = quantize ? "quantize" : "dequantize";
+static const qtype * check_type(int type, int64_t n_per_row, const char * what, tk_status * st) {
     const qtype * t = find_qtype(type);
-    if (!t) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: ggml type %d is not supported", what, type);
+    if (!t) { *st = TK_FAIL(TK_ERR_UNSUPPORTED, "%s: ggml type %d is not supported", what, type); return NULL; }
+    if (n_per_row % t->block_size) {
+        *st = TK_FAIL(TK_ERR_INVALID, "%s: row of %lld elements is not a multiple of the block size %d of ggml type %d",
+                      what, (long long) n_per_row, t->block_size, type);
+        return NULL;
+    }
+    return t;
+}
+
+/* src_type / dst_type < 0 mean float32 rows */
+static tk_status rows_parallel(int src_type, int dst_type, const void * src, void * dst,
+                               int64_t n_rows, int64_t n_per_row, int n_threads, const char * what) {
+    tk_status st = TK_OK;
     if (!src || !dst) return TK_FAIL(TK_ERR_INVALID, "%s: null buffer", what);
     if (n_rows < 0 || n_per_row <= 0) {
         return TK_FAIL(TK_ERR_INVALID, "%s: bad shape (%lld rows of %lld)", what, (long long) n_rows, (long long) n_per_row);
     }
-    if (n_per_row % t->block_size) {
-        return TK_FAIL(TK_ERR_INVALID, "%s: row of %lld elements is not a multiple of the block size %d of ggml type %d",
-                       what, (long long) n_per_row, t->block_size, type);
-    }
-    const size_t row_bytes = (size_t) (n_per_row / t->block_size) * (size_t) t->type_size;
+    const qtype * s = NULL, * d = NULL;
+    if (src_type >= 0 && !(s = check_type(src_type, n_per_row, what, &st))) return st;
+    if (dst_type >= 0 && !(d = check_type(dst_type, n_per_row, what, &st))) return st;
+    const size_t src_row = s ? (size_t) (n_per_row / s->block_size) * (size_t) s->type_size : (size_t) n_per_row * 4;
+    const size_t dst_row = d ? (size_t) (n_per_row / d->block_size) * (size_t) d->type_size : (size_t) n_per_row * 4;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > TK_QUANT_MAX_THREADS) n_threads = TK_QUANT_MAX_THREADS;
     /* at least ~64K elements per thread, so tiny tensors do not pay for thread start-up */
@@ -1121,7 +1140,8 @@ static tk_status rows_parallel(int type, int quantize, const void * src, void * 
     pthread_t tids[TK_QUANT_MAX_THREADS];
     int started[TK_QUANT_MAX_THREADS];
     for (int i = 0; i < n_threads; i++) {
-        jobs[i] = (rows_job) { t, quantize, src, dst, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, n_per_row, row_bytes };
+        jobs[i] = (rows_job) { s, d, src, dst, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, n_per_row,
+                               src_row, dst_row, 0 };
         started[i] = 0;
     }
     for (int i = 1; i < n_threads; i++) {
@@ -1129,16 +1149,27 @@ static tk_status rows_parallel(int type, int quantize, const void * src, void * 
         if (!started[i]) run_rows(&jobs[i]);  /* could not start a thread: do its share here */
     }
     run_rows(&jobs[0]);
-    for (int i = 1; i < n_threads; i++) {
-        if (started[i]) pthread_join(tids[i], NULL);
+    int failed = 0;
+    for (int i = 0; i < n_threads; i++) {
+        if (i > 0 && started[i]) pthread_join(tids[i], NULL);
+        failed |= jobs[i].failed;
     }
+    if (failed) return TK_FAIL(TK_ERR_NOMEM, "%s: cannot allocate a row of %lld floats", what, (long long) n_per_row);
     return TK_OK;
 }
 
 tk_status tk_quantize_rows(int type, const float * src, void * dst, int64_t n_rows, int64_t n_per_row, int n_threads) {
-    return rows_parallel(type, 1, src, dst, n_rows, n_per_row, n_threads);
+    if (type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "quantize: ggml type %d is not supported", type);
+    return rows_parallel(-1, type, src, dst, n_rows, n_per_row, n_threads, "quantize");
 }
 
 tk_status tk_dequantize_rows(int type, const void * src, float * dst, int64_t n_rows, int64_t n_per_row, int n_threads) {
-    return rows_parallel(type, 0, src, dst, n_rows, n_per_row, n_threads);
+    if (type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "dequantize: ggml type %d is not supported", type);
+    return rows_parallel(type, -1, src, dst, n_rows, n_per_row, n_threads, "dequantize");
+}
+
+tk_status tk_convert_rows(int src_type, const void * src, int dst_type, void * dst,
+                          int64_t n_rows, int64_t n_per_row, int n_threads) {
+    if (src_type < 0 || dst_type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "convert: bad ggml type %d -> %d", src_type, dst_type);
+    return rows_parallel(src_type, dst_type, src, dst, n_rows, n_per_row, n_threads, "convert");
 }

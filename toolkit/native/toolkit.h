@@ -50,6 +50,11 @@ tk_status tk_dequantize_row(int type, const void * src, float * dst, int64_t n);
 tk_status tk_quantize_rows(int type, const float * src, void * dst, int64_t n_rows, int64_t n_per_row, int n_threads);
 /* src: n_rows rows of `type` -> dst: float32[n_rows, n_per_row]. */
 tk_status tk_dequantize_rows(int type, const void * src, float * dst, int64_t n_rows, int64_t n_per_row, int n_threads);
+/* src: n_rows rows of src_type -> dst: n_rows rows of dst_type, through a one-row float32
+ * scratch per thread (no band-sized float32 buffer); bytes equal dequantize + quantize. */
+tk_status tk_convert_rows(int src_type, const void * src, int dst_type, void * dst,
+                          int64_t n_rows, int64_t n_per_row, int n_threads);
+
 
 /* ==== runtime: model description (filled by Python from the GGUF) =================== */
 /* Python (toolkit.gguf_io + toolkit.arch.HParams) is the GGUF parser; it hands C this

@@ -40,6 +40,13 @@ def dequantize_rows(ggml_type: int, src, dst: np.ndarray, n_rows: int, n_per_row
                                  int(n_rows), int(n_per_row), int(n_threads)), "dequantize")
 
 
+def convert_rows(src_type: int, src, dst_type: int, dst, n_rows: int, n_per_row: int, n_threads: int = 1) -> None:
+    """src: n_rows rows of ``src_type`` -> dst: n_rows rows of ``dst_type``, each row through a
+    one-row float32 scratch in C (same bytes as dequantize_rows then quantize_rows)."""
+    check(lib.tk_convert_rows(int(src_type), ffi.from_buffer(src), int(dst_type), ffi.from_buffer(dst, require_writable=True),
+                              int(n_rows), int(n_per_row), int(n_threads)), "convert")
+
+
 def quantize(ggml_type: int, x: np.ndarray, n_threads: int = 1) -> np.ndarray:
     """Quantize a float32 array of rows (last axis = row) to a uint8 array of ggml blocks."""
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -4,9 +4,10 @@ For each tensor, in llama.cpp's order (:func:`~toolkit.quantize.rules.llama_tens
 a band of whole rows is read from the input with ``os.preadv`` into a reused buffer,
 dequantized to float32 (any source type quants.c reads) and quantized to the target type in
 C (``n_threads`` pthreads), then appended to the output through ``GGUFStreamWriter``; sizes
-are exact and declared up front.  A band holds at most ``band_mb`` MiB in all (float32 rows,
-their source bytes, and two output slots: one being written on a background thread while the
-next band is computed), so peak memory does not depend on the largest tensor.
+are exact and declared up front.  A band holds at most ``band_mb`` MiB in all (the source rows
+and two output slots: one being written on a background thread while the next band is
+computed); C converts row by row through a one-row float32 scratch per thread, so no band of
+float32 is ever staged, and peak memory does not depend on the largest tensor.
 Rows are independent, so the band size never changes a byte of the output.
 
 Metadata: every key of the input is copied in order, then ``general.quantization_version``
@@ -230,8 +231,8 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
                   dry_run: bool = False, progress: ProgressFn | None = None) -> Summary:
     """Quantize GGUF ``in_path`` to ``out_path`` with file type ``ftype_name`` (``"Q4_K_M"``).
 
-    n_threads: C threads per band (default: all CPUs).  band_mb: MiB staged per band (float32
-    rows + source rows + output slots).  progress(done_elements, total_elements, tensor_name) is called after each band.
+    n_threads: C threads per band (default: all CPUs).  band_mb: MiB staged per band (source
+    rows + output slots).  progress(done_elements, total_elements, tensor_name) is called after each band.
 
     Raises:
         InputError: unknown type, not GGUF / truncated input, OUT is IN, requantize refused.
@@ -333,11 +334,10 @@ def _copy_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buffers
         off += n
 
 
-def band_rows(n_per_row: int, src_row: int, dst_row: int, n_rows: int, band_bytes: int) -> int:
-    """Rows per band so that float32 rows + source rows + two output slots fit in band_bytes
-    (at least one row)."""
-    per_row = 4 * n_per_row + src_row + 2 * dst_row
-    return max(1, min(n_rows, band_bytes // per_row))
+def band_rows(src_row: int, dst_row: int, n_rows: int, band_bytes: int) -> int:
+    """Rows per band so that the source rows and two output slots fit in band_bytes (at least
+    one row).  No float32 band exists: C converts each row through a one-row scratch."""
+    return max(1, min(n_rows, band_bytes // (src_row + 2 * dst_row)))
 
 
 def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buffers, band_bytes: int,
@@ -346,17 +346,15 @@ def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buff
     n_per_row, n_rows = t.n_per_row, t.n_rows
     src_row = row_nbytes(t.src_type, n_per_row)
     dst_row = row_nbytes(t.dst_type, n_per_row)
-    rows_per_band = band_rows(n_per_row, 0 if t.src_type == GGMLType.F32 else src_row, dst_row, n_rows, band_bytes)
+    rows_per_band = band_rows(src_row, dst_row, n_rows, band_bytes)
     for r0 in range(0, n_rows, rows_per_band):
         nr = min(rows_per_band, n_rows - r0)
-        f32 = bufs.get("f32", nr * n_per_row, np.float32)
-        if t.src_type == GGMLType.F32:
-            _pread_into(fd, f32, t.offset + r0 * src_row, path)
-        else:
-            raw = bufs.get("raw", nr * src_row, np.uint8)
-            _pread_into(fd, raw, t.offset + r0 * src_row, path)
-            _native.dequantize_rows(t.src_type, raw, f32, nr, n_per_row, n_threads)
+        raw = bufs.get("raw", nr * src_row, np.uint8)
+        _pread_into(fd, raw, t.offset + r0 * src_row, path)
         q = bufs.get(out.next_slot(), nr * dst_row, np.uint8)
-        _native.quantize_rows(t.dst_type, f32, q, nr, n_per_row, n_threads)
+        if t.src_type == GGMLType.F32:
+            _native.quantize_rows(t.dst_type, raw.view(np.float32), q, nr, n_per_row, n_threads)
+        else:
+            _native.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads)
         out.write(t.name, q)
         on_band((r0 + nr) * n_per_row)
