@@ -5,6 +5,7 @@
  * bit-identical to one-shot prefill).  "Run, fast" adds SIMD paths beside these.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tk_internal.h"
@@ -131,6 +132,20 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
         for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_row(w, row, x + t * K, scratch);
     }
     return TK_OK;
+}
+
+/* Public form of tk_matmul for kernel tests: W is M rows of K elements of `type`. */
+tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y) {
+    int64_t blck, bytes;
+    if (!w || !x || !y || K <= 0 || M <= 0 || n_tok < 0) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: bad arguments");
+    if (!tk_type_block(type, &blck, &bytes)) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: unknown ggml type %d", type);
+    if (K % blck) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: K = %lld is not a multiple of the %s block", (long long) K, tk_type_name(type));
+    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes)};
+    float * scratch = malloc((size_t) K * sizeof(float));
+    if (!scratch) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    tk_status st = tk_matmul(&wt, 0, x, n_tok, y, scratch);
+    free(scratch);
+    return st;
 }
 
 /* One row (of the flattened ne1*ne2*ne3 rows) as float32. */

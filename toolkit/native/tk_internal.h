@@ -86,28 +86,16 @@ struct tk_model {
     int32_t n_owned, cap_owned;
 };
 
-/* ---- ops.c ---------------------------------------------------------------------- */
-float tk_fp16_to_fp32(uint16_t h);
-float tk_bf16_to_fp32(uint16_t h);
+/* ---- ops.c (fp16/bf16, rms_norm, rope_norm, mat_mul are in toolkit.h) ------------- */
 /* y[t][r] = sum_k W[r][k] x[t][k] for t < n_tok, r < w->ne[1]; x: [n_tok, ne0], y: [n_tok, ne1].
  * `mat` selects the ne[2] slice (experts). scratch: ne0 floats (other types' dequantized row). */
 tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, float * scratch);
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
-void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
-void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base);
 float tk_silu(float x);
 float tk_softplus(float x);
 
-/* ---- ssm.c ---------------------------------------------------------------------- */
-void tk_ssm_conv(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
-                 const float * w, const float * b, float * state, float * y, int64_t y_stride);
-void tk_ssm_scan_mamba1(float * s, const float * x, const float * dt, const float * A, const float * B,
-                        const float * C, const float * D, const float * z, int32_t d_inner, int32_t d_state,
-                        float * y);
-void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const float * A, const float * B,
-                        const float * C, const float * D, int32_t n_head, int32_t head_dim, int32_t d_state,
-                        int32_t n_group, float * y);
+/* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in toolkit.h ---------- */
 
 /* ---- memory (memory_kv.c, memory_rs.c, memory_hybrid.c) ----------------------------- */
 #define TK_MAX_SEQ 64
