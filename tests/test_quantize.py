@@ -218,3 +218,23 @@ def test_unreadable_source_type_is_unsupported(tmp_path, monkeypatch):
     monkeypatch.setattr(types, "is_supported_source", lambda t: False)
     with pytest.raises(UnsupportedError):
         quantize_file(SRC, str(tmp_path / "o.gguf"), "Q8_0")
+
+
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(os.path.join(FIX, "llamacpp")) if f.endswith(".f32.gguf")))
+def test_metadata_copied_exactly(name, tmp_path):
+    """Every key/value of the input (tokenizer arrays included) is copied with its value type;
+    only general.file_type (and quantization_version) are set."""
+    src = os.path.join(FIX, "llamacpp", name)
+    out = str(tmp_path / "o.gguf")
+    quantize_file(src, out, "Q8_0", n_threads=2)
+    a, b = gguf.GGUFReader(src), gguf.GGUFReader(out)
+    skip = {"general.file_type", "general.quantization_version"}
+    ka = [k for k in a.fields if k not in skip and not k.startswith("GGUF.")]
+    kb = [k for k in b.fields if k not in skip and not k.startswith("GGUF.")]
+    assert ka == kb
+    for k in ka:
+        fa, fb = a.fields[k], b.fields[k]
+        assert list(fa.types) == list(fb.types), k
+        assert [bytes(fa.parts[i]) for i in fa.data] == [bytes(fb.parts[i]) for i in fb.data], k
+    assert b.fields["general.file_type"].contents() == int(FileType.MOSTLY_Q8_0)
+    assert b.fields["general.quantization_version"].contents() == 2
