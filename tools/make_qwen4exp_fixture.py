@@ -24,6 +24,20 @@ the gated delta net's RMSNormGated around 1; A_log = log U(1, 16)), so a convert
 the +1, misorders a head or misplaces a PLE shard row shows in the data.
 
 reference.npz: ``tokens`` int32 [24], ``logits`` float32 [24, 512] of one forward pass.
+
+Two more jobs, numpy only (no torch):
+
+    # a copy of a checkpoint whose PLE table is N synthetic shards of ROWS rows (the last one
+    # LAST rows), one safetensors file each, for memory measurements
+    python tools/make_qwen4exp_fixture.py --synthetic-ple SRC OUT N ROWS [LAST]
+
+    # tensor names/shapes/types/sha256 and key/values of a GGUF (llama.cpp's converter output),
+    # the reference tests/test_convert_qwen4exp.py compares against
+    python tools/make_qwen4exp_fixture.py --summarize IN.gguf OUT.json
+
+The llama.cpp reference is llama.cpp 0c1e570 (llama-cpp-python 0.3.36 sdist, vendor/llama.cpp):
+``convert_hf_to_gguf.py tests/fixtures/hf/qwen4exp-tiny --outtype f32`` with the BPE
+pre-tokenizer check forced to ``gpt-2`` (as for the other fixtures), then ``--summarize``.
 """
 from __future__ import annotations
 
@@ -151,5 +165,93 @@ def main(out: str) -> None:
         sys.exit("the PLE shards landed in one file; lower max_shard_size")
 
 
+def _write_safetensors(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """A minimal safetensors writer (header, then each array's bytes, in order)."""
+    names = {np.dtype("<f4"): "F32", np.dtype("<f2"): "F16", np.dtype("<i8"): "I64"}
+    hdr, off = {"__metadata__": {"format": "pt"}}, 0
+    for n, a in arrays.items():
+        hdr[n] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    raw = json.dumps(hdr, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        for a in arrays.values():
+            f.write(np.ascontiguousarray(a).tobytes())
+
+
+def synthetic_ple(src: str, out: str, n_shards: int, rows: int, last: int | None = None, seed: int = 0) -> int:
+    """Copy checkpoint ``src`` to ``out`` with its PLE table replaced by ``n_shards`` float32
+    shards of ``rows`` rows (the last ``last`` rows), one file each, written one at a time (so
+    making a multi-GB table needs one shard of memory).  Returns the table's byte size."""
+    from safetensors.numpy import load_file
+
+    last = rows if last is None else last
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    wm = index["weight_map"]
+    old = [n for n in wm if ".ngram_embedding.shard_" in n]
+    prefix = old[0].split("shard_")[0]
+    row_dim = None
+    for fn in sorted(set(wm.values())):
+        t = load_file(os.path.join(src, fn))
+        for n in old:
+            if n in t:
+                row_dim = t[n].shape[1]
+        _write_safetensors(os.path.join(out, fn), {n: a for n, a in t.items() if n not in old})
+    for n in old:
+        del wm[n]
+    for f in os.listdir(src):
+        if not f.endswith(".safetensors") and f != "model.safetensors.index.json" and f != "config.json":
+            shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["split_ngram_parts"] = n_shards
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    rng = np.random.default_rng(seed)
+    total = 0
+    for k in range(n_shards):
+        name, fn = f"{prefix}shard_{k}.weight", f"ple-{k:05d}.safetensors"
+        a = rng.standard_normal((rows if k < n_shards - 1 else last, row_dim), dtype=np.float32)
+        _write_safetensors(os.path.join(out, fn), {name: a})
+        total += a.nbytes
+        wm[name] = fn
+        del a
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+    return total
+
+
+def summarize(gguf_path: str, out: str) -> None:
+    """Tensor table (name, ggml shape, type, sha256 of the data) and non-tokenizer key/values
+    (type name, value) of a GGUF file, as JSON."""
+    import hashlib
+
+    import gguf
+
+    r = gguf.GGUFReader(gguf_path)
+    tensors = {t.name: {"shape": [int(x) for x in t.shape], "type": t.tensor_type.name,
+                        "sha256": hashlib.sha256(t.data.tobytes()).hexdigest()} for t in r.tensors}
+    kv = {}
+    for k, f in r.fields.items():
+        if k.startswith(("GGUF.", "tokenizer.")):
+            continue
+        v = f.contents()
+        kv[k] = {"type": [gguf.GGUFValueType(t).name for t in f.types],
+                 "value": [int(x) if isinstance(x, (int, np.integer)) else x for x in v] if isinstance(v, list) else v}
+    with open(out, "w") as f:
+        json.dump({"source": os.path.basename(gguf_path), "tensors": tensors, "kv": kv}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "tests", "fixtures", "hf", "qwen4exp-tiny"))
+    a = sys.argv[1:]
+    if a[:1] == ["--synthetic-ple"]:
+        n = synthetic_ple(a[1], a[2], int(a[3]), int(a[4]), int(a[5]) if len(a) > 5 else None)
+        print(f"wrote {a[2]}: PLE table {n / 2**20:.1f} MiB in {a[3]} shards")
+    elif a[:1] == ["--summarize"]:
+        summarize(a[1], a[2])
+    else:
+        main(a[0] if a else os.path.join(REPO, "tests", "fixtures", "hf", "qwen4exp-tiny"))
