@@ -376,3 +376,21 @@ def test_sentencepiece_protobuf_parse(tmp_path):
     f = tmp_path / "tokenizer.model"
     f.write_bytes(msg)
     assert parse_sentencepiece(str(f)) == pieces
+
+
+def test_kernel_copy_fallback_gives_the_same_file(tmp_path, monkeypatch):
+    """Tensors whose bytes pass through are copied with os.copy_file_range; without it (or when
+    it refuses) the pread/pwrite loop must write the same file."""
+    import errno
+    import os
+    a, b, c = tmp_path / "a.gguf", tmp_path / "b.gguf", tmp_path / "c.gguf"
+    convert(str(HF / "granitehybrid-moe-tiny"), str(a), "f32")
+    monkeypatch.delattr(os, "copy_file_range", raising=False)
+    convert(str(HF / "granitehybrid-moe-tiny"), str(b), "f32")
+    assert a.read_bytes() == b.read_bytes()
+
+    def refuse(*args):
+        raise OSError(errno.EXDEV, "cross-device")
+    monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    convert(str(HF / "granitehybrid-moe-tiny"), str(c), "f32")
+    assert a.read_bytes() == c.read_bytes()

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from toolkit.convert.encode import encode
+from toolkit.convert.encode import PASSTHROUGH, encode
 from toolkit.convert.families import REGISTRY, supported
 from toolkit.convert.hfdir import HFDir
 from toolkit.convert.plan import OutTensor, Plan, kv_str
@@ -115,6 +115,17 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTens
         src = seg.src
         np_dtype, isz = DTYPES[src.dtype]
         row_bytes = row_len * isz
+        if (seg.perm is None and t.op is None and t.col_perm is None
+                and (src.dtype, t.type) in PASSTHROUGH):
+            # the bytes are already what GGUF wants: copy them inside the kernel, no band in memory
+            n = seg.n_rows * row_bytes
+            try:
+                w.copy_from(t.name, rd.fd(src.path), src.offset + seg.row0 * row_bytes, n)
+            except EOFError:
+                raise InputError(f"{src.path}: tensor {src.name!r} is truncated") from None
+            if progress:
+                progress(n)
+            continue
         step = max(1, BAND_ELEMENTS // max(row_len, 1))
         if seg.perm is not None and seg.block > 1:
             step = max(seg.block, step // seg.block * seg.block)   # never split a permutation block

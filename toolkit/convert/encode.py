@@ -12,7 +12,8 @@ import numpy as np
 
 from toolkit.gguf_io import GGMLType
 
-_SAME = {("F32", GGMLType.F32), ("F16", GGMLType.F16), ("BF16", GGMLType.BF16)}
+# (source dtype, output type) pairs whose bytes are identical: copied as they are
+PASSTHROUGH = {("F32", GGMLType.F32), ("F16", GGMLType.F16), ("BF16", GGMLType.BF16)}
 
 
 def widen(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -49,7 +50,7 @@ def encode(raw: np.ndarray, dtype: str, out: GGMLType, op: str | None) -> np.nda
     or "plus_one" (zero-centred RMSNorm gamma w -> 1 + w, added in float32 as llama.cpp's
     ``data_torch + 1`` does for a float32 checkpoint).
     """
-    if op is None and (dtype, out) in _SAME:
+    if op is None and (dtype, out) in PASSTHROUGH:
         return raw
     x = widen(raw, dtype)
     if op == "neg_exp":

@@ -141,6 +141,10 @@ class ShardReader:
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}
 
+    def fd(self, path: str) -> int:
+        """The read-only descriptor of shard ``path`` (opened once)."""
+        return self._fd(path)
+
     def _fd(self, path: str) -> int:
         fd = self._fds.get(path)
         if fd is None:
