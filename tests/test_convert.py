@@ -394,3 +394,57 @@ def test_kernel_copy_fallback_gives_the_same_file(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
     convert(str(HF / "granitehybrid-moe-tiny"), str(c), "f32")
     assert a.read_bytes() == c.read_bytes()
+
+
+def _sp_model(pieces) -> bytes:
+    msg = b""
+    for p, s, t in pieces:
+        sp = _pb_field(1, 2, p.encode()) + _pb_field(2, 5, struct.pack("<f", s)) + _pb_field(3, 0, _pb_varint(t))
+        msg += _pb_field(1, 2, sp)
+    return msg
+
+
+def test_sentencepiece_checkpoint(tmp_path):
+    # a Mamba-2 checkpoint with only tokenizer.model: llama.cpp writes model "llama", pieces,
+    # scores and types, and pads to the embedding's rows with [PAD{i}] (UNUSED, score -1000)
+    d = tmp_path / "mamba2-tiny"
+    shutil.copytree(HF / "mamba2-tiny", d)
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer_config.json").unlink()
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3), ("▁the", -1.5, 1), ("<0x41>", 0.0, 6)]
+    (d / "tokenizer.model").write_bytes(_sp_model(pieces))
+    f = conv(tmp_path, "mamba2-tiny", src=d)
+    assert f.get("tokenizer.ggml.model") == "llama" and f.get("tokenizer.ggml.pre") == "default"
+    toks, scores, types = f.get("tokenizer.ggml.tokens"), f.get("tokenizer.ggml.scores"), f.get("tokenizer.ggml.token_type")
+    assert len(toks) == 512 and toks[:5] == [p for p, _, _ in pieces] and toks[5] == "[PAD5]"
+    assert list(types[:6]) == [2, 3, 3, 1, 6, 5] and scores[3] == -1.5 and scores[5] == -1000.0
+    # no tokenizer_config.json: config.json's ids are the fallback (bos 0, eos 2, pad 1)
+    assert (f.get("tokenizer.ggml.bos_token_id"), f.get("tokenizer.ggml.eos_token_id"),
+            f.get("tokenizer.ggml.padding_token_id")) == (0, 2, 1)
+    assert f.get("tokenizer.huggingface.json") is None
+
+
+def test_bpe_vocab_padded_to_embedding_rows(tmp_path):
+    d = tmp_path / "mamba-tiny"
+    shutil.copytree(HF / "mamba-tiny", d)
+    tok = json.loads((d / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    for text in [t for t, i in vocab.items() if i >= 500]:
+        del vocab[text]
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    f = conv(tmp_path, "mamba-tiny", src=d)
+    toks, types = f.get("tokenizer.ggml.tokens"), f.get("tokenizer.ggml.token_type")
+    assert len(toks) == 512 == f.tensors["token_embd.weight"].shape[1]
+    assert toks[500:] == [f"[PAD{i}]" for i in range(500, 512)] and set(types[500:]) == {5}
+    assert list(types[:3]) == [3, 3, 1]   # <|endoftext|>, <|pad|> are CONTROL, then NORMAL
+
+
+def test_more_tokens_than_embedding_rows_is_an_error(tmp_path):
+    from toolkit.errors import InputError
+    d = tmp_path / "mamba-tiny"
+    shutil.copytree(HF / "mamba-tiny", d)
+    tok = json.loads((d / "tokenizer.json").read_text())
+    tok["added_tokens"].append({"id": 600, "content": "<|extra|>", "special": True})
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(InputError, match="token id 600 does not fit the embedding's 512 rows"):
+        make_plan(str(d))

@@ -77,8 +77,6 @@ class Family:
     known: ClassVar[tuple[str, ...]] = ()
     # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
     int_known: ClassVar[tuple[str, ...]] = ()
-    # llama.cpp pads the token list to a multiple of this (then the embedding rows decide)
-    pad_vocab_multiple: ClassVar[int] = 1
 
     def __init__(self, hf: HFDir, outtype: str):
         if outtype not in OUTTYPES:
@@ -191,5 +189,8 @@ class Family:
         return [kv_u32(Keys.General.FILE_TYPE, self.file_type)]
 
     def n_vocab_rows(self) -> int:
-        """Rows of the token embedding (the vocabulary size the tokenizer is padded to)."""
+        """Rows of the token embedding: the token list is padded to exactly this many entries
+        (``[PAD{i}]``, type UNUSED), so that llama.cpp's n_vocab equals the embedding's rows.
+        (llama.cpp's converter rounds the count up to a multiple of 8/16 for Mamba; real
+        checkpoints already store that many rows, and a count above the rows would not load.)"""
         raise NotImplementedError

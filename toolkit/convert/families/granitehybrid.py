@@ -47,7 +47,6 @@ _L = r"model\.layers\.\d+\."
 class GraniteHybridFamily(Family):
     hf_archs = ("BambaForCausalLM", "GraniteMoeHybridForCausalLM")
     arch = ARCH_GRANITE_HYBRID
-    pad_vocab_multiple = 8
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm|post_attention_layernorm)\.weight",

@@ -34,7 +34,6 @@ def ceil_div(a: int, b: int) -> int:
 class MambaFamily(Family):
     hf_archs = ("MambaForCausalLM",)
     arch = ARCH_MAMBA
-    pad_vocab_multiple = 8   # llama.cpp MambaModel.set_vocab
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",

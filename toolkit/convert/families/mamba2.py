@@ -30,7 +30,6 @@ _L = r"backbone\.layers\.\d+\."
 class Mamba2Family(Family):
     hf_archs = ("Mamba2ForCausalLM",)
     arch = ARCH_MAMBA2
-    pad_vocab_multiple = 16   # llama.cpp Mamba2Model.set_vocab
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
