@@ -345,3 +345,27 @@ def test_mrope_sections_must_fit_the_rotary_dims(monkeypatch, capsys, tmp_path):
     c = json.loads((d / "config.json").read_text())
     edit_config(d, rope_parameters={**c["rope_parameters"], "mrope_section": [11, 11, 10]})
     cli_error(monkeypatch, capsys, tmp_path, d, "mrope_section", "8 rotary pairs")
+
+
+# ---- toolkit info ------------------------------------------------------------------------------
+
+def test_info_shows_the_ple_table_and_exact_constants(ours, monkeypatch, capsys):
+    from toolkit.cli.cmd_info import describe
+
+    path = ours.data.filename
+    d = describe(path)
+    assert d["architecture"] == "qwen4exp" and d["hparams"] == {}
+    ple = d["ple"]
+    assert ple["layers"] == [1] and ple["row_dim"] == 16
+    assert ple["table"] == {"name": "per_layer_token_embd.weight", "rows": 256, "row_dim": 16, "type": "F32",
+                            "bytes": 256 * 16 * 4}
+    t = load_file(str(SRC / file_of(SRC, NG + "layer_multipliers")))
+    assert ple["layer_multipliers"] == [int(x) for x in t[NG + "layer_multipliers"].tolist()]
+    assert ple["head_vocab_sizes"] == [53, 59, 61, 67] and ple["head_offsets"] == [0, 53, 112, 173]
+    monkeypatch.setattr(sys, "argv", ["toolkit", "info", path, "--json", "--no-tensors"])
+    try:
+        main()
+    except SystemExit as e:
+        assert e.code in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["ple"]["layer_multipliers"][1] == ple["layer_multipliers"][1] > 2**53   # exact in JSON too

@@ -17,8 +17,15 @@ def describe(path: str) -> dict[str, Any]:
     from toolkit.errors import InputError
     from toolkit.gguf_io import GGUFFile, Keys
 
+    from toolkit.errors import UnsupportedError
+
     f = GGUFFile(path)
-    hp = HParams.from_gguf(f)
+    try:
+        hp = HParams.from_gguf(f)
+    except UnsupportedError:
+        if f.arch not in _DESCRIBE_ONLY:
+            raise
+        hp = None   # an architecture convert writes but the runtime does not run (qwen4exp)
     tensors = [{"name": t.name, "shape": list(t.shape), "type": t.type.name, "bytes": t.nbytes} for t in f]
     toks = f.get(Keys.Tokenizer.LIST)
     merges = f.get(Keys.Tokenizer.MERGES)
@@ -38,15 +45,45 @@ def describe(path: str) -> dict[str, Any]:
     meta = {key: v for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
     return {
         "file": path,
-        "architecture": hp.arch,
-        "hparams": hp.to_dict(),
+        "architecture": f.arch,
+        "hparams": hp.to_dict() if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
-                   for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))],
+                   for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
+        "ple": _ple(f),
         "metadata": meta,
         "tokenizer": tok,
         "tensors": tensors,
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
+    }
+
+
+_DESCRIBE_ONLY = ("qwen4exp",)
+
+
+def _ple(f) -> dict[str, Any] | None:
+    """The per-layer n-gram embedding (qwen4exp PLE): layers, hash constants (exact ints, from
+    the UINT64 arrays) and the ``per_layer_token_embd`` table; None when the file has none."""
+    from toolkit.gguf_io import Keys
+
+    P = Keys.PerLayerEmbedding
+    layers = f.get(P.LAYERS)
+    if layers is None:
+        return None
+    t = f.tensors.get("per_layer_token_embd.weight")
+    return {
+        "layers": [int(x) for x in layers],
+        "ngram_size": f.get(P.NGRAM_SIZE),
+        "heads_per_ngram": f.get(P.HEADS_PER_NGRAM),
+        "conv_kernel": f.get(P.CONV_KERNEL),
+        "eos_token_id": f.get(P.EOS_TOKEN_ID),
+        "image_token_id": f.get(P.IMAGE_TOKEN_ID),
+        "row_dim": f.get(Keys.LLM.EMBD_LENGTH_PER_LAYER_INP),
+        "layer_multipliers": [int(x) for x in f.get(P.LAYER_MULTIPLIERS) or []],
+        "head_offsets": [int(x) for x in f.get(P.HEAD_OFFSETS) or []],
+        "head_vocab_sizes": [int(x) for x in f.get(P.HEAD_VOCAB_SIZES) or []],
+        "table": None if t is None else {"name": t.name, "rows": t.shape[1] if len(t.shape) > 1 else 1,
+                                         "row_dim": t.shape[0], "type": t.type.name, "bytes": t.nbytes},
     }
 
 
@@ -65,17 +102,35 @@ def info(
     out = Console()
     out.print(f"[bold]{d['file']}[/]: architecture [bold]{d['architecture']}[/], "
               f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB")
-    hp = Table(title="hparams", show_header=False)
-    for key, v in d["hparams"].items():
-        if key in ("layer_kinds", "ffn_kinds", "n_head_kv"):
-            continue
-        hp.add_row(key, str(v))
-    out.print(hp)
-    lt = Table(title="layers")
-    lt.add_column("layer", justify="right"); lt.add_column("mixer"); lt.add_column("ffn"); lt.add_column("n_head_kv", justify="right")
-    for L, kv in zip(d["layers"], d["hparams"]["n_head_kv"]):
-        lt.add_row(str(L["index"]), L["mixer"], L["ffn"], str(kv))
-    out.print(lt)
+    if d["hparams"]:
+        hp = Table(title="hparams", show_header=False)
+        for key, v in d["hparams"].items():
+            if key in ("layer_kinds", "ffn_kinds", "n_head_kv"):
+                continue
+            hp.add_row(key, str(v))
+        out.print(hp)
+        lt = Table(title="layers")
+        lt.add_column("layer", justify="right"); lt.add_column("mixer"); lt.add_column("ffn"); lt.add_column("n_head_kv", justify="right")
+        for L, kv in zip(d["layers"], d["hparams"]["n_head_kv"]):
+            lt.add_row(str(L["index"]), L["mixer"], L["ffn"], str(kv))
+        out.print(lt)
+    else:   # convert-only architecture: its key/values as written
+        mt = Table(title=f"{d['architecture']} key/values (convert only: not run here)", show_header=False)
+        for key, v in d["metadata"].items():
+            if key.startswith(d["architecture"] + ".") and ".ple." not in key:
+                mt.add_row(key, str(v))
+        out.print(mt)
+    if d["ple"]:
+        pl = d["ple"]
+        pt = Table(title="PLE (per-layer n-gram embedding)", show_header=False)
+        for key in ("layers", "ngram_size", "heads_per_ngram", "conv_kernel", "eos_token_id", "image_token_id", "row_dim"):
+            pt.add_row(key, str(pl[key]))
+        if pl["table"]:
+            tb = pl["table"]
+            pt.add_row("table", f"{tb['name']}: {tb['rows']} rows x {tb['row_dim']}, {tb['type']}, {tb['bytes']} bytes")
+        for key in ("layer_multipliers", "head_offsets", "head_vocab_sizes"):
+            pt.add_row(key + " (u64)", " ".join(str(x) for x in pl[key]))
+        out.print(pt)
     tk = Table(title="tokenizer", show_header=False)
     for key, v in d["tokenizer"].items():
         tk.add_row(key, str(v))
