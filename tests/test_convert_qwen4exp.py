@@ -369,3 +369,45 @@ def test_info_shows_the_ple_table_and_exact_constants(ours, monkeypatch, capsys)
         assert e.code in (0, None)
     out = json.loads(capsys.readouterr().out)
     assert out["ple"]["layer_multipliers"][1] == ple["layer_multipliers"][1] > 2**53   # exact in JSON too
+
+
+def test_conditional_generation_text_part(tmp_path, ours):
+    """Qwen4ExpForConditionalGeneration: text weights under model.language_model.*, a vision
+    tower under model.visual.* (left out), hparams in text_config, image_token_id at the root."""
+    d = copy(tmp_path)
+    idx = index(d)
+    new_wm = {}
+    for fn in sorted(set(idx["weight_map"].values())):
+        t = load_file(str(d / fn))
+        t = {("model.language_model." + n[len("model."):] if n.startswith("model.") else n): a for n, a in t.items()}
+        if fn == "model-00001-of-00011.safetensors":
+            t["model.visual.patch_embed.proj.weight"] = np.ones((8, 3, 2, 2, 2), np.float32)
+        save_file(t, str(d / fn), metadata={"format": "pt"})
+        new_wm.update({n: fn for n in t})
+    idx["weight_map"] = new_wm
+    write_index(d, idx)
+    text = json.loads((d / "config.json").read_text())
+    cfg = {"architectures": ["Qwen4ExpForConditionalGeneration"], "model_type": "qwen4_exp",
+           "image_token_id": 500, "tie_word_embeddings": False, "text_config": {**text, "model_type": "qwen4_exp_text"},
+           "vision_config": {"depth": 1, "hidden_size": 8}}
+    del cfg["text_config"]["architectures"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    plan = make_plan(str(d))
+    assert [n for n, _ in plan.omitted if n.startswith("model.visual.")] == ["model.visual.patch_embed.proj.weight"]
+    r = conv(d, tmp_path / "vlm.gguf")
+    assert kv(r, "qwen4exp.ple.image_token_id") == 500
+    want = {t.name: t.data.tobytes() for t in ours.tensors}
+    assert {t.name: t.data.tobytes() for t in r.tensors} == want
+
+
+def test_mtp_head_left_out_with_a_warning(tmp_path):
+    """llama.cpp 0c1e570's qwen4exp converter does not export the MTP draft head either."""
+    d = copy(tmp_path)
+    save_file({"mtp.fc.weight": np.zeros((64, 128), np.float32)}, str(d / "mtp.safetensors"), metadata={"format": "pt"})
+    idx = index(d)
+    idx["weight_map"]["mtp.fc.weight"] = "mtp.safetensors"
+    write_index(d, idx)
+    plan = make_plan(str(d))
+    assert ("mtp.fc.weight", "MTP / NextN draft head: not converted") in plan.omitted
+    assert any("mtp" in w for w in plan.warnings)
+    assert not any("mtp" in t.name for t in plan.tensors)
