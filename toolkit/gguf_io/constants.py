@@ -117,6 +117,19 @@ class Keys:
         CHAT_TEMPLATE = gguf.Keys.Tokenizer.CHAT_TEMPLATE
         HF_JSON = gguf.Keys.Tokenizer.HF_JSON
 
+    class IMatrix:
+        # llama.cpp's imatrix GGUF (tools/imatrix): tensors NAME.in_sum2 / NAME.counts
+        DATASETS = gguf.Keys.IMatrix.DATASETS
+        CHUNK_COUNT = gguf.Keys.IMatrix.CHUNK_COUNT
+        CHUNK_SIZE = gguf.Keys.IMatrix.CHUNK_SIZE
+
+    class Quantize:
+        # written by llama-quantize --imatrix (tools/quantize/quantize.cpp); not in gguf 0.19
+        IMATRIX_FILE = "quantize.imatrix.file"
+        IMATRIX_DATASET = "quantize.imatrix.dataset"
+        IMATRIX_N_ENTRIES = "quantize.imatrix.entries_count"
+        IMATRIX_N_CHUNKS = "quantize.imatrix.chunks_count"
+
 
 def k(template: str, arch: str) -> str:
     """Format a per-architecture key template: ``k("{arch}.block_count", "mamba")``."""
