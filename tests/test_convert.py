@@ -448,3 +448,19 @@ def test_more_tokens_than_embedding_rows_is_an_error(tmp_path):
     (d / "tokenizer.json").write_text(json.dumps(tok))
     with pytest.raises(InputError, match="token id 600 does not fit the embedding's 512 rows"):
         make_plan(str(d))
+
+
+@pytest.mark.parametrize("outtype", ["f16", "q8_0"])
+def test_native_and_numpy_row_conversion_agree_on_bf16_source(tmp_path, monkeypatch, outtype):
+    src = tmp_path / "bamba-tiny"
+    _write_bf16_copy(HF / "bamba-tiny", src)
+    a, b = tmp_path / "native.gguf", tmp_path / "numpy.gguf"
+    convert(str(src), str(a), outtype)
+    monkeypatch.setattr(convert_core, "USE_NATIVE", False)
+    convert(str(src), str(b), outtype)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_native_row_converter_is_used():
+    # the C library is part of the package: the fast path must be live, not silently numpy
+    assert convert_core._native() is not None

@@ -25,7 +25,7 @@ from toolkit.convert.plan import OutTensor, Plan, kv_str
 from toolkit.convert.st_reader import DTYPES, ShardReader
 from toolkit.convert.tokenizer import tokenizer_kv
 from toolkit.errors import InputError, ResourceError
-from toolkit.gguf_io import GGUFStreamWriter, Keys, atomic_output, tensor_nbytes
+from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes, tensor_nbytes
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,29 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
 
 
+# Rows converted to F16 / BF16 / Q8_0 go through the C row converter (native/quants.c, bit-exact
+# ports of ggml's reference rounding, the same bytes as gguf-py's numpy quantizers; a test
+# holds the two paths equal).  Without the built library, or with USE_NATIVE = False, numpy.
+USE_NATIVE = True
+_NATIVE_OUT = (GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0)
+_GGML_OF = {"F32": GGMLType.F32, "F16": GGMLType.F16, "BF16": GGMLType.BF16}
+_native_mod = None
+
+
+def _native():
+    """toolkit.quantize._native, or None when the C library is not available."""
+    global _native_mod
+    if _native_mod is None:
+        try:
+            from toolkit.quantize import _native as mod
+            mod.row_size(int(GGMLType.Q8_0), 32)
+            _native_mod = mod
+        except Exception as e:   # not built, or an old build: numpy does the same job
+            log.debug("native row converter unavailable (%s); using numpy", e)
+            _native_mod = False
+    return _native_mod or None
+
+
 class _Buffer:
     """One growable byte buffer reused for every band read."""
 
@@ -108,9 +131,11 @@ class _Buffer:
         return memoryview(self.buf)[:n]
 
 
-def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTensor,
+def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buffer, t: OutTensor,
                   progress: Callable[[int], None] | None) -> None:
     row_len = t.row_len
+    nat = _native() if (USE_NATIVE and t.type in _NATIVE_OUT and t.op is None) else None
+    out_row = row_nbytes(t.type, row_len)
     for seg in t.segments:
         src = seg.src
         np_dtype, isz = DTYPES[src.dtype]
@@ -138,10 +163,15 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTens
                 raw = raw[seg.perm[r0:r1] - r0]
             if t.col_perm is not None:
                 raw = raw[:, t.col_perm]
-            data = encode(raw, src.dtype, t.type, t.op)
+            if nat is not None:
+                data = obuf.view((r1 - r0) * out_row)
+                nat.convert_rows(int(_GGML_OF[src.dtype]), np.ascontiguousarray(raw), int(t.type), data,
+                                 r1 - r0, row_len, os.cpu_count() or 1)
+            else:
+                data = encode(raw, src.dtype, t.type, t.op)
             w.write(t.name, data)
             if progress:
-                progress(data.nbytes)
+                progress(len(memoryview(data).cast("B")))
 
 
 def convert(hf_dir: str, out: str, outtype: str = "f32",
@@ -176,9 +206,9 @@ def convert(hf_dir: str, out: str, outtype: str = "f32",
                 for t in plan.tensors:
                     w.add_tensor(t.name, t.shape, t.type)
                 w.begin_data()
-                buf = _Buffer()
+                buf, obuf = _Buffer(), _Buffer()
                 for t in plan.tensors:
-                    _write_tensor(w, rd, buf, t, progress)
+                    _write_tensor(w, rd, buf, obuf, t, progress)
                 w.close()
             except BaseException:
                 w.abort()
