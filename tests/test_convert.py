@@ -464,3 +464,27 @@ def test_native_and_numpy_row_conversion_agree_on_bf16_source(tmp_path, monkeypa
 def test_native_row_converter_is_used():
     # the C library is part of the package: the fast path must be live, not silently numpy
     assert convert_core._native() is not None
+
+
+def test_granite_dense_variant(tmp_path):
+    """Granite 4.0-H dense (num_local_experts = 0): shared_mlp is the FFN -> ffn_gate/up/down."""
+    from safetensors.numpy import save_file
+    d = tmp_path / "granite-dense"
+    shutil.copytree(HF / "granitehybrid-moe-tiny", d, ignore=shutil.ignore_patterns("*.safetensors", "*.json"))
+    weights = {k: v for k, v in hf_tensors("granitehybrid-moe-tiny").items() if "block_sparse_moe" not in k}
+    save_file(weights, str(d / "model.safetensors"))
+    cfg = json.loads((HF / "granitehybrid-moe-tiny/config.json").read_text())
+    cfg["num_local_experts"] = 0
+    (d / "config.json").write_text(json.dumps(cfg))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(HF / "granitehybrid-moe-tiny" / f, d)
+    f = conv(tmp_path, "granite-dense", src=d)
+    Fs = cfg["shared_intermediate_size"]
+    assert f.get("granitehybrid.feed_forward_length") == Fs and f.get("granitehybrid.expert_count") is None
+    assert not any("exps" in n or "shexp" in n or "gate_inp" in n for n in f.tensors)
+    si = weights["model.layers.2.shared_mlp.input_linear.weight"]
+    assert np.array_equal(np.asarray(f.array("blk.2.ffn_gate.weight")), si[:Fs])
+    assert np.array_equal(np.asarray(f.array("blk.2.ffn_up.weight")), si[Fs:])
+    assert np.array_equal(np.asarray(f.array("blk.2.ffn_down.weight")), weights["model.layers.2.shared_mlp.output_linear.weight"])
+    hp = HParams.from_gguf(f)
+    assert [k.name for k in hp.ffn_kinds] == ["DENSE"] * 4

@@ -53,6 +53,9 @@ class MambaFamily(Family):
         # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
         self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        if c.d.get("use_conv_bias") is False:
+            from toolkit.errors import UnsupportedError
+            raise UnsupportedError(f"{c.path}: use_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
         if c.d.get("use_bias"):
             from toolkit.errors import UnsupportedError
             raise UnsupportedError(f"{c.path}: use_bias = true (in/out projection biases) is not supported by the mamba GGUF layout")
