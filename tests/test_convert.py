@@ -101,21 +101,22 @@ def test_mamba_tiny_matches_llamacpp_and_A_is_correctly_rounded(tmp_path):
 
 
 # ---- where llama.cpp is wrong: the HF facts win --------------------------------------------
-def test_bamba_rope_dims_and_partial_rotary_reorder(tmp_path):
-    cfg = json.loads((HF / "bamba-tiny/config.json").read_text())
+@pytest.mark.parametrize("name", ["bamba-tiny", "bamba-small"])
+def test_bamba_rope_dims_and_partial_rotary_reorder(tmp_path, name):
+    cfg = json.loads((HF / name / "config.json").read_text())
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd = cfg["hidden_size"] // n_head
     rot = int(hd * cfg["rope_parameters"]["partial_rotary_factor"])
-    ours, ref = conv(tmp_path, "bamba-tiny"), GGUFFile(LC / "bamba-tiny.f32.gguf")
+    ours, ref = conv(tmp_path, name), GGUFFile(LC / f"{name}.f32.gguf")
     # llama.cpp misses the nested partial_rotary_factor and writes the whole head dim
     assert ref.get("granitehybrid.rope.dimension_count") == hd
-    assert ours.get("granitehybrid.rope.dimension_count") == rot == 8
+    assert ours.get("granitehybrid.rope.dimension_count") == rot == hd // 2
     for key in llamacpp_keys(ref):
         if key != "granitehybrid.rope.dimension_count":
             assert ours.get(key) == ref.get(key), key
     assert ours.get("granitehybrid.attention.layer_indices") == cfg["attn_layer_indices"]
     assert ours.get("granitehybrid.ssm.head_dim") == cfg["mamba_d_head"]
-    hf = hf_tensors("bamba-tiny")
+    hf = hf_tensors(name)
     assert set(ours.tensors) == set(ref.tensors)
     for name in ref.tensors:
         if ".attn_q." in name or ".attn_k." in name:
