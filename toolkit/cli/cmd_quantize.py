@@ -49,16 +49,14 @@ def quantize(
     band_mb: float = typer.Option(256.0, "--band-mb", help="MiB of float32 rows staged per band."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-tensor plan and the resulting size; write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan and summary) on stdout."),
-    imatrix: Optional[str] = typer.Option(None, "--imatrix", help="Importance matrix (not supported yet)."),
+    imatrix: Optional[str] = typer.Option(None, "--imatrix", help="llama.cpp importance matrix (GGUF from "
+                                          "llama-imatrix): ggml's weighted quantizers, as llama-quantize --imatrix."),
 ) -> None:
     """Quantize a GGUF model the way llama-quantize does (same per-tensor types, same bytes),
     reading and writing in bands of whole rows so memory stays bounded."""
-    from toolkit.errors import UnsupportedError
     from toolkit.quantize import Options, quantize_file
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
-    if imatrix:
-        raise UnsupportedError("--imatrix: importance matrices are not supported yet")
     file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
     if not dry_run and os.path.abspath(input) == os.path.abspath(output):
         raise InputError(f"{output}: output would overwrite the input")
@@ -81,10 +79,10 @@ def quantize(
                 bar.update(task, completed=done, total=total, description=name)
 
             s = quantize_file(input, output, type, opts, n_threads=threads or None, band_mb=band_mb,
-                              allow_requantize=allow_requantize, progress=progress)
+                              allow_requantize=allow_requantize, progress=progress, imatrix=imatrix)
     else:
         s = quantize_file(input, output, type, opts, n_threads=threads or None, band_mb=band_mb,
-                          allow_requantize=allow_requantize, dry_run=dry_run)
+                          allow_requantize=allow_requantize, dry_run=dry_run, imatrix=imatrix)
     # fallbacks and unmatched --tensor-type patterns were logged as warnings (stderr) by the driver
     d = s.to_dict()
     if as_json:

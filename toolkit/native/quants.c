@@ -658,11 +658,11 @@ static void quantize_q6_K(const float * x, blk_q6_K * y, int64_t k) {
  * (weight = x^2), ntry = 7 as quantize_iq4_nl / quantize_iq4_xs call it. */
 static void iq4_nl_impl(const int super_block_size, const int block_size, const float * x,
                         tk_half * dh, uint8_t * q4, uint16_t * scales_h, uint8_t * scales_l,
-                        float * scales, float * weight, uint8_t * L, const int8_t * values, const int ntry) {
+                        float * scales, float * weight, uint8_t * L, const int8_t * values,
+                        const float * quant_weights, const int ntry) {
     float sigma2 = 0;
     for (int j = 0; j < super_block_size; ++j) sigma2 += x[j]*x[j];
     sigma2 *= 2.f/super_block_size;
-    (void) sigma2;  /* only used with an imatrix */
 
     memset(q4, 0, super_block_size/2);
     dh[0] = FP32_TO_FP16(0.f);
@@ -671,7 +671,12 @@ static void iq4_nl_impl(const int super_block_size, const int block_size, const 
     for (int ib = 0; ib < super_block_size/block_size; ++ib) {
         const float * xb = x + ib*block_size;
         uint8_t * Lb = L + ib*block_size;
-        for (int j = 0; j < block_size; ++j) weight[j] = xb[j]*xb[j];
+        if (quant_weights) {
+            const float * qw = quant_weights + ib*block_size;
+            for (int j = 0; j < block_size; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j]*xb[j]);
+        } else {
+            for (int j = 0; j < block_size; ++j) weight[j] = xb[j]*xb[j];
+        }
         float amax = 0, max = 0;
         for (int j = 0; j < block_size; ++j) {
             float ax = fabsf(xb[j]);
@@ -749,24 +754,512 @@ static void iq4_nl_impl(const int super_block_size, const int block_size, const 
     }
 }
 
-static void quantize_iq4_nl(const float * x, blk_iq4_nl * y, int64_t k) {
+/* quant_weights: the imatrix of this row ([k] floats) or NULL */
+static void quantize_iq4_nl_w(const float * x, blk_iq4_nl * y, int64_t k, const float * quant_weights) {
     uint8_t L[QK32];
     float weight[QK32];
     uint16_t unused_h;
     float scale;
     for (int64_t ib = 0; ib < k / QK32; ++ib) {
-        iq4_nl_impl(QK32, 32, x + QK32*ib, &y[ib].d, y[ib].qs, &unused_h, NULL, &scale, weight, L, kvalues_iq4nl, 7);
+        const float * qw = quant_weights ? quant_weights + QK32*ib : NULL;
+        iq4_nl_impl(QK32, 32, x + QK32*ib, &y[ib].d, y[ib].qs, &unused_h, NULL, &scale, weight, L, kvalues_iq4nl, qw, 7);
     }
 }
 
-static void quantize_iq4_xs(const float * x, blk_iq4_xs * y, int64_t k) {
+static void quantize_iq4_xs_w(const float * x, blk_iq4_xs * y, int64_t k, const float * quant_weights) {
     uint8_t L[QK_K];
     float weight[32];
     float scales[QK_K/32];
     for (int64_t ib = 0; ib < k / QK_K; ++ib) {
+        const float * qw = quant_weights ? quant_weights + QK_K*ib : NULL;
         uint16_t sh;
-        iq4_nl_impl(QK_K, 32, x + QK_K*ib, &y[ib].d, y[ib].qs, &sh, y[ib].scales_l, scales, weight, L, kvalues_iq4nl, 7);
-        y[ib].scales_h = sh;  /* field may be unaligned for the compiler's liking: go through a local */
+        iq4_nl_impl(QK_K, 32, x + QK_K*ib, &y[ib].d, y[ib].qs, &sh, y[ib].scales_l, scales, weight, L, kvalues_iq4nl, qw, 7);
+        y[ib].scales_h = sh;
+    }
+}
+
+static void quantize_iq4_nl(const float * x, blk_iq4_nl * y, int64_t k) { quantize_iq4_nl_w(x, y, k, NULL); }
+static void quantize_iq4_xs(const float * x, blk_iq4_xs * y, int64_t k) { quantize_iq4_xs_w(x, y, k, NULL); }
+
+/* ==== imatrix variants: ggml's quantize_row_*_impl (one row, quant_weights != NULL) ===== */
+
+/* make_qkx2_quants with weights (x^2 when NULL) and its own error measure (qkx3) */
+static float make_qkx3_quants(int n, int nmax, const float * x, const float * weights,
+                              uint8_t * L, float * the_min, uint8_t * Laux,
+                              float rmin, float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = weights ? weights[0] : x[0]*x[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; ++i) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights ? weights[i] : x[i]*x[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max <= min) {
+        memset(L, 0, n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax/(max - min);
+    float scale = 1/iscale;
+    float best_mad = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = nearest_int(iscale*(x[i] - min));
+        L[i] = TKQ_MAX(0, TKQ_MIN(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff*diff;
+        float w = weights ? weights[i] : x[i]*x[i];
+        best_mad += w * diff;
+    }
+    if (nstep < 1) {
+        *the_min = -min;
+        return scale;
+    }
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = (rmin + rdelta*is + nmax)/(max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = nearest_int(iscale*(x[i] - min));
+            l = TKQ_MAX(0, TKQ_MIN(nmax, l));
+            Laux[i] = l;
+            float w = weights ? weights[i] : x[i]*x[i];
+            sum_l  += w*l;
+            sum_l2 += w*l*l;
+            sum_xl += w*l*x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l)/D;
+            float this_min   = (sum_l2 * sum_x - sum_l * sum_xl)/D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float mad = 0;
+            for (int i = 0; i < n; ++i) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff*diff;
+                float w = weights ? weights[i] : x[i]*x[i];
+                mad += w * diff;
+            }
+            if (mad < best_mad) {
+                for (int i = 0; i < n; ++i) L[i] = Laux[i];
+                best_mad = mad;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* non-negative values x -> scale * L, L in [0, nmax], weighted search + refinement */
+static float make_qp_quants(int n, int nmax, const float * x, uint8_t * L, const float * quant_weights) {
+    float max = 0;
+    for (int i = 0; i < n; ++i) max = TKQ_MAX(max, x[i]);
+    if (max < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = nmax / max;
+    for (int i = 0; i < n; ++i) L[i] = nearest_int(iscale * x[i]);
+    float scale = 1/iscale;
+    float best_mse = 0;
+    for (int i = 0; i < n; ++i) {
+        float diff = x[i] - scale*L[i];
+        float w = quant_weights[i];
+        best_mse += w*diff*diff;
+    }
+    for (int is = -4; is <= 4; ++is) {
+        if (is == 0) continue;
+        float iscale_is = (0.1f*is + nmax)/max;
+        float scale_is = 1/iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = nearest_int(iscale_is*x[i]);
+            l = TKQ_MIN(nmax, l);
+            float diff = x[i] - scale_is*l;
+            float w = quant_weights[i];
+            mse += w*diff*diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = nearest_int(iscale * x[i]);
+        l = TKQ_MIN(nmax, l);
+        L[i] = l;
+        float w = quant_weights[i];
+        sumlx += w*x[i]*l;
+        suml2 += w*l*l;
+    }
+    for (int itry = 0; itry < 5; ++itry) {
+        int n_changed = 0;
+        for (int i = 0; i < n; ++i) {
+            float w = quant_weights[i];
+            float slx = sumlx - w*x[i]*L[i];
+            float sl2 = suml2 - w*L[i]*L[i];
+            if (slx > 0 && sl2 > 0) {
+                int new_l = nearest_int(x[i] * sl2 / slx);
+                new_l = TKQ_MIN(nmax, new_l);
+                if (new_l != L[i]) {
+                    slx += w*x[i]*new_l;
+                    sl2 += w*new_l*new_l;
+                    if (slx*slx*suml2 > sumlx*sumlx*sl2) {
+                        L[i] = new_l; sumlx = slx; suml2 = sl2;
+                        ++n_changed;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+static void quantize_q2_K_w(const float * x, blk_q2_K * y, int64_t n_per_row, const float * quant_weights) {
+    const int64_t nb = n_per_row / QK_K;
+    uint8_t L[QK_K], Laux[16];
+    float mins[QK_K/16], scales[QK_K/16], sw[QK_K/16], weight[16];
+    uint8_t Ls[QK_K/16], Lm[QK_K/16];
+    for (int64_t i = 0; i < nb; i++) {
+        memset(sw, 0, QK_K/16*sizeof(float));
+        float sumx2 = 0;
+        for (int j = 0; j < QK_K; ++j) sumx2 += x[j]*x[j];
+        float sigma2 = sumx2/QK_K;
+        for (int j = 0; j < QK_K/16; ++j) {
+            const float * qw = quant_weights + QK_K * i + 16*j;
+            for (int l = 0; l < 16; ++l) weight[l] = qw[l] * sqrtf(sigma2 + x[16*j + l]*x[16*j + l]);
+            for (int l = 0; l < QK_K/16; ++l) sw[j] += weight[l];
+            scales[j] = make_qkx3_quants(16, 3, x + 16*j, weight, L + 16*j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
+        }
+        float dm = make_qp_quants(QK_K/16, 15, scales, Ls, sw);
+        float mm = make_qp_quants(QK_K/16, 15, mins,   Lm, sw);
+        y[i].d    = FP32_TO_FP16(dm);
+        y[i].dmin = FP32_TO_FP16(mm);
+        dm        = FP16_TO_FP32(y[i].d);
+        mm        = FP16_TO_FP32(y[i].dmin);
+        for (int j = 0; j < QK_K/16; ++j) y[i].scales[j] = Ls[j] | (Lm[j] << 4);
+        for (int j = 0; j < QK_K/16; ++j) {  /* requantize = true */
+            const float d = dm * (y[i].scales[j] & 0xF);
+            if (!d) continue;
+            const float m = mm * (y[i].scales[j] >> 4);
+            for (int ii = 0; ii < 16; ++ii) {
+                int l = nearest_int((x[16*j + ii] + m)/d);
+                l = TKQ_MAX(0, TKQ_MIN(3, l));
+                L[16*j + ii] = (uint8_t) l;
+            }
+        }
+        for (int j = 0; j < QK_K; j += 128) {
+            for (int l = 0; l < 32; ++l) {
+                y[i].qs[j/4 + l] = L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6);
+            }
+        }
+        x += QK_K;
+    }
+}
+
+static void quantize_q3_K_w(const float * x, blk_q3_K * y, int64_t n_per_row, const float * quant_weights) {
+    const int64_t nb = n_per_row / QK_K;
+    int8_t L[QK_K];
+    float scales[QK_K/16], weight[16], sw[QK_K/16];
+    int8_t Ls[QK_K/16];
+    for (int64_t i = 0; i < nb; i++) {
+        float sumx2 = 0;
+        for (int j = 0; j < QK_K; ++j) sumx2 += x[j]*x[j];
+        float sigma2 = 2*sumx2/QK_K;
+        for (int j = 0; j < QK_K/16; ++j) {
+            const float * qw = quant_weights + QK_K * i + 16*j;
+            for (int l = 0; l < 16; ++l) weight[l] = qw[l] * sqrtf(sigma2 + x[16*j+l]*x[16*j+l]);
+            float sumw = 0;
+            for (int l = 0; l < 16; ++l) sumw += weight[l];
+            sw[j] = sumw;
+            scales[j] = make_qx_quants(16, 4, x + 16*j, L + 16*j, 1, weight);
+        }
+        memset(y[i].scales, 0, 12);
+        float d_block = make_qx_quants(QK_K/16, 32, scales, Ls, 1, sw);
+        for (int j = 0; j < QK_K/16; ++j) {
+            int l = Ls[j];
+            if (j < 8) {
+                y[i].scales[j] = l & 0xF;
+            } else {
+                y[i].scales[j-8] |= ((l & 0xF) << 4);
+            }
+            l >>= 4;
+            y[i].scales[j%4 + 8] |= (l << (2*(j/4)));
+        }
+        y[i].d = FP32_TO_FP16(d_block);
+        int8_t sc;
+        for (int j = 0; j < QK_K/16; ++j) {
+            sc = j < 8 ? y[i].scales[j] & 0xF : y[i].scales[j-8] >> 4;
+            sc = (int8_t) ((sc | (((y[i].scales[8 + j%4] >> (2*(j/4))) & 3) << 4)) - 32);
+            float d = FP16_TO_FP32(y[i].d) * sc;
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ++ii) {
+                int l = nearest_int(x[16*j + ii]/d);
+                l = TKQ_MAX(-4, TKQ_MIN(3, l));
+                L[16*j + ii] = (int8_t) (l + 4);
+            }
+        }
+        memset(y[i].hmask, 0, QK_K/8);
+        int m = 0;
+        uint8_t hm = 1;
+        for (int j = 0; j < QK_K; ++j) {
+            if (L[j] > 3) { y[i].hmask[m] |= hm; L[j] -= 4; }
+            if (++m == QK_K/8) { m = 0; hm <<= 1; }
+        }
+        for (int j = 0; j < QK_K; j += 128) {
+            for (int l = 0; l < 32; ++l) {
+                y[i].qs[j/4 + l] = L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6);
+            }
+        }
+        x += QK_K;
+    }
+}
+
+/* Q4_K / Q5_K with an imatrix: qkx3 search per 32-block, qp search of the scales */
+static void qk_scales_mins_w(const float * x, int64_t i, int nmax, const float * quant_weights, uint8_t * L,
+                             float * scales, float * mins, uint8_t * Ls, uint8_t * Lm, float * d_block, float * m_block) {
+    uint8_t Laux[32];
+    float weights[32], sw[QK_K/32];
+    float sum_x2 = 0;
+    for (int l = 0; l < QK_K; ++l) sum_x2 += x[l] * x[l];
+    float sigma2 = 2*sum_x2/QK_K;
+    for (int j = 0; j < QK_K/32; ++j) {
+        const float * qw = quant_weights + QK_K*i + 32*j;
+        for (int l = 0; l < 32; ++l) weights[l] = qw[l] * sqrtf(sigma2 + x[32*j + l]*x[32*j + l]);
+        float sumw = 0;
+        for (int l = 0; l < 32; ++l) sumw += weights[l];
+        sw[j] = sumw;
+        scales[j] = make_qkx3_quants(32, nmax, x + 32*j, weights, L + 32*j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
+    }
+    *d_block = make_qp_quants(QK_K/32, 63, scales, Ls, sw);
+    *m_block = make_qp_quants(QK_K/32, 63, mins,   Lm, sw);
+}
+
+static void pack_ls_lm_k4(const uint8_t * Ls, const uint8_t * Lm, uint8_t * out) {
+    for (int j = 0; j < QK_K/32; ++j) {
+        uint8_t ls = TKQ_MIN(63, Ls[j]);  /* q4_K_impl does not clamp; Ls <= 63 there anyway */
+        uint8_t lm = TKQ_MIN(63, Lm[j]);
+        if (j < 4) {
+            out[j] = ls;
+            out[j+4] = lm;
+        } else {
+            out[j+4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            out[j-4] |= ((ls >> 4) << 6);
+            out[j-0] |= ((lm >> 4) << 6);
+        }
+    }
+}
+
+static void quantize_q4_K_w(const float * x, blk_q4_K * y, int64_t n_per_row, const float * quant_weights) {
+    const int64_t nb = n_per_row / QK_K;
+    uint8_t L[QK_K], Ls[QK_K/32], Lm[QK_K/32];
+    float mins[QK_K/32], scales[QK_K/32];
+    for (int64_t i = 0; i < nb; i++) {
+        float d_block, m_block;
+        qk_scales_mins_w(x, i, 15, quant_weights, L, scales, mins, Ls, Lm, &d_block, &m_block);
+        pack_ls_lm_k4(Ls, Lm, y[i].scales);
+        y[i].d = FP32_TO_FP16(d_block);
+        y[i].dmin = FP32_TO_FP16(m_block);
+        uint8_t sc, m;
+        for (int j = 0; j < QK_K/32; ++j) {
+            get_scale_min_k4(j, y[i].scales, &sc, &m);
+            const float d = FP16_TO_FP32(y[i].d) * sc;
+            if (!d) continue;
+            const float dm = FP16_TO_FP32(y[i].dmin) * m;
+            for (int ii = 0; ii < 32; ++ii) {
+                int l = nearest_int((x[32*j + ii] + dm)/d);
+                l = TKQ_MAX(0, TKQ_MIN(15, l));
+                L[32*j + ii] = (uint8_t) l;
+            }
+        }
+        uint8_t * q = y[i].qs;
+        for (int j = 0; j < QK_K; j += 64) {
+            for (int l = 0; l < 32; ++l) q[l] = L[j + l] | (L[j + l + 32] << 4);
+            q += 32;
+        }
+        x += QK_K;
+    }
+}
+
+static void quantize_q5_K_w(const float * x, blk_q5_K * y, int64_t n_per_row, const float * quant_weights) {
+    const int64_t nb = n_per_row / QK_K;
+    uint8_t L[QK_K], Ls[QK_K/32], Lm[QK_K/32];
+    float mins[QK_K/32], scales[QK_K/32];
+    for (int64_t i = 0; i < nb; i++) {
+        float d_block, m_block;
+        qk_scales_mins_w(x, i, 31, quant_weights, L, scales, mins, Ls, Lm, &d_block, &m_block);
+        pack_ls_lm_k4(Ls, Lm, y[i].scales);
+        y[i].d = FP32_TO_FP16(d_block);
+        y[i].dmin = FP32_TO_FP16(m_block);
+        uint8_t sc, m;
+        for (int j = 0; j < QK_K/32; ++j) {
+            get_scale_min_k4(j, y[i].scales, &sc, &m);
+            const float d = FP16_TO_FP32(y[i].d) * sc;
+            if (!d) continue;
+            const float dm = FP16_TO_FP32(y[i].dmin) * m;
+            for (int ii = 0; ii < 32; ++ii) {
+                int l = nearest_int((x[32*j + ii] + dm)/d);
+                l = TKQ_MAX(0, TKQ_MIN(31, l));
+                L[32*j + ii] = (uint8_t) l;
+            }
+        }
+        uint8_t * qh = y[i].qh;
+        uint8_t * ql = y[i].qs;
+        memset(qh, 0, QK_K/8);
+        uint8_t m1 = 1, m2 = 2;
+        for (int n = 0; n < QK_K; n += 64) {
+            for (int j = 0; j < 32; ++j) {
+                int l1 = L[n + j];
+                if (l1 > 15) { l1 -= 16; qh[j] |= m1; }
+                int l2 = L[n + j + 32];
+                if (l2 > 15) { l2 -= 16; qh[j] |= m2; }
+                ql[j] = (uint8_t) (l1 | (l2 << 4));
+            }
+            m1 <<= 2; m2 <<= 2;
+            ql += 32;
+        }
+        x += QK_K;
+    }
+}
+
+/* Q6_K with an imatrix: the same as without, but make_qx_quants weighs by the imatrix */
+static void quantize_q6_K_w(const float * x, blk_q6_K * y, int64_t n_per_row, const float * quant_weights) {
+    const int64_t nb = n_per_row / QK_K;
+    int8_t L[QK_K];
+    float scales[QK_K/16];
+    for (int64_t i = 0; i < nb; i++) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < QK_K/16; ++ib) {
+            const float * qw = quant_weights + QK_K*i + 16*ib;
+            const float scale = make_qx_quants(16, 32, x + 16*ib, L + 16*ib, 1, qw);
+            scales[ib] = scale;
+            const float abs_scale = fabsf(scale);
+            if (abs_scale > max_abs_scale) { max_abs_scale = abs_scale; max_scale = scale; }
+        }
+        if (max_abs_scale < GROUP_MAX_EPS) {
+            memset(&y[i], 0, sizeof(blk_q6_K));
+            y[i].d = FP32_TO_FP16(0.f);
+            x += QK_K;
+            continue;
+        }
+        float iscale = -128.f/max_scale;
+        y[i].d = FP32_TO_FP16(1/iscale);
+        for (int ib = 0; ib < QK_K/16; ++ib) y[i].scales[ib] = (int8_t) TKQ_MIN(127, nearest_int(iscale*scales[ib]));
+        for (int j = 0; j < QK_K/16; ++j) {
+            float d = FP16_TO_FP32(y[i].d) * y[i].scales[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ++ii) {
+                int l = nearest_int(x[16*j + ii]/d);
+                l = TKQ_MAX(-32, TKQ_MIN(31, l));
+                L[16*j + ii] = (int8_t) (l + 32);
+            }
+        }
+        uint8_t * ql = y[i].ql;
+        uint8_t * qh = y[i].qh;
+        for (int j = 0; j < QK_K; j += 128) {
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t q1 = L[j + l +  0] & 0xF;
+                const uint8_t q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF;
+                const uint8_t q4 = L[j + l + 96] & 0xF;
+                ql[l+ 0] = q1 | (q3 << 4);
+                ql[l+32] = q2 | (q4 << 4);
+                qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6);
+            }
+            ql += 64;
+            qh += 32;
+        }
+        x += QK_K;
+    }
+}
+
+/* legacy types with an imatrix: sigma2 is over the whole row */
+static float row_sigma2(const float * x, int64_t n) {
+    float sum_x2 = 0;
+    for (int64_t j = 0; j < n; ++j) sum_x2 += x[j]*x[j];
+    return sum_x2/n;
+}
+
+static void quantize_q4_0_w(const float * x, blk_q4_0 * y, int64_t n_per_row, const float * quant_weights) {
+    float weight[QK32];
+    int8_t L[QK32];
+    const float sigma2 = row_sigma2(x, n_per_row);
+    for (int64_t ib = 0; ib < n_per_row/QK32; ++ib) {
+        const float * xb = x + QK32 * ib;
+        const float * qw = quant_weights + QK32 * ib;
+        for (int j = 0; j < QK32; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j]*xb[j]);
+        float d = make_qx_quants(QK32, 8, xb, L, 1, weight);
+        y[ib].d = FP32_TO_FP16(d);
+        for (int j = 0; j < 16; ++j) y[ib].qs[j] = L[j] | (L[j+16] << 4);
+    }
+}
+
+static void quantize_q4_1_w(const float * x, blk_q4_1 * y, int64_t n_per_row, const float * quant_weights) {
+    float weight[QK32];
+    uint8_t L[QK32], Laux[QK32];
+    const float sigma2 = row_sigma2(x, n_per_row);
+    for (int64_t ib = 0; ib < n_per_row/QK32; ++ib) {
+        const float * xb = x + QK32 * ib;
+        const float * qw = quant_weights + QK32 * ib;
+        for (int j = 0; j < QK32; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j]*xb[j]);
+        float min;
+        float d = make_qkx3_quants(QK32, 15, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        y[ib].d = FP32_TO_FP16(d);
+        y[ib].m = FP32_TO_FP16(-min);
+        for (int j = 0; j < 16; ++j) y[ib].qs[j] = L[j] | (L[j+16] << 4);
+    }
+}
+
+static void quantize_q5_0_w(const float * x, blk_q5_0 * y, int64_t n_per_row, const float * quant_weights) {
+    float weight[QK32];
+    int8_t L[QK32];
+    const float sigma2 = row_sigma2(x, n_per_row);
+    for (int64_t ib = 0; ib < n_per_row/QK32; ++ib) {
+        const float * xb = x + QK32 * ib;
+        const float * qw = quant_weights + QK32 * ib;
+        for (int j = 0; j < QK32; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j]*xb[j]);
+        float d = make_qx_quants(QK32, 16, xb, L, 1, weight);
+        y[ib].d = FP32_TO_FP16(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+            const uint8_t xi0 = L[j], xi1 = L[j+16];
+            y[ib].qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+            qh |= ((xi1 & 0x10u) >> 4) << (j + QK32/2);
+        }
+        memcpy(y[ib].qh, &qh, sizeof qh);
+    }
+}
+
+static void quantize_q5_1_w(const float * x, blk_q5_1 * y, int64_t n_per_row, const float * quant_weights) {
+    float weight[QK32];
+    uint8_t L[QK32], Laux[QK32];
+    const float sigma2 = row_sigma2(x, n_per_row);
+    for (int64_t ib = 0; ib < n_per_row/QK32; ++ib) {
+        const float * xb = x + QK32 * ib;
+        const float * qw = quant_weights + QK32 * ib;
+        for (int j = 0; j < QK32; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j]*xb[j]);
+        float min;
+        float d = make_qkx3_quants(QK32, 31, xb, weight, L, &min, Laux, -0.9f, 0.05f, 36, 0);
+        y[ib].d = FP32_TO_FP16(d);
+        y[ib].m = FP32_TO_FP16(-min);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+            const uint8_t xi0 = L[j], xi1 = L[j+16];
+            y[ib].qs[j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4);
+            qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+            qh |= ((xi1 & 0x10u) >> 4) << (j + QK32/2);
+        }
+        memcpy(y[ib].qh, &qh, sizeof qh);
     }
 }
 
@@ -980,6 +1473,8 @@ static void dequant_iq4_xs(const blk_iq4_xs * x, float * y, int64_t k) {
 
 typedef void (*quant_fn)(const float * x, void * y, int64_t k);
 typedef void (*dequant_fn)(const void * x, float * y, int64_t k);
+/* one row of n_per_row values with its imatrix qw[n_per_row] (NULL: the type ignores it) */
+typedef void (*quant_w_fn)(const float * x, void * y, int64_t n_per_row, const float * qw);
 
 static void quant_f32(const float * x, void * y, int64_t k) { memcpy(y, x, (size_t) k * sizeof(float)); }
 static void quant_f16(const float * x, void * vy, int64_t k) {
@@ -1006,6 +1501,7 @@ typedef struct {
     int type_size;      /* bytes per block */
     quant_fn quant;
     dequant_fn dequant;
+    quant_w_fn quant_w;     /* imatrix variant (ggml's quantize_row_*_impl); NULL: imatrix unused */
 } qtype;
 
 /* adapters from the typed block functions to the table's void-pointer signatures */
@@ -1015,25 +1511,31 @@ typedef struct {
 WRAP(q4_0, blk_q4_0) WRAP(q4_1, blk_q4_1) WRAP(q5_0, blk_q5_0) WRAP(q5_1, blk_q5_1) WRAP(q8_0, blk_q8_0)
 WRAP(q2_K, blk_q2_K) WRAP(q3_K, blk_q3_K) WRAP(q4_K, blk_q4_K) WRAP(q5_K, blk_q5_K) WRAP(q6_K, blk_q6_K)
 WRAP(iq4_nl, blk_iq4_nl) WRAP(iq4_xs, blk_iq4_xs)
+#define WRAPW(T, BLK) \
+    static void qw_##T(const float * x, void * y, int64_t k, const float * qw) { quantize_##T##_w(x, (BLK *) y, k, qw); }
+WRAPW(q4_0, blk_q4_0) WRAPW(q4_1, blk_q4_1) WRAPW(q5_0, blk_q5_0) WRAPW(q5_1, blk_q5_1)
+WRAPW(q2_K, blk_q2_K) WRAPW(q3_K, blk_q3_K) WRAPW(q4_K, blk_q4_K) WRAPW(q5_K, blk_q5_K) WRAPW(q6_K, blk_q6_K)
+WRAPW(iq4_nl, blk_iq4_nl) WRAPW(iq4_xs, blk_iq4_xs)
+#define QW(fn) qw_##fn
 #define Q(fn) q_##fn
 #define DQ(fn) dq_##fn
 
 static const qtype QTYPES[] = {
-    { TKQ_T_F32,     1,    4,                  quant_f32,            dequant_f32 },
-    { TKQ_T_F16,     1,    2,                  quant_f16,            dequant_f16 },
-    { TKQ_T_BF16,    1,    2,                  quant_bf16,           dequant_bf16 },
-    { TKQ_T_Q4_0,    QK32, sizeof(blk_q4_0),   Q(q4_0),     DQ(q4_0) },
-    { TKQ_T_Q4_1,    QK32, sizeof(blk_q4_1),   Q(q4_1),     DQ(q4_1) },
-    { TKQ_T_Q5_0,    QK32, sizeof(blk_q5_0),   Q(q5_0),     DQ(q5_0) },
-    { TKQ_T_Q5_1,    QK32, sizeof(blk_q5_1),   Q(q5_1),     DQ(q5_1) },
-    { TKQ_T_Q8_0,    QK32, sizeof(blk_q8_0),   Q(q8_0),     DQ(q8_0) },
-    { TKQ_T_Q2_K,    QK_K, sizeof(blk_q2_K),   Q(q2_K),     DQ(q2_K) },
-    { TKQ_T_Q3_K,    QK_K, sizeof(blk_q3_K),   Q(q3_K),     DQ(q3_K) },
-    { TKQ_T_Q4_K,    QK_K, sizeof(blk_q4_K),   Q(q4_K),     DQ(q4_K) },
-    { TKQ_T_Q5_K,    QK_K, sizeof(blk_q5_K),   Q(q5_K),     DQ(q5_K) },
-    { TKQ_T_Q6_K,    QK_K, sizeof(blk_q6_K),   Q(q6_K),     DQ(q6_K) },
-    { TKQ_T_IQ4_NL,  QK32, sizeof(blk_iq4_nl), Q(iq4_nl),   DQ(iq4_nl) },
-    { TKQ_T_IQ4_XS,  QK_K, sizeof(blk_iq4_xs), Q(iq4_xs),   DQ(iq4_xs) },
+    { TKQ_T_F32,     1,    4,                  quant_f32,   dequant_f32,  NULL },
+    { TKQ_T_F16,     1,    2,                  quant_f16,   dequant_f16,  NULL },
+    { TKQ_T_BF16,    1,    2,                  quant_bf16,  dequant_bf16, NULL },
+    { TKQ_T_Q4_0,    QK32, sizeof(blk_q4_0),   Q(q4_0),     DQ(q4_0),     QW(q4_0) },
+    { TKQ_T_Q4_1,    QK32, sizeof(blk_q4_1),   Q(q4_1),     DQ(q4_1),     QW(q4_1) },
+    { TKQ_T_Q5_0,    QK32, sizeof(blk_q5_0),   Q(q5_0),     DQ(q5_0),     QW(q5_0) },
+    { TKQ_T_Q5_1,    QK32, sizeof(blk_q5_1),   Q(q5_1),     DQ(q5_1),     QW(q5_1) },
+    { TKQ_T_Q8_0,    QK32, sizeof(blk_q8_0),   Q(q8_0),     DQ(q8_0),     NULL },
+    { TKQ_T_Q2_K,    QK_K, sizeof(blk_q2_K),   Q(q2_K),     DQ(q2_K),     QW(q2_K) },
+    { TKQ_T_Q3_K,    QK_K, sizeof(blk_q3_K),   Q(q3_K),     DQ(q3_K),     QW(q3_K) },
+    { TKQ_T_Q4_K,    QK_K, sizeof(blk_q4_K),   Q(q4_K),     DQ(q4_K),     QW(q4_K) },
+    { TKQ_T_Q5_K,    QK_K, sizeof(blk_q5_K),   Q(q5_K),     DQ(q5_K),     QW(q5_K) },
+    { TKQ_T_Q6_K,    QK_K, sizeof(blk_q6_K),   Q(q6_K),     DQ(q6_K),     QW(q6_K) },
+    { TKQ_T_IQ4_NL,  QK32, sizeof(blk_iq4_nl), Q(iq4_nl),   DQ(iq4_nl),   QW(iq4_nl) },
+    { TKQ_T_IQ4_XS,  QK_K, sizeof(blk_iq4_xs), Q(iq4_xs),   DQ(iq4_xs),   QW(iq4_xs) },
 };
 
 static const qtype * find_qtype(int type) {
@@ -1074,6 +1576,7 @@ typedef struct {
     int64_t n_per_row;
     size_t src_row_bytes;    /* bytes of one source row */
     size_t dst_row_bytes;    /* bytes of one destination row */
+    const float * imatrix;   /* [n_per_row] importance of each column, or NULL */
     int failed;              /* 1: could not allocate the row scratch */
 } rows_job;
 
@@ -1089,14 +1592,17 @@ static void run_rows(rows_job * j) {
     for (int64_t r = j->row0; r < j->row1; r++) {
         const char * s = (const char *) j->src + (size_t) r * j->src_row_bytes;
         char * d = (char *) j->dst + (size_t) r * j->dst_row_bytes;
-        if (!j->st) {
-            j->dt->quant((const float *) s, d, j->n_per_row);
-        } else if (!j->dt) {
+        const float * x = (const float *) s;
+        if (!j->dt) {
             j->st->dequant(s, (float *) d, j->n_per_row);
-        } else {
-            j->st->dequant(s, scratch, j->n_per_row);
-            j->dt->quant(scratch, d, j->n_per_row);
+            continue;
         }
+        if (j->st) {
+            j->st->dequant(s, scratch, j->n_per_row);
+            x = scratch;
+        }
+        if (j->imatrix && j->dt->quant_w) j->dt->quant_w(x, d, j->n_per_row, j->imatrix);
+        else j->dt->quant(x, d, j->n_per_row);
     }
     free(scratch);
 }
@@ -1118,7 +1624,7 @@ static const qtype * check_type(int type, int64_t n_per_row, const char * what, 
 
 /* src_type / dst_type < 0 mean float32 rows */
 static tk_status rows_parallel(int src_type, int dst_type, const void * src, void * dst,
-                               int64_t n_rows, int64_t n_per_row, int n_threads, const char * what) {
+                               int64_t n_rows, int64_t n_per_row, const float * imatrix, int n_threads, const char * what) {
     tk_status st = TK_OK;
     if (!src || !dst) return TK_FAIL(TK_ERR_INVALID, "%s: null buffer", what);
     if (n_rows < 0 || n_per_row <= 0) {
@@ -1141,7 +1647,7 @@ static tk_status rows_parallel(int src_type, int dst_type, const void * src, voi
     int started[TK_QUANT_MAX_THREADS];
     for (int i = 0; i < n_threads; i++) {
         jobs[i] = (rows_job) { s, d, src, dst, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, n_per_row,
-                               src_row, dst_row, 0 };
+                               src_row, dst_row, imatrix, 0 };
         started[i] = 0;
     }
     for (int i = 1; i < n_threads; i++) {
@@ -1160,16 +1666,23 @@ static tk_status rows_parallel(int src_type, int dst_type, const void * src, voi
 
 tk_status tk_quantize_rows(int type, const float * src, void * dst, int64_t n_rows, int64_t n_per_row, int n_threads) {
     if (type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "quantize: ggml type %d is not supported", type);
-    return rows_parallel(-1, type, src, dst, n_rows, n_per_row, n_threads, "quantize");
+    return rows_parallel(-1, type, src, dst, n_rows, n_per_row, NULL, n_threads, "quantize");
 }
 
 tk_status tk_dequantize_rows(int type, const void * src, float * dst, int64_t n_rows, int64_t n_per_row, int n_threads) {
     if (type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "dequantize: ggml type %d is not supported", type);
-    return rows_parallel(type, -1, src, dst, n_rows, n_per_row, n_threads, "dequantize");
+    return rows_parallel(type, -1, src, dst, n_rows, n_per_row, NULL, n_threads, "dequantize");
 }
 
 tk_status tk_convert_rows(int src_type, const void * src, int dst_type, void * dst,
                           int64_t n_rows, int64_t n_per_row, int n_threads) {
-    if (src_type < 0 || dst_type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "convert: bad ggml type %d -> %d", src_type, dst_type);
-    return rows_parallel(src_type, dst_type, src, dst, n_rows, n_per_row, n_threads, "convert");
+    return tk_convert_rows_imatrix(src_type, src, dst_type, dst, n_rows, n_per_row, NULL, n_threads);
+}
+
+tk_status tk_convert_rows_imatrix(int src_type, const void * src, int dst_type, void * dst,
+                                  int64_t n_rows, int64_t n_per_row, const float * imatrix, int n_threads) {
+    if (dst_type < 0) return TK_FAIL(TK_ERR_UNSUPPORTED, "convert: bad ggml type %d -> %d", src_type, dst_type);
+    /* a float32 source is read as is (no scratch copy) */
+    return rows_parallel(src_type == TKQ_T_F32 ? -1 : src_type, dst_type, src, dst, n_rows, n_per_row, imatrix,
+                         n_threads, "convert");
 }

@@ -54,6 +54,10 @@ tk_status tk_dequantize_rows(int type, const void * src, float * dst, int64_t n_
  * scratch per thread (no band-sized float32 buffer); bytes equal dequantize + quantize. */
 tk_status tk_convert_rows(int src_type, const void * src, int dst_type, void * dst,
                           int64_t n_rows, int64_t n_per_row, int n_threads);
+/* The same with an importance matrix imatrix[n_per_row] (llama.cpp's imatrix, already divided
+ * by its counts; NULL = none): ggml's quantize_row_*_impl for the types that use it. */
+tk_status tk_convert_rows_imatrix(int src_type, const void * src, int dst_type, void * dst,
+                                  int64_t n_rows, int64_t n_per_row, const float * imatrix, int n_threads);
 
 
 /* ==== runtime: model description (filled by Python from the GGUF) =================== */

@@ -40,11 +40,18 @@ def dequantize_rows(ggml_type: int, src, dst: np.ndarray, n_rows: int, n_per_row
                                  int(n_rows), int(n_per_row), int(n_threads)), "dequantize")
 
 
-def convert_rows(src_type: int, src, dst_type: int, dst, n_rows: int, n_per_row: int, n_threads: int = 1) -> None:
+def convert_rows(src_type: int, src, dst_type: int, dst, n_rows: int, n_per_row: int, n_threads: int = 1,
+                 imatrix: np.ndarray | None = None) -> None:
     """src: n_rows rows of ``src_type`` -> dst: n_rows rows of ``dst_type``, each row through a
-    one-row float32 scratch in C (same bytes as dequantize_rows then quantize_rows)."""
-    check(lib.tk_convert_rows(int(src_type), ffi.from_buffer(src), int(dst_type), ffi.from_buffer(dst, require_writable=True),
-                              int(n_rows), int(n_per_row), int(n_threads)), "convert")
+    one-row float32 scratch in C (same bytes as dequantize_rows then quantize_rows).
+    imatrix: float32 [n_per_row] column importances (llama.cpp imatrix / counts), or None."""
+    qw = ffi.NULL
+    if imatrix is not None:
+        assert imatrix.dtype == np.float32 and imatrix.size == n_per_row and imatrix.flags.c_contiguous
+        qw = ffi.cast("float *", ffi.from_buffer(imatrix))
+    check(lib.tk_convert_rows_imatrix(int(src_type), ffi.from_buffer(src), int(dst_type),
+                                      ffi.from_buffer(dst, require_writable=True), int(n_rows), int(n_per_row), qw,
+                                      int(n_threads)), "convert")
 
 
 def quantize(ggml_type: int, x: np.ndarray, n_threads: int = 1) -> np.ndarray:

@@ -31,6 +31,7 @@ from toolkit.errors import InputError, ResourceError
 from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes
 from toolkit.quantize import _native
 from toolkit.quantize.header import GGUFHeader
+from toolkit.quantize.imatrix import IMatrix, load_imatrix
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
 from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source
 
@@ -56,6 +57,7 @@ class TensorPlan:
     dst_bytes: int
     offset: int
     fallback: str | None = None
+    imatrix: np.ndarray | None = None   # float32 [n_mat * ne0] column importances, or None
 
     @property
     def n_per_row(self) -> int:
@@ -104,7 +106,8 @@ class QuantPlan:
             "bpw_before": self.src_bytes * 8 / n, "bpw_after": self.dst_bytes * 8 / n,
             "warnings": self.warnings,
             "tensors": [{"name": t.name, "shape": list(t.shape), "type_before": t.src_type.name,
-                         "type_after": t.dst_type.name, "bytes_before": t.src_bytes, "bytes_after": t.dst_bytes}
+                         "type_after": t.dst_type.name, "bytes_before": t.src_bytes, "bytes_after": t.dst_bytes,
+                         "imatrix": t.imatrix is not None}
                         for t in self.tensors],
         }
 
@@ -127,17 +130,20 @@ def model_info(f: GGUFHeader) -> ModelInfo:
                      n_gqa=(n_head // n_head_kv) if n_head_kv else 0)
 
 
-def make_plan(f: GGUFHeader, ftype_name: str, opts: Options | None = None, allow_requantize: bool = False) -> QuantPlan:
-    """Choose every tensor's output type the way llama-quantize would.
+def make_plan(f: GGUFHeader, ftype_name: str, opts: Options | None = None, allow_requantize: bool = False,
+              imatrix: IMatrix | None = None) -> QuantPlan:
+    """Choose every tensor's output type the way llama-quantize would (and attach each
+    converted tensor's imatrix row when one is given).
 
     Raises:
-        InputError: unknown type name; a quantized input without ``allow_requantize``.
+        InputError: unknown type name; a quantized input without ``allow_requantize``; an
+        imatrix entry whose size is not ne0 * n_expert (token embeddings excepted, as llama.cpp).
         UnsupportedError: a tensor to convert has a source type quants.c cannot read.
     """
     ft = file_type(ftype_name)
     opts = opts or Options()
     names = llama_tensor_order(f.tensors)
-    chooser = TypeChooser(model_info(f), ft.ftype, ft.default, opts, names)
+    chooser = TypeChooser(model_info(f), ft.ftype, ft.default, opts, names, has_imatrix=imatrix is not None)
     plan = QuantPlan(f.path, f.arch, ft, [])
     for name in names:
         ti = f.tensors[name]
@@ -154,7 +160,21 @@ def make_plan(f: GGUFHeader, ftype_name: str, opts: Options | None = None, allow
         for d in ti.shape[1:]:
             n_rows *= int(d)
         dst_bytes = ti.nbytes if dst == ti.type else n_rows * row_nbytes(dst, int(ti.shape[0]))
-        plan.tensors.append(TensorPlan(name, tuple(ti.shape), ti.type, dst, ti.nbytes, dst_bytes, ti.offset, c.fallback))
+        qw = None
+        if imatrix is not None and dst != ti.type:
+            qw = imatrix.data.get(name)
+            if qw is None:
+                log.info("%s: no imatrix entry for this tensor", name)
+            else:
+                want = int(ti.shape[0]) * (int(ti.shape[2]) if len(ti.shape) > 2 else 1)
+                if qw.size != want:
+                    if name in ("token_embd.weight", "per_layer_token_embd.weight"):
+                        qw = None  # llama.cpp ignores a mismatched token-embedding entry
+                    else:
+                        raise InputError(f"{imatrix.path}: imatrix entry of {name!r} has {qw.size} values, "
+                                         f"the tensor needs {want}")
+        plan.tensors.append(TensorPlan(name, tuple(ti.shape), ti.type, dst, ti.nbytes, dst_bytes, ti.offset,
+                                       c.fallback, qw))
     for pat, hits in chooser.pattern_hits.items():
         if hits == 0:
             plan.warnings.append(f"--tensor-type {pat!r} matched no quantizable tensor")
@@ -182,7 +202,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _copy_metadata(src: GGUFHeader, w: GGUFStreamWriter, ftype: int) -> None:
+def _copy_metadata(src: GGUFHeader, w: GGUFStreamWriter, ftype: int, imatrix: IMatrix | None = None) -> None:
     """Copy every key/value of ``src`` with its exact value type, then the two keys llama-quantize sets."""
     skip = {Keys.General.ARCHITECTURE, Keys.General.QUANTIZATION_VERSION, Keys.General.FILE_TYPE,
             gguf.Keys.Split.LLM_KV_SPLIT_NO, gguf.Keys.Split.LLM_KV_SPLIT_COUNT, gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT}
@@ -196,6 +216,14 @@ def _copy_metadata(src: GGUFHeader, w: GGUFStreamWriter, ftype: int) -> None:
             w.kv.data_alignment = int(kv.value)
     w.kv.add_uint32(Keys.General.QUANTIZATION_VERSION, GGML_QNT_VERSION)
     w.kv.add_uint32(Keys.General.FILE_TYPE, ftype)
+    if imatrix is not None:
+        # llama-quantize's kv overrides: strings cut at 127 bytes, integers written as u32
+        w.kv.add_string(Keys.Quantize.IMATRIX_FILE, imatrix.path.encode()[:127].decode("utf-8", "ignore"))
+        if imatrix.datasets:
+            w.kv.add_string(Keys.Quantize.IMATRIX_DATASET, imatrix.datasets[0].encode()[:127].decode("utf-8", "ignore"))
+        w.kv.add_uint32(Keys.Quantize.IMATRIX_N_ENTRIES, len(imatrix.data))
+        if imatrix.chunk_count > 0:
+            w.kv.add_uint32(Keys.Quantize.IMATRIX_N_CHUNKS, imatrix.chunk_count)
 
 
 class _Buffers:
@@ -228,7 +256,7 @@ ProgressFn = Callable[[int, int, str], None]
 
 def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | None = None, *,
                   n_threads: int | None = None, band_mb: float = 256.0, allow_requantize: bool = False,
-                  dry_run: bool = False, progress: ProgressFn | None = None) -> Summary:
+                  dry_run: bool = False, progress: ProgressFn | None = None, imatrix: str | None = None) -> Summary:
     """Quantize GGUF ``in_path`` to ``out_path`` with file type ``ftype_name`` (``"Q4_K_M"``).
 
     n_threads: C threads per band (default: all CPUs).  band_mb: MiB staged per band (source
@@ -246,7 +274,8 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
         raise InputError(f"{out_path}: output would overwrite the input")
     n_threads = max(1, int(n_threads or os.cpu_count() or 1))
     f = GGUFHeader(in_path)
-    plan = make_plan(f, ftype_name, opts, allow_requantize)
+    im = load_imatrix(imatrix) if imatrix else None
+    plan = make_plan(f, ftype_name, opts, allow_requantize, im)
     for msg in plan.warnings:
         log.warning("%s", msg)
     if dry_run:
@@ -262,7 +291,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
             w = GGUFStreamWriter(tmp, f.arch)
             out = _Writer(w)
             try:
-                _copy_metadata(f, w, int(plan.ftype.ftype))
+                _copy_metadata(f, w, int(plan.ftype.ftype), im)
                 for t in plan.tensors:
                     # llama-quantize writes ggml_n_dims dims: trailing 1s dropped ([512, 1] -> [512])
                     w.add_tensor(t.name, tuple(reversed(t.shape[:n_dims(t.shape)])), t.dst_type)
@@ -347,14 +376,20 @@ def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buff
     src_row = row_nbytes(t.src_type, n_per_row)
     dst_row = row_nbytes(t.dst_type, n_per_row)
     rows_per_band = band_rows(src_row, dst_row, n_rows, band_bytes)
-    for r0 in range(0, n_rows, rows_per_band):
+    ne0, rows_per_mat = n_per_row, (int(t.shape[1]) if len(t.shape) > 1 else 1)
+    r0 = 0
+    while r0 < n_rows:
         nr = min(rows_per_band, n_rows - r0)
+        qw = None
+        if t.imatrix is not None:
+            # a band never crosses an expert boundary: each expert has its own imatrix slice
+            nr = min(nr, rows_per_mat - r0 % rows_per_mat)
+            e = r0 // rows_per_mat
+            qw = t.imatrix[e * ne0:(e + 1) * ne0]
         raw = bufs.get("raw", nr * src_row, np.uint8)
         _pread_into(fd, raw, t.offset + r0 * src_row, path)
         q = bufs.get(out.next_slot(), nr * dst_row, np.uint8)
-        if t.src_type == GGMLType.F32:
-            _native.quantize_rows(t.dst_type, raw.view(np.float32), q, nr, n_per_row, n_threads)
-        else:
-            _native.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads)
+        _native.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads, imatrix=qw)
         out.write(t.name, q)
-        on_band((r0 + nr) * n_per_row)
+        r0 += nr
+        on_band(r0 * n_per_row)

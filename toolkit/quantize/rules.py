@@ -139,8 +139,9 @@ class TypeChooser:
     """
 
     def __init__(self, model: ModelInfo, ftype: FileType, default: GGMLType, opts: Options,
-                 names: Sequence[str]):
+                 names: Sequence[str], has_imatrix: bool = False):
         self.m = model
+        self.has_imatrix = has_imatrix
         self.ftype = ftype
         self.default = default
         self.o = opts
@@ -263,12 +264,15 @@ class TypeChooser:
             elif ft == FT.MOSTLY_Q4_K_M:
                 if use_more_bits(i_layer, n_layer):
                     new_type = T.Q6_K
-            elif i_layer < n_layer // 8 and ft in (FT.MOSTLY_IQ4_NL, FT.MOSTLY_IQ4_XS):  # no imatrix
+            elif i_layer < n_layer // 8 and ft in (FT.MOSTLY_IQ4_NL, FT.MOSTLY_IQ4_XS) and not self.has_imatrix:
                 new_type = T.Q5_K
             elif ft == FT.MOSTLY_Q5_K_M and use_more_bits(i_layer, n_layer):
                 new_type = T.Q6_K
             elif ft == FT.MOSTLY_Q4_K_S and i_layer < n_layer // 8:
                 new_type = T.Q5_K
+            elif ft in (FT.MOSTLY_Q4_0, FT.MOSTLY_Q5_0) and self.has_imatrix and i_layer < n_layer // 8:
+                # llama.cpp guards the first ffn_down layers of Q4_0/Q5_0 only when an imatrix is given
+                new_type = T.Q4_1 if ft == FT.MOSTLY_Q4_0 else T.Q5_1
             self.i_ffn_down += 1
         elif cat == Category.ATTENTION_OUTPUT:
             if n_expert == 8:
