@@ -238,3 +238,81 @@ def test_metadata_copied_exactly(name, tmp_path):
         assert [bytes(fa.parts[i]) for i in fa.data] == [bytes(fb.parts[i]) for i in fb.data], k
     assert b.fields["general.file_type"].contents() == int(FileType.MOSTLY_Q8_0)
     assert b.fields["general.quantization_version"].contents() == 2
+
+
+# ---- imatrix --------------------------------------------------------------------------------
+
+IMAT = os.path.join(FIX, "quant", "bamba-small.imatrix.gguf")
+
+
+def test_imatrix_loader_divides_by_counts():
+    from toolkit.quantize.imatrix import load_imatrix
+    im = load_imatrix(IMAT)
+    r = gguf.GGUFReader(IMAT)
+    t = {x.name: x for x in r.tensors}
+    assert len(im.data) == 24 and im.chunk_count == 10 and im.datasets == ["synthetic-test-data.txt"]
+    for name, e in im.data.items():
+        sums = np.asarray(t[name + ".in_sum2"].data, np.float32).reshape(-1)
+        counts = np.asarray(t[name + ".counts"].data, np.float32).reshape(-1)
+        ne0 = sums.size // counts.size
+        for j, c in enumerate(counts):
+            want = np.ones(ne0, np.float32) if c == 0 else sums[j * ne0:(j + 1) * ne0] / np.float32(c)
+            assert np.array_equal(e[j * ne0:(j + 1) * ne0], want), name
+    assert any((np.asarray(t[n + ".counts"].data) == 0).any() for n in im.data)  # the count-0 path is exercised
+
+
+def test_imatrix_changes_weighted_types_only(tmp_path):
+    """With an imatrix, the imatrix-aware types change bytes, Q8_0 does not (ggml ignores it)."""
+    for qtype, changes in (("Q4_K_M", True), ("Q8_0", False)):
+        a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
+        quantize_file(SRC, a, qtype, n_threads=2)
+        quantize_file(SRC, b, qtype, n_threads=2, imatrix=IMAT)
+        da, db = _digests(a), _digests(b)
+        assert {k: v[0] for k, v in da.items()} == {k: v[0] for k, v in db.items()}
+        assert (da["blk.0.ssm_in.weight"] != db["blk.0.ssm_in.weight"]) == changes
+        r = gguf.GGUFReader(b)
+        assert r.fields["quantize.imatrix.entries_count"].contents() == 24
+
+
+def test_imatrix_bad_inputs(tmp_path):
+    bad = tmp_path / "legacy.dat"
+    bad.write_bytes(b"\x01\x00\x00\x00" + b"\x00" * 64)
+    with pytest.raises(UnsupportedError):
+        quantize_file(SRC, str(tmp_path / "o.gguf"), "Q4_K_M", imatrix=str(bad))
+    # an imatrix for another model: entry sizes do not match the tensors
+    other = str(tmp_path / "other.imatrix.gguf")
+    w = gguf.GGUFWriter(other, arch="imatrix")
+    w.add_array(gguf.Keys.IMatrix.DATASETS, ["x"])
+    w.add_uint32(gguf.Keys.IMatrix.CHUNK_COUNT, 1)
+    w.add_uint32(gguf.Keys.IMatrix.CHUNK_SIZE, 512)
+    w.add_tensor("blk.0.ffn_up.weight.in_sum2", np.ones((1, 100), np.float32))
+    w.add_tensor("blk.0.ffn_up.weight.counts", np.ones((1, 1), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(InputError, match="blk.0.ffn_up.weight"):
+        quantize_file(SRC, str(tmp_path / "o.gguf"), "Q4_K_M", imatrix=other)
+    assert not (tmp_path / "o.gguf").exists()
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+def _cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "toolkit", "quantize", *args], capture_output=True, text=True)
+
+
+def test_cli_errors_and_dry_run(tmp_path):
+    out = tmp_path / "o.gguf"
+    p = _cli(SRC, str(out), "Q9_K")
+    assert p.returncode == 2 and "Q4_K_M" in p.stderr and "Traceback" not in p.stderr and not out.exists()
+    notg = tmp_path / "x.gguf"
+    notg.write_text("hello")
+    p = _cli(str(notg), str(out), "Q8_0")
+    assert p.returncode == 2 and "x.gguf" in p.stderr and not out.exists()
+    p = _cli(SRC, str(out), "Q4_K_M", "--dry-run", "--json", "--tensor-type", "nomatch_xyz=q8_0")
+    assert p.returncode == 0 and not out.exists()
+    d = json.loads(p.stdout)
+    assert d["file_type"] == "Q4_K_M" and d["size_after"] < d["size_before"]
+    assert any("nomatch_xyz" in w for w in d["warnings"])
+    p = _cli(SRC, str(out), "Q4_K_M", "--tensor-type", "ffn_down=q9")
+    assert p.returncode == 2 and "q9" in p.stderr
