@@ -28,7 +28,7 @@ def load_json(path: str) -> Any:
             return json.load(f)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: "[[[[..." nested too deep
         raise InputError(f"{path}: not valid JSON ({e})") from None
 
 

@@ -96,7 +96,7 @@ def read_header(path: str) -> dict[str, STTensor]:
         raise InputError(f"{path}: is a directory, expected a safetensors file") from None
     try:
         hdr = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: "[[[[..." nested too deep
         raise InputError(f"{path}: corrupt safetensors header (not JSON: {e})") from None
     if not isinstance(hdr, dict):
         raise InputError(f"{path}: corrupt safetensors header (not a JSON object)")
