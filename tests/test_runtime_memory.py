@@ -177,3 +177,9 @@ def test_model_close_closes_contexts(fixtures):
     m.close()
     with pytest.raises(InputError, match="closed"):
         ctx.decode([1])
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+def test_thread_count_does_not_change_logits(model, n_threads):
+    toks = prompt(20, 14)
+    assert np.array_equal(solo(model, toks, n_threads=n_threads), solo(model, toks, n_threads=1))

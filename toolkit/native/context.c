@@ -17,6 +17,7 @@ static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 void tk_context_free(tk_context * c) {
     if (!c) return;
     if (c->mem) c->mem->free(c->mem);
+    tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
                       c->att, c->g, c->u, c->f1, c->row, c->vec};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -36,7 +37,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     if (p.n_seq_max <= 0 || p.n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p.n_seq_max, TK_MAX_SEQ);
     if (p.n_ubatch <= 0 || p.n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p.n_ubatch);
     if (p.n_ctx <= 0 || p.n_ctx > (1 << 24)) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
-    if (p.n_threads < 0) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be >= 0", p.n_threads);
+    if (p.n_threads < 0 || p.n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p.n_threads);
 
     tk_context * c = calloc(1, sizeof *c);
     if (!c) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
@@ -76,6 +77,12 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
         return st;
     }
 
+    const int n_threads = p.n_threads > 0 ? p.n_threads : 1;
+    st = tk_pool_new(n_threads, &c->pool);
+    if (st != TK_OK) {
+        tk_context_free(c);
+        return st;
+    }
     const size_t U = (size_t) p.n_ubatch, D = (size_t) hp->n_embd;
     const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state;
     size_t zx_w = 0, xc_w = 0, xd_w = 0, dtr_w = 0, y_w = 0, q_w = 0, kv_w = 0, ff_w = (size_t) model->max_ff;
@@ -98,7 +105,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
         {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
         {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
         {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
-        {&c->f1, D}, {&c->row, c->row_n}, {&c->vec, c->vec_n},
+        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
         *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));

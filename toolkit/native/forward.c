@@ -26,7 +26,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
     tk_memory_rs * rs = ctx->rs;
     (void) D;
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row, ctx->row_n, ctx->pool));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rs->ub_cells[s];
         tk_ssm_conv(ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
@@ -34,7 +34,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
     }
     for (int64_t i = 0; i < (int64_t) U * DI; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
 
-    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, ctx->row));
+    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, ctx->row, ctx->row_n, ctx->pool));
     for (int32_t t = 0; t < U; t++) {
         float * xd = ctx->xdbl + (int64_t) t * XD;
         if (l->ssm_dt_norm || hp->dt_b_c_rms) {
@@ -44,7 +44,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
         }
         memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
     }
-    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, ctx->row));
+    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, ctx->row, ctx->row_n, ctx->pool));
     for (int32_t t = 0; t < U; t++) {
         float * dt = ctx->dt + (int64_t) t * DI;
         for (int32_t c = 0; c < DI; c++) dt[c] = tk_softplus(l->ssm_dt_b ? dt[c] + l->ssm_dt_b[c] : dt[c]);
@@ -58,7 +58,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
                                ctx->zx + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
         }
     }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row);
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row, ctx->row_n, ctx->pool);
 }
 
 /* ==== Mamba-2 mixer ================================================================== */
@@ -73,7 +73,7 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_memory_rs * rs = ctx->rs;
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row, ctx->row_n, ctx->pool));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rs->ub_cells[s];
         tk_ssm_conv(ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
@@ -99,7 +99,7 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
         for (int32_t c = 0; c < DI; c++) y[c] *= tk_silu(z[c]);
         for (int32_t g = 0; g < G; g++) tk_rms_norm(y + g * gs, l->ssm_norm + g * gs, hp->rms_eps, gs, y + g * gs);
     }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row);
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row, ctx->row_n, ctx->pool);
 }
 
 /* ==== attention ====================================================================== */
@@ -113,9 +113,9 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
     const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
     tk_memory_kv * kv = ctx->kv;
 
-    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, ctx->row));
-    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, ctx->row));
-    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, ctx->row));
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, ctx->row, ctx->row_n, ctx->pool));
     for (int32_t t = 0; t < U; t++) {
         if (hp->use_rope && hp->n_rot > 0) {
             tk_rope_norm(ctx->q + (int64_t) t * H * hd, H, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
@@ -155,7 +155,7 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
             for (int32_t i = 0; i < hd; i++) o[i] *= inv;
         }
     }
-    return tk_matmul(&l->wo, 0, ctx->att, U, out, ctx->row);
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, ctx->row, ctx->row_n, ctx->pool);
 }
 
 /* ==== feed-forward =================================================================== */
@@ -164,10 +164,10 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
 static tk_status swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                         int64_t mat, const float * x, int32_t n, float * y) {
     const int64_t F = up->ne[1];
-    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, ctx->row));
-    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, ctx->row));
+    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, ctx->row, ctx->row_n, ctx->pool));
     for (int64_t i = 0; i < (int64_t) n * F; i++) ctx->g[i] = tk_silu(ctx->g[i]) * ctx->u[i];
-    return tk_matmul(down, mat, ctx->g, n, y, ctx->row);
+    return tk_matmul(down, mat, ctx->g, n, y, ctx->row, ctx->row_n, ctx->pool);
 }
 
 /* MoE: router logits r = W_inp x [E];
@@ -185,7 +185,7 @@ static tk_status ffn_moe(tk_context * ctx, const tk_layer * l, int32_t U, float 
     for (int32_t t = 0; t < U; t++) {
         const float * xt = ctx->cur + (int64_t) t * D;
         float * ot = out + (int64_t) t * D;
-        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, ctx->row));
+        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, ctx->row, ctx->row_n, ctx->pool));
         if (hp->moe_softmax_topk) {
             float mx = -FLT_MAX;
             for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
@@ -258,7 +258,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (ub->out_row[t] < 0) continue;
         float * lo = logits_out + (int64_t) ub->out_row[t] * hp->n_vocab;
         tk_rms_norm(ctx->x + (int64_t) t * D, m->output_norm, hp->rms_eps, D, ctx->cur);
-        TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, ctx->row));
+        TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, ctx->row, ctx->row_n, ctx->pool));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
     }

@@ -117,20 +117,43 @@ static float dot_row(const tk_weight * w, const uint8_t * row, const float * x, 
  *   x: [n_tok, K] float32, y: [n_tok, M] float32, scratch: K floats
  *   y[t][r] = sum_k W[r][k] * x[t][k]
  * Loop order: row outer (a weight row is read once per call), token inner. */
-tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, float * scratch) {
+typedef struct {
+    const tk_weight * w;
+    const uint8_t * base;      /* first row of the selected matrix */
+    const float * x;
+    int64_t n_tok;
+    float * y;
+    float * scratch;
+    size_t scratch_stride;
+} matmul_job;
+
+static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
+    const matmul_job * j = arg;
+    const tk_weight * w = j->w;
     const int64_t K = w->ne[0], M = w->ne[1];
-    if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
-    const uint8_t * base = w->data + (size_t) mat * (size_t) M * w->row_bytes;
-    for (int64_t r = 0; r < M; r++) {
-        const uint8_t * row = base + (size_t) r * w->row_bytes;
-        if (w->type != TK_GGML_F32 && w->type != TK_GGML_F16 && w->type != TK_GGML_BF16 && w->type != TK_GGML_Q8_0) {
-            /* dequantize the row once for all tokens */
-            TK_CHECK(tk_dequantize_row(w->type, row, scratch, K));
-            for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_f32(scratch, x + t * K, K);
+    float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
+    const int native = w->type == TK_GGML_F32 || w->type == TK_GGML_F16 || w->type == TK_GGML_BF16 || w->type == TK_GGML_Q8_0;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t * row = j->base + (size_t) r * w->row_bytes;
+        if (!native) {
+            /* dequantize the row once for all tokens (type accepted by the dequantizer at load) */
+            tk_dequantize_row(w->type, row, scratch, K);
+            for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_f32(scratch, j->x + t * K, K);
             continue;
         }
-        for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_row(w, row, x + t * K, scratch);
+        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_row(w, row, j->x + t * K, scratch);
     }
+}
+
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y,
+                    float * scratch, size_t scratch_stride, tk_pool * pool) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
+    if (scratch_stride < (size_t) K) return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", scratch_stride, (long long) K);
+    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, scratch, scratch_stride};
+    /* threads only pay off past ~64k multiply-adds */
+    if (K * M * n_tok < 65536) pool = NULL;
+    tk_pool_run(pool, M, matmul_rows, &j);
     return TK_OK;
 }
 
@@ -143,7 +166,7 @@ tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float
     tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes)};
     float * scratch = malloc((size_t) K * sizeof(float));
     if (!scratch) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    tk_status st = tk_matmul(&wt, 0, x, n_tok, y, scratch);
+    tk_status st = tk_matmul(&wt, 0, x, n_tok, y, scratch, (size_t) K, NULL);
     free(scratch);
     return st;
 }

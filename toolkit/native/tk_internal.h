@@ -86,10 +86,21 @@ struct tk_model {
     int32_t n_owned, cap_owned;
 };
 
+/* ---- threads.c ---------------------------------------------------------------------- */
+typedef struct tk_pool tk_pool;
+/* Work on [i0, i1) of a parallel loop; `thread` in [0, tk_pool_size) indexes per-thread scratch. */
+typedef void (*tk_task_fn)(void * arg, int64_t i0, int64_t i1, int thread);
+tk_status tk_pool_new(int n_threads, tk_pool ** out);
+void tk_pool_free(tk_pool * pool);
+int  tk_pool_size(const tk_pool * pool);        /* 1 for NULL */
+void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg);
+
 /* ---- ops.c (fp16/bf16, rms_norm, rope_norm, mat_mul are in toolkit.h) ------------- */
 /* y[t][r] = sum_k W[r][k] x[t][k] for t < n_tok, r < w->ne[1]; x: [n_tok, ne0], y: [n_tok, ne1].
- * `mat` selects the ne[2] slice (experts). scratch: ne0 floats (other types' dequantized row). */
-tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, float * scratch);
+ * `mat` selects the ne[2] slice (experts). Rows are split over the pool's threads.
+ * scratch: tk_pool_size(pool) * scratch_stride floats, scratch_stride >= ne0 (dequantized rows). */
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y,
+                    float * scratch, size_t scratch_stride, tk_pool * pool);
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
@@ -188,7 +199,8 @@ struct tk_context {
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */
-    float * row;               /* [row_n] dequantized weight row */
+    float * row;               /* [n_threads, row_n] dequantized weight rows */
+    tk_pool * pool;            /* worker threads (params.n_threads) */
     float * vec;               /* [vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
     tk_ubatch ub;
