@@ -489,3 +489,23 @@ def test_granite_dense_variant(tmp_path):
     assert np.array_equal(np.asarray(f.array("blk.2.ffn_down.weight")), weights["model.layers.2.shared_mlp.output_linear.weight"])
     hp = HParams.from_gguf(f)
     assert [k.name for k in hp.ffn_kinds] == ["DENSE"] * 4
+
+
+def test_hybrid_without_attention_layers(tmp_path):
+    # a Bamba whose config lists no attention layer: every layer must then be Mamba-2 (the
+    # checkpoint's attention weights become leftovers); an empty layer list is not written
+    d = tmp_path / "bamba-tiny"
+    shutil.copytree(HF / "bamba-tiny", d)
+    c = json.loads((d / "config.json").read_text())
+    c["attn_layer_indices"] = []
+    (d / "config.json").write_text(json.dumps(c))
+    from toolkit.errors import InputError
+    with pytest.raises(InputError, match="missing tensor 'model.layers.1.mamba"):
+        make_plan(str(d))
+    # an empty array key (gguf-py cannot type one) is left out rather than failing the write
+    from toolkit.convert.plan import kv_arr_i32
+    plan = make_plan(str(HF / "mamba2-tiny"))
+    plan.kv.append(kv_arr_i32("mamba2.attention.layer_indices", []))
+    out = tmp_path / "m.gguf"
+    convert(str(HF / "mamba2-tiny"), str(out), plan=plan)
+    assert GGUFFile(out).get("mamba2.attention.layer_indices") is None

@@ -202,6 +202,11 @@ def convert(hf_dir: str, out: str, outtype: str = "f32",
             w = GGUFStreamWriter(tmp, plan.arch)
             try:
                 for kv in plan.kv:
+                    if kv.sub_type is not None and len(kv.value) == 0:
+                        # GGUF cannot type an empty array (gguf-py refuses it); an absent key
+                        # means the same here (e.g. no attention layers, no merges)
+                        log.debug("key %s: empty array, not written", kv.key)
+                        continue
                     w.kv.add_key_value(kv.key, kv.value, kv.vtype, sub_type=kv.sub_type)
                 for t in plan.tensors:
                     w.add_tensor(t.name, t.shape, t.type)
