@@ -171,7 +171,10 @@ class Family:
                              f"config.json describes){f'; {len(left) - 1} more' if len(left) > 1 else ''}")
 
     def tied_output(self, embd: str, lm_head: str, n_vocab: int, n_embd: int, tie_default: bool) -> None:
-        """output.weight from ``lm_head`` unless the embeddings are tied (tie_word_embeddings)."""
+        """output.weight from ``lm_head`` unless the embeddings are tied (config.json
+        ``tie_word_embeddings``, default ``tie_default`` as the HF config class has it): then
+        the output reuses ``embd`` (llama.cpp falls back to token_embd when output is absent)
+        and a saved ``lm_head`` is checked for shape and left out."""
         tie = bool(self.cfg.d.get("tie_word_embeddings", tie_default))
         if tie:
             if self.has(lm_head):

@@ -195,12 +195,13 @@ class GraniteHybridFamily(Family):
         self.copy(tn(T.ATTN_V, i), a + "v_proj.weight", (self.n_head_kv * hd, D))
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd))
 
-    def _split_rows(self, out_a: str, out_b: str, src: str, n_mat: int, n_rows: int, D: int, why: str) -> None:
-        """Split each of the ``n_mat`` [2 n_rows, D] matrices of ``src`` into its first and second
+    def _split_rows(self, out_a: str, out_b: str, src: str, n_mat: int, n_rows: int, D: int, stacked: bool) -> None:
+        """Split each of the ``n_mat`` [2 n_rows, D] matrices of ``src`` (``stacked``: a
+        [n_mat, 2 n_rows, D] tensor, else one [2 n_rows, D] matrix) into its first and second
         halves of rows (JetMoE's fused w1|w3 = gate|up, as llama.cpp's GraniteMoeModel splits it)."""
-        shape = (n_mat, 2 * n_rows, D) if n_mat > 1 or why == "experts" else (2 * n_rows, D)
+        shape = (n_mat, 2 * n_rows, D) if stacked else (2 * n_rows, D)
         t = self.take(src, shape)
-        out_shape = (n_mat, n_rows, D) if len(shape) == 3 else (n_rows, D)
+        out_shape = (n_mat, n_rows, D) if stacked else (n_rows, D)
         for out, half in ((out_a, 0), (out_b, 1)):
             segs = [Segment(t, e * 2 * n_rows + half * n_rows, n_rows) for e in range(n_mat)]
             self.emit(out, out_shape, segs, note=f"{'first' if half == 0 else 'second'} half of the rows of input_linear")
@@ -211,12 +212,12 @@ class GraniteHybridFamily(Family):
             E, F = self.n_expert, self.n_ff
             m = pre + "block_sparse_moe."
             self.copy(tn(T.FFN_GATE_INP, i), m + "router.layer.weight", (E, D))
-            self._split_rows(tn(T.FFN_GATE_EXP, i), tn(T.FFN_UP_EXP, i), m + "input_linear.weight", E, F, D, "experts")
+            self._split_rows(tn(T.FFN_GATE_EXP, i), tn(T.FFN_UP_EXP, i), m + "input_linear.weight", E, F, D, stacked=True)
             self.copy(tn(T.FFN_DOWN_EXP, i), m + "output_linear.weight", (E, D, F))
             gate, up, down = T.FFN_GATE_SHEXP, T.FFN_UP_SHEXP, T.FFN_DOWN_SHEXP
         else:
             gate, up, down = T.FFN_GATE, T.FFN_UP, T.FFN_DOWN
         Fs = self.n_ff_shexp
         s = pre + "shared_mlp."
-        self._split_rows(tn(gate, i), tn(up, i), s + "input_linear.weight", 1, Fs, D, "shared")
+        self._split_rows(tn(gate, i), tn(up, i), s + "input_linear.weight", 1, Fs, D, stacked=False)
         self.copy(tn(down, i), s + "output_linear.weight", (D, Fs))
