@@ -217,3 +217,39 @@ def test_full_disk_exit_4_nothing_left(tmp_path):
     assert r.returncode == 4, r.stderr
     assert "error:" in r.stderr and str(out) in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_header_parser_never_crashes_on_corruption(tmp_path):
+    """Random byte flips and truncations of a shard: read_header either parses it or raises
+    InputError / UnsupportedError naming the file, never anything else."""
+    from hypothesis import given, settings, strategies as st
+    from toolkit.convert.st_reader import read_header
+    from toolkit.errors import InputError, UnsupportedError
+
+    good = (HF / "mamba-tiny" / "model-00003-of-00003.safetensors").read_bytes()
+    n_head = int.from_bytes(good[:8], "little") + 8
+    p = tmp_path / "x.safetensors"
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, n_head + 64), st.integers(0, 255)), max_size=6),
+           st.one_of(st.none(), st.integers(0, len(good))))
+    def check(flips, cut):
+        b = bytearray(good)
+        for pos, val in flips:
+            b[pos] = val
+        p.write_bytes(bytes(b[:cut] if cut is not None else b))
+        try:
+            read_header(str(p))
+        except (InputError, UnsupportedError) as e:
+            assert str(p) in str(e)
+
+    check()
+    import json as _json
+    import struct as _struct
+    for ent in ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, {"dtype": "F32", "shape": "1", "data_offsets": [0, 4]},
+                {"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]},
+                [1, 2, 3]):
+        h = _json.dumps({"t": ent}).encode()
+        p.write_bytes(_struct.pack("<Q", len(h)) + h + b"\0" * 8)
+        with pytest.raises(InputError, match="x.safetensors"):
+            read_header(str(p))

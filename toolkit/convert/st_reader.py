@@ -110,6 +110,8 @@ def read_header(path: str) -> dict[str, STTensor]:
         if not isinstance(ent, dict) or not {"dtype", "shape", "data_offsets"} <= ent.keys():
             raise InputError(f"{path}: corrupt safetensors header entry for tensor {name!r}")
         dtype, shape, offs = ent["dtype"], ent["shape"], ent["data_offsets"]
+        if not isinstance(dtype, str):
+            raise InputError(f"{path}: corrupt safetensors header entry for tensor {name!r} (dtype {dtype!r})")
         if dtype not in DTYPES:
             raise UnsupportedError(f"{path}: tensor {name!r} has dtype {dtype!r}; supported: {', '.join(DTYPES)}")
         if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)
