@@ -22,8 +22,17 @@ from toolkit.quantize.types import FILE_TYPES, FileType, file_type
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 SRC = os.path.join(FIX, "llamacpp", "bamba-small.f32.gguf")
-REFS = sorted(f[len("bamba-small."):-len(".json")] for f in os.listdir(os.path.join(FIX, "quant"))
-              if f.startswith("bamba-small.") and f.endswith(".json"))
+REF_FILES = sorted(f for f in os.listdir(os.path.join(FIX, "quant")) if f.endswith(".json"))
+REFS = sorted(f[len("bamba-small."):-len(".json")] for f in REF_FILES
+              if f.startswith("bamba-small.") and not f.startswith("bamba-small.imatrix."))
+
+
+def _input_path(name: str) -> str:
+    for d in ("llamacpp", "quant"):
+        p = os.path.join(FIX, d, name)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError(name)
 
 
 def _sha(path: str) -> str:
@@ -44,23 +53,30 @@ def test_reference_set_is_complete():
                          "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"}
 
 
-@pytest.mark.parametrize("qtype", REFS)
-def test_matches_llama_quantize(qtype, tmp_path):
-    """Every tensor's ggml type and data bytes, the tensor order, the changed metadata and
-    finally the whole file equal llama-quantize's output."""
-    with open(os.path.join(FIX, "quant", f"bamba-small.{qtype}.json")) as fh:
+@pytest.mark.parametrize("ref_file", REF_FILES)
+def test_matches_llama_quantize(ref_file, tmp_path):
+    """Every tensor's ggml type and data bytes, the tensor order and the changed metadata equal
+    llama-quantize's output; without an imatrix, the whole file does too.  References: bamba-small
+    (all 15 types), the odd-width models (fallbacks) and bamba-small with a synthetic imatrix."""
+    with open(os.path.join(FIX, "quant", ref_file)) as fh:
         ref = json.load(fh)
+    qtype = ref["type"]
     out = str(tmp_path / f"out.{qtype}.gguf")
-    quantize_file(SRC, out, qtype, n_threads=2)
+    im = os.path.join(FIX, "quant", ref["imatrix"]) if ref["imatrix"] else None
+    quantize_file(_input_path(ref["input"]), out, qtype, n_threads=2, imatrix=im)
     got = _digests(out)
     wrong = {n: (got.get(n, ["missing"])[0], want[0]) for n, want in ref["tensors"].items() if got.get(n) != want}
-    assert not wrong, f"{qtype}: {len(wrong)} tensors differ from llama-quantize (ours, theirs): {wrong}"
+    assert not wrong, f"{ref_file}: {len(wrong)} tensors differ from llama-quantize (ours, theirs): {wrong}"
     assert set(got) == set(ref["tensors"])
     r = gguf.GGUFReader(out)
     assert [t.name for t in r.tensors] == ref["order"]
     for key, val in ref["metadata"].items():
-        assert r.fields[key].contents() == val, key
-    assert _sha(out) == ref["file_sha256"], f"{qtype}: tensors equal but the file bytes differ (metadata/layout)"
+        if key == "quantize.imatrix.file":  # the path as given on the command line
+            assert os.path.basename(r.fields[key].contents()) == os.path.basename(val)
+        else:
+            assert r.fields[key].contents() == val, key
+    if not im:
+        assert _sha(out) == ref["file_sha256"], f"{ref_file}: tensors equal but the file bytes differ"
 
 
 @pytest.mark.parametrize("qtype", ["Q4_K_M", "Q8_0", "IQ4_XS"])
@@ -316,3 +332,16 @@ def test_cli_errors_and_dry_run(tmp_path):
     assert any("nomatch_xyz" in w for w in d["warnings"])
     p = _cli(SRC, str(out), "Q4_K_M", "--tensor-type", "ffn_down=q9")
     assert p.returncode == 2 and "q9" in p.stderr
+
+
+def test_per_layer_token_embd_can_be_named_apart_from_token_embedding_type():
+    """--token-embedding-type covers token_embd and per_layer_token_embd, unless a --tensor-type
+    pattern names per_layer_token_embd (llama.cpp's llama_tensor_get_type)."""
+    names = ["per_layer_token_embd.weight", "token_embd.weight", "output.weight"]
+    ft = file_type("Q4_K_M")
+    opts = Options(token_embedding_type=GGMLType.Q8_0, tensor_types=[("per_layer_token_embd", GGMLType.Q4_K)])
+    ch = TypeChooser(ModelInfo("qwen4exp", 4), ft.ftype, ft.default, opts, names)
+    assert ch.choose("per_layer_token_embd.weight", (256, 4096), GGMLType.BF16).type == GGMLType.Q4_K
+    assert ch.choose("token_embd.weight", (256, 512), GGMLType.BF16).type == GGMLType.Q8_0
+    plain = TypeChooser(ModelInfo("qwen4exp", 4), ft.ftype, ft.default, Options(token_embedding_type=GGMLType.Q8_0), names)
+    assert plain.choose("per_layer_token_embd.weight", (256, 4096), GGMLType.BF16).type == GGMLType.Q8_0

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Extract what the quantize tests compare from llama-quantize's outputs (kept out of the repo).
 
-For every QUANT_DIR/NAME.TYPE.gguf this writes OUT_DIR/NAME.TYPE.json:
+For every QUANT_DIR/GLOB (default *.gguf) this writes OUT_DIR/<file name>.json:
 
     {"source": "bamba-small.Q4_K_M.gguf",
+     "input": "bamba-small.f32.gguf", "type": "Q4_K_M",
+     "imatrix": imatrix file name or null (from the quantize.imatrix.file key),
      "tensors": {tensor name: [ggml type name, sha256 of the tensor's data bytes]},
      "metadata": {key: value for the keys whose value differs from (or is absent in) INPUT},
      "order": [tensor names in the file's order],
@@ -11,7 +13,7 @@ For every QUANT_DIR/NAME.TYPE.gguf this writes OUT_DIR/NAME.TYPE.json:
 
 Usage:
     python tools/make_quant_reference.py ../shared/fixtures/llamacpp/bamba-small.f32.gguf \
-        ../shared/fixtures/llamacpp/quant tests/fixtures/quant
+        ../shared/fixtures/llamacpp/quant tests/fixtures/quant ['bamba-small.*.gguf']
 """
 from __future__ import annotations
 
@@ -54,16 +56,21 @@ def _file_sha256(path: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4:
+    if len(argv) not in (4, 5):
         print(__doc__, file=sys.stderr)
         return 2
-    inp, qdir, outdir = argv[1:]
+    inp, qdir, outdir = argv[1:4]
+    pattern = argv[4] if len(argv) == 5 else "*.gguf"
     base = metadata(gguf.GGUFReader(inp))
     os.makedirs(outdir, exist_ok=True)
-    for path in sorted(glob.glob(os.path.join(qdir, "*.gguf"))):
+    for path in sorted(glob.glob(os.path.join(qdir, pattern))):
         r = gguf.GGUFReader(path)
         meta = {k: v for k, v in metadata(r).items() if base.get(k, object()) != v}
-        ref = {"source": os.path.basename(path), "tensors": tensor_digests(r), "metadata": meta,
+        im = meta.get("quantize.imatrix.file")
+        ref = {"source": os.path.basename(path), "input": os.path.basename(inp),
+               "type": os.path.basename(path)[: -len(".gguf")].rsplit(".", 1)[1],
+               "imatrix": os.path.basename(im) if im else None,
+               "tensors": tensor_digests(r), "metadata": meta,
                "order": [t.name for t in r.tensors], "file_sha256": _file_sha256(path)}
         name = os.path.basename(path)[: -len(".gguf")] + ".json"
         with open(os.path.join(outdir, name), "w") as fh:
