@@ -411,3 +411,10 @@ def test_mtp_head_left_out_with_a_warning(tmp_path):
     assert ("mtp.fc.weight", "MTP / NextN draft head: not converted") in plan.omitted
     assert any("mtp" in w for w in plan.warnings)
     assert not any("mtp" in t.name for t in plan.tensors)
+
+
+def test_two_tensors_for_one_shard(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    fn = file_of(d, SHARD.format(3))
+    edit_file(d, fn, lambda t: {**t, NG + "ngram_embedding.shard_03.weight": t[SHARD.format(3)]})
+    cli_error(monkeypatch, capsys, tmp_path, d, "shard_03.weight", "both PLE shard 3")

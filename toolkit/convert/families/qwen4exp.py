@@ -93,7 +93,6 @@ _P = r"model\.(?:language_model\.)?"          # text weights: model.* or model.l
 _L = _P + r"layers\.\d+\."
 _HC = r"(?:hc_norm|input_mix_weight_down|input_mix_weight_up|block_inject_weight)\.weight"
 _NGRAM = "ple_embedding."
-_SHARD_RE = re.compile(r"(.*)\.ple\.ple_embedding\.ngram_embedding\.shard_(\d+)\.weight")
 
 # layer_types spellings of an attention layer: transformers 5.24 writes "indexed_attention"
 # (and rewrites the real checkpoint's "full_attention" to it); "linear_attention" is the GDN.
@@ -501,9 +500,14 @@ class Qwen4ExpFamily(Family):
                 raise InputError(f"{t.path}: tensor {t.name!r} has shape {list(t.shape)}, expected [rows, row_dim]")
             return [Segment(t, 0, t.shape[0])], t.shape[1]
         found: dict[int, str] = {}
+        pat = re.compile(re.escape(base) + r"shard_(\d+)\.weight")
         for name in self.hf.tensors:
-            if name.startswith(base + "shard_"):
-                k = int(name[len(base) + len("shard_"):].split(".")[0])
+            m = pat.fullmatch(name)
+            if m:
+                k = int(m.group(1))
+                if k in found:
+                    t = self.hf.tensors[name]
+                    raise InputError(f"{t.path}: tensors {found[k]!r} and {name!r} are both PLE shard {k}")
                 found[k] = name
         n = self.split_ngram_parts
         if not found:
