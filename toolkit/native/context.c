@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tk_internal.h"
 
@@ -28,6 +29,36 @@ void tk_context_free(tk_context * c) {
     free(c);
 }
 
+/* Refuse a context larger than the machine's RAM before allocating any of it: such a request
+ * would either fail part-way or be granted lazily (overcommit) and end in the OOM killer.
+ * Bytes: KV cache 2 x n_ctx x n_head_kv[l] x head_dim floats per attention layer (memory_kv.c),
+ * recurrent state n_seq_max x ((d_conv-1) x conv_dim + d_state x d_inner) floats per recurrent
+ * layer (memory_rs.c), plus about n_ubatch rows of every scratch width below (this file). */
+static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
+    const tk_hparams * hp = &m->hp;
+    double kv = 0, rs = 0, w = 3.0 * hp->n_embd + 2.0 * m->max_ff;
+    int32_t hkv_max = 0;
+    for (int i = 0; i < hp->n_layer; i++) {
+        if (hp->layer_kinds[i] == TK_LAYER_ATTENTION) {
+            kv += 2.0 * p->n_ctx * hp->n_head_kv[i] * (double) hp->head_dim * sizeof(float);
+            if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
+        } else {
+            rs += (double) p->n_seq_max * ((double) (hp->d_conv - 1) * m->conv_dim + (double) hp->d_state * hp->d_inner) * sizeof(float);
+        }
+    }
+    if (rs > 0) w += 4.0 * hp->d_inner + 2.0 * hp->n_group * hp->d_state + hp->ssm_n_head + m->conv_dim + 2.0 * hp->dt_rank + 2.0 * hp->d_state;
+    if (kv > 0) w += 2.0 * hp->n_head * hp->head_dim + 2.0 * hkv_max * hp->head_dim;
+    const double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float);
+    const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
+    const double G = 1073741824.0;
+    if (ram > 0 && need > ram)
+        return TK_FAIL(TK_ERR_NOMEM, "context needs %.2f GiB (KV cache %.2f GiB for n_ctx = %d, recurrent state %.2f GiB for "
+                       "n_seq_max = %d, scratch %.2f GiB for n_ubatch = %d), more than this machine's %.2f GiB of RAM",
+                       need / G, kv / G, p->n_ctx, rs / G, p->n_seq_max, scratch / G, p->n_ubatch, ram / G);
+    return TK_OK;
+}
+
 tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
     *out = NULL;
@@ -36,8 +67,10 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     tk_context_params p = *params;
     if (p.n_seq_max <= 0 || p.n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p.n_seq_max, TK_MAX_SEQ);
     if (p.n_ubatch <= 0 || p.n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p.n_ubatch);
-    if (p.n_ctx <= 0 || p.n_ctx > (1 << 24)) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
+    if (p.n_ctx <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
     if (p.n_threads < 0 || p.n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p.n_threads);
+    TK_CHECK(check_memory(model, &p));   /* before any allocation; names the size */
+    if (p.n_ctx > (1 << 24)) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
 
     tk_context * c = calloc(1, sizeof *c);
     if (!c) return TK_FAIL(TK_ERR_NOMEM, "out of memory");

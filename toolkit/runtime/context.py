@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import InputError
+from toolkit.errors import InputError, ResourceError
 from toolkit.runtime._lib import check, ffi, lib
 from toolkit.runtime.model import Model, _as_tokens
 
@@ -63,6 +63,20 @@ class Memory:
         lib.tk_memory_clear(self._ctx.ptr)
 
 
+def _check_int32(model: Model, **params: int) -> None:
+    """The C parameters are int32: a larger n_ctx is a KV cache no machine has (ResourceError
+    naming its size); any other out-of-range value is an InputError.  Smaller but still too
+    large requests are refused by tk_context_new against the machine's RAM."""
+    for name, v in params.items():
+        if -2**31 <= v < 2**31:
+            continue
+        hp = model.hparams
+        kv = 2 * v * sum(hp.n_head_kv[i] for i in hp.attention_layers) * hp.head_dim * 4
+        if name == "n_ctx" and kv:
+            raise ResourceError(f"n_ctx = {v}: the KV cache alone would need {kv / 2**30:.1f} GiB")
+        raise InputError(f"{name} = {v} is out of range")
+
+
 class Context:
     """Decode state for up to ``n_seq_max`` sequences of one :class:`Model`.
 
@@ -83,6 +97,7 @@ class Context:
         self.n_ctx, self.n_seq_max, self.n_ubatch = int(n_ctx), int(n_seq_max), int(n_ubatch)
         self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
         self._ptr = ffi.NULL
+        _check_int32(model, n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
         p = ffi.new("tk_context_params *")
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = self.n_ctx, self.n_seq_max, self.n_ubatch, self.n_threads
         out = ffi.new("tk_context **")

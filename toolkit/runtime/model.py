@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from toolkit.arch import HParams
-from toolkit.errors import InputError
+from toolkit.errors import InputError, ResourceError
 from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
 from toolkit.runtime._lib import check, ffi, lib
 
@@ -42,6 +42,23 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _check_weights_fit(path: str, f: GGUFFile) -> None:
+    """ResourceError when the tensors claim more bytes than the machine has RAM.
+
+    The weights are mapped from the file (zero copy) and every one is read for every token, so
+    a model larger than RAM would page from disk on each token (and a sparse or crafted file can
+    claim terabytes); refuse it up front, naming the sizes, before anything is mapped.
+    """
+    need = sum(t.nbytes for t in f)
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return
+    if ram > 0 and need > ram:
+        raise ResourceError(f"{path}: the model's tensors need {need / 2**30:.2f} GiB, more than this machine's "
+                            f"{ram / 2**30:.2f} GiB of RAM (use a smaller quantization)")
+
+
 class Model:
     """A GGUF model of a supported architecture, ready for :class:`toolkit.runtime.Context`.
 
@@ -55,12 +72,14 @@ class Model:
         InputError: not a GGUF file, missing/malformed key (from the Python parser).
         NativeError: a missing, misshaped or out-of-range tensor (named in the message).
         UnsupportedError: architecture or tensor type this build does not run.
+        ResourceError: the tensors need more bytes than the machine has RAM.
     """
 
     def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None):
         self.path = os.fspath(path)
         self.gguf = GGUFFile(self.path)
         self.hparams = HParams.from_gguf(self.gguf)
+        _check_weights_fit(self.path, self.gguf)
         self.n_threads = n_threads if n_threads is not None else default_threads()
         self.n_vocab = self.hparams.n_vocab
         self._ptr = ffi.NULL
