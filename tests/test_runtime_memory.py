@@ -183,3 +183,22 @@ def test_model_close_closes_contexts(fixtures):
 def test_thread_count_does_not_change_logits(model, n_threads):
     toks = prompt(20, 14)
     assert np.array_equal(solo(model, toks, n_threads=n_threads), solo(model, toks, n_threads=1))
+
+
+def test_ctrl_c_aborts_decode_and_drops_the_sequence(hybrid):
+    """Ctrl-C (here: _thread.interrupt_main) during a long decode stops it at the next layer;
+    the sequence is dropped whole and the context stays usable."""
+    import _thread
+    import threading
+    import time
+    toks = prompt(3000, 15)
+    with Context(hybrid, n_ctx=4096, n_ubatch=1) as ctx:
+        timer = threading.Timer(0.2, _thread.interrupt_main)
+        t0 = time.perf_counter()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            ctx.decode(toks)
+        timer.join()
+        assert time.perf_counter() - t0 < 5.0
+        assert ctx.memory.seq_pos_max(0) == -1
+        assert np.array_equal(ctx.decode(toks[:9], logits="all"), solo(hybrid, toks[:9]))

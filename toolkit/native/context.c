@@ -184,6 +184,7 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     }
     if (n_out && !logits_out) return TK_FAIL(TK_ERR_INVALID, "logits_out is NULL but %d tokens want logits", n_out);
     TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
+    __atomic_store_n(&ctx->abort_requested, 0, __ATOMIC_RELAXED);
 
     /* per-sequence token lists (batch indices in order) */
     int32_t * idx = malloc((size_t) n * sizeof(int32_t));
@@ -233,9 +234,17 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         if (st == TK_OK) st = tk_forward_ubatch(ctx, ub, logits_out);
         if (st != TK_OK) break;
     }
+    if (st != TK_OK) {
+        /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
+        for (int32_t j = 0; j < n_order; j++) ctx->mem->seq_rm(ctx->mem, order[j], 0, -1);
+    }
     free(idx);
     free(out_row);
     return st;
+}
+
+void tk_context_abort(tk_context * ctx) {
+    if (ctx) __atomic_store_n(&ctx->abort_requested, 1, __ATOMIC_RELAXED);
 }
 
 /* ==== memory operations ============================================================== */

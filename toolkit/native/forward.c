@@ -238,6 +238,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     }
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
+        if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
         for (int32_t t = 0; t < U; t++)
             tk_rms_norm(ctx->x + (int64_t) t * D, l->attn_norm, hp->rms_eps, D, ctx->cur + (int64_t) t * D);
         switch (l->kind) {

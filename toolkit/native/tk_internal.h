@@ -204,6 +204,7 @@ struct tk_context {
     float * vec;               /* [vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
     tk_ubatch ub;
+    volatile int abort_requested; /* set by tk_context_abort from another thread */
 };
 
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);

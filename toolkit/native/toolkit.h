@@ -157,8 +157,13 @@ typedef struct {
     const int8_t  * logits;    /* [n_tokens] 1 = write this token's logits */
 } tk_batch;
 
-/* Run the batch; logits_out: [n_out, n_vocab] float32 for the flagged tokens in batch order. */
+/* Run the batch; logits_out: [n_out, n_vocab] float32 for the flagged tokens in batch order.
+ * The batch is checked whole before the memory changes; if the run then fails or is
+ * aborted, every sequence of the batch is removed from the memory (restart at position 0). */
 tk_status tk_decode(tk_context * ctx, const tk_batch * batch, float * logits_out);
+/* Ask a running tk_decode (on another thread) to stop at the next layer: it returns
+ * TK_ERR_STATE "decode aborted".  tk_decode clears the request when it starts. */
+void tk_context_abort(tk_context * ctx);
 int32_t tk_n_vocab(const tk_model * model);
 
 /* ==== runtime: memory (kv / recurrent / hybrid) ====================================== */

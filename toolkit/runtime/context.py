@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import InputError, ResourceError
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.errors import InputError, NativeError, ResourceError
+import threading
+
+from toolkit.runtime import _lib
+from toolkit.runtime._lib import check, ffi, last_error, lib
 from toolkit.runtime.model import Model, _as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
@@ -134,6 +137,45 @@ class Context:
             pass
 
     # ---- decoding ---------------------------------------------------------------------
+    def _run_interruptible(self, call, what: str) -> None:
+        """Run a native call on a helper thread so Ctrl-C in the main thread can abort it.
+
+        On KeyboardInterrupt the C decode is asked to stop (tk_context_abort), is joined,
+        and the interrupt is re-raised; the batch's sequences are then empty (see tk_decode).
+        tk_last_error() is thread-local, so the message is read on the thread that failed.
+        """
+        res: list = []
+        done = threading.Event()   # set by the worker; Thread.is_alive() is not reliable
+                                   # after a KeyboardInterrupt inside join() (bpo-45274)
+
+        began = threading.Event()
+
+        def work():
+            began.set()
+            try:
+                st = call()
+                res.append((st, last_error() if st != lib.TK_OK else ""))
+            finally:
+                done.set()
+
+        if threading.current_thread() is not threading.main_thread():
+            work()
+        else:
+            try:
+                threading.Thread(target=work, name="toolkit-decode", daemon=True).start()
+                while not done.wait(0.1):  # wake now and then so a pending SIGINT is handled
+                    pass
+            except KeyboardInterrupt:
+                if not began.wait(1.0):    # interrupted before the worker ever ran
+                    raise
+                while not done.is_set():
+                    lib.tk_context_abort(self._ptr)
+                    done.wait(0.05)
+                raise
+        st, msg = res[0]
+        if st != lib.TK_OK:
+            raise _lib._STATUS_EXC.get(st, NativeError)(f"{what}: {msg}")
+
     def decode(self, tokens, seq_id: int = 0, logits: str = "last") -> np.ndarray:
         """Feed ``tokens`` (ids, 1-D) to sequence ``seq_id``; positions continue from its end.
 
@@ -186,7 +228,7 @@ class Context:
         b.seq_id = ffi.cast("const int32_t *", ffi.from_buffer(seq))
         b.logits = ffi.cast("const int8_t *", ffi.from_buffer(want))
         out_ptr = ffi.cast("float *", ffi.from_buffer(out, require_writable=True)) if out.size else ffi.NULL
-        check(lib.tk_decode(self.ptr, b, out_ptr), "decode")
+        self._run_interruptible(lambda: lib.tk_decode(self.ptr, b, out_ptr), "decode")
         res, r = [], 0
         for c in counts:
             res.append(out[r:r + c])
