@@ -74,6 +74,15 @@ def _attention(w, p, x, cfg):
     q = (x @ w[p + "q_proj.weight"].T).reshape(T, H, hd)
     k = (x @ w[p + "k_proj.weight"].T).reshape(T, Hkv, hd)
     v = (x @ w[p + "v_proj.weight"].T).reshape(T, Hkv, hd)
+    if cfg.get("position_embedding_type") == "rope":        # rotate_half over the whole head
+        theta = cfg["rope_parameters"]["rope_theta"]
+        inv = 1.0 / theta ** (np.arange(0, hd, 2) / hd)
+        ang = np.arange(T)[:, None] * inv[None, :]
+        cos, sin = np.cos(np.concatenate([ang, ang], 1))[:, None], np.sin(np.concatenate([ang, ang], 1))[:, None]
+
+        def rot(a):
+            return a * cos + np.concatenate([-a[..., hd // 2:], a[..., :hd // 2]], -1) * sin
+        q, k = rot(q), rot(k)
     k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
     s = np.einsum("thd,shd->hts", q, k) * cfg["attention_multiplier"]
     s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
@@ -126,7 +135,8 @@ def test_numpy_reference_matches_hf(fixtures):
     assert rel_l2(reference_logits(fixtures / "hf" / NAME, ref["tokens"]), ref["logits"]) < 1e-5
 
 
-def test_multipliers_match_numpy_reference(fixtures, tmp_path):
+@pytest.mark.parametrize("rope", [False, True], ids=["nope", "rope"])
+def test_multipliers_match_numpy_reference(fixtures, tmp_path, rope):
     from toolkit.convert import convert
     from toolkit.runtime import Context, Model
     src = fixtures / "hf" / NAME
@@ -134,11 +144,19 @@ def test_multipliers_match_numpy_reference(fixtures, tmp_path):
     shutil.copytree(src, hf)
     cfg = json.loads((hf / "config.json").read_text())
     cfg.update(embedding_multiplier=3.5, residual_multiplier=0.6, attention_multiplier=0.3, logits_scaling=2.5)
+    if rope:   # Granite 4.0-H with RoPE over the whole head
+        cfg["position_embedding_type"] = "rope"
     (hf / "config.json").write_text(json.dumps(cfg))
     tokens = np.load(src / "reference.npz")["tokens"]
     ref = reference_logits(hf, tokens)
     base = reference_logits(src, tokens)
     assert rel_l2(ref, base) > 0.1            # the multipliers matter
+    if rope:                                  # and so does the rotation
+        cfg["position_embedding_type"] = "nope"
+        (hf / "config.json").write_text(json.dumps(cfg))
+        assert rel_l2(ref, reference_logits(hf, tokens)) > 1e-3
+        cfg["position_embedding_type"] = "rope"
+        (hf / "config.json").write_text(json.dumps(cfg))
     convert(str(hf), str(tmp_path / "m.gguf"), "f32")
     with Model(tmp_path / "m.gguf") as m, Context(m, n_ctx=64) as ctx:
         got = ctx.decode(tokens, logits="all")
