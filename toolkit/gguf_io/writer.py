@@ -57,6 +57,8 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
         if _same_file(src, path):
             raise InputError(f"{path}: output would overwrite the input {src}")
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+    # mkstemp creates 0600; the result should get the mode any new file gets (0666 & ~umask)
+    os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
     try:
         yield tmp
@@ -69,6 +71,20 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     except BaseException:
         _unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows (no race with other threads)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
 
 
 def _unlink(p: str) -> None:
