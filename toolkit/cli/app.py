@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 
 import typer
@@ -40,11 +41,21 @@ for _name in _COMMANDS:
             raise
 
 
+def _on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Entry point: run the app; map errors to one line on stderr and an exit code."""
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
     debug = os.environ.get("TOOLKIT_DEBUG") == "1"
+    try:
+        # SIGTERM (kill, timeout, docker stop) unwinds like Ctrl-C, so atomic_output removes its
+        # temp file; the default action would end the process with the .part file left behind
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:   # not the main thread (embedded use): leave the handler alone
+        pass
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
