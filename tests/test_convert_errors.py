@@ -253,3 +253,23 @@ def test_header_parser_never_crashes_on_corruption(tmp_path):
         p.write_bytes(_struct.pack("<Q", len(h)) + h + b"\0" * 8)
         with pytest.raises(InputError, match="x.safetensors"):
             read_header(str(p))
+
+
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny"])
+def test_config_values_of_the_wrong_kind_are_clean_errors(tmp_path, name):
+    """Every key of config.json set to a string, zero, a huge or a fractional number: the plan
+    either still builds or fails with a ToolkitError (exit 2/3), never a traceback or a huge
+    allocation."""
+    from toolkit.convert import make_plan
+    from toolkit.errors import ToolkitError
+    d = copy(tmp_path, name)
+    cfg = json.loads((d / "config.json").read_text())
+    n_err = 0
+    for key in cfg:
+        for bad in ("x", 0, 10**9, 0.5):
+            (d / "config.json").write_text(json.dumps({**cfg, key: bad}))
+            try:
+                make_plan(str(d))
+            except ToolkitError:
+                n_err += 1
+    assert n_err > 0

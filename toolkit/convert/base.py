@@ -113,6 +113,19 @@ class Family:
     def file_type(self) -> int:
         return int(_FILE_TYPE[self.outtype])
 
+    def layer_count(self, *names: str) -> int:
+        """The block count from config.json, bounded by the checkpoint (every block has at
+        least one tensor), so a wrong value fails here and not by allocating per-layer lists.
+
+        Raises:
+            InputError: missing, not a positive integer, or more blocks than tensors.
+        """
+        n = self.cfg.int(*names)
+        if n > len(self.hf.tensors):
+            raise InputError(f"{self.cfg.path}: key {names[0]!r} = {n} but the checkpoint has only "
+                             f"{len(self.hf.tensors)} tensors")
+        return n
+
     def has(self, name: str) -> bool:
         return name in self.hf.tensors
 

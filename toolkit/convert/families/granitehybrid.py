@@ -61,7 +61,7 @@ class GraniteHybridFamily(Family):
         c = self.cfg
         self.bamba = self.hf.arch_name == "BambaForCausalLM"
         self.n_embd = c.int("hidden_size")
-        self.n_layer = c.int("num_hidden_layers")
+        self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.eps = c.float("rms_norm_eps", default=1e-5)
         # ---- Mamba-2 mixer (keys prefixed mamba_ in config.json) ----
@@ -69,7 +69,10 @@ class GraniteHybridFamily(Family):
         self.d_state = c.int("mamba_d_state", default=128)
         self.n_group = c.int("mamba_n_groups", default=1)
         self.ssm_n_head = c.int("mamba_n_heads")
-        self.d_inner = int(c.float("mamba_expand", default=2) * self.n_embd)
+        expand = c.float("mamba_expand", default=2)
+        if expand <= 0:
+            raise InputError(f"{c.path}: key 'mamba_expand' = {expand} must be positive")
+        self.d_inner = int(expand * self.n_embd)
         dh = c.d.get("mamba_d_head", "auto")
         self.ssm_head_dim = self.d_inner // self.ssm_n_head if dh in (None, "auto") else c.int("mamba_d_head")
         if self.ssm_n_head * self.ssm_head_dim != self.d_inner:
@@ -97,7 +100,9 @@ class GraniteHybridFamily(Family):
         if self.n_head % self.n_head_kv:
             raise InputError(f"{c.path}: num_key_value_heads {self.n_head_kv} does not divide num_attention_heads {self.n_head}")
         self.use_rope = self.bamba or c.d.get("position_embedding_type") == "rope"
-        self.rope_theta = float(c.rope("rope_theta", 10000.0))
+        self.rope_theta = c.rope("rope_theta", 10000.0)
+        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
+            raise InputError(f"{c.path}: rope_theta = {self.rope_theta!r} must be a positive number")
         prf = c.rope("partial_rotary_factor", 1.0)
         if not isinstance(prf, (int, float)) or not (0 < prf <= 1):
             raise InputError(f"{c.path}: partial_rotary_factor = {prf!r} must be in (0, 1]")
@@ -106,8 +111,8 @@ class GraniteHybridFamily(Family):
             raise InputError(f"{c.path}: head_dim {self.head_dim} x partial_rotary_factor {prf} = {self.n_rot} is odd")
         # ---- FFN ----
         self.n_ff = c.int("intermediate_size")
-        self.n_expert = 0 if self.bamba else int(c.d.get("num_local_experts") or 0)
-        self.n_expert_used = int(c.d.get("num_experts_per_tok") or 0) if self.n_expert else 0
+        self.n_expert = 0 if self.bamba else c.int("num_local_experts", default=0, min_value=0)
+        self.n_expert_used = c.int("num_experts_per_tok", default=0, min_value=0) if self.n_expert else 0
         self.n_ff_shexp = 0 if self.bamba else c.int("shared_intermediate_size")
         if self.n_expert and not (0 < self.n_expert_used <= self.n_expert):
             raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} must be in [1, num_local_experts={self.n_expert}]")
@@ -126,7 +131,7 @@ class GraniteHybridFamily(Family):
         # llama.cpp's GraniteHybridModel keys (its order), with head_count_kv from the real layer list
         p.kv += [
             kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), int(c.d.get("max_position_embeddings") or 2**20) if self.use_rope else 2**20),
+            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), c.int("max_position_embeddings", default=2**20) if self.use_rope else 2**20),
             kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
             kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), dense_ff),
             kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),

@@ -54,7 +54,7 @@ class JambaFamily(Family):
     def read_hparams(self) -> None:
         c = self.cfg
         self.n_embd = c.int("hidden_size")
-        self.n_layer = c.int("num_hidden_layers")
+        self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.eps = c.float("rms_norm_eps", default=1e-6)
         self.d_conv = c.int("mamba_d_conv", default=4)

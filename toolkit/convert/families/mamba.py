@@ -44,7 +44,7 @@ class MambaFamily(Family):
     def read_hparams(self) -> None:
         c = self.cfg
         self.n_embd = c.int("hidden_size", "d_model")
-        self.n_layer = c.int("num_hidden_layers", "n_layer")
+        self.n_layer = self.layer_count("num_hidden_layers", "n_layer")
         self.n_vocab = c.int("vocab_size")
         self.d_inner = c.int("intermediate_size", "d_inner", default=2 * self.n_embd)
         self.d_conv = c.int("conv_kernel", "d_conv", default=4)

@@ -39,13 +39,15 @@ class Mamba2Family(Family):
     def read_hparams(self) -> None:
         c = self.cfg
         self.n_embd = c.int("hidden_size", "d_model")
-        self.n_layer = c.int("num_hidden_layers", "n_layer")
+        self.n_layer = self.layer_count("num_hidden_layers", "n_layer")
         self.n_vocab = c.int("vocab_size")
         self.d_conv = c.int("conv_kernel", "d_conv", default=4)
         self.d_state = c.int("state_size", "d_state", default=128)
         self.n_group = c.int("n_groups", default=1)
         self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
-        expand = c.get("expand", default=2)
+        expand = c.float("expand", default=2)
+        if expand <= 0:
+            raise InputError(f"{c.path}: key 'expand' = {expand} must be positive")
         self.d_inner = c.int("intermediate_size", "d_inner", default=int(expand * self.n_embd))
         self.head_dim = c.int("head_dim", default=64)
         self.n_head = c.int("num_heads", default=self.d_inner // self.head_dim)
