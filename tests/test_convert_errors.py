@@ -273,3 +273,24 @@ def test_config_values_of_the_wrong_kind_are_clean_errors(tmp_path, name):
             except ToolkitError:
                 n_err += 1
     assert n_err > 0
+
+
+@pytest.mark.parametrize("fname", ["tokenizer.json", "tokenizer_config.json"])
+def test_tokenizer_values_of_the_wrong_kind_are_clean_errors(tmp_path, fname):
+    """Every top-level key (and every key of tokenizer.json's model) set to a wrong kind of
+    value: a plan or a ToolkitError, never a traceback."""
+    from toolkit.convert import make_plan
+    from toolkit.errors import ToolkitError
+    d = copy(tmp_path, "mamba2-tiny")
+    orig = json.loads((d / fname).read_text())
+    cases = [{**orig, k: bad} for k in orig for bad in ("x", 0, [1], {"a": 1}, None)]
+    if "model" in orig:
+        cases += [{**orig, "model": {**orig["model"], k: bad}} for k in orig["model"] for bad in ("x", 0, [[1, 2]], None)]
+        cases += [{**orig, "added_tokens": [{"id": "x", "content": 3}]}, {**orig, "model": {**orig["model"], "merges": [[1, 2]]}}]
+    cases += [[1, 2], "x"]
+    for c in cases:
+        (d / fname).write_text(json.dumps(c))
+        try:
+            make_plan(str(d))
+        except ToolkitError:
+            pass

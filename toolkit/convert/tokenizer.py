@@ -78,11 +78,11 @@ def _merges(path: str, merges: Any) -> list[str]:
     a space inside a part as U+0120 + ... (chr(ord(' ') + 256)), as gguf-py does."""
     if not merges:
         return []
-    if isinstance(merges[0], str):
+    if all(isinstance(m, str) for m in merges):
         return list(merges)
-    if isinstance(merges[0], list) and len(merges[0]) == 2:
+    if all(isinstance(m, list) for m in merges):
         return [" ".join("".join(chr(ord(c) + 256) if c == " " else c for c in part) for part in pair) for pair in merges]
-    raise InputError(f"{path}: key 'model.merges' has an unknown format")
+    raise InputError(f"{path}: key 'model.merges' mixes the string and the pair format")
 
 
 def special_ids(hf: HFDir, tok: dict[str, Any] | None, n_vocab: int) -> tuple[dict[str, int], dict[str, bool], Any]:
@@ -93,8 +93,9 @@ def special_ids(hf: HFDir, tok: dict[str, Any] | None, n_vocab: int) -> tuple[di
     def set_id(typ: str, tid: Any) -> None:
         if isinstance(tid, bool) or not isinstance(tid, int) or typ in ids:
             return
-        if tid < 0:
-            raise InputError(f"{hf.path}: special token {typ} has a negative id {tid}")
+        if tid < 0:   # e.g. pad_token_id = -1 for "none" (gguf-py raises; a skip loses nothing)
+            log.warning("special token %s has a negative id %d: skipped", typ, tid)
+            return
         if tid < n_vocab:
             ids[typ] = tid
         else:
@@ -109,13 +110,13 @@ def special_ids(hf: HFDir, tok: dict[str, Any] | None, n_vocab: int) -> tuple[di
         # TemplateProcessing in the post-processor says whether BOS/EOS are added (gguf-py's
         # "crude parsing": only a special token first/last in the single template counts)
         pp = tok.get("post_processor") or {}
-        for proc in pp.get("processors", [pp]) if isinstance(pp, dict) else []:
+        procs = pp.get("processors", [pp])
+        for proc in procs if isinstance(procs, list) else []:
             if not isinstance(proc, dict) or proc.get("type") != "TemplateProcessing":
                 continue
-            single = proc.get("single") or []
-            if len(single) > 1:
-                first = (single[0].get("SpecialToken") or {}).get("id")
-                last = (single[-1].get("SpecialToken") or {}).get("id")
+            single = proc.get("single")
+            if isinstance(single, list) and len(single) > 1:
+                first, last = _template_special(single[0]), _template_special(single[-1])
                 if first:
                     add["bos"] = first in (_content(tc.get("bos_token")), _content(tc.get("cls_token")))
                 if last:
@@ -141,6 +142,13 @@ def special_ids(hf: HFDir, tok: dict[str, Any] | None, n_vocab: int) -> tuple[di
     return ids, add, chat_template
 
 
+def _template_special(item: Any) -> str | None:
+    """The id of a ``{"SpecialToken": {"id": ...}}`` template item, else None."""
+    st = item.get("SpecialToken") if isinstance(item, dict) else None
+    tid = st.get("id") if isinstance(st, dict) else None
+    return tid if isinstance(tid, str) else None
+
+
 def _content(entry: Any) -> str | None:
     if isinstance(entry, str):
         return entry
@@ -158,9 +166,7 @@ def tokenizer_kv(hf: HFDir, n_vocab: int, warnings: list[str]) -> list[KV]:
     """
     tj_path = hf.file("tokenizer.json")
     sp_path = hf.file("tokenizer.model")
-    tok = load_json(tj_path) if tj_path else None
-    if tok is not None and not isinstance(tok, dict):
-        raise InputError(f"{tj_path}: expected a JSON object")
+    tok = _checked_tokenizer_json(tj_path, load_json(tj_path)) if tj_path else None
     model_type = ((tok or {}).get("model") or {}).get("type")
     byte_fallback = bool(((tok or {}).get("model") or {}).get("byte_fallback"))
     if tok is not None and model_type == "BPE" and not byte_fallback:
@@ -189,14 +195,45 @@ def tokenizer_kv(hf: HFDir, n_vocab: int, warnings: list[str]) -> list[KV]:
     return out
 
 
+def _checked_tokenizer_json(path: str, tok: Any) -> dict[str, Any]:
+    """Check the parts of tokenizer.json we read have the types the format gives them.
+
+    Raises:
+        InputError: a wrong kind of value (names the file and the key).
+    """
+    def bad(key: str, want: str) -> InputError:
+        return InputError(f"{path}: key {key!r} must be {want}")
+
+    if not isinstance(tok, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    for key in ("model", "pre_tokenizer", "post_processor", "normalizer", "decoder"):
+        if tok.get(key) is not None and not isinstance(tok[key], dict):
+            raise bad(key, "an object")
+    at = tok.get("added_tokens")
+    if at is not None and (not isinstance(at, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("id"), int) and not isinstance(a.get("id"), bool)
+            and a["id"] >= 0 and isinstance(a.get("content"), str) for a in at)):
+        raise bad("added_tokens", "a list of {id: int >= 0, content: str}")
+    model = tok.get("model") or {}
+    if model.get("type") == "BPE":
+        vocab = model.get("vocab")
+        if not isinstance(vocab, dict) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                  for i in vocab.values()):
+            raise bad("model.vocab", "an object of token -> id (int >= 0)")
+        merges = model.get("merges", [])
+        if not isinstance(merges, list) or not all(
+                isinstance(m, str) or (isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m))
+                for m in merges):
+            raise bad("model.merges", 'a list of "a b" strings or [a, b] pairs')
+    return tok
+
+
 def _bpe_kv(path: str, tok: dict[str, Any], n_vocab: int, warnings: list[str]) -> list[KV]:
     model = tok["model"]
-    vocab = model.get("vocab")
-    if not isinstance(vocab, dict):
-        raise InputError(f"{path}: key 'model.vocab' must be an object")
+    vocab = model["vocab"]
     rev: dict[int, str] = {}
     for text, i in vocab.items():
-        rev[int(i)] = text
+        rev[i] = text
     added = {}
     for a in tok.get("added_tokens") or []:
         if isinstance(a, dict) and isinstance(a.get("id"), int) and isinstance(a.get("content"), str):
@@ -322,7 +359,10 @@ def _sentencepiece_kv(path: str, hf: HFDir, tok: dict[str, Any] | None, n_vocab:
         tokens[i], scores[i], types[i] = p, s, t if 1 <= t <= 6 else int(TT.NORMAL)
     at = hf.file("added_tokens.json")
     if at:
-        for text, i in (load_json(at) or {}).items():
+        extra = load_json(at)
+        if not isinstance(extra, dict):
+            raise InputError(f"{at}: expected a JSON object of token -> id")
+        for text, i in extra.items():
             if isinstance(i, int) and 0 <= i < n_vocab:
                 tokens[i], scores[i], types[i] = text, -1000.0, int(TT.USER_DEFINED)
     for a in (tok or {}).get("added_tokens") or []:
