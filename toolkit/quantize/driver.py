@@ -16,6 +16,7 @@ llama-quantize does (it removes and re-appends them).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import resource
@@ -272,7 +273,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
         raise InputError(f"--band-mb must be positive, got {band_mb}")
     if not dry_run and os.path.abspath(in_path) == os.path.abspath(out_path):
         raise InputError(f"{out_path}: output would overwrite the input")
-    n_threads = max(1, int(n_threads or os.cpu_count() or 1))
+    n_threads = max(1, int(n_threads or len(os.sched_getaffinity(0)) or 1))
     f = GGUFHeader(in_path)
     im = load_imatrix(imatrix) if imatrix else None
     plan = make_plan(f, ftype_name, opts, allow_requantize, im)
@@ -312,7 +313,9 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
                 w.abort()
                 raise
     except OSError as e:
-        raise ResourceError(f"{out_path}: {e.strerror or e}") from None
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.ENOMEM):
+            raise ResourceError(f"{out_path}: {e.strerror or e}") from None
+        raise InputError(f"{e.filename or out_path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
     return Summary(plan, out_path, time.perf_counter() - t0, peak_rss_mb(), band_mb, n_threads)
