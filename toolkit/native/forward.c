@@ -230,6 +230,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens;
 
+    tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {
         float * xt = ctx->x + (int64_t) t * D;
         TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], xt));

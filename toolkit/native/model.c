@@ -395,6 +395,17 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
         tk_model_free(m);
         return st;
     }
+    /* A gather-only table (untied embeddings) is read a few rows at a time: random-access
+     * advice keeps the kernel from reading ahead megabytes around each row.  Advice only:
+     * failure is harmless and ignored. */
+    m->embd_random = m->output.data != m->tok_embd.data &&
+                     m->tok_embd.row_bytes * (size_t) hp->n_vocab >= ((size_t) 64 << 20);
+    if (m->embd_random) {
+        uintptr_t a = (uintptr_t) m->tok_embd.data, e = a + m->tok_embd.row_bytes * (size_t) hp->n_vocab;
+        const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
+        a &= ~(pg - 1);
+        madvise((void *) a, e - a, MADV_RANDOM);
+    }
     *out = m;
     return TK_OK;
 }
@@ -412,3 +423,16 @@ void tk_model_free(tk_model * m) {
 }
 
 int32_t tk_n_vocab(const tk_model * m) { return m ? m->hp.n_vocab : 0; }
+
+/* Ask the kernel to fetch the embedding rows of a ubatch's tokens (one batched pass of
+ * advice before the gather) when the table is read at random. */
+void tk_model_prefetch_rows(const tk_model * m, const int32_t * tokens, int32_t n) {
+    if (!m->embd_random) return;
+    const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
+    for (int32_t i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t) (m->tok_embd.data + (size_t) tokens[i] * m->tok_embd.row_bytes);
+        uintptr_t e = a + m->tok_embd.row_bytes;
+        a &= ~(pg - 1);
+        madvise((void *) a, e - a, MADV_WILLNEED);
+    }
+}

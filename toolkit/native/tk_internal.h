@@ -82,9 +82,13 @@ struct tk_model {
     tk_layer * layers;         /* [n_layer] */
     int32_t conv_dim;          /* M1: d_inner; M2: d_inner + 2*G*N */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
+    int embd_random;           /* token_embd is a large gather-only table (random-access advice) */
     float ** owned;            /* float arrays copied at load, freed with the model */
     int32_t n_owned, cap_owned;
 };
+
+/* ---- model.c ----------------------------------------------------------------------- */
+void tk_model_prefetch_rows(const tk_model * m, const int32_t * tokens, int32_t n);
 
 /* ---- threads.c ---------------------------------------------------------------------- */
 typedef struct tk_pool tk_pool;
