@@ -287,6 +287,11 @@ class Qwen4ExpFamily(Family):
         self.read_hparams()
         key, p = self.key, self.plan
         L, D = self.n_layer, self.n_embd
+        # bound the per-layer lists by the checkpoint before building any (num_hidden_layers = 10**9)
+        lre = re.compile(re.escape(self.prefix) + r"layers\.(\d+)\.")
+        present = {int(m.group(1)) for n in self.hf.tensors if (m := lre.match(n))}
+        if present and max(present) + 1 != L:
+            raise InputError(f"{self.c.path}: num_hidden_layers = {L}, but the checkpoint has layers 0..{max(present)}")
         attn = set(self.attn_layers)
         p.kv += [
             kv_u32(key(Keys.LLM.BLOCK_COUNT), L),
@@ -387,12 +392,12 @@ class Qwen4ExpFamily(Family):
         nk, nv, dk, dv = self.n_k, self.n_v, self.d_k, self.d_v
         key_dim, value_dim = nk * dk, nv * dv
         conv_dim = 2 * key_dim + value_dim
+        # take (shape-check) first: the permutations below are sized by config.json
+        t = self.take(g + "in_proj_qkv.weight", (conv_dim, D))
         reorder = nk != nv
         vp = v_head_perm(nk, nv, dv) if reorder else None       # over value rows/columns
         hp = v_head_perm(nk, nv, 1) if reorder else None        # over value heads
         note = "V heads grouped -> tiled" if reorder else ""
-
-        t = self.take(g + "in_proj_qkv.weight", (conv_dim, D))
         self.emit(tn(T.ATTN_QKV, i), (conv_dim, D),
                   [Segment(t, 0, 2 * key_dim), Segment(t, 2 * key_dim, value_dim, vp, value_dim)], note=note)
         self.copy(tn(T.ATTN_GATE, i), g + "in_proj_z.weight", (value_dim, D), perm=vp, block=value_dim, note=note)
@@ -517,10 +522,10 @@ class Qwen4ExpFamily(Family):
         if extra:
             t = self.hf.tensors[found[extra[0]]]
             raise InputError(f"{t.path}: tensor {t.name!r}: shard index {extra[0]} >= split_ngram_parts {n} (config.json)")
-        missing = [k for k in range(n) if k not in found]
-        if missing:
-            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            raise InputError(f"{self.hf.path}: missing tensor {base}shard_{missing[0]}.weight{more} "
+        if len(found) < n:   # every found index is < n, so some are missing (never build a list of n)
+            first = next(k for k in range(n) if k not in found)
+            more = f" and {n - len(found) - 1} more" if n - len(found) > 1 else ""
+            raise InputError(f"{self.hf.path}: missing tensor {base}shard_{first}.weight{more} "
                              f"(config.json: split_ngram_parts = {n})")
         shards = [self.take(found[k]) for k in range(n)]
         first = shards[0]
