@@ -56,54 +56,34 @@ static float dot_f32(const float * w, const float * x, int64_t n) {
     return s;
 }
 
-static float dot_f16(const uint16_t * w, const float * x, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += fp16_to_fp32(w[i + j]) * x[i + j];
-    float s = hsum8(acc);
-    for (; i < n; i++) s += fp16_to_fp32(w[i]) * x[i];
-    return s;
-}
-
-static float dot_bf16(const uint16_t * w, const float * x, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += bf16_to_fp32(w[i + j]) * x[i + j];
-    float s = hsum8(acc);
-    for (; i < n; i++) s += bf16_to_fp32(w[i]) * x[i];
-    return s;
-}
-
-/* Q8_0 block: f16 scale d, 32 int8 q; value = d * q.  ref: ggml-quants.c dequantize_row_q8_0 */
-static float dot_q8_0(const uint8_t * w, const float * x, int64_t n) {
-    float s = 0.0f;
-    for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t * blk = w + b * 34;
-        uint16_t dh;
-        memcpy(&dh, blk, 2);
-        const int8_t * q = (const int8_t *) (blk + 2);
-        const float * xb = x + b * 32;
-        float acc[8] = {0};
-        for (int i = 0; i < 32; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += (float) q[i + j] * xb[i + j];
-        s += fp16_to_fp32(dh) * hsum8(acc);
-    }
-    return s;
-}
-
-static float dot_row(const tk_weight * w, const uint8_t * row, const float * x, float * scratch) {
-    const int64_t n = w->ne[0];
-    switch (w->type) {
-        case TK_GGML_F32: return dot_f32((const float *) (const void *) row, x, n);
-        case TK_GGML_F16: return dot_f16((const uint16_t *) (const void *) row, x, n);
-        case TK_GGML_BF16: return dot_bf16((const uint16_t *) (const void *) row, x, n);
-        case TK_GGML_Q8_0: return dot_q8_0(row, x, n);
+/* One row of n elements of `type` to float32.  Q8_0 block: f16 scale d, 32 int8 q;
+ * value = d * q (ref: ggml-quants.c dequantize_row_q8_0).  Other types: quants.c. */
+static void row_to_f32(int type, const uint8_t * p, float * dst, int64_t n) {
+    switch (type) {
+        case TK_GGML_F32: memcpy(dst, p, (size_t) n * sizeof(float)); return;
+        case TK_GGML_F16: {
+            const uint16_t * h = (const uint16_t *) (const void *) p;
+            for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(h[i]);
+            return;
+        }
+        case TK_GGML_BF16: {
+            const uint16_t * h = (const uint16_t *) (const void *) p;
+            for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(h[i]);
+            return;
+        }
+        case TK_GGML_Q8_0:
+            for (int64_t b = 0; b < n / 32; b++) {
+                uint16_t dh;
+                memcpy(&dh, p + b * 34, 2);
+                const float d = fp16_to_fp32(dh);
+                const int8_t * q = (const int8_t *) (p + b * 34 + 2);
+                for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * (float) q[j];
+            }
+            return;
         default:
             /* bound at load: the dequantizer accepted this type */
-            tk_dequantize_row(w->type, row, scratch, n);
-            return dot_f32(scratch, x, n);
+            tk_dequantize_row(type, p, dst, n);
+            return;
     }
 }
 
@@ -123,21 +103,22 @@ typedef struct {
     size_t scratch_stride;
 } matmul_job;
 
+/* F32 rows are dotted in place; every other type is first expanded to a float32 row in
+ * the thread's scratch (once for all tokens), then dotted: one kernel path whatever the
+ * number of tokens, so splitting a batch never changes a result. */
 static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const matmul_job * j = arg;
     const tk_weight * w = j->w;
     const int64_t K = w->ne[0], M = w->ne[1];
     float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
-    const int native = w->type == TK_GGML_F32 || w->type == TK_GGML_F16 || w->type == TK_GGML_BF16 || w->type == TK_GGML_Q8_0;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t * row = j->base + (size_t) r * w->row_bytes;
-        if (!native) {
-            /* dequantize the row once for all tokens (type accepted by the dequantizer at load) */
-            tk_dequantize_row(w->type, row, scratch, K);
-            for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_f32(scratch, j->x + t * K, K);
-            continue;
+        const float * wr = (const float *) (const void *) row;
+        if (w->type != TK_GGML_F32) {
+            row_to_f32(w->type, row, scratch, K);
+            wr = scratch;
         }
-        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_row(w, row, j->x + t * K, scratch);
+        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_f32(wr, j->x + t * K, K);
     }
 }
 
@@ -169,28 +150,8 @@ tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float
 
 /* One row (of the flattened ne1*ne2*ne3 rows) as float32. */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst) {
-    const int64_t n = w->ne[0];
-    const uint8_t * p = w->data + (size_t) row * w->row_bytes;
-    switch (w->type) {
-        case TK_GGML_F32: memcpy(dst, p, (size_t) n * sizeof(float)); return TK_OK;
-        case TK_GGML_F16:
-            for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); dst[i] = tk_fp16_to_fp32(h); }
-            return TK_OK;
-        case TK_GGML_BF16:
-            for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); dst[i] = tk_bf16_to_fp32(h); }
-            return TK_OK;
-        case TK_GGML_Q8_0:
-            for (int64_t b = 0; b < n / 32; b++) {
-                uint16_t dh;
-                memcpy(&dh, p + b * 34, 2);
-                const float d = tk_fp16_to_fp32(dh);
-                const int8_t * q = (const int8_t *) (p + b * 34 + 2);
-                for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * (float) q[j];
-            }
-            return TK_OK;
-        default:
-            return tk_dequantize_row(w->type, p, dst, n);
-    }
+    row_to_f32(w->type, w->data + (size_t) row * w->row_bytes, dst, w->ne[0]);
+    return TK_OK;
 }
 
 /* ==== elementwise and norms ========================================================== */
