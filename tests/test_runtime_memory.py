@@ -202,3 +202,13 @@ def test_ctrl_c_aborts_decode_and_drops_the_sequence(hybrid):
         assert time.perf_counter() - t0 < 5.0
         assert ctx.memory.seq_pos_max(0) == -1
         assert np.array_equal(ctx.decode(toks[:9], logits="all"), solo(hybrid, toks[:9]))
+
+
+def test_logits_none_still_advances(model):
+    toks = prompt(10, 16)
+    ref = solo(model, toks)
+    with Context(model, n_ctx=64) as ctx:
+        out = ctx.decode(toks[:6], logits="none")
+        assert out.shape == (0, model.n_vocab)
+        assert ctx.memory.seq_pos_max(0) == 5
+        assert np.array_equal(ctx.decode(toks[6:], logits="all"), ref[6:])
