@@ -88,3 +88,13 @@ def test_not_a_gguf(tmp_path):
     p.write_bytes(b"not a gguf at all" * 10)
     with pytest.raises(InputError):
         Model(p)
+
+
+def test_llamacpp_granite_file_with_zero_head_count_kv(fixtures):
+    """llama.cpp's converter writes head_count_kv = 0 for every layer of a transformers-5
+    Granite 4.0-H checkpoint: attention layer 1 then looks recurrent, and the error says so."""
+    p = fixtures / "llamacpp" / "granitehybrid-moe-tiny.f32.gguf"
+    if not p.exists():
+        pytest.skip("fixture not copied")
+    with pytest.raises(NativeError, match=r"missing tensor 'blk\.1\.ssm_in\.weight' \(layer 1 is mamba2"):
+        Model(p)

@@ -8,12 +8,13 @@ absolute offset, ggml type, ``ne``). The C side mmaps the file and validates eve
 from __future__ import annotations
 
 import os
+import re
 import weakref
 
 import numpy as np
 
 from toolkit.arch import HParams
-from toolkit.errors import InputError, ResourceError
+from toolkit.errors import InputError, NativeError, ResourceError
 from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
 from toolkit.runtime._lib import check, ffi, lib
 
@@ -106,7 +107,17 @@ class Model:
         c.embedding_scale, c.residual_scale, c.logit_scale = hp.embedding_scale, hp.residual_scale, hp.logit_scale
         c.layer_kinds, c.ffn_kinds, c.n_head_kv = self._kinds, self._ffn, self._hkv
 
-        self._ptr = _load(self.path, c, list(self.gguf))
+        try:
+            self._ptr = _load(self.path, c, list(self.gguf))
+        except NativeError as e:
+            # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
+            # meant as an attention layer points at its layer indices / head_count_kv keys
+            m = re.search(r"missing tensor 'blk\.(\d+)\.", str(e))
+            if m and int(m.group(1)) < n:
+                i = int(m.group(1))
+                raise type(e)(f"{e} (layer {i} is {hp.layer_kinds[i].name.lower()} per the file's "
+                              f"attention.layer_indices / attention.head_count_kv)") from None
+            raise
 
     @property
     def ptr(self):
@@ -156,7 +167,7 @@ def _load(path: str, c_hparams, infos) -> "ffi.CData":
         for j in range(4):
             d.ne[j] = int(ne[j])
     out = ffi.new("tk_model **")
-    check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out), path)
+    check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
     return out[0]
 
 
