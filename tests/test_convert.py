@@ -340,6 +340,11 @@ def test_detect_pre_from_structure():
     seq["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+"
     assert detect_pre(seq) is None
     assert detect_pre({"pre_tokenizer": {"type": "Metaspace"}}) is None
+    star = {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Digits", "individual_digits": True}, {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}]}}
+    assert detect_pre(star) == "starcoder"
+    star["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = False
+    assert detect_pre(star) is None
 
 
 def test_unknown_pre_tokenizer_is_default_with_warning(tmp_path):

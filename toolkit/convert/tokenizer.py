@@ -46,6 +46,8 @@ def detect_pre(tok: dict[str, Any]) -> str | None:
 
     * ``ByteLevel`` with ``use_regex`` (GPT-2's built-in split regex)                 -> "gpt-2"
     * ``Sequence[Split(Regex R, isolated), ByteLevel(use_regex=false)]`` with R known -> its name
+    * ``Sequence[Digits(individual_digits), ByteLevel(use_regex)]`` (StarCoder / Granite code:
+      each digit alone, then GPT-2's split; llama.cpp's regexes "\\p{N}" + GPT-2)  -> "starcoder"
     Returns None for anything else (the caller writes "default" and warns).
     """
     pt = tok.get("pre_tokenizer")
@@ -55,6 +57,14 @@ def detect_pre(tok: dict[str, Any]) -> str | None:
         return "gpt-2" if pt.get("use_regex", True) else None
     if pt.get("type") == "Sequence":
         items = pt.get("pretokenizers") or []
+        if not isinstance(items, list):
+            return None
+        kinds = [p.get("type") if isinstance(p, dict) else None for p in items]
+        if kinds == ["ByteLevel"]:
+            return detect_pre({"pre_tokenizer": items[0]})
+        if (kinds == ["Digits", "ByteLevel"] and items[0].get("individual_digits")
+                and items[1].get("use_regex", True)):
+            return "starcoder"
         splits = [p for p in items if isinstance(p, dict) and p.get("type") == "Split"]
         rest = [p for p in items if isinstance(p, dict) and p.get("type") != "Split"]
         if (len(splits) == 1 and all(p.get("type") == "ByteLevel" and not p.get("use_regex", True) for p in rest)
