@@ -345,3 +345,26 @@ def test_per_layer_token_embd_can_be_named_apart_from_token_embedding_type():
     assert ch.choose("token_embd.weight", (256, 512), GGMLType.BF16).type == GGMLType.Q8_0
     plain = TypeChooser(ModelInfo("qwen4exp", 4), ft.ftype, ft.default, Options(token_embedding_type=GGMLType.Q8_0), names)
     assert plain.choose("per_layer_token_embd.weight", (256, 4096), GGMLType.BF16).type == GGMLType.Q8_0
+
+
+def test_peak_rss_is_bounded_by_the_band_not_the_tensor(tmp_path):
+    """One 64 MiB float32 tensor: with --band-mb 4 the quantize process stays far below the
+    tensor's size; with a band larger than the tensor it does not (the test is calibrated)."""
+    import subprocess
+    import sys
+    src = str(tmp_path / "big.gguf")
+    w = gguf.GGUFWriter(src, "granitehybrid")
+    w.add_uint32("granitehybrid.block_count", 1)
+    w.add_tensor("blk.0.ffn_up.weight", np.random.default_rng(0).standard_normal((4096, 4096), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    # peak_rss_mb() reads VmHWM (ru_maxrss would include this forking parent's pages)
+    code = ("import sys; from toolkit.quantize import quantize_file; "
+            "s = quantize_file(sys.argv[1], sys.argv[2], 'Q8_0', n_threads=2, band_mb=float(sys.argv[3])); "
+            "print(s.peak_rss_mb)")
+    rss = {}
+    for band in (4, 512):
+        p = subprocess.run([sys.executable, "-c", code, src, str(tmp_path / f"o{band}.gguf"), str(band)],
+                           capture_output=True, text=True, check=True)
+        rss[band] = float(p.stdout.strip().splitlines()[-1])
+    assert rss[512] - rss[4] > 48, rss     # the whole tensor staged vs 4 MiB bands
+    assert _sha(str(tmp_path / "o4.gguf")) == _sha(str(tmp_path / "o512.gguf"))

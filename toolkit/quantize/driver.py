@@ -199,7 +199,15 @@ class Summary:
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process in MiB (ru_maxrss is KiB on Linux)."""
+    """Peak resident set size of this process in MiB: VmHWM from /proc/self/status on Linux
+    (ru_maxrss would also count the pre-exec image of the parent that forked us), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

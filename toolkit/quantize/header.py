@@ -23,6 +23,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.gguf_io import GGMLType, Keys
+from toolkit.gguf_io.layout import check_layout
 from toolkit.gguf_io.writer import tensor_nbytes
 
 VT = gguf.GGUFValueType
@@ -104,13 +105,16 @@ class GGUFHeader:
 
     Raises:
         InputError: missing file, not GGUF, truncated header, tensor data beyond the end of the
-        file, duplicate tensor names, unknown ggml types (the message names the file and key).
+        file, duplicate tensor names, unknown ggml types (the message names the file and key);
+        every rule of :func:`toolkit.gguf_io.layout.check_layout`.
+        UnsupportedError: GGUF version other than 2/3, or big-endian.
     """
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
             raise InputError(f"{self.path}: no such file")
+        check_layout(self.path)   # bounds, counts, alignment, dims overflow: the rules GGUFFile applies
         size = os.path.getsize(self.path)
         if size < 24:
             raise InputError(f"{self.path}: not a GGUF file (only {size} bytes)")
