@@ -10,7 +10,8 @@ Python ints, and raises one InputError naming the file and the key or tensor at 
 The rules are llama.cpp's (ggml/src/gguf.cpp ``gguf_init_from_file_impl``): GGUF version
 2 or 3, known value types, no arrays of arrays, unique keys and tensor names, tensor names
 shorter than GGML_MAX_NAME (64) bytes, 1..4 dims (0 allowed: a scalar), a known ggml
-type, rows a multiple of the type's block size, an element count that fits in int64,
+type, rows a multiple of the type's block size, an element count that fits in int64 (and,
+stricter than gguf.cpp, is not zero: no model has an empty tensor),
 ``general.alignment`` a UINT32 power of two, every data offset a multiple of it, and all
 data inside the file.  Only little-endian files are read (the C runtime maps the data as
 little-endian), so a byte-swapped header is an UnsupportedError.
@@ -179,6 +180,8 @@ def _check(buf, size: int, path: str) -> None:
             n_el *= d
         if any(d > _INT64_MAX for d in dims) or n_el > _INT64_MAX:
             raise InputError(f"{path}: tensor {name!r} dims {dims} overflow int64 ({n_el} elements)")
+        if n_el == 0:   # legal for gguf.cpp, but no model has an empty tensor; the tools divide by rows
+            raise InputError(f"{path}: tensor {name!r} has an empty dimension (dims {dims})")
         blck, tsize = _TYPE_SIZES[ttype]
         if dims and dims[0] % blck:
             raise InputError(f"{path}: tensor {name!r}: row of {dims[0]} elements is not a multiple of the "
