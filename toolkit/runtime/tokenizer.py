@@ -407,7 +407,10 @@ def _build_bpe(f: GGUFFile, tokens: Sequence[str], types: Sequence[int], pre: st
     if not isinstance(merges_raw, list) or not all(isinstance(m, str) for m in merges_raw):
         raise InputError(f"{f.path}: key {Keys.Tokenizer.MERGES!r} must be an array of strings")
     merges = [_split_merge(m, f.path) for m in merges_raw]
-    model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre in _IGNORE_MERGES))
+    try:
+        model = models.BPE(vocab=vocab, merges=merges, ignore_merges=(pre in _IGNORE_MERGES))
+    except Exception as e:  # tokenizers raises a bare Exception, e.g. a merge of out-of-vocabulary tokens
+        raise InputError(f"{f.path}: key {Keys.Tokenizer.MERGES!r} does not fit {Keys.Tokenizer.LIST!r} ({e})") from None
     hf = HFTokenizer(model)
     hf.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(p), behavior="isolated") for p in PRE_PATTERNS[family]]
