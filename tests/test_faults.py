@@ -22,6 +22,8 @@ import pytest
 
 from test_fuzz_run import cli
 
+pytestmark = pytest.mark.native   # quantize runs the C quantizers; CI repeats it under ASan + UBSan
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIX = pathlib.Path(__file__).parent / "fixtures"
 HF = FIX / "hf" / "mamba-tiny"
