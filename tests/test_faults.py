@@ -62,8 +62,10 @@ def _env(**extra) -> dict:
 
 
 def child(argv, **extra) -> subprocess.CompletedProcess:
+    # cwd outside the checkout: `python -c` puts the cwd first on sys.path, and the checkout's
+    # toolkit/ has no compiled extension when the package is installed non-editable
     return subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT, env=_env(**extra))
+                          cwd=pathlib.Path(argv[2]).parent, env=_env(**extra))   # argv[2]: OUT
 
 
 def hashes(*paths: pathlib.Path) -> dict[str, str]:
@@ -239,7 +241,7 @@ def test_signal_during_a_long_write(tmp_path, job, sig, code, existing):
         out.write_bytes(b"the previous model")
     before = hashes(HF, GGUF_IN)
     p = subprocess.Popen([sys.executable, "-c", CHILD, *JOBS[job](out)], stderr=subprocess.PIPE, text=True,
-                         stdout=subprocess.DEVNULL, cwd=ROOT, env=_env(FAULT_SLOW="1"))
+                         stdout=subprocess.DEVNULL, cwd=tmp_path, env=_env(FAULT_SLOW="1"))
     try:
         t0 = time.monotonic()
         for line in p.stderr:

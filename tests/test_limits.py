@@ -116,3 +116,24 @@ def test_one_thread_machine_gives_the_same_logits(monkeypatch):
             out.append(ctx.decode([1, 2, 3], logits="all"))
             ctx.close()
     np.testing.assert_array_equal(out[0], out[1])
+
+
+# ---- machines without features -----------------------------------------------------------------
+
+def test_extension_runs_on_baseline_x86_64():
+    """The C library is built without -march: no AVX/AVX-512 instruction may appear unless it
+    sits behind run-time CPU dispatch (cpuid + xgetbv).  No dispatch exists yet, so none may
+    appear at all; when SIMD paths land, replace this with a run under the forced-scalar switch."""
+    import platform
+    import shutil
+    import subprocess
+    import toolkit._native as native
+    if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("objdump"):
+        pytest.skip("x86-64 with objdump only")
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", native.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    wide = [ln for ln in asm.splitlines() if "%ymm" in ln or "%zmm" in ln or "%k1" in ln]
+    assert not wide, f"{len(wide)} AVX/AVX-512 instructions in {native.__file__} without dispatch, e.g. {wide[:3]}"
+    from toolkit.native._build import _flags
+    cflags, _ = _flags()
+    assert not [f for f in cflags if f.startswith(("-march", "-mavx", "-mfma", "-mtune=native"))], cflags
