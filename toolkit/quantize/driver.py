@@ -321,7 +321,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
                 w.abort()
                 raise
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.ENOMEM):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOMEM):   # EFBIG: file size limit (RLIMIT_FSIZE, FS max)
             raise ResourceError(f"{out_path}: {e.strerror or e}") from None
         raise InputError(f"{e.filename or out_path}: {e.strerror or e}") from None
     finally:
