@@ -45,7 +45,8 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     left as it was.  ``ENOSPC``/``EDQUOT`` become ResourceError.
 
     Raises:
-        InputError: the output directory does not exist, or ``path`` is one of ``inputs``.
+        InputError: the output directory does not exist or does not accept a new file, or
+            ``path`` is one of ``inputs``.
     """
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
@@ -56,7 +57,12 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     for src in inputs:
         if _same_file(src, path):
             raise InputError(f"{path}: output would overwrite the input {src}")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+    except OSError as e:   # EACCES, EROFS, ...: the output location is unusable, say which
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceError(f"{path}: no space left on device") from None
+        raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
     # mkstemp creates 0600; the result should get the mode any new file gets (0666 & ~umask)
     os.fchmod(fd, 0o666 & ~_umask())
     os.close(fd)
