@@ -274,3 +274,15 @@ def test_outputs_have_ordinary_permissions(tmp_path, good):
     out = tmp_path / "p.gguf"
     assert cli(["quantize", str(GGUF_IN), str(out), "Q8_0", "-t", "1"])[0] == 0
     assert out.stat().st_mode & 0o777 == 0o666 & ~um
+
+
+@pytest.mark.parametrize("job", ["convert", "quantize", "run"])
+def test_output_location_that_refuses_files(job):
+    # sysfs refuses new files even to root (EACCES): a clean exit 2 naming the path, not exit 1
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs Linux sysfs")
+    out = "/sys/kernel/toolkit-test.gguf"
+    argv = JOBS[job](out) if job in JOBS else ["run", "-m", str(GGUF_IN), "--tokens", "1", "-n", "1",
+                                               "--logits-out", "/sys/kernel/l.npy"]
+    code, _o, err = cli(argv)
+    assert code in (2, 4) and "/sys/kernel/" in err and "internal error" not in err, err
