@@ -1572,42 +1572,49 @@ typedef struct {
     const qtype * dt;        /* destination type (NULL: dst is float32) */
     const void * src;
     void * dst;
-    int64_t row0, row1;      /* rows [row0, row1) */
+    int64_t n_rows;          /* rows in the call */
+    int64_t chunk;           /* rows per work item (~64K elements) */
     int64_t n_per_row;
     size_t src_row_bytes;    /* bytes of one source row */
     size_t dst_row_bytes;    /* bytes of one destination row */
     const float * imatrix;   /* [n_per_row] importance of each column, or NULL */
-    int failed;              /* 1: could not allocate the row scratch */
-} rows_job;
+    int64_t next;            /* next row to hand out (atomic) */
+    int failed;              /* set when a thread could not allocate its row scratch (atomic) */
+} rows_work;
 
-/* One row at a time: dequantize into a one-row float32 scratch (unless the source is
- * float32) and quantize from it, so no band-sized float32 buffer is ever needed. */
-static void run_rows(rows_job * j) {
-    if (j->row1 <= j->row0) return;
+/* Threads take chunks of rows from a shared counter (a slow or busy core does less, as in
+ * llama-quantize).  Each row is dequantized into a one-row float32 scratch (unless the source
+ * is float32) and quantized from it, so no band-sized float32 buffer is ever needed. */
+static void run_rows(rows_work * j) {
     float * scratch = NULL;
     if (j->st && j->dt) {
         scratch = malloc((size_t) j->n_per_row * sizeof(float));
-        if (!scratch) { j->failed = 1; return; }
+        if (!scratch) { __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED); return; }
     }
-    for (int64_t r = j->row0; r < j->row1; r++) {
-        const char * s = (const char *) j->src + (size_t) r * j->src_row_bytes;
-        char * d = (char *) j->dst + (size_t) r * j->dst_row_bytes;
-        const float * x = (const float *) s;
-        if (!j->dt) {
-            j->st->dequant(s, (float *) d, j->n_per_row);
-            continue;
+    for (;;) {
+        const int64_t r0 = __atomic_fetch_add(&j->next, j->chunk, __ATOMIC_RELAXED);
+        if (r0 >= j->n_rows) break;
+        const int64_t r1 = r0 + j->chunk < j->n_rows ? r0 + j->chunk : j->n_rows;
+        for (int64_t r = r0; r < r1; r++) {
+            const char * s = (const char *) j->src + (size_t) r * j->src_row_bytes;
+            char * d = (char *) j->dst + (size_t) r * j->dst_row_bytes;
+            const float * x = (const float *) s;
+            if (!j->dt) {
+                j->st->dequant(s, (float *) d, j->n_per_row);
+                continue;
+            }
+            if (j->st) {
+                j->st->dequant(s, scratch, j->n_per_row);
+                x = scratch;
+            }
+            if (j->imatrix && j->dt->quant_w) j->dt->quant_w(x, d, j->n_per_row, j->imatrix);
+            else j->dt->quant(x, d, j->n_per_row);
         }
-        if (j->st) {
-            j->st->dequant(s, scratch, j->n_per_row);
-            x = scratch;
-        }
-        if (j->imatrix && j->dt->quant_w) j->dt->quant_w(x, d, j->n_per_row, j->imatrix);
-        else j->dt->quant(x, d, j->n_per_row);
     }
     free(scratch);
 }
 
-static void * run_rows_thread(void * arg) { run_rows((rows_job *) arg); return NULL; }
+static void * run_rows_thread(void * arg) { run_rows((rows_work *) arg); return NULL; }
 
 #define TK_QUANT_MAX_THREADS 256
 
@@ -1642,25 +1649,19 @@ static tk_status rows_parallel(int src_type, int dst_type, const void * src, voi
     if (max_useful < n_threads) n_threads = (int) max_useful;
     if (n_threads > n_rows) n_threads = (int) (n_rows > 0 ? n_rows : 1);
 
-    rows_job jobs[TK_QUANT_MAX_THREADS];
+    int64_t chunk = 65536 / n_per_row;
+    if (chunk < 1) chunk = 1;
+    rows_work work = { s, d, src, dst, n_rows, chunk, n_per_row, src_row, dst_row, imatrix, 0, 0 };
     pthread_t tids[TK_QUANT_MAX_THREADS];
-    int started[TK_QUANT_MAX_THREADS];
-    for (int i = 0; i < n_threads; i++) {
-        jobs[i] = (rows_job) { s, d, src, dst, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, n_per_row,
-                               src_row, dst_row, imatrix, 0 };
-        started[i] = 0;
-    }
+    int started[TK_QUANT_MAX_THREADS] = { 0 };
     for (int i = 1; i < n_threads; i++) {
-        started[i] = pthread_create(&tids[i], NULL, run_rows_thread, &jobs[i]) == 0;
-        if (!started[i]) run_rows(&jobs[i]);  /* could not start a thread: do its share here */
+        started[i] = pthread_create(&tids[i], NULL, run_rows_thread, &work) == 0;  /* failure: fewer threads */
     }
-    run_rows(&jobs[0]);
-    int failed = 0;
-    for (int i = 0; i < n_threads; i++) {
-        if (i > 0 && started[i]) pthread_join(tids[i], NULL);
-        failed |= jobs[i].failed;
+    run_rows(&work);
+    for (int i = 1; i < n_threads; i++) {
+        if (started[i]) pthread_join(tids[i], NULL);
     }
-    if (failed) return TK_FAIL(TK_ERR_NOMEM, "%s: cannot allocate a row of %lld floats", what, (long long) n_per_row);
+    if (work.failed) return TK_FAIL(TK_ERR_NOMEM, "%s: cannot allocate a row of %lld floats", what, (long long) n_per_row);
     return TK_OK;
 }
 
