@@ -17,13 +17,19 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+_CDEF_HEADERS = ("toolkit.h", "tk_cpu.h")
+
+
 def _cdef() -> str:
-    with open(os.path.join(HERE, "toolkit.h")) as fh:
-        text = fh.read()
-    m = re.search(r"/\* CDEF-BEGIN \*/(.*)/\* CDEF-END \*/", text, re.S)
-    if not m:
-        raise RuntimeError("toolkit.h: CDEF-BEGIN/CDEF-END markers not found")
-    return m.group(1)
+    parts = []
+    for name in _CDEF_HEADERS:
+        with open(os.path.join(HERE, name)) as fh:
+            text = fh.read()
+        m = re.search(r"/\* CDEF-BEGIN \*/(.*)/\* CDEF-END \*/", text, re.S)
+        if not m:
+            raise RuntimeError(f"{name}: CDEF-BEGIN/CDEF-END markers not found")
+        parts.append(m.group(1))
+    return "\n".join(parts)
 
 
 def _flags():
@@ -45,7 +51,7 @@ ffibuilder.cdef(_cdef())
 _cflags, _ldflags = _flags()
 ffibuilder.set_source(
     "toolkit._native",
-    '#include "toolkit.h"\n',
+    '#include "toolkit.h"\n#include "tk_cpu.h"\n',
     sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
     include_dirs=[os.path.relpath(HERE)],
     extra_compile_args=_cflags,

@@ -2,13 +2,15 @@
  *
  * Every kernel is a plain loop with a fixed accumulation order, so a token's result does
  * not depend on how many other tokens share its micro-batch (chunked prefill is
- * bit-identical to one-shot prefill).  "Run, fast" adds SIMD paths beside these.
+ * bit-identical to one-shot prefill).  The SIMD paths (ops_avx2.c, chosen at run time by
+ * cpu.c) keep that property per level; see ops_avx2.c for their accumulation order.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tk_internal.h"
+#include "tk_cpu.h"
 
 /* ==== type conversion ================================================================ */
 
@@ -101,6 +103,7 @@ typedef struct {
     float * y;
     float * scratch;
     size_t scratch_stride;
+    int level;                 /* tk_cpu_level() when the call started */
 } matmul_job;
 
 /* F32 rows are dotted in place; every other type is first expanded to a float32 row in
@@ -111,6 +114,12 @@ static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const tk_weight * w = j->w;
     const int64_t K = w->ne[0], M = w->ne[1];
     float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
+#ifdef TK_HAVE_X86
+    if (j->level >= TK_CPU_AVX2) {
+        tk_matmul_rows_avx2(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
+        return;
+    }
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t * row = j->base + (size_t) r * w->row_bytes;
         const float * wr = (const float *) (const void *) row;
@@ -127,7 +136,7 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
     const int64_t K = w->ne[0], M = w->ne[1];
     if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
     if (scratch_stride < (size_t) K) return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", scratch_stride, (long long) K);
-    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, scratch, scratch_stride};
+    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, scratch, scratch_stride, tk_cpu_level()};
     /* threads only pay off past ~64k multiply-adds */
     if (K * M * n_tok < 65536) pool = NULL;
     tk_pool_run(pool, M, matmul_rows, &j);

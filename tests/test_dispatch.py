@@ -1,0 +1,124 @@
+"""Run-time CPU dispatch: every kernel level this machine supports gives the scalar path's
+results (to float reordering), each level is deterministic and ubatch-split invariant,
+and TOOLKIT_CPU caps the level."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gguf
+import numpy as np
+import pytest
+
+from toolkit.runtime._lib import check, ffi, lib
+
+pytestmark = pytest.mark.native
+
+LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
+NAMES = {lv: ffi.string(lib.tk_cpu_level_name(lv)).decode() for lv in LEVELS}
+
+
+@pytest.fixture
+def at_level():
+    """Set the kernel level for the test, restore the machine's afterwards."""
+    def set_level(level: int) -> int:
+        return lib.tk_cpu_set_level(level)
+    yield set_level
+    lib.tk_cpu_set_level(lib.tk_cpu_detected())
+
+
+def _mat_mul(qtype: int, raw: np.ndarray, K: int, M: int, x: np.ndarray) -> np.ndarray:
+    T = x.shape[0]
+    y = np.empty((T, M), np.float32)
+    check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, M, ffi.cast("float *", ffi.from_buffer(x)), T,
+                         ffi.cast("float *", ffi.from_buffer(y))))
+    return y
+
+
+def _weights(qtype, M, K, rng):
+    w = (rng.standard_normal((M, K)) * 0.1).astype(np.float32)
+    if qtype == gguf.GGMLQuantizationType.F32:
+        return np.ascontiguousarray(w)
+    if qtype == gguf.GGMLQuantizationType.F16:
+        return np.ascontiguousarray(w.astype(np.float16))
+    row = lib.tk_quant_row_size(int(qtype), K)
+    raw = np.empty((M, row), np.uint8)
+    check(lib.tk_quantize_rows(int(qtype), ffi.cast("float *", ffi.from_buffer(w)), ffi.from_buffer(raw), M, K, 1))
+    return raw
+
+
+def _dequant(qtype, raw, M, K):
+    out = np.empty((M, K), np.float32)
+    check(lib.tk_dequantize_rows(int(qtype), ffi.from_buffer(raw), ffi.cast("float *", ffi.from_buffer(out)), M, K, 1))
+    return out
+
+
+TYPES = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16,
+         gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q4_K,
+         gguf.GGMLQuantizationType.Q6_K]
+
+
+def test_levels_named_and_env_caps():
+    assert lib.tk_cpu_level() <= lib.tk_cpu_detected()
+    feats = ffi.string(lib.tk_cpu_features()).decode()
+    assert feats
+    code = ("from toolkit.runtime._lib import lib, ffi;"
+            "print(lib.tk_cpu_level(), lib.tk_cpu_detected())")
+    for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0)):
+        env = dict(os.environ, TOOLKIT_CPU=name)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+        level, detected = int(out[0]), int(out[1])
+        assert level == min(want, detected), (name, out)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("K", [256, 264, 1024])
+def test_levels_agree_with_scalar(qtype, K, at_level):
+    blck = gguf.GGML_QUANT_SIZES[qtype][0]
+    if K % blck:
+        pytest.skip("K not a block multiple")
+    rng = np.random.default_rng(K + int(qtype))
+    M, T = 21, 7
+    raw = _weights(qtype, M, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    at_level(lib.TK_CPU_SCALAR)
+    ref = _mat_mul(qtype, raw, K, M, x)
+    for lv in LEVELS[1:]:
+        assert at_level(lv) == lv
+        got = _mat_mul(qtype, raw, K, M, x)
+        # float reordering: |err| <= a few ulps of sum |w x|
+        wf = _dequant(qtype, raw, M, K)
+        bound = 8 * K * np.finfo(np.float32).eps * (np.abs(x) @ np.abs(wf.astype(np.float64)).T)
+        assert np.all(np.abs(got - ref) <= bound + 1e-30), NAMES[lv]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_token_result_independent_of_batch(qtype, at_level):
+    """Per level, a token's outputs are bit-identical alone (mat-vec path) or in any batch
+    (mat-mat path, tiles of 4 tokens)."""
+    K, M, T = 512, 13, 11
+    rng = np.random.default_rng(7)
+    raw = _weights(qtype, M, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    for lv in LEVELS:
+        at_level(lv)
+        full = _mat_mul(qtype, raw, K, M, x)
+        for t in range(T):
+            one = _mat_mul(qtype, raw, K, M, np.ascontiguousarray(x[t:t + 1]))
+            assert np.array_equal(one[0], full[t]), (NAMES[lv], t)
+        part = _mat_mul(qtype, raw, K, M, np.ascontiguousarray(x[3:9]))
+        assert np.array_equal(part, full[3:9]), NAMES[lv]
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda lv: NAMES[lv])
+def test_runtime_parity_at_every_level(level, tmp_path):
+    """The "Run, correct" parity and memory-invariant tests, re-run with TOOLKIT_CPU capping
+    the kernel level (a fresh interpreter: the level is read once per process)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TOOLKIT_CPU=NAMES[level])
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(here, "test_runtime_parity.py"), os.path.join(here, "test_runtime_memory.py"),
+                        os.path.join(here, "test_kernels.py")],
+                       env=env, capture_output=True, text=True, cwd=tmp_path)   # not the source tree: the built package
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

@@ -1,0 +1,123 @@
+/* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512).
+ *
+ * A level needs both the CPU's instructions (cpuid) and the OS's promise to save the
+ * registers they use across context switches (XCR0 read with xgetbv, valid only when
+ * cpuid.1:ECX.OSXSAVE is set): a CPU can advertise AVX-512 under an OS or hypervisor that
+ * does not enable ZMM state, and executing it there raises #UD.  AMX (whose tile state
+ * also needs a per-process arch_prctl permission on Linux) is never used.
+ * refs: Intel SDM vol. 1 sec. 13.3 / 14.3 / 15.2 ("Detection of ... support"); vol. 2 CPUID.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_internal.h"
+#include "tk_cpu.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#define TK_CPUID 1
+#endif
+
+static int g_detected = TK_CPU_SCALAR;
+static int g_level = TK_CPU_SCALAR;
+static char g_features[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void add_feature(const char * name) {
+    size_t n = strlen(g_features);
+    if (n + strlen(name) + 2 >= sizeof g_features) return;
+    if (n) g_features[n++] = ' ';
+    strcpy(g_features + n, name);
+}
+
+#ifdef TK_CPUID
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t) hi << 32) | lo;
+}
+#endif
+
+static int detect(void) {
+    int level = TK_CPU_SCALAR;
+#ifdef TK_CPUID
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return level;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    unsigned b7 = 0, c7 = 0, a71 = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b7, c7, d);
+        __cpuid_count(7, 1, a71, b, c, d);
+    }
+    const int avx2 = (b7 >> 5) & 1, avx512f = (b7 >> 16) & 1, avx512bw = (b7 >> 30) & 1;
+    const int avx512vl = (b7 >> 31) & 1, vnni = (c7 >> 11) & 1, bf16 = (a71 >> 5) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    const int os_ymm = (xcr0 & 0x6) == 0x6;          /* SSE + AVX state */
+    const int os_zmm = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    if (avx) add_feature("avx");
+    if (avx2) add_feature("avx2");
+    if (fma) add_feature("fma");
+    if (f16c) add_feature("f16c");
+    if (avx512f) add_feature("avx512f");
+    if (avx512bw) add_feature("avx512bw");
+    if (avx512vl) add_feature("avx512vl");
+    if (vnni) add_feature("avx512vnni");
+    if (bf16) add_feature("avx512bf16");
+    if (os_ymm) add_feature("os-ymm");
+    if (os_zmm) add_feature("os-zmm");
+    if (avx && avx2 && fma && f16c && os_ymm) level = TK_CPU_AVX2;
+    if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && os_zmm) level = TK_CPU_AVX512;
+#endif
+    if (!g_features[0]) add_feature("none");
+    return level;
+}
+
+static int parse_level(const char * s) {
+    if (!strcmp(s, "scalar")) return TK_CPU_SCALAR;
+    if (!strcmp(s, "avx2")) return TK_CPU_AVX2;
+    if (!strcmp(s, "avx512")) return TK_CPU_AVX512;
+    return TK_CPU_SCALAR;     /* unknown: the safe choice */
+}
+
+static void init(void) {
+    g_detected = detect();
+    g_level = g_detected;
+    const char * env = getenv("TOOLKIT_CPU");
+    if (env && *env) {
+        const int want = parse_level(env);
+        if (want < g_level) g_level = want;
+    }
+}
+
+int tk_cpu_level(void) {
+    pthread_once(&g_once, init);
+    return __atomic_load_n(&g_level, __ATOMIC_RELAXED);
+}
+
+int tk_cpu_detected(void) {
+    pthread_once(&g_once, init);
+    return g_detected;
+}
+
+int tk_cpu_set_level(int level) {
+    pthread_once(&g_once, init);
+    if (level < TK_CPU_SCALAR) level = TK_CPU_SCALAR;
+    if (level > g_detected) level = g_detected;
+    __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
+    return level;
+}
+
+const char * tk_cpu_level_name(int level) {
+    switch (level) {
+        case TK_CPU_SCALAR: return "scalar";
+        case TK_CPU_AVX2: return "avx2";
+        case TK_CPU_AVX512: return "avx512";
+        default: return "?";
+    }
+}
+
+const char * tk_cpu_features(void) {
+    pthread_once(&g_once, init);
+    return g_features;
+}

@@ -1,0 +1,46 @@
+/* tk_cpu.h: run-time CPU dispatch (cpu.c) and the SIMD kernel entry points (ops_avx2.c).
+ *
+ * The part between the CDEF markers is also exposed to Python through cffi (_build.py
+ * reads it after toolkit.h's). */
+#ifndef TK_CPU_H
+#define TK_CPU_H
+
+#include <stdint.h>
+
+/* CDEF-BEGIN */
+/* ==== run-time CPU dispatch (cpu.c) ================================================== */
+/* Kernel levels, lowest first.  A level is used only if the CPU advertises its
+ * instructions (cpuid) AND the OS saves the register state they need (xgetbv: XMM|YMM for
+ * AVX2, plus opmask|ZMM for AVX-512).  AMX is never used.                                */
+typedef enum {
+    TK_CPU_SCALAR = 0,         /* plain C, every machine */
+    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
+    TK_CPU_AVX512 = 2          /* x86-64 AVX-512 F + BW + VL (kernels: the AVX2 ones for now) */
+} tk_cpu_level_t;
+
+/* The level kernels run at now: the highest the machine supports, capped by the
+ * environment variable TOOLKIT_CPU=scalar|avx2|avx512 (read once; an unknown value
+ * means scalar) and by tk_cpu_set_level. */
+int tk_cpu_level(void);
+/* Highest level this machine supports (ignores TOOLKIT_CPU). */
+int tk_cpu_detected(void);
+/* Cap the level (tests, benchmarks): returns the level now in force = min(level, detected).
+ * Not to be called while another thread is decoding. */
+int tk_cpu_set_level(int level);
+/* "scalar", "avx2", "avx512"; "?" for anything else. */
+const char * tk_cpu_level_name(int level);
+/* Space-separated features found, e.g. "avx2 fma f16c avx512f avx512bw avx512vnni";
+ * "os-ymm"/"os-zmm" when the OS saves those registers. */
+const char * tk_cpu_features(void);
+/* CDEF-END */
+
+/* ---- internal: AVX2 kernels (ops_avx2.c), called only when tk_cpu_level() >= AVX2 ---- */
+#if defined(__x86_64__) || defined(_M_X64)
+#define TK_HAVE_X86 1
+/* y[t*ldy + r] for r in [r0, r1), t < n_tok; W rows `row_bytes` apart from `base`;
+ * scratch: K floats (one expanded row).  Same contract as ops.c's matmul_rows. */
+void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                         const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
+#endif
+
+#endif
