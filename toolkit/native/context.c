@@ -142,6 +142,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     };
     for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
         *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
+        c->scratch_bytes += zmax(allocs[i].n, 1) * sizeof(float);
         if (!*allocs[i].p) {
             tk_context_free(c);
             return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
@@ -216,6 +217,11 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         }
         if (!n_act) break;
         if (len > n_ub / n_act) len = n_ub / n_act;
+        for (int32_t j = 0; j < n_act && ctx->rs; j++) {   /* end a ubatch on a periodic checkpoint */
+            const int32_t p = b->pos[idx[start[act[j]] + done[act[j]]]];
+            const int64_t room = (int64_t) tk_memory_rs_ckpt_next(ctx->rs, p - 1) - p + 1;
+            if (room < len) len = (int32_t) room;
+        }
         ub->n_seqs = n_act;
         ub->n_seq_tokens = len;
         ub->n_tokens = n_act * len;
@@ -233,7 +239,11 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         st = ctx->mem->prepare(ctx->mem, ub);
         if (st == TK_OK) st = tk_forward_ubatch(ctx, ub, logits_out);
         if (st != TK_OK) break;
+        tk_memory_rs_after_ubatch(ctx->rs, ub);
     }
+    /* a checkpoint at the end of each multi-token run (a prompt or a turn) */
+    for (int32_t j = 0; st == TK_OK && j < n_order; j++)
+        if (count[order[j]] > 1) tk_memory_rs_checkpoint(ctx->rs, order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
         for (int32_t j = 0; j < n_order; j++) ctx->mem->seq_rm(ctx->mem, order[j], 0, -1);

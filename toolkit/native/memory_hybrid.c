@@ -20,9 +20,31 @@ static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     return KVM(m)->can_seq_rm(KVM(m), seq, p0, p1) && RSM(m)->can_seq_rm(RSM(m), seq, p0, p1);
 }
 
+/* The recurrent child decides (can_seq_rm); when it rolls a sequence back to a checkpoint
+ * at position q < p0 - 1, the KV child drops [q + 1, end) too, so both end at q and the
+ * caller re-feeds the gap [q + 1, p0). */
 static void hy_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    KVM(m)->seq_rm(KVM(m), seq, p0, p1);
+    tk_memory_rs * rs = HY(m)->rs;
     RSM(m)->seq_rm(RSM(m), seq, p0, p1);
+    if (p1 < 0) {
+        const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? rs->n_cells : seq + 1;
+        for (int32_t s = lo; s < hi; s++) {
+            const int32_t q = RSM(m)->seq_pos_max(RSM(m), s);
+            const int32_t kp0 = q >= 0 && q + 1 < (p0 < 0 ? 0 : p0) ? q + 1 : p0;
+            KVM(m)->seq_rm(KVM(m), s, kp0, p1);
+        }
+        return;
+    }
+    KVM(m)->seq_rm(KVM(m), seq, p0, p1);
+}
+
+static bool hy_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    return KVM(m)->can_seq_add(KVM(m), seq, p0, p1, delta) && RSM(m)->can_seq_add(RSM(m), seq, p0, p1, delta);
+}
+
+static void hy_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    KVM(m)->seq_add(KVM(m), seq, p0, p1, delta);
+    RSM(m)->seq_add(RSM(m), seq, p0, p1, delta);
 }
 
 static void hy_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -64,7 +86,7 @@ tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_h
     tk_memory_hybrid * h = calloc(1, sizeof *h);
     if (!h) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     h->base = (tk_memory){hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min,
-                          hy_seq_pos_max, hy_can_fit, hy_prepare, hy_free};
+                          hy_seq_pos_max, hy_can_fit, hy_prepare, hy_free, hy_can_seq_add, hy_seq_add};
     h->kv = kv;
     h->rs = rs;
     *out = h;

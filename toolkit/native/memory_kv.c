@@ -70,6 +70,52 @@ static int32_t kv_seq_pos_max(tk_memory * m, int32_t seq) {
     return r;
 }
 
+/* A shift is refused (nothing changes) when a cell in range is shared with another sequence
+ * (the shift would move it for that sequence too), a position would become negative, or the
+ * shifted positions would collide with the sequence's cells outside the range. */
+static bool kv_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    tk_memory_kv * kv = KV(m);
+    if (seq < 0 || seq >= TK_MAX_SEQ) return false;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    const uint64_t bit = UINT64_C(1) << seq;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        if (kv->seqs[i] != bit) return false;
+        const int64_t q = (int64_t) kv->pos[i] + delta;
+        if (q < 0 || q >= INT32_MAX) return false;
+        if (q < lo) lo = q;
+        if (q > hi) hi = q;
+    }
+    if (lo > hi || delta == 0) return true;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || (kv->pos[i] >= p0 && kv->pos[i] < p1)) continue;
+        if (kv->pos[i] >= lo && kv->pos[i] <= hi) return false;
+    }
+    return true;
+}
+
+/* pos += delta on seq's cells in [p0, p1); K was stored rotated by its position, so with
+ * RoPE it is rotated on by delta (rotations compose: equal to a fresh rotation up to float
+ * rounding).  ref: llama.cpp llama_kv_cache::seq_add + the K-shift graph. */
+static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    tk_memory_kv * kv = KV(m);
+    if (delta == 0) return;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    const uint64_t bit = UINT64_C(1) << seq;
+    const tk_hparams * hp = &kv->model->hp;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        kv->pos[i] += delta;
+        if (!hp->use_rope || hp->n_rot <= 0) continue;
+        for (int32_t l = 0; l < kv->n_layer; l++)
+            if (kv->k[l]) tk_rope_norm(kv->k[l] + (size_t) i * kv->kv_dim[l], kv->kv_dim[l] / hp->head_dim, hp->head_dim,
+                                       hp->n_rot, delta, hp->rope_freq_base);
+    }
+}
+
 static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
     tk_memory_kv * kv = KV(m);
     int32_t free_cells = 0;
@@ -115,7 +161,8 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
     tk_memory_kv * kv = calloc(1, sizeof *kv);
     if (!kv) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     kv->base = (tk_memory){kv_clear, kv_can_seq_rm, kv_seq_rm, kv_seq_cp, kv_seq_keep, kv_seq_pos_min,
-                           kv_seq_pos_max, kv_can_fit, kv_prepare, kv_free};
+                           kv_seq_pos_max, kv_can_fit, kv_prepare, kv_free, kv_can_seq_add, kv_seq_add};
+    kv->model = model;
     kv->n_cells = n_cells;
     kv->n_layer = hp->n_layer;
     kv->pos = malloc((size_t) n_cells * sizeof(int32_t));

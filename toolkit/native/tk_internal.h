@@ -141,6 +141,9 @@ struct tk_memory {
     /* claim cells for the ubatch (kv: one per token; rs: one per sequence) */
     tk_status (*prepare)(tk_memory * m, const tk_ubatch * ub);
     void     (*free)(tk_memory * m);
+    /* shift positions [p0, p1) of seq by delta; can_ first, then seq_add (memory_*.c) */
+    bool     (*can_seq_add)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+    void     (*seq_add)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
 };
 
 typedef struct {
@@ -153,6 +156,7 @@ typedef struct {
     int32_t * kv_dim;          /* [n_layer] n_head_kv*head_dim, 0 = no tensors */
     float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
     float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
 } tk_memory_kv;
 
 typedef struct {
@@ -167,6 +171,13 @@ typedef struct {
     size_t ssm_n;              /* floats of one cell's SSM state: d_state * d_inner */
     float ** conv;             /* [n_layer] -> [n_cells, conv_dim, d_conv-1] or NULL */
     float ** ssm;              /* [n_layer] -> [n_cells, ...] or NULL (M1: [d_inner, N]; M2: [H, P, N]) */
+    /* checkpoints (rollback points): up to n_ckpt snapshots per sequence, row = seq id */
+    int32_t start[TK_MAX_SEQ]; /* first position folded into each sequence's state (-1 = none) */
+    int32_t n_ckpt;            /* snapshots kept per sequence (0 = none) */
+    int32_t ckpt_every;        /* also snapshot when pos+1 is a multiple of this (0 = off) */
+    size_t  cell_n;            /* floats of one whole state, all recurrent layers (conv then ssm per layer) */
+    int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
+    float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
 } tk_memory_rs;
 
 typedef struct {
@@ -178,6 +189,13 @@ typedef struct {
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory_kv ** out);
 tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory_rs ** out);
 tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_hybrid ** out);
+/* checkpoints (memory_rs.c) */
+tk_status tk_memory_rs_set_checkpoints(tk_memory_rs * rs, int32_t n_ckpt, int32_t every);
+void tk_memory_rs_checkpoint(tk_memory_rs * rs, int32_t seq);          /* snapshot seq's state now */
+void tk_memory_rs_after_ubatch(tk_memory_rs * rs, const tk_ubatch * ub); /* periodic snapshots */
+int32_t tk_memory_rs_ckpt_next(const tk_memory_rs * rs, int32_t pos);  /* next periodic pos > pos, or INT32_MAX */
+void tk_memory_rs_pack(const tk_memory_rs * rs, int32_t cell, float * dst);   /* cell -> cell_n floats */
+void tk_memory_rs_unpack(tk_memory_rs * rs, int32_t cell, const float * src); /* cell_n floats -> cell */
 
 /* ---- context / forward ---------------------------------------------------------- */
 struct tk_context {
@@ -207,6 +225,7 @@ struct tk_context {
     tk_pool * pool;            /* worker threads (params.n_threads) */
     float * vec;               /* [vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
+    size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
     volatile int abort_requested; /* set by tk_context_abort from another thread */
 };

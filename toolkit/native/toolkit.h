@@ -175,6 +175,38 @@ tk_status tk_memory_seq_pos_min(tk_context * ctx, int32_t seq, int32_t * pos);
 tk_status tk_memory_seq_pos_max(tk_context * ctx, int32_t seq, int32_t * pos);
 void      tk_memory_clear(tk_context * ctx);
 
+/* ==== memory hierarchy: checkpoints, position shift, state files (state.c, memory_*.c) ==== */
+/* Recurrent checkpoints: up to n_per_seq snapshots per sequence, taken at the end of every
+ * decode call that feeds a sequence more than one token, whenever pos+1 is a multiple of
+ * `every` (0: off; ubatches are cut there) and on tk_memory_checkpoint; the oldest is
+ * replaced when full.  Changing the setting drops existing snapshots.  With a snapshot at a
+ * position < p0, tk_memory_seq_rm(seq, p0, -1) restores it (KV cells after it go too) and
+ * the sequence ends at the snapshot: seq_pos_max tells the caller where to re-feed from. */
+tk_status tk_memory_set_checkpoints(tk_context * ctx, int32_t n_per_seq, int32_t every);
+tk_status tk_memory_checkpoint(tk_context * ctx, int32_t seq);
+/* positions of seq's snapshots, ascending: the first min(n, cap) into pos; n = how many */
+tk_status tk_memory_checkpoints(tk_context * ctx, int32_t seq, int32_t * pos, int32_t cap, int32_t * n);
+/* positions [p0, p1) of seq += delta; *done = 0 and nothing changes when refused (a KV cell
+ * shared with another sequence, a negative or colliding position, or a recurrent state whose
+ * history would be shifted only in part). */
+tk_status tk_memory_seq_add(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t delta, int32_t * done);
+
+typedef struct {
+    uint64_t kv_bytes;         /* K and V of the attention layers, n_ctx cells */
+    uint64_t recurrent_bytes;  /* conv + SSM states of the recurrent layers, n_seq_max cells */
+    uint64_t checkpoint_bytes; /* n_seq_max x checkpoints x one state */
+    uint64_t compute_bytes;    /* float scratch of the forward pass */
+} tk_memory_report;
+tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
+
+/* State blobs (layout in state.c): seq = -1 the whole context, else one sequence (read back
+ * into any sequence id).  tk_state_read checks the whole blob first (magic, version, model
+ * fingerprint, sizes, CRC-32, coherent positions, room) and changes nothing when it fails. */
+tk_status tk_state_size(tk_context * ctx, int32_t seq, uint64_t * size);
+tk_status tk_state_write(tk_context * ctx, int32_t seq, uint8_t * buf, uint64_t cap, uint64_t * written);
+tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint64_t size);
+/* ==== end memory hierarchy ==== */
+
 /* ==== runtime: kernels (scalar reference; exposed for kernel tests and benchmarks) ==== */
 /* Contracts and formula sources in ops.c / ssm.c. All arrays float32, row-major. */
 float tk_fp16_to_fp32(uint16_t h);

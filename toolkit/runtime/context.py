@@ -62,8 +62,46 @@ class Memory:
         return int(out[0])
 
     def clear(self) -> None:
-        """Forget every sequence."""
+        """Forget every sequence (recurrent states zeroed, checkpoints dropped)."""
         lib.tk_memory_clear(self._ctx.ptr)
+
+    # ---- checkpoints, position shift (state.c, memory_rs.c) ------------------------------
+    def set_checkpoints(self, n_per_seq: int, every: int = 0) -> None:
+        """Keep up to ``n_per_seq`` recurrent snapshots per sequence (0: none), taken at the end
+        of every decode call that feeds a sequence more than one token, each time ``pos + 1``
+        is a multiple of ``every`` (0: off) and on :meth:`checkpoint`.  Drops the existing ones.
+        Bytes: n_seq_max x n_per_seq x one recurrent state (see :meth:`Context.memory_report`).
+        """
+        check(lib.tk_memory_set_checkpoints(self._ctx.ptr, int(n_per_seq), int(every)), "checkpoints")
+
+    def checkpoint(self, seq_id: int = 0) -> None:
+        """Snapshot ``seq_id``'s recurrent state at its current end (no-op without checkpoints)."""
+        check(lib.tk_memory_checkpoint(self._ctx.ptr, seq_id), "checkpoint")
+
+    def checkpoints(self, seq_id: int = 0) -> list[int]:
+        """Positions of ``seq_id``'s snapshots, ascending."""
+        n = ffi.new("int32_t *")
+        check(lib.tk_memory_checkpoints(self._ctx.ptr, seq_id, ffi.NULL, 0, n), "checkpoints")
+        buf = ffi.new("int32_t[]", max(int(n[0]), 1))
+        check(lib.tk_memory_checkpoints(self._ctx.ptr, seq_id, buf, int(n[0]), n), "checkpoints")
+        return [int(buf[i]) for i in range(int(n[0]))]
+
+    def rollback(self, seq_id: int, p0: int) -> int | None:
+        """Drop positions >= ``p0`` of ``seq_id``; returns the position to re-feed from
+        (``seq_pos_max + 1``, <= p0: a recurrent state goes back to its newest checkpoint
+        before p0), or None when refused (no such checkpoint; memory unchanged)."""
+        if not self.seq_rm(seq_id, p0, -1):
+            return None
+        return self.seq_pos_max(seq_id) + 1
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> bool:
+        """Shift positions [p0, p1) of ``seq_id`` by ``delta``; False and nothing changed when
+        refused: a KV cell shared with another sequence, a negative or colliding position, or a
+        recurrent state whose history would move only in part (a state holds no positions, so
+        only a renumbering of the whole sequence is meaningful)."""
+        out = ffi.new("int32_t *")
+        check(lib.tk_memory_seq_add(self._ctx.ptr, seq_id, p0, p1, delta, out), "seq_add")
+        return bool(out[0])
 
 
 def _check_int32(model: Model, **params: int) -> None:
@@ -95,7 +133,7 @@ class Context:
     """
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, n_checkpoints: int = 0, checkpoint_every: int = 0):
         self.model = model
         self.n_ctx, self.n_seq_max, self.n_ubatch = int(n_ctx), int(n_seq_max), int(n_ubatch)
         self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
@@ -108,6 +146,8 @@ class Context:
         self._ptr = out[0]
         model._contexts.add(self)
         self.memory = Memory(self)
+        if n_checkpoints or checkpoint_every:
+            self.memory.set_checkpoints(n_checkpoints, checkpoint_every)
 
     @property
     def ptr(self):
@@ -135,6 +175,37 @@ class Context:
             self.close()
         except Exception:  # pragma: no cover
             pass
+
+    # ---- state files, memory report (state.c) -------------------------------------------
+    def state_bytes(self, seq_id: int = -1) -> bytes:
+        """The memory as a checksummed blob (layout in toolkit/native/state.c): ``seq_id=-1``
+        every sequence, else that one sequence (restorable into any sequence id)."""
+        n = ffi.new("uint64_t *")
+        check(lib.tk_state_size(self.ptr, seq_id, n), "state")
+        buf = bytearray(int(n[0]))
+        check(lib.tk_state_write(self.ptr, seq_id, ffi.from_buffer(buf), len(buf), n), "state")
+        return bytes(buf[:int(n[0])])
+
+    def load_state(self, blob: bytes, seq_id: int = -1) -> None:
+        """Restore a blob from :meth:`state_bytes` (same ``seq_id=-1`` kind, or a one-sequence
+        blob into ``seq_id``).
+
+        Raises:
+            NativeError: short, corrupt, newer-version or other-model blob (the message says
+                which); the memory is then exactly as before the call.
+            ResourceError: no room for its KV cells in this context.
+        """
+        blob = bytes(blob)
+        check(lib.tk_state_read(self.ptr, seq_id, blob, len(blob)), "state")
+
+    def memory_report(self) -> dict[str, int]:
+        """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
+        ``checkpoints``, ``compute`` (scratch); ``weights`` is the model's tensor bytes."""
+        r = ffi.new("tk_memory_report *")
+        check(lib.tk_context_memory(self.ptr, r), "memory report")
+        return {"weights": int(sum(t.nbytes for t in self.model.gguf)), "kv": int(r.kv_bytes),
+                "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
+                "compute": int(r.compute_bytes)}
 
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:

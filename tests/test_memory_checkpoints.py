@@ -1,0 +1,159 @@
+"""Recurrent checkpoints and the sequence operations, on the four tiny families (F32).
+
+- seq_rm(seq, p0, -1) restores the newest checkpoint before p0; re-feeding the gap gives the
+  logits of a from-scratch run bit for bit, in the recurrent and (hybrid) the KV child alike
+- with no checkpoint before p0 the removal is refused and nothing changes
+- periodic / end-of-call / explicit checkpoints land where documented; the oldest is replaced
+- seq_cp copies state and checkpoints (copy on write), seq_keep / whole removal / clear zero
+- seq_add: a whole-sequence renumbering is allowed, a partial shift of a state is refused
+Models: converted at test time from tests/fixtures/hf/* with toolkit.convert.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit.runtime import Context, Model
+
+pytestmark = pytest.mark.native
+
+FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
+
+
+def _convert(tmp_path_factory, name):
+    import pathlib
+    from toolkit.convert import convert
+    out = tmp_path_factory.mktemp("mem") / f"{name}.f32.gguf"
+    convert(str(pathlib.Path(__file__).parent / "fixtures" / "hf" / name), str(out), "f32")
+    return out
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def model(request, tmp_path_factory):
+    m = Model(_convert(tmp_path_factory, request.param))
+    yield m
+    m.close()
+
+
+def toks(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 512, n).astype(np.int32)
+
+
+def fresh(model, t) -> np.ndarray:
+    with Context(model, n_ctx=128) as ctx:
+        return ctx.decode(t, logits="all")
+
+
+def test_rollback_to_checkpoint_is_bit_identical(model):
+    a, alt = toks(20, 1), toks(6, 2)
+    with Context(model, n_ctx=128, n_checkpoints=8, checkpoint_every=4) as ctx:
+        ctx.decode(a[:13], logits="none")
+        ctx.decode(a[13:], logits="none")
+        # periodic at pos+1 = 4, 8, 12, 16, 20 and the end of each multi-token call (12, 19)
+        assert ctx.memory.checkpoints(0) == [3, 7, 11, 12, 15, 19]
+        resume = ctx.memory.rollback(0, 11)
+        assert resume == 8                          # newest checkpoint before 11 is 7
+        assert ctx.memory.seq_pos_max(0) == 7 and ctx.memory.checkpoints(0) == [3, 7]
+        got = ctx.decode(np.concatenate([a[8:11], alt]), logits="all")
+    ref = fresh(model, np.concatenate([a[:11], alt]))
+    assert np.array_equal(got, ref[8:])
+
+
+def test_rollback_exact_position(model):
+    a = toks(12, 3)
+    ref = fresh(model, a)
+    with Context(model, n_ctx=64, n_checkpoints=2) as ctx:
+        ctx.decode(a[:6], logits="none")            # end-of-call checkpoint at 5
+        ctx.decode(a[6:], logits="none")            # ... and at 11
+        assert ctx.memory.rollback(0, 6) == 6       # state at 5 is exactly what is needed
+        assert np.array_equal(ctx.decode(a[6:], logits="all"), ref[6:])
+
+
+def test_no_checkpoint_before_p0_is_refused_unchanged(model):
+    a = toks(16, 4)
+    ref = fresh(model, a)
+    with Context(model, n_ctx=64, n_checkpoints=4) as ctx:
+        ctx.decode(a[:10], logits="none")           # one checkpoint, at 9
+        blob = ctx.state_bytes()
+        assert ctx.memory.rollback(0, 9) is None    # needs a state at <= 8
+        assert not ctx.memory.seq_rm(0, 3, 8)       # a middle range never goes
+        assert ctx.state_bytes() == blob            # nothing moved, in either child
+        assert np.array_equal(ctx.decode(a[10:], logits="all"), ref[10:])
+
+
+def test_without_checkpoints_tail_removal_is_refused(model):
+    a = toks(8, 5)
+    with Context(model, n_ctx=64) as ctx:
+        ctx.decode(a)
+        assert ctx.memory.checkpoints(0) == []
+        assert not ctx.memory.seq_rm(0, 4, -1)
+        assert ctx.memory.seq_pos_max(0) == 7
+
+
+def test_explicit_checkpoints_and_eviction(model):
+    a = toks(10, 6)
+    with Context(model, n_ctx=64, n_checkpoints=3) as ctx:
+        for i in range(10):
+            ctx.decode(a[i:i + 1], logits="none")   # one token a call: no automatic checkpoint
+            if i in (1, 3, 5, 7):
+                ctx.memory.checkpoint(0)
+        assert ctx.memory.checkpoints(0) == [3, 5, 7]   # the oldest (1) was replaced
+        ctx.memory.set_checkpoints(3, 0)
+        assert ctx.memory.checkpoints(0) == []
+
+
+def test_seq_cp_copies_checkpoints_copy_on_write(model):
+    a, x, y = toks(12, 7), toks(3, 8), toks(4, 9)
+    with Context(model, n_ctx=128, n_seq_max=3, n_checkpoints=4, checkpoint_every=4) as ctx:
+        ctx.decode(a, seq_id=0, logits="none")
+        ctx.memory.seq_cp(0, 1)
+        assert ctx.memory.checkpoints(1) == ctx.memory.checkpoints(0) == [3, 7, 11]
+        assert ctx.memory.rollback(1, 6) == 4       # seq 1 rewinds; seq 0 keeps its state
+        g1 = ctx.decode(np.concatenate([a[4:6], y]), seq_id=1, logits="all")
+        g0 = ctx.decode(x, seq_id=0, logits="all")
+        assert ctx.memory.checkpoints(0) == [3, 7, 11, 14]
+    assert np.array_equal(g1, fresh(model, np.concatenate([a[:6], y]))[4:])
+    assert np.array_equal(g0, fresh(model, np.concatenate([a, x]))[12:])
+
+
+def test_whole_removal_keep_clear_zero_the_state(model):
+    a, b = toks(9, 10), toks(7, 11)
+    ref = fresh(model, b)
+    with Context(model, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
+        ctx.decode(a, seq_id=0)
+        ctx.decode(a, seq_id=1)
+        assert ctx.memory.seq_rm(0, 0, -1)
+        assert ctx.memory.checkpoints(0) == [] and ctx.memory.seq_pos_max(0) == -1
+        assert np.array_equal(ctx.decode(b, seq_id=0, logits="all"), ref)
+        ctx.memory.seq_keep(0)
+        assert ctx.memory.seq_pos_max(1) == -1 and ctx.memory.checkpoints(1) == []
+        assert np.array_equal(ctx.decode(b, seq_id=1, logits="all"), ref)
+        ctx.memory.clear()
+        assert ctx.memory.checkpoints(0) == ctx.memory.checkpoints(1) == []
+        assert np.array_equal(ctx.decode(b, seq_id=0, logits="all"), ref)
+
+
+def test_seq_add_rules(model):
+    a, x = toks(10, 12), toks(4, 13)
+    hybrid = model.hparams.attention_layers and not model.hparams.use_rope
+    with Context(model, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
+        ctx.decode(a, logits="none")
+        blob = ctx.state_bytes()
+        assert not ctx.memory.seq_add(0, 4, -1, 2)   # part of the history: refused
+        assert not ctx.memory.seq_add(0, 0, -1, -1)  # first position would be negative
+        assert ctx.state_bytes() == blob
+        assert ctx.memory.seq_add(0, 20, -1, 5)      # misses the sequence: allowed, no-op
+        assert ctx.state_bytes() == blob
+        ctx.memory.seq_cp(0, 1)
+        blob = ctx.state_bytes()
+        assert ctx.memory.seq_add(0, 0, -1, 3) == (not model.hparams.attention_layers)
+        if model.hparams.attention_layers:           # KV cells shared with seq 1: refused
+            assert ctx.state_bytes() == blob
+            ctx.memory.seq_rm(1, 0, -1)
+            assert ctx.memory.seq_add(0, 0, -1, 3)
+        assert ctx.memory.seq_pos_max(0) == 12 and ctx.memory.checkpoints(0) == [12]
+        got = ctx.decode(x, logits="all")
+    if hybrid or not model.hparams.attention_layers:
+        # positions do not enter the computation (no RoPE): the renumbered sequence continues
+        # exactly as the original would
+        assert np.array_equal(got, fresh(model, np.concatenate([a, x]))[10:])
