@@ -195,8 +195,9 @@ class Context:
                 which); the memory is then exactly as before the call.
             ResourceError: no room for its KV cells in this context.
         """
-        blob = bytes(blob)
-        check(lib.tk_state_read(self.ptr, seq_id, blob, len(blob)), "state")
+        mv = memoryview(blob).cast("B")
+        buf = ffi.from_buffer("uint8_t[]", mv) if mv.nbytes else ffi.new("uint8_t[]", 1)
+        check(lib.tk_state_read(self.ptr, seq_id, buf, mv.nbytes), "state")
 
     def memory_report(self) -> dict[str, int]:
         """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
