@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tk_internal.h"
+#include "tk_cpu.h"
 
 /* ==== Mamba-1 mixer ================================================================== */
 /* in_proj -> (x, z); x = silu(conv(x) + b); (dt, B, C) = x_proj(x) [Jamba: RMSNorm each];
@@ -81,16 +82,18 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
     }
     for (int64_t i = 0; i < (int64_t) U * CD; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
 
-    float * dt = ctx->vec;     /* [H] */
+    /* dt = softplus(dt + dt_bias), in place in zx's dt columns; then each sequence's run
+     * through the scan (recurrence, or chunked SSD from tk_ssd_threshold() tokens; heads
+     * split over the threads) */
+    for (int32_t t = 0; t < U; t++) {
+        float * dtr = ctx->zx + (int64_t) t * W + DI + CD;
+        for (int32_t h = 0; h < H; h++) dtr[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
+    }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rs->ssm[il] + (size_t) rs->ub_cells[s] * rs->ssm_n;
-        for (int32_t i = 0; i < nst; i++) {
-            const int64_t t = (int64_t) s * nst + i;
-            const float * dtr = ctx->zx + t * W + DI + CD;
-            for (int32_t h = 0; h < H; h++) dt[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
-            const float * xs = ctx->xc + t * CD;
-            tk_ssm_scan_mamba2(state, xs, dt, l->ssm_a, xs + DI, xs + DI + G * N, l->ssm_d, H, P, N, G, ctx->y + t * DI);
-        }
+        const int64_t t = (int64_t) s * nst;
+        tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a, l->ssm_d,
+                          nst, H, P, N, G, ctx->y + t * DI, DI);
     }
     const int32_t gs = DI / G;
     for (int32_t t = 0; t < U; t++) {

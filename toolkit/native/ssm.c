@@ -3,9 +3,12 @@
  * All three update their state in place (no per-token state copies).
  */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tk_internal.h"
+#include "tk_cpu.h"
 
 /* ==== ssm_conv: causal depthwise conv1d with carried state ========================== */
 /* Contract:
@@ -94,4 +97,236 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
             y[hp] = acc + D[h] * x[hp];
         }
     }
+}
+
+/* ==== Mamba-2 over a run of tokens: recurrence or chunked SSD, threads over heads ==== */
+/* Contract (n_tok consecutive tokens of ONE sequence):
+ *   s:   [n_head, head_dim, d_state] state, updated in place
+ *   xBC: token t at xBC + t*xbc_stride: x [n_head*head_dim], then B [n_group, d_state],
+ *        then C [n_group, d_state] (the conv output after SiLU)
+ *   dt:  token t at dt + t*dt_stride: [n_head], after softplus;  A, D: [n_head]
+ *   y:   token t at y + t*y_stride: [n_head*head_dim]
+ * Same result as n_tok calls of tk_ssm_scan_mamba2 (bit for bit when n_tok < the SSD
+ * threshold; to float rounding otherwise).
+ *
+ * SSD, chunk [t0, t0+L) of head h (group g), a_k = dt_k*A_h, cum_i = sum_{k<=i} a_k
+ * (double), s0 the state entering the chunk:
+ *   y_i[p]   = sum_{j<=i} exp(cum_i - cum_j) dt_j (C_i.B_j) x_j[p]       (intra-chunk)
+ *            + exp(cum_i) sum_n C_i[n] s0[p][n] + D_h x_i[p]            (carried state)
+ *   s[p][n] <- exp(cum_L) s0[p][n] + sum_j exp(cum_L - cum_j) dt_j x_j[p] B_j[n]
+ * which is the recurrence unrolled over the chunk.  ref: Dao & Gu, "Transformers are SSMs"
+ * (2024), sec. 6 (the chunked SSD algorithm); transformers Mamba2Mixer.torch_forward
+ * (segment_sum / chunked path).  The C_i.B_j products of a group are shared by its heads. */
+#define TK_SSD_CHUNK 64
+/* Runs from this length take SSD.  Measured crossover (bench/run_speed.py --ssd, Bamba-430m
+ * shapes H=32 P=64 N=128, 1 thread): SSD is faster from ~4 tokens (1.5x at 4, 2.5-4x from 16);
+ * the default is higher so that short ubatches take the recurrence, the path generation
+ * takes (a short prompt split into single-token ubatches then gives the same bits). */
+#define TK_SSD_MIN_DEFAULT 32
+
+static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
+
+int tk_ssd_threshold(void) {
+    int v = __atomic_load_n(&g_ssd_min, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char * e = getenv("TOOLKIT_SSD_MIN");
+        v = TK_SSD_MIN_DEFAULT;
+        if (e && *e) {
+            char * end;
+            long l = strtol(e, &end, 10);
+            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
+        }
+        __atomic_store_n(&g_ssd_min, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int tk_ssd_set_threshold(int n) {
+    if (n < 0) { __atomic_store_n(&g_ssd_min, -1, __ATOMIC_RELAXED); return tk_ssd_threshold(); }
+    __atomic_store_n(&g_ssd_min, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+typedef struct {
+    float * s;
+    const float * xBC, * dt, * A, * D;
+    int64_t xbc_stride, dt_stride, y_stride;
+    int32_t n_tok, H, P, N, G, DI;
+    int use_ssd;
+    float * y;
+    float * ws;                /* SSD workspace, ws_stride floats per thread */
+    size_t ws_stride;
+    int level;                 /* tk_cpu_level() */
+} m2_job;
+
+static void m2_recurrence(const m2_job * j, int32_t h) {
+    const int32_t P = j->P, N = j->N, g = h / (j->H / j->G);
+    float * sh = j->s + (int64_t) h * P * N;
+    for (int32_t t = 0; t < j->n_tok; t++) {
+        const float * xt = j->xBC + t * j->xbc_stride;
+        const float * Bg = xt + j->DI + (int64_t) g * N;
+        const float * Cg = xt + j->DI + (int64_t) j->G * N + (int64_t) g * N;
+        const float dth = j->dt[t * j->dt_stride + h];
+        const float dA = expf(dth * j->A[h]);
+        float * yt = j->y + t * j->y_stride;
+        for (int32_t p = 0; p < P; p++) {
+            const int64_t hp = (int64_t) h * P + p;
+            float * sp = sh + (int64_t) p * N;
+            const float dtx = dth * xt[hp];
+            float acc = 0.0f;
+            for (int32_t n = 0; n < N; n++) {
+                const float v = sp[n] * dA + Bg[n] * dtx;
+                sp[n] = v;
+                acc += v * Cg[n];
+            }
+            yt[hp] = acc + j->D[h] * xt[hp];
+        }
+    }
+}
+
+static inline float dot8(const float * a, const float * b, int32_t n) {
+    float acc[8] = {0};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Per-thread workspace of the SSD path, in floats (cum, da are doubles, counted twice). */
+static size_t ssd_ws_floats(int32_t P, int32_t N) {
+    const size_t L = TK_SSD_CHUNK;
+    return 2 * L * (size_t) N + 2 * L * L + 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16;
+}
+
+/* The chunked form for heads [h0, h1) over the whole run.  Every inner loop is an axpy
+ * over P or N contiguous floats (vectorizable without reassociation); the chunk's x, B, C
+ * are first copied out of the strided activations (a token's row is conv_dim floats
+ * apart, which aliases in L1).  Inlined into a plain and an AVX2+FMA instance below. */
+static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * j, int64_t h0, int64_t h1, float * ws) {
+    const int32_t P = j->P, N = j->N, G = j->G, hpg = j->H / j->G, DI = j->DI;
+    const int32_t LC = TK_SSD_CHUNK;
+    float * Bc = ws, * Cc = Bc + (size_t) LC * N, * CB = Cc + (size_t) LC * N, * Mw = CB + LC * LC;
+    float * xh = Mw + LC * LC, * xw = xh + (size_t) LC * P, * sT = xw + (size_t) LC * P;
+    float * dth = sT + (size_t) N * P, * wk = dth + LC;
+    double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
+    for (int32_t t0 = 0; t0 < j->n_tok; t0 += LC) {
+        const int32_t L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
+        int32_t cb_group = -1;
+        for (int64_t hh = h0; hh < h1; hh++) {
+            const int32_t h = (int32_t) hh, g = h / hpg;
+            if (g != cb_group) {                     /* B, C of the group; C_i . B_k, k <= i */
+                for (int32_t i = 0; i < L; i++) {
+                    const float * r = j->xBC + (t0 + i) * j->xbc_stride + DI;
+                    memcpy(Bc + (size_t) i * N, r + (int64_t) g * N, (size_t) N * sizeof(float));
+                    memcpy(Cc + (size_t) i * N, r + (int64_t) G * N + (int64_t) g * N, (size_t) N * sizeof(float));
+                }
+                for (int32_t i = 0; i < L; i++)
+                    for (int32_t k = 0; k <= i; k++) CB[i * LC + k] = dot8(Cc + (size_t) i * N, Bc + (size_t) k * N, N);
+                cb_group = g;
+            }
+            const float Ah = j->A[h], Dh = j->D[h];
+            double c = 0.0;
+            for (int32_t i = 0; i < L; i++) {
+                dth[i] = j->dt[(t0 + i) * j->dt_stride + h];
+                const double a = (double) (dth[i] * Ah);
+                c += a;
+                cum[i] = c;
+                da[i] = exp(a);
+                memcpy(xh + (size_t) i * P, j->xBC + (t0 + i) * j->xbc_stride + (int64_t) h * P, (size_t) P * sizeof(float));
+            }
+            float * sh = j->s + (int64_t) h * P * N;
+            for (int32_t p = 0; p < P; p++)
+                for (int32_t n = 0; n < N; n++) sT[(size_t) n * P + p] = sh[(size_t) p * N + n];
+            /* outputs: D x + carried state + intra-chunk */
+            for (int32_t i = 0; i < L; i++) {
+                float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
+                const float * xi = xh + (size_t) i * P;
+                for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
+                const float dec = (float) exp(cum[i]);
+                for (int32_t n = 0; n < N; n++) {
+                    const float cn = dec * Cc[(size_t) i * N + n];
+                    const float * sn = sT + (size_t) n * P;
+                    for (int32_t p = 0; p < P; p++) yi[p] += cn * sn[p];
+                }
+                /* e = exp(cum_i - cum_k) for k = i, i-1, ...: one multiply per step by
+                 * da[k+1] = exp(a_{k+1}) (double; underflows to 0 gracefully as a <= 0) */
+                double e = 1.0;
+                for (int32_t k = i; k >= 0; k--) {
+                    if (k < i) e *= da[k + 1];
+                    const float m = (float) e * dth[k] * CB[i * LC + k];
+                    const float * xk = xh + (size_t) k * P;
+                    for (int32_t p = 0; p < P; p++) yi[p] += m * xk[p];
+                }
+            }
+            /* state at the end of the chunk */
+            const float dec_all = (float) exp(cum[L - 1]);
+            for (int32_t k = 0; k < L; k++) {
+                wk[k] = (float) exp(cum[L - 1] - cum[k]) * dth[k];
+                for (int32_t p = 0; p < P; p++) xw[(size_t) k * P + p] = wk[k] * xh[(size_t) k * P + p];
+            }
+            for (int32_t n = 0; n < N; n++) {
+                float * sn = sT + (size_t) n * P;
+                for (int32_t p = 0; p < P; p++) sn[p] *= dec_all;
+                for (int32_t k = 0; k < L; k++) {
+                    const float b = Bc[(size_t) k * N + n];
+                    const float * xk = xw + (size_t) k * P;
+                    for (int32_t p = 0; p < P; p++) sn[p] += b * xk[p];
+                }
+            }
+            for (int32_t p = 0; p < P; p++)
+                for (int32_t n = 0; n < N; n++) sh[(size_t) p * N + n] = sT[(size_t) n * P + p];
+        }
+    }
+}
+
+static void ssd_heads_plain(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws); }
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma")))
+static void ssd_heads_avx2(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws); }
+#endif
+
+static void m2_heads(void * arg, int64_t h0, int64_t h1, int thread) {
+    const m2_job * j = arg;
+    if (!j->use_ssd) {
+        for (int64_t h = h0; h < h1; h++) m2_recurrence(j, (int32_t) h);
+        return;
+    }
+    float * ws = j->ws + (size_t) thread * j->ws_stride;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (j->level >= TK_CPU_AVX2) { ssd_heads_avx2(j, h0, h1, ws); return; }
+#endif
+    ssd_heads_plain(j, h0, h1, ws);
+}
+
+void tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                       int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                       int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride) {
+    if (n_tok <= 0) return;
+    const int thr = tk_ssd_threshold();
+    m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
+                n_head * head_dim, thr > 0 && n_tok >= thr, y, NULL, 0, tk_cpu_level()};
+    /* one token of a small model: not worth waking the workers */
+    if ((int64_t) n_tok * n_head * head_dim * d_state < 32768) pool = NULL;
+    if (j.use_ssd) {
+        j.ws_stride = ssd_ws_floats(head_dim, d_state);
+        j.ws = malloc(j.ws_stride * sizeof(float) * (size_t) tk_pool_size(pool));
+        if (!j.ws) j.use_ssd = 0;      /* no memory for the workspace: the recurrence needs none */
+    }
+    tk_pool_run(pool, n_head, m2_heads, &j);
+    free(j.ws);
+}
+
+tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
+                            const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
+                            int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads) {
+    if (!s || !xBC || !dt || !A || !D || !y || n_tok < 0 || n_head <= 0 || head_dim <= 0 || d_state <= 0 ||
+        n_group <= 0 || n_head % n_group)
+        return TK_FAIL(TK_ERR_INVALID, "tk_ssm_mamba2_seq: bad arguments");
+    tk_pool * pool = NULL;
+    if (n_threads > 1) TK_CHECK(tk_pool_new(n_threads, &pool));
+    tk_ssm_mamba2_run(pool, s, xBC, xbc_stride, dt, dt_stride, A, D, n_tok, n_head, head_dim, d_state, n_group, y, y_stride);
+    tk_pool_free(pool);
+    return TK_OK;
 }
