@@ -47,9 +47,14 @@ static void hy_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     RSM(m)->seq_add(RSM(m), seq, p0, p1, delta);
 }
 
+/* dst becomes a copy of src in both children: the recurrent state is whole, so the range is
+ * ignored and dst's own cells go first (else dst's KV cells would outlive its replaced state). */
 static void hy_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    KVM(m)->seq_cp(KVM(m), src, dst, p0, p1);
-    RSM(m)->seq_cp(RSM(m), src, dst, p0, p1);
+    (void) p0; (void) p1;
+    if (src == dst) return;
+    KVM(m)->seq_rm(KVM(m), dst, 0, -1);
+    KVM(m)->seq_cp(KVM(m), src, dst, 0, -1);
+    RSM(m)->seq_cp(RSM(m), src, dst, 0, -1);
 }
 
 static void hy_seq_keep(tk_memory * m, int32_t seq) { KVM(m)->seq_keep(KVM(m), seq); RSM(m)->seq_keep(RSM(m), seq); }

@@ -126,18 +126,57 @@ static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
     return TK_OK;
 }
 
-/* Claim one cell per ubatch token (lowest free index first) and tag it with pos and seq. */
+/* Move the used cells to the front, keeping their index order (so each sequence's cells
+ * stay in position order); afterwards every free cell follows every used one. */
+static void kv_compact(tk_memory_kv * kv) {
+    int32_t j = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < 0) continue;
+        if (i != j) {
+            kv->pos[j] = kv->pos[i];
+            kv->seqs[j] = kv->seqs[i];
+            for (int32_t l = 0; l < kv->n_layer; l++) {
+                if (!kv->k[l]) continue;
+                const size_t d = (size_t) kv->kv_dim[l];
+                memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d * sizeof(float));
+                memcpy(kv->v[l] + (size_t) j * d, kv->v[l] + (size_t) i * d, d * sizeof(float));
+            }
+            kv->pos[i] = -1;
+            kv->seqs[i] = 0;
+        }
+        j++;
+    }
+}
+
+/* Claim one cell per ubatch token and tag it with pos and seq.  A token's cell is the first
+ * free one after every cell its sequence already has, so a sequence's cells are always in
+ * position order and attention sums over them in the same order as a fresh run would
+ * (bit-identical after removals, copies and restores).  When no such cell is left the cache
+ * is compacted first (can_fit guarantees the room). */
 static tk_status kv_prepare(tk_memory * m, const tk_ubatch * ub) {
     tk_memory_kv * kv = KV(m);
     TK_CHECK(kv_can_fit(m, ub->n_tokens));
-    int32_t c = 0;
-    for (int32_t t = 0; t < ub->n_tokens; t++) {
-        while (kv->pos[c] >= 0) c++;
-        kv->pos[c] = ub->pos[t];
-        kv->seqs[c] = UINT64_C(1) << ub->seq[t / ub->n_seq_tokens];
-        kv->ub_cells[t] = c;
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t t = 0;
+        for (int32_t s = 0; s < ub->n_seqs; s++) {
+            const uint64_t bit = UINT64_C(1) << ub->seq[s];
+            int32_t c = 0;
+            for (int32_t i = kv->n_cells - 1; i >= 0; i--)
+                if (kv->pos[i] >= 0 && (kv->seqs[i] & bit)) { c = i + 1; break; }
+            for (int32_t i = 0; i < ub->n_seq_tokens; i++, t++) {
+                while (c < kv->n_cells && kv->pos[c] >= 0) c++;
+                if (c >= kv->n_cells) break;
+                kv->pos[c] = ub->pos[t];
+                kv->seqs[c] = bit;
+                kv->ub_cells[t] = c;
+            }
+            if (t < (s + 1) * ub->n_seq_tokens) break;
+        }
+        if (t == ub->n_tokens) return TK_OK;
+        for (int32_t i = 0; i < t; i++) { kv->pos[kv->ub_cells[i]] = -1; kv->seqs[kv->ub_cells[i]] = 0; }
+        kv_compact(kv);
     }
-    return TK_OK;
+    return TK_FAIL(TK_ERR_STATE, "KV cache: no cell order for the ubatch");   /* not reached */
 }
 
 static void kv_free(tk_memory * m) {
