@@ -63,9 +63,9 @@ def gen_speed(path: Path, n_tg: int, threads: int | None) -> float:
     """Tokens/s of greedy single-token decodes after a 16-token prompt (n_tg tokens timed)."""
     import numpy as np
 
-    from toolkit.runtime.model import Context, Model
+    from toolkit.runtime import Context, Model
 
-    m = Model(str(path)) if threads is None else Model(str(path), n_threads=threads)
+    m = Model(str(path), n_threads=threads)
     ctx = Context(m, n_ctx=16 + n_tg + 1, n_seq_max=1, n_ubatch=16)
     prompt = list(range(2, 18))
     logits = ctx.decode(prompt, seq_id=0, logits="last")

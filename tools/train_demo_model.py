@@ -17,8 +17,9 @@ Reproducibility
     * Seeds: ``--seed`` seeds torch and the batch sampler; one thread
       (``--threads 1``) and ``torch.use_deterministic_algorithms(True)``.
     * Budget: a fixed ``--steps`` count (the default fits 2 CPU cores in well under an
-      hour); ``--max-minutes`` is only a safety stop.  If it fires, the run is NOT the
-      recorded configuration and ``train_meta.json`` says so (``stopped_early``).
+      hour); ``--max-minutes`` is only a safety stop.  If it fires, ``train_meta.json``
+      says so (``stopped_early``, ``steps_done``) and ``--stop-after STEPS_DONE`` (same
+      ``--steps``, so the same learning-rate schedule) reproduces that run step for step.
 
 Widths: d_model 256, d_inner 512, d_ff 768 and vocab 4096 are multiples of 256, so every
 matrix's row length (ggml ne0 = input features: 256 or 512 or 768) is a whole number of
@@ -124,6 +125,9 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--steps", type=int, default=450, help="fixed optimizer step count (the recorded run)")
     ap.add_argument("--max-minutes", type=float, default=55.0, help="safety stop; a stopped run is marked in train_meta.json")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps of the --steps schedule (0: run all); reproduces a run "
+                         "that --max-minutes stopped (train_meta.json: steps_done)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--seq-len", type=int, default=256)
@@ -238,7 +242,8 @@ def main() -> int:
     t_train = time.time()
     model.train()
     step = 0
-    for step in range(args.steps):
+    n_run = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
+    for step in range(n_run):
         if (time.time() - t_start) / 60 > args.max_minutes:
             stopped_early = True
             print(f"max-minutes reached at step {step}: stopping early (NOT the recorded configuration)", flush=True)
@@ -255,7 +260,7 @@ def main() -> int:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-        if step % 25 == 0 or step == args.steps - 1:
+        if step % 25 == 0 or step == n_run - 1:
             el = time.time() - t_train
             print(f"step {step:5d} loss {np.mean(losses[-25:]):.4f} lr {lr_at(step):.2e} "
                   f"{el / 60:.1f} min ({(step + 1) * args.batch * L / el:.0f} tok/s)", flush=True)

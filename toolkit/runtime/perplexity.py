@@ -147,38 +147,23 @@ class RuntimeLogits:
     """
 
     def __init__(self, path: str, n_ctx: int, n_ubatch: int = 512, threads: int | None = None):
-        from toolkit.runtime.model import Context, Model
+        from toolkit.runtime import Context, Model
 
-        kw = {} if threads is None else {"n_threads": threads}
         self.path = path
-        try:
-            self.model = Model(path, **kw)
-        except TypeError:  # a runtime without a thread argument
-            self.model = Model(path)
+        self.model = Model(path, n_threads=threads)
         self.n_vocab = int(self.model.n_vocab)
         self.n_ctx = n_ctx
-        self._Context = Context
-        self._n_ubatch = min(n_ubatch, n_ctx)
-        self.ctx = Context(self.model, n_ctx=n_ctx, n_seq_max=1, n_ubatch=self._n_ubatch)
-
-    def _clear(self) -> None:
-        for obj, name in ((self.ctx, "clear"), (getattr(self.ctx, "memory", None), "clear")):
-            fn = getattr(obj, name, None) if obj is not None else None
-            if callable(fn):
-                fn()
-                return
-        self.ctx = self._Context(self.model, n_ctx=self.n_ctx, n_seq_max=1, n_ubatch=self._n_ubatch)
+        self.ctx = Context(self.model, n_ctx=n_ctx, n_seq_max=1, n_ubatch=min(n_ubatch, n_ctx))
 
     def chunk_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        self._clear()
+        self.ctx.memory.clear()          # every chunk starts from zeroed state and an empty KV cache
         out = self.ctx.decode(list(map(int, tokens)), seq_id=0, logits="all")
         return np.asarray(out, dtype=np.float32)
 
     def tokenizer(self):
-        from toolkit.gguf_io import GGUFFile
         from toolkit.runtime.tokenizer import Tokenizer
 
-        return Tokenizer.from_gguf(GGUFFile(self.path))
+        return Tokenizer.from_gguf(self.model.gguf)
 
 
 # ---- the base-logits file -------------------------------------------------------------------
