@@ -3,7 +3,8 @@
 - seq_rm(seq, p0, -1) restores the newest checkpoint before p0; re-feeding the gap gives the
   logits of a from-scratch run bit for bit, in the recurrent and (hybrid) the KV child alike
 - with no checkpoint before p0 the removal is refused and nothing changes
-- periodic / end-of-call / explicit checkpoints land where documented; the oldest is replaced
+- periodic / end-of-call / explicit checkpoints land where documented; when full, the one
+  leaving the smallest gap goes (ties: the oldest)
 - seq_cp copies state and checkpoints (copy on write), seq_keep / whole removal / clear zero
 - seq_add: a whole-sequence renumbering is allowed, a partial shift of a state is refused
 Models: converted at test time from tests/fixtures/hf/* with toolkit.convert.
@@ -97,7 +98,10 @@ def test_explicit_checkpoints_and_eviction(model):
             ctx.decode(a[i:i + 1], logits="none")   # one token a call: no automatic checkpoint
             if i in (1, 3, 5, 7):
                 ctx.memory.checkpoint(0)
-        assert ctx.memory.checkpoints(0) == [3, 5, 7]   # the oldest (1) was replaced
+        assert ctx.memory.checkpoints(0) == [3, 5, 7]   # equal gaps: the oldest (1) went
+        ctx.decode(a[:1], logits="none")            # pos 10
+        ctx.memory.checkpoint(0)                    # 3 (gap 5) < 5 (gap 4) > 7 (gap 5): 5 goes
+        assert ctx.memory.checkpoints(0) == [3, 7, 10]
         ctx.memory.set_checkpoints(3, 0)
         assert ctx.memory.checkpoints(0) == []
 

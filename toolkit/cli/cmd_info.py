@@ -92,9 +92,17 @@ def info(
     model: str = typer.Argument(..., help="GGUF file to describe."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
+    memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells)."),
+    parallel: int = typer.Option(1, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states)."),
+    checkpoints: int = typer.Option(4, "--checkpoints", help="With --memory: recurrent checkpoints per sequence (toolkit run's default)."),
+    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers)."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
+    if memory:
+        _memory(model, as_json, ctx_size, parallel, checkpoints, ubatch)
+        return
     d = describe(model)
     if as_json:
         typer.echo(json.dumps(d, indent=1, default=str))
@@ -142,3 +150,25 @@ def info(
         for t in d["tensors"]:
             tt.add_row(t["name"], str(t["shape"]), t["type"], str(t["bytes"]))
         out.print(tt)
+
+
+def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int) -> None:
+    """`info --memory`: the bytes by kind of toolkit.runtime.memory.estimate (allocates nothing)."""
+    from toolkit.arch import HParams
+    from toolkit.errors import InputError
+    from toolkit.gguf_io import GGUFFile
+    from toolkit.runtime.memory import estimate, format_report
+    from toolkit.runtime.model import default_threads
+
+    if n_ctx <= 0 or not 1 <= n_seq <= 64 or n_ckpt < 0 or n_ubatch <= 0:
+        raise InputError(f"--ctx-size {n_ctx} must be > 0, --parallel {n_seq} in [1, 64], "
+                         f"--checkpoints {n_ckpt} >= 0, --ubatch {n_ubatch} > 0")
+    f = GGUFFile(path)
+    hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
+    r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads())
+    if as_json:
+        typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
+                               "memory": r, "total": sum(r.values())}, indent=1))
+    else:
+        typer.echo(f"{path}: {f.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
+        typer.echo(format_report(r, n_ctx, n_seq))

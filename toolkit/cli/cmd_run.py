@@ -77,6 +77,10 @@ def run(
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
     display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Echo the prompt before the generated text (llama-cli's default)."),
+    session: Optional[str] = typer.Option(None, "--session", help="Session file: reuse the saved state for the prompt prefix it shares, save the state after the run."),
+    checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per sequence (rollback points for --session; 0: none)."),
+    checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at the end of the prompt)."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
     from toolkit.runtime.generate import generate
@@ -104,6 +108,14 @@ def run(
         d = os.path.dirname(os.path.abspath(logits_out))
         if not os.path.isdir(d):
             raise InputError(f"--logits-out {logits_out}: directory {d} does not exist")
+    if checkpoints < 0 or checkpoint_every < 0:
+        raise InputError(f"--checkpoints and --checkpoint-every must be >= 0, got {checkpoints}, {checkpoint_every}")
+    if session is not None:
+        if logits_out is not None:
+            raise InputError("--logits-out needs every prompt position decoded; it cannot be combined with --session")
+        d = os.path.dirname(os.path.abspath(session))
+        if not os.path.isdir(d):
+            raise InputError(f"--session {session}: directory {d} does not exist")
     if prompt == "-":
         prompt = sys.stdin.read()
     path = resolve_model(model)
@@ -122,8 +134,16 @@ def run(
                 raise InputError("the prompt is empty after tokenization (and the model adds no BOS)")
         if len(prompt_ids) > ctx_size:
             raise InputError(f"the prompt has {len(prompt_ids)} tokens, more than --ctx-size {ctx_size}")
-        ctx = Context(m, n_ctx=ctx_size, n_seq_max=1, n_ubatch=ubatch, n_threads=threads)
+        ctx = Context(m, n_ctx=ctx_size, n_seq_max=1, n_ubatch=ubatch, n_threads=threads,
+                      n_checkpoints=checkpoints, checkpoint_every=checkpoint_every)
         sampler = Sampler(params)
+        if verbose:
+            from toolkit.runtime.memory import format_report
+            err_console.print(format_report(ctx.memory_report(), ctx_size, 1), highlight=False, soft_wrap=True)
+        n_reused, note = 0, ""
+        if session is not None:
+            from toolkit.runtime.session import restore_session
+            n_reused, note = restore_session(ctx, session, prompt_ids)
 
         out = sys.stdout
         if not as_json and display_prompt:
@@ -136,7 +156,13 @@ def run(
                 out.flush()
 
         res = generate(ctx, tok, prompt_ids, n_predict, sampler, on_text=on_text,
-                       prompt_logits=logits_out is not None)
+                       prompt_logits=logits_out is not None, n_reused=n_reused,
+                       split_last=session is not None)
+        if session is not None:
+            from toolkit.runtime.session import save_session
+            fed = ctx.memory.seq_pos_max(0) + 1
+            if fed > 0:
+                save_session(ctx, session, (res.prompt_tokens + res.tokens)[:fed])
         if logits_out is not None and res.prompt_logits is not None:
             save_npy_atomic(logits_out, res.prompt_logits)
         if as_json:
@@ -151,12 +177,18 @@ def run(
                 "n_ctx": ctx_size,
                 "n_vocab": n_vocab,
             }
+            if session is not None:
+                obj["session"] = session
+                obj["n_reused"] = n_reused
             if logits_out is not None:
                 obj["logits_out"] = logits_out
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
         else:
             out.write("\n")
         out.flush()
+        if session is not None:
+            err_console.print(f"session: reused {n_reused} of {len(prompt_ids)} prompt tokens"
+                              + (f" ({note})" if note else ""), highlight=False, soft_wrap=True)
         err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
         if res.interrupted:
             err_console.print("interrupted", highlight=False)

@@ -13,7 +13,8 @@
  * on request.  seq_rm(seq, p0, end) restores the newest snapshot at a position < p0 and
  * the caller re-feeds the gap (seq_pos_max says where the sequence now ends); with no such
  * snapshot the removal is refused and nothing changes.  When all n_ckpt slots are full the
- * oldest snapshot is replaced.
+ * snapshot whose removal leaves the smallest gap between its neighbours (the previous one
+ * and the new one) is replaced, ties the oldest: the kept ones stay spread over the history.
  * ref: llama.cpp src/llama-memory-recurrent.{h,cpp} (cells, tails, copy on write).
  */
 #include <stdlib.h>
@@ -94,9 +95,17 @@ void tk_memory_rs_checkpoint(tk_memory_rs * rs, int32_t seq) {
     int32_t * P = ck_pos(rs, seq), slot = -1;
     for (int32_t j = 0; j < rs->n_ckpt && slot < 0; j++) if (P[j] == rs->pos[c]) slot = j;
     for (int32_t j = 0; j < rs->n_ckpt && slot < 0; j++) if (P[j] < 0) slot = j;
-    if (slot < 0) {            /* full: replace the oldest */
-        slot = 0;
-        for (int32_t j = 1; j < rs->n_ckpt; j++) if (P[j] < P[slot]) slot = j;
+    if (slot < 0) {            /* full: thin out, dropping the one whose loss leaves the smallest gap */
+        int64_t best = INT64_MAX;
+        for (int32_t j = 0; j < rs->n_ckpt; j++) {
+            int64_t prev = -1, next = rs->pos[c];
+            for (int32_t k = 0; k < rs->n_ckpt; k++) {
+                if (P[k] < P[j] && P[k] > prev) prev = P[k];
+                if (P[k] > P[j] && P[k] < next) next = P[k];
+            }
+            const int64_t gap = next - prev;   /* ties: the oldest */
+            if (gap < best || (gap == best && P[j] < P[slot])) { best = gap; slot = j; }
+        }
     }
     P[slot] = rs->pos[c];
     tk_memory_rs_pack(rs, c, ck_data(rs, seq, slot));

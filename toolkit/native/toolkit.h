@@ -178,8 +178,9 @@ void      tk_memory_clear(tk_context * ctx);
 /* ==== memory hierarchy: checkpoints, position shift, state files (state.c, memory_*.c) ==== */
 /* Recurrent checkpoints: up to n_per_seq snapshots per sequence, taken at the end of every
  * decode call that feeds a sequence more than one token, whenever pos+1 is a multiple of
- * `every` (0: off; ubatches are cut there) and on tk_memory_checkpoint; the oldest is
- * replaced when full.  Changing the setting drops existing snapshots.  With a snapshot at a
+ * `every` (0: off; ubatches are cut there) and on tk_memory_checkpoint; when full, the one
+ * whose removal leaves the smallest gap is replaced (ties: the oldest).  Changing the
+ * setting drops existing snapshots.  With a snapshot at a
  * position < p0, tk_memory_seq_rm(seq, p0, -1) restores it (KV cells after it go too) and
  * the sequence ends at the snapshot: seq_pos_max tells the caller where to re-feed from. */
 tk_status tk_memory_set_checkpoints(tk_context * ctx, int32_t n_per_seq, int32_t every);

@@ -69,14 +69,20 @@ class GenerationResult:
 
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
-             prompt_logits: bool = False) -> GenerationResult:
+             prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False) -> GenerationResult:
     """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should be empty), then sample.
 
     ctx:           a toolkit.runtime.Context (decode(tokens, seq_id, logits) -> float32 logits;
                    n_ctx: context size in tokens)
     n_predict:     maximum generated tokens; -1 = until end-of-generation or a full context
     on_text:       called with each new piece of complete UTF-8 text as it is generated
-    prompt_logits: also return the logits of every prompt position, float32 [n_prompt, n_vocab]
+    prompt_logits: also return the logits of every decoded prompt position, float32 [n, n_vocab]
+    n_reused:      the first n_reused prompt tokens are already in the sequence (a restored
+                   session, toolkit.runtime.session); only the rest are decoded (at least one)
+    split_last:    decode the prompt's last token in a call of its own, so recurrent checkpoints
+                   land one token before the end and at the end (the same prompt can then be
+                   replayed from a session, or extended); the logits are the same (ubatch
+                   splits are bit-identical); ctx needs .memory.checkpoint(seq_id)
 
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
@@ -90,6 +96,8 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     if n_ctx and len(prompt) > n_ctx:
         raise InputError(f"the prompt has {len(prompt)} tokens, more than the context size {n_ctx} "
                          f"(raise --ctx-size)")
+    if not 0 <= n_reused < len(prompt):
+        raise InputError(f"n_reused = {n_reused}: must be in [0, {len(prompt)}) (one prompt token is decoded)")
     res = GenerationResult(prompt_tokens=prompt)
     stream = tokenizer.stream()
     pieces: list[str] = []
@@ -103,8 +111,15 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     n_past = 0
     t0 = time.perf_counter()
     try:
-        logits = ctx.decode(prompt, seq_id=seq_id, logits="all" if prompt_logits else "last")
-        res.timings.n_prompt = len(prompt)
+        todo = prompt[n_reused:]
+        split = split_last and not prompt_logits and len(todo) > 1
+        if split:
+            ctx.decode(todo[:-1], seq_id=seq_id, logits="none")
+            todo = todo[-1:]
+        logits = ctx.decode(todo, seq_id=seq_id, logits="all" if prompt_logits else "last")
+        if split:
+            ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt
+        res.timings.n_prompt = len(prompt) - n_reused
         res.timings.prompt_s = time.perf_counter() - t0
         if prompt_logits:
             res.prompt_logits = np.asarray(logits, dtype=np.float32)

@@ -1,0 +1,74 @@
+"""Memory report: bytes a context of a model needs, by kind, without allocating it.
+
+    est = estimate(gguf, hparams, n_ctx=4096, n_seq_max=1, n_checkpoints=4)
+    print(format_report(est, 4096, 1))
+
+Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_kv.c, memory_rs.c):
+  weights      sum of the file's tensor bytes (mapped, not copied)
+  kv           2 x n_ctx x n_head_kv[l] x head_dim x 4 over the attention layers only
+               (a hybrid is not charged KV for its recurrent layers)
+  recurrent    n_seq_max x ((d_conv - 1) x conv_dim + d_state x d_inner) x 4 over the recurrent
+               layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state)
+  checkpoints  n_seq_max x n_checkpoints x one recurrent state
+  compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c)
+:meth:`toolkit.runtime.Context.memory_report` gives the same kinds as allocated.
+"""
+from __future__ import annotations
+
+KINDS = ("weights", "kv", "recurrent", "checkpoints", "compute")
+
+
+def _max_ff(gguf) -> int:
+    w = 0
+    for t in gguf:
+        for suffix in ("ffn_up.weight", "ffn_up_exps.weight", "ffn_up_shexp.weight"):
+            if t.name.endswith(suffix) and len(t.shape) >= 2:
+                w = max(w, int(t.shape[1]))
+    return w
+
+
+def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n_ubatch: int = 512,
+             n_threads: int = 1) -> dict[str, int]:
+    """Bytes by kind (see the module docstring) for a context of ``n_ctx`` cells and
+    ``n_seq_max`` sequences of the model ``gguf`` (GGUFFile) / ``hp`` (HParams)."""
+    from toolkit.arch import LayerKind
+    attn = hp.attention_layers
+    rec = hp.recurrent_layers
+    has_m2 = any(hp.layer_kinds[i] == LayerKind.MAMBA2 for i in rec)
+    D, DI, N = hp.n_embd, hp.d_inner, hp.d_state
+    conv_dim = DI + 2 * hp.n_group * N if has_m2 else DI
+    kv = sum(2 * n_ctx * hp.n_head_kv[i] * hp.head_dim * 4 for i in attn)
+    state = len(rec) * ((hp.d_conv - 1) * conv_dim + N * DI) * 4
+    max_ff = _max_ff(gguf)
+    zx = xc = xd = dtr = y = q = kvw = 0
+    if rec:
+        zx = max(2 * DI + 2 * hp.n_group * N + hp.ssm_n_head if has_m2 else 2 * DI, 2 * DI)
+        xc, xd, dtr, y = conv_dim, hp.dt_rank + 2 * N, hp.dt_rank, DI
+    if attn:
+        q = hp.n_head * hp.head_dim
+        kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
+    U = n_ubatch
+    row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
+    vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
+    widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * y, U * y, U * q, U * kvw, U * kvw, U * q,
+                            U * max_ff, U * max_ff, D, row_n * n_threads, vec_n]
+    return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
+            "checkpoints": int(n_seq_max * n_checkpoints * state),
+            "compute": int(sum(max(w, 1) * 4 for w in widths))}
+
+
+def _fmt(n: int) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.2f} {unit}"
+    return f"{n} B"
+
+
+def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int) -> str:
+    """One line per kind and the total, e.g. ``kv          1.50 MiB  (1572864 bytes)``."""
+    lines = [f"memory (n_ctx = {n_ctx}, n_seq_max = {n_seq_max}):"]
+    for k in KINDS:
+        lines.append(f"  {k:<12}{_fmt(r[k]):>12}  ({r[k]} bytes)")
+    total = sum(r[k] for k in KINDS)
+    lines.append(f"  {'total':<12}{_fmt(total):>12}  ({total} bytes)")
+    return "\n".join(lines)

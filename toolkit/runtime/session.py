@@ -1,0 +1,115 @@
+"""Session files: a sequence's memory plus the tokens it holds, for prompt-cache reuse.
+
+    n_reused = restore_session(ctx, "chat.session", prompt_ids)   # 0 when nothing matches
+    ... decode prompt_ids[n_reused:] ...
+    save_session(ctx, "chat.session", fed_ids)
+
+Layout (little-endian): ``b"TKSESS\\0\\0"``, u32 version (1), u32 n_tokens, i32 tokens[n_tokens],
+u32 CRC-32 of everything before it, then a one-sequence state blob of sequence 0 (its own
+magic, version, model fingerprint and checksum: toolkit/native/state.c).
+
+Reuse rule: the saved tokens and the new prompt share a prefix of ``k`` tokens; the state is
+restored and rolled back to ``min(k, len(prompt) - 1)`` (at least one prompt token is decoded,
+for its logits).  A recurrent state rolls back to its newest checkpoint at or before that point
+(the gap is re-fed), so ``n_reused`` may be smaller than ``k``.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from typing import Sequence
+
+from toolkit.errors import InputError, NativeError, ResourceError
+
+MAGIC = b"TKSESS\0\0"
+VERSION = 1
+_HEAD = struct.Struct("<8sII")
+
+
+def save_session(ctx, path: str | os.PathLike[str], tokens: Sequence[int], seq_id: int = 0) -> int:
+    """Write ``tokens`` (the ids sequence ``seq_id`` holds, in order) and its state to ``path``
+    through atomic_output.  Returns the bytes written.
+
+    Raises:
+        InputError: ``tokens`` does not match the sequence's length.
+    """
+    from toolkit.gguf_io import atomic_output
+    n = ctx.memory.seq_pos_max(seq_id) + 1
+    if n != len(tokens):
+        raise InputError(f"session {path}: sequence {seq_id} holds {n} tokens, {len(tokens)} given")
+    body = _HEAD.pack(MAGIC, VERSION, len(tokens)) + struct.pack(f"<{len(tokens)}i", *[int(t) for t in tokens])
+    data = body + struct.pack("<I", zlib.crc32(body)) + ctx.state_bytes(seq_id)
+    with atomic_output(os.fspath(path)) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+    return len(data)
+
+
+def read_session(path: str | os.PathLike[str]) -> tuple[list[int], bytes]:
+    """(tokens, state blob) of a session file.
+
+    Raises:
+        InputError: unreadable, not a session file, newer version, truncated or corrupt
+            token list (the state blob is checked when it is restored).
+    """
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise InputError(f"session {p}: {e.strerror or e}") from None
+    if len(data) < _HEAD.size + 4 or data[:8] != MAGIC:
+        raise InputError(f"session {p}: not a toolkit session file")
+    _, version, n = _HEAD.unpack_from(data)
+    if version != VERSION:
+        raise InputError(f"session {p}: format version {version}, this build reads {VERSION}")
+    end = _HEAD.size + 4 * n
+    if len(data) < end + 4:
+        raise InputError(f"session {p}: truncated ({len(data)} bytes, token list needs {end + 4})")
+    (crc,) = struct.unpack_from("<I", data, end)
+    if zlib.crc32(data[:end]) != crc:
+        raise InputError(f"session {p}: token list checksum mismatch (corrupt)")
+    tokens = list(struct.unpack_from(f"<{n}i", data, _HEAD.size))
+    return tokens, data[end + 4:]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def restore_session(ctx, path, prompt: Sequence[int], seq_id: int = 0) -> tuple[int, str]:
+    """Restore the session at ``path`` into ``seq_id`` (which is emptied first) and roll it back
+    to the part ``prompt`` shares.  Returns (n_reused, note): the first ``n_reused`` prompt
+    tokens are in the memory; ``note`` says why nothing was reused ("" when something was).
+    A missing file reuses nothing; a file of another model or a corrupt one reuses nothing
+    and the note names the reason (the memory of ``seq_id`` is then empty).
+
+    Raises:
+        InputError: the file exists but is not a readable session file.
+    """
+    ctx.memory.seq_rm(seq_id, 0, -1)
+    if not os.path.exists(os.fspath(path)):
+        return 0, "no session file yet"
+    tokens, blob = read_session(path)
+    k = common_prefix(tokens, prompt)
+    target = min(k, len(prompt) - 1)
+    if target <= 0:
+        return 0, "the prompt shares no prefix with the session"
+    try:
+        ctx.load_state(blob, seq_id=seq_id)
+    except (NativeError, ResourceError) as e:
+        return 0, f"state not restored: {e}"
+    if ctx.memory.seq_pos_max(seq_id) + 1 != len(tokens):
+        ctx.memory.seq_rm(seq_id, 0, -1)
+        return 0, "state and token list disagree"
+    r = ctx.memory.rollback(seq_id, target)
+    if r is None or r <= 0:
+        ctx.memory.seq_rm(seq_id, 0, -1)
+        return 0, f"no checkpoint at or before the shared prefix of {k} tokens"
+    return r, ""
