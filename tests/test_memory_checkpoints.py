@@ -19,6 +19,10 @@ from toolkit.runtime import Context, Model
 pytestmark = pytest.mark.native
 
 FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
+# Every context here runs ubatches of at most UB tokens: below the chunked-SSD threshold
+# (tk_ssd_threshold, 32), so the token-by-token recurrence runs in the reference and in the
+# rolled-back run alike - the same computation, compared bit for bit.
+UB = 16
 
 
 def _convert(tmp_path_factory, name):
@@ -41,13 +45,13 @@ def toks(n: int, seed: int) -> np.ndarray:
 
 
 def fresh(model, t) -> np.ndarray:
-    with Context(model, n_ctx=128) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=128) as ctx:
         return ctx.decode(t, logits="all")
 
 
 def test_rollback_to_checkpoint_is_bit_identical(model):
     a, alt = toks(20, 1), toks(6, 2)
-    with Context(model, n_ctx=128, n_checkpoints=8, checkpoint_every=4) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=128, n_checkpoints=8, checkpoint_every=4) as ctx:
         ctx.decode(a[:13], logits="none")
         ctx.decode(a[13:], logits="none")
         # periodic at pos+1 = 4, 8, 12, 16, 20 and the end of each multi-token call (12, 19)
@@ -63,7 +67,7 @@ def test_rollback_to_checkpoint_is_bit_identical(model):
 def test_rollback_exact_position(model):
     a = toks(12, 3)
     ref = fresh(model, a)
-    with Context(model, n_ctx=64, n_checkpoints=2) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=64, n_checkpoints=2) as ctx:
         ctx.decode(a[:6], logits="none")            # end-of-call checkpoint at 5
         ctx.decode(a[6:], logits="none")            # ... and at 11
         assert ctx.memory.rollback(0, 6) == 6       # state at 5 is exactly what is needed
@@ -73,7 +77,7 @@ def test_rollback_exact_position(model):
 def test_no_checkpoint_before_p0_is_refused_unchanged(model):
     a = toks(16, 4)
     ref = fresh(model, a)
-    with Context(model, n_ctx=64, n_checkpoints=4) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=64, n_checkpoints=4) as ctx:
         ctx.decode(a[:10], logits="none")           # one checkpoint, at 9
         blob = ctx.state_bytes()
         assert ctx.memory.rollback(0, 9) is None    # needs a state at <= 8
@@ -84,7 +88,7 @@ def test_no_checkpoint_before_p0_is_refused_unchanged(model):
 
 def test_without_checkpoints_tail_removal_is_refused(model):
     a = toks(8, 5)
-    with Context(model, n_ctx=64) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=64) as ctx:
         ctx.decode(a)
         assert ctx.memory.checkpoints(0) == []
         assert not ctx.memory.seq_rm(0, 4, -1)
@@ -93,7 +97,7 @@ def test_without_checkpoints_tail_removal_is_refused(model):
 
 def test_explicit_checkpoints_and_eviction(model):
     a = toks(10, 6)
-    with Context(model, n_ctx=64, n_checkpoints=3) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=64, n_checkpoints=3) as ctx:
         for i in range(10):
             ctx.decode(a[i:i + 1], logits="none")   # one token a call: no automatic checkpoint
             if i in (1, 3, 5, 7):
@@ -108,7 +112,7 @@ def test_explicit_checkpoints_and_eviction(model):
 
 def test_seq_cp_copies_checkpoints_copy_on_write(model):
     a, x, y = toks(12, 7), toks(3, 8), toks(4, 9)
-    with Context(model, n_ctx=128, n_seq_max=3, n_checkpoints=4, checkpoint_every=4) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=128, n_seq_max=3, n_checkpoints=4, checkpoint_every=4) as ctx:
         ctx.decode(a, seq_id=0, logits="none")
         ctx.memory.seq_cp(0, 1)
         assert ctx.memory.checkpoints(1) == ctx.memory.checkpoints(0) == [3, 7, 11]
@@ -123,7 +127,7 @@ def test_seq_cp_copies_checkpoints_copy_on_write(model):
 def test_whole_removal_keep_clear_zero_the_state(model):
     a, b = toks(9, 10), toks(7, 11)
     ref = fresh(model, b)
-    with Context(model, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
         ctx.decode(a, seq_id=0)
         ctx.decode(a, seq_id=1)
         assert ctx.memory.seq_rm(0, 0, -1)
@@ -140,7 +144,7 @@ def test_whole_removal_keep_clear_zero_the_state(model):
 def test_seq_add_rules(model):
     a, x = toks(10, 12), toks(4, 13)
     hybrid = model.hparams.attention_layers and not model.hparams.use_rope
-    with Context(model, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
+    with Context(model, n_ubatch=UB, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
         ctx.decode(a, logits="none")
         blob = ctx.state_bytes()
         assert not ctx.memory.seq_add(0, 4, -1, 2)   # part of the history: refused

@@ -22,6 +22,10 @@ pytestmark = pytest.mark.native
 
 HF = pathlib.Path(__file__).parent / "fixtures" / "hf"
 N_SEQ, MAX_LEN = 3, 40
+# Every context here runs ubatches of at most UB tokens: below the chunked-SSD threshold
+# (tk_ssd_threshold, 32), so the token-by-token recurrence runs in the reference and in the
+# rolled-back run alike - the same computation, compared bit for bit.
+UB = 16
 _models: dict = {}
 
 
@@ -60,7 +64,7 @@ op = st.one_of(
 
 def play(m: Model, ops, every: int) -> None:
     hist = [[] for _ in range(N_SEQ)]
-    with Context(m, n_ctx=N_SEQ * MAX_LEN, n_seq_max=N_SEQ, n_checkpoints=3, checkpoint_every=every) as ctx:
+    with Context(m, n_ubatch=UB, n_ctx=N_SEQ * MAX_LEN, n_seq_max=N_SEQ, n_checkpoints=3, checkpoint_every=every) as ctx:
         for o in ops:
             kind = o[0]
             if kind == "decode":
@@ -70,7 +74,7 @@ def play(m: Model, ops, every: int) -> None:
                     continue
                 t = np.random.default_rng(seed).integers(0, m.n_vocab, n).astype(np.int32)
                 got = ctx.decode(t, seq_id=s, logits="all")
-                with Context(m, n_ctx=MAX_LEN) as ref_ctx:
+                with Context(m, n_ubatch=UB, n_ctx=MAX_LEN) as ref_ctx:
                     ref = ref_ctx.decode(np.array(hist[s] + list(t), np.int32), logits="all")[len(hist[s]):]
                 assert np.array_equal(got, ref), f"{kind} seq {s}: max diff {np.abs(got - ref).max():.3e}"
                 hist[s] += [int(x) for x in t]

@@ -113,3 +113,61 @@ def restore_session(ctx, path, prompt: Sequence[int], seq_id: int = 0) -> tuple[
         ctx.memory.seq_rm(seq_id, 0, -1)
         return 0, f"no checkpoint at or before the shared prefix of {k} tokens"
     return r, ""
+
+
+class Conversation:
+    """A multi-turn token history on one sequence, with rewinds (regenerate an answer, edit a
+    turn) that reuse the memory instead of recomputing it.
+
+        conv = Conversation(ctx)                 # ctx made with n_checkpoints >= 4 or so
+        lg = conv.feed(user_ids)                 # float32 [len(user_ids), V]
+        lg = conv.feed([tok])                    # one generated token at a time
+        lg = conv.rewind(p, logits=True)         # back to tokens[:p]; [1, V] logits of p - 1
+
+    feed() of several tokens decodes the last one in a call of its own and checkpoints after
+    it, so the recurrent state has snapshots one token before and at the end of every turn;
+    rewind(p) rolls back to the newest snapshot before p (before p - 1 with logits=True) and
+    re-feeds the gap; with no usable snapshot it recomputes the sequence from position 0
+    (``n_recomputed`` counts those tokens).  Logits equal a fresh run of the same history bit
+    for bit (tests/test_multiturn.py).
+    """
+
+    def __init__(self, ctx, seq_id: int = 0):
+        self.ctx, self.seq_id = ctx, int(seq_id)
+        self.tokens: list[int] = []
+        self.n_recomputed = 0
+        ctx.memory.seq_rm(self.seq_id, 0, -1)
+
+    def feed(self, tokens: Sequence[int]):
+        """Append ``tokens``; returns their float32 logits [len(tokens), V]."""
+        import numpy as np
+        toks = [int(t) for t in tokens]
+        if not toks:
+            raise InputError("Conversation.feed: no tokens")
+        if len(toks) == 1:
+            out = self.ctx.decode(toks, seq_id=self.seq_id, logits="all")
+        else:
+            a = self.ctx.decode(toks[:-1], seq_id=self.seq_id, logits="all")   # checkpoint at the end
+            b = self.ctx.decode(toks[-1:], seq_id=self.seq_id, logits="all")
+            self.ctx.memory.checkpoint(self.seq_id)
+            out = np.concatenate([a, b])
+        self.tokens += toks
+        return out
+
+    def rewind(self, p: int, logits: bool = False):
+        """Keep ``tokens[:p]`` and drop the rest.  With ``logits=True`` (p >= 1) returns the
+        float32 [1, V] logits of position p - 1 (what the next token is sampled from)."""
+        if not 0 <= p <= len(self.tokens) or (logits and p == 0):
+            raise InputError(f"Conversation.rewind({p}): outside [{1 if logits else 0}, {len(self.tokens)}]")
+        target = p - 1 if logits else p
+        r = self.ctx.memory.rollback(self.seq_id, target)
+        if r is None:
+            self.ctx.memory.seq_rm(self.seq_id, 0, -1)
+            r = 0
+            self.n_recomputed += target
+        keep, gap = self.tokens[:r], self.tokens[r:p]
+        self.tokens = keep
+        out = None
+        if gap:
+            out = self.feed(gap)[-1:]
+        return out if logits else None
