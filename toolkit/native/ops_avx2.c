@@ -5,9 +5,9 @@
  * instructions and the OS's YMM support, so the package still runs on any x86-64.
  *
  * One accumulation order per output, whatever the path:
- *   acc0, acc1: 8-lane FMA accumulators; elements [16i, 16i+8) go to acc0, [16i+8, 16i+16)
- *   to acc1; a last full 8 to acc0; then s = hsum(acc0 + acc1) (fixed tree); then the
- *   K % 8 tail in order with fmaf.
+ *   acc: one 8-lane FMA accumulator over elements [8i, 8i+8); then s = hsum(acc) (fixed
+ *   tree); then the K % 8 tail in order with fmaf.  Independent chains come from computing
+ *   several outputs at once (4 rows in the mat-vec, 3 rows x 4 tokens in the mat-mat).
  * A weight element is the same float whichever way it is produced (F16/BF16 conversion is
  * exact; Q8_0 is d * (float) q rounded once, as ops.c's row_to_f32), so the direct mat-vec
  * (generation, n_tok == 1) and the expand-once mat-mat (prompt) give bit-identical
@@ -66,56 +66,73 @@ TK_AVX2 static inline float elem(int type, const uint8_t * p, int64_t i) {
     }
 }
 
-/* one dot product, weights read (and converted) in place */
-TK_AVX2 static float dot_direct(int type, const uint8_t * w, const float * x, int64_t K) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+/* One accumulation order for every output: acc (8 lanes) += w[i:i+8] * x[i:i+8] for
+ * i = 0, 8, ... (FMA), then hsum256(acc), then the K % 8 tail in order with fmaf.
+ * Kernels below compute several outputs at once, each with exactly these operations. */
+
+/* R rows (weights read and converted in place) x 1 token, R <= 4 */
+TK_AVX2 static void dot_rows_direct(int type, const uint8_t * w, size_t row_bytes, int R, const float * x, int64_t K, float * out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const uint8_t * w0 = w, * w1 = w + row_bytes, * w2 = w + 2 * row_bytes, * w3 = w + 3 * row_bytes;
     int64_t i = 0;
-    for (; i + 16 <= K; i += 16) {
-        a0 = _mm256_fmadd_ps(load8(type, w, i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(load8(type, w, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    if (R == 4) {
+        for (; i + 8 <= K; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            a0 = _mm256_fmadd_ps(load8(type, w0, i), xv, a0);
+            a1 = _mm256_fmadd_ps(load8(type, w1, i), xv, a1);
+            a2 = _mm256_fmadd_ps(load8(type, w2, i), xv, a2);
+            a3 = _mm256_fmadd_ps(load8(type, w3, i), xv, a3);
+        }
+    } else {
+        for (; i + 8 <= K; i += 8) a0 = _mm256_fmadd_ps(load8(type, w0, i), _mm256_loadu_ps(x + i), a0);
+        R = 1;
     }
-    if (i + 8 <= K) {
-        a0 = _mm256_fmadd_ps(load8(type, w, i), _mm256_loadu_ps(x + i), a0);
-        i += 8;
+    float s[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+    const uint8_t * wr[4] = {w0, w1, w2, w3};
+    for (int r = 0; r < R; r++) {
+        for (int64_t k = i; k < K; k++) s[r] = fmaf(elem(type, wr[r], k), x[k], s[r]);
+        out[r] = s[r];
     }
-    float s = hsum256(_mm256_add_ps(a0, a1));
-    for (; i < K; i++) s = fmaf(elem(type, w, i), x[i], s);
-    return s;
 }
 
-/* 4 tokens against one float32 row: each token's accumulators see exactly dot_direct's ops */
-TK_AVX2 static void dot4(const float * w, const float * x, int64_t ldx, int64_t K, float * out) {
+/* 3 float32 rows (w, w + ldw, w + 2 ldw) x 4 tokens (x, x + ldx, ...): 12 outputs,
+ * out[r * ldo + t] */
+TK_AVX2 static void tile3x4(const float * w, int64_t ldw, const float * x, int64_t ldx, int64_t K, float * out, int64_t ldo) {
+    const float * w0 = w, * w1 = w + ldw, * w2 = w + 2 * ldw;
     const float * x0 = x, * x1 = x + ldx, * x2 = x + 2 * ldx, * x3 = x + 3 * ldx;
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00,
+           c20 = c00, c21 = c00, c22 = c00, c23 = c00;
     int64_t i = 0;
-    for (; i + 16 <= K; i += 16) {
-        const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-        a00 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a00);
-        a01 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + i + 8), a01);
-        a10 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), a10);
-        a11 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + i + 8), a11);
-        a20 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), a20);
-        a21 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x2 + i + 8), a21);
-        a30 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), a30);
-        a31 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x3 + i + 8), a31);
+    for (; i + 8 <= K; i += 8) {
+        const __m256 b0 = _mm256_loadu_ps(w0 + i), b1 = _mm256_loadu_ps(w1 + i), b2 = _mm256_loadu_ps(w2 + i);
+        __m256 xv = _mm256_loadu_ps(x0 + i);
+        c00 = _mm256_fmadd_ps(b0, xv, c00); c10 = _mm256_fmadd_ps(b1, xv, c10); c20 = _mm256_fmadd_ps(b2, xv, c20);
+        xv = _mm256_loadu_ps(x1 + i);
+        c01 = _mm256_fmadd_ps(b0, xv, c01); c11 = _mm256_fmadd_ps(b1, xv, c11); c21 = _mm256_fmadd_ps(b2, xv, c21);
+        xv = _mm256_loadu_ps(x2 + i);
+        c02 = _mm256_fmadd_ps(b0, xv, c02); c12 = _mm256_fmadd_ps(b1, xv, c12); c22 = _mm256_fmadd_ps(b2, xv, c22);
+        xv = _mm256_loadu_ps(x3 + i);
+        c03 = _mm256_fmadd_ps(b0, xv, c03); c13 = _mm256_fmadd_ps(b1, xv, c13); c23 = _mm256_fmadd_ps(b2, xv, c23);
     }
-    if (i + 8 <= K) {
-        const __m256 w0 = _mm256_loadu_ps(w + i);
-        a00 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0 + i), a00);
-        a10 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1 + i), a10);
-        a20 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x2 + i), a20);
-        a30 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x3 + i), a30);
-        i += 8;
-    }
-    float s0 = hsum256(_mm256_add_ps(a00, a01)), s1 = hsum256(_mm256_add_ps(a10, a11));
-    float s2 = hsum256(_mm256_add_ps(a20, a21)), s3 = hsum256(_mm256_add_ps(a30, a31));
-    for (; i < K; i++) {
-        s0 = fmaf(w[i], x0[i], s0);
-        s1 = fmaf(w[i], x1[i], s1);
-        s2 = fmaf(w[i], x2[i], s2);
-        s3 = fmaf(w[i], x3[i], s3);
-    }
-    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
+    float s[12] = {hsum256(c00), hsum256(c01), hsum256(c02), hsum256(c03), hsum256(c10), hsum256(c11),
+                   hsum256(c12), hsum256(c13), hsum256(c20), hsum256(c21), hsum256(c22), hsum256(c23)};
+    for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 4; t++) {
+            float v = s[r * 4 + t];
+            const float * wr = w + r * ldw, * xt = x + t * ldx;
+            for (int64_t k = i; k < K; k++) v = fmaf(wr[k], xt[k], v);
+            out[r * ldo + t] = v;
+        }
+}
+
+/* 1 float32 row x 1 token */
+TK_AVX2 static float dot1(const float * w, const float * x, int64_t K) {
+    __m256 a = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= K; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
+    float s = hsum256(a);
+    for (; i < K; i++) s = fmaf(w[i], x[i], s);
+    return s;
 }
 
 /* a row of `type` to float32, the values load8 produces */
@@ -133,34 +150,64 @@ static int direct_type(int type) {
     return type == TK_GGML_F32 || type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0;
 }
 
+#define TK_TILE_K_MAX 8192      /* 3 expanded rows on the stack: 96 KiB */
+
 TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
                                  const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1) {
-    if (n_tok == 1 && direct_type(type)) {
-        for (int64_t r = r0; r < r1; r++) y[r] = dot_direct(type, base + (size_t) r * row_bytes, x, K);
+    if (n_tok == 1 && direct_type(type)) {       /* mat-vec: 4 rows share each x load */
+        float o[4];
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            dot_rows_direct(type, base + (size_t) r * row_bytes, row_bytes, 4, x, K, o);
+            y[r] = o[0]; y[r + 1] = o[1]; y[r + 2] = o[2]; y[r + 3] = o[3];
+        }
+        for (; r < r1; r++) {
+            dot_rows_direct(type, base + (size_t) r * row_bytes, row_bytes, 1, x, K, o);
+            y[r] = o[0];
+        }
         return;
     }
-    /* token blocks whose activations stay in L2 (~256 KiB), weights re-expanded per block */
+    /* mat-mat: token blocks whose activations stay in L2 (~256 KiB); in a block, tiles of
+     * 3 rows (expanded once to float32) x 4 tokens, remainders one row / one token at a time */
+    float rows3[K <= TK_TILE_K_MAX ? 3 * K : 1];
+    const int tile = K <= TK_TILE_K_MAX;
     int64_t tb = (int64_t) 65536 / (K > 0 ? K : 1);
     tb = tb < 4 ? 4 : tb - tb % 4;
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
-        for (int64_t r = r0; r < r1; r++) {
+        int64_t r = r0;
+        if (tile) {
+            for (; r + 3 <= r1; r += 3) {
+                const float * w3;
+                if (type == TK_GGML_F32 && row_bytes == (size_t) K * sizeof(float)) {
+                    w3 = (const float *) (const void *) (base + (size_t) r * row_bytes);
+                } else {
+                    for (int q = 0; q < 3; q++) {
+                        const uint8_t * row = base + (size_t) (r + q) * row_bytes;
+                        if (type == TK_GGML_F32) memcpy(rows3 + q * K, row, (size_t) K * sizeof(float));
+                        else expand(type, row, rows3 + q * K, K);
+                    }
+                    w3 = rows3;
+                }
+                int64_t t = t0;
+                float o[12];
+                for (; t + 4 <= t1; t += 4) {
+                    tile3x4(w3, K, x + t * K, K, K, o, 4);
+                    for (int q = 0; q < 3; q++)
+                        for (int u = 0; u < 4; u++) y[(t + u) * M + r + q] = o[q * 4 + u];
+                }
+                for (; t < t1; t++)
+                    for (int q = 0; q < 3; q++) y[t * M + r + q] = dot1(w3 + q * K, x + t * K, K);
+            }
+        }
+        for (; r < r1; r++) {
             const uint8_t * row = base + (size_t) r * row_bytes;
             const float * wr = (const float *) (const void *) row;
             if (type != TK_GGML_F32) {
                 expand(type, row, scratch, K);
                 wr = scratch;
             }
-            int64_t t = t0;
-            float o[4];
-            for (; t + 4 <= t1; t += 4) {
-                dot4(wr, x + t * K, K, K, o);
-                y[t * M + r] = o[0];
-                y[(t + 1) * M + r] = o[1];
-                y[(t + 2) * M + r] = o[2];
-                y[(t + 3) * M + r] = o[3];
-            }
-            for (; t < t1; t++) y[t * M + r] = dot_direct(TK_GGML_F32, (const uint8_t *) (const void *) wr, x + t * K, K);
+            for (int64_t t = t0; t < t1; t++) y[t * M + r] = dot1(wr, x + t * K, K);
         }
     }
 }
