@@ -24,8 +24,9 @@ import tempfile
 import time
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one child process; raises on a non-zero exit."""
+def run(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds user+sys) of one child process; raises on a
+    non-zero exit.  CPU time is the fairer figure on a shared, loaded machine."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
@@ -34,7 +35,7 @@ def run(cmd: list[str]) -> tuple[float, float]:
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
-    return wall, ru.ru_maxrss / 1024.0
+    return wall, ru.ru_maxrss / 1024.0, ru.ru_utime + ru.ru_stime
 
 
 def main() -> int:
@@ -65,18 +66,20 @@ def main() -> int:
             res = {}
             for who, cmd in cmds.items():
                 run(cmd)  # warm the page cache and the binary
-                walls, rss = [], 0.0
+                walls, cpus, rss = [], [], 0.0
                 for _ in range(a.repeat):
-                    w, r = run(cmd)
+                    w, r, c = run(cmd)
                     walls.append(w)
+                    cpus.append(c)
                     rss = max(rss, r)
-                res[who] = (min(walls), rss)
+                res[who] = (min(walls), rss, min(cpus))
             same = None
             if a.llama_quantize:
                 same = filecmp.cmp(ours, theirs, shallow=False)
             rows.append({"type": t, "threads": a.threads,
                          **{f"{who}_wall_s": round(v[0], 2) for who, v in res.items()},
                          **{f"{who}_peak_rss_mb": round(v[1], 1) for who, v in res.items()},
+                         **{f"{who}_cpu_s": round(v[2], 2) for who, v in res.items()},
                          "identical_to_llama": same, "out_mb": round(os.path.getsize(ours) / 2**20, 1)})
             for p in (ours, theirs):
                 if not a.outdir and os.path.exists(p):
@@ -91,11 +94,13 @@ def main() -> int:
         print(json.dumps(rows, indent=1))
     else:
         print(f"input: {a.input} ({os.path.getsize(a.input) / 2**20:.0f} MiB), threads {a.threads}, "
-              f"best of {a.repeat}")
+              f"best of {a.repeat}, load average {os.getloadavg()[0]:.1f}")
         for r in rows:
-            line = f"{r['type']:>7}: toolkit {r['toolkit_wall_s']:6.2f} s {r['toolkit_peak_rss_mb']:6.0f} MiB"
+            line = (f"{r['type']:>7}: toolkit {r['toolkit_wall_s']:6.2f} s wall {r['toolkit_cpu_s']:6.2f} s cpu "
+                    f"{r['toolkit_peak_rss_mb']:6.0f} MiB")
             if "llama-quantize_wall_s" in r:
-                line += (f" | llama-quantize {r['llama-quantize_wall_s']:6.2f} s {r['llama-quantize_peak_rss_mb']:6.0f} MiB"
+                line += (f" | llama-quantize {r['llama-quantize_wall_s']:6.2f} s wall {r['llama-quantize_cpu_s']:6.2f} s cpu "
+                         f"{r['llama-quantize_peak_rss_mb']:6.0f} MiB"
                          f" | identical: {r['identical_to_llama']}")
             print(line + f" | out {r['out_mb']} MiB")
     return 0
