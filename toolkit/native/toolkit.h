@@ -59,7 +59,6 @@ tk_status tk_convert_rows(int src_type, const void * src, int dst_type, void * d
 tk_status tk_convert_rows_imatrix(int src_type, const void * src, int dst_type, void * dst,
                                   int64_t n_rows, int64_t n_per_row, const float * imatrix, int n_threads);
 
-
 /* ==== runtime: model description (filled by Python from the GGUF) =================== */
 /* Python (toolkit.gguf_io + toolkit.arch.HParams) is the GGUF parser; it hands C this
  * description, and C mmaps the file and validates every tensor before use.            */
