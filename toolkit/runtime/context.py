@@ -7,6 +7,9 @@ Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
     logits = ctx.decode([1, 2, 3], seq_id=0)          # float32 [1, V] (last token)
     logits = ctx.decode([4, 5], logits="all")          # float32 [2, V]; positions continue
     ctx.memory.seq_rm(0, 3, -1)                        # False: a recurrent state is whole
+    ctx = Context(m, n_checkpoints=4, checkpoint_every=256)   # ... unless snapshots exist:
+    ctx.memory.rollback(0, 3)                          # -> position to re-feed from, or None
+    blob = ctx.state_bytes(); ctx.load_state(blob)     # state files (toolkit/native/state.c)
 """
 from __future__ import annotations
 
@@ -34,15 +37,20 @@ class Memory:
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         """Remove positions [p0, p1) of ``seq_id`` (-1: every sequence).
 
-        Returns False and changes nothing when a recurrent state would be cut partway
-        (only the whole sequence, or a range after its end, can be removed).
+        Returns False and changes nothing when a recurrent state would be cut partway:
+        allowed are the whole sequence, a range after its end, and a tail [p0, end) when a
+        checkpoint before p0 exists.  That last case restores the checkpoint (the KV cells
+        after it go too), so the sequence may end before p0 - 1: ``seq_pos_max`` (or
+        :meth:`rollback`) says where to re-feed from.
         """
         out = ffi.new("int32_t *")
         check(lib.tk_memory_seq_rm(self._ctx.ptr, seq_id, p0, p1, out), "seq_rm")
         return bool(out[0])
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        """Let ``dst`` see ``src``'s cells in [p0, p1) (recurrent state: shared, copied on write)."""
+        """Let ``dst`` see ``src``'s cells in [p0, p1) (recurrent state: shared, copied on write,
+        with src's checkpoints).  With recurrent layers the state is whole, so ``dst`` becomes a
+        copy of all of ``src`` and the range is ignored (a hybrid drops dst's KV cells first)."""
         check(lib.tk_memory_seq_cp(self._ctx.ptr, src, dst, p0, p1), "seq_cp")
 
     def seq_keep(self, seq_id: int) -> None:
