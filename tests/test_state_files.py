@@ -190,3 +190,29 @@ def test_mutations_with_valid_checksum_never_disagree(hybrid):
                 for s in range(3):
                     assert dst.memory.seq_pos_max(s) == chk.memory.seq_pos_max(s)
         assert accepted > 0                             # float payload changes are legal
+
+
+def test_api_misuse_is_an_error_not_a_crash(hybrid):
+    from toolkit.runtime._lib import ffi, lib
+    with make(hybrid) as ctx:
+        fill(ctx)
+        n = ffi.new("uint64_t *")
+        assert lib.tk_state_size(ctx.ptr, 3, n) != lib.TK_OK          # seq >= n_seq_max
+        assert lib.tk_state_size(ctx.ptr, -1, n) == lib.TK_OK
+        small = ffi.new("uint8_t[]", 16)
+        assert lib.tk_state_write(ctx.ptr, -1, small, 16, n) != lib.TK_OK
+        assert lib.tk_state_read(ctx.ptr, 7, small, 16) != lib.TK_OK
+        assert lib.tk_state_read(ctx.ptr, -1, ffi.NULL, 0) != lib.TK_OK
+        with pytest.raises(NativeError, match="checkpoints"):
+            ctx.memory.set_checkpoints(-1)
+        with pytest.raises(NativeError):
+            ctx.memory.checkpoint(5)
+        done = ffi.new("int32_t *")
+        assert lib.tk_memory_seq_add(ctx.ptr, 9, 0, -1, 1, done) != lib.TK_OK
+        rep = ffi.new("tk_memory_report *")
+        assert lib.tk_context_memory(ffi.NULL, rep) != lib.TK_OK
+        # nothing above changed the memory
+        blob = ctx.state_bytes()
+        with make(hybrid) as ref:
+            fill(ref)
+            assert ref.state_bytes() == blob
