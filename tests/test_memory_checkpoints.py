@@ -74,6 +74,16 @@ def test_rollback_exact_position(model):
         assert np.array_equal(ctx.decode(a[6:], logits="all"), ref[6:])
 
 
+def test_finite_range_past_the_end_rolls_back_both_children(model):
+    a = toks(12, 14)
+    ref = fresh(model, a)
+    with Context(model, n_ubatch=UB, n_ctx=64, n_checkpoints=3, checkpoint_every=4) as ctx:
+        ctx.decode(a, logits="none")                # checkpoints 3, 7, 11
+        assert ctx.memory.seq_rm(0, 6, 1000)        # [6, 1000) covers the end: back to 3
+        assert ctx.memory.seq_pos_max(0) == 3 and ctx.memory.seq_pos_min(0) == 3
+        assert np.array_equal(ctx.decode(a[4:], logits="all"), ref[4:])
+
+
 def test_no_checkpoint_before_p0_is_refused_unchanged(model):
     a = toks(16, 4)
     ref = fresh(model, a)

@@ -21,21 +21,18 @@ static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
 }
 
 /* The recurrent child decides (can_seq_rm); when it rolls a sequence back to a checkpoint
- * at position q < p0 - 1, the KV child drops [q + 1, end) too, so both end at q and the
- * caller re-feeds the gap [q + 1, p0). */
+ * at position q < p0 - 1, the KV child drops [q + 1, p1) too (p1 lies past the sequence's
+ * end in that case, so that is everything after q): both end at q and the caller re-feeds
+ * the gap [q + 1, p0). */
 static void hy_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     tk_memory_rs * rs = HY(m)->rs;
     RSM(m)->seq_rm(RSM(m), seq, p0, p1);
-    if (p1 < 0) {
-        const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? rs->n_cells : seq + 1;
-        for (int32_t s = lo; s < hi; s++) {
-            const int32_t q = RSM(m)->seq_pos_max(RSM(m), s);
-            const int32_t kp0 = q >= 0 && q + 1 < (p0 < 0 ? 0 : p0) ? q + 1 : p0;
-            KVM(m)->seq_rm(KVM(m), s, kp0, p1);
-        }
-        return;
+    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? rs->n_cells : seq + 1;
+    for (int32_t s = lo; s < hi; s++) {
+        const int32_t q = RSM(m)->seq_pos_max(RSM(m), s);
+        const int32_t kp0 = q >= 0 && q + 1 < (p0 < 0 ? 0 : p0) ? q + 1 : p0;
+        KVM(m)->seq_rm(KVM(m), s, kp0, p1);
     }
-    KVM(m)->seq_rm(KVM(m), seq, p0, p1);
 }
 
 static bool hy_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
