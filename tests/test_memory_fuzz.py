@@ -51,7 +51,7 @@ seq = st.integers(0, N_SEQ - 1)
 op = st.one_of(
     st.tuples(st.just("decode"), seq, st.integers(1, 9), st.integers(0, 2**16)),
     st.tuples(st.just("decode"), seq, st.just(1), st.integers(0, 2**16)),
-    st.tuples(st.just("rollback"), seq, st.floats(0, 1)),
+    st.tuples(st.just("rollback"), seq, st.floats(0, 1), st.booleans()),
     st.tuples(st.just("cp"), seq, seq),
     st.tuples(st.just("keep"), seq),
     st.tuples(st.just("rm"), seq),
@@ -79,9 +79,12 @@ def play(m: Model, ops, every: int) -> None:
                 assert np.array_equal(got, ref), f"{kind} seq {s}: max diff {np.abs(got - ref).max():.3e}"
                 hist[s] += [int(x) for x in t]
             elif kind == "rollback":
-                _, s, f = o
+                _, s, f, finite = o
                 p0 = int(f * len(hist[s]))
-                r = ctx.memory.rollback(s, p0)
+                if finite:                          # [p0, far past the end): the same rollback
+                    r = ctx.memory.seq_pos_max(s) + 1 if ctx.memory.seq_rm(s, p0, 10**6) else None
+                else:
+                    r = ctx.memory.rollback(s, p0)
                 if r is not None:
                     assert r <= p0 or p0 >= len(hist[s])
                     hist[s] = hist[s][:min(r, len(hist[s]))]
