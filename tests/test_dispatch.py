@@ -122,3 +122,18 @@ def test_runtime_parity_at_every_level(level, tmp_path):
                         os.path.join(here, "test_kernels.py")],
                        env=env, capture_output=True, text=True, cwd=tmp_path)   # not the source tree: the built package
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_expanded_weights_are_the_dequantizers(qtype, at_level):
+    """At every level, W x for one-hot x returns W's elements exactly: the SIMD unpacking of
+    each type gives the floats of tk_dequantize_row (quants.c, ggml's dequantize_row_*)."""
+    K, M = 512, 6
+    rng = np.random.default_rng(11)
+    raw = _weights(qtype, M, K, rng)
+    ref = _dequant(qtype, raw, M, K) if qtype != gguf.GGMLQuantizationType.F32 else raw
+    eye = np.eye(K, dtype=np.float32)
+    for lv in LEVELS:
+        at_level(lv)
+        got = _mat_mul(qtype, raw, K, M, eye)          # [K tokens, M rows] = W^T
+        assert np.array_equal(got.T, ref), NAMES[lv]

@@ -125,6 +125,26 @@ TK_AVX2 static void tile3x4(const float * w, int64_t ldw, const float * x, int64
         }
 }
 
+/* 3 float32 rows x 1 token (three independent chains) */
+TK_AVX2 static void dot3(const float * w, int64_t ldw, const float * x, int64_t K, float * out, int64_t ldo) {
+    const float * w0 = w, * w1 = w + ldw, * w2 = w + 2 * ldw;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= K; i += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xv, a2);
+    }
+    float s0 = hsum256(a0), s1 = hsum256(a1), s2 = hsum256(a2);
+    for (; i < K; i++) {
+        s0 = fmaf(w0[i], x[i], s0);
+        s1 = fmaf(w1[i], x[i], s1);
+        s2 = fmaf(w2[i], x[i], s2);
+    }
+    out[0] = s0; out[ldo] = s1; out[2 * ldo] = s2;
+}
+
 /* 1 float32 row x 1 token */
 TK_AVX2 static float dot1(const float * w, const float * x, int64_t K) {
     __m256 a = _mm256_setzero_ps();
@@ -135,12 +155,85 @@ TK_AVX2 static float dot1(const float * w, const float * x, int64_t K) {
     return s;
 }
 
-/* a row of `type` to float32, the values load8 produces */
+/* 8 unsigned bytes -> 8 int32 lanes */
+TK_AVX2 static inline __m256i u8x8(const uint8_t * p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) p));
+}
+
+/* Q4_K (ggml block_q4_K, 256 values / 144 bytes: f16 d, dmin; 12 bytes of 6-bit scales and
+ * mins; 128 bytes of nibbles) -> float32, value = (d*sc) * q - (dmin*m): the operations of
+ * quants.c dequant_q4_K (ggml dequantize_row_q4_K), so the same floats. */
+TK_AVX2 static void expand_q4_K(const uint8_t * p, float * y, int64_t K) {
+    const __m256i m4 = _mm256_set1_epi32(0xF);
+    for (int64_t b = 0; b < K / 256; b++, p += 144) {
+        uint16_t dh, mh;
+        memcpy(&dh, p, 2);
+        memcpy(&mh, p + 2, 2);
+        const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
+        const uint8_t * sc = p + 4, * q = p + 16;
+        for (int j = 0; j < 4; j++, q += 32) {
+            float dd[2], mm[2];
+            for (int h = 0; h < 2; h++) {
+                const int k = 2 * j + h;
+                uint8_t s6, m6;
+                if (k < 4) { s6 = sc[k] & 63; m6 = sc[k + 4] & 63; }
+                else { s6 = (uint8_t) ((sc[k + 4] & 0xF) | ((sc[k - 4] >> 6) << 4)); m6 = (uint8_t) ((sc[k + 4] >> 4) | ((sc[k] >> 6) << 4)); }
+                dd[h] = d * s6;
+                mm[h] = dmin * m6;
+            }
+            const __m256 d1 = _mm256_set1_ps(dd[0]), n1 = _mm256_set1_ps(mm[0]);
+            const __m256 d2 = _mm256_set1_ps(dd[1]), n2 = _mm256_set1_ps(mm[1]);
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i v = u8x8(q + l);
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+                _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), n1));
+                _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), n2));
+            }
+        }
+        y += 256;
+    }
+}
+
+/* Q6_K (ggml block_q6_K, 256 values / 210 bytes: 128 bytes low nibbles, 64 bytes high
+ * 2-bit pairs, 16 int8 scales, f16 d) -> float32, value = (d*sc) * (q - 32): as quants.c
+ * dequant_q6_K. */
+TK_AVX2 static void expand_q6_K(const uint8_t * p, float * y, int64_t K) {
+    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), c32 = _mm256_set1_epi32(32);
+    for (int64_t b = 0; b < K / 256; b++, p += 210) {
+        uint16_t dh;
+        memcpy(&dh, p + 208, 2);
+        const float d = _cvtsh_ss(dh);
+        const uint8_t * ql = p, * qh = p + 128;
+        const int8_t * sc = (const int8_t *) (const void *) (p + 192);
+        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l += 8) {
+                const int is = l / 16;
+                const __m256i a = u8x8(ql + l), c = u8x8(ql + l + 32), h = u8x8(qh + l);
+                const __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), c32);
+                const __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), c32);
+                const __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), c32);
+                const __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 6), m2), 4)), c32);
+                _mm256_storeu_ps(y + n + l, _mm256_mul_ps(_mm256_set1_ps(d * sc[is]), _mm256_cvtepi32_ps(q1)));
+                _mm256_storeu_ps(y + n + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 2]), _mm256_cvtepi32_ps(q2)));
+                _mm256_storeu_ps(y + n + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 4]), _mm256_cvtepi32_ps(q3)));
+                _mm256_storeu_ps(y + n + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 6]), _mm256_cvtepi32_ps(q4)));
+            }
+        }
+        y += 256;
+    }
+}
+
+/* a row of `type` to float32, the values load8 / tk_dequantize_row produce */
 TK_AVX2 static void expand(int type, const uint8_t * p, float * dst, int64_t K) {
     int64_t i = 0;
     if (type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0) {
         for (; i + 8 <= K; i += 8) _mm256_storeu_ps(dst + i, load8(type, p, i));
         for (; i < K; i++) dst[i] = elem(type, p, i);
+    } else if (type == 12 /* Q4_K */) {
+        expand_q4_K(p, dst, K);
+    } else if (type == 14 /* Q6_K */) {
+        expand_q6_K(p, dst, K);
     } else {
         tk_dequantize_row(type, p, dst, K);       /* other quant types: quants.c */
     }
@@ -196,8 +289,7 @@ TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_byte
                     for (int q = 0; q < 3; q++)
                         for (int u = 0; u < 4; u++) y[(t + u) * M + r + q] = o[q * 4 + u];
                 }
-                for (; t < t1; t++)
-                    for (int q = 0; q < 3; q++) y[t * M + r + q] = dot1(w3 + q * K, x + t * K, K);
+                for (; t < t1; t++) dot3(w3, K, x + t * K, K, y + t * M + r, 1);
             }
         }
         for (; r < r1; r++) {

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Speed, side by side: `toolkit bench` and llama.cpp's llama-bench on the same GGUF files,
+same threads, alternating run by run so that both see the same machine load.
+
+    python bench/run_speed.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-r 3] [-t 2]
+        [--llama-bench PATH] [--llama-args '--poll 0'] [--json OUT.json]
+    python bench/run_speed.py --ssd          # Mamba-2 scan: recurrence vs chunked SSD per run length
+    python bench/run_speed.py --bandwidth    # plain read bandwidth (numpy sum over 1 GiB)
+
+For each model and each test (ppP, tgN) it runs, R times, one unmeasured warm-up and then
+toolkit and llama-bench (order swapped every round), each with `-r 1 --no-warmup`, and
+prints the mean t/s of each, their sample spread and the ratio toolkit / llama.cpp.  The
+load average before and after is printed too: on a shared machine only the ratio of runs
+taken side by side means something.
+
+Generation is bounded by memory traffic: for tgN it also prints the bytes read per token
+(every weight tensor except the token embedding table, of which one row is read, plus the
+recurrent state and KV cache, read and written) and the GB/s that implies.
+
+llama-bench is looked for at --llama-bench, $LLAMA_BENCH, /tmp/lcpp/build/bin/llama-bench
+and on PATH; without it only toolkit's figures are printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def find_llama_bench(arg: str | None) -> str | None:
+    for cand in (arg, os.environ.get("LLAMA_BENCH"), "/tmp/lcpp/build/bin/llama-bench", shutil.which("llama-bench")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def run_toolkit(model: str, p: int, n: int, threads: int) -> float:
+    cmd = [sys.executable, "-m", "toolkit", "bench", "-m", model, "-p", str(p), "-n", str(n), "-r", "1",
+           "-t", str(threads), "--no-warmup", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+    if r.returncode != 0:
+        raise SystemExit(f"toolkit bench failed: {r.stderr.strip()}")
+    return float(json.loads(r.stdout)[0]["avg_ts"])
+
+
+LLAMA_EXTRA: list[str] = []
+
+
+def run_llama(exe: str, model: str, p: int, n: int, threads: int) -> float:
+    cmd = [exe, "-m", model, "-p", str(p), "-n", str(n), "-r", "1", "-t", str(threads), "--no-warmup", "-o", "json",
+           *LLAMA_EXTRA]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"llama-bench failed ({r.returncode}): {r.stderr.strip()[-500:]}")
+    rows = json.loads(r.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+def bytes_per_token(model: str) -> int:
+    """Weight bytes a generated token reads: every tensor but the embedding table (one row)."""
+    from toolkit.gguf_io import GGUFFile
+    f = GGUFFile(model)
+    total = 0
+    for t in f:
+        if t.name == "token_embd.weight":
+            total += t.nbytes // max(1, t.shape[1] if len(t.shape) > 1 else 1)
+        else:
+            total += t.nbytes
+    return total
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as fh:
+            return " ".join(fh.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def mean_sd(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def side_by_side(args) -> int:
+    exe = find_llama_bench(args.llama_bench)
+    args.models = [os.path.abspath(m) for m in args.models]
+    tests = [(p, 0) for p in args.p if p > 0] + [(0, n) for n in args.n if n > 0]
+    results = []
+    print(f"load average at start: {loadavg()}  (nproc {os.cpu_count()}); threads {args.t}; llama-bench: {exe or 'not found'}")
+    for model in args.models:
+        bpt = bytes_per_token(model)
+        for p, n in tests:
+            name = f"pp{p}" if p else f"tg{n}"
+            ours, theirs = [], []
+            # warm-up: page the weights in for both
+            run_toolkit(model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
+            if exe:
+                run_llama(exe, model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
+            for k in range(args.r):
+                order = (0, 1) if k % 2 == 0 else (1, 0)
+                for who in order:
+                    if who == 0:
+                        ours.append(run_toolkit(model, p, n, args.t))
+                    elif exe:
+                        theirs.append(run_llama(exe, model, p, n, args.t))
+            mo, so = mean_sd(ours)
+            row = {"model": os.path.basename(model), "test": name, "threads": args.t, "toolkit_ts": mo, "toolkit_sd": so,
+                   "toolkit_samples": ours, "load_after": loadavg()}
+            line = f"{os.path.basename(model):32s} {name:>6s}  toolkit {mo:8.2f} ± {so:6.2f}"
+            if theirs:
+                ml, sl = mean_sd(theirs)
+                row.update(llama_ts=ml, llama_sd=sl, llama_samples=theirs, ratio=mo / ml)
+                line += f"   llama.cpp {ml:8.2f} ± {sl:6.2f}   ratio {mo / ml:5.2f}x"
+            if n:
+                row.update(bytes_per_token=bpt, toolkit_gbs=bpt * mo / 1e9)
+                line += f"   {bpt / 2**20:.0f} MiB/token -> {bpt * mo / 1e9:.2f} GB/s"
+                if theirs:
+                    row["llama_gbs"] = bpt * row["llama_ts"] / 1e9
+            line += f"   [load {loadavg()}]"
+            print(line, flush=True)
+            results.append(row)
+    print(f"load average at end: {loadavg()}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
+
+
+def ssd_crossover(args) -> int:
+    """Per-token time of the Mamba-2 scan, recurrence vs SSD, Bamba-430m shapes, 1 thread."""
+    import numpy as np
+    from toolkit.runtime._lib import check, ffi, lib
+
+    H, P, N, G = 32, 64, 128, 1
+    rng = np.random.default_rng(0)
+
+    def fp(a):
+        return ffi.cast("float *", ffi.from_buffer(a))
+
+    print(f"Mamba-2 scan, H={H} P={P} N={N} G={G}, 1 thread; load {loadavg()}")
+    for T in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        xBC = rng.standard_normal((T, H * P + 2 * G * N)).astype(np.float32)
+        dt = np.log1p(np.exp(rng.standard_normal((T, H)) - 3.0)).astype(np.float32)
+        A = (-np.exp(rng.uniform(0, np.log(16), H))).astype(np.float32)
+        D = rng.standard_normal(H).astype(np.float32)
+        y = np.empty((T, H * P), np.float32)
+        res = []
+        for thr in (0, 1):
+            lib.tk_ssd_set_threshold(thr)
+            best = float("inf")
+            for _ in range(args.r):
+                s = np.zeros((H, P, N), np.float32)
+                t0 = time.perf_counter()
+                check(lib.tk_ssm_mamba2_seq(fp(s), fp(xBC), xBC.shape[1], fp(dt), H, fp(A), fp(D), T, H, P, N, G, fp(y), H * P, 1))
+                best = min(best, time.perf_counter() - t0)
+            res.append(best / T * 1e6)
+        print(f"T={T:4d}  recurrence {res[0]:8.1f} us/token   SSD {res[1]:8.1f} us/token   SSD speed-up {res[0] / res[1]:5.2f}x")
+    lib.tk_ssd_set_threshold(-1)
+    return 0
+
+
+def bandwidth(args) -> int:
+    import numpy as np
+    a = np.ones(2**28, np.float32)          # 1 GiB
+    best = float("inf")
+    for _ in range(max(3, args.r)):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    print(f"read bandwidth (numpy sum over 1 GiB, 1 thread, best of {max(3, args.r)}): {a.nbytes / best / 1e9:.2f} GB/s; load {loadavg()}")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("-p", type=lambda s: [int(x) for x in s.split(",")], default=[512])
+    ap.add_argument("-n", type=lambda s: [int(x) for x in s.split(",")], default=[128])
+    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("--llama-bench")
+    ap.add_argument("--llama-args", default="", help="extra llama-bench flags, e.g. '--poll 0'")
+    ap.add_argument("--json")
+    ap.add_argument("--ssd", action="store_true")
+    ap.add_argument("--bandwidth", action="store_true")
+    args = ap.parse_args()
+    LLAMA_EXTRA.extend(args.llama_args.split())
+    if args.ssd:
+        return ssd_crossover(args)
+    if args.bandwidth:
+        return bandwidth(args)
+    if not args.models:
+        ap.error("give at least one GGUF model (or --ssd / --bandwidth)")
+    return side_by_side(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
