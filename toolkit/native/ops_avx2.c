@@ -26,7 +26,7 @@
 
 #define TK_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-TK_AVX2 static inline float hsum256(__m256 v) {
+TK_AVX2 static inline float hsum256_avx2(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);                        /* (0+4) (1+5) (2+6) (3+7) */
     __m128 sh = _mm_movehl_ps(lo, lo);
@@ -36,7 +36,7 @@ TK_AVX2 static inline float hsum256(__m256 v) {
 }
 
 /* 8 weights from element i (i % 8 == 0) of a row of `type` */
-TK_AVX2 static inline __m256 load8(int type, const uint8_t * p, int64_t i) {
+TK_AVX2 static inline __m256 load8_avx2(int type, const uint8_t * p, int64_t i) {
     switch (type) {
         case TK_GGML_F16:
             return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (const void *) (p + 2 * i)));
@@ -57,7 +57,7 @@ TK_AVX2 static inline __m256 load8(int type, const uint8_t * p, int64_t i) {
     }
 }
 
-TK_AVX2 static inline float elem(int type, const uint8_t * p, int64_t i) {
+TK_AVX2 static inline float elem_avx2(int type, const uint8_t * p, int64_t i) {
     uint16_t h;
     switch (type) {
         case TK_GGML_F16: memcpy(&h, p + 2 * i, 2); return _cvtsh_ss(h);
@@ -67,37 +67,37 @@ TK_AVX2 static inline float elem(int type, const uint8_t * p, int64_t i) {
 }
 
 /* One accumulation order for every output: acc (8 lanes) += w[i:i+8] * x[i:i+8] for
- * i = 0, 8, ... (FMA), then hsum256(acc), then the K % 8 tail in order with fmaf.
+ * i = 0, 8, ... (FMA), then hsum256_avx2(acc), then the K % 8 tail in order with fmaf.
  * Kernels below compute several outputs at once, each with exactly these operations. */
 
 /* R rows (weights read and converted in place) x 1 token, R <= 4 */
-TK_AVX2 static void dot_rows_direct(int type, const uint8_t * w, size_t row_bytes, int R, const float * x, int64_t K, float * out) {
+TK_AVX2 static void dot_rows_direct_avx2(int type, const uint8_t * w, size_t row_bytes, int R, const float * x, int64_t K, float * out) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     const uint8_t * w0 = w, * w1 = w + row_bytes, * w2 = w + 2 * row_bytes, * w3 = w + 3 * row_bytes;
     int64_t i = 0;
     if (R == 4) {
         for (; i + 8 <= K; i += 8) {
             const __m256 xv = _mm256_loadu_ps(x + i);
-            a0 = _mm256_fmadd_ps(load8(type, w0, i), xv, a0);
-            a1 = _mm256_fmadd_ps(load8(type, w1, i), xv, a1);
-            a2 = _mm256_fmadd_ps(load8(type, w2, i), xv, a2);
-            a3 = _mm256_fmadd_ps(load8(type, w3, i), xv, a3);
+            a0 = _mm256_fmadd_ps(load8_avx2(type, w0, i), xv, a0);
+            a1 = _mm256_fmadd_ps(load8_avx2(type, w1, i), xv, a1);
+            a2 = _mm256_fmadd_ps(load8_avx2(type, w2, i), xv, a2);
+            a3 = _mm256_fmadd_ps(load8_avx2(type, w3, i), xv, a3);
         }
     } else {
-        for (; i + 8 <= K; i += 8) a0 = _mm256_fmadd_ps(load8(type, w0, i), _mm256_loadu_ps(x + i), a0);
+        for (; i + 8 <= K; i += 8) a0 = _mm256_fmadd_ps(load8_avx2(type, w0, i), _mm256_loadu_ps(x + i), a0);
         R = 1;
     }
-    float s[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
+    float s[4] = {hsum256_avx2(a0), hsum256_avx2(a1), hsum256_avx2(a2), hsum256_avx2(a3)};
     const uint8_t * wr[4] = {w0, w1, w2, w3};
     for (int r = 0; r < R; r++) {
-        for (int64_t k = i; k < K; k++) s[r] = fmaf(elem(type, wr[r], k), x[k], s[r]);
+        for (int64_t k = i; k < K; k++) s[r] = fmaf(elem_avx2(type, wr[r], k), x[k], s[r]);
         out[r] = s[r];
     }
 }
 
 /* 3 float32 rows (w, w + ldw, w + 2 ldw) x 4 tokens (x, x + ldx, ...): 12 outputs,
  * out[r * ldo + t] */
-TK_AVX2 static void tile3x4(const float * w, int64_t ldw, const float * x, int64_t ldx, int64_t K, float * out, int64_t ldo) {
+TK_AVX2 static void tile3x4_avx2(const float * w, int64_t ldw, const float * x, int64_t ldx, int64_t K, float * out, int64_t ldo) {
     const float * w0 = w, * w1 = w + ldw, * w2 = w + 2 * ldw;
     const float * x0 = x, * x1 = x + ldx, * x2 = x + 2 * ldx, * x3 = x + 3 * ldx;
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00,
@@ -114,8 +114,8 @@ TK_AVX2 static void tile3x4(const float * w, int64_t ldw, const float * x, int64
         xv = _mm256_loadu_ps(x3 + i);
         c03 = _mm256_fmadd_ps(b0, xv, c03); c13 = _mm256_fmadd_ps(b1, xv, c13); c23 = _mm256_fmadd_ps(b2, xv, c23);
     }
-    float s[12] = {hsum256(c00), hsum256(c01), hsum256(c02), hsum256(c03), hsum256(c10), hsum256(c11),
-                   hsum256(c12), hsum256(c13), hsum256(c20), hsum256(c21), hsum256(c22), hsum256(c23)};
+    float s[12] = {hsum256_avx2(c00), hsum256_avx2(c01), hsum256_avx2(c02), hsum256_avx2(c03), hsum256_avx2(c10), hsum256_avx2(c11),
+                   hsum256_avx2(c12), hsum256_avx2(c13), hsum256_avx2(c20), hsum256_avx2(c21), hsum256_avx2(c22), hsum256_avx2(c23)};
     for (int r = 0; r < 3; r++)
         for (int t = 0; t < 4; t++) {
             float v = s[r * 4 + t];
@@ -126,7 +126,7 @@ TK_AVX2 static void tile3x4(const float * w, int64_t ldw, const float * x, int64
 }
 
 /* 3 float32 rows x 1 token (three independent chains) */
-TK_AVX2 static void dot3(const float * w, int64_t ldw, const float * x, int64_t K, float * out, int64_t ldo) {
+TK_AVX2 static void dot3_avx2(const float * w, int64_t ldw, const float * x, int64_t K, float * out, int64_t ldo) {
     const float * w0 = w, * w1 = w + ldw, * w2 = w + 2 * ldw;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0;
     int64_t i = 0;
@@ -136,7 +136,7 @@ TK_AVX2 static void dot3(const float * w, int64_t ldw, const float * x, int64_t 
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xv, a2);
     }
-    float s0 = hsum256(a0), s1 = hsum256(a1), s2 = hsum256(a2);
+    float s0 = hsum256_avx2(a0), s1 = hsum256_avx2(a1), s2 = hsum256_avx2(a2);
     for (; i < K; i++) {
         s0 = fmaf(w0[i], x[i], s0);
         s1 = fmaf(w1[i], x[i], s1);
@@ -146,24 +146,24 @@ TK_AVX2 static void dot3(const float * w, int64_t ldw, const float * x, int64_t 
 }
 
 /* 1 float32 row x 1 token */
-TK_AVX2 static float dot1(const float * w, const float * x, int64_t K) {
+TK_AVX2 static float dot1_avx2(const float * w, const float * x, int64_t K) {
     __m256 a = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= K; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
-    float s = hsum256(a);
+    float s = hsum256_avx2(a);
     for (; i < K; i++) s = fmaf(w[i], x[i], s);
     return s;
 }
 
 /* 8 unsigned bytes -> 8 int32 lanes */
-TK_AVX2 static inline __m256i u8x8(const uint8_t * p) {
+TK_AVX2 static inline __m256i u8x8_avx2(const uint8_t * p) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) p));
 }
 
 /* Q4_K (ggml block_q4_K, 256 values / 144 bytes: f16 d, dmin; 12 bytes of 6-bit scales and
  * mins; 128 bytes of nibbles) -> float32, value = (d*sc) * q - (dmin*m): the operations of
  * quants.c dequant_q4_K (ggml dequantize_row_q4_K), so the same floats. */
-TK_AVX2 static void expand_q4_K(const uint8_t * p, float * y, int64_t K) {
+TK_AVX2 static void expand_q4_K_avx2(const uint8_t * p, float * y, int64_t K) {
     const __m256i m4 = _mm256_set1_epi32(0xF);
     for (int64_t b = 0; b < K / 256; b++, p += 144) {
         uint16_t dh, mh;
@@ -184,7 +184,7 @@ TK_AVX2 static void expand_q4_K(const uint8_t * p, float * y, int64_t K) {
             const __m256 d1 = _mm256_set1_ps(dd[0]), n1 = _mm256_set1_ps(mm[0]);
             const __m256 d2 = _mm256_set1_ps(dd[1]), n2 = _mm256_set1_ps(mm[1]);
             for (int l = 0; l < 32; l += 8) {
-                const __m256i v = u8x8(q + l);
+                const __m256i v = u8x8_avx2(q + l);
                 const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
                 const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
                 _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), n1));
@@ -198,7 +198,7 @@ TK_AVX2 static void expand_q4_K(const uint8_t * p, float * y, int64_t K) {
 /* Q6_K (ggml block_q6_K, 256 values / 210 bytes: 128 bytes low nibbles, 64 bytes high
  * 2-bit pairs, 16 int8 scales, f16 d) -> float32, value = (d*sc) * (q - 32): as quants.c
  * dequant_q6_K. */
-TK_AVX2 static void expand_q6_K(const uint8_t * p, float * y, int64_t K) {
+TK_AVX2 static void expand_q6_K_avx2(const uint8_t * p, float * y, int64_t K) {
     const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), c32 = _mm256_set1_epi32(32);
     for (int64_t b = 0; b < K / 256; b++, p += 210) {
         uint16_t dh;
@@ -209,7 +209,7 @@ TK_AVX2 static void expand_q6_K(const uint8_t * p, float * y, int64_t K) {
         for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
             for (int l = 0; l < 32; l += 8) {
                 const int is = l / 16;
-                const __m256i a = u8x8(ql + l), c = u8x8(ql + l + 32), h = u8x8(qh + l);
+                const __m256i a = u8x8_avx2(ql + l), c = u8x8_avx2(ql + l + 32), h = u8x8_avx2(qh + l);
                 const __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), c32);
                 const __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), c32);
                 const __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), c32);
@@ -225,15 +225,15 @@ TK_AVX2 static void expand_q6_K(const uint8_t * p, float * y, int64_t K) {
 }
 
 /* a row of `type` to float32, the values load8 / tk_dequantize_row produce */
-TK_AVX2 static void expand(int type, const uint8_t * p, float * dst, int64_t K) {
+TK_AVX2 static void expand_avx2(int type, const uint8_t * p, float * dst, int64_t K) {
     int64_t i = 0;
     if (type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0) {
-        for (; i + 8 <= K; i += 8) _mm256_storeu_ps(dst + i, load8(type, p, i));
-        for (; i < K; i++) dst[i] = elem(type, p, i);
+        for (; i + 8 <= K; i += 8) _mm256_storeu_ps(dst + i, load8_avx2(type, p, i));
+        for (; i < K; i++) dst[i] = elem_avx2(type, p, i);
     } else if (type == 12 /* Q4_K */) {
-        expand_q4_K(p, dst, K);
+        expand_q4_K_avx2(p, dst, K);
     } else if (type == 14 /* Q6_K */) {
-        expand_q6_K(p, dst, K);
+        expand_q6_K_avx2(p, dst, K);
     } else {
         tk_dequantize_row(type, p, dst, K);       /* other quant types: quants.c */
     }
@@ -251,11 +251,11 @@ TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_byte
         float o[4];
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {
-            dot_rows_direct(type, base + (size_t) r * row_bytes, row_bytes, 4, x, K, o);
+            dot_rows_direct_avx2(type, base + (size_t) r * row_bytes, row_bytes, 4, x, K, o);
             y[r] = o[0]; y[r + 1] = o[1]; y[r + 2] = o[2]; y[r + 3] = o[3];
         }
         for (; r < r1; r++) {
-            dot_rows_direct(type, base + (size_t) r * row_bytes, row_bytes, 1, x, K, o);
+            dot_rows_direct_avx2(type, base + (size_t) r * row_bytes, row_bytes, 1, x, K, o);
             y[r] = o[0];
         }
         return;
@@ -278,28 +278,28 @@ TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_byte
                     for (int q = 0; q < 3; q++) {
                         const uint8_t * row = base + (size_t) (r + q) * row_bytes;
                         if (type == TK_GGML_F32) memcpy(rows3 + q * K, row, (size_t) K * sizeof(float));
-                        else expand(type, row, rows3 + q * K, K);
+                        else expand_avx2(type, row, rows3 + q * K, K);
                     }
                     w3 = rows3;
                 }
                 int64_t t = t0;
                 float o[12];
                 for (; t + 4 <= t1; t += 4) {
-                    tile3x4(w3, K, x + t * K, K, K, o, 4);
+                    tile3x4_avx2(w3, K, x + t * K, K, K, o, 4);
                     for (int q = 0; q < 3; q++)
                         for (int u = 0; u < 4; u++) y[(t + u) * M + r + q] = o[q * 4 + u];
                 }
-                for (; t < t1; t++) dot3(w3, K, x + t * K, K, y + t * M + r, 1);
+                for (; t < t1; t++) dot3_avx2(w3, K, x + t * K, K, y + t * M + r, 1);
             }
         }
         for (; r < r1; r++) {
             const uint8_t * row = base + (size_t) r * row_bytes;
             const float * wr = (const float *) (const void *) row;
             if (type != TK_GGML_F32) {
-                expand(type, row, scratch, K);
+                expand_avx2(type, row, scratch, K);
                 wr = scratch;
             }
-            for (int64_t t = t0; t < t1; t++) y[t * M + r] = dot1(wr, x + t * K, K);
+            for (int64_t t = t0; t < t1; t++) y[t * M + r] = dot1_avx2(wr, x + t * K, K);
         }
     }
 }
