@@ -186,7 +186,7 @@ def test_tensor_type_override_and_pure():
 
 
 def test_dry_run_plan_sizes():
-    from toolkit.quantize.header import GGUFHeader
+    from toolkit.gguf_io.header import GGUFHeader
     p = make_plan(GGUFHeader(SRC), "Q4_K_M")
     assert p.ftype.ftype == FileType.MOSTLY_Q4_K_M
     assert p.dst_bytes < p.src_bytes

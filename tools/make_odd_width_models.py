@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from toolkit.quantize.header import GGUFHeader  # noqa: E402
+from toolkit.gguf_io.header import GGUFHeader  # noqa: E402
 
 EMB_NE0 = ("token_embd", "output.weight", "ffn_gate", "ffn_up", "attn_q", "attn_k", "attn_v", "ssm_in",
            "attn_norm", "ffn_norm", "output_norm")

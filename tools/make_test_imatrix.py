@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from toolkit.quantize.header import GGUFHeader  # noqa: E402
+from toolkit.gguf_io.header import GGUFHeader  # noqa: E402
 from toolkit.quantize.rules import allows_quantization  # noqa: E402
 
 

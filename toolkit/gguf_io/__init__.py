@@ -3,5 +3,6 @@ from toolkit.gguf_io.constants import (  # noqa: F401
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, SUPPORTED_ARCHES,
     GGMLType, Keys, k, row_nbytes, type_size,
 )
+from toolkit.gguf_io.header import GGUFHeader, KV  # noqa: F401
 from toolkit.gguf_io.reader import GGUFFile, TensorInfo  # noqa: F401
 from toolkit.gguf_io.writer import GGUFStreamWriter, atomic_output, tensor_nbytes  # noqa: F401

@@ -31,7 +31,7 @@ import numpy as np
 from toolkit.errors import InputError, ResourceError
 from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes
 from toolkit.quantize import _native
-from toolkit.quantize.header import GGUFHeader
+from toolkit.gguf_io.header import GGUFHeader
 from toolkit.quantize.imatrix import IMatrix, load_imatrix
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
 from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source

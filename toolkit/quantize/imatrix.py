@@ -16,7 +16,7 @@ import numpy as np
 
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGMLType, Keys
-from toolkit.quantize.header import GGUFHeader
+from toolkit.gguf_io.header import GGUFHeader
 
 _SUMS, _COUNTS = ".in_sum2", ".counts"
 
