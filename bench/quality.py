@@ -77,6 +77,21 @@ def gen_speed(path: Path, n_tg: int, threads: int | None) -> float:
     return n_tg / (time.perf_counter() - t0)
 
 
+def render(rows: list[dict], text_name: str) -> str:
+    """The markdown table (KL divergence in nats, mean +/- standard error)."""
+    ref = rows[0]["ppl"] if rows and rows[0]["type"] == "F32" else None
+    out = [f"{rows[0]['n_chunks']} chunks x {rows[0]['n_ctx']} tokens of {text_name}, "
+           f"{rows[0]['n_scored']} tokens scored; KL divergence and top-1 agreement vs F32", "",
+           "| type | size (MiB) | bits/weight | PPL | ΔPPL vs F32 | KLD vs F32 (nats) | same top-1 | pp tok/s | tg tok/s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        d = f"{100 * (row['ppl'] / ref - 1):+.2f}%" if ref else "-"
+        kld = "0" if row["kld"] == 0 else f"{row['kld']:.2e} ± {row['kld_stderr']:.1e}"
+        out.append(f"| {row['type']} | {row['bytes'] / 2**20:.2f} | {row['bpw']:.2f} | {row['ppl']:.3f} ± {row['ppl_stderr']:.3f} "
+                   f"| {d} | {kld} | {100 * row['top1']:.2f}% | {row['pp_tok_s']:.0f} | {row['tg_tok_s']:.0f} |")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hf", type=Path, default=DEFAULT_HF, help="HF checkpoint dir (converted to F32 first)")
@@ -89,7 +104,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--workdir", type=Path, default=None, help="keep the GGUF files here (default: a temp dir)")
     ap.add_argument("--json", dest="json_out", type=Path, default=None)
+    ap.add_argument("--render", type=Path, default=None, help="only print the table of a --json file written earlier")
     args = ap.parse_args()
+    if args.render is not None:
+        d = json.loads(args.render.read_text())
+        print(render(d["rows"], Path(d["text"]).name))
+        return 0
 
     from toolkit.runtime.perplexity import perplexity_file
 
@@ -133,16 +153,7 @@ def main() -> int:
         rows.append(row)
         print(f"{ty}: PPL {r.ppl:.4f} KLD {row['kld']:.6f}", file=sys.stderr, flush=True)
 
-    ref = rows[0]["ppl"] if rows and rows[0]["type"] == "F32" else None
-    print(f"\n{rows[0]['n_chunks']} chunks x {rows[0]['n_ctx']} tokens of {args.text.name}, "
-          f"{rows[0]['n_scored']} tokens scored; KL divergence and top-1 vs F32\n")
-    print("| type | size (MiB) | bits/weight | PPL | ΔPPL vs F32 | KLD vs F32 (nats) | same top-1 | pp tok/s | tg tok/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        d = f"{100 * (row['ppl'] / ref - 1):+.2f}%" if ref else "-"
-        print(f"| {row['type']} | {row['bytes'] / 2**20:.2f} | {row['bpw']:.2f} | {row['ppl']:.3f} ± {row['ppl_stderr']:.3f} "
-              f"| {d} | {row['kld']:.5f} ± {row['kld_stderr']:.5f} | {100 * row['top1']:.2f}% "
-              f"| {row['pp_tok_s']:.0f} | {row['tg_tok_s']:.0f} |")
+    print(render(rows, args.text.name))
     if args.json_out:
         args.json_out.write_text(json.dumps({"text": str(args.text), "rows": rows}, indent=1) + "\n")
     if tmp is not None:
