@@ -119,7 +119,8 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
  * (segment_sum / chunked path).  The C_i.B_j products of a group are shared by its heads. */
 #define TK_SSD_CHUNK 64
 /* Runs from this length take SSD.  Measured crossover (bench/run_speed.py --ssd, Bamba-430m
- * shapes H=32 P=64 N=128, 1 thread): SSD is faster from ~4 tokens (1.5x at 4, 2.5-4x from 16);
+ * shapes H=32 P=64 N=128, 1 thread, load 4-7 on 2 cores): SSD is faster from 4-8 tokens
+ * (two runs: 1.55x / 0.89x at 4, 2.05x / 1.38x at 8, 1.7-4x from 16 on);
  * the default is higher so that short ubatches take the recurrence, the path generation
  * takes (a short prompt split into single-token ubatches then gives the same bits). */
 #define TK_SSD_MIN_DEFAULT 32
