@@ -52,10 +52,14 @@ def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
     return ids
 
 
-def save_npy_atomic(path: str, arr: np.ndarray) -> None:
-    """Write ``arr`` as .npy at ``path`` through atomic_output (nothing half-written is left)."""
+def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) -> None:
+    """Write ``arr`` as .npy at ``path`` through atomic_output (nothing half-written is left).
+
+    Raises:
+        InputError: ``path`` is one of ``inputs`` (the model: it is never overwritten).
+    """
     from toolkit.gguf_io import atomic_output
-    with atomic_output(path) as tmp:
+    with atomic_output(path, inputs=inputs) as tmp:
         with open(tmp, "wb") as fh:   # a file object: np.save would append ".npy" to a name
             np.save(fh, arr)
 
@@ -119,6 +123,11 @@ def run(
     if prompt == "-":
         prompt = sys.stdin.read()
     path = resolve_model(model)
+    from toolkit.gguf_io import check_output
+    if logits_out is not None:
+        check_output(logits_out, inputs=(path,))   # before any work: never the model, never a directory
+    if session is not None and os.path.exists(session):
+        check_output(session, inputs=(path,))
 
     from toolkit.runtime import Context, Model
 
@@ -162,9 +171,9 @@ def run(
             from toolkit.runtime.session import save_session
             fed = ctx.memory.seq_pos_max(0) + 1
             if fed > 0:
-                save_session(ctx, session, (res.prompt_tokens + res.tokens)[:fed])
+                save_session(ctx, session, (res.prompt_tokens + res.tokens)[:fed], inputs=(path,))
         if logits_out is not None and res.prompt_logits is not None:
-            save_npy_atomic(logits_out, res.prompt_logits)
+            save_npy_atomic(logits_out, res.prompt_logits, inputs=(path,))
         if as_json:
             obj = {
                 "model": path,

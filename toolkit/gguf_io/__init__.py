@@ -5,4 +5,4 @@ from toolkit.gguf_io.constants import (  # noqa: F401
 )
 from toolkit.gguf_io.header import GGUFHeader, KV  # noqa: F401
 from toolkit.gguf_io.reader import GGUFFile, TensorInfo  # noqa: F401
-from toolkit.gguf_io.writer import GGUFStreamWriter, atomic_output, tensor_nbytes  # noqa: F401
+from toolkit.gguf_io.writer import GGUFStreamWriter, atomic_output, check_output, tensor_nbytes  # noqa: F401

@@ -37,6 +37,25 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> None:
+    """The checks :func:`atomic_output` makes before any work, for commands that want them
+    before a long computation (``toolkit run --logits-out``).
+
+    Raises:
+        InputError: the output directory does not exist, ``path`` is a directory, or ``path``
+            is one of ``inputs`` (same file: links and relative spellings included).
+    """
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise InputError(f"{path}: output directory {d} does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory")
+    for src in inputs:
+        if src and _same_file(src, path):
+            raise InputError(f"{path}: output would overwrite the input {src}")
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> Iterator[str]:
     """Yield a temp path next to ``path``; rename it onto ``path`` only if the block succeeds.
@@ -49,14 +68,8 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
             ``path`` is one of ``inputs``.
     """
     path = os.fspath(path)
+    check_output(path, inputs)
     d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise InputError(f"{path}: output directory {d} does not exist")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory")
-    for src in inputs:
-        if _same_file(src, path):
-            raise InputError(f"{path}: output would overwrite the input {src}")
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
     except OSError as e:   # EACCES, EROFS, ...: the output location is unusable, say which

@@ -296,7 +296,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
     bufs = _Buffers()
     fd = os.open(in_path, os.O_RDONLY)
     try:
-        with atomic_output(out_path, inputs=(in_path,)) as tmp:
+        with atomic_output(out_path, inputs=(in_path,) + ((imatrix,) if imatrix else ())) as tmp:
             w = GGUFStreamWriter(tmp, f.arch)
             out = _Writer(w)
             try:

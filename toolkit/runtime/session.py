@@ -27,12 +27,14 @@ VERSION = 1
 _HEAD = struct.Struct("<8sII")
 
 
-def save_session(ctx, path: str | os.PathLike[str], tokens: Sequence[int], seq_id: int = 0) -> int:
+def save_session(ctx, path: str | os.PathLike[str], tokens: Sequence[int], seq_id: int = 0,
+                 inputs: tuple[str, ...] = ()) -> int:
     """Write ``tokens`` (the ids sequence ``seq_id`` holds, in order) and its state to ``path``
     through atomic_output.  Returns the bytes written.
 
     Raises:
-        InputError: ``tokens`` does not match the sequence's length.
+        InputError: ``tokens`` does not match the sequence's length, or ``path`` is one of
+            ``inputs`` (the model file).
     """
     from toolkit.gguf_io import atomic_output
     n = ctx.memory.seq_pos_max(seq_id) + 1
@@ -40,7 +42,7 @@ def save_session(ctx, path: str | os.PathLike[str], tokens: Sequence[int], seq_i
         raise InputError(f"session {path}: sequence {seq_id} holds {n} tokens, {len(tokens)} given")
     body = _HEAD.pack(MAGIC, VERSION, len(tokens)) + struct.pack(f"<{len(tokens)}i", *[int(t) for t in tokens])
     data = body + struct.pack("<I", zlib.crc32(body)) + ctx.state_bytes(seq_id)
-    with atomic_output(os.fspath(path)) as tmp:
+    with atomic_output(os.fspath(path), inputs=inputs) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
     return len(data)

@@ -1,0 +1,73 @@
+"""Every output path is checked against every input, and usage errors name the flag.
+
+The tester's reports: `run --logits-out MODEL` and `quantize --imatrix IM IN IM` overwrote an
+input; non-regular outputs (FIFO, device) were replaced by a regular file; ...
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.cli.app import main
+
+FIX = pathlib.Path(__file__).parent / "fixtures"
+MODEL = FIX / "llamacpp" / "mamba-tiny.f32.gguf"
+QSRC = FIX / "llamacpp" / "bamba-small.f32.gguf"
+IMAT = FIX / "quant" / "bamba-small.imatrix.gguf"
+
+
+def cli(monkeypatch, capsys, *args, stdin: bytes | None = None) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8",
+                                                           errors="surrogateescape"))
+    try:
+        main()
+        rc = 0
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def _digest(p) -> str:
+    return hashlib.sha256(pathlib.Path(p).read_bytes()).hexdigest()
+
+
+def test_run_logits_out_onto_model_refused(monkeypatch, capsys, tmp_path):
+    victim = tmp_path / "victim.gguf"
+    shutil.copy(MODEL, victim)
+    before = _digest(victim)
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(victim), "hi", "-n", "0", "--logits-out", str(victim))
+    assert rc == 2 and "overwrite the input" in err, err
+    assert _digest(victim) == before
+    link = tmp_path / "link.gguf"
+    os.symlink(victim, link)
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(victim), "hi", "-n", "0", "--logits-out", str(link))
+    assert rc == 2 and _digest(victim) == before
+
+
+def test_run_session_onto_model_refused(monkeypatch, capsys, tmp_path):
+    victim = tmp_path / "victim.gguf"
+    shutil.copy(MODEL, victim)
+    before = _digest(victim)
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(victim), "hi", "-n", "0", "--session", str(victim))
+    assert rc == 2, err
+    assert _digest(victim) == before
+
+
+def test_quantize_out_onto_imatrix_refused(tmp_path):
+    im = tmp_path / "im.gguf"
+    shutil.copy(IMAT, im)
+    before = _digest(im)
+    p = subprocess.run([sys.executable, "-m", "toolkit", "quantize", str(QSRC), str(im), "Q4_K_M",
+                        "--imatrix", str(im)], capture_output=True, text=True)
+    assert p.returncode == 2 and "overwrite the input" in p.stderr, p.stderr
+    assert _digest(im) == before
