@@ -71,3 +71,39 @@ def test_quantize_out_onto_imatrix_refused(tmp_path):
                         "--imatrix", str(im)], capture_output=True, text=True)
     assert p.returncode == 2 and "overwrite the input" in p.stderr, p.stderr
     assert _digest(im) == before
+
+
+def test_atomic_output_refuses_non_regular(tmp_path):
+    from toolkit.errors import InputError
+    from toolkit.gguf_io import atomic_output
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        with atomic_output(str(fifo)) as tmp:
+            pytest.fail("the block must not run")
+    assert pathlib.Path(fifo).is_fifo()
+    link = tmp_path / "null"
+    os.symlink("/dev/null", link)   # what a device node looks like through stat
+    with pytest.raises(InputError, match="not a regular file"):
+        with atomic_output(str(link)):
+            pass
+    assert os.path.islink(link)
+
+
+def test_quantize_to_fifo_refused(tmp_path):
+    fifo = tmp_path / "out.gguf"
+    os.mkfifo(fifo)
+    p = subprocess.run([sys.executable, "-m", "toolkit", "quantize", str(QSRC), str(fifo), "Q4_K_M"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr
+    assert fifo.is_fifo()
+
+
+def test_run_logits_out_checked_before_generation(monkeypatch, capsys, tmp_path):
+    d = tmp_path / "dir.npy"
+    d.mkdir()
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "5", "--logits-out", str(d))
+    assert rc == 2 and "is a directory" in err and out == "", (out, err)
+    if os.path.isdir("/proc/self"):
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "5", "--logits-out", "/proc/x.npy")
+        assert rc == 2 and "/proc/x.npy" in err and out == "", (out, err)

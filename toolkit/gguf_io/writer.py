@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from typing import Iterator
@@ -37,13 +38,15 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> None:
+def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = (), probe: bool = True) -> None:
     """The checks :func:`atomic_output` makes before any work, for commands that want them
-    before a long computation (``toolkit run --logits-out``).
+    before a long computation (``toolkit run --logits-out``).  ``probe``: also create and
+    remove a temp file next to ``path`` (an unwritable directory is reported now).
 
     Raises:
         InputError: the output directory does not exist, ``path`` is a directory, or ``path``
-            is one of ``inputs`` (same file: links and relative spellings included).
+            is one of ``inputs`` (same file: links and relative spellings included), or
+            ``path`` exists and is not a regular file (a FIFO, a device: "not a regular file").
     """
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
@@ -51,9 +54,23 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> 
         raise InputError(f"{path}: output directory {d} does not exist")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory")
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None   # absent (or a dangling link): a new file is created
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # the temp-then-rename would replace a FIFO or a device (/dev/null as root) by a file
+        raise InputError(f"{path}: not a regular file")
     for src in inputs:
         if src and _same_file(src, path):
             raise InputError(f"{path}: output would overwrite the input {src}")
+    if probe:   # create and remove a temp file: EACCES, EROFS, /proc... show up now, not at the end
+        try:
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+        except OSError as e:
+            raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
+        os.close(fd)
+        _unlink(tmp)
 
 
 @contextmanager
@@ -64,11 +81,11 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     left as it was.  ``ENOSPC``/``EDQUOT`` become ResourceError.
 
     Raises:
-        InputError: the output directory does not exist or does not accept a new file, or
-            ``path`` is one of ``inputs``.
+        InputError: the output directory does not exist or does not accept a new file,
+            ``path`` is one of ``inputs`` or exists and is not a regular file.
     """
     path = os.fspath(path)
-    check_output(path, inputs)
+    check_output(path, inputs, probe=False)
     d = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)

@@ -330,6 +330,9 @@ def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_ch
     """
     if kld_out and kld_base:
         raise InputError("--kld-out and --kld-base: give one or the other")
+    if kld_out:   # before the evaluation: never an input, a directory or a device
+        from toolkit.gguf_io import check_output
+        check_output(kld_out, inputs=(model_path, text_path))
     try:
         with open(text_path, "rb") as fh:
             raw = fh.read()
