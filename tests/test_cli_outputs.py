@@ -107,3 +107,23 @@ def test_run_logits_out_checked_before_generation(monkeypatch, capsys, tmp_path)
     if os.path.isdir("/proc/self"):
         rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "5", "--logits-out", "/proc/x.npy")
         assert rc == 2 and "/proc/x.npy" in err and out == "", (out, err)
+
+
+@pytest.mark.parametrize("how,data,byte", [
+    ("argv", "def \udcff\udcfe", 4),          # what Python makes of argv bytes ff fe
+    ("stdin", b"def \xff\xfe", 4),
+    ("stdin", "hello \u00e9".encode()[:-1], 6),   # ends in half a UTF-8 character
+])
+def test_non_utf8_prompt_is_a_clean_error(monkeypatch, capsys, how, data, byte):
+    if how == "argv":
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), data, "-n", "1")
+    else:
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "-", "-n", "1", stdin=data)
+    assert rc == 2, err
+    assert f"prompt is not valid UTF-8 (byte {byte})" in err and "internal error" not in err
+
+
+def test_non_utf8_prompt_subprocess(tmp_path):
+    p = subprocess.run([os.fsencode(sys.executable), b"-m", b"toolkit", b"run", b"-m", os.fsencode(str(MODEL)),
+                        b"def \xff\xfe", b"-n", b"1"], capture_output=True)
+    assert p.returncode == 2 and b"not valid UTF-8 (byte 4)" in p.stderr, p.stderr

@@ -64,6 +64,25 @@ def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) ->
             np.save(fh, arr)
 
 
+def decode_prompt(raw: bytes | str) -> str:
+    """The prompt as text: bytes (stdin) decoded as UTF-8, an argv string checked for the
+    undecodable bytes Python keeps as surrogates (os.fsencode gives the bytes back).
+
+    Raises:
+        InputError: "prompt is not valid UTF-8 (byte N)", N the 0-based offset of the first bad byte.
+    """
+    if isinstance(raw, str):
+        try:
+            raw.encode("utf-8")
+            return raw
+        except UnicodeEncodeError:
+            raw = raw.encode("utf-8", "surrogateescape")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"prompt is not valid UTF-8 (byte {e.start})") from None
+
+
 @app.command()
 def run(
     prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin."),
@@ -121,7 +140,10 @@ def run(
         if not os.path.isdir(d):
             raise InputError(f"--session {session}: directory {d} does not exist")
     if prompt == "-":
-        prompt = sys.stdin.read()
+        buf = getattr(sys.stdin, "buffer", None)
+        prompt = decode_prompt(buf.read()) if buf is not None else decode_prompt(sys.stdin.read())
+    elif prompt is not None:
+        prompt = decode_prompt(prompt)
     path = resolve_model(model)
     from toolkit.gguf_io import check_output
     if logits_out is not None:
