@@ -129,3 +129,22 @@ def test_memory_report_cli(monkeypatch, capsys, models):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--tokens", "1,2,3", "-n", "1",
                        "-v", "-c", "64")
     assert rc == 0 and "recurrent" in err and "checkpoints" in err and "kv" in err
+
+
+@pytest.mark.parametrize("damage", ["flip_state", "truncate"])
+def test_corrupt_state_blob_is_exit_2_and_file_untouched(monkeypatch, capsys, tmp_path, models, damage):
+    """README: a corrupt file is an error (exit 2); the file is left as it was, even when the
+    new prompt shares nothing with it."""
+    sess = tmp_path / "s.session"
+    run(monkeypatch, capsys, models["bamba-tiny"], P1, "--session", str(sess))
+    data = bytearray(sess.read_bytes())
+    if damage == "flip_state":
+        data[-40] ^= 0xFF                              # inside the state blob
+    else:
+        data = data[:-100]
+    sess.write_bytes(bytes(data))
+    for ids in (P2, [9, 9, 9]):                        # shared prefix, and none
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--json", "-n", "1",
+                           "--tokens", ",".join(map(str, ids)), "--session", str(sess))
+        assert rc == 2 and "session" in err and "Traceback" not in err, err
+        assert sess.read_bytes() == bytes(data)

@@ -89,27 +89,36 @@ def restore_session(ctx, path, prompt: Sequence[int], seq_id: int = 0) -> tuple[
     """Restore the session at ``path`` into ``seq_id`` (which is emptied first) and roll it back
     to the part ``prompt`` shares.  Returns (n_reused, note): the first ``n_reused`` prompt
     tokens are in the memory; ``note`` says why nothing was reused ("" when something was).
-    A missing file reuses nothing; a file of another model or a corrupt one reuses nothing
-    and the note names the reason (the memory of ``seq_id`` is then empty).
+    A missing file reuses nothing; a session of another model, or one too large for this
+    context, reuses nothing and the note names the reason (the memory of ``seq_id`` is then
+    empty).  The whole file is checked even when the prompt shares nothing with it.
 
     Raises:
-        InputError: the file exists but is not a readable session file.
+        InputError: the file exists but is not a readable session file, or it is truncated
+            or corrupt (token list or state blob): the caller must not overwrite it.
     """
     ctx.memory.seq_rm(seq_id, 0, -1)
     if not os.path.exists(os.fspath(path)):
         return 0, "no session file yet"
     tokens, blob = read_session(path)
+    try:
+        ctx.load_state(blob, seq_id=seq_id)   # checks the whole blob before it changes anything
+    except ResourceError as e:
+        return 0, f"state not restored: {e}"
+    except NativeError as e:
+        if "written for another model" in str(e):   # state.c checks the fingerprint after the checksum
+            return 0, "the session was written for another model"
+        raise InputError(f"session {os.fspath(path)}: {e}") from None
+    held = ctx.memory.seq_pos_max(seq_id) + 1
+    if held != len(tokens):
+        ctx.memory.seq_rm(seq_id, 0, -1)
+        raise InputError(f"session {os.fspath(path)}: the state holds {held} tokens, "
+                         f"the token list {len(tokens)} (corrupt)")
     k = common_prefix(tokens, prompt)
     target = min(k, len(prompt) - 1)
     if target <= 0:
-        return 0, "the prompt shares no prefix with the session"
-    try:
-        ctx.load_state(blob, seq_id=seq_id)
-    except (NativeError, ResourceError) as e:
-        return 0, f"state not restored: {e}"
-    if ctx.memory.seq_pos_max(seq_id) + 1 != len(tokens):
         ctx.memory.seq_rm(seq_id, 0, -1)
-        return 0, "state and token list disagree"
+        return 0, "the prompt shares no prefix with the session"
     r = ctx.memory.rollback(seq_id, target)
     if r is None or r <= 0:
         ctx.memory.seq_rm(seq_id, 0, -1)
