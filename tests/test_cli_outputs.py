@@ -127,3 +127,43 @@ def test_non_utf8_prompt_subprocess(tmp_path):
     p = subprocess.run([os.fsencode(sys.executable), b"-m", b"toolkit", b"run", b"-m", os.fsencode(str(MODEL)),
                         b"def \xff\xfe", b"-n", b"1"], capture_output=True)
     assert p.returncode == 2 and b"not valid UTF-8 (byte 4)" in p.stderr, p.stderr
+
+
+# ---- 6: errors name the flag, never a C source line -----------------------------------------
+
+@pytest.mark.parametrize("args,flag", [
+    (["run", "-m", str(MODEL), "hi", "-t", "100000"], "--threads"),
+    (["run", "-m", str(MODEL), "hi", "-c", "0"], "--ctx-size"),
+    (["run", "-m", str(MODEL), "hi", "-b", "100000"], "--ubatch"),
+    (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "0"], "--ctx"),
+])
+def test_flag_ranges_name_the_flag(monkeypatch, capsys, args, flag):
+    rc, out, err = cli(monkeypatch, capsys, *args)
+    assert rc == 2 and flag in err, err
+    assert ".c:" not in err
+
+
+def test_huge_ctx_has_no_c_location(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-c", "2147483647")
+    assert rc in (2, 4) and "n_ctx" in err and ".c:" not in err, err
+
+
+def test_native_error_has_no_c_location(monkeypatch):
+    from toolkit.errors import InputError
+    from toolkit.runtime import Context, Model
+    from toolkit.runtime._lib import check, lib
+    monkeypatch.delenv("TOOLKIT_DEBUG", raising=False)
+    with Model(str(MODEL)) as m:
+        with pytest.raises(Exception) as ei:
+            Context(m, n_ctx=16, n_seq_max=1, n_ubatch=0)
+        assert "n_ubatch" in str(ei.value) and ".c:" not in str(ei.value)
+        monkeypatch.setenv("TOOLKIT_DEBUG", "1")
+        with pytest.raises(Exception) as ei:
+            Context(m, n_ctx=16, n_seq_max=1, n_ubatch=0)
+        assert "context.c:" in str(ei.value)
+
+
+def test_toolkit_threads_env_range(monkeypatch, capsys):
+    monkeypatch.setenv("TOOLKIT_THREADS", "100000")
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "1")
+    assert rc == 2 and "TOOLKIT_THREADS" in err and ".c:" not in err, err

@@ -35,8 +35,10 @@ def perplexity(
 
     if kld_base and kld_out:
         raise InputError("--kld-base and --kld-out: give one or the other")
-    if threads is not None and threads < 1:
-        raise InputError(f"--threads {threads}: must be >= 1")
+    from toolkit.cli.limits import MAX_CTX, check_threads
+    check_threads("--threads", threads)
+    if ctx < 2:   # too large: the C library names the memory it would need (exit 4)
+        raise InputError(f"--ctx {ctx}: must be in [2, {MAX_CTX}]")
 
     err = Console(stderr=True)
     show = not as_json and sys.stderr.isatty()

@@ -115,12 +115,11 @@ def run(
         raise InputError("give either a PROMPT or --tokens, not both")
     if tokens is None and prompt is None:
         raise InputError("no prompt: give PROMPT (or '-' for stdin) or --tokens 1,2,3")
-    if ctx_size <= 0:
-        raise InputError(f"--ctx-size must be > 0, got {ctx_size}")
-    if ubatch <= 0:
-        raise InputError(f"--ubatch must be > 0, got {ubatch}")
-    if threads is not None and threads <= 0:
-        raise InputError(f"--threads must be > 0, got {threads}")
+    from toolkit.cli.limits import MAX_CTX, MAX_UBATCH, check_range, check_threads
+    if ctx_size <= 0:   # too large: the C library names the memory it would need (exit 4)
+        raise InputError(f"--ctx-size {ctx_size}: must be in [1, {MAX_CTX}]")
+    check_range("--ubatch", ubatch, 1, MAX_UBATCH)
+    check_threads("--threads", threads)
     if n_predict < -1:
         raise InputError(f"--n-predict must be >= -1, got {n_predict}")
     if seed < -1:

@@ -1,6 +1,9 @@
 """Load the cffi extension and turn C status codes into NativeError."""
 from __future__ import annotations
 
+import os
+import re
+
 from toolkit.errors import NativeError, ResourceError, UnsupportedError
 
 try:
@@ -14,8 +17,15 @@ _STATUS_EXC = {
 }
 
 
+_C_LOCATION = re.compile(r"^[\w./-]+\.[ch]:\d+: ")
+
+
 def last_error() -> str:
-    return ffi.string(lib.tk_last_error()).decode("utf-8", "replace")
+    """tk_last_error()'s message, without its ``file.c:NN: `` prefix unless TOOLKIT_DEBUG=1."""
+    msg = ffi.string(lib.tk_last_error()).decode("utf-8", "replace")
+    if os.environ.get("TOOLKIT_DEBUG") != "1":
+        msg = _C_LOCATION.sub("", msg)
+    return msg
 
 
 def check(status: int, what: str = "") -> None:

@@ -34,8 +34,8 @@ def default_threads() -> int:
             n = int(env)
         except ValueError:
             raise InputError(f"TOOLKIT_THREADS={env!r} is not an integer") from None
-        if n <= 0:
-            raise InputError(f"TOOLKIT_THREADS={env!r} must be positive")
+        if not 1 <= n <= 256:   # context.c's bound, like -t/--threads
+            raise InputError(f"TOOLKIT_THREADS={env!r}: must be in [1, 256]")
         return n
     try:
         return len(os.sched_getaffinity(0))
