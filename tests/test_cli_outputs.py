@@ -167,3 +167,30 @@ def test_toolkit_threads_env_range(monkeypatch, capsys):
     monkeypatch.setenv("TOOLKIT_THREADS", "100000")
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "1")
     assert rc == 2 and "TOOLKIT_THREADS" in err and ".c:" not in err, err
+
+
+# ---- 7: quantize numeric flags ------------------------------------------------------------
+
+def _quantize(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "toolkit", "quantize", *args], capture_output=True, text=True, env=e)
+
+
+@pytest.mark.parametrize("flag,value", [("--band-mb", "nan"), ("--band-mb", "inf"), ("--band-mb", "-1"),
+                                        ("-t", "-1"), ("-t", "100000")])
+def test_quantize_bad_numbers_exit_2_naming_the_flag(tmp_path, flag, value):
+    out = tmp_path / "o.gguf"
+    p = _quantize(str(QSRC), str(out), "Q8_0", flag, value)
+    name = "--band-mb" if flag == "--band-mb" else "--threads"
+    assert p.returncode == 2 and name in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not out.exists()
+
+
+def test_quantize_toolkit_threads(tmp_path):
+    p = _quantize(str(QSRC), str(tmp_path / "o.gguf"), "Q8_0", "--json", env={"TOOLKIT_THREADS": "1"})
+    assert p.returncode == 0, p.stderr
+    import json
+    assert json.loads(p.stdout)["threads"] == 1
+    p = _quantize(str(QSRC), str(tmp_path / "o.gguf"), "Q8_0", env={"TOOLKIT_THREADS": "100000"})
+    assert p.returncode == 2 and "TOOLKIT_THREADS" in p.stderr

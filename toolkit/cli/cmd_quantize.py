@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from typing import List, Optional
 
@@ -45,7 +46,7 @@ def quantize(
     pure: bool = typer.Option(False, "--pure", help="No mixture rules: every quantizable tensor gets the default type."),
     leave_output_tensor: bool = typer.Option(False, "--leave-output-tensor", help="Keep output.weight unquantized."),
     allow_requantize: bool = typer.Option(False, "--allow-requantize", help="Allow already-quantized input tensors."),
-    threads: int = typer.Option(0, "-t", "--threads", help="Threads (0 = all CPUs)."),
+    threads: int = typer.Option(0, "-t", "--threads", help="Threads (0 = TOOLKIT_THREADS or all CPUs)."),
     band_mb: float = typer.Option(256.0, "--band-mb", help="MiB of float32 rows staged per band."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-tensor plan and the resulting size; write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (plan and summary) on stdout."),
@@ -58,6 +59,10 @@ def quantize(
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
     file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
+    from toolkit.cli.limits import check_threads
+    check_threads("--threads", threads, zero_is_auto=True)
+    if not (math.isfinite(band_mb) and 0 < band_mb <= 2**20):
+        raise InputError(f"--band-mb {band_mb}: must be a number of MiB in (0, 1048576]")
     if not dry_run and os.path.abspath(input) == os.path.abspath(output):
         raise InputError(f"{output}: output would overwrite the input")
     opts = Options(

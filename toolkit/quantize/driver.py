@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import resource
 import time
@@ -277,11 +278,16 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
         ResourceError: disk full.
     """
     t0 = time.perf_counter()
-    if band_mb <= 0:
-        raise InputError(f"--band-mb must be positive, got {band_mb}")
+    if not (isinstance(band_mb, (int, float)) and math.isfinite(band_mb) and 0 < band_mb <= 2**20):
+        raise InputError(f"--band-mb {band_mb}: must be a number of MiB in (0, 1048576]")
+    if n_threads is not None and not 0 <= n_threads <= 256:   # context.c's bound, like run -t
+        raise InputError(f"--threads {n_threads}: must be in [1, 256] (0 = all CPUs)")
     if not dry_run and os.path.abspath(in_path) == os.path.abspath(out_path):
         raise InputError(f"{out_path}: output would overwrite the input")
-    n_threads = max(1, int(n_threads or len(os.sched_getaffinity(0)) or 1))
+    if not n_threads:
+        from toolkit.runtime.model import default_threads   # TOOLKIT_THREADS, else the CPUs
+        n_threads = default_threads()
+    n_threads = int(n_threads)
     f = GGUFHeader(in_path)
     im = load_imatrix(imatrix) if imatrix else None
     plan = make_plan(f, ftype_name, opts, allow_requantize, im)
