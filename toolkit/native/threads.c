@@ -27,6 +27,18 @@ struct tk_pool {
 
 typedef struct { tk_pool * pool; int index; } worker_arg;
 
+/* Bounded spin before sleeping (workers waiting for a job, the caller waiting for them):
+ * ~2000 pause instructions, tens of microseconds. Shared variables are read with atomics
+ * while spinning and written with atomics under the mutex, so the spin is only a hint. */
+#define TK_POOL_SPIN 2000
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 static void chunk(int64_t n, int T, int t, int64_t * i0, int64_t * i1) {
     *i0 = n * t / T;
     *i1 = n * (t + 1) / T;
@@ -39,6 +51,12 @@ static void * worker(void * p) {
     free(wa);
     uint64_t seen = 0;
     for (;;) {
+        /* spin a little first: a decode issues a job every few tens of microseconds, and a
+         * condition-variable wake-up costs about that much; then sleep */
+        for (int i = 0; i < TK_POOL_SPIN; i++) {
+            if (__atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE) != seen || __atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) break;
+            cpu_relax();
+        }
         pthread_mutex_lock(&pool->mu);
         while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->go, &pool->mu);
         if (pool->stop) { pthread_mutex_unlock(&pool->mu); return NULL; }
@@ -53,7 +71,7 @@ static void * worker(void * p) {
         if (i1 > i0) fn(arg, i0, i1, index);
 
         pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) pthread_cond_signal(&pool->done);
         pthread_mutex_unlock(&pool->mu);
     }
 }
@@ -90,7 +108,7 @@ void tk_pool_free(tk_pool * pool) {
     if (!pool) return;
     if (pool->tid) {
         pthread_mutex_lock(&pool->mu);
-        pool->stop = 1;
+        __atomic_store_n(&pool->stop, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&pool->go);
         pthread_mutex_unlock(&pool->mu);
         for (int i = 1; i < pool->n; i++) pthread_join(pool->tid[i - 1], NULL);
@@ -114,8 +132,8 @@ void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg) {
     pool->fn = fn;
     pool->arg = arg;
     pool->total = n;
-    pool->pending = pool->n - 1;
-    pool->generation++;
+    __atomic_store_n(&pool->pending, pool->n - 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_ACQ_REL);
     pthread_cond_broadcast(&pool->go);
     pthread_mutex_unlock(&pool->mu);
 
@@ -123,7 +141,8 @@ void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg) {
     chunk(n, pool->n, 0, &i0, &i1);
     if (i1 > i0) fn(arg, i0, i1, 0);
 
+    for (int i = 0; i < TK_POOL_SPIN && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE) > 0; i++) cpu_relax();
     pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->mu);
+    while (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
 }
