@@ -194,3 +194,27 @@ def test_quantize_toolkit_threads(tmp_path):
     assert json.loads(p.stdout)["threads"] == 1
     p = _quantize(str(QSRC), str(tmp_path / "o.gguf"), "Q8_0", env={"TOOLKIT_THREADS": "100000"})
     assert p.returncode == 2 and "TOOLKIT_THREADS" in p.stderr
+
+
+# ---- 8: Ctrl-C in quantize, info --memory flags ---------------------------------------------
+
+def test_quantize_ctrl_c_says_interrupted(monkeypatch, capsys, tmp_path):
+    import toolkit.quantize as q
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(q, "quantize_file", boom)
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(QSRC), str(tmp_path / "o.gguf"), "Q8_0")
+    assert rc == 130 and "interrupted" in err, err
+
+
+def test_info_memory_names_only_the_failing_flag(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-np", "0")
+    assert rc == 2 and "--parallel 0" in err and "--ctx-size" not in err and "--ubatch" not in err, err
+
+
+def test_info_memory_flags_without_memory(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "-c", "10")
+    assert rc == 2 and "--ctx-size" in err and "--memory" in err, err
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "10", "--json")
+    assert rc == 0 and '"n_ctx": 10' in out, err

@@ -59,6 +59,8 @@ def main() -> None:
     try:
         rc = app(standalone_mode=False)
         if isinstance(rc, int) and rc:
+            if rc == 130:   # Ctrl-C inside a command (typer returns click's Abort as 130) or Exit(130)
+                err_console.print("interrupted", highlight=False)
             sys.exit(rc)
     except ToolkitError as e:
         if debug:
@@ -76,7 +78,8 @@ def main() -> None:
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
             e.show()
             sys.exit(e.exit_code)
-        if type(e).__name__ == "Abort":
+        if type(e).__name__ == "Abort":   # click turns Ctrl-C inside a command into Abort
+            err_console.print("interrupted", highlight=False)
             sys.exit(130)
         if debug:
             raise

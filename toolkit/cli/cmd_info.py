@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -93,16 +93,22 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells)."),
-    parallel: int = typer.Option(1, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states)."),
-    checkpoints: int = typer.Option(4, "--checkpoints", help="With --memory: recurrent checkpoints per sequence (toolkit run's default)."),
-    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers)."),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells) [default: 4096]."),
+    parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) [default: 1]."),
+    checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence [default: 4, toolkit run's]."),
+    ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) [default: 512]."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
+    given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
+                            ("--ubatch", ubatch)) if v is not None]
     if memory:
-        _memory(model, as_json, ctx_size, parallel, checkpoints, ubatch)
+        _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
+                4 if checkpoints is None else checkpoints, 512 if ubatch is None else ubatch)
         return
+    if given:
+        from toolkit.errors import InputError
+        raise InputError(f"{', '.join(given)}: only used with --memory")
     d = describe(model)
     if as_json:
         typer.echo(json.dumps(d, indent=1, default=str))
@@ -160,9 +166,12 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
     from toolkit.runtime.memory import estimate, format_report
     from toolkit.runtime.model import default_threads
 
-    if n_ctx <= 0 or not 1 <= n_seq <= 64 or n_ckpt < 0 or n_ubatch <= 0:
-        raise InputError(f"--ctx-size {n_ctx} must be > 0, --parallel {n_seq} in [1, 64], "
-                         f"--checkpoints {n_ckpt} >= 0, --ubatch {n_ubatch} > 0")
+    bad = [msg for ok, msg in ((n_ctx > 0, f"--ctx-size {n_ctx}: must be > 0"),
+                               (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
+                               (n_ckpt >= 0, f"--checkpoints {n_ckpt}: must be >= 0"),
+                               (n_ubatch > 0, f"--ubatch {n_ubatch}: must be > 0")) if not ok]
+    if bad:   # only the failing flags
+        raise InputError("; ".join(bad))
     f = GGUFFile(path)
     hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
     r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads())

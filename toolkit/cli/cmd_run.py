@@ -221,7 +221,6 @@ def run(
                               + (f" ({note})" if note else ""), highlight=False, soft_wrap=True)
         err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
         if res.interrupted:
-            err_console.print("interrupted", highlight=False)
-            raise typer.Exit(130)
+            raise typer.Exit(130)   # main() prints "interrupted"
     finally:
         m.close()
