@@ -218,3 +218,38 @@ def test_info_memory_flags_without_memory(monkeypatch, capsys):
     assert rc == 2 and "--ctx-size" in err and "--memory" in err, err
     rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "10", "--json")
     assert rc == 0 and '"n_ctx": 10' in out, err
+
+
+# ---- 9: messages that say what is wrong -----------------------------------------------------
+
+@pytest.mark.parametrize("cmd", [["info", "{d}"], ["quantize", "{d}", "{out}", "Q8_0"], ["run", "-m", "{d}", "hi"]])
+def test_directory_input_says_is_a_directory(monkeypatch, capsys, tmp_path, cmd):
+    d = tmp_path / "adir"
+    d.mkdir()
+    args = [a.format(d=d, out=tmp_path / "o.gguf") for a in cmd]
+    rc, out, err = cli(monkeypatch, capsys, *args)
+    assert rc == 2 and "is a directory" in err, err
+
+
+def test_convert_nonexistent_dir(monkeypatch, capsys, tmp_path):
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(tmp_path / "nope"), str(tmp_path / "o.gguf"))
+    assert rc == 2 and "no such directory" in err, err
+    f = tmp_path / "file"
+    f.write_text("x")
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(f), str(tmp_path / "o.gguf"))
+    assert rc == 2 and "not a directory" in err, err
+
+
+def test_imatrix_text_file_is_exit_2(monkeypatch, capsys, tmp_path):
+    t = tmp_path / "text.gguf"
+    t.write_text("just some text\n")
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(QSRC), str(tmp_path / "o.gguf"), "Q8_0", "--imatrix", str(t))
+    assert rc == 2 and "legacy" not in err.split("not an imatrix file")[0], err
+    assert "not an imatrix file" in err
+
+
+def test_kld_base_text_file_clean_message(monkeypatch, capsys, tmp_path):
+    t = tmp_path / "text.gguf"
+    t.write_text("just some text\n" * 50)
+    rc, out, err = cli(monkeypatch, capsys, "perplexity", "-m", str(MODEL), str(t), "--ctx", "16", "--kld-base", str(t))
+    assert rc == 2 and "allow_pickle" not in err and "text.gguf" in err, err

@@ -127,7 +127,7 @@ def test_unknown_architecture_lists_supported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path)
     edit_config(d, architectures=["LlamaForCausalLM"])
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "LlamaForCausalLM", "supported:",
-                 "MambaForCausalLM", "JambaForCausalLM", "GraniteMoeHybridForCausalLM")
+                 "MambaForCausalLM", "JambaForCausalLM", "GraniteMoeHybridForCausalLM", code=3)
 
 
 def test_unknown_tensor_name(monkeypatch, capsys, tmp_path):

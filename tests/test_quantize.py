@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 
 import gguf
 import numpy as np
@@ -292,9 +293,14 @@ def test_imatrix_changes_weighted_types_only(tmp_path):
 
 def test_imatrix_bad_inputs(tmp_path):
     bad = tmp_path / "legacy.dat"
-    bad.write_bytes(b"\x01\x00\x00\x00" + b"\x00" * 64)
-    with pytest.raises(UnsupportedError):
+    # llama-imatrix's legacy layout: i32 n_entries, i32 name length, name, i32 ncall, i32 nval, f32[nval]
+    bad.write_bytes(struct.pack("<ii", 1, 19) + b"blk.0.ffn_up.weight" + struct.pack("<ii", 1, 4) + b"\x00" * 16)
+    with pytest.raises(UnsupportedError, match="legacy"):
         quantize_file(SRC, str(tmp_path / "o.gguf"), "Q4_K_M", imatrix=str(bad))
+    text = tmp_path / "text.gguf"    # neither format: bad input (exit 2), not "legacy"
+    text.write_text("hello, this is not an imatrix\n")
+    with pytest.raises(InputError, match="not an imatrix file"):
+        quantize_file(SRC, str(tmp_path / "o.gguf"), "Q4_K_M", imatrix=str(text))
     # an imatrix for another model: entry sizes do not match the tensors
     other = str(tmp_path / "other.imatrix.gguf")
     w = gguf.GGUFWriter(other, arch="imatrix")

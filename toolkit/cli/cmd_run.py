@@ -26,7 +26,8 @@ def resolve_model(model: Optional[str]) -> str:
     """-m when given, else the packaged default model; InputError when neither exists."""
     if model is not None:
         if not os.path.isfile(model):
-            raise InputError(f"{model}: no such model file (-m/--model)")
+            from toolkit.gguf_io.header import missing_file_message
+            raise InputError(f"{missing_file_message(model)} (-m/--model)")
         return model
     if DEFAULT_MODEL.is_file():
         return str(DEFAULT_MODEL)

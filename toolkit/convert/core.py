@@ -24,7 +24,7 @@ from toolkit.convert.hfdir import HFDir
 from toolkit.convert.plan import OutTensor, Plan, kv_str
 from toolkit.convert.st_reader import DTYPES, ShardReader
 from toolkit.convert.tokenizer import tokenizer_kv
-from toolkit.errors import InputError, ResourceError
+from toolkit.errors import InputError, ResourceError, UnsupportedError
 from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes, tensor_nbytes
 
 log = logging.getLogger(__name__)
@@ -40,14 +40,15 @@ def make_plan(hf_dir: str, outtype: str = "f32") -> Plan:
 
     Raises:
         InputError: anything wrong with the directory (names the file, key or tensor).
-        InputError: also an architecture not in the registry (lists the supported ones).
-        UnsupportedError: a known architecture with a feature this version does not handle.
+        UnsupportedError: an architecture not in the registry (lists the supported ones, exit
+            3 like every "valid input this version does not handle"), or a known architecture
+            with a feature this version does not handle.
     """
     hf = HFDir(hf_dir)
     fam_cls = REGISTRY.get(hf.arch_name)
     if fam_cls is None:
-        # bad input for convert (exit 2), as issue 2 asks; the message lists what is supported
-        raise InputError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
+        # a valid checkpoint of an architecture this version does not handle: exit 3
+        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
                                f"supported: {', '.join(supported())}")
     fam = fam_cls(hf, outtype)
     plan = fam.build()

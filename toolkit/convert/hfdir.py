@@ -168,7 +168,7 @@ class HFDir:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
-            raise InputError(f"{self.path}: not a directory")
+            raise InputError(f"{self.path}: " + ("not a directory" if os.path.exists(self.path) else "no such directory"))
         cfg_path = os.path.join(self.path, "config.json")
         if not os.path.isfile(cfg_path):
             raise InputError(f"{self.path}: no config.json (not a Hugging Face checkpoint directory)")

@@ -54,6 +54,16 @@ _MISSING = object()
 _PSEUDO = (("GGUF.version", VT.UINT32), ("GGUF.tensor_count", VT.UINT64), ("GGUF.kv_count", VT.UINT64))
 
 
+def missing_file_message(path: str) -> str:
+    """Why ``path`` cannot be opened as an input file: "PATH: is a directory", "PATH: not a
+    regular file" or "PATH: no such file"."""
+    if os.path.isdir(path):
+        return f"{path}: is a directory"
+    if os.path.exists(path):
+        return f"{path}: not a regular file"
+    return f"{path}: no such file"
+
+
 @dataclass
 class KV:
     """One key/value as stored: ``value`` is a Python scalar, ``bytes`` (STRING) or a list
@@ -194,7 +204,7 @@ class GGUFHeader:
     def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
-            raise InputError(f"{self.path}: no such file")
+            raise InputError(missing_file_message(self.path))
         size = os.path.getsize(self.path)
         if size < 24:
             raise InputError(f"{self.path}: not a GGUF file ({size} bytes, too short for a GGUF header)")

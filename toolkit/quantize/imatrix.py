@@ -40,18 +40,35 @@ def _read_f32(path: str, fd: int, t) -> np.ndarray:
     return out
 
 
+def _looks_like_legacy_dat(head: bytes) -> bool:
+    """llama-imatrix's legacy .dat starts with i32 n_entries, then per entry i32 name length
+    and the tensor name (llama.cpp tools/imatrix/imatrix.cpp, save_imatrix_legacy)."""
+    import struct
+    if len(head) < 8:
+        return False
+    n, ln = struct.unpack_from("<ii", head)
+    if not (0 < n < 1 << 20 and 0 < ln <= 512) or len(head) < 8 + ln:
+        return False
+    name = head[8:8 + ln]
+    return all(0x21 <= c < 0x7F for c in name)
+
+
 def load_imatrix(path: str) -> IMatrix:
     """Read an imatrix GGUF.
 
     Raises:
-        InputError: not GGUF, missing imatrix metadata, unpaired or non-F32 tensors.
+        InputError: missing, a directory, neither GGUF nor legacy .dat, missing imatrix
+            metadata, unpaired or non-F32 tensors.
         UnsupportedError: a legacy .dat imatrix (not GGUF).
     """
     if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
+        from toolkit.gguf_io.header import missing_file_message
+        raise InputError(f"{missing_file_message(path)} (--imatrix)")
     with open(path, "rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
+        head = fh.read(4096)
+    if head[:4] != b"GGUF":
+        if not _looks_like_legacy_dat(head):
+            raise InputError(f"{path}: not an imatrix file (neither GGUF nor llama.cpp's legacy .dat)")
         raise UnsupportedError(f"{path}: not a GGUF imatrix (the legacy .dat format is not supported; "
                                f"convert it with llama-imatrix --output-format gguf)")
     h = GGUFHeader(path)

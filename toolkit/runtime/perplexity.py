@@ -206,8 +206,8 @@ class LogitsFileSource:
             self.tokens = z["tokens"]
             self.n_ctx = int(z["n_ctx"])
             self.logprobs = z["logprobs"]
-        except (OSError, ValueError, KeyError) as e:
-            raise InputError(f"{path}: not a logits file written by --kld-out ({e})") from None
+        except (OSError, ValueError, KeyError, EOFError):   # numpy's text would suggest allow_pickle
+            raise InputError(f"{path}: neither a GGUF model nor a .npz logits file written by --kld-out") from None
         if fmt != LOGITS_FILE_FORMAT:
             raise InputError(f"{path}: format {fmt!r}, expected {LOGITS_FILE_FORMAT!r}")
         self.path = path
