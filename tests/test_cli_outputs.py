@@ -253,3 +253,30 @@ def test_kld_base_text_file_clean_message(monkeypatch, capsys, tmp_path):
     t.write_text("just some text\n" * 50)
     rc, out, err = cli(monkeypatch, capsys, "perplexity", "-m", str(MODEL), str(t), "--ctx", "16", "--kld-base", str(t))
     assert rc == 2 and "allow_pickle" not in err and "text.gguf" in err, err
+
+
+# ---- 10: small ones ----------------------------------------------------------------------
+
+def test_small_flag_checks(monkeypatch, capsys, tmp_path):
+    rc, out, err = cli(monkeypatch, capsys, "perplexity", "-m", str(MODEL), str(MODEL), "--chunks", "-1")
+    assert rc == 2 and "--chunks" in err, err
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "--top-k", "-3")
+    assert rc == 2 and "--top-k" in err, err
+
+
+def test_convert_outtype_any_case(monkeypatch, capsys, tmp_path):
+    hf = FIX / "hf" / "mamba2-tiny"
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(hf), str(tmp_path / "o.gguf"), "--outtype", "F16", "--dry-run")
+    assert rc == 0, err
+
+
+def test_version(monkeypatch, capsys):
+    from toolkit import __version__
+    rc, out, err = cli(monkeypatch, capsys, "--version")
+    assert rc == 0 and out.strip() == f"toolkit {__version__}", (out, err)
+
+
+def test_context_full_note(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-c", "8", "-n", "50", "--temp", "0")
+    assert rc == 0, err
+    assert "context is full" in err and "--ctx-size 8" in err, err

@@ -26,8 +26,16 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from toolkit import __version__
+        typer.echo(f"toolkit {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print toolkit's version and exit.")) -> None:
     """Hybrid recurrent/attention models: convert, quantize, run."""
 
 # Subcommand modules register themselves on `app` when imported.  A module listed here

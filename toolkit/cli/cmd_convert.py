@@ -44,6 +44,7 @@ def convert(
     from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
     from toolkit.errors import InputError
 
+    outtype = outtype.lower()   # F16 = f16, as quantize accepts any case
     if outtype not in OUTTYPES:
         raise InputError(f"--outtype {outtype!r}: must be one of {', '.join(OUTTYPES)}")
     plan = make_plan(hf_dir, outtype)

@@ -37,6 +37,8 @@ def perplexity(
         raise InputError("--kld-base and --kld-out: give one or the other")
     from toolkit.cli.limits import MAX_CTX, check_threads
     check_threads("--threads", threads)
+    if chunks < 0:
+        raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 2:   # too large: the C library names the memory it would need (exit 4)
         raise InputError(f"--ctx {ctx}: must be in [2, {MAX_CTX}]")
 

@@ -27,7 +27,10 @@ def resolve_model(model: Optional[str]) -> str:
     if model is not None:
         if not os.path.isfile(model):
             from toolkit.gguf_io.header import missing_file_message
-            raise InputError(f"{missing_file_message(model)} (-m/--model)")
+            msg = missing_file_message(model)
+            if msg.endswith("no such file"):
+                msg = f"{model}: no such model file"
+            raise InputError(f"{msg} (-m/--model)")
         return model
     if DEFAULT_MODEL.is_file():
         return str(DEFAULT_MODEL)
@@ -220,6 +223,9 @@ def run(
         if session is not None:
             err_console.print(f"session: reused {n_reused} of {len(prompt_ids)} prompt tokens"
                               + (f" ({note})" if note else ""), highlight=False, soft_wrap=True)
+        if res.stop_reason == "ctx_full":
+            err_console.print(f"note: the context is full (--ctx-size {ctx_size}): generation stopped after "
+                              f"{len(res.tokens)} tokens", highlight=False, soft_wrap=True)
         err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
         if res.interrupted:
             raise typer.Exit(130)   # main() prints "interrupted"

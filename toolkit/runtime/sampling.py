@@ -41,6 +41,8 @@ class SamplerParams:
         """Raises InputError naming the flag when a value is out of range."""
         if not np.isfinite(self.temp):
             raise InputError(f"--temp must be a finite number, got {self.temp}")
+        if self.top_k < 0:
+            raise InputError(f"--top-k must be >= 0 (0: off), got {self.top_k}")
         if not 0.0 <= self.top_p <= 1.0:
             raise InputError(f"--top-p must be in [0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
