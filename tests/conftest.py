@@ -5,6 +5,12 @@ import pytest
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
+# Child processes (`python -m toolkit ...`) started from the repository root would put the
+# source tree first on sys.path, and the source tree has no compiled `toolkit._native` after a
+# normal (non-editable) install.  PYTHONSAFEPATH (Python >= 3.11) keeps the cwd off sys.path,
+# so every child imports the installed package, as a user's shell would.
+os.environ.setdefault("PYTHONSAFEPATH", "1")
+
 
 @pytest.fixture
 def fixtures() -> pathlib.Path:
