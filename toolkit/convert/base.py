@@ -51,6 +51,19 @@ def pick_type(name: str, np_shape: tuple[int, ...], outtype: str) -> GGMLType:
     return t
 
 
+
+def refuse_ssm_biases(cfg, arch: str) -> None:
+    """Mamba-1/Mamba-2 configs: llama.cpp's layout has a conv bias and no in/out projection
+    biases, so ``use_conv_bias = false`` and ``use_bias = true`` are refused.
+
+    Raises:
+        UnsupportedError: naming config.json and the key.
+    """
+    if cfg.d.get("use_conv_bias") is False:
+        raise UnsupportedError(f"{cfg.path}: use_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
+    if cfg.d.get("use_bias"):
+        raise UnsupportedError(f"{cfg.path}: use_bias = true (in/out projection biases) is not supported by the {arch} GGUF layout")
+
 def head_perm(n_head: int, head_dim: int, n_rot: int) -> np.ndarray:
     """Row order that turns HF's half-split RoPE layout into llama.cpp's NORM (adjacent pairs).
 

@@ -20,7 +20,7 @@ lm_head.weight [V, D]                       output.weight (omitted when tied)
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family
+from toolkit.convert.base import Family, refuse_ssm_biases
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.gguf_io import ARCH_MAMBA, Keys
 
@@ -53,12 +53,7 @@ class MambaFamily(Family):
         # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
         self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
-        if c.d.get("use_conv_bias") is False:
-            from toolkit.errors import UnsupportedError
-            raise UnsupportedError(f"{c.path}: use_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
-        if c.d.get("use_bias"):
-            from toolkit.errors import UnsupportedError
-            raise UnsupportedError(f"{c.path}: use_bias = true (in/out projection biases) is not supported by the mamba GGUF layout")
+        refuse_ssm_biases(c, "mamba")
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab

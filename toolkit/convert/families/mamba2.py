@@ -19,7 +19,7 @@ lm_head.weight [V, D]                           output.weight (omitted when tied
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family
+from toolkit.convert.base import Family, refuse_ssm_biases
 from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
@@ -55,12 +55,7 @@ class Mamba2Family(Family):
             raise InputError(f"{c.path}: num_heads {self.n_head} x head_dim {self.head_dim} != expand x hidden_size = {self.d_inner}")
         if self.n_head % self.n_group:
             raise InputError(f"{c.path}: n_groups {self.n_group} does not divide num_heads {self.n_head}")
-        if c.d.get("use_conv_bias") is False:
-            from toolkit.errors import UnsupportedError
-            raise UnsupportedError(f"{c.path}: use_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
-        if c.d.get("use_bias"):
-            from toolkit.errors import UnsupportedError
-            raise UnsupportedError(f"{c.path}: use_bias = true (in/out projection biases) is not supported by the mamba2 GGUF layout")
+        refuse_ssm_biases(c, "mamba2")
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab
