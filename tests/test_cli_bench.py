@@ -4,26 +4,16 @@ from __future__ import annotations
 import json
 import pathlib
 import statistics
-import sys
 
 import pytest
 
-from toolkit.cli.app import main
+from cli_runner import cli
 
 pytestmark = pytest.mark.native
 
 MODEL = pathlib.Path(__file__).parent / "fixtures" / "llamacpp" / "bamba-tiny.f32.gguf"
 
 
-def cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def test_bench_json_schema(monkeypatch, capsys):

@@ -6,7 +6,6 @@ input; non-regular outputs (FIFO, device) were replaced by a regular file; ...
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pathlib
 import shutil
@@ -15,7 +14,7 @@ import sys
 
 import pytest
 
-from toolkit.cli.app import main
+from cli_runner import cli
 
 FIX = pathlib.Path(__file__).parent / "fixtures"
 MODEL = FIX / "llamacpp" / "mamba-tiny.f32.gguf"
@@ -23,18 +22,6 @@ QSRC = FIX / "llamacpp" / "bamba-small.f32.gguf"
 IMAT = FIX / "quant" / "bamba-small.imatrix.gguf"
 
 
-def cli(monkeypatch, capsys, *args, stdin: bytes | None = None) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8",
-                                                           errors="surrogateescape"))
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def _digest(p) -> str:

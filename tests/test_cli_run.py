@@ -2,7 +2,6 @@
 scripted fake context for the stopping rules."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import pathlib
@@ -14,12 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from toolkit.cli.app import main
 from toolkit.errors import InputError
 from toolkit.gguf_io import GGUFFile
 from toolkit.runtime.generate import generate
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.tokenizer import Tokenizer
+from cli_runner import cli
 
 MODEL = pathlib.Path(__file__).parent / "fixtures" / "llamacpp" / "mamba-tiny.f32.gguf"
 PROMPT = "Hello world, the cat"
@@ -30,18 +29,6 @@ def tok() -> Tokenizer:
     return Tokenizer.from_gguf(GGUFFile(MODEL))
 
 
-def cli(monkeypatch, capsys, *args, stdin: str | None = None) -> tuple[int, str, str]:
-    """Run `toolkit ARGS` in-process through the real entry point (error table included)."""
-    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def run_json(monkeypatch, capsys, *args) -> dict:

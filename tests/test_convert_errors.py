@@ -15,20 +15,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from toolkit.cli import main
+from cli_runner import cli as run_cli
 
 HF = pathlib.Path(__file__).parent / "fixtures" / "hf"
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def copy(tmp_path, name="mamba-tiny") -> pathlib.Path:

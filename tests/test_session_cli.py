@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import pytest
 
-from toolkit.cli.app import main
+from cli_runner import cli
 
 pytestmark = pytest.mark.native
 
@@ -32,15 +31,6 @@ def models(tmp_path_factory):
     return out
 
 
-def cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["toolkit", *args])
-    try:
-        main()
-        rc = 0
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def run(monkeypatch, capsys, model, ids, *extra):
