@@ -34,3 +34,23 @@ def check(status: int, what: str = "") -> None:
         msg = last_error()
         exc = _STATUS_EXC.get(status, NativeError)
         raise exc(f"{what}: {msg}" if what else msg)
+
+
+class NativeHandle:
+    """Base of the Python objects that own a C handle: ``with`` support and a finaliser,
+    both calling the subclass's ``close()`` (which must be idempotent)."""
+
+    def close(self) -> None:  # pragma: no cover - always overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass

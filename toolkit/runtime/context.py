@@ -19,7 +19,7 @@ from toolkit.errors import InputError, NativeError, ResourceError
 import threading
 
 from toolkit.runtime import _lib
-from toolkit.runtime._lib import check, ffi, last_error, lib
+from toolkit.runtime._lib import NativeHandle, check, ffi, last_error, lib
 from toolkit.runtime.model import Model, _as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
@@ -126,7 +126,7 @@ def _check_int32(model: Model, **params: int) -> None:
         raise InputError(f"{name} = {v} is out of range")
 
 
-class Context:
+class Context(NativeHandle):
     """Decode state for up to ``n_seq_max`` sequences of one :class:`Model`.
 
     Args:
@@ -171,18 +171,6 @@ class Context:
         if self._ptr != ffi.NULL:
             lib.tk_context_free(self._ptr)
             self._ptr = ffi.NULL
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover
-            pass
 
     # ---- state files, memory report (state.c) -------------------------------------------
     def state_bytes(self, seq_id: int = -1) -> bytes:

@@ -16,7 +16,7 @@ import numpy as np
 from toolkit.arch import HParams
 from toolkit.errors import InputError, NativeError, ResourceError
 from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.runtime._lib import NativeHandle, check, ffi, lib
 
 _ARCH_ID = {
     ARCH_MAMBA: lib.TK_ARCH_MAMBA,
@@ -60,7 +60,7 @@ def _check_weights_fit(path: str, f: GGUFFile) -> None:
                             f"{ram / 2**30:.2f} GiB of RAM (use a smaller quantization)")
 
 
-class Model:
+class Model(NativeHandle):
     """A GGUF model of a supported architecture, ready for :class:`toolkit.runtime.Context`.
 
     Attributes:
@@ -132,18 +132,6 @@ class Model:
         if self._ptr != ffi.NULL:
             lib.tk_model_free(self._ptr)
             self._ptr = ffi.NULL
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         return f"Model({self.path!r}, arch={self.hparams.arch!r}, n_layer={self.hparams.n_layer})"
