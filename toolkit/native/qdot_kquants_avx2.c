@@ -1,0 +1,307 @@
+/* qdot_kquants_avx2.c: AVX2 row kernels for Q4_K, Q5_K and Q6_K weights x Q8_K activations
+ * (x86-64 only; contract: qdot.h, tk_qdot_rows_fn).
+ *
+ * Compiled with the package's portable flags; only the functions here carry
+ * __attribute__((target("avx2,fma,f16c"))), and qdot.c hands them out only when cpu.c found
+ * AVX2 + FMA + F16C and the OS's YMM support.
+ *
+ * Inputs of a row kernel: w = weight rows r0..r1-1 (row r at w + r * row_bytes, K/256
+ * super-blocks each), a = n_tok activation rows (row t at a + t * a_bytes, K/256 blk_q8_K
+ * each), y[t * ldy + r] = dot(weight row r, activation row t).
+ *
+ * Per output (weight row r, token t) every kernel does exactly this, whatever the tile:
+ *   acc = 0 (8 float lanes)
+ *   for each super-block i, in order:
+ *     isum = 8 int32 lanes of sum_l sc * q_l * q8_l (lane k collects a fixed set of the 256
+ *            products; integer, exact)
+ *     Q4_K, Q5_K:  msum = 8 int32 lanes, lane k = m_k * (bsums[2k] + bsums[2k+1])
+ *                  acc = fma(d8 * d, (float) isum, acc); acc = fnma(d8 * dmin, (float) msum, acc)
+ *     Q6_K:        isum -= 32 * sc * bsums (lane-wise, exact: the -32 offset of the quants)
+ *                  acc = fma(d8 * d, (float) isum, acc)
+ *   y = hsum(acc): ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
+ * The products d8 * d and d8 * dmin are one float multiply each.  The integer lanes are
+ * exact, so a tile of R rows x T tokens computes each output with the same float operations
+ * as a lone row and token: the result for a token does not depend on n_tok, r0, r1 or the
+ * tile it fell in.  Against the scalar reference (qdot_kquants.c, one float per
+ * super-block) the difference is float reordering of the per-super-block terms only.
+ *
+ * No int16 saturation: _mm256_maddubs_epi16 adds two products u * s with u <= 63 (Q6_K),
+ * |s| <= 127 (Q8_K quants are in [-127, 127]), so |pair| <= 16002 < 32767.
+ *
+ * Tiles: R weight rows x T tokens share the activation loads (across rows) and the
+ * unpacked weights and scales (across tokens).  Generation (n_tok == 1) runs R = 4 rows at
+ * a time; prompts run 2 rows x 4 tokens over row chunks of KQ_RCHUNK rows, so a chunk's
+ * weights stay in L1/L2 while the token groups stream past.
+ *
+ * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q{4,5,6}_K_q8_K
+ * (AVX2 branch: the same maddubs / madd scheme, scale shuffles and bsums corrections).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "qdot.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define KQ_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KQ_INLINE KQ_AVX2 static inline __attribute__((always_inline))
+
+#define KQ_RMAX 4          /* largest tile: rows */
+#define KQ_TMAX 4          /* largest tile: tokens */
+#define KQ_RCHUNK 16       /* prompt path: rows per chunk (a chunk's weights stay cached) */
+
+/* ---- helpers ----------------------------------------------------------------------- */
+
+/* fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+KQ_INLINE float kq_hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
+    return _mm_cvtss_f32(lo);
+}
+
+KQ_INLINE float kq_half(tk_half h) { return _cvtsh_ss(h); }
+
+/* int16 lane pairs picking 16-bit element i in every position (ggml get_scale_shuffle_k4) */
+static const uint8_t kq_shuf_k4[8][32] __attribute__((aligned(32))) = {
+#define KQ_S2(i) 2*(i), 2*(i)+1
+#define KQ_ROW(i) { KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), \
+                    KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i), KQ_S2(i) }
+    KQ_ROW(0), KQ_ROW(1), KQ_ROW(2), KQ_ROW(3), KQ_ROW(4), KQ_ROW(5), KQ_ROW(6), KQ_ROW(7),
+#undef KQ_ROW
+#undef KQ_S2
+};
+
+/* bytes: 8 x byte 2i then 8 x byte 2i+1 (ggml get_scale_shuffle): Q6_K's 16-value scales */
+static const uint8_t kq_shuf_q6[8][16] __attribute__((aligned(16))) = {
+#define KQ_ROW(i) { 2*(i), 2*(i), 2*(i), 2*(i), 2*(i), 2*(i), 2*(i), 2*(i), \
+                    2*(i)+1, 2*(i)+1, 2*(i)+1, 2*(i)+1, 2*(i)+1, 2*(i)+1, 2*(i)+1, 2*(i)+1 }
+    KQ_ROW(0), KQ_ROW(1), KQ_ROW(2), KQ_ROW(3), KQ_ROW(4), KQ_ROW(5), KQ_ROW(6), KQ_ROW(7),
+#undef KQ_ROW
+};
+
+KQ_INLINE __m256i kq_load(const void * p) { return _mm256_loadu_si256((const __m256i *) p); }
+
+/* Q4_K / Q5_K 12-byte scales -> scl: the 8 6-bit scales as int16, in both 128-bit halves;
+ * mns: the 8 6-bit mins as int16, each twice (m0 m0 m1 m1 ... m7 m7), to madd with bsums.
+ * (ggml's utmp / kmask unpacking) */
+KQ_INLINE void kq_scales_k4(const uint8_t * s12, __m256i * scl, __m256i * mns) {
+    uint32_t u[4];
+    memcpy(u, s12, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t uaux = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = uaux;
+    u[0] &= 0x3f3f3f3fu;
+    const __m128i sm = _mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]);  /* s0..s7 m0..m7 */
+    *scl = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    *mns = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+}
+
+/* every byte: 16 if bit b (0..7, a constant after inlining) of hbits' byte is set, else 0 */
+KQ_INLINE __m256i kq_bit16(__m256i hbits, int b) {
+    const __m256i m = _mm256_set1_epi8(0x10);
+    if (b < 4) return _mm256_and_si256(_mm256_slli_epi16(hbits, 4 - b), m);
+    if (b == 4) return _mm256_and_si256(hbits, m);
+    return _mm256_and_si256(_mm256_srli_epi16(hbits, b - 4), m);
+}
+
+/* ---- Q4_K / Q5_K tile: R rows x T tokens (constants after inlining) -------------------
+ * Element layout of a super-block: sub-block 2c (c < 4) = low nibbles of qs[32c .. 32c+32),
+ * sub-block 2c+1 = their high nibbles; Q5_K's 5th bit of sub-block j is bit j of qh[l]. */
+KQ_INLINE void kq_tile_q45(const int five, const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+                           const int R, const int T, float * y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[KQ_RMAX][KQ_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    const size_t bw = five ? sizeof(blk_q5_K) : sizeof(blk_q4_K);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t * x[KQ_RMAX];
+        const blk_q8_K * q[KQ_TMAX];
+        __m256i scl[KQ_RMAX], mns[KQ_RMAX];
+        for (int r = 0; r < R; r++) {
+            x[r] = w + r * rb + i * bw;
+            kq_scales_k4(x[r] + 4, &scl[r], &mns[r]);   /* d, dmin, scales[12], ... */
+        }
+        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        __m256i isum[KQ_RMAX][KQ_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            for (int r = 0; r < R; r++) {
+                const uint8_t * qs = x[r] + (five ? offsetof(blk_q5_K, qs) : offsetof(blk_q4_K, qs));
+                const __m256i bits = kq_load(qs + 32 * c);
+                __m256i lo = _mm256_and_si256(bits, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                if (five) {
+                    const __m256i hb = kq_load(x[r] + offsetof(blk_q5_K, qh));
+                    lo = _mm256_or_si256(lo, kq_bit16(hb, 2 * c));
+                    hi = _mm256_or_si256(hi, kq_bit16(hb, 2 * c + 1));
+                }
+                const __m256i sl = _mm256_shuffle_epi8(scl[r], kq_load(kq_shuf_k4[2 * c]));
+                const __m256i sh = _mm256_shuffle_epi8(scl[r], kq_load(kq_shuf_k4[2 * c + 1]));
+                for (int t = 0; t < T; t++) {
+                    const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, kq_load(q[t]->qs + 64 * c)));
+                    const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, kq_load(q[t]->qs + 64 * c + 32)));
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(pl, ph));
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            tk_half hd, hm;
+            memcpy(&hd, x[r], 2);
+            memcpy(&hm, x[r] + 2, 2);
+            const float xd = kq_half(hd), xm = kq_half(hm);
+            for (int t = 0; t < T; t++) {
+                const __m256i msum = _mm256_madd_epi16(mns[r], kq_load(q[t]->bsums));
+                const float d = q[t]->d * xd, dm = q[t]->d * xm;
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(msum), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+}
+
+/* ---- Q6_K tile ------------------------------------------------------------------------
+ * Element 128h + 32k + l (h < 2, k < 4, l < 32): low nibble of ql[64h + 32(k&1) + l]
+ * (k >= 2: high nibble), bits 2k..2k+1 of qh[32h + l]; value 0..63, minus 32; the 16
+ * signed scales cover 16 values each. */
+KQ_INLINE void kq_tile_q6(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+                          const int R, const int T, float * y, int64_t ldy) {
+    const __m256i m15 = _mm256_set1_epi8(0x0F);
+    const __m256i m3 = _mm256_set1_epi8(0x03), m12 = _mm256_set1_epi8(0x0C);
+    const __m256i m48 = _mm256_set1_epi8(0x30), m192 = _mm256_set1_epi8((char) 0xC0);
+    __m256 acc[KQ_RMAX][KQ_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q6_K * x[KQ_RMAX];
+        const blk_q8_K * q[KQ_TMAX];
+        __m128i scb[KQ_RMAX];
+        for (int r = 0; r < R; r++) {
+            x[r] = (const blk_q6_K *) (const void *) (w + r * rb) + i;
+            scb[r] = _mm_loadu_si128((const __m128i *) (const void *) x[r]->scales);
+        }
+        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        __m256i isum[KQ_RMAX][KQ_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {            /* k = 2p, 2p+1 */
+                for (int r = 0; r < R; r++) {
+                    const __m256i b1 = kq_load(x[r]->ql + 64 * h);
+                    const __m256i b2 = kq_load(x[r]->ql + 64 * h + 32);
+                    const __m256i bh = kq_load(x[r]->qh + 32 * h);
+                    __m256i v0, v1;
+                    if (p == 0) {
+                        v0 = _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4));
+                        v1 = _mm256_or_si256(_mm256_and_si256(b2, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m12), 2));
+                    } else {
+                        v0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), _mm256_and_si256(bh, m48));
+                        v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15),
+                                             _mm256_srli_epi16(_mm256_and_si256(bh, m192), 2));
+                    }
+                    const int k = 4 * h + 2 * p;
+                    const __m256i s0 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scb[r], _mm_load_si128((const __m128i *) (const void *) kq_shuf_q6[k])));
+                    const __m256i s1 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scb[r], _mm_load_si128((const __m128i *) (const void *) kq_shuf_q6[k + 1])));
+                    for (int t = 0; t < T; t++) {
+                        const int8_t * q8 = q[t]->qs + 32 * k;
+                        const __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(v0, kq_load(q8)));
+                        const __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(v1, kq_load(q8 + 32)));
+                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(p0, p1));
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256i sc16 = _mm256_cvtepi8_epi16(scb[r]);
+            const float xd = kq_half(x[r]->d);
+            for (int t = 0; t < T; t++) {
+                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(kq_load(q[t]->bsums), sc16), 5);
+                const __m256i s = _mm256_sub_epi32(isum[r][t], corr);
+                const float d = q[t]->d * xd;
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+}
+
+/* ---- tile instances and the row driver ------------------------------------------------ */
+typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, float * y, int64_t ldy);
+
+#define KQ_INST(name, call, R, T)                                                                          \
+    KQ_AVX2 static void name##_##R##_##T(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, \
+                                         float * y, int64_t ldy) { call; }
+#define KQ_INST_ALL(name, body)                                                                            \
+    KQ_INST(name, body(1, 1), 1, 1) KQ_INST(name, body(1, 2), 1, 2) KQ_INST(name, body(1, 3), 1, 3) KQ_INST(name, body(1, 4), 1, 4) \
+    KQ_INST(name, body(2, 1), 2, 1) KQ_INST(name, body(2, 2), 2, 2) KQ_INST(name, body(2, 3), 2, 3) KQ_INST(name, body(2, 4), 2, 4) \
+    KQ_INST(name, body(3, 1), 3, 1) KQ_INST(name, body(3, 2), 3, 2) KQ_INST(name, body(3, 3), 3, 3) KQ_INST(name, body(3, 4), 3, 4) \
+    KQ_INST(name, body(4, 1), 4, 1) KQ_INST(name, body(4, 2), 4, 2) KQ_INST(name, body(4, 3), 4, 3) KQ_INST(name, body(4, 4), 4, 4) \
+    static const kq_tile_fn name##_tab[KQ_RMAX][KQ_TMAX] = {                                                \
+        { name##_1_1, name##_1_2, name##_1_3, name##_1_4 }, { name##_2_1, name##_2_2, name##_2_3, name##_2_4 }, \
+        { name##_3_1, name##_3_2, name##_3_3, name##_3_4 }, { name##_4_1, name##_4_2, name##_4_3, name##_4_4 } };
+
+#define KQ_Q4(R, T) kq_tile_q45(0, w, rb, a, ab, nb, R, T, y, ldy)
+#define KQ_Q5(R, T) kq_tile_q45(1, w, rb, a, ab, nb, R, T, y, ldy)
+#define KQ_Q6(R, T) kq_tile_q6(w, rb, a, ab, nb, R, T, y, ldy)
+KQ_INST_ALL(kq_q4k, KQ_Q4)
+KQ_INST_ALL(kq_q5k, KQ_Q5)
+KQ_INST_ALL(kq_q6k, KQ_Q6)
+
+/* Tile shapes: generation (n_tok == 1) runs rv rows at a time; prompts rt rows x tt tokens
+ * over chunks of KQ_RCHUNK rows.  Edges take the smaller tiles (same per-output ops). */
+static void kq_drive(const kq_tile_fn tab[KQ_RMAX][KQ_TMAX], int rv, int rt, int tt, const uint8_t * w, size_t row_bytes,
+                     int64_t K, const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0,
+                     int64_t r1) {
+    const int64_t nb = K / QK_K;
+    if (n_tok == 1) {
+        for (int64_t r = r0; r < r1; r += rv) {
+            const int rn = (int) (r1 - r < rv ? r1 - r : rv);
+            tab[rn - 1][0](w + r * row_bytes, row_bytes, a, a_bytes, nb, y + r, ldy);
+        }
+        return;
+    }
+    for (int64_t rc = r0; rc < r1; rc += KQ_RCHUNK) {
+        const int64_t rce = r1 - rc < KQ_RCHUNK ? r1 : rc + KQ_RCHUNK;
+        for (int64_t t = 0; t < n_tok; t += tt) {
+            const int tn = (int) (n_tok - t < tt ? n_tok - t : tt);
+            for (int64_t r = rc; r < rce; r += rt) {
+                const int rn = (int) (rce - r < rt ? rce - r : rt);
+                tab[rn - 1][tn - 1](w + r * row_bytes, row_bytes, a + t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+            }
+        }
+    }
+}
+
+static void kq_rows_q4_K(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                         int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_drive(kq_q4k_tab, 4, 2, 4, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);
+}
+static void kq_rows_q5_K(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                         int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_drive(kq_q5k_tab, 4, 2, 4, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);
+}
+static void kq_rows_q6_K(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                         int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+    kq_drive(kq_q6k_tab, 4, 2, 4, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);
+}
+
+tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype) {
+    switch (wtype) {
+        case TKQ_T_Q4_K: return kq_rows_q4_K;
+        case TKQ_T_Q5_K: return kq_rows_q5_K;
+        case TKQ_T_Q6_K: return kq_rows_q6_K;
+        default: return NULL;
+    }
+}
+
+#endif /* __x86_64__ */
