@@ -22,6 +22,7 @@ void tk_context_free(tk_context * c) {
     float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
                       c->att, c->g, c->u, c->f1, c->row, c->vec};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(c->act);
     free(c->ub.token);
     free(c->ub.pos);
     free(c->ub.seq);
@@ -138,7 +139,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
         {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
         {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
         {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
-        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n},
+        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
         *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
@@ -148,6 +149,14 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
             return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
         }
     }
+    const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
+    c->act = malloc(zmax(act_bytes, 1));
+    c->scratch_bytes += zmax(act_bytes, 1);
+    if (!c->act) {
+        tk_context_free(c);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
+    }
+    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, act_bytes};
     c->ub.token = malloc(U * sizeof(int32_t));
     c->ub.pos = malloc(U * sizeof(int32_t));
     c->ub.seq = malloc(U * sizeof(int32_t));

@@ -17,6 +17,99 @@
 #include "tk_internal.h"
 #include "tk_cpu.h"
 
+/* ==== per-token work, split over the pool's threads ==================================
+ * Each token's (or channel's) result is computed by the same loop whichever thread runs
+ * it, so results do not depend on the thread count.  Loops of fewer than PAR_MIN elements
+ * run on the calling thread (waking the workers costs more). */
+#define PAR_MIN 16384
+
+typedef struct {
+    const float * a;           /* input rows (or the gate z rows) */
+    const float * b;           /* weights / second operand */
+    float * y;                 /* output rows */
+    int64_t a_stride, y_stride, n;  /* row strides (floats), row width */
+    float f;                   /* eps or scale */
+    int32_t groups;
+} rows_job;
+
+static void par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job) {
+    if (n_rows * width < PAR_MIN) fn(job, 0, n_rows, 0);
+    else tk_pool_run(pool, n_rows, fn, job);
+}
+
+/* y[t] = rmsnorm(a[t]) * b */
+static void rms_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) tk_rms_norm(j->a + t * j->a_stride, j->b, j->f, j->n, j->y + t * j->y_stride);
+}
+
+static void rms_norm_rows(tk_context * ctx, const float * x, const float * w, float eps, int64_t n, int32_t U, float * y) {
+    rows_job j = {x, w, y, n, n, n, eps, 1};
+    par_rows(ctx->pool, U, n, rms_rows, &j);
+}
+
+/* y[t] += a[t] * f */
+static void add_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = t0 * j->n; i < t1 * j->n; i++) j->y[i] += j->a[i] * j->f;
+}
+
+/* y[t] = silu(y[t]) * a[t] (a NULL: silu(y[t])) */
+static void silu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        const float * a = j->a ? j->a + t * j->a_stride : NULL;
+        if (a) for (int64_t i = 0; i < j->n; i++) y[i] = tk_silu(y[i]) * a[i];
+        else for (int64_t i = 0; i < j->n; i++) y[i] = tk_silu(y[i]);
+    }
+}
+
+/* Mamba-2 gate: y[t] *= silu(z[t]); then RMSNorm over each of `groups` groups, weight b */
+static void gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const rows_job * j = arg;
+    (void) thread;
+    const int64_t gs = j->n / j->groups;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        const float * z = j->a + t * j->a_stride;
+        for (int64_t c = 0; c < j->n; c++) y[c] *= tk_silu(z[c]);
+        for (int32_t g = 0; g < j->groups; g++) tk_rms_norm(y + g * gs, j->b + g * gs, j->f, gs, y + g * gs);
+    }
+}
+
+/* causal conv over a channel range of one sequence's run, then SiLU (contract: tk_ssm_conv) */
+typedef struct {
+    const float * x;
+    int64_t x_stride;
+    int32_t n_tok, d_conv;
+    const float * w, * b;
+    float * state;
+    float * y;
+    int64_t y_stride;
+} conv_job;
+
+static void conv_silu_channels(void * arg, int64_t c0, int64_t c1, int thread) {
+    const conv_job * j = arg;
+    (void) thread;
+    const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
+    tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
+                j->state + c0 * ns, j->y + c0, j->y_stride);
+    for (int32_t t = 0; t < j->n_tok; t++) {
+        float * y = j->y + t * j->y_stride + c0;
+        for (int32_t c = 0; c < nc; c++) y[c] = tk_silu(y[c]);
+    }
+}
+
+static void conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                      const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride};
+    par_rows(ctx->pool, channels, n_tok, conv_silu_channels, &j);
+}
+
 /* ==== Mamba-1 mixer ================================================================== */
 /* in_proj -> (x, z); x = silu(conv(x) + b); (dt, B, C) = x_proj(x) [Jamba: RMSNorm each];
  * dt = softplus(dt_proj(dt) + dt_bias); selective scan; y = (C.s + D x) * silu(z); out_proj. */
@@ -27,15 +120,14 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
     tk_memory_rs * rs = ctx->rs;
     (void) D;
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rs->ub_cells[s];
-        tk_ssm_conv(ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                    rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * DI, DI);
+        conv_silu(ctx, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                  rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * DI, DI);
     }
-    for (int64_t i = 0; i < (int64_t) U * DI; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
 
-    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         float * xd = ctx->xdbl + (int64_t) t * XD;
         if (l->ssm_dt_norm || hp->dt_b_c_rms) {
@@ -45,7 +137,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
         }
         memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
     }
-    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         float * dt = ctx->dt + (int64_t) t * DI;
         for (int32_t c = 0; c < DI; c++) dt[c] = tk_softplus(l->ssm_dt_b ? dt[c] + l->ssm_dt_b[c] : dt[c]);
@@ -59,7 +151,7 @@ static tk_status mixer_mamba1(tk_context * ctx, const tk_layer * l, int il, cons
                                ctx->zx + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
         }
     }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row, ctx->row_n, ctx->pool);
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
 /* ==== Mamba-2 mixer ================================================================== */
@@ -74,13 +166,12 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_memory_rs * rs = ctx->rs;
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rs->ub_cells[s];
-        tk_ssm_conv(ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                    rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * CD, CD);
+        conv_silu(ctx, ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                  rs->conv[il] + (size_t) cell * rs->conv_n, ctx->xc + (int64_t) s * nst * CD, CD);
     }
-    for (int64_t i = 0; i < (int64_t) U * CD; i++) ctx->xc[i] = tk_silu(ctx->xc[i]);
 
     /* dt = softplus(dt + dt_bias), in place in zx's dt columns; then each sequence's run
      * through the scan (recurrence, or chunked SSD from tk_ssd_threshold() tokens; heads
@@ -95,30 +186,71 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
         tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a, l->ssm_d,
                           nst, H, P, N, G, ctx->y + t * DI, DI);
     }
-    const int32_t gs = DI / G;
-    for (int32_t t = 0; t < U; t++) {
-        float * y = ctx->y + (int64_t) t * DI;
-        const float * z = ctx->zx + (int64_t) t * W;
-        for (int32_t c = 0; c < DI; c++) y[c] *= tk_silu(z[c]);
-        for (int32_t g = 0; g < G; g++) tk_rms_norm(y + g * gs, l->ssm_norm + g * gs, hp->rms_eps, gs, y + g * gs);
-    }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, ctx->row, ctx->row_n, ctx->pool);
+    rows_job gj = {ctx->zx, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
+    par_rows(ctx->pool, U, DI, gated_norm_rows, &gj);
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
 /* ==== attention ====================================================================== */
+
+typedef struct {
+    tk_context * ctx;
+    const tk_ubatch * ub;
+    int il;
+    int32_t H, hd, kvd, grp;
+    float scale;
+} attn_job;
+
+/* pairs [p0, p1) of (token t = p / H, head h = p % H): softmax(q.k * scale) v over the
+ * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec */
+static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_job * j = arg;
+    tk_context * ctx = j->ctx;
+    const tk_memory_kv * kv = ctx->kv;
+    const int32_t H = j->H, hd = j->hd, kvd = j->kvd, nst = j->ub->n_seq_tokens;
+    float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
+    for (int64_t p = p0; p < p1; p++) {
+        const int32_t t = (int32_t) (p / H), h = (int32_t) (p % H);
+        const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / nst];
+        const int32_t pos = j->ub->pos[t];
+        const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
+        const int32_t kh = h / j->grp;
+        float mx = -FLT_MAX;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            const float * kc = kv->k[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            float d = 0.0f;
+            for (int32_t i = 0; i < hd; i++) d += qh[i] * kc[i];
+            score[c] = d * j->scale;
+            if (score[c] > mx) mx = score[c];
+        }
+        float * o = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
+        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+        double den = 0.0;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            const float pr = expf(score[c] - mx);
+            den += pr;
+            const float * vc = kv->v[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            for (int32_t i = 0; i < hd; i++) o[i] += pr * vc[i];
+        }
+        const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
+        for (int32_t i = 0; i < hd; i++) o[i] *= inv;
+    }
+}
 /* q, k, v projections; RoPE (NORM mode, first n_rot dims) when the model uses it; K/V
  * stored in the token's KV cell; softmax(q.k * scale) over the cells of the token's
  * sequence with pos <= the token's (causal), GQA head h reads kv head h / (H / Hkv). */
 static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
+    const int32_t U = ub->n_tokens;
     const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
     const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
     tk_memory_kv * kv = ctx->kv;
 
-    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, ctx->row, ctx->row_n, ctx->pool));
-    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, ctx->row, ctx->row_n, ctx->pool));
-    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, ctx->row, ctx->row_n, ctx->pool));
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         if (hp->use_rope && hp->n_rot > 0) {
             tk_rope_norm(ctx->q + (int64_t) t * H * hd, H, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
@@ -128,37 +260,10 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
         memcpy(kv->k[il] + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv->v[il] + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
     }
-    float * score = ctx->vec;  /* [n_cells] */
-    for (int32_t t = 0; t < U; t++) {
-        const uint64_t sbit = UINT64_C(1) << ub->seq[t / nst];
-        const int32_t pos = ub->pos[t];
-        for (int32_t h = 0; h < H; h++) {
-            const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
-            const int32_t kh = h / grp;
-            float mx = -FLT_MAX;
-            for (int32_t c = 0; c < kv->n_cells; c++) {
-                if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-                const float * kc = kv->k[il] + (size_t) c * kvd + (size_t) kh * hd;
-                float d = 0.0f;
-                for (int32_t i = 0; i < hd; i++) d += qh[i] * kc[i];
-                score[c] = d * scale;
-                if (score[c] > mx) mx = score[c];
-            }
-            float * o = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
-            for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
-            double den = 0.0;
-            for (int32_t c = 0; c < kv->n_cells; c++) {
-                if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-                const float p = expf(score[c] - mx);
-                den += p;
-                const float * vc = kv->v[il] + (size_t) c * kvd + (size_t) kh * hd;
-                for (int32_t i = 0; i < hd; i++) o[i] += p * vc[i];
-            }
-            const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
-            for (int32_t i = 0; i < hd; i++) o[i] *= inv;
-        }
-    }
-    return tk_matmul(&l->wo, 0, ctx->att, U, out, ctx->row, ctx->row_n, ctx->pool);
+    attn_job aj = {ctx, ub, il, H, hd, kvd, grp, scale};
+    /* (token, head) pairs over the threads; each thread scores into its own row of vec */
+    par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv->n_cells * hd / 4, attn_heads, &aj);
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
 
 /* ==== feed-forward =================================================================== */
@@ -167,10 +272,11 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
 static tk_status swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                         int64_t mat, const float * x, int32_t n, float * y) {
     const int64_t F = up->ne[1];
-    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, ctx->row, ctx->row_n, ctx->pool));
-    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, ctx->row, ctx->row_n, ctx->pool));
-    for (int64_t i = 0; i < (int64_t) n * F; i++) ctx->g[i] = tk_silu(ctx->g[i]) * ctx->u[i];
-    return tk_matmul(down, mat, ctx->g, n, y, ctx->row, ctx->row_n, ctx->pool);
+    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, &ctx->mm));
+    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
+    rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
+    par_rows(ctx->pool, n, F, silu_rows, &j);
+    return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
 }
 
 /* MoE: router logits r = W_inp x [E];
@@ -188,7 +294,7 @@ static tk_status ffn_moe(tk_context * ctx, const tk_layer * l, int32_t U, float 
     for (int32_t t = 0; t < U; t++) {
         const float * xt = ctx->cur + (int64_t) t * D;
         float * ot = out + (int64_t) t * D;
-        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, ctx->row, ctx->row_n, ctx->pool));
+        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, &ctx->mm));
         if (hp->moe_softmax_topk) {
             float mx = -FLT_MAX;
             for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
@@ -228,6 +334,12 @@ static tk_status ffn_moe(tk_context * ctx, const tk_layer * l, int32_t U, float 
 
 /* ==== the whole ubatch =============================================================== */
 
+/* x += out * residual_scale */
+static void residual_add(tk_context * ctx, int32_t D, int32_t U) {
+    rows_job j = {ctx->out, NULL, ctx->x, D, D, D, ctx->model->hp.residual_scale, 1};
+    par_rows(ctx->pool, U, D, add_rows, &j);
+}
+
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
@@ -243,27 +355,25 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
-        for (int32_t t = 0; t < U; t++)
-            tk_rms_norm(ctx->x + (int64_t) t * D, l->attn_norm, hp->rms_eps, D, ctx->cur + (int64_t) t * D);
+        rms_norm_rows(ctx, ctx->x, l->attn_norm, hp->rms_eps, D, U, ctx->cur);
         switch (l->kind) {
             case TK_LAYER_MAMBA1: TK_CHECK(mixer_mamba1(ctx, l, il, ub, ctx->out)); break;
             case TK_LAYER_MAMBA2: TK_CHECK(mixer_mamba2(ctx, l, il, ub, ctx->out)); break;
             default: TK_CHECK(mixer_attention(ctx, l, il, ub, ctx->out)); break;
         }
-        for (int64_t i = 0; i < (int64_t) U * D; i++) ctx->x[i] += ctx->out[i] * hp->residual_scale;
+        residual_add(ctx, D, U);
         if (l->ffn_kind == TK_FFN_NONE) continue;
-        for (int32_t t = 0; t < U; t++)
-            tk_rms_norm(ctx->x + (int64_t) t * D, l->ffn_norm, hp->rms_eps, D, ctx->cur + (int64_t) t * D);
+        rms_norm_rows(ctx, ctx->x, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);
         if (l->ffn_kind == TK_FFN_DENSE) TK_CHECK(swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->out));
         else TK_CHECK(ffn_moe(ctx, l, U, ctx->out));
-        for (int64_t i = 0; i < (int64_t) U * D; i++) ctx->x[i] += ctx->out[i] * hp->residual_scale;
+        residual_add(ctx, D, U);
     }
     /* logits only for the tokens that asked for them */
     for (int32_t t = 0; t < U; t++) {
         if (ub->out_row[t] < 0) continue;
         float * lo = logits_out + (int64_t) ub->out_row[t] * hp->n_vocab;
         tk_rms_norm(ctx->x + (int64_t) t * D, m->output_norm, hp->rms_eps, D, ctx->cur);
-        TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, ctx->row, ctx->row_n, ctx->pool));
+        TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
     }

@@ -11,6 +11,7 @@
 
 #include "tk_internal.h"
 #include "tk_cpu.h"
+#include "qdot.h"
 
 /* ==== type conversion ================================================================ */
 
@@ -92,9 +93,12 @@ static void row_to_f32(int type, const uint8_t * p, float * dst, int64_t n) {
 /* ==== matmul ========================================================================= */
 /* Contract:
  *   w: ggml [K, M(, E)] (K = ne0 per row), slice `mat` of ne[2]
- *   x: [n_tok, K] float32, y: [n_tok, M] float32, scratch: K floats
+ *   x: [n_tok, K] float32, y: [n_tok, M] float32
  *   y[t][r] = sum_k W[r][k] * x[t][k]
- * Loop order: row outer (a weight row is read once per call), token inner. */
+ * F32/F16/BF16 weights: float32 products (rows expanded once per call into the thread's
+ * `row` scratch, or dotted in place).  Quantized weights: x quantized per block first
+ * (qdot.h), integer block products.  Loop order: row outer (a weight row is read once per
+ * call), token inner. */
 typedef struct {
     const tk_weight * w;
     const uint8_t * base;      /* first row of the selected matrix */
@@ -104,15 +108,22 @@ typedef struct {
     float * scratch;
     size_t scratch_stride;
     int level;                 /* tk_cpu_level() when the call started */
+    tk_qdot_rows_fn qrows;     /* integer path: the row kernel, act its activations */
+    const uint8_t * act;
+    size_t act_row;
 } matmul_job;
 
-/* F32 rows are dotted in place; every other type is first expanded to a float32 row in
- * the thread's scratch (once for all tokens), then dotted: one kernel path whatever the
+/* F32 rows are dotted in place; every other float type is first expanded to a float32 row
+ * in the thread's scratch (once for all tokens), then dotted: one kernel path whatever the
  * number of tokens, so splitting a batch never changes a result. */
 static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const matmul_job * j = arg;
     const tk_weight * w = j->w;
     const int64_t K = w->ne[0], M = w->ne[1];
+    if (j->qrows) {
+        j->qrows(j->base, w->row_bytes, K, j->act, j->act_row, j->n_tok, j->y, M, r0, r1);
+        return;
+    }
     float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
 #ifdef TK_HAVE_X86
     if (j->level >= TK_CPU_AVX2) {
@@ -131,15 +142,39 @@ static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     }
 }
 
-tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y,
-                    float * scratch, size_t scratch_stride, tk_pool * pool) {
+/* activation rows quantized in parallel over tokens */
+static void quantize_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const matmul_job * j = arg;
+    (void) thread;
+    const int64_t K = j->w->ne[0];
+    tk_qdot_quantize_acts(j->w->type, j->x + t0 * K, K, t1 - t0, (uint8_t *) j->act + (size_t) t0 * j->act_row, j->act_row, j->level);
+}
+
+size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
+    /* the widest activation row: Q8_K, 292 bytes per 256 values (Q8_1: 36 per 32) */
+    return (size_t) n_tok * (size_t) ((K + QK_K - 1) / QK_K) * sizeof(blk_q8_K);
+}
+
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk) {
     const int64_t K = w->ne[0], M = w->ne[1];
     if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
-    if (scratch_stride < (size_t) K) return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", scratch_stride, (long long) K);
-    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, scratch, scratch_stride, tk_cpu_level()};
+    tk_pool * pool = wk->pool;
+    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, tk_cpu_level(),
+                    NULL, NULL, 0};
     /* threads only pay off past ~64k multiply-adds */
-    if (K * M * n_tok < 65536) pool = NULL;
-    tk_pool_run(pool, M, matmul_rows, &j);
+    const int small = K * M * n_tok < 65536;
+    if (tk_qdot_act_type(w->type) >= 0) {
+        j.act_row = tk_qdot_act_row_bytes(w->type, K);
+        if ((size_t) n_tok * j.act_row > wk->act_bytes)
+            return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j.act_row, wk->act_bytes);
+        j.act = wk->act;
+        j.qrows = tk_qdot_rows_kernel(w->type, j.level);
+        if (n_tok >= 8 && !small) tk_pool_run(pool, n_tok, quantize_rows, &j);
+        else quantize_rows(&j, 0, n_tok, 0);
+    } else if (wk->row_stride < (size_t) K) {
+        return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", wk->row_stride, (long long) K);
+    }
+    tk_pool_run(small ? NULL : pool, M, matmul_rows, &j);
     return TK_OK;
 }
 
@@ -150,10 +185,11 @@ tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float
     if (!tk_type_block(type, &blck, &bytes)) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: unknown ggml type %d", type);
     if (K % blck) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: K = %lld is not a multiple of the %s block", (long long) K, tk_type_name(type));
     tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes)};
-    float * scratch = malloc((size_t) K * sizeof(float));
-    if (!scratch) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    tk_status st = tk_matmul(&wt, 0, x, n_tok, y, scratch, (size_t) K, NULL);
-    free(scratch);
+    tk_mm_work wk = {NULL, malloc((size_t) K * sizeof(float)), (size_t) K, NULL, tk_mm_act_bytes(n_tok, K)};
+    wk.act = malloc(wk.act_bytes ? wk.act_bytes : 1);
+    tk_status st = wk.row && wk.act ? tk_matmul(&wt, 0, x, n_tok, y, &wk) : TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    free(wk.row);
+    free(wk.act);
     return st;
 }
 

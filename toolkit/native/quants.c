@@ -37,7 +37,7 @@
 #define FP16_TO_FP32(x) tkq_fp16_to_fp32(x)
 
 /* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl) */
-static const int8_t kvalues_iq4nl[16] = {
+const int8_t tk_kvalues_iq4nl[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
@@ -762,7 +762,7 @@ static void quantize_iq4_nl_w(const float * x, blk_iq4_nl * y, int64_t k, const 
     float scale;
     for (int64_t ib = 0; ib < k / QK32; ++ib) {
         const float * qw = quant_weights ? quant_weights + QK32*ib : NULL;
-        iq4_nl_impl(QK32, 32, x + QK32*ib, &y[ib].d, y[ib].qs, &unused_h, NULL, &scale, weight, L, kvalues_iq4nl, qw, 7);
+        iq4_nl_impl(QK32, 32, x + QK32*ib, &y[ib].d, y[ib].qs, &unused_h, NULL, &scale, weight, L, tk_kvalues_iq4nl, qw, 7);
     }
 }
 
@@ -773,7 +773,7 @@ static void quantize_iq4_xs_w(const float * x, blk_iq4_xs * y, int64_t k, const 
     for (int64_t ib = 0; ib < k / QK_K; ++ib) {
         const float * qw = quant_weights ? quant_weights + QK_K*ib : NULL;
         uint16_t sh;
-        iq4_nl_impl(QK_K, 32, x + QK_K*ib, &y[ib].d, y[ib].qs, &sh, y[ib].scales_l, scales, weight, L, kvalues_iq4nl, qw, 7);
+        iq4_nl_impl(QK_K, 32, x + QK_K*ib, &y[ib].d, y[ib].qs, &sh, y[ib].scales_l, scales, weight, L, tk_kvalues_iq4nl, qw, 7);
         y[ib].scales_h = sh;
     }
 }
@@ -1445,8 +1445,8 @@ static void dequant_iq4_nl(const blk_iq4_nl * x, float * y, int64_t k) {
     for (int64_t i = 0; i < k / QK32; i++) {
         const float d = FP16_TO_FP32(x[i].d);
         for (int j = 0; j < QK32/2; ++j) {
-            y[j] = d * kvalues_iq4nl[x[i].qs[j] & 0xf];
-            y[j + QK32/2] = d * kvalues_iq4nl[x[i].qs[j] >> 4];
+            y[j] = d * tk_kvalues_iq4nl[x[i].qs[j] & 0xf];
+            y[j + QK32/2] = d * tk_kvalues_iq4nl[x[i].qs[j] >> 4];
         }
         y += QK32;
     }
@@ -1461,8 +1461,8 @@ static void dequant_iq4_xs(const blk_iq4_xs * x, float * y, int64_t k) {
             const int ls = ((x[i].scales_l[ib/2] >> 4*(ib%2)) & 0xf) | (((scales_h >> 2*ib) & 3) << 4);
             const float dl = d * (ls - 32);
             for (int j = 0; j < 16; ++j) {
-                y[j +  0] = dl * kvalues_iq4nl[qs[j] & 0xf];
-                y[j + 16] = dl * kvalues_iq4nl[qs[j] >>  4];
+                y[j +  0] = dl * tk_kvalues_iq4nl[qs[j] & 0xf];
+                y[j + 16] = dl * tk_kvalues_iq4nl[qs[j] >>  4];
             }
             y += 32; qs += 16;
         }

@@ -82,6 +82,9 @@ _Static_assert(sizeof(blk_q2_K) == 84 && sizeof(blk_q3_K) == 110 && sizeof(blk_q
                sizeof(blk_q5_K) == 176 && sizeof(blk_q6_K) == 210, "k-quant block sizes");
 _Static_assert(sizeof(blk_iq4_nl) == 18 && sizeof(blk_iq4_xs) == 136, "iq4 block sizes");
 
+/* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl), defined in quants.c */
+extern const int8_t tk_kvalues_iq4nl[16];
+
 /* ---- fp16 / bf16 scalar conversions ------------------------------------------------
  * Bit-exact ports of ggml_compute_fp32_to_fp16 / fp16_to_fp32 / fp32_to_bf16
  * (ggml/src/ggml-impl.h): round to nearest even, NaN stays NaN (quiet).            */

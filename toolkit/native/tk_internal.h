@@ -100,11 +100,22 @@ int  tk_pool_size(const tk_pool * pool);        /* 1 for NULL */
 void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg);
 
 /* ---- ops.c (fp16/bf16, rms_norm, rope_norm, mat_mul are in toolkit.h) ------------- */
+/* What a mat-mul works in: the pool, per-thread float rows (F32/F16/BF16 weights) and a
+ * buffer for the quantized activations (integer path of the quantized types, qdot.h). */
+typedef struct {
+    tk_pool * pool;
+    float * row;               /* tk_pool_size(pool) * row_stride floats */
+    size_t row_stride;         /* >= ne0 of any weight */
+    uint8_t * act;             /* act_bytes bytes: n_tok rows of tk_qdot_act_row_bytes(type, ne0) */
+    size_t act_bytes;
+} tk_mm_work;
+/* Bytes of `act` that n_tok rows of width K need, whatever the weight type. */
+size_t tk_mm_act_bytes(int64_t n_tok, int64_t K);
 /* y[t][r] = sum_k W[r][k] x[t][k] for t < n_tok, r < w->ne[1]; x: [n_tok, ne0], y: [n_tok, ne1].
  * `mat` selects the ne[2] slice (experts). Rows are split over the pool's threads.
- * scratch: tk_pool_size(pool) * scratch_stride floats, scratch_stride >= ne0 (dequantized rows). */
-tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y,
-                    float * scratch, size_t scratch_stride, tk_pool * pool);
+ * Quantized weights (every type but F32/F16/BF16) take the integer path: x is first
+ * quantized per block to the type's activation type (qdot.h), as ggml does. */
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk);
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
@@ -222,8 +233,10 @@ struct tk_context {
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */
     float * row;               /* [n_threads, row_n] dequantized weight rows */
+    uint8_t * act;             /* [U] quantized activation rows (tk_mm_act_bytes(U, row_n)) */
     tk_pool * pool;            /* worker threads (params.n_threads) */
-    float * vec;               /* [vec_n] per-token work (scores over cells, router logits) */
+    tk_mm_work mm;             /* pool, row, act: what tk_matmul works in */
+    float * vec;               /* [n_threads, vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;

@@ -51,10 +51,12 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
     widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * y, U * y, U * q, U * kvw, U * kvw, U * q,
-                            U * max_ff, U * max_ff, D, row_n * n_threads, vec_n]
+                            U * max_ff, U * max_ff, D, row_n * n_threads, vec_n * n_threads]
+    # quantized activation rows of the integer mat-mul path: Q8_K, 292 bytes per 256 values
+    act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
-            "compute": int(sum(max(w, 1) * 4 for w in widths))}
+            "compute": int(sum(max(w, 1) * 4 for w in widths) + act)}
 
 
 def _fmt(n: int) -> str:

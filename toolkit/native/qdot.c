@@ -1,0 +1,298 @@
+/* qdot.c: activation quantizers, scalar integer dot products of the 32-value block types,
+ * and the choice of row kernel per weight type and level (contract in qdot.h).
+ *
+ * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/quants.c (build 0c1e570): quantize_row_q8_*_ref
+ * and ggml_vec_dot_{q4_0,q4_1,q5_0,q5_1,q8_0,iq4_nl}_*_generic.  The integer sums are
+ * ggml's; the float part of every dot product here is one running sum over the blocks in
+ * order: sumf += (d_w * d_a) * (float) sumi  [+ m_w * s_a for the types with a minimum].
+ */
+#include <math.h>
+#include <string.h>
+
+#include "qdot.h"
+#include "tk_cpu.h"
+
+/* TEMP (until qdot_kquants*.c land): weak, NULL when absent -> float path */
+#pragma weak tk_vec_dot_q2_K_q8_K
+#pragma weak tk_vec_dot_q3_K_q8_K
+#pragma weak tk_vec_dot_q4_K_q8_K
+#pragma weak tk_vec_dot_q5_K_q8_K
+#pragma weak tk_vec_dot_q6_K_q8_K
+#pragma weak tk_vec_dot_iq4_xs_q8_K
+#pragma weak tk_qdot_rows_kquants_avx2
+
+int tk_qdot_act_type(int wtype) {
+    if (!tk_vec_dot_q6_K_q8_K && tk_qdot_scalar_fn(wtype) == NULL) return -1;  /* TEMP */
+    switch (wtype) {
+        case TKQ_T_Q8_0: case TKQ_T_Q4_0: case TKQ_T_Q5_0: case TKQ_T_IQ4_NL: return TKQ_T_Q8_0;
+        case TKQ_T_Q4_1: case TKQ_T_Q5_1: return TKQ_T_Q8_1;
+        case TKQ_T_Q2_K: case TKQ_T_Q3_K: case TKQ_T_Q4_K: case TKQ_T_Q5_K: case TKQ_T_Q6_K:
+        case TKQ_T_IQ4_XS: return TKQ_T_Q8_K;
+        default: return -1;
+    }
+}
+
+size_t tk_qdot_act_row_bytes(int wtype, int64_t K) {
+    switch (tk_qdot_act_type(wtype)) {
+        case TKQ_T_Q8_0: return (size_t) (K / QK32) * sizeof(blk_q8_0);
+        case TKQ_T_Q8_1: return (size_t) (K / QK32) * sizeof(blk_q8_1);
+        case TKQ_T_Q8_K: return (size_t) (K / QK_K) * sizeof(blk_q8_K);
+        default: return 0;
+    }
+}
+
+/* ==== activation quantizers ========================================================== */
+
+/* round to nearest even for |f| < 2^22 (ggml's nearest_int): rintf without a libm call */
+static inline int nearest_int(float f) {
+    const float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* Q8_0: d = amax / 127, q = rint(x * 127 / amax) (the scale and rounding of ggml's AVX2
+ * quantize_row_q8_0; its _ref divides by d instead, which can differ by one ulp). */
+void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K) {
+    for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = tkq_fp32_to_fp16(d);
+        for (int j = 0; j < QK32; j++) y[b].qs[j] = (int8_t) nearest_int(x[j] * id);
+    }
+}
+
+/* Q8_1: Q8_0 plus s = d * sum(q) (ggml quantize_row_q8_1). */
+void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K) {
+    for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QK32; j++) {
+            y[b].qs[j] = (int8_t) nearest_int(x[j] * id);
+            sum += y[b].qs[j];
+        }
+        y[b].d = tkq_fp32_to_fp16(d);
+        y[b].s = tkq_fp32_to_fp16((float) sum * d);
+    }
+}
+
+/* Q8_K (ggml quantize_row_q8_K_ref): max = the value of largest magnitude, iscale =
+ * -127 / max, q = min(127, rint(iscale * x)), d = 1 / iscale, bsums over 16 values. */
+void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K) {
+    for (int64_t b = 0; b < K / QK_K; b++, x += QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < QK_K; j++) {
+            const float ax = fabsf(x[j]);
+            if (ax > amax) { amax = ax; max = x[j]; }
+        }
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof(blk_q8_K));
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) {
+            const int v = nearest_int(iscale * x[j]);
+            y[b].qs[j] = (int8_t) (v < 127 ? v : 127);
+        }
+        for (int j = 0; j < QK_K / 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].qs[j * 16 + i];
+            y[b].bsums[j] = (int16_t) sum;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+/* ==== scalar dot products, 32-value blocks =========================================== */
+
+float tk_vec_dot_q8_0_q8_0(int64_t K, const void * w, const void * a) {
+    const blk_q8_0 * x = w;
+    const blk_q8_0 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        int sumi = 0;
+        for (int j = 0; j < QK32; j++) sumi += x[b].qs[j] * y[b].qs[j];
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+    }
+    return sumf;
+}
+
+/* Q4_0: value = d * (nibble - 8); low nibbles are elements 0..15, high 16..31 */
+float tk_vec_dot_q4_0_q8_0(int64_t K, const void * w, const void * a) {
+    const blk_q4_0 * x = w;
+    const blk_q8_0 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        int sumi = 0;
+        for (int j = 0; j < QK32 / 2; j++)
+            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK32 / 2];
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+    }
+    return sumf;
+}
+
+/* Q5_0: value = d * ((nibble | fifth bit << 4) - 16), fifth bits in qh (little-endian u32) */
+float tk_vec_dot_q5_0_q8_0(int64_t K, const void * w, const void * a) {
+    const blk_q5_0 * x = w;
+    const blk_q8_0 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < QK32 / 2; j++) {
+            const int h0 = (int) (((qh >> j) << 4) & 0x10), h1 = (int) ((qh >> (j + 12)) & 0x10);
+            sumi += (((x[b].qs[j] & 0xF) | h0) - 16) * y[b].qs[j] + (((x[b].qs[j] >> 4) | h1) - 16) * y[b].qs[j + QK32 / 2];
+        }
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+    }
+    return sumf;
+}
+
+/* IQ4_NL: value = d * kvalues_iq4nl[nibble] */
+float tk_vec_dot_iq4_nl_q8_0(int64_t K, const void * w, const void * a) {
+    const blk_iq4_nl * x = w;
+    const blk_q8_0 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        int sumi = 0;
+        for (int j = 0; j < QK32 / 2; j++)
+            sumi += tk_kvalues_iq4nl[x[b].qs[j] & 0xF] * y[b].qs[j] + tk_kvalues_iq4nl[x[b].qs[j] >> 4] * y[b].qs[j + QK32 / 2];
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+    }
+    return sumf;
+}
+
+/* Q4_1: value = d * nibble + m; the m part is m * sum(a) = m * s_a */
+float tk_vec_dot_q4_1_q8_1(int64_t K, const void * w, const void * a) {
+    const blk_q4_1 * x = w;
+    const blk_q8_1 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        int sumi = 0;
+        for (int j = 0; j < QK32 / 2; j++)
+            sumi += (x[b].qs[j] & 0xF) * y[b].qs[j] + (x[b].qs[j] >> 4) * y[b].qs[j + QK32 / 2];
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi
+              + tkq_fp16_to_fp32(x[b].m) * tkq_fp16_to_fp32(y[b].s);
+    }
+    return sumf;
+}
+
+/* Q5_1: value = d * (nibble | fifth bit << 4) + m */
+float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a) {
+    const blk_q5_1 * x = w;
+    const blk_q8_1 * y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < K / QK32; b++) {
+        uint32_t qh;
+        memcpy(&qh, x[b].qh, 4);
+        int sumi = 0;
+        for (int j = 0; j < QK32 / 2; j++) {
+            const int h0 = (int) (((qh >> j) << 4) & 0x10), h1 = (int) ((qh >> (j + 12)) & 0x10);
+            sumi += ((x[b].qs[j] & 0xF) | h0) * y[b].qs[j] + ((x[b].qs[j] >> 4) | h1) * y[b].qs[j + QK32 / 2];
+        }
+        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi
+              + tkq_fp16_to_fp32(x[b].m) * tkq_fp16_to_fp32(y[b].s);
+    }
+    return sumf;
+}
+
+tk_vec_dot_fn tk_qdot_scalar_fn(int wtype) {
+    if (!tk_vec_dot_q6_K_q8_K && wtype != TKQ_T_Q8_0 && wtype != TKQ_T_Q4_0 && wtype != TKQ_T_Q5_0 && wtype != TKQ_T_IQ4_NL && wtype != TKQ_T_Q4_1 && wtype != TKQ_T_Q5_1) return NULL; /* TEMP */
+    switch (wtype) {
+        case TKQ_T_Q8_0: return tk_vec_dot_q8_0_q8_0;
+        case TKQ_T_Q4_0: return tk_vec_dot_q4_0_q8_0;
+        case TKQ_T_Q5_0: return tk_vec_dot_q5_0_q8_0;
+        case TKQ_T_IQ4_NL: return tk_vec_dot_iq4_nl_q8_0;
+        case TKQ_T_Q4_1: return tk_vec_dot_q4_1_q8_1;
+        case TKQ_T_Q5_1: return tk_vec_dot_q5_1_q8_1;
+        case TKQ_T_Q2_K: return tk_vec_dot_q2_K_q8_K;
+        case TKQ_T_Q3_K: return tk_vec_dot_q3_K_q8_K;
+        case TKQ_T_Q4_K: return tk_vec_dot_q4_K_q8_K;
+        case TKQ_T_Q5_K: return tk_vec_dot_q5_K_q8_K;
+        case TKQ_T_Q6_K: return tk_vec_dot_q6_K_q8_K;
+        case TKQ_T_IQ4_XS: return tk_vec_dot_iq4_xs_q8_K;
+        default: return NULL;
+    }
+}
+
+/* ==== row kernels ===================================================================== */
+
+/* The scalar row kernel: one dot product per output, rows outer (a weight row is read once
+ * per call, from cache for every token after the first). */
+#define SCALAR_ROWS(NAME, FN)                                                                        \
+    static void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, \
+                     int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                \
+        for (int64_t r = r0; r < r1; r++)                                                            \
+            for (int64_t t = 0; t < n_tok; t++)                                                      \
+                y[t * ldy + r] = FN(K, w + (size_t) r * row_bytes, a + (size_t) t * a_bytes);        \
+    }
+SCALAR_ROWS(rows_q8_0, tk_vec_dot_q8_0_q8_0)
+SCALAR_ROWS(rows_q4_0, tk_vec_dot_q4_0_q8_0)
+SCALAR_ROWS(rows_q5_0, tk_vec_dot_q5_0_q8_0)
+SCALAR_ROWS(rows_iq4_nl, tk_vec_dot_iq4_nl_q8_0)
+SCALAR_ROWS(rows_q4_1, tk_vec_dot_q4_1_q8_1)
+SCALAR_ROWS(rows_q5_1, tk_vec_dot_q5_1_q8_1)
+SCALAR_ROWS(rows_q2_K, tk_vec_dot_q2_K_q8_K)
+SCALAR_ROWS(rows_q3_K, tk_vec_dot_q3_K_q8_K)
+SCALAR_ROWS(rows_q4_K, tk_vec_dot_q4_K_q8_K)
+SCALAR_ROWS(rows_q5_K, tk_vec_dot_q5_K_q8_K)
+SCALAR_ROWS(rows_q6_K, tk_vec_dot_q6_K_q8_K)
+SCALAR_ROWS(rows_iq4_xs, tk_vec_dot_iq4_xs_q8_K)
+
+static tk_qdot_rows_fn scalar_rows(int wtype) {
+    switch (wtype) {
+        case TKQ_T_Q8_0: return rows_q8_0;
+        case TKQ_T_Q4_0: return rows_q4_0;
+        case TKQ_T_Q5_0: return rows_q5_0;
+        case TKQ_T_IQ4_NL: return rows_iq4_nl;
+        case TKQ_T_Q4_1: return rows_q4_1;
+        case TKQ_T_Q5_1: return rows_q5_1;
+        case TKQ_T_Q2_K: return rows_q2_K;
+        case TKQ_T_Q3_K: return rows_q3_K;
+        case TKQ_T_Q4_K: return rows_q4_K;
+        case TKQ_T_Q5_K: return rows_q5_K;
+        case TKQ_T_Q6_K: return rows_q6_K;
+        case TKQ_T_IQ4_XS: return rows_iq4_xs;
+        default: return NULL;
+    }
+}
+
+tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
+#ifdef TK_HAVE_X86
+    if (level >= TK_CPU_AVX2) {
+        tk_qdot_rows_fn f = tk_qdot_rows_avx2(wtype);
+        if (!f && tk_qdot_rows_kquants_avx2) f = tk_qdot_rows_kquants_avx2(wtype);  /* TEMP check */
+        if (f) return f;
+    }
+#else
+    (void) level;
+#endif
+    return scalar_rows(wtype);
+}
+
+void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uint8_t * a, size_t a_bytes, int level) {
+    const int at = tk_qdot_act_type(wtype);
+    for (int64_t t = 0; t < n; t++, x += K, a += a_bytes) {
+        switch (at) {
+            case TKQ_T_Q8_0:
+#ifdef TK_HAVE_X86
+                if (level >= TK_CPU_AVX2) { tk_quantize_act_q8_0_avx2(x, (blk_q8_0 *) (void *) a, K); break; }
+#endif
+                tk_quantize_act_q8_0(x, (blk_q8_0 *) (void *) a, K);
+                break;
+            case TKQ_T_Q8_1: tk_quantize_act_q8_1(x, (blk_q8_1 *) (void *) a, K); break;
+            case TKQ_T_Q8_K:
+#ifdef TK_HAVE_X86
+                if (level >= TK_CPU_AVX2) { tk_quantize_act_q8_K_avx2(x, (blk_q8_K *) (void *) a, K); break; }
+#endif
+                tk_quantize_act_q8_K(x, (blk_q8_K *) (void *) a, K);
+                break;
+            default: break;
+        }
+    }
+    (void) level;
+}

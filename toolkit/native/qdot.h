@@ -1,0 +1,99 @@
+/* qdot.h: integer dot products of quantized weights with quantized activations (internal).
+ *
+ * As ggml does for its quantized types (ggml-cpu type_traits' vec_dot_type), a mat-mul with
+ * quantized weights first quantizes each activation row per block -- Q8_0 for Q8_0, Q4_0,
+ * Q5_0 and IQ4_NL weights; Q8_1 for Q4_1 and Q5_1; Q8_K for the k-quants and IQ4_XS -- and
+ * then sums integer products block by block, scaled once per block (or sub-block) in float.
+ *
+ * Results differ from float32 activations by the activation rounding (about 2^-8 relative
+ * per block), as llama.cpp's do.  Per output, the integer sums are exact, so the scalar and
+ * the SIMD kernels differ only in the order of the per-block float multiply-adds.
+ *
+ * Layout of everything here: ggml's (ggml-common.h, build 0c1e570).
+ *
+ * Files: qdot.c (activation quantizers, scalar dot products of the legacy types and
+ * IQ4_NL, the row driver), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
+ * qdot_avx2.c (AVX2 Q8_0 / Q4_0 kernels, activation quantizers), qdot_kquants_avx2.c (AVX2
+ * Q4_K / Q5_K / Q6_K kernels).
+ */
+#ifndef TK_QDOT_H
+#define TK_QDOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quants.h"
+
+/* ---- activation blocks ------------------------------------------------------------- */
+typedef struct { tk_half d; tk_half s; int8_t qs[QK32]; } blk_q8_1;    /* s = d * sum(qs); 36 bytes */
+typedef struct {
+    float   d;                /* scale (float32, not f16) */
+    int8_t  qs[QK_K];
+    int16_t bsums[QK_K/16];   /* sums of qs over each 16 values */
+} blk_q8_K;                   /* 292 bytes */
+_Static_assert(sizeof(blk_q8_1) == 36 && sizeof(blk_q8_K) == 292, "activation block sizes");
+
+/* The activation type (TKQ_T_Q8_0, TKQ_T_Q8_1 = 9, TKQ_T_Q8_K = 15) the integer dot product
+ * of weight type `wtype` takes, or -1 when that type has none (F32, F16, BF16: float path). */
+#define TKQ_T_Q8_1 9
+#define TKQ_T_Q8_K 15
+int tk_qdot_act_type(int wtype);
+/* Bytes of one activation row of K values for weight type `wtype` (K a multiple of the
+ * activation block), 0 when tk_qdot_act_type(wtype) < 0. */
+size_t tk_qdot_act_row_bytes(int wtype, int64_t K);
+
+/* Scalar activation quantizers (ggml quantize_row_q8_0_ref / q8_1_ref / q8_K_ref, except
+ * that every rounding is round-to-nearest-even, as ggml's SIMD versions do, so
+ * every level writes the same bytes).  x: K floats, K a multiple of the block. */
+void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K);
+void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K);
+void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K);
+
+/* Scalar dot products: one weight row `w` of K values (K a multiple of the weight block)
+ * with one activation row `a` of the matching activation type; float32 result.
+ * Reference: ggml-cpu quants.c ggml_vec_dot_<w>_<a>_generic (same integer sums; the float
+ * accumulation is one running sum over blocks, in block order). */
+typedef float (*tk_vec_dot_fn)(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q8_0_q8_0(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q4_0_q8_0(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q5_0_q8_0(int64_t K, const void * w, const void * a);
+float tk_vec_dot_iq4_nl_q8_0(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q4_1_q8_1(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a);
+/* qdot_kquants.c */
+float tk_vec_dot_q2_K_q8_K(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q3_K_q8_K(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q4_K_q8_K(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q5_K_q8_K(int64_t K, const void * w, const void * a);
+float tk_vec_dot_q6_K_q8_K(int64_t K, const void * w, const void * a);
+float tk_vec_dot_iq4_xs_q8_K(int64_t K, const void * w, const void * a);
+
+/* The scalar dot product for weight type `wtype`, NULL when it has none. */
+tk_vec_dot_fn tk_qdot_scalar_fn(int wtype);
+
+/* ---- row kernels ---------------------------------------------------------------------
+ * A row kernel computes y[t * ldy + r] for every weight row r in [r0, r1) and activation
+ * row t in [0, n_tok): weight rows `row_bytes` apart from `w`, activation rows `a_bytes`
+ * apart from `a`.  Contract for every kernel, at every level: each output is computed by
+ * the same operations whatever n_tok, r0, r1 and the position of (r, t) in a tile, so a
+ * token's result never depends on the ubatch it shares or on the thread split. */
+typedef void (*tk_qdot_rows_fn)(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1);
+
+/* The row kernel for `wtype` at kernel level `level` (tk_cpu_level_t), NULL when the type
+ * has no integer path.  Types without a SIMD kernel at that level get the scalar one. */
+tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level);
+/* Quantize n activation rows (x rows K floats apart; output rows a_bytes apart) for weight
+ * type `wtype` at kernel level `level`: the same bytes at every level. */
+void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uint8_t * a, size_t a_bytes, int level);
+
+#if defined(__x86_64__) || defined(_M_X64)
+/* qdot_avx2.c */
+tk_qdot_rows_fn tk_qdot_rows_avx2(int wtype);            /* NULL: no AVX2 kernel for it */
+void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K);
+void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K);
+/* qdot_kquants_avx2.c: Q4_K, Q5_K, Q6_K (NULL for any other type) */
+tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype);
+#endif
+
+#endif
