@@ -180,3 +180,31 @@ def test_ssm_scan_mamba2_groups(G):
         sr = np.exp(dt * A)[:, None, None] * sr + (dt[:, None] * x)[:, :, None] * B[g][:, None, :]
         ref = np.einsum("hpn,hn->hp", sr, C[g]) + D[:, None] * x
         assert np.abs(y - ref).max() < 1e-5 * max(1.0, np.abs(ref).max())
+
+
+# ---- SiLU ----------------------------------------------------------------------------------
+
+def _silu_row(y: np.ndarray) -> np.ndarray:
+    y = np.ascontiguousarray(y, np.float32).copy()
+    lib.tk_silu_row(fptr(y), len(y))
+    return y
+
+
+@pytest.mark.parametrize("level", [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()])
+def test_silu_row_accuracy_and_split_invariance(level):
+    """SiLU at every kernel level within 4 ulp of float64 (the AVX2 level has its own vector
+    exp); and an element's result does not depend on where a row is cut (thread splits)."""
+    try:
+        assert lib.tk_cpu_set_level(level) == level
+        x = np.concatenate([np.linspace(-100, 100, 40001), RNG.standard_normal(20000) * 6,
+                            [0.0, -0.0, 88.0, -88.0, 1e-30, -1e-30]]).astype(np.float32)
+        ref = x.astype(np.float64) / (1.0 + np.exp(-x.astype(np.float64)))
+        got = _silu_row(x)
+        big = np.abs(ref) > 1e-30
+        ulp = np.abs(got[big] - ref[big]) / np.spacing(np.abs(ref[big]).astype(np.float32))
+        assert ulp.max() <= 4.0, f"max {ulp.max():.2f} ulp at x = {x[big][ulp.argmax()]}"
+        assert np.all(np.abs(got[~big]) <= 1e-29)
+        pieces = np.concatenate([_silu_row(x[a:b]) for a, b in ((0, 13), (13, 20), (20, 1000), (1000, len(x)))])
+        assert np.array_equal(pieces, got)
+    finally:
+        lib.tk_cpu_set_level(lib.tk_cpu_detected())

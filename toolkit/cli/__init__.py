@@ -1,2 +1,10 @@
 """The `toolkit` command: one typer app, one module per subcommand, one error table."""
-from toolkit.cli.app import app, main  # noqa: F401
+import os as _os
+
+# The command runs its own threads (toolkit's C pool, -t/--threads); numpy's BLAS threads
+# would only spin beside them after a numpy call.  Set before numpy is first imported;
+# an explicit setting in the environment wins.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    _os.environ.setdefault(_var, "1")
+
+from toolkit.cli.app import app, main  # noqa: E402,F401

@@ -63,8 +63,8 @@ static void silu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float * y = j->y + t * j->y_stride;
         const float * a = j->a ? j->a + t * j->a_stride : NULL;
-        if (a) for (int64_t i = 0; i < j->n; i++) y[i] = tk_silu(y[i]) * a[i];
-        else for (int64_t i = 0; i < j->n; i++) y[i] = tk_silu(y[i]);
+        if (a) tk_silu_mul_row(y, a, j->n);
+        else tk_silu_row(y, j->n);
     }
 }
 
@@ -76,7 +76,7 @@ static void gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float * y = j->y + t * j->y_stride;
         const float * z = j->a + t * j->a_stride;
-        for (int64_t c = 0; c < j->n; c++) y[c] *= tk_silu(z[c]);
+        tk_mul_silu_row(y, z, j->n);
         for (int32_t g = 0; g < j->groups; g++) tk_rms_norm(y + g * gs, j->b + g * gs, j->f, gs, y + g * gs);
     }
 }
@@ -98,10 +98,7 @@ static void conv_silu_channels(void * arg, int64_t c0, int64_t c1, int thread) {
     const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
     tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
                 j->state + c0 * ns, j->y + c0, j->y_stride);
-    for (int32_t t = 0; t < j->n_tok; t++) {
-        float * y = j->y + t * j->y_stride + c0;
-        for (int32_t c = 0; c < nc; c++) y[c] = tk_silu(y[c]);
-    }
+    for (int32_t t = 0; t < j->n_tok; t++) tk_silu_row(j->y + t * j->y_stride + c0, nc);
 }
 
 static void conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,

@@ -212,6 +212,27 @@ void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float *
 
 float tk_silu(float x) { return x / (1.0f + expf(-x)); }
 
+void tk_silu_row(float * y, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_silu_row_avx2(y, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = tk_silu(y[i]);
+}
+
+void tk_silu_mul_row(float * y, const float * a, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_silu_mul_row_avx2(y, a, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = tk_silu(y[i]) * a[i];
+}
+
+void tk_mul_silu_row(float * y, const float * z, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_mul_silu_row_avx2(y, z, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] *= tk_silu(z[i]);
+}
+
 /* softplus with torch's threshold 20 (ref: torch.nn.functional.softplus; ggml ssm ops). */
 float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 

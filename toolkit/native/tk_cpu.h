@@ -65,6 +65,10 @@ void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int6
  * scratch: K floats (one expanded row).  Same contract as ops.c's matmul_rows. */
 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
                          const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
+/* act_avx2.c: y = silu(y);  y = silu(y) * a;  y = y * silu(z)  (n floats) */
+void tk_silu_row_avx2(float * y, int64_t n);
+void tk_silu_mul_row_avx2(float * y, const float * a, int64_t n);
+void tk_mul_silu_row_avx2(float * y, const float * z, int64_t n);
 #endif
 
 #endif

@@ -119,6 +119,9 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
+/* Row forms of the gates (tk_silu_row: toolkit.h): y = silu(y) * a;  y = y * silu(z). */
+void tk_silu_mul_row(float * y, const float * a, int64_t n);
+void tk_mul_silu_row(float * y, const float * z, int64_t n);
 float tk_softplus(float x);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in toolkit.h ---------- */

@@ -214,6 +214,9 @@ float tk_bf16_to_fp32(uint16_t h);
 /* y[t][r] = sum_k W[r][k] x[t][k]; W: M rows of K elements of ggml `type` at w; x: [n_tok, K]; y: [n_tok, M] */
 tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
 void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
+/* y[i] = y[i] / (1 + exp(-y[i])) in place, n floats, at the current kernel level
+ * (scalar: expf; AVX2: a vector exp within a few ulp of it). */
+void tk_silu_row(float * y, int64_t n);
 void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base);
 void tk_ssm_conv(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
