@@ -1,0 +1,123 @@
+"""Integer dot products of k-quant / IQ4_XS weights with Q8_K activations
+(toolkit/native/qdot_kquants.c, scalar; qdot_kquants_avx2.c, AVX2 Q4_K / Q5_K / Q6_K).
+
+Through tk_mat_mul at each kernel level this machine has:
+- the scalar level equals the float64 product dequant(W) @ dequant(quantize_q8_K(x)) to
+  1e-6 of sum |w| |x| per output (the integer parts are exact; what is left is float32
+  rounding of the dequantized reference weights and of the per-super-block float terms);
+- the AVX2 level agrees with the scalar one to the same bound (float reordering only);
+- at every level a token's result is bit-identical alone (generation, n_tok = 1), in a
+  batch of 11 (tiles of 8 + 3 tokens), in a batch split at another token, and when the
+  weight rows are split (13 rows: not a multiple of any tile).
+"""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+import qref
+from toolkit.runtime._lib import check, ffi, lib
+
+pytestmark = pytest.mark.native
+
+T = gguf.GGMLQuantizationType
+KTYPES = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS]
+LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()]
+M, N_TOK = 13, 11
+REL = 1e-6
+
+
+@pytest.fixture
+def at_level():
+    def set_level(level: int) -> int:
+        return lib.tk_cpu_set_level(level)
+    yield set_level
+    lib.tk_cpu_set_level(lib.tk_cpu_detected())
+
+
+def _quantize(qtype, w: np.ndarray) -> np.ndarray:
+    rows, K = w.shape
+    raw = np.empty((rows, lib.tk_quant_row_size(int(qtype), K)), np.uint8)
+    check(lib.tk_quantize_rows(int(qtype), ffi.cast("float *", ffi.from_buffer(w)), ffi.from_buffer(raw), rows, K, 1))
+    return raw
+
+
+def _dequant(qtype, raw: np.ndarray, K: int) -> np.ndarray:
+    out = np.empty((raw.shape[0], K), np.float32)
+    check(lib.tk_dequantize_rows(int(qtype), ffi.from_buffer(raw), ffi.cast("float *", ffi.from_buffer(out)),
+                                 raw.shape[0], K, 1))
+    return out
+
+
+def _mat_mul(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> np.ndarray:
+    raw = np.ascontiguousarray(raw)
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
+    check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, raw.shape[0], ffi.cast("float *", ffi.from_buffer(x)),
+                         x.shape[0], ffi.cast("float *", ffi.from_buffer(y))))
+    return y
+
+
+def _case(qtype, K: int):
+    """13 weight rows of mixed scale (one near-constant row: large mins relative to the
+    spread) and 11 tokens, one of them with an all-zero first super-block (d = 0; with
+    K = 256 the whole token is zero and so must be its outputs)."""
+    rng = np.random.default_rng(1000 * int(qtype) + K)
+    w = rng.standard_normal((M, K)).astype(np.float32) * 0.1
+    w[3] *= 8.0
+    w[7] = 0.5 + 0.01 * w[7]
+    x = rng.standard_normal((N_TOK, K)).astype(np.float32)
+    x[2] *= 1e-3
+    x[5, :256] = 0.0
+    x[9, ::7] *= 30.0
+    raw = _quantize(qtype, np.ascontiguousarray(w))
+    return raw, _dequant(qtype, raw, K), x
+
+
+def _mag(qtype, wf, x):
+    return np.abs(qref.act_values(qtype, x)).astype(np.float64) @ np.abs(wf.astype(np.float64)).T
+
+
+IDS = lambda v: v.name if hasattr(v, "name") else str(v)  # noqa: E731
+
+
+@pytest.mark.parametrize("qtype,K", [(t, K) for t in KTYPES for K in (256, 512, 768)], ids=IDS)
+def test_scalar_matches_float64_reference(qtype, K, at_level):
+    raw, wf, x = _case(qtype, K)
+    assert at_level(lib.TK_CPU_SCALAR) == lib.TK_CPU_SCALAR
+    got = _mat_mul(qtype, raw, K, x)
+    ref = qref.reference(qtype, wf, x)
+    err, mag = np.abs(got - ref), _mag(qtype, wf, x)
+    assert np.all(np.isfinite(got))
+    assert np.all(err <= REL * mag), f"{qtype.name} K={K}: max error {(err / mag).max():.3g} of sum|w||x| (bound {REL})"
+
+
+@pytest.mark.skipif(lib.TK_CPU_AVX2 not in LEVELS, reason="no AVX2 on this machine")
+@pytest.mark.parametrize("qtype,K", [(t, K) for t in KTYPES for K in (256, 512, 768)], ids=IDS)
+def test_avx2_agrees_with_scalar(qtype, K, at_level):
+    raw, wf, x = _case(qtype, K)
+    at_level(lib.TK_CPU_SCALAR)
+    ys = _mat_mul(qtype, raw, K, x)
+    assert at_level(lib.TK_CPU_AVX2) == lib.TK_CPU_AVX2
+    ya = _mat_mul(qtype, raw, K, x)
+    mag = _mag(qtype, wf, x)
+    err = np.abs(ya - ys)
+    assert np.all(err <= REL * mag), f"{qtype.name} K={K}: AVX2 vs scalar {(err / mag).max():.3g} of sum|w||x|"
+    err = np.abs(ya - qref.reference(qtype, wf, x))
+    assert np.all(err <= REL * mag), f"{qtype.name} K={K}: AVX2 vs float64 reference {(err / mag).max():.3g}"
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda lv: ["scalar", "avx2"][lv])
+@pytest.mark.parametrize("qtype,K", [(t, K) for t in KTYPES for K in (512, 768)], ids=IDS)
+def test_batch_and_row_split_invariance(qtype, K, level, at_level):
+    raw, _, x = _case(qtype, K)
+    assert at_level(level) == level
+    full = _mat_mul(qtype, raw, K, x)
+    for t in range(N_TOK):                                          # generation: one token
+        alone = _mat_mul(qtype, raw, K, x[t:t + 1])
+        assert alone.tobytes() == full[t:t + 1].tobytes(), f"token {t} alone differs from the batch"
+    split = np.concatenate([_mat_mul(qtype, raw, K, x[:3]), _mat_mul(qtype, raw, K, x[3:])])
+    assert split.tobytes() == full.tobytes(), "batch split 3 + 8 differs from 11"
+    rows = np.concatenate([_mat_mul(qtype, raw[r0:r1], K, x) for r0, r1 in ((0, 1), (1, 6), (6, 13))], axis=1)
+    assert rows.tobytes() == full.tobytes(), "rows split 1 + 5 + 7 differs from 13"
