@@ -75,27 +75,65 @@ void tk_ssm_scan_mamba1(float * s, const float * x, const float * dt, const floa
  *   s[h][p][n] = exp(dt[h] * A[h]) * s[h][p][n] + dt[h] * B[g][n] * x[h][p]
  *   y[h][p]    = sum_n s[h][p][n] * C[g][n] + D[h] * x[h][p]
  * ref: transformers Mamba2Mixer.torch_forward (cache path); ggml ssm_scan (Mamba-2 branch). */
+/* One head, one token: sh [P, N] state, xh [P], Bg/Cg [N], yh [P].  The C.s sum keeps 8
+ * partial sums (n mod 8), added in a fixed tree, then the N mod 8 tail in order: the loop
+ * vectorizes (with a plain and an AVX2+FMA instance, chosen by level) and every caller
+ * -- the one-token kernel and the run recurrence -- gets the same bits at a level. */
+static inline __attribute__((always_inline)) void m2_head_step_body(float * sh, const float * xh, float dth, float dA,
+                                                                    const float * Bg, const float * Cg, float Dh,
+                                                                    int32_t P, int32_t N, float * yh) {
+    for (int32_t p = 0; p < P; p++) {
+        float * sp = sh + (int64_t) p * N;
+        const float dtx = dth * xh[p];
+        float acc[8] = {0};
+        int32_t n = 0;
+        for (; n + 8 <= N; n += 8)
+            for (int k = 0; k < 8; k++) {
+                const float v = sp[n + k] * dA + Bg[n + k] * dtx;
+                sp[n + k] = v;
+                acc[k] += v * Cg[n + k];
+            }
+        float a = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; n < N; n++) {
+            const float v = sp[n] * dA + Bg[n] * dtx;
+            sp[n] = v;
+            a += v * Cg[n];
+        }
+        yh[p] = a + Dh * xh[p];
+    }
+}
+
+static void m2_head_step_plain(float * sh, const float * xh, float dth, float dA, const float * Bg, const float * Cg,
+                               float Dh, int32_t P, int32_t N, float * yh) {
+    m2_head_step_body(sh, xh, dth, dA, Bg, Cg, Dh, P, N, yh);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma")))
+static void m2_head_step_avx2(float * sh, const float * xh, float dth, float dA, const float * Bg, const float * Cg,
+                              float Dh, int32_t P, int32_t N, float * yh) {
+    m2_head_step_body(sh, xh, dth, dA, Bg, Cg, Dh, P, N, yh);
+}
+#endif
+
+static void m2_head_step(int level, float * sh, const float * xh, float dth, float dA, const float * Bg,
+                         const float * Cg, float Dh, int32_t P, int32_t N, float * yh) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (level >= TK_CPU_AVX2) { m2_head_step_avx2(sh, xh, dth, dA, Bg, Cg, Dh, P, N, yh); return; }
+#endif
+    (void) level;
+    m2_head_step_plain(sh, xh, dth, dA, Bg, Cg, Dh, P, N, yh);
+}
+
 void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const float * A, const float * B,
                         const float * C, const float * D, int32_t n_head, int32_t head_dim, int32_t d_state,
                         int32_t n_group, float * y) {
     const int32_t heads_per_group = n_head / n_group;
+    const int level = tk_cpu_level();
     for (int32_t h = 0; h < n_head; h++) {
         const int32_t g = h / heads_per_group;
-        const float * Bg = B + (int64_t) g * d_state;
-        const float * Cg = C + (int64_t) g * d_state;
-        const float dA = expf(dt[h] * A[h]);
-        for (int32_t p = 0; p < head_dim; p++) {
-            const int64_t hp = (int64_t) h * head_dim + p;
-            float * sp = s + hp * d_state;
-            const float dtx = dt[h] * x[hp];
-            float acc = 0.0f;
-            for (int32_t n = 0; n < d_state; n++) {
-                const float v = sp[n] * dA + Bg[n] * dtx;
-                sp[n] = v;
-                acc += v * Cg[n];
-            }
-            y[hp] = acc + D[h] * x[hp];
-        }
+        const int64_t o = (int64_t) h * head_dim;
+        m2_head_step(level, s + o * d_state, x + o, dt[h], expf(dt[h] * A[h]), B + (int64_t) g * d_state,
+                     C + (int64_t) g * d_state, D[h], head_dim, d_state, y + o);
     }
 }
 
@@ -165,23 +203,9 @@ static void m2_recurrence(const m2_job * j, int32_t h) {
     float * sh = j->s + (int64_t) h * P * N;
     for (int32_t t = 0; t < j->n_tok; t++) {
         const float * xt = j->xBC + t * j->xbc_stride;
-        const float * Bg = xt + j->DI + (int64_t) g * N;
-        const float * Cg = xt + j->DI + (int64_t) j->G * N + (int64_t) g * N;
         const float dth = j->dt[t * j->dt_stride + h];
-        const float dA = expf(dth * j->A[h]);
-        float * yt = j->y + t * j->y_stride;
-        for (int32_t p = 0; p < P; p++) {
-            const int64_t hp = (int64_t) h * P + p;
-            float * sp = sh + (int64_t) p * N;
-            const float dtx = dth * xt[hp];
-            float acc = 0.0f;
-            for (int32_t n = 0; n < N; n++) {
-                const float v = sp[n] * dA + Bg[n] * dtx;
-                sp[n] = v;
-                acc += v * Cg[n];
-            }
-            yt[hp] = acc + j->D[h] * xt[hp];
-        }
+        m2_head_step(j->level, sh, xt + (int64_t) h * P, dth, expf(dth * j->A[h]), xt + j->DI + (int64_t) g * N,
+                     xt + j->DI + (int64_t) j->G * N + (int64_t) g * N, j->D[h], P, N, j->y + t * j->y_stride + (int64_t) h * P);
     }
 }
 
