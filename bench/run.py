@@ -2,10 +2,10 @@
 """Speed, side by side: `toolkit bench` and llama.cpp's llama-bench on the same GGUF files,
 same threads, alternating run by run so that both see the same machine load.
 
-    python bench/run_speed.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-r 3] [-t 2]
+    python bench/run.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-r 3] [-t 2]
         [--llama-bench PATH] [--llama-args '--poll 0'] [--json OUT.json]
-    python bench/run_speed.py --ssd          # Mamba-2 scan: recurrence vs chunked SSD per run length
-    python bench/run_speed.py --bandwidth    # plain read bandwidth (numpy sum over 1 GiB)
+    python bench/run.py --ssd          # Mamba-2 scan: recurrence vs chunked SSD per run length
+    python bench/run.py --bandwidth    # plain read bandwidth (numpy sum over 1 GiB)
 
 For each model and each test (ppP, tgN) it runs, R times, one unmeasured warm-up and then
 toolkit and llama-bench (order swapped every round), each with `-r 1 --no-warmup`, and
