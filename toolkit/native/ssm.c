@@ -219,23 +219,53 @@ static inline float dot8(const float * a, const float * b, int32_t n) {
     return s;
 }
 
+/* out[0:P] += sum_j c[j] * M[j*ldm + 0:P], j in [0, J): P a multiple of 8, at most 64;
+ * the P outputs stay in registers across j (one broadcast, P/8 loads and FMAs per j). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static void acc_rows_avx2(float * out, const float * c,
+                                                                                      const float * M, int64_t ldm,
+                                                                                      int32_t J, int32_t P) {
+    __m256 a[8];
+    const int32_t V = P / 8;
+    for (int v = 0; v < 8; v++) a[v] = v < V ? _mm256_loadu_ps(out + 8 * v) : _mm256_setzero_ps();
+    for (int32_t j = 0; j < J; j++) {
+        const __m256 cj = _mm256_set1_ps(c[j]);
+        const float * m = M + (int64_t) j * ldm;
+        if (V == 8) {
+            for (int v = 0; v < 8; v++) a[v] = _mm256_fmadd_ps(cj, _mm256_loadu_ps(m + 8 * v), a[v]);
+        } else {
+            for (int v = 0; v < V; v++) a[v] = _mm256_fmadd_ps(cj, _mm256_loadu_ps(m + 8 * v), a[v]);
+        }
+    }
+    for (int v = 0; v < V; v++) _mm256_storeu_ps(out + 8 * v, a[v]);
+}
+#endif
+
 /* Per-thread workspace of the SSD path, in floats (cum, da are doubles, counted twice). */
 static size_t ssd_ws_floats(int32_t P, int32_t N) {
     const size_t L = TK_SSD_CHUNK;
-    return 2 * L * (size_t) N + 2 * L * L + 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16;
+    return 2 * L * (size_t) N + 2 * L * L + 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + (size_t) N;
 }
 
 /* The chunked form for heads [h0, h1) over the whole run.  Every inner loop is an axpy
  * over P or N contiguous floats (vectorizable without reassociation); the chunk's x, B, C
  * are first copied out of the strided activations (a token's row is conv_dim floats
  * apart, which aliases in L1).  Inlined into a plain and an AVX2+FMA instance below. */
-static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * j, int64_t h0, int64_t h1, float * ws) {
+static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * j, int64_t h0, int64_t h1, float * ws,
+                                                                 int simd) {
     const int32_t P = j->P, N = j->N, G = j->G, hpg = j->H / j->G, DI = j->DI;
     const int32_t LC = TK_SSD_CHUNK;
     float * Bc = ws, * Cc = Bc + (size_t) LC * N, * CB = Cc + (size_t) LC * N, * Mw = CB + LC * LC;
     float * xh = Mw + LC * LC, * xw = xh + (size_t) LC * P, * sT = xw + (size_t) LC * P;
     float * dth = sT + (size_t) N * P, * wk = dth + LC;
     double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
+    float * coef = (float *) (void *) (da + LC);   /* [max(LC, N)] coefficients of one accumulate */
+#if defined(__x86_64__) && defined(__GNUC__)
+    simd = simd && P % 8 == 0 && P <= 64;
+#else
+    (void) simd;
+#endif
     for (int32_t t0 = 0; t0 < j->n_tok; t0 += LC) {
         const int32_t L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
         int32_t cb_group = -1;
@@ -270,6 +300,19 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
                 const float * xi = xh + (size_t) i * P;
                 for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
                 const float dec = (float) exp(cum[i]);
+#if defined(__x86_64__) && defined(__GNUC__)
+                if (simd) {      /* the same products, accumulated in registers */
+                    for (int32_t n = 0; n < N; n++) coef[n] = dec * Cc[(size_t) i * N + n];
+                    acc_rows_avx2(yi, coef, sT, P, N, P);
+                    double e = 1.0;
+                    for (int32_t k = i; k >= 0; k--) {
+                        if (k < i) e *= da[k + 1];
+                        coef[k] = (float) e * dth[k] * CB[i * LC + k];
+                    }
+                    acc_rows_avx2(yi, coef, xh, P, i + 1, P);
+                    continue;
+                }
+#endif
                 for (int32_t n = 0; n < N; n++) {
                     const float cn = dec * Cc[(size_t) i * N + n];
                     const float * sn = sT + (size_t) n * P;
@@ -294,6 +337,13 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
             for (int32_t n = 0; n < N; n++) {
                 float * sn = sT + (size_t) n * P;
                 for (int32_t p = 0; p < P; p++) sn[p] *= dec_all;
+#if defined(__x86_64__) && defined(__GNUC__)
+                if (simd) {
+                    for (int32_t k = 0; k < L; k++) coef[k] = Bc[(size_t) k * N + n];
+                    acc_rows_avx2(sn, coef, xw, P, L, P);
+                    continue;
+                }
+#endif
                 for (int32_t k = 0; k < L; k++) {
                     const float b = Bc[(size_t) k * N + n];
                     const float * xk = xw + (size_t) k * P;
@@ -306,10 +356,10 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
     }
 }
 
-static void ssd_heads_plain(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws); }
+static void ssd_heads_plain(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws, 0); }
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2,fma")))
-static void ssd_heads_avx2(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws); }
+static void ssd_heads_avx2(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws, 1); }
 #endif
 
 static void m2_heads(void * arg, int64_t h0, int64_t h1, int thread) {
