@@ -98,16 +98,24 @@ KQ_INLINE __m256i kq_load(const void * p) { return _mm256_loadu_si256((const __m
 
 /* Q4_K / Q5_K 12-byte scales -> scl: the 8 6-bit scales as int16, in both 128-bit halves;
  * mns: the 8 6-bit mins as int16, each twice (m0 m0 m1 m1 ... m7 m7), to madd with bsums.
- * (ggml's utmp / kmask unpacking) */
+ * Bytes b0..b11 (ggml get_scale_min_k4): s0..3 = b0..3 & 63, m0..3 = b4..7 & 63,
+ * s4..7 = (b8..11 & 15) | (b0..3 >> 6) << 4, m4..7 = (b8..11 >> 4) | (b4..7 >> 6) << 4.
+ * Reads 16 bytes from s12 (the 4 after the scales are the next field of the block). */
+static const uint8_t kq_k4_sel_a[16] __attribute__((aligned(16))) = { 0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11 };
+static const uint8_t kq_k4_sel_b[16] __attribute__((aligned(16))) = {
+    0x80, 0x80, 0x80, 0x80, 0, 1, 2, 3, 0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7 };
+static const uint8_t kq_k4_mask1[16] __attribute__((aligned(16))) = {
+    63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0 };
+static const uint8_t kq_k4_mask2[16] __attribute__((aligned(16))) = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15 };
+
 KQ_INLINE void kq_scales_k4(const uint8_t * s12, __m256i * scl, __m256i * mns) {
-    uint32_t u[4];
-    memcpy(u, s12, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t uaux = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = uaux;
-    u[0] &= 0x3f3f3f3fu;
-    const __m128i sm = _mm_set_epi32((int) u[3], (int) u[2], (int) u[1], (int) u[0]);  /* s0..s7 m0..m7 */
+    const __m128i v = _mm_loadu_si128((const __m128i *) (const void *) s12);
+    const __m128i a = _mm_shuffle_epi8(v, _mm_load_si128((const __m128i *) (const void *) kq_k4_sel_a));  /* b0..3 b8..11 b4..7 b8..11 */
+    const __m128i b = _mm_shuffle_epi8(v, _mm_load_si128((const __m128i *) (const void *) kq_k4_sel_b));  /* 0 b0..3 0 b4..7 */
+    const __m128i lo = _mm_and_si128(a, _mm_load_si128((const __m128i *) (const void *) kq_k4_mask1));
+    const __m128i hn = _mm_and_si128(_mm_srli_epi16(a, 4), _mm_load_si128((const __m128i *) (const void *) kq_k4_mask2));
+    const __m128i h2 = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_set1_epi8(0x30));
+    const __m128i sm = _mm_or_si128(_mm_or_si128(lo, hn), h2);                                            /* s0..s7 m0..m7 */
     *scl = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     *mns = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 }
