@@ -12,17 +12,7 @@
 #include "qdot.h"
 #include "tk_cpu.h"
 
-/* TEMP (until qdot_kquants*.c land): weak, NULL when absent -> float path */
-#pragma weak tk_vec_dot_q2_K_q8_K
-#pragma weak tk_vec_dot_q3_K_q8_K
-#pragma weak tk_vec_dot_q4_K_q8_K
-#pragma weak tk_vec_dot_q5_K_q8_K
-#pragma weak tk_vec_dot_q6_K_q8_K
-#pragma weak tk_vec_dot_iq4_xs_q8_K
-#pragma weak tk_qdot_rows_kquants_avx2
-
 int tk_qdot_act_type(int wtype) {
-    if (!tk_vec_dot_q6_K_q8_K && tk_qdot_scalar_fn(wtype) == NULL) return -1;  /* TEMP */
     switch (wtype) {
         case TKQ_T_Q8_0: case TKQ_T_Q4_0: case TKQ_T_Q5_0: case TKQ_T_IQ4_NL: return TKQ_T_Q8_0;
         case TKQ_T_Q4_1: case TKQ_T_Q5_1: return TKQ_T_Q8_1;
@@ -201,7 +191,6 @@ float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a) {
 }
 
 tk_vec_dot_fn tk_qdot_scalar_fn(int wtype) {
-    if (!tk_vec_dot_q6_K_q8_K && wtype != TKQ_T_Q8_0 && wtype != TKQ_T_Q4_0 && wtype != TKQ_T_Q5_0 && wtype != TKQ_T_IQ4_NL && wtype != TKQ_T_Q4_1 && wtype != TKQ_T_Q5_1) return NULL; /* TEMP */
     switch (wtype) {
         case TKQ_T_Q8_0: return tk_vec_dot_q8_0_q8_0;
         case TKQ_T_Q4_0: return tk_vec_dot_q4_0_q8_0;
@@ -265,7 +254,7 @@ tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
 #ifdef TK_HAVE_X86
     if (level >= TK_CPU_AVX2) {
         tk_qdot_rows_fn f = tk_qdot_rows_avx2(wtype);
-        if (!f && tk_qdot_rows_kquants_avx2) f = tk_qdot_rows_kquants_avx2(wtype);  /* TEMP check */
+        if (!f) f = tk_qdot_rows_kquants_avx2(wtype);
         if (f) return f;
     }
 #else
