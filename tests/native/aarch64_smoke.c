@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include "toolkit.h"
 #include "tk_cpu.h"
+#include "qdot.h"
 static float rnd(void) { return (float) rand() / RAND_MAX * 2.0f - 1.0f; }
 int main(void) {
     int fails = 0;
@@ -22,10 +23,25 @@ int main(void) {
         if (ty == 0) for (int i = 0; i < M * K; i++) wd[i] = w[i];
         else tk_dequantize_rows(ty, q, wd, M, K, 1);
         if (tk_mat_mul(ty, q, K, M, x, T, y) != TK_OK) { printf("mat_mul failed\n"); return 1; }
+        /* quantized weights take the integer path: x as the kernel sees it (qdot.h) */
+        static float xs[T * K];
+        for (int t = 0; t < T; t++) {
+            if (ty == 8) {
+                blk_q8_0 b[K / 32];
+                tk_quantize_act_q8_0(x + t * K, b, K);
+                for (int k = 0; k < K; k++) xs[t * K + k] = tkq_fp16_to_fp32(b[k / 32].d) * b[k / 32].qs[k % 32];
+            } else if (ty == 12 || ty == 14) {
+                blk_q8_K b[K / 256];
+                tk_quantize_act_q8_K(x + t * K, b, K);
+                for (int k = 0; k < K; k++) xs[t * K + k] = b[k / 256].d * b[k / 256].qs[k % 256];
+            } else {
+                for (int k = 0; k < K; k++) xs[t * K + k] = x[t * K + k];
+            }
+        }
         double maxerr = 0;
         for (int t = 0; t < T; t++) for (int r = 0; r < M; r++) {
             double s = 0, a = 0;
-            for (int k = 0; k < K; k++) { s += (double) wd[r * K + k] * x[t * K + k]; a += fabs((double) wd[r * K + k] * x[t * K + k]); }
+            for (int k = 0; k < K; k++) { s += (double) wd[r * K + k] * xs[t * K + k]; a += fabs((double) wd[r * K + k] * xs[t * K + k]); }
             double e = fabs(y[t * M + r] - s) / a;
             if (e > maxerr) maxerr = e;
         }
