@@ -261,30 +261,32 @@ KQ_INLINE void kq_tile_q6(const uint8_t * w, size_t rb, const uint8_t * a, size_
 /* ---- tile instances and the row driver ------------------------------------------------ */
 typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, float * y, int64_t ldy);
 
-#define KQ_INST(name, body, R, T)                                                                           \
-    KQ_AVX2 static void name##_##R##_##T(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, \
-                                         float * y, int64_t ldy) { body(R, T); }
-/* tiles 1 x T, T = 1..8 */
-#define KQ_INST_ALL(name, body)                                                                             \
-    KQ_INST(name, body, 1, 1) KQ_INST(name, body, 1, 2) KQ_INST(name, body, 1, 3) KQ_INST(name, body, 1, 4) KQ_INST(name, body, 1, 5)  \
-    KQ_INST(name, body, 1, 6) KQ_INST(name, body, 1, 7) KQ_INST(name, body, 1, 8)                            \
-    static const kq_tile_fn name##_toks[KQ_TMAX] = { name##_1_1, name##_1_2, name##_1_3, name##_1_4,          \
+#define KQ_INST(name, body, R, T)                                                                  \
+    KQ_AVX2 static void name##_##R##_##T(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, \
+                                         int64_t nb, float * y, int64_t ldy) { body(R, T); }
+/* tiles 1 x T, T = 1..8, and their table by T - 1 */
+#define KQ_INST_ALL(name, body)                                                                    \
+    KQ_INST(name, body, 1, 1) KQ_INST(name, body, 1, 2) KQ_INST(name, body, 1, 3)                 \
+    KQ_INST(name, body, 1, 4) KQ_INST(name, body, 1, 5) KQ_INST(name, body, 1, 6)                 \
+    KQ_INST(name, body, 1, 7) KQ_INST(name, body, 1, 8)                                           \
+    static const kq_tile_fn name##_toks[KQ_TMAX] = { name##_1_1, name##_1_2, name##_1_3, name##_1_4, \
                                                      name##_1_5, name##_1_6, name##_1_7, name##_1_8 };
 
 #define KQ_Q4(R, T) kq_tile_q45(0, w, rb, a, ab, nb, R, T, y, ldy)
 #define KQ_Q5(R, T) kq_tile_q45(1, w, rb, a, ab, nb, R, T, y, ldy)
 #define KQ_Q6(R, T) kq_tile_q6(w, rb, a, ab, nb, R, T, y, ldy)
-KQ_INST_ALL(kq_q4k, KQ_Q4)
-KQ_INST_ALL(kq_q5k, KQ_Q5)
-KQ_INST_ALL(kq_q6k, KQ_Q6)
+KQ_INST_ALL(kq_q4k_avx2, KQ_Q4)
+KQ_INST_ALL(kq_q5k_avx2, KQ_Q5)
+KQ_INST_ALL(kq_q6k_avx2, KQ_Q6)
 
 /* Chunks of KQ_RCHUNK rows; in a chunk, groups of up to KQ_TMAX tokens, each row of the
  * chunk against the whole group (its unpacked weights reused by every token of the group;
  * the chunk's rows and the group's activations stay in L1).  Generation (n_tok == 1) is
  * the 1 x 1 tile row after row.  The last group takes a smaller tile, with the same
  * per-output operations. */
-static void kq_drive(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a,
-                     size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+static void kq_drive_avx2(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, size_t row_bytes, int64_t K,
+                          const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
     const int64_t nb = K / QK_K;
     for (int64_t rc = r0; rc < r1; rc += KQ_RCHUNK) {
         const int64_t rce = r1 - rc < KQ_RCHUNK ? r1 : rc + KQ_RCHUNK;
@@ -296,20 +298,20 @@ static void kq_drive(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, size_t r
     }
 }
 
-#define KQ_ROWS_FN(fname, name)                                                                          \
-    static void fname(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,     \
-                      int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                       \
-        kq_drive(name##_toks, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);                           \
+#define KQ_ROWS_FN(fname, name)                                                                \
+    static void fname(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, \
+                      int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                   \
+        kq_drive_avx2(name##_toks, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);                  \
     }
-KQ_ROWS_FN(kq_rows_q4_K, kq_q4k)
-KQ_ROWS_FN(kq_rows_q5_K, kq_q5k)
-KQ_ROWS_FN(kq_rows_q6_K, kq_q6k)
+KQ_ROWS_FN(kq_rows_q4_K_avx2, kq_q4k_avx2)
+KQ_ROWS_FN(kq_rows_q5_K_avx2, kq_q5k_avx2)
+KQ_ROWS_FN(kq_rows_q6_K_avx2, kq_q6k_avx2)
 
 tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype) {
     switch (wtype) {
-        case TKQ_T_Q4_K: return kq_rows_q4_K;
-        case TKQ_T_Q5_K: return kq_rows_q5_K;
-        case TKQ_T_Q6_K: return kq_rows_q6_K;
+        case TKQ_T_Q4_K: return kq_rows_q4_K_avx2;
+        case TKQ_T_Q5_K: return kq_rows_q5_K_avx2;
+        case TKQ_T_Q6_K: return kq_rows_q6_K_avx2;
         default: return NULL;
     }
 }
