@@ -176,12 +176,13 @@ KQ_INLINE void kq_tile_q45(const int five, const uint8_t * w, size_t rb, const u
             tk_half hd, hm;
             memcpy(&hd, x[r], 2);
             memcpy(&hm, x[r] + 2, 2);
-            const float xd = kq_half(hd), xm = kq_half(hm);
+            const __m256 xd = _mm256_set1_ps(kq_half(hd)), xm = _mm256_set1_ps(kq_half(hm));
             for (int t = 0; t < T; t++) {
                 const __m256i msum = _mm256_madd_epi16(mns[r], kq_load(q[t]->bsums));
-                const float d = q[t]->d * xd, dm = q[t]->d * xm;
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(msum), acc[r][t]);
+                const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
+                /* d8 * d and d8 * dmin: one float product each, in every lane */
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[r][t]);
             }
         }
     }
@@ -245,12 +246,12 @@ KQ_INLINE void kq_tile_q6(const uint8_t * w, size_t rb, const uint8_t * a, size_
             }
         }
         for (int r = 0; r < R; r++) {
-            const float xd = kq_half(x[r]->d);
+            const __m256 xd = _mm256_set1_ps(kq_half(x[r]->d));
             for (int t = 0; t < T; t++) {
                 const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(kq_load(q[t]->bsums), sc16[r]), 5);
                 const __m256i s = _mm256_sub_epi32(isum[r][t], corr);
-                const float d = q[t]->d * xd;
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[r][t]);
+                const __m256 d = _mm256_mul_ps(_mm256_broadcast_ss(&q[t]->d), xd);
+                acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][t]);
             }
         }
     }
