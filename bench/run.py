@@ -5,7 +5,7 @@ same threads, alternating run by run so that both see the same machine load.
     python bench/run.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-r 3] [-t 2]
         [--llama-bench PATH] [--llama-args '--poll 0'] [--json OUT.json]
     python bench/run.py --ssd          # Mamba-2 scan: recurrence vs chunked SSD per run length
-    python bench/run.py --bandwidth    # plain read bandwidth (numpy sum over 1 GiB)
+    python bench/run.py --bandwidth    # plain read bandwidth (numpy sums over 1 GiB, 1 and -t threads)
 
 For each model and each test (ppP, tgN) it runs, R times, one unmeasured warm-up and then
 toolkit and llama-bench (order swapped every round), each with `-r 1 --no-warmup`, and
@@ -167,14 +167,23 @@ def ssd_crossover(args) -> int:
 
 
 def bandwidth(args) -> int:
+    """Plain read bandwidth: numpy sums over 1 GiB, on 1 thread and on args.t threads at once
+    (each summing its own slice; numpy releases the GIL in the reduction)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
     a = np.ones(2**28, np.float32)          # 1 GiB
-    best = float("inf")
-    for _ in range(max(3, args.r)):
-        t0 = time.perf_counter()
-        a.sum()
-        best = min(best, time.perf_counter() - t0)
-    print(f"read bandwidth (numpy sum over 1 GiB, 1 thread, best of {max(3, args.r)}): {a.nbytes / best / 1e9:.2f} GB/s; load {loadavg()}")
+    reps = max(3, args.r)
+    for nt in sorted({1, max(1, args.t)}):
+        parts = np.array_split(a, nt)
+        best = float("inf")
+        with ThreadPoolExecutor(nt) as ex:
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                list(ex.map(np.sum, parts))
+                best = min(best, time.perf_counter() - t0)
+        print(f"read bandwidth (numpy sum over 1 GiB, {nt} thread{'s' if nt > 1 else ''}, best of {reps}): "
+              f"{a.nbytes / best / 1e9:.2f} GB/s; load {loadavg()}")
     return 0
 
 
