@@ -30,9 +30,6 @@
 
 #include "qdot.h"
 
-/* IQ4_NL / IQ4_XS code book (quants.c; ggml-common.h kvalues_iq4nl) */
-extern const int8_t tk_kvalues_iq4nl[16];
-
 /* 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block
  * (ggml-quants.c get_scale_min_k4) */
 static inline void kq_scale_min_k4(int j, const uint8_t * q, int * sc, int * m) {
