@@ -125,8 +125,31 @@ def conv_ref(x, w, b, state):
     return y, xp[-(K - 1):].T
 
 
-def test_ssm_conv_matches_reference_and_carries_state():
-    T, C, K = 9, 24, 4
+@pytest.mark.parametrize("C,K", [(24, 4), (21, 4), (5, 4), (21, 3)])
+@pytest.mark.parametrize("level", [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()])
+def test_ssm_conv_matches_reference_and_carries_state(C, K, level):
+    """Every level, channels in full and partial 8-lane blocks (d_conv 4) or the generic
+    loop (d_conv 3): reference to 1e-5; the state carried across calls and channel ranges
+    cut at multiples of 8 (how forward.c splits threads) give the same bits."""
+    lib.tk_cpu_set_level(level)
+    try:
+        _conv_case(C, K)
+        if C > 8:                       # channels [0, 8) and [8, C) separately
+            T = 9
+            x, w, b, st0 = f32(T, C), f32(C, K), f32(C), f32(C, K - 1)
+            st, y = st0.copy(), np.empty((T, C), np.float32)
+            lib.tk_ssm_conv(fptr(x), C, T, C, K, fptr(w), fptr(b), fptr(st), fptr(y), C)
+            st2, y2 = st0.copy(), np.empty((T, C), np.float32)
+            for c0, c1 in ((0, 8), (8, C)):
+                lib.tk_ssm_conv(fptr(x) + c0, C, T, c1 - c0, K, fptr(w) + c0 * K, fptr(b) + c0, fptr(st2) + c0 * (K - 1),
+                                fptr(y2) + c0, C)
+            assert np.array_equal(y2, y) and np.array_equal(st2, st)
+    finally:
+        lib.tk_cpu_set_level(lib.tk_cpu_detected())
+
+
+def _conv_case(C, K):
+    T = 9
     x, w, b = f32(T, C), f32(C, K), f32(C)
     st0 = f32(C, K - 1)
     ref, ref_state = conv_ref(x, w, b, st0)

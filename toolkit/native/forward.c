@@ -90,11 +90,15 @@ typedef struct {
     float * state;
     float * y;
     int64_t y_stride;
+    int64_t channels;
 } conv_job;
 
-static void conv_silu_channels(void * arg, int64_t c0, int64_t c1, int thread) {
+/* [b0, b1): blocks of 8 channels (tk_ssm_conv's lanes: a split at a multiple of 8 keeps
+ * every channel's result) */
+static void conv_silu_channels(void * arg, int64_t b0, int64_t b1, int thread) {
     const conv_job * j = arg;
     (void) thread;
+    const int64_t c0 = 8 * b0, c1 = 8 * b1 < j->channels ? 8 * b1 : j->channels;
     const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
     tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
                 j->state + c0 * ns, j->y + c0, j->y_stride);
@@ -103,8 +107,8 @@ static void conv_silu_channels(void * arg, int64_t c0, int64_t c1, int thread) {
 
 static void conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                       const float * w, const float * b, float * state, float * y, int64_t y_stride) {
-    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride};
-    par_rows(ctx->pool, channels, n_tok, conv_silu_channels, &j);
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels};
+    par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
 }
 
 /* ==== Mamba-1 mixer ================================================================== */
@@ -190,18 +194,22 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
 
 /* ==== attention ====================================================================== */
 
+typedef float v8f __attribute__((vector_size(32)));   /* 8 float lanes (GCC vector extension) */
+
 typedef struct {
     tk_context * ctx;
     const tk_ubatch * ub;
     int il;
     int32_t H, hd, kvd, grp;
     float scale;
+    int level;                 /* tk_cpu_level() */
 } attn_job;
 
 /* pairs [p0, p1) of (token t = p / H, head h = p % H): softmax(q.k * scale) v over the
- * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec */
-static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
-    const attn_job * j = arg;
+ * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec.  q.k keeps
+ * 8 partial sums (i mod 8) added in a fixed tree, so the loops vectorize; a plain and an
+ * AVX2+FMA instance, chosen by level.  Each pair's operations do not depend on the split. */
+static inline __attribute__((always_inline)) void attn_heads_body(const attn_job * j, int64_t p0, int64_t p1, int thread) {
     tk_context * ctx = j->ctx;
     const tk_memory_kv * kv = ctx->kv;
     const int32_t H = j->H, hd = j->hd, kvd = j->kvd, nst = j->ub->n_seq_tokens;
@@ -216,8 +224,16 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         for (int32_t c = 0; c < kv->n_cells; c++) {
             if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
             const float * kc = kv->k[j->il] + (size_t) c * kvd + (size_t) kh * hd;
-            float d = 0.0f;
-            for (int32_t i = 0; i < hd; i++) d += qh[i] * kc[i];
+            v8f acc = {0};
+            int32_t i = 0;
+            for (; i + 8 <= hd; i += 8) {
+                v8f a, b;
+                memcpy(&a, qh + i, sizeof a);
+                memcpy(&b, kc + i, sizeof b);
+                acc += a * b;
+            }
+            float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < hd; i++) d += qh[i] * kc[i];
             score[c] = d * j->scale;
             if (score[c] > mx) mx = score[c];
         }
@@ -235,9 +251,21 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         for (int32_t i = 0; i < hd; i++) o[i] *= inv;
     }
 }
-/* q, k, v projections; RoPE (NORM mode, first n_rot dims) when the model uses it; K/V
- * stored in the token's KV cell; softmax(q.k * scale) over the cells of the token's
- * sequence with pos <= the token's (causal), GQA head h reads kv head h / (H / Hkv). */
+
+static void attn_heads_plain(const attn_job * j, int64_t p0, int64_t p1, int thread) { attn_heads_body(j, p0, p1, thread); }
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma")))
+static void attn_heads_avx2(const attn_job * j, int64_t p0, int64_t p1, int thread) { attn_heads_body(j, p0, p1, thread); }
+#endif
+
+static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_job * j = arg;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (j->level >= TK_CPU_AVX2) { attn_heads_avx2(j, p0, p1, thread); return; }
+#endif
+    attn_heads_plain(j, p0, p1, thread);
+}
+
 static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens;
@@ -257,7 +285,7 @@ static tk_status mixer_attention(tk_context * ctx, const tk_layer * l, int il, c
         memcpy(kv->k[il] + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv->v[il] + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
     }
-    attn_job aj = {ctx, ub, il, H, hd, kvd, grp, scale};
+    attn_job aj = {ctx, ub, il, H, hd, kvd, grp, scale, tk_cpu_level()};
     /* (token, head) pairs over the threads; each thread scores into its own row of vec */
     par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv->n_cells * hd / 4, attn_heads, &aj);
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);

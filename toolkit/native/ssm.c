@@ -20,8 +20,69 @@
  *   y[t][c] = b[c] + sum_{k<d_conv} w[c][k] * win_t[c][k],  win_t = (state, x[0..t]) last d_conv
  * ref: ggml ggml_compute_forward_ssm_conv_f32; transformers MambaMixer.slow_forward
  *      (conv1d(..., padding=d_conv-1)[..., :L]). */
+typedef float v8f __attribute__((vector_size(32)));   /* 8 float lanes (GCC vector extension) */
+
+/* d_conv == 4, channels [0, channels) in blocks of 8 lanes (channel c in lane c % 8; a last
+ * partial block padded with zeros), tokens in order with the window in registers.  Per
+ * channel the operations are the scalar loop's: s = w0 in0, s += w1 in1, w2 in2, w3 in3,
+ * then + b (fused multiply-adds in the AVX2+FMA instance). */
+static inline __attribute__((always_inline)) void conv4_body(const float * x, int64_t x_stride, int32_t n_tok,
+                                                             int32_t channels, const float * w, const float * b,
+                                                             float * state, float * y, int64_t y_stride) {
+    for (int32_t c0 = 0; c0 < channels; c0 += 8) {
+        const int32_t nc = channels - c0 < 8 ? channels - c0 : 8;
+        v8f w0 = {0}, w1 = {0}, w2 = {0}, w3 = {0}, bb = {0}, s0 = {0}, s1 = {0}, s2 = {0};
+        for (int32_t j = 0; j < nc; j++) {
+            const float * wc = w + (int64_t) (c0 + j) * 4, * st = state + (int64_t) (c0 + j) * 3;
+            w0[j] = wc[0]; w1[j] = wc[1]; w2[j] = wc[2]; w3[j] = wc[3];
+            s0[j] = st[0]; s1[j] = st[1]; s2[j] = st[2];
+            if (b) bb[j] = b[c0 + j];
+        }
+        for (int32_t t = 0; t < n_tok; t++) {
+            v8f in = {0};
+            const float * xt = x + t * x_stride + c0;
+            if (nc == 8) memcpy(&in, xt, sizeof in);
+            else for (int32_t j = 0; j < nc; j++) in[j] = xt[j];
+            v8f acc = w0 * s0;
+            acc += w1 * s1;
+            acc += w2 * s2;
+            acc += w3 * in;
+            if (b) acc += bb;
+            float * yt = y + t * y_stride + c0;
+            if (nc == 8) memcpy(yt, &acc, sizeof acc);
+            else for (int32_t j = 0; j < nc; j++) yt[j] = acc[j];
+            s0 = s1; s1 = s2; s2 = in;
+        }
+        for (int32_t j = 0; j < nc; j++) {
+            float * st = state + (int64_t) (c0 + j) * 3;
+            st[0] = s0[j]; st[1] = s1[j]; st[2] = s2[j];
+        }
+    }
+}
+
+static void conv4_plain(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, const float * w,
+                        const float * b, float * state, float * y, int64_t y_stride) {
+    conv4_body(x, x_stride, n_tok, channels, w, b, state, y, y_stride);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma")))
+static void conv4_avx2(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, const float * w,
+                       const float * b, float * state, float * y, int64_t y_stride) {
+    conv4_body(x, x_stride, n_tok, channels, w, b, state, y, y_stride);
+}
+#endif
+
+/* Channel c's result depends only on c % 8 (its lane) and the level: callers that split the
+ * channels (forward.c, over threads) cut at multiples of 8. */
 void tk_ssm_conv(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                  const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    if (d_conv == 4) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (tk_cpu_level() >= TK_CPU_AVX2) { conv4_avx2(x, x_stride, n_tok, channels, w, b, state, y, y_stride); return; }
+#endif
+        conv4_plain(x, x_stride, n_tok, channels, w, b, state, y, y_stride);
+        return;
+    }
     const int32_t ns = d_conv - 1;
     float win[64];             /* d_conv <= 64 checked at load */
     for (int32_t c = 0; c < channels; c++) {
