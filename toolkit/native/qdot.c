@@ -255,6 +255,7 @@ tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
     if (level >= TK_CPU_AVX2) {
         tk_qdot_rows_fn f = tk_qdot_rows_avx2(wtype);
         if (!f) f = tk_qdot_rows_kquants_avx2(wtype);
+        if (!f) f = tk_qdot_rows_legacy_avx2(wtype);
         if (f) return f;
     }
 #else

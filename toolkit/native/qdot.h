@@ -14,7 +14,8 @@
  * Files: qdot.c (activation quantizers, scalar dot products of the legacy types and
  * IQ4_NL, the row driver), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
  * qdot_avx2.c (AVX2 Q8_0 / Q4_0 kernels, activation quantizers), qdot_kquants_avx2.c (AVX2
- * Q4_K / Q5_K / Q6_K kernels).
+ * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q5_0 / Q4_1 /
+ * Q5_1 kernels).
  */
 #ifndef TK_QDOT_H
 #define TK_QDOT_H
@@ -92,8 +93,10 @@ void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uin
 tk_qdot_rows_fn tk_qdot_rows_avx2(int wtype);            /* NULL: no AVX2 kernel for it */
 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K);
 void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K);
-/* qdot_kquants_avx2.c: Q4_K, Q5_K, Q6_K (NULL for any other type) */
+/* qdot_kquants_avx2.c: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (NULL for any other type) */
 tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype);
+/* qdot_legacy_avx2.c: Q5_0, Q4_1, Q5_1 (NULL for any other type) */
+tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype);
 #endif
 
 #endif

@@ -259,6 +259,216 @@ KQ_INLINE void kq_tile_q6(const uint8_t * w, size_t rb, const uint8_t * a, size_
         for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
 }
 
+/* ---- Q2_K tile ------------------------------------------------------------------------
+ * Element 128h + 32s + l (h < 2, s < 4, l < 32): bits 2s..2s+1 of qs[32h + l], value 0..3;
+ * sub-block 8h + 2s + l/16; scales[j] = scale (low nibble) | min (high nibble) of
+ * sub-block j.  Per output as Q4_K: isum over sc * q * q8, msum = madd(mins, bsums),
+ * acc = fma(d8 * d, isum, acc), acc = fnma(d8 * dmin, msum, acc). */
+KQ_INLINE void kq_tile_q2(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+                          const int R, const int T, float * y, int64_t ldy) {
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    const __m128i m15 = _mm_set1_epi8(0x0F);
+    __m256 acc[KQ_RMAX][KQ_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q2_K * x[KQ_RMAX];
+        const blk_q8_K * q[KQ_TMAX];
+        __m256i sc16[KQ_RMAX], mn16[KQ_RMAX];   /* the 16 scales / mins as int16 */
+        for (int r = 0; r < R; r++) {
+            x[r] = (const blk_q2_K *) (const void *) (w + r * rb) + i;
+            const __m128i sm = _mm_loadu_si128((const __m128i *) (const void *) x[r]->scales);
+            sc16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m15));
+            mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
+        }
+        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        __m256i isum[KQ_RMAX][KQ_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {            /* s = 2p, 2p+1 */
+                for (int r = 0; r < R; r++) {
+                    const __m256i bits = kq_load(x[r]->qs + 32 * h);
+                    const __m256i v0 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p), m3);
+                    const __m256i v1 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p + 2), m3);
+                    const __m256i sh = h ? _mm256_permute4x64_epi64(sc16[r], 0xEE) : _mm256_permute4x64_epi64(sc16[r], 0x44);
+                    const __m256i s0 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p]));
+                    const __m256i s1 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p + 1]));
+                    for (int t = 0; t < T; t++) {
+                        const int8_t * q8 = q[t]->qs + 128 * h + 64 * p;
+                        const __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(v0, kq_load(q8)));
+                        const __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(v1, kq_load(q8 + 32)));
+                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(p0, p1));
+                        KQ_PIN(isum[r][t]);
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256 xd = _mm256_set1_ps(kq_half(x[r]->d)), xm = _mm256_set1_ps(kq_half(x[r]->dmin));
+            for (int t = 0; t < T; t++) {
+                const __m256i msum = _mm256_madd_epi16(mn16[r], kq_load(q[t]->bsums));
+                const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+}
+
+/* ---- Q3_K tile ------------------------------------------------------------------------
+ * Element 128h + 32s + l: low bits 2s..2s+1 of qs[32h + l], high bit (4h + s) of hmask[l];
+ * q = low + 4 * high - 4, sub-block 8h + 2s + l/16, 16 signed 6-bit scales (stored + 32).
+ * The kernel multiplies the unsigned v = low + 4 * high (0..7) and subtracts the offset once
+ * per super-block, exactly: isum -= 4 * sum_j sc_j * bsums_j (lane-wise, as Q6_K's -32).
+ * Per output: acc = fma(d8 * d, isum, acc). */
+KQ_INLINE __m256i kq_scales_q3(const uint8_t * s12) {
+    uint32_t aux[3];
+    memcpy(aux, s12, 12);
+    const uint32_t m2 = 0x03030303u, m4 = 0x0f0f0f0fu;
+    const __m128i s = _mm_set_epi32((int) (((aux[1] >> 4) & m4) | (((aux[2] >> 6) & m2) << 4)),
+                                    (int) (((aux[0] >> 4) & m4) | (((aux[2] >> 4) & m2) << 4)),
+                                    (int) ((aux[1] & m4) | (((aux[2] >> 2) & m2) << 4)),
+                                    (int) ((aux[0] & m4) | ((aux[2] & m2) << 4)));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(s, _mm_set1_epi8(32)));
+}
+
+/* every byte: 4 if bit b (0..7, a constant after inlining) of hbits' byte is set, else 0 */
+KQ_INLINE __m256i kq_bit4(__m256i hbits, int b) {
+    const __m256i m = _mm256_set1_epi8(0x04);
+    if (b < 2) return _mm256_and_si256(_mm256_slli_epi16(hbits, 2 - b), m);
+    if (b == 2) return _mm256_and_si256(hbits, m);
+    return _mm256_and_si256(_mm256_srli_epi16(hbits, b - 2), m);
+}
+
+KQ_INLINE void kq_tile_q3(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+                          const int R, const int T, float * y, int64_t ldy) {
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    __m256 acc[KQ_RMAX][KQ_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_q3_K * x[KQ_RMAX];
+        const blk_q8_K * q[KQ_TMAX];
+        __m256i sc16[KQ_RMAX];
+        for (int r = 0; r < R; r++) {
+            x[r] = (const blk_q3_K *) (const void *) (w + r * rb) + i;
+            sc16[r] = kq_scales_q3(x[r]->scales);
+        }
+        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        __m256i isum[KQ_RMAX][KQ_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++) {            /* s = 2p, 2p+1 */
+                for (int r = 0; r < R; r++) {
+                    const __m256i bits = kq_load(x[r]->qs + 32 * h);
+                    const __m256i hm = kq_load(x[r]->hmask);
+                    const __m256i v0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4 * p), m3),
+                                                       kq_bit4(hm, 4 * h + 2 * p));
+                    const __m256i v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4 * p + 2), m3),
+                                                       kq_bit4(hm, 4 * h + 2 * p + 1));
+                    const __m256i sh = h ? _mm256_permute4x64_epi64(sc16[r], 0xEE) : _mm256_permute4x64_epi64(sc16[r], 0x44);
+                    const __m256i s0 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p]));
+                    const __m256i s1 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p + 1]));
+                    for (int t = 0; t < T; t++) {
+                        const int8_t * q8 = q[t]->qs + 128 * h + 64 * p;
+                        const __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(v0, kq_load(q8)));
+                        const __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(v1, kq_load(q8 + 32)));
+                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(p0, p1));
+                        KQ_PIN(isum[r][t]);
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256 xd = _mm256_set1_ps(kq_half(x[r]->d));
+            for (int t = 0; t < T; t++) {
+                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(kq_load(q[t]->bsums), sc16[r]), 2);
+                const __m256i s = _mm256_sub_epi32(isum[r][t], corr);
+                const __m256 d = _mm256_mul_ps(_mm256_broadcast_ss(&q[t]->d), xd);
+                acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+}
+
+/* ---- IQ4_XS tile ------------------------------------------------------------------------
+ * Sub-block j (8 of 32 values): code-book values of the low nibbles of qs[16j .. 16j+16),
+ * then of their high nibbles; 6-bit scale ls_j = (scales_l[j/2] >> 4(j%2)) & 15 |
+ * ((scales_h >> 2j) & 3) << 4, minus 32.  Signed weights x signed activations:
+ * maddubs(|w|, sign(q8, w)) (|pair| <= 2 * 127 * 127 = 32258, no saturation).
+ * Per output: acc = fma(d8 * d, isum, acc). */
+KQ_INLINE __m256i kq_scales_iq4xs(const blk_iq4_xs * x) {
+    uint64_t v = 0;
+    const unsigned sh = x->scales_h;
+    for (int j = 0; j < 8; j++) {
+        const unsigned ls = ((x->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
+        v |= (uint64_t) ls << (8 * j);
+    }
+    const __m128i s = _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long) v)), _mm_set1_epi16(32));
+    return _mm256_broadcastsi128_si256(s);
+}
+
+KQ_INLINE void kq_tile_iq4xs(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+                             const int R, const int T, float * y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m128i kv128 = _mm_loadu_si128((const __m128i *) (const void *) tk_kvalues_iq4nl);
+    const __m256i kv = _mm256_broadcastsi128_si256(kv128);
+    __m256 acc[KQ_RMAX][KQ_TMAX];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const blk_iq4_xs * x[KQ_RMAX];
+        const blk_q8_K * q[KQ_TMAX];
+        __m256i scl[KQ_RMAX];   /* the 8 scales - 32 as int16, in both 128-bit halves */
+        for (int r = 0; r < R; r++) {
+            x[r] = (const blk_iq4_xs *) (const void *) (w + r * rb) + i;
+            scl[r] = kq_scales_iq4xs(x[r]);
+        }
+        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        __m256i isum[KQ_RMAX][KQ_TMAX];
+        for (int r = 0; r < R; r++)
+            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {                /* sub-blocks 2c, 2c+1 */
+            for (int r = 0; r < R; r++) {
+                const __m128i b0 = _mm_loadu_si128((const __m128i *) (const void *) (x[r]->qs + 32 * c));
+                const __m128i b1 = _mm_loadu_si128((const __m128i *) (const void *) (x[r]->qs + 32 * c + 16));
+                const __m256i w0 = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b0, 4), b0), m4));
+                const __m256i w1 = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b1, 4), b1), m4));
+                const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+                const __m256i s0 = _mm256_shuffle_epi8(scl[r], kq_load(kq_shuf_k4[2 * c]));
+                const __m256i s1 = _mm256_shuffle_epi8(scl[r], kq_load(kq_shuf_k4[2 * c + 1]));
+                for (int t = 0; t < T; t++) {
+                    const int8_t * q8 = q[t]->qs + 64 * c;
+                    const __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(a0, _mm256_sign_epi8(kq_load(q8), w0)));
+                    const __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(a1, _mm256_sign_epi8(kq_load(q8 + 32), w1)));
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(p0, p1));
+                    KQ_PIN(isum[r][t]);
+                }
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            const __m256 xd = _mm256_set1_ps(kq_half(x[r]->d));
+            for (int t = 0; t < T; t++) {
+                const __m256 d = _mm256_mul_ps(_mm256_broadcast_ss(&q[t]->d), xd);
+                acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+}
+
 /* ---- tile instances and the row driver ------------------------------------------------ */
 typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, float * y, int64_t ldy);
 
@@ -279,6 +489,12 @@ typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size
 KQ_INST_ALL(kq_q4k_avx2, KQ_Q4)
 KQ_INST_ALL(kq_q5k_avx2, KQ_Q5)
 KQ_INST_ALL(kq_q6k_avx2, KQ_Q6)
+#define KQ_Q2(R, T) kq_tile_q2(w, rb, a, ab, nb, R, T, y, ldy)
+#define KQ_Q3(R, T) kq_tile_q3(w, rb, a, ab, nb, R, T, y, ldy)
+#define KQ_IQ4XS(R, T) kq_tile_iq4xs(w, rb, a, ab, nb, R, T, y, ldy)
+KQ_INST_ALL(kq_q2k_avx2, KQ_Q2)
+KQ_INST_ALL(kq_q3k_avx2, KQ_Q3)
+KQ_INST_ALL(kq_iq4xs_avx2, KQ_IQ4XS)
 
 /* Chunks of KQ_RCHUNK rows; in a chunk, groups of up to KQ_TMAX tokens, each row of the
  * chunk against the whole group (its unpacked weights reused by every token of the group;
@@ -307,12 +523,18 @@ static void kq_drive_avx2(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, siz
 KQ_ROWS_FN(kq_rows_q4_K_avx2, kq_q4k_avx2)
 KQ_ROWS_FN(kq_rows_q5_K_avx2, kq_q5k_avx2)
 KQ_ROWS_FN(kq_rows_q6_K_avx2, kq_q6k_avx2)
+KQ_ROWS_FN(kq_rows_q2_K_avx2, kq_q2k_avx2)
+KQ_ROWS_FN(kq_rows_q3_K_avx2, kq_q3k_avx2)
+KQ_ROWS_FN(kq_rows_iq4_xs_avx2, kq_iq4xs_avx2)
 
 tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype) {
     switch (wtype) {
         case TKQ_T_Q4_K: return kq_rows_q4_K_avx2;
         case TKQ_T_Q5_K: return kq_rows_q5_K_avx2;
         case TKQ_T_Q6_K: return kq_rows_q6_K_avx2;
+        case TKQ_T_Q2_K: return kq_rows_q2_K_avx2;
+        case TKQ_T_Q3_K: return kq_rows_q3_K_avx2;
+        case TKQ_T_IQ4_XS: return kq_rows_iq4_xs_avx2;
         default: return NULL;
     }
 }

@@ -1,0 +1,209 @@
+/* qdot_legacy_avx2.c: AVX2 row kernels for Q5_0 weights x Q8_0 activations and Q4_1 / Q5_1
+ * weights x Q8_1 activations (x86-64 only; contract: qdot.h, tk_qdot_rows_fn).
+ *
+ * Compiled with the package's portable flags; every function here carries
+ * __attribute__((target("avx2,fma,f16c"))) and is handed out (tk_qdot_rows_legacy_avx2,
+ * through qdot.c's tk_qdot_rows_kernel) only when cpu.c found AVX2 + FMA + F16C and the
+ * OS's YMM support.
+ *
+ * Inputs of a row kernel: w = weight rows r0..r1-1 (row r at w + r * row_bytes, K/32 blocks
+ * each), a = n_tok activation rows (row t at a + t * a_bytes, K/32 blk_q8_0 or blk_q8_1),
+ * y[t * ldy + r] = dot(weight row r, activation row t).
+ *
+ * Per output (weight row r, token t) every kernel does exactly this, whatever the tile:
+ *   acc = 0 (8 float lanes), summs = 0 (one float; Q4_1 / Q5_1 only)
+ *   for each block b, in order:
+ *     Q5_0:        w = the 32 weights as signed int8 in [-16, 15] (element order)
+ *                  p = madd(maddubs(|w|, sign(a, w)), 1)        8 int32 lanes, exact
+ *     Q4_1, Q5_1:  w = the 32 weights as unsigned int8 in [0, 15] / [0, 31]
+ *                  p = madd(maddubs(w, a), 1)                   8 int32 lanes, exact
+ *                  summs = fma(m_w, s_a, summs)                 (the block minimum times
+ *                                                                s_a = d_a * sum(a), Q8_1)
+ *     acc = fma(broadcast(d_w * d_a), float(p), acc)          (d_w * d_a one float product)
+ *   y = hsum(acc) [+ summs], hsum = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
+ * The integer lanes are exact, so a tile of R rows x T tokens computes each output with
+ * the same float operations as a lone row and token.  Against the scalar kernels (qdot.c:
+ * one running float sum per block, d*d*sumi + m*s) the difference is float reordering.
+ *
+ * No int16 saturation: maddubs adds two products u * s with u <= 31, |s| <= 127 (Q5_1), or
+ * |w| <= 16, |a| <= 127 (Q5_0).
+ *
+ * Tiles and drive: those of qdot_avx2.c's Q8_0 / Q4_0 kernels (generation one row at a
+ * time, prompts in tiles of 3 rows x 4 tokens over token blocks that stay in L2).
+ *
+ * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q5_0_q8_0,
+ * q4_1_q8_1, q5_1_q8_1 (AVX2 branches: bytes_from_nibbles_32 / bytes_from_bits_32, the
+ * 0xF0 fill for Q5_0's missing fifth bit, maddubs + madd, summs of m * s).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "qdot.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define LG_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LG_INLINE LG_AVX2 static inline __attribute__((always_inline))
+
+enum { LG_Q5_0, LG_Q4_1, LG_Q5_1 };
+
+/* fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+LG_INLINE float lg_hsum_avx2(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
+    return _mm_cvtss_f32(lo);
+}
+
+LG_INLINE float lg_half_avx2(const uint8_t * p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes -> 32 nibbles in element order: low nibbles (elements 0..15), then high */
+LG_INLINE __m256i lg_nibbles_avx2(const uint8_t * qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *) (const void *) qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+
+/* 4 bytes (little-endian 32 bits) -> 32 bytes, byte k = 0xFF if bit k is set, else 0 */
+LG_INLINE __m256i lg_bits_avx2(const uint8_t * qh) {
+    uint32_t u;
+    memcpy(&u, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int) u),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                                                  0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long) 0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+/* Block layouts (quants.h): Q5_0 d qh[4] qs[16]; Q4_1 d m qs[16]; Q5_1 d m qh[4] qs[16].
+ * The weights of one block as int8: Q5_0 signed (nibble | 5th bit << 4) - 16, the others
+ * unsigned. */
+LG_INLINE __m256i lg_load_w_avx2(int kind, const uint8_t * blk) {
+    switch (kind) {
+        case LG_Q5_0: {   /* missing 5th bit: 0xF0 | nibble = nibble - 16 as int8 */
+            const __m256i hi = _mm256_andnot_si256(lg_bits_avx2(blk + 2), _mm256_set1_epi8((char) 0xF0));
+            return _mm256_or_si256(lg_nibbles_avx2(blk + 6), hi);
+        }
+        case LG_Q4_1: return lg_nibbles_avx2(blk + 4);
+        default: {
+            const __m256i hi = _mm256_and_si256(lg_bits_avx2(blk + 4), _mm256_set1_epi8(0x10));
+            return _mm256_or_si256(lg_nibbles_avx2(blk + 8), hi);
+        }
+    }
+}
+
+/* R weight rows x T activation rows, nb blocks; y[t * ldy + i] for the tile's row i and
+ * token t.  kind, R, T are constants at every call (the loops unroll). */
+LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t row_bytes, size_t wbs,
+                            const uint8_t * a, size_t a_bytes, size_t abs_, int64_t nb, float * y, int64_t ldy) {
+    const int with_min = kind != LG_Q5_0;
+    const size_t aq = with_min ? 4 : 2;   /* offset of the activation quants (Q8_1: d, s) */
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[3][4];
+    __m128 summs[3][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            acc[i][t] = _mm256_setzero_ps();
+            summs[i][t] = _mm_setzero_ps();
+        }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ww[3], aw[3];
+        float dw[3], mw[3], da[4], sa[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) {
+            const uint8_t * blk = w + (size_t) i * row_bytes + (size_t) b * wbs;
+            ww[i] = lg_load_w_avx2(kind, blk);
+            aw[i] = with_min ? ww[i] : _mm256_sign_epi8(ww[i], ww[i]);
+            dw[i] = lg_half_avx2(blk);
+            mw[i] = with_min ? lg_half_avx2(blk + 2) : 0.0f;
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const uint8_t * ab = a + (size_t) t * a_bytes + (size_t) b * abs_;
+            da[t] = lg_half_avx2(ab);
+            sa[t] = with_min ? lg_half_avx2(ab + 2) : 0.0f;
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *) (const void *) (a + (size_t) t * a_bytes + (size_t) b * abs_ + aq));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) {
+                const __m256i p16 = with_min ? _mm256_maddubs_epi16(ww[i], x)
+                                             : _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(x, ww[i]));
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                acc[i][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[i] * da[t]), p, acc[i][t]);
+                if (with_min) summs[i][t] = _mm_fmadd_ss(_mm_set_ss(mw[i]), _mm_set_ss(sa[t]), summs[i][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const float s = lg_hsum_avx2(acc[i][t]);
+            y[t * ldy + i] = with_min ? s + _mm_cvtss_f32(summs[i][t]) : s;
+        }
+}
+
+/* Rows [r0, r1) x all tokens.  Generation (one token): one row at a time (one sequential
+ * weight stream).  Prompt: token blocks of about 192 KiB of activations, in a block tiles
+ * of 3 rows x 4 tokens; remainders 3 x 1, 1 x 4, 1 x 1, all with the same per-output
+ * operations. */
+LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w, size_t row_bytes, int64_t K,
+                            const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0,
+                            int64_t r1) {
+    const int64_t nb = K / QK32;
+    if (n_tok == 1) {
+        for (int64_t r = r0; r < r1; r++)
+            lg_tile_avx2(kind, 1, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy);
+        return;
+    }
+    int64_t tb = (int64_t) 196608 / (a_bytes > 0 ? (int64_t) a_bytes : 1);
+    tb = tb < 4 ? 4 : tb - tb % 4;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+        const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
+        int64_t r = r0;
+        for (; r + 3 <= r1; r += 3) {
+            const uint8_t * wr = w + (size_t) r * row_bytes;
+            int64_t t = t0;
+            for (; t + 4 <= t1; t += 4)
+                lg_tile_avx2(kind, 3, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy);
+            for (; t < t1; t++)
+                lg_tile_avx2(kind, 3, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy);
+        }
+        for (; r < r1; r++) {
+            const uint8_t * wr = w + (size_t) r * row_bytes;
+            int64_t t = t0;
+            for (; t + 4 <= t1; t += 4)
+                lg_tile_avx2(kind, 1, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy);
+            for (; t < t1; t++)
+                lg_tile_avx2(kind, 1, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy);
+        }
+    }
+}
+
+#define LG_ROWS(NAME, KIND, WBS, ABS)                                                                \
+    LG_AVX2 static void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a,         \
+                             size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) { \
+        lg_rows_avx2(KIND, WBS, ABS, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);               \
+    }
+LG_ROWS(lg_rows_q5_0_avx2, LG_Q5_0, sizeof(blk_q5_0), sizeof(blk_q8_0))
+LG_ROWS(lg_rows_q4_1_avx2, LG_Q4_1, sizeof(blk_q4_1), sizeof(blk_q8_1))
+LG_ROWS(lg_rows_q5_1_avx2, LG_Q5_1, sizeof(blk_q5_1), sizeof(blk_q8_1))
+
+tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype) {
+    switch (wtype) {
+        case TKQ_T_Q5_0: return lg_rows_q5_0_avx2;
+        case TKQ_T_Q4_1: return lg_rows_q4_1_avx2;
+        case TKQ_T_Q5_1: return lg_rows_q5_1_avx2;
+        default: return NULL;
+    }
+}
+
+#endif /* __x86_64__ */
