@@ -17,9 +17,10 @@
  *                  p = madd(maddubs(|w|, sign(a, w)), 1)        8 int32 lanes, exact
  *     Q4_1, Q5_1:  w = the 32 weights as unsigned int8 in [0, 15] / [0, 31]
  *                  p = madd(maddubs(w, a), 1)                   8 int32 lanes, exact
- *                  summs = fma(m_w, s_a, summs)                 (the block minimum times
+ *                  summs = summs + m_w * s_a                    (the block minimum times
  *                                                                s_a = d_a * sum(a), Q8_1)
- *     acc = fma(broadcast(d_w * d_a), float(p), acc)          (d_w * d_a one float product)
+ *     acc = fma(broadcast(d_w * d_a), float(p), acc)          (d_w * d_a, m_w * s_a: one
+ *                                                                float product each)
  *   y = hsum(acc) [+ summs], hsum = ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))
  * The integer lanes are exact, so a tile of R rows x T tokens computes each output with
  * the same float operations as a lone row and token.  Against the scalar kernels (qdot.c:
@@ -56,12 +57,6 @@ LG_INLINE float lg_hsum_avx2(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-LG_INLINE float lg_half_avx2(const uint8_t * p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* 16 bytes -> 32 nibbles in element order: low nibbles (elements 0..15), then high */
 LG_INLINE __m256i lg_nibbles_avx2(const uint8_t * qs) {
     const __m128i v = _mm_loadu_si128((const __m128i *) (const void *) qs);
@@ -96,8 +91,18 @@ LG_INLINE __m256i lg_load_w_avx2(int kind, const uint8_t * blk) {
     }
 }
 
+/* The block's f16 scales as floats: Q5_0 [d, 0, 0, 0]; Q4_1 / Q5_1 [d, m, 0, 0]; a Q8_0
+ * activation block [d, 0, 0, 0], a Q8_1 one [d, s, 0, 0] (exact conversions). */
+LG_INLINE __m128 lg_scales_avx2(int with_min, const uint8_t * blk) {
+    uint32_t u = 0;
+    memcpy(&u, blk, with_min ? 4 : 2);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int) u));
+}
+
 /* R weight rows x T activation rows, nb blocks; y[t * ldy + i] for the tile's row i and
- * token t.  kind, R, T are constants at every call (the loops unroll). */
+ * token t.  kind, R, T are constants at every call (the loops unroll).  Per pair and block
+ * one float product [d_w * d_a, m_w * s_a] = [d_w, m_w] * [d_a, s_a]: lane 0 is the scale of
+ * the integer sum, lane 1 goes to summs (summs += m_w * s_a, one rounding each). */
 LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t row_bytes, size_t wbs,
                             const uint8_t * a, size_t a_bytes, size_t abs_, int64_t nb, float * y, int64_t ldy) {
     const int with_min = kind != LG_Q5_0;
@@ -114,21 +119,16 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
         }
     for (int64_t b = 0; b < nb; b++) {
         __m256i ww[3], aw[3];
-        float dw[3], mw[3], da[4], sa[4];
+        __m128 dw[3], da[4];
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
             const uint8_t * blk = w + (size_t) i * row_bytes + (size_t) b * wbs;
             ww[i] = lg_load_w_avx2(kind, blk);
             aw[i] = with_min ? ww[i] : _mm256_sign_epi8(ww[i], ww[i]);
-            dw[i] = lg_half_avx2(blk);
-            mw[i] = with_min ? lg_half_avx2(blk + 2) : 0.0f;
+            dw[i] = lg_scales_avx2(with_min, blk);
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const uint8_t * ab = a + (size_t) t * a_bytes + (size_t) b * abs_;
-            da[t] = lg_half_avx2(ab);
-            sa[t] = with_min ? lg_half_avx2(ab + 2) : 0.0f;
-        }
+        for (int t = 0; t < T; t++) da[t] = lg_scales_avx2(with_min, a + (size_t) t * a_bytes + (size_t) b * abs_);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *) (const void *) (a + (size_t) t * a_bytes + (size_t) b * abs_ + aq));
@@ -137,8 +137,9 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
                 const __m256i p16 = with_min ? _mm256_maddubs_epi16(ww[i], x)
                                              : _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(x, ww[i]));
                 const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-                acc[i][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[i] * da[t]), p, acc[i][t]);
-                if (with_min) summs[i][t] = _mm_fmadd_ss(_mm_set_ss(mw[i]), _mm_set_ss(sa[t]), summs[i][t]);
+                const __m128 prod = _mm_mul_ps(dw[i], da[t]);
+                acc[i][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), p, acc[i][t]);
+                if (with_min) summs[i][t] = _mm_add_ps(summs[i][t], prod);
             }
         }
     }
@@ -147,7 +148,7 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const float s = lg_hsum_avx2(acc[i][t]);
-            y[t * ldy + i] = with_min ? s + _mm_cvtss_f32(summs[i][t]) : s;
+            y[t * ldy + i] = with_min ? s + _mm_cvtss_f32(_mm_shuffle_ps(summs[i][t], summs[i][t], 1)) : s;
         }
 }
 
