@@ -98,97 +98,66 @@ void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K) {
 
 /* ==== scalar dot products, 32-value blocks =========================================== */
 
-float tk_vec_dot_q8_0_q8_0(int64_t K, const void * w, const void * a) {
-    const blk_q8_0 * x = w;
-    const blk_q8_0 * y = a;
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
-        int sumi = 0;
-        for (int j = 0; j < QK32; j++) sumi += x[b].qs[j] * y[b].qs[j];
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+/* The 32 integer levels of one weight block, element order (low nibbles are elements
+ * 0..15, high nibbles 16..31):
+ *   Q8_0 q;  Q4_0 nibble - 8;  Q5_0 (nibble | fifth bit << 4) - 16;  IQ4_NL kvalues[nibble];
+ *   Q4_1 nibble;  Q5_1 nibble | fifth bit << 4   (fifth bits: qh, a little-endian u32).
+ * Every block starts with its f16 scale d; Q4_1/Q5_1 follow it with the f16 minimum m. */
+static void block_levels(int wtype, const uint8_t * blk, int8_t q[QK32]) {
+    uint32_t qh = 0;
+    switch (wtype) {
+        case TKQ_T_Q8_0: memcpy(q, blk + 2, QK32); return;
+        case TKQ_T_Q5_0: memcpy(&qh, blk + 2, 4); break;
+        case TKQ_T_Q5_1: memcpy(&qh, blk + 4, 4); break;
+        default: break;
     }
-    return sumf;
-}
-
-/* Q4_0: value = d * (nibble - 8); low nibbles are elements 0..15, high 16..31 */
-float tk_vec_dot_q4_0_q8_0(int64_t K, const void * w, const void * a) {
-    const blk_q4_0 * x = w;
-    const blk_q8_0 * y = a;
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
-        int sumi = 0;
-        for (int j = 0; j < QK32 / 2; j++)
-            sumi += ((x[b].qs[j] & 0xF) - 8) * y[b].qs[j] + ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + QK32 / 2];
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
-    }
-    return sumf;
-}
-
-/* Q5_0: value = d * ((nibble | fifth bit << 4) - 16), fifth bits in qh (little-endian u32) */
-float tk_vec_dot_q5_0_q8_0(int64_t K, const void * w, const void * a) {
-    const blk_q5_0 * x = w;
-    const blk_q8_0 * y = a;
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < QK32 / 2; j++) {
-            const int h0 = (int) (((qh >> j) << 4) & 0x10), h1 = (int) ((qh >> (j + 12)) & 0x10);
-            sumi += (((x[b].qs[j] & 0xF) | h0) - 16) * y[b].qs[j] + (((x[b].qs[j] >> 4) | h1) - 16) * y[b].qs[j + QK32 / 2];
+    const uint8_t * qs = blk + (wtype == TKQ_T_Q4_0 || wtype == TKQ_T_IQ4_NL ? 2 : wtype == TKQ_T_Q4_1 ? 4 : wtype == TKQ_T_Q5_0 ? 6 : 8);
+    for (int j = 0; j < QK32 / 2; j++) {
+        int lo = qs[j] & 0xF, hi = qs[j] >> 4;
+        switch (wtype) {
+            case TKQ_T_Q4_0: lo -= 8; hi -= 8; break;
+            case TKQ_T_Q5_0: lo = (lo | (int) (((qh >> j) << 4) & 0x10)) - 16; hi = (hi | (int) ((qh >> (j + 12)) & 0x10)) - 16; break;
+            case TKQ_T_Q5_1: lo |= (int) (((qh >> j) << 4) & 0x10); hi |= (int) ((qh >> (j + 12)) & 0x10); break;
+            case TKQ_T_IQ4_NL: lo = tk_kvalues_iq4nl[lo]; hi = tk_kvalues_iq4nl[hi]; break;
+            default: break;   /* Q4_1 */
         }
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
+        q[j] = (int8_t) lo;
+        q[j + QK32 / 2] = (int8_t) hi;
     }
-    return sumf;
 }
 
-/* IQ4_NL: value = d * kvalues_iq4nl[nibble] */
-float tk_vec_dot_iq4_nl_q8_0(int64_t K, const void * w, const void * a) {
-    const blk_iq4_nl * x = w;
-    const blk_q8_0 * y = a;
+/* sum over blocks of (d_w d_a) * sum(levels * a.qs)  [+ m_w * s_a for Q4_1 / Q5_1, whose
+ * Q8_1 activations carry s = d * sum(qs)] */
+static float dot_blocks32(int wtype, size_t wbs, int64_t K, const uint8_t * w, const uint8_t * a) {
+    const int with_min = wtype == TKQ_T_Q4_1 || wtype == TKQ_T_Q5_1;
+    const size_t abs_ = with_min ? sizeof(blk_q8_1) : sizeof(blk_q8_0), aqs = with_min ? 4 : 2;
     float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
+    int8_t q[QK32];
+    for (int64_t b = 0; b < K / QK32; b++, w += wbs, a += abs_) {
+        block_levels(wtype, w, q);
+        const int8_t * y = (const int8_t *) (a + aqs);
         int sumi = 0;
-        for (int j = 0; j < QK32 / 2; j++)
-            sumi += tk_kvalues_iq4nl[x[b].qs[j] & 0xF] * y[b].qs[j] + tk_kvalues_iq4nl[x[b].qs[j] >> 4] * y[b].qs[j + QK32 / 2];
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi;
-    }
-    return sumf;
-}
-
-/* Q4_1: value = d * nibble + m; the m part is m * sum(a) = m * s_a */
-float tk_vec_dot_q4_1_q8_1(int64_t K, const void * w, const void * a) {
-    const blk_q4_1 * x = w;
-    const blk_q8_1 * y = a;
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
-        int sumi = 0;
-        for (int j = 0; j < QK32 / 2; j++)
-            sumi += (x[b].qs[j] & 0xF) * y[b].qs[j] + (x[b].qs[j] >> 4) * y[b].qs[j + QK32 / 2];
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi
-              + tkq_fp16_to_fp32(x[b].m) * tkq_fp16_to_fp32(y[b].s);
-    }
-    return sumf;
-}
-
-/* Q5_1: value = d * (nibble | fifth bit << 4) + m */
-float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a) {
-    const blk_q5_1 * x = w;
-    const blk_q8_1 * y = a;
-    float sumf = 0.0f;
-    for (int64_t b = 0; b < K / QK32; b++) {
-        uint32_t qh;
-        memcpy(&qh, x[b].qh, 4);
-        int sumi = 0;
-        for (int j = 0; j < QK32 / 2; j++) {
-            const int h0 = (int) (((qh >> j) << 4) & 0x10), h1 = (int) ((qh >> (j + 12)) & 0x10);
-            sumi += ((x[b].qs[j] & 0xF) | h0) * y[b].qs[j] + ((x[b].qs[j] >> 4) | h1) * y[b].qs[j + QK32 / 2];
+        for (int j = 0; j < QK32; j++) sumi += q[j] * y[j];
+        tk_half dw, da, mw, sa;
+        memcpy(&dw, w, 2);
+        memcpy(&da, a, 2);
+        float blk = (tkq_fp16_to_fp32(dw) * tkq_fp16_to_fp32(da)) * (float) sumi;
+        if (with_min) {
+            memcpy(&mw, w + 2, 2);
+            memcpy(&sa, a + 2, 2);
+            blk += tkq_fp16_to_fp32(mw) * tkq_fp16_to_fp32(sa);
         }
-        sumf += (tkq_fp16_to_fp32(x[b].d) * tkq_fp16_to_fp32(y[b].d)) * (float) sumi
-              + tkq_fp16_to_fp32(x[b].m) * tkq_fp16_to_fp32(y[b].s);
+        sumf += blk;
     }
     return sumf;
 }
+
+float tk_vec_dot_q8_0_q8_0(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q8_0, sizeof(blk_q8_0), K, w, a); }
+float tk_vec_dot_q4_0_q8_0(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q4_0, sizeof(blk_q4_0), K, w, a); }
+float tk_vec_dot_q5_0_q8_0(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q5_0, sizeof(blk_q5_0), K, w, a); }
+float tk_vec_dot_iq4_nl_q8_0(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_IQ4_NL, sizeof(blk_iq4_nl), K, w, a); }
+float tk_vec_dot_q4_1_q8_1(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q4_1, sizeof(blk_q4_1), K, w, a); }
+float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q5_1, sizeof(blk_q5_1), K, w, a); }
 
 tk_vec_dot_fn tk_qdot_scalar_fn(int wtype) {
     switch (wtype) {
