@@ -70,13 +70,24 @@ TK_AVX2 static inline float elem_avx2(int type, const uint8_t * p, int64_t i) {
  * i = 0, 8, ... (FMA), then hsum256_avx2(acc), then the K % 8 tail in order with fmaf.
  * Kernels below compute several outputs at once, each with exactly these operations. */
 
-/* R rows (weights read and converted in place) x 1 token, R <= 4 */
+#define TK_PF_ROWS 8             /* mat-vec prefetch distance, rows (two 4-row passes) */
+
+/* R rows (weights read and converted in place) x 1 token, R == 4 or 1 */
 TK_AVX2 static void dot_rows_direct_avx2(int type, const uint8_t * w, size_t row_bytes, int R, const float * x, int64_t K, float * out) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     const uint8_t * w0 = w, * w1 = w + row_bytes, * w2 = w + 2 * row_bytes, * w3 = w + 3 * row_bytes;
     int64_t i = 0;
     if (R == 4) {
-        for (; i + 8 <= K; i += 8) {
+        /* software prefetch of the rows TK_PF_ROWS ahead, at the pace the 4 rows are read
+         * (4 * row_bytes per K elements: 64 bytes per step for F16/BF16, 128 for F32, 34
+         * for Q8_0).  Rows of under a page share pages, which the hardware stream
+         * prefetcher follows poorly: measured on the EPYC (BF16, K = 1024, 1 thread)
+         * 11 -> 14 GB/s; the Bamba-430m weight set on 2 threads 35 -> 28 ms a token. */
+        const size_t step = 32 * row_bytes / (size_t) K;
+        const char * pf = (const char *) w + TK_PF_ROWS * row_bytes;
+        for (; i + 8 <= K; i += 8, pf += step) {
+            _mm_prefetch(pf, _MM_HINT_T0);
+            if (step > 64) _mm_prefetch(pf + 64, _MM_HINT_T0);
             const __m256 xv = _mm256_loadu_ps(x + i);
             a0 = _mm256_fmadd_ps(load8_avx2(type, w0, i), xv, a0);
             a1 = _mm256_fmadd_ps(load8_avx2(type, w1, i), xv, a1);
