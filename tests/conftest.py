@@ -15,3 +15,14 @@ os.environ.setdefault("PYTHONSAFEPATH", "1")
 @pytest.fixture
 def fixtures() -> pathlib.Path:
     return FIXTURES
+
+
+@pytest.fixture
+def at_level():
+    """Set the kernel level (tk_cpu_set_level) for a test; the machine's is restored after."""
+    from toolkit.runtime._lib import lib
+
+    def set_level(level: int) -> int:
+        return lib.tk_cpu_set_level(level)
+    yield set_level
+    lib.tk_cpu_set_level(lib.tk_cpu_detected())

@@ -13,6 +13,8 @@ from __future__ import annotations
 import gguf
 import numpy as np
 
+from toolkit.runtime._lib import check, ffi, lib
+
 T = gguf.GGMLQuantizationType
 Q8_0_ACT = {T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL}
 Q8_1_ACT = {T.Q4_1, T.Q5_1}
@@ -70,3 +72,34 @@ def bound(qtype, wf: np.ndarray, x: np.ndarray, ulps: float = 8.0) -> np.ndarray
     if T(qtype) in Q8_1_ACT:       # the block minimum meets s = f16(d * sum q): 2^-11 relative
         b = b + 2.0 ** -10 * mag
     return b
+
+
+# ---- the C kernels, through the public test API -------------------------------------------
+
+def quantize_rows(qtype, w: np.ndarray) -> np.ndarray:
+    """[rows, K] float32 -> [rows, row bytes] uint8 of ``qtype`` (toolkit's quantizers)."""
+    w = np.ascontiguousarray(w, np.float32)
+    rows, K = w.shape
+    raw = np.empty((rows, lib.tk_quant_row_size(int(qtype), K)), np.uint8)
+    check(lib.tk_quantize_rows(int(qtype), ffi.cast("float *", ffi.from_buffer(w)), ffi.from_buffer(raw), rows, K, 1))
+    return raw
+
+
+def dequantize_rows(qtype, raw: np.ndarray, K: int) -> np.ndarray:
+    """[rows, row bytes] of ``qtype`` -> [rows, K] float32 (F32 weights: returned as they are)."""
+    if T(qtype) == T.F32:
+        return np.asarray(raw, np.float32).reshape(raw.shape[0], K)
+    out = np.empty((raw.shape[0], K), np.float32)
+    check(lib.tk_dequantize_rows(int(qtype), ffi.from_buffer(np.ascontiguousarray(raw)),
+                                 ffi.cast("float *", ffi.from_buffer(out)), raw.shape[0], K, 1))
+    return out
+
+
+def mat_mul(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> np.ndarray:
+    """y [n_tok, rows] = W x at the current kernel level (lib.tk_mat_mul); W: raw's rows."""
+    raw = np.ascontiguousarray(raw)
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
+    check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, raw.shape[0], ffi.cast("float *", ffi.from_buffer(x)),
+                         x.shape[0], ffi.cast("float *", ffi.from_buffer(y))))
+    return y

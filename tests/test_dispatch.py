@@ -13,7 +13,7 @@ import pytest
 
 import qref
 
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.runtime._lib import ffi, lib
 
 pytestmark = pytest.mark.native
 
@@ -21,21 +21,8 @@ LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) i
 NAMES = {lv: ffi.string(lib.tk_cpu_level_name(lv)).decode() for lv in LEVELS}
 
 
-@pytest.fixture
-def at_level():
-    """Set the kernel level for the test, restore the machine's afterwards."""
-    def set_level(level: int) -> int:
-        return lib.tk_cpu_set_level(level)
-    yield set_level
-    lib.tk_cpu_set_level(lib.tk_cpu_detected())
-
-
 def _mat_mul(qtype: int, raw: np.ndarray, K: int, M: int, x: np.ndarray) -> np.ndarray:
-    T = x.shape[0]
-    y = np.empty((T, M), np.float32)
-    check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, M, ffi.cast("float *", ffi.from_buffer(x)), T,
-                         ffi.cast("float *", ffi.from_buffer(y))))
-    return y
+    return qref.mat_mul(qtype, raw, K, x)
 
 
 def _weights(qtype, M, K, rng):
@@ -44,16 +31,11 @@ def _weights(qtype, M, K, rng):
         return np.ascontiguousarray(w)
     if qtype == gguf.GGMLQuantizationType.F16:
         return np.ascontiguousarray(w.astype(np.float16))
-    row = lib.tk_quant_row_size(int(qtype), K)
-    raw = np.empty((M, row), np.uint8)
-    check(lib.tk_quantize_rows(int(qtype), ffi.cast("float *", ffi.from_buffer(w)), ffi.from_buffer(raw), M, K, 1))
-    return raw
+    return qref.quantize_rows(qtype, w)
 
 
 def _dequant(qtype, raw, M, K):
-    out = np.empty((M, K), np.float32)
-    check(lib.tk_dequantize_rows(int(qtype), ffi.from_buffer(raw), ffi.cast("float *", ffi.from_buffer(out)), M, K, 1))
-    return out
+    return qref.dequantize_rows(qtype, raw, K)
 
 
 TYPES = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16,

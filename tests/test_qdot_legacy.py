@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import qref
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.runtime._lib import lib
 
 pytestmark = pytest.mark.native
 
@@ -31,35 +31,9 @@ REL = 1e-6
 KS = (32, 256, 1056)
 
 
-@pytest.fixture
-def at_level():
-    def set_level(level: int) -> int:
-        return lib.tk_cpu_set_level(level)
-    yield set_level
-    lib.tk_cpu_set_level(lib.tk_cpu_detected())
-
-
-def _quantize(qtype, w: np.ndarray) -> np.ndarray:
-    rows, K = w.shape
-    raw = np.empty((rows, lib.tk_quant_row_size(int(qtype), K)), np.uint8)
-    check(lib.tk_quantize_rows(int(qtype), ffi.cast("float *", ffi.from_buffer(w)), ffi.from_buffer(raw), rows, K, 1))
-    return raw
-
-
-def _dequant(qtype, raw: np.ndarray, K: int) -> np.ndarray:
-    out = np.empty((raw.shape[0], K), np.float32)
-    check(lib.tk_dequantize_rows(int(qtype), ffi.from_buffer(raw), ffi.cast("float *", ffi.from_buffer(out)),
-                                 raw.shape[0], K, 1))
-    return out
-
-
-def _mat_mul(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> np.ndarray:
-    raw = np.ascontiguousarray(raw)
-    x = np.ascontiguousarray(x, np.float32)
-    y = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
-    check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, raw.shape[0], ffi.cast("float *", ffi.from_buffer(x)),
-                         x.shape[0], ffi.cast("float *", ffi.from_buffer(y))))
-    return y
+_quantize = qref.quantize_rows
+_dequant = qref.dequantize_rows
+_mat_mul = qref.mat_mul
 
 
 def _case(qtype, K: int):
