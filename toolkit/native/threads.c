@@ -15,8 +15,8 @@
  * running threads take the late one's share.  ggml's CPU backend does the same (a shared
  * chunk counter in ggml_compute_forward_mul_mat).
  *
- * Waiting: a worker spins (pause) on the job ticket for up to TK_POOL_SPIN_NS after its last
- * job, then sleeps on a condition variable; the caller wakes sleepers only when there are
+ * Waiting: a worker spins on the job ticket for up to TK_POOL_SPIN_NS after its last job
+ * (pause, then sched_yield), then sleeps on a condition variable; the caller wakes sleepers only when there are
  * any.  The caller, once no chunk is left to claim, spins on the chunks still running, then
  * yields the CPU (their thread may be waiting for this core).
  */
@@ -32,6 +32,9 @@
 #endif
 #ifndef TK_POOL_SPIN_NS
 #define TK_POOL_SPIN_NS 2000000       /* a worker spins 2 ms for the next job before sleeping */
+#endif
+#ifndef TK_POOL_PAUSE_NS
+#define TK_POOL_PAUSE_NS 100000       /* ... pausing for the first 0.1 ms, yielding after */
 #endif
 #define TK_POOL_WAIT_SPINS 20000      /* caller: pauses (~0.6 ms on Zen 3) before yielding */
 
@@ -105,16 +108,23 @@ static void * worker(void * p) {
     for (;;) {
         /* spin for the next job (a decode issues one every few microseconds to a few
          * milliseconds; a condition-variable wake-up costs tens of microseconds), then sleep */
-        int found = 0;
+        int found = 0, yielding = 0;
         int64_t t0 = 0;
         for (int i = 0; !found; i++) {
-            if (T_GEN(__atomic_load_n(&pool->ticket, __ATOMIC_ACQUIRE)) != seen || __atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) found = 1;
-            else if ((i & 255) == 0) {
+            if (T_GEN(__atomic_load_n(&pool->ticket, __ATOMIC_ACQUIRE)) != seen || __atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) {
+                found = 1;
+                break;
+            }
+            if ((i & 255) == 0) {
                 const int64_t t = now_ns();
                 if (i == 0) t0 = t;
                 else if (t - t0 > TK_POOL_SPIN_NS) break;
+                yielding = t - t0 > TK_POOL_PAUSE_NS;
             }
-            if (!found) cpu_relax();
+            /* past the first TK_POOL_PAUSE_NS, yield instead of pause: with more threads
+             * than free cores the spinner then gives its core away */
+            if (yielding) sched_yield();
+            else cpu_relax();
         }
         if (!found) {
             pthread_mutex_lock(&pool->mu);
