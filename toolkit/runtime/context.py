@@ -233,8 +233,8 @@ class Context(NativeHandle):
                 threading.Thread(target=work, name="toolkit-decode", daemon=True).start()
                 while not done.wait(0.1):  # wake now and then so a pending SIGINT is handled
                     pass
-            except KeyboardInterrupt:
-                if not began.wait(1.0):    # interrupted before the worker ever ran
+            except BaseException:          # Ctrl-C, or SystemExit from the CLI's SIGTERM handler:
+                if not began.wait(1.0):    # abort and join the decode before the context can be freed
                     raise
                 while not done.is_set():
                     lib.tk_context_abort(self._ptr)
