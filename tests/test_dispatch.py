@@ -125,3 +125,21 @@ def test_expanded_weights_are_the_dequantizers(qtype, at_level):
             assert np.all(np.abs(got - want) <= 16 * np.finfo(np.float32).eps * scale), NAMES[lv]
         else:
             assert np.array_equal(got.T, ref), NAMES[lv]
+
+
+@pytest.mark.parametrize("qtype", sorted(qref.INTEGER_PATH), ids=lambda t: t.name)
+def test_non_finite_activations_give_nan_at_every_level(qtype, at_level):
+    """An inf or NaN in a token's activations makes that token's outputs NaN (as the float
+    path does) at every level, instead of vanishing in the block quantizer; the other tokens
+    of the batch are untouched."""
+    K, M = 512, 5
+    rng = np.random.default_rng(int(qtype))
+    raw = qref.quantize_rows(qtype, (rng.standard_normal((M, K)) * 0.1).astype(np.float32))
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    x[1, 7] = np.nan
+    x[2, 300] = np.inf
+    for lv in LEVELS:
+        at_level(lv)
+        y = qref.mat_mul(qtype, raw, K, x)
+        assert np.isnan(y[1]).all() and np.isnan(y[2]).all(), NAMES[lv]
+        assert np.array_equal(y[0], qref.mat_mul(qtype, raw, K, x[:1])[0]) and np.isfinite(y[0]).all(), NAMES[lv]

@@ -41,10 +41,24 @@ static inline int nearest_int(float f) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* 1 when every x[0..n) is finite.  A block holding an inf or a NaN is written as d = NaN
+ * (s = NaN), q = 0 at every level, so the non-finite value reaches the outputs as NaN, as
+ * on the float path (ggml's quantizers differ here between its scalar and SIMD code). */
+static int block_finite(const float * x, int n) {
+    int ok = 1;
+    for (int j = 0; j < n; j++) ok &= (x[j] - x[j]) == 0.0f;
+    return ok;
+}
+
 /* Q8_0: d = amax / 127, q = rint(x * 127 / amax) (the scale and rounding of ggml's AVX2
  * quantize_row_q8_0; its _ref divides by d instead, which can differ by one ulp). */
 void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K) {
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
+        if (!block_finite(x, QK32)) {
+            y[b].d = tkq_fp32_to_fp16(NAN);
+            memset(y[b].qs, 0, QK32);
+            continue;
+        }
         float amax = 0.0f;
         for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -56,6 +70,11 @@ void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K) {
 /* Q8_1: Q8_0 plus s = d * sum(q) (ggml quantize_row_q8_1). */
 void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K) {
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
+        if (!block_finite(x, QK32)) {
+            y[b].d = y[b].s = tkq_fp32_to_fp16(NAN);
+            memset(y[b].qs, 0, QK32);
+            continue;
+        }
         float amax = 0.0f;
         for (int j = 0; j < QK32; j++) amax = fmaxf(amax, fabsf(x[j]));
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
@@ -73,6 +92,11 @@ void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K) {
  * -127 / max, q = min(127, rint(iscale * x)), d = 1 / iscale, bsums over 16 values. */
 void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K) {
     for (int64_t b = 0; b < K / QK_K; b++, x += QK_K) {
+        if (!block_finite(x, QK_K)) {
+            memset(&y[b], 0, sizeof(blk_q8_K));
+            y[b].d = NAN;
+            continue;
+        }
         float max = 0.0f, amax = 0.0f;
         for (int j = 0; j < QK_K; j++) {
             const float ax = fabsf(x[j]);

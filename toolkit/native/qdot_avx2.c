@@ -174,10 +174,19 @@ TK_AVX2_INLINE __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* lanes where v is an inf or a NaN (v - v is NaN there) */
+TK_AVX2_INLINE __m256 nonfinite_ps(__m256 v) { return _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ); }
+
 TK_AVX2 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K) {
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
         const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
                      v3 = _mm256_loadu_ps(x + 24);
+        const __m256 bad = _mm256_or_ps(_mm256_or_ps(nonfinite_ps(v0), nonfinite_ps(v1)), _mm256_or_ps(nonfinite_ps(v2), nonfinite_ps(v3)));
+        if (_mm256_movemask_ps(bad)) {                  /* as qdot.c: d = NaN, q = 0 */
+            y[b].d = tkq_fp32_to_fp16(NAN);
+            memset(y[b].qs, 0, QK32);
+            continue;
+        }
         const float amax = hmax_ps(_mm256_max_ps(_mm256_max_ps(abs_ps(v0), abs_ps(v1)), _mm256_max_ps(abs_ps(v2), abs_ps(v3))));
         const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = tkq_fp32_to_fp16(d);
@@ -190,8 +199,17 @@ TK_AVX2 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K)
 
 TK_AVX2 void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K) {
     for (int64_t b = 0; b < K / QK_K; b++, x += QK_K) {
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + j)));
+        __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) {
+            const __m256 v = _mm256_loadu_ps(x + j);
+            m = _mm256_max_ps(m, abs_ps(v));
+            bad = _mm256_or_ps(bad, nonfinite_ps(v));
+        }
+        if (_mm256_movemask_ps(bad)) {                  /* as qdot.c: d = NaN, q = 0 */
+            memset(&y[b], 0, sizeof(blk_q8_K));
+            y[b].d = NAN;
+            continue;
+        }
         const float amax = hmax_ps(m);
         if (amax == 0.0f) {
             memset(&y[b], 0, sizeof(blk_q8_K));
