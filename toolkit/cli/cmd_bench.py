@@ -26,6 +26,7 @@ import numpy as np
 import typer
 
 from toolkit.cli.app import app
+from toolkit.cli.limits import check_threads
 from toolkit.errors import InputError
 
 
@@ -176,8 +177,7 @@ def bench(
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
     if reps < 1:
         raise InputError(f"-r must be >= 1, got {reps}")
-    if threads is not None and threads <= 0:
-        raise InputError(f"--threads must be > 0, got {threads}")
+    check_threads("--threads", threads)
     if ubatch <= 0:
         raise InputError(f"--ubatch must be > 0, got {ubatch}")
     if not os.path.isfile(model):
