@@ -193,7 +193,7 @@ class Context(NativeHandle):
         """
         mv = memoryview(blob).cast("B")
         buf = ffi.from_buffer("uint8_t[]", mv) if mv.nbytes else ffi.new("uint8_t[]", 1)
-        check(lib.tk_state_read(self.ptr, seq_id, buf, mv.nbytes), "state")
+        check(lib.tk_state_read(self.ptr, seq_id, buf, mv.nbytes))   # C messages say "state: ..."
 
     def memory_report(self) -> dict[str, int]:
         """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
