@@ -1,7 +1,7 @@
 /* threads.c: a small persistent pthread pool for data-parallel loops (tk_pool).
  *
  * tk_pool_run(pool, n, fn, arg) cuts [0, n) into chunks (about TK_POOL_CHUNKS per thread,
- * boundaries at multiples of 4 when chunks hold 8 items or more) that the threads claim one
+ * boundaries at multiples of 4 or 12 when chunks are large enough) that the threads claim one
  * at a time from a shared counter; the calling thread claims too, and returns when every
  * chunk is done.  fn(arg, i0, i1, thread) may thus be called several times per thread, on
  * disjoint ranges that together cover [0, n); `thread` (0 = caller) indexes per-thread
@@ -191,10 +191,12 @@ void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg) {
         fn(arg, 0, n, 0);
         return;
     }
-    /* chunk size: about TK_POOL_CHUNKS chunks per thread, a multiple of 4 items from 8 up
-     * (the mat-vec kernels take rows 4 at a time), at most TK_POOL_MAX_CHUNKS chunks */
+    /* chunk size: about TK_POOL_CHUNKS chunks per thread; a multiple of 4 items from 8 up
+     * and of 12 from 24 up (the AVX2 mat-vec takes rows 4 at a time, the mat-mat tiles 3),
+     * so that few rows fall to the one-row remainder loops; at most TK_POOL_MAX_CHUNKS */
     int64_t chunk = (n + (int64_t) pool->n * TK_POOL_CHUNKS - 1) / ((int64_t) pool->n * TK_POOL_CHUNKS);
-    if (chunk >= 8) chunk = (chunk + 3) & ~(int64_t) 3;
+    if (chunk >= 24) chunk = (chunk + 11) / 12 * 12;
+    else if (chunk >= 8) chunk = (chunk + 3) & ~(int64_t) 3;
     if ((n + chunk - 1) / chunk > TK_POOL_MAX_CHUNKS) chunk = (n + TK_POOL_MAX_CHUNKS - 1) / TK_POOL_MAX_CHUNKS;
     const int64_t n_chunks = (n + chunk - 1) / chunk;
     /* every chunk of the previous job is done (we waited for it): no worker reads these now */
