@@ -525,8 +525,11 @@ static void kq_drive_avx2(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, siz
         const int64_t rce = r1 - rc < KQ_RCHUNK ? r1 : rc + KQ_RCHUNK;
         for (int64_t t = 0; t < n_tok; t += KQ_TMAX) {
             const int tn = (int) (n_tok - t < KQ_TMAX ? n_tok - t : KQ_TMAX);
-            for (int64_t r = rc; r < rce; r++)
+            for (int64_t r = rc; r < rce; r++) {
+                if (n_tok == 1 && r + TK_QDOT_PF_ROWS < r1)
+                    tk_qdot_prefetch_row(w + (r + TK_QDOT_PF_ROWS) * row_bytes, row_bytes);
                 toks[tn - 1](w + r * row_bytes, row_bytes, a + t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+            }
         }
     }
 }

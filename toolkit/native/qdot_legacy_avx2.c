@@ -164,8 +164,10 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
                             int64_t r1) {
     const int64_t nb = K / QK32;
     if (n_tok == 1) {
-        for (int64_t r = r0; r < r1; r++)
+        for (int64_t r = r0; r < r1; r++) {
+            if (r + TK_QDOT_PF_ROWS < r1) tk_qdot_prefetch_row(w + (size_t) (r + TK_QDOT_PF_ROWS) * row_bytes, row_bytes);
             lg_tile_avx2(kind, 1, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy);
+        }
         return;
     }
     int64_t tb = (int64_t) 196608 / (a_bytes > 0 ? (int64_t) a_bytes : 1);
