@@ -120,62 +120,49 @@ float tk_vec_dot_q3_K_q8_K(int64_t K, const void * w, const void * a) {
     return sumf;
 }
 
-/* ---- Q4_K: 8 sub-blocks of 32, 6-bit scale and min each ------------------------------- */
-float tk_vec_dot_q4_K_q8_K(int64_t K, const void * w, const void * a) {
-    const blk_q4_K * x = (const blk_q4_K *) w;
-    const blk_q8_K * y = (const blk_q8_K *) a;
+/* ---- Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scale and min each ----------------------
+ * Sub-block 2c: low nibbles of qs[32c .. 32c+32), sub-block 2c+1: high nibbles; Q5_K adds
+ * a 5th bit, bit j of qh[l] for sub-block j.  Both blocks start d, dmin, scales[12]. */
+static float kq_dot_q4q5(int64_t K, const uint8_t * w, size_t bs, const uint8_t * (*qs_of)(const uint8_t *),
+                         const uint8_t * (*qh_of)(const uint8_t *), const blk_q8_K * y) {
     const int64_t nb = K / QK_K;
     float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t * q4 = x[i].qs;
+    for (int64_t i = 0; i < nb; i++, w += bs) {
+        const uint8_t * q4 = qs_of(w), * qh = qh_of ? qh_of(w) : NULL, * scales = w + 4;
         const int8_t * q8 = y[i].qs;
         int32_t isum = 0, msum = 0;
-        /* sub-block 2c: low nibbles of qs[32c .. 32c+32), sub-block 2c+1: high nibbles */
         for (int j = 0; j < 8; j++) {
             int sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
+            kq_scale_min_k4(j, scales, &sc, &m);
             const int shift = 4 * (j & 1);
             int32_t sub = 0;
-            for (int l = 0; l < 32; l++) sub += q8[l] * ((q4[l] >> shift) & 0xF);
+            if (qh) for (int l = 0; l < 32; l++) sub += q8[l] * (((q4[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4));
+            else for (int l = 0; l < 32; l++) sub += q8[l] * ((q4[l] >> shift) & 0xF);
             isum += sc * sub;
             msum += m * ((int32_t) y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
             q8 += 32;
             if (j & 1) q4 += 32;
         }
-        const float d = y[i].d * tkq_fp16_to_fp32(x[i].d);
-        const float dmin = y[i].d * tkq_fp16_to_fp32(x[i].dmin);
+        tk_half dh, mh;
+        memcpy(&dh, w, 2);
+        memcpy(&mh, w + 2, 2);
+        const float d = y[i].d * tkq_fp16_to_fp32(dh);
+        const float dmin = y[i].d * tkq_fp16_to_fp32(mh);
         sumf += d * (float) isum - dmin * (float) msum;
     }
     return sumf;
 }
 
-/* ---- Q5_K: Q4_K plus a 5th bit (bit j of qh[l] for sub-block j) ------------------------ */
+static const uint8_t * q4k_qs(const uint8_t * b) { return ((const blk_q4_K *) (const void *) b)->qs; }
+static const uint8_t * q5k_qs(const uint8_t * b) { return ((const blk_q5_K *) (const void *) b)->qs; }
+static const uint8_t * q5k_qh(const uint8_t * b) { return ((const blk_q5_K *) (const void *) b)->qh; }
+
+float tk_vec_dot_q4_K_q8_K(int64_t K, const void * w, const void * a) {
+    return kq_dot_q4q5(K, w, sizeof(blk_q4_K), q4k_qs, NULL, a);
+}
+
 float tk_vec_dot_q5_K_q8_K(int64_t K, const void * w, const void * a) {
-    const blk_q5_K * x = (const blk_q5_K *) w;
-    const blk_q8_K * y = (const blk_q8_K *) a;
-    const int64_t nb = K / QK_K;
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t * q4 = x[i].qs;
-        const uint8_t * qh = x[i].qh;
-        const int8_t * q8 = y[i].qs;
-        int32_t isum = 0, msum = 0;
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            kq_scale_min_k4(j, x[i].scales, &sc, &m);
-            const int shift = 4 * (j & 1);
-            int32_t sub = 0;
-            for (int l = 0; l < 32; l++) sub += q8[l] * (((q4[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4));
-            isum += sc * sub;
-            msum += m * ((int32_t) y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-            q8 += 32;
-            if (j & 1) q4 += 32;
-        }
-        const float d = y[i].d * tkq_fp16_to_fp32(x[i].d);
-        const float dmin = y[i].d * tkq_fp16_to_fp32(x[i].dmin);
-        sumf += d * (float) isum - dmin * (float) msum;
-    }
-    return sumf;
+    return kq_dot_q4q5(K, w, sizeof(blk_q5_K), q5k_qs, q5k_qh, a);
 }
 
 /* ---- Q6_K: 16 sub-blocks of 16, signed 8-bit scales, q = 6 bits - 32 ------------------- */
