@@ -92,7 +92,9 @@ void tk_model_prefetch_rows(const tk_model * m, const int32_t * tokens, int32_t 
 
 /* ---- threads.c ---------------------------------------------------------------------- */
 typedef struct tk_pool tk_pool;
-/* Work on [i0, i1) of a parallel loop; `thread` in [0, tk_pool_size) indexes per-thread scratch. */
+/* Work on [i0, i1) of a parallel loop; `thread` in [0, tk_pool_size) indexes per-thread scratch.
+ * A thread may be called several times per tk_pool_run, on disjoint ranges (claimed chunks,
+ * threads.c); the ranges cover [0, n) once. */
 typedef void (*tk_task_fn)(void * arg, int64_t i0, int64_t i1, int thread);
 tk_status tk_pool_new(int n_threads, tk_pool ** out);
 void tk_pool_free(tk_pool * pool);
