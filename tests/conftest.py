@@ -26,3 +26,19 @@ def at_level():
         return lib.tk_cpu_set_level(level)
     yield set_level
     lib.tk_cpu_set_level(lib.tk_cpu_detected())
+
+
+@pytest.fixture(scope="session")
+def hf_f32(tmp_path_factory):
+    """name -> path of tests/fixtures/hf/NAME converted to an f32 GGUF (each converted once
+    per test session, shared by every test file that asks)."""
+    from toolkit.convert import convert
+    done: dict[str, pathlib.Path] = {}
+
+    def get(name: str) -> pathlib.Path:
+        if name not in done:
+            out = tmp_path_factory.mktemp("f32") / f"{name}.f32.gguf"
+            convert(str(FIXTURES / "hf" / name), str(out), "f32")
+            done[name] = out
+        return done[name]
+    return get

@@ -25,17 +25,9 @@ FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
 UB = 16
 
 
-def _convert(tmp_path_factory, name):
-    import pathlib
-    from toolkit.convert import convert
-    out = tmp_path_factory.mktemp("mem") / f"{name}.f32.gguf"
-    convert(str(pathlib.Path(__file__).parent / "fixtures" / "hf" / name), str(out), "f32")
-    return out
-
-
 @pytest.fixture(scope="module", params=FAMILIES)
-def model(request, tmp_path_factory):
-    m = Model(_convert(tmp_path_factory, request.param))
+def model(request, hf_f32):
+    m = Model(hf_f32(request.param))
     yield m
     m.close()
 

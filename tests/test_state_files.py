@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import pathlib
 import struct
 import zlib
 
@@ -22,26 +21,18 @@ from toolkit.runtime import Context, Model
 pytestmark = pytest.mark.native
 
 FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
-HF = pathlib.Path(__file__).parent / "fixtures" / "hf"
-
-
-def _convert(tmp_path_factory, name):
-    from toolkit.convert import convert
-    out = tmp_path_factory.mktemp("state") / f"{name}.f32.gguf"
-    convert(str(HF / name), str(out), "f32")
-    return out
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def model(request, tmp_path_factory):
-    m = Model(_convert(tmp_path_factory, request.param))
+def model(request, hf_f32):
+    m = Model(hf_f32(request.param))
     yield m
     m.close()
 
 
 @pytest.fixture(scope="module")
-def hybrid(tmp_path_factory):
-    m = Model(_convert(tmp_path_factory, "bamba-tiny"))
+def hybrid(hf_f32):
+    m = Model(hf_f32("bamba-tiny"))
     yield m
     m.close()
 
@@ -138,8 +129,8 @@ def recrc(b: bytearray) -> bytes:
     return bytes(b)
 
 
-def test_other_model_newer_version_and_bad_content(hybrid, tmp_path_factory):
-    other = Model(_convert(tmp_path_factory, "granitehybrid-moe-tiny"))
+def test_other_model_newer_version_and_bad_content(hybrid, hf_f32):
+    other = Model(hf_f32("granitehybrid-moe-tiny"))
     with make(hybrid) as src, make(hybrid) as dst, make(other) as ctx_o:
         fill(src)
         blob = src.state_bytes()
