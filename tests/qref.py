@@ -103,3 +103,16 @@ def mat_mul(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> np.ndarray:
     check(lib.tk_mat_mul(int(qtype), ffi.from_buffer(raw), K, raw.shape[0], ffi.cast("float *", ffi.from_buffer(x)),
                          x.shape[0], ffi.cast("float *", ffi.from_buffer(y))))
     return y
+
+
+def assert_split_invariant(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> None:
+    """At the current level, W x is bit-identical for each token alone (generation), for the
+    batch split 3 + rest, and for W's rows split 1 + 5 + rest (13 rows expected)."""
+    full = mat_mul(qtype, raw, K, x)
+    for t in range(x.shape[0]):                                     # generation: one token
+        alone = mat_mul(qtype, raw, K, x[t:t + 1])
+        assert alone.tobytes() == full[t:t + 1].tobytes(), f"token {t} alone differs from the batch"
+    split = np.concatenate([mat_mul(qtype, raw, K, x[:3]), mat_mul(qtype, raw, K, x[3:])])
+    assert split.tobytes() == full.tobytes(), "batch split 3 + 8 differs from 11"
+    rows = np.concatenate([mat_mul(qtype, raw[r0:r1], K, x) for r0, r1 in ((0, 1), (1, 6), (6, 13))], axis=1)
+    assert rows.tobytes() == full.tobytes(), "rows split 1 + 5 + 7 differs from 13"
