@@ -246,8 +246,7 @@ static tk_qdot_rows_fn scalar_rows(int wtype) {
 tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
 #ifdef TK_HAVE_X86
     if (level >= TK_CPU_AVX2) {
-        tk_qdot_rows_fn f = tk_qdot_rows_avx2(wtype);
-        if (!f) f = tk_qdot_rows_kquants_avx2(wtype);
+        tk_qdot_rows_fn f = tk_qdot_rows_kquants_avx2(wtype);
         if (!f) f = tk_qdot_rows_legacy_avx2(wtype);
         if (f) return f;
     }

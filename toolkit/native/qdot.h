@@ -13,8 +13,8 @@
  *
  * Files: qdot.c (activation quantizers, scalar dot products of the legacy types and
  * IQ4_NL, the row driver), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
- * qdot_avx2.c (AVX2 Q8_0 / Q4_0 kernels, activation quantizers), qdot_kquants_avx2.c (AVX2
- * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q5_0 / Q4_1 /
+ * qdot_avx2.c (AVX2 activation quantizers), qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K /
+ * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
  * Q5_1 kernels).
  */
 #ifndef TK_QDOT_H
@@ -85,8 +85,8 @@ typedef void (*tk_qdot_rows_fn)(const uint8_t * w, size_t row_bytes, int64_t K, 
  * through the hardware prefetcher (measured on the float mat-vec, ops_avx2.c), so the
  * k-quant and Q5_0/Q4_1/Q5_1 row loops ask for row r + TK_QDOT_PF_ROWS while they work on
  * row r.  A hint only.  Measured on the 417M model, tg64 -t 2, 6 alternating runs each:
- * Q4_K_M median 53.3 vs 51.0 t/s without; Q8_0 42.1 vs 45.8, so the Q8_0/Q4_0/IQ4_NL loop
- * (qdot_avx2.c) does not prefetch. */
+ * Q4_K_M median 53.3 vs 51.0 t/s without; Q8_0 42.1 vs 45.8, so Q8_0/Q4_0/IQ4_NL
+ * (qdot_legacy_avx2.c) do not prefetch. */
 #define TK_QDOT_PF_ROWS 8
 static inline void tk_qdot_prefetch_row(const uint8_t * row, size_t row_bytes) {
     for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
@@ -101,12 +101,11 @@ void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uin
 
 #if defined(__x86_64__) || defined(_M_X64)
 /* qdot_avx2.c */
-tk_qdot_rows_fn tk_qdot_rows_avx2(int wtype);            /* NULL: no AVX2 kernel for it */
 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K);
 void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K);
 /* qdot_kquants_avx2.c: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (NULL for any other type) */
 tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype);
-/* qdot_legacy_avx2.c: Q5_0, Q4_1, Q5_1 (NULL for any other type) */
+/* qdot_legacy_avx2.c: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 (NULL for any other type) */
 tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype);
 #endif
 

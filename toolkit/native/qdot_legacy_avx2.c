@@ -1,5 +1,6 @@
-/* qdot_legacy_avx2.c: AVX2 row kernels for Q5_0 weights x Q8_0 activations and Q4_1 / Q5_1
- * weights x Q8_1 activations (x86-64 only; contract: qdot.h, tk_qdot_rows_fn).
+/* qdot_legacy_avx2.c: AVX2 row kernels for the 32-value block types: Q8_0, Q4_0, Q5_0 and
+ * IQ4_NL weights x Q8_0 activations, Q4_1 / Q5_1 weights x Q8_1 activations (x86-64 only;
+ * contract: qdot.h, tk_qdot_rows_fn).
  *
  * Compiled with the package's portable flags; every function here carries
  * __attribute__((target("avx2,fma,f16c"))) and is handed out (tk_qdot_rows_legacy_avx2,
@@ -13,7 +14,7 @@
  * Per output (weight row r, token t) every kernel does exactly this, whatever the tile:
  *   acc = 0 (8 float lanes), summs = 0 (one float; Q4_1 / Q5_1 only)
  *   for each block b, in order:
- *     Q5_0:        w = the 32 weights as signed int8 in [-16, 15] (element order)
+ *     Q8_0, Q4_0, Q5_0, IQ4_NL:  w = the 32 weights as signed int8 (element order)
  *                  p = madd(maddubs(|w|, sign(a, w)), 1)        8 int32 lanes, exact
  *     Q4_1, Q5_1:  w = the 32 weights as unsigned int8 in [0, 15] / [0, 31]
  *                  p = madd(maddubs(w, a), 1)                   8 int32 lanes, exact
@@ -27,17 +28,19 @@
  * one running float sum per block, d*d*sumi + m*s) the difference is float reordering.
  *
  * No int16 saturation: maddubs adds two products u * s with u <= 31, |s| <= 127 (Q5_1), or
- * |w| <= 16, |a| <= 127 (Q5_0).
+ * |w| <= 127, |a| <= 127 (the signed kinds, through the sign trick).
  *
- * Tiles and drive: those of qdot_avx2.c's Q8_0 / Q4_0 kernels (generation one row at a
- * time, prompts in tiles of 3 rows x 4 tokens over token blocks that stay in L2).
+ * Tiles and drive: generation one row at a time (a single sequential stream: interleaving
+ * 2 or 4 rows measured 15-40% slower beyond the caches), prompts in tiles of 3 rows x 4
+ * tokens (0-20% faster than 4x3, 2x4, 1x4; 4x4 no faster) over token blocks that stay in L2.
  * Measured (tk_mat_mul, M = 2816, K = 1024, 1 thread, EPYC Zen 3 shared with other jobs),
  * ns per row, scalar -> AVX2: n_tok = 1: Q5_0 1461 -> 107, Q4_1 930 -> 73, Q5_1 1311 -> 91
  * (Q4_0: 68); n_tok = 64: Q5_0 87295 -> 3345, Q4_1 60141 -> 2867, Q5_1 85967 -> 2523.
  *
- * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q5_0_q8_0,
- * q4_1_q8_1, q5_1_q8_1 (AVX2 branches: bytes_from_nibbles_32 / bytes_from_bits_32, the
- * 0xF0 fill for Q5_0's missing fifth bit, maddubs + madd, summs of m * s).
+ * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/arch/x86/quants.c ggml_vec_dot_q8_0_q8_0,
+ * q4_0_q8_0, q5_0_q8_0, iq4_nl_q8_0, q4_1_q8_1, q5_1_q8_1 (AVX2 branches:
+ * bytes_from_nibbles_32 / bytes_from_bits_32, the 0xF0 fill for Q5_0's missing fifth bit,
+ * mul_sum_i8_pairs_float, summs of m * s); llamafile sgemm.cpp tinyBLAS_Q0_AVX (tiles).
  */
 #include <stdint.h>
 #include <string.h>
@@ -50,7 +53,8 @@
 #define LG_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LG_INLINE LG_AVX2 static inline __attribute__((always_inline))
 
-enum { LG_Q5_0, LG_Q4_1, LG_Q5_1 };
+enum { LG_Q8_0, LG_Q4_0, LG_IQ4_NL, LG_Q5_0, LG_Q4_1, LG_Q5_1 };
+#define LG_WITH_MIN(kind) ((kind) == LG_Q4_1 || (kind) == LG_Q5_1)
 
 /* fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
 LG_INLINE float lg_hsum_avx2(__m256 v) {
@@ -77,11 +81,18 @@ LG_INLINE __m256i lg_bits_avx2(const uint8_t * qh) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
-/* Block layouts (quants.h): Q5_0 d qh[4] qs[16]; Q4_1 d m qs[16]; Q5_1 d m qh[4] qs[16].
- * The weights of one block as int8: Q5_0 signed (nibble | 5th bit << 4) - 16, the others
- * unsigned. */
+/* Block layouts (quants.h): Q8_0 d qs[32]; Q4_0, IQ4_NL d qs[16]; Q5_0 d qh[4] qs[16];
+ * Q4_1 d m qs[16]; Q5_1 d m qh[4] qs[16].  The weights of one block as int8: signed for
+ * the kinds with Q8_0 activations (Q4_0 nibble - 8, Q5_0 (nibble | 5th bit << 4) - 16,
+ * IQ4_NL the code book), unsigned for Q4_1 / Q5_1. */
 LG_INLINE __m256i lg_load_w_avx2(int kind, const uint8_t * blk) {
     switch (kind) {
+        case LG_Q8_0: return _mm256_loadu_si256((const __m256i *) (const void *) (blk + 2));
+        case LG_Q4_0: return _mm256_sub_epi8(lg_nibbles_avx2(blk + 2), _mm256_set1_epi8(8));
+        case LG_IQ4_NL: {   /* code book lookup, the same 16 entries in both lanes */
+            const __m128i kv = _mm_loadu_si128((const __m128i *) (const void *) tk_kvalues_iq4nl);
+            return _mm256_shuffle_epi8(_mm256_set_m128i(kv, kv), lg_nibbles_avx2(blk + 2));
+        }
         case LG_Q5_0: {   /* missing 5th bit: 0xF0 | nibble = nibble - 16 as int8 */
             const __m256i hi = _mm256_andnot_si256(lg_bits_avx2(blk + 2), _mm256_set1_epi8((char) 0xF0));
             return _mm256_or_si256(lg_nibbles_avx2(blk + 6), hi);
@@ -94,7 +105,7 @@ LG_INLINE __m256i lg_load_w_avx2(int kind, const uint8_t * blk) {
     }
 }
 
-/* The block's f16 scales as floats: Q5_0 [d, 0, 0, 0]; Q4_1 / Q5_1 [d, m, 0, 0]; a Q8_0
+/* The block's f16 scales as floats: signed kinds [d, 0, 0, 0]; Q4_1 / Q5_1 [d, m, 0, 0]; a Q8_0
  * activation block [d, 0, 0, 0], a Q8_1 one [d, s, 0, 0] (exact conversions). */
 LG_INLINE __m128 lg_scales_avx2(int with_min, const uint8_t * blk) {
     uint32_t u = 0;
@@ -108,7 +119,7 @@ LG_INLINE __m128 lg_scales_avx2(int with_min, const uint8_t * blk) {
  * the integer sum, lane 1 goes to summs (summs += m_w * s_a, one rounding each). */
 LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t row_bytes, size_t wbs,
                             const uint8_t * a, size_t a_bytes, size_t abs_, int64_t nb, float * y, int64_t ldy) {
-    const int with_min = kind != LG_Q5_0;
+    const int with_min = LG_WITH_MIN(kind);
     const size_t aq = with_min ? 4 : 2;   /* offset of the activation quants (Q8_1: d, s) */
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[3][4];
@@ -164,8 +175,10 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
                             int64_t r1) {
     const int64_t nb = K / QK32;
     if (n_tok == 1) {
+        /* no prefetch for Q8_0 / Q4_0 / IQ4_NL: measured slower there (qdot.h) */
+        const int pf = kind == LG_Q5_0 || LG_WITH_MIN(kind);
         for (int64_t r = r0; r < r1; r++) {
-            if (r + TK_QDOT_PF_ROWS < r1) tk_qdot_prefetch_row(w + (size_t) (r + TK_QDOT_PF_ROWS) * row_bytes, row_bytes);
+            if (pf && r + TK_QDOT_PF_ROWS < r1) tk_qdot_prefetch_row(w + (size_t) (r + TK_QDOT_PF_ROWS) * row_bytes, row_bytes);
             lg_tile_avx2(kind, 1, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy);
         }
         return;
@@ -199,12 +212,18 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
                              size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) { \
         lg_rows_avx2(KIND, WBS, ABS, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);               \
     }
+LG_ROWS(lg_rows_q8_0_avx2, LG_Q8_0, sizeof(blk_q8_0), sizeof(blk_q8_0))
+LG_ROWS(lg_rows_q4_0_avx2, LG_Q4_0, sizeof(blk_q4_0), sizeof(blk_q8_0))
+LG_ROWS(lg_rows_iq4_nl_avx2, LG_IQ4_NL, sizeof(blk_iq4_nl), sizeof(blk_q8_0))
 LG_ROWS(lg_rows_q5_0_avx2, LG_Q5_0, sizeof(blk_q5_0), sizeof(blk_q8_0))
 LG_ROWS(lg_rows_q4_1_avx2, LG_Q4_1, sizeof(blk_q4_1), sizeof(blk_q8_1))
 LG_ROWS(lg_rows_q5_1_avx2, LG_Q5_1, sizeof(blk_q5_1), sizeof(blk_q8_1))
 
 tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype) {
     switch (wtype) {
+        case TKQ_T_Q8_0: return lg_rows_q8_0_avx2;
+        case TKQ_T_Q4_0: return lg_rows_q4_0_avx2;
+        case TKQ_T_IQ4_NL: return lg_rows_iq4_nl_avx2;
         case TKQ_T_Q5_0: return lg_rows_q5_0_avx2;
         case TKQ_T_Q4_1: return lg_rows_q4_1_avx2;
         case TKQ_T_Q5_1: return lg_rows_q5_1_avx2;
