@@ -52,7 +52,7 @@ const char * tk_type_name(int type) {
     return "unknown";
 }
 
-/* Types the matmul kernels read directly; others go through tk_dequantize_row. */
+/* Types bound without probing the dequantizer (read directly, or by the integer path). */
 static int native_type(int type) {
     return type == TK_GGML_F32 || type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0;
 }

@@ -113,9 +113,9 @@ typedef struct {
     size_t act_row;
 } matmul_job;
 
-/* F32 rows are dotted in place; every other float type is first expanded to a float32 row
- * in the thread's scratch (once for all tokens), then dotted: one kernel path whatever the
- * number of tokens, so splitting a batch never changes a result. */
+/* F32 rows are dotted in place; F16/BF16 rows are first expanded to a float32 row in the
+ * thread's scratch (once for all tokens), then dotted: one kernel path whatever the number
+ * of tokens, so splitting a batch never changes a result.  Quantized types: qrows. */
 static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const matmul_job * j = arg;
     const tk_weight * w = j->w;
@@ -171,6 +171,8 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
         j.qrows = tk_qdot_rows_kernel(w->type, j.level);
         if (n_tok >= 8 && !small) tk_pool_run(pool, n_tok, quantize_rows, &j);
         else quantize_rows(&j, 0, n_tok, 0);
+    } else if (w->type != TK_GGML_F32 && w->type != TK_GGML_F16 && w->type != TK_GGML_BF16) {
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "matmul: no kernel for type %s", tk_type_name(w->type));
     } else if (wk->row_stride < (size_t) K) {
         return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", wk->row_stride, (long long) K);
     }

@@ -8,8 +8,9 @@
  *   acc: one 8-lane FMA accumulator over elements [8i, 8i+8); then s = hsum(acc) (fixed
  *   tree); then the K % 8 tail in order with fmaf.  Independent chains come from computing
  *   several outputs at once (4 rows in the mat-vec, 3 rows x 4 tokens in the mat-mat).
- * A weight element is the same float whichever way it is produced (F16/BF16 conversion is
- * exact; Q8_0 is d * (float) q rounded once, as ops.c's row_to_f32), so the direct mat-vec
+ * Weights here are F32, F16 or BF16 (quantized types take the integer path, qdot.h).  A
+ * weight element is the same float whichever way it is produced (F16/BF16 conversion is
+ * exact), so the direct mat-vec
  * (generation, n_tok == 1) and the expand-once mat-mat (prompt) give bit-identical
  * results for a token, and a token's result never depends on the ubatch it shares.
  * The order differs from the scalar path (ops.c: 8 separate mul+add lanes), so the two
@@ -44,14 +45,6 @@ TK_AVX2 static inline __m256 load8_avx2(int type, const uint8_t * p, int64_t i) 
             const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) (const void *) (p + 2 * i)));
             return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
         }
-        case TK_GGML_Q8_0: {
-            const uint8_t * blk = p + (i / 32) * 34;
-            uint16_t dh;
-            memcpy(&dh, blk, 2);
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-            const __m128i q8 = _mm_loadl_epi64((const __m128i *) (const void *) (blk + 2 + (i % 32)));
-            return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)));
-        }
         default:   /* F32 */
             return _mm256_loadu_ps((const float *) (const void *) p + i);
     }
@@ -79,8 +72,7 @@ TK_AVX2 static void dot_rows_direct_avx2(int type, const uint8_t * w, size_t row
     int64_t i = 0;
     if (R == 4) {
         /* software prefetch of the rows TK_PF_ROWS ahead, at the pace the 4 rows are read
-         * (4 * row_bytes per K elements: 64 bytes per step for F16/BF16, 128 for F32, 34
-         * for Q8_0).  Rows of under a page share pages, which the hardware stream
+         * (4 * row_bytes per K elements: 64 bytes per step for F16/BF16, 128 for F32).  Rows of under a page share pages, which the hardware stream
          * prefetcher follows poorly: measured on the EPYC (BF16, K = 1024, 1 thread)
          * 11 -> 14 GB/s; the Bamba-430m weight set on 2 threads 35 -> 28 ms a token. */
         const size_t step = 32 * row_bytes / (size_t) K;
@@ -166,99 +158,18 @@ TK_AVX2 static float dot1_avx2(const float * w, const float * x, int64_t K) {
     return s;
 }
 
-/* 8 unsigned bytes -> 8 int32 lanes */
-TK_AVX2 static inline __m256i u8x8_avx2(const uint8_t * p) {
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) p));
-}
-
-/* Q4_K (ggml block_q4_K, 256 values / 144 bytes: f16 d, dmin; 12 bytes of 6-bit scales and
- * mins; 128 bytes of nibbles) -> float32, value = (d*sc) * q - (dmin*m): the operations of
- * quants.c dequant_q4_K (ggml dequantize_row_q4_K), so the same floats. */
-TK_AVX2 static void expand_q4_K_avx2(const uint8_t * p, float * y, int64_t K) {
-    const __m256i m4 = _mm256_set1_epi32(0xF);
-    for (int64_t b = 0; b < K / 256; b++, p += 144) {
-        uint16_t dh, mh;
-        memcpy(&dh, p, 2);
-        memcpy(&mh, p + 2, 2);
-        const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh);
-        const uint8_t * sc = p + 4, * q = p + 16;
-        for (int j = 0; j < 4; j++, q += 32) {
-            float dd[2], mm[2];
-            for (int h = 0; h < 2; h++) {
-                const int k = 2 * j + h;
-                uint8_t s6, m6;
-                if (k < 4) { s6 = sc[k] & 63; m6 = sc[k + 4] & 63; }
-                else { s6 = (uint8_t) ((sc[k + 4] & 0xF) | ((sc[k - 4] >> 6) << 4)); m6 = (uint8_t) ((sc[k + 4] >> 4) | ((sc[k] >> 6) << 4)); }
-                dd[h] = d * s6;
-                mm[h] = dmin * m6;
-            }
-            const __m256 d1 = _mm256_set1_ps(dd[0]), n1 = _mm256_set1_ps(mm[0]);
-            const __m256 d2 = _mm256_set1_ps(dd[1]), n2 = _mm256_set1_ps(mm[1]);
-            for (int l = 0; l < 32; l += 8) {
-                const __m256i v = u8x8_avx2(q + l);
-                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
-                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-                _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), n1));
-                _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), n2));
-            }
-        }
-        y += 256;
-    }
-}
-
-/* Q6_K (ggml block_q6_K, 256 values / 210 bytes: 128 bytes low nibbles, 64 bytes high
- * 2-bit pairs, 16 int8 scales, f16 d) -> float32, value = (d*sc) * (q - 32): as quants.c
- * dequant_q6_K. */
-TK_AVX2 static void expand_q6_K_avx2(const uint8_t * p, float * y, int64_t K) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), m2 = _mm256_set1_epi32(3), c32 = _mm256_set1_epi32(32);
-    for (int64_t b = 0; b < K / 256; b++, p += 210) {
-        uint16_t dh;
-        memcpy(&dh, p + 208, 2);
-        const float d = _cvtsh_ss(dh);
-        const uint8_t * ql = p, * qh = p + 128;
-        const int8_t * sc = (const int8_t *) (const void *) (p + 192);
-        for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
-            for (int l = 0; l < 32; l += 8) {
-                const int is = l / 16;
-                const __m256i a = u8x8_avx2(ql + l), c = u8x8_avx2(ql + l + 32), h = u8x8_avx2(qh + l);
-                const __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m2), 4)), c32);
-                const __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(c, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m2), 4)), c32);
-                const __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m2), 4)), c32);
-                const __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(c, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 6), m2), 4)), c32);
-                _mm256_storeu_ps(y + n + l, _mm256_mul_ps(_mm256_set1_ps(d * sc[is]), _mm256_cvtepi32_ps(q1)));
-                _mm256_storeu_ps(y + n + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 2]), _mm256_cvtepi32_ps(q2)));
-                _mm256_storeu_ps(y + n + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 4]), _mm256_cvtepi32_ps(q3)));
-                _mm256_storeu_ps(y + n + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * sc[is + 6]), _mm256_cvtepi32_ps(q4)));
-            }
-        }
-        y += 256;
-    }
-}
-
-/* a row of `type` to float32, the values load8 / tk_dequantize_row produce */
+/* an F16 / BF16 row to float32, the values load8 gives */
 TK_AVX2 static void expand_avx2(int type, const uint8_t * p, float * dst, int64_t K) {
     int64_t i = 0;
-    if (type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0) {
-        for (; i + 8 <= K; i += 8) _mm256_storeu_ps(dst + i, load8_avx2(type, p, i));
-        for (; i < K; i++) dst[i] = elem_avx2(type, p, i);
-    } else if (type == 12 /* Q4_K */) {
-        expand_q4_K_avx2(p, dst, K);
-    } else if (type == 14 /* Q6_K */) {
-        expand_q6_K_avx2(p, dst, K);
-    } else {
-        tk_dequantize_row(type, p, dst, K);       /* other quant types: quants.c */
-    }
-}
-
-static int direct_type(int type) {
-    return type == TK_GGML_F32 || type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0;
+    for (; i + 8 <= K; i += 8) _mm256_storeu_ps(dst + i, load8_avx2(type, p, i));
+    for (; i < K; i++) dst[i] = elem_avx2(type, p, i);
 }
 
 #define TK_TILE_K_MAX 8192      /* 3 expanded rows on the stack: 96 KiB */
 
 TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
                                  const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1) {
-    if (n_tok == 1 && direct_type(type)) {       /* mat-vec: 4 rows share each x load */
+    if (n_tok == 1) {                            /* mat-vec: 4 rows share each x load */
         float o[4];
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {

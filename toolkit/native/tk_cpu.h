@@ -61,8 +61,9 @@ void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int6
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define TK_HAVE_X86 1
-/* y[t*ldy + r] for r in [r0, r1), t < n_tok; W rows `row_bytes` apart from `base`;
- * scratch: K floats (one expanded row).  Same contract as ops.c's matmul_rows. */
+/* y[t*ldy + r] for r in [r0, r1), t < n_tok; W rows `row_bytes` apart from `base`, type
+ * F32, F16 or BF16; scratch: K floats (one expanded row).  Same contract as ops.c's
+ * matmul_rows. */
 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
                          const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 /* act_avx2.c: y = silu(y);  y = silu(y) * a;  y = y * silu(z)  (n floats) */
