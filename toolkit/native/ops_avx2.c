@@ -27,15 +27,6 @@
 
 #define TK_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-TK_AVX2 static inline float hsum256_avx2(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);                        /* (0+4) (1+5) (2+6) (3+7) */
-    __m128 sh = _mm_movehl_ps(lo, lo);
-    lo = _mm_add_ps(lo, sh);                        /* ((0+4)+(2+6)) ((1+5)+(3+7)) */
-    sh = _mm_shuffle_ps(lo, lo, 0x55);
-    return _mm_cvtss_f32(_mm_add_ss(lo, sh));
-}
-
 /* 8 weights from element i (i % 8 == 0) of a row of `type` */
 TK_AVX2 static inline __m256 load8_avx2(int type, const uint8_t * p, int64_t i) {
     switch (type) {
@@ -60,7 +51,7 @@ TK_AVX2 static inline float elem_avx2(int type, const uint8_t * p, int64_t i) {
 }
 
 /* One accumulation order for every output: acc (8 lanes) += w[i:i+8] * x[i:i+8] for
- * i = 0, 8, ... (FMA), then hsum256_avx2(acc), then the K % 8 tail in order with fmaf.
+ * i = 0, 8, ... (FMA), then tk_hsum8_avx2(acc), then the K % 8 tail in order with fmaf.
  * Kernels below compute several outputs at once, each with exactly these operations. */
 
 #define TK_PF_ROWS 8             /* mat-vec prefetch distance, rows (two 4-row passes) */
@@ -90,7 +81,7 @@ TK_AVX2 static void dot_rows_direct_avx2(int type, const uint8_t * w, size_t row
         for (; i + 8 <= K; i += 8) a0 = _mm256_fmadd_ps(load8_avx2(type, w0, i), _mm256_loadu_ps(x + i), a0);
         R = 1;
     }
-    float s[4] = {hsum256_avx2(a0), hsum256_avx2(a1), hsum256_avx2(a2), hsum256_avx2(a3)};
+    float s[4] = {tk_hsum8_avx2(a0), tk_hsum8_avx2(a1), tk_hsum8_avx2(a2), tk_hsum8_avx2(a3)};
     const uint8_t * wr[4] = {w0, w1, w2, w3};
     for (int r = 0; r < R; r++) {
         for (int64_t k = i; k < K; k++) s[r] = fmaf(elem_avx2(type, wr[r], k), x[k], s[r]);
@@ -117,8 +108,8 @@ TK_AVX2 static void tile3x4_avx2(const float * w, int64_t ldw, const float * x, 
         xv = _mm256_loadu_ps(x3 + i);
         c03 = _mm256_fmadd_ps(b0, xv, c03); c13 = _mm256_fmadd_ps(b1, xv, c13); c23 = _mm256_fmadd_ps(b2, xv, c23);
     }
-    float s[12] = {hsum256_avx2(c00), hsum256_avx2(c01), hsum256_avx2(c02), hsum256_avx2(c03), hsum256_avx2(c10), hsum256_avx2(c11),
-                   hsum256_avx2(c12), hsum256_avx2(c13), hsum256_avx2(c20), hsum256_avx2(c21), hsum256_avx2(c22), hsum256_avx2(c23)};
+    float s[12] = {tk_hsum8_avx2(c00), tk_hsum8_avx2(c01), tk_hsum8_avx2(c02), tk_hsum8_avx2(c03), tk_hsum8_avx2(c10), tk_hsum8_avx2(c11),
+                   tk_hsum8_avx2(c12), tk_hsum8_avx2(c13), tk_hsum8_avx2(c20), tk_hsum8_avx2(c21), tk_hsum8_avx2(c22), tk_hsum8_avx2(c23)};
     for (int r = 0; r < 3; r++)
         for (int t = 0; t < 4; t++) {
             float v = s[r * 4 + t];
@@ -139,7 +130,7 @@ TK_AVX2 static void dot3_avx2(const float * w, int64_t ldw, const float * x, int
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xv, a2);
     }
-    float s0 = hsum256_avx2(a0), s1 = hsum256_avx2(a1), s2 = hsum256_avx2(a2);
+    float s0 = tk_hsum8_avx2(a0), s1 = tk_hsum8_avx2(a1), s2 = tk_hsum8_avx2(a2);
     for (; i < K; i++) {
         s0 = fmaf(w0[i], x[i], s0);
         s1 = fmaf(w1[i], x[i], s1);
@@ -153,7 +144,7 @@ TK_AVX2 static float dot1_avx2(const float * w, const float * x, int64_t K) {
     __m256 a = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= K; i += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a);
-    float s = hsum256_avx2(a);
+    float s = tk_hsum8_avx2(a);
     for (; i < K; i++) s = fmaf(w[i], x[i], s);
     return s;
 }

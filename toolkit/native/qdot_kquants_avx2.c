@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "qdot.h"
+#include "tk_cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -72,13 +73,6 @@
 /* ---- helpers ----------------------------------------------------------------------- */
 
 /* fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
-KQ_INLINE float kq_hsum(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
-    return _mm_cvtss_f32(lo);
-}
-
 KQ_INLINE float kq_half(tk_half h) { return _cvtsh_ss(h); }
 
 /* int16 lane pairs picking 16-bit element i in every position (ggml get_scale_shuffle_k4) */
@@ -200,7 +194,7 @@ KQ_INLINE void kq_tile_q45(const int five, const uint8_t * w, size_t rb, const u
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
 }
 
 /* ---- Q6_K tile ------------------------------------------------------------------------
@@ -269,7 +263,7 @@ KQ_INLINE void kq_tile_q6(const uint8_t * w, size_t rb, const uint8_t * a, size_
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
 }
 
 /* ---- Q2_K tile ------------------------------------------------------------------------
@@ -330,7 +324,7 @@ KQ_INLINE void kq_tile_q2(const uint8_t * w, size_t rb, const uint8_t * a, size_
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
 }
 
 /* ---- Q3_K tile ------------------------------------------------------------------------
@@ -414,7 +408,7 @@ KQ_INLINE void kq_tile_q3(const uint8_t * w, size_t rb, const uint8_t * a, size_
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
 }
 
 /* ---- IQ4_XS tile ------------------------------------------------------------------------
@@ -482,7 +476,7 @@ KQ_INLINE void kq_tile_iq4xs(const uint8_t * w, size_t rb, const uint8_t * a, si
         }
     }
     for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = kq_hsum(acc[r][t]);
+        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
 }
 
 /* ---- tile instances and the row driver ------------------------------------------------ */

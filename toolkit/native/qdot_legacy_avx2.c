@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "qdot.h"
+#include "tk_cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -55,14 +56,6 @@
 
 enum { LG_Q8_0, LG_Q4_0, LG_IQ4_NL, LG_Q5_0, LG_Q4_1, LG_Q5_1 };
 #define LG_WITH_MIN(kind) ((kind) == LG_Q4_1 || (kind) == LG_Q5_1)
-
-/* fixed reduction tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
-LG_INLINE float lg_hsum_avx2(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
-    return _mm_cvtss_f32(lo);
-}
 
 /* 16 bytes -> 32 nibbles in element order: low nibbles (elements 0..15), then high */
 LG_INLINE __m256i lg_nibbles_avx2(const uint8_t * qs) {
@@ -161,7 +154,7 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
-            const float s = lg_hsum_avx2(acc[i][t]);
+            const float s = tk_hsum8_avx2(acc[i][t]);
             y[t * ldy + i] = with_min ? s + _mm_cvtss_f32(_mm_shuffle_ps(summs[i][t], summs[i][t], 1)) : s;
         }
 }

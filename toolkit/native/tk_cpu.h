@@ -61,6 +61,15 @@ void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int6
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define TK_HAVE_X86 1
+#include <immintrin.h>
+/* The 8 lanes of v summed in one fixed tree, ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): every
+ * AVX2 kernel ends its outputs with it, so their order of operations is the same. */
+__attribute__((target("avx2,fma"), always_inline)) static inline float tk_hsum8_avx2(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));
+    return _mm_cvtss_f32(lo);
+}
 /* y[t*ldy + r] for r in [r0, r1), t < n_tok; W rows `row_bytes` apart from `base`, type
  * F32, F16 or BF16; scratch: K floats (one expanded row).  Same contract as ops.c's
  * matmul_rows. */
