@@ -56,16 +56,11 @@ static void add_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t i = t0 * j->n; i < t1 * j->n; i++) j->y[i] += j->a[i] * j->f;
 }
 
-/* y[t] = silu(y[t]) * a[t] (a NULL: silu(y[t])) */
-static void silu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+/* y[t] = silu(y[t]) * a[t] */
+static void silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const rows_job * j = arg;
     (void) thread;
-    for (int64_t t = t0; t < t1; t++) {
-        float * y = j->y + t * j->y_stride;
-        const float * a = j->a ? j->a + t * j->a_stride : NULL;
-        if (a) tk_silu_mul_row(y, a, j->n);
-        else tk_silu_row(y, j->n);
-    }
+    for (int64_t t = t0; t < t1; t++) tk_silu_mul_row(j->y + t * j->y_stride, j->a + t * j->a_stride, j->n);
 }
 
 /* Mamba-2 gate: y[t] *= silu(z[t]); then RMSNorm over each of `groups` groups, weight b */
@@ -300,7 +295,7 @@ static tk_status swiglu(tk_context * ctx, const tk_weight * gate, const tk_weigh
     TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, &ctx->mm));
     TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
     rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
-    par_rows(ctx->pool, n, F, silu_rows, &j);
+    par_rows(ctx->pool, n, F, silu_mul_rows, &j);
     return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
 }
 
