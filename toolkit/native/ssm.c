@@ -275,6 +275,9 @@ typedef struct {
     float * y;
     float * ws;                /* SSD workspace, ws_stride floats per thread */
     size_t ws_stride;
+    float * pre;               /* SSD, per chunk and group: CB [LC][LC], C [LC][N], B^T [N][LC] */
+    size_t pre_stride;         /* floats per (chunk, group) */
+    int32_t n_chunk;
     int level;                 /* tk_cpu_level() */
 } m2_job;
 
@@ -325,19 +328,64 @@ __attribute__((target("avx2,fma"))) static void acc_rows_avx2(float * out, const
 /* Per-thread workspace of the SSD path, in floats (cum, da are doubles, counted twice). */
 static size_t ssd_ws_floats(int32_t P, int32_t N) {
     const size_t L = TK_SSD_CHUNK;
-    return 2 * L * (size_t) N + 2 * L * L + 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + (size_t) N;
+    return 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + (size_t) N;
 }
 
-/* The chunked form for heads [h0, h1) over the whole run.  Every inner loop is an axpy
- * over P or N contiguous floats (vectorizable without reassociation); the chunk's x, B, C
- * are first copied out of the strided activations (a token's row is conv_dim floats
- * apart, which aliases in L1).  Inlined into a plain and an AVX2+FMA instance below. */
+/* What every head of a group reads in a chunk, in floats: C_i . B_k, C, B transposed. */
+static size_t ssd_pre_floats(int32_t N) {
+    const size_t L = TK_SSD_CHUNK;
+    return L * L + 2 * L * (size_t) N;
+}
+
+/* Pass 1 of SSD, items = (chunk, group) pairs: copy the chunk's C rows out of the strided
+ * activations (a token's row is conv_dim floats apart, which aliases in L1), B transposed
+ * (zero past the chunk's end), and the products CB[i][k] = C_i . B_k (k <= i; the SIMD
+ * instance computes whole rows of 8-aligned length, as acc_rows_avx2 over B^T). */
+static inline __attribute__((always_inline)) void ssd_prep_body(const m2_job * j, int64_t i0, int64_t i1, int simd) {
+    const int32_t N = j->N, G = j->G, DI = j->DI, LC = TK_SSD_CHUNK;
+#if defined(__x86_64__) && defined(__GNUC__)
+    simd = simd && N % 8 == 0;
+#else
+    (void) simd;
+#endif
+    for (int64_t it = i0; it < i1; it++) {
+        const int32_t c = (int32_t) (it / G), g = (int32_t) (it % G), t0 = c * LC;
+        const int32_t L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
+        float * CB = j->pre + (size_t) it * j->pre_stride, * Cc = CB + LC * LC, * BT = Cc + (size_t) LC * N;
+        for (int32_t i = 0; i < L; i++) {
+            const float * r = j->xBC + (t0 + i) * j->xbc_stride + DI;
+            memcpy(Cc + (size_t) i * N, r + (int64_t) G * N + (int64_t) g * N, (size_t) N * sizeof(float));
+            for (int32_t n = 0; n < N; n++) BT[(size_t) n * LC + i] = r[(int64_t) g * N + n];
+        }
+        for (int32_t n = 0; n < N; n++)
+            for (int32_t i = L; i < LC; i++) BT[(size_t) n * LC + i] = 0.0f;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (simd) {
+            const int32_t L8 = (L + 7) & ~7;
+            for (int32_t i = 0; i < L; i++) {
+                memset(CB + i * LC, 0, (size_t) L8 * sizeof(float));
+                acc_rows_avx2(CB + i * LC, Cc + (size_t) i * N, BT, LC, N, L8);
+            }
+            continue;
+        }
+#endif
+        for (int32_t i = 0; i < L; i++) {
+            const float * ci = j->xBC + (t0 + i) * j->xbc_stride + DI + (int64_t) G * N + (int64_t) g * N;
+            for (int32_t k = 0; k <= i; k++)
+                CB[i * LC + k] = dot8(ci, j->xBC + (t0 + k) * j->xbc_stride + DI + (int64_t) g * N, N);
+        }
+    }
+}
+
+/* Pass 2 of SSD: heads [h0, h1) over the whole run, chunk after chunk; the head's state
+ * is held transposed (sT [N][P]) from the first chunk to the last.  Every inner loop is an
+ * axpy over P contiguous floats (vectorizable without reassociation).  Inlined into a
+ * plain and an AVX2+FMA instance below. */
 static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * j, int64_t h0, int64_t h1, float * ws,
                                                                  int simd) {
-    const int32_t P = j->P, N = j->N, G = j->G, hpg = j->H / j->G, DI = j->DI;
+    const int32_t P = j->P, N = j->N, G = j->G, hpg = j->H / j->G;
     const int32_t LC = TK_SSD_CHUNK;
-    float * Bc = ws, * Cc = Bc + (size_t) LC * N, * CB = Cc + (size_t) LC * N, * Mw = CB + LC * LC;
-    float * xh = Mw + LC * LC, * xw = xh + (size_t) LC * P, * sT = xw + (size_t) LC * P;
+    float * xh = ws, * xw = xh + (size_t) LC * P, * sT = xw + (size_t) LC * P;
     float * dth = sT + (size_t) N * P, * wk = dth + LC;
     double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
     float * coef = (float *) (void *) (da + LC);   /* [max(LC, N)] coefficients of one accumulate */
@@ -346,34 +394,25 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
 #else
     (void) simd;
 #endif
-    for (int32_t t0 = 0; t0 < j->n_tok; t0 += LC) {
-        const int32_t L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
-        int32_t cb_group = -1;
-        for (int64_t hh = h0; hh < h1; hh++) {
-            const int32_t h = (int32_t) hh, g = h / hpg;
-            if (g != cb_group) {                     /* B, C of the group; C_i . B_k, k <= i */
-                for (int32_t i = 0; i < L; i++) {
-                    const float * r = j->xBC + (t0 + i) * j->xbc_stride + DI;
-                    memcpy(Bc + (size_t) i * N, r + (int64_t) g * N, (size_t) N * sizeof(float));
-                    memcpy(Cc + (size_t) i * N, r + (int64_t) G * N + (int64_t) g * N, (size_t) N * sizeof(float));
-                }
-                for (int32_t i = 0; i < L; i++)
-                    for (int32_t k = 0; k <= i; k++) CB[i * LC + k] = dot8(Cc + (size_t) i * N, Bc + (size_t) k * N, N);
-                cb_group = g;
-            }
-            const float Ah = j->A[h], Dh = j->D[h];
-            double c = 0.0;
+    for (int64_t hh = h0; hh < h1; hh++) {
+        const int32_t h = (int32_t) hh, g = h / hpg;
+        const float Ah = j->A[h], Dh = j->D[h];
+        float * sh = j->s + (int64_t) h * P * N;
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t n = 0; n < N; n++) sT[(size_t) n * P + p] = sh[(size_t) p * N + n];
+        for (int32_t c = 0; c < j->n_chunk; c++) {
+            const int32_t t0 = c * LC, L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
+            const float * CB = j->pre + ((size_t) c * G + g) * j->pre_stride, * Cc = CB + LC * LC;
+            const float * BT = Cc + (size_t) LC * N;
+            double cs = 0.0;
             for (int32_t i = 0; i < L; i++) {
                 dth[i] = j->dt[(t0 + i) * j->dt_stride + h];
                 const double a = (double) (dth[i] * Ah);
-                c += a;
-                cum[i] = c;
+                cs += a;
+                cum[i] = cs;
                 da[i] = exp(a);
                 memcpy(xh + (size_t) i * P, j->xBC + (t0 + i) * j->xbc_stride + (int64_t) h * P, (size_t) P * sizeof(float));
             }
-            float * sh = j->s + (int64_t) h * P * N;
-            for (int32_t p = 0; p < P; p++)
-                for (int32_t n = 0; n < N; n++) sT[(size_t) n * P + p] = sh[(size_t) p * N + n];
             /* outputs: D x + carried state + intra-chunk */
             for (int32_t i = 0; i < L; i++) {
                 float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
@@ -416,24 +455,39 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
             }
             for (int32_t n = 0; n < N; n++) {
                 float * sn = sT + (size_t) n * P;
+                const float * bn = BT + (size_t) n * LC;
                 for (int32_t p = 0; p < P; p++) sn[p] *= dec_all;
 #if defined(__x86_64__) && defined(__GNUC__)
                 if (simd) {
-                    for (int32_t k = 0; k < L; k++) coef[k] = Bc[(size_t) k * N + n];
-                    acc_rows_avx2(sn, coef, xw, P, L, P);
+                    acc_rows_avx2(sn, bn, xw, P, L, P);
                     continue;
                 }
 #endif
                 for (int32_t k = 0; k < L; k++) {
-                    const float b = Bc[(size_t) k * N + n];
+                    const float b = bn[k];
                     const float * xk = xw + (size_t) k * P;
                     for (int32_t p = 0; p < P; p++) sn[p] += b * xk[p];
                 }
             }
-            for (int32_t p = 0; p < P; p++)
-                for (int32_t n = 0; n < N; n++) sh[(size_t) p * N + n] = sT[(size_t) n * P + p];
         }
+        for (int32_t p = 0; p < P; p++)
+            for (int32_t n = 0; n < N; n++) sh[(size_t) p * N + n] = sT[(size_t) n * P + p];
     }
+}
+
+static void ssd_prep_plain(const m2_job * j, int64_t i0, int64_t i1) { ssd_prep_body(j, i0, i1, 0); }
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2,fma")))
+static void ssd_prep_avx2(const m2_job * j, int64_t i0, int64_t i1) { ssd_prep_body(j, i0, i1, 1); }
+#endif
+
+static void m2_prep(void * arg, int64_t i0, int64_t i1, int thread) {
+    const m2_job * j = arg;
+    (void) thread;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (j->level >= TK_CPU_AVX2) { ssd_prep_avx2(j, i0, i1); return; }
+#endif
+    ssd_prep_plain(j, i0, i1);
 }
 
 static void ssd_heads_plain(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws, 0); }
@@ -461,16 +515,21 @@ void tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc
     if (n_tok <= 0) return;
     const int thr = tk_ssd_threshold();
     m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
-                n_head * head_dim, thr > 0 && n_tok >= thr, y, NULL, 0, tk_cpu_level()};
+                n_head * head_dim, thr > 0 && n_tok >= thr, y, NULL, 0, NULL, 0, 0, tk_cpu_level()};
     /* one token of a small model: not worth waking the workers */
     if ((int64_t) n_tok * n_head * head_dim * d_state < 32768) pool = NULL;
     if (j.use_ssd) {
+        j.n_chunk = (n_tok + TK_SSD_CHUNK - 1) / TK_SSD_CHUNK;
         j.ws_stride = ssd_ws_floats(head_dim, d_state);
+        j.pre_stride = ssd_pre_floats(d_state);
         j.ws = malloc(j.ws_stride * sizeof(float) * (size_t) tk_pool_size(pool));
-        if (!j.ws) j.use_ssd = 0;      /* no memory for the workspace: the recurrence needs none */
+        j.pre = malloc(j.pre_stride * sizeof(float) * (size_t) j.n_chunk * (size_t) n_group);
+        if (!j.ws || !j.pre) j.use_ssd = 0;   /* no memory for the workspace: the recurrence needs none */
+        else tk_pool_run(pool, (int64_t) j.n_chunk * n_group, m2_prep, &j);
     }
     tk_pool_run(pool, n_head, m2_heads, &j);
     free(j.ws);
+    free(j.pre);
 }
 
 tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
