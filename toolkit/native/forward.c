@@ -249,8 +249,57 @@ static inline __attribute__((always_inline)) void attn_heads_body(const attn_job
 
 static void attn_heads_plain(const attn_job * j, int64_t p0, int64_t p1, int thread) { attn_heads_body(j, p0, p1, thread); }
 #if defined(__x86_64__) && defined(__GNUC__)
+/* attn_heads_body written out for head_dim = 8 V (V a constant after inlining): q and the
+ * output held in registers across the cells (the body reloads and stores o for every cell).
+ * The same operations per pair as the body at this level: q.k in one 8-lane FMA chain over
+ * i, then the tk_hsum8_avx2 tree (the body's tree), o[i] += pr * v[i] by FMA. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void attn_heads_regs(const attn_job * j, int64_t p0,
+                                                                                     int64_t p1, int thread, const int V) {
+    tk_context * ctx = j->ctx;
+    const tk_memory_kv * kv = ctx->kv;
+    const int32_t H = j->H, hd = j->hd, kvd = j->kvd, nst = j->ub->n_seq_tokens;
+    float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
+    for (int64_t p = p0; p < p1; p++) {
+        const int32_t t = (int32_t) (p / H), h = (int32_t) (p % H);
+        const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / nst];
+        const int32_t pos = j->ub->pos[t];
+        const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
+        const int32_t kh = h / j->grp;
+        __m256 q[16], o[16];
+        for (int v = 0; v < V; v++) q[v] = _mm256_loadu_ps(qh + 8 * v);
+        float mx = -FLT_MAX;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            const float * kc = kv->k[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            __m256 acc = _mm256_mul_ps(q[0], _mm256_loadu_ps(kc));
+            for (int v = 1; v < V; v++) acc = _mm256_fmadd_ps(q[v], _mm256_loadu_ps(kc + 8 * v), acc);
+            score[c] = tk_hsum8_avx2(acc) * j->scale;
+            if (score[c] > mx) mx = score[c];
+        }
+        for (int v = 0; v < V; v++) o[v] = _mm256_setzero_ps();
+        double den = 0.0;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            const float pr = expf(score[c] - mx);
+            den += pr;
+            const float * vc = kv->v[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            const __m256 pv = _mm256_set1_ps(pr);
+            for (int v = 0; v < V; v++) o[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vc + 8 * v), o[v]);
+        }
+        const __m256 inv = _mm256_set1_ps(den > 0 ? (float) (1.0 / den) : 0.0f);
+        float * oh = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
+        for (int v = 0; v < V; v++) _mm256_storeu_ps(oh + 8 * v, _mm256_mul_ps(o[v], inv));
+    }
+}
+
 __attribute__((target("avx2,fma")))
-static void attn_heads_avx2(const attn_job * j, int64_t p0, int64_t p1, int thread) { attn_heads_body(j, p0, p1, thread); }
+static void attn_heads_avx2(const attn_job * j, int64_t p0, int64_t p1, int thread) {
+    switch (j->hd) {
+        case 64: attn_heads_regs(j, p0, p1, thread, 8); return;
+        case 128: attn_heads_regs(j, p0, p1, thread, 16); return;
+        default: attn_heads_body(j, p0, p1, thread); return;
+    }
+}
 #endif
 
 static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
