@@ -236,11 +236,12 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
  * (2024), sec. 6 (the chunked SSD algorithm); transformers Mamba2Mixer.torch_forward
  * (segment_sum / chunked path).  The C_i.B_j products of a group are shared by its heads. */
 #define TK_SSD_CHUNK 64
-/* Runs from this length take SSD.  Measured crossover (bench/run_speed.py --ssd, Bamba-430m
- * shapes H=32 P=64 N=128, 1 thread, load 4-7 on 2 cores): SSD is faster from 4-8 tokens
- * (two runs: 1.55x / 0.89x at 4, 2.05x / 1.38x at 8, 1.7-4x from 16 on);
- * the default is higher so that short ubatches take the recurrence, the path generation
- * takes (a short prompt split into single-token ubatches then gives the same bits). */
+/* Runs from this length take SSD.  Measured crossover (bench/run.py --ssd, Bamba-430m
+ * shapes H=32 P=64 N=128, 1 thread), with the AVX2 recurrence and the two-pass SSD:
+ * SSD/recurrence speed-up 0.24x at 2 tokens, 0.53x at 8, 0.91x at 16, 1.20x at 32,
+ * 1.5-2.2x from 64 on (us/token/layer: recurrence 40-70, SSD 28-34 from 64 tokens).
+ * So the default is 32: shorter ubatches take the recurrence, the path generation takes
+ * (a short prompt split into single-token ubatches then gives the same bits). */
 #define TK_SSD_MIN_DEFAULT 32
 
 static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
