@@ -10,7 +10,9 @@ Through tk_mat_mul at each kernel level this machine has:
   both read the same s);
 - at every level a token's result is bit-identical alone (generation, n_tok = 1), in a
   batch of 11 (tiles of 4 + 4 + 3 tokens), in a batch split at another token, and when the
-  weight rows are split (13 rows: 3-row tiles and a remainder).
+  weight rows are split (13 rows: 3-row tiles and a remainder);
+- Q8_0's prompt tiles (4 rows x 2 tokens, scales converted per token block) give every
+  token its generation result bit for bit across a token block boundary.
 """
 from __future__ import annotations
 
@@ -114,3 +116,27 @@ def test_batch_and_row_split_invariance(qtype, K, level, at_level):
     raw, _, x = _case(qtype, K)
     assert at_level(level) == level
     qref.assert_split_invariant(qtype, raw, K, x)
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda lv: ["scalar", "avx2"][lv])
+def test_q8_0_prompt_tiles_across_token_blocks(level, at_level):
+    """Q8_0 prompts run tiles of 4 rows x 2 tokens over token blocks of about 192 KiB of
+    activations (180 tokens at K = 1024), with the f16 scales converted to float once per
+    block: 183 tokens x 7 rows cross a token block boundary and leave a row remainder (3)
+    and a token remainder (1).  Every output must equal its token's generation result
+    (n_tok = 1) bit for bit, and the float64 reference to 1e-6 of the magnitude."""
+    K, rows, n_tok = 1024, 7, 183
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((rows, K)) * np.array([0.1, 3.0, 1e-3, 0.5, 10.0, 0.02, 1.0])[:, None]).astype(np.float32)
+    x = rng.standard_normal((n_tok, K)).astype(np.float32)
+    x[181] *= 1e3                                 # in the second token block
+    x[7, :64] = 0.0
+    raw = _quantize(T.Q8_0, np.ascontiguousarray(w))
+    wf = _dequant(T.Q8_0, raw, K)
+    assert at_level(level) == level
+    got = _mat_mul(T.Q8_0, raw, K, x)
+    for t in range(n_tok):
+        np.testing.assert_array_equal(_mat_mul(T.Q8_0, raw, K, x[t:t + 1])[0], got[t], err_msg=f"token {t}")
+    mag = np.abs(qref.act_values(T.Q8_0, x)).astype(np.float64) @ np.abs(wf.astype(np.float64)).T
+    err = np.abs(got - qref.reference(T.Q8_0, wf, x))
+    assert np.all(err <= REL * mag), f"max error {(err / mag).max():.3g} of the magnitude"

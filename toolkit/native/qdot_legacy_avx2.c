@@ -166,13 +166,17 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
  * registers, |w| once per row and block, and the R x T scale products d_w * d_a of a block
  * in a small array (one vector product per token, then a broadcast load per pair): 8
  * accumulators + 2 tokens + 4 temporaries fit the 16 registers, so nothing spills (the
- * 3 x 4 tile of lg_tile_avx2 keeps 18 vectors live).  Per output the same operations as
+ * 3 x 4 tile of lg_tile_avx2 keeps 18 vectors live).  The scales come as floats, converted
+ * once by the driver: dwf[4 b + i] = d_w of row i, block b; daf[t * nb + b] = d_a of token
+ * t (both exact conversions of the f16 scales).  Per output the same operations as
  * lg_tile_avx2, so the outputs are bit-identical to it.  Measured (tk_mat_mul, n_tok 128,
  * 1 thread, 40 alternating runs, best): M x K = 4384 x 1024, 2816 x 1024, 1024 x 2816:
- * 31.3-33.4 -> 32.9-35.1 GMAC/s.  The kinds that decode their weights (Q4_0, IQ4_NL, Q5_0)
- * lose with it (28.5 -> 25.3, Q5_0 25.6 -> 21.7): the decode is shared by 2 tokens, not 4. */
+ * 31.3-33.4 (3 x 4) -> 32.9-35.1 (4 x 2, f16 scales converted in the tile) -> 34.9-37.2
+ * (scales converted once by the driver).  The kinds that decode their weights (Q4_0, IQ4_NL, Q5_0) lose with 4 x 2
+ * (28.5 -> 25.3, Q5_0 25.6 -> 21.7): the decode is shared by 2 tokens, not 4. */
 LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes, const uint8_t * a,
-                               size_t a_bytes, int64_t nb, float * y, int64_t ldy) {
+                               size_t a_bytes, int64_t nb, const float * dwf, const float * daf, float * y,
+                               int64_t ldy) {
     const size_t wbs = sizeof(blk_q8_0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4][2];
@@ -182,20 +186,12 @@ LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes
         for (int t = 0; t < T; t++) acc[i][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         float sc[2][4] __attribute__((aligned(16)));
-        uint16_t hw[4] = {0, 0, 0, 0};
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) memcpy(&hw[i], w + (size_t) i * row_bytes + (size_t) b * wbs, 2);
-        uint64_t h4;
-        memcpy(&h4, hw, 8);
-        const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128((long long) h4));
+        const __m128 dw = _mm_loadu_ps(dwf + 4 * b);
         __m256i x[2];
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) {
-            const uint8_t * ab = a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0);
-            uint16_t ha;
-            memcpy(&ha, ab, 2);
-            _mm_store_ps(sc[t], _mm_mul_ps(dw, _mm_set1_ps(_cvtsh_ss(ha))));
-            x[t] = _mm256_loadu_si256((const __m256i *) (const void *) (ab + 2));
+            _mm_store_ps(sc[t], _mm_mul_ps(dw, _mm_broadcast_ss(daf + t * nb + b)));
+            x[t] = _mm256_loadu_si256((const __m256i *) (const void *) (a + (size_t) t * a_bytes + (size_t) b * wbs + 2));
         }
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) {
@@ -214,6 +210,18 @@ LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes
 #pragma GCC unroll 2
         for (int t = 0; t < T; t++) y[t * ldy + i] = tk_hsum8_avx2(acc[i][t]);
 }
+
+/* f16 scales of n blocks `stride` bytes apart as floats, dst[k * step] */
+LG_INLINE void lg_scales_f32(const uint8_t * blk, size_t stride, int64_t n, float * dst, int step) {
+    for (int64_t k = 0; k < n; k++) {
+        uint16_t h;
+        memcpy(&h, blk + (size_t) k * stride, 2);
+        dst[k * step] = _cvtsh_ss(h);
+    }
+}
+
+#define LG_Q8_TOK_FLOATS 6144   /* token scales of a token block: tb * nb <= 196608 / 34 + 2 * nb */
+#define LG_Q8_MAX_NB 1024       /* K <= 32768 takes the 4 x 2 tiles (dwf: 16 KiB of stack) */
 
 /* Rows [r0, r1) x all tokens.  Generation (one token): one row at a time (one sequential
  * weight stream).  Prompt: token blocks of about 192 KiB of activations, in a block tiles
@@ -240,27 +248,36 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
         }
         return;
     }
-    if (kind == LG_Q8_0) {     /* tiles of 4 rows x 2 tokens (lg_tile_q8_avx2) */
+    if (kind == LG_Q8_0 && nb <= LG_Q8_MAX_NB) {   /* tiles of 4 rows x 2 tokens (lg_tile_q8_avx2) */
+        float daf[LG_Q8_TOK_FLOATS], dwf[4 * LG_Q8_MAX_NB];
         int64_t tb = (int64_t) 196608 / (a_bytes > 0 ? (int64_t) a_bytes : 1);
         tb = tb < 2 ? 2 : tb - tb % 2;
+        if (tb * nb > LG_Q8_TOK_FLOATS) tb = (LG_Q8_TOK_FLOATS / nb) & ~(int64_t) 1;
         for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
             const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
+            for (int64_t t = t0; t < t1; t++) lg_scales_f32(a + (size_t) t * a_bytes, wbs, nb, daf + (t - t0) * nb, 1);
             int64_t r = r0;
             for (; r + 4 <= r1; r += 4) {
                 const uint8_t * wr = w + (size_t) r * row_bytes;
+                for (int i = 0; i < 4; i++) lg_scales_f32(wr + (size_t) i * row_bytes, wbs, nb, dwf + i, 4);
                 int64_t t = t0;
                 for (; t + 2 <= t1; t += 2)
-                    lg_tile_q8_avx2(4, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+                    lg_tile_q8_avx2(4, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
+                                    y + t * ldy + r, ldy);
                 for (; t < t1; t++)
-                    lg_tile_q8_avx2(4, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+                    lg_tile_q8_avx2(4, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
+                                    y + t * ldy + r, ldy);
             }
             for (; r < r1; r++) {
                 const uint8_t * wr = w + (size_t) r * row_bytes;
+                lg_scales_f32(wr, wbs, nb, dwf, 4);
                 int64_t t = t0;
                 for (; t + 2 <= t1; t += 2)
-                    lg_tile_q8_avx2(1, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+                    lg_tile_q8_avx2(1, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
+                                    y + t * ldy + r, ldy);
                 for (; t < t1; t++)
-                    lg_tile_q8_avx2(1, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+                    lg_tile_q8_avx2(1, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
+                                    y + t * ldy + r, ldy);
             }
         }
         return;
