@@ -324,12 +324,41 @@ __attribute__((target("avx2,fma"))) static void acc_rows_avx2(float * out, const
     }
     for (int v = 0; v < V; v++) _mm256_storeu_ps(out + 8 * v, a[v]);
 }
+
+/* acc_rows_avx2 for 4 outputs at once: out[r][0:P] += sum_j c[r][j] * M[j*ldm + 0:P],
+ * r < 4, P a multiple of 16; 16 columns at a time, so that each load of M feeds 4 FMAs
+ * (the 1-row kernel loads all of M for every output row: for the SSD's carried-state term
+ * that is N*P floats, 32 KiB, per token, from L2).  Each output gets the same FMA chain
+ * over j as from acc_rows_avx2, so the two are interchangeable bit for bit. */
+__attribute__((target("avx2,fma"))) static void acc_rows4_avx2(float * const out[4], const float * const c[4],
+                                                               const float * M, int64_t ldm, int32_t J, int32_t P) {
+    for (int32_t p0 = 0; p0 < P; p0 += 16) {
+        __m256 a[4][2];
+        for (int r = 0; r < 4; r++) {
+            a[r][0] = _mm256_loadu_ps(out[r] + p0);
+            a[r][1] = _mm256_loadu_ps(out[r] + p0 + 8);
+        }
+        for (int32_t j = 0; j < J; j++) {
+            const float * m = M + (int64_t) j * ldm + p0;
+            const __m256 m0 = _mm256_loadu_ps(m), m1 = _mm256_loadu_ps(m + 8);
+            for (int r = 0; r < 4; r++) {
+                const __m256 cj = _mm256_broadcast_ss(c[r] + j);
+                a[r][0] = _mm256_fmadd_ps(cj, m0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(cj, m1, a[r][1]);
+            }
+        }
+        for (int r = 0; r < 4; r++) {
+            _mm256_storeu_ps(out[r] + p0, a[r][0]);
+            _mm256_storeu_ps(out[r] + p0 + 8, a[r][1]);
+        }
+    }
+}
 #endif
 
 /* Per-thread workspace of the SSD path, in floats (cum, da are doubles, counted twice). */
 static size_t ssd_ws_floats(int32_t P, int32_t N) {
     const size_t L = TK_SSD_CHUNK;
-    return 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + (size_t) N;
+    return 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + 5 * (size_t) N;
 }
 
 /* What every head of a group reads in a chunk, in floats: C_i . B_k, C, B transposed. */
@@ -390,6 +419,7 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
     float * dth = sT + (size_t) N * P, * wk = dth + LC;
     double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
     float * coef = (float *) (void *) (da + LC);   /* [max(LC, N)] coefficients of one accumulate */
+    float * coef4 = coef + (LC > N ? LC : N);       /* [4][N]: carried-state coefficients of 4 tokens */
 #if defined(__x86_64__) && defined(__GNUC__)
     simd = simd && P % 8 == 0 && P <= 64;
 #else
@@ -415,15 +445,44 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
                 memcpy(xh + (size_t) i * P, j->xBC + (t0 + i) * j->xbc_stride + (int64_t) h * P, (size_t) P * sizeof(float));
             }
             /* outputs: D x + carried state + intra-chunk */
-            for (int32_t i = 0; i < L; i++) {
-                float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
-                const float * xi = xh + (size_t) i * P;
-                for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
-                const float dec = (float) exp(cum[i]);
 #if defined(__x86_64__) && defined(__GNUC__)
-                if (simd) {      /* the same products, accumulated in registers */
+            if (simd && P % 16 == 0) {   /* D x and the carried state of 4 tokens at a time */
+                int32_t i = 0;
+                for (; i + 4 <= L; i += 4) {
+                    float * yr[4];
+                    const float * cr[4];
+                    for (int r = 0; r < 4; r++) {
+                        yr[r] = j->y + (t0 + i + r) * j->y_stride + (int64_t) h * P;
+                        const float * xi = xh + (size_t) (i + r) * P;
+                        for (int32_t p = 0; p < P; p++) yr[r][p] = Dh * xi[p];
+                        const float dec = (float) exp(cum[i + r]);
+                        float * cf = coef4 + (size_t) r * N;
+                        for (int32_t n = 0; n < N; n++) cf[n] = dec * Cc[(size_t) (i + r) * N + n];
+                        cr[r] = cf;
+                    }
+                    acc_rows4_avx2(yr, cr, sT, P, N, P);
+                }
+                for (; i < L; i++) {
+                    float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
+                    const float * xi = xh + (size_t) i * P;
+                    for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
+                    const float dec = (float) exp(cum[i]);
                     for (int32_t n = 0; n < N; n++) coef[n] = dec * Cc[(size_t) i * N + n];
                     acc_rows_avx2(yi, coef, sT, P, N, P);
+                }
+            }
+#endif
+            for (int32_t i = 0; i < L; i++) {
+                float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
+#if defined(__x86_64__) && defined(__GNUC__)
+                if (simd) {      /* the same products, accumulated in registers */
+                    if (P % 16 != 0) {
+                        const float * xi = xh + (size_t) i * P;
+                        for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
+                        const float dec = (float) exp(cum[i]);
+                        for (int32_t n = 0; n < N; n++) coef[n] = dec * Cc[(size_t) i * N + n];
+                        acc_rows_avx2(yi, coef, sT, P, N, P);
+                    }
                     double e = 1.0;
                     for (int32_t k = i; k >= 0; k--) {
                         if (k < i) e *= da[k + 1];
@@ -433,6 +492,9 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
                     continue;
                 }
 #endif
+                const float * xi = xh + (size_t) i * P;
+                for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
+                const float dec = (float) exp(cum[i]);
                 for (int32_t n = 0; n < N; n++) {
                     const float cn = dec * Cc[(size_t) i * N + n];
                     const float * sn = sT + (size_t) n * P;
