@@ -84,13 +84,25 @@ def test_mat_mul_rejects_bad_arguments():
 
 # ---- norms and rope ----------------------------------------------------------------------
 
-def test_rms_norm():
-    x, w = f32(300), f32(300)
-    y = np.empty_like(x)
-    lib.tk_rms_norm(fptr(x), fptr(w), 1e-5, 300, fptr(y))
-    xd = x.astype(np.float64)
-    ref = xd / np.sqrt(np.mean(xd * xd) + 1e-5) * w
-    assert np.abs(y - ref).max() < 1e-6 * np.abs(ref).max()
+@pytest.mark.parametrize("level", [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()])
+@pytest.mark.parametrize("n", [1, 7, 8, 300, 1024])
+def test_rms_norm(level, n):
+    """At every level, against float64: with a weight, without one (NULL), and in place
+    (y aliasing x, as the gated norm calls it); n covers the 8-lane body and its tail."""
+    try:
+        assert lib.tk_cpu_set_level(level) == level
+        x, w = f32(n) * 3.0, f32(n)
+        xd = x.astype(np.float64)
+        ref = xd / np.sqrt(np.mean(xd * xd) + 1e-5)
+        y = np.empty_like(x)
+        lib.tk_rms_norm(fptr(x), fptr(w), 1e-5, n, fptr(y))
+        assert np.abs(y - ref * w).max() <= 1e-6 * np.abs(ref * w).max()
+        lib.tk_rms_norm(fptr(x), ffi.NULL, 1e-5, n, fptr(y))
+        assert np.abs(y - ref).max() <= 1e-6 * np.abs(ref).max()
+        lib.tk_rms_norm(fptr(x), fptr(w), 1e-5, n, fptr(x))
+        assert np.abs(x - ref * w).max() <= 1e-6 * np.abs(ref * w).max()
+    finally:
+        lib.tk_cpu_set_level(lib.tk_cpu_detected())
 
 
 @pytest.mark.parametrize("n_rot,pos", [(8, 0), (8, 17), (16, 1000), (4, 3)])

@@ -206,6 +206,9 @@ tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst) {
 /* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w (w may be NULL).  x, y: [n]; y may alias x.
  * ref: transformers MambaRMSNorm / BambaRMSNorm (variance in float32; summed here in double). */
 void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_rms_norm_avx2(x, w, eps, n, y); return; }
+#endif
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
     const float scale = (float) (1.0 / sqrt(ss / (double) n + (double) eps));

@@ -77,6 +77,7 @@ void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64
                          const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 /* act_avx2.c: y = silu(y);  y = silu(y) * a;  y = y * silu(z)  (n floats) */
 void tk_silu_row_avx2(float * y, int64_t n);
+void tk_rms_norm_avx2(const float * x, const float * w, float eps, int64_t n, float * y);
 void tk_silu_mul_row_avx2(float * y, const float * a, int64_t n);
 void tk_mul_silu_row_avx2(float * y, const float * z, int64_t n);
 #endif
