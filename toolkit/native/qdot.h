@@ -83,11 +83,13 @@ typedef void (*tk_qdot_rows_fn)(const uint8_t * w, size_t row_bytes, int64_t K, 
 
 /* Generation reads weight rows once, in order: rows shorter than a page stream poorly
  * through the hardware prefetcher (measured on the float mat-vec, ops_avx2.c), so the
- * k-quant and Q5_0/Q4_1/Q5_1 row loops ask for row r + TK_QDOT_PF_ROWS while they work on
- * row r.  A hint only.  Measured on the 417M model, tg64 -t 2, 6 alternating runs each:
- * Q4_K_M median 53.3 vs 51.0 t/s without.  For Q8_0 that burst of hints was slower
- * (42.1 vs 45.8); Q8_0 instead spreads one hint per block over the row, for the row
- * TK_QDOT_PF_NEAR ahead (qdot_legacy_avx2.c). */
+ * row loops ask for bytes ahead.  Hints only.  Q5_0 / Q4_1 / Q5_1 ask for row
+ * r + TK_QDOT_PF_ROWS, whole, while they work on row r (417M Q4_K_M model, tg64 -t 2, 6
+ * alternating runs: median 53.3 vs 51.0 t/s without, when the k-quants did the same).
+ * Spreading the hints over the row measured better where the kernel is fast enough to
+ * wait on memory: Q8_0 asks, at each block, for the row TK_QDOT_PF_NEAR ahead
+ * (qdot_legacy_avx2.c), the k-quants for the bytes KQ_PF_BYTES ahead
+ * (qdot_kquants_avx2.c). */
 #define TK_QDOT_PF_ROWS 8
 #define TK_QDOT_PF_NEAR 2
 static inline void tk_qdot_prefetch_row(const uint8_t * row, size_t row_bytes) {
