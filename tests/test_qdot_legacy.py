@@ -119,18 +119,20 @@ def test_batch_and_row_split_invariance(qtype, K, level, at_level):
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: ["scalar", "avx2"][lv])
-def test_q8_0_prompt_tiles_across_token_blocks(level, at_level):
+@pytest.mark.parametrize("K,n_tok", [(1024, 183), (33792, 5)])
+def test_q8_0_prompt_tiles_across_token_blocks(level, K, n_tok, at_level):
     """Q8_0 prompts run tiles of 4 rows x 2 tokens over token blocks of about 192 KiB of
     activations (180 tokens at K = 1024), with the f16 scales converted to float once per
     block: 183 tokens x 7 rows cross a token block boundary and leave a row remainder (3)
-    and a token remainder (1).  Every output must equal its token's generation result
-    (n_tok = 1) bit for bit, and the float64 reference to 1e-6 of the magnitude."""
-    K, rows, n_tok = 1024, 7, 183
+    and a token remainder (1); K = 33792 (over 1024 blocks) takes the 3 x 4 tiles instead.
+    Every output must equal its token's generation result (n_tok = 1) bit for bit, and the
+    float64 reference to 1e-6 of the magnitude."""
+    rows = 7
     rng = np.random.default_rng(8)
     w = (rng.standard_normal((rows, K)) * np.array([0.1, 3.0, 1e-3, 0.5, 10.0, 0.02, 1.0])[:, None]).astype(np.float32)
     x = rng.standard_normal((n_tok, K)).astype(np.float32)
-    x[181] *= 1e3                                 # in the second token block
-    x[7, :64] = 0.0
+    x[n_tok - 2] *= 1e3                           # in the second token block (K = 1024)
+    x[3, :64] = 0.0
     raw = _quantize(T.Q8_0, np.ascontiguousarray(w))
     wf = _dequant(T.Q8_0, raw, K)
     assert at_level(level) == level
