@@ -200,6 +200,42 @@ typedef struct {
     int level;                 /* tk_cpu_level() */
 } attn_job;
 
+/* One (token t = p / H, head h = p % H) pair: its query and output rows, its KV head's rows
+ * in cell 0 (cell c at + c * kvd), and what selects the cells it attends. */
+typedef struct {
+    const float * q, * k, * v;
+    float * o;
+    uint64_t sbit;             /* the token's sequence */
+    int32_t pos;
+} attn_pair;
+
+static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_job * j, int64_t p) {
+    const tk_context * ctx = j->ctx;
+    const int32_t H = j->H, hd = j->hd, t = (int32_t) (p / H), h = (int32_t) (p % H);
+    const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, qo = (size_t) t * H * hd + (size_t) h * hd;
+    const attn_pair a = {ctx->q + qo, ctx->kv->k[j->il] + kvo, ctx->kv->v[j->il] + kvo, ctx->att + qo,
+                         UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t]};
+    return a;
+}
+
+/* cell c is attended by the pair: its sequence, at or before its position, not empty */
+static inline __attribute__((always_inline)) int attn_sees(const tk_memory_kv * kv, int32_t c, const attn_pair * a) {
+    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0;
+}
+
+/* score[c] <- exp(score[c] - mx) over the cells the pair sees; returns their sum, in
+ * cell order, in double */
+static inline __attribute__((always_inline)) double attn_exp(const tk_memory_kv * kv, const attn_pair * a,
+                                                             float * score, float mx) {
+    double den = 0.0;
+    for (int32_t c = 0; c < kv->n_cells; c++) {
+        if (!attn_sees(kv, c, a)) continue;
+        score[c] = expf(score[c] - mx);
+        den += score[c];
+    }
+    return den;
+}
+
 /* pairs [p0, p1) of (token t = p / H, head h = p % H): softmax(q.k * scale) v over the
  * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec.  q.k keeps
  * 8 partial sums (i mod 8) added in a fixed tree, so the loops vectorize; a plain and an
@@ -207,40 +243,35 @@ typedef struct {
 static inline __attribute__((always_inline)) void attn_heads_body(const attn_job * j, int64_t p0, int64_t p1, int thread) {
     tk_context * ctx = j->ctx;
     const tk_memory_kv * kv = ctx->kv;
-    const int32_t H = j->H, hd = j->hd, kvd = j->kvd, nst = j->ub->n_seq_tokens;
+    const int32_t hd = j->hd, kvd = j->kvd;
     float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
     for (int64_t p = p0; p < p1; p++) {
-        const int32_t t = (int32_t) (p / H), h = (int32_t) (p % H);
-        const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / nst];
-        const int32_t pos = j->ub->pos[t];
-        const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
-        const int32_t kh = h / j->grp;
+        const attn_pair a = attn_pair_at(j, p);
+        const float * qh = a.q;
         float mx = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-            const float * kc = kv->k[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * kc = a.k + (size_t) c * kvd;
             v8f acc = {0};
             int32_t i = 0;
             for (; i + 8 <= hd; i += 8) {
-                v8f a, b;
-                memcpy(&a, qh + i, sizeof a);
-                memcpy(&b, kc + i, sizeof b);
-                acc += a * b;
+                v8f x, y;
+                memcpy(&x, qh + i, sizeof x);
+                memcpy(&y, kc + i, sizeof y);
+                acc += x * y;
             }
             float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
             for (; i < hd; i++) d += qh[i] * kc[i];
             score[c] = d * j->scale;
             if (score[c] > mx) mx = score[c];
         }
-        float * o = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
+        float * o = a.o;
         for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
-        double den = 0.0;
+        const double den = attn_exp(kv, &a, score, mx);
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-            const float pr = expf(score[c] - mx);
-            den += pr;
-            const float * vc = kv->v[j->il] + (size_t) c * kvd + (size_t) kh * hd;
-            for (int32_t i = 0; i < hd; i++) o[i] += pr * vc[i];
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * vc = a.v + (size_t) c * kvd;
+            for (int32_t i = 0; i < hd; i++) o[i] += score[c] * vc[i];
         }
         const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
         for (int32_t i = 0; i < hd; i++) o[i] *= inv;
@@ -257,38 +288,31 @@ __attribute__((target("avx2,fma"), always_inline)) static inline void attn_heads
                                                                                      int64_t p1, int thread, const int V) {
     tk_context * ctx = j->ctx;
     const tk_memory_kv * kv = ctx->kv;
-    const int32_t H = j->H, hd = j->hd, kvd = j->kvd, nst = j->ub->n_seq_tokens;
+    const int32_t kvd = j->kvd;
     float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
     for (int64_t p = p0; p < p1; p++) {
-        const int32_t t = (int32_t) (p / H), h = (int32_t) (p % H);
-        const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / nst];
-        const int32_t pos = j->ub->pos[t];
-        const float * qh = ctx->q + (int64_t) t * H * hd + (int64_t) h * hd;
-        const int32_t kh = h / j->grp;
+        const attn_pair a = attn_pair_at(j, p);
         __m256 q[16], o[16];
-        for (int v = 0; v < V; v++) q[v] = _mm256_loadu_ps(qh + 8 * v);
+        for (int v = 0; v < V; v++) q[v] = _mm256_loadu_ps(a.q + 8 * v);
         float mx = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-            const float * kc = kv->k[j->il] + (size_t) c * kvd + (size_t) kh * hd;
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * kc = a.k + (size_t) c * kvd;
             __m256 acc = _mm256_mul_ps(q[0], _mm256_loadu_ps(kc));
             for (int v = 1; v < V; v++) acc = _mm256_fmadd_ps(q[v], _mm256_loadu_ps(kc + 8 * v), acc);
             score[c] = tk_hsum8_avx2(acc) * j->scale;
             if (score[c] > mx) mx = score[c];
         }
         for (int v = 0; v < V; v++) o[v] = _mm256_setzero_ps();
-        double den = 0.0;
+        const double den = attn_exp(kv, &a, score, mx);
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
-            const float pr = expf(score[c] - mx);
-            den += pr;
-            const float * vc = kv->v[j->il] + (size_t) c * kvd + (size_t) kh * hd;
-            const __m256 pv = _mm256_set1_ps(pr);
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * vc = a.v + (size_t) c * kvd;
+            const __m256 pv = _mm256_set1_ps(score[c]);
             for (int v = 0; v < V; v++) o[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vc + 8 * v), o[v]);
         }
         const __m256 inv = _mm256_set1_ps(den > 0 ? (float) (1.0 / den) : 0.0f);
-        float * oh = ctx->att + (int64_t) t * H * hd + (int64_t) h * hd;
-        for (int v = 0; v < V; v++) _mm256_storeu_ps(oh + 8 * v, _mm256_mul_ps(o[v], inv));
+        for (int v = 0; v < V; v++) _mm256_storeu_ps(a.o + 8 * v, _mm256_mul_ps(o[v], inv));
     }
 }
 

@@ -220,6 +220,18 @@ LG_INLINE void lg_scales_f32(const uint8_t * blk, size_t stride, int64_t n, floa
     }
 }
 
+/* R (4 or 1) rows from wr against the tokens [t0, t1) of a token block (daf: their scales,
+ * from t0), 2 tokens at a time; dwf gets the rows' scales */
+LG_INLINE void lg_q8_rows(int R, const uint8_t * wr, size_t row_bytes, const uint8_t * a, size_t a_bytes, int64_t nb,
+                          float * dwf, const float * daf, int64_t t0, int64_t t1, float * y, int64_t ldy) {
+    for (int i = 0; i < R; i++) lg_scales_f32(wr + (size_t) i * row_bytes, sizeof(blk_q8_0), nb, dwf + i, 4);
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2)
+        lg_tile_q8_avx2(R, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy);
+    for (; t < t1; t++)
+        lg_tile_q8_avx2(R, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy);
+}
+
 #define LG_Q8_TOK_FLOATS 6144   /* token scales of a token block: tb * nb <= 196608 / 34 + 2 * nb */
 #define LG_Q8_MAX_NB 1024       /* K <= 32768 takes the 4 x 2 tiles (dwf: 16 KiB of stack) */
 
@@ -257,28 +269,10 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
             const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
             for (int64_t t = t0; t < t1; t++) lg_scales_f32(a + (size_t) t * a_bytes, wbs, nb, daf + (t - t0) * nb, 1);
             int64_t r = r0;
-            for (; r + 4 <= r1; r += 4) {
-                const uint8_t * wr = w + (size_t) r * row_bytes;
-                for (int i = 0; i < 4; i++) lg_scales_f32(wr + (size_t) i * row_bytes, wbs, nb, dwf + i, 4);
-                int64_t t = t0;
-                for (; t + 2 <= t1; t += 2)
-                    lg_tile_q8_avx2(4, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
-                                    y + t * ldy + r, ldy);
-                for (; t < t1; t++)
-                    lg_tile_q8_avx2(4, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
-                                    y + t * ldy + r, ldy);
-            }
-            for (; r < r1; r++) {
-                const uint8_t * wr = w + (size_t) r * row_bytes;
-                lg_scales_f32(wr, wbs, nb, dwf, 4);
-                int64_t t = t0;
-                for (; t + 2 <= t1; t += 2)
-                    lg_tile_q8_avx2(1, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
-                                    y + t * ldy + r, ldy);
-                for (; t < t1; t++)
-                    lg_tile_q8_avx2(1, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb,
-                                    y + t * ldy + r, ldy);
-            }
+            for (; r + 4 <= r1; r += 4)
+                lg_q8_rows(4, w + (size_t) r * row_bytes, row_bytes, a, a_bytes, nb, dwf, daf, t0, t1, y + r, ldy);
+            for (; r < r1; r++)
+                lg_q8_rows(1, w + (size_t) r * row_bytes, row_bytes, a, a_bytes, nb, dwf, daf, t0, t1, y + r, ldy);
         }
         return;
     }
