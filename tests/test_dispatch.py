@@ -49,7 +49,7 @@ def test_levels_named_and_env_caps():
     assert feats
     code = ("from toolkit.runtime._lib import lib, ffi;"
             "print(lib.tk_cpu_level(), lib.tk_cpu_detected())")
-    for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0)):
+    for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
         env = dict(os.environ, TOOLKIT_CPU=name)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
         level, detected = int(out[0]), int(out[1])

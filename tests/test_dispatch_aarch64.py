@@ -1,5 +1,7 @@
-"""The C runtime cross-compiled for aarch64 (no x86 kernels there: the scalar level) and
-run under qemu-user: mat-mul of F32/Q8_0/Q4_K/Q6_K against a double reference, Mamba-2 SSD
+"""The C runtime cross-compiled for aarch64 and run under qemu-user (tests/native/
+aarch64_smoke.c): the NEON level is detected; mat-mul of F32/F16/BF16/Q8_0/Q4_K/Q6_K at the
+scalar and NEON levels against a double reference and against each other (NEON kernels:
+the float types and Q8_0), a token alone giving the bits it gets in a batch; Mamba-2 SSD
 against the recurrence.  Skipped where Debian's gcc-aarch64-linux-gnu / qemu-user are not
 installed."""
 from __future__ import annotations

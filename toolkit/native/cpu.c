@@ -1,4 +1,5 @@
-/* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512).
+/* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512 on x86-64, scalar /
+ * NEON on aarch64).
  *
  * A level needs both the CPU's instructions (cpuid) and the OS's promise to save the
  * registers they use across context switches (XCR0 read with xgetbv, valid only when
@@ -17,6 +18,15 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #define TK_CPUID 1
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1 << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
 #endif
 
 static int g_detected = TK_CPU_SCALAR;
@@ -69,14 +79,39 @@ static int detect(void) {
     if (avx && avx2 && fma && f16c && os_ymm) level = TK_CPU_AVX2;
     if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && os_zmm) level = TK_CPU_AVX512;
 #endif
+#if defined(__aarch64__) && defined(TK_HAVE_NEON)
+#if defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP);
+    const int asimd = (hw & HWCAP_ASIMD) != 0;
+    if (hw & HWCAP_ASIMDDP) add_feature("asimddp");
+#else
+    const int asimd = 1;       /* part of every AArch64 CPU */
+#endif
+    if (asimd) {
+        add_feature("asimd");
+        level = TK_CPU_NEON;
+    }
+#endif
     if (!g_features[0]) add_feature("none");
     return level;
+}
+
+/* The level in force when `want` is asked for: on x86-64 an x86-64 level, at most the
+ * detected one; on aarch64 NEON when asked for and detected; anything else scalar. */
+static int clamp_level(int want) {
+#if defined(__aarch64__)
+    return want == TK_CPU_NEON && g_detected == TK_CPU_NEON ? TK_CPU_NEON : TK_CPU_SCALAR;
+#else
+    if (want < TK_CPU_SCALAR || want > TK_CPU_AVX512) return TK_CPU_SCALAR;   /* not an x86-64 level */
+    return want > g_detected ? g_detected : want;
+#endif
 }
 
 static int parse_level(const char * s) {
     if (!strcmp(s, "scalar")) return TK_CPU_SCALAR;
     if (!strcmp(s, "avx2")) return TK_CPU_AVX2;
     if (!strcmp(s, "avx512")) return TK_CPU_AVX512;
+    if (!strcmp(s, "neon")) return TK_CPU_NEON;
     return TK_CPU_SCALAR;     /* unknown: the safe choice */
 }
 
@@ -85,8 +120,7 @@ static void init(void) {
     g_level = g_detected;
     const char * env = getenv("TOOLKIT_CPU");
     if (env && *env) {
-        const int want = parse_level(env);
-        if (want < g_level) g_level = want;
+        g_level = clamp_level(parse_level(env));
     }
 }
 
@@ -102,8 +136,7 @@ int tk_cpu_detected(void) {
 
 int tk_cpu_set_level(int level) {
     pthread_once(&g_once, init);
-    if (level < TK_CPU_SCALAR) level = TK_CPU_SCALAR;
-    if (level > g_detected) level = g_detected;
+    level = clamp_level(level);
     __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
     return level;
 }
@@ -113,6 +146,7 @@ const char * tk_cpu_level_name(int level) {
         case TK_CPU_SCALAR: return "scalar";
         case TK_CPU_AVX2: return "avx2";
         case TK_CPU_AVX512: return "avx512";
+        case TK_CPU_NEON: return "neon";
         default: return "?";
     }
 }

@@ -131,6 +131,12 @@ static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
         return;
     }
 #endif
+#ifdef TK_HAVE_NEON
+    if (j->level == TK_CPU_NEON) {
+        tk_matmul_rows_neon(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
+        return;
+    }
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t * row = j->base + (size_t) r * w->row_bytes;
         const float * wr = (const float *) (const void *) row;

@@ -250,6 +250,11 @@ tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
         if (!f) f = tk_qdot_rows_legacy_avx2(wtype);
         if (f) return f;
     }
+#elif defined(TK_HAVE_NEON)
+    if (level == TK_CPU_NEON) {
+        tk_qdot_rows_fn f = tk_qdot_rows_neon(wtype);
+        if (f) return f;
+    }
 #else
     (void) level;
 #endif

@@ -112,5 +112,8 @@ tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype);
 /* qdot_legacy_avx2.c: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 (NULL for any other type) */
 tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype);
 #endif
+/* kernels_neon.c (aarch64 with NEON): Q8_0; NULL for the other types (their scalar kernels
+ * run) */
+tk_qdot_rows_fn tk_qdot_rows_neon(int wtype);
 
 #endif

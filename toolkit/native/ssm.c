@@ -419,7 +419,11 @@ static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * 
     float * dth = sT + (size_t) N * P, * wk = dth + LC;
     double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
     float * coef = (float *) (void *) (da + LC);   /* [max(LC, N)] coefficients of one accumulate */
+#if defined(__x86_64__) && defined(__GNUC__)
     float * coef4 = coef + (LC > N ? LC : N);       /* [4][N]: carried-state coefficients of 4 tokens */
+#else
+    (void) coef;
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
     simd = simd && P % 8 == 0 && P <= 64;
 #else

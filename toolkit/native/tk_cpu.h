@@ -11,25 +11,30 @@
 
 /* CDEF-BEGIN */
 /* ==== run-time CPU dispatch (cpu.c) ================================================== */
-/* Kernel levels, lowest first.  A level is used only if the CPU advertises its
+/* Kernel levels.  On x86-64, lowest first: a level is used only if the CPU advertises its
  * instructions (cpuid) AND the OS saves the register state they need (xgetbv: XMM|YMM for
- * AVX2, plus opmask|ZMM for AVX-512).  AMX is never used.                                */
+ * AVX2, plus opmask|ZMM for AVX-512).  AMX is never used.  On aarch64 the levels are
+ * scalar and NEON (Advanced SIMD, part of every AArch64 CPU; checked in the auxiliary
+ * vector's HWCAP_ASIMD).                                                                */
 typedef enum {
     TK_CPU_SCALAR = 0,         /* plain C, every machine */
     TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
-    TK_CPU_AVX512 = 2          /* x86-64 AVX-512 F + BW + VL (kernels: the AVX2 ones for now) */
+    TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL (kernels: the AVX2 ones for now) */
+    TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels_neon.c) */
 } tk_cpu_level_t;
 
 /* The level kernels run at now: the highest the machine supports, capped by the
- * environment variable TOOLKIT_CPU=scalar|avx2|avx512 (read once; an unknown value
- * means scalar) and by tk_cpu_set_level. */
+ * environment variable TOOLKIT_CPU=scalar|avx2|avx512|neon (read once; an unknown value,
+ * or another architecture's level, means scalar) and by tk_cpu_set_level. */
 int tk_cpu_level(void);
 /* Highest level this machine supports (ignores TOOLKIT_CPU). */
 int tk_cpu_detected(void);
-/* Cap the level (tests, benchmarks): returns the level now in force = min(level, detected).
+/* Cap the level (tests, benchmarks): returns the level now in force: on x86-64
+ * min(level, detected) for an x86-64 level; on aarch64 NEON if asked for and detected;
+ * scalar for any other level.
  * Not to be called while another thread is decoding. */
 int tk_cpu_set_level(int level);
-/* "scalar", "avx2", "avx512"; "?" for anything else. */
+/* "scalar", "avx2", "avx512", "neon"; "?" for anything else. */
 const char * tk_cpu_level_name(int level);
 /* Space-separated features found, e.g. "avx2 fma f16c avx512f avx512bw avx512vnni";
  * "os-ymm"/"os-zmm" when the OS saves those registers. */
@@ -52,13 +57,14 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
                             int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads);
 /* CDEF-END */
 
-/* ---- internal: AVX2 kernels (ops_avx2.c), called only when tk_cpu_level() >= AVX2 ---- */
 /* ---- internal: the scan inside forward.c (pool = the context's threads) ---- */
 struct tk_pool;
 void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                        int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                        int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride);
 
+/* ---- internal: AVX2 kernels (ops_avx2.c, act_avx2.c), called only when
+ * tk_cpu_level() >= AVX2 ---- */
 #if defined(__x86_64__) || defined(_M_X64)
 #define TK_HAVE_X86 1
 #include <immintrin.h>
@@ -80,6 +86,14 @@ void tk_silu_row_avx2(float * y, int64_t n);
 void tk_rms_norm_avx2(const float * x, const float * w, float eps, int64_t n, float * y);
 void tk_silu_mul_row_avx2(float * y, const float * a, int64_t n);
 void tk_mul_silu_row_avx2(float * y, const float * z, int64_t n);
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define TK_HAVE_NEON 1
+/* kernels_neon.c, called only when tk_cpu_level() == TK_CPU_NEON: the float mat-mul (same
+ * contract as tk_matmul_rows_avx2) */
+void tk_matmul_rows_neon(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                         const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 #endif
 
 #endif
