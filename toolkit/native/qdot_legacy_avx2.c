@@ -162,6 +162,16 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
         }
 }
 
+/* R (3 or 1) rows from wr against the tokens [t0, t1) of a token block, 4 tokens at a time */
+LG_INLINE void lg_rows_group(int kind, int R, const uint8_t * wr, size_t row_bytes, size_t wbs, const uint8_t * a,
+                             size_t a_bytes, size_t abs_, int64_t nb, int64_t t0, int64_t t1, float * y, int64_t ldy) {
+    int64_t t = t0;
+    for (; t + 4 <= t1; t += 4)
+        lg_tile_avx2(kind, R, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, NULL);
+    for (; t < t1; t++)
+        lg_tile_avx2(kind, R, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, NULL);
+}
+
 /* Q8_0 prompt tile: R <= 4 weight rows x T <= 2 tokens, with the tokens' quants in
  * registers, |w| once per row and block, and the R x T scale products d_w * d_a of a block
  * in a small array (one vector product per token, then a broadcast load per pair): 8
@@ -253,10 +263,9 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t * wr = w + (size_t) r * row_bytes;
             if (pf_row && r + TK_QDOT_PF_ROWS < r1) tk_qdot_prefetch_row(wr + TK_QDOT_PF_ROWS * row_bytes, row_bytes);
-            if (kind == LG_Q8_0 && r + TK_QDOT_PF_NEAR < r1)
-                lg_tile_avx2(kind, 1, 1, wr, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy, wr + TK_QDOT_PF_NEAR * row_bytes);
-            else
-                lg_tile_avx2(kind, 1, 1, wr, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy, NULL);
+            const int pf_near = kind == LG_Q8_0 && r + TK_QDOT_PF_NEAR < r1;
+            lg_tile_avx2(kind, 1, 1, wr, row_bytes, wbs, a, a_bytes, abs_, nb, y + r, ldy,
+                         pf_near ? wr + TK_QDOT_PF_NEAR * row_bytes : NULL);
         }
         return;
     }
@@ -281,22 +290,10 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
         int64_t r = r0;
-        for (; r + 3 <= r1; r += 3) {
-            const uint8_t * wr = w + (size_t) r * row_bytes;
-            int64_t t = t0;
-            for (; t + 4 <= t1; t += 4)
-                lg_tile_avx2(kind, 3, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy, NULL);
-            for (; t < t1; t++)
-                lg_tile_avx2(kind, 3, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy, NULL);
-        }
-        for (; r < r1; r++) {
-            const uint8_t * wr = w + (size_t) r * row_bytes;
-            int64_t t = t0;
-            for (; t + 4 <= t1; t += 4)
-                lg_tile_avx2(kind, 1, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy, NULL);
-            for (; t < t1; t++)
-                lg_tile_avx2(kind, 1, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy + r, ldy, NULL);
-        }
+        for (; r + 3 <= r1; r += 3)
+            lg_rows_group(kind, 3, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy);
+        for (; r < r1; r++)
+            lg_rows_group(kind, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy);
     }
 }
 
