@@ -211,7 +211,7 @@ KQ_INLINE void kq_tile_q45(const int five, const uint8_t * w, size_t rb, const u
  * Element 128h + 32k + l (h < 2, k < 4, l < 32): low nibble of ql[64h + 32(k&1) + l]
  * (k >= 2: high nibble), bits 2k..2k+1 of qh[32h + l]; value 0..63, minus 32; the 16
  * signed scales cover 16 values each.  kq_vals_q6: the unsigned values (0..63) of the 64
- * elements 128h + 64p .. +64, as two vectors of 32 (k = 2p, 2p+1); the tile is kq_tile_q36. */
+ * elements 128h + 64p .. +64, as two vectors of 32 (k = 2p, 2p+1); the tile is kq_tile_s16. */
 KQ_INLINE void kq_vals_q6(const uint8_t * blk, int h, int p, __m256i * v0, __m256i * v1) {
     const __m256i m15 = _mm256_set1_epi8(0x0F);
     const __m256i m3 = _mm256_set1_epi8(0x03), m12 = _mm256_set1_epi8(0x0C);
@@ -234,62 +234,14 @@ KQ_INLINE void kq_vals_q6(const uint8_t * blk, int h, int p, __m256i * v0, __m25
  * Element 128h + 32s + l (h < 2, s < 4, l < 32): bits 2s..2s+1 of qs[32h + l], value 0..3;
  * sub-block 8h + 2s + l/16; scales[j] = scale (low nibble) | min (high nibble) of
  * sub-block j.  Per output as Q4_K: isum over sc * q * q8, msum = madd(mins, bsums),
- * acc = fma(d8 * d, isum, acc), acc = fnma(d8 * dmin, msum, acc). */
-KQ_INLINE void kq_tile_q2(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
-                          const int R, const int T, float * y, int64_t ldy, const uint8_t * pf) {
+ * acc = fma(d8 * d, isum, acc), acc = fnma(d8 * dmin, msum, acc) (the tile: kq_tile_s16).
+ * kq_vals_q2: the values (0..3) of the 64 elements 128h + 64p .. +64, as two vectors of 32
+ * (s = 2p, 2p+1). */
+KQ_INLINE void kq_vals_q2(const uint8_t * blk, int h, int p, __m256i * v0, __m256i * v1) {
     const __m256i m3 = _mm256_set1_epi8(0x03);
-    const __m128i m15 = _mm_set1_epi8(0x0F);
-    __m256 acc[KQ_RMAX][KQ_TMAX];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        if (pf) kq_prefetch_sb(pf + i * sizeof(blk_q2_K), sizeof(blk_q2_K));
-        const blk_q2_K * x[KQ_RMAX];
-        const blk_q8_K * q[KQ_TMAX];
-        __m256i sc16[KQ_RMAX], mn16[KQ_RMAX];   /* the 16 scales / mins as int16 */
-        for (int r = 0; r < R; r++) {
-            x[r] = (const blk_q2_K *) (const void *) (w + r * rb) + i;
-            const __m128i sm = _mm_loadu_si128((const __m128i *) (const void *) x[r]->scales);
-            sc16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m15));
-            mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
-        }
-        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
-        __m256i isum[KQ_RMAX][KQ_TMAX];
-        for (int r = 0; r < R; r++)
-            for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 2
-            for (int p = 0; p < 2; p++) {            /* s = 2p, 2p+1 */
-                for (int r = 0; r < R; r++) {
-                    const __m256i bits = kq_load(x[r]->qs + 32 * h);
-                    const __m256i v0 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p), m3);
-                    const __m256i v1 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p + 2), m3);
-                    const __m256i sh = h ? _mm256_permute4x64_epi64(sc16[r], 0xEE) : _mm256_permute4x64_epi64(sc16[r], 0x44);
-                    const __m256i s0 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p]));
-                    const __m256i s1 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p + 1]));
-                    for (int t = 0; t < T; t++) {
-                        const int8_t * q8 = q[t]->qs + 128 * h + 64 * p;
-                        const __m256i p0 = _mm256_madd_epi16(s0, _mm256_maddubs_epi16(v0, kq_load(q8)));
-                        const __m256i p1 = _mm256_madd_epi16(s1, _mm256_maddubs_epi16(v1, kq_load(q8 + 32)));
-                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(p0, p1));
-                        KQ_PIN(isum[r][t]);
-                    }
-                }
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            const __m256 xd = _mm256_set1_ps(kq_half(x[r]->d)), xm = _mm256_set1_ps(kq_half(x[r]->dmin));
-            for (int t = 0; t < T; t++) {
-                const __m256i msum = _mm256_madd_epi16(mn16[r], kq_load(q[t]->bsums));
-                const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[r][t]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) y[t * ldy + r] = tk_hsum8_avx2(acc[r][t]);
+    const __m256i bits = kq_load(((const blk_q2_K *) (const void *) blk)->qs + 32 * h);
+    *v0 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p), m3);
+    *v1 = _mm256_and_si256(_mm256_srli_epi16(bits, 4 * p + 2), m3);
 }
 
 /* ---- Q3_K tile ------------------------------------------------------------------------
@@ -331,14 +283,16 @@ KQ_INLINE void kq_vals_q3(const uint8_t * blk, int h, int p, __m256i * v0, __m25
     *v1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4 * p + 2), m3), kq_bit4(hm, 4 * h + 2 * p + 1));
 }
 
-/* ---- Q6_K / Q3_K tile: R rows x T tokens (constants after inlining) -------------------
- * Both store q + off unsigned (off = 32 / 4) with 16 signed int16 scales sc_j of 16 values
- * each.  Per output and super-block: isum = sum_j sc_j (v . q8)_j (exact), then
- * isum -= off * madd(bsums, sc) (off = 1 << 5 / 1 << 2, a shift), acc = fma(d8 * d, isum,
- * acc); the vectors: kq_vals_q6 / kq_vals_q3. */
-KQ_INLINE void kq_tile_q36(const int three, const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
+/* ---- Q6_K / Q3_K / Q2_K tile: R rows x T tokens (constants after inlining) ------------
+ * All three have 16 int16 scales sc_j of 16 values each and unsigned values v (kq_vals_q6 /
+ * kq_vals_q3 / kq_vals_q2).  Per output and super-block: isum = sum_j sc_j (v . q8)_j
+ * (exact); then Q6_K / Q3_K, which store q + off (off = 32 / 4), subtract
+ * off * madd(bsums, sc) (a shift by 5 / 2) and do acc = fma(d8 * d, isum, acc); Q2_K does
+ * acc = fma(d8 * d, isum, acc), acc = fnma(d8 * dmin, madd(mins, bsums), acc). */
+enum { KQ_S16_Q6, KQ_S16_Q3, KQ_S16_Q2 };
+KQ_INLINE void kq_tile_s16(const int kind, const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb,
                            const int R, const int T, float * y, int64_t ldy, const uint8_t * pf) {
-    const size_t bw = three ? sizeof(blk_q3_K) : sizeof(blk_q6_K);
+    const size_t bw = kind == KQ_S16_Q6 ? sizeof(blk_q6_K) : kind == KQ_S16_Q3 ? sizeof(blk_q3_K) : sizeof(blk_q2_K);
     __m256 acc[KQ_RMAX][KQ_TMAX];
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
@@ -346,11 +300,19 @@ KQ_INLINE void kq_tile_q36(const int three, const uint8_t * w, size_t rb, const 
         if (pf) kq_prefetch_sb(pf + i * bw, bw);
         const uint8_t * x[KQ_RMAX];
         const blk_q8_K * q[KQ_TMAX];
-        __m256i sc16[KQ_RMAX];   /* the 16 scales as int16 */
+        __m256i sc16[KQ_RMAX], mn16[KQ_RMAX];   /* the 16 scales (Q2_K: and mins) as int16 */
         for (int r = 0; r < R; r++) {
             x[r] = w + r * rb + i * bw;
-            sc16[r] = three ? kq_scales_q3(((const blk_q3_K *) (const void *) x[r])->scales)
-                            : _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (const void *) ((const blk_q6_K *) (const void *) x[r])->scales));
+            if (kind == KQ_S16_Q6) {
+                sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (const void *) ((const blk_q6_K *) (const void *) x[r])->scales));
+            } else if (kind == KQ_S16_Q3) {
+                sc16[r] = kq_scales_q3(((const blk_q3_K *) (const void *) x[r])->scales);
+            } else {
+                const __m128i m15 = _mm_set1_epi8(0x0F);
+                const __m128i sm = _mm_loadu_si128((const __m128i *) (const void *) ((const blk_q2_K *) (const void *) x[r])->scales);
+                sc16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m15));
+                mn16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m15));
+            }
         }
         for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
         __m256i isum[KQ_RMAX][KQ_TMAX];
@@ -362,8 +324,9 @@ KQ_INLINE void kq_tile_q36(const int three, const uint8_t * w, size_t rb, const 
             for (int p = 0; p < 2; p++) {
                 for (int r = 0; r < R; r++) {
                     __m256i v0, v1;
-                    if (three) kq_vals_q3(x[r], h, p, &v0, &v1);
-                    else kq_vals_q6(x[r], h, p, &v0, &v1);
+                    if (kind == KQ_S16_Q6) kq_vals_q6(x[r], h, p, &v0, &v1);
+                    else if (kind == KQ_S16_Q3) kq_vals_q3(x[r], h, p, &v0, &v1);
+                    else kq_vals_q2(x[r], h, p, &v0, &v1);
                     const __m256i sh = h ? _mm256_permute4x64_epi64(sc16[r], 0xEE) : _mm256_permute4x64_epi64(sc16[r], 0x44);
                     const __m256i s0 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p]));
                     const __m256i s1 = _mm256_shuffle_epi8(sh, kq_load(kq_shuf_q6[2 * p + 1]));
@@ -378,11 +341,22 @@ KQ_INLINE void kq_tile_q36(const int three, const uint8_t * w, size_t rb, const 
             }
         }
         for (int r = 0; r < R; r++) {
-            const __m256 xd = _mm256_set1_ps(kq_half(three ? ((const blk_q3_K *) (const void *) x[r])->d
-                                                           : ((const blk_q6_K *) (const void *) x[r])->d));
+            if (kind == KQ_S16_Q2) {
+                const blk_q2_K * x2 = (const blk_q2_K *) (const void *) x[r];
+                const __m256 xd = _mm256_set1_ps(kq_half(x2->d)), xm = _mm256_set1_ps(kq_half(x2->dmin));
+                for (int t = 0; t < T; t++) {
+                    const __m256i msum = _mm256_madd_epi16(mn16[r], kq_load(q[t]->bsums));
+                    const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(isum[r][t]), acc[r][t]);
+                    acc[r][t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[r][t]);
+                }
+                continue;
+            }
+            const __m256 xd = _mm256_set1_ps(kq_half(kind == KQ_S16_Q3 ? ((const blk_q3_K *) (const void *) x[r])->d
+                                                                       : ((const blk_q6_K *) (const void *) x[r])->d));
             for (int t = 0; t < T; t++) {
                 const __m256i msc = _mm256_madd_epi16(kq_load(q[t]->bsums), sc16[r]);
-                const __m256i corr = three ? _mm256_slli_epi32(msc, 2) : _mm256_slli_epi32(msc, 5);
+                const __m256i corr = kind == KQ_S16_Q3 ? _mm256_slli_epi32(msc, 2) : _mm256_slli_epi32(msc, 5);
                 const __m256i s = _mm256_sub_epi32(isum[r][t], corr);
                 const __m256 d = _mm256_mul_ps(_mm256_broadcast_ss(&q[t]->d), xd);
                 acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][t]);
@@ -479,12 +453,12 @@ typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size
 
 #define KQ_Q4(R, T) kq_tile_q45(0, w, rb, a, ab, nb, R, T, y, ldy, pf)
 #define KQ_Q5(R, T) kq_tile_q45(1, w, rb, a, ab, nb, R, T, y, ldy, pf)
-#define KQ_Q6(R, T) kq_tile_q36(0, w, rb, a, ab, nb, R, T, y, ldy, pf)
+#define KQ_Q6(R, T) kq_tile_s16(KQ_S16_Q6, w, rb, a, ab, nb, R, T, y, ldy, pf)
 KQ_INST_ALL(kq_q4k_avx2, KQ_Q4)
 KQ_INST_ALL(kq_q5k_avx2, KQ_Q5)
 KQ_INST_ALL(kq_q6k_avx2, KQ_Q6)
-#define KQ_Q2(R, T) kq_tile_q2(w, rb, a, ab, nb, R, T, y, ldy, pf)
-#define KQ_Q3(R, T) kq_tile_q36(1, w, rb, a, ab, nb, R, T, y, ldy, pf)
+#define KQ_Q2(R, T) kq_tile_s16(KQ_S16_Q2, w, rb, a, ab, nb, R, T, y, ldy, pf)
+#define KQ_Q3(R, T) kq_tile_s16(KQ_S16_Q3, w, rb, a, ab, nb, R, T, y, ldy, pf)
 #define KQ_IQ4XS(R, T) kq_tile_iq4xs(w, rb, a, ab, nb, R, T, y, ldy, pf)
 KQ_INST_ALL(kq_q2k_avx2, KQ_Q2)
 KQ_INST_ALL(kq_q3k_avx2, KQ_Q3)
