@@ -105,6 +105,14 @@ def mat_mul(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> np.ndarray:
     return y
 
 
+def mat_mul_scalar_avx2(qtype, raw: np.ndarray, K: int, x: np.ndarray, at_level) -> tuple[np.ndarray, np.ndarray]:
+    """(scalar, AVX2) results of mat_mul on one case; at_level: the conftest fixture."""
+    at_level(lib.TK_CPU_SCALAR)
+    ys = mat_mul(qtype, raw, K, x)
+    assert at_level(lib.TK_CPU_AVX2) == lib.TK_CPU_AVX2
+    return ys, mat_mul(qtype, raw, K, x)
+
+
 def assert_split_invariant(qtype, raw: np.ndarray, K: int, x: np.ndarray) -> None:
     """At the current level, W x is bit-identical for each token alone (generation), for the
     batch split 3 + rest, and for W's rows split 1 + 5 + rest (13 rows expected)."""
