@@ -399,11 +399,9 @@ static inline __attribute__((always_inline)) void ssd_prep_body(const m2_job * j
             continue;
         }
 #endif
-        for (int32_t i = 0; i < L; i++) {
-            const float * ci = j->xBC + (t0 + i) * j->xbc_stride + DI + (int64_t) G * N + (int64_t) g * N;
+        for (int32_t i = 0; i < L; i++)
             for (int32_t k = 0; k <= i; k++)
-                CB[i * LC + k] = dot8(ci, j->xBC + (t0 + k) * j->xbc_stride + DI + (int64_t) g * N, N);
-        }
+                CB[i * LC + k] = dot8(Cc + (size_t) i * N, j->xBC + (t0 + k) * j->xbc_stride + DI + (int64_t) g * N, N);
     }
 }
 
