@@ -120,7 +120,7 @@ def perplexity(model, tokens, n_ctx: int, max_chunks: int) -> tuple[float, float
     return ppl, unc, count
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--steps", type=int, default=450, help="fixed optimizer step count (the recorded run)")
@@ -141,23 +141,16 @@ def main() -> int:
     ap.add_argument("--save-init", type=Path, default=None, help="also save the random-init model here")
     ap.add_argument("--smoke", action="store_true", help="tiny run to check the script (a few steps)")
     args = ap.parse_args()
-
-    import numpy as np
-    import torch
-    from transformers import BambaConfig, BambaForCausalLM, PreTrainedTokenizerFast
-
-    t_start = time.time()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    torch.use_deterministic_algorithms(True)
     if args.smoke:
         args.steps, args.eval_chunks, args.batch = 5, 2, 4
+    return args
 
-    root = Path(sysconfig.get_paths()["stdlib"])
+
+def load_corpus(root: Path) -> dict | None:
+    """The stdlib corpus split into train and held-out files (None when there is none)."""
     files = corpus_files(root)
     if not files:
-        print(f"error: no .py files under {root}", file=sys.stderr)
-        return 2
+        return None
     rels = [p.relative_to(root).as_posix() for p in files]
     held = [i for i in range(len(files)) if i % HELDOUT_EVERY == HELDOUT_OFFSET]
     held_set = set(held)
@@ -166,24 +159,17 @@ def main() -> int:
     list_sha = hashlib.sha256("\n".join(rels).encode()).hexdigest()
     print(f"corpus: {root} {len(files)} files ({len(train_texts)} train, {len(held_texts)} held out), "
           f"list sha256 {list_sha[:16]}", flush=True)
+    return {"files": files, "rels": rels, "held": held, "train_texts": train_texts, "held_texts": held_texts,
+            "list_sha": list_sha}
 
-    tok = train_tokenizer(train_texts, args.vocab)
-    assert tok.token_to_id(EOT) == 0 and tok.token_to_id(PAD) == 1
-    eot = 0
 
-    # Training stream: each file's tokens followed by <|endoftext|>.
-    ids: list[int] = []
-    for enc in tok.encode_batch(train_texts):
-        ids.extend(enc.ids)
-        ids.append(eot)
-    train_ids = torch.tensor(ids, dtype=torch.long)
-    heldout_text = "\n\n".join(held_texts)
-    held_ids = torch.tensor(tok.encode(heldout_text).ids, dtype=torch.long)
-    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)} "
-          f"({sum(map(len, train_texts)) / len(train_ids):.2f} chars/token)", flush=True)
+def build_model(vocab_size: int, eot: int, seed: int):
+    """The 4-layer Bamba (one attention layer) with Mamba-2's dt initialisation."""
+    import torch
+    from transformers import BambaConfig, BambaForCausalLM
 
     cfg = BambaConfig(
-        vocab_size=tok.get_vocab_size(),
+        vocab_size=vocab_size,
         hidden_size=256,
         intermediate_size=768,
         num_hidden_layers=4,
@@ -206,22 +192,20 @@ def main() -> int:
     model = BambaForCausalLM(cfg)
     # Mamba-2 dt init (ref: state-spaces/mamba mamba2.py): dt ~ logUniform[1e-3, 1e-1],
     # dt_bias = softplus^-1(dt); transformers' default (dt_bias = 1) forgets too fast.
-    g = torch.Generator().manual_seed(args.seed + 1)
+    g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for layer in model.model.layers:
             mixer = getattr(layer, "mamba", None)
             if mixer is not None:
                 dt = torch.exp(torch.rand(mixer.num_heads, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
                 mixer.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: {n_params} parameters", flush=True)
+    return model
 
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=PAD)
-    init_ppl = perplexity(model, held_ids, args.eval_ctx, args.eval_chunks)
-    print(f"held-out ppl (random init): {init_ppl[0]:.2f} +/- {init_ppl[1]:.2f} over {init_ppl[2]} tokens", flush=True)
-    if args.save_init:
-        model.save_pretrained(args.save_init, max_shard_size=args.shard_size)
-        hf_tok.save_pretrained(args.save_init)
+
+def train(model, train_ids, args, t_start: float) -> tuple[list, bool, float]:
+    """AdamW with warmup + cosine decay on random windows; returns (losses, stopped_early, minutes)."""
+    import numpy as np
+    import torch
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -241,7 +225,6 @@ def main() -> int:
     stopped_early = False
     t_train = time.time()
     model.train()
-    step = 0
     n_run = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
     for step in range(n_run):
         if (time.time() - t_start) / 60 > args.max_minutes:
@@ -264,8 +247,55 @@ def main() -> int:
             el = time.time() - t_train
             print(f"step {step:5d} loss {np.mean(losses[-25:]):.4f} lr {lr_at(step):.2e} "
                   f"{el / 60:.1f} min ({(step + 1) * args.batch * L / el:.0f} tok/s)", flush=True)
+    return losses, stopped_early, (time.time() - t_train) / 60
+
+
+def main() -> int:
+    args = parse_args()
+    import numpy as np
+    import torch
+    from transformers import PreTrainedTokenizerFast
+
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    corpus = load_corpus(root)
+    if corpus is None:
+        print(f"error: no .py files under {root}", file=sys.stderr)
+        return 2
+    train_texts, held_texts, rels, held = corpus["train_texts"], corpus["held_texts"], corpus["rels"], corpus["held"]
+
+    tok = train_tokenizer(train_texts, args.vocab)
+    assert tok.token_to_id(EOT) == 0 and tok.token_to_id(PAD) == 1
+    eot = 0
+
+    # Training stream: each file's tokens followed by <|endoftext|>.
+    ids: list[int] = []
+    for enc in tok.encode_batch(train_texts):
+        ids.extend(enc.ids)
+        ids.append(eot)
+    train_ids = torch.tensor(ids, dtype=torch.long)
+    heldout_text = "\n\n".join(held_texts)
+    held_ids = torch.tensor(tok.encode(heldout_text).ids, dtype=torch.long)
+    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)} "
+          f"({sum(map(len, train_texts)) / len(train_ids):.2f} chars/token)", flush=True)
+
+    model = build_model(tok.get_vocab_size(), eot, args.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params} parameters", flush=True)
+
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=PAD)
+    init_ppl = perplexity(model, held_ids, args.eval_ctx, args.eval_chunks)
+    print(f"held-out ppl (random init): {init_ppl[0]:.2f} +/- {init_ppl[1]:.2f} over {init_ppl[2]} tokens", flush=True)
+    if args.save_init:
+        model.save_pretrained(args.save_init, max_shard_size=args.shard_size)
+        hf_tok.save_pretrained(args.save_init)
+
+    losses, stopped_early, train_minutes = train(model, train_ids, args, t_start)
     steps_done = len(losses)
-    train_minutes = (time.time() - t_train) / 60
 
     final_ppl = perplexity(model, held_ids, args.eval_ctx, args.eval_chunks)
     print(f"held-out ppl (trained): {final_ppl[0]:.2f} +/- {final_ppl[1]:.2f} over {final_ppl[2]} tokens", flush=True)
@@ -283,8 +313,8 @@ def main() -> int:
     meta = {
         "python": platform.python_version(),
         "stdlib": str(root),
-        "n_files": len(files),
-        "file_list_sha256": list_sha,
+        "n_files": len(corpus["files"]),
+        "file_list_sha256": corpus["list_sha"],
         "heldout_rule": f"index % {HELDOUT_EVERY} == {HELDOUT_OFFSET} in the sorted list",
         "heldout_files": [rels[i] for i in held],
         "train_tokens": len(train_ids),

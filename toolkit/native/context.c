@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tk_internal.h"
+#include "layer.h"
 
 /* ==== lifecycle ====================================================================== */
 
@@ -60,6 +60,24 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     return TK_OK;
 }
 
+/* The memory the model's layer kinds need: kv (attention only), rs (recurrent only) or a
+ * hybrid owning both. */
+static tk_status new_memory(const tk_model * model, const tk_context_params * p, int has_attn, int has_rec, tk_memory ** out) {
+    tk_memory * kv = NULL, * rs = NULL;
+    *out = NULL;
+    if (has_attn) TK_CHECK(tk_memory_kv_new(model, p->n_ctx, p->n_ubatch, &kv));
+    if (has_rec) {
+        const tk_status st = tk_memory_rs_new(model, p->n_seq_max, &rs);
+        if (st != TK_OK) {
+            if (kv) kv->free(kv);
+            return st;
+        }
+    }
+    if (kv && rs) return tk_memory_hybrid_new(kv, rs, p->n_seq_max, out);
+    *out = kv ? kv : rs;
+    return TK_OK;
+}
+
 tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
     *out = NULL;
@@ -81,32 +99,18 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     int has_attn = 0, has_rec = 0, has_m2 = 0;
     int32_t hkv_max = 0;
     for (int i = 0; i < hp->n_layer; i++) {
-        if (hp->layer_kinds[i] == TK_LAYER_ATTENTION) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
+        if (ops && ops->kv_dim) {
             has_attn = 1;
             if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
-        } else {
+        }
+        if (ops && ops->rs_pieces) {
             has_rec = 1;
             has_m2 |= hp->layer_kinds[i] == TK_LAYER_MAMBA2;
         }
     }
-    tk_status st = TK_OK;
-    if (has_attn) st = tk_memory_kv_new(model, p.n_ctx, p.n_ubatch, &c->kv);
-    if (st == TK_OK && has_rec) st = tk_memory_rs_new(model, p.n_seq_max, &c->rs);
-    if (st == TK_OK) {
-        if (c->kv && c->rs) {
-            tk_memory_hybrid * h;
-            st = tk_memory_hybrid_new(c->kv, c->rs, &h);
-            if (st == TK_OK) c->mem = &h->base;
-            else { c->kv->base.free(&c->kv->base); c->rs->base.free(&c->rs->base); }
-        } else {
-            c->mem = c->kv ? &c->kv->base : &c->rs->base;
-        }
-    } else {
-        if (c->kv) c->kv->base.free(&c->kv->base);
-        if (c->rs) c->rs->base.free(&c->rs->base);
-    }
+    tk_status st = new_memory(model, &p, has_attn, has_rec, &c->mem);
     if (st != TK_OK) {
-        c->mem = NULL;
         tk_context_free(c);
         return st;
     }
@@ -226,9 +230,9 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         }
         if (!n_act) break;
         if (len > n_ub / n_act) len = n_ub / n_act;
-        for (int32_t j = 0; j < n_act && ctx->rs; j++) {   /* end a ubatch on a periodic checkpoint */
+        for (int32_t j = 0; j < n_act; j++) {   /* end a ubatch on a periodic checkpoint */
             const int32_t p = b->pos[idx[start[act[j]] + done[act[j]]]];
-            const int64_t room = (int64_t) tk_memory_rs_ckpt_next(ctx->rs, p - 1) - p + 1;
+            const int64_t room = (int64_t) ctx->mem->ckpt_next(ctx->mem, p - 1) - p + 1;
             if (room < len) len = (int32_t) room;
         }
         ub->n_seqs = n_act;
@@ -248,11 +252,11 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         st = ctx->mem->prepare(ctx->mem, ub);
         if (st == TK_OK) st = tk_forward_ubatch(ctx, ub, logits_out);
         if (st != TK_OK) break;
-        tk_memory_rs_after_ubatch(ctx->rs, ub);
+        ctx->mem->after_ubatch(ctx->mem, ub);
     }
     /* a checkpoint at the end of each multi-token run (a prompt or a turn) */
     for (int32_t j = 0; st == TK_OK && j < n_order; j++)
-        if (count[order[j]] > 1) tk_memory_rs_checkpoint(ctx->rs, order[j]);
+        if (count[order[j]] > 1) ctx->mem->checkpoint(ctx->mem, order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
         for (int32_t j = 0; j < n_order; j++) ctx->mem->seq_rm(ctx->mem, order[j], 0, -1);

@@ -10,9 +10,16 @@
 
 #include "tk_internal.h"
 
+typedef struct {
+    tk_memory base;
+    tk_memory * kv;            /* attention layers */
+    tk_memory * rs;            /* recurrent layers */
+    int32_t n_seq;             /* n_seq_max */
+} tk_memory_hybrid;
+
 static tk_memory_hybrid * HY(tk_memory * m) { return (tk_memory_hybrid *) m; }
-#define KVM(m) (&HY(m)->kv->base)
-#define RSM(m) (&HY(m)->rs->base)
+#define KVM(m) (HY(m)->kv)
+#define RSM(m) (HY(m)->rs)
 
 static void hy_clear(tk_memory * m) { KVM(m)->clear(KVM(m)); RSM(m)->clear(RSM(m)); }
 
@@ -25,9 +32,8 @@ static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
  * end in that case, so that is everything after q): both end at q and the caller re-feeds
  * the gap [q + 1, p0). */
 static void hy_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    tk_memory_rs * rs = HY(m)->rs;
     RSM(m)->seq_rm(RSM(m), seq, p0, p1);
-    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? rs->n_cells : seq + 1;
+    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? HY(m)->n_seq : seq + 1;
     for (int32_t s = lo; s < hi; s++) {
         const int32_t q = RSM(m)->seq_pos_max(RSM(m), s);
         const int32_t kp0 = q >= 0 && q + 1 < (p0 < 0 ? 0 : p0) ? q + 1 : p0;
@@ -83,14 +89,74 @@ static void hy_free(tk_memory * m) {
     free(m);
 }
 
-tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_hybrid ** out) {
+/* ---- views route by layer; checkpoints are the recurrent child's; report and state both ---- */
+
+static tk_status hy_kv_view(tk_memory * m, int il, tk_kv_view * out) { return KVM(m)->kv_view(KVM(m), il, out); }
+static tk_status hy_rs_view(tk_memory * m, int il, tk_rs_view * out) { return RSM(m)->rs_view(RSM(m), il, out); }
+
+static tk_status hy_set_checkpoints(tk_memory * m, int32_t n, int32_t every) { return RSM(m)->set_checkpoints(RSM(m), n, every); }
+static void hy_checkpoint(tk_memory * m, int32_t seq) { RSM(m)->checkpoint(RSM(m), seq); }
+static int32_t hy_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { return RSM(m)->checkpoints(RSM(m), seq, pos, cap); }
+static int32_t hy_ckpt_next(tk_memory * m, int32_t pos) { return RSM(m)->ckpt_next(RSM(m), pos); }
+static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) { RSM(m)->after_ubatch(RSM(m), ub); }
+
+static void hy_report(tk_memory * m, tk_memory_report * r) { KVM(m)->report(KVM(m), r); RSM(m)->report(RSM(m), r); }
+
+static void hy_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
+    KVM(m)->state_write(KVM(m), w, seq, tmp);
+    RSM(m)->state_write(RSM(m), w, seq, tmp);
+}
+
+static tk_status hy_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
+    tk_memory * child = tag == TK_TAG_KV ? KVM(m) : RSM(m);
+    return child->state_read(child, tag, q, rd);
+}
+
+/* both children's sections present, and every sequence ends at the same position in both */
+static tk_status hy_state_read_end(tk_memory * m, const tk_state_rd * rd) {
+    TK_CHECK(KVM(m)->state_read_end(KVM(m), rd));
+    TK_CHECK(RSM(m)->state_read_end(RSM(m), rd));
+    for (int32_t s = 0; s < rd->n_seq; s++)
+        if (rd->kv_last[s] != rd->rs_pos[s])
+            return TK_STATE_BAD("sequence %d ends at %d in the KV cache but at %d in the recurrent state", s, rd->kv_last[s], rd->rs_pos[s]);
+    return TK_OK;
+}
+
+static size_t hy_state_tmp_floats(tk_memory * m) {
+    const size_t a = KVM(m)->state_tmp_floats(KVM(m)), b = RSM(m)->state_tmp_floats(RSM(m));
+    return a > b ? a : b;
+}
+
+/* a memory without KV / recurrent layers: what asking it for a view answers */
+tk_status tk_memory_no_view_kv(tk_memory * m, int il, tk_kv_view * out) {
+    (void) m; (void) out;
+    return TK_FAIL(TK_ERR_STATE, "layer %d: this memory has no KV cache", il);
+}
+
+tk_status tk_memory_no_view_rs(tk_memory * m, int il, tk_rs_view * out) {
+    (void) m; (void) out;
+    return TK_FAIL(TK_ERR_STATE, "layer %d: this memory has no recurrent state", il);
+}
+
+static const tk_memory HY_METHODS = {
+    hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min, hy_seq_pos_max, hy_can_fit,
+    hy_prepare, hy_free, hy_can_seq_add, hy_seq_add, hy_kv_view, hy_rs_view, hy_set_checkpoints,
+    hy_checkpoint, hy_checkpoints, hy_ckpt_next, hy_after_ubatch, hy_report, hy_state_write, hy_state_read,
+    hy_state_read_end, hy_state_tmp_floats,
+};
+
+tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out) {
     *out = NULL;
     tk_memory_hybrid * h = calloc(1, sizeof *h);
-    if (!h) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    h->base = (tk_memory){hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min,
-                          hy_seq_pos_max, hy_can_fit, hy_prepare, hy_free, hy_can_seq_add, hy_seq_add};
+    if (!h) {
+        kv->free(kv);
+        rs->free(rs);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    h->base = HY_METHODS;
     h->kv = kv;
     h->rs = rs;
-    *out = h;
+    h->n_seq = n_seq;
+    *out = &h->base;
     return TK_OK;
 }

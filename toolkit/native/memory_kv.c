@@ -9,7 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tk_internal.h"
+#include "layer.h"
+
+typedef struct {
+    tk_memory base;
+    int32_t n_cells;
+    int32_t n_layer;
+    int32_t * pos;             /* [n_cells] -1 = empty */
+    uint64_t * seqs;           /* [n_cells] bit set of sequence ids */
+    int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
+    int32_t * kv_dim;          /* [n_layer] floats of K (and of V) per cell, 0 = no tensors */
+    float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
+} tk_memory_kv;
 
 static tk_memory_kv * KV(tk_memory * m) { return (tk_memory_kv *) m; }
 
@@ -193,14 +206,131 @@ static void kv_free(tk_memory * m) {
     free(kv);
 }
 
-tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory_kv ** out) {
+/* ---- views, checkpoints (none needed: any range can be dropped), report ---------------- */
+
+static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
+    tk_memory_kv * kv = KV(m);
+    if (il < 0 || il >= kv->n_layer || !kv->k[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no KV cache", il);
+    *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il]};
+    return TK_OK;
+}
+
+static tk_status kv_set_checkpoints(tk_memory * m, int32_t n_per_seq, int32_t every) {
+    (void) m;
+    if (n_per_seq < 0 || every < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d, interval = %d must be >= 0", n_per_seq, every);
+    return TK_OK;              /* a KV cache rolls back without snapshots */
+}
+static void kv_checkpoint(tk_memory * m, int32_t seq) { (void) m; (void) seq; }
+static int32_t kv_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { (void) m; (void) seq; (void) pos; (void) cap; return 0; }
+static int32_t kv_ckpt_next(tk_memory * m, int32_t pos) { (void) m; (void) pos; return INT32_MAX; }
+static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) { (void) m; (void) ub; }
+
+static void kv_report(tk_memory * m, tk_memory_report * r) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        r->kv_bytes += 2 * (uint64_t) kv->n_cells * (uint64_t) kv->kv_dim[l] * sizeof(float);
+}
+
+/* ---- state: section KV (layout in state.c) ------------------------------------------------ */
+
+static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
+    tk_memory_kv * kv = KV(m);
+    (void) tmp;
+    const uint64_t bit = seq < 0 ? 0 : UINT64_C(1) << seq;
+    const uint64_t at = tk_section_begin(w, TK_TAG_KV);
+    uint32_t n = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) n += kv->pos[i] >= 0 && (seq < 0 || (kv->seqs[i] & bit));
+    tk_put_u32(w, (uint32_t) kv->n_layer);
+    tk_put_u32(w, n);
+    for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, (uint32_t) kv->kv_dim[l]);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < 0 || (seq >= 0 && !(kv->seqs[i] & bit))) continue;
+        tk_put_i32(w, kv->pos[i]);
+        tk_put_u32(w, 0);
+        tk_put_u64(w, seq < 0 ? kv->seqs[i] : 1);
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->kv_dim[l]) continue;
+            tk_put(w, kv->k[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+            tk_put(w, kv->v[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+        }
+    }
+    tk_section_end(w, at);
+}
+
+/* the section's header: layer count and widths must be this model's; room for its cells */
+static tk_status kv_read_header(tk_memory_kv * kv, tk_rbuf * q, const tk_state_rd * rd, uint32_t * nc) {
+    uint32_t nl;
+    if (!tk_get(q, &nl, 4) || !tk_get(q, nc, 4)) return TK_STATE_BAD("KV section truncated");
+    if ((int32_t) nl != kv->n_layer) return TK_STATE_BAD("KV section for %u layers, the model has %d", nl, kv->n_layer);
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        uint32_t d;
+        if (!tk_get(q, &d, 4)) return TK_STATE_BAD("KV section truncated");
+        if ((int32_t) d != kv->kv_dim[l]) return TK_STATE_BAD("KV layer %d width %u, the model has %d", l, d, kv->kv_dim[l]);
+    }
+    int32_t room = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) room += kv->pos[i] < 0 || (rd->seq >= 0 && kv->seqs[i] == rd->dst_bit);
+    if (rd->seq < 0) room = kv->n_cells;
+    if ((int64_t) *nc > room) return TK_FAIL(TK_ERR_NOMEM, "state: %u KV cells, this context has room for %d (raise n_ctx)", *nc, room);
+    return TK_OK;
+}
+
+static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
+    tk_memory_kv * kv = KV(m);
+    if (tag != TK_TAG_KV) return TK_STATE_BAD("a %s section, but this model has no recurrent layer", tag == TK_TAG_RS ? "recurrent" : "checkpoint");
+    if (rd->seen[TK_TAG_KV]++) return TK_STATE_BAD("two KV sections");
+    uint32_t nc;
+    TK_CHECK(kv_read_header(kv, q, rd, &nc));
+    int32_t cell = 0;
+    for (uint32_t i = 0; i < nc; i++) {
+        int32_t pos;
+        uint32_t pad;
+        uint64_t set;
+        if (!tk_get(q, &pos, 4) || !tk_get(q, &pad, 4) || !tk_get(q, &set, 8)) return TK_STATE_BAD("KV cell %u truncated", i);
+        if (pos < 0) return TK_STATE_BAD("KV cell %u has position %d", i, pos);
+        if (rd->seq < 0 ? (!set || (set & ~rd->all_seqs)) : set != 1)
+            return TK_STATE_BAD("KV cell %u has sequence set %#llx (n_seq_max = %d)", i, (unsigned long long) set, rd->n_seq);
+        if (rd->seq >= 0) set = rd->dst_bit;
+        for (int32_t s = 0; s < rd->n_seq; s++) {
+            if (!(set >> s & 1)) continue;
+            if (pos <= rd->kv_last[s]) return TK_STATE_BAD("KV cell %u: position %d of sequence %d after %d (out of order)", i, pos, s, rd->kv_last[s]);
+            rd->kv_last[s] = pos;
+        }
+        if (rd->apply) {
+            while (kv->pos[cell] >= 0) cell++;
+            kv->pos[cell] = pos;
+            kv->seqs[cell] = set;
+        }
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->kv_dim[l]) continue;
+            const size_t n = (size_t) kv->kv_dim[l] * sizeof(float);
+            if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * kv->kv_dim[l] : NULL, n) ||
+                !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->kv_dim[l] : NULL, n)) return TK_STATE_BAD("KV cell %u truncated", i);
+        }
+    }
+    return TK_OK;
+}
+
+static tk_status kv_state_read_end(tk_memory * m, const tk_state_rd * rd) {
+    (void) m;
+    return rd->seen[TK_TAG_KV] ? TK_OK : TK_STATE_BAD("no KV section");
+}
+
+static size_t kv_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
+
+static const tk_memory KV_METHODS = {
+    kv_clear, kv_can_seq_rm, kv_seq_rm, kv_seq_cp, kv_seq_keep, kv_seq_pos_min, kv_seq_pos_max, kv_can_fit,
+    kv_prepare, kv_free, kv_can_seq_add, kv_seq_add, kv_view, tk_memory_no_view_rs, kv_set_checkpoints,
+    kv_checkpoint, kv_checkpoints, kv_ckpt_next, kv_after_ubatch, kv_report, kv_state_write, kv_state_read,
+    kv_state_read_end, kv_state_tmp_floats,
+};
+
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
     const tk_hparams * hp = &model->hp;
     *out = NULL;
     if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
     tk_memory_kv * kv = calloc(1, sizeof *kv);
     if (!kv) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    kv->base = (tk_memory){kv_clear, kv_can_seq_rm, kv_seq_rm, kv_seq_cp, kv_seq_keep, kv_seq_pos_min,
-                           kv_seq_pos_max, kv_can_fit, kv_prepare, kv_free, kv_can_seq_add, kv_seq_add};
+    kv->base = KV_METHODS;
     kv->model = model;
     kv->n_cells = n_cells;
     kv->n_layer = hp->n_layer;
@@ -215,8 +345,9 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
     for (int32_t l = 0; l < hp->n_layer; l++) {
-        if (hp->layer_kinds[l] != TK_LAYER_ATTENTION) continue;
-        kv->kv_dim[l] = hp->n_head_kv[l] * hp->head_dim;
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
+        if (!ops || !ops->kv_dim) continue;
+        kv->kv_dim[l] = ops->kv_dim(model, l);
         size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l];
         kv->k[l] = calloc(n, sizeof(float));
         kv->v[l] = calloc(n, sizeof(float));
@@ -226,6 +357,6 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
         }
     }
     kv_clear(&kv->base);
-    *out = kv;
+    *out = &kv->base;
     return TK_OK;
 }

@@ -1,8 +1,10 @@
 /* memory_rs.c: the recurrent state cache (tk_memory_rs), one implementation of tk_memory.
  *
- * n_cells = n_seq_max cells.  A cell holds, for every recurrent layer, one conv state
- * [conv_dim, d_conv-1] and one SSM state [d_inner, d_state] (Mamba-2: [H, P, N]); the
- * kernels update it in place.  Each sequence points at its tail cell; seq_cp shares a cell
+ * n_cells = n_seq_max cells.  A cell holds, for every recurrent layer, the pieces its
+ * layer kind names (tk_mixer_ops.rs_pieces: Mamba's conv window [conv_dim, d_conv-1] and
+ * SSM state [d_inner, d_state] (Mamba-2: [H, P, N]); later GDN's delta state, ...); the
+ * kernels update them in place.  A cell's whole state, packed layer by layer and piece by
+ * piece in that order, is what checkpoints and state files hold (cell_n floats).  Each sequence points at its tail cell; seq_cp shares a cell
  * (copy on write: a shared cell is copied to a free one before the sequence advances).
  * A cell claimed for a sequence with no state is zeroed, and so is a cell no sequence uses
  * any more: position 0 starts from zero state.
@@ -20,46 +22,64 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tk_internal.h"
+#include "layer.h"
+
+typedef struct {
+    tk_memory base;
+    int32_t n_cells;           /* == n_seq_max */
+    int32_t n_layer;
+    int32_t * pos;             /* [n_cells] last position folded into the state, -1 = empty */
+    uint64_t * seqs;           /* [n_cells] sequences sharing this state */
+    int32_t tail[TK_MAX_SEQ];  /* cell holding each sequence's state, -1 = none */
+    int32_t * ub_cells;        /* [n_seqs of current ubatch] */
+    int32_t * n_pieces;        /* [n_layer] 0 = not a recurrent layer */
+    tk_rs_piece (*piece)[TK_RS_MAX_PIECES];   /* [n_layer] names and floats per cell */
+    float * (*data)[TK_RS_MAX_PIECES];        /* [n_layer] -> [n_cells, piece n] */
+    /* checkpoints (rollback points): up to n_ckpt snapshots per sequence, row = seq id */
+    int32_t start[TK_MAX_SEQ]; /* first position folded into each sequence's state (-1 = none) */
+    int32_t n_ckpt;            /* snapshots kept per sequence (0 = none) */
+    int32_t ckpt_every;        /* also snapshot when pos+1 is a multiple of this (0 = off) */
+    size_t  cell_n;            /* floats of one whole state, all recurrent layers' pieces */
+    int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
+    float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
+} tk_memory_rs;
 
 static tk_memory_rs * RS(tk_memory * m) { return (tk_memory_rs *) m; }
 
 static int popcount64(uint64_t v) { int n = 0; while (v) { v &= v - 1; n++; } return n; }
 
+/* piece k of layer l in cell c */
+static float * piece_at(const tk_memory_rs * rs, int32_t l, int32_t k, int32_t c) {
+    return rs->data[l][k] + (size_t) c * rs->piece[l][k].n;
+}
+
 static void cell_zero(tk_memory_rs * rs, int32_t c) {
-    for (int32_t l = 0; l < rs->n_layer; l++) {
-        if (!rs->conv[l]) continue;
-        memset(rs->conv[l] + (size_t) c * rs->conv_n, 0, rs->conv_n * sizeof(float));
-        memset(rs->ssm[l] + (size_t) c * rs->ssm_n, 0, rs->ssm_n * sizeof(float));
-    }
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++) memset(piece_at(rs, l, k, c), 0, rs->piece[l][k].n * sizeof(float));
 }
 
 static void cell_copy(tk_memory_rs * rs, int32_t dst, int32_t src) {
-    for (int32_t l = 0; l < rs->n_layer; l++) {
-        if (!rs->conv[l]) continue;
-        memcpy(rs->conv[l] + (size_t) dst * rs->conv_n, rs->conv[l] + (size_t) src * rs->conv_n, rs->conv_n * sizeof(float));
-        memcpy(rs->ssm[l] + (size_t) dst * rs->ssm_n, rs->ssm[l] + (size_t) src * rs->ssm_n, rs->ssm_n * sizeof(float));
-    }
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++)
+            memcpy(piece_at(rs, l, k, dst), piece_at(rs, l, k, src), rs->piece[l][k].n * sizeof(float));
 }
 
-void tk_memory_rs_pack(const tk_memory_rs * rs, int32_t c, float * dst) {
-    for (int32_t l = 0; l < rs->n_layer; l++) {
-        if (!rs->conv[l]) continue;
-        memcpy(dst, rs->conv[l] + (size_t) c * rs->conv_n, rs->conv_n * sizeof(float));
-        dst += rs->conv_n;
-        memcpy(dst, rs->ssm[l] + (size_t) c * rs->ssm_n, rs->ssm_n * sizeof(float));
-        dst += rs->ssm_n;
-    }
+/* cell c -> cell_n floats (layer by layer, piece by piece) */
+static void cell_pack(const tk_memory_rs * rs, int32_t c, float * dst) {
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++) {
+            memcpy(dst, piece_at(rs, l, k, c), rs->piece[l][k].n * sizeof(float));
+            dst += rs->piece[l][k].n;
+        }
 }
 
-void tk_memory_rs_unpack(tk_memory_rs * rs, int32_t c, const float * src) {
-    for (int32_t l = 0; l < rs->n_layer; l++) {
-        if (!rs->conv[l]) continue;
-        memcpy(rs->conv[l] + (size_t) c * rs->conv_n, src, rs->conv_n * sizeof(float));
-        src += rs->conv_n;
-        memcpy(rs->ssm[l] + (size_t) c * rs->ssm_n, src, rs->ssm_n * sizeof(float));
-        src += rs->ssm_n;
-    }
+/* cell_n floats -> cell c */
+static void cell_unpack(tk_memory_rs * rs, int32_t c, const float * src) {
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++) {
+            memcpy(piece_at(rs, l, k, c), src, rs->piece[l][k].n * sizeof(float));
+            src += rs->piece[l][k].n;
+        }
 }
 
 /* ---- checkpoints ----------------------------------------------------------------------- */
@@ -88,8 +108,9 @@ static int32_t ckpt_before(tk_memory_rs * rs, int32_t seq, int32_t p) {
     return best;
 }
 
-void tk_memory_rs_checkpoint(tk_memory_rs * rs, int32_t seq) {
-    if (!rs || rs->n_ckpt <= 0 || seq < 0 || seq >= rs->n_cells) return;
+static void rs_checkpoint(tk_memory * m, int32_t seq) {
+    tk_memory_rs * rs = RS(m);
+    if ( rs->n_ckpt <= 0 || seq < 0 || seq >= rs->n_cells) return;
     const int32_t c = rs->tail[seq];
     if (c < 0) return;
     int32_t * P = ck_pos(rs, seq), slot = -1;
@@ -108,25 +129,28 @@ void tk_memory_rs_checkpoint(tk_memory_rs * rs, int32_t seq) {
         }
     }
     P[slot] = rs->pos[c];
-    tk_memory_rs_pack(rs, c, ck_data(rs, seq, slot));
+    cell_pack(rs, c, ck_data(rs, seq, slot));
 }
 
-int32_t tk_memory_rs_ckpt_next(const tk_memory_rs * rs, int32_t pos) {
-    if (!rs || rs->n_ckpt <= 0 || rs->ckpt_every <= 0) return INT32_MAX;
+static int32_t rs_ckpt_next(tk_memory * m, int32_t pos) {
+    const tk_memory_rs * rs = RS(m);
+    if ( rs->n_ckpt <= 0 || rs->ckpt_every <= 0) return INT32_MAX;
     /* smallest q > pos with (q + 1) % every == 0 */
     const int64_t e = rs->ckpt_every, q = ((int64_t) pos + 1) / e * e + e - 1;
     return q > INT32_MAX ? INT32_MAX : (int32_t) q;
 }
 
-void tk_memory_rs_after_ubatch(tk_memory_rs * rs, const tk_ubatch * ub) {
-    if (!rs || rs->n_ckpt <= 0 || rs->ckpt_every <= 0) return;
+static void rs_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
+    tk_memory_rs * rs = RS(m);
+    if ( rs->n_ckpt <= 0 || rs->ckpt_every <= 0) return;
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t last = ub->pos[s * ub->n_seq_tokens + ub->n_seq_tokens - 1];
-        if ((last + 1) % rs->ckpt_every == 0) tk_memory_rs_checkpoint(rs, ub->seq[s]);
+        if ((last + 1) % rs->ckpt_every == 0) rs_checkpoint(m, ub->seq[s]);
     }
 }
 
-tk_status tk_memory_rs_set_checkpoints(tk_memory_rs * rs, int32_t n_ckpt, int32_t every) {
+static tk_status rs_set_checkpoints(tk_memory * m, int32_t n_ckpt, int32_t every) {
+    tk_memory_rs * rs = RS(m);
     if (n_ckpt < 0 || n_ckpt > 1024) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d must be in [0, 1024]", n_ckpt);
     if (every < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoint interval = %d must be >= 0", every);
     int32_t * pos = NULL;
@@ -222,7 +246,7 @@ static void seq_rm_one(tk_memory_rs * rs, int32_t seq, int32_t p0, int32_t p1) {
         rs->tail[seq] = c = nc;
     }
     const int32_t q = ck_pos(rs, seq)[j];
-    tk_memory_rs_unpack(rs, c, ck_data(rs, seq, j));
+    cell_unpack(rs, c, ck_data(rs, seq, j));
     rs->pos[c] = q;
     ckpt_drop_from(rs, seq, q + 1);
 }
@@ -340,13 +364,183 @@ static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
     return TK_OK;
 }
 
+/* positions of seq's snapshots, ascending: the first min(n, cap) into pos; returns n */
+static int32_t rs_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) {
+    const tk_memory_rs * rs = RS(m);
+    int32_t n = 0;
+    for (int32_t j = 0; j < rs->n_ckpt; j++) {
+        const int32_t q = rs->ckpt_pos[(size_t) seq * rs->n_ckpt + j];
+        if (q < 0) continue;
+        int32_t i = n < cap ? n : cap;
+        if (n < cap) {
+            while (i > 0 && pos[i - 1] > q) { pos[i] = pos[i - 1]; i--; }
+            pos[i] = q;
+        }
+        n++;
+    }
+    return n;
+}
+
+static tk_status rs_view(tk_memory * m, int il, tk_rs_view * out) {
+    tk_memory_rs * rs = RS(m);
+    if (il < 0 || il >= rs->n_layer || !rs->n_pieces[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no recurrent state", il);
+    memset(out, 0, sizeof *out);
+    out->n_pieces = rs->n_pieces[il];
+    for (int32_t k = 0; k < out->n_pieces; k++) {
+        out->piece[k] = rs->data[il][k];
+        out->piece_n[k] = rs->piece[il][k].n;
+    }
+    out->ub_cells = rs->ub_cells;
+    return TK_OK;
+}
+
+static void rs_report(tk_memory * m, tk_memory_report * r) {
+    const tk_memory_rs * rs = RS(m);
+    r->recurrent_bytes += (uint64_t) rs->n_cells * rs->cell_n * sizeof(float);
+    r->checkpoint_bytes += (uint64_t) rs->n_cells * (uint64_t) rs->n_ckpt * rs->cell_n * sizeof(float);
+}
+
+/* ---- state: sections RS and CKPT (layout in state.c) ---------------------------------------- */
+
+static void rs_write_states(tk_memory_rs * rs, tk_wbuf * w, int32_t seq, float * tmp) {
+    const uint64_t bit = seq < 0 ? 0 : UINT64_C(1) << seq;
+    const uint64_t at = tk_section_begin(w, TK_TAG_RS);
+    uint32_t n = 0;
+    for (int32_t c = 0; c < rs->n_cells; c++) n += rs->seqs[c] && (seq < 0 || (rs->seqs[c] & bit));
+    tk_put_u32(w, n);
+    tk_put_u32(w, 0);
+    tk_put_u64(w, rs->cell_n);
+    for (int32_t c = 0; c < rs->n_cells; c++) {
+        if (!rs->seqs[c] || (seq >= 0 && !(rs->seqs[c] & bit))) continue;
+        int32_t first = -1;
+        for (int32_t s = 0; s < rs->n_cells; s++) if (rs->tail[s] == c) { first = rs->start[s]; break; }
+        tk_put_i32(w, rs->pos[c]);
+        tk_put_i32(w, first);
+        tk_put_u64(w, seq < 0 ? rs->seqs[c] : 1);
+        if (tmp) cell_pack(rs, c, tmp);
+        if (tmp) tk_put(w, tmp, rs->cell_n * sizeof(float));
+        else w->off += rs->cell_n * sizeof(float);
+    }
+    tk_section_end(w, at);
+}
+
+static void rs_write_ckpts(tk_memory_rs * rs, tk_wbuf * w, int32_t seq) {
+    const uint64_t at = tk_section_begin(w, TK_TAG_CKPT);
+    uint32_t n = 0;
+    for (int32_t s = 0; s < rs->n_cells; s++)
+        for (int32_t j = 0; j < rs->n_ckpt; j++)
+            n += (seq < 0 || s == seq) && rs->ckpt_pos[(size_t) s * rs->n_ckpt + j] >= 0;
+    tk_put_u32(w, n);
+    tk_put_u32(w, 0);
+    tk_put_u64(w, rs->cell_n);
+    for (int32_t s = 0; s < rs->n_cells; s++)
+        for (int32_t j = 0; j < rs->n_ckpt; j++) {
+            const size_t k = (size_t) s * rs->n_ckpt + j;
+            if ((seq >= 0 && s != seq) || rs->ckpt_pos[k] < 0) continue;
+            tk_put_i32(w, seq < 0 ? s : 0);
+            tk_put_i32(w, rs->ckpt_pos[k]);
+            tk_put(w, rs->ckpt + k * rs->cell_n, rs->cell_n * sizeof(float));
+        }
+    tk_section_end(w, at);
+}
+
+static void rs_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
+    rs_write_states(RS(m), w, seq, tmp);
+    rs_write_ckpts(RS(m), w, seq);
+}
+
+static tk_status rs_read_states(tk_memory_rs * rs, tk_rbuf * q, tk_state_rd * rd) {
+    if (rd->seen[TK_TAG_RS]++) return TK_STATE_BAD("two recurrent sections");
+    uint32_t ns, pad;
+    uint64_t cn;
+    if (!tk_get(q, &ns, 4) || !tk_get(q, &pad, 4) || !tk_get(q, &cn, 8)) return TK_STATE_BAD("recurrent section truncated");
+    if (cn != rs->cell_n) return TK_STATE_BAD("recurrent state of %llu floats, the model's is %zu", (unsigned long long) cn, rs->cell_n);
+    if ((int64_t) ns > (rd->seq < 0 ? rs->n_cells : 1)) return TK_STATE_BAD("%u recurrent states for %d cells", ns, rd->seq < 0 ? rs->n_cells : 1);
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        int32_t pos, first;
+        uint64_t set;
+        if (!tk_get(q, &pos, 4) || !tk_get(q, &first, 4) || !tk_get(q, &set, 8)) return TK_STATE_BAD("recurrent state %u truncated", i);
+        if (rd->seq < 0 ? (!set || (set & ~rd->all_seqs) || (set & used)) : set != 1)
+            return TK_STATE_BAD("recurrent state %u has sequence set %#llx", i, (unsigned long long) set);
+        if (first < 0 || pos < first) return TK_STATE_BAD("recurrent state %u: positions %d..%d", i, first, pos);
+        if (rd->seq >= 0) set = rd->dst_bit;
+        used |= set;
+        for (int32_t s = 0; s < rd->n_seq; s++) if (set >> s & 1) rd->rs_pos[s] = pos;
+        int32_t c = -1;
+        if (rd->apply) {
+            for (int32_t k = 0; k < rs->n_cells && c < 0; k++) if (!rs->seqs[k]) c = k;
+            if (c < 0) return TK_FAIL(TK_ERR_STATE, "state: no free recurrent cell");  /* not reached */
+            rs->seqs[c] = set;
+            rs->pos[c] = pos;
+            for (int32_t s = 0; s < rd->n_seq; s++) if (set >> s & 1) { rs->tail[s] = c; rs->start[s] = first; }
+            memcpy(rd->tmp, q->p + q->off, rs->cell_n * sizeof(float));   /* the blob may be unaligned */
+            cell_unpack(rs, c, rd->tmp);
+        }
+        if (!tk_get(q, NULL, rs->cell_n * sizeof(float))) return TK_STATE_BAD("recurrent state %u truncated", i);
+    }
+    return TK_OK;
+}
+
+/* keep the newest n_ckpt snapshots of sequence ds */
+static void rs_read_ckpt_apply(tk_memory_rs * rs, int32_t ds, int32_t pos, const uint8_t * data) {
+    int32_t * P = rs->ckpt_pos + (size_t) ds * rs->n_ckpt, slot = -1;
+    for (int32_t j = 0; j < rs->n_ckpt && slot < 0; j++) if (P[j] < 0) slot = j;
+    if (slot < 0) {
+        slot = 0;
+        for (int32_t j = 1; j < rs->n_ckpt; j++) if (P[j] < P[slot]) slot = j;
+        if (P[slot] > pos) slot = -1;
+    }
+    if (slot >= 0) {
+        P[slot] = pos;
+        memcpy(rs->ckpt + ((size_t) ds * rs->n_ckpt + slot) * rs->cell_n, data, rs->cell_n * sizeof(float));
+    }
+}
+
+static tk_status rs_read_ckpts(tk_memory_rs * rs, tk_rbuf * q, tk_state_rd * rd) {
+    if (rd->seen[TK_TAG_CKPT]++) return TK_STATE_BAD("two checkpoint sections");
+    if (!rd->seen[TK_TAG_RS]) return TK_STATE_BAD("checkpoint section before the recurrent section");
+    uint32_t n, pad;
+    uint64_t cn;
+    if (!tk_get(q, &n, 4) || !tk_get(q, &pad, 4) || !tk_get(q, &cn, 8)) return TK_STATE_BAD("checkpoint section truncated");
+    if (cn != rs->cell_n) return TK_STATE_BAD("checkpoints of %llu floats, the model's state is %zu", (unsigned long long) cn, rs->cell_n);
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t s, pos;
+        if (!tk_get(q, &s, 4) || !tk_get(q, &pos, 4)) return TK_STATE_BAD("checkpoint %u truncated", i);
+        if (rd->seq >= 0 && s != 0) return TK_STATE_BAD("checkpoint %u for sequence %d in a one-sequence state", i, s);
+        if (s < 0 || s >= rd->n_seq) return TK_STATE_BAD("checkpoint %u for sequence %d (n_seq_max = %d)", i, s, rd->n_seq);
+        const int32_t ds = rd->seq >= 0 ? rd->seq : s;
+        if (pos < 0 || pos > rd->rs_pos[ds]) return TK_STATE_BAD("checkpoint %u at position %d, sequence %d ends at %d", i, pos, s, rd->rs_pos[ds]);
+        if (rd->apply && rs->n_ckpt > 0 && q->n - q->off >= rs->cell_n * sizeof(float))
+            rs_read_ckpt_apply(rs, ds, pos, q->p + q->off);
+        if (!tk_get(q, NULL, rs->cell_n * sizeof(float))) return TK_STATE_BAD("checkpoint %u truncated", i);
+    }
+    return TK_OK;
+}
+
+static tk_status rs_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
+    if (tag == TK_TAG_RS) return rs_read_states(RS(m), q, rd);
+    if (tag == TK_TAG_CKPT) return rs_read_ckpts(RS(m), q, rd);
+    return TK_STATE_BAD("a KV section, but this model has no attention layer");
+}
+
+static tk_status rs_state_read_end(tk_memory * m, const tk_state_rd * rd) {
+    (void) m;
+    if (!rd->seen[TK_TAG_RS] || !rd->seen[TK_TAG_CKPT]) return TK_STATE_BAD("no recurrent or checkpoint section");
+    return TK_OK;
+}
+
+static size_t rs_state_tmp_floats(tk_memory * m) { return RS(m)->cell_n; }
+
 static void rs_free(tk_memory * m) {
     tk_memory_rs * rs = RS(m);
     if (!rs) return;
-    if (rs->conv) for (int32_t l = 0; l < rs->n_layer; l++) free(rs->conv[l]);
-    if (rs->ssm) for (int32_t l = 0; l < rs->n_layer; l++) free(rs->ssm[l]);
-    free(rs->conv);
-    free(rs->ssm);
+    if (rs->data)
+        for (int32_t l = 0; l < rs->n_layer; l++)
+            for (int32_t k = 0; k < TK_RS_MAX_PIECES; k++) free(rs->data[l][k]);
+    free(rs->data);
+    free(rs->piece);
+    free(rs->n_pieces);
     free(rs->pos);
     free(rs->seqs);
     free(rs->ub_cells);
@@ -355,38 +549,53 @@ static void rs_free(tk_memory * m) {
     free(rs);
 }
 
-tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory_rs ** out) {
+static const tk_memory RS_METHODS = {
+    rs_clear, rs_can_seq_rm, rs_seq_rm, rs_seq_cp, rs_seq_keep, rs_seq_pos_min, rs_seq_pos_max, rs_can_fit,
+    rs_prepare, rs_free, rs_can_seq_add, rs_seq_add, tk_memory_no_view_kv, rs_view, rs_set_checkpoints,
+    rs_checkpoint, rs_checkpoints, rs_ckpt_next, rs_after_ubatch, rs_report, rs_state_write, rs_state_read,
+    rs_state_read_end, rs_state_tmp_floats,
+};
+
+/* the pieces of each recurrent layer, as its kind names them, zeroed */
+static tk_status rs_alloc_pieces(tk_memory_rs * rs, const tk_model * model) {
+    for (int32_t l = 0; l < rs->n_layer; l++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(model->hp.layer_kinds[l]);
+        if (!ops || !ops->rs_pieces) continue;
+        rs->n_pieces[l] = ops->rs_pieces(model, l, rs->piece[l]);
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++) {
+            rs->data[l][k] = calloc((size_t) rs->n_cells * rs->piece[l][k].n + 1, sizeof(float));
+            if (!rs->data[l][k]) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the recurrent state");
+            rs->cell_n += rs->piece[l][k].n;
+        }
+    }
+    return TK_OK;
+}
+
+tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory ** out) {
     const tk_hparams * hp = &model->hp;
     *out = NULL;
     if (n_cells <= 0 || n_cells > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", n_cells, TK_MAX_SEQ);
     tk_memory_rs * rs = calloc(1, sizeof *rs);
     if (!rs) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    rs->base = (tk_memory){rs_clear, rs_can_seq_rm, rs_seq_rm, rs_seq_cp, rs_seq_keep, rs_seq_pos_min,
-                           rs_seq_pos_max, rs_can_fit, rs_prepare, rs_free, rs_can_seq_add, rs_seq_add};
+    rs->base = RS_METHODS;
     rs->n_cells = n_cells;
     rs->n_layer = hp->n_layer;
-    rs->conv_n = (size_t) (hp->d_conv - 1) * (size_t) model->conv_dim;
-    rs->ssm_n = (size_t) hp->d_state * (size_t) hp->d_inner;
     rs->pos = malloc((size_t) n_cells * sizeof(int32_t));
     rs->seqs = calloc((size_t) n_cells, sizeof(uint64_t));
     rs->ub_cells = malloc((size_t) n_cells * sizeof(int32_t));
-    rs->conv = calloc((size_t) hp->n_layer, sizeof(float *));
-    rs->ssm = calloc((size_t) hp->n_layer, sizeof(float *));
-    if (!rs->pos || !rs->seqs || !rs->ub_cells || !rs->conv || !rs->ssm) {
+    rs->n_pieces = calloc((size_t) hp->n_layer, sizeof *rs->n_pieces);
+    rs->piece = calloc((size_t) hp->n_layer, sizeof *rs->piece);
+    rs->data = calloc((size_t) hp->n_layer, sizeof *rs->data);
+    if (!rs->pos || !rs->seqs || !rs->ub_cells || !rs->n_pieces || !rs->piece || !rs->data) {
         rs_free(&rs->base);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
-    for (int32_t l = 0; l < hp->n_layer; l++) {
-        if (hp->layer_kinds[l] == TK_LAYER_ATTENTION) continue;
-        rs->conv[l] = calloc((size_t) n_cells * rs->conv_n + 1, sizeof(float));
-        rs->ssm[l] = calloc((size_t) n_cells * rs->ssm_n, sizeof(float));
-        if (!rs->conv[l] || !rs->ssm[l]) {
-            rs_free(&rs->base);
-            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the recurrent state");
-        }
-        rs->cell_n += rs->conv_n + rs->ssm_n;
+    tk_status st = rs_alloc_pieces(rs, model);
+    if (st != TK_OK) {
+        rs_free(&rs->base);
+        return st;
     }
     rs_clear(&rs->base);
-    *out = rs;
+    *out = &rs->base;
     return TK_OK;
 }

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tk_internal.h"
+#include "layer.h"
 
 /* ==== ggml type traits =============================================================== */
 /* ref: ggml/src/ggml.c type_traits (blck_size, type_size). */
@@ -59,14 +59,6 @@ static int native_type(int type) {
 
 /* ==== tensor table validation ======================================================== */
 
-typedef struct {
-    const tk_tensor_desc * t;
-    int64_t n;
-    size_t map_size;
-    const uint8_t * base;
-    const char * path;
-} tk_table;
-
 static tk_status validate_table(const tk_table * tab) {
     for (int64_t i = 0; i < tab->n; i++) {
         const tk_tensor_desc * t = &tab->t[i];
@@ -103,7 +95,7 @@ static tk_status validate_table(const tk_table * tab) {
     return TK_OK;
 }
 
-static const tk_tensor_desc * find(const tk_table * tab, const char * name) {
+const tk_tensor_desc * tk_table_find(const tk_table * tab, const char * name) {
     for (int64_t i = 0; i < tab->n; i++)
         if (strcmp(tab->t[i].name, name) == 0) return &tab->t[i];
     return NULL;
@@ -129,10 +121,10 @@ static void shape_str(char * buf, size_t n, const int64_t * ne, int nd) {
 
 /* Bind a matrix-like weight (stays in the mapping).  exp: expected ggml shape (n_exp dims).
  * A missing optional tensor leaves w->data NULL. */
-static tk_status bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
-                             int required, tk_weight * w) {
+tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                         int required, tk_weight * w) {
     memset(w, 0, sizeof *w);
-    const tk_tensor_desc * t = find(tab, name);
+    const tk_tensor_desc * t = tk_table_find(tab, name);
     if (!t) {
         if (required) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, name);
         return TK_OK;
@@ -176,11 +168,11 @@ static tk_status own(tk_model * m, float * p) {
 }
 
 /* Bind a small tensor and copy it to an owned float32 array (*out NULL when absent and optional). */
-static tk_status bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
-                          int required, float ** out) {
+tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                      int required, float ** out) {
     tk_weight w;
     *out = NULL;
-    TK_CHECK(bind_weight(m, tab, name, n_exp, exp, required, &w));
+    TK_CHECK(tk_bind_weight(m, tab, name, n_exp, exp, required, &w));
     if (!w.data) return TK_OK;
     int64_t rows = w.ne[1] * w.ne[2] * w.ne[3];
     float * p = malloc((size_t) (rows * w.ne[0]) * sizeof(float));
@@ -193,7 +185,6 @@ static tk_status bind_vec(tk_model * m, const tk_table * tab, const char * name,
     return TK_OK;
 }
 
-#define SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 
 /* ==== hparams checks ================================================================= */
 
@@ -202,37 +193,14 @@ static tk_status check_hparams(const tk_hparams * hp) {
     if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
     if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
     if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");
-    int has_rec = 0, has_attn = 0, has_moe = 0;
+    int has_moe = 0;
     for (int i = 0; i < hp->n_layer; i++) {
         int k = hp->layer_kinds[i], f = hp->ffn_kinds[i];
-        if (k < TK_LAYER_MAMBA1 || k > TK_LAYER_ATTENTION) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown layer kind %d", i, k);
+        const tk_mixer_ops * ops = tk_mixer_ops_of(k);
+        if (!ops) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown layer kind %d", i, k);
         if (f < TK_FFN_NONE || f > TK_FFN_MOE) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown ffn kind %d", i, f);
-        if (k == TK_LAYER_ATTENTION) {
-            has_attn = 1;
-            if (hp->n_head_kv[i] <= 0 || hp->n_head <= 0 || hp->n_head % hp->n_head_kv[i])
-                return TK_FAIL(TK_ERR_INVALID, "layer %d: n_head_kv = %d must divide n_head = %d", i, hp->n_head_kv[i], hp->n_head);
-        } else has_rec = 1;
+        TK_CHECK(ops->check(hp, i));
         if (f == TK_FFN_MOE) has_moe = 1;
-    }
-    if (has_attn) {
-        if (hp->head_dim <= 0 || hp->head_dim > 4096) return TK_FAIL(TK_ERR_INVALID, "head_dim = %d out of range", hp->head_dim);
-        if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
-            return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
-        if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
-    }
-    if (has_rec) {
-        if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_inner <= 0 || hp->d_state <= 0 || hp->d_state > 4096 || hp->dt_rank <= 0)
-            return TK_FAIL(TK_ERR_INVALID, "recurrent hparams out of range (d_conv %d, d_inner %d, d_state %d, dt_rank %d)",
-                           hp->d_conv, hp->d_inner, hp->d_state, hp->dt_rank);
-        for (int i = 0; i < hp->n_layer; i++) {
-            if (hp->layer_kinds[i] == TK_LAYER_MAMBA2) {
-                if (hp->ssm_n_head <= 0 || hp->n_group <= 0 || hp->ssm_n_head % hp->n_group ||
-                    hp->ssm_head_dim * hp->ssm_n_head != hp->d_inner || hp->d_inner % hp->n_group)
-                    return TK_FAIL(TK_ERR_INVALID, "Mamba-2 hparams inconsistent: n_head %d, head_dim %d, n_group %d, d_inner %d",
-                                   hp->ssm_n_head, hp->ssm_head_dim, hp->n_group, hp->d_inner);
-                break;
-            }
-        }
     }
     if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
         return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
@@ -246,81 +214,20 @@ static tk_status check_hparams(const tk_hparams * hp) {
 static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     const tk_hparams * hp = &m->hp;
     tk_layer * l = &m->layers[il];
-    const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
+    const int64_t D = hp->n_embd;
     char nm[128];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
     l->kind = hp->layer_kinds[il];
     l->ffn_kind = hp->ffn_kinds[il];
     l->n_head_kv = hp->n_head_kv[il];
-    TK_CHECK(bind_vec(m, tab, NAME("attn_norm.weight"), SHAPE(D), 1, &l->attn_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
 
-    if (l->kind == TK_LAYER_MAMBA1) {
-        const int64_t R = hp->dt_rank;
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_in.weight"), SHAPE(D, 2 * DI), 1, &l->ssm_in));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.weight"), SHAPE(hp->d_conv, DI), 1, &l->ssm_conv1d));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.bias"), SHAPE(DI), 0, &l->ssm_conv1d_b));
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_x.weight"), SHAPE(DI, R + 2 * N), 1, &l->ssm_x));
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_dt.weight"), SHAPE(R, DI), 1, &l->ssm_dt));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt.bias"), SHAPE(DI), 0, &l->ssm_dt_b));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_a"), SHAPE(N, DI), 1, &l->ssm_a));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_d"), SHAPE(DI), 1, &l->ssm_d));
-        int jamba = hp->arch == TK_ARCH_JAMBA;
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt_norm.weight"), SHAPE(R), jamba, &l->ssm_dt_norm));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_b_norm.weight"), SHAPE(N), jamba, &l->ssm_b_norm));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_c_norm.weight"), SHAPE(N), jamba, &l->ssm_c_norm));
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_out.weight"), SHAPE(DI, D), 1, &l->ssm_out));
-    } else if (l->kind == TK_LAYER_MAMBA2) {
-        const int64_t H = hp->ssm_n_head, G = hp->n_group;
-        const int64_t conv_dim = DI + 2 * G * N;
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_in.weight"), SHAPE(D, 2 * DI + 2 * G * N + H), 1, &l->ssm_in));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.weight"), SHAPE(hp->d_conv, conv_dim), 1, &l->ssm_conv1d));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_conv1d.bias"), SHAPE(conv_dim), 0, &l->ssm_conv1d_b));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_dt.bias"), SHAPE(H), 1, &l->ssm_dt_b));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_a"), SHAPE(1, H), 1, &l->ssm_a));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_d"), SHAPE(1, H), 1, &l->ssm_d));
-        TK_CHECK(bind_vec(m, tab, NAME("ssm_norm.weight"), SHAPE(DI / G, G), 1, &l->ssm_norm));
-        TK_CHECK(bind_weight(m, tab, NAME("ssm_out.weight"), SHAPE(DI, D), 1, &l->ssm_out));
-    } else {
-        const int64_t HD = hp->head_dim, Hq = hp->n_head, Hkv = l->n_head_kv;
-        TK_CHECK(bind_weight(m, tab, NAME("attn_q.weight"), SHAPE(D, Hq * HD), 1, &l->wq));
-        TK_CHECK(bind_weight(m, tab, NAME("attn_k.weight"), SHAPE(D, Hkv * HD), 1, &l->wk));
-        TK_CHECK(bind_weight(m, tab, NAME("attn_v.weight"), SHAPE(D, Hkv * HD), 1, &l->wv));
-        TK_CHECK(bind_weight(m, tab, NAME("attn_output.weight"), SHAPE(Hq * HD, D), 1, &l->wo));
-        static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
-        for (int b = 0; b < 4; b++) {
-            snprintf(nm, sizeof nm, "blk.%d.%s", il, biases[b]);
-            if (find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported", tab->path, nm);
-        }
-    }
+    TK_CHECK(tk_mixer_ops_of(l->kind)->bind(m, tab, il, l));
 
-    /* ffn: widths come from the tensors (gate/up rows), checked against down */
-    if (l->ffn_kind != TK_FFN_NONE) TK_CHECK(bind_vec(m, tab, NAME("ffn_norm.weight"), SHAPE(D), 1, &l->ffn_norm));
-    if (l->ffn_kind == TK_FFN_DENSE) {
-        const tk_tensor_desc * up = find(tab, NAME("ffn_up.weight"));
-        if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
-        const int64_t F = up->ne[1];
-        l->n_ff = (int32_t) F;
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_up.weight"), SHAPE(D, F), 1, &l->ffn_up));
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate.weight"), SHAPE(D, F), 1, &l->ffn_gate));
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_down.weight"), SHAPE(F, D), 1, &l->ffn_down));
-    } else if (l->ffn_kind == TK_FFN_MOE) {
-        const int64_t E = hp->n_expert;
-        const tk_tensor_desc * up = find(tab, NAME("ffn_up_exps.weight"));
-        if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
-        const int64_t F = up->ne[1];
-        l->n_ff_exp = (int32_t) F;
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_inp.weight"), SHAPE(D, E), 1, &l->ffn_gate_inp));
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_up_exps.weight"), SHAPE(D, F, E), 1, &l->ffn_up_exps));
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_exps.weight"), SHAPE(D, F, E), 1, &l->ffn_gate_exps));
-        TK_CHECK(bind_weight(m, tab, NAME("ffn_down_exps.weight"), SHAPE(F, D, E), 1, &l->ffn_down_exps));
-        const tk_tensor_desc * sh = find(tab, NAME("ffn_up_shexp.weight"));
-        if (sh) {
-            const int64_t Fs = sh->ne[1];
-            l->n_ff_shexp = (int32_t) Fs;
-            TK_CHECK(bind_weight(m, tab, NAME("ffn_up_shexp.weight"), SHAPE(D, Fs), 1, &l->ffn_up_shexp));
-            TK_CHECK(bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
-            TK_CHECK(bind_weight(m, tab, NAME("ffn_down_shexp.weight"), SHAPE(Fs, D), 1, &l->ffn_down_shexp));
-        }
+    const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
+    if (ffn) {
+        TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
+        TK_CHECK(ffn->bind(m, tab, il, l));
     }
 #undef NAME
     int32_t w = l->n_ff;
@@ -386,9 +293,9 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
 
     tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path};
     tk_status st = validate_table(&tab);
-    if (st == TK_OK) st = bind_weight(m, &tab, "token_embd.weight", SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
-    if (st == TK_OK) st = bind_vec(m, &tab, "output_norm.weight", SHAPE(hp->n_embd), 1, &m->output_norm);
-    if (st == TK_OK) st = bind_weight(m, &tab, "output.weight", SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
+    if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
+    if (st == TK_OK) st = tk_bind_vec(m, &tab, "output_norm.weight", TK_SHAPE(hp->n_embd), 1, &m->output_norm);
+    if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
     for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);
     if (st != TK_OK) {
@@ -435,4 +342,9 @@ void tk_model_prefetch_rows(const tk_model * m, const int32_t * tokens, int32_t 
         a &= ~(pg - 1);
         madvise((void *) a, e - a, MADV_WILLNEED);
     }
+}
+
+const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix) {
+    snprintf(buf, n, "blk.%d.%s", il, suffix);
+    return buf;
 }

@@ -128,98 +128,14 @@ float tk_softplus(float x);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in toolkit.h ---------- */
 
-/* ---- memory (memory_kv.c, memory_rs.c, memory_hybrid.c) ----------------------------- */
-#define TK_MAX_SEQ 64
-
-/* One micro-batch: n_seqs sequences x n_seq_tokens tokens, token t = s*n_seq_tokens + i. */
-typedef struct {
-    int32_t n_tokens;
-    int32_t n_seqs;
-    int32_t n_seq_tokens;
-    int32_t * token;           /* [n_tokens] */
-    int32_t * pos;             /* [n_tokens] */
-    int32_t * seq;             /* [n_seqs] sequence id of each row */
-    int32_t * out_row;         /* [n_tokens] logits row or -1 */
-} tk_ubatch;
-
-/* The memory interface (the shape of llama.cpp's llama_memory_i). */
-typedef struct tk_memory tk_memory;
-struct tk_memory {
-    void     (*clear)(tk_memory * m);
-    bool     (*can_seq_rm)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1);
-    void     (*seq_rm)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1);   /* after can_seq_rm */
-    void     (*seq_cp)(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1);
-    void     (*seq_keep)(tk_memory * m, int32_t seq);
-    int32_t  (*seq_pos_min)(tk_memory * m, int32_t seq);
-    int32_t  (*seq_pos_max)(tk_memory * m, int32_t seq);
-    /* room for a batch of n_tokens over these sequences? (checked before any change) */
-    tk_status (*can_fit)(tk_memory * m, int32_t n_tokens);
-    /* claim cells for the ubatch (kv: one per token; rs: one per sequence) */
-    tk_status (*prepare)(tk_memory * m, const tk_ubatch * ub);
-    void     (*free)(tk_memory * m);
-    /* shift positions [p0, p1) of seq by delta; can_ first, then seq_add (memory_*.c) */
-    bool     (*can_seq_add)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
-    void     (*seq_add)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta);
-};
-
-typedef struct {
-    tk_memory base;
-    int32_t n_cells;
-    int32_t n_layer;
-    int32_t * pos;             /* [n_cells] -1 = empty */
-    uint64_t * seqs;           /* [n_cells] bit set of sequence ids */
-    int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
-    int32_t * kv_dim;          /* [n_layer] n_head_kv*head_dim, 0 = no tensors */
-    float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
-    float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
-    const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
-} tk_memory_kv;
-
-typedef struct {
-    tk_memory base;
-    int32_t n_cells;           /* == n_seq_max */
-    int32_t n_layer;
-    int32_t * pos;             /* [n_cells] last position folded into the state, -1 = empty */
-    uint64_t * seqs;           /* [n_cells] sequences sharing this state */
-    int32_t tail[TK_MAX_SEQ];  /* cell holding each sequence's state, -1 = none */
-    int32_t * ub_cells;        /* [n_seqs of current ubatch] */
-    size_t conv_n;             /* floats of one cell's conv state: (d_conv-1) * conv_dim */
-    size_t ssm_n;              /* floats of one cell's SSM state: d_state * d_inner */
-    float ** conv;             /* [n_layer] -> [n_cells, conv_dim, d_conv-1] or NULL */
-    float ** ssm;              /* [n_layer] -> [n_cells, ...] or NULL (M1: [d_inner, N]; M2: [H, P, N]) */
-    /* checkpoints (rollback points): up to n_ckpt snapshots per sequence, row = seq id */
-    int32_t start[TK_MAX_SEQ]; /* first position folded into each sequence's state (-1 = none) */
-    int32_t n_ckpt;            /* snapshots kept per sequence (0 = none) */
-    int32_t ckpt_every;        /* also snapshot when pos+1 is a multiple of this (0 = off) */
-    size_t  cell_n;            /* floats of one whole state, all recurrent layers (conv then ssm per layer) */
-    int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
-    float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
-} tk_memory_rs;
-
-typedef struct {
-    tk_memory base;
-    tk_memory_kv * kv;
-    tk_memory_rs * rs;
-} tk_memory_hybrid;
-
-tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory_kv ** out);
-tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory_rs ** out);
-tk_status tk_memory_hybrid_new(tk_memory_kv * kv, tk_memory_rs * rs, tk_memory_hybrid ** out);
-/* checkpoints (memory_rs.c) */
-tk_status tk_memory_rs_set_checkpoints(tk_memory_rs * rs, int32_t n_ckpt, int32_t every);
-void tk_memory_rs_checkpoint(tk_memory_rs * rs, int32_t seq);          /* snapshot seq's state now */
-void tk_memory_rs_after_ubatch(tk_memory_rs * rs, const tk_ubatch * ub); /* periodic snapshots */
-int32_t tk_memory_rs_ckpt_next(const tk_memory_rs * rs, int32_t pos);  /* next periodic pos > pos, or INT32_MAX */
-void tk_memory_rs_pack(const tk_memory_rs * rs, int32_t cell, float * dst);   /* cell -> cell_n floats */
-void tk_memory_rs_unpack(tk_memory_rs * rs, int32_t cell, const float * src); /* cell_n floats -> cell */
+/* ---- memory: memory.h (the interface and its kv / rs / hybrid implementations) ---- */
+#include "memory.h"
 
 /* ---- context / forward ---------------------------------------------------------- */
 struct tk_context {
     tk_model * model;
     tk_context_params params;
-    tk_memory * mem;           /* kv, rs or hybrid */
-    tk_memory_kv * kv;         /* NULL when the model has no attention layer */
-    tk_memory_rs * rs;         /* NULL when the model has no recurrent layer */
+    tk_memory * mem;           /* kv, rs or hybrid (memory.h): the only way to the cached state */
     /* scratch, [n_ubatch, width] float32 each (allocated once in tk_context_new) */
     float * x;                 /* [U, D] residual stream */
     float * cur;               /* [U, D] normed input of a block */

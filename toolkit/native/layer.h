@@ -1,0 +1,101 @@
+/* layer.h: layer kinds.  A block is  x += rs * mixer(rmsnorm(x));  x += rs * ffn(rmsnorm(x)),
+ * and the model says per layer which mixer kind and which FFN kind (tk_layer.kind /
+ * ffn_kind, from the architecture table in toolkit/arch).  Each kind is one file:
+ *
+ *   mixer_mamba1.c     TK_LAYER_MAMBA1     selective scan, per-channel decay
+ *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
+ *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache
+ *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
+ *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU experts + optional shared expert
+ *
+ * A new kind = a new file defining its tk_mixer_ops / tk_ffn_ops, one row in the tables in
+ * forward.c, and its enum value (toolkit.h + toolkit/arch).  Row helpers the kinds share
+ * (threaded row loops, norms, the causal conv) are in layer_rows.c.
+ */
+#ifndef TK_LAYER_H
+#define TK_LAYER_H
+
+#include "tk_internal.h"
+
+/* ---- model.c: binding a layer's tensors ---------------------------------------------- */
+/* The GGUF tensor table Python handed over, already validated (types, byte ranges). */
+typedef struct {
+    const tk_tensor_desc * t;
+    int64_t n;
+    size_t map_size;
+    const uint8_t * base;
+    const char * path;
+} tk_table;
+const tk_tensor_desc * tk_table_find(const tk_table * tab, const char * name);   /* NULL when absent */
+/* Bind a matrix-like weight (stays in the mapping) of expected ggml shape exp[n_exp]; an
+ * absent optional one leaves w->data NULL.  TK_ERR_INVALID names a missing or misshaped
+ * tensor, TK_ERR_UNSUPPORTED a type. */
+tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                         int required, tk_weight * w);
+/* The same for a small tensor, copied to a float32 array the model owns (*out NULL when
+ * absent and optional); non-finite values are refused. */
+tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                      int required, float ** out);
+#define TK_SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+/* "blk.<il>.<suffix>" into buf */
+const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
+
+typedef struct {
+    const char * name;
+    /* hparams this kind needs, for layer il (at load, before any tensor is read) */
+    tk_status (*check)(const tk_hparams * hp, int il);
+    /* bind layer il's tensors ("blk.<il>.*") into l */
+    tk_status (*bind)(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+    /* recurrent pieces of layer il (names and floats per sequence) into out[TK_RS_MAX_PIECES];
+     * returns how many (NULL: the kind keeps no recurrent state) */
+    int32_t (*rs_pieces)(const tk_model * m, int il, tk_rs_piece * out);
+    /* floats per cell of layer il's K (and of V) in the KV cache (NULL: no KV cache) */
+    int32_t (*kv_dim)(const tk_model * m, int il);
+    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory */
+    tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
+} tk_mixer_ops;
+
+typedef struct {
+    const char * name;
+    /* bind layer il's FFN tensors into l (ffn_norm is bound by the block); widths from the tensors */
+    tk_status (*bind)(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+    /* out [U, D] = ffn(ctx->cur [U, D]) */
+    tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
+} tk_ffn_ops;
+
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention;
+extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe;
+
+/* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */
+const tk_mixer_ops * tk_mixer_ops_of(int32_t kind);
+const tk_ffn_ops * tk_ffn_ops_of(int32_t kind);
+
+/* ---- layer_rows.c: row loops over the context's threads ------------------------------
+ * Each token's (or channel's) result is computed by the same loop whichever thread runs
+ * it, so results do not depend on the thread count.  Loops of fewer than TK_PAR_MIN
+ * elements run on the calling thread (waking the workers costs more). */
+#define TK_PAR_MIN 16384
+typedef struct {
+    const float * a;           /* input rows (or the gate z rows) */
+    const float * b;           /* weights / second operand */
+    float * y;                 /* output rows */
+    int64_t a_stride, y_stride, n;  /* row strides (floats), row width */
+    float f;                   /* eps or scale */
+    int32_t groups;
+} tk_rows_job;
+void tk_par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job);
+/* y[t] = rmsnorm(x[t]) * w over U rows of width n */
+void tk_rms_norm_rows(tk_context * ctx, const float * x, const float * w, float eps, int64_t n, int32_t U, float * y);
+void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread);        /* y[t] += a[t] * f */
+void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread);   /* y[t] = silu(y[t]) * a[t] */
+void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *= silu(z); grouped RMSNorm */
+/* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then SiLU, with
+ * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */
+void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* ffn_dense.c: down(silu(gate(x)) * up(x)) for n rows of x [n, D] into y [n, D]; `mat`
+ * selects the expert of 3-D weights */
+tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                    int64_t mat, const float * x, int32_t n, float * y);
+
+#endif
