@@ -136,7 +136,7 @@ def side_by_side(args) -> int:
 def ssd_crossover(args) -> int:
     """Per-token time of the Mamba-2 scan, recurrence vs SSD, Bamba-430m shapes, 1 thread."""
     import numpy as np
-    from toolkit.runtime._lib import check, ffi, lib
+    from toolkit.binding import check, ffi, lib
 
     H, P, N, G = 32, 64, 128, 1
     rng = np.random.default_rng(0)

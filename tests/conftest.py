@@ -20,7 +20,7 @@ def fixtures() -> pathlib.Path:
 @pytest.fixture
 def at_level():
     """Set the kernel level (tk_cpu_set_level) for a test; the machine's is restored after."""
-    from toolkit.runtime._lib import lib
+    from toolkit.binding import lib
 
     def set_level(level: int) -> int:
         return lib.tk_cpu_set_level(level)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.binding import check, ffi, lib
 
 T = gguf.GGMLQuantizationType
 Q8_0_ACT = {T.Q8_0, T.Q4_0, T.Q5_0, T.IQ4_NL}

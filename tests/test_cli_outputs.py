@@ -138,7 +138,7 @@ def test_huge_ctx_has_no_c_location(monkeypatch, capsys):
 def test_native_error_has_no_c_location(monkeypatch):
     from toolkit.errors import InputError
     from toolkit.runtime import Context, Model
-    from toolkit.runtime._lib import check, lib
+    from toolkit.binding import check, lib
     monkeypatch.delenv("TOOLKIT_DEBUG", raising=False)
     with Model(str(MODEL)) as m:
         with pytest.raises(Exception) as ei:

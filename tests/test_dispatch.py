@@ -13,7 +13,7 @@ import pytest
 
 import qref
 
-from toolkit.runtime._lib import ffi, lib
+from toolkit.binding import ffi, lib
 
 pytestmark = pytest.mark.native
 
@@ -47,7 +47,7 @@ def test_levels_named_and_env_caps():
     assert lib.tk_cpu_level() <= lib.tk_cpu_detected()
     feats = ffi.string(lib.tk_cpu_features()).decode()
     assert feats
-    code = ("from toolkit.runtime._lib import lib, ffi;"
+    code = ("from toolkit.binding import lib, ffi;"
             "print(lib.tk_cpu_level(), lib.tk_cpu_detected())")
     for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
         env = dict(os.environ, TOOLKIT_CPU=name)

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from toolkit.quantize import quantize_file
-from toolkit.runtime._lib import ffi, lib
+from toolkit.binding import ffi, lib
 from toolkit.runtime.context import Context
 from toolkit.runtime.model import Model
-from toolkit.runtime._lib import check
+from toolkit.binding import check
 
 SRC = os.path.join(os.path.dirname(__file__), "fixtures", "llamacpp", "bamba-small.f32.gguf")
 TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"]

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from toolkit.errors import ToolkitError
 from toolkit.runtime import Model
-from toolkit.runtime._lib import ffi, lib, last_error
+from toolkit.binding import ffi, lib, last_error
 
 from test_fuzz_gguf import N_EXAMPLES, record
 

@@ -11,7 +11,7 @@ import pytest
 
 import qref
 
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.binding import check, ffi, lib
 
 pytestmark = pytest.mark.native
 

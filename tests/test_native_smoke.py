@@ -6,7 +6,7 @@ pytestmark = pytest.mark.native
 
 
 def test_native_library_loads_and_reports_errors():
-    from toolkit.runtime._lib import check, lib, ffi
+    from toolkit.binding import check, lib, ffi
     assert ffi.string(lib.tk_version()).decode() == "0.1.0"
     check(lib.TK_OK)
     with pytest.raises(NativeError):

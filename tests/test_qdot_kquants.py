@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import qref
-from toolkit.runtime._lib import lib
+from toolkit.binding import lib
 
 pytestmark = pytest.mark.native
 

@@ -11,8 +11,8 @@ import pytest
 from gguf import quants as gq
 
 from toolkit.gguf_io import GGMLType
-from toolkit.quantize import _native
-from toolkit.runtime._lib import ffi, lib
+from toolkit.binding import rows
+from toolkit.binding import ffi, lib
 
 ALL = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0,
        GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
@@ -39,7 +39,7 @@ def _rows(seed: int, n_rows: int = 24, width: int = 512) -> np.ndarray:
 def test_quantize_matches_gguf_py(qtype, seed):
     x = _rows(seed)
     want = gq.quantize(x, qtype).reshape(-1)
-    got = _native.quantize(qtype, x, n_threads=2)
+    got = rows.quantize(qtype, x, n_threads=2)
     assert np.array_equal(got, want.view(np.uint8)), f"{qtype.name}: {(got != want.view(np.uint8)).sum()} bytes differ"
 
 
@@ -49,15 +49,15 @@ def test_f16_bf16_special_values():
                  + [0.5] * 20, np.float32)
     for t in (GGMLType.F16, GGMLType.BF16):
         want = gq.quantize(x, t).view(np.uint8).reshape(-1)
-        got = _native.quantize(t, x)
+        got = rows.quantize(t, x)
         assert np.array_equal(got, want), t.name
 
 
 @pytest.mark.parametrize("qtype", ALL, ids=lambda t: t.name)
 def test_dequantize_matches_gguf_py(qtype):
     x = _rows(3, width=512)
-    q = _native.quantize(qtype, x, n_threads=2)
-    got = _native.dequantize(qtype, q.tobytes(), 512, n_threads=2)
+    q = rows.quantize(qtype, x, n_threads=2)
+    got = rows.dequantize(qtype, q.tobytes(), 512, n_threads=2)
     want = gq.dequantize(q.reshape(x.shape[0], -1), qtype).reshape(x.shape)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
     if qtype not in (GGMLType.F32,):
@@ -68,11 +68,11 @@ def test_dequantize_matches_gguf_py(qtype):
 
 def test_dequantize_row_entry_point():
     x = _rows(4, n_rows=12, width=256)
-    q = _native.quantize(GGMLType.Q4_K, x)
+    q = rows.quantize(GGMLType.Q4_K, x)
     out = np.empty(12 * 256, np.float32)
     st = lib.tk_dequantize_row(int(GGMLType.Q4_K), ffi.from_buffer(q), ffi.cast("float *", ffi.from_buffer(out)), 12 * 256)
     assert st == lib.TK_OK
-    assert np.array_equal(out.reshape(12, 256), _native.dequantize(GGMLType.Q4_K, q.tobytes(), 256))
+    assert np.array_equal(out.reshape(12, 256), rows.dequantize(GGMLType.Q4_K, q.tobytes(), 256))
     # not a block multiple, unknown type: an error status and a message, no crash
     assert lib.tk_dequantize_row(int(GGMLType.Q4_K), ffi.from_buffer(q), ffi.cast("float *", ffi.from_buffer(out)), 100) == lib.TK_ERR_INVALID
     assert lib.tk_dequantize_row(99, ffi.from_buffer(q), ffi.cast("float *", ffi.from_buffer(out)), 256) == lib.TK_ERR_UNSUPPORTED
@@ -82,16 +82,16 @@ def test_dequantize_row_entry_point():
 @pytest.mark.parametrize("qtype", [GGMLType.Q4_K, GGMLType.IQ4_XS, GGMLType.Q2_K], ids=lambda t: t.name)
 def test_threads_and_row_splits_do_not_change_bytes(qtype):
     x = _rows(5, n_rows=37, width=768)
-    one = _native.quantize(qtype, x, n_threads=1)
-    many = _native.quantize(qtype, x, n_threads=7)
-    parts = np.concatenate([_native.quantize(qtype, x[:10]), _native.quantize(qtype, x[10:])])
+    one = rows.quantize(qtype, x, n_threads=1)
+    many = rows.quantize(qtype, x, n_threads=7)
+    parts = np.concatenate([rows.quantize(qtype, x[:10]), rows.quantize(qtype, x[10:])])
     assert np.array_equal(one, many) and np.array_equal(one, parts)
 
 
 def test_row_size_and_errors():
-    assert _native.row_size(GGMLType.Q4_K, 512) == 288
-    assert _native.row_size(GGMLType.Q8_0, 64) == 68
+    assert rows.row_size(GGMLType.Q4_K, 512) == 288
+    assert rows.row_size(GGMLType.Q8_0, 64) == 68
     with pytest.raises(ValueError):
-        _native.row_size(GGMLType.Q4_K, 96)
+        rows.row_size(GGMLType.Q4_K, 96)
     with pytest.raises(Exception, match="block size"):
-        _native.quantize_rows(GGMLType.Q4_K, np.zeros(96, np.float32), np.zeros(200, np.uint8), 1, 96)
+        rows.quantize_rows(GGMLType.Q4_K, np.zeros(96, np.float32), np.zeros(200, np.uint8), 1, 96)

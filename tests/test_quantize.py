@@ -104,7 +104,7 @@ def test_requantize_refused_then_allowed(tmp_path):
 def test_bf16_source_converts_row_by_row(tmp_path):
     """A BF16 input goes through tk_convert_rows (one-row float32 scratch): the bytes equal
     dequantizing the whole tensor and quantizing it, and do not depend on the band size."""
-    from toolkit.quantize import _native
+    from toolkit.binding import rows
     bf = str(tmp_path / "bf16.gguf")
     quantize_file(SRC, bf, "BF16", n_threads=2)
     a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
@@ -115,8 +115,8 @@ def test_bf16_source_converts_row_by_row(tmp_path):
     n = 0
     for t, tb in zip(r.tensors, rb.tensors):
         if t.tensor_type in (GGMLType.Q4_K, GGMLType.Q6_K):
-            x = _native.dequantize(GGMLType.BF16, np.asarray(tb.data).view(np.uint8).tobytes(), int(tb.shape[0]))
-            want = _native.quantize(t.tensor_type, x)
+            x = rows.dequantize(GGMLType.BF16, np.asarray(tb.data).view(np.uint8).tobytes(), int(tb.shape[0]))
+            want = rows.quantize(t.tensor_type, x)
             assert np.array_equal(np.asarray(t.data).view(np.uint8).reshape(-1), want), t.name
             n += 1
     assert n == 24

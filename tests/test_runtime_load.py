@@ -30,7 +30,7 @@ def load_with(m: Model, edit):
 
 
 def test_loads_and_frees(base):
-    from toolkit.runtime._lib import lib
+    from toolkit.binding import lib
     ptr = load_with(base, lambda t: t)
     lib.tk_model_free(ptr)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.binding import check, ffi, lib
 
 pytestmark = pytest.mark.native
 
@@ -97,7 +97,7 @@ def test_threshold_env(tmp_path):
     import os
     import subprocess
     import sys
-    code = "from toolkit.runtime._lib import lib; print(lib.tk_ssd_threshold())"
+    code = "from toolkit.binding import lib; print(lib.tk_ssd_threshold())"
     for val, want in (("0", 0), ("17", 17)):
         out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TOOLKIT_SSD_MIN=val), cwd=tmp_path,
                              capture_output=True, text=True, check=True).stdout

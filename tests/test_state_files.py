@@ -184,7 +184,7 @@ def test_mutations_with_valid_checksum_never_disagree(hybrid):
 
 
 def test_api_misuse_is_an_error_not_a_crash(hybrid):
-    from toolkit.runtime._lib import ffi, lib
+    from toolkit.binding import ffi, lib
     with make(hybrid) as ctx:
         fill(ctx)
         n = ffi.new("uint64_t *")

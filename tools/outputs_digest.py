@@ -103,7 +103,7 @@ def worker(models: list[str]) -> dict:
 
 
 def levels() -> list[str]:
-    code = "from toolkit.runtime._lib import lib; print(lib.tk_cpu_detected())"
+    code = "from toolkit.binding import lib; print(lib.tk_cpu_detected())"
     try:
         best = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     except Exception:

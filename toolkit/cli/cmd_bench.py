@@ -44,17 +44,6 @@ def _counts(text: str, flag: str) -> list[int]:
     return out
 
 
-def cpu_info() -> dict:
-    """Kernel level in force (``TOOLKIT_CPU`` caps it), the machine's best, and its features."""
-    from toolkit.runtime._lib import ffi, lib
-    return {
-        "cpu_level": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_level())).decode(),
-        "cpu_level_detected": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_detected())).decode(),
-        "cpu_features": ffi.string(lib.tk_cpu_features()).decode(),
-        "ssd_threshold": int(lib.tk_ssd_threshold()),
-    }
-
-
 def _size_label(n_params: int) -> str:
     if n_params >= 1e9:
         return f"{n_params / 1e9:.1f}B"
@@ -67,7 +56,7 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
-    from toolkit.runtime import Context, Model
+    from toolkit.runtime import Context, Model, cpu_info
 
     m = Model(path, n_threads=threads)
     try:
@@ -188,6 +177,7 @@ def bench(
     if as_json:
         typer.echo(json.dumps(rows, indent=2, allow_nan=False))
     else:
+        from toolkit.runtime import cpu_info
         info = cpu_info()
         typer.echo(format_table(rows))
         typer.echo(f"\ncpu: {_cpu_name() or 'unknown'}; kernels: {info['cpu_level']} (machine: "

@@ -13,7 +13,6 @@ import pathlib
 import sys
 from typing import Optional
 
-import numpy as np
 import typer
 
 from toolkit.cli.app import app, err_console
@@ -36,36 +35,6 @@ def resolve_model(model: Optional[str]) -> str:
         return str(DEFAULT_MODEL)
     raise InputError(f"no model given and no packaged default model at {DEFAULT_MODEL}; "
                      f"pass one with -m/--model MODEL.gguf")
-
-
-def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
-    """"1,2,3" -> [1, 2, 3]; InputError naming --tokens for a non-integer or out-of-range id."""
-    ids = []
-    for part in spec.replace(" ", ",").split(","):
-        if not part:
-            continue
-        try:
-            v = int(part)
-        except ValueError:
-            raise InputError(f"--tokens: {part!r} is not an integer token id") from None
-        if not 0 <= v < n_vocab:
-            raise InputError(f"--tokens: id {v} is outside the vocabulary [0, {n_vocab})")
-        ids.append(v)
-    if not ids:
-        raise InputError("--tokens: no token ids given")
-    return ids
-
-
-def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) -> None:
-    """Write ``arr`` as .npy at ``path`` through atomic_output (nothing half-written is left).
-
-    Raises:
-        InputError: ``path`` is one of ``inputs`` (the model: it is never overwritten).
-    """
-    from toolkit.gguf_io import atomic_output
-    with atomic_output(path, inputs=inputs) as tmp:
-        with open(tmp, "wb") as fh:   # a file object: np.save would append ".npy" to a name
-            np.save(fh, arr)
 
 
 def decode_prompt(raw: bytes | str) -> str:
@@ -110,9 +79,8 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
-    from toolkit.runtime.generate import generate
-    from toolkit.runtime.sampling import Sampler, SamplerParams
-    from toolkit.runtime.tokenizer import Tokenizer
+    from toolkit.runtime.run import RunOptions
+    from toolkit.runtime.sampling import SamplerParams
 
     # ---- flags that need no model -------------------------------------------------------
     if tokens is not None and prompt is not None:
@@ -147,87 +115,67 @@ def run(
         prompt = decode_prompt(buf.read()) if buf is not None else decode_prompt(sys.stdin.read())
     elif prompt is not None:
         prompt = decode_prompt(prompt)
-    path = resolve_model(model)
-    from toolkit.gguf_io import check_output
-    if logits_out is not None:
-        check_output(logits_out, inputs=(path,))   # before any work: never the model, never a directory
-    if session is not None and os.path.exists(session):
-        check_output(session, inputs=(path,))
+    opts = RunOptions(model=resolve_model(model), prompt=prompt, tokens=tokens, n_predict=n_predict, sampling=params,
+                      ctx_size=ctx_size, threads=threads, ubatch=ubatch, logits_out=logits_out, session=session,
+                      checkpoints=checkpoints, checkpoint_every=checkpoint_every)
+    _run_and_render(opts, as_json, display_prompt, verbose)
 
-    from toolkit.runtime import Context, Model
 
-    m = Model(path, n_threads=threads)
-    try:
-        tok = Tokenizer.from_gguf(m.gguf)
-        n_vocab = int(m.hparams.n_vocab)
-        if tokens is not None:
-            prompt_ids = parse_token_ids(tokens, n_vocab)
-        else:
-            prompt_ids = tok.encode(prompt, add_special=True, parse_special=True)
-            if not prompt_ids:
-                raise InputError("the prompt is empty after tokenization (and the model adds no BOS)")
-        if len(prompt_ids) > ctx_size:
-            raise InputError(f"the prompt has {len(prompt_ids)} tokens, more than --ctx-size {ctx_size}")
-        ctx = Context(m, n_ctx=ctx_size, n_seq_max=1, n_ubatch=ubatch, n_threads=threads,
-                      n_checkpoints=checkpoints, checkpoint_every=checkpoint_every)
-        sampler = Sampler(params)
-        if verbose:
-            from toolkit.runtime.memory import format_report
-            err_console.print(format_report(ctx.memory_report(), ctx_size, 1), highlight=False, soft_wrap=True)
-        n_reused, note = 0, ""
-        if session is not None:
-            from toolkit.runtime.session import restore_session
-            n_reused, note = restore_session(ctx, session, prompt_ids)
+def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) -> None:
+    """Run ``opts`` (a toolkit.runtime.run.RunOptions): stream the prompt echo and the text to
+    stdout (or print one JSON object), the notes and timings to stderr; exit 130 on Ctrl-C."""
+    from toolkit.runtime.run import run as run_model
 
-        out = sys.stdout
-        if not as_json and display_prompt:
-            out.write(tok.decode(prompt_ids) if tokens is None else tok.decode(prompt_ids, strip_space_prefix=False))
-            out.flush()
+    out = sys.stdout
 
-        def on_text(s: str) -> None:
-            if not as_json:
-                out.write(s)
-                out.flush()
-
-        res = generate(ctx, tok, prompt_ids, n_predict, sampler, on_text=on_text,
-                       prompt_logits=logits_out is not None, n_reused=n_reused,
-                       split_last=session is not None)
-        if session is not None:
-            from toolkit.runtime.session import save_session
-            fed = ctx.memory.seq_pos_max(0) + 1
-            if fed > 0:
-                save_session(ctx, session, (res.prompt_tokens + res.tokens)[:fed], inputs=(path,))
-        if logits_out is not None and res.prompt_logits is not None:
-            save_npy_atomic(logits_out, res.prompt_logits, inputs=(path,))
-        if as_json:
-            obj = {
-                "model": path,
-                "prompt_tokens": res.prompt_tokens,
-                "tokens": res.tokens,
-                "text": res.text,
-                "stop_reason": res.stop_reason,
-                "timings": res.timings.to_dict(),
-                "sampling": sampler.to_dict(),
-                "n_ctx": ctx_size,
-                "n_vocab": n_vocab,
-            }
-            if session is not None:
-                obj["session"] = session
-                obj["n_reused"] = n_reused
-            if logits_out is not None:
-                obj["logits_out"] = logits_out
-            out.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        else:
-            out.write("\n")
+    def write(s: str) -> None:
+        out.write(s)
         out.flush()
-        if session is not None:
-            err_console.print(f"session: reused {n_reused} of {len(prompt_ids)} prompt tokens"
-                              + (f" ({note})" if note else ""), highlight=False, soft_wrap=True)
-        if res.stop_reason == "ctx_full":
-            err_console.print(f"note: the context is full (--ctx-size {ctx_size}): generation stopped after "
-                              f"{len(res.tokens)} tokens", highlight=False, soft_wrap=True)
-        err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
-        if res.interrupted:
-            raise typer.Exit(130)   # main() prints "interrupted"
-    finally:
-        m.close()
+
+    def on_text(s: str) -> None:
+        if not as_json:
+            write(s)
+
+    def on_report(s: str) -> None:
+        err_console.print(s, highlight=False, soft_wrap=True)
+
+    r = run_model(opts, on_text=on_text, on_prompt=write if not as_json and display_prompt else None,
+                  on_report=on_report if verbose else None)
+    res = r.generation
+    if as_json:
+        out.write(json.dumps(_json_object(opts, r), ensure_ascii=False) + "\n")
+    else:
+        out.write("\n")
+    out.flush()
+    if opts.session is not None:
+        err_console.print(f"session: reused {r.n_reused} of {len(res.prompt_tokens)} prompt tokens"
+                          + (f" ({r.session_note})" if r.session_note else ""), highlight=False, soft_wrap=True)
+    if res.stop_reason == "ctx_full":
+        err_console.print(f"note: the context is full (--ctx-size {opts.ctx_size}): generation stopped after "
+                          f"{len(res.tokens)} tokens", highlight=False, soft_wrap=True)
+    err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
+    if res.interrupted:
+        raise typer.Exit(130)   # main() prints "interrupted"
+
+
+def _json_object(opts, r) -> dict:
+    """The --json object: model, prompt_tokens, tokens, text, stop_reason, timings, sampling,
+    n_ctx, n_vocab; session and n_reused with --session; logits_out with --logits-out."""
+    res = r.generation
+    obj = {
+        "model": opts.model,
+        "prompt_tokens": res.prompt_tokens,
+        "tokens": res.tokens,
+        "text": res.text,
+        "stop_reason": res.stop_reason,
+        "timings": res.timings.to_dict(),
+        "sampling": r.sampling,
+        "n_ctx": opts.ctx_size,
+        "n_vocab": r.n_vocab,
+    }
+    if opts.session is not None:
+        obj["session"] = opts.session
+        obj["n_reused"] = r.n_reused
+    if opts.logits_out is not None:
+        obj["logits_out"] = opts.logits_out
+    return obj

@@ -107,11 +107,11 @@ _native_mod = None
 
 
 def _native():
-    """toolkit.quantize._native, or None when the C library is not available."""
+    """toolkit.binding.rows, or None when the C library is not available."""
     global _native_mod
     if _native_mod is None:
         try:
-            from toolkit.quantize import _native as mod
+            from toolkit.binding import rows as mod
             mod.row_size(int(GGMLType.Q8_0), 32)
             _native_mod = mod
         except Exception as e:   # not built, or an old build: numpy does the same job

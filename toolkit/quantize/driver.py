@@ -29,9 +29,9 @@ from typing import Callable
 import gguf
 import numpy as np
 
+from toolkit.binding import rows
 from toolkit.errors import InputError, ResourceError
 from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes
-from toolkit.quantize import _native
 from toolkit.gguf_io.header import GGUFHeader
 from toolkit.quantize.imatrix import IMatrix, load_imatrix
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
@@ -285,7 +285,7 @@ def quantize_file(in_path: str, out_path: str, ftype_name: str, opts: Options | 
     if not dry_run and os.path.abspath(in_path) == os.path.abspath(out_path):
         raise InputError(f"{out_path}: output would overwrite the input")
     if not n_threads:
-        from toolkit.runtime.model import default_threads   # TOOLKIT_THREADS, else the CPUs
+        from toolkit.binding.cpu import default_threads   # TOOLKIT_THREADS, else the CPUs
         n_threads = default_threads()
     n_threads = int(n_threads)
     f = GGUFHeader(in_path)
@@ -406,7 +406,7 @@ def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buff
         raw = bufs.get("raw", nr * src_row, np.uint8)
         _pread_into(fd, raw, t.offset + r0 * src_row, path)
         q = bufs.get(out.next_slot(), nr * dst_row, np.uint8)
-        _native.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads, imatrix=qw)
+        rows.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads, imatrix=qw)
         out.write(t.name, q)
         r0 += nr
         on_band(r0 * n_per_row)

@@ -1,6 +1,8 @@
-"""The only Python code (with toolkit.quantize) that touches the C library.
+"""runtime: models, contexts, sampling, tokenizers and generation over the C library
+(reached through :mod:`toolkit.binding`, never directly).
 
     from toolkit.runtime import Model, Context
 """
+from toolkit.binding.cpu import cpu_info  # noqa: F401
 from toolkit.runtime.model import Model  # noqa: F401
 from toolkit.runtime.context import Context, Memory  # noqa: F401

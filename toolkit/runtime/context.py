@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import InputError, NativeError, ResourceError
+from toolkit.errors import InputError, ResourceError
 import threading
 
-from toolkit.runtime import _lib
-from toolkit.runtime._lib import NativeHandle, check, ffi, last_error, lib
+from toolkit.binding import NativeHandle, check, exception_for, ffi, last_error, lib
 from toolkit.runtime.model import Model, _as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
@@ -242,7 +241,7 @@ class Context(NativeHandle):
                 raise
         st, msg = res[0]
         if st != lib.TK_OK:
-            raise _lib._STATUS_EXC.get(st, NativeError)(f"{what}: {msg}")
+            raise exception_for(st, f"{what}: {msg}")
 
     def decode(self, tokens, seq_id: int = 0, logits: str = "last") -> np.ndarray:
         """Feed ``tokens`` (ids, 1-D) to sequence ``seq_id``; positions continue from its end.

@@ -16,7 +16,7 @@ import numpy as np
 from toolkit.arch import HParams
 from toolkit.errors import InputError, NativeError, ResourceError
 from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
-from toolkit.runtime._lib import NativeHandle, check, ffi, lib
+from toolkit.binding import NativeHandle, check, ffi, lib
 
 _ARCH_ID = {
     ARCH_MAMBA: lib.TK_ARCH_MAMBA,

@@ -1,13 +1,15 @@
-"""The Python side of native/quants.c: quantize and dequantize whole rows through cffi.
+"""The row codec, the Python side of native/quants.c: quantize, dequantize and convert whole
+rows of ggml types through cffi.
 
-Buffers are numpy arrays (or any writable buffer); nothing is copied on the way in or out.
-The C calls release the GIL and run ``n_threads`` pthreads over contiguous runs of rows.
+Types are ggml type ids (``int`` or :class:`toolkit.gguf_io.GGMLType`).  Buffers are numpy
+arrays (or any buffer; destinations writable); nothing is copied on the way in or out.  The C
+calls release the GIL and run ``n_threads`` pthreads over contiguous runs of rows.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from toolkit.runtime._lib import check, ffi, lib
+from toolkit.binding import check, ffi, lib
 
 
 def row_size(ggml_type: int, n_per_row: int) -> int:
@@ -34,7 +36,12 @@ def quantize_rows(ggml_type: int, src: np.ndarray, dst, n_rows: int, n_per_row: 
 
 
 def dequantize_rows(ggml_type: int, src, dst: np.ndarray, n_rows: int, n_per_row: int, n_threads: int = 1) -> None:
-    """src: n_rows rows of ``ggml_type`` -> dst: float32 [n_rows * n_per_row]."""
+    """src: n_rows rows of ``ggml_type`` (n_rows * row_size bytes) -> dst: float32
+    [n_rows * n_per_row] (C order, writable).
+
+    Raises:
+        NativeError / UnsupportedError: bad shape or type (message from tk_last_error).
+    """
     assert dst.dtype == np.float32 and dst.flags.c_contiguous and dst.size >= n_rows * n_per_row
     check(lib.tk_dequantize_rows(int(ggml_type), ffi.from_buffer(src), ffi.cast("float *", ffi.from_buffer(dst, require_writable=True)),
                                  int(n_rows), int(n_per_row), int(n_threads)), "dequantize")
@@ -42,9 +49,13 @@ def dequantize_rows(ggml_type: int, src, dst: np.ndarray, n_rows: int, n_per_row
 
 def convert_rows(src_type: int, src, dst_type: int, dst, n_rows: int, n_per_row: int, n_threads: int = 1,
                  imatrix: np.ndarray | None = None) -> None:
-    """src: n_rows rows of ``src_type`` -> dst: n_rows rows of ``dst_type``, each row through a
-    one-row float32 scratch in C (same bytes as dequantize_rows then quantize_rows).
-    imatrix: float32 [n_per_row] column importances (llama.cpp imatrix / counts), or None."""
+    """src: n_rows rows of ``src_type`` -> dst: n_rows rows of ``dst_type`` (writable), each row
+    through a one-row float32 scratch in C (same bytes as dequantize_rows then quantize_rows).
+    imatrix: float32 [n_per_row] column importances (llama.cpp imatrix / counts), or None.
+
+    Raises:
+        NativeError / UnsupportedError: bad shape or type pair (message from tk_last_error).
+    """
     qw = ffi.NULL
     if imatrix is not None:
         assert imatrix.dtype == np.float32 and imatrix.size == n_per_row and imatrix.flags.c_contiguous
@@ -55,7 +66,13 @@ def convert_rows(src_type: int, src, dst_type: int, dst, n_rows: int, n_per_row:
 
 
 def quantize(ggml_type: int, x: np.ndarray, n_threads: int = 1) -> np.ndarray:
-    """Quantize a float32 array of rows (last axis = row) to a uint8 array of ggml blocks."""
+    """x: float32-convertible [..., n_per_row] (last axis = row) -> uint8 [n_rows * row_size]
+    of ggml blocks.
+
+    Raises:
+        ValueError: the width is not a block multiple of ``ggml_type``.
+        NativeError / UnsupportedError: the type cannot be quantized.
+    """
     x = np.ascontiguousarray(x, dtype=np.float32)
     n_per_row = x.shape[-1]
     n_rows = x.size // n_per_row
@@ -65,7 +82,12 @@ def quantize(ggml_type: int, x: np.ndarray, n_threads: int = 1) -> np.ndarray:
 
 
 def dequantize(ggml_type: int, data, n_per_row: int, n_threads: int = 1) -> np.ndarray:
-    """Dequantize rows of ``n_per_row`` elements from raw bytes to float32 [n_rows, n_per_row]."""
+    """data: raw bytes of whole rows of ``ggml_type`` -> float32 [n_rows, n_per_row].
+
+    Raises:
+        ValueError: no row size for the width, or ``data`` is not a whole number of rows.
+        NativeError / UnsupportedError: the type cannot be dequantized.
+    """
     buf = np.frombuffer(data, np.uint8)
     rs = row_size(ggml_type, n_per_row)
     if buf.size % rs:

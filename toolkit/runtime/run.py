@@ -1,0 +1,191 @@
+"""One generation run over a GGUF file, the body of ``toolkit run``: load the model, tokenize the
+prompt (or take token ids), restore a session prefix, generate, save the session and the prompt
+logits.  Output goes through callbacks; the caller renders the result (text or JSON).
+
+    opts = RunOptions(model="m.gguf", prompt="Hello", n_predict=16, sampling=SamplerParams(temp=0))
+    res = run(opts, on_text=lambda s: print(s, end="", flush=True))
+    print(res.generation.timings.summary())
+
+Error messages name the ``toolkit run`` flags (``--tokens``, ``--ctx-size``) the options come from.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from toolkit.errors import InputError
+from toolkit.gguf_io import atomic_output, check_output
+from toolkit.runtime.context import Context
+from toolkit.runtime.generate import GenerationResult, generate
+from toolkit.runtime.model import Model
+from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.tokenizer import Tokenizer
+
+
+@dataclass
+class RunOptions:
+    """What to run (validated ranges are the caller's job: toolkit/cli/limits.py).
+
+    model:            GGUF file path (must exist)
+    prompt:           prompt text (tokenized with the file's BOS rule, special tokens parsed);
+                      exactly one of ``prompt`` / ``tokens`` is set
+    tokens:           comma- or space-separated token ids fed instead of text ("1,2,3")
+    n_predict:        tokens to generate; -1 = until end of generation or a full context
+    sampling:         :class:`toolkit.runtime.sampling.SamplerParams` (seed None: random)
+    ctx_size:         context size in tokens (>= the prompt's tokens)
+    threads:          CPU threads; None = TOOLKIT_THREADS or every CPU
+    ubatch:           tokens per micro-batch when decoding the prompt
+    logits_out:       write float32 [n_prompt, n_vocab] prompt logits as .npy here, or None
+    session:          session file: reuse its saved state for the shared prompt prefix, save
+                      the state after the run; None = no session
+    checkpoints:      recurrent-state checkpoints kept per sequence
+    checkpoint_every: also checkpoint every N positions (0: only at the end of the prompt)
+    """
+
+    model: str
+    prompt: str | None = None
+    tokens: str | None = None
+    n_predict: int = 128
+    sampling: SamplerParams = field(default_factory=SamplerParams)
+    ctx_size: int = 4096
+    threads: int | None = None
+    ubatch: int = 512
+    logits_out: str | None = None
+    session: str | None = None
+    checkpoints: int = 4
+    checkpoint_every: int = 256
+
+
+@dataclass
+class RunResult:
+    """What a run produced.
+
+    generation:   :class:`toolkit.runtime.generate.GenerationResult`: prompt_tokens / tokens
+                  (lists of int ids), text, stop_reason ("eog" | "n_predict" | "ctx_full" |
+                  "interrupted"), timings (n_prompt, prompt_s, n_gen, gen_s), prompt_logits
+                  (float32 [n_prompt, n_vocab] with ``logits_out``, else None)
+    sampling:     the sampler's settings with the seed actually used (JSON-ready dict)
+    n_vocab:      the model's vocabulary size (logits width)
+    n_reused:     prompt tokens restored from the session file (0 without ``session``)
+    session_note: why fewer prompt tokens were reused than shared, or "" (with ``session``)
+    """
+
+    generation: GenerationResult
+    sampling: dict
+    n_vocab: int
+    n_reused: int = 0
+    session_note: str = ""
+
+
+def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
+    """"1,2,3" (commas and/or spaces) -> [1, 2, 3].
+
+    Raises:
+        InputError: naming --tokens, for a non-integer or out-of-range [0, n_vocab) id, or no id.
+    """
+    ids = []
+    for part in spec.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise InputError(f"--tokens: {part!r} is not an integer token id") from None
+        if not 0 <= v < n_vocab:
+            raise InputError(f"--tokens: id {v} is outside the vocabulary [0, {n_vocab})")
+        ids.append(v)
+    if not ids:
+        raise InputError("--tokens: no token ids given")
+    return ids
+
+
+def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) -> None:
+    """Write ``arr`` (any dtype and shape) as .npy at ``path`` through atomic_output (nothing
+    half-written is left).
+
+    Raises:
+        InputError: ``path`` is one of ``inputs`` (the model: it is never overwritten).
+    """
+    with atomic_output(path, inputs=inputs) as tmp:
+        with open(tmp, "wb") as fh:   # a file object: np.save would append ".npy" to a name
+            np.save(fh, arr)
+
+
+def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int) -> list[int]:
+    """The prompt's token ids (from ``tokens`` or by tokenizing ``prompt``), checked to be
+    non-empty and to fit in ``ctx_size``; InputError otherwise."""
+    if opts.tokens is not None:
+        ids = parse_token_ids(opts.tokens, n_vocab)
+    else:
+        ids = tok.encode(opts.prompt, add_special=True, parse_special=True)
+        if not ids:
+            raise InputError("the prompt is empty after tokenization (and the model adds no BOS)")
+    if len(ids) > opts.ctx_size:
+        raise InputError(f"the prompt has {len(ids)} tokens, more than --ctx-size {opts.ctx_size}")
+    return ids
+
+
+def _save_outputs(opts: RunOptions, ctx, res: GenerationResult) -> None:
+    """After generation: the session file (the tokens the context holds) and the prompt logits."""
+    if opts.session is not None:
+        from toolkit.runtime.session import save_session
+        fed = ctx.memory.seq_pos_max(0) + 1
+        if fed > 0:
+            save_session(ctx, opts.session, (res.prompt_tokens + res.tokens)[:fed], inputs=(opts.model,))
+    if opts.logits_out is not None and res.prompt_logits is not None:
+        save_npy_atomic(opts.logits_out, res.prompt_logits, inputs=(opts.model,))
+
+
+def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
+        on_prompt: Callable[[str], None] | None = None,
+        on_report: Callable[[str], None] | None = None) -> RunResult:
+    """Load ``opts.model``, generate, save the session / logits files; the model is closed on return.
+
+    on_report: called once with the memory report (weights, KV, recurrent state, checkpoints,
+               compute buffers; text) after the context is made; not computed when None
+    on_prompt: called once with the prompt's text (as llama-cli echoes it) before generation;
+               not computed when None
+    on_text:   called with each new piece of complete UTF-8 generated text
+
+    Ctrl-C during generation ends it (``stop_reason == "interrupted"``); the session and
+    logits files are still written.
+
+    Raises:
+        InputError: an output path is the model or a directory, malformed file or token ids,
+                    empty or too long prompt, unusable session file.
+        NativeError / UnsupportedError / ResourceError: from loading the model or decoding.
+    """
+    if opts.logits_out is not None:
+        check_output(opts.logits_out, inputs=(opts.model,))   # before any work: never the model, never a directory
+    if opts.session is not None and os.path.exists(opts.session):
+        check_output(opts.session, inputs=(opts.model,))
+
+    m = Model(opts.model, n_threads=opts.threads)
+    try:
+        tok = Tokenizer.from_gguf(m.gguf)
+        n_vocab = int(m.hparams.n_vocab)
+        prompt_ids = _prompt_ids(opts, tok, n_vocab)
+        ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
+                      n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
+        sampler = Sampler(opts.sampling)
+        if on_report is not None:
+            from toolkit.runtime.memory import format_report
+            on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
+        n_reused, note = 0, ""
+        if opts.session is not None:
+            from toolkit.runtime.session import restore_session
+            n_reused, note = restore_session(ctx, opts.session, prompt_ids)
+        if on_prompt is not None:
+            on_prompt(tok.decode(prompt_ids) if opts.tokens is None
+                      else tok.decode(prompt_ids, strip_space_prefix=False))
+        res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
+                       prompt_logits=opts.logits_out is not None, n_reused=n_reused,
+                       split_last=opts.session is not None)
+        _save_outputs(opts, ctx, res)
+        return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
+                         n_reused=n_reused, session_note=note)
+    finally:
+        m.close()
