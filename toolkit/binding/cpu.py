@@ -59,8 +59,6 @@ def default_threads() -> int:
     Raises:
         InputError: TOOLKIT_THREADS is not an integer in [1, 256].
     """
-    # runtime.model.default_threads is the same function (it becomes an import of this one
-    # once the architecture-table change to runtime/model.py has landed).
     env = os.environ.get("TOOLKIT_THREADS")
     if env:
         try:

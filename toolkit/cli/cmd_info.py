@@ -13,19 +13,16 @@ from toolkit.cli.app import app
 
 def describe(path: str) -> dict[str, Any]:
     """Everything `info` shows, as plain data (the `--json` output)."""
-    from toolkit.arch import HParams
+    from toolkit.arch import HParams, arch_spec
     from toolkit.errors import InputError
     from toolkit.gguf_io import GGUFFile, Keys
 
-    from toolkit.errors import UnsupportedError
-
     f = GGUFFile(path)
-    try:
-        hp = HParams.from_gguf(f)
-    except UnsupportedError:
-        if f.arch not in _DESCRIBE_ONLY:
-            raise
-        hp = None   # an architecture convert writes but the runtime does not run (qwen4exp)
+    spec = arch_spec(f.arch)
+    if spec is not None and not spec.runs:
+        hp = None   # a table row convert writes but the runtime does not run (convert/info only)
+    else:
+        hp = HParams.from_gguf(f)   # UnsupportedError for an architecture the table lacks
     tensors = [{"name": t.name, "shape": list(t.shape), "type": t.type.name, "bytes": t.nbytes} for t in f]
     toks = f.get(Keys.Tokenizer.LIST)
     merges = f.get(Keys.Tokenizer.MERGES)
@@ -56,9 +53,6 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
-
-
-_DESCRIBE_ONLY = ("qwen4exp",)
 
 
 def _ple(f) -> dict[str, Any] | None:

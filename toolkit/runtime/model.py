@@ -13,34 +13,12 @@ import weakref
 
 import numpy as np
 
-from toolkit.arch import HParams
-from toolkit.errors import InputError, NativeError, ResourceError
-from toolkit.gguf_io import ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, GGUFFile
+from toolkit.arch import HParams, arch_spec
+from toolkit.arch.abi import TK_HPARAMS
 from toolkit.binding import NativeHandle, check, ffi, lib
-
-_ARCH_ID = {
-    ARCH_MAMBA: lib.TK_ARCH_MAMBA,
-    ARCH_MAMBA2: lib.TK_ARCH_MAMBA2,
-    ARCH_GRANITE_HYBRID: lib.TK_ARCH_GRANITE_HYBRID,
-    ARCH_JAMBA: lib.TK_ARCH_JAMBA,
-}
-
-
-def default_threads() -> int:
-    """``TOOLKIT_THREADS`` when set, else the CPUs this process may use."""
-    env = os.environ.get("TOOLKIT_THREADS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise InputError(f"TOOLKIT_THREADS={env!r} is not an integer") from None
-        if not 1 <= n <= 256:   # context.c's bound, like -t/--threads
-            raise InputError(f"TOOLKIT_THREADS={env!r}: must be in [1, 256]")
-        return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+from toolkit.binding.cpu import default_threads  # noqa: F401  (re-exported: runtime's thread default)
+from toolkit.errors import InputError, NativeError, ResourceError, UnsupportedError
+from toolkit.gguf_io import GGUFFile
 
 
 def _check_weights_fit(path: str, f: GGUFFile) -> None:
@@ -87,28 +65,11 @@ class Model(NativeHandle):
         self._contexts = weakref.WeakSet()   # closed before the model is freed
         hp = self.hparams
         n = hp.n_layer
-        # keep the arrays alive until tk_model_load has copied them
-        self._kinds = ffi.new("int32_t[]", [int(x) for x in hp.layer_kinds])
-        self._ffn = ffi.new("int32_t[]", [int(x) for x in hp.ffn_kinds])
-        self._hkv = ffi.new("int32_t[]", [int(x) for x in (hp.n_head_kv or [0] * n)])
-        self._c_hparams = c = ffi.new("tk_hparams *")
-        c.arch = _ARCH_ID[hp.arch]
-        c.n_vocab, c.n_embd, c.n_layer, c.rms_eps = hp.n_vocab, hp.n_embd, hp.n_layer, hp.rms_eps
-        c.d_conv, c.d_inner, c.d_state, c.dt_rank = hp.d_conv, hp.d_inner, hp.d_state, hp.dt_rank
-        c.n_group, c.ssm_n_head, c.ssm_head_dim = hp.n_group, hp.ssm_n_head, hp.ssm_head_dim
-        c.dt_b_c_rms = int(hp.dt_b_c_rms)
-        c.n_head, c.head_dim, c.n_rot = hp.n_head, hp.head_dim, hp.n_rot
-        c.rope_freq_base, c.use_rope, c.attention_scale = hp.rope_freq_base, int(hp.use_rope), hp.attention_scale
-        c.n_expert, c.n_expert_used = hp.n_expert, hp.n_expert_used
-        # routing rule per family: Jamba softmax-then-top-k without renormalisation
-        # (JambaSparseMoeBlock); Granite top-k of the logits, softmax over the k
-        # (GraniteMoeHybridTopKGating)
-        c.moe_softmax_topk = int(hp.arch == ARCH_JAMBA)
-        c.embedding_scale, c.residual_scale, c.logit_scale = hp.embedding_scale, hp.residual_scale, hp.logit_scale
-        c.layer_kinds, c.ffn_kinds, c.n_head_kv = self._kinds, self._ffn, self._hkv
+        # the per-layer arrays stay alive with the model (tk_model_load copies them; tests reuse them)
+        self._c_hparams, self._c_arrays = c_hparams(hp)
 
         try:
-            self._ptr = _load(self.path, c, list(self.gguf))
+            self._ptr = _load(self.path, self._c_hparams, list(self.gguf))
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
             # meant as an attention layer points at its layer indices / head_count_kv keys
@@ -135,6 +96,32 @@ class Model(NativeHandle):
 
     def __repr__(self) -> str:
         return f"Model({self.path!r}, arch={self.hparams.arch!r}, n_layer={self.hparams.n_layer})"
+
+
+def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
+    """A ``tk_hparams *`` filled from ``hp`` by the field list :data:`toolkit.arch.abi.TK_HPARAMS`
+    (HParams fields, and the architecture row's tk_arch id and MoE routing rule), and the
+    per-layer int32 arrays it points to (keep them alive as long as the struct is used).
+
+    Raises:
+        UnsupportedError: ``hp.arch`` has no runtime row (HParams.from_gguf refuses it first).
+    """
+    spec = arch_spec(hp.arch)
+    if spec is None or not spec.runs:
+        raise UnsupportedError(f"architecture {hp.arch!r} is not run by this runtime")
+    c = ffi.new("tk_hparams *")
+    arrays = []
+    for fld in TK_HPARAMS:
+        v = fld.value(hp, spec)
+        if fld.kind == "int32[]":
+            v = ffi.new("int32_t[]", [int(x) for x in v])
+            arrays.append(v)
+        elif fld.kind == "int32":
+            v = int(v)
+        else:
+            v = float(v)
+        setattr(c, fld.name, v)
+    return c, arrays
 
 
 def _load(path: str, c_hparams, infos) -> "ffi.CData":

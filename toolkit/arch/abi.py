@@ -1,0 +1,113 @@
+"""``tk_hparams`` (toolkit/native/toolkit.h): where each C field's value comes from.
+
+The runtime fills the struct from this list alone (``toolkit.runtime.model``), and
+tests/test_arch_table.py holds it equal to the cffi layout with :func:`struct_mismatches`:
+every C field is filled, every :class:`toolkit.arch.HParams` field reaches C or is listed in
+:data:`PYTHON_ONLY` with the reason, and the value kinds agree.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from toolkit.arch.table import ArchSpec
+
+# C type spelling (as cffi reports it: ffi.typeof(...).fields[i][1].type.cname) -> value kind
+C_KINDS = {"int32_t": "int32", "float": "float", "int32_t *": "int32[]", "int32_t const *": "int32[]"}
+
+
+@dataclass(frozen=True)
+class CField:
+    """One ``tk_hparams`` field: its C name, value kind and source.
+
+    ``kind``: ``"int32"``, ``"float"`` or ``"int32[]"`` (a per-layer array of n_layer ints).
+    ``source``: an :class:`HParams` attribute, or ``"spec.ATTR"`` for an :class:`ArchSpec` one.
+    """
+
+    name: str
+    kind: str
+    source: str = ""
+
+    @property
+    def src(self) -> str:
+        return self.source or self.name
+
+    def value(self, hp: Any, spec: ArchSpec) -> Any:
+        """The raw value for this field from ``hp`` (HParams) and its row ``spec``."""
+        if self.src.startswith("spec."):
+            return getattr(spec, self.src[5:])
+        return getattr(hp, self.src)
+
+
+def _i(name: str, source: str = "") -> CField:
+    return CField(name, "int32", source)
+
+
+def _f(name: str) -> CField:
+    return CField(name, "float")
+
+
+def _a(name: str) -> CField:
+    return CField(name, "int32[]")
+
+
+TK_HPARAMS: tuple[CField, ...] = (
+    _i("arch", "spec.c_id"),
+    _i("n_vocab"), _i("n_embd"), _i("n_layer"), _f("rms_eps"),
+    # recurrent
+    _i("d_conv"), _i("d_inner"), _i("d_state"), _i("dt_rank"), _i("n_group"), _i("ssm_n_head"),
+    _i("ssm_head_dim"), _i("dt_b_c_rms"),
+    # attention
+    _i("n_head"), _i("head_dim"), _i("n_rot"), _f("rope_freq_base"), _i("use_rope"), _f("attention_scale"),
+    # ffn
+    _i("n_expert"), _i("n_expert_used"), _i("moe_softmax_topk", "spec.moe_softmax_topk"),
+    # granite multipliers
+    _f("embedding_scale"), _f("residual_scale"), _f("logit_scale"),
+    # per layer
+    _a("layer_kinds"), _a("ffn_kinds"), _a("n_head_kv"),
+)
+
+# HParams fields the C side does not take, and why
+PYTHON_ONLY: dict[str, str] = {
+    "arch": "the name; C gets the row's tk_arch id (spec.c_id)",
+    "n_ctx_train": "informational (info, default context size)",
+    "n_ff": "C reads FFN widths from the ffn_up / ffn_up_exps tensors",
+    "n_ff_shexp": "C reads the shared expert width from ffn_up_shexp",
+}
+
+
+def struct_mismatches(c_fields: Iterable[tuple[str, str]], py_fields: Iterable[str],
+                      table: Iterable[CField] = TK_HPARAMS,
+                      python_only: dict[str, str] | None = None) -> list[str]:
+    """What disagrees between the C struct, the HParams fields and the field list; [] when all agree.
+
+    Args:
+        c_fields: (name, C type spelling) of every ``tk_hparams`` field, in any order.
+        py_fields: names of every HParams field.
+        table: the field list (default :data:`TK_HPARAMS`).
+        python_only: HParams fields deliberately not passed (default :data:`PYTHON_ONLY`).
+    Returns:
+        one line per problem.  Raises nothing.
+    """
+    python_only = PYTHON_ONLY if python_only is None else python_only
+    c = dict(c_fields)
+    py = set(py_fields)
+    spec_attrs = {f.name for f in dataclasses.fields(ArchSpec)}
+    rows = {f.name: f for f in table}
+    out = [f"tk_hparams.{n} ({t}) is not filled from Python" for n, t in c.items() if n not in rows]
+    for f in rows.values():
+        if f.name not in c:
+            out.append(f"field list fills tk_hparams.{f.name}, which the C struct lacks")
+        elif C_KINDS.get(c[f.name]) != f.kind:
+            out.append(f"tk_hparams.{f.name} is {c[f.name]} in C, {f.kind} in the field list")
+        ok = f.src[5:] in spec_attrs if f.src.startswith("spec.") else f.src in py
+        if not ok:
+            out.append(f"tk_hparams.{f.name}: source {f.src!r} is not a field of "
+                       f"{'ArchSpec' if f.src.startswith('spec.') else 'HParams'}")
+    used = {f.src for f in rows.values()}
+    out += [f"HParams.{n} is not passed to C (nor listed as Python-only)"
+            for n in sorted(py - used - set(python_only))]
+    out += [f"HParams.{n} is listed as Python-only but also passed to C" for n in sorted(set(python_only) & used)]
+    out += [f"Python-only {n!r} is not an HParams field" for n in sorted(set(python_only) - py)]
+    return out

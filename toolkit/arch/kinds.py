@@ -1,0 +1,32 @@
+"""The vocabulary of the architecture table: mixer and FFN kinds of a block, residual schemes.
+
+``LayerKind`` and ``FFNKind`` mirror C enums of ``toolkit/native/toolkit.h`` value for value
+(tests/test_arch_table.py holds them equal); ``Residual`` is Python-only (descriptive).
+"""
+from __future__ import annotations
+
+import enum
+
+
+class LayerKind(enum.IntEnum):
+    """Mixer of one block.  Values are shared with the C runtime (tk_layer_kind)."""
+
+    MAMBA1 = 0
+    MAMBA2 = 1
+    ATTENTION = 2
+
+
+class FFNKind(enum.IntEnum):
+    """Feed-forward part of one block.  Values are shared with the C runtime (tk_ffn_kind)."""
+
+    NONE = 0
+    DENSE = 1   # SwiGLU: down(silu(gate(x)) * up(x))
+    MOE = 2     # top-k routed SwiGLU experts (+ shared expert when present)
+
+
+class Residual(str, enum.Enum):
+    """How a block's output joins the residual stream (no C counterpart: descriptive)."""
+
+    PLAIN = "plain"                          # x + f(x)
+    MULTIPLIERS = "multipliers"              # Granite: embedding / residual / logit scales
+    HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block

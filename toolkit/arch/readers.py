@@ -1,0 +1,214 @@
+"""GGUF hparams readers, one per concern; the architecture table says which apply to a family.
+
+Each reader has the signature ``reader(r: KeyReader, hp: HParams, spec: ArchSpec) -> None``:
+it reads its ``{arch}.*`` keys through ``r`` (typed, with the schema's error messages), checks
+them and fills its fields of ``hp``.  :meth:`toolkit.arch.HParams.from_gguf` runs a row's
+readers in the row's order, so the first bad key a file has is the one reported.
+
+All readers raise :class:`toolkit.errors.InputError` naming the file and the key.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from toolkit.arch.kinds import FFNKind, LayerKind
+from toolkit.errors import InputError
+from toolkit.gguf_io.constants import Keys, k
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.arch.hparams import HParams
+    from toolkit.arch.table import ArchSpec
+
+# value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
+_FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE}
+_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED}
+_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES}
+
+
+class KeyReader:
+    """Typed access to one file's per-architecture keys (templates of ``Keys``).
+
+    Every hparam is a number (or, for two keys, a per-layer list of ints); a value of another
+    GGUF type, or an int that does not fit the C runtime's int32, is bad input.
+    """
+
+    def __init__(self, f, arch: str):
+        self.f = f          # toolkit.gguf_io.GGUFFile
+        self.arch = arch
+
+    def bad(self, key: str, why: str) -> InputError:
+        """The InputError for key template ``key``: ``{path}: key '{arch}.…' {why}``."""
+        return InputError(f"{self.f.path}: key {k(key, self.arch)!r} {why}")
+
+    def typed(self, key: str, v: Any) -> Any:
+        """``v`` if it is a valid value of ``key`` (or None); raises InputError otherwise."""
+        if v is None:
+            return v
+        if key in _LIST_KEYS and isinstance(v, list):
+            if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31 for x in v):
+                raise self.bad(key, f"= {str(v)[:60]} must list integers in [0, 2**31)")
+            return v
+        if key in _BOOL_KEYS:
+            ok = isinstance(v, (bool, int))
+        elif key in _FLOAT_KEYS:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        else:
+            ok = isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31
+        if not ok:
+            raise self.bad(key, f"= {str(v)[:60]!s} ({type(v).__name__}) is not a valid value "
+                                f"(expected {'a boolean' if key in _BOOL_KEYS else 'a number' if key in _FLOAT_KEYS else 'an int32'})")
+        return v
+
+    def req(self, key: str) -> Any:
+        """The typed value of a required key; InputError when missing or mistyped."""
+        return self.typed(key, self.f.require(k(key, self.arch)))
+
+    def opt(self, key: str, default: Any) -> Any:
+        """The typed value of an optional key, ``default`` when absent; InputError when mistyped."""
+        return self.typed(key, self.f.get(k(key, self.arch), default))
+
+
+# ---- readers (in the order a row runs them) ------------------------------------------------
+
+def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """block_count, embedding_length, vocabulary size, context_length, rms epsilon."""
+    f = r.f
+    n_layer = int(r.req(Keys.LLM.BLOCK_COUNT))
+    n_embd = int(r.req(Keys.LLM.EMBEDDING_LENGTH))
+    if n_layer <= 0 or n_layer > 4096:
+        raise r.bad(Keys.LLM.BLOCK_COUNT, f"= {n_layer} is out of range")
+    if n_embd <= 0:
+        raise r.bad(Keys.LLM.EMBEDDING_LENGTH, f"= {n_embd} is out of range")
+    tok = f.tensors.get("token_embd.weight")
+    n_vocab = r.opt(Keys.LLM.VOCAB_SIZE, None)
+    if n_vocab is None:
+        if tok is None:
+            raise InputError(f"{f.path}: missing tensor 'token_embd.weight' (needed for the vocabulary size)")
+        n_vocab = tok.shape[1] if len(tok.shape) == 2 else 0
+    if not 0 < n_vocab < 2**31:
+        raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
+    hp.n_vocab, hp.n_embd, hp.n_layer = int(n_vocab), n_embd, n_layer
+    hp.n_ctx_train = int(r.opt(Keys.LLM.CONTEXT_LENGTH, 0))
+    hp.rms_eps = float(r.req(Keys.Attention.LAYERNORM_RMS_EPS))
+
+
+def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Mixer per layer: the row's recurrent kind, attention where the file says so.
+
+    A hybrid row (``spec.attention_from_file``) takes its attention layers from
+    ``attention.layer_indices`` when present, else from the per-layer
+    ``attention.head_count_kv`` array (0 = recurrent); never from the architecture name.
+    """
+    n_layer = hp.n_layer
+    hkv = r.opt(Keys.Attention.HEAD_COUNT_KV, None)
+    idx = r.opt(Keys.Attention.LAYER_INDICES, None)
+    if not spec.attention_from_file:
+        attn = set()
+    elif idx is not None:
+        idx = list(idx) if isinstance(idx, (list, tuple)) else [idx]
+        if any(not (0 <= int(i) < n_layer) for i in idx):
+            raise r.bad(Keys.Attention.LAYER_INDICES, f"= {idx} has an index outside [0, {n_layer})")
+        attn = {int(i) for i in idx}
+    elif isinstance(hkv, (list, tuple)):
+        if len(hkv) != n_layer:
+            raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"has {len(hkv)} entries, block_count is {n_layer}")
+        attn = {i for i, v in enumerate(hkv) if int(v) > 0}
+    else:
+        raise InputError(f"{r.f.path}: hybrid model without {k(Keys.Attention.LAYER_INDICES, r.arch)!r} or a per-layer "
+                         f"{k(Keys.Attention.HEAD_COUNT_KV, r.arch)!r} array: cannot tell attention layers from recurrent ones")
+    hp.layer_kinds = [LayerKind.ATTENTION if i in attn else spec.recurrent for i in range(n_layer)]
+    hp.n_head_kv = [0] * n_layer    # read_attention fills the attention layers'
+
+
+def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """The recurrent sizes every Mamba layer has: conv kernel, inner size, state size, dt rank."""
+    hp.d_conv = int(r.req(Keys.SSM.CONV_KERNEL))
+    hp.d_inner = int(r.req(Keys.SSM.INNER_SIZE))
+    hp.d_state = int(r.req(Keys.SSM.STATE_SIZE))
+    hp.dt_rank = int(r.req(Keys.SSM.TIME_STEP_RANK))
+    hp.dt_b_c_rms = bool(r.opt(Keys.SSM.DT_B_C_RMS, False))
+    for key, v in ((Keys.SSM.CONV_KERNEL, hp.d_conv), (Keys.SSM.INNER_SIZE, hp.d_inner),
+                   (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
+        if v <= 0 or v > (1 << 24):
+            raise r.bad(key, f"= {v} is out of range")
+
+
+def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Mamba-2 heads (= time_step_rank), head dim and B/C groups, checked against d_inner."""
+    hp.n_group = int(r.opt(Keys.SSM.GROUP_COUNT, 1))
+    hp.ssm_n_head = hp.dt_rank
+    if hp.d_inner % hp.ssm_n_head:
+        raise r.bad(Keys.SSM.INNER_SIZE, f"= {hp.d_inner} is not a multiple of the head count {hp.ssm_n_head} (time_step_rank)")
+    hp.ssm_head_dim = int(r.opt(Keys.SSM.HEAD_DIM, hp.d_inner // hp.ssm_n_head))
+    if hp.ssm_head_dim * hp.ssm_n_head != hp.d_inner:
+        raise r.bad(Keys.SSM.HEAD_DIM, f"= {hp.ssm_head_dim} disagrees with inner_size / time_step_rank = {hp.d_inner // hp.ssm_n_head}")
+    if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
+        raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} does not divide the head count {hp.ssm_n_head}")
+
+
+def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Heads, KV heads per attention layer, head dim, RoPE (when the row uses it), scale.
+
+    Reads nothing when the file has no attention layer.
+    """
+    attn = set(hp.attention_layers)
+    if not attn:
+        return
+    n_layer, n_embd = hp.n_layer, hp.n_embd
+    hkv = r.opt(Keys.Attention.HEAD_COUNT_KV, None)
+    hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
+    if hp.n_head <= 0 or n_embd % hp.n_head:
+        raise r.bad(Keys.Attention.HEAD_COUNT, f"= {hp.n_head} does not divide embedding_length {n_embd}")
+    hp.head_dim = int(r.opt(Keys.Attention.KEY_LENGTH, n_embd // hp.n_head))
+    if isinstance(hkv, (list, tuple)):
+        per = [int(v) for v in hkv]
+        if len(per) != n_layer:
+            raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"has {len(per)} entries, block_count is {n_layer}")
+    else:
+        per = [int(hkv if hkv is not None else hp.n_head)] * n_layer
+    hp.n_head_kv = [per[i] if i in attn else 0 for i in range(n_layer)]
+    for i in attn:
+        if hp.n_head_kv[i] <= 0 or hp.n_head % hp.n_head_kv[i]:
+            raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"[{i}] = {hp.n_head_kv[i]} must divide head_count {hp.n_head} on attention layer {i}")
+    hp.use_rope = bool(r.opt(Keys.Rope.SCALING_FINETUNED, True)) and spec.rope
+    hp.n_rot = int(r.opt(Keys.Rope.DIMENSION_COUNT, hp.head_dim)) if hp.use_rope else 0
+    if hp.n_rot < 0 or hp.n_rot > hp.head_dim or hp.n_rot % 2:
+        raise r.bad(Keys.Rope.DIMENSION_COUNT, f"= {hp.n_rot} must be even and at most the head dim {hp.head_dim}")
+    hp.rope_freq_base = float(r.opt(Keys.Rope.FREQ_BASE, 10000.0))
+    hp.attention_scale = float(r.opt(Keys.Attention.SCALE, 0.0))
+
+
+def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense)."""
+    f = r.f
+    hp.n_ff = int(r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0))
+    hp.n_expert = int(r.opt(Keys.LLM.EXPERT_COUNT, 0))
+    hp.n_expert_used = int(r.opt(Keys.LLM.EXPERT_USED_COUNT, 0))
+    hp.n_ff_shexp = int(r.opt(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0))
+    if hp.n_expert and not (0 < hp.n_expert_used <= hp.n_expert):
+        raise r.bad(Keys.LLM.EXPERT_USED_COUNT, f"= {hp.n_expert_used} must be in [1, expert_count={hp.n_expert}]")
+    hp.ffn_kinds = []
+    for i in range(hp.n_layer):
+        if f"blk.{i}.ffn_gate_inp.weight" in f.tensors:
+            if not hp.n_expert:
+                raise InputError(f"{f.path}: tensor 'blk.{i}.ffn_gate_inp.weight' present but key {k(Keys.LLM.EXPERT_COUNT, r.arch)!r} is missing")
+            hp.ffn_kinds.append(FFNKind.MOE)
+        elif f"blk.{i}.ffn_up.weight" in f.tensors:
+            hp.ffn_kinds.append(FFNKind.DENSE)
+        else:
+            hp.ffn_kinds.append(FFNKind.NONE)
+
+
+def read_multipliers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Granite's embedding / residual / logit multipliers (0 or absent -> 1)."""
+    hp.embedding_scale = float(r.opt(Keys.LLM.EMBEDDING_SCALE, 1.0)) or 1.0
+    hp.residual_scale = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0)) or 1.0
+    hp.logit_scale = float(r.opt(Keys.LLM.LOGIT_SCALE, 1.0)) or 1.0
+
+
+def check_rms_eps(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """The epsilon read by read_common must be finite and >= 0 (checked last, as it always was)."""
+    if not math.isfinite(hp.rms_eps) or hp.rms_eps < 0:
+        raise r.bad(Keys.Attention.LAYERNORM_RMS_EPS, f"= {hp.rms_eps} is not a valid epsilon")

@@ -1,0 +1,156 @@
+"""The architecture table: one :class:`ArchSpec` row per GGUF ``general.architecture``.
+
+A family is data, not branches (DESIGN.md).  A row says:
+
+- ``c_id``: its ``tk_arch`` id in the C runtime (None: convert/info only, the runtime refuses
+  it with the "not supported" message);
+- ``readers``: the hparams readers (:mod:`toolkit.arch.readers`) that apply, in order;
+- the layer kinds: ``mixers`` a model may have, ``recurrent`` (the mixer of every layer the file
+  does not mark as attention), ``attention_from_file`` (hybrid: attention layers from
+  ``attention.layer_indices`` / per-layer ``attention.head_count_kv``); ``ffns`` the FFN kinds
+  it may have (per layer from the tensors, see :func:`toolkit.arch.readers.read_ffn`);
+- ``rope`` (attention layers rotate q/k), ``moe_softmax_topk`` (routing rule), ``residual``;
+- the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`.
+
+Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
+``tk_hparams`` filling (:mod:`toolkit.arch.abi`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from toolkit.arch import readers as R
+from toolkit.arch.kinds import FFNKind, LayerKind, Residual
+from toolkit.arch.tensor_names import T
+from toolkit.gguf_io.constants import (
+    ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN4EXP,
+)
+
+Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
+
+
+@dataclass(frozen=True)
+class TensorSet:
+    """Tensor name templates (``blk.{bid}.…`` with their suffix) a part of a model has.
+
+    ``required``: the loader fails without each; ``optional``: groups bound when present (a
+    group's members come together, e.g. the three shared-expert matrices).
+    """
+
+    required: tuple[str, ...] = ()
+    optional: tuple[tuple[str, ...], ...] = ()
+
+
+def _w(template: str) -> str:
+    return template + ".weight"
+
+
+def _b(template: str) -> str:
+    return template + ".bias"
+
+
+# what model.c binds, per part of the model ---------------------------------------------------
+GLOBAL_TENSORS = TensorSet(required=(_w(T.TOKEN_EMBD), _w(T.OUTPUT_NORM)),
+                           optional=((_w(T.OUTPUT),),))                 # absent: tied embeddings
+BLOCK_TENSORS = TensorSet(required=(_w(T.ATTN_NORM),))                  # every block's pre-norm
+_MAMBA1_CORE = (_w(T.SSM_IN), _w(T.SSM_CONV1D), _w(T.SSM_X), _w(T.SSM_DT), T.SSM_A, T.SSM_D, _w(T.SSM_OUT))
+_DT_B_C_NORMS = (_w(T.SSM_DT_NORM), _w(T.SSM_B_NORM), _w(T.SSM_C_NORM))
+MAMBA1_TENSORS = TensorSet(required=_MAMBA1_CORE,
+                           optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)) + tuple((n,) for n in _DT_B_C_NORMS))
+JAMBA_MAMBA1_TENSORS = TensorSet(required=_MAMBA1_CORE + _DT_B_C_NORMS,  # Jamba's dt/B/C norms have weights
+                                 optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)))
+MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT), T.SSM_A, T.SSM_D,
+                                     _w(T.SSM_NORM), _w(T.SSM_OUT)),
+                           optional=((_b(T.SSM_CONV1D),),))
+ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)))  # biases refused
+FFN_TENSORS = {
+    FFNKind.NONE: TensorSet(),
+    FFNKind.DENSE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_UP), _w(T.FFN_GATE), _w(T.FFN_DOWN))),
+    FFNKind.MOE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_GATE_EXP),
+                                     _w(T.FFN_DOWN_EXP)),
+                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),)),
+}
+MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
+                 LayerKind.ATTENTION: ATTENTION_TENSORS}
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """One architecture: see the module docstring for the fields."""
+
+    name: str
+    c_id: int | None
+    readers: tuple[Reader, ...] = ()
+    mixers: tuple[LayerKind, ...] = ()
+    recurrent: LayerKind | None = None
+    attention_from_file: bool = False
+    ffns: tuple[FFNKind, ...] = (FFNKind.NONE,)
+    rope: bool = True
+    moe_softmax_topk: bool = False
+    residual: Residual = Residual.PLAIN
+    mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
+    note: str = ""
+
+    @property
+    def runs(self) -> bool:
+        """True when the C runtime runs this architecture (it has a tk_arch id)."""
+        return self.c_id is not None
+
+    def expected_tensors(self, layer_kinds: Sequence[LayerKind],
+                         ffn_kinds: Sequence[FFNKind]) -> tuple[set[str], list[set[str]]]:
+        """(required names, optional groups) of a model with these per-layer kinds.
+
+        Raises:
+            ValueError: the row is convert-only (the runtime binds no tensors of it).
+        """
+        if not self.runs:
+            raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
+        req = set(GLOBAL_TENSORS.required)
+        opt = [set(g) for g in GLOBAL_TENSORS.optional]
+        for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
+            for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], FFN_TENSORS[fk]):
+                req |= {t.format(bid=i) for t in ts.required}
+                opt += [{t.format(bid=i) for t in g} for g in ts.optional]
+        return req, opt
+
+
+# every row that runs: common keys, layer kinds, the recurrent sizes (required even when all
+# layers are attention, as they always were)
+_BASE_READERS = (R.read_common, R.read_layer_kinds, R.read_ssm)
+
+ARCHES: tuple[ArchSpec, ...] = (
+    ArchSpec(ARCH_MAMBA, c_id=0,
+             readers=_BASE_READERS + (R.read_ffn, R.check_rms_eps),
+             mixers=(LayerKind.MAMBA1,), recurrent=LayerKind.MAMBA1),
+    ArchSpec(ARCH_MAMBA2, c_id=1,
+             readers=_BASE_READERS + (R.read_mamba2, R.read_ffn, R.check_rms_eps),
+             mixers=(LayerKind.MAMBA2,), recurrent=LayerKind.MAMBA2),
+    ArchSpec(ARCH_GRANITE_HYBRID, c_id=2,
+             readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_ffn, R.read_multipliers,
+                                        R.check_rms_eps),
+             mixers=(LayerKind.MAMBA2, LayerKind.ATTENTION), recurrent=LayerKind.MAMBA2, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE),
+             # GraniteMoeHybridTopKGating: top-k of the logits, softmax over the k
+             moe_softmax_topk=False, residual=Residual.MULTIPLIERS,
+             note="Bamba and Granite 4.0-H"),
+    ArchSpec(ARCH_JAMBA, c_id=3,
+             readers=_BASE_READERS + (R.read_attention, R.read_ffn, R.check_rms_eps),
+             mixers=(LayerKind.MAMBA1, LayerKind.ATTENTION), recurrent=LayerKind.MAMBA1, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False,
+             # JambaSparseMoeBlock: softmax over all experts, then top-k, not renormalised
+             moe_softmax_topk=True,
+             mixer_tensors={**MIXER_TENSORS, LayerKind.MAMBA1: JAMBA_MAMBA1_TENSORS}),
+    ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
+             note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
+)
+
+_BY_NAME = {a.name: a for a in ARCHES}
+
+# the architectures the runtime runs, in table order (the "supported: ..." list of messages)
+RUNTIME_ARCHES: tuple[str, ...] = tuple(a.name for a in ARCHES if a.runs)
+
+
+def arch_spec(name: str) -> ArchSpec | None:
+    """The row of ``general.architecture`` ``name``, or None when the table has none."""
+    return _BY_NAME.get(name)
