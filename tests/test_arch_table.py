@@ -23,7 +23,7 @@ from toolkit.arch.abi import PYTHON_ONLY, TK_HPARAMS, CField, struct_mismatches
 from toolkit.arch.table import RUNTIME_ARCHES
 from toolkit.errors import NativeError, UnsupportedError
 from toolkit.gguf_io import SUPPORTED_ARCHES, GGUFFile
-from toolkit.runtime._lib import ffi, lib
+from toolkit.binding import ffi, lib
 from toolkit.runtime.model import Model, _load, c_hparams
 
 pytestmark = pytest.mark.native
