@@ -32,19 +32,23 @@ void tk_context_free(tk_context * c) {
 
 /* Refuse a context larger than the machine's RAM before allocating any of it: such a request
  * would either fail part-way or be granted lazily (overcommit) and end in the OOM killer.
- * Bytes: KV cache 2 x n_ctx x n_head_kv[l] x head_dim floats per attention layer (memory_kv.c),
- * recurrent state n_seq_max x ((d_conv-1) x conv_dim + d_state x d_inner) floats per recurrent
- * layer (memory_rs.c), plus about n_ubatch rows of every scratch width below (this file). */
+ * Bytes: KV cache 2 x n_ctx x kv_dim floats per layer whose kind has one (memory_kv.c), recurrent
+ * state n_seq_max x its pieces' floats per layer whose kind has them (memory_rs.c), both as the
+ * layer kinds give them (layer.h), plus about n_ubatch rows of every scratch width below. */
 static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     const tk_hparams * hp = &m->hp;
     double kv = 0, rs = 0, w = 3.0 * hp->n_embd + 2.0 * m->max_ff;
     int32_t hkv_max = 0;
-    for (int i = 0; i < hp->n_layer; i++) {
-        if (hp->layer_kinds[i] == TK_LAYER_ATTENTION) {
-            kv += 2.0 * p->n_ctx * hp->n_head_kv[i] * (double) hp->head_dim * sizeof(float);
+    for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
+        if (ops->kv_dim) {
+            kv += 2.0 * p->n_ctx * (double) ops->kv_dim(m, i) * sizeof(float);
             if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
-        } else {
-            rs += (double) p->n_seq_max * ((double) (hp->d_conv - 1) * m->conv_dim + (double) hp->d_state * hp->d_inner) * sizeof(float);
+        }
+        if (ops->rs_pieces) {
+            tk_rs_piece pc[TK_RS_MAX_PIECES];
+            const int32_t n = ops->rs_pieces(m, i, pc);
+            for (int32_t k = 0; k < n; k++) rs += (double) p->n_seq_max * (double) pc[k].n * sizeof(float);
         }
     }
     if (rs > 0) w += 4.0 * hp->d_inner + 2.0 * hp->n_group * hp->d_state + hp->ssm_n_head + m->conv_dim + 2.0 * hp->dt_rank + 2.0 * hp->d_state;
