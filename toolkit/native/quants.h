@@ -1,4 +1,6 @@
-/* quants.h: ggml block layouts and type numbers used by quants.c (internal, not public API).
+/* quants.h: ggml block layouts, type numbers and fp16/bf16 conversions, and the row
+ * converters of quants_legacy.c, quants_kquants.c, quants_iquants.c and quants.c (internal,
+ * not public API).
  *
  * ref: ggml-org/llama.cpp ggml/src/ggml-common.h (build 0c1e570). Type numbers are
  * enum ggml_type's; block layouts are byte-for-byte ggml's (all fields little-endian).
@@ -82,8 +84,34 @@ _Static_assert(sizeof(blk_q2_K) == 84 && sizeof(blk_q3_K) == 110 && sizeof(blk_q
                sizeof(blk_q5_K) == 176 && sizeof(blk_q6_K) == 210, "k-quant block sizes");
 _Static_assert(sizeof(blk_iq4_nl) == 18 && sizeof(blk_iq4_xs) == 136, "iq4 block sizes");
 
-/* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl), defined in quants.c */
+/* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl), defined in
+ * quants_iquants.c */
 extern const int8_t tk_kvalues_iq4nl[16];
+
+/* ---- row converters (the table's to_float / from_float / from_float_imatrix) ---------
+ * tkq_quantize_<t>(x, y, n):             n floats -> n / block blocks (ggml quantize_row_*_ref;
+ *                                        IQ4_NL / IQ4_XS: quantize_row_iq4_*_impl, no imatrix)
+ * tkq_quantize_<t>_imatrix(x, y, n, qw): the same with an importance matrix qw[n] (ggml's
+ *                                        quantize_row_*_impl; one row: n = n_per_row)
+ * tkq_dequantize_<t>(x, y, n):           n / block blocks -> n floats (ggml dequantize_row_*) */
+#define TKQ_DECLARE_ROWS(T)                                                              \
+    void tkq_quantize_##T(const float * x, void * y, int64_t n);                         \
+    void tkq_dequantize_##T(const void * x, float * y, int64_t n);
+#define TKQ_DECLARE_IMATRIX(T)                                                           \
+    void tkq_quantize_##T##_imatrix(const float * x, void * y, int64_t n, const float * qw);
+/* quants.c: F32, F16, BF16 (no imatrix) */
+TKQ_DECLARE_ROWS(f32) TKQ_DECLARE_ROWS(f16) TKQ_DECLARE_ROWS(bf16)
+/* quants_legacy.c: Q8_0 (no imatrix), Q4_0, Q4_1, Q5_0, Q5_1 */
+TKQ_DECLARE_ROWS(q8_0)
+TKQ_DECLARE_ROWS(q4_0) TKQ_DECLARE_ROWS(q4_1) TKQ_DECLARE_ROWS(q5_0) TKQ_DECLARE_ROWS(q5_1)
+TKQ_DECLARE_IMATRIX(q4_0) TKQ_DECLARE_IMATRIX(q4_1) TKQ_DECLARE_IMATRIX(q5_0) TKQ_DECLARE_IMATRIX(q5_1)
+/* quants_kquants.c: Q2_K .. Q6_K */
+TKQ_DECLARE_ROWS(q2_K) TKQ_DECLARE_ROWS(q3_K) TKQ_DECLARE_ROWS(q4_K) TKQ_DECLARE_ROWS(q5_K) TKQ_DECLARE_ROWS(q6_K)
+TKQ_DECLARE_IMATRIX(q2_K) TKQ_DECLARE_IMATRIX(q3_K) TKQ_DECLARE_IMATRIX(q4_K) TKQ_DECLARE_IMATRIX(q5_K)
+TKQ_DECLARE_IMATRIX(q6_K)
+/* quants_iquants.c: IQ4_NL, IQ4_XS */
+TKQ_DECLARE_ROWS(iq4_nl) TKQ_DECLARE_ROWS(iq4_xs)
+TKQ_DECLARE_IMATRIX(iq4_nl) TKQ_DECLARE_IMATRIX(iq4_xs)
 
 /* ---- fp16 / bf16 scalar conversions ------------------------------------------------
  * Bit-exact ports of ggml_compute_fp32_to_fp16 / fp16_to_fp32 / fp32_to_bf16
