@@ -1,8 +1,8 @@
 /* quants.c: the public quantization API (toolkit.h: tk_quant_row_size, tk_quantize_rows,
  * tk_dequantize_row(s), tk_convert_rows(_imatrix)), its row-parallel driver, and the row
- * converters of the float types F32, F16 and BF16, and the table of every type's converters;
- * the block types' are in quants_legacy.c, quants_kquants.c and quants_iquants.c, bit-exact
- * with llama-quantize (ggml_quantize_chunk, build 0c1e570).
+ * converters of the float types F32, F16 and BF16.  Each type's converters come from the
+ * type table (ggml_types.c); the block types' are in quants_legacy.c, quants_kquants.c and
+ * quants_iquants.c, bit-exact with llama-quantize (ggml_quantize_chunk, build 0c1e570).
  *
  * F16 / BF16: ggml_fp32_to_fp16_row / ggml_fp32_to_bf16_row_ref (quants.h conversions).
  * Rows are independent: quantizing a tensor in any split of whole rows gives the same bytes.
@@ -44,76 +44,39 @@ void tkq_dequantize_bf16(const void * vx, float * y, int64_t k) {
     for (int64_t i = 0; i < k; i++) y[i] = tkq_bf16_to_fp32(x[i]);
 }
 
-/* ==== type table and public entry points ============================================ */
+/* ==== public entry points ============================================================ */
 
-typedef void (*quant_fn)(const float * x, void * y, int64_t k);
-typedef void (*dequant_fn)(const void * x, float * y, int64_t k);
-/* one row of n_per_row values with its imatrix qw[n_per_row] (NULL: the type ignores it) */
-typedef void (*quant_w_fn)(const float * x, void * y, int64_t n_per_row, const float * qw);
-
-typedef struct {
-    int type;           /* ggml type number */
-    int block_size;     /* elements per block */
-    int type_size;      /* bytes per block */
-    quant_fn quant;
-    dequant_fn dequant;
-    quant_w_fn quant_w;     /* imatrix variant (ggml's quantize_row_*_impl); NULL: imatrix unused */
-} qtype;
-
-#define QW(fn) tkq_quantize_##fn##_imatrix
-#define Q(fn) tkq_quantize_##fn
-#define DQ(fn) tkq_dequantize_##fn
-
-static const qtype QTYPES[] = {
-    { TKQ_T_F32,     1,    4,                  Q(f32),      DQ(f32),      NULL },
-    { TKQ_T_F16,     1,    2,                  Q(f16),      DQ(f16),      NULL },
-    { TKQ_T_BF16,    1,    2,                  Q(bf16),     DQ(bf16),     NULL },
-    { TKQ_T_Q4_0,    QK32, sizeof(blk_q4_0),   Q(q4_0),     DQ(q4_0),     QW(q4_0) },
-    { TKQ_T_Q4_1,    QK32, sizeof(blk_q4_1),   Q(q4_1),     DQ(q4_1),     QW(q4_1) },
-    { TKQ_T_Q5_0,    QK32, sizeof(blk_q5_0),   Q(q5_0),     DQ(q5_0),     QW(q5_0) },
-    { TKQ_T_Q5_1,    QK32, sizeof(blk_q5_1),   Q(q5_1),     DQ(q5_1),     QW(q5_1) },
-    { TKQ_T_Q8_0,    QK32, sizeof(blk_q8_0),   Q(q8_0),     DQ(q8_0),     NULL },
-    { TKQ_T_Q2_K,    QK_K, sizeof(blk_q2_K),   Q(q2_K),     DQ(q2_K),     QW(q2_K) },
-    { TKQ_T_Q3_K,    QK_K, sizeof(blk_q3_K),   Q(q3_K),     DQ(q3_K),     QW(q3_K) },
-    { TKQ_T_Q4_K,    QK_K, sizeof(blk_q4_K),   Q(q4_K),     DQ(q4_K),     QW(q4_K) },
-    { TKQ_T_Q5_K,    QK_K, sizeof(blk_q5_K),   Q(q5_K),     DQ(q5_K),     QW(q5_K) },
-    { TKQ_T_Q6_K,    QK_K, sizeof(blk_q6_K),   Q(q6_K),     DQ(q6_K),     QW(q6_K) },
-    { TKQ_T_IQ4_NL,  QK32, sizeof(blk_iq4_nl), Q(iq4_nl),   DQ(iq4_nl),   QW(iq4_nl) },
-    { TKQ_T_IQ4_XS,  QK_K, sizeof(blk_iq4_xs), Q(iq4_xs),   DQ(iq4_xs),   QW(iq4_xs) },
-};
-
-static const qtype * find_qtype(int type) {
-    for (size_t i = 0; i < sizeof QTYPES / sizeof QTYPES[0]; i++) {
-        if (QTYPES[i].type == type) return &QTYPES[i];
-    }
-    return NULL;
+/* The traits of a type this file converts both ways (to_float and from_float); NULL else. */
+static const tk_type_traits * find_qtype(int type) {
+    const tk_type_traits * t = tk_type_traits_get(type);
+    return t && t->to_float && t->from_float ? t : NULL;
 }
 
 int tk_quant_type_supported(int type) { return find_qtype(type) != NULL; }
 
 int64_t tk_quant_row_size(int type, int64_t n_per_row) {
-    const qtype * t = find_qtype(type);
-    if (!t || n_per_row <= 0 || n_per_row % t->block_size) return -1;
-    return n_per_row / t->block_size * t->type_size;
+    const tk_type_traits * t = find_qtype(type);
+    if (!t || n_per_row <= 0 || n_per_row % t->blck_size) return -1;
+    return n_per_row / t->blck_size * t->type_size;
 }
 
 tk_status tk_dequantize_row(int type, const void * src, float * dst, int64_t n) {
-    const qtype * t = find_qtype(type);
+    const tk_type_traits * t = find_qtype(type);
     if (!t) return TK_FAIL(TK_ERR_UNSUPPORTED, "dequantize: ggml type %d is not supported", type);
     if (!src || !dst || n < 0) return TK_FAIL(TK_ERR_INVALID, "dequantize: null buffer or negative count");
-    if (n % t->block_size) {
+    if (n % t->blck_size) {
         return TK_FAIL(TK_ERR_INVALID, "dequantize: %lld elements is not a multiple of the block size %d of ggml type %d",
-                       (long long) n, t->block_size, type);
+                       (long long) n, (int) t->blck_size, type);
     }
-    t->dequant(src, dst, n);
+    t->to_float(src, dst, n);
     return TK_OK;
 }
 
 /* ---- row-parallel driver: each thread takes a contiguous run of whole rows ---------- */
 
 typedef struct {
-    const qtype * st;        /* source type (NULL: src is float32) */
-    const qtype * dt;        /* destination type (NULL: dst is float32) */
+    const tk_type_traits * st;   /* source type (NULL: src is float32) */
+    const tk_type_traits * dt;   /* destination type (NULL: dst is float32) */
     const void * src;
     void * dst;
     int64_t n_rows;          /* rows in the call */
@@ -144,15 +107,15 @@ static void run_rows(rows_work * j) {
             char * d = (char *) j->dst + (size_t) r * j->dst_row_bytes;
             const float * x = (const float *) s;
             if (!j->dt) {
-                j->st->dequant(s, (float *) d, j->n_per_row);
+                j->st->to_float(s, (float *) d, j->n_per_row);
                 continue;
             }
             if (j->st) {
-                j->st->dequant(s, scratch, j->n_per_row);
+                j->st->to_float(s, scratch, j->n_per_row);
                 x = scratch;
             }
-            if (j->imatrix && j->dt->quant_w) j->dt->quant_w(x, d, j->n_per_row, j->imatrix);
-            else j->dt->quant(x, d, j->n_per_row);
+            if (j->imatrix && j->dt->from_float_imatrix) j->dt->from_float_imatrix(x, d, j->n_per_row, j->imatrix);
+            else j->dt->from_float(x, d, j->n_per_row);
         }
     }
     free(scratch);
@@ -162,12 +125,12 @@ static void * run_rows_thread(void * arg) { run_rows((rows_work *) arg); return 
 
 #define TK_QUANT_MAX_THREADS 256
 
-static const qtype * check_type(int type, int64_t n_per_row, const char * what, tk_status * st) {
-    const qtype * t = find_qtype(type);
+static const tk_type_traits * check_type(int type, int64_t n_per_row, const char * what, tk_status * st) {
+    const tk_type_traits * t = find_qtype(type);
     if (!t) { *st = TK_FAIL(TK_ERR_UNSUPPORTED, "%s: ggml type %d is not supported", what, type); return NULL; }
-    if (n_per_row % t->block_size) {
+    if (n_per_row % t->blck_size) {
         *st = TK_FAIL(TK_ERR_INVALID, "%s: row of %lld elements is not a multiple of the block size %d of ggml type %d",
-                      what, (long long) n_per_row, t->block_size, type);
+                      what, (long long) n_per_row, (int) t->blck_size, type);
         return NULL;
     }
     return t;
@@ -181,11 +144,11 @@ static tk_status rows_parallel(int src_type, int dst_type, const void * src, voi
     if (n_rows < 0 || n_per_row <= 0) {
         return TK_FAIL(TK_ERR_INVALID, "%s: bad shape (%lld rows of %lld)", what, (long long) n_rows, (long long) n_per_row);
     }
-    const qtype * s = NULL, * d = NULL;
+    const tk_type_traits * s = NULL, * d = NULL;
     if (src_type >= 0 && !(s = check_type(src_type, n_per_row, what, &st))) return st;
     if (dst_type >= 0 && !(d = check_type(dst_type, n_per_row, what, &st))) return st;
-    const size_t src_row = s ? (size_t) (n_per_row / s->block_size) * (size_t) s->type_size : (size_t) n_per_row * 4;
-    const size_t dst_row = d ? (size_t) (n_per_row / d->block_size) * (size_t) d->type_size : (size_t) n_per_row * 4;
+    const size_t src_row = s ? (size_t) (n_per_row / s->blck_size) * (size_t) s->type_size : (size_t) n_per_row * 4;
+    const size_t dst_row = d ? (size_t) (n_per_row / d->blck_size) * (size_t) d->type_size : (size_t) n_per_row * 4;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > TK_QUANT_MAX_THREADS) n_threads = TK_QUANT_MAX_THREADS;
     /* at least ~64K elements per thread, so tiny tensors do not pay for thread start-up */

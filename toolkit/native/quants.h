@@ -1,6 +1,6 @@
 /* quants.h: ggml block layouts, type numbers and fp16/bf16 conversions, and the row
- * converters of quants_legacy.c, quants_kquants.c, quants_iquants.c and quants.c (internal,
- * not public API).
+ * converters of quants_legacy.c, quants_kquants.c, quants_iquants.c and quants.c, which the
+ * type table (ggml_types.c) hands out (internal, not public API).
  *
  * ref: ggml-org/llama.cpp ggml/src/ggml-common.h (build 0c1e570). Type numbers are
  * enum ggml_type's; block layouts are byte-for-byte ggml's (all fields little-endian).
@@ -12,24 +12,25 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ggml_types.h"
 #include "toolkit.h"
 
-/* ggml_type numbers (a GGUF tensor's type field) */
-#define TKQ_T_F32     0
-#define TKQ_T_F16     1
-#define TKQ_T_Q4_0    2
-#define TKQ_T_Q4_1    3
-#define TKQ_T_Q5_0    6
-#define TKQ_T_Q5_1    7
-#define TKQ_T_Q8_0    8
-#define TKQ_T_Q2_K   10
-#define TKQ_T_Q3_K   11
-#define TKQ_T_Q4_K   12
-#define TKQ_T_Q5_K   13
-#define TKQ_T_Q6_K   14
-#define TKQ_T_IQ4_NL 20
-#define TKQ_T_IQ4_XS 23
-#define TKQ_T_BF16   30
+/* ggml_type numbers (a GGUF tensor's type field): ggml_types.h's, by their quants names */
+#define TKQ_T_F32     TK_GGML_F32
+#define TKQ_T_F16     TK_GGML_F16
+#define TKQ_T_Q4_0    TK_GGML_Q4_0
+#define TKQ_T_Q4_1    TK_GGML_Q4_1
+#define TKQ_T_Q5_0    TK_GGML_Q5_0
+#define TKQ_T_Q5_1    TK_GGML_Q5_1
+#define TKQ_T_Q8_0    TK_GGML_Q8_0
+#define TKQ_T_Q2_K    TK_GGML_Q2_K
+#define TKQ_T_Q3_K    TK_GGML_Q3_K
+#define TKQ_T_Q4_K    TK_GGML_Q4_K
+#define TKQ_T_Q5_K    TK_GGML_Q5_K
+#define TKQ_T_Q6_K    TK_GGML_Q6_K
+#define TKQ_T_IQ4_NL  TK_GGML_IQ4_NL
+#define TKQ_T_IQ4_XS  TK_GGML_IQ4_XS
+#define TKQ_T_BF16    TK_GGML_BF16
 
 #define QK32 32   /* block size of the legacy types and IQ4_NL */
 #define QK_K 256  /* super-block size of the k-quants and IQ4_XS */

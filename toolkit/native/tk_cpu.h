@@ -1,4 +1,5 @@
-/* tk_cpu.h: run-time CPU dispatch (cpu.c) and the SIMD kernel entry points (ops_avx2.c).
+/* tk_cpu.h: run-time CPU dispatch (cpu.c) and the float mat-mul kernels per level (ops.c,
+ * ops_avx2.c, kernels_neon.c).
  *
  * The part between the CDEF markers is also exposed to Python through cffi (_build.py
  * reads it after toolkit.h's). */
@@ -62,6 +63,11 @@ struct tk_pool;
 void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                        int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                        int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride);
+
+/* ---- internal: the scalar float mat-mul (ops.c), the type table's scalar slot of F32 /
+ * F16 / BF16: y[t*M + r] for r in [r0, r1), t < n_tok (contract: ops.c matmul) ---- */
+void tk_matmul_rows_scalar(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                           const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 
 /* ---- internal: AVX2 kernels (ops_avx2.c, act_avx2.c), called only when
  * tk_cpu_level() >= AVX2 ---- */
