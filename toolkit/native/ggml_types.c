@@ -131,3 +131,18 @@ const char * tk_type_name(int type) {
     const tk_type_traits * tt = tk_type_traits_get(type);
     return tt ? tt->name : "unknown";
 }
+
+/* test hook (tk_cpu.h) */
+int tk_type_traits_query(int type, const char ** name, int64_t * blck_size, int64_t * type_size, int * vec_dot_type,
+                         int * flags) {
+    const tk_type_traits * tt = tk_type_traits_get(type);
+    if (!tt) return 0;
+    *name = tt->name;
+    *blck_size = tt->blck_size;
+    *type_size = tt->type_size;
+    *vec_dot_type = tt->vec_dot_type;
+    *flags = (tt->to_float ? 1 : 0) | (tt->from_float ? 2 : 0) | (tt->from_float_imatrix ? 4 : 0) |
+             (tt->qdot_rows[TK_KSLOT_SCALAR] || tt->float_rows[TK_KSLOT_SCALAR] ? 8 : 0) |
+             (tt->act_from_float[TK_KSLOT_SCALAR] ? 16 : 0);
+    return 1;
+}
