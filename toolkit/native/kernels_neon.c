@@ -1,6 +1,7 @@
 /* kernels_neon.c: aarch64 Advanced SIMD (NEON) kernels, the TK_CPU_NEON level (cpu.c):
  * the float mat-mul (F32 / F16 / BF16 weights) and the Q8_0 weight x Q8_0 activation row
- * kernel.  The other quantized types run their scalar kernels at this level (qdot.c).
+ * kernel.  The other quantized types run their scalar kernels at this level (the type
+ * table's NEON slots, ggml_types.c, are empty for them).
  * Compiled everywhere; empty unless the target is aarch64 with NEON.
  *
  * Per output, the same operations whatever the batch, the rows or the thread split (each
@@ -91,20 +92,16 @@ static inline float dot_q8_0_neon(const blk_q8_0 * w, const blk_q8_0 * a, int64_
     return (l[0] + l[2]) + (l[1] + l[3]);
 }
 
-/* tk_qdot_rows_fn: rows [r0, r1) x all tokens, each output alone; a weight row stays in
- * L1 while the tokens go by. */
-static void rows_q8_0_neon(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
-                           int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+/* tk_qdot_rows_fn (the type table's NEON slot of Q8_0): rows [r0, r1) x all tokens, each
+ * output alone; a weight row stays in L1 while the tokens go by. */
+void tk_qdot_rows_q8_0_neon(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = K / QK32;
     for (int64_t r = r0; r < r1; r++) {
         const blk_q8_0 * wr = (const blk_q8_0 *) (const void *) (w + (size_t) r * row_bytes);
         for (int64_t t = 0; t < n_tok; t++)
             y[t * ldy + r] = dot_q8_0_neon(wr, (const blk_q8_0 *) (const void *) (a + (size_t) t * a_bytes), nb);
     }
-}
-
-tk_qdot_rows_fn tk_qdot_rows_neon(int wtype) {
-    return wtype == TKQ_T_Q8_0 ? rows_q8_0_neon : NULL;
 }
 
 #endif /* TK_HAVE_NEON */

@@ -19,54 +19,16 @@
 
 #include "layer.h"
 
-/* ==== ggml type traits =============================================================== */
-/* ref: ggml/src/ggml.c type_traits (blck_size, type_size). */
-
-typedef struct { int id; const char * name; int64_t blck; int64_t bytes; } tk_type_info;
-
-static const tk_type_info TYPES[] = {
-    {0, "F32", 1, 4},       {1, "F16", 1, 2},        {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},
-    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},     {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},
-    {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},  {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-    {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292},  {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
-    {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50}, {20, "IQ4_NL", 32, 18}, {21, "IQ3_S", 256, 110},
-    {22, "IQ2_S", 256, 82}, {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},       {25, "I16", 1, 2},
-    {26, "I32", 1, 4},      {27, "I64", 1, 8},       {28, "F64", 1, 8},      {29, "IQ1_M", 256, 56},
-    {30, "BF16", 1, 2},     {34, "TQ1_0", 256, 54},  {35, "TQ2_0", 256, 66}, {39, "MXFP4", 32, 17},
-};
-
-int tk_type_block(int type, int64_t * blck, int64_t * bytes) {
-    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
-        if (TYPES[i].id == type) {
-            *blck = TYPES[i].blck;
-            *bytes = TYPES[i].bytes;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-const char * tk_type_name(int type) {
-    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++)
-        if (TYPES[i].id == type) return TYPES[i].name;
-    return "unknown";
-}
-
-/* Types bound without probing the dequantizer (read directly, or by the integer path). */
-static int native_type(int type) {
-    return type == TK_GGML_F32 || type == TK_GGML_F16 || type == TK_GGML_BF16 || type == TK_GGML_Q8_0;
-}
-
 /* ==== tensor table validation ======================================================== */
 
 static tk_status validate_table(const tk_table * tab) {
     for (int64_t i = 0; i < tab->n; i++) {
         const tk_tensor_desc * t = &tab->t[i];
         const char * name = t->name ? t->name : "(null)";
-        int64_t blck, bytes;
         if (!t->name) return TK_FAIL(TK_ERR_INVALID, "%s: tensor #%lld has no name", tab->path, (long long) i);
-        if (!tk_type_block(t->type, &blck, &bytes))
-            return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has unknown ggml type %d", tab->path, name, t->type);
+        const tk_type_traits * tt = tk_type_traits_get(t->type);
+        if (!tt) return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has unknown ggml type %d", tab->path, name, t->type);
+        const int64_t blck = tt->blck_size, bytes = tt->type_size;
         if (t->n_dims < 1 || t->n_dims > 4)
             return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has %d dims (1..4 allowed)", tab->path, name, t->n_dims);
         /* element count and byte size, overflow-checked */
@@ -81,16 +43,15 @@ static tk_status validate_table(const tk_table * tab) {
         }
         if (t->ne[0] % blck)
             return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s': row of %lld elements is not a multiple of the %s block size %lld",
-                           tab->path, name, (long long) t->ne[0], tk_type_name(t->type), (long long) blck);
+                           tab->path, name, (long long) t->ne[0], tt->name, (long long) blck);
         uint64_t nbytes = nel / (uint64_t) blck * (uint64_t) bytes;
         if (t->offset > tab->map_size || nbytes > tab->map_size - t->offset)
             return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' data [%llu, %llu) lies beyond the end of the file (%llu bytes)",
                            tab->path, name, (unsigned long long) t->offset, (unsigned long long) (t->offset + nbytes),
                            (unsigned long long) tab->map_size);
-        int64_t align = t->type == TK_GGML_F32 ? 4 : (t->type == TK_GGML_F16 || t->type == TK_GGML_BF16) ? 2 : 1;
-        if (t->offset % (uint64_t) align)
+        if (t->offset % (uint64_t) tt->align)
             return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' data offset %llu is not aligned for %s",
-                           tab->path, name, (unsigned long long) t->offset, tk_type_name(t->type));
+                           tab->path, name, (unsigned long long) t->offset, tt->name);
     }
     return TK_OK;
 }
@@ -135,22 +96,15 @@ tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, 
         shape_str(b, sizeof b, exp, n_exp);
         return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' has shape %s, expected %s", tab->path, name, a, b);
     }
-    if (!native_type(t->type)) {
-        /* probe the dequantizer with the first row: refuses a type it does not know */
-        float * probe = malloc((size_t) t->ne[0] * sizeof(float));
-        if (!probe) return TK_FAIL(TK_ERR_NOMEM, "out of memory probing '%s'", name);
-        tk_status st = tk_dequantize_row(t->type, tab->base + t->offset, probe, t->ne[0]);
-        free(probe);
-        if (st != TK_OK)
-            return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot dequantize",
-                           tab->path, name, tk_type_name(t->type));
-    }
-    int64_t blck, bytes;
-    tk_type_block(t->type, &blck, &bytes);
+    /* the type is in the table (validate_table); refuse one this build cannot read */
+    const tk_type_traits * tt = tk_type_traits_get(t->type);
+    if (!tt->to_float)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot dequantize",
+                       tab->path, name, tt->name);
     w->data = tab->base + t->offset;
     w->type = t->type;
     for (int d = 0; d < 4; d++) w->ne[d] = t->ne[d];
-    w->row_bytes = (size_t) (t->ne[0] / blck * bytes);
+    w->row_bytes = (size_t) (t->ne[0] / tt->blck_size * tt->type_size);
     (void) m;
     return TK_OK;
 }

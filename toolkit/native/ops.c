@@ -59,35 +59,14 @@ static float dot_f32(const float * w, const float * x, int64_t n) {
     return s;
 }
 
-/* One row of n elements of `type` to float32.  Q8_0 block: f16 scale d, 32 int8 q;
- * value = d * q (ref: ggml-quants.c dequantize_row_q8_0).  Other types: quants.c. */
-static void row_to_f32(int type, const uint8_t * p, float * dst, int64_t n) {
-    switch (type) {
-        case TK_GGML_F32: memcpy(dst, p, (size_t) n * sizeof(float)); return;
-        case TK_GGML_F16: {
-            const uint16_t * h = (const uint16_t *) (const void *) p;
-            for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(h[i]);
-            return;
-        }
-        case TK_GGML_BF16: {
-            const uint16_t * h = (const uint16_t *) (const void *) p;
-            for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(h[i]);
-            return;
-        }
-        case TK_GGML_Q8_0:
-            for (int64_t b = 0; b < n / 32; b++) {
-                uint16_t dh;
-                memcpy(&dh, p + b * 34, 2);
-                const float d = fp16_to_fp32(dh);
-                const int8_t * q = (const int8_t *) (p + b * 34 + 2);
-                for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * (float) q[j];
-            }
-            return;
-        default:
-            /* bound at load: the dequantizer accepted this type */
-            tk_dequantize_row(type, p, dst, n);
-            return;
-    }
+/* One row of K elements of a float type as float32: F32 in place, F16 / BF16 expanded
+ * into dst (exact). */
+static const float * row_f32(int type, const uint8_t * p, float * dst, int64_t K) {
+    if (type == TK_GGML_F32) return (const float *) (const void *) p;
+    const uint16_t * h = (const uint16_t *) (const void *) p;
+    if (type == TK_GGML_F16) for (int64_t i = 0; i < K; i++) dst[i] = fp16_to_fp32(h[i]);
+    else for (int64_t i = 0; i < K; i++) dst[i] = bf16_to_fp32(h[i]);   /* BF16 */
+    return dst;
 }
 
 /* ==== matmul ========================================================================= */
@@ -107,15 +86,27 @@ typedef struct {
     float * y;
     float * scratch;
     size_t scratch_stride;
-    int level;                 /* tk_cpu_level() when the call started */
+    /* the kernels at tk_cpu_level() when the call started (type table, ggml_types.h) */
+    tk_float_rows_fn frows;    /* float path (F32 / F16 / BF16) */
     tk_qdot_rows_fn qrows;     /* integer path: the row kernel, act its activations */
+    tk_from_float_fn act_quant;  /* the activation quantizer */
     const uint8_t * act;
     size_t act_row;
 } matmul_job;
 
-/* F32 rows are dotted in place; F16/BF16 rows are first expanded to a float32 row in the
- * thread's scratch (once for all tokens), then dotted: one kernel path whatever the number
- * of tokens, so splitting a batch never changes a result.  Quantized types: qrows. */
+/* The scalar float kernel (the type table's scalar slot of F32 / F16 / BF16).  F32 rows
+ * are dotted in place; F16/BF16 rows are first expanded to a float32 row in `scratch`
+ * (once for all tokens), then dotted: one kernel path whatever the number of tokens, so
+ * splitting a batch never changes a result. */
+void tk_matmul_rows_scalar(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                           const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float * wr = row_f32(type, base + (size_t) r * row_bytes, scratch, K);
+        for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_f32(wr, x + t * K, K);
+    }
+}
+
+/* rows [r0, r1) of the job with the kernel it resolved; `thread` picks the float scratch */
 static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const matmul_job * j = arg;
     const tk_weight * w = j->w;
@@ -125,27 +116,7 @@ static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
         return;
     }
     float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
-#ifdef TK_HAVE_X86
-    if (j->level >= TK_CPU_AVX2) {
-        tk_matmul_rows_avx2(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
-        return;
-    }
-#endif
-#ifdef TK_HAVE_NEON
-    if (j->level == TK_CPU_NEON) {
-        tk_matmul_rows_neon(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
-        return;
-    }
-#endif
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t * row = j->base + (size_t) r * w->row_bytes;
-        const float * wr = (const float *) (const void *) row;
-        if (w->type != TK_GGML_F32) {
-            row_to_f32(w->type, row, scratch, K);
-            wr = scratch;
-        }
-        for (int64_t t = 0; t < j->n_tok; t++) j->y[t * M + r] = dot_f32(wr, j->x + t * K, K);
-    }
+    j->frows(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
 }
 
 /* activation rows quantized in parallel over tokens */
@@ -153,7 +124,7 @@ static void quantize_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const matmul_job * j = arg;
     (void) thread;
     const int64_t K = j->w->ne[0];
-    tk_qdot_quantize_acts(j->w->type, j->x + t0 * K, K, t1 - t0, (uint8_t *) j->act + (size_t) t0 * j->act_row, j->act_row, j->level);
+    for (int64_t t = t0; t < t1; t++) j->act_quant(j->x + t * K, (uint8_t *) j->act + (size_t) t * j->act_row, K);
 }
 
 size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
@@ -165,22 +136,28 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
     const int64_t K = w->ne[0], M = w->ne[1];
     if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
     tk_pool * pool = wk->pool;
-    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, tk_cpu_level(),
-                    NULL, NULL, 0};
+    const int level = tk_cpu_level();
+    const tk_type_traits * tt = tk_type_traits_get(w->type);
+    const tk_type_traits * at = tt && tt->vec_dot_type > TK_GGML_F32 ? tk_type_traits_get(tt->vec_dot_type) : NULL;
+    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
+                    NULL, NULL, NULL, 0};
     /* threads only pay off past ~64k multiply-adds */
     const int small = K * M * n_tok < 65536;
-    if (tk_qdot_act_type(w->type) >= 0) {
-        j.act_row = tk_qdot_act_row_bytes(w->type, K);
+    if (at) {
+        j.act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
         if ((size_t) n_tok * j.act_row > wk->act_bytes)
             return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j.act_row, wk->act_bytes);
         j.act = wk->act;
-        j.qrows = tk_qdot_rows_kernel(w->type, j.level);
+        j.qrows = tk_type_qdot_rows(tt, level);
+        j.act_quant = tk_type_act_from_float(at, level);
         if (n_tok >= 8 && !small) tk_pool_run(pool, n_tok, quantize_rows, &j);
         else quantize_rows(&j, 0, n_tok, 0);
-    } else if (w->type != TK_GGML_F32 && w->type != TK_GGML_F16 && w->type != TK_GGML_BF16) {
+    } else if (!tt || tt->vec_dot_type != TK_GGML_F32) {
         return TK_FAIL(TK_ERR_UNSUPPORTED, "matmul: no kernel for type %s", tk_type_name(w->type));
     } else if (wk->row_stride < (size_t) K) {
         return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", wk->row_stride, (long long) K);
+    } else {
+        j.frows = tk_type_float_rows(tt, level);
     }
     tk_pool_run(small ? NULL : pool, M, matmul_rows, &j);
     return TK_OK;
@@ -203,7 +180,8 @@ tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float
 
 /* One row (of the flattened ne1*ne2*ne3 rows) as float32. */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst) {
-    row_to_f32(w->type, w->data + (size_t) row * w->row_bytes, dst, w->ne[0]);
+    /* bound at load: the type has a to_float (model.c) */
+    tk_type_traits_get(w->type)->to_float(w->data + (size_t) row * w->row_bytes, dst, w->ne[0]);
     return TK_OK;
 }
 

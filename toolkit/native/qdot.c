@@ -1,5 +1,6 @@
 /* qdot.c: activation quantizers, scalar integer dot products of the 32-value block types,
- * and the choice of row kernel per weight type and level (contract in qdot.h).
+ * and the scalar row kernels of every quantized type (contract in qdot.h).  Which kernel a
+ * weight type takes at which level is the type table's (ggml_types.c).
  *
  * ref: ggml-org/llama.cpp ggml/src/ggml-cpu/quants.c (build 0c1e570): quantize_row_q8_*_ref
  * and ggml_vec_dot_{q4_0,q4_1,q5_0,q5_1,q8_0,iq4_nl}_*_generic.  The integer sums are
@@ -10,36 +11,9 @@
 #include <string.h>
 
 #include "qdot.h"
-#include "tk_cpu.h"
-
-int tk_qdot_act_type(int wtype) {
-    switch (wtype) {
-        case TKQ_T_Q8_0: case TKQ_T_Q4_0: case TKQ_T_Q5_0: case TKQ_T_IQ4_NL: return TKQ_T_Q8_0;
-        case TKQ_T_Q4_1: case TKQ_T_Q5_1: return TKQ_T_Q8_1;
-        case TKQ_T_Q2_K: case TKQ_T_Q3_K: case TKQ_T_Q4_K: case TKQ_T_Q5_K: case TKQ_T_Q6_K:
-        case TKQ_T_IQ4_XS: return TKQ_T_Q8_K;
-        default: return -1;
-    }
-}
-
-size_t tk_qdot_act_row_bytes(int wtype, int64_t K) {
-    switch (tk_qdot_act_type(wtype)) {
-        case TKQ_T_Q8_0: return (size_t) (K / QK32) * sizeof(blk_q8_0);
-        case TKQ_T_Q8_1: return (size_t) (K / QK32) * sizeof(blk_q8_1);
-        case TKQ_T_Q8_K: return (size_t) (K / QK_K) * sizeof(blk_q8_K);
-        default: return 0;
-    }
-}
+#include "quants_common.h"
 
 /* ==== activation quantizers ========================================================== */
-
-/* round to nearest even for |f| < 2^22 (ggml's nearest_int): rintf without a libm call */
-static inline int nearest_int(float f) {
-    const float v = f + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, 4);
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* 1 when every x[0..n) is finite.  A block holding an inf or a NaN is written as d = NaN
  * (s = NaN), q = 0 at every level, so the non-finite value reaches the outputs as NaN, as
@@ -52,7 +26,8 @@ static int block_finite(const float * x, int n) {
 
 /* Q8_0: d = amax / 127, q = rint(x * 127 / amax) (the scale and rounding of ggml's AVX2
  * quantize_row_q8_0; its _ref divides by d instead, which can differ by one ulp). */
-void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K) {
+void tk_quantize_act_q8_0(const float * x, void * vy, int64_t K) {
+    blk_q8_0 * y = vy;
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
         if (!block_finite(x, QK32)) {
             y[b].d = tkq_fp32_to_fp16(NAN);
@@ -68,7 +43,8 @@ void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K) {
 }
 
 /* Q8_1: Q8_0 plus s = d * sum(q) (ggml quantize_row_q8_1). */
-void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K) {
+void tk_quantize_act_q8_1(const float * x, void * vy, int64_t K) {
+    blk_q8_1 * y = vy;
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
         if (!block_finite(x, QK32)) {
             y[b].d = y[b].s = tkq_fp32_to_fp16(NAN);
@@ -90,7 +66,8 @@ void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K) {
 
 /* Q8_K (ggml quantize_row_q8_K_ref): max = the value of largest magnitude, iscale =
  * -127 / max, q = min(127, rint(iscale * x)), d = 1 / iscale, bsums over 16 values. */
-void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K) {
+void tk_quantize_act_q8_K(const float * x, void * vy, int64_t K) {
+    blk_q8_K * y = vy;
     for (int64_t b = 0; b < K / QK_K; b++, x += QK_K) {
         if (!block_finite(x, QK_K)) {
             memset(&y[b], 0, sizeof(blk_q8_K));
@@ -183,103 +160,26 @@ float tk_vec_dot_iq4_nl_q8_0(int64_t K, const void * w, const void * a) { return
 float tk_vec_dot_q4_1_q8_1(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q4_1, sizeof(blk_q4_1), K, w, a); }
 float tk_vec_dot_q5_1_q8_1(int64_t K, const void * w, const void * a) { return dot_blocks32(TKQ_T_Q5_1, sizeof(blk_q5_1), K, w, a); }
 
-tk_vec_dot_fn tk_qdot_scalar_fn(int wtype) {
-    switch (wtype) {
-        case TKQ_T_Q8_0: return tk_vec_dot_q8_0_q8_0;
-        case TKQ_T_Q4_0: return tk_vec_dot_q4_0_q8_0;
-        case TKQ_T_Q5_0: return tk_vec_dot_q5_0_q8_0;
-        case TKQ_T_IQ4_NL: return tk_vec_dot_iq4_nl_q8_0;
-        case TKQ_T_Q4_1: return tk_vec_dot_q4_1_q8_1;
-        case TKQ_T_Q5_1: return tk_vec_dot_q5_1_q8_1;
-        case TKQ_T_Q2_K: return tk_vec_dot_q2_K_q8_K;
-        case TKQ_T_Q3_K: return tk_vec_dot_q3_K_q8_K;
-        case TKQ_T_Q4_K: return tk_vec_dot_q4_K_q8_K;
-        case TKQ_T_Q5_K: return tk_vec_dot_q5_K_q8_K;
-        case TKQ_T_Q6_K: return tk_vec_dot_q6_K_q8_K;
-        case TKQ_T_IQ4_XS: return tk_vec_dot_iq4_xs_q8_K;
-        default: return NULL;
-    }
-}
-
 /* ==== row kernels ===================================================================== */
 
 /* The scalar row kernel: one dot product per output, rows outer (a weight row is read once
  * per call, from cache for every token after the first). */
 #define SCALAR_ROWS(NAME, FN)                                                                        \
-    static void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, \
-                     int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                \
+    void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,       \
+              int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                         \
         for (int64_t r = r0; r < r1; r++)                                                            \
             for (int64_t t = 0; t < n_tok; t++)                                                      \
                 y[t * ldy + r] = FN(K, w + (size_t) r * row_bytes, a + (size_t) t * a_bytes);        \
     }
-SCALAR_ROWS(rows_q8_0, tk_vec_dot_q8_0_q8_0)
-SCALAR_ROWS(rows_q4_0, tk_vec_dot_q4_0_q8_0)
-SCALAR_ROWS(rows_q5_0, tk_vec_dot_q5_0_q8_0)
-SCALAR_ROWS(rows_iq4_nl, tk_vec_dot_iq4_nl_q8_0)
-SCALAR_ROWS(rows_q4_1, tk_vec_dot_q4_1_q8_1)
-SCALAR_ROWS(rows_q5_1, tk_vec_dot_q5_1_q8_1)
-SCALAR_ROWS(rows_q2_K, tk_vec_dot_q2_K_q8_K)
-SCALAR_ROWS(rows_q3_K, tk_vec_dot_q3_K_q8_K)
-SCALAR_ROWS(rows_q4_K, tk_vec_dot_q4_K_q8_K)
-SCALAR_ROWS(rows_q5_K, tk_vec_dot_q5_K_q8_K)
-SCALAR_ROWS(rows_q6_K, tk_vec_dot_q6_K_q8_K)
-SCALAR_ROWS(rows_iq4_xs, tk_vec_dot_iq4_xs_q8_K)
-
-static tk_qdot_rows_fn scalar_rows(int wtype) {
-    switch (wtype) {
-        case TKQ_T_Q8_0: return rows_q8_0;
-        case TKQ_T_Q4_0: return rows_q4_0;
-        case TKQ_T_Q5_0: return rows_q5_0;
-        case TKQ_T_IQ4_NL: return rows_iq4_nl;
-        case TKQ_T_Q4_1: return rows_q4_1;
-        case TKQ_T_Q5_1: return rows_q5_1;
-        case TKQ_T_Q2_K: return rows_q2_K;
-        case TKQ_T_Q3_K: return rows_q3_K;
-        case TKQ_T_Q4_K: return rows_q4_K;
-        case TKQ_T_Q5_K: return rows_q5_K;
-        case TKQ_T_Q6_K: return rows_q6_K;
-        case TKQ_T_IQ4_XS: return rows_iq4_xs;
-        default: return NULL;
-    }
-}
-
-tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level) {
-#ifdef TK_HAVE_X86
-    if (level >= TK_CPU_AVX2) {
-        tk_qdot_rows_fn f = tk_qdot_rows_kquants_avx2(wtype);
-        if (!f) f = tk_qdot_rows_legacy_avx2(wtype);
-        if (f) return f;
-    }
-#elif defined(TK_HAVE_NEON)
-    if (level == TK_CPU_NEON) {
-        tk_qdot_rows_fn f = tk_qdot_rows_neon(wtype);
-        if (f) return f;
-    }
-#else
-    (void) level;
-#endif
-    return scalar_rows(wtype);
-}
-
-void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uint8_t * a, size_t a_bytes, int level) {
-    const int at = tk_qdot_act_type(wtype);
-    for (int64_t t = 0; t < n; t++, x += K, a += a_bytes) {
-        switch (at) {
-            case TKQ_T_Q8_0:
-#ifdef TK_HAVE_X86
-                if (level >= TK_CPU_AVX2) { tk_quantize_act_q8_0_avx2(x, (blk_q8_0 *) (void *) a, K); break; }
-#endif
-                tk_quantize_act_q8_0(x, (blk_q8_0 *) (void *) a, K);
-                break;
-            case TKQ_T_Q8_1: tk_quantize_act_q8_1(x, (blk_q8_1 *) (void *) a, K); break;
-            case TKQ_T_Q8_K:
-#ifdef TK_HAVE_X86
-                if (level >= TK_CPU_AVX2) { tk_quantize_act_q8_K_avx2(x, (blk_q8_K *) (void *) a, K); break; }
-#endif
-                tk_quantize_act_q8_K(x, (blk_q8_K *) (void *) a, K);
-                break;
-            default: break;
-        }
-    }
-    (void) level;
-}
+SCALAR_ROWS(tk_qdot_rows_q8_0_scalar, tk_vec_dot_q8_0_q8_0)
+SCALAR_ROWS(tk_qdot_rows_q4_0_scalar, tk_vec_dot_q4_0_q8_0)
+SCALAR_ROWS(tk_qdot_rows_q5_0_scalar, tk_vec_dot_q5_0_q8_0)
+SCALAR_ROWS(tk_qdot_rows_iq4_nl_scalar, tk_vec_dot_iq4_nl_q8_0)
+SCALAR_ROWS(tk_qdot_rows_q4_1_scalar, tk_vec_dot_q4_1_q8_1)
+SCALAR_ROWS(tk_qdot_rows_q5_1_scalar, tk_vec_dot_q5_1_q8_1)
+SCALAR_ROWS(tk_qdot_rows_q2_K_scalar, tk_vec_dot_q2_K_q8_K)
+SCALAR_ROWS(tk_qdot_rows_q3_K_scalar, tk_vec_dot_q3_K_q8_K)
+SCALAR_ROWS(tk_qdot_rows_q4_K_scalar, tk_vec_dot_q4_K_q8_K)
+SCALAR_ROWS(tk_qdot_rows_q5_K_scalar, tk_vec_dot_q5_K_q8_K)
+SCALAR_ROWS(tk_qdot_rows_q6_K_scalar, tk_vec_dot_q6_K_q8_K)
+SCALAR_ROWS(tk_qdot_rows_iq4_xs_scalar, tk_vec_dot_iq4_xs_q8_K)

@@ -11,8 +11,11 @@
  *
  * Layout of everything here: ggml's (ggml-common.h, build 0c1e570).
  *
+ * Which kernel and which activation type a weight type takes is the type table's
+ * (ggml_types.c: vec_dot_type, qdot_rows, act_from_float).
+ *
  * Files: qdot.c (activation quantizers, scalar dot products of the legacy types and
- * IQ4_NL, the row driver), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
+ * IQ4_NL, the scalar row kernels), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
  * qdot_avx2.c (AVX2 activation quantizers), qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K /
  * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
  * Q5_1 kernels).
@@ -34,27 +37,22 @@ typedef struct {
 } blk_q8_K;                   /* 292 bytes */
 _Static_assert(sizeof(blk_q8_1) == 36 && sizeof(blk_q8_K) == 292, "activation block sizes");
 
-/* The activation type (TKQ_T_Q8_0, TKQ_T_Q8_1 = 9, TKQ_T_Q8_K = 15) the integer dot product
- * of weight type `wtype` takes, or -1 when that type has none (F32, F16, BF16: float path). */
-#define TKQ_T_Q8_1 9
-#define TKQ_T_Q8_K 15
-int tk_qdot_act_type(int wtype);
-/* Bytes of one activation row of K values for weight type `wtype` (K a multiple of the
- * activation block), 0 when tk_qdot_act_type(wtype) < 0. */
-size_t tk_qdot_act_row_bytes(int wtype, int64_t K);
+/* Activation type numbers (ggml.h) besides TKQ_T_Q8_0 */
+#define TKQ_T_Q8_1 TK_GGML_Q8_1
+#define TKQ_T_Q8_K TK_GGML_Q8_K
 
 /* Scalar activation quantizers (ggml quantize_row_q8_0_ref / q8_1_ref / q8_K_ref, except
  * that every rounding is round-to-nearest-even, as ggml's SIMD versions do, so
- * every level writes the same bytes).  x: K floats, K a multiple of the block. */
-void tk_quantize_act_q8_0(const float * x, blk_q8_0 * y, int64_t K);
-void tk_quantize_act_q8_1(const float * x, blk_q8_1 * y, int64_t K);
-void tk_quantize_act_q8_K(const float * x, blk_q8_K * y, int64_t K);
+ * every level writes the same bytes).  x: K floats, K a multiple of the block; y: K / block
+ * blk_q8_0 / blk_q8_1 / blk_q8_K (void * for the table's tk_from_float_fn). */
+void tk_quantize_act_q8_0(const float * x, void * y, int64_t K);
+void tk_quantize_act_q8_1(const float * x, void * y, int64_t K);
+void tk_quantize_act_q8_K(const float * x, void * y, int64_t K);
 
 /* Scalar dot products: one weight row `w` of K values (K a multiple of the weight block)
  * with one activation row `a` of the matching activation type; float32 result.
  * Reference: ggml-cpu quants.c ggml_vec_dot_<w>_<a>_generic (same integer sums; the float
- * accumulation is one running sum over blocks, in block order). */
-typedef float (*tk_vec_dot_fn)(int64_t K, const void * w, const void * a);
+ * accumulation is one running sum over blocks, in block order).  (tk_vec_dot_fn) */
 float tk_vec_dot_q8_0_q8_0(int64_t K, const void * w, const void * a);
 float tk_vec_dot_q4_0_q8_0(int64_t K, const void * w, const void * a);
 float tk_vec_dot_q5_0_q8_0(int64_t K, const void * w, const void * a);
@@ -69,17 +67,23 @@ float tk_vec_dot_q5_K_q8_K(int64_t K, const void * w, const void * a);
 float tk_vec_dot_q6_K_q8_K(int64_t K, const void * w, const void * a);
 float tk_vec_dot_iq4_xs_q8_K(int64_t K, const void * w, const void * a);
 
-/* The scalar dot product for weight type `wtype`, NULL when it has none. */
-tk_vec_dot_fn tk_qdot_scalar_fn(int wtype);
-
 /* ---- row kernels ---------------------------------------------------------------------
  * A row kernel computes y[t * ldy + r] for every weight row r in [r0, r1) and activation
  * row t in [0, n_tok): weight rows `row_bytes` apart from `w`, activation rows `a_bytes`
  * apart from `a`.  Contract for every kernel, at every level: each output is computed by
  * the same operations whatever n_tok, r0, r1 and the position of (r, t) in a tile, so a
- * token's result never depends on the ubatch it shares or on the thread split. */
-typedef void (*tk_qdot_rows_fn)(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
-                                int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1);
+ * token's result never depends on the ubatch it shares or on the thread split.
+ * (tk_qdot_rows_fn, ggml_types.h) */
+#define TK_QDOT_DECLARE_ROWS(NAME)                                                                          \
+    void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, int64_t n_tok, \
+              float * y, int64_t ldy, int64_t r0, int64_t r1);
+/* qdot.c: the scalar row kernels, one dot product (above) per output */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_0_scalar)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_0_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_iq4_nl_scalar)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_1_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_1_scalar)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_scalar)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_scalar)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_scalar) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_iq4_xs_scalar)
 
 /* Generation reads weight rows once, in order: rows shorter than a page stream poorly
  * through the hardware prefetcher (measured on the float mat-vec, ops_avx2.c), so the
@@ -96,24 +100,22 @@ static inline void tk_qdot_prefetch_row(const uint8_t * row, size_t row_bytes) {
     for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row + o, 0, 3);
 }
 
-/* The row kernel for `wtype` at kernel level `level` (tk_cpu_level_t), NULL when the type
- * has no integer path.  Types without a SIMD kernel at that level get the scalar one. */
-tk_qdot_rows_fn tk_qdot_rows_kernel(int wtype, int level);
-/* Quantize n activation rows (x rows K floats apart; output rows a_bytes apart) for weight
- * type `wtype` at kernel level `level`: the same bytes at every level. */
-void tk_qdot_quantize_acts(int wtype, const float * x, int64_t K, int64_t n, uint8_t * a, size_t a_bytes, int level);
-
 #if defined(__x86_64__) || defined(_M_X64)
-/* qdot_avx2.c */
-void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K);
-void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K);
-/* qdot_kquants_avx2.c: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (NULL for any other type) */
-tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype);
-/* qdot_legacy_avx2.c: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1 (NULL for any other type) */
-tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype);
+/* qdot_avx2.c: the activation quantizers (the bytes of the scalar ones) */
+void tk_quantize_act_q8_0_avx2(const float * x, void * y, int64_t K);
+void tk_quantize_act_q8_K_avx2(const float * x, void * y, int64_t K);
+/* qdot_legacy_avx2.c */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_0_avx2)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_0_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_iq4_nl_avx2)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_1_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_1_avx2)
+/* qdot_kquants_avx2.c */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_avx2)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avx2)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_iq4_xs_avx2)
 #endif
-/* kernels_neon.c (aarch64 with NEON): Q8_0; NULL for the other types (their scalar kernels
- * run) */
-tk_qdot_rows_fn tk_qdot_rows_neon(int wtype);
+#if defined(__aarch64__) && defined(__ARM_NEON)
+/* kernels_neon.c: Q8_0 (the other types run their scalar kernels at the NEON level) */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_neon)
+#endif
 
 #endif

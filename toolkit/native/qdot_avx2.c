@@ -3,7 +3,8 @@
  * qdot_legacy_avx2.c and qdot_kquants_avx2.c).
  *
  * Every function carries __attribute__((target("avx2,fma,f16c"))) and is reached only
- * through tk_qdot_quantize_acts when cpu.c found AVX2 and the OS's YMM support.
+ * through the type table's AVX2 slot (ggml_types.c) when cpu.c found AVX2 and the OS's YMM
+ * support.
  */
 #include <math.h>
 #include <string.h>
@@ -43,7 +44,8 @@ TK_AVX2_INLINE __m256i pack32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
 /* lanes where v is an inf or a NaN (v - v is NaN there) */
 TK_AVX2_INLINE __m256 nonfinite_ps(__m256 v) { return _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ); }
 
-TK_AVX2 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K) {
+TK_AVX2 void tk_quantize_act_q8_0_avx2(const float * x, void * vy, int64_t K) {
+    blk_q8_0 * y = vy;
     for (int64_t b = 0; b < K / QK32; b++, x += QK32) {
         const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
                      v3 = _mm256_loadu_ps(x + 24);
@@ -63,7 +65,8 @@ TK_AVX2 void tk_quantize_act_q8_0_avx2(const float * x, blk_q8_0 * y, int64_t K)
     }
 }
 
-TK_AVX2 void tk_quantize_act_q8_K_avx2(const float * x, blk_q8_K * y, int64_t K) {
+TK_AVX2 void tk_quantize_act_q8_K_avx2(const float * x, void * vy, int64_t K) {
+    blk_q8_K * y = vy;
     for (int64_t b = 0; b < K / QK_K; b++, x += QK_K) {
         __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
         for (int j = 0; j < QK_K; j += 8) {

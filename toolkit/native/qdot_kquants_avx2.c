@@ -2,8 +2,8 @@
  * Q8_K activations (x86-64 only; contract: qdot.h, tk_qdot_rows_fn).
  *
  * Compiled with the package's portable flags; only the functions here carry
- * __attribute__((target("avx2,fma,f16c"))), and qdot.c hands them out only when cpu.c found
- * AVX2 + FMA + F16C and the OS's YMM support.
+ * __attribute__((target("avx2,fma,f16c"))), and the type table (ggml_types.c) hands them
+ * out only when cpu.c found AVX2 + FMA + F16C and the OS's YMM support.
  *
  * Inputs of a row kernel: w = weight rows r0..r1-1 (row r at w + r * row_bytes, K/256
  * super-blocks each), a = n_tok activation rows (row t at a + t * a_bytes, K/256 blk_q8_K
@@ -483,28 +483,17 @@ static void kq_drive_avx2(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, siz
     }
 }
 
+/* the row kernels the type table hands out (qdot.h) */
 #define KQ_ROWS_FN(fname, name)                                                                \
-    static void fname(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, \
-                      int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                   \
+    void fname(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,        \
+               int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {                          \
         kq_drive_avx2(name##_toks, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);                  \
     }
-KQ_ROWS_FN(kq_rows_q4_K_avx2, kq_q4k_avx2)
-KQ_ROWS_FN(kq_rows_q5_K_avx2, kq_q5k_avx2)
-KQ_ROWS_FN(kq_rows_q6_K_avx2, kq_q6k_avx2)
-KQ_ROWS_FN(kq_rows_q2_K_avx2, kq_q2k_avx2)
-KQ_ROWS_FN(kq_rows_q3_K_avx2, kq_q3k_avx2)
-KQ_ROWS_FN(kq_rows_iq4_xs_avx2, kq_iq4xs_avx2)
-
-tk_qdot_rows_fn tk_qdot_rows_kquants_avx2(int wtype) {
-    switch (wtype) {
-        case TKQ_T_Q4_K: return kq_rows_q4_K_avx2;
-        case TKQ_T_Q5_K: return kq_rows_q5_K_avx2;
-        case TKQ_T_Q6_K: return kq_rows_q6_K_avx2;
-        case TKQ_T_Q2_K: return kq_rows_q2_K_avx2;
-        case TKQ_T_Q3_K: return kq_rows_q3_K_avx2;
-        case TKQ_T_IQ4_XS: return kq_rows_iq4_xs_avx2;
-        default: return NULL;
-    }
-}
+KQ_ROWS_FN(tk_qdot_rows_q4_K_avx2, kq_q4k_avx2)
+KQ_ROWS_FN(tk_qdot_rows_q5_K_avx2, kq_q5k_avx2)
+KQ_ROWS_FN(tk_qdot_rows_q6_K_avx2, kq_q6k_avx2)
+KQ_ROWS_FN(tk_qdot_rows_q2_K_avx2, kq_q2k_avx2)
+KQ_ROWS_FN(tk_qdot_rows_q3_K_avx2, kq_q3k_avx2)
+KQ_ROWS_FN(tk_qdot_rows_iq4_xs_avx2, kq_iq4xs_avx2)
 
 #endif /* __x86_64__ */

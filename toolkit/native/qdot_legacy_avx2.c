@@ -3,9 +3,8 @@
  * contract: qdot.h, tk_qdot_rows_fn).
  *
  * Compiled with the package's portable flags; every function here carries
- * __attribute__((target("avx2,fma,f16c"))) and is handed out (tk_qdot_rows_legacy_avx2,
- * through qdot.c's tk_qdot_rows_kernel) only when cpu.c found AVX2 + FMA + F16C and the
- * OS's YMM support.
+ * __attribute__((target("avx2,fma,f16c"))) and is handed out (the type table's AVX2
+ * slot, ggml_types.c) only when cpu.c found AVX2 + FMA + F16C and the OS's YMM support.
  *
  * Inputs of a row kernel: w = weight rows r0..r1-1 (row r at w + r * row_bytes, K/32 blocks
  * each), a = n_tok activation rows (row t at a + t * a_bytes, K/32 blk_q8_0 or blk_q8_1),
@@ -297,28 +296,17 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
     }
 }
 
+/* the row kernels the type table hands out (qdot.h) */
 #define LG_ROWS(NAME, KIND, WBS, ABS)                                                                \
-    LG_AVX2 static void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a,         \
-                             size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) { \
+    LG_AVX2 void NAME(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a,                \
+                      size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {   \
         lg_rows_avx2(KIND, WBS, ABS, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);               \
     }
-LG_ROWS(lg_rows_q8_0_avx2, LG_Q8_0, sizeof(blk_q8_0), sizeof(blk_q8_0))
-LG_ROWS(lg_rows_q4_0_avx2, LG_Q4_0, sizeof(blk_q4_0), sizeof(blk_q8_0))
-LG_ROWS(lg_rows_iq4_nl_avx2, LG_IQ4_NL, sizeof(blk_iq4_nl), sizeof(blk_q8_0))
-LG_ROWS(lg_rows_q5_0_avx2, LG_Q5_0, sizeof(blk_q5_0), sizeof(blk_q8_0))
-LG_ROWS(lg_rows_q4_1_avx2, LG_Q4_1, sizeof(blk_q4_1), sizeof(blk_q8_1))
-LG_ROWS(lg_rows_q5_1_avx2, LG_Q5_1, sizeof(blk_q5_1), sizeof(blk_q8_1))
-
-tk_qdot_rows_fn tk_qdot_rows_legacy_avx2(int wtype) {
-    switch (wtype) {
-        case TKQ_T_Q8_0: return lg_rows_q8_0_avx2;
-        case TKQ_T_Q4_0: return lg_rows_q4_0_avx2;
-        case TKQ_T_IQ4_NL: return lg_rows_iq4_nl_avx2;
-        case TKQ_T_Q5_0: return lg_rows_q5_0_avx2;
-        case TKQ_T_Q4_1: return lg_rows_q4_1_avx2;
-        case TKQ_T_Q5_1: return lg_rows_q5_1_avx2;
-        default: return NULL;
-    }
-}
+LG_ROWS(tk_qdot_rows_q8_0_avx2, LG_Q8_0, sizeof(blk_q8_0), sizeof(blk_q8_0))
+LG_ROWS(tk_qdot_rows_q4_0_avx2, LG_Q4_0, sizeof(blk_q4_0), sizeof(blk_q8_0))
+LG_ROWS(tk_qdot_rows_iq4_nl_avx2, LG_IQ4_NL, sizeof(blk_iq4_nl), sizeof(blk_q8_0))
+LG_ROWS(tk_qdot_rows_q5_0_avx2, LG_Q5_0, sizeof(blk_q5_0), sizeof(blk_q8_0))
+LG_ROWS(tk_qdot_rows_q4_1_avx2, LG_Q4_1, sizeof(blk_q4_1), sizeof(blk_q8_1))
+LG_ROWS(tk_qdot_rows_q5_1_avx2, LG_Q5_1, sizeof(blk_q5_1), sizeof(blk_q8_1))
 
 #endif /* __x86_64__ */

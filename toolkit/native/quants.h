@@ -1,4 +1,6 @@
-/* quants.h: ggml block layouts and type numbers used by quants.c (internal, not public API).
+/* quants.h: ggml block layouts, type numbers and fp16/bf16 conversions, and the row
+ * converters of quants_legacy.c, quants_kquants.c, quants_iquants.c and quants.c, which the
+ * type table (ggml_types.c) hands out (internal, not public API).
  *
  * ref: ggml-org/llama.cpp ggml/src/ggml-common.h (build 0c1e570). Type numbers are
  * enum ggml_type's; block layouts are byte-for-byte ggml's (all fields little-endian).
@@ -10,24 +12,25 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ggml_types.h"
 #include "toolkit.h"
 
-/* ggml_type numbers (a GGUF tensor's type field) */
-#define TKQ_T_F32     0
-#define TKQ_T_F16     1
-#define TKQ_T_Q4_0    2
-#define TKQ_T_Q4_1    3
-#define TKQ_T_Q5_0    6
-#define TKQ_T_Q5_1    7
-#define TKQ_T_Q8_0    8
-#define TKQ_T_Q2_K   10
-#define TKQ_T_Q3_K   11
-#define TKQ_T_Q4_K   12
-#define TKQ_T_Q5_K   13
-#define TKQ_T_Q6_K   14
-#define TKQ_T_IQ4_NL 20
-#define TKQ_T_IQ4_XS 23
-#define TKQ_T_BF16   30
+/* ggml_type numbers (a GGUF tensor's type field): ggml_types.h's, by their quants names */
+#define TKQ_T_F32     TK_GGML_F32
+#define TKQ_T_F16     TK_GGML_F16
+#define TKQ_T_Q4_0    TK_GGML_Q4_0
+#define TKQ_T_Q4_1    TK_GGML_Q4_1
+#define TKQ_T_Q5_0    TK_GGML_Q5_0
+#define TKQ_T_Q5_1    TK_GGML_Q5_1
+#define TKQ_T_Q8_0    TK_GGML_Q8_0
+#define TKQ_T_Q2_K    TK_GGML_Q2_K
+#define TKQ_T_Q3_K    TK_GGML_Q3_K
+#define TKQ_T_Q4_K    TK_GGML_Q4_K
+#define TKQ_T_Q5_K    TK_GGML_Q5_K
+#define TKQ_T_Q6_K    TK_GGML_Q6_K
+#define TKQ_T_IQ4_NL  TK_GGML_IQ4_NL
+#define TKQ_T_IQ4_XS  TK_GGML_IQ4_XS
+#define TKQ_T_BF16    TK_GGML_BF16
 
 #define QK32 32   /* block size of the legacy types and IQ4_NL */
 #define QK_K 256  /* super-block size of the k-quants and IQ4_XS */
@@ -82,8 +85,34 @@ _Static_assert(sizeof(blk_q2_K) == 84 && sizeof(blk_q3_K) == 110 && sizeof(blk_q
                sizeof(blk_q5_K) == 176 && sizeof(blk_q6_K) == 210, "k-quant block sizes");
 _Static_assert(sizeof(blk_iq4_nl) == 18 && sizeof(blk_iq4_xs) == 136, "iq4 block sizes");
 
-/* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl), defined in quants.c */
+/* IQ4_NL / IQ4_XS non-linear code book (ggml-common.h kvalues_iq4nl), defined in
+ * quants_iquants.c */
 extern const int8_t tk_kvalues_iq4nl[16];
+
+/* ---- row converters (the table's to_float / from_float / from_float_imatrix) ---------
+ * tkq_quantize_<t>(x, y, n):             n floats -> n / block blocks (ggml quantize_row_*_ref;
+ *                                        IQ4_NL / IQ4_XS: quantize_row_iq4_*_impl, no imatrix)
+ * tkq_quantize_<t>_imatrix(x, y, n, qw): the same with an importance matrix qw[n] (ggml's
+ *                                        quantize_row_*_impl; one row: n = n_per_row)
+ * tkq_dequantize_<t>(x, y, n):           n / block blocks -> n floats (ggml dequantize_row_*) */
+#define TKQ_DECLARE_ROWS(T)                                                              \
+    void tkq_quantize_##T(const float * x, void * y, int64_t n);                         \
+    void tkq_dequantize_##T(const void * x, float * y, int64_t n);
+#define TKQ_DECLARE_IMATRIX(T)                                                           \
+    void tkq_quantize_##T##_imatrix(const float * x, void * y, int64_t n, const float * qw);
+/* quants.c: F32, F16, BF16 (no imatrix) */
+TKQ_DECLARE_ROWS(f32) TKQ_DECLARE_ROWS(f16) TKQ_DECLARE_ROWS(bf16)
+/* quants_legacy.c: Q8_0 (no imatrix), Q4_0, Q4_1, Q5_0, Q5_1 */
+TKQ_DECLARE_ROWS(q8_0)
+TKQ_DECLARE_ROWS(q4_0) TKQ_DECLARE_ROWS(q4_1) TKQ_DECLARE_ROWS(q5_0) TKQ_DECLARE_ROWS(q5_1)
+TKQ_DECLARE_IMATRIX(q4_0) TKQ_DECLARE_IMATRIX(q4_1) TKQ_DECLARE_IMATRIX(q5_0) TKQ_DECLARE_IMATRIX(q5_1)
+/* quants_kquants.c: Q2_K .. Q6_K */
+TKQ_DECLARE_ROWS(q2_K) TKQ_DECLARE_ROWS(q3_K) TKQ_DECLARE_ROWS(q4_K) TKQ_DECLARE_ROWS(q5_K) TKQ_DECLARE_ROWS(q6_K)
+TKQ_DECLARE_IMATRIX(q2_K) TKQ_DECLARE_IMATRIX(q3_K) TKQ_DECLARE_IMATRIX(q4_K) TKQ_DECLARE_IMATRIX(q5_K)
+TKQ_DECLARE_IMATRIX(q6_K)
+/* quants_iquants.c: IQ4_NL, IQ4_XS */
+TKQ_DECLARE_ROWS(iq4_nl) TKQ_DECLARE_ROWS(iq4_xs)
+TKQ_DECLARE_IMATRIX(iq4_nl) TKQ_DECLARE_IMATRIX(iq4_xs)
 
 /* ---- fp16 / bf16 scalar conversions ------------------------------------------------
  * Bit-exact ports of ggml_compute_fp32_to_fp16 / fp16_to_fp32 / fp32_to_bf16

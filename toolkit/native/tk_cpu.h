@@ -1,4 +1,5 @@
-/* tk_cpu.h: run-time CPU dispatch (cpu.c) and the SIMD kernel entry points (ops_avx2.c).
+/* tk_cpu.h: run-time CPU dispatch (cpu.c), the float mat-mul kernels per level (ops.c,
+ * ops_avx2.c, kernels_neon.c), and test hooks.
  *
  * The part between the CDEF markers is also exposed to Python through cffi (_build.py
  * reads it after toolkit.h's). */
@@ -55,6 +56,15 @@ int tk_ssd_set_threshold(int n);
 tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
                             const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
                             int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads);
+
+/* ==== ggml type traits (ggml_types.c) ================================================ */
+/* The type table's row of ggml type `type`: its name, block size (elements), bytes per
+ * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =
+ * Q8_0 / Q8_1 / Q8_K, -1 = none) and flags: 1 dequantizes, 2 quantizes, 4 has an imatrix
+ * quantizer, 8 has a mat-mul kernel, 16 is an activation type.  Returns 0 (outputs
+ * untouched) for an id not in the table, else 1. */
+int tk_type_traits_query(int type, const char ** name, int64_t * blck_size, int64_t * type_size, int * vec_dot_type,
+                         int * flags);
 /* CDEF-END */
 
 /* ---- internal: the scan inside forward.c (pool = the context's threads) ---- */
@@ -62,6 +72,11 @@ struct tk_pool;
 void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                        int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                        int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride);
+
+/* ---- internal: the scalar float mat-mul (ops.c), the type table's scalar slot of F32 /
+ * F16 / BF16: y[t*M + r] for r in [r0, r1), t < n_tok (contract: ops.c matmul) ---- */
+void tk_matmul_rows_scalar(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                           const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 
 /* ---- internal: AVX2 kernels (ops_avx2.c, act_avx2.c), called only when
  * tk_cpu_level() >= AVX2 ---- */

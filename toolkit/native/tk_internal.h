@@ -16,16 +16,9 @@ tk_status tk_set_error(const char * file, int line, tk_status st, const char * f
 /* ==== runtime internals (model.c, ops.c, ssm.c, memory_*.c, forward.c, context.c) ==== */
 #include <stdbool.h>
 
-/* ggml type ids this file needs by name (ggml.h values). */
-enum {
-    TK_GGML_F32 = 0, TK_GGML_F16 = 1, TK_GGML_Q8_0 = 8, TK_GGML_BF16 = 30
-};
-
-/* Block size (elements) and block bytes of a ggml type; 0 when the id is unknown. */
-int tk_type_block(int type, int64_t * blck, int64_t * bytes);
-const char * tk_type_name(int type);
-
-/* Every other type is read through tk_dequantize_row (quants.c, declared in toolkit.h). */
+/* ggml type ids (TK_GGML_*), the type table (tk_type_traits_get) and its shorthands
+ * tk_type_block / tk_type_name: ggml_types.h. */
+#include "ggml_types.h"
 
 /* A 2-D view of weights in the mmap: rows of ne0 elements, ne1 rows (a 3-D expert tensor
  * is ne2 such matrices, `mat_stride` bytes apart). */
@@ -108,7 +101,7 @@ typedef struct {
     tk_pool * pool;
     float * row;               /* tk_pool_size(pool) * row_stride floats */
     size_t row_stride;         /* >= ne0 of any weight */
-    uint8_t * act;             /* act_bytes bytes: n_tok rows of tk_qdot_act_row_bytes(type, ne0) */
+    uint8_t * act;             /* act_bytes bytes: n_tok rows of the weight type's vec_dot_type */
     size_t act_bytes;
 } tk_mm_work;
 /* Bytes of `act` that n_tok rows of width K need, whatever the weight type. */
