@@ -8,7 +8,7 @@ import gguf
 import pytest
 
 from toolkit.quantize.types import TENSOR_TYPES
-from toolkit.runtime._lib import ffi, lib
+from toolkit.binding import ffi, lib
 
 pytestmark = pytest.mark.native
 
