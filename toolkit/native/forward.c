@@ -179,8 +179,8 @@ static tk_status mixer_mamba2(tk_context * ctx, const tk_layer * l, int il, cons
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rs->ssm[il] + (size_t) rs->ub_cells[s] * rs->ssm_n;
         const int64_t t = (int64_t) s * nst;
-        tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a, l->ssm_d,
-                          nst, H, P, N, G, ctx->y + t * DI, DI);
+        TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
+                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->ssd_ws, ctx->ssd_ws_bytes));
     }
     rows_job gj = {ctx->zx, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
     par_rows(ctx->pool, U, DI, gated_norm_rows, &gj);

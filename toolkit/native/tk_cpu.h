@@ -40,10 +40,10 @@ const char * tk_cpu_level_name(int level);
  * "os-ymm"/"os-zmm" when the OS saves those registers. */
 const char * tk_cpu_features(void);
 
-/* ==== Mamba-2 chunked scan (ssm.c) =================================================== */
+/* ==== Mamba-2 chunked scan (ssd.c) =================================================== */
 /* Runs of at least this many tokens of one sequence in a ubatch take the chunked SSD form
  * (chunks of 64 tokens) instead of the token-by-token recurrence; 0 = never.  Default: the
- * measured crossover (ssm.c TK_SSD_MIN_DEFAULT), or the environment variable
+ * measured crossover (ssd.c TK_SSD_MIN_DEFAULT), or the environment variable
  * TOOLKIT_SSD_MIN (read once).  tk_ssd_set_threshold(n >= 0) overrides it; n < 0 re-reads
  * the default.  Returns the threshold in force.
  * The path changes float rounding: results are bit-identical across ubatch splits when
@@ -51,17 +51,12 @@ const char * tk_cpu_features(void);
 int tk_ssd_threshold(void);
 int tk_ssd_set_threshold(int n);
 /* n_tok tokens of one sequence through the Mamba-2 scan (contract in ssm.c,
- * tk_ssm_mamba2_run), on n_threads threads (heads split between them). */
+ * tk_ssm_mamba2_run), on n_threads threads (heads split between them); the SSD workspace
+ * is allocated for the call. */
 tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
                             const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
                             int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads);
 /* CDEF-END */
-
-/* ---- internal: the scan inside forward.c (pool = the context's threads) ---- */
-struct tk_pool;
-void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
-                       int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
-                       int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride);
 
 /* ---- internal: AVX2 kernels (ops_avx2.c, act_avx2.c), called only when
  * tk_cpu_level() >= AVX2 ---- */

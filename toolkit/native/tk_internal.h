@@ -127,6 +127,21 @@ void tk_mul_silu_row(float * y, const float * z, int64_t n);
 float tk_softplus(float x);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in toolkit.h ---------- */
+/* Mamba-2 over n_tok tokens of one sequence (contract in ssm.c): the recurrence, or from
+ * tk_ssd_threshold() tokens the chunked SSD (ssd.c, tk_ssd_scan) in `ws` (ws_bytes, at least
+ * tk_ssd_workspace_bytes for n_tok and the pool's threads; smaller: TK_ERR_INVALID). */
+tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                            int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                            int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
+                            size_t ws_bytes);
+/* ---- ssd.c ---- */
+/* Bytes of SSD workspace for runs of up to n_tok tokens on n_threads threads (0 if a size is <= 0). */
+size_t tk_ssd_workspace_bytes(int32_t n_tok, int32_t n_head, int32_t head_dim, int32_t d_state, int32_t n_group,
+                              int n_threads);
+tk_status tk_ssd_scan(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                      int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                      int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
+                      size_t ws_bytes);
 
 /* ---- memory (memory_kv.c, memory_rs.c, memory_hybrid.c) ----------------------------- */
 #define TK_MAX_SEQ 64
@@ -243,6 +258,8 @@ struct tk_context {
     tk_mm_work mm;             /* pool, row, act: what tk_matmul works in */
     float * vec;               /* [n_threads, vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
+    void * ssd_ws;             /* Mamba-2 SSD workspace (tk_ssd_workspace_bytes for n_ubatch), or NULL */
+    size_t ssd_ws_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
     volatile int abort_requested; /* set by tk_context_abort from another thread */
