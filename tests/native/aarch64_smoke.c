@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "toolkit.h"
-#include "tk_cpu.h"
+#include "tk_testing.h"
 #include "qdot.h"
 static float rnd(void) { return (float) rand() / RAND_MAX * 2.0f - 1.0f; }
 enum { K = 288, M = 7, T = 5, NTYPES = 6 };

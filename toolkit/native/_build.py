@@ -17,7 +17,7 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-_CDEF_HEADERS = ("toolkit.h", "tk_cpu.h")
+_CDEF_HEADERS = ("toolkit.h", "tk_testing.h")   # the public API, then the test entry points
 
 
 def _cdef() -> str:
@@ -51,7 +51,7 @@ ffibuilder.cdef(_cdef())
 _cflags, _ldflags = _flags()
 ffibuilder.set_source(
     "toolkit._native",
-    '#include "toolkit.h"\n#include "tk_cpu.h"\n',
+    '#include "toolkit.h"\n#include "tk_testing.h"\n',
     sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
     include_dirs=[os.path.relpath(HERE)],
     extra_compile_args=_cflags,

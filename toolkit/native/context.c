@@ -23,6 +23,7 @@ void tk_context_free(tk_context * c) {
                       c->att, c->g, c->u, c->f1, c->row, c->vec};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
+    free(c->ssd_ws);
     free(c->ub.token);
     free(c->ub.pos);
     free(c->ub.seq);
@@ -53,7 +54,13 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     }
     if (rs > 0) w += 4.0 * hp->d_inner + 2.0 * hp->n_group * hp->d_state + hp->ssm_n_head + m->conv_dim + 2.0 * hp->dt_rank + 2.0 * hp->d_state;
     if (kv > 0) w += 2.0 * hp->n_head * hp->head_dim + 2.0 * hkv_max * hp->head_dim;
-    const double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float);
+    double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float);
+    for (int i = 0; i < hp->n_layer; i++)      /* the chunked scan's workspace (tk_context_new) */
+        if (hp->layer_kinds[i] == TK_LAYER_MAMBA2) {
+            scratch += (double) tk_ssd_workspace_bytes(p->n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
+                                                       hp->n_group, p->n_threads > 0 ? p->n_threads : 1);
+            break;
+        }
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
     const double G = 1073741824.0;
@@ -163,6 +170,16 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     if (!c->act) {
         tk_context_free(c);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
+    }
+    if (has_m2) {              /* the chunked scan's workspace, for runs of up to n_ubatch tokens */
+        c->ssd_ws_bytes = tk_ssd_workspace_bytes(p.n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state, hp->n_group,
+                                                 n_threads);
+        c->ssd_ws = malloc(zmax(c->ssd_ws_bytes, 1));
+        c->scratch_bytes += c->ssd_ws_bytes;
+        if (!c->ssd_ws) {
+            tk_context_free(c);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of SSD workspace)", c->ssd_ws_bytes);
+        }
     }
     c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, act_bytes};
     c->ub.token = malloc(U * sizeof(int32_t));

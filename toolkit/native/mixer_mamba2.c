@@ -81,8 +81,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
         const int64_t t = (int64_t) s * nst;
-        tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a, l->ssm_d,
-                          nst, H, P, N, G, ctx->y + t * DI, DI);
+        TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
+                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->ssd_ws, ctx->ssd_ws_bytes));
     }
     tk_rows_job gj = {ctx->zx, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
     tk_par_rows(ctx->pool, U, DI, tk_gated_norm_rows, &gj);

@@ -1,6 +1,7 @@
-/* ssm.c: the recurrent kernels: causal depthwise conv with carried state, selective scans.
+/* ssm.c: the recurrent kernels: causal depthwise conv with carried state, selective scans
+ * (Mamba-1; Mamba-2 one token, and over a run: the recurrence here, the chunked SSD in ssd.c).
  *
- * All three update their state in place (no per-token state copies).
+ * All update their state in place (no per-token state copies).
  */
 #include <math.h>
 #include <stdint.h>
@@ -217,386 +218,62 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
     }
 }
 
-/* ==== Mamba-2 over a run of tokens: recurrence or chunked SSD, threads over heads ==== */
+/* ==== Mamba-2 over a run of tokens: recurrence or chunked SSD (ssd.c), threads over heads ==== */
 /* Contract (n_tok consecutive tokens of ONE sequence):
  *   s:   [n_head, head_dim, d_state] state, updated in place
  *   xBC: token t at xBC + t*xbc_stride: x [n_head*head_dim], then B [n_group, d_state],
  *        then C [n_group, d_state] (the conv output after SiLU)
  *   dt:  token t at dt + t*dt_stride: [n_head], after softplus;  A, D: [n_head]
  *   y:   token t at y + t*y_stride: [n_head*head_dim]
+ *   ws:  ws_bytes of workspace for the SSD path, at least tk_ssd_workspace_bytes(n_tok, ...,
+ *        threads of pool) (the recurrence needs none); too small: TK_ERR_INVALID, nothing done
  * Same result as n_tok calls of tk_ssm_scan_mamba2 (bit for bit when n_tok < the SSD
- * threshold; to float rounding otherwise).
- *
- * SSD, chunk [t0, t0+L) of head h (group g), a_k = dt_k*A_h, cum_i = sum_{k<=i} a_k
- * (double), s0 the state entering the chunk:
- *   y_i[p]   = sum_{j<=i} exp(cum_i - cum_j) dt_j (C_i.B_j) x_j[p]       (intra-chunk)
- *            + exp(cum_i) sum_n C_i[n] s0[p][n] + D_h x_i[p]            (carried state)
- *   s[p][n] <- exp(cum_L) s0[p][n] + sum_j exp(cum_L - cum_j) dt_j x_j[p] B_j[n]
- * which is the recurrence unrolled over the chunk.  ref: Dao & Gu, "Transformers are SSMs"
- * (2024), sec. 6 (the chunked SSD algorithm); transformers Mamba2Mixer.torch_forward
- * (segment_sum / chunked path).  The C_i.B_j products of a group are shared by its heads. */
-#define TK_SSD_CHUNK 64
-/* Runs from this length take SSD.  Measured crossover (bench/run.py --ssd, Bamba-430m
- * shapes H=32 P=64 N=128, 1 thread), with the AVX2 recurrence and the two-pass SSD:
- * SSD/recurrence speed-up 0.24x at 2 tokens, 0.53x at 8, 0.91x at 16, 1.20x at 32,
- * 1.5-2.2x from 64 on (us/token/layer: recurrence 40-70, SSD 28-34 from 64 tokens).
- * So the default is 32: shorter ubatches take the recurrence, the path generation takes
- * (a short prompt split into single-token ubatches then gives the same bits). */
-#define TK_SSD_MIN_DEFAULT 32
-
-static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
-
-int tk_ssd_threshold(void) {
-    int v = __atomic_load_n(&g_ssd_min, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char * e = getenv("TOOLKIT_SSD_MIN");
-        v = TK_SSD_MIN_DEFAULT;
-        if (e && *e) {
-            char * end;
-            long l = strtol(e, &end, 10);
-            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
-        }
-        __atomic_store_n(&g_ssd_min, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
-int tk_ssd_set_threshold(int n) {
-    if (n < 0) { __atomic_store_n(&g_ssd_min, -1, __ATOMIC_RELAXED); return tk_ssd_threshold(); }
-    __atomic_store_n(&g_ssd_min, n, __ATOMIC_RELAXED);
-    return n;
-}
-
+ * threshold, tk_ssd_threshold(); to float rounding otherwise). */
 typedef struct {
     float * s;
     const float * xBC, * dt, * A, * D;
     int64_t xbc_stride, dt_stride, y_stride;
     int32_t n_tok, H, P, N, G, DI;
-    int use_ssd;
     float * y;
-    float * ws;                /* SSD workspace, ws_stride floats per thread */
-    size_t ws_stride;
-    float * pre;               /* SSD, per chunk and group: CB [LC][LC], C [LC][N], B^T [N][LC] */
-    size_t pre_stride;         /* floats per (chunk, group) */
-    int32_t n_chunk;
     int level;                 /* tk_cpu_level() */
 } m2_job;
 
-static void m2_recurrence(const m2_job * j, int32_t h) {
-    const int32_t P = j->P, N = j->N, g = h / (j->H / j->G);
-    float * sh = j->s + (int64_t) h * P * N;
-    for (int32_t t = 0; t < j->n_tok; t++) {
-        const float * xt = j->xBC + t * j->xbc_stride;
-        const float dth = j->dt[t * j->dt_stride + h];
-        m2_head_step(j->level, sh, xt + (int64_t) h * P, dth, expf(dth * j->A[h]), xt + j->DI + (int64_t) g * N,
-                     xt + j->DI + (int64_t) j->G * N + (int64_t) g * N, j->D[h], P, N, j->y + t * j->y_stride + (int64_t) h * P);
-    }
-}
-
-static inline float dot8(const float * a, const float * b, int32_t n) {
-    float acc[8] = {0};
-    int32_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* out[0:P] += sum_j c[j] * M[j*ldm + 0:P], j in [0, J): P a multiple of 8, at most 64;
- * the P outputs stay in registers across j (one broadcast, P/8 loads and FMAs per j). */
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx2,fma"))) static void acc_rows_avx2(float * out, const float * c,
-                                                                                      const float * M, int64_t ldm,
-                                                                                      int32_t J, int32_t P) {
-    __m256 a[8];
-    const int32_t V = P / 8;
-    for (int v = 0; v < 8; v++) a[v] = v < V ? _mm256_loadu_ps(out + 8 * v) : _mm256_setzero_ps();
-    for (int32_t j = 0; j < J; j++) {
-        const __m256 cj = _mm256_set1_ps(c[j]);
-        const float * m = M + (int64_t) j * ldm;
-        if (V == 8) {
-            for (int v = 0; v < 8; v++) a[v] = _mm256_fmadd_ps(cj, _mm256_loadu_ps(m + 8 * v), a[v]);
-        } else {
-            for (int v = 0; v < V; v++) a[v] = _mm256_fmadd_ps(cj, _mm256_loadu_ps(m + 8 * v), a[v]);
-        }
-    }
-    for (int v = 0; v < V; v++) _mm256_storeu_ps(out + 8 * v, a[v]);
-}
-
-/* acc_rows_avx2 for 4 outputs at once: out[r][0:P] += sum_j c[r][j] * M[j*ldm + 0:P],
- * r < 4, P a multiple of 16; 16 columns at a time, so that each load of M feeds 4 FMAs
- * (the 1-row kernel loads all of M for every output row: for the SSD's carried-state term
- * that is N*P floats, 32 KiB, per token, from L2).  Each output gets the same FMA chain
- * over j as from acc_rows_avx2, so the two are interchangeable bit for bit. */
-__attribute__((target("avx2,fma"))) static void acc_rows4_avx2(float * const out[4], const float * const c[4],
-                                                               const float * M, int64_t ldm, int32_t J, int32_t P) {
-    for (int32_t p0 = 0; p0 < P; p0 += 16) {
-        __m256 a[4][2];
-        for (int r = 0; r < 4; r++) {
-            a[r][0] = _mm256_loadu_ps(out[r] + p0);
-            a[r][1] = _mm256_loadu_ps(out[r] + p0 + 8);
-        }
-        for (int32_t j = 0; j < J; j++) {
-            const float * m = M + (int64_t) j * ldm + p0;
-            const __m256 m0 = _mm256_loadu_ps(m), m1 = _mm256_loadu_ps(m + 8);
-            for (int r = 0; r < 4; r++) {
-                const __m256 cj = _mm256_broadcast_ss(c[r] + j);
-                a[r][0] = _mm256_fmadd_ps(cj, m0, a[r][0]);
-                a[r][1] = _mm256_fmadd_ps(cj, m1, a[r][1]);
-            }
-        }
-        for (int r = 0; r < 4; r++) {
-            _mm256_storeu_ps(out[r] + p0, a[r][0]);
-            _mm256_storeu_ps(out[r] + p0 + 8, a[r][1]);
-        }
-    }
-}
-#endif
-
-/* Per-thread workspace of the SSD path, in floats (cum, da are doubles, counted twice). */
-static size_t ssd_ws_floats(int32_t P, int32_t N) {
-    const size_t L = TK_SSD_CHUNK;
-    return 2 * L * (size_t) P + (size_t) N * P + 6 * L + 16 + L + 5 * (size_t) N;
-}
-
-/* What every head of a group reads in a chunk, in floats: C_i . B_k, C, B transposed. */
-static size_t ssd_pre_floats(int32_t N) {
-    const size_t L = TK_SSD_CHUNK;
-    return L * L + 2 * L * (size_t) N;
-}
-
-/* Pass 1 of SSD, items = (chunk, group) pairs: copy the chunk's C rows out of the strided
- * activations (a token's row is conv_dim floats apart, which aliases in L1), B transposed
- * (zero past the chunk's end), and the products CB[i][k] = C_i . B_k (k <= i; the SIMD
- * instance computes whole rows of 8-aligned length, as acc_rows_avx2 over B^T). */
-static inline __attribute__((always_inline)) void ssd_prep_body(const m2_job * j, int64_t i0, int64_t i1, int simd) {
-    const int32_t N = j->N, G = j->G, DI = j->DI, LC = TK_SSD_CHUNK;
-#if defined(__x86_64__) && defined(__GNUC__)
-    simd = simd && N % 8 == 0;
-#else
-    (void) simd;
-#endif
-    for (int64_t it = i0; it < i1; it++) {
-        const int32_t c = (int32_t) (it / G), g = (int32_t) (it % G), t0 = c * LC;
-        const int32_t L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
-        float * CB = j->pre + (size_t) it * j->pre_stride, * Cc = CB + LC * LC, * BT = Cc + (size_t) LC * N;
-        for (int32_t i = 0; i < L; i++) {
-            const float * r = j->xBC + (t0 + i) * j->xbc_stride + DI;
-            memcpy(Cc + (size_t) i * N, r + (int64_t) G * N + (int64_t) g * N, (size_t) N * sizeof(float));
-            for (int32_t n = 0; n < N; n++) BT[(size_t) n * LC + i] = r[(int64_t) g * N + n];
-        }
-        for (int32_t n = 0; n < N; n++)
-            for (int32_t i = L; i < LC; i++) BT[(size_t) n * LC + i] = 0.0f;
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (simd) {
-            const int32_t L8 = (L + 7) & ~7;
-            for (int32_t i = 0; i < L; i++) {
-                memset(CB + i * LC, 0, (size_t) L8 * sizeof(float));
-                acc_rows_avx2(CB + i * LC, Cc + (size_t) i * N, BT, LC, N, L8);
-            }
-            continue;
-        }
-#endif
-        for (int32_t i = 0; i < L; i++)
-            for (int32_t k = 0; k <= i; k++)
-                CB[i * LC + k] = dot8(Cc + (size_t) i * N, j->xBC + (t0 + k) * j->xbc_stride + DI + (int64_t) g * N, N);
-    }
-}
-
-/* Pass 2 of SSD: heads [h0, h1) over the whole run, chunk after chunk; the head's state
- * is held transposed (sT [N][P]) from the first chunk to the last.  Every inner loop is an
- * axpy over P contiguous floats (vectorizable without reassociation).  Inlined into a
- * plain and an AVX2+FMA instance below. */
-static inline __attribute__((always_inline)) void ssd_heads_body(const m2_job * j, int64_t h0, int64_t h1, float * ws,
-                                                                 int simd) {
-    const int32_t P = j->P, N = j->N, G = j->G, hpg = j->H / j->G;
-    const int32_t LC = TK_SSD_CHUNK;
-    float * xh = ws, * xw = xh + (size_t) LC * P, * sT = xw + (size_t) LC * P;
-    float * dth = sT + (size_t) N * P, * wk = dth + LC;
-    double * cum = (double *) (void *) (wk + LC + ((uintptr_t) (wk + LC) % 8 ? 1 : 0)), * da = cum + LC;
-    float * coef = (float *) (void *) (da + LC);   /* [max(LC, N)] coefficients of one accumulate */
-#if defined(__x86_64__) && defined(__GNUC__)
-    float * coef4 = coef + (LC > N ? LC : N);       /* [4][N]: carried-state coefficients of 4 tokens */
-#else
-    (void) coef;
-#endif
-#if defined(__x86_64__) && defined(__GNUC__)
-    simd = simd && P % 8 == 0 && P <= 64;
-#else
-    (void) simd;
-#endif
-    for (int64_t hh = h0; hh < h1; hh++) {
-        const int32_t h = (int32_t) hh, g = h / hpg;
-        const float Ah = j->A[h], Dh = j->D[h];
-        float * sh = j->s + (int64_t) h * P * N;
-        for (int32_t p = 0; p < P; p++)
-            for (int32_t n = 0; n < N; n++) sT[(size_t) n * P + p] = sh[(size_t) p * N + n];
-        for (int32_t c = 0; c < j->n_chunk; c++) {
-            const int32_t t0 = c * LC, L = j->n_tok - t0 < LC ? j->n_tok - t0 : LC;
-            const float * CB = j->pre + ((size_t) c * G + g) * j->pre_stride, * Cc = CB + LC * LC;
-            const float * BT = Cc + (size_t) LC * N;
-            double cs = 0.0;
-            for (int32_t i = 0; i < L; i++) {
-                dth[i] = j->dt[(t0 + i) * j->dt_stride + h];
-                const double a = (double) (dth[i] * Ah);
-                cs += a;
-                cum[i] = cs;
-                da[i] = exp(a);
-                memcpy(xh + (size_t) i * P, j->xBC + (t0 + i) * j->xbc_stride + (int64_t) h * P, (size_t) P * sizeof(float));
-            }
-            /* outputs: D x + carried state + intra-chunk */
-#if defined(__x86_64__) && defined(__GNUC__)
-            if (simd && P % 16 == 0) {   /* D x and the carried state of 4 tokens at a time */
-                int32_t i = 0;
-                for (; i + 4 <= L; i += 4) {
-                    float * yr[4];
-                    const float * cr[4];
-                    for (int r = 0; r < 4; r++) {
-                        yr[r] = j->y + (t0 + i + r) * j->y_stride + (int64_t) h * P;
-                        const float * xi = xh + (size_t) (i + r) * P;
-                        for (int32_t p = 0; p < P; p++) yr[r][p] = Dh * xi[p];
-                        const float dec = (float) exp(cum[i + r]);
-                        float * cf = coef4 + (size_t) r * N;
-                        for (int32_t n = 0; n < N; n++) cf[n] = dec * Cc[(size_t) (i + r) * N + n];
-                        cr[r] = cf;
-                    }
-                    acc_rows4_avx2(yr, cr, sT, P, N, P);
-                }
-                for (; i < L; i++) {
-                    float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
-                    const float * xi = xh + (size_t) i * P;
-                    for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
-                    const float dec = (float) exp(cum[i]);
-                    for (int32_t n = 0; n < N; n++) coef[n] = dec * Cc[(size_t) i * N + n];
-                    acc_rows_avx2(yi, coef, sT, P, N, P);
-                }
-            }
-#endif
-            for (int32_t i = 0; i < L; i++) {
-                float * yi = j->y + (t0 + i) * j->y_stride + (int64_t) h * P;
-#if defined(__x86_64__) && defined(__GNUC__)
-                if (simd) {      /* the same products, accumulated in registers */
-                    if (P % 16 != 0) {
-                        const float * xi = xh + (size_t) i * P;
-                        for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
-                        const float dec = (float) exp(cum[i]);
-                        for (int32_t n = 0; n < N; n++) coef[n] = dec * Cc[(size_t) i * N + n];
-                        acc_rows_avx2(yi, coef, sT, P, N, P);
-                    }
-                    double e = 1.0;
-                    for (int32_t k = i; k >= 0; k--) {
-                        if (k < i) e *= da[k + 1];
-                        coef[k] = (float) e * dth[k] * CB[i * LC + k];
-                    }
-                    acc_rows_avx2(yi, coef, xh, P, i + 1, P);
-                    continue;
-                }
-#endif
-                const float * xi = xh + (size_t) i * P;
-                for (int32_t p = 0; p < P; p++) yi[p] = Dh * xi[p];
-                const float dec = (float) exp(cum[i]);
-                for (int32_t n = 0; n < N; n++) {
-                    const float cn = dec * Cc[(size_t) i * N + n];
-                    const float * sn = sT + (size_t) n * P;
-                    for (int32_t p = 0; p < P; p++) yi[p] += cn * sn[p];
-                }
-                /* e = exp(cum_i - cum_k) for k = i, i-1, ...: one multiply per step by
-                 * da[k+1] = exp(a_{k+1}) (double; underflows to 0 gracefully as a <= 0) */
-                double e = 1.0;
-                for (int32_t k = i; k >= 0; k--) {
-                    if (k < i) e *= da[k + 1];
-                    const float m = (float) e * dth[k] * CB[i * LC + k];
-                    const float * xk = xh + (size_t) k * P;
-                    for (int32_t p = 0; p < P; p++) yi[p] += m * xk[p];
-                }
-            }
-            /* state at the end of the chunk */
-            const float dec_all = (float) exp(cum[L - 1]);
-            for (int32_t k = 0; k < L; k++) {
-                wk[k] = (float) exp(cum[L - 1] - cum[k]) * dth[k];
-                for (int32_t p = 0; p < P; p++) xw[(size_t) k * P + p] = wk[k] * xh[(size_t) k * P + p];
-            }
-            for (int32_t n = 0; n < N; n++) {
-                float * sn = sT + (size_t) n * P;
-                const float * bn = BT + (size_t) n * LC;
-                for (int32_t p = 0; p < P; p++) sn[p] *= dec_all;
-#if defined(__x86_64__) && defined(__GNUC__)
-                if (simd) {
-                    acc_rows_avx2(sn, bn, xw, P, L, P);
-                    continue;
-                }
-#endif
-                for (int32_t k = 0; k < L; k++) {
-                    const float b = bn[k];
-                    const float * xk = xw + (size_t) k * P;
-                    for (int32_t p = 0; p < P; p++) sn[p] += b * xk[p];
-                }
-            }
-        }
-        for (int32_t p = 0; p < P; p++)
-            for (int32_t n = 0; n < N; n++) sh[(size_t) p * N + n] = sT[(size_t) n * P + p];
-    }
-}
-
-static void ssd_prep_plain(const m2_job * j, int64_t i0, int64_t i1) { ssd_prep_body(j, i0, i1, 0); }
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma")))
-static void ssd_prep_avx2(const m2_job * j, int64_t i0, int64_t i1) { ssd_prep_body(j, i0, i1, 1); }
-#endif
-
-static void m2_prep(void * arg, int64_t i0, int64_t i1, int thread) {
-    const m2_job * j = arg;
-    (void) thread;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (j->level >= TK_CPU_AVX2) { ssd_prep_avx2(j, i0, i1); return; }
-#endif
-    ssd_prep_plain(j, i0, i1);
-}
-
-static void ssd_heads_plain(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws, 0); }
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2,fma")))
-static void ssd_heads_avx2(const m2_job * j, int64_t h0, int64_t h1, float * ws) { ssd_heads_body(j, h0, h1, ws, 1); }
-#endif
-
+/* Pool task: heads [h0, h1), each through the whole run token by token. */
 static void m2_heads(void * arg, int64_t h0, int64_t h1, int thread) {
     const m2_job * j = arg;
-    if (!j->use_ssd) {
-        for (int64_t h = h0; h < h1; h++) m2_recurrence(j, (int32_t) h);
-        return;
+    const int32_t P = j->P, N = j->N;
+    (void) thread;
+    for (int64_t hh = h0; hh < h1; hh++) {
+        const int32_t h = (int32_t) hh, g = h / (j->H / j->G);
+        float * sh = j->s + (int64_t) h * P * N;
+        for (int32_t t = 0; t < j->n_tok; t++) {
+            const float * xt = j->xBC + t * j->xbc_stride;
+            const float dth = j->dt[t * j->dt_stride + h];
+            m2_head_step(j->level, sh, xt + (int64_t) h * P, dth, expf(dth * j->A[h]), xt + j->DI + (int64_t) g * N,
+                         xt + j->DI + (int64_t) j->G * N + (int64_t) g * N, j->D[h], P, N,
+                         j->y + t * j->y_stride + (int64_t) h * P);
+        }
     }
-    float * ws = j->ws + (size_t) thread * j->ws_stride;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (j->level >= TK_CPU_AVX2) { ssd_heads_avx2(j, h0, h1, ws); return; }
-#endif
-    ssd_heads_plain(j, h0, h1, ws);
 }
 
-void tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
-                       int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
-                       int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride) {
-    if (n_tok <= 0) return;
+tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                            int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                            int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
+                            size_t ws_bytes) {
+    if (n_tok <= 0) return TK_OK;
     const int thr = tk_ssd_threshold();
-    m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
-                n_head * head_dim, thr > 0 && n_tok >= thr, y, NULL, 0, NULL, 0, 0, tk_cpu_level()};
     /* one token of a small model: not worth waking the workers */
     if ((int64_t) n_tok * n_head * head_dim * d_state < 32768) pool = NULL;
-    if (j.use_ssd) {
-        j.n_chunk = (n_tok + TK_SSD_CHUNK - 1) / TK_SSD_CHUNK;
-        j.ws_stride = ssd_ws_floats(head_dim, d_state);
-        j.pre_stride = ssd_pre_floats(d_state);
-        j.ws = malloc(j.ws_stride * sizeof(float) * (size_t) tk_pool_size(pool));
-        j.pre = malloc(j.pre_stride * sizeof(float) * (size_t) j.n_chunk * (size_t) n_group);
-        if (!j.ws || !j.pre) j.use_ssd = 0;   /* no memory for the workspace: the recurrence needs none */
-        else tk_pool_run(pool, (int64_t) j.n_chunk * n_group, m2_prep, &j);
-    }
+    if (thr > 0 && n_tok >= thr)
+        return tk_ssd_scan(pool, s, xBC, xbc_stride, dt, dt_stride, A, D, n_tok, n_head, head_dim, d_state, n_group, y,
+                           y_stride, ws, ws_bytes);
+    m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
+                n_head * head_dim, y, tk_cpu_level()};
     tk_pool_run(pool, n_head, m2_heads, &j);
-    free(j.ws);
-    free(j.pre);
+    return TK_OK;
 }
 
+/* Test entry: a pool of n_threads and an SSD workspace for this run, made and freed here. */
 tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
                             const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
                             int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads) {
@@ -605,7 +282,12 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
         return TK_FAIL(TK_ERR_INVALID, "tk_ssm_mamba2_seq: bad arguments");
     tk_pool * pool = NULL;
     if (n_threads > 1) TK_CHECK(tk_pool_new(n_threads, &pool));
-    tk_ssm_mamba2_run(pool, s, xBC, xbc_stride, dt, dt_stride, A, D, n_tok, n_head, head_dim, d_state, n_group, y, y_stride);
+    const size_t ws_bytes = tk_ssd_workspace_bytes(n_tok, n_head, head_dim, d_state, n_group, tk_pool_size(pool));
+    void * ws = ws_bytes ? malloc(ws_bytes) : NULL;
+    tk_status st = ws_bytes && !ws ? TK_FAIL(TK_ERR_NOMEM, "tk_ssm_mamba2_seq: no memory for %zu bytes of SSD workspace", ws_bytes)
+                                   : tk_ssm_mamba2_run(pool, s, xBC, xbc_stride, dt, dt_stride, A, D, n_tok, n_head, head_dim,
+                                                       d_state, n_group, y, y_stride, ws, ws_bytes);
+    free(ws);
     tk_pool_free(pool);
-    return TK_OK;
+    return st;
 }

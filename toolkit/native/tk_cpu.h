@@ -1,77 +1,12 @@
-/* tk_cpu.h: run-time CPU dispatch (cpu.c), the float mat-mul kernels per level (ops.c,
- * ops_avx2.c, kernels_neon.c), and test hooks.
- *
- * The part between the CDEF markers is also exposed to Python through cffi (_build.py
- * reads it after toolkit.h's). */
+/* tk_cpu.h: the SIMD kernel entry points (ops_avx2.c, act_avx2.c, kernels_neon.c), called
+ * by the dispatchers at the level tk_cpu_level() gives.  Internal: not part of the cffi
+ * module.  The levels and the dispatch hooks (cpu.c) are in tk_testing.h, included here. */
 #ifndef TK_CPU_H
 #define TK_CPU_H
 
 #include <stdint.h>
 
-#include "toolkit.h"
-
-/* CDEF-BEGIN */
-/* ==== run-time CPU dispatch (cpu.c) ================================================== */
-/* Kernel levels.  On x86-64, lowest first: a level is used only if the CPU advertises its
- * instructions (cpuid) AND the OS saves the register state they need (xgetbv: XMM|YMM for
- * AVX2, plus opmask|ZMM for AVX-512).  AMX is never used.  On aarch64 the levels are
- * scalar and NEON (Advanced SIMD, part of every AArch64 CPU; checked in the auxiliary
- * vector's HWCAP_ASIMD).                                                                */
-typedef enum {
-    TK_CPU_SCALAR = 0,         /* plain C, every machine */
-    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
-    TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL (kernels: the AVX2 ones for now) */
-    TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels_neon.c) */
-} tk_cpu_level_t;
-
-/* The level kernels run at now: the highest the machine supports, capped by the
- * environment variable TOOLKIT_CPU=scalar|avx2|avx512|neon (read once; an unknown value,
- * or another architecture's level, means scalar) and by tk_cpu_set_level. */
-int tk_cpu_level(void);
-/* Highest level this machine supports (ignores TOOLKIT_CPU). */
-int tk_cpu_detected(void);
-/* Cap the level (tests, benchmarks): returns the level now in force: on x86-64
- * min(level, detected) for an x86-64 level; on aarch64 NEON if asked for and detected;
- * scalar for any other level.
- * Not to be called while another thread is decoding. */
-int tk_cpu_set_level(int level);
-/* "scalar", "avx2", "avx512", "neon"; "?" for anything else. */
-const char * tk_cpu_level_name(int level);
-/* Space-separated features found, e.g. "avx2 fma f16c avx512f avx512bw avx512vnni";
- * "os-ymm"/"os-zmm" when the OS saves those registers. */
-const char * tk_cpu_features(void);
-
-/* ==== Mamba-2 chunked scan (ssm.c) =================================================== */
-/* Runs of at least this many tokens of one sequence in a ubatch take the chunked SSD form
- * (chunks of 64 tokens) instead of the token-by-token recurrence; 0 = never.  Default: the
- * measured crossover (ssm.c TK_SSD_MIN_DEFAULT), or the environment variable
- * TOOLKIT_SSD_MIN (read once).  tk_ssd_set_threshold(n >= 0) overrides it; n < 0 re-reads
- * the default.  Returns the threshold in force.
- * The path changes float rounding: results are bit-identical across ubatch splits when
- * every split takes the same path (and, for SSD, splits at multiples of 64 tokens). */
-int tk_ssd_threshold(void);
-int tk_ssd_set_threshold(int n);
-/* n_tok tokens of one sequence through the Mamba-2 scan (contract in ssm.c,
- * tk_ssm_mamba2_run), on n_threads threads (heads split between them). */
-tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, const float * dt, int64_t dt_stride,
-                            const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
-                            int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads);
-
-/* ==== ggml type traits (ggml_types.c) ================================================ */
-/* The type table's row of ggml type `type`: its name, block size (elements), bytes per
- * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =
- * Q8_0 / Q8_1 / Q8_K, -1 = none) and flags: 1 dequantizes, 2 quantizes, 4 has an imatrix
- * quantizer, 8 has a mat-mul kernel, 16 is an activation type.  Returns 0 (outputs
- * untouched) for an id not in the table, else 1. */
-int tk_type_traits_query(int type, const char ** name, int64_t * blck_size, int64_t * type_size, int * vec_dot_type,
-                         int * flags);
-/* CDEF-END */
-
-/* ---- internal: the scan inside forward.c (pool = the context's threads) ---- */
-struct tk_pool;
-void tk_ssm_mamba2_run(struct tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
-                       int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
-                       int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride);
+#include "tk_testing.h"
 
 /* ---- internal: the scalar float mat-mul (ops.c), the type table's scalar slot of F32 /
  * F16 / BF16: y[t*M + r] for r in [r0, r1), t < n_tok (contract: ops.c matmul) ---- */

@@ -3,6 +3,7 @@
 #define TK_INTERNAL_H
 
 #include "toolkit.h"
+#include "tk_testing.h"   /* kernels the runtime calls too, CPU levels */
 
 /* Record an error for tk_last_error() and return its status. */
 tk_status tk_set_error(const char * file, int line, tk_status st, const char * fmt, ...)
@@ -94,7 +95,7 @@ void tk_pool_free(tk_pool * pool);
 int  tk_pool_size(const tk_pool * pool);        /* 1 for NULL */
 void tk_pool_run(tk_pool * pool, int64_t n, tk_task_fn fn, void * arg);
 
-/* ---- ops.c (fp16/bf16, rms_norm, rope_norm, mat_mul are in toolkit.h) ------------- */
+/* ---- ops.c (fp16/bf16, rms_norm, rope_norm, mat_mul are in tk_testing.h) ---------- */
 /* What a mat-mul works in: the pool, per-thread float rows (F32/F16/BF16 weights) and a
  * buffer for the quantized activations (integer path of the quantized types, qdot.h). */
 typedef struct {
@@ -114,12 +115,27 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
-/* Row forms of the gates (tk_silu_row: toolkit.h): y = silu(y) * a;  y = y * silu(z). */
+/* Row forms of the gates (tk_silu_row: tk_testing.h): y = silu(y) * a;  y = y * silu(z). */
 void tk_silu_mul_row(float * y, const float * a, int64_t n);
 void tk_mul_silu_row(float * y, const float * z, int64_t n);
 float tk_softplus(float x);
 
-/* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in toolkit.h ---------- */
+/* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in tk_testing.h ------- */
+/* Mamba-2 over n_tok tokens of one sequence (contract in ssm.c): the recurrence, or from
+ * tk_ssd_threshold() tokens the chunked SSD (ssd.c, tk_ssd_scan) in `ws` (ws_bytes, at least
+ * tk_ssd_workspace_bytes for n_tok and the pool's threads; smaller: TK_ERR_INVALID). */
+tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                            int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                            int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
+                            size_t ws_bytes);
+/* ---- ssd.c ---- */
+/* Bytes of SSD workspace for runs of up to n_tok tokens on n_threads threads (0 if a size is <= 0). */
+size_t tk_ssd_workspace_bytes(int32_t n_tok, int32_t n_head, int32_t head_dim, int32_t d_state, int32_t n_group,
+                              int n_threads);
+tk_status tk_ssd_scan(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                      int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                      int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
+                      size_t ws_bytes);
 
 /* ---- memory: memory.h (the interface and its kv / rs / hybrid implementations) ---- */
 #include "memory.h"
@@ -152,6 +168,8 @@ struct tk_context {
     tk_mm_work mm;             /* pool, row, act: what tk_matmul works in */
     float * vec;               /* [n_threads, vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
+    void * ssd_ws;             /* Mamba-2 SSD workspace (tk_ssd_workspace_bytes for n_ubatch), or NULL */
+    size_t ssd_ws_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
     volatile int abort_requested; /* set by tk_context_abort from another thread */

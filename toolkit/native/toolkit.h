@@ -6,6 +6,8 @@
  *
  * The block between CDEF-BEGIN and CDEF-END is plain declarations (no preprocessor
  * lines): the cffi builder (_build.py) feeds it to ffi.cdef(). Enums only grow at the end.
+ * Kernel entry points for tests and benchmarks, and the CPU-dispatch hooks, are not API:
+ * they are in tk_testing.h.
  */
 #ifndef TOOLKIT_H
 #define TOOLKIT_H
@@ -206,26 +208,6 @@ tk_status tk_state_size(tk_context * ctx, int32_t seq, uint64_t * size);
 tk_status tk_state_write(tk_context * ctx, int32_t seq, uint8_t * buf, uint64_t cap, uint64_t * written);
 tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint64_t size);
 /* ==== end memory hierarchy ==== */
-
-/* ==== runtime: kernels (scalar reference; exposed for kernel tests and benchmarks) ==== */
-/* Contracts and formula sources in ops.c / ssm.c. All arrays float32, row-major. */
-float tk_fp16_to_fp32(uint16_t h);
-float tk_bf16_to_fp32(uint16_t h);
-/* y[t][r] = sum_k W[r][k] x[t][k]; W: M rows of K elements of ggml `type` at w; x: [n_tok, K]; y: [n_tok, M] */
-tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
-void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
-/* y[i] = y[i] / (1 + exp(-y[i])) in place, n floats, at the current kernel level
- * (scalar: expf; AVX2: a vector exp within a few ulp of it). */
-void tk_silu_row(float * y, int64_t n);
-void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base);
-void tk_ssm_conv(const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
-                 const float * w, const float * b, float * state, float * y, int64_t y_stride);
-void tk_ssm_scan_mamba1(float * s, const float * x, const float * dt, const float * A, const float * B,
-                        const float * C, const float * D, const float * z, int32_t d_inner, int32_t d_state,
-                        float * y);
-void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const float * A, const float * B,
-                        const float * C, const float * D, int32_t n_head, int32_t head_dim, int32_t d_state,
-                        int32_t n_group, float * y);
 
 /* CDEF-END */
 

@@ -10,7 +10,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
   recurrent    n_seq_max x ((d_conv - 1) x conv_dim + d_state x d_inner) x 4 over the recurrent
                layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
-  compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c)
+  compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c),
+               plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes)
 :meth:`toolkit.runtime.Context.memory_report` gives the same kinds as allocated.
 """
 from __future__ import annotations
@@ -56,7 +57,18 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
-            "compute": int(sum(max(w, 1) * 4 for w in widths) + act)}
+            "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0))}
+
+
+def _ssd_workspace(hp, n_ubatch: int, n_threads: int) -> int:
+    """Bytes of the Mamba-2 chunked scan's workspace (ssd.c tk_ssd_workspace_bytes): per thread
+    2 L P + N P + 7 L + 16 + 5 N floats, per (chunk of L = 64 tokens, group) L^2 + 2 L N floats."""
+    L, P, N = 64, hp.ssm_head_dim, hp.d_state
+    if n_ubatch <= 0 or P <= 0 or N <= 0 or hp.n_group <= 0:
+        return 0
+    per_thread = 2 * L * P + N * P + 7 * L + 16 + 5 * N
+    per_chunk = L * L + 2 * L * N
+    return (max(n_threads, 1) * per_thread + -(-n_ubatch // L) * hp.n_group * per_chunk) * 4
 
 
 def _fmt(n: int) -> str:
