@@ -99,6 +99,7 @@ def rejected(ctx, blob, seq_id=-1, match=None) -> str:
     return str(e.value)
 
 
+@pytest.mark.slow
 def test_truncated_and_flipped_blobs_change_nothing(hybrid):
     with make(hybrid) as src, make(hybrid) as dst:
         fill(src)
@@ -154,6 +155,7 @@ def test_other_model_newer_version_and_bad_content(hybrid, hf_f32):
     other.close()
 
 
+@pytest.mark.slow
 def test_mutations_with_valid_checksum_never_disagree(hybrid):
     """Random byte changes, checksum recomputed: the reader must refuse (memory unchanged) or
     accept a state whose two children agree (its own blob reads back in a fresh context)."""

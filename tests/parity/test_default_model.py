@@ -54,6 +54,7 @@ def test_shipped_model_is_the_small_hybrid():
         assert t.shape[0] % 256 == 0, f"{t.name}: row of {t.shape[0]} is not a whole k-quant super-block"
 
 
+@pytest.mark.slow
 def test_runtime_reproduces_the_training_scripts_heldout_perplexity():
     """Same text, same n_ctx and chunk count as tools/train_demo_model.py's final evaluation."""
     from toolkit.runtime.perplexity import perplexity_file
@@ -70,6 +71,7 @@ def test_runtime_reproduces_the_training_scripts_heldout_perplexity():
     assert r.ppl < meta["heldout_ppl_init"]["ppl"] / 50
 
 
+@pytest.mark.slow
 def test_perplexity_cli_json_and_kld_against_itself(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text(HELDOUT.read_text(encoding="utf-8")[:40000], encoding="utf-8")
@@ -89,6 +91,7 @@ def test_perplexity_cli_json_and_kld_against_itself(tmp_path):
     assert k["mean"] < 1e-6 and k["top1"] == 1.0 and k["n_tokens"] == 4 * 63
 
 
+@pytest.mark.slow
 def test_perplexity_cli_errors(tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("x = 1\n")

@@ -56,6 +56,7 @@ def _run(path: str, n_threads: int, n_ubatch: int) -> np.ndarray:
     return np.concatenate(rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: {0: "scalar"}.get(lv, f"level{lv}"))
 @pytest.mark.parametrize("qtype", TYPES)
 def test_threads_and_ubatch_bit_identical(qfiles, qtype, level, at_level):

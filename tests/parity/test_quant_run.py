@@ -13,6 +13,8 @@ import pytest
 
 from toolkit.quantize import quantize_file
 
+pytestmark = pytest.mark.slow   # the module fixture quantizes bamba-small to 17 types
+
 SRC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "llamacpp", "bamba-small.f32.gguf")
 TYPES = ["F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0",
          "IQ4_NL", "IQ4_XS", "Q3_K_M", "Q3_K_L", "Q3_K_S", "Q2_K"]

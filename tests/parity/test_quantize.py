@@ -54,6 +54,7 @@ def test_reference_set_is_complete():
                          "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ref_file", REF_FILES)
 def test_matches_llama_quantize(ref_file, tmp_path):
     """Every tensor's ggml type and data bytes, the tensor order and the changed metadata equal
@@ -80,6 +81,7 @@ def test_matches_llama_quantize(ref_file, tmp_path):
         assert _sha(out) == ref["file_sha256"], f"{ref_file}: tensors equal but the file bytes differ"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("qtype", ["Q4_K_M", "Q8_0", "IQ4_XS"])
 def test_tiny_bands_give_identical_bytes(qtype, tmp_path):
     """Rows are independent: a band of one row (band_mb tiny) and one thread give the same file."""
@@ -101,6 +103,7 @@ def test_requantize_refused_then_allowed(tmp_path):
     assert types["blk.0.ssm_in.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
 
 
+@pytest.mark.slow
 def test_bf16_source_converts_row_by_row(tmp_path):
     """A BF16 input goes through tk_convert_rows (one-row float32 scratch): the bytes equal
     dequantizing the whole tensor and quantizing it, and do not depend on the band size."""

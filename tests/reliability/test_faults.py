@@ -106,6 +106,7 @@ JOBS = {
 
 # ---- disk full ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job,where", [("convert", "header"), ("convert", "middle"), ("quantize", "middle"),
                                        ("quantize", "last byte")])
 def test_disk_full_under_rlimit_fsize(tmp_path, good, job, where):
@@ -230,6 +231,7 @@ def test_input_truncated_mid_quantize(tmp_path):
 
 # ---- signals ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job,sig,code,existing", [
     ("convert", signal.SIGINT, 130, False), ("convert", signal.SIGINT, 130, True),
     ("quantize", signal.SIGINT, 130, False), ("convert", signal.SIGTERM, 143, False),

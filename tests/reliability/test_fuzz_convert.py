@@ -166,6 +166,7 @@ def _hashes(d: pathlib.Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir())}
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=N_EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck), print_blob=True)
 @given(mutated_dir())

@@ -484,6 +484,7 @@ def read_and_describe(path: str) -> None:
     json.dumps(describe(path), default=str)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated())
 def test_gguf_reader_and_info_on_mutated_files(tmp_path_factory, case):

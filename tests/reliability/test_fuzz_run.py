@@ -53,6 +53,7 @@ def check_exit(what: str, argv: list[str]) -> int:
     return code
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=N_EXAMPLES * len(SEEDS) // 2, deadline=None, database=None,
           suppress_health_check=list(HealthCheck), print_blob=True)
 @given(mutated())
@@ -78,6 +79,7 @@ def test_run_with_text_prompt_on_mutated_files(tmp_path_factory, case):
     record("toolkit run, text prompt (CLI)", f"exit {code}")
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=N_EXAMPLES * len(SEEDS) // 3, deadline=None, database=None,
           suppress_health_check=list(HealthCheck), print_blob=True)
 @given(mutated())

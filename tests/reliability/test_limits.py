@@ -169,6 +169,7 @@ def scalar_run(tmp_path_factory):
     return tok0, lg0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cpu", ["avx512", "avx1024", "", "AVX2; rm -rf /", "\u00e9"])
 def test_toolkit_cpu_values_never_crash_and_agree_with_scalar(tmp_path, scalar_run, cpu):
     # a machine without AVX is what TOOLKIT_CPU=scalar makes of this one; a level the machine

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.native
+pytestmark = [pytest.mark.native, pytest.mark.slow]   # 4 x ~2.5 s of subprocess
 
 MODEL = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "llamacpp", "bamba-small.f32.gguf")
 

@@ -91,6 +91,7 @@ def test_token_result_independent_of_batch(qtype, at_level):
         assert np.array_equal(part, full[3:9]), NAMES[lv]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: NAMES[lv])
 def test_runtime_parity_at_every_level(level, tmp_path):
     """The "Run, correct" parity and memory-invariant tests, re-run with TOOLKIT_CPU capping
