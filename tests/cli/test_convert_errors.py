@@ -268,12 +268,16 @@ def test_tokenizer_values_of_the_wrong_kind_are_clean_errors(tmp_path, fname):
         cases += [{**orig, "model": {**orig["model"], k: bad}} for k in orig["model"] for bad in ("x", 0, [[1, 2]], None)]
         cases += [{**orig, "added_tokens": [{"id": "x", "content": 3}]}, {**orig, "model": {**orig["model"], "merges": [[1, 2]]}}]
     cases += [[1, 2], "x"]
+    refused = []
     for c in cases:
         (d / fname).write_text(json.dumps(c))
         try:
             make_plan(str(d))
-        except ToolkitError:
-            pass
+        except ToolkitError as e:
+            refused.append((c, str(e)))
+    assert [c for c, _ in refused[-2:]] == [[1, 2], "x"]   # a file that is not a JSON object
+    for c, msg in refused:                                  # one line naming the file
+        assert fname in msg and "\n" not in msg.strip(), (c, msg)
 
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny"])

@@ -29,10 +29,34 @@ def load_with(m: Model, edit):
     return _load(m.path, m._c_hparams, infos)
 
 
-def test_loads_and_frees(base):
-    from toolkit.binding import lib
+def test_loads_and_frees(base, fixtures):
+    """The unedited table loads into a model with the GGUF's vocabulary that computes what
+    llama.cpp's runtime computes on this file (so every tensor was bound from the table); then
+    it frees (ASan in CI checks that)."""
+    import numpy as np
+    from toolkit.binding import check, ffi, lib
+    tokens = np.load(fixtures / "hf" / "bamba-tiny" / "reference.npz")["tokens"]
+    want = np.load(fixtures / "llamacpp" / "bamba-tiny.logits.npy")   # llama.cpp's runtime, same tokens
     ptr = load_with(base, lambda t: t)
-    lib.tk_model_free(ptr)
+    try:
+        assert ptr != ffi.NULL
+        assert lib.tk_n_vocab(ptr) == base.gguf.tensors["token_embd.weight"].shape[1] == want.shape[1]
+        p = ffi.new("tk_context_params *", {"n_ctx": 32, "n_seq_max": 1, "n_ubatch": 32, "n_threads": 1})
+        out = ffi.new("tk_context **")
+        check(lib.tk_context_new(ptr, p, out))
+        try:
+            n = len(tokens)
+            tok, pos = ffi.new("int32_t[]", tokens.tolist()), ffi.new("int32_t[]", list(range(n)))
+            seq, flags = ffi.new("int32_t[]", n), ffi.new("int8_t[]", [1] * n)   # seq 0; logits of every token
+            batch = ffi.new("tk_batch *", {"n_tokens": n, "token": tok, "pos": pos, "seq_id": seq, "logits": flags})
+            got = np.zeros((n, want.shape[1]), np.float32)
+            check(lib.tk_decode(out[0], batch, ffi.cast("float *", ffi.from_buffer(got, require_writable=True))))
+        finally:
+            lib.tk_context_free(out[0])
+        err = float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want.astype(np.float64)))
+        assert err < 3e-4, err   # llama.cpp keeps K/V in f16 (tests/parity/test_runtime_parity.py)
+    finally:
+        lib.tk_model_free(ptr)
 
 
 @pytest.mark.parametrize("name", ["blk.1.attn_k.weight", "blk.0.ssm_a", "blk.0.ssm_norm.weight", "output_norm.weight",
