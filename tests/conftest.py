@@ -1,9 +1,15 @@
 import os
 import pathlib
+import sys
 
 import pytest
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+# Tests live in tier folders (unit/, parity/, memory/, cli/, reliability/); the shared helpers
+# (cli_runner, convert_cases, qref) stay here, imported by bare name from every folder.
+if str(FIXTURES.parent) not in sys.path:
+    sys.path.insert(0, str(FIXTURES.parent))
 
 # Child processes (`python -m toolkit ...`) started from the repository root would put the
 # source tree first on sys.path, and the source tree has no compiled `toolkit._native` after a

@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
 import test_fuzz_gguf as T  # noqa: E402  (the mutation codec lives with the suite)
 

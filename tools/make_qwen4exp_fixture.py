@@ -32,7 +32,7 @@ Two more jobs, numpy only (no torch):
     python tools/make_qwen4exp_fixture.py --synthetic-ple SRC OUT N ROWS [LAST]
 
     # tensor names/shapes/types/sha256 and key/values of a GGUF (llama.cpp's converter output),
-    # the reference tests/test_convert_qwen4exp.py compares against
+    # the reference tests/parity/test_convert_qwen4exp.py compares against
     python tools/make_qwen4exp_fixture.py --summarize IN.gguf OUT.json
 
 The llama.cpp reference is llama.cpp 0c1e570 (llama-cpp-python 0.3.36 sdist, vendor/llama.cpp):

@@ -1,7 +1,7 @@
 """``tk_hparams`` (toolkit/native/toolkit.h): where each C field's value comes from.
 
 The runtime fills the struct from this list alone (``toolkit.runtime.model``), and
-tests/test_arch_table.py holds it equal to the cffi layout with :func:`struct_mismatches`:
+tests/unit/test_arch_table.py holds it equal to the cffi layout with :func:`struct_mismatches`:
 every C field is filled, every :class:`toolkit.arch.HParams` field reaches C or is listed in
 :data:`PYTHON_ONLY` with the reason, and the value kinds agree.
 """

@@ -1,7 +1,7 @@
 """The vocabulary of the architecture table: mixer and FFN kinds of a block, residual schemes.
 
 ``LayerKind`` and ``FFNKind`` mirror C enums of ``toolkit/native/toolkit.h`` value for value
-(tests/test_arch_table.py holds them equal); ``Residual`` is Python-only (descriptive).
+(tests/unit/test_arch_table.py holds them equal); ``Residual`` is Python-only (descriptive).
 """
 from __future__ import annotations
 

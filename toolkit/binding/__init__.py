@@ -6,7 +6,7 @@ C status codes to toolkit's exceptions (:func:`check`, :func:`exception_for`,
 codec (:mod:`toolkit.binding.rows`) and the CPU information (:mod:`toolkit.binding.cpu`).
 
 Only ``toolkit.convert``, ``toolkit.quantize`` and ``toolkit.runtime`` import this package
-(ARCHITECTURE.md, Layering; tests/test_layering.py keeps it so).
+(ARCHITECTURE.md, Layering; tests/unit/test_layering.py keeps it so).
 
 Raises at import:
     ImportError: the C extension is not built (install the package with ``pip install .``).

@@ -3,7 +3,7 @@
  * exp is evaluated 8 lanes at a time: x = n ln2 + r (n = round(x log2e), r by two FMAs with
  * ln2 split hi/lo, |r| <= ln2/2), e^r by its degree-6 Taylor polynomial in Horner form,
  * times 2^n built in the exponent bits; x is clamped to [-87.3, 88.7] first.  Error about
- * 2 ulp against a correctly rounded exp (checked in tests/test_kernels.py), so these
+ * 2 ulp against a correctly rounded exp (checked in tests/unit/test_kernels.py), so these
  * kernels agree with the scalar path's expf to a few ulp, not bit for bit.
  * Every element is computed by the same lane operations wherever it sits in a row: the
  * tail (n % 8) goes through a zero-padded vector too, so a thread split never changes a

@@ -140,7 +140,7 @@ class Conversation:
     rewind(p) rolls back to the newest snapshot before p (before p - 1 with logits=True) and
     re-feeds the gap; with no usable snapshot it recomputes the sequence from position 0
     (``n_recomputed`` counts those tokens).  Logits equal a fresh run of the same history bit
-    for bit (tests/test_multiturn.py).
+    for bit (tests/memory/test_multiturn.py).
     """
 
     def __init__(self, ctx, seq_id: int = 0):

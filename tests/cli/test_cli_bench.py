@@ -1,0 +1,54 @@
+"""`toolkit bench`: llama-bench's table and -o json schema, numbers consistent with the samples."""
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+
+import pytest
+
+from cli_runner import cli
+
+pytestmark = pytest.mark.native
+
+MODEL = pathlib.Path(__file__).parent.parent / "fixtures" / "llamacpp" / "bamba-tiny.f32.gguf"
+
+
+
+
+def test_bench_json_schema(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "16,40", "-n", "4", "-r", "3", "-t", "2", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["n_prompt"], r["n_gen"]) for r in rows] == [(16, 0), (40, 0), (0, 4)]
+    for r in rows:
+        for key in ("model_filename", "model_type", "model_size", "model_n_params", "n_batch", "n_ubatch",
+                    "n_threads", "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ns",
+                    "samples_ts", "cpu_level"):
+            assert key in r, key
+        assert r["n_threads"] == 2 and len(r["samples_ns"]) == 3
+        n = r["n_prompt"] or r["n_gen"]
+        assert r["samples_ts"] == pytest.approx([n * 1e9 / s for s in r["samples_ns"]], rel=1e-6)
+        assert r["avg_ts"] == pytest.approx(statistics.fmean(r["samples_ts"]))
+        assert r["stddev_ts"] == pytest.approx(statistics.stdev(r["samples_ts"]))
+        assert 0 < r["model_size"] < MODEL.stat().st_size
+
+
+def test_bench_table(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "2", "-r", "1", "-t", "1")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("| model") and "t/s" in lines[0]
+    assert any(" pp8 |" in ln for ln in lines) and any(" tg2 |" in ln for ln in lines)
+    assert "kernels:" in out
+
+
+@pytest.mark.parametrize("args", [["-p", "x"], ["-p", "-1"], ["-r", "0"], ["-t", "0"], ["-p", "0", "-n", "0"]])
+def test_bench_bad_args(monkeypatch, capsys, args):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), *args)
+    assert rc == 2 and "error" in err.lower() and "Traceback" not in err
+
+
+def test_bench_missing_model(monkeypatch, capsys, tmp_path):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(tmp_path / "nope.gguf"))
+    assert rc == 2 and "nope.gguf" in err

@@ -1,0 +1,289 @@
+"""`toolkit convert` on bad input: one line naming the file/key/tensor, exit 2 (4 for a full
+disk), nothing left at OUT, inputs untouched."""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import resource
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from convert_cases import count_config_kind_errors
+from safetensors.numpy import save_file
+
+from cli_runner import cli as run_cli
+
+HF = pathlib.Path(__file__).parent.parent / "fixtures" / "hf"
+
+
+
+
+def copy(tmp_path, name="mamba-tiny") -> pathlib.Path:
+    d = tmp_path / "in" / name
+    shutil.copytree(HF / name, d)
+    return d
+
+
+def expect_error(monkeypatch, capsys, tmp_path, src, *needles, code=2, extra=()):
+    out = tmp_path / "out.gguf"
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(src), str(out), *extra)
+    assert rc == code, err
+    line = " ".join(err.split())          # rich may wrap the one line on a narrow terminal
+    assert line.startswith("error:"), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in line, (n, line)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+    return line
+
+
+def edit_config(d: pathlib.Path, **kw) -> None:
+    c = json.loads((d / "config.json").read_text())
+    c.update(kw)
+    (d / "config.json").write_text(json.dumps(c))
+
+
+def add_shard(d: pathlib.Path, name: str, arrays: dict[str, np.ndarray]) -> None:
+    save_file(arrays, str(d / name))
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    for k in arrays:
+        idx["weight_map"][k] = name
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+
+
+def test_success_prints_summary_and_json(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "m.gguf"
+    rc, stdout, _ = run_cli(monkeypatch, capsys, "convert", str(HF / "mamba-tiny"), str(out), "--json")
+    assert rc == 0 and out.exists()
+    s = json.loads(stdout)
+    assert s["n_tensors"] == 22 and s["file_bytes"] == out.stat().st_size and s["peak_rss_bytes"] > 0
+
+
+def test_dry_run_writes_nothing(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "m.gguf"
+    rc, stdout, _ = run_cli(monkeypatch, capsys, "convert", str(HF / "bamba-tiny"), str(out), "--dry-run", "--json")
+    assert rc == 0 and not out.exists()
+    plan = json.loads(stdout)
+    assert plan["kv"]["granitehybrid.rope.dimension_count"] == 8
+    assert any(t["transform"].startswith("rows reordered") for t in plan["tensors"])
+
+
+def test_missing_shard(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    (d / "model-00002-of-00003.safetensors").unlink()
+    expect_error(monkeypatch, capsys, tmp_path, d, "model-00002-of-00003.safetensors", "no such file")
+
+
+def test_truncated_header(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    p = d / "model-00001-of-00003.safetensors"
+    p.write_bytes(p.read_bytes()[:40])
+    expect_error(monkeypatch, capsys, tmp_path, d, "model-00001-of-00003.safetensors", "header")
+
+
+def test_corrupt_header(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    p = d / "model-00001-of-00003.safetensors"
+    b = bytearray(p.read_bytes())
+    b[8:16] = b"\xff{{{{{{{"
+    p.write_bytes(bytes(b))
+    expect_error(monkeypatch, capsys, tmp_path, d, "model-00001-of-00003.safetensors", "corrupt safetensors header")
+
+
+def test_truncated_data(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    p = d / "model-00003-of-00003.safetensors"
+    p.write_bytes(p.read_bytes()[:-100])
+    expect_error(monkeypatch, capsys, tmp_path, d, "model-00003-of-00003.safetensors", "outside the file")
+
+
+def test_shape_disagrees_with_config(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    edit_config(d, state_size=32)
+    expect_error(monkeypatch, capsys, tmp_path, d, "backbone.layers.0.mixer.x_proj.weight", "config.json implies", "[72, 128]")
+
+
+def test_missing_tensor(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    edit_config(d, num_hidden_layers=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "backbone.layers.2.norm.weight")
+
+
+def test_unknown_architecture_lists_supported(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    edit_config(d, architectures=["LlamaForCausalLM"])
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "LlamaForCausalLM", "supported:",
+                 "MambaForCausalLM", "JambaForCausalLM", "GraniteMoeHybridForCausalLM", code=3)
+
+
+def test_unknown_tensor_name(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    add_shard(d, "extra.safetensors", {"backbone.layers.0.mixer.lora_A.weight": np.zeros((4, 4), np.float32)})
+    expect_error(monkeypatch, capsys, tmp_path, d, "extra.safetensors", "unknown tensor name",
+                 "backbone.layers.0.mixer.lora_A.weight")
+
+
+def test_leftover_tensor(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    add_shard(d, "extra.safetensors", {"backbone.layers.7.norm.weight": np.ones(64, np.float32)})
+    expect_error(monkeypatch, capsys, tmp_path, d, "backbone.layers.7.norm.weight", "was not converted")
+
+
+def test_attention_tensor_on_a_mamba_layer_is_leftover(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "bamba-tiny")
+    edit_config(d, attn_layer_indices=[1])   # layer 3 holds attention weights, config now says Mamba
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "model.layers.3.mamba")
+
+
+def test_index_names_tensor_absent_from_shard(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path)
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    idx["weight_map"]["backbone.layers.9.norm.weight"] = "model-00001-of-00003.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    expect_error(monkeypatch, capsys, tmp_path, d, "backbone.layers.9.norm.weight", "model-00001-of-00003.safetensors")
+
+
+def test_empty_dir(monkeypatch, capsys, tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    expect_error(monkeypatch, capsys, tmp_path, d, str(d), "no config.json")
+
+
+def test_no_weights(monkeypatch, capsys, tmp_path):
+    d = tmp_path / "cfg-only"
+    d.mkdir()
+    shutil.copy(HF / "mamba-tiny" / "config.json", d)
+    expect_error(monkeypatch, capsys, tmp_path, d, "model.safetensors")
+
+
+def test_bad_outtype(monkeypatch, capsys, tmp_path):
+    expect_error(monkeypatch, capsys, tmp_path, HF / "mamba-tiny", "--outtype", "q4_0", extra=("--outtype", "q4_0"))
+
+
+def test_bad_layer_types(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "granitehybrid-moe-tiny")
+    edit_config(d, layer_types=["linear_attention", "sliding_attention", "linear_attention", "linear_attention"])
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "layer_types", "sliding_attention")
+
+
+def test_disagreeing_layer_forms(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "bamba-tiny")
+    edit_config(d, layer_types=["mamba", "attention", "mamba", "mamba"])
+    expect_error(monkeypatch, capsys, tmp_path, d, "layer_types", "attn_layer_indices", "disagree")
+
+
+def _tree_hash(d: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.rglob("*")):
+        h.update(p.name.encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+            h.update(str(p.stat().st_mtime_ns).encode())
+    return h.hexdigest()
+
+
+def test_inputs_untouched_and_out_cannot_be_an_input(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "jamba-tiny")
+    before = _tree_hash(d)
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "j.gguf"), "--outtype", "q8_0")
+    assert rc == 0, err
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(d / "config.json"))
+    assert rc == 2 and "overwrite the input" in err
+    assert _tree_hash(d) == before
+
+
+def test_full_disk_exit_4_nothing_left(tmp_path):
+    out = tmp_path / "full.gguf"
+
+    def limit():   # a 64 KiB file-size limit: the write fails with EFBIG (SIGXFSZ is ignored by Python)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    r = subprocess.run([sys.executable, "-m", "toolkit", "convert", str(HF / "bamba-tiny"), str(out)],
+                       capture_output=True, text=True, preexec_fn=limit, timeout=120)
+    assert r.returncode == 4, r.stderr
+    assert "error:" in r.stderr and str(out) in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_header_parser_never_crashes_on_corruption(tmp_path):
+    """Random byte flips and truncations of a shard: read_header either parses it or raises
+    InputError / UnsupportedError naming the file, never anything else."""
+    from hypothesis import given, settings, strategies as st
+    from toolkit.convert.st_reader import read_header
+    from toolkit.errors import InputError, UnsupportedError
+
+    good = (HF / "mamba-tiny" / "model-00003-of-00003.safetensors").read_bytes()
+    n_head = int.from_bytes(good[:8], "little") + 8
+    p = tmp_path / "x.safetensors"
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, n_head + 64), st.integers(0, 255)), max_size=6),
+           st.one_of(st.none(), st.integers(0, len(good))))
+    def check(flips, cut):
+        b = bytearray(good)
+        for pos, val in flips:
+            b[pos] = val
+        p.write_bytes(bytes(b[:cut] if cut is not None else b))
+        try:
+            read_header(str(p))
+        except (InputError, UnsupportedError) as e:
+            assert str(p) in str(e)
+
+    check()
+    import json as _json
+    import struct as _struct
+    for ent in ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, {"dtype": "F32", "shape": "1", "data_offsets": [0, 4]},
+                {"dtype": "F32", "shape": [1], "data_offsets": [0, 4.0]}, {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]},
+                [1, 2, 3]):
+        h = _json.dumps({"t": ent}).encode()
+        p.write_bytes(_struct.pack("<Q", len(h)) + h + b"\0" * 8)
+        with pytest.raises(InputError, match="x.safetensors"):
+            read_header(str(p))
+
+
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny"])
+def test_config_values_of_the_wrong_kind_are_clean_errors(tmp_path, name):
+    """Every key of config.json set to a string, zero, a huge or a fractional number: the plan
+    either still builds or fails with a ToolkitError (exit 2/3), never a traceback or a huge
+    allocation."""
+    assert count_config_kind_errors(copy(tmp_path, name)) > 0
+
+
+@pytest.mark.parametrize("fname", ["tokenizer.json", "tokenizer_config.json"])
+def test_tokenizer_values_of_the_wrong_kind_are_clean_errors(tmp_path, fname):
+    """Every top-level key (and every key of tokenizer.json's model) set to a wrong kind of
+    value: a plan or a ToolkitError, never a traceback."""
+    from toolkit.convert import make_plan
+    from toolkit.errors import ToolkitError
+    d = copy(tmp_path, "mamba2-tiny")
+    orig = json.loads((d / fname).read_text())
+    cases = [{**orig, k: bad} for k in orig for bad in ("x", 0, [1], {"a": 1}, None)]
+    if "model" in orig:
+        cases += [{**orig, "model": {**orig["model"], k: bad}} for k in orig["model"] for bad in ("x", 0, [[1, 2]], None)]
+        cases += [{**orig, "added_tokens": [{"id": "x", "content": 3}]}, {**orig, "model": {**orig["model"], "merges": [[1, 2]]}}]
+    cases += [[1, 2], "x"]
+    refused = []
+    for c in cases:
+        (d / fname).write_text(json.dumps(c))
+        try:
+            make_plan(str(d))
+        except ToolkitError as e:
+            refused.append((c, str(e)))
+    assert [c for c, _ in refused[-2:]] == [[1, 2], "x"]   # a file that is not a JSON object
+    for c, msg in refused:                                  # one line naming the file
+        assert fname in msg and "\n" not in msg.strip(), (c, msg)
+
+
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny"])
+@pytest.mark.parametrize("key,value,needle", [("use_conv_bias", False, "use_conv_bias = false"),
+                                              ("use_bias", True, "use_bias = true")])
+def test_unsupported_ssm_biases(monkeypatch, capsys, tmp_path, name, key, value, needle):
+    d = copy(tmp_path, name)
+    edit_config(d, **{key: value})
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle, code=3)

@@ -1,0 +1,140 @@
+"""`toolkit run --session FILE`: prompt-cache reuse through a saved state.
+
+The second run of a prompt that extends the first one decodes only the new tokens (n_reused in
+--json = the first prompt's length) and generates exactly what a from-scratch run generates
+(greedy; the logits are bit-identical).  Same prompt again: all but the last token reused.
+A corrupt session file is a clean error; another model's session or an unrelated prompt
+reuses nothing and says why.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from cli_runner import cli
+
+pytestmark = pytest.mark.native
+
+HF = pathlib.Path(__file__).parent.parent / "fixtures" / "hf"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from toolkit.convert import convert
+    out = {}
+    d = tmp_path_factory.mktemp("sess")
+    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny"):
+        out[name] = d / f"{name}.f32.gguf"
+        convert(str(HF / name), str(out[name]), "f32")
+    return out
+
+
+
+
+def run(monkeypatch, capsys, model, ids, *extra):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(model), "--json", "--temp", "0", "-n", "6",
+                       "--tokens", ",".join(map(str, ids)), *extra)
+    assert rc == 0, err
+    return json.loads(out), err
+
+
+P1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64, 1]
+P2 = P1 + [77, 401, 9, 18, 200]
+
+
+@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny"])
+def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
+    m, sess = models[name], str(tmp_path / "s.session")
+    first, err = run(monkeypatch, capsys, m, P1, "--session", sess)
+    assert first["n_reused"] == 0 and "reused 0 of 12" in err
+    assert pathlib.Path(sess).is_file()
+    second, err = run(monkeypatch, capsys, m, P2, "--session", sess)
+    scratch, _ = run(monkeypatch, capsys, m, P2)
+    assert second["n_reused"] == len(P1) and f"reused {len(P1)} of {len(P2)}" in err
+    assert second["timings"]["n_prompt"] == len(P2) - len(P1)
+    assert second["tokens"] == scratch["tokens"]
+    assert "n_reused" not in scratch
+    # the same prompt once more: everything but the last token comes from the session
+    third, _ = run(monkeypatch, capsys, m, P2, "--session", sess)
+    assert third["n_reused"] == len(P2) - 1 and third["tokens"] == scratch["tokens"]
+    # a prompt that diverges early: nothing to reuse, still the scratch output
+    other = [9] + P2[1:]
+    fourth, err = run(monkeypatch, capsys, m, other, "--session", sess)
+    assert fourth["n_reused"] == 0 and "no prefix" in err
+    assert fourth["tokens"] == run(monkeypatch, capsys, m, other)[0]["tokens"]
+
+
+def test_prefix_of_the_saved_prompt_rolls_back(monkeypatch, capsys, tmp_path, models):
+    m, sess = models["bamba-tiny"], str(tmp_path / "s.session")
+    run(monkeypatch, capsys, m, P2, "--session", sess, "--checkpoint-every", "4")
+    short = P2[:10]                                 # checkpoints at 3, 7, 11, ...: back to 7
+    got, _ = run(monkeypatch, capsys, m, short, "--session", sess, "--checkpoint-every", "4")
+    assert got["n_reused"] == 8
+    assert got["tokens"] == run(monkeypatch, capsys, m, short)[0]["tokens"]
+
+
+def test_other_model_and_corrupt_session(monkeypatch, capsys, tmp_path, models):
+    sess = tmp_path / "s.session"
+    run(monkeypatch, capsys, models["bamba-tiny"], P1, "--session", str(sess))
+    got, err = run(monkeypatch, capsys, models["jamba-tiny"], P2, "--session", str(sess))
+    assert got["n_reused"] == 0 and "another model" in err
+    data = bytearray(sess.read_bytes())
+    data[20] ^= 0xFF                                # inside the token list
+    sess.write_bytes(bytes(data))
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["jamba-tiny"]), "--tokens", "1,2,3",
+                       "--session", str(sess))
+    assert rc == 2 and "checksum" in err and "Traceback" not in err
+    sess.write_bytes(b"junk")
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["jamba-tiny"]), "--tokens", "1,2,3",
+                       "--session", str(sess))
+    assert rc == 2 and "not a toolkit session" in err
+
+
+def test_session_and_logits_out_refused(monkeypatch, capsys, tmp_path, models):
+    rc, _, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--tokens", "1,2",
+                     "--session", str(tmp_path / "s"), "--logits-out", str(tmp_path / "l.npy"))
+    assert rc == 2 and "--logits-out" in err
+
+
+def test_memory_report_cli(monkeypatch, capsys, models):
+    from toolkit.arch import HParams
+    from toolkit.gguf_io import GGUFFile
+    from toolkit.runtime import Context, Model
+    for name, m in models.items():
+        rc, out, err = cli(monkeypatch, capsys, "info", str(m), "--memory", "--json", "-c", "300", "-np", "3",
+                           "--checkpoints", "2", "-ub", "64")
+        assert rc == 0, err
+        rep = json.loads(out)["memory"]
+        hp = HParams.from_gguf(GGUFFile(str(m)))
+        # KV only for the attention layers: 2 x n_ctx x n_head_kv x head_dim x 4 bytes each
+        assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers)
+        assert rep["checkpoints"] == 2 * rep["recurrent"]
+        with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
+            got = ctx.memory_report()
+        for k in ("weights", "kv", "recurrent", "checkpoints"):
+            assert rep[k] == got[k], (name, k)
+        assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--tokens", "1,2,3", "-n", "1",
+                       "-v", "-c", "64")
+    assert rc == 0 and "recurrent" in err and "checkpoints" in err and "kv" in err
+
+
+@pytest.mark.parametrize("damage", ["flip_state", "truncate"])
+def test_corrupt_state_blob_is_exit_2_and_file_untouched(monkeypatch, capsys, tmp_path, models, damage):
+    """README: a corrupt file is an error (exit 2); the file is left as it was, even when the
+    new prompt shares nothing with it."""
+    sess = tmp_path / "s.session"
+    run(monkeypatch, capsys, models["bamba-tiny"], P1, "--session", str(sess))
+    data = bytearray(sess.read_bytes())
+    if damage == "flip_state":
+        data[-40] ^= 0xFF                              # inside the state blob
+    else:
+        data = data[:-100]
+    sess.write_bytes(bytes(data))
+    for ids in (P2, [9, 9, 9]):                        # shared prefix, and none
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--json", "-n", "1",
+                           "--tokens", ",".join(map(str, ids)), "--session", str(sess))
+        assert rc == 2 and "session" in err and "Traceback" not in err, err
+        assert sess.read_bytes() == bytes(data)

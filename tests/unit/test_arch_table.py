@@ -1,0 +1,182 @@
+"""The architecture table (toolkit/arch/table.py) and the C runtime agree.
+
+- every Python mirror of a C enum (LayerKind, FFNKind, the rows' tk_arch ids) has the C values,
+  member for member;
+- the tk_hparams field list (toolkit/arch/abi.py) covers the cffi struct layout and every
+  HParams field, with the same value kinds, and the checker does report a disagreement;
+- the struct the runtime fills holds what HParams says;
+- the tensors each row expects are the ones our converter writes and llama.cpp's files have,
+  and exactly the ones the C loader requires: without a required one it fails naming it,
+  without an optional group it loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import numpy as np
+import pytest
+
+from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Residual, arch_spec
+from toolkit.arch import readers as R
+from toolkit.arch.abi import PYTHON_ONLY, TK_HPARAMS, CField, struct_mismatches
+from toolkit.arch.table import RUNTIME_ARCHES
+from toolkit.errors import NativeError, UnsupportedError
+from toolkit.gguf_io import SUPPORTED_ARCHES, GGUFFile
+from toolkit.binding import ffi, lib
+from toolkit.runtime.model import Model, _load, c_hparams
+
+pytestmark = pytest.mark.native
+
+FIX = pathlib.Path(__file__).parent.parent / "fixtures"
+HF = sorted(p.name for p in (FIX / "hf").iterdir())
+LLAMACPP = sorted(p.name for p in (FIX / "llamacpp").glob("*.gguf"))
+
+
+def _c_fields() -> list[tuple[str, str]]:
+    return [(n, f.type.cname) for n, f in ffi.typeof("tk_hparams").fields]
+
+
+def _py_fields() -> list[str]:
+    return [f.name for f in dataclasses.fields(HParams)]
+
+
+# ---- enums ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("enum, c_enum, prefix", [(LayerKind, "tk_layer_kind", "TK_LAYER_"),
+                                                  (FFNKind, "tk_ffn_kind", "TK_FFN_")])
+def test_kind_enums_equal_c(enum, c_enum, prefix):
+    for m in enum:
+        assert getattr(lib, prefix + m.name) == m.value, m
+    assert ffi.typeof(c_enum).relements == {prefix + m.name: m.value for m in enum}
+
+
+def test_arch_ids_equal_c():
+    c = ffi.typeof("tk_arch").relements            # {"TK_ARCH_GRANITE_HYBRID": 2, ...}
+    ours = {a.name: a.c_id for a in ARCHES if a.runs}
+    assert {n[len("TK_ARCH_"):].replace("_", "").lower(): v for n, v in c.items()} == ours
+    for n, v in c.items():
+        assert getattr(lib, n) == v
+
+
+def test_runtime_arches():
+    assert RUNTIME_ARCHES == SUPPORTED_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba")
+    assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
+    assert arch_spec("llama") is None
+
+
+def test_rows_are_consistent():
+    """A row's readers, mixers and residual say the same thing."""
+    for a in ARCHES:
+        if not a.runs:
+            assert a.readers == ()
+            continue
+        assert a.readers[:3] == (R.read_common, R.read_layer_kinds, R.read_ssm) and a.readers[-1] is R.check_rms_eps
+        assert a.recurrent in a.mixers
+        assert (R.read_mamba2 in a.readers) == (LayerKind.MAMBA2 in a.mixers)
+        assert (R.read_attention in a.readers) == (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
+        assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
+        assert set(a.mixer_tensors) == set(LayerKind)
+
+
+# ---- tk_hparams -----------------------------------------------------------------------------
+
+def test_struct_layout_matches_field_list():
+    assert struct_mismatches(_c_fields(), _py_fields()) == []
+    assert [n for n, _ in _c_fields()] == [f.name for f in TK_HPARAMS]    # same order, for reading
+
+
+def test_struct_checker_reports_disagreements():
+    c, py = _c_fields(), _py_fields()
+    assert struct_mismatches(c + [("sliding_window", "int32_t")], py) == \
+        ["tk_hparams.sliding_window (int32_t) is not filled from Python"]
+    assert struct_mismatches([x for x in c if x[0] != "logit_scale"], py) == \
+        ["field list fills tk_hparams.logit_scale, which the C struct lacks"]
+    assert struct_mismatches(c, py + ["n_swa"]) == ["HParams.n_swa is not passed to C (nor listed as Python-only)"]
+    assert struct_mismatches([(n, "float" if n == "n_rot" else t) for n, t in c], py) == \
+        ["tk_hparams.n_rot is float in C, int32 in the field list"]
+    assert struct_mismatches(c, [p for p in py if p != "n_ff"]) == ["Python-only 'n_ff' is not an HParams field"]
+    assert struct_mismatches(c, py, python_only={**PYTHON_ONLY, "n_head": "?"}) == \
+        ["HParams.n_head is listed as Python-only but also passed to C"]
+    table = [f if f.name != "n_expert" else CField("n_expert", "int32", "spec.n_experts") for f in TK_HPARAMS]
+    assert struct_mismatches(c, py, table=table) == [
+        "tk_hparams.n_expert: source 'spec.n_experts' is not a field of ArchSpec",
+        "HParams.n_expert is not passed to C (nor listed as Python-only)"]
+
+
+@pytest.mark.parametrize("name", LLAMACPP)
+def test_filled_struct_holds_hparams(name):
+    f = GGUFFile(str(FIX / "llamacpp" / name))
+    hp = HParams.from_gguf(f)
+    spec = arch_spec(hp.arch)
+    c, arrays = c_hparams(hp)
+    assert c.arch == spec.c_id and c.moe_softmax_topk == int(spec.moe_softmax_topk)
+    for fld in TK_HPARAMS:
+        got = getattr(c, fld.name)
+        want = fld.value(hp, spec)
+        if fld.kind == "int32[]":
+            assert list(ffi.unpack(got, hp.n_layer)) == [int(x) for x in want], fld
+        elif fld.kind == "float":
+            assert got == float(np.float32(want)), fld
+        else:
+            assert got == int(want), fld
+    assert len(arrays) == 3
+
+
+# ---- tensors --------------------------------------------------------------------------------
+
+def _check_names(f: GGUFFile, hp: HParams | None = None) -> None:
+    hp = hp or HParams.from_gguf(f)
+    spec = arch_spec(hp.arch)
+    assert set(hp.layer_kinds) <= set(spec.mixers) and set(hp.ffn_kinds) <= set(spec.ffns)
+    req, groups = spec.expected_tensors(hp.layer_kinds, hp.ffn_kinds)
+    names = set(f.tensors)
+    assert req <= names, sorted(req - names)
+    for g in groups:
+        assert not (g & names) or g <= names, sorted(g)   # a group comes whole
+    assert names <= req.union(*groups), sorted(names - req.union(*groups))
+
+
+@pytest.mark.parametrize("name", HF)
+def test_converted_tensor_names(hf_f32, name):
+    f = GGUFFile(str(hf_f32(name)))
+    spec = arch_spec(f.arch)
+    if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
+        with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
+                                                   "mamba, mamba2, granitehybrid, jamba"):
+            HParams.from_gguf(f)
+        with pytest.raises(ValueError, match="convert/info only"):
+            spec.expected_tensors([], [])
+        return
+    _check_names(f)
+
+
+@pytest.mark.parametrize("name", LLAMACPP)
+def test_llamacpp_tensor_names(hf_f32, name):
+    f = GGUFFile(str(FIX / "llamacpp" / name))
+    hp = None
+    if name == "granitehybrid-moe-tiny.f32.gguf":
+        # llama.cpp writes head_count_kv = 0 on every layer of this file (test_runtime_load's
+        # test_llamacpp_granite_file_with_zero_head_count_kv): its tensors are right, its layer
+        # kinds are not, so take the kinds from our conversion of the same checkpoint
+        hp = HParams.from_gguf(GGUFFile(str(hf_f32("granitehybrid-moe-tiny"))))
+    _check_names(f, hp)
+
+
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny"])
+def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
+    m = Model(hf_f32(name), n_threads=1)
+    try:
+        hp = m.hparams
+        req, groups = arch_spec(hp.arch).expected_tensors(hp.layer_kinds, hp.ffn_kinds)
+        infos = list(m.gguf)
+        for drop in [{n} for n in sorted(req)] + [g for g in groups if g <= set(m.gguf.tensors)]:
+            rest = [t for t in infos if t.name not in drop]
+            if drop <= req:
+                (n,) = drop
+                with pytest.raises(NativeError, match=f"missing tensor '{n}'"):
+                    _load(m.path, m._c_hparams, rest)
+            else:
+                lib.tk_model_free(_load(m.path, m._c_hparams, rest))
+    finally:
+        m.close()

@@ -1,0 +1,146 @@
+"""Run-time CPU dispatch: every kernel level this machine supports gives the scalar path's
+results (to float reordering), each level is deterministic and ubatch-split invariant,
+and TOOLKIT_CPU caps the level."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gguf
+import numpy as np
+import pytest
+
+import qref
+
+from toolkit.binding import ffi, lib
+
+pytestmark = pytest.mark.native
+
+LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
+NAMES = {lv: ffi.string(lib.tk_cpu_level_name(lv)).decode() for lv in LEVELS}
+
+
+def _mat_mul(qtype: int, raw: np.ndarray, K: int, M: int, x: np.ndarray) -> np.ndarray:
+    return qref.mat_mul(qtype, raw, K, x)
+
+
+def _weights(qtype, M, K, rng):
+    w = (rng.standard_normal((M, K)) * 0.1).astype(np.float32)
+    if qtype == gguf.GGMLQuantizationType.F32:
+        return np.ascontiguousarray(w)
+    if qtype == gguf.GGMLQuantizationType.F16:
+        return np.ascontiguousarray(w.astype(np.float16))
+    return qref.quantize_rows(qtype, w)
+
+
+def _dequant(qtype, raw, M, K):
+    return qref.dequantize_rows(qtype, raw, K)
+
+
+TYPES = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16,
+         gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q4_K,
+         gguf.GGMLQuantizationType.Q6_K]
+
+
+def test_levels_named_and_env_caps():
+    assert lib.tk_cpu_level() <= lib.tk_cpu_detected()
+    feats = ffi.string(lib.tk_cpu_features()).decode()
+    assert feats
+    code = ("from toolkit.binding import lib, ffi;"
+            "print(lib.tk_cpu_level(), lib.tk_cpu_detected())")
+    for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
+        env = dict(os.environ, TOOLKIT_CPU=name)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+        level, detected = int(out[0]), int(out[1])
+        assert level == min(want, detected), (name, out)
+
+
+@pytest.mark.parametrize("qtype,K", [(t, K) for t in TYPES for K in (256, 264, 1024) if K % gguf.GGML_QUANT_SIZES[t][0] == 0],
+                         ids=lambda v: v.name if hasattr(v, "name") else str(v))
+def test_levels_agree_with_scalar(qtype, K, at_level):
+    rng = np.random.default_rng(K + int(qtype))
+    M, T = 21, 7
+    raw = _weights(qtype, M, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    at_level(lib.TK_CPU_SCALAR)
+    ref = _mat_mul(qtype, raw, K, M, x)
+    for lv in LEVELS[1:]:
+        assert at_level(lv) == lv
+        got = _mat_mul(qtype, raw, K, M, x)
+        # float reordering: |err| <= a few ulps of sum |w x| (x as the kernel sees it)
+        wf = _dequant(qtype, raw, M, K) if qtype != gguf.GGMLQuantizationType.F32 else raw
+        assert np.all(np.abs(got - ref) <= qref.bound(qtype, wf, x) + 1e-30), NAMES[lv]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_token_result_independent_of_batch(qtype, at_level):
+    """Per level, a token's outputs are bit-identical alone (mat-vec path) or in any batch
+    (mat-mat path, tiles of 4 tokens)."""
+    K, M, T = 512, 13, 11
+    rng = np.random.default_rng(7)
+    raw = _weights(qtype, M, K, rng)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    for lv in LEVELS:
+        at_level(lv)
+        full = _mat_mul(qtype, raw, K, M, x)
+        for t in range(T):
+            one = _mat_mul(qtype, raw, K, M, np.ascontiguousarray(x[t:t + 1]))
+            assert np.array_equal(one[0], full[t]), (NAMES[lv], t)
+        part = _mat_mul(qtype, raw, K, M, np.ascontiguousarray(x[3:9]))
+        assert np.array_equal(part, full[3:9]), NAMES[lv]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", LEVELS, ids=lambda lv: NAMES[lv])
+def test_runtime_parity_at_every_level(level, tmp_path):
+    """The "Run, correct" parity and memory-invariant tests, re-run with TOOLKIT_CPU capping
+    the kernel level (a fresh interpreter: the level is read once per process)."""
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TOOLKIT_CPU=NAMES[level])
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(tests, "parity", "test_runtime_parity.py"), os.path.join(tests, "memory", "test_runtime_memory.py"),
+                        os.path.join(tests, "unit", "test_kernels.py")],
+                       env=env, capture_output=True, text=True, cwd=tmp_path)   # not the source tree: the built package
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_expanded_weights_are_the_dequantizers(qtype, at_level):
+    """At every level, W x for one-hot x returns W's elements: exactly for the float types
+    (the SIMD unpacking gives the floats of tk_dequantize_row, ggml's dequantize_row_*);
+    for the integer path, times the quantized one-hot activation (f16(1/127) * 127), to
+    a few ulps."""
+    K, M = 512, 6
+    rng = np.random.default_rng(11)
+    raw = _weights(qtype, M, K, rng)
+    ref = _dequant(qtype, raw, M, K) if qtype != gguf.GGMLQuantizationType.F32 else raw
+    eye = np.eye(K, dtype=np.float32)
+    for lv in LEVELS:
+        at_level(lv)
+        got = _mat_mul(qtype, raw, K, M, eye)          # [K tokens, M rows] = W^T
+        if qtype in qref.INTEGER_PATH:
+            want = qref.reference(qtype, ref, eye)
+            # per row of W: a few ulps of its largest element (the k-quants subtract a minimum)
+            scale = np.abs(want).max(axis=0, keepdims=True)
+            assert np.all(np.abs(got - want) <= 16 * np.finfo(np.float32).eps * scale), NAMES[lv]
+        else:
+            assert np.array_equal(got.T, ref), NAMES[lv]
+
+
+@pytest.mark.parametrize("qtype", sorted(qref.INTEGER_PATH), ids=lambda t: t.name)
+def test_non_finite_activations_give_nan_at_every_level(qtype, at_level):
+    """An inf or NaN in a token's activations makes that token's outputs NaN (as the float
+    path does) at every level, instead of vanishing in the block quantizer; the other tokens
+    of the batch are untouched."""
+    K, M = 512, 5
+    rng = np.random.default_rng(int(qtype))
+    raw = qref.quantize_rows(qtype, (rng.standard_normal((M, K)) * 0.1).astype(np.float32))
+    x = rng.standard_normal((3, K)).astype(np.float32)
+    x[1, 7] = np.nan
+    x[2, 300] = np.inf
+    for lv in LEVELS:
+        at_level(lv)
+        y = qref.mat_mul(qtype, raw, K, x)
+        assert np.isnan(y[1]).all() and np.isnan(y[2]).all(), NAMES[lv]
+        assert np.array_equal(y[0], qref.mat_mul(qtype, raw, K, x[:1])[0]) and np.isfinite(y[0]).all(), NAMES[lv]
