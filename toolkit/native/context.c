@@ -89,11 +89,83 @@ static tk_status new_memory(const tk_model * model, const tk_context_params * p,
     return TK_OK;
 }
 
+/* What the model's layer kinds need of a context. */
+typedef struct { int has_attn, has_rec, has_m2; int32_t hkv_max; } layer_needs;
+
+static layer_needs needs_of(const tk_hparams * hp) {
+    layer_needs n = {0, 0, 0, 0};
+    for (int i = 0; i < hp->n_layer; i++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
+        if (ops && ops->kv_dim) {
+            n.has_attn = 1;
+            if (hp->n_head_kv[i] > n.hkv_max) n.hkv_max = hp->n_head_kv[i];
+        }
+        if (ops && ops->rs_pieces) {
+            n.has_rec = 1;
+            n.has_m2 |= hp->layer_kinds[i] == TK_LAYER_MAMBA2;
+        }
+    }
+    return n;
+}
+
+/* The float scratch of the forward pass, [n_ubatch, width] per buffer (tk_internal.h), the
+ * quantized activations and the SSD workspace; counted in scratch_bytes. */
+static tk_status alloc_scratch(tk_context * c, const layer_needs * nd, int n_threads) {
+    const tk_model * model = c->model;
+    const tk_hparams * hp = &model->hp;
+    const size_t U = (size_t) c->params.n_ubatch, D = (size_t) hp->n_embd;
+    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state;
+    size_t zx_w = 0, xc_w = 0, xd_w = 0, dtr_w = 0, y_w = 0, q_w = 0, kv_w = 0, ff_w = (size_t) model->max_ff;
+    if (nd->has_rec) {
+        zx_w = nd->has_m2 ? 2 * DI + 2 * (size_t) hp->n_group * N + (size_t) hp->ssm_n_head : 2 * DI;
+        zx_w = zmax(zx_w, 2 * DI);
+        xc_w = (size_t) model->conv_dim;
+        xd_w = (size_t) hp->dt_rank + 2 * N;
+        dtr_w = (size_t) hp->dt_rank;
+        y_w = DI;
+    }
+    if (nd->has_attn) {
+        q_w = (size_t) hp->n_head * (size_t) hp->head_dim;
+        kv_w = (size_t) nd->hkv_max * (size_t) hp->head_dim;
+    }
+    /* widest weight row any matmul may dequantize */
+    c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
+    c->vec_n = zmax(zmax((size_t) c->params.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
+    struct { float ** p; size_t n; } allocs[] = {
+        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
+        {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
+        {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
+        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
+    };
+    for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
+        *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
+        c->scratch_bytes += zmax(allocs[i].n, 1) * sizeof(float);
+        if (!*allocs[i].p) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
+    }
+    const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
+    c->act = malloc(zmax(act_bytes, 1));
+    c->scratch_bytes += zmax(act_bytes, 1);
+    if (!c->act) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
+    if (nd->has_m2) {          /* the chunked scan's workspace, for runs of up to n_ubatch tokens */
+        c->ssd_ws_bytes = tk_ssd_workspace_bytes(c->params.n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
+                                                 hp->n_group, n_threads);
+        c->ssd_ws = malloc(zmax(c->ssd_ws_bytes, 1));
+        c->scratch_bytes += c->ssd_ws_bytes;
+        if (!c->ssd_ws) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of SSD workspace)", c->ssd_ws_bytes);
+    }
+    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, act_bytes};
+    c->ub.token = malloc(U * sizeof(int32_t));
+    c->ub.pos = malloc(U * sizeof(int32_t));
+    c->ub.seq = malloc(U * sizeof(int32_t));
+    c->ub.out_row = malloc(U * sizeof(int32_t));
+    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    return TK_OK;
+}
+
 tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
     *out = NULL;
     if (!model || !params) return TK_FAIL(TK_ERR_INVALID, "model or params is NULL");
-    const tk_hparams * hp = &model->hp;
     tk_context_params p = *params;
     if (p.n_seq_max <= 0 || p.n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p.n_seq_max, TK_MAX_SEQ);
     if (p.n_ubatch <= 0 || p.n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p.n_ubatch);
@@ -106,89 +178,14 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     if (!c) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     c->model = model;
     c->params = p;
-
-    int has_attn = 0, has_rec = 0, has_m2 = 0;
-    int32_t hkv_max = 0;
-    for (int i = 0; i < hp->n_layer; i++) {
-        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        if (ops && ops->kv_dim) {
-            has_attn = 1;
-            if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
-        }
-        if (ops && ops->rs_pieces) {
-            has_rec = 1;
-            has_m2 |= hp->layer_kinds[i] == TK_LAYER_MAMBA2;
-        }
-    }
-    tk_status st = new_memory(model, &p, has_attn, has_rec, &c->mem);
-    if (st != TK_OK) {
-        tk_context_free(c);
-        return st;
-    }
-
+    const layer_needs nd = needs_of(&model->hp);
     const int n_threads = p.n_threads > 0 ? p.n_threads : 1;
-    st = tk_pool_new(n_threads, &c->pool);
+    tk_status st = new_memory(model, &p, nd.has_attn, nd.has_rec, &c->mem);
+    if (st == TK_OK) st = tk_pool_new(n_threads, &c->pool);
+    if (st == TK_OK) st = alloc_scratch(c, &nd, n_threads);
     if (st != TK_OK) {
         tk_context_free(c);
         return st;
-    }
-    const size_t U = (size_t) p.n_ubatch, D = (size_t) hp->n_embd;
-    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state;
-    size_t zx_w = 0, xc_w = 0, xd_w = 0, dtr_w = 0, y_w = 0, q_w = 0, kv_w = 0, ff_w = (size_t) model->max_ff;
-    if (has_rec) {
-        zx_w = has_m2 ? 2 * DI + 2 * (size_t) hp->n_group * N + (size_t) hp->ssm_n_head : 2 * DI;
-        zx_w = zmax(zx_w, 2 * DI);
-        xc_w = (size_t) model->conv_dim;
-        xd_w = (size_t) hp->dt_rank + 2 * N;
-        dtr_w = (size_t) hp->dt_rank;
-        y_w = DI;
-    }
-    if (has_attn) {
-        q_w = (size_t) hp->n_head * (size_t) hp->head_dim;
-        kv_w = (size_t) hkv_max * (size_t) hp->head_dim;
-    }
-    /* widest weight row any matmul may dequantize */
-    c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
-    c->vec_n = zmax(zmax((size_t) p.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
-    struct { float ** p; size_t n; } allocs[] = {
-        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
-        {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
-        {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
-        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
-    };
-    for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
-        *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
-        c->scratch_bytes += zmax(allocs[i].n, 1) * sizeof(float);
-        if (!*allocs[i].p) {
-            tk_context_free(c);
-            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
-        }
-    }
-    const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
-    c->act = malloc(zmax(act_bytes, 1));
-    c->scratch_bytes += zmax(act_bytes, 1);
-    if (!c->act) {
-        tk_context_free(c);
-        return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
-    }
-    if (has_m2) {              /* the chunked scan's workspace, for runs of up to n_ubatch tokens */
-        c->ssd_ws_bytes = tk_ssd_workspace_bytes(p.n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state, hp->n_group,
-                                                 n_threads);
-        c->ssd_ws = malloc(zmax(c->ssd_ws_bytes, 1));
-        c->scratch_bytes += c->ssd_ws_bytes;
-        if (!c->ssd_ws) {
-            tk_context_free(c);
-            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of SSD workspace)", c->ssd_ws_bytes);
-        }
-    }
-    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, act_bytes};
-    c->ub.token = malloc(U * sizeof(int32_t));
-    c->ub.pos = malloc(U * sizeof(int32_t));
-    c->ub.seq = malloc(U * sizeof(int32_t));
-    c->ub.out_row = malloc(U * sizeof(int32_t));
-    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row) {
-        tk_context_free(c);
-        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
     *out = c;
     return TK_OK;

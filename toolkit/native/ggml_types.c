@@ -5,7 +5,7 @@
  * API, ops.c's mat-mul) looks it up here.
  *
  * Sizes: ggml/src/ggml.c type_traits (blck_size, type_size; build 0c1e570), checked against
- * gguf-py's GGML_QUANT_SIZES in tests/test_type_traits.py.  Types this build only names
+ * gguf-py's GGML_QUANT_SIZES in tests/unit/test_type_traits.py.  Types this build only names
  * (IQ2_XXS ... MXFP4, the integer and F64 types) have no functions: a model holding one is
  * refused at load with the type's name.
  */
