@@ -27,13 +27,15 @@ N_SEQ, MAX_LEN = 3, 40
 # rolled-back run alike - the same computation, compared bit for bit.
 UB = 16
 _models: dict = {}
+_dirs: list = []
 
 
 def model(name: str) -> Model:
     if name not in _models:
         import tempfile
         from toolkit.convert import convert
-        out = pathlib.Path(tempfile.mkdtemp(prefix="memfuzz")) / f"{name}.f32.gguf"
+        _dirs.append(pathlib.Path(tempfile.mkdtemp(prefix="memfuzz")))
+        out = _dirs[-1] / f"{name}.f32.gguf"
         convert(str(HF / name), str(out), "f32")
         _models[name] = Model(out)
     return _models[name]
@@ -42,9 +44,13 @@ def model(name: str) -> Model:
 @pytest.fixture(scope="module", autouse=True)
 def _close_models():
     yield
+    import shutil
     for m in _models.values():
         m.close()
     _models.clear()
+    for d in _dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    _dirs.clear()
 
 
 seq = st.integers(0, N_SEQ - 1)
