@@ -152,7 +152,7 @@ static tk_status check_hparams(const tk_hparams * hp) {
         int k = hp->layer_kinds[i], f = hp->ffn_kinds[i];
         const tk_mixer_ops * ops = tk_mixer_ops_of(k);
         if (!ops) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown layer kind %d", i, k);
-        if (f < TK_FFN_NONE || f > TK_FFN_MOE) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown ffn kind %d", i, f);
+        if (f != TK_FFN_NONE && !tk_ffn_ops_of(f)) return TK_FAIL(TK_ERR_UNSUPPORTED, "layer %d: unknown ffn kind %d", i, f);
         TK_CHECK(ops->check(hp, i));
         if (f == TK_FFN_MOE) has_moe = 1;
     }
