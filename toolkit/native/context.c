@@ -31,6 +31,17 @@ void tk_context_free(tk_context * c) {
     free(c);
 }
 
+/* The scratch the model's layers need: the largest of what each layer's kind declares. */
+static tk_scratch scratch_of(const tk_model * m, int32_t n_ubatch, int n_threads) {
+    tk_scratch sc;
+    memset(&sc, 0, sizeof sc);
+    for (int i = 0; i < m->hp.n_layer; i++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(m->hp.layer_kinds[i]);
+        if (ops && ops->scratch) ops->scratch(m, i, n_ubatch, n_threads, &sc);
+    }
+    return sc;
+}
+
 /* Refuse a context larger than the machine's RAM before allocating any of it: such a request
  * would either fail part-way or be granted lazily (overcommit) and end in the OOM killer.
  * Bytes: KV cache 2 x n_ctx x kv_dim floats per layer whose kind has one (memory_kv.c), recurrent
@@ -38,29 +49,20 @@ void tk_context_free(tk_context * c) {
  * layer kinds give them (layer.h), plus about n_ubatch rows of every scratch width below. */
 static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     const tk_hparams * hp = &m->hp;
-    double kv = 0, rs = 0, w = 3.0 * hp->n_embd + 2.0 * m->max_ff;
-    int32_t hkv_max = 0;
+    double kv = 0, rs = 0;
     for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        if (ops->kv_dim) {
-            kv += 2.0 * p->n_ctx * (double) ops->kv_dim(m, i) * sizeof(float);
-            if (hp->n_head_kv[i] > hkv_max) hkv_max = hp->n_head_kv[i];
-        }
+        if (ops->kv_dim) kv += 2.0 * p->n_ctx * (double) ops->kv_dim(m, i) * sizeof(float);
         if (ops->rs_pieces) {
             tk_rs_piece pc[TK_RS_MAX_PIECES];
             const int32_t n = ops->rs_pieces(m, i, pc);
             for (int32_t k = 0; k < n; k++) rs += (double) p->n_seq_max * (double) pc[k].n * sizeof(float);
         }
     }
-    if (rs > 0) w += 4.0 * hp->d_inner + 2.0 * hp->n_group * hp->d_state + hp->ssm_n_head + m->conv_dim + 2.0 * hp->dt_rank + 2.0 * hp->d_state;
-    if (kv > 0) w += 2.0 * hp->n_head * hp->head_dim + 2.0 * hkv_max * hp->head_dim;
-    double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float);
-    for (int i = 0; i < hp->n_layer; i++)      /* the chunked scan's workspace (tk_context_new) */
-        if (hp->layer_kinds[i] == TK_LAYER_MAMBA2) {
-            scratch += (double) tk_ssd_workspace_bytes(p->n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
-                                                       hp->n_group, p->n_threads > 0 ? p->n_threads : 1);
-            break;
-        }
+    const tk_scratch sc = scratch_of(m, p->n_ubatch, p->n_threads > 0 ? p->n_threads : 1);
+    const double w = 3.0 * hp->n_embd + 2.0 * m->max_ff + (double) sc.zx + (double) sc.xc + (double) sc.xdbl +
+                     (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv;
+    const double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
     const double G = 1073741824.0;
@@ -89,52 +91,34 @@ static tk_status new_memory(const tk_model * model, const tk_context_params * p,
     return TK_OK;
 }
 
-/* What the model's layer kinds need of a context. */
-typedef struct { int has_attn, has_rec, has_m2; int32_t hkv_max; } layer_needs;
+/* Which memories the model's layer kinds need: a KV cache, recurrent state, or both. */
+typedef struct { int has_attn, has_rec; } layer_needs;
 
 static layer_needs needs_of(const tk_hparams * hp) {
-    layer_needs n = {0, 0, 0, 0};
+    layer_needs n = {0, 0};
     for (int i = 0; i < hp->n_layer; i++) {
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        if (ops && ops->kv_dim) {
-            n.has_attn = 1;
-            if (hp->n_head_kv[i] > n.hkv_max) n.hkv_max = hp->n_head_kv[i];
-        }
-        if (ops && ops->rs_pieces) {
-            n.has_rec = 1;
-            n.has_m2 |= hp->layer_kinds[i] == TK_LAYER_MAMBA2;
-        }
+        n.has_attn |= ops && ops->kv_dim;
+        n.has_rec |= ops && ops->rs_pieces;
     }
     return n;
 }
 
 /* The float scratch of the forward pass, [n_ubatch, width] per buffer (tk_internal.h), the
  * quantized activations and the SSD workspace; counted in scratch_bytes. */
-static tk_status alloc_scratch(tk_context * c, const layer_needs * nd, int n_threads) {
+static tk_status alloc_scratch(tk_context * c, int n_threads) {
     const tk_model * model = c->model;
     const tk_hparams * hp = &model->hp;
-    const size_t U = (size_t) c->params.n_ubatch, D = (size_t) hp->n_embd;
-    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state;
-    size_t zx_w = 0, xc_w = 0, xd_w = 0, dtr_w = 0, y_w = 0, q_w = 0, kv_w = 0, ff_w = (size_t) model->max_ff;
-    if (nd->has_rec) {
-        zx_w = nd->has_m2 ? 2 * DI + 2 * (size_t) hp->n_group * N + (size_t) hp->ssm_n_head : 2 * DI;
-        zx_w = zmax(zx_w, 2 * DI);
-        xc_w = (size_t) model->conv_dim;
-        xd_w = (size_t) hp->dt_rank + 2 * N;
-        dtr_w = (size_t) hp->dt_rank;
-        y_w = DI;
-    }
-    if (nd->has_attn) {
-        q_w = (size_t) hp->n_head * (size_t) hp->head_dim;
-        kv_w = (size_t) nd->hkv_max * (size_t) hp->head_dim;
-    }
+    const size_t U = (size_t) c->params.n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->d_inner;
+    const tk_scratch sc = scratch_of(model, c->params.n_ubatch, n_threads);
+    const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
     /* widest weight row any matmul may dequantize */
     c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
     c->vec_n = zmax(zmax((size_t) c->params.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
     struct { float ** p; size_t n; } allocs[] = {
-        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * zx_w}, {&c->xc, U * xc_w},
-        {&c->xdbl, U * xd_w}, {&c->dtr, U * dtr_w}, {&c->dt, U * y_w}, {&c->y, U * y_w}, {&c->q, U * q_w},
-        {&c->k, U * kv_w}, {&c->v, U * kv_w}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
+        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * sc.zx}, {&c->xc, U * sc.xc},
+        {&c->xdbl, U * sc.xdbl}, {&c->dtr, U * sc.dtr}, {&c->dt, U * sc.dt}, {&c->y, U * sc.y}, {&c->q, U * q_w},
+        {&c->k, U * sc.kv}, {&c->v, U * sc.kv}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
         {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
@@ -146,9 +130,8 @@ static tk_status alloc_scratch(tk_context * c, const layer_needs * nd, int n_thr
     c->act = malloc(zmax(act_bytes, 1));
     c->scratch_bytes += zmax(act_bytes, 1);
     if (!c->act) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
-    if (nd->has_m2) {          /* the chunked scan's workspace, for runs of up to n_ubatch tokens */
-        c->ssd_ws_bytes = tk_ssd_workspace_bytes(c->params.n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
-                                                 hp->n_group, n_threads);
+    if (sc.work_bytes) {       /* a kind's workspace (Mamba-2: the chunked scan's, for runs of up to n_ubatch tokens) */
+        c->ssd_ws_bytes = sc.work_bytes;
         c->ssd_ws = malloc(zmax(c->ssd_ws_bytes, 1));
         c->scratch_bytes += c->ssd_ws_bytes;
         if (!c->ssd_ws) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of SSD workspace)", c->ssd_ws_bytes);
@@ -182,7 +165,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     const int n_threads = p.n_threads > 0 ? p.n_threads : 1;
     tk_status st = new_memory(model, &p, nd.has_attn, nd.has_rec, &c->mem);
     if (st == TK_OK) st = tk_pool_new(n_threads, &c->pool);
-    if (st == TK_OK) st = alloc_scratch(c, &nd, n_threads);
+    if (st == TK_OK) st = alloc_scratch(c, n_threads);
     if (st != TK_OK) {
         tk_context_free(c);
         return st;

@@ -40,6 +40,16 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
 /* "blk.<il>.<suffix>" into buf */
 const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
 
+/* The scratch a layer needs (tk_mixer_ops.scratch raises these to its own; the context
+ * allocates the largest over the layers): floats per ubatch token of the tk_context buffers
+ * named, and bytes of the kind's workspace (ctx->ssd_ws) for n_ubatch tokens and n_threads. */
+typedef struct {
+    size_t zx, xc, xdbl, dtr, dt, y;   /* recurrent: in-projection, conv output, x_proj rows, dt rank rows, dt, scan output */
+    size_t q, kv;                      /* attention: q (and att) width, k (and v) width */
+    size_t work_bytes;
+} tk_scratch;
+static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
+
 typedef struct {
     const char * name;
     /* hparams this kind needs, for layer il (at load, before any tensor is read) */
@@ -51,6 +61,8 @@ typedef struct {
     int32_t (*rs_pieces)(const tk_model * m, int il, tk_rs_piece * out);
     /* floats per cell of layer il's K (and of V) in the KV cache (NULL: no KV cache) */
     int32_t (*kv_dim)(const tk_model * m, int il);
+    /* raise `need` to what layer il's forward uses of the context's scratch */
+    void (*scratch)(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
     /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory */
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
 } tk_mixer_ops;

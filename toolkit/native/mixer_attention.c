@@ -22,6 +22,13 @@
 
 static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
 
+/* q, att [H hd]; k, v [Hkv hd] */
+static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) m->hp.head_dim);
+    tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
+}
+
 /* ---- load: hparams and tensors ---- */
 
 static tk_status attn_check(const tk_hparams * hp, int il) {
@@ -224,4 +231,4 @@ static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, cons
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_attention = {"attention", attn_check, attn_bind, NULL, attn_kv_dim, attn_forward};
+const tk_mixer_ops tk_mixer_attention = {"attention", attn_check, attn_bind, NULL, attn_kv_dim, attn_scratch, attn_forward};

@@ -18,9 +18,22 @@
 static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) m->conv_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) hp->d_inner};
     out[1] = (tk_rs_piece) {"ssm", (size_t) hp->d_state * (size_t) hp->d_inner};
     return 2;
+}
+
+/* zx [2 DI], xc [DI], xdbl [R + 2N], dtr [R], dt [DI], y [DI] */
+static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    const tk_hparams * hp = &m->hp;
+    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, R = (size_t) hp->dt_rank;
+    (void) il; (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->zx, 2 * DI);
+    tk_scratch_need(&need->xc, DI);
+    tk_scratch_need(&need->xdbl, R + 2 * N);
+    tk_scratch_need(&need->dtr, R);
+    tk_scratch_need(&need->dt, DI);
+    tk_scratch_need(&need->y, DI);
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -104,4 +117,4 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_mamba1 = {"mamba1", m1_check, m1_bind, m1_rs_pieces, NULL, m1_forward};
+const tk_mixer_ops tk_mixer_mamba1 = {"mamba1", m1_check, m1_bind, m1_rs_pieces, NULL, m1_scratch, m1_forward};

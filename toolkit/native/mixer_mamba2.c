@@ -15,12 +15,34 @@
 #include "layer.h"
 #include "tk_cpu.h"
 
+/* CD: channels of the causal conv (x, B, C) */
+static int32_t m2_conv_dim(const tk_hparams * hp) { return hp->d_inner + 2 * hp->n_group * hp->d_state; }
+
 static int32_t m2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) m->conv_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) m2_conv_dim(hp)};
     out[1] = (tk_rs_piece) {"ssm", (size_t) hp->d_state * (size_t) hp->d_inner};
     return 2;
+}
+
+/* zx [W], xc [CD], y [DI] and the SSD workspace.  xdbl [R + 2N], dtr [R] and dt [DI] are not
+ * used by this kind: they are declared because the context sized them for every recurrent
+ * layer before the kinds declared their own scratch, and the memory report (and the Python
+ * estimate in toolkit/runtime/memory.py) stayed the same through that change. */
+static void m2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    const tk_hparams * hp = &m->hp;
+    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, G = (size_t) hp->n_group;
+    const size_t H = (size_t) hp->ssm_n_head, R = (size_t) hp->dt_rank;
+    (void) il;
+    tk_scratch_need(&need->zx, 2 * DI + 2 * G * N + H);
+    tk_scratch_need(&need->xc, (size_t) m2_conv_dim(hp));
+    tk_scratch_need(&need->xdbl, R + 2 * N);
+    tk_scratch_need(&need->dtr, R);
+    tk_scratch_need(&need->dt, DI);
+    tk_scratch_need(&need->y, DI);
+    tk_scratch_need(&need->work_bytes, tk_ssd_workspace_bytes(n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
+                                                              hp->n_group, n_threads));
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -59,7 +81,7 @@ static tk_status m2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t DI = hp->d_inner, N = hp->d_state, H = hp->ssm_n_head, P = hp->ssm_head_dim, G = hp->n_group;
-    const int32_t K = hp->d_conv, CD = ctx->model->conv_dim, W = 2 * DI + 2 * G * N + H;
+    const int32_t K = hp->d_conv, CD = m2_conv_dim(hp), W = 2 * DI + 2 * G * N + H;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
@@ -89,4 +111,4 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_mamba2 = {"mamba2", m2_check, m2_bind, m2_rs_pieces, NULL, m2_forward};
+const tk_mixer_ops tk_mixer_mamba2 = {"mamba2", m2_check, m2_bind, m2_rs_pieces, NULL, m2_scratch, m2_forward};

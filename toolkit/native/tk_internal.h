@@ -74,7 +74,7 @@ struct tk_model {
     float * output_norm;       /* [D] */
     tk_weight output;          /* [D, n_vocab] (tok_embd when tied) */
     tk_layer * layers;         /* [n_layer] */
-    int32_t conv_dim;          /* M1: d_inner; M2: d_inner + 2*G*N */
+    int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
     int embd_random;           /* token_embd is a large gather-only table (random-access advice) */
     float ** owned;            /* float arrays copied at load, freed with the model */
