@@ -7,10 +7,12 @@ and quantized files.
 
 Logits are hashed (sha256 of the float32 bytes) for every fixture model (the llama.cpp f32
 files, our conversions of every HF fixture, the packaged demo model, and quantized copies in
-each type we write), at every kernel level this machine runs (``TOOLKIT_CPU``) and at 1 and
-2 threads, for: a one-shot prompt (all logits), the same prompt in ubatches of 5 (the
-recurrence instead of SSD), a two-sequence batch, and the state blob after the prompt.
-Converted and quantized files are hashed whole.
+each type we write), at every kernel level this machine runs (``TOOLKIT_CPU``) and at 1, 2
+and 3 threads, for: a one-shot 80-token prompt (all logits; SSD over two chunks), the same
+prompt in ubatches of 5 (the recurrence instead of SSD), a two-sequence batch, and the state
+blobs after the prompt.  Converted and quantized files (with and without an imatrix) are
+hashed whole.  Run it on the old tree too (``cd OLD && python tools/outputs_digest.py``, with
+that tree's compiled library); it imports the tree it sits in.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +59,14 @@ def make_files(tmp: Path) -> tuple[dict, list[Path]]:
         subprocess.run(tk + ["quantize", str(src), str(dst), qt], check=True, capture_output=True, cwd=ROOT)
         out[f"quantize/bamba-small/{qt}"] = file_sha(dst)
         models.append(dst)
+    # the imatrix's path is written into the file (quantize.imatrix.file, as llama-quantize
+    # does): the same relative path in every tree
+    shutil.copy(FIX / "quant" / "bamba-small.imatrix.gguf", tmp / "imatrix.gguf")
+    for qt in ("Q4_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"):
+        dst = tmp / f"bamba-small.imatrix.{qt}.gguf"
+        subprocess.run(tk + ["quantize", str(src), str(dst), qt, "--imatrix", "imatrix.gguf"], check=True,
+                       capture_output=True, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        out[f"quantize/bamba-small/imatrix/{qt}"] = file_sha(dst)
     for odd in sorted((FIX / "quant").glob("oddwidth-*.f32.gguf")):
         for qt in ("Q4_K_M", "IQ4_XS", "Q5_1"):
             dst = tmp / f"{odd.stem}.{qt}.gguf"
@@ -80,8 +91,8 @@ def worker(models: list[str]) -> dict:
             continue
         V = m.n_vocab
         rng = np.random.default_rng(0)
-        prompt = rng.integers(0, V, 40).astype(np.int32)
-        for nt in (1, 2):
+        prompt = rng.integers(0, V, 80).astype(np.int32)   # > 64: the SSD passes state between chunks
+        for nt in (1, 2, 3):
             c = Context(m, n_ctx=256, n_seq_max=2, n_ubatch=512, n_threads=nt)
             a = c.decode(prompt, 0, logits="all")
             res[f"{name}/t{nt}/oneshot"] = sha(a.tobytes())
@@ -103,12 +114,15 @@ def worker(models: list[str]) -> dict:
 
 
 def levels() -> list[str]:
-    code = "from toolkit.binding import lib; print(lib.tk_cpu_detected())"
-    try:
-        best = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    except Exception:
-        best = 1
-    return ["scalar", "avx2"] if best >= 1 else ["scalar"]
+    """Every kernel level this machine runs: scalar and each x86 level up to the detected one
+    (or NEON on aarch64).  Reads the binding of the tree it runs in (old trees: runtime._lib)."""
+    code = ("try:\n from toolkit.binding import lib\nexcept ImportError:\n from toolkit.runtime._lib import lib\n"
+            "print(lib.tk_cpu_detected())")
+    best = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout)
+    if best == 3:
+        return ["scalar", "neon"]
+    return ["scalar", "avx2", "avx512"][:best + 1]
 
 
 def main() -> int:
