@@ -132,7 +132,7 @@ const char * tk_type_name(int type) {
     return tt ? tt->name : "unknown";
 }
 
-/* test hook (tk_cpu.h) */
+/* test hook (tk_testing.h) */
 int tk_type_traits_query(int type, const char ** name, int64_t * blck_size, int64_t * type_size, int * vec_dot_type,
                          int * flags) {
     const tk_type_traits * tt = tk_type_traits_get(type);
