@@ -57,7 +57,7 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("n_vocab"), _i("n_embd"), _i("n_layer"), _f("rms_eps"),
     # recurrent
     _i("d_conv"), _i("d_inner"), _i("d_state"), _i("dt_rank"), _i("n_group"), _i("ssm_n_head"),
-    _i("ssm_head_dim"), _i("dt_b_c_rms"),
+    _i("ssm_head_dim"), _i("dt_b_c_rms"), _i("ssm_dt_b_c_norms", "spec.ssm_dt_b_c_norms"),
     # attention
     _i("n_head"), _i("head_dim"), _i("n_rot"), _f("rope_freq_base"), _i("use_rope"), _f("attention_scale"),
     # ffn

@@ -9,7 +9,8 @@ A family is data, not branches (DESIGN.md).  A row says:
   does not mark as attention), ``attention_from_file`` (hybrid: attention layers from
   ``attention.layer_indices`` / per-layer ``attention.head_count_kv``); ``ffns`` the FFN kinds
   it may have (per layer from the tensors, see :func:`toolkit.arch.readers.read_ffn`);
-- ``rope`` (attention layers rotate q/k), ``moe_softmax_topk`` (routing rule), ``residual``;
+- ``rope`` (attention layers rotate q/k), ``moe_softmax_topk`` (routing rule),
+  ``ssm_dt_b_c_norms`` (Mamba-1's dt/B/C RMSNorms have weights: Jamba), ``residual``;
 - the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`.
 
 Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
@@ -88,6 +89,7 @@ class ArchSpec:
     ffns: tuple[FFNKind, ...] = (FFNKind.NONE,)
     rope: bool = True
     moe_softmax_topk: bool = False
+    ssm_dt_b_c_norms: bool = False      # Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba)
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     note: str = ""
@@ -139,7 +141,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.MAMBA1, LayerKind.ATTENTION), recurrent=LayerKind.MAMBA1, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False,
              # JambaSparseMoeBlock: softmax over all experts, then top-k, not renormalised
-             moe_softmax_topk=True,
+             moe_softmax_topk=True, ssm_dt_b_c_norms=True,
              mixer_tensors={**MIXER_TENSORS, LayerKind.MAMBA1: JAMBA_MAMBA1_TENSORS}),
     ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
              note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),

@@ -60,10 +60,10 @@ static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(DI), 0, &l->ssm_dt_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(N, DI), 1, &l->ssm_a));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_d"), TK_SHAPE(DI), 1, &l->ssm_d));
-    int jamba = hp->arch == TK_ARCH_JAMBA;
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt_norm.weight"), TK_SHAPE(R), jamba, &l->ssm_dt_norm));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_b_norm.weight"), TK_SHAPE(N), jamba, &l->ssm_b_norm));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_c_norm.weight"), TK_SHAPE(N), jamba, &l->ssm_c_norm));
+    const int norms = hp->ssm_dt_b_c_norms;   /* Jamba: the dt/B/C norms have weights, required */
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt_norm.weight"), TK_SHAPE(R), norms, &l->ssm_dt_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_b_norm.weight"), TK_SHAPE(N), norms, &l->ssm_b_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_c_norm.weight"), TK_SHAPE(N), norms, &l->ssm_c_norm));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_out.weight"), TK_SHAPE(DI, D), 1, &l->ssm_out));
 #undef NAME
     return TK_OK;

@@ -99,6 +99,7 @@ typedef struct {
     int32_t ssm_n_head;        /* H (Mamba-2) */
     int32_t ssm_head_dim;      /* P (Mamba-2) */
     int32_t dt_b_c_rms;        /* 1: weightless RMS norm of dt, B, C (Falcon-Mamba style) */
+    int32_t ssm_dt_b_c_norms;  /* 1: Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors) */
     /* attention */
     int32_t n_head;
     int32_t head_dim;
