@@ -1,6 +1,6 @@
 """THE GGUF reader/writer: every subcommand reads and writes GGUF through this package."""
 from toolkit.gguf_io.constants import (  # noqa: F401
-    ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, SUPPORTED_ARCHES,
+    ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2,
     GGMLType, Keys, k, row_nbytes, type_size,
 )
 from toolkit.gguf_io.header import GGUFHeader, KV  # noqa: F401

@@ -141,9 +141,8 @@ ARCH_MAMBA = "mamba"
 ARCH_MAMBA2 = "mamba2"
 ARCH_GRANITE_HYBRID = "granitehybrid"
 ARCH_JAMBA = "jamba"
-# convert only (the runtime does not run it yet, so it is not in SUPPORTED_ARCHES)
+# convert only (which architectures the runtime runs: toolkit.arch.table.RUNTIME_ARCHES)
 ARCH_QWEN4EXP = "qwen4exp"
-SUPPORTED_ARCHES = (ARCH_MAMBA, ARCH_MAMBA2, ARCH_GRANITE_HYBRID, ARCH_JAMBA)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

@@ -273,14 +273,14 @@ void tk_context_abort(tk_context * ctx) {
 
 /* ==== memory operations ============================================================== */
 
-static tk_status check_seq(const tk_context * ctx, int32_t seq, int allow_all) {
+tk_status tk_check_seq(const tk_context * ctx, int32_t seq, int allow_all) {
     if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
     if ((allow_all && seq == -1) || (seq >= 0 && seq < ctx->params.n_seq_max)) return TK_OK;
     return TK_FAIL(TK_ERR_INVALID, "sequence id %d outside [0, n_seq_max=%d)", seq, ctx->params.n_seq_max);
 }
 
 tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t * removed) {
-    TK_CHECK(check_seq(ctx, seq, 1));
+    TK_CHECK(tk_check_seq(ctx, seq, 1));
     if (!removed) return TK_FAIL(TK_ERR_INVALID, "removed is NULL");
     *removed = ctx->mem->can_seq_rm(ctx->mem, seq, p0, p1);
     if (*removed) ctx->mem->seq_rm(ctx->mem, seq, p0, p1);
@@ -288,26 +288,26 @@ tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1
 }
 
 tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    TK_CHECK(check_seq(ctx, src, 0));
-    TK_CHECK(check_seq(ctx, dst, 0));
+    TK_CHECK(tk_check_seq(ctx, src, 0));
+    TK_CHECK(tk_check_seq(ctx, dst, 0));
     ctx->mem->seq_cp(ctx->mem, src, dst, p0, p1);
     return TK_OK;
 }
 
 tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     ctx->mem->seq_keep(ctx->mem, seq);
     return TK_OK;
 }
 
 tk_status tk_memory_seq_pos_min(tk_context * ctx, int32_t seq, int32_t * pos) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     *pos = ctx->mem->seq_pos_min(ctx->mem, seq);
     return TK_OK;
 }
 
 tk_status tk_memory_seq_pos_max(tk_context * ctx, int32_t seq, int32_t * pos) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     *pos = ctx->mem->seq_pos_max(ctx->mem, seq);
     return TK_OK;
 }

@@ -118,7 +118,8 @@ struct tk_memory {
     size_t   (*state_tmp_floats)(tk_memory * m);   /* scratch floats state_write/read need */
 };
 
-/* kv_dim[l] > 0 for the layers whose kind uses the KV cache; NULL-safe constructors. */
+/* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of
+ * the layers whose kind has rs_pieces (layer.h). */
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out);
 tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory ** out);
 /* owns both children from here on (frees them on failure too) */

@@ -28,12 +28,6 @@ static const char MAGIC[8] = {'T', 'K', 'S', 'T', 'A', 'T', 'E', 0};
 
 /* ==== small helpers =================================================================== */
 
-static tk_status check_seq(const tk_context * ctx, int32_t seq, int allow_all) {
-    if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
-    if ((allow_all && seq == -1) || (seq >= 0 && seq < ctx->params.n_seq_max)) return TK_OK;
-    return TK_FAIL(TK_ERR_INVALID, "sequence id %d outside [0, n_seq_max=%d)", seq, ctx->params.n_seq_max);
-}
-
 static uint32_t crc_table[256];
 static int crc_ready;
 
@@ -83,20 +77,20 @@ tk_status tk_memory_set_checkpoints(tk_context * ctx, int32_t n_per_seq, int32_t
 }
 
 tk_status tk_memory_checkpoint(tk_context * ctx, int32_t seq) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     ctx->mem->checkpoint(ctx->mem, seq);
     return TK_OK;
 }
 
 tk_status tk_memory_checkpoints(tk_context * ctx, int32_t seq, int32_t * pos, int32_t cap, int32_t * n) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     if (!n || (cap > 0 && !pos)) return TK_FAIL(TK_ERR_INVALID, "n or pos is NULL");
     *n = ctx->mem->checkpoints(ctx->mem, seq, pos, cap);
     return TK_OK;
 }
 
 tk_status tk_memory_seq_add(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t delta, int32_t * done) {
-    TK_CHECK(check_seq(ctx, seq, 0));
+    TK_CHECK(tk_check_seq(ctx, seq, 0));
     if (!done) return TK_FAIL(TK_ERR_INVALID, "done is NULL");
     *done = ctx->mem->can_seq_add(ctx->mem, seq, p0, p1, delta);
     if (*done) ctx->mem->seq_add(ctx->mem, seq, p0, p1, delta);
@@ -148,7 +142,7 @@ static void write_all(tk_context * ctx, int32_t seq, tk_wbuf * w, float * tmp) {
 }
 
 tk_status tk_state_size(tk_context * ctx, int32_t seq, uint64_t * size) {
-    TK_CHECK(check_seq(ctx, seq, 1));
+    TK_CHECK(tk_check_seq(ctx, seq, 1));
     if (!size) return TK_FAIL(TK_ERR_INVALID, "size is NULL");
     tk_wbuf w = {NULL, 0, 0};
     write_all(ctx, seq, &w, NULL);
@@ -157,7 +151,7 @@ tk_status tk_state_size(tk_context * ctx, int32_t seq, uint64_t * size) {
 }
 
 tk_status tk_state_write(tk_context * ctx, int32_t seq, uint8_t * buf, uint64_t cap, uint64_t * written) {
-    TK_CHECK(check_seq(ctx, seq, 1));
+    TK_CHECK(tk_check_seq(ctx, seq, 1));
     if (!buf || !written) return TK_FAIL(TK_ERR_INVALID, "buf or written is NULL");
     uint64_t need;
     TK_CHECK(tk_state_size(ctx, seq, &need));
@@ -213,7 +207,7 @@ static tk_status parse(tk_context * ctx, int32_t seq, const uint8_t * buf, uint6
 }
 
 tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint64_t size) {
-    TK_CHECK(check_seq(ctx, seq, 1));
+    TK_CHECK(tk_check_seq(ctx, seq, 1));
     if (!buf) return TK_FAIL(TK_ERR_INVALID, "buf is NULL");
     if (size < HEADER_BYTES + 4) return BAD("%llu bytes, shorter than the %u-byte header and checksum", (unsigned long long) size, HEADER_BYTES + 4);
     if (memcmp(buf, MAGIC, 8)) return BAD("not a toolkit state (bad magic)");

@@ -176,6 +176,8 @@ struct tk_context {
 };
 
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
+/* ctx not NULL and seq in [0, n_seq_max) (or -1, "every sequence", when allow_all) (context.c) */
+tk_status tk_check_seq(const tk_context * ctx, int32_t seq, int allow_all);
 
 
 #endif
