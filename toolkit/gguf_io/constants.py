@@ -36,6 +36,9 @@ class Keys:
         FULL_ATTENTION_INTERVAL = gguf.Keys.LLM.FULL_ATTENTION_INTERVAL
         # qwen4exp: row width of per_layer_token_embd (one PLE n-gram head)
         EMBD_LENGTH_PER_LAYER_INP = gguf.Keys.LLM.EMBD_LENGTH_PER_LAYER_INP
+        # MTP / NextN layers appended after the main layers (block_count includes them;
+        # the runtime runs block_count - nextn_predict_layers layers)
+        NEXTN_PREDICT_LAYERS = gguf.Keys.LLM.NEXTN_PREDICT_LAYERS
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
@@ -73,6 +76,10 @@ class Keys:
         DT_B_C_RMS = gguf.Keys.SSM.DT_B_C_RMS
         # ours (not in gguf 0.19): Mamba-2 head dim (d_inner / n_head)
         HEAD_DIM = "{arch}.ssm.head_dim"
+        # ours (not in llama.cpp): gated delta net value head dim Dv, written only when it
+        # differs from the key head dim Dk (ssm.state_size); llama.cpp reads both from
+        # ssm.state_size, so files with Dk == Dv stay identical to its own
+        VALUE_HEAD_DIM = "{arch}.ssm.value_head_dim"
 
     class HyperConnection:
         """Hyper-connections (qwen4exp); llama.cpp 0c1e570's gguf-py ``Keys.HyperConnection``
@@ -141,8 +148,11 @@ ARCH_MAMBA = "mamba"
 ARCH_MAMBA2 = "mamba2"
 ARCH_GRANITE_HYBRID = "granitehybrid"
 ARCH_JAMBA = "jamba"
-# convert only (which architectures the runtime runs: toolkit.arch.table.RUNTIME_ARCHES)
+# which of these the runtime runs: toolkit.arch.table.RUNTIME_ARCHES
 ARCH_QWEN4EXP = "qwen4exp"
+ARCH_QWEN3NEXT = "qwen3next"
+ARCH_QWEN35 = "qwen35"
+ARCH_QWEN35MOE = "qwen35moe"
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 
