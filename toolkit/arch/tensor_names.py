@@ -51,6 +51,15 @@ class T:
     ATTN_K_NORM = gguf.TENSOR_NAMES[_M.ATTN_K_NORM]
     SSM_ALPHA = gguf.TENSOR_NAMES[_M.SSM_ALPHA]
     SSM_BETA = gguf.TENSOR_NAMES[_M.SSM_BETA]
+    SSM_BETA_ALPHA = gguf.TENSOR_NAMES[_M.SSM_BETA_ALPHA]         # qwen3next: [b(r) | a(r)] per key head
+    ATTN_POST_NORM = gguf.TENSOR_NAMES[_M.ATTN_POST_NORM]         # "post_attention_norm": the Qwen FFN pre-norm
+    # MTP / NextN block, at blk.{n_layer + i} (runs only as a draft head)
+    NEXTN_EH_PROJ = gguf.TENSOR_NAMES[_M.NEXTN_EH_PROJ]
+    NEXTN_ENORM = gguf.TENSOR_NAMES[_M.NEXTN_ENORM]
+    NEXTN_HNORM = gguf.TENSOR_NAMES[_M.NEXTN_HNORM]
+    NEXTN_SHARED_HEAD_NORM = gguf.TENSOR_NAMES[_M.NEXTN_SHARED_HEAD_NORM]
+    NEXTN_SHARED_HEAD_HEAD = gguf.TENSOR_NAMES[_M.NEXTN_SHARED_HEAD_HEAD]
+    NEXTN_EMBED_TOKENS = gguf.TENSOR_NAMES[_M.NEXTN_EMBED_TOKENS]
     FFN_GATE_INP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP_SHEXP]
     PER_LAYER_TOKEN_EMBD = gguf.TENSOR_NAMES[_M.PER_LAYER_TOKEN_EMBD]
     # qwen4exp names gguf 0.19 lacks, as llama.cpp 0c1e570's gguf-py TENSOR_NAMES spells them
