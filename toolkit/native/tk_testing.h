@@ -84,6 +84,38 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
                             const float * A, const float * D, int32_t n_tok, int32_t n_head, int32_t head_dim,
                             int32_t d_state, int32_t n_group, float * y, int64_t y_stride, int n_threads);
 
+/* ==== gated delta rule (gdn.c) ======================================================= */
+/* One value head of one sequence over n_tok tokens (ref: Yang, Kautz, Hatamizadeh 2024,
+ * "Gated Delta Networks", eq. (10); transformers modeling_qwen3_next.py
+ * torch_recurrent_gated_delta_rule; llama.cpp ggml-cpu ops.cpp gated_delta_net):
+ *   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
+ * S is Dk x Dv (key index i, value index j), stored as llama.cpp stores it: value row j
+ * holds S[:, j], i.e. element (i, j) at S[j * dk + i].  q must already be l2-normed and
+ * scaled by 1/sqrt(Dk), k l2-normed (the caller does both).  g_t <= 0 is the log decay.
+ * Rows: q + t*q_stride [dk], k + t*k_stride [dk], v + t*v_stride [dv], o + t*o_stride [dv];
+ * g[t*gb_stride], beta[t*gb_stride].  work: tk_gdn_work_floats(dk, dv) floats (may be NULL
+ * when the call takes the recurrent form). */
+typedef struct {
+    int32_t n_tok, dk, dv;
+    const float * q; int64_t q_stride;
+    const float * k; int64_t k_stride;
+    const float * v; int64_t v_stride;
+    const float * g; const float * beta; int64_t gb_stride;
+    float * S;
+    float * o; int64_t o_stride;
+    float * work;
+} tk_gdn_head;
+/* The token-by-token recurrence at the current CPU level. */
+void tk_gdn_recurrent(const tk_gdn_head * h);
+/* The same result through the chunked WY/UT form where it is faster (n_tok at least
+ * tk_gdn_threshold()), else the recurrence. */
+void tk_gdn_run(const tk_gdn_head * h);
+/* floats of work tk_gdn_run needs for heads of these dims */
+int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
+/* Runs of at least this many tokens take the chunked form; 0 = never.  Like tk_ssd_*. */
+int tk_gdn_threshold(void);
+int tk_gdn_set_threshold(int n);
+
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per
  * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =
