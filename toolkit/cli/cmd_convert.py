@@ -38,6 +38,8 @@ def convert(
                                 "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
+    no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (mtp.* tensors of "
+                                "Qwen3-Next / Qwen3.5 checkpoints); a checkpoint without one needs no flag."),
 ) -> None:
     """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba checkpoint to GGUF, one band of
     rows resident at a time."""
@@ -47,7 +49,7 @@ def convert(
     outtype = outtype.lower()   # F16 = f16, as quantize accepts any case
     if outtype not in OUTTYPES:
         raise InputError(f"--outtype {outtype!r}: must be one of {', '.join(OUTTYPES)}")
-    plan = make_plan(hf_dir, outtype)
+    plan = make_plan(hf_dir, outtype, no_mtp=no_mtp)
     if dry_run:
         d = plan_to_dict(plan)
         if as_json:

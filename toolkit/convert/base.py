@@ -90,6 +90,8 @@ class Family:
     known: ClassVar[tuple[str, ...]] = ()
     # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
     int_known: ClassVar[tuple[str, ...]] = ()
+    # ``toolkit convert --no-mtp``: leave out an MTP / NextN draft head (families that write one)
+    no_mtp: bool = False
 
     def __init__(self, hf: HFDir, outtype: str):
         if outtype not in OUTTYPES:

@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 BAND_ELEMENTS = 4 * 2**20
 
 
-def make_plan(hf_dir: str, outtype: str = "f32") -> Plan:
+def make_plan(hf_dir: str, outtype: str = "f32", no_mtp: bool = False) -> Plan:
     """The full plan (key/values incl. tokenizer, tensors with types) from headers only.
+
+    no_mtp: leave out an MTP / NextN draft head (``mtp.*``; qwen3next, qwen35, qwen35moe).
 
     Raises:
         InputError: anything wrong with the directory (names the file, key or tensor).
@@ -51,6 +53,7 @@ def make_plan(hf_dir: str, outtype: str = "f32") -> Plan:
         raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
                                f"supported: {', '.join(supported())}")
     fam = fam_cls(hf, outtype)
+    fam.no_mtp = no_mtp
     plan = fam.build()
     name = os.path.basename(os.path.normpath(hf.path)) or "model"
     plan.kv = [kv_str(Keys.General.NAME, name)] + plan.kv + fam.general_kv()
@@ -177,10 +180,11 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
 
 def convert(hf_dir: str, out: str, outtype: str = "f32",
             progress_factory: Callable[[int], Callable[[int], None]] | None = None,
-            plan: Plan | None = None) -> Summary:
+            plan: Plan | None = None, no_mtp: bool = False) -> Summary:
     """Convert the checkpoint at ``hf_dir`` into the GGUF file ``out``.
 
     progress_factory(total_bytes) returns a callback called with the bytes of each band written.
+    no_mtp: as :func:`make_plan` (used only when ``plan`` is None).
 
     Raises:
         InputError / UnsupportedError: see :func:`make_plan`; a shard shorter than its header.
@@ -189,7 +193,7 @@ def convert(hf_dir: str, out: str, outtype: str = "f32",
     """
     t0 = time.perf_counter()
     if plan is None:
-        plan = make_plan(hf_dir, outtype)
+        plan = make_plan(hf_dir, outtype, no_mtp)
     total = sum(tensor_nbytes(t.shape, t.type) for t in plan.tensors)
     out_dir = os.path.dirname(os.path.abspath(out))
     if os.path.isdir(out_dir):

@@ -81,12 +81,11 @@ import re
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family
-from toolkit.convert.hfdir import Config
+from toolkit.convert.families.qwen_gdn import QwenGDNFamily, text_config, v_head_perm  # noqa: F401 (v_head_perm: re-export)
 from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_u32
 from toolkit.convert.st_reader import STTensor, ShardReader
 from toolkit.errors import InputError, UnsupportedError
-from toolkit.gguf_io import GGMLType, Keys
+from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_QWEN4EXP, GGUFValueType
 
 _P = r"model\.(?:language_model\.)?"          # text weights: model.* or model.language_model.*
@@ -104,19 +103,6 @@ _INT_DTYPES = {"I64": "<i8", "I32": "<i4"}
 def kv_arr_u64(key: str, v: list[int]) -> KV:
     """A UINT64 array key/value; the values stay Python ints end to end (exact up to 2^64 - 1)."""
     return KV(key, [int(x) for x in v], GGUFValueType.ARRAY, GGUFValueType.UINT64)
-
-
-def v_head_perm(n_k: int, n_v: int, head_dim: int) -> np.ndarray:
-    """Order that moves value heads from HF's grouped-by-key-head layout to llama.cpp's tiled one.
-
-    HF: V heads [k0: v0..v(r-1), k1: v0..v(r-1), ...] with r = n_v / n_k; llama.cpp (ggml
-    broadcast): [k0 v0, k1 v0, ..., k0 v1, k1 v1, ...].  Output element (j, k, d) <- source
-    (k, j, d), i.e. ``perm[(j n_k + k) hd + d] = (k r + j) hd + d``.
-    Shape: int64 [n_v * head_dim].  ref: llama.cpp conversion/qwen.py
-    ``_LinearAttentionVReorderBase._reorder_v_heads``.
-    """
-    r = n_v // n_k
-    return np.arange(n_k * r * head_dim, dtype=np.int64).reshape(n_k, r, head_dim).transpose(1, 0, 2).reshape(-1)
 
 
 def read_int_tensor(t: STTensor) -> list[int]:
@@ -138,7 +124,7 @@ def read_int_tensor(t: STTensor) -> list[int]:
     return vals
 
 
-class Qwen4ExpFamily(Family):
+class Qwen4ExpFamily(QwenGDNFamily):
     hf_archs = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration")
     arch = ARCH_QWEN4EXP
     known = (
@@ -164,13 +150,8 @@ class Qwen4ExpFamily(Family):
 
     # ---- hparams --------------------------------------------------------------------------
     def read_hparams(self) -> None:
-        d = self.cfg.d
-        if isinstance(d.get("text_config"), dict):
-            # llama.cpp's ModelBase merges text_config into the root (image_token_id stays at the root)
-            c = Config(self.cfg.path, {**d, **d["text_config"]})
-        else:
-            c = self.cfg
-        self.c = c
+        # llama.cpp's ModelBase merges text_config into the root (image_token_id stays at the root)
+        c = self.c = text_config(self.cfg)
         self.prefix = "model.language_model." if any(n.startswith("model.language_model.") for n in self.hf.tensors) else "model."
         self.n_embd = c.int("hidden_size")
         self.n_layer = c.int("num_hidden_layers")
@@ -197,11 +178,7 @@ class Qwen4ExpFamily(Family):
         # runtime prefers the explicit attention.recurrent_layers, which we write from the same list
         self.interval = c.int("full_attention_interval", default=4)
         # ---- attention ----
-        self.n_head = c.int("num_attention_heads")
-        self.n_head_kv = c.int("num_key_value_heads")
-        self.head_dim = c.int("head_dim", default=256)   # Qwen4ExpTextConfig's default
-        if c.d.get("attention_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's qwen4exp has no attention biases)")
+        self.read_attention(c, "qwen4exp")     # head_dim default 256, Qwen4ExpTextConfig's
         prf = c.rope("partial_rotary_factor", 1.0)
         if not isinstance(prf, (int, float)) or not (0 < prf <= 1):
             raise InputError(f"{c.path}: partial_rotary_factor = {prf!r} must be in (0, 1]")
@@ -226,20 +203,9 @@ class Qwen4ExpFamily(Family):
         self.idx_top_k = c.int("indexer_budget")
         self.compress_ratio = c.int("indexer_compress_ratio")
         # ---- gated delta net ----
-        self.d_conv = c.int("linear_conv_kernel_dim", default=4)
-        self.n_k = c.int("linear_num_key_heads")
-        self.n_v = c.int("linear_num_value_heads")
-        self.d_k = c.int("linear_key_head_dim")
-        self.d_v = c.int("linear_value_head_dim")
-        if self.n_v % self.n_k:
-            raise InputError(f"{c.path}: linear_num_key_heads {self.n_k} does not divide linear_num_value_heads {self.n_v}")
+        self.read_gdn(c)
         # ---- MoE ----
-        self.n_expert = c.int("num_experts")
-        self.n_expert_used = c.int("num_experts_per_tok")
-        if self.n_expert_used > self.n_expert:
-            raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} > num_experts {self.n_expert}")
-        self.n_ff_exp = c.int("moe_intermediate_size")
-        self.n_ff_shexp = c.int("shared_expert_intermediate_size")
+        self.read_moe(c)
         # ---- PLE ----
         ple_ids = c.get("ple_layer_ids", default=[])
         if not isinstance(ple_ids, list) or not all(isinstance(i, int) and 1 <= i <= self.n_layer for i in ple_ids):
@@ -288,10 +254,7 @@ class Qwen4ExpFamily(Family):
         key, p = self.key, self.plan
         L, D = self.n_layer, self.n_embd
         # bound the per-layer lists by the checkpoint before building any (num_hidden_layers = 10**9)
-        lre = re.compile(re.escape(self.prefix) + r"layers\.(\d+)\.")
-        present = {int(m.group(1)) for n in self.hf.tensors if (m := lre.match(n))}
-        if present and max(present) + 1 != L:
-            raise InputError(f"{self.c.path}: num_hidden_layers = {L}, but the checkpoint has layers 0..{max(present)}")
+        self.check_layers(self.c, self.prefix, L)
         attn = set(self.attn_layers)
         p.kv += [
             kv_u32(key(Keys.LLM.BLOCK_COUNT), L),
@@ -308,11 +271,7 @@ class Qwen4ExpFamily(Family):
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.head_dim),
             kv_u32(key(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH), self.n_ff_exp),
             kv_u32(key(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH), self.n_ff_shexp),
-            kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
-            kv_u32(key(Keys.SSM.STATE_SIZE), self.d_k),
-            kv_u32(key(Keys.SSM.GROUP_COUNT), self.n_k),
-            kv_u32(key(Keys.SSM.TIME_STEP_RANK), self.n_v),
-            kv_u32(key(Keys.SSM.INNER_SIZE), self.d_v * self.n_v),
+            *self.gdn_kv(),
             KV(key(Keys.Attention.RECURRENT_LAYERS), [i not in attn for i in range(L)], GGUFValueType.ARRAY,
                GGUFValueType.BOOL),
             kv_u32(key(Keys.LLM.FULL_ATTENTION_INTERVAL), self.interval),
@@ -339,14 +298,12 @@ class Qwen4ExpFamily(Family):
             if i in attn:
                 self._attention(i, lp + "self_attn.")
             else:
-                self._gated_delta_net(i, lp + "linear_attn.")
-            self._moe(i, lp + "mlp.")
+                self.gated_delta_net(i, lp + "linear_attn.")
+            self.moe(i, lp + "mlp.")
             if i in self.ple_layers:
                 self._ple(i, lp + "ple.")
         self.tied_output(pre + "embed_tokens.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
-        for name in self.hf.tensors:
-            if name.startswith("model.visual."):
-                self.omit(name, "vision tower: not part of the text GGUF (llama.cpp writes it to a separate mmproj file)")
+        self.omit_vision()
         mtp = [n for n in self.hf.tensors if n.startswith("mtp.")]
         for name in mtp:
             self.omit(name, "MTP / NextN draft head: not converted")
@@ -356,98 +313,33 @@ class Qwen4ExpFamily(Family):
         return p
 
     # ---- pieces -----------------------------------------------------------------------------
-    def _plus_one(self, out: str, src: str, shape: tuple[int, ...]) -> None:
-        """A zero-centred RMSNorm gamma (HF computes x * (1 + w)) written as 1 + w."""
-        self.copy(out, src, shape, op="plus_one", note="gamma + 1 (zero-centred RMSNorm)")
-
     def _hyper_connection(self, hp: str, norm: str, down: str, up: str, inject: str | None, bid: int | None) -> None:
         HD, r = self.hc * self.n_embd, self.hc_lowrank
         # the gamma stays 1-D [HD]; llama.cpp loads it as [D, hc] (TENSOR_ALLOW_RESHAPE)
-        self._plus_one(tn(norm, bid), hp + "hc_norm.weight", (HD,))
+        self.plus_one(tn(norm, bid), hp + "hc_norm.weight", (HD,))
         self.copy(tn(down, bid), hp + "input_mix_weight_down.weight", (r, HD))
         self.copy(tn(up, bid), hp + "input_mix_weight_up.weight", (HD, r))
         if inject is not None:
             self.copy(tn(inject, bid), hp + "block_inject_weight.weight", (self.hc, HD))
 
     def _attention(self, i: int, a: str) -> None:
-        D, hd = self.n_embd, self.head_dim
-        # q_proj holds [query | gate] per head; llama.cpp splits it in the graph (NEOX-style
-        # M-RoPE rotates halves as HF does), so q/k rows are written as stored
-        self.copy(tn(T.ATTN_Q, i), a + "q_proj.weight", (2 * self.n_head * hd, D))
-        self.copy(tn(T.ATTN_K, i), a + "k_proj.weight", (self.n_head_kv * hd, D))
-        self.copy(tn(T.ATTN_V, i), a + "v_proj.weight", (self.n_head_kv * hd, D))
-        self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd))
-        self._plus_one(tn(T.ATTN_Q_NORM, i), a + "q_norm.weight", (hd,))
-        self._plus_one(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (hd,))
+        D = self.n_embd
+        self.gated_attention(i, a)
         # one projection feeds the indexer's Hi query heads then its single key head: split rows
         nq, di = self.idx_n_head * self.idx_head_dim, self.idx_head_dim
         t = self.take(a + "indexer.index_qk_proj.weight", (nq + di, D))
         self.emit(tn(T.INDEXER_Q_PROJ, i), (nq, D), [Segment(t, 0, nq)], note="rows [0, Hi di) of index_qk_proj")
         self.emit(tn(T.INDEXER_K_PROJ, i), (di, D), [Segment(t, nq, di)], note="rows [Hi di, (Hi + 1) di) of index_qk_proj")
-        self._plus_one(tn(T.INDEXER_Q_NORM, i), a + "indexer.q_layernorm.weight", (di,))
-        self._plus_one(tn(T.INDEXER_K_NORM, i), a + "indexer.k_layernorm.weight", (di,))
-
-    def _gated_delta_net(self, i: int, g: str) -> None:
-        D = self.n_embd
-        nk, nv, dk, dv = self.n_k, self.n_v, self.d_k, self.d_v
-        key_dim, value_dim = nk * dk, nv * dv
-        conv_dim = 2 * key_dim + value_dim
-        # take (shape-check) first: the permutations below are sized by config.json
-        t = self.take(g + "in_proj_qkv.weight", (conv_dim, D))
-        reorder = nk != nv
-        vp = v_head_perm(nk, nv, dv) if reorder else None       # over value rows/columns
-        hp = v_head_perm(nk, nv, 1) if reorder else None        # over value heads
-        note = "V heads grouped -> tiled" if reorder else ""
-        self.emit(tn(T.ATTN_QKV, i), (conv_dim, D),
-                  [Segment(t, 0, 2 * key_dim), Segment(t, 2 * key_dim, value_dim, vp, value_dim)], note=note)
-        self.copy(tn(T.ATTN_GATE, i), g + "in_proj_z.weight", (value_dim, D), perm=vp, block=value_dim, note=note)
-        self.copy(tn(T.SSM_BETA, i), g + "in_proj_b.weight", (nv, D), perm=hp, block=nv, note=note)
-        self.copy(tn(T.SSM_ALPHA, i), g + "in_proj_a.weight", (nv, D), perm=hp, block=nv, note=note)
-        a = self.copy(tn(T.SSM_A, i, suffix=""), g + "A_log", (nv,), op="neg_exp", note=("A = -exp(A_log); " + note).strip("; "))
-        a.col_perm = hp
-        dt = self.copy(tn(T.SSM_DT, i, suffix=".bias"), g + "dt_bias", (nv,), note=note)
-        dt.col_perm = hp
-        # conv1d [C, 1, K] -> [C, K] (the squeeze is a reshape of the same bytes); V channels reordered
-        t = self.take(g + "conv1d.weight", (conv_dim, 1, self.d_conv))
-        self.emit(tn(T.SSM_CONV1D, i), (conv_dim, self.d_conv),
-                  [Segment(t, 0, 2 * key_dim), Segment(t, 2 * key_dim, value_dim, vp, value_dim)],
-                  note=("squeeze; " + note).strip("; "))
-        self.copy(tn(T.SSM_NORM, i), g + "norm.weight", (dv,))
-        o = self.copy(tn(T.SSM_OUT, i), g + "out_proj.weight", (D, value_dim), note=note.replace("heads", "columns"))
-        o.col_perm = vp
-
-    def _moe(self, i: int, m: str) -> None:
-        D, E, F, Fs = self.n_embd, self.n_expert, self.n_ff_exp, self.n_ff_shexp
-        self.copy(tn(T.FFN_GATE_INP, i), m + "gate.weight", (E, D))
-        if self.has(m + "experts.0.gate_proj.weight"):
-            # per-expert matrices (transformers' saved layout): stack, one segment per expert
-            for out, w, shape in ((T.FFN_GATE_EXP, "gate_proj", (F, D)), (T.FFN_UP_EXP, "up_proj", (F, D)),
-                                  (T.FFN_DOWN_EXP, "down_proj", (D, F))):
-                segs = [Segment(self.take(f"{m}experts.{e}.{w}.weight", shape), 0, shape[0]) for e in range(E)]
-                self.emit(tn(out, i), (E,) + shape, segs, note=f"stack of {E} experts")
-        else:
-            # fused: gate_up_proj [E, 2F, D] (rows :F gate, F: up), down_proj [E, D, F]
-            gu = m + "experts.gate_up_proj" + (".weight" if self.has(m + "experts.gate_up_proj.weight") else "")
-            t = self.take(gu, (E, 2 * F, D))
-            for out, half in ((T.FFN_GATE_EXP, 0), (T.FFN_UP_EXP, 1)):
-                self.emit(tn(out, i), (E, F, D), [Segment(t, e * 2 * F + half * F, F) for e in range(E)],
-                          note=f"{'first' if half == 0 else 'second'} half of the rows of gate_up_proj")
-            dn = m + "experts.down_proj" + (".weight" if self.has(m + "experts.down_proj.weight") else "")
-            self.copy(tn(T.FFN_DOWN_EXP, i), dn, (E, D, F))
-        s = m + "shared_expert."
-        self.copy(tn(T.FFN_GATE_SHEXP, i), s + "gate_proj.weight", (Fs, D))
-        self.copy(tn(T.FFN_UP_SHEXP, i), s + "up_proj.weight", (Fs, D))
-        self.copy(tn(T.FFN_DOWN_SHEXP, i), s + "down_proj.weight", (D, Fs))
-        g = self.copy(tn(T.FFN_GATE_INP_SHEXP, i), m + "shared_expert_gate.weight", (1, D))
-        g.type = GGMLType.F32   # llama.cpp's converter keeps FFN_GATE_INP_SHEXP in F32, as the router
+        self.plus_one(tn(T.INDEXER_Q_NORM, i), a + "indexer.q_layernorm.weight", (di,))
+        self.plus_one(tn(T.INDEXER_K_NORM, i), a + "indexer.k_layernorm.weight", (di,))
 
     def _ple(self, i: int, pp: str) -> None:
         D, HD, P = self.n_embd, self.hc * self.n_embd, self.ple_embed_dim
         self.copy(tn(T.PLE_KEY, i), pp + "key_proj.weight", (HD, P))
         self.copy(tn(T.PLE_VALUE, i), pp + "value_proj.weight", (D, P))
-        self._plus_one(tn(T.PLE_NORM_KEY, i), pp + "norm_key.weight", (HD,))
-        self._plus_one(tn(T.PLE_NORM_QUERY, i), pp + "norm_query.weight", (HD,))
-        self._plus_one(tn(T.PLE_NORM_CONV, i), pp + "norm_conv.weight", (HD,))
+        self.plus_one(tn(T.PLE_NORM_KEY, i), pp + "norm_key.weight", (HD,))
+        self.plus_one(tn(T.PLE_NORM_QUERY, i), pp + "norm_query.weight", (HD,))
+        self.plus_one(tn(T.PLE_NORM_CONV, i), pp + "norm_conv.weight", (HD,))
         t = self.take(pp + "conv1d.weight", (HD, 1, self.ple_conv_kernel))
         self.emit(tn(T.PLE_CONV1D, i), (HD, self.ple_conv_kernel), [Segment(t, 0, HD)], note="squeeze")
 
