@@ -1,0 +1,307 @@
+"""Make the held-back-style gated-delta-net fixtures (tests/fixtures/hf/*), checkpoints the
+first round of fixtures does not cover:
+
+    qwen35-dkdv-tiny      Qwen3_5ForCausalLM, Dk 16 != Dv 32, Hk 2 / Hv 6 (r = 3), attention at 2 of 4
+    qwen3next-dkdv-tiny   Qwen3NextForCausalLM, Dk 16 != Dv 32, attention at layers 0 and 4 of 5, tied embeddings
+    qwen35moe-pattern-tiny Qwen3_5MoeForCausalLM, no layer_types in config.json: full_attention_interval 3
+                          (attention at 2 and 5 of 6), Hk = Hv (no V-head reorder)
+    qwen35-mtp-tiny       Qwen3_5ForCausalLM with synthetic mtp.* tensors (one MTP layer, dense MLP)
+                          added to a shard after save_pretrained (which drops them)
+    qwen35moe-vl-tiny     Qwen3_5MoeForConditionalGeneration: a tiny vision tower (model.visual.*), text
+                          weights under model.language_model.*, config in text_config, and an MTP
+                          layer with per-expert MoE (mtp.*)
+
+Runs only where torch and transformers 5.24 are installed (the ``[dev]`` extra; here
+/tmp/venv-hf), never in the tests:
+
+    /tmp/venv-hf/bin/python tools/make_gdn_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
+    python tools/make_gdn_fixtures.py --summarize IN.gguf OUT.json            # gguf + numpy only
+
+``--summarize`` writes what tests/parity/test_convert_gdn.py compares against (the references
+tests/fixtures/llamacpp/NAME.f32.summary.json): every tensor's ggml shape, type and sha256,
+the values of the ``ssm_a`` tensors (llama.cpp computes -exp in float32, we round the float64
+result, so they may differ by 1 ulp), and every non-tokenizer key/value.  The llama.cpp files
+come from llama.cpp 0c1e570's ``convert_hf_to_gguf.py NAME --outtype f32`` (``--no-mtp`` for
+checkpoints without mtp.* tensors, which it otherwise asserts on) with the BPE pre-tokenizer
+check forced to ``gpt-2``, as for ../shared/fixtures.
+
+Like ../shared/fixtures (round 2): seeded; initializer_range 0.08, every parameter redrawn:
+matrices and conv kernels N(0, 0.08); zero-centred RMSNorm gammas (HF computes x (1 + w):
+input/post-attention/final/q/k norms) N(0, 0.1) around 0; the gated norm (``linear_attn.norm``,
+x w) 1 + N(0, 0.1); A_log = log U(1, 16); dt_bias N(0, 0.1).  Several safetensors shards
+(max_shard_size 160KB); the 512-token tokenizer of tests/fixtures/hf/qwen35-tiny.
+reference.npz: ``tokens`` (64 tokens of Python source, int32), ``logits`` [64, 512] float32
+(eager attention), ``greedy`` (16 tokens from HF ``generate``, greedy, its own cache).
+
+MTP tensors (names and shapes of the real Qwen3.5 checkpoints; HF's modeling ignores them:
+``_keys_to_ignore_on_load_unexpected = [r"^mtp.*"]``): mtp.fc [D, 2D], mtp.pre_fc_norm_embedding
+[D], mtp.pre_fc_norm_hidden [D], mtp.norm [D], and one decoder layer mtp.layers.0.* (input /
+post-attention norms, self_attn q_proj [2 Hq hd, D], k/v/o_proj, q/k_norm, the family's MLP).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TOKENIZER_SRC = os.path.join(REPO, "tests", "fixtures", "hf", "qwen35-tiny")
+N_TOKENS, N_GREEDY = 64, 16
+
+SOURCE = '''import os
+import sys
+
+
+def read_lines(path: str) -> list[str]:
+    """Return the lines of a text file."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\\n") for line in f]
+
+
+class Counter:
+    def __init__(self):
+        self.counts = {}
+
+    def add(self, key, n=1):
+        self.counts[key] = self.counts.get(key, 0) + n
+        return self.counts[key]
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(name, len(read_lines(name)))
+'''
+
+_BASE = dict(vocab_size=512, hidden_size=64, hidden_act="silu", max_position_embeddings=32768,
+             initializer_range=0.08, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+             attention_bias=False, linear_conv_kernel_dim=4)
+_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=32)
+
+SPECS = {
+    "qwen35-dkdv-tiny": dict(
+        cls="Qwen3_5ForCausalLM", conf="Qwen3_5TextConfig", seed=11,
+        text=dict(_BASE, num_hidden_layers=4, intermediate_size=96, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                  linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=16, linear_value_head_dim=32,
+                  rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                                       mrope_section=[3, 3, 2], mrope_interleaved=True))),
+    "qwen3next-dkdv-tiny": dict(
+        cls="Qwen3NextForCausalLM", conf="Qwen3NextConfig", seed=12,
+        text=dict(_BASE, **_MOE, num_hidden_layers=5, intermediate_size=96, tie_word_embeddings=True,
+                  layer_types=["full_attention", "linear_attention", "linear_attention", "linear_attention",
+                               "full_attention"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, decoder_sparse_step=1,
+                  mlp_only_layers=[], norm_topk_prob=True,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=32,
+                  rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25))),
+    "qwen35moe-pattern-tiny": dict(
+        cls="Qwen3_5MoeForCausalLM", conf="Qwen3_5MoeTextConfig", seed=13, drop_layer_types=True,
+        text=dict(_BASE, **_MOE, num_hidden_layers=6, tie_word_embeddings=False, full_attention_interval=3,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                  linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25,
+                                       mrope_section=[2, 1, 1], mrope_interleaved=True))),
+    "qwen35-mtp-tiny": dict(
+        cls="Qwen3_5ForCausalLM", conf="Qwen3_5TextConfig", seed=14, mtp=True,
+        text=dict(_BASE, num_hidden_layers=4, intermediate_size=128, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+                  num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25,
+                                       mrope_section=[2, 1, 1], mrope_interleaved=True))),
+    "qwen35moe-vl-tiny": dict(
+        cls="Qwen3_5MoeForConditionalGeneration", conf="Qwen3_5MoeConfig", seed=15, mtp=True,
+        vision=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4,
+                    spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16,
+                    initializer_range=0.08),
+        text=dict(_BASE, **_MOE, num_hidden_layers=4, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                                       mrope_section=[2, 1, 1], mrope_interleaved=True))),
+}
+
+
+def _redraw(torch, named, g) -> None:
+    """Every parameter redrawn (see the module docstring)."""
+    with torch.no_grad():
+        for name, p in named:
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def _mtp_tensors(torch, t: dict, g) -> dict:
+    """Synthetic MTP head of one layer, shaped as real Qwen3.5 checkpoints' mtp.* tensors."""
+    D, hd, nh, nkv = t["hidden_size"], t["head_dim"], t["num_attention_heads"], t["num_key_value_heads"]
+
+    def w(*shape):
+        return (0.08 * torch.randn(shape, generator=g)).contiguous()
+
+    def z(n):   # zero-centred gamma
+        return (0.1 * torch.randn((n,), generator=g)).contiguous()
+
+    p = "mtp.layers.0."
+    out = {"mtp.fc.weight": w(D, 2 * D), "mtp.pre_fc_norm_embedding.weight": z(D),
+           "mtp.pre_fc_norm_hidden.weight": z(D), "mtp.norm.weight": z(D),
+           p + "input_layernorm.weight": z(D), p + "post_attention_layernorm.weight": z(D),
+           p + "self_attn.q_proj.weight": w(2 * nh * hd, D), p + "self_attn.k_proj.weight": w(nkv * hd, D),
+           p + "self_attn.v_proj.weight": w(nkv * hd, D), p + "self_attn.o_proj.weight": w(D, nh * hd),
+           p + "self_attn.q_norm.weight": z(hd), p + "self_attn.k_norm.weight": z(hd)}
+    if "num_experts" in t:
+        E, F, Fs = t["num_experts"], t["moe_intermediate_size"], t["shared_expert_intermediate_size"]
+        out[p + "mlp.gate.weight"] = w(E, D)
+        for e in range(E):
+            out[p + f"mlp.experts.{e}.gate_proj.weight"] = w(F, D)
+            out[p + f"mlp.experts.{e}.up_proj.weight"] = w(F, D)
+            out[p + f"mlp.experts.{e}.down_proj.weight"] = w(D, F)
+        out.update({p + "mlp.shared_expert.gate_proj.weight": w(Fs, D), p + "mlp.shared_expert.up_proj.weight": w(Fs, D),
+                    p + "mlp.shared_expert.down_proj.weight": w(D, Fs), p + "mlp.shared_expert_gate.weight": w(1, D)})
+    else:
+        F = t["intermediate_size"]
+        out.update({p + "mlp.gate_proj.weight": w(F, D), p + "mlp.up_proj.weight": w(F, D),
+                    p + "mlp.down_proj.weight": w(D, F)})
+    return out
+
+
+def _add_to_last_shard(out: str, tensors: dict) -> None:
+    """Append ``tensors`` to the last shard of a saved checkpoint and list them in the index."""
+    from safetensors.torch import load_file, save_file
+
+    index_path = os.path.join(out, "model.safetensors.index.json")
+    with open(index_path) as f:
+        index = json.load(f)
+    wm = index["weight_map"]
+    last = sorted(set(wm.values()))[-1]
+    have = load_file(os.path.join(out, last))
+    have.update(tensors)
+    save_file(have, os.path.join(out, last), metadata={"format": "pt"})
+    wm.update({n: last for n in tensors})
+    index["weight_map"] = dict(sorted(wm.items()))
+    with open(index_path, "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+
+
+def _drop_layer_types(out: str, interval: int) -> None:
+    """config.json without layer_types, with full_attention_interval (HF's other form; the
+    config class built layer_types from the same interval, so the weights agree)."""
+    path = os.path.join(out, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.pop("layer_types")
+    cfg["full_attention_interval"] = interval
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def _tokens() -> np.ndarray:
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(os.path.join(TOKENIZER_SRC, "tokenizer.json")).encode(SOURCE).ids
+    if len(ids) < N_TOKENS:
+        sys.exit(f"the source text gives only {len(ids)} tokens")
+    return np.asarray(ids[:N_TOKENS], dtype=np.int32)
+
+
+def _build(name: str, spec: dict):
+    import torch
+    import transformers
+
+    torch.manual_seed(spec["seed"])
+    text = dict(spec["text"])
+    conf_cls = getattr(transformers, spec["conf"])
+    if "vision" in spec:
+        cfg = conf_cls(text_config=text, vision_config=spec["vision"], tie_word_embeddings=False)
+    else:
+        cfg = conf_cls(**text)
+    cfg.architectures = [spec["cls"]]
+    model = getattr(transformers, spec["cls"])._from_config(cfg, attn_implementation="eager").eval()
+    _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
+    return model
+
+
+def make(name: str, out_root: str) -> None:
+    import torch
+
+    spec = SPECS[name]
+    out = os.path.join(out_root, name)
+    model = _build(name, spec)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    if spec.get("drop_layer_types"):
+        _drop_layer_types(out, spec["text"]["full_attention_interval"])
+    if spec.get("mtp"):
+        _add_to_last_shard(out, _mtp_tensors(torch, spec["text"], torch.Generator().manual_seed(spec["seed"] + 100)))
+
+    tokens = _tokens()
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             do_sample=False)
+    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    files = sorted(os.listdir(out))
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
+    n_st = sum(f.endswith(".safetensors") for f in files)
+    print(f"wrote {out}: {n_st} shards, {total / 1024:.0f} KiB, greedy {greedy.tolist()}")
+    if total > 1.4 * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+
+def summarize(gguf_path: str, out: str) -> None:
+    """The reference summary of a GGUF file (see the module docstring), as JSON."""
+    import hashlib
+
+    import gguf
+
+    r = gguf.GGUFReader(gguf_path)
+    tensors = {}
+    for t in r.tensors:
+        d = {"shape": [int(x) for x in t.shape], "type": t.tensor_type.name,
+             "sha256": hashlib.sha256(t.data.tobytes()).hexdigest()}
+        if t.name.endswith(".ssm_a"):
+            d["values"] = [float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1)]
+        tensors[t.name] = d
+    kv = {}
+    for k, f in r.fields.items():
+        if k.startswith(("GGUF.", "tokenizer.")):
+            continue
+        v = f.contents()
+        kv[k] = {"type": [gguf.GGUFValueType(t).name for t in f.types],
+                 "value": [int(x) if isinstance(x, (int, np.integer)) else x for x in v] if isinstance(v, list) else v}
+    with open(out, "w") as f:
+        json.dump({"source": os.path.basename(gguf_path), "tensors": tensors, "kv": kv}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--summarize"] and len(argv) == 3:
+        summarize(argv[1], argv[2])
+        return
+    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
+    names = argv[1:] or list(SPECS)
+    for n in names:
+        if n not in SPECS:
+            sys.exit(f"unknown fixture {n!r}; known: {', '.join(SPECS)}")
+        make(n, out_root)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
