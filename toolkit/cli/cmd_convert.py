@@ -41,8 +41,8 @@ def convert(
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (mtp.* tensors of "
                                 "Qwen3-Next / Qwen3.5 checkpoints); a checkpoint without one needs no flag."),
 ) -> None:
-    """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba checkpoint to GGUF, one band of
-    rows resident at a time."""
+    """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba / Qwen3-Next / Qwen3.5 / qwen4exp
+    checkpoint to GGUF, one band of rows resident at a time."""
     from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
     from toolkit.errors import InputError
 
