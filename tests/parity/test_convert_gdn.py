@@ -271,3 +271,75 @@ def test_vision_tower_skipped_with_one_line(tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "vision tower skipped" in lines[0] and "21 model.visual.*" in lines[0], p.stderr
     assert out.exists()
+
+
+# ---- config forms ------------------------------------------------------------------------------
+
+def _copy(tmp_path, name) -> pathlib.Path:
+    d = tmp_path / name
+    shutil.copytree(HF / name, d)
+    return d
+
+
+def _edit_config(d: pathlib.Path, **kw) -> None:
+    c = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**c, **kw}))
+
+
+def test_mtp_num_hidden_layers_without_tensors(tmp_path, converted):
+    """config.json may say mtp_num_hidden_layers = 1 when save_pretrained dropped the mtp.*
+    tensors: no MTP block, no nextn key (llama.cpp counts the config's layers into block_count
+    without writing their tensors)."""
+    d = _copy(tmp_path, "qwen35-tiny")
+    _edit_config(d, mtp_num_hidden_layers=1)
+    r = gguf.GGUFReader(str(convert(str(d), str(tmp_path / "o.gguf")).out))
+    assert kv(r, "qwen35.block_count") == 4 and kv(r, "qwen35.nextn_predict_layers") is None
+    assert {t.name: t.data.tobytes() for t in r.tensors} == \
+        {t.name: t.data.tobytes() for t in converted("qwen35-tiny").tensors}
+
+
+def test_model_mtp_prefix(tmp_path, converted):
+    """``model.mtp.*`` (some exports) is read as ``mtp.*``, as llama.cpp's _QwenMtpMixin does."""
+    from safetensors.numpy import save_file
+
+    d = _copy(tmp_path, "qwen35-mtp-tiny")
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    wm = idx["weight_map"]
+    for fn in sorted({f for n, f in wm.items() if n.startswith("mtp.")}):
+        t = load_file(str(d / fn))
+        save_file({("model." + n if n.startswith("mtp.") else n): a for n, a in t.items()}, str(d / fn),
+                  metadata={"format": "pt"})
+    idx["weight_map"] = {("model." + n if n.startswith("mtp.") else n): f for n, f in wm.items()}
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    r = gguf.GGUFReader(str(convert(str(d), str(tmp_path / "o.gguf")).out))
+    assert {t.name: t.data.tobytes() for t in r.tensors} == \
+        {t.name: t.data.tobytes() for t in converted("qwen35-mtp-tiny").tensors}
+
+
+def test_output_follows_lm_head(tmp_path):
+    """output.weight is written when the checkpoint has lm_head.weight (as llama.cpp does, even
+    with tie_word_embeddings); without it the embeddings must be tied."""
+    d = _copy(tmp_path, "qwen3next-dkdv-tiny")        # tied: no lm_head.weight saved
+    assert json.loads((d / "config.json").read_text())["tie_word_embeddings"] is True
+    assert not any(t.name == "output.weight" for t in make_plan(str(d)).tensors)
+    _edit_config(d, tie_word_embeddings=False)
+    from toolkit.errors import InputError
+    with pytest.raises(InputError, match="missing tensor 'lm_head.weight' .tie_word_embeddings is false"):
+        make_plan(str(d))
+    d2 = _copy(tmp_path, "qwen35moe-tiny")             # untied, lm_head.weight saved
+    _edit_config(d2, tie_word_embeddings=True)
+    assert any(t.name == "output.weight" for t in make_plan(str(d2)).tensors)
+
+
+def test_qwen3next_dense_layers_from_mlp_only_layers(tmp_path):
+    """HF Qwen3-Next: a layer in mlp_only_layers (or off decoder_sparse_step) has a dense MLP;
+    llama.cpp cannot load that, we write ffn_gate/up/down for it."""
+    from toolkit.errors import InputError
+
+    d = _copy(tmp_path, "qwen3next-tiny")
+    _edit_config(d, mlp_only_layers=[1])
+    with pytest.raises(InputError, match=r"missing tensor 'model\.layers\.1\.mlp\.gate_proj\.weight'"):
+        make_plan(str(d))
+    _edit_config(d, mlp_only_layers=[], decoder_sparse_step=2)
+    with pytest.raises(InputError, match=r"missing tensor 'model\.layers\.0\.mlp\.gate_proj\.weight'"):
+        make_plan(str(d))

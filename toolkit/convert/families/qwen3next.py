@@ -8,7 +8,7 @@ and ../shared/specs/gdn-family.md sections 1.2-1.7.  Our f32 files of the tiny f
 llama.cpp's in every tensor and key (tests/parity/test_convert_gdn.py), except as listed below.
 
 HF tensor (numpy shape)                                  GGUF tensor
-model.embed_tokens [V, D] / lm_head [V, D]               token_embd / output (absent when tied)
+model.embed_tokens [V, D] / lm_head [V, D]               token_embd / output (when the checkpoint has lm_head)
 model.norm [D] (+1)                                      output_norm
 layers.i.input_layernorm / post_attention_layernorm (+1) blk.i.attn_norm / post_attention_norm
 GDN layer, qwen35*: linear_attn.in_proj_qkv/z/b/a, ...   as qwen4exp (V heads grouped -> tiled)
@@ -201,7 +201,7 @@ class Qwen3NextFamily(QwenGDNFamily):
         for i in range(self.n_layer):
             self._block(i, f"{pre}layers.{i}.", i in self.attn_layers, i in self.dense_layers)
         self.plus_one(tn(T.OUTPUT_NORM), pre + "norm.weight", (self.n_embd,))
-        self.tied_output(pre + "embed_tokens.weight", "lm_head.weight", self.n_vocab, self.n_embd, tie_default=False)
+        self._output()
         self._mtp()
         self.omit_vision()
         self.check_leftovers()
@@ -257,6 +257,21 @@ class Qwen3NextFamily(QwenGDNFamily):
             self.dense_ffn(i, lp + "mlp.", self.n_ff)
         else:
             self.moe(i, lp + "mlp.")
+
+    def _output(self) -> None:
+        """output.weight from lm_head.weight when the checkpoint has one (what llama.cpp's
+        converter writes, whatever tie_word_embeddings says); without one the output reuses
+        token_embd (llama.cpp's fallback), which needs tie_word_embeddings (root or
+        text_config, default false as in the HF configs).
+
+        Raises:
+            InputError: no lm_head.weight while tie_word_embeddings is false.
+        """
+        if self.has("lm_head.weight"):
+            self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, self.n_embd))
+        elif not self.c.d.get("tie_word_embeddings", False):
+            raise InputError(f"{self.hf.path}: missing tensor 'lm_head.weight' (tie_word_embeddings is false in "
+                             f"{self.c.path})")
 
     def _mtp(self) -> None:
         """The MTP head as llama.cpp's _QwenMtpMixin writes it, or every mtp.* tensor left out
