@@ -343,3 +343,18 @@ def test_qwen3next_dense_layers_from_mlp_only_layers(tmp_path):
     _edit_config(d, mlp_only_layers=[], decoder_sparse_step=2)
     with pytest.raises(InputError, match=r"missing tensor 'model\.layers\.0\.mlp\.gate_proj\.weight'"):
         make_plan(str(d))
+
+
+def test_qwen35_pre_tokenizer_named(tmp_path):
+    """Qwen3.5's split regex (qwen2's with \\p{M}) -> tokenizer.ggml.pre "qwen35", the name
+    llama.cpp's converter gives it (by hash) and llama-vocab.cpp implements."""
+    d = _copy(tmp_path, "qwen35-tiny")
+    rx = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+          "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+    tok = json.loads((d / "tokenizer.json").read_text())
+    tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": rx}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    pre = {k.key: k.value for k in make_plan(str(d)).kv}["tokenizer.ggml.pre"]
+    assert pre == "qwen35"

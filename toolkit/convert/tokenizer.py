@@ -38,7 +38,10 @@ _LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}
               "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 _QWEN2_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
              "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
-KNOWN_SPLIT_REGEXES = {_GPT2_RE: "gpt-2", _LLAMA3_RE: "llama-bpe", _QWEN2_RE: "qwen2"}
+# Qwen3.5: qwen2's with letters + combining marks (\p{M}); llama-vocab.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35
+_QWEN35_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
+              "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+KNOWN_SPLIT_REGEXES = {_GPT2_RE: "gpt-2", _LLAMA3_RE: "llama-bpe", _QWEN2_RE: "qwen2", _QWEN35_RE: "qwen35"}
 
 
 def detect_pre(tok: dict[str, Any]) -> str | None:

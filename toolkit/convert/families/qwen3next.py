@@ -33,8 +33,9 @@ Where we differ from llama.cpp's converter (each said in a test):
 - ``attention.layer_indices``: ours, the attention layers among the main layers.
 - ``full_attention_interval`` is config.json's value (default 4); llama.cpp reads it after
   transformers' ``__post_init__``, which drops it when ``layer_types`` is absent (so writes 4).
-- +1 and -exp on a BF16/F16 checkpoint are computed after widening to float32; llama.cpp
-  computes them in the source dtype.  Identical on float32 checkpoints.
+- +1 and -exp on an F16 checkpoint are computed after widening to float32; llama.cpp computes
+  them in float16 (BF16 it widens to float32 first, as we do).  Identical on F32 and BF16
+  checkpoints (-exp: within 1 ulp, see ssm_a).
 - a layer pattern with no attention layer, and ``mrope_section`` sums beyond the rotary pairs,
   are refused.
 """

@@ -69,9 +69,9 @@ Where we differ from llama.cpp's converter (each said in a test):
   We write what the hash uses.
 - the per_layer_token_embd table is streamed shard by shard into its final rows (one band
   resident), never concatenated in memory.
-- +1 and -exp on a BF16/F16 checkpoint are computed after widening to float32 (as HF's
-  forward does, ``1.0 + weight.float()``); llama.cpp computes them in the source dtype first.
-  Identical on float32 checkpoints.
+- +1 and -exp on an F16 checkpoint are computed after widening to float32 (as HF's
+  forward does, ``1.0 + weight.float()``); llama.cpp computes them in float16 (BF16 it widens
+  to float32 first, as we do).  Identical on F32 and BF16 checkpoints.
 - we also write ``{arch}.attention.layer_indices`` (every hybrid here carries it).
 """
 from __future__ import annotations
