@@ -73,6 +73,17 @@ def v_head_perm(n_k: int, n_v: int, head_dim: int) -> np.ndarray:
     return np.arange(n_k * r * head_dim, dtype=np.int64).reshape(n_k, r, head_dim).transpose(1, 0, 2).reshape(-1)
 
 
+def v_head_segments(t, row0: int, n_k: int, n_v: int, head_dim: int, reorder: bool) -> list[Segment]:
+    """The ``n_v * head_dim`` value rows of ``t`` from row ``row0``, in llama.cpp's tiled head
+    order when ``reorder`` (:func:`v_head_perm`), as one contiguous segment per value head, so
+    a band never has to hold all value heads at once (one permutation block of n_v head_dim
+    rows would be 8192 x 4096 elements on the largest Qwen3.5).  Else one segment."""
+    if not reorder:
+        return [Segment(t, row0, n_v * head_dim)]
+    r = n_v // n_k
+    return [Segment(t, row0 + (k * r + j) * head_dim, head_dim) for j in range(r) for k in range(n_k)]
+
+
 def text_config(cfg: Config) -> Config:
     """config.json, with ``text_config`` (a ForConditionalGeneration checkpoint) merged over
     the root as llama.cpp's ModelBase does (root keys such as image_token_id stay)."""
@@ -203,8 +214,9 @@ class QwenGDNFamily(Family):
         hp = v_head_perm(nk, nv, 1) if reorder else None        # over value heads
         note = "V heads grouped -> tiled" if reorder else ""
         self.emit(tn(T.ATTN_QKV, i), (conv_dim, D),
-                  [Segment(t, 0, 2 * key_dim), Segment(t, 2 * key_dim, value_dim, vp, value_dim)], note=note)
-        self.copy(tn(T.ATTN_GATE, i), g + "in_proj_z.weight", (value_dim, D), perm=vp, block=value_dim, note=note)
+                  [Segment(t, 0, 2 * key_dim)] + v_head_segments(t, 2 * key_dim, nk, nv, dv, reorder), note=note)
+        t = self.take(g + "in_proj_z.weight", (value_dim, D))
+        self.emit(tn(T.ATTN_GATE, i), (value_dim, D), v_head_segments(t, 0, nk, nv, dv, reorder), note=note)
         self.copy(tn(T.SSM_BETA, i), g + "in_proj_b.weight", (nv, D), perm=hp, block=nv, note=note)
         self.copy(tn(T.SSM_ALPHA, i), g + "in_proj_a.weight", (nv, D), perm=hp, block=nv, note=note)
         self._gdn_common(i, g, vp, hp, note)
