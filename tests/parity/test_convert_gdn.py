@@ -358,3 +358,31 @@ def test_qwen35_pre_tokenizer_named(tmp_path):
     (d / "tokenizer.json").write_text(json.dumps(tok))
     pre = {k.key: k.value for k in make_plan(str(d)).kv}["tokenizer.ggml.pre"]
     assert pre == "qwen35"
+
+
+def test_value_head_reorder_streams_head_by_head(tmp_path, monkeypatch):
+    """With bands of one value head (Dv x D elements), no read of a GDN projection exceeds a
+    band: the V-head reorder never needs all value heads resident.  Same bytes as with the
+    default bands."""
+    import toolkit.convert.core as core
+    import toolkit.convert.st_reader as st
+
+    name = "qwen35-dkdv-tiny"
+    cfg = json.loads((HF / name / "config.json").read_text())
+    band = cfg["linear_value_head_dim"] * cfg["hidden_size"]
+    want = tmp_path / "default.gguf"
+    convert(str(HF / name), str(want), "f16")
+    reads: list[tuple[str, int]] = []
+    orig = st.ShardReader.read_into
+
+    def spy(self, t, start, out):
+        if ".linear_attn.in_proj_" in t.name:
+            reads.append((t.name, len(out)))
+        return orig(self, t, start, out)
+
+    monkeypatch.setattr(st.ShardReader, "read_into", spy)
+    monkeypatch.setattr(core, "BAND_ELEMENTS", band)
+    got = tmp_path / "banded.gguf"
+    convert(str(HF / name), str(got), "f16")
+    assert reads and max(n for _, n in reads) <= band * 4, max(reads, key=lambda x: x[1])
+    assert got.read_bytes() == want.read_bytes()
