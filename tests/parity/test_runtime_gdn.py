@@ -137,3 +137,17 @@ def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, report, name):
     diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
+
+
+@pytest.mark.parametrize("name", ["qwen35moe-tiny"])
+def test_logits_do_not_depend_on_the_thread_count(fixtures, name):
+    """Heads of the delta rule, rows and channels are split over the threads; every result is
+    computed by the same loop whichever thread runs it."""
+    from toolkit.runtime import Context, Model
+    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
+    out = []
+    for nt in (1, 3):
+        with Model(fixtures / "llamacpp" / f"{name}.f32.gguf", n_threads=nt) as m, \
+                Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
+            out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
+    assert all(np.array_equal(a, b) for a, b in zip(*out))
