@@ -2,7 +2,7 @@
 
 Glossary (Mamba's symbols, llama.cpp's keys):
     n_embd    D, model width                      {arch}.embedding_length
-    n_layer   L, blocks                           {arch}.block_count
+    n_layer   L, blocks run                       {arch}.block_count - {arch}.nextn_predict_layers
     d_inner   recurrent width (expand * D)        {arch}.ssm.inner_size
     d_state   N, SSM state size                   {arch}.ssm.state_size
     d_conv    causal conv kernel width            {arch}.ssm.conv_kernel

@@ -109,12 +109,12 @@ static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
  * gb [2 Hv] from the raw b, a (b of v-head h at b + t b_stride + b_off(h), a likewise). */
 typedef struct {
     const tk_hparams * hp;
-    const tk_layer * l;
-    float * xc;
-    const float * b, * a;
-    int64_t ba_stride;
+    const tk_layer * l;        /* ssm_a, ssm_dt_b [Hv] */
+    float * xc;                /* [U, C] conv output, q and k normed in place */
+    const float * b, * a;      /* raw b, a: [U, Hv] each (ba_stride Hv) or [U, 2 Hv] grouped */
+    int64_t ba_stride;         /* floats between tokens in b and a */
     int grouped_ba;            /* ssm_ba: per K-head [b (r) | a (r)] */
-    float * gb;
+    float * gb;                /* [U, 2 Hv] out: beta | g */
 } gdn_prep_job;
 
 static void l2_norm(float * x, int32_t n, float scale) {
@@ -148,10 +148,10 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 
 /* The delta rule for (sequence row s, v-head h) pairs p = s Hv + h over the threads. */
 typedef struct {
-    tk_context * ctx;
+    tk_context * ctx;          /* xc [U, C], dtr [U, 2 Hv], y [U, Hv Dv], ssd_ws (the workspace) */
     const tk_ubatch * ub;
-    tk_rs_view rv;
-    int64_t work_floats;
+    tk_rs_view rv;             /* piece 1: "S" [Hv, Dv, Dk] per cell */
+    int64_t work_floats;       /* per thread: tk_gdn_work_floats(Dk, Dv) */
 } gdn_rule_job;
 
 static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
