@@ -249,3 +249,25 @@ def test_hybrid_model_stops_when_the_context_is_full(monkeypatch, capsys):
     d = json.loads(out)
     assert d["stop_reason"] == "ctx_full"
     assert len(d["prompt_tokens"]) + len(d["tokens"]) == 16 + 1
+
+
+@pytest.mark.parametrize("name", ["qwen35-tiny", "qwen3next-tiny"])
+def test_gated_delta_net_model_runs(monkeypatch, capsys, name):
+    """`toolkit run -m qwen35-tiny.f32.gguf "def f"` (llama.cpp's file of a gated-delta-net
+    family): greedy tokens are those of step-by-step decoding of the prompt's tokens."""
+    from toolkit.runtime import Context, Model
+    path = MODEL.parent / f"{name}.f32.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(path), "def f", "-n", "8", "--temp", "0", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["stop_reason"] in ("n_predict", "eog") and d["prompt_tokens"]
+    with Model(path) as m, Context(m, n_ctx=64) as ctx:
+        lg, want = ctx.decode(d["prompt_tokens"]), []
+        eos = Tokenizer.from_gguf(m.gguf).eos_id
+        while len(want) < 8:
+            want.append(int(np.argmax(lg[-1])))
+            if want[-1] == eos:
+                want.pop()
+                break
+            lg = ctx.decode([want[-1]])
+    assert d["tokens"] == want

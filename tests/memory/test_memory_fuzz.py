@@ -1,11 +1,13 @@
 """Random sequences of memory operations against an oracle that recomputes from scratch.
 
-Each step is one of: decode tokens into a sequence, roll a sequence back (seq_rm(s, p0, -1)),
-seq_cp, seq_keep, whole-sequence removal, clear, an explicit checkpoint, a whole-context state
-round trip, or a one-sequence state moved to another id.  The oracle keeps each sequence's
-token history; every decode's logits must equal a fresh context's logits for that history
-(F32), and every sequence must end where its history ends.  Hybrid models with attention
-(RoPE and not) and a Mamba-1 hybrid (Jamba).  Run under ASan/UBSan by CI (pytest -m native).
+Each step is one of: decode tokens into a sequence, decode tokens into several sequences in
+one batch, roll a sequence back (seq_rm(s, p0, -1)), seq_cp, seq_keep, whole-sequence removal,
+clear, an explicit checkpoint, a whole-context state round trip, or a one-sequence state moved
+to another id.  The oracle keeps each sequence's token history; every decode's logits must
+equal a fresh context's logits for that history (F32), and every sequence must end where its
+history ends.  Hybrid models with attention (RoPE and not), a Mamba-1 hybrid (Jamba) and a
+gated delta net hybrid (qwen35moe-tiny: GDN, gated attention, MoE; llama.cpp's file until our
+converter writes the family).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ _dirs: list = []
 
 
 def model(name: str) -> Model:
+    if name.startswith("llamacpp/") and name not in _models:
+        _models[name] = Model(HF.parent / f"{name}.f32.gguf")
     if name not in _models:
         import tempfile
         from toolkit.convert import convert
@@ -57,6 +61,8 @@ seq = st.integers(0, N_SEQ - 1)
 op = st.one_of(
     st.tuples(st.just("decode"), seq, st.integers(1, 9), st.integers(0, 2**16)),
     st.tuples(st.just("decode"), seq, st.just(1), st.integers(0, 2**16)),
+    st.tuples(st.just("batch"), st.lists(st.tuples(seq, st.integers(1, 6), st.integers(0, 2**16)), min_size=2,
+                                         max_size=N_SEQ, unique_by=lambda x: x[0])),
     st.tuples(st.just("rollback"), seq, st.floats(0, 1), st.booleans()),
     st.tuples(st.just("cp"), seq, seq),
     st.tuples(st.just("keep"), seq),
@@ -66,6 +72,12 @@ op = st.one_of(
     st.tuples(st.just("save_load"),),
     st.tuples(st.just("move"), seq, seq),
 )
+
+
+def fresh(m: Model, hist: list[int], t: np.ndarray) -> np.ndarray:
+    """Logits of tokens t after history hist, from a fresh context."""
+    with Context(m, n_ubatch=UB, n_ctx=MAX_LEN) as ref_ctx:
+        return ref_ctx.decode(np.array(hist + list(t), np.int32), logits="all")[len(hist):]
 
 
 def play(m: Model, ops, every: int) -> None:
@@ -80,10 +92,20 @@ def play(m: Model, ops, every: int) -> None:
                     continue
                 t = np.random.default_rng(seed).integers(0, m.n_vocab, n).astype(np.int32)
                 got = ctx.decode(t, seq_id=s, logits="all")
-                with Context(m, n_ubatch=UB, n_ctx=MAX_LEN) as ref_ctx:
-                    ref = ref_ctx.decode(np.array(hist[s] + list(t), np.int32), logits="all")[len(hist[s]):]
+                ref = fresh(m, hist[s], t)
                 assert np.array_equal(got, ref), f"{kind} seq {s}: max diff {np.abs(got - ref).max():.3e}"
                 hist[s] += [int(x) for x in t]
+            elif kind == "batch":             # several sequences, one tk_decode
+                parts = [(s, min(n, MAX_LEN - len(hist[s])), seed) for s, n, seed in o[1]]
+                parts = [(s, np.random.default_rng(seed).integers(0, m.n_vocab, n).astype(np.int32))
+                         for s, n, seed in parts if n > 0]
+                if not parts:
+                    continue
+                got = ctx.decode_batch([(t, s) for s, t in parts], logits="all")
+                for g, (s, t) in zip(got, parts):
+                    ref = fresh(m, hist[s], t)
+                    assert np.array_equal(g, ref), f"{kind} seq {s}: max diff {np.abs(g - ref).max():.3e}"
+                    hist[s] += [int(x) for x in t]
             elif kind == "rollback":
                 _, s, f, finite = o
                 p0 = int(f * len(hist[s]))
@@ -120,7 +142,8 @@ def play(m: Model, ops, every: int) -> None:
                 assert ctx.memory.seq_pos_max(s) == len(hist[s]) - 1, (o, s)
 
 
-@pytest.mark.parametrize("name,every", [("bamba-tiny", 4), ("jamba-tiny", 0), ("granitehybrid-moe-tiny", 3)])
+@pytest.mark.parametrize("name,every", [("bamba-tiny", 4), ("jamba-tiny", 0), ("granitehybrid-moe-tiny", 3),
+                                        ("llamacpp/qwen35moe-tiny", 2)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

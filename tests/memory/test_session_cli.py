@@ -138,3 +138,27 @@ def test_corrupt_state_blob_is_exit_2_and_file_untouched(monkeypatch, capsys, tm
                            "--tokens", ",".join(map(str, ids)), "--session", str(sess))
         assert rc == 2 and "session" in err and "Traceback" not in err, err
         assert sess.read_bytes() == bytes(data)
+
+
+@pytest.mark.parametrize("name", ["qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny"])
+def test_memory_report_cli_gated_delta_net(monkeypatch, capsys, name):
+    """`info --memory` (toolkit/runtime/memory.py) equals the C report for the GDN families
+    (llama.cpp's files): recurrent = n_seq_max x GDN layers x ((K-1) C + Hv Dk Dv) floats."""
+    from toolkit.arch import HParams
+    from toolkit.gguf_io import GGUFFile
+    from toolkit.runtime import Context, Model
+    m = HF.parent / "llamacpp" / f"{name}.f32.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "info", str(m), "--memory", "--json", "-c", "300", "-np", "3",
+                       "--checkpoints", "2", "-ub", "64")
+    assert rc == 0, err
+    rep = json.loads(out)["memory"]
+    hp = HParams.from_gguf(GGUFFile(str(m)))
+    C = 2 * hp.n_group * hp.d_state + hp.ssm_n_head * hp.ssm_head_dim
+    per_seq = (hp.d_conv - 1) * C + hp.ssm_n_head * hp.d_state * hp.ssm_head_dim
+    assert rep["recurrent"] == 3 * len(hp.recurrent_layers) * per_seq * 4
+    assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers)
+    with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
+        got = ctx.memory_report()
+    for k in ("weights", "kv", "recurrent", "checkpoints"):
+        assert rep[k] == got[k], (name, k)
+    assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ

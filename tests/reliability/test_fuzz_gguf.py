@@ -32,6 +32,7 @@ SEEDS = {
     "mamba": FIXTURES / "llamacpp" / "mamba-tiny.f32.gguf",
     "mamba2": FIXTURES / "llamacpp" / "mamba2-tiny.f32.gguf",
     "bamba": FIXTURES / "llamacpp" / "bamba-tiny.f32.gguf",
+    "qwen35moe": FIXTURES / "llamacpp" / "qwen35moe-tiny.f32.gguf",   # gated delta net, gated attention, MoE
 }
 # examples per seed file (TOOLKIT_FUZZ_EXAMPLES overrides; tools/fuzz_gguf.py runs thousands)
 N_EXAMPLES = int(os.environ.get("TOOLKIT_FUZZ_EXAMPLES", "40"))

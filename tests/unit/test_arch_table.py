@@ -61,7 +61,7 @@ def test_arch_ids_equal_c():
 
 
 def test_runtime_arches():
-    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba")
+    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe")
     assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
     assert arch_spec("llama") is None
 
@@ -75,6 +75,7 @@ def test_rows_are_consistent():
         assert a.readers[:3] == (R.read_common, R.read_layer_kinds, R.read_ssm) and a.readers[-1] is R.check_rms_eps
         assert a.recurrent in a.mixers
         assert (R.read_mamba2 in a.readers) == (LayerKind.MAMBA2 in a.mixers)
+        assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
         assert (R.read_attention in a.readers) == (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
         assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
         assert set(a.mixer_tensors) == set(LayerKind)
@@ -153,7 +154,7 @@ def test_converted_tensor_names(hf_f32, name):
     spec = arch_spec(f.arch)
     if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
         with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
-                                                   "mamba, mamba2, granitehybrid, jamba"):
+                                                   "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe"):
             HParams.from_gguf(f)
         with pytest.raises(ValueError, match="convert/info only"):
             spec.expected_tensors([], [])
@@ -173,9 +174,11 @@ def test_llamacpp_tensor_names(hf_f32, name):
     _check_names(f, hp)
 
 
-@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny"])
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
+                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
-    m = Model(hf_f32(name), n_threads=1)
+    path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
+    m = Model(path, n_threads=1)
     try:
         hp = m.hparams
         req, groups = arch_spec(hp.arch).expected_tensors(hp.layer_kinds, hp.ffn_kinds)

@@ -66,6 +66,10 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("embedding_scale"), _f("residual_scale"), _f("logit_scale"),
     # per layer
     _a("layer_kinds"), _a("ffn_kinds"), _a("n_head_kv"),
+    # gated delta net families (appended: the fields above keep their offsets)
+    _i("gdn_head_tiled", "spec.gdn_head_tiled"), _i("gdn_gate_act"), _i("rope_neox", "spec.rope_neox"),
+    _i("attn_q_gate", "spec.attn_q_gate"), _i("attn_qk_norm", "spec.attn_qk_norm"),
+    _i("ffn_norm_post_attn", "spec.ffn_norm_post_attn"), _i("moe_renorm", "spec.moe_renorm"),
 )
 
 # HParams fields the C side does not take, and why

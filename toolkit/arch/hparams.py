@@ -2,7 +2,7 @@
 
 Glossary (Mamba's symbols, llama.cpp's keys):
     n_embd    D, model width                      {arch}.embedding_length
-    n_layer   L, blocks                           {arch}.block_count
+    n_layer   L, blocks run                       {arch}.block_count - {arch}.nextn_predict_layers
     d_inner   recurrent width (expand * D)        {arch}.ssm.inner_size
     d_state   N, SSM state size                   {arch}.ssm.state_size
     d_conv    causal conv kernel width            {arch}.ssm.conv_kernel
@@ -10,6 +10,11 @@ Glossary (Mamba's symbols, llama.cpp's keys):
                                                   {arch}.ssm.time_step_rank
     n_group   G, Mamba-2 B/C groups               {arch}.ssm.group_count
     head_dim  P = d_inner / H (Mamba-2)           {arch}.ssm.head_dim (ours) or derived
+
+Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
+    d_state = Dk key head dim, ssm_head_dim = Dv value head dim ({arch}.ssm.value_head_dim, ours,
+    else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
+    d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).
 
 Layer kinds come from the file: ``{arch}.attention.layer_indices`` when present, else the
 per-layer ``{arch}.attention.head_count_kv`` array (0 = recurrent), never from the name.
@@ -51,6 +56,7 @@ class HParams:
     ssm_n_head: int = 0          # Mamba-2 heads (== dt_rank)
     ssm_head_dim: int = 0        # Mamba-2 P
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
+    gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
     # attention
     n_head: int = 0
     n_head_kv: list[int] = field(default_factory=list)   # per layer, 0 on recurrent layers

@@ -14,6 +14,7 @@ class LayerKind(enum.IntEnum):
     MAMBA1 = 0
     MAMBA2 = 1
     ATTENTION = 2
+    GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
 
 
 class FFNKind(enum.IntEnum):

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 _FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED}
-_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES}
+_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS}
+_BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS}
 
 
 class KeyReader:
@@ -46,6 +47,10 @@ class KeyReader:
         """``v`` if it is a valid value of ``key`` (or None); raises InputError otherwise."""
         if v is None:
             return v
+        if key in _BOOL_LIST_KEYS:
+            if not isinstance(v, list) or not all(isinstance(x, (bool, int)) for x in v):
+                raise self.bad(key, f"= {str(v)[:60]} must be a per-layer list of booleans")
+            return [bool(x) for x in v]
         if key in _LIST_KEYS and isinstance(v, list):
             if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31 for x in v):
                 raise self.bad(key, f"= {str(v)[:60]} must list integers in [0, 2**31)")
@@ -79,6 +84,12 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     n_embd = int(r.req(Keys.LLM.EMBEDDING_LENGTH))
     if n_layer <= 0 or n_layer > 4096:
         raise r.bad(Keys.LLM.BLOCK_COUNT, f"= {n_layer} is out of range")
+    # MTP / NextN blocks come after the main ones and run only as a draft head: the runtime
+    # runs block_count - nextn_predict_layers layers (llama-hparams.cpp; spec §1.3, B16)
+    n_nextn = int(r.opt(Keys.LLM.NEXTN_PREDICT_LAYERS, 0))
+    if not 0 <= n_nextn < n_layer:
+        raise r.bad(Keys.LLM.NEXTN_PREDICT_LAYERS, f"= {n_nextn} must be in [0, block_count = {n_layer})")
+    n_layer -= n_nextn
     if n_embd <= 0:
         raise r.bad(Keys.LLM.EMBEDDING_LENGTH, f"= {n_embd} is out of range")
     tok = f.tensors.get("token_embd.weight")
@@ -98,14 +109,23 @@ def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """Mixer per layer: the row's recurrent kind, attention where the file says so.
 
     A hybrid row (``spec.attention_from_file``) takes its attention layers from
-    ``attention.layer_indices`` when present, else from the per-layer
-    ``attention.head_count_kv`` array (0 = recurrent); never from the architecture name.
+    ``attention.recurrent_layers`` (per layer, true = recurrent; MTP entries past n_layer
+    ignored) when present, else ``attention.layer_indices``, else the per-layer
+    ``attention.head_count_kv`` array (0 = recurrent), else ``full_attention_interval``
+    (layer i is attention when (i + 1) % interval == 0; llama.cpp qwen3next.cpp / qwen35.cpp);
+    never from the architecture name.
     """
     n_layer = hp.n_layer
     hkv = r.opt(Keys.Attention.HEAD_COUNT_KV, None)
     idx = r.opt(Keys.Attention.LAYER_INDICES, None)
+    rec = r.opt(Keys.Attention.RECURRENT_LAYERS, None) if spec.attention_from_file else None
+    interval = r.opt(Keys.LLM.FULL_ATTENTION_INTERVAL, None) if spec.attention_from_file else None
     if not spec.attention_from_file:
         attn = set()
+    elif rec is not None:
+        if len(rec) < n_layer:
+            raise r.bad(Keys.Attention.RECURRENT_LAYERS, f"has {len(rec)} entries, fewer than the {n_layer} layers")
+        attn = {i for i in range(n_layer) if not rec[i]}
     elif idx is not None:
         idx = list(idx) if isinstance(idx, (list, tuple)) else [idx]
         if any(not (0 <= int(i) < n_layer) for i in idx):
@@ -115,6 +135,10 @@ def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         if len(hkv) != n_layer:
             raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"has {len(hkv)} entries, block_count is {n_layer}")
         attn = {i for i, v in enumerate(hkv) if int(v) > 0}
+    elif interval is not None:
+        if interval <= 0:
+            raise r.bad(Keys.LLM.FULL_ATTENTION_INTERVAL, f"= {interval} must be > 0")
+        attn = {i for i in range(n_layer) if (i + 1) % interval == 0}
     else:
         raise InputError(f"{r.f.path}: hybrid model without {k(Keys.Attention.LAYER_INDICES, r.arch)!r} or a per-layer "
                          f"{k(Keys.Attention.HEAD_COUNT_KV, r.arch)!r} array: cannot tell attention layers from recurrent ones")
@@ -146,6 +170,41 @@ def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.SSM.HEAD_DIM, f"= {hp.ssm_head_dim} disagrees with inner_size / time_step_rank = {hp.d_inner // hp.ssm_n_head}")
     if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
         raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} does not divide the head count {hp.ssm_n_head}")
+
+
+def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Gated delta net heads (spec gdn-family.md §1.3, §8.1), onto the recurrent fields:
+
+    Dk = ``ssm.state_size`` (d_state), Dv = ``ssm.value_head_dim`` (ours) else Dk (ssm_head_dim),
+    Hk = ``ssm.group_count`` (n_group), Hv = ``ssm.time_step_rank`` (ssm_n_head, = dt_rank),
+    K = ``ssm.conv_kernel`` (d_conv); ``ssm.inner_size`` must be Hv * Dv and Hk must divide Hv.
+    """
+    hp.n_group = int(r.req(Keys.SSM.GROUP_COUNT))
+    hp.ssm_n_head = hp.dt_rank
+    hp.ssm_head_dim = int(r.opt(Keys.SSM.VALUE_HEAD_DIM, hp.d_state))
+    if hp.ssm_head_dim <= 0 or hp.ssm_head_dim > 4096:
+        raise r.bad(Keys.SSM.VALUE_HEAD_DIM, f"= {hp.ssm_head_dim} is out of range")
+    if hp.d_state > 4096:
+        raise r.bad(Keys.SSM.STATE_SIZE, f"= {hp.d_state} (the key head dim) is out of range")
+    if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
+        raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} (K heads) does not divide time_step_rank = "
+                                          f"{hp.ssm_n_head} (V heads)")
+    if hp.d_inner != hp.ssm_n_head * hp.ssm_head_dim:
+        raise r.bad(Keys.SSM.INNER_SIZE, f"= {hp.d_inner} is not time_step_rank x value head dim = "
+                                         f"{hp.ssm_n_head} x {hp.ssm_head_dim}")
+
+
+def check_rope_sections(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """``rope.dimension_sections`` (M-RoPE t/h/w/e sections, optional): their sum must be at most
+    n_rot / 2.  Text positions are (p, p, p, 0), so within that bound interleaved M-RoPE is NEOX
+    RoPE on n_rot dims (spec §2.2, B15); nothing else is read from them."""
+    sec = r.opt(Keys.Rope.DIMENSION_SECTIONS, None)
+    if sec is None or not hp.attention_layers:
+        return
+    sec = list(sec) if isinstance(sec, (list, tuple)) else [sec]
+    if sum(int(x) for x in sec) > hp.n_rot // 2:
+        raise r.bad(Keys.Rope.DIMENSION_SECTIONS, f"= {sec} sums to {sum(int(x) for x in sec)}, more than "
+                                                  f"rope.dimension_count / 2 = {hp.n_rot // 2}")
 
 
 def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

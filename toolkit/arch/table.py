@@ -9,8 +9,14 @@ A family is data, not branches (DESIGN.md).  A row says:
   does not mark as attention), ``attention_from_file`` (hybrid: attention layers from
   ``attention.layer_indices`` / per-layer ``attention.head_count_kv``); ``ffns`` the FFN kinds
   it may have (per layer from the tensors, see :func:`toolkit.arch.readers.read_ffn`);
-- ``rope`` (attention layers rotate q/k), ``moe_softmax_topk`` (routing rule),
-  ``ssm_dt_b_c_norms`` (Mamba-1's dt/B/C RMSNorms have weights: Jamba), ``residual``;
+- ``rope`` (attention layers rotate q/k), ``rope_neox`` (pairs (i, i + n_rot/2) instead of
+  adjacent ones), ``moe_softmax_topk`` / ``moe_renorm`` (routing rule), ``ssm_dt_b_c_norms``
+  (Mamba-1's dt/B/C RMSNorms have weights: Jamba), ``residual``;
+- the gated-delta-net families' choices: ``gdn_head_tiled`` (v-head h reads K-head h % Hk, the
+  tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; spec §1.4.2, B19),
+  ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
+  RMSNorm of q and k per head), ``ffn_norm_post_attn`` (the FFN pre-norm is
+  ``blk.N.post_attention_norm``, not ``blk.N.ffn_norm``);
 - the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`.
 
 Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
@@ -25,7 +31,8 @@ from toolkit.arch import readers as R
 from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
-    ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN4EXP,
+    ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
+    ARCH_QWEN4EXP,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -65,15 +72,26 @@ MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT
                                      _w(T.SSM_NORM), _w(T.SSM_OUT)),
                            optional=((_b(T.SSM_CONV1D),),))
 ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)))  # biases refused
+# gated attention (attn_qk_norm): the same plus the per-head q / k RMSNorm weights [head_dim]
+GATED_ATTENTION_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + (_w(T.ATTN_Q_NORM), _w(T.ATTN_K_NORM)))
+# gated delta net: fused q|k|v, the output gate z, beta / alpha (qwen35: two matrices; qwen3next:
+# ssm_ba, [b(r) | a(r)] per K-head), conv (no bias), dt bias, A, the gated norm, out
+_GDN_CORE = (_w(T.ATTN_QKV), _w(T.ATTN_GATE), _w(T.SSM_CONV1D), _b(T.SSM_DT), T.SSM_A, _w(T.SSM_NORM), _w(T.SSM_OUT))
+GDN_TENSORS = TensorSet(required=_GDN_CORE + (_w(T.SSM_BETA), _w(T.SSM_ALPHA)))
+GDN_BA_TENSORS = TensorSet(required=_GDN_CORE + (_w(T.SSM_BETA_ALPHA),))
 FFN_TENSORS = {
     FFNKind.NONE: TensorSet(),
     FFNKind.DENSE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_UP), _w(T.FFN_GATE), _w(T.FFN_DOWN))),
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_GATE_EXP),
                                      _w(T.FFN_DOWN_EXP)),
-                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),)),
+                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),
+                                     (_w(T.FFN_GATE_INP_SHEXP),))),   # shared expert scaled by sigmoid(w . x)
 }
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
-                 LayerKind.ATTENTION: ATTENTION_TENSORS}
+                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS}
+# the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
+QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
+QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
 
 
 @dataclass(frozen=True)
@@ -88,8 +106,14 @@ class ArchSpec:
     attention_from_file: bool = False
     ffns: tuple[FFNKind, ...] = (FFNKind.NONE,)
     rope: bool = True
+    rope_neox: bool = False             # NEOX pairs (i, i + n_rot/2) (Qwen), else adjacent pairs
     moe_softmax_topk: bool = False
+    moe_renorm: bool = False            # with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen)
     ssm_dt_b_c_norms: bool = False      # Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba)
+    gdn_head_tiled: bool = False        # GDN v-head h reads K-head h % Hk (tiled), else h // (Hv/Hk)
+    attn_q_gate: bool = False           # attn_q rows per head [q_h | gate_h]; output * sigmoid(gate)
+    attn_qk_norm: bool = False          # attn_q_norm / attn_k_norm: RMSNorm of q and k per head
+    ffn_norm_post_attn: bool = False    # the FFN pre-norm is blk.N.post_attention_norm
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     note: str = ""
@@ -110,9 +134,10 @@ class ArchSpec:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
         req = set(GLOBAL_TENSORS.required)
         opt = [set(g) for g in GLOBAL_TENSORS.optional]
+        ffn_norm = {_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn else {}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], FFN_TENSORS[fk]):
-                req |= {t.format(bid=i) for t in ts.required}
+                req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required}
                 opt += [{t.format(bid=i) for t in g} for g in ts.optional]
         return req, opt
 
@@ -120,6 +145,10 @@ class ArchSpec:
 # every row that runs: common keys, layer kinds, the recurrent sizes (required even when all
 # layers are attention, as they always were)
 _BASE_READERS = (R.read_common, R.read_layer_kinds, R.read_ssm)
+_QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
+# Qwen3-Next / Qwen3.5 gated attention (q/k RMSNorm, sigmoid gate, NEOX partial RoPE: text
+# M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
+_QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm_post_attn=True)
 
 ARCHES: tuple[ArchSpec, ...] = (
     ArchSpec(ARCH_MAMBA, c_id=0,
@@ -143,6 +172,23 @@ ARCHES: tuple[ArchSpec, ...] = (
              # JambaSparseMoeBlock: softmax over all experts, then top-k, not renormalised
              moe_softmax_topk=True, ssm_dt_b_c_norms=True,
              mixer_tensors={**MIXER_TENSORS, LayerKind.MAMBA1: JAMBA_MAMBA1_TENSORS}),
+    # gated delta net + gated attention (spec gdn-family.md): attention layers from
+    # attention.recurrent_layers or full_attention_interval; MoE: softmax, top-k, renormalised
+    ArchSpec(ARCH_QWEN3NEXT, c_id=4,
+             readers=_QWEN_READERS + (R.check_rms_eps,),
+             mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), moe_softmax_topk=True, moe_renorm=True, **_QWEN_FLAGS,
+             gdn_head_tiled=False, mixer_tensors=QWEN3NEXT_MIXER_TENSORS, note="Qwen3-Next"),
+    ArchSpec(ARCH_QWEN35, c_id=5,
+             readers=_QWEN_READERS + (R.check_rope_sections, R.check_rms_eps),
+             mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), moe_softmax_topk=True, moe_renorm=True, **_QWEN_FLAGS,
+             gdn_head_tiled=True, mixer_tensors=QWEN35_MIXER_TENSORS, note="Qwen3.5 (text)"),
+    ArchSpec(ARCH_QWEN35MOE, c_id=6,
+             readers=_QWEN_READERS + (R.check_rope_sections, R.check_rms_eps),
+             mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), moe_softmax_topk=True, moe_renorm=True, **_QWEN_FLAGS,
+             gdn_head_tiled=True, mixer_tensors=QWEN35_MIXER_TENSORS, note="Qwen3.5 MoE (text)"),
     ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
              note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
 )

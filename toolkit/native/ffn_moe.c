@@ -1,8 +1,10 @@
-/* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE).
+/* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE,
+ * qwen3next, qwen35moe).
  *
  * Shapes (U tokens, D n_embd, E n_expert, k n_expert_used, Fe expert width, Fs shared
  * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->vec [E];
- * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D].
+ * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
+ * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional.
  */
 #include <float.h>
 #include <math.h>
@@ -11,9 +13,12 @@
 
 /* MoE: router logits r = W_inp x [E];
  *   moe_softmax_topk (Jamba):  p = softmax(r); top-k of p; weights = p[k] (not renormalised)
+ *     + moe_renorm (Qwen):     weights = p[k] / sum over the k of p
  *   else (Granite):            top-k of r; weights = softmax over the k logits
- * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present).
- * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE. */
+ * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present, times
+ *     sigmoid(ffn_gate_inp_shexp . x) when that gate is present).
+ * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE,
+ *      Qwen3NextSparseMoeBlock (spec gdn-family.md §2.4); llama.cpp build_moe_ffn. */
 static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
     const int64_t D = hp->n_embd;
@@ -35,6 +40,7 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
         TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_up_shexp));
         TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
         TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_shexp.weight"), TK_SHAPE(Fs, D), 1, &l->ffn_down_shexp));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_gate_inp_shexp.weight"), TK_SHAPE(D), 0, &l->ffn_gate_inp_shexp));
     }
 #undef NAME
     return TK_OK;
@@ -70,6 +76,11 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
             sel[j] = best;
             w[j] = r[best];
         }
+        if (hp->moe_softmax_topk && hp->moe_renorm) {
+            double sum = 0.0;
+            for (int32_t j = 0; j < k; j++) sum += w[j];
+            for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+        }
         if (!hp->moe_softmax_topk) {
             const float mx = w[0];
             double sum = 0.0;
@@ -83,6 +94,12 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
         }
         if (l->n_ff_shexp) {
             TK_CHECK(tk_swiglu(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, xt, 1, ctx->f1));
+            if (l->ffn_gate_inp_shexp) {
+                double d = 0.0;
+                for (int32_t i = 0; i < D; i++) d += (double) l->ffn_gate_inp_shexp[i] * xt[i];
+                const float gs = 1.0f / (1.0f + expf(-(float) d));
+                for (int32_t i = 0; i < D; i++) ctx->f1[i] *= gs;
+            }
             for (int32_t i = 0; i < D; i++) ot[i] += ctx->f1[i];
         }
     }

@@ -4,12 +4,14 @@
  *   for each layer:  x += rs * mixer(rmsnorm(x));  x += rs * ffn(rmsnorm(x))   (ffn may be none)
  *   logits = output(rmsnorm(x)) / logit_scale          (only for tokens that ask)
  *
- * rs, embedding_scale, logit_scale: Granite's multipliers (1 elsewhere).  The mixer and FFN
+ * rs, embedding_scale, logit_scale: Granite's multipliers (1 elsewhere).  The FFN's rmsnorm
+ * weight is ffn_norm, or post_attention_norm in Qwen3-Next / Qwen3.5 (model.c binds it).  The mixer and FFN
  * of each layer come from the model (tk_layer.kind / ffn_kind) through the tables below;
  * each kind is a file of its own (layer.h lists them).
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
- *       modeling_granitemoehybrid.py, modeling_jamba.py; karpathy llama2.c forward().
+ *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
+ *       modeling_qwen3_5.py; karpathy llama2.c forward().
  */
 #include "layer.h"
 
@@ -19,6 +21,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_MAMBA1] = &tk_mixer_mamba1,
     [TK_LAYER_MAMBA2] = &tk_mixer_mamba2,
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
+    [TK_LAYER_GDN] = &tk_mixer_gdn,
 };
 
 static const tk_ffn_ops * const FFNS[] = {

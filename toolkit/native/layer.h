@@ -4,7 +4,8 @@
  *
  *   mixer_mamba1.c     TK_LAYER_MAMBA1     selective scan, per-channel decay
  *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
- *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache
+ *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
+ *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU experts + optional shared expert
  *
@@ -75,7 +76,7 @@ typedef struct {
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
 } tk_ffn_ops;
 
-extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention;
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn;
 extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe;
 
 /* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */

@@ -1,17 +1,24 @@
 /* mixer_attention.c: the attention mixer (TK_LAYER_ATTENTION: the attention layers of
- * granitehybrid and jamba).
+ * granitehybrid, jamba, and the gated attention of qwen3next / qwen35 / qwen35moe).
  *
  * Shapes (U ubatch tokens, D n_embd, H heads, Hkv = n_head_kv[il] KV heads, hd head_dim,
- * kvd = Hkv hd):
+ * kvd = Hkv hd, qs = hd, or 2 hd with attn_q_gate):
  *   in:  ctx->cur [U, D]            out: [U, D]
- *   KV cache per cell: K [kvd] (stored after RoPE), V [kvd]
+ *   wq [D, H qs]: with attn_q_gate, rows per head [q_h (hd) | gate_h (hd)]
+ *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; the HF (1 + w) already folded in)
+ *   KV cache per cell: K [kvd] (stored after norm and RoPE), V [kvd]
  * Formula:
- *   q = wq cur, k = wk cur, v = wv cur;  RoPE (NORM mode, n_rot dims per head) on q, k
+ *   q = wq cur, k = wk cur, v = wv cur
+ *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps)
+ *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
+ *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
  *         pos <= its own (g = h / (H / Hkv), grouped-query);  scale = 1/sqrt(hd) unless set
+ *   attn_q_gate: o_h *= sigmoid(gate_h)
  *   out = wo o
- * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager); llama.cpp
- *      build_attn.
+ * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
+ *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2); llama.cpp
+ *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
  */
 #include <float.h>
 #include <math.h>
@@ -22,10 +29,13 @@
 
 static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
 
-/* q, att [H hd]; k, v [Hkv hd] */
+/* floats of one head's rows in q: hd, or [q_h | gate_h] with attn_q_gate */
+static int32_t attn_q_stride(const tk_hparams * hp) { return hp->attn_q_gate ? 2 * hp->head_dim : hp->head_dim; }
+
+/* q, att [H qs]; k, v [Hkv hd] */
 static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) m->hp.head_dim);
+    tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
 }
 
@@ -47,10 +57,14 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     const int64_t HD = hp->head_dim, Hq = hp->n_head, Hkv = l->n_head_kv;
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, Hq * HD), 1, &l->wq));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, Hq * attn_q_stride(hp)), 1, &l->wq));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wk));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
+    if (hp->attn_qk_norm) {
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(HD), 1, &l->attn_q_norm));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(HD), 1, &l->attn_k_norm));
+    }
     static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
     for (int b = 0; b < 4; b++) {
         NAME(biases[b]);
@@ -67,6 +81,7 @@ typedef struct {
     const tk_ubatch * ub;
     tk_kv_view kv;             /* the layer's K, V rows and cells */
     int32_t H, hd, kvd, grp;
+    int32_t qs;                /* floats per head in q (attn_q_stride) */
     float scale;
     int level;                 /* tk_cpu_level() */
 } attn_job;
@@ -82,9 +97,10 @@ typedef struct {
 
 static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_job * j, int64_t p) {
     const tk_context * ctx = j->ctx;
-    const int32_t H = j->H, hd = j->hd, t = (int32_t) (p / H), h = (int32_t) (p % H);
-    const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, qo = (size_t) t * H * hd + (size_t) h * hd;
-    const attn_pair a = {ctx->q + qo, j->kv.k + kvo, j->kv.v + kvo, ctx->att + qo,
+    const int32_t H = j->H, hd = j->hd, qs = j->qs, t = (int32_t) (p / H), h = (int32_t) (p % H);
+    const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, oo = (size_t) t * H * hd + (size_t) h * hd;
+    const size_t qo = (size_t) t * H * qs + (size_t) h * qs;
+    const attn_pair a = {ctx->q + qo, j->kv.k + kvo, j->kv.v + kvo, ctx->att + oo,
                          UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t]};
     return a;
 }
@@ -205,10 +221,42 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     attn_heads_plain(j, p0, p1, thread);
 }
 
+/* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
+static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, float * q, float * k, int32_t Hkv, int32_t pos) {
+    const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
+    if (l->attn_q_norm) {
+        for (int32_t h = 0; h < H; h++) tk_rms_norm(q + (int64_t) h * qs, l->attn_q_norm, hp->rms_eps, hd, q + (int64_t) h * qs);
+        for (int32_t g = 0; g < Hkv; g++) tk_rms_norm(k + (int64_t) g * hd, l->attn_k_norm, hp->rms_eps, hd, k + (int64_t) g * hd);
+    }
+    if (!hp->use_rope || hp->n_rot <= 0) return;
+    if (hp->rope_neox) {
+        tk_rope_neox(q, H, qs, hp->n_rot, pos, hp->rope_freq_base);
+        tk_rope_neox(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
+    } else {
+        tk_rope_norm(q, H, hd, hp->n_rot, pos, hp->rope_freq_base);
+        tk_rope_norm(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
+    }
+}
+
+/* attn_q_gate: att[t][h] *= sigmoid(gate_h of token t) over tokens [t0, t1) */
+typedef struct { const float * q; float * att; int32_t H, hd; } gate_job;
+
+static void attn_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const gate_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++)
+        for (int32_t h = 0; h < j->H; h++) {
+            const float * gt = j->q + (t * j->H + h) * 2 * j->hd + j->hd;
+            float * o = j->att + (t * j->H + h) * j->hd;
+            for (int32_t i = 0; i < j->hd; i++) o[i] *= 1.0f / (1.0f + expf(-gt[i]));
+        }
+}
+
 static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens;
     const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
+    const int32_t qs = attn_q_stride(hp);
     const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
@@ -217,17 +265,18 @@ static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, cons
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
-        if (hp->use_rope && hp->n_rot > 0) {
-            tk_rope_norm(ctx->q + (int64_t) t * H * hd, H, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
-            tk_rope_norm(ctx->k + (int64_t) t * kvd, Hkv, hd, hp->n_rot, ub->pos[t], hp->rope_freq_base);
-        }
+        attn_qk_prep(hp, l, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
         const int32_t c = kv.ub_cells[t];
         memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
     }
-    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, scale, tk_cpu_level()};
+    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level()};
     /* (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
+    if (hp->attn_q_gate) {
+        gate_job gj = {ctx->q, ctx->att, H, hd};
+        tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
+    }
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
 

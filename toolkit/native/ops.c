@@ -243,3 +243,24 @@ void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, in
         }
     }
 }
+
+/* RoPE, NEOX mode: pairs (x[i], x[i + n_rot/2]) for i < n_rot/2 on the first n_rot dims of each
+ * head (head h at x + h * head_stride); the rest of the head passes through.
+ *   theta_i = pos * base^(-2i / n_rot),  (x[i], x[i + n_rot/2]) <- rotation by theta_i
+ * ref: ggml rope_f32 (mode NEOX); transformers rotate_half (apply_rotary_pos_emb with
+ * partial_rotary_factor); llama.cpp's interleaved M-RoPE reduces to this for text (spec
+ * gdn-family.md §2.2, B15).  Angles in double, then cos/sin rounded, as tk_rope_norm. */
+void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base) {
+    const int32_t half = n_rot / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
+        const double theta = (double) pos * inv_freq;
+        const float c = (float) cos(theta), s = (float) sin(theta);
+        for (int32_t h = 0; h < n_head; h++) {
+            float * p = x + (int64_t) h * head_stride + i;
+            const float x0 = p[0], x1 = p[half];
+            p[0] = x0 * c - x1 * s;
+            p[half] = x0 * s + x1 * c;
+        }
+    }
+}

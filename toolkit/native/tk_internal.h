@@ -39,22 +39,29 @@ typedef struct {
     float * ssm_conv1d_b;      /* [conv_dim] or NULL */
     tk_weight ssm_x;           /* M1: [d_inner, dt_rank + 2N] */
     tk_weight ssm_dt;          /* M1: [dt_rank, d_inner] */
-    float * ssm_dt_b;          /* M1: [d_inner]; M2: [H] */
-    float * ssm_a;             /* M1: [d_inner][N]; M2: [H]  (A = -exp(A_log)) */
+    float * ssm_dt_b;          /* M1: [d_inner]; M2: [H]; GDN: [Hv] */
+    float * ssm_a;             /* M1: [d_inner][N]; M2: [H]; GDN: [Hv]  (A = -exp(A_log)) */
     float * ssm_d;             /* M1: [d_inner]; M2: [H] */
-    float * ssm_norm;          /* M2: [d_inner] (ggml [d_inner/G, G]) */
+    float * ssm_norm;          /* M2: [d_inner] (ggml [d_inner/G, G]); GDN: [Dv] */
     float * ssm_dt_norm;       /* Jamba: [dt_rank] or NULL */
     float * ssm_b_norm;        /* Jamba: [N] or NULL */
     float * ssm_c_norm;        /* Jamba: [N] or NULL */
     tk_weight ssm_out;         /* [d_inner, D] */
+    /* gated delta net (C = 2 Hk Dk + Hv Dv conv channels) */
+    tk_weight wqkv;            /* attn_qkv [D, C]: rows [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)] */
+    tk_weight wgate;           /* attn_gate [D, Hv Dv]: the output gate z */
+    tk_weight ssm_beta, ssm_alpha;   /* [D, Hv] each (qwen35), or absent */
+    tk_weight ssm_ba;          /* [D, 2 Hv], per K-head [b (Hv/Hk) | a (Hv/Hk)] (qwen3next), or absent */
     /* attention */
-    tk_weight wq, wk, wv, wo;  /* [D, H*hd], [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
+    tk_weight wq, wk, wv, wo;  /* [D, H*hd] ([D, 2*H*hd] with attn_q_gate), [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
+    float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), else NULL */
     /* ffn */
-    float * ffn_norm;          /* [D] */
+    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn) */
     tk_weight ffn_gate, ffn_up, ffn_down;               /* [D, F], [D, F], [F, D] */
     tk_weight ffn_gate_inp;                             /* [D, E] */
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
+    float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;
@@ -74,7 +81,8 @@ struct tk_model {
     float * output_norm;       /* [D] */
     tk_weight output;          /* [D, n_vocab] (tok_embd when tied) */
     tk_layer * layers;         /* [n_layer] */
-    int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer: only in the state fingerprint (state.c) */
+    int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
+                                  layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
     int embd_random;           /* token_embd is a large gather-only table (random-access advice) */
     float ** owned;            /* float arrays copied at load, freed with the model */
@@ -119,6 +127,9 @@ float tk_silu(float x);
 void tk_silu_mul_row(float * y, const float * a, int64_t n);
 void tk_mul_silu_row(float * y, const float * z, int64_t n);
 float tk_softplus(float x);
+/* RoPE, NEOX mode: pairs (i, i + n_rot/2) on the first n_rot dims of each of n_head heads,
+ * head h at x + h * head_stride; the rest of the head passes through (ops.c). */
+void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in tk_testing.h ------- */
 /* Mamba-2 over n_tok tokens of one sequence (contract in ssm.c): the recurrence, or from
@@ -149,16 +160,16 @@ struct tk_context {
     float * x;                 /* [U, D] residual stream */
     float * cur;               /* [U, D] normed input of a block */
     float * out;               /* [U, D] block output */
-    float * zx;                /* [U, ssm_in rows] in-projection (M1: 2*DI; M2: 2*DI+2GN+H) */
+    float * zx;                /* [U, ssm_in rows] in-projection (M1: 2*DI; M2: 2*DI+2GN+H; GDN: C) */
     float * xc;                /* [U, conv_dim] conv output */
-    float * xdbl;              /* [U, dt_rank + 2N] (M1) */
-    float * dtr;               /* [U, dt_rank] (M1, compact copy of the dt part) */
-    float * dt;                /* [U, DI] (M1 dt after softplus) */
+    float * xdbl;              /* [U, dt_rank + 2N] (M1; GDN: [U, 2 Hv] b and a projections) */
+    float * dtr;               /* [U, dt_rank] (M1, compact copy of the dt part; GDN: [U, 2 Hv] beta | g) */
+    float * dt;                /* [U, DI] (M1 dt after softplus; GDN: the gate z) */
     float * y;                 /* [U, DI] scan output */
-    float * q;                 /* [U, H*hd] */
+    float * q;                 /* [U, H*hd] ([U, 2*H*hd] with attn_q_gate: q and gate per head) */
     float * k;                 /* [U, Hkv_max*hd] */
     float * v;                 /* [U, Hkv_max*hd] */
-    float * att;               /* [U, H*hd] */
+    float * att;               /* [U, H*hd] (sized like q) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */

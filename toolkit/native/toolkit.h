@@ -68,7 +68,8 @@ tk_status tk_convert_rows_imatrix(int src_type, const void * src, int dst_type, 
 typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA1 = 0,
     TK_LAYER_MAMBA2 = 1,
-    TK_LAYER_ATTENTION = 2
+    TK_LAYER_ATTENTION = 2,
+    TK_LAYER_GDN = 3           /* gated delta net (mixer_gdn.c) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -81,7 +82,10 @@ typedef enum {
     TK_ARCH_MAMBA = 0,
     TK_ARCH_MAMBA2 = 1,
     TK_ARCH_GRANITE_HYBRID = 2,
-    TK_ARCH_JAMBA = 3
+    TK_ARCH_JAMBA = 3,
+    TK_ARCH_QWEN3NEXT = 4,
+    TK_ARCH_QWEN35 = 5,
+    TK_ARCH_QWEN35MOE = 6
 } tk_arch;
 
 typedef struct {
@@ -110,8 +114,8 @@ typedef struct {
     /* ffn */
     int32_t n_expert;
     int32_t n_expert_used;
-    int32_t moe_softmax_topk;  /* 1: softmax over all experts then top-k, weights not renormalised (Jamba);
-                                  0: top-k of the logits then softmax over the k (Granite) */
+    int32_t moe_softmax_topk;  /* 1: softmax over all experts then top-k, weights not renormalised (Jamba)
+                                  unless moe_renorm; 0: top-k of the logits then softmax over the k (Granite) */
     /* granite multipliers */
     float   embedding_scale;
     float   residual_scale;
@@ -119,6 +123,15 @@ typedef struct {
     const int32_t * layer_kinds;   /* [n_layer] tk_layer_kind */
     const int32_t * ffn_kinds;     /* [n_layer] tk_ffn_kind */
     const int32_t * n_head_kv;     /* [n_layer], 0 on recurrent layers */
+    /* gated delta net families (Qwen3-Next, Qwen3.5).  A GDN layer reads: d_state = Dk,
+     * ssm_head_dim = Dv, n_group = Hk, ssm_n_head = Hv, d_inner = Hv Dv, d_conv = K. */
+    int32_t gdn_head_tiled;    /* 1: v-head h reads K-head h % Hk (tiled, qwen35 GGUFs); 0: h / (Hv/Hk) (grouped, qwen3next) */
+    int32_t gdn_gate_act;      /* GDN gated norm's act(z): 0 silu, 1 sigmoid */
+    int32_t rope_neox;         /* 1: RoPE pairs (i, i + n_rot/2) (NEOX); 0: adjacent pairs (NORM) */
+    int32_t attn_q_gate;       /* 1: attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate) */
+    int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
+    int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
+    int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
 } tk_hparams;
 
 typedef struct {

@@ -8,10 +8,12 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
   kv           2 x n_ctx x n_head_kv[l] x head_dim x 4 over the attention layers only
                (a hybrid is not charged KV for its recurrent layers)
   recurrent    n_seq_max x ((d_conv - 1) x conv_dim + d_state x d_inner) x 4 over the recurrent
-               layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state)
+               layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state; gated delta
+               net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
   compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c),
-               plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes)
+               plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes),
+               with gated delta net layers n_threads x tk_gdn_work_floats(Dk, Dv) floats (gdn.c)
 :meth:`toolkit.runtime.Context.memory_report` gives the same kinds as allocated.
 """
 from __future__ import annotations
@@ -32,21 +34,26 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
              n_threads: int = 1) -> dict[str, int]:
     """Bytes by kind (see the module docstring) for a context of ``n_ctx`` cells and
     ``n_seq_max`` sequences of the model ``gguf`` (GGUFFile) / ``hp`` (HParams)."""
-    from toolkit.arch import LayerKind
+    from toolkit.arch import LayerKind, arch_spec
     attn = hp.attention_layers
     rec = hp.recurrent_layers
     has_m2 = any(hp.layer_kinds[i] == LayerKind.MAMBA2 for i in rec)
+    has_gdn = any(hp.layer_kinds[i] == LayerKind.GDN for i in rec)
     D, DI, N = hp.n_embd, hp.d_inner, hp.d_state
     conv_dim = DI + 2 * hp.n_group * N if has_m2 else DI
+    if has_gdn:     # mixer_gdn.c: q, k (Hk x Dk each) and v (Hv x Dv = d_inner) channels
+        conv_dim = 2 * hp.n_group * N + DI
     kv = sum(2 * n_ctx * hp.n_head_kv[i] * hp.head_dim * 4 for i in attn)
     state = len(rec) * ((hp.d_conv - 1) * conv_dim + N * DI) * 4
     max_ff = _max_ff(gguf)
     zx = xc = xd = dtr = y = q = kvw = 0
-    if rec:
+    if has_gdn:     # gdn_scratch: zx, xc [C]; xdbl, dtr [2 Hv]; dt (z), y [Hv Dv]
+        zx, xc, xd, dtr, y = conv_dim, conv_dim, 2 * hp.ssm_n_head, 2 * hp.ssm_n_head, DI
+    elif rec:
         zx = max(2 * DI + 2 * hp.n_group * N + hp.ssm_n_head if has_m2 else 2 * DI, 2 * DI)
         xc, xd, dtr, y = conv_dim, hp.dt_rank + 2 * N, hp.dt_rank, DI
-    if attn:
-        q = hp.n_head * hp.head_dim
+    if attn:        # q (and att) hold [q_h | gate_h] per head with a gated q
+        q = hp.n_head * hp.head_dim * (2 if arch_spec(hp.arch).attn_q_gate else 1)
         kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
     U = n_ubatch
     row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
@@ -57,7 +64,15 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
-            "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0))}
+            "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0)
+                           + (_gdn_workspace(hp, n_threads) if has_gdn else 0))}
+
+
+def _gdn_workspace(hp, n_threads: int) -> int:
+    """Bytes of the delta rule's workspace: n_threads x tk_gdn_work_floats(Dk, Dv) floats
+    (gdn.c; asked of the C library, whose chunked form sets the size)."""
+    from toolkit.binding import lib
+    return max(n_threads, 1) * int(lib.tk_gdn_work_floats(hp.d_state, hp.ssm_head_dim)) * 4
 
 
 def _ssd_workspace(hp, n_ubatch: int, n_threads: int) -> int:
