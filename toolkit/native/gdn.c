@@ -175,7 +175,7 @@ void tk_gdn_recurrent(const tk_gdn_head * h) {
 /* Contract: for r < R and n < N,
  *   out[r*ldo + n] = (acc ? out[r*ldo + n] : 0) + sum_{j<J, ascending} c[r*ldc + j] m[j*ldm + n]
  * out must not overlap c or m.  Reference: plain loops, one axpy per (r, j) (vectorizable
- * without reassociation); AVX2: 4 rows x 16 columns in registers, columns n % 8 masked. */
+ * without reassociation); AVX2: 6 rows x 16 columns in registers, columns n % 8 masked. */
 typedef void (*gdn_gemm_fn)(float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm,
                             int32_t R, int32_t J, int32_t N, int acc);
 
@@ -193,12 +193,12 @@ static void gdn_gemm_ref(float * out, int64_t ldo, const float * c, int64_t ldc,
 }
 
 #ifdef GDN_X86
-/* NR (1..4) rows x NV (1..2) vectors of 8 columns at out + n0; the last vector's lanes
+/* NR (1..6) rows x NV (1..2) vectors of 8 columns at out + n0; the last vector's lanes
  * under `last` (all lanes when the block is whole). */
 GDN_AVX2 static inline __attribute__((always_inline)) void gdn_gemm_block_avx2(
     float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t J, int acc,
     const int NR, const int NV, const int masked, __m256i last) {
-    __m256 a[4][2];
+    __m256 a[6][2];
     for (int r = 0; r < NR; r++)
         for (int v = 0; v < NV; v++) {
             const int mk = masked && v == NV - 1;
@@ -223,22 +223,26 @@ GDN_AVX2 static inline __attribute__((always_inline)) void gdn_gemm_block_avx2(
         }
 }
 
-/* Rows [r, r+NR) over all N columns: 16 at a time, then 8, then a masked 1..7. */
-GDN_AVX2 static inline __attribute__((always_inline)) void gdn_gemm_rows_avx2(
-    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t J, int32_t N,
-    int acc, const int NR) {
-    int32_t n = 0;
-    const __m256i all = _mm256_set1_epi32(-1);
-    for (; n + 16 <= N; n += 16) gdn_gemm_block_avx2(out + n, ldo, c, ldc, m + n, ldm, J, acc, NR, 2, 0, all);
-    if (n + 8 <= N) { gdn_gemm_block_avx2(out + n, ldo, c, ldc, m + n, ldm, J, acc, NR, 1, 0, all); n += 8; }
-    if (n < N) gdn_gemm_block_avx2(out + n, ldo, c, ldc, m + n, ldm, J, acc, NR, 1, 1, gdn_mask8(N - n));
+/* One panel of NV vectors of columns (at out, m) over all R rows: 6 rows at a time, then
+ * 4, 2, 1.  The panel of m (J x 8 NV floats) stays in L1 across the row blocks. */
+GDN_AVX2 static inline __attribute__((always_inline)) void gdn_gemm_panel_avx2(
+    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t R, int32_t J,
+    int acc, const int NV, const int masked, __m256i last) {
+    int32_t r = 0;
+    for (; r + 6 <= R; r += 6) gdn_gemm_block_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 6, NV, masked, last);
+    if (R - r >= 4) { gdn_gemm_block_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 4, NV, masked, last); r += 4; }
+    if (R - r >= 2) { gdn_gemm_block_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 2, NV, masked, last); r += 2; }
+    if (R - r >= 1) gdn_gemm_block_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 1, NV, masked, last);
 }
 
+/* Column panels of 16, then 8, then a masked 1..7. */
 GDN_AVX2 static void gdn_gemm_avx2(float * out, int64_t ldo, const float * c, int64_t ldc, const float * m,
                                    int64_t ldm, int32_t R, int32_t J, int32_t N, int acc) {
-    int32_t r = 0;
-    for (; r + 4 <= R; r += 4) gdn_gemm_rows_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, N, acc, 4);
-    for (; r < R; r++) gdn_gemm_rows_avx2(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, N, acc, 1);
+    int32_t n = 0;
+    const __m256i all = _mm256_set1_epi32(-1);
+    for (; n + 16 <= N; n += 16) gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 2, 0, all);
+    if (n + 8 <= N) { gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 0, all); n += 8; }
+    if (n < N) gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 1, gdn_mask8(N - n));
 }
 #endif
 
@@ -320,8 +324,18 @@ static void gdn_chunk_gram(const gdn_chunk * c) {
 }
 
 /* ---- stage 3 ---- */
+/* Decay factors below this are taken as 0.  Over a chunk the log decays add up (64 tokens of
+ * g = -1.5 give exp(-96) = 2e-42): such a factor weighs its term more than 1e-23 below the
+ * float32 resolution of the O(1) terms beside it (the D_tt = 1 diagonal, the chunk's latest
+ * tokens), and as a subnormal float32 operand it costs a microcode assist per multiply
+ * (x86): the chunked form ran 5x slower than the recurrence at 64 tokens before this. */
+#define GDN_TINY 1e-30
+
+static inline float gdn_flush(double x) { return fabs(x) < GDN_TINY ? 0.0f : (float) x; }
+
 /* D_ts = exp(gamma_t - gamma_s) = prod_{s < u <= t} exp(g_u) (double, 1 at s = t: no
- * difference of large sums, no overflow; underflows gracefully to 0), then
+ * difference of large sums, no overflow; below GDN_TINY: 0, and so is every D_ts' for
+ * s' < s), then (each product below GDN_TINY: 0)
  *   G[t][s] <- -beta_t G[t][s] D_ts (s < t), 0 (s >= t; up to the row's 8-block end)
  *   G[C+t][s] <- G[C+t][s] D_ts (s <= t), 0 above
  *   eg[t] = exp(gamma_t) = prod_{u <= t} exp(g_u);  ec[s] = D_{L-1,s}. */
@@ -333,14 +347,21 @@ static void gdn_chunk_decay(const gdn_chunk * c) {
         float * a = w->G + (int64_t) t * C, * b = w->G + (int64_t) (C + t) * C;
         const int32_t end = ((t >> 3) + 1) * 8 < C ? ((t >> 3) + 1) * 8 : C;
         for (int32_t s = t; s < end; s++) { a[s] = 0.0f; if (s > t) b[s] = 0.0f; }
+        const double bt = w->bt[t];
         double e = 1.0;
-        for (int32_t s = t; s >= 0; s--) {
-            if (s < t) { e *= w->da[s + 1]; a[s] = (float) (-(double) w->bt[t] * a[s] * e); }
-            b[s] = (float) (b[s] * e);
+        int32_t s = t;
+        for (; s >= 0 && e >= GDN_TINY; s--) {
+            if (s < t) a[s] = gdn_flush(-bt * a[s] * e);
+            b[s] = gdn_flush(b[s] * e);
             if (t == L - 1) w->ec[s] = (float) e;
+            if (s > 0) e *= w->da[s];
         }
-        cum *= w->da[t];
-        w->eg[t] = (float) cum;
+        for (; s >= 0; s--) {
+            a[s] = b[s] = 0.0f;
+            if (t == L - 1) w->ec[s] = 0.0f;
+        }
+        cum = cum < GDN_TINY ? 0.0 : cum * w->da[t];
+        w->eg[t] = gdn_flush(cum);
     }
 }
 
