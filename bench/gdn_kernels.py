@@ -6,8 +6,8 @@ and the recurrent step at each CPU level.  What TK_GDN_MIN_DEFAULT (gdn.c) is se
     python bench/gdn_kernels.py [-r 5] [--dims 128x128,64x64] [--tokens 1,2,4,...]
 
 Per (Dk x Dv, n_tok): one call of tk_gdn_recurrent and one of tk_gdn_run with the threshold
-at 1 (always chunked) on the same inputs, each repeated until a sample lasts >= 20 ms; the
-median of -r samples is printed as tokens/s (n_tok x calls / seconds), with chunked /
+at 1 (always chunked) on the same inputs, each repeated until a sample lasts >= 20 ms of
+CPU time; the median of -r samples is printed as tokens/s (n_tok x calls / seconds), with chunked /
 recurrent.  Inputs as the GDN layer gives them: q, k l2-normed, g in [-3, 0], beta in (0, 1).
 The 0.5B Qwen3.5 bench model has 16 value heads of Dk = Dv = 128.  The suggested threshold
 is the shortest run from which the chunked form is faster at every longer run measured, for
@@ -50,22 +50,24 @@ def make_head(dk: int, dv: int, n_tok: int, seed: int = 0):
 
 
 def tokens_per_s(fn, h, repeats: int) -> float:
-    """Median over `repeats` samples of n_tok x calls / seconds, each sample >= 20 ms."""
+    """Median over `repeats` samples of n_tok x calls / seconds, each sample >= 20 ms of this
+    thread's CPU time (time.thread_time: on a shared machine, the time other processes hold
+    the core is not counted)."""
     fn(h)                                            # warm-up (caches, page faults)
     calls = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(calls):
             fn(h)
-        if time.perf_counter() - t0 >= 0.02:
+        if time.thread_time() - t0 >= 0.02:
             break
         calls *= 2
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(calls):
             fn(h)
-        samples.append(h.n_tok * calls / (time.perf_counter() - t0))
+        samples.append(h.n_tok * calls / (time.thread_time() - t0))
     return statistics.median(samples)
 
 

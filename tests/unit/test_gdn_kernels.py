@@ -25,15 +25,16 @@ LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_
 TOL = 3e-6
 
 
-def make_inputs(rng, n_tok, dk, dv, n_head=3):
+def make_inputs(rng, n_tok, dk, dv, n_head=3, g_range=(-3.0, 0.0)):
     """Token rows as the GDN layer holds them: q, k, v of n_head heads side by side in one
-    buffer (strides of n_head heads), g and beta [n_tok, n_head]; this head is head 1."""
+    buffer (strides of n_head heads), g (uniform in g_range) and beta [n_tok, n_head]; this
+    head is head 1."""
     def l2(x):
         return x / np.linalg.norm(x, axis=-1, keepdims=True)
     q = l2(rng.standard_normal((n_tok, n_head, dk))) / np.sqrt(dk)
     k = l2(rng.standard_normal((n_tok, n_head, dk)))
     v = rng.standard_normal((n_tok, n_head, dv))
-    g = rng.uniform(-3.0, 0.0, (n_tok, n_head))
+    g = rng.uniform(*g_range, (n_tok, n_head))
     beta = rng.uniform(0.01, 0.99, (n_tok, n_head))
     S = rng.standard_normal((dv, dk)) * 0.5            # S^T: row j = S[:, j]
     f = lambda a: np.ascontiguousarray(a, np.float32)  # noqa: E731
@@ -106,7 +107,9 @@ def threshold():
     lib.tk_gdn_set_threshold(-1)
 
 
-DIMS = [(32, 64), (128, 128), (19, 13)]       # Dk != Dv; the bench head; tails of 8 lanes
+# Dk != Dv; the bench model's head; Dk % 8 and Dv % 4 tails (masked lanes, single value
+# rows); Dk a multiple of 8 but not of 16
+DIMS = [(32, 64), (128, 128), (19, 13), (40, 6)]
 N_TOK = [1, 5, 63, 64, 65, 130]
 
 
@@ -146,6 +149,33 @@ def test_gdn_state_carried_across_calls(split, form, level, at_level, threshold)
 
 
 @pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+@pytest.mark.parametrize("g_range", [(-0.05, 0.0), (-30.0, -5.0), (0.0, 0.0)])
+def test_gdn_decay_regimes(g_range, form, level, at_level, threshold):
+    """Weak decay (the chunk's decays near 1), strong (a chunk's products far below float32's
+    range: the chunked form's flush to 0), none (g = 0: the plain delta rule)."""
+    at_level(level)
+    threshold(1 if form == "chunked" else 0)
+    inp = make_inputs(np.random.default_rng(11), 130, 48, 40, g_range=g_range)
+    o_ref, S_ref = reference(inp)
+    o, S = run(inp, lib.tk_gdn_run)
+    eo, es = rel(o, o_ref), rel(S, S_ref)
+    assert eo < TOL and es < TOL, f"{form} g in {g_range} level {level}: o {eo:.2e}, S {es:.2e}"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_gdn_recurrent_token_by_token_calls(level, at_level):
+    """Decode: one call per token gives the bits of one call over the run (the AVX2 form
+    blocks tokens; its arithmetic must not depend on where a call starts)."""
+    at_level(level)
+    inp = make_inputs(np.random.default_rng(5), 45, 40, 20)
+    o_one, S_one = run(inp, lib.tk_gdn_recurrent)
+    S = inp["S"].copy()
+    o_each = np.concatenate([run(inp, lib.tk_gdn_recurrent, t, t + 1, S=S)[0] for t in range(45)])
+    assert np.array_equal(o_one, o_each) and np.array_equal(S_one, S)
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_gdn_threshold_picks_the_form(level, at_level, threshold):
     """Below the threshold, without a workspace, or with the threshold 0, tk_gdn_run is the
     recurrence bit for bit; from the threshold on it is the chunked form (not those bits)."""
@@ -164,13 +194,13 @@ def test_gdn_threshold_picks_the_form(level, at_level, threshold):
 
 def test_gdn_threshold_default_and_env(monkeypatch, threshold):
     """tk_gdn_set_threshold(n >= 0) sets it; (-1) goes back to TOOLKIT_GDN_MIN, else the
-    measured default (> 0); a malformed variable is ignored."""
+    measured default (0 = never chunked: see gdn.c); a malformed variable is ignored."""
     assert threshold(9) == 9 and lib.tk_gdn_threshold() == 9
     monkeypatch.delenv("TOOLKIT_GDN_MIN", raising=False)
     default = threshold(-1)
-    assert default > 0 and lib.tk_gdn_threshold() == default
+    assert default >= 0 and lib.tk_gdn_threshold() == default
     monkeypatch.setenv("TOOLKIT_GDN_MIN", "17")
-    assert threshold(-1) == 17
+    assert threshold(-1) == 17 and lib.tk_gdn_threshold() == 17
     monkeypatch.setenv("TOOLKIT_GDN_MIN", "x3")
     assert threshold(-1) == default
 

@@ -103,19 +103,33 @@ GDN_AVX2 static inline __m256i gdn_mask8(int32_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* NR (1..4) value rows S_r = S + (j0 + r)*dk through one token, as gdn_step_scalar with
- * kv = decay * (S_old . k) and S_new = decay S_old + k u: pass 1 reads the rows once for
- * the dots (k loaded once for NR rows), pass 2 updates them and takes the dots with q.
- * dk % 8 lanes at the end go through masked loads and stores. */
-GDN_AVX2 static inline __attribute__((always_inline)) void gdn_rows_avx2(float * S, int32_t dk, const float * q,
-                                                                           const float * k, const float * v,
-                                                                           float decay, float beta, float * o,
-                                                                           const int NR) {
+/* The AVX2 recurrence: per token and value row j, the scalar form's arithmetic with
+ * kv = decay (S_j . k) and S_j <- decay S_j + k u_j (one multiply, one FMA), the dots in
+ * 8 lanes.  Its order of operations depends on the token alone, not on where a call's run
+ * starts or ends, so that a run split over several calls gives the same bits (DESIGN.md:
+ * chunked prefill == one-shot).  (A lazily scaled state, S = c S', saves the multiply
+ * but rescales at each call's end: the bits then depend on the split; not taken.) */
+
+/* Pass 1 over NR (1..4) rows S_r = S + r*dk: S_r . k, 16 lanes at a time into two
+ * accumulators per row (8 independent FMA chains for NR = 4: the FMA latency hidden), then
+ * a[r] = their sum; dk % 16 lanes at the end as 8 and a masked 1..7. */
+GDN_AVX2 static inline __attribute__((always_inline)) void gdn_rows_dot_avx2(const float * S, int32_t dk,
+                                                                               const float * k, __m256 * a,
+                                                                               const int NR) {
     const int32_t d8 = dk & ~7;
     const __m256i tail = gdn_mask8(dk - d8 > 0 ? dk - d8 : 1);
-    __m256 a[4];
-    for (int r = 0; r < NR; r++) a[r] = _mm256_setzero_ps();
-    for (int32_t i = 0; i < dk; i += 8) {
+    __m256 b[4];
+    for (int r = 0; r < NR; r++) a[r] = b[r] = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 16 <= dk; i += 16) {
+        const __m256 k0 = _mm256_loadu_ps(k + i), k1 = _mm256_loadu_ps(k + i + 8);
+        for (int r = 0; r < NR; r++) {
+            const float * Sr = S + (int64_t) r * dk + i;
+            a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(Sr), k0, a[r]);
+            b[r] = _mm256_fmadd_ps(_mm256_loadu_ps(Sr + 8), k1, b[r]);
+        }
+    }
+    for (; i < dk; i += 8) {
         const int full = i < d8;
         const __m256 kk = full ? _mm256_loadu_ps(k + i) : _mm256_maskload_ps(k + i, tail);
         for (int r = 0; r < NR; r++) {
@@ -123,37 +137,76 @@ GDN_AVX2 static inline __attribute__((always_inline)) void gdn_rows_avx2(float *
             a[r] = _mm256_fmadd_ps(full ? _mm256_loadu_ps(Sr) : _mm256_maskload_ps(Sr, tail), kk, a[r]);
         }
     }
-    __m256 u[4];
-    for (int r = 0; r < NR; r++) {
-        u[r] = _mm256_set1_ps(beta * (v[r] - decay * tk_hsum8_avx2(a[r])));
-        a[r] = _mm256_setzero_ps();
-    }
-    const __m256 dec = _mm256_set1_ps(decay);
-    for (int32_t i = 0; i < dk; i += 8) {
-        const int full = i < d8;
-        const __m256 kk = full ? _mm256_loadu_ps(k + i) : _mm256_maskload_ps(k + i, tail);
-        const __m256 qq = full ? _mm256_loadu_ps(q + i) : _mm256_maskload_ps(q + i, tail);
-        for (int r = 0; r < NR; r++) {
-            float * Sr = S + (int64_t) r * dk + i;
-            __m256 s = full ? _mm256_loadu_ps(Sr) : _mm256_maskload_ps(Sr, tail);
-            s = _mm256_fmadd_ps(kk, u[r], _mm256_mul_ps(s, dec));
-            if (full) _mm256_storeu_ps(Sr, s); else _mm256_maskstore_ps(Sr, tail, s);
-            a[r] = _mm256_fmadd_ps(s, qq, a[r]);
-        }
-    }
-    for (int r = 0; r < NR; r++) o[r] = tk_hsum8_avx2(a[r]);
+    for (int r = 0; r < NR; r++) a[r] = _mm256_add_ps(a[r], b[r]);
 }
 
-/* The whole run token by token, value rows 4 at a time (then 1 at a time). */
+/* Pass 2 over 8 lanes at S + i of NR rows: S_r <- k u_r + decay S_r, acc[r] += S_r q
+ * (lanes under `tail` when not full). */
+GDN_AVX2 static inline __attribute__((always_inline)) void gdn_rows_upd8_avx2(float * S, int32_t dk, int32_t i,
+                                                                                const float * q, const float * k,
+                                                                                const __m256 * u, __m256 dec,
+                                                                                __m256 * acc, int full, __m256i tail,
+                                                                                const int NR) {
+    const __m256 kk = full ? _mm256_loadu_ps(k + i) : _mm256_maskload_ps(k + i, tail);
+    const __m256 qq = full ? _mm256_loadu_ps(q + i) : _mm256_maskload_ps(q + i, tail);
+    for (int r = 0; r < NR; r++) {
+        float * Sr = S + (int64_t) r * dk + i;
+        __m256 s = full ? _mm256_loadu_ps(Sr) : _mm256_maskload_ps(Sr, tail);
+        s = _mm256_fmadd_ps(kk, u[r], _mm256_mul_ps(s, dec));
+        if (full) _mm256_storeu_ps(Sr, s); else _mm256_maskstore_ps(Sr, tail, s);
+        acc[r] = _mm256_fmadd_ps(s, qq, acc[r]);
+    }
+}
+
+/* NR (1..4) value rows S_r = S + r*dk through one token; v and o at the rows' first value. */
+GDN_AVX2 static inline __attribute__((always_inline)) void gdn_rows_avx2(float * S, int32_t dk, const float * q,
+                                                                           const float * k, const float * v,
+                                                                           float decay, float beta, float * o,
+                                                                           const int NR) {
+    const int32_t d8 = dk & ~7;
+    const __m256i tail = gdn_mask8(dk - d8 > 0 ? dk - d8 : 1);
+    __m256 a[4], b[4], u[4];
+    gdn_rows_dot_avx2(S, dk, k, a, NR);
+    for (int r = 0; r < NR; r++) {
+        u[r] = _mm256_set1_ps(beta * (v[r] - decay * tk_hsum8_avx2(a[r])));
+        a[r] = b[r] = _mm256_setzero_ps();
+    }
+    const __m256 dec = _mm256_set1_ps(decay);
+    int32_t i = 0;
+    for (; i + 16 <= dk; i += 16) {               /* two accumulators per row, as pass 1 */
+        gdn_rows_upd8_avx2(S, dk, i, q, k, u, dec, a, 1, tail, NR);
+        gdn_rows_upd8_avx2(S, dk, i + 8, q, k, u, dec, b, 1, tail, NR);
+    }
+    for (; i < dk; i += 8) gdn_rows_upd8_avx2(S, dk, i, q, k, u, dec, a, i < d8, tail, NR);
+    for (int r = 0; r < NR; r++) o[r] = tk_hsum8_avx2(_mm256_add_ps(a[r], b[r]));
+}
+
+/* The whole run, in blocks of GDN_TOK_BLOCK tokens: the value rows 4 at a time (then 1 at a
+ * time) through all the block's tokens while they sit in L1.  The rows of S are independent
+ * (row j reads only v_t[j]), so this is the token-major order's arithmetic; the state is
+ * read and written from L2 once per block instead of once per token. */
+#define GDN_TOK_BLOCK 32
+
 GDN_AVX2 static void gdn_recurrent_avx2(const tk_gdn_head * h) {
     const int32_t dk = h->dk, dv = h->dv;
-    for (int32_t t = 0; t < h->n_tok; t++) {
-        const float * q = h->q + t * h->q_stride, * k = h->k + t * h->k_stride, * v = h->v + t * h->v_stride;
-        const float decay = expf(h->g[t * h->gb_stride]), beta = h->beta[t * h->gb_stride];
-        float * o = h->o + t * h->o_stride;
-        int32_t j = 0;
-        for (; j + 4 <= dv; j += 4) gdn_rows_avx2(h->S + (int64_t) j * dk, dk, q, k, v + j, decay, beta, o + j, 4);
-        for (; j < dv; j++) gdn_rows_avx2(h->S + (int64_t) j * dk, dk, q, k, v + j, decay, beta, o + j, 1);
+    float dec[GDN_TOK_BLOCK];
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += GDN_TOK_BLOCK) {
+        const int32_t T = h->n_tok - t0 < GDN_TOK_BLOCK ? h->n_tok - t0 : GDN_TOK_BLOCK;
+        for (int32_t t = 0; t < T; t++) dec[t] = expf(h->g[(t0 + t) * h->gb_stride]);
+        for (int32_t j = 0; j < dv;) {
+            const int NR = dv - j >= 4 ? 4 : 1;
+            float * Sj = h->S + (int64_t) j * dk;
+            for (int32_t t = 0; t < T; t++) {
+                const int64_t tt = t0 + t;
+                const float * q = h->q + tt * h->q_stride, * k = h->k + tt * h->k_stride;
+                const float * v = h->v + tt * h->v_stride + j;
+                const float beta = h->beta[tt * h->gb_stride];
+                float * o = h->o + tt * h->o_stride + j;
+                if (NR == 4) gdn_rows_avx2(Sj, dk, q, k, v, dec[t], beta, o, 4);
+                else gdn_rows_avx2(Sj, dk, q, k, v, dec[t], beta, o, 1);
+            }
+            j += NR;
+        }
     }
 }
 #endif
@@ -431,12 +484,22 @@ static void gdn_chunk_state(const gdn_chunk * c) {
     c->gemm(w->Sn, dv, w->KT, C, w->X, dv, dk, L, dv, 1);
 }
 
+/* dst[c*rows + r] = src[r*cols + c], in 8 x 8 tiles (a row-at-a-time transpose of a
+ * 128 x 128 state misses the cache on every element: 3/4 of a 16-token chunked call). */
+static void gdn_transpose(const float * src, int32_t rows, int32_t cols, float * dst) {
+    for (int32_t r0 = 0; r0 < rows; r0 += 8)
+        for (int32_t c0 = 0; c0 < cols; c0 += 8) {
+            const int32_t r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int32_t c = c0; c < c1; c++)
+                for (int32_t r = r0; r < r1; r++) dst[(int64_t) c * rows + r] = src[(int64_t) r * cols + c];
+        }
+}
+
 /* The whole run chunk by chunk; the state transposed into Sn on entry and back on exit. */
 static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
     const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK;
     gdn_ws w = gdn_ws_at(h->work, dk, dv);
-    for (int32_t j = 0; j < dv; j++)
-        for (int32_t i = 0; i < dk; i++) w.Sn[(int64_t) i * dv + j] = h->S[(int64_t) j * dk + i];
+    gdn_transpose(h->S, dv, dk, w.Sn);
     for (int32_t t0 = 0; t0 < h->n_tok; t0 += C) {
         const gdn_chunk c = {h, t0, h->n_tok - t0 < C ? h->n_tok - t0 : C, &w, gemm};
         gdn_chunk_gather(&c);
@@ -447,8 +510,7 @@ static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
         gdn_chunk_output(&c);
         gdn_chunk_state(&c);
     }
-    for (int32_t j = 0; j < dv; j++)
-        for (int32_t i = 0; i < dk; i++) h->S[(int64_t) j * dk + i] = w.Sn[(int64_t) i * dv + j];
+    gdn_transpose(w.Sn, dk, dv, h->S);
 }
 
 /* ==== dispatch ========================================================================= */
