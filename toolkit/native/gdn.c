@@ -44,10 +44,30 @@
 #include "tk_cpu.h"
 
 #define TK_GDN_CHUNK 64
-/* Runs from this length take the chunked form.  Measured (bench/gdn_kernels.py, one thread,
- * median of 5, tokens/s of one head; Intel Xeon (Sapphire Rapids class, KVM), AVX2 level):
- * see the table in the commit that set it; filled in below. */
-#define TK_GDN_MIN_DEFAULT 32
+/* Runs from this length take the chunked form; 0: none do.  Measured with
+ * `python bench/gdn_kernels.py -r 7` (one head, 1 thread, median of 7 samples of thread CPU
+ * time, tokens/s; AVX2 kernels, Intel Xeon Sapphire Rapids class under KVM, 2 cores shared
+ * with other jobs: +-15% noise between runs):
+ *    n_tok   128x128 rec  chunked     x     64x64 rec  chunked     x
+ *        1        348965    26572  0.08        694362   115583  0.17
+ *        8        288640   130945  0.45       1425322   400111  0.28
+ *       16        294487   190510  0.65       1225156   874563  0.71
+ *       32        385071   311644  0.81       1410673  1081674  0.77
+ *       64        289638   259630  0.90        980740   706167  0.72
+ *      128        338489   298800  0.88        937635   983296  1.05
+ *      256        366625   266013  0.73        940151   803391  0.85
+ *      512        378124   391882  1.04       1309641  1068702  0.82
+ * (the script's full table has 14 lengths; a harness timing both forms alternately, min of
+ * 30: 512 tokens of 128x128 at 2.22-2.26 us/token recurrent, 2.48-2.53 chunked, 0.90x.)
+ * The chunked form never wins on this CPU, and that is the arithmetic, not the code: per
+ * token it takes 3 Dk Dv multiply-adds (K S, Q S, K^T V') plus C (Dk + Dv) for the in-chunk
+ * products (K K^T, Q K^T, the solve, the in-chunk output: C/2 terms each on average), so
+ * 65.5k at Dk = Dv = C x 2 = 128; the recurrence 3 Dk Dv multiply-adds plus Dk Dv
+ * multiplies, 65.5k too; both kernels run at 65-75% of the FMA peak.  The chunked form pays
+ * where matrix units make its products cheap (fla's GPUs); on AVX2 the recurrence, with
+ * the state in L1 for 32 tokens at a time, is as fast or faster.  So the default is 0
+ * (never); TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
+#define TK_GDN_MIN_DEFAULT 0
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GDN_X86 1
@@ -485,7 +505,7 @@ static void gdn_chunk_state(const gdn_chunk * c) {
 }
 
 /* dst[c*rows + r] = src[r*cols + c], in 8 x 8 tiles (a row-at-a-time transpose of a
- * 128 x 128 state misses the cache on every element: 3/4 of a 16-token chunked call). */
+ * 128 x 128 state missed the cache on every element: half of a 16-token chunked call). */
 static void gdn_transpose(const float * src, int32_t rows, int32_t cols, float * dst) {
     for (int32_t r0 = 0; r0 < rows; r0 += 8)
         for (int32_t c0 = 0; c0 < cols; c0 += 8) {
