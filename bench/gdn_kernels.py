@@ -5,10 +5,11 @@ and the recurrent step at each CPU level.  What TK_GDN_MIN_DEFAULT (gdn.c) is se
 
     python bench/gdn_kernels.py [-r 5] [--dims 128x128,64x64] [--tokens 1,2,4,...]
 
-Per (Dk x Dv, n_tok): one call of tk_gdn_recurrent and one of tk_gdn_run with the threshold
-at 1 (always chunked) on the same inputs, each repeated until a sample lasts >= 20 ms of
-CPU time; the median of -r samples is printed as tokens/s (n_tok x calls / seconds), with chunked /
-recurrent.  Inputs as the GDN layer gives them: q, k l2-normed, g in [-3, 0], beta in (0, 1).
+Per (Dk x Dv, n_tok): tk_gdn_recurrent and tk_gdn_run with the threshold at 1 (always
+chunked) on the same inputs, -r samples of each taken in alternation, a sample repeating
+the call until it lasts >= 20 ms of the thread's CPU time; printed: the median tokens/s
+(n_tok x calls / seconds) of each and the median of the per-pair ratios chunked /
+recurrent ("x").  Inputs as the GDN layer gives them: q, k l2-normed, g in [-3, 0], beta in (0, 1).
 The 0.5B Qwen3.5 bench model has 16 value heads of Dk = Dv = 128.  The suggested threshold
 is the shortest run from which the chunked form is faster at every longer run measured, for
 every head shape.  Never a test: speed depends on the machine and its load.
@@ -49,26 +50,47 @@ def make_head(dk: int, dv: int, n_tok: int, seed: int = 0):
     return h, (arrs, p)
 
 
-def tokens_per_s(fn, h, repeats: int) -> float:
-    """Median over `repeats` samples of n_tok x calls / seconds, each sample >= 20 ms of this
-    thread's CPU time (time.thread_time: on a shared machine, the time other processes hold
-    the core is not counted)."""
+def calls_for(fn, h, min_s: float = 0.02) -> int:
+    """Calls of fn that take >= min_s of this thread's CPU time (after one warm-up call)."""
     fn(h)                                            # warm-up (caches, page faults)
     calls = 1
     while True:
         t0 = time.thread_time()
         for _ in range(calls):
             fn(h)
-        if time.thread_time() - t0 >= 0.02:
-            break
+        if time.thread_time() - t0 >= min_s:
+            return calls
         calls *= 2
-    samples = []
+
+
+def sample(fn, h, calls: int) -> float:
+    """n_tok x calls / seconds of this thread's CPU time (time.thread_time: on a shared
+    machine, the time other processes hold the core is not counted)."""
+    t0 = time.thread_time()
+    for _ in range(calls):
+        fn(h)
+    return h.n_tok * calls / (time.thread_time() - t0)
+
+
+def tokens_per_s(fn, h, repeats: int) -> float:
+    """Median over `repeats` samples of tokens/s, each sample >= 20 ms of CPU time."""
+    calls = calls_for(fn, h)
+    return statistics.median(sample(fn, h, calls) for _ in range(repeats))
+
+
+def paired(h, repeats: int) -> tuple[float, float, float]:
+    """Recurrent and chunked samples taken in alternation (the same machine state for both):
+    the median tokens/s of each and the median of the per-pair ratios chunked / recurrent."""
+    def chunked(hh):
+        lib.tk_gdn_set_threshold(1)
+        lib.tk_gdn_run(hh)
+    c_rec, c_chk = calls_for(lib.tk_gdn_recurrent, h), calls_for(chunked, h)
+    rec, chk = [], []
     for _ in range(repeats):
-        t0 = time.thread_time()
-        for _ in range(calls):
-            fn(h)
-        samples.append(h.n_tok * calls / (time.thread_time() - t0))
-    return statistics.median(samples)
+        rec.append(sample(lib.tk_gdn_recurrent, h, c_rec))
+        chk.append(sample(chunked, h, c_chk))
+    lib.tk_gdn_set_threshold(-1)
+    return statistics.median(rec), statistics.median(chk), statistics.median(c / r for r, c in zip(rec, chk))
 
 
 def crossover(args, dims) -> int:
@@ -82,12 +104,9 @@ def crossover(args, dims) -> int:
         cells = []
         for dk, dv in dims:
             h, keep = make_head(dk, dv, n)
-            rec = tokens_per_s(lib.tk_gdn_recurrent, h, args.r)
-            lib.tk_gdn_set_threshold(1)
-            chk = tokens_per_s(lib.tk_gdn_run, h, args.r)
-            lib.tk_gdn_set_threshold(-1)
-            faster[(dk, dv)].append(chk > rec)
-            cells.append(f"{rec:13.0f} {chk:10.0f} {chk / rec:5.2f}")
+            rec, chk, ratio = paired(h, args.r)
+            faster[(dk, dv)].append(ratio > 1.0)
+            cells.append(f"{rec:13.0f} {chk:10.0f} {ratio:5.2f}")
         print(f"{n:6d} " + " ".join(cells))
     # the shortest run from which every longer one measured is faster chunked, for all shapes
     thr = 0

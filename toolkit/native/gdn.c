@@ -45,28 +45,34 @@
 
 #define TK_GDN_CHUNK 64
 /* Runs from this length take the chunked form; 0: none do.  Measured with
- * `python bench/gdn_kernels.py -r 7` (one head, 1 thread, median of 7 samples of thread CPU
- * time, tokens/s; AVX2 kernels, Intel Xeon Sapphire Rapids class under KVM, 2 cores shared
- * with other jobs: +-15% noise between runs):
+ * `python bench/gdn_kernels.py -r 9` (one head, 1 thread; recurrent and chunked samples in
+ * alternation, median tokens/s of thread CPU time and median ratio "x" = chunked /
+ * recurrent; AVX2 kernels; Intel Xeon, Sapphire Rapids class, 2 cores under KVM shared
+ * with other jobs, load 1.9):
  *    n_tok   128x128 rec  chunked     x     64x64 rec  chunked     x
- *        1        348965    26572  0.08        694362   115583  0.17
- *        8        288640   130945  0.45       1425322   400111  0.28
- *       16        294487   190510  0.65       1225156   874563  0.71
- *       32        385071   311644  0.81       1410673  1081674  0.77
- *       64        289638   259630  0.90        980740   706167  0.72
- *      128        338489   298800  0.88        937635   983296  1.05
- *      256        366625   266013  0.73        940151   803391  0.85
- *      512        378124   391882  1.04       1309641  1068702  0.82
- * (the script's full table has 14 lengths; a harness timing both forms alternately, min of
- * 30: 512 tokens of 128x128 at 2.22-2.26 us/token recurrent, 2.48-2.53 chunked, 0.90x.)
- * The chunked form never wins on this CPU, and that is the arithmetic, not the code: per
+ *        1        302008    26714  0.08        661965    79453  0.12
+ *        8        243851   105380  0.42        915535   427118  0.46
+ *       16        368069   247848  0.66       1182738   783848  0.68
+ *       32        354781   272825  0.82       1200401   869707  0.72
+ *       48        280466   264145  0.93        854886   697456  0.82
+ *       64        280843   261871  0.92        913640   687550  0.77
+ *       96        259922   257567  0.98        905251   746903  0.84
+ *      128        260843   287662  0.99        937734   722594  0.81
+ *      256        260023   269108  1.03        832081   720304  0.87
+ *      512        302178   308671  1.03       1147306   914576  0.82
+ * (2, 4, 12, 24 tokens also measured: below 0.8x.)  Repeated runs move single figures by
+ * up to 15%; the ratios by a few %.
+ * The chunked form never wins by more than the noise (1.03x at 256+ tokens of 128 x 128;
+ * 0.8x at 64 x 64), and that is the arithmetic, not the code: per
  * token it takes 3 Dk Dv multiply-adds (K S, Q S, K^T V') plus C (Dk + Dv) for the in-chunk
  * products (K K^T, Q K^T, the solve, the in-chunk output: C/2 terms each on average), so
  * 65.5k at Dk = Dv = C x 2 = 128; the recurrence 3 Dk Dv multiply-adds plus Dk Dv
  * multiplies, 65.5k too; both kernels run at 65-75% of the FMA peak.  The chunked form pays
  * where matrix units make its products cheap (fla's GPUs); on AVX2 the recurrence, with
- * the state in L1 for 32 tokens at a time, is as fast or faster.  So the default is 0
- * (never); TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
+ * the state in L1 for 32 tokens at a time, is as fast or faster.  (Chunks of 32 halve the
+ * in-chunk term: 1.06-1.08x at 512 tokens of 128 x 128 in a C harness timing both forms
+ * alternately; the 64 of the spec and of fla is kept.)  So the default is 0 (never);
+ * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
 #define TK_GDN_MIN_DEFAULT 0
 
 #if defined(__x86_64__) && defined(__GNUC__)
