@@ -176,6 +176,34 @@ def test_gdn_recurrent_token_by_token_calls(level, at_level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_gdn_output_over_v(form, level, at_level, threshold):
+    """o may be v itself (tk_testing.h): the outputs written over the value rows are those
+    of separate buffers, bit for bit."""
+    at_level(level)
+    threshold(1 if form == "chunked" else 0)
+    inp = make_inputs(np.random.default_rng(9), 70, 24, 16)
+    o_sep, S_sep = run(inp, lib.tk_gdn_run)
+    n_head, h, dv = inp["n_head"], inp["head"], 16
+    v = inp["v"].copy()
+    S = inp["S"].copy()
+    hd = ffi.new("tk_gdn_head *")
+    ws = np.zeros(lib.tk_gdn_work_floats(24, dv), np.float32)
+    p = {name: ffi.cast("float *", ffi.from_buffer(a)) for name, a in
+         (("q", inp["q"]), ("k", inp["k"]), ("v", v), ("g", inp["g"]), ("b", inp["beta"]), ("S", S), ("w", ws))}
+    hd.n_tok, hd.dk, hd.dv = 70, 24, dv
+    hd.q, hd.q_stride = p["q"] + h * 24, n_head * 24
+    hd.k, hd.k_stride = p["k"] + h * 24, n_head * 24
+    hd.v, hd.v_stride = p["v"] + h * dv, n_head * dv
+    hd.o, hd.o_stride = hd.v, n_head * dv
+    hd.g, hd.beta, hd.gb_stride = p["g"] + h, p["b"] + h, n_head
+    hd.S, hd.work = p["S"], p["w"]
+    lib.tk_gdn_run(hd)
+    assert np.array_equal(v[:, h], o_sep) and np.array_equal(S, S_sep)
+    assert np.array_equal(np.delete(v, h, axis=1), np.delete(inp["v"], h, axis=1))
+
+
+@pytest.mark.parametrize("level", LEVELS)
 def test_gdn_threshold_picks_the_form(level, at_level, threshold):
     """Below the threshold, without a workspace, or with the threshold 0, tk_gdn_run is the
     recurrence bit for bit; from the threshold on it is the chunked form (not those bits)."""

@@ -2,7 +2,8 @@
  * tk_gdn_head).  Two forms of the same recurrence,
  *   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
  * (S: Dk x Dv, element (key i, value j) at S[j*dk + i], as llama.cpp keeps it):
- *   - recurrent: token by token, O(n_tok Dk Dv); the decode path and the reference;
+ *   - recurrent: token by token, O(n_tok Dk Dv); the decode path and the reference
+ *     (scalar), and its AVX2+FMA form (4 value rows through 32 tokens at a time);
  *   - chunked (WY/UT, chunks of C = 64 tokens): for runs of at least tk_gdn_threshold()
  *     tokens.  Per chunk of L <= C tokens (K, Q: L x Dk rows, V: L x Dv rows, S the state
  *     entering the chunk, gamma_t = sum_{s<=t} g_s within the chunk):

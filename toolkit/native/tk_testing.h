@@ -93,8 +93,10 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
  * holds S[:, j], i.e. element (i, j) at S[j * dk + i].  q must already be l2-normed and
  * scaled by 1/sqrt(Dk), k l2-normed (the caller does both).  g_t <= 0 is the log decay.
  * Rows: q + t*q_stride [dk], k + t*k_stride [dk], v + t*v_stride [dv], o + t*o_stride [dv];
- * g[t*gb_stride], beta[t*gb_stride].  work: tk_gdn_work_floats(dk, dv) floats, used by the
- * chunked form only (NULL: tk_gdn_run takes the recurrence whatever n_tok). */
+ * g[t*gb_stride], beta[t*gb_stride].  o may be v itself (same pointer and stride: every
+ * v_t[j] is read before o_t[j] is written); it must not overlap q, k or anything else.
+ * work: tk_gdn_work_floats(dk, dv) floats, used by the chunked form only (NULL: tk_gdn_run
+ * takes the recurrence whatever n_tok). */
 typedef struct {
     int32_t n_tok, dk, dv;
     const float * q; int64_t q_stride;
