@@ -6,7 +6,7 @@ from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix unless named, 2 thr
   dense, gated delta net + gated attention);
 - tests/fixtures/quant/qwen35moe-small.f32.gguf (8 experts) and qwen3next-small.f32.gguf (4 experts),
   made as tests/fixtures/quant/README.md says;
-- the odd-width granitehybrid models (fallbacks) and bamba-small with a synthetic imatrix.
+- the odd-width granitehybrid models (fallbacks); bamba-small and qwen35moe-small with a synthetic imatrix.
 """
 from __future__ import annotations
 
