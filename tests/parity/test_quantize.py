@@ -6,6 +6,8 @@ from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix unless named, 2 thr
   dense, gated delta net + gated attention);
 - tests/fixtures/quant/qwen35moe-small.f32.gguf (8 experts) and qwen3next-small.f32.gguf (4 experts),
   made as tests/fixtures/quant/README.md says;
+- tests/fixtures/llamacpp/qwen35-tiny, qwen35moe-tiny, qwen3next-tiny.f32.gguf (widths 64 / 32:
+  the fallbacks of the GDN, expert and tied-embedding tensors; 18 types);
 - the odd-width granitehybrid models (fallbacks); bamba-small and qwen35moe-small with a synthetic imatrix.
 """
 from __future__ import annotations
@@ -30,7 +32,10 @@ SRC = os.path.join(FIX, "llamacpp", "bamba-small.f32.gguf")
 REF_FILES = sorted(f for f in os.listdir(os.path.join(FIX, "quant")) if f.endswith(".json"))
 FULL_SET = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_S", "Q4_K_M", "Q5_K_M",
             "Q6_K", "IQ4_NL", "IQ4_XS"}
-FULL_SET_MODELS = ("bamba-small", "qwen35-small", "qwen35moe-small", "qwen3next-small")
+WITH_S_L = FULL_SET | {"Q3_K_S", "Q3_K_L", "Q5_K_S"}
+REF_SETS = {"bamba-small": FULL_SET, "qwen35-small": FULL_SET, "qwen35moe-small": FULL_SET,
+            "qwen3next-small": FULL_SET, "qwen35-tiny": WITH_S_L, "qwen35moe-tiny": WITH_S_L,
+            "qwen3next-tiny": WITH_S_L}
 
 
 def _refs(model: str) -> set[str]:
@@ -60,9 +65,9 @@ def _digests(path: str) -> dict[str, list[str]]:
             for t in r.tensors}
 
 
-@pytest.mark.parametrize("model", FULL_SET_MODELS)
+@pytest.mark.parametrize("model", sorted(REF_SETS))
 def test_reference_set_is_complete(model):
-    assert _refs(model) == FULL_SET
+    assert _refs(model) == REF_SETS[model]
 
 
 @pytest.mark.slow
