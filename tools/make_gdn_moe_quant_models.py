@@ -21,6 +21,15 @@ attn_output to Q5_K; 4 takes its other branches (and both parse the layer from t
 Values: normal(0, 0.08) matrices, every 1-D parameter randomised (norm gains around 1, biases
 around 0, A_log = log U(1, 16)); seed 0.  Type selection does not depend on them, the bytes do.
 
+A second job copies a Qwen3.5-MoE checkpoint and gives it the MTP block real checkpoints carry
+(``mtp.*``, which save_pretrained drops): ``mtp.layers.0.*`` = the last layer's tensors x 0.9 +
+0.01, ``mtp.fc`` [D, 2D] random, the three MTP norms random; ``mtp_num_hidden_layers`` = 1:
+
+    /tmp/venv-hf/bin/python tools/make_gdn_moe_quant_models.py --add-mtp SRC_DIR OUT_DIR
+
+(tests/fixtures/quant/qwen35moe-tiny-mtp.f32.gguf: from tests/fixtures/hf/qwen35moe-tiny, converted
+without --no-mtp, so the GGUF has a blk.4 with nextn.* tensors and nextn_predict_layers 1.)
+
 Then, with llama.cpp 0c1e570 (llama-cpp-python 0.3.36 sdist, vendor/llama.cpp; see
 tests/fixtures/quant/README.md for the exact commands):
 convert_hf_to_gguf.py --outtype f32 --no-mtp (BPE pre-tokenizer forced to ``gpt-2``),
@@ -90,7 +99,39 @@ def make(out_dir: str, name: str) -> str:
     return dst
 
 
+def add_mtp(src: str, dst: str) -> str:
+    """Copy checkpoint SRC to DST with an MTP block (mtp.*) in one more shard (numpy only)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(src, dst)
+    with open(os.path.join(src, "model.safetensors.index.json")) as fh:
+        idx = json.load(fh)
+    with open(os.path.join(src, "config.json")) as fh:
+        cfg = json.load(fh)
+    last, d = f"model.layers.{cfg['num_hidden_layers'] - 1}.", cfg["hidden_size"]
+    rng = np.random.default_rng(5)
+    mtp = {}
+    for k, f in idx["weight_map"].items():
+        if k.startswith(last):
+            t = load_file(os.path.join(src, f))[k]
+            mtp["mtp.layers.0." + k[len(last):]] = (t * np.float32(0.9) + np.float32(0.01)).astype(t.dtype)
+    mtp["mtp.fc.weight"] = (0.08 * rng.standard_normal((d, 2 * d))).astype(np.float32)
+    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        mtp[f"mtp.{n}.weight"] = (0.1 * rng.standard_normal(d)).astype(np.float32)
+    save_file(mtp, os.path.join(dst, "model-mtp.safetensors"), metadata={"format": "pt"})
+    idx["weight_map"].update({k: "model-mtp.safetensors" for k in mtp})
+    cfg["mtp_num_hidden_layers"] = 1
+    for name, obj in (("model.safetensors.index.json", idx), ("config.json", cfg)):
+        with open(os.path.join(dst, name), "w") as fh:
+            json.dump(obj, fh, indent=2)
+    print(f"{dst}: {len(mtp)} mtp tensors")
+    return dst
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == "--add-mtp":
+        add_mtp(argv[2], argv[3])
+        return 0
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
