@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import signal
 import sys
 
 import typer
@@ -22,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 err_console = Console(stderr=True)
 
@@ -49,48 +49,86 @@ for _name in _COMMANDS:
             raise
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+def _exit_status(rc: int) -> int:
+    """``rc``, or 128 + n when SIGINT / SIGTERM came at any point of the command (a run that
+    finished its work anyway still says it was interrupted); prints "interrupted" for those."""
+    from toolkit.runtime import interrupt
+    sig = interrupt.received()
+    if sig:
+        rc = 128 + sig
+    if rc in (130, 143):
+        err_console.print("interrupted" if rc == 130 else "terminated", highlight=False)
+    return rc
 
 
-def main() -> None:
-    """Entry point: run the app; map errors to one line on stderr and an exit code."""
+def main(early_signals: list[int] | None = None) -> None:
+    """Entry point: run the app; map errors to one line on stderr and an exit code.
+
+    SIGINT / SIGTERM go through toolkit.runtime.interrupt (recorded while the C library works,
+    raised elsewhere); either way the exit status is 130 / 143.  ``early_signals``: signals
+    recorded by toolkit/__main__.py before the imports (the process's own entry point; without
+    it, as when tests call main() in-process, the previous handlers are restored on return)."""
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
+    from toolkit.runtime import interrupt
+    interrupt.install(early_signals[0] if early_signals else 0)
+    try:
+        try:
+            interrupt.arm()
+            rc = _run_app()
+        except KeyboardInterrupt:
+            rc = 130
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        with interrupt.deferred():    # from here on a signal is recorded, never raised
+            rc = _exit_status(rc)
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _quiet_stdout()
+            except ValueError:        # stdout closed
+                pass
+    finally:
+        if early_signals is None:
+            interrupt.uninstall()
+    sys.exit(rc)
+
+
+def _run_app() -> int:
+    """The app under the error table: returns the exit status."""
     debug = os.environ.get("TOOLKIT_DEBUG") == "1"
     try:
-        # SIGTERM (kill, timeout, docker stop) unwinds like Ctrl-C, so atomic_output removes its
-        # temp file; the default action would end the process with the .part file left behind
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:   # not the main thread (embedded use): leave the handler alone
-        pass
-    try:
-        rc = app(standalone_mode=False)
-        if isinstance(rc, int) and rc:
-            if rc == 130:   # Ctrl-C inside a command (typer returns click's Abort as 130) or Exit(130)
-                err_console.print("interrupted", highlight=False)
-            sys.exit(rc)
+        from toolkit.cli.argv import check_argv, check_cpu_env
+        check_cpu_env(os.environ)
+        rc = app(args=check_argv(sys.argv[1:]), prog_name="toolkit", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except ToolkitError as e:
         if debug:
             raise
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted", highlight=False)
-        sys.exit(130)
+        return e.exit_code
     except BrokenPipeError:
-        sys.exit(0)
-    except SystemExit:
-        raise
+        _quiet_stdout()
+        return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
             e.show()
-            sys.exit(e.exit_code)
+            return e.exit_code
         if type(e).__name__ == "Abort":   # click turns Ctrl-C inside a command into Abort
-            err_console.print("interrupted", highlight=False)
-            sys.exit(130)
+            return 130
         if debug:
             raise
         err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)",
                           highlight=False, soft_wrap=True)
-        sys.exit(1)
+        return 1
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader went away (``| head``): point fd 1 at /dev/null so the interpreter's
+    final flush does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

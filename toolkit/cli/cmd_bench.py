@@ -173,7 +173,9 @@ def bench(
         raise InputError(f"{model}: no such file")
     if not any(pp) and not any(tg):
         raise InputError("nothing to run: every -p and -n value is 0")
-    rows = run_bench(model, pp, tg, reps, threads, ubatch, warmup)
+    from toolkit.runtime import interrupt
+    with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+        rows = run_bench(model, pp, tg, reps, threads, ubatch, warmup)
     if as_json:
         typer.echo(json.dumps(rows, indent=2, allow_nan=False))
     else:

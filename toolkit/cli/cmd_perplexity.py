@@ -49,8 +49,10 @@ def perplexity(
         if show:
             err.print(f"\rchunk {i + 1}/{n}  PPL {ppl:.4f}", end="", highlight=False)
 
-    res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                          threads=threads, progress=progress)
+    from toolkit.runtime import interrupt
+    with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+        res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
+                              threads=threads, progress=progress)
     if show:
         err.print()
     if as_json:

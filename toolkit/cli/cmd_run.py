@@ -76,6 +76,7 @@ def run(
     session: Optional[str] = typer.Option(None, "--session", help="Session file: reuse the saved state for the prompt prefix it shares, save the state after the run."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per sequence (rollback points for --session; 0: none)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at the end of the prompt)."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at an end-of-generation token (its logit is set to -inf)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
@@ -117,7 +118,7 @@ def run(
         prompt = decode_prompt(prompt)
     opts = RunOptions(model=resolve_model(model), prompt=prompt, tokens=tokens, n_predict=n_predict, sampling=params,
                       ctx_size=ctx_size, threads=threads, ubatch=ubatch, logits_out=logits_out, session=session,
-                      checkpoints=checkpoints, checkpoint_every=checkpoint_every)
+                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, ignore_eos=ignore_eos)
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 

@@ -69,7 +69,8 @@ class GenerationResult:
 
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
-             prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False) -> GenerationResult:
+             prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
+             ignore_eos: bool = False) -> GenerationResult:
     """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should be empty), then sample.
 
     ctx:           a toolkit.runtime.Context (decode(tokens, seq_id, logits) -> float32 logits;
@@ -83,6 +84,9 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                    land one token before the end and at the end (the same prompt can then be
                    replayed from a session, or extended); the logits are the same (ubatch
                    splits are bit-identical); ctx needs .memory.checkpoint(seq_id)
+    ignore_eos:    never stop at an end-of-generation token: their logits are set to -inf
+                   before sampling (llama.cpp's --ignore-eos: a logit bias of -inf on every
+                   EOG id, common/common.cpp)
 
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
@@ -108,6 +112,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             if on_text is not None:
                 on_text(s)
 
+    eog_mask = sorted(tokenizer.eog_ids) if ignore_eos and tokenizer.eog_ids else None
     n_past = 0
     t0 = time.perf_counter()
     try:
@@ -126,7 +131,11 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
         n_past = len(prompt)
         t1 = time.perf_counter()
         while n_predict < 0 or len(res.tokens) < n_predict:
-            tok = sampler.sample(logits[-1])
+            row = logits[-1]
+            if eog_mask is not None:
+                row = row.copy()
+                row[eog_mask] = -np.inf
+            tok = sampler.sample(row)
             if tokenizer.is_eog(tok):
                 res.stop_reason = "eog"
                 break

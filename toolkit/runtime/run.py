@@ -18,6 +18,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.gguf_io import atomic_output, check_output
+from toolkit.runtime import interrupt
 from toolkit.runtime.context import Context
 from toolkit.runtime.generate import GenerationResult, generate
 from toolkit.runtime.model import Model
@@ -43,6 +44,7 @@ class RunOptions:
                       the state after the run; None = no session
     checkpoints:      recurrent-state checkpoints kept per sequence
     checkpoint_every: also checkpoint every N positions (0: only at the end of the prompt)
+    ignore_eos:       never stop at an end-of-generation token (they are masked out of sampling)
     """
 
     model: str
@@ -57,6 +59,7 @@ class RunOptions:
     session: str | None = None
     checkpoints: int = 4
     checkpoint_every: int = 256
+    ignore_eos: bool = False
 
 
 @dataclass
@@ -151,7 +154,9 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
     on_text:   called with each new piece of complete UTF-8 generated text
 
     Ctrl-C during generation ends it (``stop_reason == "interrupted"``); the session and
-    logits files are still written.
+    logits files are still written (when the memory holds tokens: an aborted decode empties
+    it).  The whole run is a deferred scope of toolkit.runtime.interrupt: with the CLI's
+    handlers a signal stops the C work at a safe point, never in the middle of a free.
 
     Raises:
         InputError: an output path is the model or a directory, malformed file or token ids,
@@ -163,6 +168,12 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
     if opts.session is not None and os.path.exists(opts.session):
         check_output(opts.session, inputs=(opts.model,))
 
+    with interrupt.deferred():
+        return _run(opts, on_text, on_prompt, on_report)
+
+
+def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
+    """The body of :func:`run`, in a deferred-interrupt scope."""
     m = Model(opts.model, n_threads=opts.threads)
     try:
         tok = Tokenizer.from_gguf(m.gguf)
@@ -183,7 +194,7 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
                       else tok.decode(prompt_ids, strip_space_prefix=False))
         res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                        prompt_logits=opts.logits_out is not None, n_reused=n_reused,
-                       split_last=opts.session is not None)
+                       split_last=opts.session is not None, ignore_eos=opts.ignore_eos)
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note)
