@@ -70,8 +70,10 @@ def main(early_signals: list[int] | None = None) -> None:
     it, as when tests call main() in-process, the previous handlers are restored on return)."""
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
+    import toolkit
     from toolkit.runtime import interrupt
-    interrupt.install(early_signals[0] if early_signals else 0)
+    early = list(toolkit._EARLY_SIGNALS) + list(early_signals or [])
+    interrupt.install(early[0] if early else 0)
     try:
         try:
             interrupt.arm()

@@ -131,3 +131,10 @@ def raising():
     finally:
         with _lock:
             _state.defer = saved
+
+
+def clear() -> None:
+    """Forget a recorded SIGINT (a chat turn that Ctrl-C ended: the chat goes on).  A SIGTERM
+    is kept: the process is to end."""
+    if _state.signum == signal.SIGINT:
+        _state.signum = 0

@@ -45,6 +45,12 @@ class RunOptions:
     checkpoints:      recurrent-state checkpoints kept per sequence
     checkpoint_every: also checkpoint every N positions (0: only at the end of the prompt)
     ignore_eos:       never stop at an end-of-generation token (they are masked out of sampling)
+    stop:             reverse prompts: stop once the generated text ends with one of them
+    n_probs:          record the n most probable tokens of each generated position
+    system:           a system message: the prompt is then rendered with the chat template as
+                      [system, user] plus the assistant's opening (needs a template)
+    chat_template:    override of the GGUF's template (toolkit.runtime.chat.load_template)
+    ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
     model: str
@@ -60,6 +66,10 @@ class RunOptions:
     checkpoints: int = 4
     checkpoint_every: int = 256
     ignore_eos: bool = False
+    stop: list[str] = field(default_factory=list)
+    n_probs: int = 0
+    system: str | None = None
+    chat_template: str | None = None
 
 
 @dataclass
@@ -117,11 +127,20 @@ def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) ->
             np.save(fh, arr)
 
 
-def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int) -> list[int]:
-    """The prompt's token ids (from ``tokens`` or by tokenizing ``prompt``), checked to be
-    non-empty and to fit in ``ctx_size``; InputError otherwise."""
+def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int, gguf=None) -> list[int]:
+    """The prompt's token ids (from ``tokens``, by tokenizing ``prompt``, or the chat template's
+    rendering of [system, user] with ``system``), checked to be non-empty and to fit in
+    ``ctx_size``; InputError otherwise."""
     if opts.tokens is not None:
         ids = parse_token_ids(opts.tokens, n_vocab)
+    elif opts.system is not None:
+        from toolkit.runtime.chat import ChatTemplate
+        tpl = ChatTemplate.from_gguf(gguf, opts.chat_template)
+        if tpl is None:
+            raise InputError("-sys/--system-prompt needs a chat template: the model has none "
+                             "(give --chat-template NAME|FILE)")
+        msgs = [{"role": "system", "content": opts.system}, {"role": "user", "content": opts.prompt}]
+        ids = tpl.encode(tok, msgs, add_generation_prompt=True)
     else:
         ids = tok.encode(opts.prompt, add_special=True, parse_special=True)
         if not ids:
@@ -129,6 +148,14 @@ def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int) -> list[int]:
     if len(ids) > opts.ctx_size:
         raise InputError(f"the prompt has {len(ids)} tokens, more than --ctx-size {opts.ctx_size}")
     return ids
+
+
+def context_size(requested: int, m: Model) -> int:
+    """``requested`` tokens, or for 0 the model's training context length (``n_ctx_train``,
+    GGUF ``{arch}.context_length``; 4096 when the file does not say)."""
+    if requested:
+        return requested
+    return int(getattr(m.hparams, "n_ctx_train", 0) or 4096)
 
 
 def _save_outputs(opts: RunOptions, ctx, res: GenerationResult) -> None:
@@ -178,7 +205,9 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     try:
         tok = Tokenizer.from_gguf(m.gguf)
         n_vocab = int(m.hparams.n_vocab)
-        prompt_ids = _prompt_ids(opts, tok, n_vocab)
+        n_ctx = context_size(opts.ctx_size, m)
+        opts.ctx_size = n_ctx
+        prompt_ids = _prompt_ids(opts, tok, n_vocab, m.gguf)
         ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
@@ -194,7 +223,8 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                       else tok.decode(prompt_ids, strip_space_prefix=False))
         res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                        prompt_logits=opts.logits_out is not None, n_reused=n_reused,
-                       split_last=opts.session is not None, ignore_eos=opts.ignore_eos)
+                       split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
+                       stop=opts.stop, n_probs=opts.n_probs)
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note)
