@@ -102,7 +102,7 @@ def _run_app() -> int:
     try:
         from toolkit.cli.argv import check_argv, check_cpu_env
         check_cpu_env(os.environ)
-        rc = app(args=check_argv(sys.argv[1:]), prog_name="toolkit", standalone_mode=False)
+        rc = app(args=check_argv(sys.argv[1:], _option_names()), prog_name="toolkit", standalone_mode=False)
         return rc if isinstance(rc, int) else 0
     except ToolkitError as e:
         if debug:
@@ -123,6 +123,24 @@ def _run_app() -> int:
         err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)",
                           highlight=False, soft_wrap=True)
         return 1
+
+
+def _option_names() -> dict[str, dict[str, bool]]:
+    """Each command's option spellings (``-m``, ``--model``, ``-cnv``, ...) -> whether it takes
+    a value, from the click command typer builds."""
+    import typer.main
+    group = typer.main.get_command(app)
+    out = {}
+    for name, cmd in getattr(group, "commands", {}).items():
+        names = {"-h": False, "--help": False}
+        for p in cmd.params:
+            if getattr(p, "param_type_name", "") != "option":
+                continue
+            value = not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+            names.update(dict.fromkeys(p.opts, value))
+            names.update(dict.fromkeys(p.secondary_opts, False))
+        out[name] = names
+    return out
 
 
 def _quiet_stdout() -> None:

@@ -8,7 +8,11 @@ of ``toolkit run -cnv``), the check of ``TOOLKIT_CPU``, and llama.cpp's escape p
 """
 from __future__ import annotations
 
+import re
+
 from toolkit.errors import InputError
+
+_MULTI_SHORT = re.compile(r"^-[A-Za-z][A-Za-z0-9-]+$")
 
 _GPU = "toolkit runs on CPU"
 _F32KV = "the KV cache is float32"
@@ -52,12 +56,15 @@ _MODEL_COMMANDS = ("run", "chat", "bench", "perplexity")
 CPU_LEVELS = ("scalar", "avx2", "avx512", "neon")
 
 
-def check_argv(argv: list[str]) -> list[str]:
+def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
     """``argv`` (without the program name) as click should see it.
 
     ``toolkit chat ARGS`` becomes ``toolkit run -cnv ARGS``.  Raises InputError
     ``not supported: FLAG (why)`` for a llama.cpp flag toolkit does not have, given to a
-    command that runs a model (nothing after ``--`` is looked at: that is prompt text).
+    command that runs a model, and ``no such option: -xyz`` for any other multi-letter short
+    flag the command does not declare (``known``: command -> {option spelling: takes a value}),
+    which click would split into ``-x yz``.  Nothing after ``--`` is looked at (prompt text),
+    nor the value of an option (``-p -text``).
     """
     argv = list(argv)
     cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
@@ -65,14 +72,22 @@ def check_argv(argv: list[str]) -> list[str]:
         return argv
     if argv[cmd_at] == "chat":
         argv[cmd_at:cmd_at + 1] = ["run", "-cnv"]
-    if argv[cmd_at] not in _MODEL_COMMANDS:
-        return argv
+    cmd = argv[cmd_at]
+    opts = (known or {}).get(cmd)
+    skip = False
     for a in argv[cmd_at + 1:]:
+        if skip:
+            skip = False
+            continue
         if a == "--":
             break
         flag = a.split("=", 1)[0]
-        if flag in UNSUPPORTED:
+        skip = bool(opts and opts.get(flag) and "=" not in a)
+        if cmd in _MODEL_COMMANDS and flag in UNSUPPORTED:
             raise InputError(f"not supported: {flag} ({UNSUPPORTED[flag]})")
+        if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
+            raise InputError(f"no such option: {flag} (toolkit {'chat' if cmd == 'run' and '-cnv' in argv else cmd} "
+                             f"-h lists the options)")
     return argv
 
 

@@ -127,8 +127,8 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     ignore_eos:    never stop at an end-of-generation token: their logits are set to -inf
                    before sampling (llama.cpp's --ignore-eos: a logit bias of -inf on every
                    EOG id, common/common.cpp)
-    stop:          strings (llama.cpp's -r/--reverse-prompt): generation stops once the
-                   generated text ends with one of them (it is kept in the text)
+    stop:          strings (llama.cpp's -r/--reverse-prompt): generation stops at the token
+                   whose text completes one of them (the whole token is kept in the text)
     n_probs:       record the n most probable tokens of every step (``GenerationResult.probs``)
 
     Raises:
@@ -211,10 +211,14 @@ def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last:
 
 
 def _ends_with_stop(pieces: list[str], stops: list[str]) -> bool:
-    """True when the text generated so far ends with one of ``stops``."""
-    need, tail = max(len(x) for x in stops), ""
+    """True when one of ``stops`` occurs in the text that the last piece completed (it may end
+    inside that piece, as llama.cpp's antiprompt search in common/ allows)."""
+    if not pieces:
+        return False
+    last = len(pieces[-1])
+    need, tail = max(len(x) for x in stops) + last, ""
     for p in reversed(pieces):
         tail = p + tail
         if len(tail) >= need:
             break
-    return any(tail.endswith(x) for x in stops)
+    return any(x in tail[max(0, len(tail) - last - len(x) + 1):] for x in stops)
