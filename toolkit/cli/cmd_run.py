@@ -77,6 +77,10 @@ def run(
     presence_penalty: float = typer.Option(0.0, "--presence-penalty", help="Subtract this from the logit of every token in the window."),
     frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", help="Subtract this x the token's count in the window."),
     reverse_prompt: list[str] = typer.Option([], "-r", "--reverse-prompt", help="Stop when the generated text ends with this (repeatable); in chat, end the turn."),
+    grammar: Optional[str] = typer.Option(None, "--grammar", help="GBNF grammar (llama.cpp's format, start rule 'root') the output must match."),
+    grammar_file: Optional[str] = typer.Option(None, "--grammar-file", help="Read the GBNF grammar from this file."),
+    json_schema: Optional[str] = typer.Option(None, "-j", "--json-schema", help="JSON schema the output must match (e.g. '{\"type\": \"object\"}')."),
+    json_schema_file: Optional[str] = typer.Option(None, "--json-schema-file", help="Read the JSON schema from this file."),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at an end-of-generation token (its logit is set to -inf)."),
     n_probs: int = typer.Option(0, "--n-probs", help="With --json: the N most probable tokens of every generated position."),
     seed: int = typer.Option(-1, "--seed", "-s", help="Random seed (-1: random; the seed used is in --json)."),
@@ -114,7 +118,8 @@ def run(
                       ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, logits_out=logits_out,
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
-                      system=system, chat_template=chat_template)
+                      system=system, chat_template=chat_template,
+                      **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
         raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose))
@@ -163,6 +168,26 @@ def _read_prompt(prompt, prompt_opt, file, tokens, conversation: bool) -> Option
         text = decode_prompt(raw)
         return text[:-1] if text.endswith("\n") else text   # llama.cpp's -f drops one trailing newline
     return prompt
+
+
+def _grammar_args(grammar, grammar_file, json_schema, json_schema_file) -> dict:
+    """{"grammar": GBNF text} or {"json_schema": schema text} or {} (InputError: two given, an
+    unreadable file)."""
+    given = [(k, v) for k, v in (("--grammar", grammar), ("--grammar-file", grammar_file),
+                                 ("--json-schema", json_schema), ("--json-schema-file", json_schema_file)) if v is not None]
+    if len(given) > 1:
+        raise InputError(f"give one of --grammar, --grammar-file, --json-schema, --json-schema-file, "
+                         f"not {' and '.join(k for k, _ in given)}")
+    if not given:
+        return {}
+    flag, v = given[0]
+    if flag.endswith("-file"):
+        try:
+            with open(v, encoding="utf-8") as fh:
+                v = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{flag} {given[0][1]}: {getattr(e, 'strerror', None) or e}") from None
+    return {"json_schema" if "json" in flag else "grammar": v}
 
 
 def _check_outputs(logits_out, session, conversation: bool) -> None:

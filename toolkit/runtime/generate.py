@@ -53,7 +53,7 @@ class Timings:
 class GenerationResult:
     """prompt_tokens / tokens: ids; text: the generated text (complete UTF-8 only);
     stop_reason: "eog" | "n_predict" | "ctx_full" | "stop" (a ``stop`` string, e.g. -r) |
-    "interrupted"; prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
+    "grammar" (the grammar is complete) | "interrupted"; prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
     probs: with ``n_probs`` > 0, one entry per generated token: {"id", "prob", "top":
     [{"id", "prob"}, ...]}, the probabilities of the softmax over the logits the sampler saw
     (after the penalties, before truncation and temperature), the ``n_probs`` most likely first."""
@@ -84,11 +84,11 @@ def top_probs(row: np.ndarray, token: int, n: int) -> dict:
 
 
 class _Step:
-    """One sampling step: EOG masking (ignore_eos), penalties, the draw, the penalty window,
-    and the --n-probs record."""
+    """One sampling step: EOG masking (ignore_eos), penalties, the grammar's mask, the draw,
+    the penalty window, the grammar's advance, and the --n-probs record."""
 
-    def __init__(self, sampler: Sampler, tokenizer: Tokenizer, ignore_eos: bool, n_probs: int):
-        self.sampler, self.n_probs = sampler, n_probs
+    def __init__(self, sampler: Sampler, tokenizer: Tokenizer, ignore_eos: bool, n_probs: int, grammar=None):
+        self.sampler, self.n_probs, self.grammar, self.tokenizer = sampler, n_probs, grammar, tokenizer
         self.eog = sorted(tokenizer.eog_ids) if ignore_eos and tokenizer.eog_ids else None
 
     def __call__(self, row: np.ndarray, res: GenerationResult) -> int:
@@ -97,8 +97,12 @@ class _Step:
             row = row.copy()
             row[self.eog] = -np.inf
         row = self.sampler.penalize(row)
+        if self.grammar is not None:
+            row = self.grammar.mask(row)
         tok = int(self.sampler.sample_penalized(row))
         self.sampler.accept(tok)
+        if self.grammar is not None and not self.tokenizer.is_eog(tok):
+            self.grammar.accept(tok)
         if self.n_probs > 0:
             res.probs.append(top_probs(row, tok, self.n_probs))
         return tok
@@ -107,7 +111,8 @@ class _Step:
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
              prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
-             ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0) -> GenerationResult:
+             ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0,
+             grammar=None) -> GenerationResult:
     """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should hold exactly the
     first ``n_reused`` of them), then sample.
 
@@ -130,6 +135,8 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     stop:          strings (llama.cpp's -r/--reverse-prompt): generation stops at the token
                    whose text completes one of them (the whole token is kept in the text)
     n_probs:       record the n most probable tokens of every step (``GenerationResult.probs``)
+    grammar:       a toolkit.runtime.grammar.Grammar: tokens it forbids are masked before
+                   sampling; generation ends when it is complete (stop_reason "grammar")
 
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
@@ -148,7 +155,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     res = GenerationResult(prompt_tokens=prompt)
     stream = tokenizer.stream()
     pieces: list[str] = []
-    step = _Step(sampler, tokenizer, ignore_eos, n_probs)
+    step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
     stops = [x for x in stop if x]
 
     def emit(s: str) -> None:
@@ -179,6 +186,9 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             emit(stream.push(tok))
             if stops and _ends_with_stop(pieces, stops):
                 res.stop_reason = "stop"
+                break
+            if grammar is not None and grammar.done():
+                res.stop_reason = "grammar"
                 break
             if n_predict >= 0 and len(res.tokens) >= n_predict:
                 res.stop_reason = "n_predict"

@@ -49,7 +49,9 @@ class RunOptions:
     n_probs:          record the n most probable tokens of each generated position
     system:           a system message: the prompt is then rendered with the chat template as
                       [system, user] plus the assistant's opening (needs a template)
-    chat_template:    override of the GGUF's template (toolkit.runtime.chat.load_template)
+    chat_template:    override of the GGUF's template (toolkit.runtime.chat.ChatTemplate.from_gguf)
+    grammar:          GBNF text constraining the output (toolkit.runtime.grammar), or None
+    json_schema:      JSON schema text constraining the output, or None (not with ``grammar``)
     ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
@@ -70,6 +72,8 @@ class RunOptions:
     n_probs: int = 0
     system: str | None = None
     chat_template: str | None = None
+    grammar: str | None = None
+    json_schema: str | None = None
 
 
 @dataclass
@@ -150,6 +154,16 @@ def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int, gguf=None) -> li
     return ids
 
 
+def make_grammar(opts: RunOptions, tok: Tokenizer, n_vocab: int):
+    """The toolkit.runtime.grammar.Grammar of ``opts.grammar`` / ``opts.json_schema``, or None."""
+    if opts.grammar is None and opts.json_schema is None:
+        return None
+    from toolkit.runtime.grammar import Grammar
+    if opts.grammar is not None:
+        return Grammar.from_gbnf(tok, n_vocab, opts.grammar)
+    return Grammar.from_json_schema(tok, n_vocab, opts.json_schema)
+
+
 def context_size(requested: int, m: Model) -> int:
     """``requested`` tokens, or for 0 the model's training context length (``n_ctx_train``,
     GGUF ``{arch}.context_length``; 4096 when the file does not say)."""
@@ -208,6 +222,7 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         n_ctx = context_size(opts.ctx_size, m)
         opts.ctx_size = n_ctx
         prompt_ids = _prompt_ids(opts, tok, n_vocab, m.gguf)
+        grammar = make_grammar(opts, tok, n_vocab)
         ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
@@ -224,7 +239,7 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                        prompt_logits=opts.logits_out is not None, n_reused=n_reused,
                        split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
-                       stop=opts.stop, n_probs=opts.n_probs)
+                       stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note)
