@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())   # piped: never wrapped at 80 columns
 
 
 def _version(value: bool) -> None:
@@ -68,6 +68,8 @@ def main(early_signals: list[int] | None = None) -> None:
     raised elsewhere); either way the exit status is 130 / 143.  ``early_signals``: signals
     recorded by toolkit/__main__.py before the imports (the process's own entry point; without
     it, as when tests call main() in-process, the previous handlers are restored on return)."""
+    from toolkit.cli import report
+    report.T0 = report.time.perf_counter()   # wall_s in --json counts from here
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
     import toolkit
@@ -82,6 +84,9 @@ def main(early_signals: list[int] | None = None) -> None:
             rc = 130
         except SystemExit as e:
             rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if rc == 1 and _stdout_reader_gone():
+                rc = 0   # click's answer to a closed stdout (EPIPE: `| head`) is exit 1; a closed pipe is no error
+                _quiet_stdout()
         with interrupt.deferred():    # from here on a signal is recorded, never raised
             rc = _exit_status(rc)
             try:
@@ -141,6 +146,17 @@ def _option_names() -> dict[str, dict[str, bool]]:
             names.update(dict.fromkeys(p.secondary_opts, False))
         out[name] = names
     return out
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (poll reports POLLERR)."""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _quiet_stdout() -> None:

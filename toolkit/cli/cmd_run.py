@@ -250,7 +250,8 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
 
 def _json_object(opts, r) -> dict:
     """The --json object: model, prompt_tokens, tokens, text, stop_reason, timings, sampling,
-    n_ctx, n_vocab; session and n_reused with --session; logits_out with --logits-out; probs
+    n_ctx, n_vocab, and the shared architecture / wall_s / peak_rss_bytes; session and n_reused
+    with --session; logits_out with --logits-out; probs
     with --n-probs (per generated token: id, prob, top [{id, prob}], from the logits the
     sampler saw: softmax after the penalties, before truncation and temperature)."""
     res = r.generation
@@ -272,4 +273,6 @@ def _json_object(opts, r) -> dict:
         obj["logits_out"] = opts.logits_out
     if opts.n_probs:
         obj["probs"] = res.probs
+    from toolkit.cli.report import common_fields
+    obj.update(common_fields(r.architecture))
     return obj

@@ -88,6 +88,7 @@ class RunResult:
     n_vocab:      the model's vocabulary size (logits width)
     n_reused:     prompt tokens restored from the session file (0 without ``session``)
     session_note: why fewer prompt tokens were reused than shared, or "" (with ``session``)
+    architecture: the GGUF's general.architecture
     """
 
     generation: GenerationResult
@@ -95,6 +96,7 @@ class RunResult:
     n_vocab: int
     n_reused: int = 0
     session_note: str = ""
+    architecture: str = ""
 
 
 def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
@@ -242,6 +244,6 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                        stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
-                         n_reused=n_reused, session_note=note)
+                         n_reused=n_reused, session_note=note, architecture=m.hparams.arch)
     finally:
         m.close()
