@@ -91,7 +91,8 @@ def test_context_api_refuses_before_allocating():
         Context(m, n_ctx=64).close()   # a sane size still works afterwards
 
 
-@pytest.mark.parametrize("flag,value", [("-c", "0"), ("-c", "-5"), ("--ubatch", "0"), ("-t", "0"), ("-n", "-7")])
+# -c 0 (the model's context length) and -t 0 (all cores) are valid, as in llama.cpp
+@pytest.mark.parametrize("flag,value", [("-c", "-1"), ("-c", "-5"), ("--ubatch", "0"), ("-t", "-1"), ("-n", "-7")])
 def test_bad_sizes_are_input_errors(flag, value):
     rc, _o, err = cli(["run", "-m", str(FIX / "mamba-tiny.f32.gguf"), "--tokens", "1", flag, value])
     assert rc == 2 and err.startswith("error:"), err

@@ -19,6 +19,9 @@ def describe(path: str) -> dict[str, Any]:
     from toolkit.errors import UnsupportedError
 
     f = GGUFFile(path)
+    a = f.get("general.architecture")
+    if a is not None and not isinstance(a, str):   # a malformed file, not an architecture we lack
+        raise InputError(f"{path}: key 'general.architecture' must be a string, not a {type(a).__name__}")
     spec = arch_spec(f.arch)
     hp, cannot = None, None
     if spec is not None and not spec.runs:
