@@ -46,7 +46,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _handler(signum, frame) -> None:
-    if not _state.signum:
+    if not _state.signum or signum == signal.SIGTERM:   # a SIGTERM outranks an earlier SIGINT
         _state.signum = signum
     if _state.defer > 0:
         return
@@ -91,7 +91,7 @@ def installed() -> bool:
 
 
 def received() -> int:
-    """The number of the first SIGINT / SIGTERM received since :func:`install` (0: none)."""
+    """The signal received since :func:`install`: SIGTERM if one came, else SIGINT (0: none)."""
     return _state.signum
 
 
