@@ -75,3 +75,14 @@ def test_gbnf_and_files(monkeypatch, capsys, tmp_path):
 def test_bad_grammar_one_line(monkeypatch, capsys, args, msg):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(DEMO), "-p", "Q:", *args)
     assert rc == 2 and msg in err and out == "" and "Traceback" not in err, err
+
+
+def test_grammar_in_chat_each_answer(monkeypatch, capsys, tmp_path):
+    from toolkit.runtime.chat import CHATML
+    t = tmp_path / "chatml.jinja"
+    t.write_text(CHATML)
+    rc, out, err = cli(monkeypatch, capsys, "chat", "-m", str(DEMO), "--chat-template", str(t), "--json", "-t", "2",
+                       "--seed", "3", "--json-schema", json.dumps(SCHEMA), stdin="Hello\nAnother one\n")
+    assert rc == 0, err
+    answers = [json.loads(x) for x in out.splitlines()]
+    assert len(answers) == 2 and all(valid(json.loads(a["text"])) for a in answers)

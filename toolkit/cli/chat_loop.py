@@ -129,7 +129,9 @@ def _answer(chat, opts, user, as_json: bool):
         sys.stdout.write(s)
         sys.stdout.flush()
 
-    gen = dict(ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs)
+    from toolkit.runtime.run import make_grammar
+    gen = dict(ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs,
+               grammar=make_grammar(opts, chat.tok, chat.ctx.n_vocab))   # a fresh matcher per answer
     cb = None if as_json else on_text
     turn = chat.regen(opts.n_predict, cb, **gen) if user is None else chat.send(user, opts.n_predict, cb, **gen)
     if not as_json:
