@@ -74,10 +74,13 @@ class HParams:
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
     logit_scale: float = 1.0
+    # zamba2: shared blocks (the j-th hybrid layer runs block j % n_shared_block), Mamba-2 dt floor
+    n_shared_block: int = 0
+    ssm_dt_min: float = 0.0
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i, kd in enumerate(self.layer_kinds) if kd == LayerKind.ATTENTION]
+        return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED)]
 
     @property
     def recurrent_layers(self) -> list[int]:

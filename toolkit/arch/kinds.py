@@ -15,6 +15,7 @@ class LayerKind(enum.IntEnum):
     MAMBA2 = 1
     ATTENTION = 2
     GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
+    ZAMBA2_SHARED = 7  # Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c)
 
 
 class FFNKind(enum.IntEnum):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS}
@@ -258,6 +258,35 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
             hp.ffn_kinds.append(FFNKind.DENSE)
         else:
             hp.ffn_kinds.append(FFNKind.NONE)
+
+
+def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Zamba2 (README "Zamba2 layout"): the hybrid layers, the shared-block map, the dt floor.
+
+    ``shared_block_map`` [block_count] holds -1 on a Mamba-2 layer and, on a hybrid layer, the
+    shared block it runs, which must be (its rank among the hybrid layers) % shared_block_count
+    (the transformers tie order; the runtime recomputes it).  Sets the hybrid layers' kind
+    (``ZAMBA2_SHARED``), their KV heads, and every other layer's to Mamba-2 with no KV.
+    Runs after read_layer_kinds (attention.layer_indices: the hybrid layers) and read_attention.
+    """
+    n_layer = hp.n_layer
+    hp.n_shared_block = int(r.req(Keys.Zamba2.SHARED_BLOCK_COUNT))
+    if not 0 < hp.n_shared_block <= n_layer:
+        raise r.bad(Keys.Zamba2.SHARED_BLOCK_COUNT, f"= {hp.n_shared_block} must be in [1, block_count = {n_layer}]")
+    bmap = r.f.require(k(Keys.Zamba2.SHARED_BLOCK_MAP, r.arch))
+    if not isinstance(bmap, list) or len(bmap) != n_layer or not all(isinstance(b, int) for b in bmap):
+        raise r.bad(Keys.Zamba2.SHARED_BLOCK_MAP, f"must list {n_layer} integers (one per layer), got {str(bmap)[:60]}")
+    hybrid = hp.attention_layers
+    want = [-1] * n_layer
+    for j, i in enumerate(hybrid):
+        want[i] = j % hp.n_shared_block
+    if bmap != want:
+        raise r.bad(Keys.Zamba2.SHARED_BLOCK_MAP, f"= {bmap[:16]} disagrees with attention.layer_indices {hybrid[:16]} "
+                    f"and shared_block_count {hp.n_shared_block} (expected {want[:16]})")
+    hp.ssm_dt_min = float(r.opt(Keys.Zamba2.SSM_DT_MIN, 0.0))
+    if not (math.isfinite(hp.ssm_dt_min) and hp.ssm_dt_min >= 0):
+        raise r.bad(Keys.Zamba2.SSM_DT_MIN, f"= {hp.ssm_dt_min} must be finite and >= 0")
+    hp.layer_kinds = [LayerKind.ZAMBA2_SHARED if i in set(hybrid) else LayerKind.MAMBA2 for i in range(n_layer)]
 
 
 def read_multipliers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

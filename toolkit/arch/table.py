@@ -32,7 +32,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP,
+    ARCH_QWEN4EXP, ARCH_ZAMBA2,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -87,8 +87,19 @@ FFN_TENSORS = {
                            optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),
                                      (_w(T.FFN_GATE_INP_SHEXP),))),   # shared expert scaled by sigmoid(w . x)
 }
+# zamba2 hybrid layer: its Mamba-2 block, its LoRA adapters and linear projection; the shared
+# block (shared.{bid}.*, bid = the block it runs) is ZAMBA2_SHARED_BLOCK_TENSORS
+ZAMBA2_LAYER_TENSORS = TensorSet(
+    required=MAMBA2_TENSORS.required + tuple(_w(t) for t in (
+        T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B,
+        T.FFN_LORA_A, T.FFN_GATE_LORA_B, T.FFN_UP_LORA_B, T.SHARED_LINEAR)),
+    optional=MAMBA2_TENSORS.optional)
+ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
+    T.SHARED_ATTN_NORM, T.SHARED_ATTN_Q, T.SHARED_ATTN_K, T.SHARED_ATTN_V, T.SHARED_ATTN_OUT, T.SHARED_FFN_NORM,
+    T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)))
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
-                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS}
+                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS,
+                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS}
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
 QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
@@ -123,9 +134,10 @@ class ArchSpec:
         """True when the C runtime runs this architecture (it has a tk_arch id)."""
         return self.c_id is not None
 
-    def expected_tensors(self, layer_kinds: Sequence[LayerKind],
-                         ffn_kinds: Sequence[FFNKind]) -> tuple[set[str], list[set[str]]]:
-        """(required names, optional groups) of a model with these per-layer kinds.
+    def expected_tensors(self, layer_kinds: Sequence[LayerKind], ffn_kinds: Sequence[FFNKind],
+                         n_shared_block: int = 1) -> tuple[set[str], list[set[str]]]:
+        """(required names, optional groups) of a model with these per-layer kinds; the j-th
+        ZAMBA2_SHARED layer also needs shared block j % ``n_shared_block`` (zamba2).
 
         Raises:
             ValueError: the row is convert-only (the runtime binds no tensors of it).
@@ -135,6 +147,8 @@ class ArchSpec:
         req = set(GLOBAL_TENSORS.required)
         opt = [set(g) for g in GLOBAL_TENSORS.optional]
         ffn_norm = {_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn else {}
+        hybrid = [i for i, kd in enumerate(layer_kinds) if kd == LayerKind.ZAMBA2_SHARED]
+        req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], FFN_TENSORS[fk]):
                 req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required}
@@ -191,6 +205,12 @@ ARCHES: tuple[ArchSpec, ...] = (
              gdn_head_tiled=True, mixer_tensors=QWEN35_MIXER_TENSORS, note="Qwen3.5 MoE (text)"),
     ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
              note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
+    # Zamba2 (our layout, README "Zamba2 layout"): Mamba-2 layers; the hybrid ones
+    # (attention.layer_indices) first run a shared attention block (NEOX RoPE) with LoRA adapters
+    ArchSpec(ARCH_ZAMBA2, c_id=12,
+             readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_zamba2, R.read_ffn, R.check_rms_eps),
+             mixers=(LayerKind.MAMBA2, LayerKind.ZAMBA2_SHARED), recurrent=LayerKind.MAMBA2, attention_from_file=True,
+             rope_neox=True),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -84,6 +84,27 @@ class T:
     PLE_NORM_QUERY = "blk.{bid}.ple_norm_query"
     PLE_NORM_CONV = "blk.{bid}.ple_norm_conv"
     PLE_CONV1D = "blk.{bid}.ple_conv1d"
+    # zamba2 (our layout, README "Zamba2 layout"): shared block {bid} = b, stored once
+    SHARED_ATTN_NORM = "shared.{bid}.attn_norm"
+    SHARED_ATTN_Q = "shared.{bid}.attn_q"
+    SHARED_ATTN_K = "shared.{bid}.attn_k"
+    SHARED_ATTN_V = "shared.{bid}.attn_v"
+    SHARED_ATTN_OUT = "shared.{bid}.attn_output"
+    SHARED_FFN_NORM = "shared.{bid}.ffn_norm"
+    SHARED_FFN_GATE = "shared.{bid}.ffn_gate"
+    SHARED_FFN_UP = "shared.{bid}.ffn_up"
+    SHARED_FFN_DOWN = "shared.{bid}.ffn_down"
+    # ... and per hybrid layer: its LoRA adapters (A [r, in], B [out, r]) and its linear projection
+    ATTN_Q_LORA_A = "blk.{bid}.attn_q_lora_a"
+    ATTN_Q_LORA_B = "blk.{bid}.attn_q_lora_b"
+    ATTN_K_LORA_A = "blk.{bid}.attn_k_lora_a"
+    ATTN_K_LORA_B = "blk.{bid}.attn_k_lora_b"
+    ATTN_V_LORA_A = "blk.{bid}.attn_v_lora_a"
+    ATTN_V_LORA_B = "blk.{bid}.attn_v_lora_b"
+    FFN_LORA_A = "blk.{bid}.ffn_lora_a"
+    FFN_GATE_LORA_B = "blk.{bid}.ffn_gate_lora_b"
+    FFN_UP_LORA_B = "blk.{bid}.ffn_up_lora_b"
+    SHARED_LINEAR = "blk.{bid}.shared_linear"
 
 
 def tn(template: str, bid: int | None = None, suffix: str = ".weight") -> str:

@@ -87,6 +87,13 @@ class Keys:
         COUNT = "{arch}.hyper_connection.count"          # residual streams (hc_count)
         LOW_RANK = "{arch}.hyper_connection.low_rank"    # rank of the input mixer (hc_lowrank)
 
+    class Zamba2:
+        """Zamba2's shared transformer blocks (ours: llama.cpp has no Zamba2; README "Zamba2 layout")."""
+        SHARED_BLOCK_COUNT = "{arch}.shared_block_count"  # num_mem_blocks: shared.{b}.* sets stored once
+        SHARED_BLOCK_MAP = "{arch}.shared_block_map"      # INT32 [block_count]: -1 Mamba-2 only, else b
+        ADAPTER_RANK = "{arch}.adapter_rank"              # LoRA rank r of the per-layer adapters
+        SSM_DT_MIN = "{arch}.ssm.dt_min"                  # time_step_min: dt floor of the chunked scan
+
     class PerLayerEmbedding:
         """Per-layer n-gram hash embeddings, PLE (qwen4exp); llama.cpp 0c1e570's gguf-py
         ``Keys.PerLayerEmbedding`` (not in gguf 0.19).  The hash constants are UINT64 arrays
@@ -153,6 +160,7 @@ ARCH_QWEN4EXP = "qwen4exp"
 ARCH_QWEN3NEXT = "qwen3next"
 ARCH_QWEN35 = "qwen35"
 ARCH_QWEN35MOE = "qwen35moe"
+ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

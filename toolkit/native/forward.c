@@ -22,6 +22,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_MAMBA2] = &tk_mixer_mamba2,
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
     [TK_LAYER_GDN] = &tk_mixer_gdn,
+    [TK_LAYER_ZAMBA2_SHARED] = &tk_mixer_zamba2,
 };
 
 static const tk_ffn_ops * const FFNS[] = {

@@ -254,16 +254,26 @@ static void attn_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 
 static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
+    const int32_t U = ub->n_tokens, H = hp->n_head, hd = hp->head_dim;
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
+    TK_CHECK(tk_attention_core(ctx, l, il, ub));
+    if (hp->attn_q_gate) {
+        gate_job gj = {ctx->q, ctx->att, H, hd};
+        tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
+    }
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
+}
+
+tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub) {
+    const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens;
     const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
     const int32_t qs = attn_q_stride(hp);
     const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
-
-    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
-    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
-    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         attn_qk_prep(hp, l, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
         const int32_t c = kv.ub_cells[t];
@@ -273,11 +283,7 @@ static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, cons
     attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level()};
     /* (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
-    if (hp->attn_q_gate) {
-        gate_job gj = {ctx->q, ctx->att, H, hd};
-        tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
-    }
-    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
+    return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_attention = {"attention", attn_check, attn_bind, NULL, attn_kv_dim, attn_scratch, attn_forward};

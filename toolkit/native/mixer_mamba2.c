@@ -5,7 +5,7 @@
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   state per sequence: "conv" [CD, K-1] (causal conv window), "ssm" [H, P, N]
  * Formula:
- *   (z, xBC, dt) = in_proj(cur) [W];  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias)
+ *   (z, xBC, dt) = in_proj(cur) [W];  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), floored at ssm_dt_min when set (zamba2)
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
  *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y)
@@ -14,6 +14,7 @@
  */
 #include "layer.h"
 #include "tk_cpu.h"
+#include <math.h>
 
 /* CD: channels of the causal conv (x, B, C) */
 static int32_t m2_conv_dim(const tk_hparams * hp) { return hp->d_inner + 2 * hp->n_group * hp->d_state; }
@@ -99,6 +100,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t t = 0; t < U; t++) {
         float * dtr = ctx->zx + (int64_t) t * W + DI + CD;
         for (int32_t h = 0; h < H; h++) dtr[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
+        if (hp->ssm_dt_min > 0.0f)   /* zamba2: the chunked scan's dt_limit floor */
+            for (int32_t h = 0; h < H; h++) dtr[h] = fmaxf(dtr[h], hp->ssm_dt_min);
     }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];

@@ -62,6 +62,13 @@ typedef struct {
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
     float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
+    /* zamba2 hybrid layer (mixer_zamba2.c): the shared block's tensors (bound into every layer
+     * that runs it; matrices stay in the mapping) and the layer's own adapters and projection */
+    float * shared_attn_norm;  /* [2D] (the block's ffn pre-norm is ffn_norm; wq..wo, ffn_gate/up/down its matrices) */
+    tk_weight lora_qa, lora_ka, lora_va;                /* [2D, r] each */
+    tk_weight lora_qb, lora_kb, lora_vb;                /* [r, H hd], [r, Hkv hd], [r, Hkv hd] */
+    tk_weight ffn_lora_a, ffn_gate_lora_b, ffn_up_lora_b;   /* [D, r], [r, F], [r, F] */
+    tk_weight shared_linear;   /* [D, D] */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

@@ -69,7 +69,8 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA1 = 0,
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
-    TK_LAYER_GDN = 3           /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_ZAMBA2_SHARED = 7 /* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -85,7 +86,8 @@ typedef enum {
     TK_ARCH_JAMBA = 3,
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
-    TK_ARCH_QWEN35MOE = 6
+    TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_ZAMBA2 = 12
 } tk_arch;
 
 typedef struct {
@@ -132,6 +134,9 @@ typedef struct {
     int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
     int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
     int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
+    /* zamba2 (appended) */
+    int32_t n_shared_block;    /* M shared blocks: the j-th TK_LAYER_ZAMBA2_SHARED layer runs shared.{j % M} */
+    float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
 } tk_hparams;
 
 typedef struct {

@@ -14,6 +14,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
   compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c),
                plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes),
                with gated delta net layers n_threads x tk_gdn_work_floats(Dk, Dv) floats (gdn.c)
+  zamba2       its hybrid layers count as attention (KV) and as recurrent (Mamba-2 state) layers,
+               and widen zx to 2 D, xdbl to the adapter rank, y to max(H hd, F) (mixer_zamba2.c)
 :meth:`toolkit.runtime.Context.memory_report` gives the same kinds as allocated.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     from toolkit.arch import LayerKind, arch_spec
     attn = hp.attention_layers
     rec = hp.recurrent_layers
-    has_m2 = any(hp.layer_kinds[i] == LayerKind.MAMBA2 for i in rec)
+    has_m2 = any(hp.layer_kinds[i] in (LayerKind.MAMBA2, LayerKind.ZAMBA2_SHARED) for i in rec)
+    has_z2 = LayerKind.ZAMBA2_SHARED in hp.layer_kinds
     has_gdn = any(hp.layer_kinds[i] == LayerKind.GDN for i in rec)
     D, DI, N = hp.n_embd, hp.d_inner, hp.d_state
     conv_dim = DI + 2 * hp.n_group * N if has_m2 else DI
@@ -55,6 +58,8 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     if attn:        # q (and att) hold [q_h | gate_h] per head with a gated q
         q = hp.n_head * hp.head_dim * (2 if arch_spec(hp.arch).attn_q_gate else 1)
         kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
+    if has_z2:      # mixer_zamba2.c z2_scratch: zx [2D], xdbl [r], y [max(H hd, F)]
+        zx, xd, y = max(zx, 2 * D), max(xd, _adapter_rank(gguf)), max(y, hp.n_head * hp.head_dim, max_ff)
     U = n_ubatch
     row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
@@ -66,6 +71,11 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
             "checkpoints": int(n_seq_max * n_checkpoints * state),
             "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0)
                            + (_gdn_workspace(hp, n_threads) if has_gdn else 0))}
+
+
+def _adapter_rank(gguf) -> int:
+    """The LoRA rank r of zamba2's adapters (blk.N.attn_q_lora_a [2D, r]), 0 without them."""
+    return max((int(t.shape[1]) for t in gguf if t.name.endswith("attn_q_lora_a.weight")), default=0)
 
 
 def _gdn_workspace(hp, n_threads: int) -> int:
