@@ -143,7 +143,7 @@ def play(m: Model, ops, every: int) -> None:
 
 
 @pytest.mark.parametrize("name,every", [("bamba-tiny", 4), ("jamba-tiny", 0), ("granitehybrid-moe-tiny", 3),
-                                        ("llamacpp/qwen35moe-tiny", 2)])
+                                        ("llamacpp/qwen35moe-tiny", 2), ("zamba2-tiny", 3)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

@@ -61,7 +61,7 @@ def test_arch_ids_equal_c():
 
 
 def test_runtime_arches():
-    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe")
+    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe", "zamba2")
     assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
     assert arch_spec("llama") is None
 
@@ -76,7 +76,10 @@ def test_rows_are_consistent():
         assert a.recurrent in a.mixers
         assert (R.read_mamba2 in a.readers) == (LayerKind.MAMBA2 in a.mixers)
         assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
-        assert (R.read_attention in a.readers) == (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
+        # zamba2's hybrid layers hold the (shared) attention: a KV cache like attention layers
+        has_attn = LayerKind.ATTENTION in a.mixers or LayerKind.ZAMBA2_SHARED in a.mixers
+        assert (R.read_attention in a.readers) == has_attn == a.attention_from_file
+        assert (R.read_zamba2 in a.readers) == (LayerKind.ZAMBA2_SHARED in a.mixers)
         assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
         assert set(a.mixer_tensors) == set(LayerKind)
 
@@ -140,7 +143,7 @@ def _check_names(f: GGUFFile, hp: HParams | None = None) -> None:
     hp = hp or HParams.from_gguf(f)
     spec = arch_spec(hp.arch)
     assert set(hp.layer_kinds) <= set(spec.mixers) and set(hp.ffn_kinds) <= set(spec.ffns)
-    req, groups = spec.expected_tensors(hp.layer_kinds, hp.ffn_kinds)
+    req, groups = spec.expected_tensors(hp.layer_kinds, hp.ffn_kinds, max(hp.n_shared_block, 1))
     names = _main_names(set(f.tensors), hp.n_layer)
     assert req <= names, sorted(req - names)
     for g in groups:
@@ -154,7 +157,7 @@ def test_converted_tensor_names(hf_f32, name):
     spec = arch_spec(f.arch)
     if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
         with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
-                                                   "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe"):
+                                                   "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe, zamba2"):
             HParams.from_gguf(f)
         with pytest.raises(ValueError, match="convert/info only"):
             spec.expected_tensors([], [])
@@ -175,13 +178,14 @@ def test_llamacpp_tensor_names(hf_f32, name):
 
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
-                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny"])
+                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
+                                  "zamba2-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)
     try:
         hp = m.hparams
-        req, groups = arch_spec(hp.arch).expected_tensors(hp.layer_kinds, hp.ffn_kinds)
+        req, groups = arch_spec(hp.arch).expected_tensors(hp.layer_kinds, hp.ffn_kinds, max(hp.n_shared_block, 1))
         infos = list(m.gguf)
         for drop in [{n} for n in sorted(req)] + [g for g in groups if g <= set(m.gguf.tensors)]:
             rest = [t for t in infos if t.name not in drop]

@@ -1,0 +1,102 @@
+"""Parity of zamba2 (our GGUF layout, README "Zamba2 layout") with the HF reference.
+
+tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits for them
+and its 16-token greedy continuation.  zamba2-tiny is ../shared/fixtures' (one shared block,
+hybrid layers 1 and 4); tools/make_zamba2_fixtures.py made the others: two shared blocks over
+three hybrid layers with the hub's "mamba"/"hybrid" block types, mamba_ngroups 2 and
+mamba_d_conv 3 (zamba2-mem2-tiny); no RoPE, hybrid layer 0, and a dt under time_step_min that
+HF's chunked scan floors (zamba2-dtfloor-tiny).  llama.cpp has no Zamba2: no llama.cpp file.
+
+Checked for each: our f32 conversion's logits over all 64 positions < F32_BOUND relative L2 in
+one shot, in ubatches of 1 and of 7 tokens, the greedy continuation identical; two sequences in
+one batch give each the logits of its own run.  Measured figures are written to the terminal.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.native
+
+NAMES = ["zamba2-tiny", "zamba2-mem2-tiny", "zamba2-dtfloor-tiny"]
+F32_BOUND = 1e-5
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+@pytest.fixture(scope="module")
+def report(request):
+    lines: list[str] = []
+    yield lines
+    pm = request.config.pluginmanager
+    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
+    if tr is not None and cap is not None and lines:
+        with cap.global_and_fixture_disabled():
+            tr.write_line("")
+            for ln in lines:
+                tr.write_line(f"[zamba2 parity] {ln}")
+
+
+def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
+    from toolkit.runtime import Context, Model
+    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
+        return ctx.decode(tokens, logits="all")
+
+
+def greedy_of(path, tokens, n: int) -> list[int]:
+    from toolkit.runtime import Context, Model
+    with Model(path) as m, Context(m, n_ctx=128) as ctx:
+        lg = ctx.decode(tokens)
+        out = []
+        for _ in range(n):
+            out.append(int(np.argmax(lg[-1])))
+            lg = ctx.decode([out[-1]])
+        return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    path = hf_f32(name)
+    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
+            for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))}
+    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
+    report.append(f"{name} (toolkit convert f32): rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
+                  f" (bound {F32_BOUND:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
+    for mode, e in errs.items():
+        assert e < F32_BOUND, f"{name} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
+    assert greedy == ref["greedy"].tolist(), f"{name}: greedy continuation differs"
+
+
+def test_fixtures_cover_the_layout(hf_f32):
+    """What the fixtures are said to cover: shared blocks stored once, block map, dt floor."""
+    from toolkit.arch import HParams, LayerKind
+    from toolkit.gguf_io import GGUFFile
+    f = GGUFFile(str(hf_f32("zamba2-mem2-tiny")))
+    hp = HParams.from_gguf(f)
+    assert hp.n_shared_block == 2 and hp.n_group == 2 and hp.d_conv == 3
+    assert [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.ZAMBA2_SHARED] == [1, 2, 4]
+    assert f.get("zamba2.shared_block_map") == [-1, 0, 1, -1, 0]
+    assert sorted({n.split(".")[1] for n in f.tensors if n.startswith("shared.")}) == ["0", "1"]
+    d = HParams.from_gguf(GGUFFile(str(hf_f32("zamba2-dtfloor-tiny"))))
+    assert d.layer_kinds[0] == LayerKind.ZAMBA2_SHARED and d.n_rot == 0 and d.ssm_dt_min > 0
+
+
+@pytest.mark.parametrize("name", ["zamba2-tiny", "zamba2-mem2-tiny"])
+def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
+    from toolkit.runtime import Context, Model
+    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
+    a, b = tok[:23], tok[30:47]
+    with Model(hf_f32(name)) as m:
+        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
+            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
+            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
+    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
+    assert diff == 0.0
