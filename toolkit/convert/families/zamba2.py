@@ -73,13 +73,13 @@ class Zamba2Family(Family):
             raise InputError(f"{c.path}: key 'layers_block_type' must be a list of block types, got {types!r}")
         if len(types) != self.n_layer:
             raise InputError(f"{c.path}: key 'layers_block_type' has {len(types)} entries, num_hidden_layers is {self.n_layer}")
-        bad = [t for t in types if t not in _BLOCK_TYPES]
+        bad = [t for t in types if not isinstance(t, str) or t not in _BLOCK_TYPES]
         if bad:
             raise InputError(f"{c.path}: key 'layers_block_type' has unknown block type {bad[0]!r} "
                              f"(known: {', '.join(sorted(_BLOCK_TYPES))})")
         hyb = [i for i, t in enumerate(types) if _BLOCK_TYPES[t]]
         ids = c.d.get("hybrid_layer_ids")
-        if ids is not None and list(ids) != hyb:
+        if ids is not None and ids != hyb:
             raise InputError(f"{c.path}: key 'hybrid_layer_ids' = {ids} disagrees with layers_block_type's hybrid layers {hyb}")
         return hyb
 
@@ -111,10 +111,13 @@ class Zamba2Family(Family):
             if bool(c.d.get(key_, ok)) != ok:
                 raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)} is not supported")
         if c.d.get("hidden_act", "gelu") != "gelu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r}: only 'gelu' is supported")
+            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'gelu')")
         self.use_rope = bool(c.d.get("use_mem_rope", False))
         rp = c.d.get("rope_parameters") or {}
-        self.rope_theta = float(rp.get("rope_theta", c.d.get("rope_theta", 10000.0)))
+        theta = rp.get("rope_theta", c.d.get("rope_theta", 10000.0)) if isinstance(rp, dict) else None
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise InputError(f"{c.path}: key 'rope_parameters' must hold a positive 'rope_theta', got {rp!r}")
+        self.rope_theta = float(theta)
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab
