@@ -161,3 +161,23 @@ def test_same_tensors_and_keys_as_llamacpp(converted):
     assert ref["kv"][f"{arch}.feed_forward_length"]["value"] == [0, 0, 0, 0, 32]
     extra = {k[len(arch) + 1:] for k in set(keys) - set(ref["kv"])}
     assert extra == OURS_ONLY, extra
+
+
+# ---- quantize: llama.cpp's rules ---------------------------------------------------------------
+
+QUANT_REF = FIX / "llamacpp" / "nemotronh-tiny.quant.json"
+
+
+@pytest.mark.parametrize("qtype", sorted(json.loads(QUANT_REF.read_text())["types"]))
+def test_quantize_matches_llama_quantize(converted, tmp_path, qtype):
+    """toolkit quantize of our f32 conversion gives every tensor the ggml type and bytes that
+    llama-quantize gives llama.cpp's own f32 file (the tensors are equal, see above).  Rows of 64
+    are not k-quant blocks, so the k-quant types take llama.cpp's fallbacks here."""
+    from toolkit.quantize import quantize_file
+    want = json.loads(QUANT_REF.read_text())["types"][qtype]
+    out = tmp_path / f"q.{qtype}.gguf"
+    quantize_file(str(converted("nemotronh-tiny")), str(out), qtype, n_threads=2)
+    got = {t.name: [t.tensor_type.name, hashlib.sha256(np.asarray(t.data).view(np.uint8).tobytes()).hexdigest()[:32]]
+           for t in gguf.GGUFReader(str(out)).tensors}
+    wrong = {n: (got.get(n, ["missing"])[0], w[0]) for n, w in want.items() if got.get(n) != w}
+    assert not wrong and set(got) == set(want), f"{qtype}: (ours, llama-quantize's) {wrong}"
