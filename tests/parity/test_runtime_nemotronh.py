@@ -126,6 +126,19 @@ def test_two_sequences_in_one_batch_equal_separate_runs(converted, report):
     assert diff == 0.0
 
 
+def test_logits_do_not_depend_on_the_thread_count(converted):
+    """ReLU² rows, experts and Mamba-2 channels are split over the threads; every result is
+    computed by the same loop whichever thread runs it."""
+    from toolkit.runtime import Context, Model
+    tok = np.load(FIX / "hf" / "nemotronh-pattern-tiny" / "reference.npz")["tokens"]
+    out = []
+    for nt in (1, 3):
+        with Model(converted("nemotronh-pattern-tiny"), n_threads=nt) as m, \
+                Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
+            out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
+    assert all(np.array_equal(a, b) for a, b in zip(*out))
+
+
 # ---- our file against llama.cpp's ------------------------------------------------------------
 
 # keys that differ on purpose (nemotronh.py's docstring): llama.cpp writes 0 as the MLP layer's
