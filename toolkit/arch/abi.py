@@ -70,6 +70,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("gdn_head_tiled", "spec.gdn_head_tiled"), _i("gdn_gate_act"), _i("rope_neox", "spec.rope_neox"),
     _i("attn_q_gate", "spec.attn_q_gate"), _i("attn_qk_norm", "spec.attn_qk_norm"),
     _i("ffn_norm_post_attn", "spec.ffn_norm_post_attn"), _i("moe_renorm", "spec.moe_renorm"),
+    # Falcon-H1 (appended)
+    _i("ssm_norm_before_gate"), _i("ffn_norm_bare", "spec.ffn_norm_bare"),
 )
 
 # HParams fields the C side does not take, and why

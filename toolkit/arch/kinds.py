@@ -15,6 +15,8 @@ class LayerKind(enum.IntEnum):
     MAMBA2 = 1
     ATTENTION = 2
     GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
+    # 4, 5: other families' kinds (reserved)
+    PARALLEL = 6    # attention + Mamba-2 side by side, outputs summed (Falcon-H1): mixer_parallel.c
 
 
 class FFNKind(enum.IntEnum):

@@ -69,7 +69,9 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA1 = 0,
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
-    TK_LAYER_GDN = 3           /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    /* 4, 5: other families' kinds (reserved) */
+    TK_LAYER_PARALLEL = 6      /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -85,7 +87,9 @@ typedef enum {
     TK_ARCH_JAMBA = 3,
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
-    TK_ARCH_QWEN35MOE = 6
+    TK_ARCH_QWEN35MOE = 6,
+    /* 7..10: other families (reserved) */
+    TK_ARCH_FALCON_H1 = 11
 } tk_arch;
 
 typedef struct {
@@ -132,6 +136,10 @@ typedef struct {
     int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
     int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
     int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
+    /* Falcon-H1 (appended) */
+    int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
+                                     0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
+    int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
 } tk_hparams;
 
 typedef struct {
