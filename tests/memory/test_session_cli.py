@@ -25,7 +25,7 @@ def models(tmp_path_factory):
     from toolkit.convert import convert
     out = {}
     d = tmp_path_factory.mktemp("sess")
-    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny"):
+    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "falconh1-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out
@@ -44,7 +44,7 @@ P1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64, 1]
 P2 = P1 + [77, 401, 9, 18, 200]
 
 
-@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny"])
+@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "falconh1-tiny"])
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)
