@@ -138,3 +138,16 @@ def test_tensors_and_keys_equal_llamacpp(fixtures, hf_f32, name):
     for k, v in want_kv.items():
         got = ours["kv"][k]
         assert (np.float32(got) == np.float32(v["value"])) if isinstance(got, float) else got == v["value"], k
+
+
+def test_llamacpp_file_runs_as_llamacpp_runs_it(fixtures):
+    """llama.cpp's own f32 file of falconh1-tiny (tests/fixtures/llamacpp; its converter given a
+    head_dim key) runs here as in llama.cpp (its logits: falconh1-tiny.logits.npy, harness on
+    libllama 0c1e570): within 1e-4 (its f16 KV cache), same top-1.  Both are far from HF: the file
+    has no ssm.norm_before_gate, so the gated norm gates first, as llama.cpp always does, while
+    this checkpoint's mamba_norm_before_gate is true."""
+    ref = np.load(fixtures / "hf" / "falconh1-tiny" / "reference.npz")
+    lc = np.load(fixtures / "llamacpp" / "falconh1-tiny.logits.npy")
+    got = logits_of(fixtures / "llamacpp" / "falconh1-tiny.f32.gguf", ref["tokens"])
+    assert rel_l2(got, lc) < 1e-4 and (got.argmax(-1) == lc.argmax(-1)).all()
+    assert rel_l2(got, ref["logits"]) > 0.5
