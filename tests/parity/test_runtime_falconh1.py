@@ -151,3 +151,22 @@ def test_llamacpp_file_runs_as_llamacpp_runs_it(fixtures):
     got = logits_of(fixtures / "llamacpp" / "falconh1-tiny.f32.gguf", ref["tokens"])
     assert rel_l2(got, lc) < 1e-4 and (got.argmax(-1) == lc.argmax(-1)).all()
     assert rel_l2(got, ref["logits"]) > 0.5
+
+
+@pytest.mark.parametrize("outtype", ["bf16", "q8_0"])
+def test_other_outtypes_equal_llamacpp(fixtures, tmp_path, outtype):
+    """--outtype bf16 / q8_0: the folded multipliers are float32 products before the encoding,
+    as in llama.cpp's converter (its outputs: falconh1-tiny.OUTTYPE.summary.json): every tensor's
+    type and bytes equal (ssm_a stays F32, within 1 ulp)."""
+    import hashlib
+    from toolkit.convert import convert
+    ref = json.loads((fixtures / "llamacpp" / f"falconh1-tiny.{outtype}.summary.json").read_text())
+    out = tmp_path / f"fh1.{outtype}.gguf"
+    convert(str(fixtures / "hf" / "falconh1-tiny"), str(out), outtype)
+    ours = _summary(out)["tensors"]
+    assert set(ours) == set(ref["tensors"])
+    for n, want in ref["tensors"].items():
+        shape, typ, data = ours[n]
+        assert (shape, typ) == (want["shape"], want["type"]), n
+        if not n.endswith(".ssm_a"):
+            assert hashlib.sha256(data.tobytes()).hexdigest() == want["sha256"], n
