@@ -25,7 +25,7 @@ def models(tmp_path_factory):
     from toolkit.convert import convert
     out = {}
     d = tmp_path_factory.mktemp("sess")
-    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny"):
+    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out

@@ -62,7 +62,7 @@ def test_arch_ids_equal_c():
 
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
-                              "nemotron_h", "nemotron_h_moe")
+                              "nemotron_h", "nemotron_h_moe", "falcon-h1")
     assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
     assert arch_spec("llama") is None
 
@@ -75,9 +75,12 @@ def test_rows_are_consistent():
             continue
         assert a.readers[:3] == (R.read_common, R.read_layer_kinds, R.read_ssm) and a.readers[-1] is R.check_rms_eps
         assert a.recurrent in a.mixers
-        assert (R.read_mamba2 in a.readers) == (LayerKind.MAMBA2 in a.mixers)
+        mamba2 = {LayerKind.MAMBA2, LayerKind.PARALLEL}    # a parallel layer is attention + Mamba-2
+        attention = {LayerKind.ATTENTION, LayerKind.PARALLEL}
+        assert (R.read_mamba2 in a.readers) == bool(mamba2 & set(a.mixers))
         assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
-        assert (R.read_attention in a.readers) == (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
+        assert (R.read_attention in a.readers) == bool(attention & set(a.mixers))
+        assert (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
         assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
         assert (R.read_nemotron_layers in a.readers) == (LayerKind.NONE in a.mixers)
         assert set(a.mixer_tensors) == set(LayerKind) and set(a.ffn_tensors) >= set(a.ffns)
@@ -157,7 +160,7 @@ def test_converted_tensor_names(hf_f32, name):
     if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
         with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
                                                    "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe, "
-                                                   "nemotron_h, nemotron_h_moe"):
+                                                   "nemotron_h, nemotron_h_moe, falcon-h1"):
             HParams.from_gguf(f)
         with pytest.raises(ValueError, match="convert/info only"):
             spec.expected_tensors([], [])
@@ -179,7 +182,7 @@ def test_llamacpp_tensor_names(hf_f32, name):
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
                                   "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
-                                  "nemotronh-tiny", "nemotronh-dense-tiny"])
+                                  "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

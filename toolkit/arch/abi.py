@@ -73,6 +73,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     # Nemotron-H MoE routing (appended)
     _i("moe_sigmoid", "spec.moe_sigmoid"), _i("moe_relu2", "spec.moe_relu2"), _i("moe_n_group"),
     _i("moe_topk_group"), _i("moe_weights_norm"), _f("moe_weights_scale"),
+    # Falcon-H1 (appended)
+    _i("ssm_norm_before_gate"), _i("ffn_norm_bare", "spec.ffn_norm_bare"),
 )
 
 # HParams fields the C side does not take, and why

@@ -16,6 +16,10 @@ Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
     else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
     d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).
 
+Falcon-H1 (falcon-h1): every layer is parallel (attention and Mamba-2 on the same input), so
+it counts among both attention_layers and recurrent_layers; ssm_norm_before_gate is
+{arch}.ssm.norm_before_gate (ours, HF mamba_norm_before_gate).
+
 Layer kinds come from the file: ``{arch}.attention.layer_indices`` when present, else the
 per-layer ``{arch}.attention.head_count_kv`` array (0 = recurrent), never from the name.
 Which keys a family has is the architecture table's (:mod:`toolkit.arch.table`) business: its
@@ -57,6 +61,7 @@ class HParams:
     ssm_head_dim: int = 0        # Mamba-2 P
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
     gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
+    ssm_norm_before_gate: bool = False  # Mamba-2 gated norm: rmsnorm(y) w * silu(z) (Falcon-H1), else rmsnorm(y silu(z)) w
     # attention
     n_head: int = 0
     n_head_kv: list[int] = field(default_factory=list)   # per layer, 0 on recurrent layers
@@ -81,10 +86,12 @@ class HParams:
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i, kd in enumerate(self.layer_kinds) if kd == LayerKind.ATTENTION]
+        """Layers with attention (and a KV cache): attention layers and parallel ones."""
+        return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL)]
 
     @property
     def recurrent_layers(self) -> list[int]:
+        """Layers with recurrent state: every layer but the attention and mixer-less ones (parallel ones too)."""
         return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE)]
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ class LayerKind(enum.IntEnum):
     ATTENTION = 2
     GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
     NONE = 5        # no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers)
+    PARALLEL = 6    # attention + Mamba-2 side by side, outputs summed (Falcon-H1): mixer_parallel.c
 
 
 class FFNKind(enum.IntEnum):

@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
 _FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE, Keys.LLM.EXPERT_WEIGHTS_SCALE}
-_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM}
+_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
+             Keys.SSM.NORM_BEFORE_GATE}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
               Keys.LLM.FEED_FORWARD_LENGTH}
 _BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS}
@@ -175,6 +176,12 @@ def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.SSM.HEAD_DIM, f"= {hp.ssm_head_dim} disagrees with inner_size / time_step_rank = {hp.d_inner // hp.ssm_n_head}")
     if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
         raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} does not divide the head count {hp.ssm_n_head}")
+
+
+def read_norm_before_gate(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Falcon-H1's ``ssm.norm_before_gate`` (ours; HF ``mamba_norm_before_gate``, absent = false):
+    the Mamba-2 gated norm is rmsnorm(y) w * silu(z) instead of rmsnorm(y * silu(z)) w."""
+    hp.ssm_norm_before_gate = bool(r.opt(Keys.SSM.NORM_BEFORE_GATE, False))
 
 
 def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -16,7 +16,9 @@ A family is data, not branches (DESIGN.md).  A row says:
   tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; spec §1.4.2, B19),
   ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
   RMSNorm of q and k per head), ``ffn_norm_post_attn`` (the FFN pre-norm is
-  ``blk.N.post_attention_norm``, not ``blk.N.ffn_norm``);
+  ``blk.N.post_attention_norm``, not ``blk.N.ffn_norm``), ``ffn_norm_bare`` (it is ``blk.N.ffn_norm``
+  without ``.weight``: llama.cpp's falcon-h1 converter maps ``pre_ff_layernorm.weight`` whole and
+  its loader asks for that name);
 - the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`.
 
 Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
@@ -32,7 +34,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -87,8 +89,13 @@ FFN_TENSORS = {
                            optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),
                                      (_w(T.FFN_GATE_INP_SHEXP),))),   # shared expert scaled by sigmoid(w . x)
 }
+# parallel (Falcon-H1): attention and Mamba-2 in one block; ssm_norm absent when mamba_rms_norm is false
+PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t in MAMBA2_TENSORS.required
+                                                                         if t != _w(T.SSM_NORM)),
+                             optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),))
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
-                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet()}
+                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet(),
+                 LayerKind.PARALLEL: PARALLEL_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b
 NEMOTRON_FFN_TENSORS = {
@@ -125,6 +132,7 @@ class ArchSpec:
     dense_ffn: FFNKind = FFNKind.DENSE  # the kind of a layer with blk.N.ffn_up (RELU2: Nemotron-H)
     moe_sigmoid: bool = False           # sigmoid router scores, choice biased by exp_probs_b, groups (Nemotron-H)
     moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
+    ffn_norm_bare: bool = False         # the FFN pre-norm is blk.N.ffn_norm, no .weight (llama.cpp's falcon-h1)
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
@@ -146,7 +154,8 @@ class ArchSpec:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
         req = set(GLOBAL_TENSORS.required)
         opt = [set(g) for g in GLOBAL_TENSORS.optional]
-        ffn_norm = {_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn else {}
+        ffn_norm = ({_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn
+                    else {_w(T.FFN_NORM): T.FFN_NORM} if self.ffn_norm_bare else {})
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
                 req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required}
@@ -217,6 +226,13 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.MAMBA2, LayerKind.ATTENTION, LayerKind.NONE), recurrent=LayerKind.MAMBA2,
              attention_from_file=True, ffns=(FFNKind.NONE, FFNKind.RELU2, FFNKind.MOE), rope=False,
              **_NEMOTRON_FLAGS, note="Nemotron-H MoE (Nemotron 3)"),
+    # Falcon-H1: every layer attention + Mamba-2 in parallel (muP multipliers folded into the
+    # weights by the converter, as llama.cpp's does), NEOX RoPE on the whole head, SwiGLU FFN
+    ArchSpec(ARCH_FALCON_H1, c_id=11,
+             readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_ffn, R.read_norm_before_gate,
+                                        R.check_rms_eps),
+             mixers=(LayerKind.PARALLEL,), recurrent=LayerKind.PARALLEL, ffns=(FFNKind.DENSE,),
+             rope_neox=True, ffn_norm_bare=True, note="Falcon-H1"),
     ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
              note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
 )

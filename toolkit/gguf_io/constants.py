@@ -87,6 +87,9 @@ class Keys:
         # differs from the key head dim Dk (ssm.state_size); llama.cpp reads both from
         # ssm.state_size, so files with Dk == Dv stay identical to its own
         VALUE_HEAD_DIM = "{arch}.ssm.value_head_dim"
+        # ours (not in llama.cpp): Falcon-H1's mamba_norm_before_gate, written only when true
+        # (the gated norm is rmsnorm(y) w * silu(z)); llama.cpp always gates first
+        NORM_BEFORE_GATE = "{arch}.ssm.norm_before_gate"
 
     class HyperConnection:
         """Hyper-connections (qwen4exp); llama.cpp 0c1e570's gguf-py ``Keys.HyperConnection``
@@ -162,6 +165,7 @@ ARCH_QWEN35 = "qwen35"
 ARCH_QWEN35MOE = "qwen35moe"
 ARCH_NEMOTRON_H = "nemotron_h"
 ARCH_NEMOTRON_H_MOE = "nemotron_h_moe"
+ARCH_FALCON_H1 = "falcon-h1"
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

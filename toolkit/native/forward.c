@@ -12,7 +12,7 @@
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
- *       modeling_qwen3_5.py, modeling_nemotron_h.py; karpathy llama2.c forward().
+ *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py; karpathy llama2.c forward().
  */
 #include "layer.h"
 
@@ -24,6 +24,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
     [TK_LAYER_GDN] = &tk_mixer_gdn,
     [TK_LAYER_NONE] = &tk_mixer_none,
+    [TK_LAYER_PARALLEL] = &tk_mixer_parallel,
 };
 
 static const tk_ffn_ops * const FFNS[] = {

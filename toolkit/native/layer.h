@@ -6,6 +6,7 @@
  *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
  *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
  *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
+ *   mixer_parallel.c   TK_LAYER_PARALLEL   attention + Mamba-2 on the same input, outputs summed (Falcon-H1)
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
  *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
@@ -49,6 +50,7 @@ const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
 typedef struct {
     size_t zx, xc, xdbl, dtr, dt, y;   /* recurrent: in-projection, conv output, x_proj rows, dt rank rows, dt, scan output */
     size_t q, kv;                      /* attention: q (and att) width, k (and v) width */
+    size_t mix;                        /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
     size_t work_bytes;
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
@@ -79,7 +81,10 @@ typedef struct {
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
 } tk_ffn_ops;
 
-extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none;
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
+    tk_mixer_parallel;
+/* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
+tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
 extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
 
 /* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */

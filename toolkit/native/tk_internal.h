@@ -171,6 +171,7 @@ struct tk_context {
     float * k;                 /* [U, Hkv_max*hd] */
     float * v;                 /* [U, Hkv_max*hd] */
     float * att;               /* [U, H*hd] (sized like q) */
+    float * mix;               /* [U, D] a parallel layer's second mixer output, or NULL (no such layer) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */

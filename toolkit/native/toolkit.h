@@ -70,7 +70,8 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
     TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
-    TK_LAYER_NONE = 5          /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
+    TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
+    TK_LAYER_PARALLEL = 6      /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -89,7 +90,8 @@ typedef enum {
     TK_ARCH_QWEN35 = 5,
     TK_ARCH_QWEN35MOE = 6,
     TK_ARCH_NEMOTRON_H = 9,
-    TK_ARCH_NEMOTRON_H_MOE = 10
+    TK_ARCH_NEMOTRON_H_MOE = 10,
+    TK_ARCH_FALCON_H1 = 11
 } tk_arch;
 
 typedef struct {
@@ -143,6 +145,10 @@ typedef struct {
     int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
     int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-20) (expert_weights_norm) */
     float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
+    /* Falcon-H1 (appended) */
+    int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
+                                     0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
+    int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
 } tk_hparams;
 
 typedef struct {

@@ -9,9 +9,11 @@ from toolkit.convert.families.jamba import JambaFamily
 from toolkit.convert.families.qwen4exp import Qwen4ExpFamily
 from toolkit.convert.families.nemotronh import NemotronHFamily
 from toolkit.convert.families.qwen3next import Qwen35Family, Qwen35MoeFamily, Qwen3NextFamily
+from toolkit.convert.families.falconh1 import FalconH1Family
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
-                                      Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily)
+                                      Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
+                                      FalconH1Family)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 
