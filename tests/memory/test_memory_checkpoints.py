@@ -1,4 +1,4 @@
-"""Recurrent checkpoints and the sequence operations, on the four tiny families (F32).
+"""Recurrent checkpoints and the sequence operations, on five tiny families (F32).
 
 - seq_rm(seq, p0, -1) restores the newest checkpoint before p0; re-feeding the gap gives the
   logits of a from-scratch run bit for bit, in the recurrent and (hybrid) the KV child alike
@@ -6,7 +6,9 @@
 - periodic / end-of-call / explicit checkpoints land where documented; when full, the one
   leaving the smallest gap goes (ties: the oldest)
 - seq_cp copies state and checkpoints (copy on write), seq_keep / whole removal / clear zero
-- seq_add: a whole-sequence renumbering is allowed, a partial shift of a state is refused
+- seq_add: a whole-sequence renumbering is allowed, a partial shift of a state is refused; with
+  RoPE the cached K is rotated on in the model's mode (NORM pairs, or NEOX for qwen35 / falcon-h1),
+  so the renumbered sequence continues as the original would
 Models: converted at test time from tests/fixtures/hf/* with toolkit.convert.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
 
-FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
+FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny", "falconh1-tiny"]
 # Every context here runs ubatches of at most UB tokens: below the chunked-SSD threshold
 # (tk_ssd_threshold, 32), so the token-by-token recurrence runs in the reference and in the
 # rolled-back run alike - the same computation, compared bit for bit.
@@ -167,3 +169,19 @@ def test_seq_add_rules(model):
         # positions do not enter the computation (no RoPE): the renumbered sequence continues
         # exactly as the original would
         assert np.array_equal(got, fresh(model, np.concatenate([a, x]))[10:])
+
+
+@pytest.mark.parametrize("name", ["bamba-tiny", "qwen35-tiny", "falconh1-tiny"])
+def test_whole_sequence_shift_rotates_k_in_the_models_rope_mode(hf_f32, name):
+    """After seq_add(0, 0, -1, 7) the next tokens see the same relative positions: their logits
+    equal those of the unshifted run up to float rounding of the extra rotation (NORM RoPE for
+    bamba; NEOX for qwen35 and falcon-h1, where a NORM re-rotation gave rel L2 0.67 and 0.04)."""
+    a, x = toks(20, 21), toks(10, 22)
+    with Model(hf_f32(name)) as m:
+        assert m.hparams.use_rope and m.hparams.attention_layers
+        with Context(m, n_ctx=128) as ctx:
+            ctx.decode(a, logits="none")
+            assert ctx.memory.seq_add(0, 0, -1, 7) and ctx.memory.seq_pos_max(0) == 26
+            got = ctx.decode(x, logits="all")
+        want = fresh(m, np.concatenate([a, x]))[20:]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5

@@ -16,6 +16,10 @@ Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
     else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
     d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).
 
+Falcon-H1 (falcon-h1): every layer is parallel (attention and Mamba-2 on the same input), so
+it counts among both attention_layers and recurrent_layers; ssm_norm_before_gate is
+{arch}.ssm.norm_before_gate (ours, HF mamba_norm_before_gate).
+
 Layer kinds come from the file: ``{arch}.attention.layer_indices`` when present, else the
 per-layer ``{arch}.attention.head_count_kv`` array (0 = recurrent), never from the name.
 Which keys a family has is the architecture table's (:mod:`toolkit.arch.table`) business: its
@@ -57,6 +61,7 @@ class HParams:
     ssm_head_dim: int = 0        # Mamba-2 P
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
     gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
+    ssm_norm_before_gate: bool = False  # Mamba-2 gated norm: rmsnorm(y) w * silu(z) (Falcon-H1), else rmsnorm(y silu(z)) w
     # attention
     n_head: int = 0
     n_head_kv: list[int] = field(default_factory=list)   # per layer, 0 on recurrent layers
@@ -70,6 +75,10 @@ class HParams:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_shexp: int = 0
+    moe_n_group: int = 1          # expert groups (expert_group_count), Nemotron-H MoE
+    moe_topk_group: int = 1       # groups kept per token (expert_group_used_count)
+    moe_weights_norm: bool = False  # routed weights / their sum (expert_weights_norm)
+    moe_weights_scale: float = 1.0  # routed weights * this (expert_weights_scale)
     # granite multipliers
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
@@ -80,11 +89,14 @@ class HParams:
 
     @property
     def attention_layers(self) -> list[int]:
-        return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED)]
+        """Layers with attention (and a KV cache): attention layers, parallel ones, zamba2's hybrid ones."""
+        return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL,
+                                                                     LayerKind.ZAMBA2_SHARED)]
 
     @property
     def recurrent_layers(self) -> list[int]:
-        return [i for i, kd in enumerate(self.layer_kinds) if kd != LayerKind.ATTENTION]
+        """Layers with recurrent state: every layer but the attention and mixer-less ones (parallel ones too)."""
+        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

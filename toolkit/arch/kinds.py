@@ -15,6 +15,8 @@ class LayerKind(enum.IntEnum):
     MAMBA2 = 1
     ATTENTION = 2
     GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
+    NONE = 5        # no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers)
+    PARALLEL = 6    # attention + Mamba-2 side by side, outputs summed (Falcon-H1): mixer_parallel.c
     ZAMBA2_SHARED = 7  # Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c)
 
 
@@ -24,6 +26,7 @@ class FFNKind(enum.IntEnum):
     NONE = 0
     DENSE = 1   # SwiGLU: down(silu(gate(x)) * up(x))
     MOE = 2     # top-k routed SwiGLU experts (+ shared expert when present)
+    RELU2 = 3   # down(relu(up(x))^2), no gate (Nemotron-H MLP)
 
 
 class Residual(str, enum.Enum):

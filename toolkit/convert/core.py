@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from toolkit.convert.encode import PASSTHROUGH, encode
+from toolkit.convert.encode import PASSTHROUGH, encode, widen
 from toolkit.convert.families import REGISTRY, supported
 from toolkit.convert.hfdir import HFDir
 from toolkit.convert.plan import OutTensor, Plan, kv_str
@@ -144,7 +144,7 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
         src = seg.src
         np_dtype, isz = DTYPES[src.dtype]
         row_bytes = row_len * isz
-        if (seg.perm is None and t.op is None and t.col_perm is None
+        if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales
                 and (src.dtype, t.type) in PASSTHROUGH):
             # the bytes are already what GGUF wants: copy them inside the kernel, no band in memory
             n = seg.n_rows * row_bytes
@@ -167,12 +167,17 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 raw = raw[seg.perm[r0:r1] - r0]
             if t.col_perm is not None:
                 raw = raw[:, t.col_perm]
+            dtype = src.dtype
+            if seg.scales:         # folded multipliers: float32 products, then encoded as from F32
+                raw, dtype = widen(raw, dtype).astype(np.float32), "F32"
+                for f in seg.scales:
+                    raw = raw * np.float32(f)
             if nat is not None:
                 data = obuf.view((r1 - r0) * out_row)
-                nat.convert_rows(int(_GGML_OF[src.dtype]), np.ascontiguousarray(raw), int(t.type), data,
+                nat.convert_rows(int(_GGML_OF[dtype]), np.ascontiguousarray(raw), int(t.type), data,
                                  r1 - r0, row_len, os.cpu_count() or 1)
             else:
-                data = encode(raw, src.dtype, t.type, t.op)
+                data = encode(raw, dtype, t.type, t.op)
             w.write(t.name, data)
             if progress:
                 progress(len(memoryview(data).cast("B")))

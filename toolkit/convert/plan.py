@@ -16,6 +16,8 @@ transform we need is expressible without holding a whole tensor:
         one segment with a row permutation that stays within each head (``block`` = head_dim)
     elementwise op ("neg_exp": A = -exp(A_log))
         applied per band after widening to float
+    scale (Falcon-H1's muP multipliers folded into a weight, per row block)
+        one segment per block, each with its factors (``Segment.scales``)
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ class Segment:
 
     perm:   optional int array of length n_rows; output row i <- source row row0 + perm[i].
             Must map each block of ``block`` rows onto itself (bands never split a block).
+    scales: factors the rows are multiplied by, in turn, after widening to float32 (each a
+            float32 product, as llama.cpp's ``tensor * multiplier`` on a float32 tensor)
     """
 
     src: STTensor
@@ -87,6 +91,7 @@ class Segment:
     n_rows: int
     perm: np.ndarray | None = None
     block: int = 1
+    scales: tuple[float, ...] = ()
 
 
 @dataclass

@@ -20,7 +20,7 @@ void tk_context_free(tk_context * c) {
     if (c->mem) c->mem->free(c->mem);
     tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
-                      c->att, c->g, c->u, c->f1, c->row, c->vec};
+                      c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->ssd_ws);
@@ -61,7 +61,8 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     }
     const tk_scratch sc = scratch_of(m, p->n_ubatch, p->n_threads > 0 ? p->n_threads : 1);
     const double w = 3.0 * hp->n_embd + 2.0 * m->max_ff + (double) sc.zx + (double) sc.xc + (double) sc.xdbl +
-                     (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv;
+                     (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv +
+                     (double) sc.mix;
     const double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
@@ -125,6 +126,11 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
         c->scratch_bytes += zmax(allocs[i].n, 1) * sizeof(float);
         if (!*allocs[i].p) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
+    }
+    if (sc.mix) {              /* only models with a parallel layer have it (the others' report is unchanged) */
+        c->mix = malloc(U * sc.mix * sizeof(float));
+        c->scratch_bytes += U * sc.mix * sizeof(float);
+        if (!c->mix) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", U * sc.mix);
     }
     const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
     c->act = malloc(zmax(act_bytes, 1));

@@ -6,9 +6,12 @@
  *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
  *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
  *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
+ *   mixer_parallel.c   TK_LAYER_PARALLEL   attention + Mamba-2 on the same input, outputs summed (Falcon-H1)
  *   mixer_zamba2.c     TK_LAYER_ZAMBA2_SHARED  Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
- *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU experts + optional shared expert
+ *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
+ *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
+ *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
  *
  * A new kind = a new file defining its tk_mixer_ops / tk_ffn_ops, one row in the tables in
  * forward.c, and its enum value (toolkit.h + toolkit/arch).  Row helpers the kinds share
@@ -48,6 +51,7 @@ const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
 typedef struct {
     size_t zx, xc, xdbl, dtr, dt, y;   /* recurrent: in-projection, conv output, x_proj rows, dt rank rows, dt, scan output */
     size_t q, kv;                      /* attention: q (and att) width, k (and v) width */
+    size_t mix;                        /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
     size_t work_bytes;
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
@@ -65,7 +69,8 @@ typedef struct {
     int32_t (*kv_dim)(const tk_model * m, int il);
     /* raise `need` to what layer il's forward uses of the context's scratch */
     void (*scratch)(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
-    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory */
+    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory
+     * (NULL: no mixer, TK_LAYER_NONE; the block is its FFN alone) */
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
 } tk_mixer_ops;
 
@@ -77,8 +82,11 @@ typedef struct {
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
 } tk_ffn_ops;
 
-extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_zamba2;
-extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe;
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
+    tk_mixer_parallel, tk_mixer_zamba2;
+/* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
+tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
+extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
 
 /* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind);
@@ -115,5 +123,8 @@ tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const 
  * selects the expert of 3-D weights */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y);
+/* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
+tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                       const float * x, int32_t n, float * y);
 
 #endif

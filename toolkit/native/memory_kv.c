@@ -123,9 +123,14 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
         if (!hp->use_rope || hp->n_rot <= 0) continue;
-        for (int32_t l = 0; l < kv->n_layer; l++)
-            if (kv->k[l]) tk_rope_norm(kv->k[l] + (size_t) i * kv->kv_dim[l], kv->kv_dim[l] / hp->head_dim, hp->head_dim,
-                                       hp->n_rot, delta, hp->rope_freq_base);
+        /* K is stored rotated: rotate it on by delta, in the attention kind's RoPE mode */
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->k[l]) continue;
+            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
+            const int32_t n_head = kv->kv_dim[l] / hp->head_dim;
+            if (hp->rope_neox) tk_rope_neox(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
+            else tk_rope_norm(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
+        }
     }
 }
 

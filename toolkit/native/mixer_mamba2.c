@@ -1,4 +1,5 @@
-/* mixer_mamba2.c: the Mamba-2 mixer (TK_LAYER_MAMBA2: mamba2, granitehybrid).
+/* mixer_mamba2.c: the Mamba-2 mixer (TK_LAYER_MAMBA2: mamba2, granitehybrid; and the Mamba-2
+ * half of TK_LAYER_PARALLEL, falcon-h1, through tk_mamba2_bind and tk_mixer_mamba2.forward).
  *
  * Shapes (U ubatch tokens, D n_embd, DI d_inner, N d_state, H heads, P = DI/H head dim,
  * G n_group, K d_conv, CD = DI + 2 G N conv channels, W = 2 DI + 2 G N + H):
@@ -9,8 +10,10 @@
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
  *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y)
+ *   Falcon-H1 variants: no ssm_norm tensor (mamba_rms_norm false): y = y * silu(z);
+ *   hp.ssm_norm_before_gate (mamba_norm_before_gate): y = grouped RMSNorm(y) * w * silu(z)
  * ref: transformers modeling_mamba2.py Mamba2Mixer.torch_forward, MambaRMSNormGated;
- *      llama.cpp build_mamba2_layer.
+ *      modeling_falcon_h1.py FalconH1Mixer, FalconH1RMSNormGated; llama.cpp build_mamba2_layer.
  */
 #include "layer.h"
 #include "tk_cpu.h"
@@ -60,7 +63,7 @@ static tk_status m2_check(const tk_hparams * hp, int il) {
     return TK_OK;
 }
 
-static tk_status m2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required) {
     const tk_hparams * hp = &m->hp;
     const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
     char nm[128];
@@ -73,10 +76,28 @@ static tk_status m2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(H), 1, &l->ssm_dt_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(1, H), 1, &l->ssm_a));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_d"), TK_SHAPE(1, H), 1, &l->ssm_d));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(DI / G, G), 1, &l->ssm_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(DI / G, G), norm_required, &l->ssm_norm));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_out.weight"), TK_SHAPE(DI, D), 1, &l->ssm_out));
 #undef NAME
     return TK_OK;
+}
+
+static tk_status m2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    return tk_mamba2_bind(m, tab, il, l, 1);
+}
+
+/* Falcon-H1's gates (the Mamba-2 one is tk_gated_norm_rows): y = rmsnorm(y) w * silu(z) per
+ * group (norm before gate), or y = y * silu(z) when the layer has no ssm_norm (j->b NULL) */
+static void norm_then_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    const int64_t gs = j->n / j->groups;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        if (j->b)
+            for (int32_t g = 0; g < j->groups; g++) tk_rms_norm(y + g * gs, j->b + g * gs, j->f, gs, y + g * gs);
+        tk_mul_silu_row(y, j->a + t * j->a_stride, j->n);
+    }
 }
 
 static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
@@ -110,7 +131,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
                                    l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->ssd_ws, ctx->ssd_ws_bytes));
     }
     tk_rows_job gj = {ctx->zx, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
-    tk_par_rows(ctx->pool, U, DI, tk_gated_norm_rows, &gj);
+    const int gate_first = l->ssm_norm && !hp->ssm_norm_before_gate;
+    tk_par_rows(ctx->pool, U, DI, gate_first ? tk_gated_norm_rows : norm_then_gate_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 

@@ -62,6 +62,7 @@ typedef struct {
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
     float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
+    float * ffn_exp_probs_b;                            /* [E]: expert choice bias (moe_sigmoid), or NULL */
     /* zamba2 hybrid layer (mixer_zamba2.c): the shared block's tensors (bound into every layer
      * that runs it; matrices stay in the mapping) and the layer's own adapters and projection */
     float * shared_attn_norm;  /* [2D] (the block's ffn pre-norm is ffn_norm; wq..wo, ffn_gate/up/down its matrices) */
@@ -177,6 +178,7 @@ struct tk_context {
     float * k;                 /* [U, Hkv_max*hd] */
     float * v;                 /* [U, Hkv_max*hd] */
     float * att;               /* [U, H*hd] (sized like q) */
+    float * mix;               /* [U, D] a parallel layer's second mixer output, or NULL (no such layer) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */

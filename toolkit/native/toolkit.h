@@ -70,13 +70,16 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
     TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
+    TK_LAYER_PARALLEL = 6,     /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
     TK_LAYER_ZAMBA2_SHARED = 7 /* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
     TK_FFN_NONE = 0,
     TK_FFN_DENSE = 1,
-    TK_FFN_MOE = 2
+    TK_FFN_MOE = 2,
+    TK_FFN_RELU2 = 3           /* down(relu(up(x))^2), no gate (Nemotron-H MLP; ffn_relu2.c) */
 } tk_ffn_kind;
 
 typedef enum {
@@ -87,6 +90,9 @@ typedef enum {
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
     TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_NEMOTRON_H = 9,
+    TK_ARCH_NEMOTRON_H_MOE = 10,
+    TK_ARCH_FALCON_H1 = 11,
     TK_ARCH_ZAMBA2 = 12
 } tk_arch;
 
@@ -134,6 +140,17 @@ typedef struct {
     int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
     int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
     int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
+    /* Nemotron-H MoE routing (appended): sigmoid scores, bias-corrected choice, groups */
+    int32_t moe_sigmoid;       /* 1: s = sigmoid(logits); choose top-k of s + exp_probs_b (required); weights = s */
+    int32_t moe_relu2;         /* 1: experts and shared expert are down(relu(up(x))^2), no gate tensors */
+    int32_t moe_n_group;       /* expert groups (expert_group_count; <= 1: none) */
+    int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
+    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-20) (expert_weights_norm) */
+    float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
+    /* Falcon-H1 (appended) */
+    int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
+                                     0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
+    int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
     /* zamba2 (appended) */
     int32_t n_shared_block;    /* M shared blocks: the j-th TK_LAYER_ZAMBA2_SHARED layer runs shared.{j % M} */
     float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */

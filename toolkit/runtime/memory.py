@@ -11,7 +11,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
                layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state; gated delta
                net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
-  compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c),
+  compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c;
+               a model with parallel layers also has ctx->mix, D wide),
                plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes),
                with gated delta net layers n_threads x tk_gdn_work_floats(Dk, Dv) floats (gdn.c)
   zamba2       its hybrid layers count as attention (KV) and as recurrent (Mamba-2 state) layers,
@@ -39,7 +40,9 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     from toolkit.arch import LayerKind, arch_spec
     attn = hp.attention_layers
     rec = hp.recurrent_layers
-    has_m2 = any(hp.layer_kinds[i] in (LayerKind.MAMBA2, LayerKind.ZAMBA2_SHARED) for i in rec)
+    # a parallel layer (Falcon-H1) is a Mamba-2 mixer beside an attention one
+    has_m2 = any(hp.layer_kinds[i] in (LayerKind.MAMBA2, LayerKind.PARALLEL, LayerKind.ZAMBA2_SHARED) for i in rec)
+    has_par = any(kd == LayerKind.PARALLEL for kd in hp.layer_kinds)
     has_z2 = LayerKind.ZAMBA2_SHARED in hp.layer_kinds
     has_gdn = any(hp.layer_kinds[i] == LayerKind.GDN for i in rec)
     D, DI, N = hp.n_embd, hp.d_inner, hp.d_state
@@ -65,6 +68,8 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
     widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * y, U * y, U * q, U * kvw, U * kvw, U * q,
                             U * max_ff, U * max_ff, D, row_n * n_threads, vec_n * n_threads]
+    if has_par:     # ctx->mix [U, D]: the attention half's output (allocated only for such models)
+        widths.append(U * D)
     # quantized activation rows of the integer mat-mul path: Q8_K, 292 bytes per 256 values
     act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),

@@ -1,0 +1,110 @@
+"""Make the held-back-style Falcon-H1 fixtures (tests/fixtures/hf/*): checkpoints with the
+options the shared falconh1-tiny (mamba_rms_norm with the norm before the gate, 1 group,
+head_dim = hidden / heads, untied) does not cover:
+
+    falconh1-gates-tiny   mamba_norm_before_gate false (llama.cpp's gate-then-norm order), 2 B/C
+                          groups, d_conv 3, an explicit head_dim 24 != hidden / heads, mamba_d_ssm
+                          null (expand x hidden), 3 layers, other multipliers
+    falconh1-nonorm-tiny  mamba_rms_norm false (no gated norm: y * silu(z)), tied embeddings with
+                          lm_head_multiplier != embedding_multiplier, Hkv = Hq, no conv bias,
+                          d_conv 2, 3 layers, mamba_d_head "auto"
+
+Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), never in the
+tests:
+
+    /tmp/venv-hf/bin/python tools/make_falconh1_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
+
+Like ../shared/fixtures (round 2): seeded, every parameter redrawn: matrices and conv kernels
+N(0, 0.08); RMSNorm weights (Falcon-H1 computes x w: input / pre-FF / final / mamba norms) and D
+1 + N(0, 0.1); dt_bias and conv bias N(0, 0.1); A_log = log U(1, 16).  Several safetensors
+shards; the 512-token tokenizer and 64 tokens of Python source of tools/make_gdn_fixtures.py.
+reference.npz: ``tokens`` int32 [64], ``logits`` float32 [64, 512] (eager attention), ``greedy``
+(16 tokens from HF ``generate``, greedy, its own cache).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+
+_BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, hidden_act="silu", max_position_embeddings=8192,
+             initializer_range=0.08, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+             mamba_d_state=16, mamba_chunk_size=256, rope_parameters=dict(rope_type="default", rope_theta=10000.0))
+
+SPECS = {
+    "falconh1-gates-tiny": dict(seed=17, config=dict(
+        _BASE, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=24,
+        mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_conv=3,
+        mamba_rms_norm=True, mamba_norm_before_gate=False, tie_word_embeddings=False,
+        embedding_multiplier=2.5, lm_head_multiplier=0.6, key_multiplier=1.3, attention_in_multiplier=0.8,
+        attention_out_multiplier=1.2, ssm_in_multiplier=0.9, ssm_out_multiplier=1.4,
+        mlp_multipliers=[1.2, 0.7], ssm_multipliers=[1.3, 0.6, 0.9, 1.2, 0.7])),
+    "falconh1-nonorm-tiny": dict(seed=31, config=dict(
+        _BASE, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+        mamba_d_ssm=96, mamba_n_heads=6, mamba_d_head="auto", mamba_n_groups=1, mamba_d_conv=2,
+        mamba_conv_bias=False, mamba_rms_norm=False, mamba_norm_before_gate=True, tie_word_embeddings=True,
+        embedding_multiplier=0.3, lm_head_multiplier=1.5, key_multiplier=0.8, attention_in_multiplier=1.1,
+        attention_out_multiplier=0.9, ssm_in_multiplier=1.2, ssm_out_multiplier=0.6,
+        mlp_multipliers=[0.9, 1.1], ssm_multipliers=[0.7, 1.2, 1.1, 0.8, 1.3])),
+}
+
+
+def _redraw(torch, named, g) -> None:
+    """Every parameter redrawn (see the module docstring)."""
+    with torch.no_grad():
+        for name, p in named:
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith(("norm.weight", "layernorm.weight", ".D")):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def make(name: str, out_root: str) -> None:
+    import torch
+    import transformers
+
+    spec = SPECS[name]
+    torch.manual_seed(spec["seed"])
+    cfg = transformers.FalconH1Config(**spec["config"])
+    cfg.architectures = ["FalconH1ForCausalLM"]
+    model = transformers.FalconH1ForCausalLM._from_config(cfg, attn_implementation="eager").eval()
+    _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
+    out = os.path.join(out_root, name)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    tokens = _tokens()
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             do_sample=False)
+    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    files = sorted(os.listdir(out))
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
+    print(f"wrote {out}: {sum(f.endswith('.safetensors') for f in files)} shards, {total / 1024:.0f} KiB, "
+          f"greedy {greedy.tolist()}")
+    if total > 1.4 * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+
+def main(argv: list[str]) -> None:
+    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
+    for n in argv[1:] or list(SPECS):
+        make(n, out_root)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
