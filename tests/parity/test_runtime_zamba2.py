@@ -100,3 +100,19 @@ def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report
     diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
+
+
+@pytest.mark.parametrize("outtype", ["bf16", "f16", "q8_0"])
+def test_converted_lower_precision(fixtures, tmp_path, report, outtype):
+    """Matrices (shared blocks, adapters, projections) in bf16 / f16 / q8_0: the error is bounded
+    by what the type explains (the bounds of test_runtime_parity.py's QUANT_BOUNDS)."""
+    from test_runtime_parity import QUANT_BOUNDS
+    from toolkit.convert import convert
+    name = "zamba2-tiny"
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    out = tmp_path / f"{name}.{outtype}.gguf"
+    convert(str(fixtures / "hf" / name), str(out), outtype)
+    lo = logits_of(out, ref["tokens"])
+    err, top1 = rel_l2(lo, ref["logits"]), float(np.mean(lo.argmax(1) == ref["logits"].argmax(1)))
+    report.append(f"{name} {outtype}: rel L2 {err:.2e} (bound {QUANT_BOUNDS[outtype]:.0e}), top-1 {top1:.0%}")
+    assert err < QUANT_BOUNDS[outtype]
