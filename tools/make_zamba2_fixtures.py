@@ -5,7 +5,8 @@
                         blocks 0, 1, 0), the original hub form of ``layers_block_type`` ("mamba" /
                         "hybrid"), mamba_ngroups 2, mamba_d_conv 3, mamba_expand 1 (4 heads of 16),
                         2 attention heads of 64, adapter rank 4, intermediate_size 64
-    zamba2-dtfloor-tiny hybrid layers 0 and 3 of 4, no RoPE (use_mem_rope false), dt_bias -9 so that
+    zamba2-dtfloor-tiny hybrid layers 0 and 3 of 4, no RoPE (use_mem_rope false), no attention adapters
+                        (use_shared_attention_adapter false: the MLP ones only), dt_bias -9 so that
                         softplus(dt + dt_bias) falls under time_step_min (1e-3) and HF's chunked scan
                         floors it (dt_limit); greedy: argmax of repeated full forwards (HF's decode
                         step does not apply dt_limit, its prompt pass does)
@@ -45,6 +46,7 @@ SPECS = {
     "zamba2-dtfloor-tiny": dict(seed=32, text=dict(_BASE, num_hidden_layers=4, num_mem_blocks=1, mamba_ngroups=1,
                                                      mamba_d_conv=4, num_attention_heads=4, num_key_value_heads=4,
                                                      adapter_rank=8, use_mem_rope=False,
+                                                     use_shared_attention_adapter=False,
                                                      layers_block_type=["hybrid", "mamba", "mamba", "hybrid"]),
                                 dt_bias=-9.0, greedy_full_forward=True),
 }

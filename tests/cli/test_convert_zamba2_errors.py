@@ -46,8 +46,7 @@ def test_missing_adapter(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", f"'{name}'")
 
 
-@pytest.mark.parametrize("key,value", [("use_shared_attention_adapter", False), ("add_bias_linear", True),
-                                       ("hidden_act", "silu")])
+@pytest.mark.parametrize("key,value", [("use_long_context", True), ("add_bias_linear", True), ("hidden_act", "silu")])
 def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})
@@ -56,3 +55,10 @@ def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
 
 def test_config_values_of_the_wrong_kind_are_errors(tmp_path):
     assert count_config_kind_errors(copy(tmp_path, NAME)) > 40
+
+
+def test_attention_adapters_the_config_turns_off_are_leftovers(monkeypatch, capsys, tmp_path):
+    """use_shared_attention_adapter false: HF builds no q/k/v adapters, so stored ones do not fit."""
+    d = copy(tmp_path, NAME)
+    edit_config(d, use_shared_attention_adapter=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, "linear_", "_adapter_list", "was not converted")

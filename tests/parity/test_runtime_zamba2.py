@@ -4,8 +4,8 @@ tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 l
 and its 16-token greedy continuation.  zamba2-tiny is ../shared/fixtures' (one shared block,
 hybrid layers 1 and 4); tools/make_zamba2_fixtures.py made the others: two shared blocks over
 three hybrid layers with the hub's "mamba"/"hybrid" block types, mamba_ngroups 2 and
-mamba_d_conv 3 (zamba2-mem2-tiny); no RoPE, hybrid layer 0, and a dt under time_step_min that
-HF's chunked scan floors (zamba2-dtfloor-tiny).  llama.cpp has no Zamba2: no llama.cpp file.
+mamba_d_conv 3 (zamba2-mem2-tiny); no RoPE, no attention adapters, hybrid layer 0, and a dt
+under time_step_min that HF's chunked scan floors (zamba2-dtfloor-tiny).  llama.cpp has no Zamba2: no llama.cpp file.
 
 Checked for each: our f32 conversion's logits over all 64 positions < F32_BOUND relative L2 in
 one shot, in ubatches of 1 and of 7 tokens, the greedy continuation identical; two sequences in
@@ -82,6 +82,8 @@ def test_fixtures_cover_the_layout(hf_f32):
     assert sorted({n.split(".")[1] for n in f.tensors if n.startswith("shared.")}) == ["0", "1"]
     d = HParams.from_gguf(GGUFFile(str(hf_f32("zamba2-dtfloor-tiny"))))
     assert d.layer_kinds[0] == LayerKind.ZAMBA2_SHARED and d.n_rot == 0 and d.ssm_dt_min > 0
+    names = GGUFFile(str(hf_f32("zamba2-dtfloor-tiny"))).tensors
+    assert "blk.0.ffn_lora_a.weight" in names and not any("attn_q_lora" in n for n in names)
 
 
 @pytest.mark.parametrize("name", ["zamba2-tiny", "zamba2-mem2-tiny"])

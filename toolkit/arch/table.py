@@ -93,9 +93,9 @@ FFN_TENSORS = {
 # block (shared.{bid}.*, bid = the block it runs) is ZAMBA2_SHARED_BLOCK_TENSORS
 ZAMBA2_LAYER_TENSORS = TensorSet(
     required=MAMBA2_TENSORS.required + tuple(_w(t) for t in (
-        T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B,
         T.FFN_LORA_A, T.FFN_GATE_LORA_B, T.FFN_UP_LORA_B, T.SHARED_LINEAR)),
-    optional=MAMBA2_TENSORS.optional)
+    optional=MAMBA2_TENSORS.optional + (tuple(_w(t) for t in (      # use_shared_attention_adapter
+        T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B)),))
 ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
     T.SHARED_ATTN_NORM, T.SHARED_ATTN_Q, T.SHARED_ATTN_K, T.SHARED_ATTN_V, T.SHARED_ATTN_OUT, T.SHARED_FFN_NORM,
     T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)))

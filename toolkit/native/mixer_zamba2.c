@@ -10,7 +10,8 @@
  *   KV cache per cell: K [Hkv hd] (after RoPE), V [Hkv hd]; recurrent state: Mamba-2's
  * Formula (transformers modeling_zamba2.py Zamba2HybridLayer / Zamba2AttentionDecoderLayer):
  *   h = rmsnorm([x | E]) * shared.attn_norm                                   [U, A]
- *   q = Wq h + Bq (Aq h), k = Wk h + Bk (Ak h), v = Wv h + Bv (Av h)
+ *   q = Wq h + Bq (Aq h), k = Wk h + Bk (Ak h), v = Wv h + Bv (Av h)   (Wq h ... without the
+ *       optional attention adapters: HF use_shared_attention_adapter false)
  *   o = Wo softmax(rope(q) rope(k)^T * scale) v   (scale = attention.scale = (hd/2)^-1/2,
  *       NEOX RoPE over n_rot dims; tk_attention_core)
  *   f = rmsnorm(o) * shared.ffn_norm
@@ -45,7 +46,7 @@ static void z2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     const tk_layer * l = &m->layers[il];
     tk_mixer_mamba2.scratch(m, il, n_ubatch, n_threads, need);
     tk_scratch_need(&need->zx, 2 * (size_t) hp->n_embd);
-    tk_scratch_need(&need->xdbl, (size_t) l->lora_qa.ne[1]);
+    tk_scratch_need(&need->xdbl, (size_t) l->ffn_lora_a.ne[1]);
     tk_scratch_need(&need->y, (size_t) hp->n_head * (size_t) hp->head_dim);
     tk_scratch_need(&need->y, (size_t) l->n_ff);
     tk_scratch_need(&need->q, (size_t) hp->n_head * (size_t) hp->head_dim);
@@ -99,16 +100,18 @@ static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_mixer_mamba2.bind(m, tab, il, l));
     TK_CHECK(z2_bind_shared(m, tab, z2_block(hp, il), l));
-    const tk_tensor_desc * qa = tk_table_find(tab, NAME("attn_q_lora_a.weight"));
-    if (!qa) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
-    const int64_t r = qa->ne[1], F = l->n_ff;
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_lora_a.weight"), TK_SHAPE(A, r), 1, &l->lora_qa));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_lora_b.weight"), TK_SHAPE(r, HD), 1, &l->lora_qb));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_lora_a.weight"), TK_SHAPE(A, r), 1, &l->lora_ka));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_lora_b.weight"), TK_SHAPE(r, KV), 1, &l->lora_kb));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_lora_a.weight"), TK_SHAPE(A, r), 1, &l->lora_va));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_lora_b.weight"), TK_SHAPE(r, KV), 1, &l->lora_vb));
+    const tk_tensor_desc * fa = tk_table_find(tab, NAME("ffn_lora_a.weight"));
+    if (!fa) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
+    const int64_t r = fa->ne[1], F = l->n_ff;
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_lora_a.weight"), TK_SHAPE(D, r), 1, &l->ffn_lora_a));
+    /* the attention adapters come as a group of six, or not at all (use_shared_attention_adapter) */
+    const int attn_lora = tk_table_find(tab, NAME("attn_q_lora_a.weight")) != NULL;
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_lora_a.weight"), TK_SHAPE(A, r), attn_lora, &l->lora_qa));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_lora_b.weight"), TK_SHAPE(r, HD), attn_lora, &l->lora_qb));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_lora_a.weight"), TK_SHAPE(A, r), attn_lora, &l->lora_ka));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_lora_b.weight"), TK_SHAPE(r, KV), attn_lora, &l->lora_kb));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_lora_a.weight"), TK_SHAPE(A, r), attn_lora, &l->lora_va));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_lora_b.weight"), TK_SHAPE(r, KV), attn_lora, &l->lora_vb));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_lora_b.weight"), TK_SHAPE(r, F), 1, &l->ffn_gate_lora_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_lora_b.weight"), TK_SHAPE(r, F), 1, &l->ffn_up_lora_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("shared_linear.weight"), TK_SHAPE(D, D), 1, &l->shared_linear));
@@ -119,11 +122,12 @@ static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 /* ---- forward ---- */
 
 /* y [U, n] = w x + b (a (x)): the projection plus its LoRA adapter (a: [in, r] into ctx->xdbl,
- * b: [r, n] into ctx->y), added row by row */
+ * b: [r, n] into ctx->y), added row by row; w x alone when the adapter is absent */
 static tk_status z2_proj_lora(tk_context * ctx, const tk_weight * w, const tk_weight * a, const tk_weight * b,
                               const float * x, int32_t U, float * y) {
     const int64_t n = w->ne[1];
     TK_CHECK(tk_matmul(w, 0, x, U, y, &ctx->mm));
+    if (!a->data) return TK_OK;
     TK_CHECK(tk_matmul(a, 0, x, U, ctx->xdbl, &ctx->mm));
     TK_CHECK(tk_matmul(b, 0, ctx->xdbl, U, ctx->y, &ctx->mm));
     tk_rows_job j = {ctx->y, NULL, y, n, n, n, 1.0f, 1};

@@ -79,8 +79,8 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
 
 
 def _adapter_rank(gguf) -> int:
-    """The LoRA rank r of zamba2's adapters (blk.N.attn_q_lora_a [2D, r]), 0 without them."""
-    return max((int(t.shape[1]) for t in gguf if t.name.endswith("attn_q_lora_a.weight")), default=0)
+    """The LoRA rank r of zamba2's adapters (blk.N.ffn_lora_a [D, r]), 0 without them."""
+    return max((int(t.shape[1]) for t in gguf if t.name.endswith("ffn_lora_a.weight")), default=0)
 
 
 def _gdn_workspace(hp, n_threads: int) -> int:

@@ -26,6 +26,7 @@ shared_transformer of the first hybrid layer of block b (the others are tied to 
                                                           shared.b.ffn_up.weight (rows I..2I)
   feed_forward.down_proj.weight [D, I]                    shared.b.ffn_down.weight
   self_attn.linear_{q,k,v}_adapter_list.j.0.weight [r, A] blk.i.attn_{q,k,v}_lora_a.weight
+    (only with use_shared_attention_adapter; the MLP adapter is always there)
   self_attn.linear_{q,k,v}_adapter_list.j.1.weight [A, r] blk.i.attn_{q,k,v}_lora_b.weight
   feed_forward.gate_up_proj_adapter_list.j.0.weight [r, D] blk.i.ffn_lora_a.weight
   feed_forward.gate_up_proj_adapter_list.j.1.weight [2I, r] blk.i.ffn_gate_lora_b (rows 0..I),
@@ -107,7 +108,8 @@ class Zamba2Family(Family):
         self.n_mem = c.int("num_mem_blocks", default=1)
         if self.n_mem <= 0:
             raise InputError(f"{c.path}: key 'num_mem_blocks' = {self.n_mem} must be > 0")
-        for key_, ok in (("add_bias_linear", False), ("use_long_context", False), ("use_shared_attention_adapter", True)):
+        self.attn_adapters = bool(c.d.get("use_shared_attention_adapter", False))
+        for key_, ok in (("add_bias_linear", False), ("use_long_context", False)):
             if bool(c.d.get(key_, ok)) != ok:
                 raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)} is not supported")
         if c.d.get("hidden_act", "gelu") != "gelu":
@@ -175,7 +177,7 @@ class Zamba2Family(Family):
     def _adapters(self, i: int, j: int, st: str) -> None:
         """Hybrid layer i (the j-th hybrid layer): its adapters, slot j of its shared block's lists."""
         A, D, I, r = self.attn_in, self.n_embd, self.n_ff, self.rank
-        for x, ta, tb in (("q", T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B), ("k", T.ATTN_K_LORA_A, T.ATTN_K_LORA_B),
+        for x, ta, tb in () if not self.attn_adapters else (("q", T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B), ("k", T.ATTN_K_LORA_A, T.ATTN_K_LORA_B),
                           ("v", T.ATTN_V_LORA_A, T.ATTN_V_LORA_B)):
             self.copy(tn(ta, i), st + f"self_attn.linear_{x}_adapter_list.{j}.0.weight", (r, A))
             self.copy(tn(tb, i), st + f"self_attn.linear_{x}_adapter_list.{j}.1.weight", (A, r))
