@@ -16,6 +16,9 @@ Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
     else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
     d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).
 
+LFM2 short conv (:func:`toolkit.arch.readers.read_shortconv`): d_conv = K
+({arch}.shortconv.l_cache), d_inner = D (its conv channels), d_state = dt_rank = 0.
+
 Layer kinds come from the file: ``{arch}.attention.layer_indices`` when present, else the
 per-layer ``{arch}.attention.head_count_kv`` array (0 = recurrent), never from the name.
 Which keys a family has is the architecture table's (:mod:`toolkit.arch.table`) business: its
@@ -70,6 +73,10 @@ class HParams:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_shexp: int = 0
+    # MoE routing by sigmoid scores (LFM2-MoE; readers.read_moe_routing)
+    moe_sigmoid: bool = False       # top-k of sigmoid(r) (+ exp_probs_b), weights sigmoid(r) of the k
+    moe_weights_norm: bool = False  # with moe_sigmoid: the k weights divided by their sum
+    moe_weights_scale: float = 1.0  # routed weights times this (HF routed_scaling_factor)
     # granite multipliers
     embedding_scale: float = 1.0
     residual_scale: float = 1.0

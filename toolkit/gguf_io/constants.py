@@ -39,6 +39,13 @@ class Keys:
         # MTP / NextN layers appended after the main layers (block_count includes them;
         # the runtime runs block_count - nextn_predict_layers layers)
         NEXTN_PREDICT_LAYERS = gguf.Keys.LLM.NEXTN_PREDICT_LAYERS
+        # MoE routing (LFM2-MoE): dense blocks before the MoE ones, the score function
+        # (llama.cpp llama_expert_gating_func_type: 1 softmax, 2 sigmoid), the routed weights'
+        # scale and renormalisation
+        LEADING_DENSE_BLOCK_COUNT = gguf.Keys.LLM.LEADING_DENSE_BLOCK_COUNT
+        EXPERT_GATING_FUNC = gguf.Keys.LLM.EXPERT_GATING_FUNC
+        EXPERT_WEIGHTS_SCALE = gguf.Keys.LLM.EXPERT_WEIGHTS_SCALE
+        EXPERT_WEIGHTS_NORM = gguf.Keys.LLM.EXPERT_WEIGHTS_NORM
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
@@ -80,6 +87,10 @@ class Keys:
         # differs from the key head dim Dk (ssm.state_size); llama.cpp reads both from
         # ssm.state_size, so files with Dk == Dv stay identical to its own
         VALUE_HEAD_DIM = "{arch}.ssm.value_head_dim"
+
+    class ShortConv:
+        """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""
+        L_CACHE = "{arch}.shortconv.l_cache"          # conv kernel width K (HF conv_L_cache)
 
     class HyperConnection:
         """Hyper-connections (qwen4exp); llama.cpp 0c1e570's gguf-py ``Keys.HyperConnection``
@@ -153,6 +164,8 @@ ARCH_QWEN4EXP = "qwen4exp"
 ARCH_QWEN3NEXT = "qwen3next"
 ARCH_QWEN35 = "qwen35"
 ARCH_QWEN35MOE = "qwen35moe"
+ARCH_LFM2 = "lfm2"
+ARCH_LFM2MOE = "lfm2moe"
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

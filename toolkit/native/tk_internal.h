@@ -33,7 +33,8 @@ typedef struct {
 typedef struct {
     /* small tensors are copied to owned float32 arrays at load (any source type) */
     float * attn_norm;         /* [D] */
-    /* recurrent */
+    /* recurrent (LFM2's short conv: ssm_in = shortconv.in_proj [D, 3D], ssm_conv1d =
+     * shortconv.conv [D][K], ssm_out = shortconv.out_proj [D, D]) */
     tk_weight ssm_in;          /* M1: [D, 2*d_inner]; M2: [D, 2*d_inner + 2*G*N + H] */
     float * ssm_conv1d;        /* [conv_dim][d_conv]  (ggml [d_conv, conv_dim]) */
     float * ssm_conv1d_b;      /* [conv_dim] or NULL */
@@ -62,6 +63,7 @@ typedef struct {
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
     float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
+    float * ffn_exp_probs_b;                            /* [E]: expert selection bias (moe_sigmoid), or NULL */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

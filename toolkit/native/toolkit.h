@@ -69,7 +69,8 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA1 = 0,
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
-    TK_LAYER_GDN = 3           /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_SHORTCONV = 4     /* LFM2's double-gated short conv (mixer_shortconv.c) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -85,7 +86,9 @@ typedef enum {
     TK_ARCH_JAMBA = 3,
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
-    TK_ARCH_QWEN35MOE = 6
+    TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_LFM2 = 7,
+    TK_ARCH_LFM2MOE = 8
 } tk_arch;
 
 typedef struct {
@@ -132,6 +135,12 @@ typedef struct {
     int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
     int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
     int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
+    /* LFM2 / LFM2-MoE.  A SHORTCONV layer reads d_conv = K (shortconv.l_cache) and runs over
+     * the n_embd channels. */
+    int32_t output_norm_embd;  /* 1: the final RMSNorm weight is token_embd_norm (LFM2), else output_norm */
+    int32_t moe_sigmoid;       /* 1: scores sigmoid(r); top-k of scores + exp_probs_b; weights = the k scores */
+    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-6) */
+    float   moe_weights_scale; /* with moe_sigmoid: weights times this (HF routed_scaling_factor) */
 } tk_hparams;
 
 typedef struct {
