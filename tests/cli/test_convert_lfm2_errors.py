@@ -105,3 +105,16 @@ def test_config_values_of_the_wrong_kind(tmp_path):
     never a traceback or an allocation sized by the bad value."""
     assert count_config_kind_errors(copy(tmp_path, "lfm2-k4-tiny")) > 20
     assert count_config_kind_errors(copy(tmp_path, "lfm2moe-bias-tiny")) > 20
+
+
+def test_untied_output_without_lm_head(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "lfm2-tiny")
+    edit_config(d, tie_word_embeddings=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor 'lm_head.weight'", "tie_word_embeddings is false")
+
+
+def test_original_tie_embedding_key(monkeypatch, capsys, tmp_path):
+    """The original config's ``tie_embedding`` (no tie_word_embeddings) is read too."""
+    d = copy(tmp_path, "lfm2-tiny")
+    edit_config(d, drop=("tie_word_embeddings",), tie_embedding=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor 'lm_head.weight'")

@@ -163,11 +163,21 @@ class LFM2Family(Family):
             self.ffn(i, lp + "feed_forward.")
         # HF applies embedding_norm after the last layer: it is the final norm
         self.copy(tn(T.TOKEN_EMBD_NORM), "model.embedding_norm.weight", (D,))
-        tie = self.cfg.d.get("tie_word_embeddings", self.cfg.d.get("tie_embedding", True))
-        self.cfg.d["tie_word_embeddings"] = bool(tie)
-        self.tied_output("model.embed_tokens.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)
+        self._output()
         self.check_leftovers()
         return self.plan
+
+    def _output(self) -> None:
+        """output.weight from lm_head unless the embeddings are tied: ``tie_word_embeddings``, or
+        the original config's ``tie_embedding`` (Lfm2Config pops it into the former), default
+        true; a tied checkpoint's saved lm_head is checked for shape and left out."""
+        d = self.cfg.d
+        tie = d.get("tie_word_embeddings", d.get("tie_embedding", True))
+        if not tie:
+            self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, self.n_embd), why="tie_word_embeddings is false")
+        elif self.has("lm_head.weight"):
+            self.take("lm_head.weight", (self.n_vocab, self.n_embd))
+            self.omit("lm_head.weight", "tie_word_embeddings: the output reuses token_embd.weight")
 
     def _attention(self, i: int, a: str) -> None:
         D, hd = self.n_embd, self.head_dim
