@@ -17,6 +17,10 @@ Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), n
 
     /tmp/venv-hf/bin/python tools/make_lfm2_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 
+tests/fixtures/llamacpp/NAME.f32.summary.json: ``python tools/make_gdn_fixtures.py --summarize`` of
+llama.cpp 0c1e570's ``convert_hf_to_gguf.py NAME --outtype f32`` (BPE pre-tokenizer check forced to
+``gpt-2``, as for ../shared/fixtures).
+
 Like ../shared/fixtures (round 2) and tools/make_gdn_fixtures.py (whose tokenizer, source text,
 reference format and size budget this reuses): seeded, every parameter redrawn: matrices and
 conv kernels N(0, 0.08), RMSNorm gammas (LFM2 multiplies by w) 1 + N(0, 0.3), the expert bias

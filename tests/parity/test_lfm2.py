@@ -5,6 +5,12 @@ References:
   fixtures (../shared/fixtures), compared with ours tensor by tensor and key by key.  What may
   differ: llama.cpp's model-card ``general.*`` keys (as for the GDN families), and the keys only
   we write: ``{arch}.attention.layer_indices`` and ``tokenizer.huggingface.json``.
+- tests/fixtures/llamacpp/NAME.f32.summary.json (tools/make_gdn_fixtures.py --summarize): llama.cpp's
+  conversions of the held-back-style fixtures (llama.cpp 0c1e570's convert_hf_to_gguf.py
+  --outtype f32, the BPE pre-tokenizer check forced to gpt-2, as for ../shared/fixtures):
+  every tensor's shape, type and sha256 and the non-tokenizer keys.  Ours equal them, plus our
+  keys; for lfm2moe-scale-tiny also expert_weights_scale / expert_weights_norm (llama.cpp's
+  converter drops routed_scaling_factor and norm_topk_prob).
 - tests/fixtures/hf/NAME/reference.npz: HF's float32 logits of 64 tokens and its 16-token greedy
   continuation, for the tiny fixtures and the held-back-style ones of tools/make_lfm2_fixtures.py:
   a 4-tap conv with the original ``full_attn_idxs`` form and an auto-adjusted FFN width
@@ -17,6 +23,8 @@ tokens, greedy continuation identical.  Measured figures are written to the term
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import pathlib
 
 import gguf
@@ -121,6 +129,30 @@ def test_same_file_as_llamacpp(fixtures, converted, name):
     assert extra == {f"{arch}.attention.layer_indices", "tokenizer.huggingface.json"}
     hkv = ref.fields[f"{arch}.attention.head_count_kv"].contents()
     assert ours.fields[f"{arch}.attention.layer_indices"].contents() == [i for i, v in enumerate(hkv) if v]
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_same_tensors_and_keys_as_llamacpp_summary(converted, name):
+    ref = json.loads((FIX / "llamacpp" / f"{name}.f32.summary.json").read_text())
+    ours = gguf.GGUFReader(str(converted(name)))
+    got = {t.name: t for t in ours.tensors}
+    assert sorted(got) == sorted(ref["tensors"])
+    for n, want in ref["tensors"].items():
+        t = got[n]
+        assert [int(x) for x in t.shape] == want["shape"] and t.tensor_type.name == want["type"], n
+        assert hashlib.sha256(t.data.tobytes()).hexdigest() == want["sha256"], n
+    for key, want in ref["kv"].items():
+        if key in GENERAL_MAY_DIFFER:
+            continue
+        f = ours.fields.get(key)
+        assert f is not None, key
+        assert [gguf.GGUFValueType(x).name for x in f.types] == want["type"], key
+        v = f.contents()
+        assert (list(v) if isinstance(v, list) else v) == want["value"], key
+    arch = ref["kv"]["general.architecture"]["value"]
+    extra = {k for k in ours.fields if not k.startswith(("GGUF.", "tokenizer."))} - set(ref["kv"])
+    routing = {f"{arch}.expert_weights_scale", f"{arch}.expert_weights_norm"} if name == "lfm2moe-scale-tiny" else set()
+    assert extra == {f"{arch}.attention.layer_indices"} | routing
 
 
 def test_routing_keys_only_where_llamacpp_would_run_wrong(converted):
