@@ -33,7 +33,8 @@ typedef struct {
 typedef struct {
     /* small tensors are copied to owned float32 arrays at load (any source type) */
     float * attn_norm;         /* [D] */
-    /* recurrent */
+    /* recurrent (LFM2's short conv: ssm_in = shortconv.in_proj [D, 3D], ssm_conv1d =
+     * shortconv.conv [D][K], ssm_out = shortconv.out_proj [D, D]) */
     tk_weight ssm_in;          /* M1: [D, 2*d_inner]; M2: [D, 2*d_inner + 2*G*N + H] */
     float * ssm_conv1d;        /* [conv_dim][d_conv]  (ggml [d_conv, conv_dim]) */
     float * ssm_conv1d_b;      /* [conv_dim] or NULL */

@@ -70,6 +70,7 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
     TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_SHORTCONV = 4,    /* LFM2's double-gated short conv (mixer_shortconv.c) */
     TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
     TK_LAYER_PARALLEL = 6      /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
 } tk_layer_kind;
@@ -89,6 +90,8 @@ typedef enum {
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
     TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_LFM2 = 7,
+    TK_ARCH_LFM2MOE = 8,
     TK_ARCH_NEMOTRON_H = 9,
     TK_ARCH_NEMOTRON_H_MOE = 10,
     TK_ARCH_FALCON_H1 = 11
@@ -143,12 +146,17 @@ typedef struct {
     int32_t moe_relu2;         /* 1: experts and shared expert are down(relu(up(x))^2), no gate tensors */
     int32_t moe_n_group;       /* expert groups (expert_group_count; <= 1: none) */
     int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
-    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-20) (expert_weights_norm) */
+    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + moe_weights_norm_eps) (expert_weights_norm) */
     float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
     /* Falcon-H1 (appended) */
     int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
                                      0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
     int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
+    /* LFM2 / LFM2-MoE (appended).  A SHORTCONV layer reads d_conv = K (shortconv.l_cache) and runs over
+     * the n_embd channels. */
+    int32_t output_norm_embd;  /* 1: the final RMSNorm weight is token_embd_norm (LFM2), else output_norm */
+    float   moe_weights_norm_eps; /* added to the sum of the k weights before renormalising (HF: 1e-20
+                                    Nemotron-H, 1e-6 LFM2-MoE) */
 } tk_hparams;
 
 typedef struct {
