@@ -17,6 +17,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.runtime.sampling import Sampler
+from toolkit.runtime.shift import context_shift as context_shift_, shift_tokens
 from toolkit.runtime.tokenizer import Tokenizer
 
 
@@ -53,7 +54,9 @@ class Timings:
 class GenerationResult:
     """prompt_tokens / tokens: ids; text: the generated text (complete UTF-8 only);
     stop_reason: "eog" | "n_predict" | "ctx_full" | "interrupted";
-    prompt_logits: float32 [n_prompt, n_vocab] when requested, else None."""
+    prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
+    n_shifts: context shifts done (``context_shift``); held_tokens: the ids the sequence holds
+    at the end, in position order (prompt + tokens less what the shifts dropped)."""
 
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)
@@ -61,6 +64,8 @@ class GenerationResult:
     stop_reason: str = "n_predict"
     timings: Timings = field(default_factory=Timings)
     prompt_logits: np.ndarray | None = None
+    n_shifts: int = 0
+    held_tokens: list[int] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:
@@ -69,7 +74,8 @@ class GenerationResult:
 
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
-             prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False) -> GenerationResult:
+             prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
+             context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
     """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should be empty), then sample.
 
     ctx:           a toolkit.runtime.Context (decode(tokens, seq_id, logits) -> float32 logits;
@@ -83,6 +89,9 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                    land one token before the end and at the end (the same prompt can then be
                    replayed from a session, or extended); the logits are the same (ubatch
                    splits are bit-identical); ctx needs .memory.checkpoint(seq_id)
+    context_shift: when the next token would not fit in n_ctx, keep the first ``n_keep`` held
+                   tokens, drop half of the rest and shift the remainder back (llama-cli
+                   --context-shift; toolkit.runtime.shift) instead of stopping with "ctx_full"
 
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
@@ -109,6 +118,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                 on_text(s)
 
     n_past = 0
+    held = list(prompt)
     t0 = time.perf_counter()
     try:
         todo = prompt[n_reused:]
@@ -138,9 +148,15 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                 res.stop_reason = "n_predict"
                 break
             if n_ctx and n_past >= n_ctx:
-                res.stop_reason = "ctx_full"
-                break
+                d = context_shift_(ctx, seq_id, n_keep, n_past) if context_shift else 0
+                if d <= 0:
+                    res.stop_reason = "ctx_full"
+                    break
+                held = shift_tokens(held, min(max(n_keep, 0), n_past), d)
+                n_past -= d
+                res.n_shifts += 1
             logits = ctx.decode([tok], seq_id=seq_id, logits="last")
+            held.append(tok)
             n_past += 1
         res.timings.gen_s = time.perf_counter() - t1 if res.tokens else 0.0
     except KeyboardInterrupt:
@@ -149,4 +165,5 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             res.timings.prompt_s = time.perf_counter() - t0
     emit(stream.flush())
     res.text = "".join(pieces)
+    res.held_tokens = held[:n_past]
     return res
