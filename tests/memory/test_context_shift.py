@@ -193,3 +193,73 @@ def test_500_tokens_in_64_with_shifts_and_session(hf_f32, tmp_path, name):
             n_reused, _ = restore_session(ctx, tmp_path / "s.session", held3 + [tok3])
             assert n_reused == len(held3)
             assert np.array_equal(ctx.decode([tok3])[-1], after[0])
+
+
+# ---- removal rules, checkpoints across a shift -------------------------------------------
+
+@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny"])
+def test_middle_removal_on_pure_mamba_changes_nothing(hf_f32, name):
+    a, x = toks(30, 41), toks(5, 42)
+    with Model(hf_f32(name)) as m:
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ctx.decode(a, logits="none")
+            blob = ctx.state_bytes()
+            assert ctx.memory.seq_rm(0, 4, 20)            # ends before the last token: accepted
+            assert ctx.state_bytes() == blob               # the state and its position as they were
+            assert not ctx.memory.seq_rm(0, 10, -1)        # a tail without a checkpoint: refused
+            assert ctx.state_bytes() == blob
+            got = ctx.decode(x, logits="all")
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ref = ctx.decode(np.concatenate([a, x]), logits="all")[-len(x):]
+    assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("name", ["bamba-tiny", "qwen35-tiny", "mamba2-tiny"])
+def test_checkpoints_across_a_shift(hf_f32, name):
+    """Checkpoints before the kept head stay, those in the dropped range go, later ones move
+    with the shift; rolling back to a moved one leaves both children at the same position and
+    the KV cells contiguous."""
+    a, x = toks(40, 51), toks(6, 52)
+    with Model(hf_f32(name)) as m, Context(m, n_ctx=64, n_ubatch=UB, n_checkpoints=8, checkpoint_every=8) as ctx:
+        ctx.decode(a, logits="none")
+        assert ctx.memory.checkpoints(0) == [7, 15, 23, 31, 39]
+        assert context_shift(ctx, 0, 10, 40) == 15       # drop [10, 25), 25.. -> 10..
+        assert ctx.memory.checkpoints(0) == [7, 16, 24]  # 7 kept, 15 and 23 gone, 31 and 39 moved
+        assert_contiguous(ctx, 25, m)
+        assert ctx.memory.rollback(0, 20) == 17          # newest checkpoint before 20 is 16
+        assert_contiguous(ctx, 17, m)
+        assert np.isfinite(ctx.decode(x, logits="all")).all()
+        assert ctx.memory.rollback(0, 9) == 8            # the kept head's checkpoint: exact
+        got = ctx.decode(x, logits="all")
+    with Model(hf_f32(name)) as m, Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+        assert np.array_equal(got, ctx.decode(np.concatenate([a[:8], x]), logits="all")[-len(x):])
+
+
+def test_generate_shifts_and_holds_what_it_says(hf_f32):
+    from toolkit.runtime.generate import generate
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.tokenizer import Tokenizer
+
+    class NoEog:                                          # --ignore-eos, for this test
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __getattr__(self, k):
+            return getattr(self.tok, k)
+
+        def is_eog(self, t):
+            return False
+
+    with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
+        tok = NoEog(Tokenizer.from_gguf(m.gguf))
+        prompt = [int(t) for t in toks(8, 61)]
+        res = generate(ctx, tok, prompt, 100, Sampler(SamplerParams(temp=0)), context_shift=True, n_keep=3)
+        assert res.stop_reason == "n_predict" and len(res.tokens) == 100
+        # the 33rd token needs a shift: 32 -> 32 - 14 = 18, then one every 14 tokens
+        assert res.n_shifts == 1 + (8 + 99 - 32 - 1) // 14
+        assert len(res.held_tokens) == ctx.memory.seq_pos_max(0) + 1
+        assert res.held_tokens[:3] == prompt[:3] and res.held_tokens[-5:] == res.tokens[-6:-1]
+        assert_contiguous(ctx, len(res.held_tokens), m)
+    with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
+        res = generate(ctx, NoEog(Tokenizer.from_gguf(m.gguf)), prompt, 100, Sampler(SamplerParams(temp=0)))
+        assert res.stop_reason == "ctx_full" and res.n_shifts == 0
