@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 
@@ -43,7 +44,7 @@ def test_bench_table(monkeypatch, capsys):
     assert "kernels:" in out
 
 
-@pytest.mark.parametrize("args", [["-p", "x"], ["-p", "-1"], ["-r", "0"], ["-t", "0"], ["-p", "0", "-n", "0"]])
+@pytest.mark.parametrize("args", [["-p", "x"], ["-p", "-1"], ["-r", "0"], ["-t", "-1"], ["-t", "1,x"], ["-p", "0", "-n", "0"]])
 def test_bench_bad_args(monkeypatch, capsys, args):
     rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), *args)
     assert rc == 2 and "error" in err.lower() and "Traceback" not in err
@@ -52,3 +53,24 @@ def test_bench_bad_args(monkeypatch, capsys, args):
 def test_bench_missing_model(monkeypatch, capsys, tmp_path):
     rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(tmp_path / "nope.gguf"))
     assert rc == 2 and "nope.gguf" in err
+
+
+def test_bench_lists_models_and_formats(monkeypatch, capsys):
+    import csv
+    import io
+    other = MODEL.parent / "bamba-tiny.f32.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-m", str(other), "-p", "8", "-n", "2",
+                       "-r", "1", "-t", "1,2", "-o", "jsonl")
+    assert rc == 0, err
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [(os.path.basename(r["model_filename"]), r["n_threads"], r["n_prompt"], r["n_gen"]) for r in rows] == [
+        (m.name, t, p, g) for m in (MODEL, other) for t in (1, 2) for p, g in ((8, 0), (0, 2))]
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "0", "-r", "1",
+                       "-b", "4,8", "-ub", "2", "-o", "csv")
+    assert rc == 0, err
+    table = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["n_batch"], r["n_ubatch"], r["use_mmap"]) for r in table] == [("4", "2", "true"), ("8", "2", "true")]
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "0", "-r", "1", "-b", "4,8")
+    assert rc == 0 and "n_batch" in out.splitlines()[0], err
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-o", "xml")
+    assert rc == 2 and "-o xml" in err

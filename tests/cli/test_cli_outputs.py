@@ -120,7 +120,7 @@ def test_non_utf8_prompt_subprocess(tmp_path):
 
 @pytest.mark.parametrize("args,flag", [
     (["run", "-m", str(MODEL), "hi", "-t", "100000"], "--threads"),
-    (["run", "-m", str(MODEL), "hi", "-c", "0"], "--ctx-size"),
+    (["run", "-m", str(MODEL), "hi", "-c", "-1"], "--ctx-size"),
     (["run", "-m", str(MODEL), "hi", "-b", "100000"], "--ubatch"),
     (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "0"], "--ctx"),
 ])

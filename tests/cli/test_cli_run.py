@@ -176,7 +176,7 @@ def test_streaming_output_and_display_prompt(monkeypatch, capsys, tok):
     (["-m", str(MODEL), "--tokens", "1,512"], "outside the vocabulary [0, 512)"),
     (["-m", str(MODEL), "--tokens", "1,x"], "not an integer"),
     (["-m", str(MODEL), "-c", "3", "one two three four five"], "more than --ctx-size 3"),
-    (["-m", str(MODEL), "hi", "--tokens", "1"], "either a PROMPT or --tokens"),
+    (["-m", str(MODEL), "hi", "--tokens", "1"], "one prompt source, not PROMPT and --tokens"),
     (["-m", str(MODEL)], "no prompt"),
     (["-m", str(MODEL), "hi", "--top-p", "2"], "--top-p"),
     (["-m", str(MODEL), "hi", "-n", "-5"], "--n-predict"),

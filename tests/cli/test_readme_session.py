@@ -20,14 +20,15 @@ pytestmark = pytest.mark.skipif(not DEFAULT.is_file(), reason="no packaged defau
 
 def test_readme_session_example_reuses(monkeypatch, capsys, tmp_path):
     lines = [l for l in (ROOT / "README.md").read_text().splitlines()
-             if l.startswith("toolkit run ") and "--session chat.session" in l]
+             if l.startswith("toolkit run ") and "chat.session" in l]
     assert len(lines) == 2, lines
     got = []
     for line in lines:
         argv = shlex.split(line)[1:]
         i = argv.index("-m")
         argv[i + 1] = str(DEFAULT)
-        argv[argv.index("chat.session")] = str(tmp_path / "chat.session")
+        k = next(i for i, a in enumerate(argv) if a.endswith("chat.session"))
+        argv[k] = str(tmp_path / "chat.session")
         monkeypatch.setattr(sys, "argv", ["toolkit", *argv, "--json", "-n", "4"])
         try:
             main()

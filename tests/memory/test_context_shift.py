@@ -240,20 +240,11 @@ def test_generate_shifts_and_holds_what_it_says(hf_f32):
     from toolkit.runtime.sampling import Sampler, SamplerParams
     from toolkit.runtime.tokenizer import Tokenizer
 
-    class NoEog:                                          # --ignore-eos, for this test
-        def __init__(self, tok):
-            self.tok = tok
-
-        def __getattr__(self, k):
-            return getattr(self.tok, k)
-
-        def is_eog(self, t):
-            return False
-
     with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
-        tok = NoEog(Tokenizer.from_gguf(m.gguf))
+        tok = Tokenizer.from_gguf(m.gguf)
         prompt = [int(t) for t in toks(8, 61)]
-        res = generate(ctx, tok, prompt, 100, Sampler(SamplerParams(temp=0)), context_shift=True, n_keep=3)
+        res = generate(ctx, tok, prompt, 100, Sampler(SamplerParams(temp=0)), ignore_eos=True,
+                       context_shift=True, n_keep=3)
         assert res.stop_reason == "n_predict" and len(res.tokens) == 100
         # the 33rd token needs a shift: 32 -> 32 - 14 = 18, then one every 14 tokens
         assert res.n_shifts == 1 + (8 + 99 - 32 - 1) // 14
@@ -261,5 +252,5 @@ def test_generate_shifts_and_holds_what_it_says(hf_f32):
         assert res.held_tokens[:3] == prompt[:3] and res.held_tokens[-5:] == res.tokens[-6:-1]
         assert_contiguous(ctx, len(res.held_tokens), m)
     with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
-        res = generate(ctx, NoEog(Tokenizer.from_gguf(m.gguf)), prompt, 100, Sampler(SamplerParams(temp=0)))
+        res = generate(ctx, Tokenizer.from_gguf(m.gguf), prompt, 100, Sampler(SamplerParams(temp=0)), ignore_eos=True)
         assert res.stop_reason == "ctx_full" and res.n_shifts == 0

@@ -3,8 +3,8 @@
 The second run of a prompt that extends the first one decodes only the new tokens (n_reused in
 --json = the first prompt's length) and generates exactly what a from-scratch run generates
 (greedy; the logits are bit-identical).  Same prompt again: all but the last token reused.
-A corrupt session file is a clean error; another model's session or an unrelated prompt
-reuses nothing and says why.
+A corrupt session file or another model's is a clean error that leaves the file as it was; an
+unrelated prompt reuses nothing and says why.
 """
 from __future__ import annotations
 
@@ -78,8 +78,11 @@ def test_prefix_of_the_saved_prompt_rolls_back(monkeypatch, capsys, tmp_path, mo
 def test_other_model_and_corrupt_session(monkeypatch, capsys, tmp_path, models):
     sess = tmp_path / "s.session"
     run(monkeypatch, capsys, models["bamba-tiny"], P1, "--session", str(sess))
-    got, err = run(monkeypatch, capsys, models["jamba-tiny"], P2, "--session", str(sess))
-    assert got["n_reused"] == 0 and "another model" in err
+    before = sess.read_bytes()
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["jamba-tiny"]), "--json",
+                       "--tokens", ",".join(map(str, P2)), "--session", str(sess))
+    assert rc == 2 and "another model" in err and out == "", err
+    assert sess.read_bytes() == before              # refused, not overwritten
     data = bytearray(sess.read_bytes())
     data[20] ^= 0xFF                                # inside the token list
     sess.write_bytes(bytes(data))

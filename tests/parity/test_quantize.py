@@ -1,8 +1,15 @@
 """toolkit quantize: byte-identical to llama-quantize, banding, rules, bad input.
 
-References: tests/fixtures/quant/bamba-small.TYPE.json, extracted by
-tools/make_quant_reference.py from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix,
-2 threads) of tests/fixtures/llamacpp/bamba-small.f32.gguf.
+References: tests/fixtures/quant/MODEL.TYPE.json, extracted by tools/make_quant_reference.py
+from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix unless named, 2 threads) of
+- tests/fixtures/llamacpp/bamba-small.f32.gguf (granitehybrid) and qwen35-small.f32.gguf (qwen35,
+  dense, gated delta net + gated attention);
+- tests/fixtures/quant/qwen35moe-small.f32.gguf (8 experts) and qwen3next-small.f32.gguf (4 experts),
+  made as tests/fixtures/quant/README.md says;
+- tests/fixtures/llamacpp/qwen35-tiny, qwen35moe-tiny, qwen3next-tiny.f32.gguf (widths 64 / 32:
+  the fallbacks of the GDN, expert and tied-embedding tensors; 18 types), and
+  tests/fixtures/quant/qwen35moe-tiny-mtp.f32.gguf (the same with an MTP block: blk.4.nextn.*);
+- the odd-width granitehybrid models (fallbacks); bamba-small and qwen35moe-small with a synthetic imatrix.
 """
 from __future__ import annotations
 
@@ -24,8 +31,18 @@ from toolkit.quantize.types import FILE_TYPES, FileType, file_type
 FIX = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 SRC = os.path.join(FIX, "llamacpp", "bamba-small.f32.gguf")
 REF_FILES = sorted(f for f in os.listdir(os.path.join(FIX, "quant")) if f.endswith(".json"))
-REFS = sorted(f[len("bamba-small."):-len(".json")] for f in REF_FILES
-              if f.startswith("bamba-small.") and not f.startswith("bamba-small.imatrix."))
+FULL_SET = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_S", "Q4_K_M", "Q5_K_M",
+            "Q6_K", "IQ4_NL", "IQ4_XS"}
+WITH_S_L = FULL_SET | {"Q3_K_S", "Q3_K_L", "Q5_K_S"}
+REF_SETS = {"bamba-small": FULL_SET, "qwen35-small": FULL_SET, "qwen35moe-small": FULL_SET,
+            "qwen3next-small": FULL_SET, "qwen35-tiny": WITH_S_L, "qwen35moe-tiny": WITH_S_L,
+            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L}
+
+
+def _refs(model: str) -> set[str]:
+    """The file types with a plain (no imatrix) reference for MODEL."""
+    return {f[len(model) + 1:-len(".json")] for f in REF_FILES
+            if f.startswith(model + ".") and not f.startswith(model + ".imatrix.")}
 
 
 def _input_path(name: str) -> str:
@@ -49,9 +66,9 @@ def _digests(path: str) -> dict[str, list[str]]:
             for t in r.tensors}
 
 
-def test_reference_set_is_complete():
-    assert set(REFS) == {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_S",
-                         "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"}
+@pytest.mark.parametrize("model", sorted(REF_SETS))
+def test_reference_set_is_complete(model):
+    assert _refs(model) == REF_SETS[model]
 
 
 @pytest.mark.slow
@@ -197,6 +214,89 @@ def test_dry_run_plan_sizes():
     with open(os.path.join(FIX, "quant", "bamba-small.Q4_K_M.json")) as fh:
         ref = json.load(fh)
     assert {t.name: t.dst_type.name for t in p.tensors} == {n: v[0] for n, v in ref["tensors"].items()}
+
+
+@pytest.mark.parametrize("ref_file", REF_FILES)
+def test_plan_types_match_llama_quantize(ref_file):
+    """The type chosen for every tensor (no data read: the fast form of test_matches_llama_quantize)."""
+    from toolkit.gguf_io.header import GGUFHeader
+    from toolkit.quantize.imatrix import load_imatrix
+    with open(os.path.join(FIX, "quant", ref_file)) as fh:
+        ref = json.load(fh)
+    im = load_imatrix(os.path.join(FIX, "quant", ref["imatrix"])) if ref["imatrix"] else None
+    p = make_plan(GGUFHeader(_input_path(ref["input"])), ref["type"], imatrix=im)
+    got = {t.name: t.dst_type.name for t in p.tensors}
+    want = {n: v[0] for n, v in ref["tensors"].items()}
+    assert {n: (got.get(n), t) for n, t in want.items() if got.get(n) != t} == {}
+    assert [t.name for t in p.tensors] == ref["order"]
+
+
+# ---- rules of the gated-delta-net families (qwen3next, qwen35, qwen35moe) ----------------------
+
+# ggml shapes (ne0 first) of one GDN layer and one gated-attention layer of qwen35moe-small
+GDN_LAYER = {"blk.0.ssm_a": (4,), "blk.0.ssm_conv1d.weight": (4, 512), "blk.0.ssm_dt.bias": (4,),
+             "blk.0.ssm_alpha.weight": (256, 4), "blk.0.ssm_beta.weight": (256, 4), "blk.0.ssm_ba.weight": (256, 8),
+             "blk.0.attn_qkv.weight": (256, 512), "blk.0.attn_gate.weight": (256, 256),
+             "blk.0.ssm_norm.weight": (64,), "blk.0.ssm_out.weight": (256, 256), "blk.0.attn_norm.weight": (256,),
+             "blk.0.post_attention_norm.weight": (256,), "blk.0.ffn_gate_inp.weight": (256, 8),
+             "blk.0.ffn_gate_inp_shexp.weight": (256, 1), "blk.0.ffn_up_exps.weight": (256, 256, 8),
+             "blk.0.ffn_down_exps.weight": (256, 256, 8), "blk.0.ffn_down_shexp.weight": (256, 256)}
+ATTN_LAYER = {"blk.1.attn_q.weight": (256, 512), "blk.1.attn_k.weight": (256, 64), "blk.1.attn_v.weight": (256, 64),
+              "blk.1.attn_output.weight": (256, 256), "blk.1.attn_q_norm.weight": (64,),
+              "blk.1.attn_k_norm.weight": (64,)}
+
+
+def test_gdn_tensors_that_stay_f32():
+    """ssm_a, ssm_dt.bias, the norms (1-D), the conv kernel and the routers stay as they are;
+    ffn_gate_inp_shexp is [n_embd, 1], so 1-D for ggml_n_dims; ssm_alpha / ssm_beta / ssm_ba
+    are ordinary [n_embd, H] matrices and are quantized."""
+    kept = {n for n, sh in {**GDN_LAYER, **ATTN_LAYER}.items() if not allows_quantization(n, sh)}
+    assert kept == {"blk.0.ssm_a", "blk.0.ssm_conv1d.weight", "blk.0.ssm_dt.bias", "blk.0.ssm_norm.weight",
+                    "blk.0.attn_norm.weight", "blk.0.post_attention_norm.weight", "blk.0.ffn_gate_inp.weight",
+                    "blk.0.ffn_gate_inp_shexp.weight", "blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}
+
+
+def _choose_all(ftype: str, shapes: dict, n_layer: int, n_expert: int = 0, n_gqa: int = 4) -> dict[str, str]:
+    names = llama_tensor_order(shapes)
+    ft = file_type(ftype)
+    ch = TypeChooser(ModelInfo("qwen35moe", n_layer, n_expert=n_expert, n_gqa=n_gqa), ft.ftype, ft.default,
+                     Options(), names)
+    return {n: ch.choose(n, shapes[n], GGMLType.F32).type.name for n in names}
+
+
+def test_gdn_attn_qkv_is_counted_and_bumped_as_attn_v():
+    """attn_qkv (the GDN layers' fused q/k/v) falls in llama.cpp's attn_v branch, which comes before
+    its ATTENTION_QKV branch: Q4_K_M gives it Q6_K by use_more_bits over the attn_qkv + attn_v
+    tensors of all layers (4 here: #2 and #3 get Q6_K), never the ATTENTION_QKV branch's Q5_K."""
+    shapes = {f"blk.{i}.attn_qkv.weight": (256, 512) for i in range(3)}
+    shapes["blk.3.attn_v.weight"] = (256, 64)
+    got = _choose_all("Q4_K_M", shapes, n_layer=4)
+    assert got == {"blk.0.attn_qkv.weight": "Q4_K", "blk.1.attn_qkv.weight": "Q4_K",
+                   "blk.2.attn_qkv.weight": "Q6_K", "blk.3.attn_v.weight": "Q6_K"}
+    assert _choose_all("Q3_K_M", shapes, n_layer=4)["blk.1.attn_qkv.weight"] == "Q5_K"   # i_attention_wv < 2
+
+
+@pytest.mark.parametrize("n_expert", [8, 4])
+def test_gdn_moe_rules_depend_on_eight_experts(n_expert):
+    """With exactly 8 experts llama-quantize raises attn_v / attn_qkv and attn_k to Q8_0 and
+    attn_output to Q5_K (Q4_K_M); ffn_down_exps / _shexp take the layer from the name."""
+    got = _choose_all("Q4_K_M", {**GDN_LAYER, **ATTN_LAYER}, n_layer=2, n_expert=n_expert)
+    eight = n_expert == 8
+    assert got["blk.0.attn_qkv.weight"] == ("Q8_0" if eight else "Q4_K")
+    assert got["blk.1.attn_v.weight"] == ("Q8_0" if eight else "Q6_K")
+    assert got["blk.1.attn_k.weight"] == ("Q8_0" if eight else "Q4_K")
+    assert got["blk.1.attn_output.weight"] == ("Q5_K" if eight else "Q4_K")
+    # use_more_bits(0, 2) is false: layer 0's ffn_down tensors keep Q4_K, whatever their count
+    assert got["blk.0.ffn_down_exps.weight"] == got["blk.0.ffn_down_shexp.weight"] == "Q4_K"
+    for n in ("blk.0.ssm_alpha.weight", "blk.0.ssm_ba.weight", "blk.0.attn_gate.weight", "blk.0.ssm_out.weight",
+              "blk.0.ffn_up_exps.weight", "blk.1.attn_q.weight"):
+        assert got[n] == "Q4_K", n
+    assert got["blk.0.ssm_a"] == got["blk.0.ffn_gate_inp_shexp.weight"] == "F32"
+
+
+def test_gdn_moe_expert_tensor_outside_a_layer_is_an_error():
+    with pytest.raises(InputError, match="ffn_down_exps"):
+        _choose_all("Q4_K_M", {"ffn_down_exps.weight": (256, 256, 8)}, n_layer=2, n_expert=8)
 
 
 def test_unknown_type_lists_valid_ones():

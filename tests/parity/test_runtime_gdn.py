@@ -20,6 +20,10 @@ from toolkit.errors import UnsupportedError
 pytestmark = pytest.mark.native
 
 TINY = ["qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny"]
+# made by tools/make_gdn_fixtures.py: Dk != Dv and Hk != Hv (qwen35, qwen3next), attention at
+# layers 0 and 4 (qwen3next), the full_attention_interval rule with Hk == Hv (qwen35moe), MTP
+# tensors, a ConditionalGeneration checkpoint with a vision tower and an MoE MTP layer
+HELD = ["qwen35-dkdv-tiny", "qwen3next-dkdv-tiny", "qwen35moe-pattern-tiny", "qwen35-mtp-tiny", "qwen35moe-vl-tiny"]
 F32_BOUND = 1e-5
 # qwen35-small (widths 256): HF's own float32 logits are 1.96e-5 (rel L2) from a float64 run
 # of the same checkpoint (transformers 5.24, torch 2.13; 1.78e-5 with HF's token-by-token
@@ -106,7 +110,7 @@ def test_llamacpp_f32_matches_hf(fixtures, report, name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TINY + ["qwen35-small"])
+@pytest.mark.parametrize("name", TINY + HELD + ["qwen35-small"])
 def test_converted_f32_matches_hf(fixtures, converted, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     check_model(converted(fixtures, name), ref, name, f"{name} (toolkit convert f32)", report)
@@ -153,3 +157,34 @@ def test_logits_do_not_depend_on_the_thread_count(fixtures, name):
                 Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
             out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
     assert all(np.array_equal(a, b) for a, b in zip(*out))
+
+
+@pytest.fixture
+def gdn_threshold():
+    """Set tk_gdn_threshold for one test (1: every run takes the chunked WY/UT form; 0: the
+    token-by-token recurrence), restored after it."""
+    from toolkit.binding import lib
+    before = lib.tk_gdn_threshold()
+    yield lib.tk_gdn_set_threshold
+    lib.tk_gdn_set_threshold(before)
+
+
+@pytest.mark.parametrize("name", TINY + ["qwen35-dkdv-tiny"])
+def test_chunked_and_recurrent_prefill_agree(fixtures, report, gdn_threshold, tmp_path, name):
+    """The chunked form (forced for every run) and the recurrence give the same logits to 1e-5
+    (relative L2) and the same greedy continuation; the forms differ only in float rounding."""
+    path = fixtures / "llamacpp" / f"{name}.f32.gguf"
+    if not path.exists():   # no llama.cpp file (it cannot load Dk != Dv): ours
+        from toolkit.convert import convert
+        path = tmp_path / f"{name}.f32.gguf"
+        convert(str(fixtures / "hf" / name), str(path), "f32")
+    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
+    res = {}
+    for label, th in (("recurrent", 0), ("chunked", 1)):
+        gdn_threshold(th)
+        res[label] = (logits_of(path, tok), greedy_of(path, tok, 16))
+    err = rel_l2(res["chunked"][0], res["recurrent"][0])
+    report.append(f"{name}: chunked vs recurrent prefill: rel L2 {err:.2e}; greedy "
+                  f"{'identical' if res['chunked'][1] == res['recurrent'][1] else 'DIFFERS'}")
+    assert 0 < err < 1e-5, f"chunked vs recurrent: {err:.3e} (0 would mean the chunked form did not run)"
+    assert res["chunked"][1] == res["recurrent"][1]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import signal
 import sys
 
 import typer
@@ -22,8 +21,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())   # piped: never wrapped at 80 columns
 
 
 def _version(value: bool) -> None:
@@ -49,48 +49,122 @@ for _name in _COMMANDS:
             raise
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+def _exit_status(rc: int) -> int:
+    """``rc``, or 128 + n when SIGINT / SIGTERM came at any point of the command (a run that
+    finished its work anyway still says it was interrupted); prints "interrupted" for those."""
+    from toolkit.runtime import interrupt
+    sig = interrupt.received()
+    if sig:
+        rc = 128 + sig
+    if rc in (130, 143):
+        err_console.print("interrupted" if rc == 130 else "terminated", highlight=False)
+    return rc
 
 
-def main() -> None:
-    """Entry point: run the app; map errors to one line on stderr and an exit code."""
+def main(early_signals: list[int] | None = None) -> None:
+    """Entry point: run the app; map errors to one line on stderr and an exit code.
+
+    SIGINT / SIGTERM go through toolkit.runtime.interrupt (recorded while the C library works,
+    raised elsewhere); either way the exit status is 130 / 143.  ``early_signals``: signals
+    recorded by toolkit/__main__.py before the imports (the process's own entry point; without
+    it, as when tests call main() in-process, the previous handlers are restored on return)."""
+    from toolkit.cli import report
+    report.T0 = report.time.perf_counter()   # wall_s in --json counts from here
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
+    import toolkit
+    from toolkit.runtime import interrupt
+    early = list(toolkit._EARLY_SIGNALS) + list(early_signals or [])
+    interrupt.install(early[0] if early else 0)
+    try:
+        try:
+            interrupt.arm()
+            rc = _run_app()
+        except KeyboardInterrupt:
+            rc = 130
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if rc == 1 and _stdout_reader_gone():
+                rc = 0   # click's answer to a closed stdout (EPIPE: `| head`) is exit 1; a closed pipe is no error
+                _quiet_stdout()
+        with interrupt.deferred():    # from here on a signal is recorded, never raised
+            rc = _exit_status(rc)
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _quiet_stdout()
+            except ValueError:        # stdout closed
+                pass
+    finally:
+        if early_signals is None:
+            interrupt.uninstall()
+    sys.exit(rc)
+
+
+def _run_app() -> int:
+    """The app under the error table: returns the exit status."""
     debug = os.environ.get("TOOLKIT_DEBUG") == "1"
     try:
-        # SIGTERM (kill, timeout, docker stop) unwinds like Ctrl-C, so atomic_output removes its
-        # temp file; the default action would end the process with the .part file left behind
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:   # not the main thread (embedded use): leave the handler alone
-        pass
-    try:
-        rc = app(standalone_mode=False)
-        if isinstance(rc, int) and rc:
-            if rc == 130:   # Ctrl-C inside a command (typer returns click's Abort as 130) or Exit(130)
-                err_console.print("interrupted", highlight=False)
-            sys.exit(rc)
+        from toolkit.cli.argv import check_argv, check_cpu_env
+        check_cpu_env(os.environ)
+        rc = app(args=check_argv(sys.argv[1:], _option_names()), prog_name="toolkit", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except ToolkitError as e:
         if debug:
             raise
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted", highlight=False)
-        sys.exit(130)
+        return e.exit_code
     except BrokenPipeError:
-        sys.exit(0)
-    except SystemExit:
-        raise
+        _quiet_stdout()
+        return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
             e.show()
-            sys.exit(e.exit_code)
+            return e.exit_code
         if type(e).__name__ == "Abort":   # click turns Ctrl-C inside a command into Abort
-            err_console.print("interrupted", highlight=False)
-            sys.exit(130)
+            return 130
         if debug:
             raise
         err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)",
                           highlight=False, soft_wrap=True)
-        sys.exit(1)
+        return 1
+
+
+def _option_names() -> dict[str, dict[str, bool]]:
+    """Each command's option spellings (``-m``, ``--model``, ``-cnv``, ...) -> whether it takes
+    a value, from the click command typer builds."""
+    import typer.main
+    group = typer.main.get_command(app)
+    out = {}
+    for name, cmd in getattr(group, "commands", {}).items():
+        names = {"-h": False, "--help": False}
+        for p in cmd.params:
+            if getattr(p, "param_type_name", "") != "option":
+                continue
+            value = not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+            names.update(dict.fromkeys(p.opts, value))
+            names.update(dict.fromkeys(p.secondary_opts, False))
+        out[name] = names
+    return out
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (poll reports POLLERR)."""
+    import select
+    try:
+        p = select.poll()
+        p.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader went away (``| head``): point fd 1 at /dev/null so the interpreter's
+    final flush does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

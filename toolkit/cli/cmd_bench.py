@@ -8,7 +8,11 @@ Each test runs once unmeasured (warm-up: page the weights in, as llama-bench doe
 ``-r`` times; the memory is cleared before every run.  avg_ts / stddev_ts are the mean and
 sample standard deviation of the per-run tokens/s (llama-bench's definition).
 
-``--json`` prints llama-bench's ``-o json`` schema: a list of objects with model_filename,
+Every combination of ``-m`` (repeatable), ``-t``, ``-b`` and ``-ub`` (comma lists) runs the
+tests; each row prints as soon as its test finishes (``-o md|csv|json|jsonl``, llama-bench's
+printers and field names), so Ctrl-C keeps what was measured.
+
+``-o json`` / ``--json`` prints llama-bench's ``-o json`` schema: a list of objects with model_filename,
 model_type, model_size (bytes), model_n_params, n_batch, n_ubatch, n_threads, n_prompt,
 n_gen, test_time, avg_ns, stddev_ns, avg_ts, stddev_ts, samples_ns, samples_ts, plus
 toolkit's cpu_level / cpu_features / ssd_threshold.
@@ -16,11 +20,13 @@ toolkit's cpu_level / cpu_features / ssd_threshold.
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import statistics
+import sys
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import typer
@@ -51,8 +57,11 @@ def _size_label(n_params: int) -> str:
 
 
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
-              ubatch: int, warmup: bool = True, seed: int = 1234) -> list[dict]:
-    """Measure every pp/tg test on the GGUF at ``path``; one llama-bench JSON object each.
+              ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None) -> Iterator[dict]:
+    """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
+    test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
+    per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
+    split into ubatches of ``ubatch`` tokens (-ub).
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
@@ -69,8 +78,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
         model_type = f"{m.hparams.arch} {_size_label(n_params)} {'/'.join(types)}"
         rng = np.random.default_rng(seed)
         n_ctx = max([1] + [p for p in n_prompt] + [g for g in n_gen]) + 1
-        rows = []
         tests = [(p, 0) for p in n_prompt if p > 0] + [(0, g) for g in n_gen if g > 0]
+        batch = n_batch or max(n_prompt + [1])
         with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=n_threads) as ctx:
             for p, g in tests:
                 toks = rng.integers(0, m.n_vocab, max(p, g)).astype(np.int32)
@@ -78,11 +87,10 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                 def one_run() -> float:
                     ctx.memory.clear()
                     t0 = time.perf_counter_ns()
-                    if p:
-                        ctx.decode(toks[:p], logits="last")
-                    else:
-                        for i in range(g):
-                            ctx.decode(toks[i:i + 1], logits="last")
+                    for i in range(0, p, batch):
+                        ctx.decode(toks[i:min(i + batch, p)], logits="last")
+                    for i in range(g):
+                        ctx.decode(toks[i:i + 1], logits="last")
                     return float(time.perf_counter_ns() - t0)
 
                 if warmup:
@@ -90,12 +98,12 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                 samples_ns = [one_run() for _ in range(reps)]
                 n = p or g
                 samples_ts = [n * 1e9 / s for s in samples_ns]
-                rows.append({
+                yield {
                     "build_commit": _git_commit(), "build_number": 0,
                     "cpu_info": _cpu_name(), "gpu_info": "", "backends": "CPU",
                     "model_filename": os.path.abspath(path), "model_type": model_type,
                     "model_size": size, "model_n_params": n_params,
-                    "n_batch": max(n_prompt + [1]), "n_ubatch": ubatch, "n_threads": n_threads,
+                    "n_batch": batch, "n_ubatch": ubatch, "n_threads": n_threads,
                     "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": True,
                     "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": 0,
                     "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -104,9 +112,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                     "avg_ts": statistics.fmean(samples_ts),
                     "stddev_ts": statistics.stdev(samples_ts) if reps > 1 else 0.0,
                     "samples_ns": [int(s) for s in samples_ns], "samples_ts": samples_ts,
-                    "file_type": ftype, **cpu_info(),
-                })
-        return rows
+                    "file_type": ftype, "architecture": m.hparams.arch, **cpu_info(),
+                }
     finally:
         m.close()
 
@@ -132,54 +139,114 @@ def _cpu_name() -> str:
     return ""
 
 
-def format_table(rows: list[dict]) -> str:
-    """llama-bench's markdown table."""
-    head = ["model", "size", "params", "backend", "threads", "test", "t/s"]
-    body = []
-    for r in rows:
-        test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
-        body.append([r["model_type"], f"{r['model_size'] / 2**20:.2f} MiB", f"{r['model_n_params'] / 1e6:.2f} M",
-                     f"CPU ({r['cpu_level']})", str(r["n_threads"]), test,
-                     f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"])
-    w = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    right = {"size", "params", "threads", "test", "t/s"}
+MD_COLUMNS = [("model", 30, "<"), ("size", 10, ">"), ("params", 10, ">"), ("backend", 14, "<"),
+              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
 
-    def line(cells):
-        return "| " + " | ".join(c.rjust(w[i]) if head[i] in right else c.ljust(w[i]) for i, c in enumerate(cells)) + " |"
 
-    sep = "| " + " | ".join(("-" * (w[i] - 1) + ":") if h in right else "-" * w[i] for i, h in enumerate(head)) + " |"
-    return "\n".join([line(head), sep] + [line(b) for b in body])
+def md_cells(r: dict) -> dict[str, str]:
+    """A result row's cells in llama-bench's markdown table."""
+    return {"model": r["model_type"], "size": f"{r['model_size'] / 2**20:.2f} MiB",
+            "params": f"{r['model_n_params'] / 1e6:.2f} M", "backend": f"CPU ({r['cpu_level']})",
+            "threads": str(r["n_threads"]), "n_batch": str(r["n_batch"]), "n_ubatch": str(r["n_ubatch"]),
+            "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
+            "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
+
+
+class Printer:
+    """llama-bench's printers (-o md|csv|json|jsonl): a header, one row per finished test
+    (flushed at once, so an interrupted bench keeps what it measured), a footer."""
+
+    def __init__(self, fmt: str, out, columns: list[str]):
+        self.fmt, self.out, self.n = fmt, out, 0
+        self.cols = [c for c in MD_COLUMNS if c[0] in columns]
+
+    def _w(self, s: str) -> None:
+        self.out.write(s)
+        self.out.flush()
+
+    def header(self) -> None:
+        if self.fmt == "md":
+            self._w("| " + " | ".join(f"{n:{a}{w}}" for n, w, a in self.cols) + " |\n")
+            self._w("| " + " | ".join(("-" * (w - 1) + ":") if a == ">" else "-" * w for n, w, a in self.cols) + " |\n")
+        elif self.fmt == "csv":
+            self._w(",".join(CSV_FIELDS) + "\n")
+        elif self.fmt == "json":
+            self._w("[\n")
+
+    def row(self, r: dict) -> None:
+        if self.fmt == "md":
+            c = md_cells(r)
+            self._w("| " + " | ".join(f"{c[n]:{a}{w}}" for n, w, a in self.cols) + " |\n")
+        elif self.fmt == "csv":
+            self._w(",".join('"' + _csv_value(r.get(k, "")).replace('"', '""') + '"' for k in CSV_FIELDS) + "\n")
+        elif self.fmt == "json":
+            self._w((",\n" if self.n else "") + json.dumps(r, indent=2, allow_nan=False))
+        else:
+            self._w(json.dumps(r, allow_nan=False) + "\n")
+        self.n += 1
+
+    def footer(self) -> None:
+        if self.fmt == "json":
+            self._w("\n]\n")
+
+
+def _csv_value(v) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+CSV_FIELDS = ["build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename", "model_type",
+              "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k", "type_v",
+              "n_gpu_layers", "use_mmap", "embeddings", "n_prompt", "n_gen", "n_depth", "test_time",
+              "avg_ns", "stddev_ns", "avg_ts", "stddev_ts"]
 
 
 @app.command()
 def bench(
-    model: str = typer.Option(..., "-m", "--model", help="GGUF model file."),
+    model: list[str] = typer.Option(..., "-m", "--model", help="GGUF model file (repeat -m for several)."),
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="Prompt lengths to test (comma-separated; 0: none)."),
     n_gen: str = typer.Option("128", "-n", "--n-gen", help="Generation lengths to test (comma-separated; 0: none)."),
     reps: int = typer.Option(5, "-r", "--repetitions", help="Measured runs per test."),
-    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="CPU threads (default: TOOLKIT_THREADS or all cores)."),
-    ubatch: int = typer.Option(512, "-ub", "--ubatch", help="Tokens per micro-batch for prompt processing."),
+    threads: str = typer.Option("0", "-t", "--threads", help="CPU threads, comma-separated (0: TOOLKIT_THREADS, else all cores)."),
+    n_batch: str = typer.Option("0", "-b", "--batch-size", help="Prompt tokens per decode call, comma-separated (0: the whole prompt)."),
+    ubatch: str = typer.Option("512", "-ub", "--ubatch-size", "--ubatch", help="Tokens per micro-batch, comma-separated."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
-    as_json: bool = typer.Option(False, "--json", help="Print llama-bench's -o json schema instead of the table."),
+    output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
+    as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
 ) -> None:
-    """Prompt-processing (ppN) and generation (tgN) tokens/s, like llama-bench."""
+    """Prompt-processing (ppN) and generation (tgN) tokens/s, like llama-bench: every
+    combination of -m, -t, -b and -ub runs the -p and -n tests; rows print as they finish."""
+    from toolkit.cli.limits import MAX_UBATCH, check_range
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
+    ts, bs, ubs = _counts(threads, "-t"), _counts(n_batch, "-b"), _counts(ubatch, "-ub")
+    fmt = "json" if as_json else output
+    if fmt not in ("md", "csv", "json", "jsonl"):
+        raise InputError(f"-o {output}: expected md, csv, json or jsonl")
     if reps < 1:
         raise InputError(f"-r must be >= 1, got {reps}")
-    check_threads("--threads", threads)
-    if ubatch <= 0:
-        raise InputError(f"--ubatch must be > 0, got {ubatch}")
-    if not os.path.isfile(model):
-        raise InputError(f"{model}: no such file")
+    for t in ts:
+        check_threads("--threads", t, zero_is_auto=True)
+    for u in ubs:
+        check_range("--ubatch", u, 1, MAX_UBATCH)
+    for m in model:
+        if not os.path.isfile(m):
+            raise InputError(f"{m}: no such file")
     if not any(pp) and not any(tg):
         raise InputError("nothing to run: every -p and -n value is 0")
-    rows = run_bench(model, pp, tg, reps, threads, ubatch, warmup)
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2, allow_nan=False))
-    else:
+    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch")
+            or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))]
+    pr = Printer(fmt, sys.stdout, cols)
+    pr.header()
+    from toolkit.runtime import interrupt
+    try:
+        with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+            for m, t, b, u in itertools.product(model, ts, bs, ubs):
+                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None):
+                    pr.row(row)
+    finally:
+        pr.footer()   # the rows so far stay a valid document, even when interrupted
+    if fmt == "md":
         from toolkit.runtime import cpu_info
         info = cpu_info()
-        typer.echo(format_table(rows))
         typer.echo(f"\ncpu: {_cpu_name() or 'unknown'}; kernels: {info['cpu_level']} (machine: "
                    f"{info['cpu_level_detected']}; {info['cpu_features']}); Mamba-2 SSD from "
-                   f"{info['ssd_threshold']} tokens; build {rows[0]['build_commit'] if rows else '?'}")
+                   f"{info['ssd_threshold']} tokens; build {_git_commit()}")

@@ -5,7 +5,6 @@ import json
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from toolkit.cli.app import app
@@ -17,12 +16,21 @@ def describe(path: str) -> dict[str, Any]:
     from toolkit.errors import InputError
     from toolkit.gguf_io import GGUFFile, Keys
 
+    from toolkit.errors import UnsupportedError
+
     f = GGUFFile(path)
+    a = f.get("general.architecture")
+    if a is not None and not isinstance(a, str):   # a malformed file, not an architecture we lack
+        raise InputError(f"{path}: key 'general.architecture' must be a string, not a {type(a).__name__}")
     spec = arch_spec(f.arch)
+    hp, cannot = None, None
     if spec is not None and not spec.runs:
-        hp = None   # a table row convert writes but the runtime does not run (convert/info only)
+        cannot = f"toolkit converts {f.arch} but does not run it"   # convert/info only
     else:
-        hp = HParams.from_gguf(f)   # UnsupportedError for an architecture the table lacks
+        try:
+            hp = HParams.from_gguf(f)
+        except UnsupportedError as e:   # an architecture the table lacks: describe the file anyway
+            cannot = str(e)
     tensors = [{"name": t.name, "shape": list(t.shape), "type": t.type.name, "bytes": t.nbytes} for t in f]
     toks = f.get(Keys.Tokenizer.LIST)
     merges = f.get(Keys.Tokenizer.MERGES)
@@ -38,11 +46,20 @@ def describe(path: str) -> dict[str, Any]:
         "eos_token_id": f.get(Keys.Tokenizer.EOS_ID),
         "padding_token_id": f.get(Keys.Tokenizer.PAD_ID),
         "has_huggingface_json": f.get(Keys.Tokenizer.HF_JSON) is not None,
+        "eot_token_id": f.get(Keys.Tokenizer.EOT_ID),
+        "unknown_token_id": f.get(Keys.Tokenizer.UNK_ID),
+        "add_bos_token": f.get(Keys.Tokenizer.ADD_BOS),
+        "add_eos_token": f.get(Keys.Tokenizer.ADD_EOS),
+        "chat_template": f.get(Keys.Tokenizer.CHAT_TEMPLATE),
     }
     meta = {key: v for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
     return {
         "file": path,
         "architecture": f.arch,
+        "runs": hp is not None,
+        "cannot_run": cannot,
+        "file_type": _file_type(f.get("general.file_type")),
+        "n_params": int(sum(t.n_elements for t in f)),
         "hparams": hp.to_dict() if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
@@ -53,6 +70,19 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _file_type(v) -> dict[str, Any] | None:
+    """general.file_type as {"id", "name"} (llama.cpp's LLAMA_FTYPE_* name, gguf-py's
+    LlamaFileType), or None when the file does not say."""
+    if v is None:
+        return None
+    import gguf
+    try:
+        name = gguf.LlamaFileType(int(v)).name
+    except (ValueError, TypeError):
+        name = "unknown"
+    return {"id": int(v), "name": name}
 
 
 def _ple(f) -> dict[str, Any] | None:
@@ -105,11 +135,17 @@ def info(
         raise InputError(f"{', '.join(given)}: only used with --memory")
     d = describe(model)
     if as_json:
-        typer.echo(json.dumps(d, indent=1, default=str))
+        from toolkit.cli.report import common_fields
+        typer.echo(json.dumps({**d, **common_fields()}, indent=1, default=str))
         return
-    out = Console()
+    from toolkit.cli.report import console
+    out = console()
+    ft = d["file_type"]["name"] if d["file_type"] else "unknown"
     out.print(f"[bold]{d['file']}[/]: architecture [bold]{d['architecture']}[/], "
-              f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB")
+              f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, file type {ft}",
+              highlight=False)
+    if d["cannot_run"]:
+        out.print(f"cannot run: {d['cannot_run']}", highlight=False)
     if d["hparams"]:
         hp = Table(title="hparams", show_header=False)
         for key, v in d["hparams"].items():
@@ -122,8 +158,8 @@ def info(
         for L, kv in zip(d["layers"], d["hparams"]["n_head_kv"]):
             lt.add_row(str(L["index"]), L["mixer"], L["ffn"], str(kv))
         out.print(lt)
-    else:   # convert-only architecture: its key/values as written
-        mt = Table(title=f"{d['architecture']} key/values (convert only: not run here)", show_header=False)
+    else:   # an architecture toolkit does not run: its key/values as written
+        mt = Table(title=f"{d['architecture']} key/values (not run here)", show_header=False)
         for key, v in d["metadata"].items():
             if key.startswith(d["architecture"] + ".") and ".ple." not in key:
                 mt.add_row(key, str(v))
@@ -141,8 +177,14 @@ def info(
         out.print(pt)
     tk = Table(title="tokenizer", show_header=False)
     for key, v in d["tokenizer"].items():
-        tk.add_row(key, str(v))
+        if key != "chat_template":
+            tk.add_row(key, str(v))
     out.print(tk)
+    tpl = d["tokenizer"]["chat_template"]
+    out.print("chat template: " + ("none (toolkit run -cnv falls back to plain completion)" if not tpl else ""),
+              highlight=False)
+    if tpl:
+        out.print(tpl, markup=False, highlight=False)
     if tensors:
         tt = Table(title="tensors")
         for c in ("name", "shape", "type", "bytes"):

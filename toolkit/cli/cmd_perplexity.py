@@ -1,4 +1,7 @@
-"""`toolkit perplexity -m MODEL FILE`: perplexity over a text file, KL divergence vs a base model."""
+"""`toolkit perplexity -m MODEL -f FILE`: perplexity over a text file, KL divergence vs a base model.
+
+Progress goes to stderr: one line updated in place on a terminal, a plain line per chunk when
+piped.  ``--json`` adds the shared fields (architecture, wall_s, peak_rss_bytes)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +10,6 @@ import sys
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from toolkit.cli.app import app
@@ -17,7 +19,8 @@ log = logging.getLogger(__name__)
 
 @app.command()
 def perplexity(
-    file: str = typer.Argument(..., help="UTF-8 text file to score."),
+    file_arg: Optional[str] = typer.Argument(None, metavar="[FILE]", help="UTF-8 text file to score (or -f FILE)."),
+    file_opt: Optional[str] = typer.Option(None, "-f", "--file", help="UTF-8 text file to score (llama-perplexity's -f)."),
     model: str = typer.Option(..., "-m", "--model", help="GGUF model."),
     ctx: int = typer.Option(512, "--ctx", "-c", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
     chunks: int = typer.Option(0, "--chunks", help="Score at most this many chunks (0: all)."),
@@ -30,8 +33,13 @@ def perplexity(
     non-overlapping chunks of --ctx tokens, each from an empty memory, the second half of each
     chunk scored; PPL = exp(mean NLL) +/- its standard error.  With --kld-base, also the KL
     divergence KL(base || model) per token (nats) and how often both models' top token agree."""
+    from toolkit.cli.report import common_fields, console
     from toolkit.errors import InputError
     from toolkit.runtime.perplexity import perplexity_file
+
+    if (file_arg is None) == (file_opt is None):
+        raise InputError("give the text file once: -f FILE (or FILE)")
+    file = file_arg if file_arg is not None else file_opt
 
     if kld_base and kld_out:
         raise InputError("--kld-base and --kld-out: give one or the other")
@@ -42,21 +50,27 @@ def perplexity(
     if ctx < 2:   # too large: the C library names the memory it would need (exit 4)
         raise InputError(f"--ctx {ctx}: must be in [2, {MAX_CTX}]")
 
-    err = Console(stderr=True)
-    show = not as_json and sys.stderr.isatty()
+    err = console(stderr=True)
+    tty = sys.stderr.isatty()
 
     def progress(i: int, n: int, ppl: float) -> None:
-        if show:
+        # a terminal: one line updated in place; piped: a plain line per chunk
+        if tty and not as_json:
             err.print(f"\rchunk {i + 1}/{n}  PPL {ppl:.4f}", end="", highlight=False)
+        elif not tty:
+            err.print(f"chunk {i + 1}/{n} PPL {ppl:.4f}", highlight=False)
 
-    res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                          threads=threads, progress=progress)
-    if show:
+    from toolkit.runtime import interrupt
+    with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+        res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
+                              threads=threads, progress=progress)
+    if tty and not as_json:
         err.print()
     if as_json:
-        typer.echo(json.dumps(res.to_dict(), indent=1))
+        from toolkit.gguf_io import GGUFFile
+        typer.echo(json.dumps({**res.to_dict(), **common_fields(GGUFFile(model).arch)}, indent=1))
         return
-    out = Console()
+    out = console()
     t = Table(show_header=False, box=None)
     t.add_row("model", res.model)
     t.add_row("file", f"{res.file}: {res.n_tokens_file} tokens")

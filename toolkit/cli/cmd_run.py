@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from toolkit.cli.app import app, err_console
+from toolkit.cli.argv import process_escapes
 from toolkit.errors import InputError
 
 DEFAULT_MODEL = pathlib.Path(__file__).resolve().parent.parent / "data" / "default.gguf"
@@ -56,25 +57,42 @@ def decode_prompt(raw: bytes | str) -> str:
         raise InputError(f"prompt is not valid UTF-8 (byte {e.start})") from None
 
 
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": False})
 def run(
-    prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin."),
+    prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin; one that starts with '-' goes after '--'."),
+    prompt_opt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Prompt text (as llama-cli's -p)."),
+    file: Optional[str] = typer.Option(None, "-f", "--file", help="Read the prompt from this UTF-8 file ('-': stdin); one trailing newline is dropped."),
+    system: Optional[str] = typer.Option(None, "-sys", "--system-prompt", help="System message, rendered with the model's chat template."),
+    escape: bool = typer.Option(True, "-e", "--escape/--no-escape", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
+    conversation: bool = typer.Option(False, "-cnv", "--conversation", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat)."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, or a name (chatml, or tokenizer.chat_template.NAME in the GGUF)."),
     model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
     n_predict: int = typer.Option(128, "-n", "--n-predict", help="Tokens to generate (-1: until end of generation or a full context)."),
     temp: float = typer.Option(0.8, "--temp", help="Temperature; 0 = greedy (argmax)."),
     top_k: int = typer.Option(40, "--top-k", help="Keep the k most likely tokens (0: off)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus sampling threshold (1.0: off)."),
     min_p: float = typer.Option(0.05, "--min-p", help="Drop tokens below min_p x the top probability (0: off)."),
-    seed: int = typer.Option(-1, "--seed", help="Random seed (-1: random; the seed used is in --json)."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens."),
-    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="CPU threads (default: TOOLKIT_THREADS or all cores)."),
-    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", help="Tokens per micro-batch when decoding the prompt."),
+    repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="Penalize repeated tokens: logit / p (logit x p when <= 0); 1.0: off."),
+    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="Tokens of history the penalties look at (0: off, -1: all)."),
+    presence_penalty: float = typer.Option(0.0, "--presence-penalty", help="Subtract this from the logit of every token in the window."),
+    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", help="Subtract this x the token's count in the window."),
+    reverse_prompt: list[str] = typer.Option([], "-r", "--reverse-prompt", help="Stop when the generated text ends with this (repeatable); in chat, end the turn."),
+    grammar: Optional[str] = typer.Option(None, "--grammar", help="GBNF grammar (llama.cpp's format, start rule 'root') the output must match."),
+    grammar_file: Optional[str] = typer.Option(None, "--grammar-file", help="Read the GBNF grammar from this file."),
+    json_schema: Optional[str] = typer.Option(None, "-j", "--json-schema", help="JSON schema the output must match (e.g. '{\"type\": \"object\"}')."),
+    json_schema_file: Optional[str] = typer.Option(None, "--json-schema-file", help="Read the JSON schema from this file."),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="Do not stop at an end-of-generation token (its logit is set to -inf)."),
+    n_probs: int = typer.Option(0, "--n-probs", help="With --json: the N most probable tokens of every generated position."),
+    seed: int = typer.Option(-1, "--seed", "-s", help="Random seed (-1: random; the seed used is in --json)."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens (0: the model's training context length)."),
+    threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
+    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Tokens per micro-batch when decoding the prompt."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
     display_prompt: bool = typer.Option(True, "--display-prompt/--no-display-prompt", help="Echo the prompt before the generated text (llama-cli's default)."),
     session: Optional[str] = typer.Option(None, "--session", help="Session file: reuse the saved state for the prompt prefix it shares, save the state after the run."),
-    checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per sequence (rollback points for --session; 0: none)."),
+    checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per sequence (rollback points for --session and chat; 0: none)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at the end of the prompt)."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr."),
 ) -> None:
@@ -82,43 +100,115 @@ def run(
     from toolkit.runtime.run import RunOptions
     from toolkit.runtime.sampling import SamplerParams
 
-    # ---- flags that need no model -------------------------------------------------------
-    if tokens is not None and prompt is not None:
-        raise InputError("give either a PROMPT or --tokens, not both")
-    if tokens is None and prompt is None:
-        raise InputError("no prompt: give PROMPT (or '-' for stdin) or --tokens 1,2,3")
+    _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
+    esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
+    if prompt is not None and prompt != "-":
+        prompt = esc(decode_prompt(prompt), "PROMPT")
+    if prompt_opt is not None:
+        prompt_opt = esc(decode_prompt(prompt_opt), "-p/--prompt")
+    system = esc(decode_prompt(system), "-sys/--system-prompt") if system is not None else None
+    stops = [esc(decode_prompt(r), "-r/--reverse-prompt") for r in reverse_prompt]
+    text = _read_prompt(prompt, prompt_opt, file, tokens, conversation)
+    params = SamplerParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=None if seed == -1 else seed,
+                           repeat_penalty=repeat_penalty, repeat_last_n=repeat_last_n,
+                           presence_penalty=presence_penalty, frequency_penalty=frequency_penalty)
+    params.validate()
+    _check_outputs(logits_out, session, conversation)
+    opts = RunOptions(model=resolve_model(model), prompt=text, tokens=tokens, n_predict=n_predict, sampling=params,
+                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, logits_out=logits_out,
+                      session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
+                      ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
+                      system=system, chat_template=chat_template,
+                      **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
+    if conversation:
+        from toolkit.cli.chat_loop import chat_loop
+        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose))
+    _run_and_render(opts, as_json, display_prompt, verbose)
+
+
+def _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:
+    """The numeric flags' ranges (InputError naming the flag)."""
     from toolkit.cli.limits import MAX_CTX, MAX_UBATCH, check_range, check_threads
-    if ctx_size <= 0:   # too large: the C library names the memory it would need (exit 4)
-        raise InputError(f"--ctx-size {ctx_size}: must be in [1, {MAX_CTX}]")
+    if ctx_size < 0:   # too large: the C library names the memory it would need (exit 4)
+        raise InputError(f"--ctx-size {ctx_size}: must be in [0, {MAX_CTX}] (0: the model's context length)")
     check_range("--ubatch", ubatch, 1, MAX_UBATCH)
-    check_threads("--threads", threads)
+    check_threads("--threads", threads, zero_is_auto=True)
     if n_predict < -1:
         raise InputError(f"--n-predict must be >= -1, got {n_predict}")
     if seed < -1:
         raise InputError(f"--seed must be >= -1, got {seed}")
-    params = SamplerParams(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=None if seed == -1 else seed)
-    params.validate()
-    if logits_out is not None:
-        d = os.path.dirname(os.path.abspath(logits_out))
-        if not os.path.isdir(d):
-            raise InputError(f"--logits-out {logits_out}: directory {d} does not exist")
     if checkpoints < 0 or checkpoint_every < 0:
         raise InputError(f"--checkpoints and --checkpoint-every must be >= 0, got {checkpoints}, {checkpoint_every}")
+    if n_probs < 0:
+        raise InputError(f"--n-probs must be >= 0, got {n_probs}")
+
+
+def _read_prompt(prompt, prompt_opt, file, tokens, conversation: bool) -> Optional[str]:
+    """The prompt text from exactly one of PROMPT, -p, -f (or None with --tokens, or in a
+    conversation without one).  Raises InputError for two sources, none, or an unreadable file."""
+    given = [n for n, v in (("PROMPT", prompt), ("-p/--prompt", prompt_opt), ("-f/--file", file),
+                            ("--tokens", tokens)) if v is not None]
+    if len(given) > 1:
+        raise InputError(f"give one prompt source, not {' and '.join(given)}")
+    if not given:
+        if conversation:
+            return None
+        raise InputError("no prompt: give PROMPT, -p TEXT, -f FILE ('-' for stdin) or --tokens 1,2,3")
+    if prompt_opt is not None:
+        return prompt_opt
+    if prompt == "-" or file == "-":
+        buf = getattr(sys.stdin, "buffer", None)
+        return decode_prompt(buf.read()) if buf is not None else decode_prompt(sys.stdin.read())
+    if file is not None:
+        try:
+            with open(file, "rb") as fh:
+                raw = fh.read()
+        except OSError as e:
+            raise InputError(f"-f/--file {file}: {e.strerror or e}") from None
+        text = decode_prompt(raw)
+        return text[:-1] if text.endswith("\n") else text   # llama.cpp's -f drops one trailing newline
+    return prompt
+
+
+def _grammar_args(grammar, grammar_file, json_schema, json_schema_file) -> dict:
+    """{"grammar": GBNF text} or {"json_schema": schema text} or {} (InputError: two given, an
+    unreadable file)."""
+    given = [(k, v) for k, v in (("--grammar", grammar), ("--grammar-file", grammar_file),
+                                 ("--json-schema", json_schema), ("--json-schema-file", json_schema_file)) if v is not None]
+    if len(given) > 1:
+        raise InputError(f"give one of --grammar, --grammar-file, --json-schema, --json-schema-file, "
+                         f"not {' and '.join(k for k, _ in given)}")
+    if not given:
+        return {}
+    flag, v = given[0]
+    if flag.endswith("-file"):
+        try:
+            with open(v, encoding="utf-8") as fh:
+                v = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{flag} {given[0][1]}: {getattr(e, 'strerror', None) or e}") from None
+    return {"json_schema" if "json" in flag else "grammar": v}
+
+
+def _check_outputs(logits_out, session, conversation: bool) -> None:
+    """--logits-out and --session: their directory exists and is writable (checked before any
+    work: a run must not end in a file it cannot write), and they are not combined wrongly."""
+    if logits_out is not None:
+        _writable_dir("--logits-out", logits_out)
     if session is not None:
         if logits_out is not None:
             raise InputError("--logits-out needs every prompt position decoded; it cannot be combined with --session")
-        d = os.path.dirname(os.path.abspath(session))
-        if not os.path.isdir(d):
-            raise InputError(f"--session {session}: directory {d} does not exist")
-    if prompt == "-":
-        buf = getattr(sys.stdin, "buffer", None)
-        prompt = decode_prompt(buf.read()) if buf is not None else decode_prompt(sys.stdin.read())
-    elif prompt is not None:
-        prompt = decode_prompt(prompt)
-    opts = RunOptions(model=resolve_model(model), prompt=prompt, tokens=tokens, n_predict=n_predict, sampling=params,
-                      ctx_size=ctx_size, threads=threads, ubatch=ubatch, logits_out=logits_out, session=session,
-                      checkpoints=checkpoints, checkpoint_every=checkpoint_every)
-    _run_and_render(opts, as_json, display_prompt, verbose)
+        _writable_dir("--session", session)
+        if os.path.exists(session) and not os.access(session, os.W_OK):
+            raise InputError(f"--session {session}: the file is not writable")
+
+
+def _writable_dir(flag: str, path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise InputError(f"{flag} {path}: directory {d} does not exist")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {path}: directory {d} is not writable")
 
 
 def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) -> None:
@@ -160,7 +250,10 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
 
 def _json_object(opts, r) -> dict:
     """The --json object: model, prompt_tokens, tokens, text, stop_reason, timings, sampling,
-    n_ctx, n_vocab; session and n_reused with --session; logits_out with --logits-out."""
+    n_ctx, n_vocab, and the shared architecture / wall_s / peak_rss_bytes; session and n_reused
+    with --session; logits_out with --logits-out; probs
+    with --n-probs (per generated token: id, prob, top [{id, prob}], from the logits the
+    sampler saw: softmax after the penalties, before truncation and temperature)."""
     res = r.generation
     obj = {
         "model": opts.model,
@@ -178,4 +271,8 @@ def _json_object(opts, r) -> dict:
         obj["n_reused"] = r.n_reused
     if opts.logits_out is not None:
         obj["logits_out"] = opts.logits_out
+    if opts.n_probs:
+        obj["probs"] = res.probs
+    from toolkit.cli.report import common_fields
+    obj.update(common_fields(r.architecture))
     return obj

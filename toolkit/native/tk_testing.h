@@ -93,8 +93,10 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
  * holds S[:, j], i.e. element (i, j) at S[j * dk + i].  q must already be l2-normed and
  * scaled by 1/sqrt(Dk), k l2-normed (the caller does both).  g_t <= 0 is the log decay.
  * Rows: q + t*q_stride [dk], k + t*k_stride [dk], v + t*v_stride [dv], o + t*o_stride [dv];
- * g[t*gb_stride], beta[t*gb_stride].  work: tk_gdn_work_floats(dk, dv) floats (may be NULL
- * when the call takes the recurrent form). */
+ * g[t*gb_stride], beta[t*gb_stride].  o may be v itself (same pointer and stride: every
+ * v_t[j] is read before o_t[j] is written); it must not overlap q, k or anything else.
+ * work: tk_gdn_work_floats(dk, dv) floats, used by the chunked form only (NULL: tk_gdn_run
+ * takes the recurrence whatever n_tok). */
 typedef struct {
     int32_t n_tok, dk, dv;
     const float * q; int64_t q_stride;
@@ -105,14 +107,20 @@ typedef struct {
     float * o; int64_t o_stride;
     float * work;
 } tk_gdn_head;
-/* The token-by-token recurrence at the current CPU level. */
+/* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA).  At a given
+ * level its bits do not depend on how a run is split over calls (n calls of one token give
+ * the bits of one call of n). */
 void tk_gdn_recurrent(const tk_gdn_head * h);
-/* The same result through the chunked WY/UT form where it is faster (n_tok at least
- * tk_gdn_threshold()), else the recurrence. */
+/* The chunked WY/UT form (chunks of 64) when n_tok >= tk_gdn_threshold() > 0 and work is
+ * given, else tk_gdn_recurrent.  The two agree to float rounding (~1e-7 relative). */
 void tk_gdn_run(const tk_gdn_head * h);
-/* floats of work tk_gdn_run needs for heads of these dims */
+/* floats of work the chunked form needs for heads of these dims (0 if dk or dv <= 0):
+ * the state transposed, Dk x Dv, plus 64-token chunk buffers (257 KiB at Dk = Dv = 128) */
 int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
-/* Runs of at least this many tokens take the chunked form; 0 = never.  Like tk_ssd_*. */
+/* Runs of at least this many tokens take the chunked form; 0 = never.  The default is the
+ * environment's TOOLKIT_GDN_MIN (a decimal >= 0) if set, else gdn.c's measured
+ * TK_GDN_MIN_DEFAULT; tk_gdn_set_threshold(n >= 0) overrides it and returns n; (n < 0)
+ * goes back to the default and returns it.  Like tk_ssd_*. */
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
 

@@ -7,6 +7,22 @@ A port of src/llama-quant.cpp at llama.cpp build 0c1e570: ``tensor_allows_quanti
 llama.cpp's are: ``attn_v`` and ``ffn_down`` bumps count the tensors in llama.cpp's tensor
 order (:func:`llama_tensor_order`), and ``n_attention_wv`` counts only the layers that
 have an attention V projection, so a hybrid model's recurrent layers are not counted.
+
+The gated-delta-net families (qwen3next, qwen35, qwen35moe) have no branch of their own in
+llama-quant.cpp; its generic rules give (checked byte for byte against llama-quantize on
+qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.md):
+
+- kept as they are (F32): ``ssm_a``, ``ssm_dt.bias``, every norm (1-D), ``ssm_conv1d`` (by
+  name), ``ffn_gate_inp`` (by name) and ``ffn_gate_inp_shexp`` (shape [n_embd, 1]: 1-D for
+  ggml_n_dims);
+- ``ssm_alpha`` / ``ssm_beta`` / ``ssm_ba``, ``attn_gate``, ``ssm_out``: category OTHER, the
+  file type's default type (fallbacks by ne0 = n_embd or d_inner);
+- ``attn_qkv`` (a GDN layer's fused q/k/v) is attn_v-like: it is counted in ``n_attention_wv``
+  with the attention layers' ``attn_v`` and takes the attn_v bumps (Q4_K_M: Q6_K by
+  use_more_bits), so llama.cpp's ATTENTION_QKV branch is never reached for it;
+- ``ffn_*_exps`` (3-D) and ``ffn_*_shexp`` are FFN_UP / FFN_GATE / FFN_DOWN; with more than one
+  expert the layer comes from the name; exactly 8 experts raise attn_v / attn_qkv / attn_k to
+  Q8_0 and attn_output to Q5_K (for the K-quant / IQ4 mixtures listed in :meth:`TypeChooser._impl`).
 """
 from __future__ import annotations
 

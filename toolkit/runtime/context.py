@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import InputError, ResourceError
 import threading
 
 from toolkit.binding import NativeHandle, check, exception_for, ffi, last_error, lib
+from toolkit.errors import InputError, ResourceError
+from toolkit.runtime import interrupt
 from toolkit.runtime.model import Model, _as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
@@ -167,9 +168,9 @@ class Context(NativeHandle):
         return self.model.n_vocab
 
     def close(self) -> None:
-        if self._ptr != ffi.NULL:
-            lib.tk_context_free(self._ptr)
-            self._ptr = ffi.NULL
+        p, self._ptr = self._ptr, ffi.NULL   # forget it first: an exception between the two
+        if p != ffi.NULL:                    # lines must not leave a freed pointer to free again
+            lib.tk_context_free(p)
 
     # ---- state files, memory report (state.c) -------------------------------------------
     def state_bytes(self, seq_id: int = -1) -> bytes:
@@ -205,16 +206,20 @@ class Context(NativeHandle):
 
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:
-        """Run a native call on a helper thread so Ctrl-C in the main thread can abort it.
+        """Run a native call on a helper thread so that SIGINT / SIGTERM can stop it.
 
-        On KeyboardInterrupt the C decode is asked to stop (tk_context_abort), is joined,
-        and the interrupt is re-raised; the batch's sequences are then empty (see tk_decode).
-        tk_last_error() is thread-local, so the message is read on the thread that failed.
+        With the CLI's handlers (toolkit.runtime.interrupt) the main thread waits in a
+        deferred scope: a signal is only recorded, the decode is asked to stop
+        (tk_context_abort, repeated until it returns: tk_decode clears a request made before
+        it starts) and joined, then KeyboardInterrupt is raised here, a safe point.  Without
+        them (library use), KeyboardInterrupt / SystemExit raised in the wait aborts and
+        joins the decode before re-raising, so the context is never freed under it.  After
+        an abort the batch's sequences are empty (see tk_decode).  tk_last_error() is
+        thread-local, so the message is read on the thread that failed.
         """
         res: list = []
         done = threading.Event()   # set by the worker; Thread.is_alive() is not reliable
                                    # after a KeyboardInterrupt inside join() (bpo-45274)
-
         began = threading.Event()
 
         def work():
@@ -227,13 +232,21 @@ class Context(NativeHandle):
 
         if threading.current_thread() is not threading.main_thread():
             work()
+        elif interrupt.installed():
+            interrupt.check()
+            with interrupt.deferred():
+                threading.Thread(target=work, name="toolkit-decode", daemon=True).start()
+                while not done.wait(0.05):
+                    if interrupt.pending():
+                        lib.tk_context_abort(self._ptr)
+            interrupt.check()
         else:
             try:
                 threading.Thread(target=work, name="toolkit-decode", daemon=True).start()
                 while not done.wait(0.1):  # wake now and then so a pending SIGINT is handled
                     pass
-            except BaseException:          # Ctrl-C, or SystemExit from the CLI's SIGTERM handler:
-                if not began.wait(1.0):    # abort and join the decode before the context can be freed
+            except BaseException:
+                if not began.wait(1.0):
                     raise
                 while not done.is_set():
                     lib.tk_context_abort(self._ptr)

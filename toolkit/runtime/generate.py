@@ -53,8 +53,11 @@ class Timings:
 @dataclass
 class GenerationResult:
     """prompt_tokens / tokens: ids; text: the generated text (complete UTF-8 only);
-    stop_reason: "eog" | "n_predict" | "ctx_full" | "interrupted";
-    prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
+    stop_reason: "eog" | "n_predict" | "ctx_full" | "stop" (a ``stop`` string, e.g. -r) |
+    "grammar" (the grammar is complete) | "interrupted"; prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
+    probs: with ``n_probs`` > 0, one entry per generated token: {"id", "prob", "top":
+    [{"id", "prob"}, ...]}, the probabilities of the softmax over the logits the sampler saw
+    (after the penalties, before truncation and temperature), the ``n_probs`` most likely first;
     n_shifts: context shifts done (``context_shift``); held_tokens: the ids the sequence holds
     at the end, in position order (prompt + tokens less what the shifts dropped)."""
 
@@ -64,6 +67,7 @@ class GenerationResult:
     stop_reason: str = "n_predict"
     timings: Timings = field(default_factory=Timings)
     prompt_logits: np.ndarray | None = None
+    probs: list[dict] = field(default_factory=list)
     n_shifts: int = 0
     held_tokens: list[int] = field(default_factory=list)
 
@@ -72,23 +76,72 @@ class GenerationResult:
         return self.stop_reason == "interrupted"
 
 
+def top_probs(row: np.ndarray, token: int, n: int) -> dict:
+    """{"id": token, "prob": p(token), "top": the n most probable [{"id", "prob"}]} of
+    softmax(row), row float32 [n_vocab] (float64 arithmetic; -inf logits get 0)."""
+    z = np.asarray(row, dtype=np.float64).reshape(-1)
+    z = np.where(np.isnan(z), -np.inf, z)
+    e = np.exp(z - z.max())
+    p = e / e.sum()
+    top = np.argsort(-p, kind="stable")[:n]
+    return {"id": int(token), "prob": float(p[token]),
+            "top": [{"id": int(i), "prob": float(p[i])} for i in top]}
+
+
+class _Step:
+    """One sampling step: EOG masking (ignore_eos), penalties, the grammar's mask, the draw,
+    the penalty window, the grammar's advance, and the --n-probs record."""
+
+    def __init__(self, sampler: Sampler, tokenizer: Tokenizer, ignore_eos: bool, n_probs: int, grammar=None):
+        self.sampler, self.n_probs, self.grammar, self.tokenizer = sampler, n_probs, grammar, tokenizer
+        self.eog = sorted(tokenizer.eog_ids) if ignore_eos and tokenizer.eog_ids else None
+
+    def __call__(self, row: np.ndarray, res: GenerationResult) -> int:
+        row = np.asarray(row, dtype=np.float32).reshape(-1)
+        if self.eog is not None:
+            row = row.copy()
+            row[self.eog] = -np.inf
+        row = self.sampler.penalize(row)
+        if self.grammar is not None:
+            row = self.grammar.mask(row)
+        tok = int(self.sampler.sample_penalized(row))
+        self.sampler.accept(tok)
+        if self.grammar is not None and not self.tokenizer.is_eog(tok):
+            self.grammar.accept(tok)
+        if self.n_probs > 0:
+            res.probs.append(top_probs(row, tok, self.n_probs))
+        return tok
+
+
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
              prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
-             context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
-    """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should be empty), then sample.
+             ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0,
+             grammar=None, context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
+    """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should hold exactly the
+    first ``n_reused`` of them), then sample.
 
     ctx:           a toolkit.runtime.Context (decode(tokens, seq_id, logits) -> float32 logits;
                    n_ctx: context size in tokens)
     n_predict:     maximum generated tokens; -1 = until end-of-generation or a full context
+    sampler:       every prompt token is accepted into its penalty window first (as
+                   llama-completion does), then each sampled token
     on_text:       called with each new piece of complete UTF-8 text as it is generated
     prompt_logits: also return the logits of every decoded prompt position, float32 [n, n_vocab]
     n_reused:      the first n_reused prompt tokens are already in the sequence (a restored
-                   session, toolkit.runtime.session); only the rest are decoded (at least one)
+                   session, a conversation's cached prefix); only the rest are decoded (>= 1)
     split_last:    decode the prompt's last token in a call of its own, so recurrent checkpoints
                    land one token before the end and at the end (the same prompt can then be
                    replayed from a session, or extended); the logits are the same (ubatch
                    splits are bit-identical); ctx needs .memory.checkpoint(seq_id)
+    ignore_eos:    never stop at an end-of-generation token: their logits are set to -inf
+                   before sampling (llama.cpp's --ignore-eos: a logit bias of -inf on every
+                   EOG id, common/common.cpp)
+    stop:          strings (llama.cpp's -r/--reverse-prompt): generation stops at the token
+                   whose text completes one of them (the whole token is kept in the text)
+    n_probs:       record the n most probable tokens of every step (``GenerationResult.probs``)
+    grammar:       a toolkit.runtime.grammar.Grammar: tokens it forbids are masked before
+                   sampling; generation ends when it is complete (stop_reason "grammar")
     context_shift: when the next token would not fit in n_ctx, keep the first ``n_keep`` held
                    tokens, drop half of the rest and shift the remainder back (llama-cli
                    --context-shift; toolkit.runtime.shift) instead of stopping with "ctx_full"
@@ -110,6 +163,8 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     res = GenerationResult(prompt_tokens=prompt)
     stream = tokenizer.stream()
     pieces: list[str] = []
+    step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
+    stops = [x for x in stop if x]
 
     def emit(s: str) -> None:
         if s:
@@ -117,26 +172,20 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             if on_text is not None:
                 on_text(s)
 
-    n_past = 0
-    held = list(prompt)
+    n_past, held = 0, list(prompt)
     t0 = time.perf_counter()
     try:
-        todo = prompt[n_reused:]
-        split = split_last and not prompt_logits and len(todo) > 1
-        if split:
-            ctx.decode(todo[:-1], seq_id=seq_id, logits="none")
-            todo = todo[-1:]
-        logits = ctx.decode(todo, seq_id=seq_id, logits="all" if prompt_logits else "last")
-        if split:
-            ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt
+        logits = _prefill(ctx, prompt[n_reused:], seq_id, prompt_logits, split_last)
         res.timings.n_prompt = len(prompt) - n_reused
         res.timings.prompt_s = time.perf_counter() - t0
         if prompt_logits:
             res.prompt_logits = np.asarray(logits, dtype=np.float32)
+        for t in prompt:
+            sampler.accept(t)
         n_past = len(prompt)
         t1 = time.perf_counter()
         while n_predict < 0 or len(res.tokens) < n_predict:
-            tok = sampler.sample(logits[-1])
+            tok = step(logits[-1], res)
             if tokenizer.is_eog(tok):
                 res.stop_reason = "eog"
                 break
@@ -144,17 +193,20 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             res.timings.n_gen = len(res.tokens)
             res.timings.gen_s = time.perf_counter() - t1
             emit(stream.push(tok))
+            if stops and _ends_with_stop(pieces, stops):
+                res.stop_reason = "stop"
+                break
+            if grammar is not None and grammar.done():
+                res.stop_reason = "grammar"
+                break
             if n_predict >= 0 and len(res.tokens) >= n_predict:
                 res.stop_reason = "n_predict"
                 break
             if n_ctx and n_past >= n_ctx:
-                d = context_shift_(ctx, seq_id, n_keep, n_past) if context_shift else 0
-                if d <= 0:
+                n_past = _shift(ctx, seq_id, n_keep, n_past, held, res) if context_shift else n_past
+                if n_past >= n_ctx:
                     res.stop_reason = "ctx_full"
                     break
-                held = shift_tokens(held, min(max(n_keep, 0), n_past), d)
-                n_past -= d
-                res.n_shifts += 1
             logits = ctx.decode([tok], seq_id=seq_id, logits="last")
             held.append(tok)
             n_past += 1
@@ -167,3 +219,39 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     res.text = "".join(pieces)
     res.held_tokens = held[:n_past]
     return res
+
+
+def _shift(ctx, seq_id: int, n_keep: int, n_past: int, held: list[int], res: GenerationResult) -> int:
+    """One context shift of a full sequence (toolkit.runtime.shift.context_shift): updates
+    ``held`` in place and ``res.n_shifts``; returns the new n_past (unchanged: nothing to drop)."""
+    d = context_shift_(ctx, seq_id, n_keep, n_past)
+    if d > 0:
+        held[:] = shift_tokens(held, min(max(n_keep, 0), n_past), d)
+        res.n_shifts += 1
+    return n_past - d
+
+
+def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last: bool) -> np.ndarray:
+    """Decode the prompt tokens not yet in the sequence; the logits ``generate`` needs."""
+    split = split_last and not prompt_logits and len(todo) > 1
+    if split:
+        ctx.decode(todo[:-1], seq_id=seq_id, logits="none")
+        todo = todo[-1:]
+    logits = ctx.decode(todo, seq_id=seq_id, logits="all" if prompt_logits else "last")
+    if split:
+        ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt
+    return logits
+
+
+def _ends_with_stop(pieces: list[str], stops: list[str]) -> bool:
+    """True when one of ``stops`` occurs in the text that the last piece completed (it may end
+    inside that piece, as llama.cpp's antiprompt search in common/ allows)."""
+    if not pieces:
+        return False
+    last = len(pieces[-1])
+    need, tail = max(len(x) for x in stops) + last, ""
+    for p in reversed(pieces):
+        tail = p + tail
+        if len(tail) >= need:
+            break
+    return any(x in tail[max(0, len(tail) - last - len(x) + 1):] for x in stops)

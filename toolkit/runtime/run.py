@@ -18,6 +18,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.gguf_io import atomic_output, check_output
+from toolkit.runtime import interrupt
 from toolkit.runtime.context import Context
 from toolkit.runtime.generate import GenerationResult, generate
 from toolkit.runtime.model import Model
@@ -43,6 +44,15 @@ class RunOptions:
                       the state after the run; None = no session
     checkpoints:      recurrent-state checkpoints kept per sequence
     checkpoint_every: also checkpoint every N positions (0: only at the end of the prompt)
+    ignore_eos:       never stop at an end-of-generation token (they are masked out of sampling)
+    stop:             reverse prompts: stop once the generated text ends with one of them
+    n_probs:          record the n most probable tokens of each generated position
+    system:           a system message: the prompt is then rendered with the chat template as
+                      [system, user] plus the assistant's opening (needs a template)
+    chat_template:    override of the GGUF's template (toolkit.runtime.chat.ChatTemplate.from_gguf)
+    grammar:          GBNF text constraining the output (toolkit.runtime.grammar), or None
+    json_schema:      JSON schema text constraining the output, or None (not with ``grammar``)
+    ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
     model: str
@@ -57,6 +67,13 @@ class RunOptions:
     session: str | None = None
     checkpoints: int = 4
     checkpoint_every: int = 256
+    ignore_eos: bool = False
+    stop: list[str] = field(default_factory=list)
+    n_probs: int = 0
+    system: str | None = None
+    chat_template: str | None = None
+    grammar: str | None = None
+    json_schema: str | None = None
 
 
 @dataclass
@@ -71,6 +88,7 @@ class RunResult:
     n_vocab:      the model's vocabulary size (logits width)
     n_reused:     prompt tokens restored from the session file (0 without ``session``)
     session_note: why fewer prompt tokens were reused than shared, or "" (with ``session``)
+    architecture: the GGUF's general.architecture
     """
 
     generation: GenerationResult
@@ -78,6 +96,7 @@ class RunResult:
     n_vocab: int
     n_reused: int = 0
     session_note: str = ""
+    architecture: str = ""
 
 
 def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
@@ -114,11 +133,20 @@ def save_npy_atomic(path: str, arr: np.ndarray, inputs: tuple[str, ...] = ()) ->
             np.save(fh, arr)
 
 
-def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int) -> list[int]:
-    """The prompt's token ids (from ``tokens`` or by tokenizing ``prompt``), checked to be
-    non-empty and to fit in ``ctx_size``; InputError otherwise."""
+def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int, gguf=None) -> list[int]:
+    """The prompt's token ids (from ``tokens``, by tokenizing ``prompt``, or the chat template's
+    rendering of [system, user] with ``system``), checked to be non-empty and to fit in
+    ``ctx_size``; InputError otherwise."""
     if opts.tokens is not None:
         ids = parse_token_ids(opts.tokens, n_vocab)
+    elif opts.system is not None:
+        from toolkit.runtime.chat import ChatTemplate
+        tpl = ChatTemplate.from_gguf(gguf, opts.chat_template)
+        if tpl is None:
+            raise InputError("-sys/--system-prompt needs a chat template: the model has none "
+                             "(give --chat-template NAME|FILE)")
+        msgs = [{"role": "system", "content": opts.system}, {"role": "user", "content": opts.prompt}]
+        ids = tpl.encode(tok, msgs, add_generation_prompt=True)
     else:
         ids = tok.encode(opts.prompt, add_special=True, parse_special=True)
         if not ids:
@@ -126,6 +154,24 @@ def _prompt_ids(opts: RunOptions, tok: Tokenizer, n_vocab: int) -> list[int]:
     if len(ids) > opts.ctx_size:
         raise InputError(f"the prompt has {len(ids)} tokens, more than --ctx-size {opts.ctx_size}")
     return ids
+
+
+def make_grammar(opts: RunOptions, tok: Tokenizer, n_vocab: int):
+    """The toolkit.runtime.grammar.Grammar of ``opts.grammar`` / ``opts.json_schema``, or None."""
+    if opts.grammar is None and opts.json_schema is None:
+        return None
+    from toolkit.runtime.grammar import Grammar
+    if opts.grammar is not None:
+        return Grammar.from_gbnf(tok, n_vocab, opts.grammar)
+    return Grammar.from_json_schema(tok, n_vocab, opts.json_schema)
+
+
+def context_size(requested: int, m: Model) -> int:
+    """``requested`` tokens, or for 0 the model's training context length (``n_ctx_train``,
+    GGUF ``{arch}.context_length``; 4096 when the file does not say)."""
+    if requested:
+        return requested
+    return int(getattr(m.hparams, "n_ctx_train", 0) or 4096)
 
 
 def _save_outputs(opts: RunOptions, ctx, res: GenerationResult) -> None:
@@ -151,7 +197,9 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
     on_text:   called with each new piece of complete UTF-8 generated text
 
     Ctrl-C during generation ends it (``stop_reason == "interrupted"``); the session and
-    logits files are still written.
+    logits files are still written (when the memory holds tokens: an aborted decode empties
+    it).  The whole run is a deferred scope of toolkit.runtime.interrupt: with the CLI's
+    handlers a signal stops the C work at a safe point, never in the middle of a free.
 
     Raises:
         InputError: an output path is the model or a directory, malformed file or token ids,
@@ -163,11 +211,20 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
     if opts.session is not None and os.path.exists(opts.session):
         check_output(opts.session, inputs=(opts.model,))
 
+    with interrupt.deferred():
+        return _run(opts, on_text, on_prompt, on_report)
+
+
+def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
+    """The body of :func:`run`, in a deferred-interrupt scope."""
     m = Model(opts.model, n_threads=opts.threads)
     try:
         tok = Tokenizer.from_gguf(m.gguf)
         n_vocab = int(m.hparams.n_vocab)
-        prompt_ids = _prompt_ids(opts, tok, n_vocab)
+        n_ctx = context_size(opts.ctx_size, m)
+        opts.ctx_size = n_ctx
+        prompt_ids = _prompt_ids(opts, tok, n_vocab, m.gguf)
+        grammar = make_grammar(opts, tok, n_vocab)
         ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
@@ -183,9 +240,10 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
                       else tok.decode(prompt_ids, strip_space_prefix=False))
         res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                        prompt_logits=opts.logits_out is not None, n_reused=n_reused,
-                       split_last=opts.session is not None)
+                       split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
+                       stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
-                         n_reused=n_reused, session_note=note)
+                         n_reused=n_reused, session_note=note, architecture=m.hparams.arch)
     finally:
         m.close()

@@ -5,6 +5,14 @@ top_p, min_p, xtc, temperature, then dist): the truncations see the *untempered*
 distribution, the temperature only reshapes what survives them.  ``temp <= 0`` is greedy
 (argmax; the first index among equal maxima), as in llama.cpp.
 
+Before them (llama.cpp's chain starts with ``penalties``), the repetition penalties over the
+last ``repeat_last_n`` accepted tokens (:meth:`Sampler.accept`; prompt tokens count, as in
+llama-completion), per token with count c > 0 in that window (ref llama_sampler_penalties_apply,
+src/llama-sampler.cpp):
+
+    logit = logit * repeat_penalty if logit <= 0 else logit / repeat_penalty
+    logit -= c * frequency_penalty + presence_penalty
+
 Each truncation keeps at least one token.  Definitions (p = softmax of the candidates' logits):
 
     top_k(k):    the k largest logits (k <= 0: all)
@@ -19,6 +27,7 @@ parameters give the same tokens (not the same tokens as llama.cpp, whose RNG is 
 """
 from __future__ import annotations
 
+import collections
 import os
 from dataclasses import asdict, dataclass
 
@@ -36,6 +45,16 @@ class SamplerParams:
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None   # None: a random seed (reported by Sampler.seed)
+    repeat_penalty: float = 1.0      # 1.0: off
+    repeat_last_n: int = 64          # tokens of history the penalties look at (0: off; -1: all)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    @property
+    def penalties(self) -> bool:
+        """True when a penalty changes logits (llama.cpp's is_disabled, negated)."""
+        return self.repeat_last_n != 0 and not (self.repeat_penalty == 1.0 and self.presence_penalty == 0.0
+                                                and self.frequency_penalty == 0.0)
 
     def validate(self) -> None:
         """Raises InputError naming the flag when a value is out of range."""
@@ -49,6 +68,13 @@ class SamplerParams:
             raise InputError(f"--min-p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise InputError(f"--seed must be in [0, 2^64), got {self.seed}")
+        if not (np.isfinite(self.repeat_penalty) and self.repeat_penalty > 0):
+            raise InputError(f"--repeat-penalty must be a finite number > 0 (1.0: off), got {self.repeat_penalty}")
+        if self.repeat_last_n < -1:
+            raise InputError(f"--repeat-last-n must be >= -1 (0: off, -1: all), got {self.repeat_last_n}")
+        for flag, v in (("--presence-penalty", self.presence_penalty), ("--frequency-penalty", self.frequency_penalty)):
+            if not np.isfinite(v):
+                raise InputError(f"{flag} must be a finite number, got {v}")
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -67,6 +93,33 @@ class Sampler:
         self.params = params
         self.seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self.rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.history: collections.deque[int] = collections.deque(
+            maxlen=None if params.repeat_last_n < 0 else max(params.repeat_last_n, 0))
+
+    def accept(self, token: int) -> None:
+        """Add ``token`` to the penalty window (the last ``repeat_last_n`` accepted tokens)."""
+        if self.params.repeat_last_n != 0:
+            self.history.append(int(token))
+
+    def reset(self) -> None:
+        """Forget the penalty window (a new conversation)."""
+        self.history.clear()
+
+    def penalize(self, logits: np.ndarray) -> np.ndarray:
+        """float32 [n_vocab] logits with the repetition penalties applied (a copy; the input
+        itself when no penalty is on or the window is empty)."""
+        z = np.asarray(logits, dtype=np.float32).reshape(-1)
+        p = self.params
+        if not p.penalties or not self.history:
+            return z
+        ids, counts = np.unique(np.fromiter(self.history, dtype=np.int64), return_counts=True)
+        ok = (ids >= 0) & (ids < z.size)
+        ids, counts = ids[ok], counts[ok]
+        z = z.copy()
+        v = z[ids]
+        v = np.where(v <= 0, v * np.float32(p.repeat_penalty), v / np.float32(p.repeat_penalty))
+        z[ids] = v - (counts.astype(np.float32) * np.float32(p.frequency_penalty) + np.float32(p.presence_penalty))
+        return z
 
     @property
     def greedy(self) -> bool:
@@ -109,6 +162,11 @@ class Sampler:
         return ids, probs
 
     def sample(self, logits: np.ndarray) -> int:
+        """The next token id from float32 [n_vocab] logits: penalties, truncations, draw."""
+        return self.sample_penalized(self.penalize(logits))
+
+    def sample_penalized(self, logits: np.ndarray) -> int:
+        """:meth:`sample` for logits :meth:`penalize` already saw: truncations, draw."""
         ids, probs = self.candidates(logits)
         if ids.size == 1:
             return int(ids[0])

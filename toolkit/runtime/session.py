@@ -89,13 +89,14 @@ def restore_session(ctx, path, prompt: Sequence[int], seq_id: int = 0) -> tuple[
     """Restore the session at ``path`` into ``seq_id`` (which is emptied first) and roll it back
     to the part ``prompt`` shares.  Returns (n_reused, note): the first ``n_reused`` prompt
     tokens are in the memory; ``note`` says why nothing was reused ("" when something was).
-    A missing file reuses nothing; a session of another model, or one too large for this
-    context, reuses nothing and the note names the reason (the memory of ``seq_id`` is then
-    empty).  The whole file is checked even when the prompt shares nothing with it.
+    A missing file reuses nothing; one too large for this context reuses nothing and the note
+    names the reason (the memory of ``seq_id`` is then empty).  The whole file is checked even
+    when the prompt shares nothing with it.
 
     Raises:
-        InputError: the file exists but is not a readable session file, or it is truncated
-            or corrupt (token list or state blob): the caller must not overwrite it.
+        InputError: the file exists but is not a readable session file, it is truncated or
+            corrupt (token list or state blob), or it was written for another model: the
+            caller must not overwrite it.
     """
     ctx.memory.seq_rm(seq_id, 0, -1)
     if not os.path.exists(os.fspath(path)):
@@ -107,7 +108,8 @@ def restore_session(ctx, path, prompt: Sequence[int], seq_id: int = 0) -> tuple[
         return 0, f"state not restored: {e}"
     except NativeError as e:
         if "written for another model" in str(e):   # state.c checks the fingerprint after the checksum
-            return 0, "the session was written for another model"
+            raise InputError(f"session {os.fspath(path)}: written for another model; it is left as "
+                             f"it is (give another --session file, or delete this one)") from None
         raise InputError(f"session {os.fspath(path)}: {e}") from None
     held = ctx.memory.seq_pos_max(seq_id) + 1
     if held != len(tokens):

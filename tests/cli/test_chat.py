@@ -1,0 +1,127 @@
+"""`toolkit run -cnv` / `toolkit chat`: a scripted conversation through stdin on the demo model
+(a hybrid: attention + Mamba-2 layers), with a chat template from a file (the packaged model
+and the fixtures carry none).
+
+The third turn decodes only its new tokens (n_reused = what the memory held), /regen re-feeds
+one token, /undo rolls the recurrent state back to a checkpoint, and the answers' probabilities
+(--n-probs, computed from the logits) equal those of a from-scratch run of the same rendered
+text, to the bit (ubatches below the SSD threshold: see ARGS).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from cli_runner import cli
+from toolkit.gguf_io import GGUFFile
+from toolkit.runtime.chat import CHATML, ChatTemplate
+from toolkit.runtime.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.native
+
+DEMO = pathlib.Path(__file__).resolve().parents[2] / "toolkit" / "data" / "default.gguf"
+# ubatches of 16 tokens: below the Mamba-2 SSD threshold, so every decode takes the recurrence
+# and the logits do not depend on where the history was cut (the chunked SSD rounds otherwise:
+# up to ~3e-2 in these logits, whichever way the tokens are split)
+ARGS = ["-m", str(DEMO), "--temp", "0", "-n", "8", "--json", "--n-probs", "4", "-t", "2", "-ub", "16"]
+
+
+@pytest.fixture()
+def template_file(tmp_path) -> str:
+    p = tmp_path / "chatml.jinja"
+    p.write_text(CHATML)
+    return str(p)
+
+
+def turns(out: str) -> list[dict]:
+    return [json.loads(x) for x in out.splitlines() if x.strip()]
+
+
+def test_three_turns_regen_undo_reuse_and_logits(monkeypatch, capsys, template_file):
+    script = "Hello there\nWhat is a cat?\n/regen\n/undo\nTell me a story\n"
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS, stdin=script)
+    assert rc == 0, err
+    t1, t2, regen, t3 = turns(out)
+    assert t1["n_reused"] == 0 and t1["n_decoded"] == t1["n_prompt"]
+    held1 = t1["n_prompt"] + len(t1["tokens"]) - (t1["stop_reason"] == "n_predict")
+    # turn 2 reuses all that turn 1 left in the memory, and decodes only the rest
+    assert t2["n_reused"] == held1 and t2["n_decoded"] == t2["n_prompt"] - held1
+    # /regen: same conversation, one token re-fed (from the checkpoint before the prompt's last)
+    assert regen["n_prompt"] == t2["n_prompt"] and regen["n_decoded"] == 1
+    assert regen["tokens"] == t2["tokens"] and regen["probs"] == t2["probs"]
+    # /undo then a new message: back to the end of turn 1's answer, only the new turn decoded
+    assert t3["n_reused"] == held1 and t3["n_decoded"] == t3["n_prompt"] - held1
+
+    # from scratch: the same rendered conversation as token ids, in a fresh process state
+    tok = Tokenizer.from_gguf(GGUFFile(DEMO))
+    tpl = ChatTemplate(CHATML, "chatml")
+    msgs = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": t1["text"]},
+            {"role": "user", "content": "Tell me a story"}]
+    ids = tpl.encode(tok, msgs)
+    assert len(ids) == t3["n_prompt"]
+    rc, out, err = cli(monkeypatch, capsys, "run", "--tokens", ",".join(map(str, ids)), *ARGS)
+    assert rc == 0, err
+    scratch = json.loads(out)
+    assert scratch["tokens"] == t3["tokens"]
+    assert scratch["probs"] == t3["probs"]          # bit-identical logits -> identical probabilities
+
+
+def test_no_template_falls_back_to_completion(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", *ARGS, stdin="Once upon a time\n")
+    assert rc == 0 and "no chat template" in err, err
+    assert len(turns(out)) == 1
+
+
+def test_bad_commands_and_templates(monkeypatch, capsys, tmp_path, template_file):
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS,
+                       stdin="/undo\n/regen\n/frob\n/load nowhere.json\n/save\n")
+    assert rc == 0 and out == ""
+    for what in ("/undo: nothing to undo", "/regen: no answer", "unknown command /frob", "/load nowhere.json",
+                 "/save needs a FILE"):
+        assert what in err, (what, err)
+    rc, _, err = cli(monkeypatch, capsys, "chat", "--chat-template", "nosuch", *ARGS, stdin="hi\n")
+    assert rc == 2 and "--chat-template nosuch" in err
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for %}")
+    rc, _, err = cli(monkeypatch, capsys, "chat", "--chat-template", str(bad), *ARGS, stdin="hi\n")
+    assert rc == 2 and "chat template" in err and "Traceback" not in err
+
+
+def test_save_load_round_trip(monkeypatch, capsys, tmp_path, template_file):
+    f = tmp_path / "c.json"
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS,
+                       stdin=f"Hello there\n/save {f}\n")
+    assert rc == 0, err
+    saved = json.loads(f.read_text())["messages"]
+    assert [m["role"] for m in saved] == ["user", "assistant"]
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS,
+                       stdin=f"/load {f}\nTell me a story\n")
+    assert rc == 0, err
+    (t,) = turns(out)
+    msgs = saved + [{"role": "user", "content": "Tell me a story"}]
+    tok = Tokenizer.from_gguf(GGUFFile(DEMO))
+    assert t["n_prompt"] == len(ChatTemplate(CHATML, "chatml").encode(tok, msgs))
+
+
+def test_system_prompt_single_turn(monkeypatch, capsys, template_file):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-sys", "You are terse.", "-p", "Hi", "--chat-template",
+                       template_file, *ARGS)
+    assert rc == 0, err
+    tok = Tokenizer.from_gguf(GGUFFile(DEMO))
+    ids = ChatTemplate(CHATML, "chatml").encode(tok, [{"role": "system", "content": "You are terse."},
+                                                      {"role": "user", "content": "Hi"}])
+    assert json.loads(out)["prompt_tokens"] == ids
+    rc, _, err = cli(monkeypatch, capsys, "run", "-sys", "x", "-p", "Hi", *ARGS)
+    assert rc == 2 and "needs a chat template" in err
+
+
+def test_template_from_gguf_key():
+    class G(dict):
+        pass
+    g = G({"tokenizer.chat_template": CHATML, "tokenizer.chat_template.tool_use": "{{ 'T' }}"})
+    assert ChatTemplate.from_gguf(g).render([{"role": "user", "content": "x"}]) == \
+        "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    assert ChatTemplate.from_gguf(g, "tool_use").render([]) == "T"
+    assert ChatTemplate.from_gguf(G()) is None

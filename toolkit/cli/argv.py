@@ -1,0 +1,141 @@
+"""Command lines the way llama.cpp users type them, checked before click parses them.
+
+click already reads a declared multi-letter short flag (``-ub``, ``-sys``, ``-cnv``) as itself.
+An undeclared one would be split into a short flag and its value (``-ngl 99`` -> ``-n gl``),
+so llama.cpp's flags that toolkit does not have are caught here by name, with the reason, and
+exit 2: ``not supported: -ngl (toolkit runs on CPU)``.  Also here: ``toolkit chat`` (an alias
+of ``toolkit run -cnv``), the check of ``TOOLKIT_CPU``, and llama.cpp's escape processing.
+"""
+from __future__ import annotations
+
+import re
+
+from toolkit.errors import InputError
+
+_MULTI_SHORT = re.compile(r"^-[A-Za-z][A-Za-z0-9-]+$")
+
+_GPU = "toolkit runs on CPU"
+_F32KV = "the KV cache is float32"
+
+# llama.cpp's common/arg.cpp flags, by spelling, that toolkit does not have, and why
+UNSUPPORTED: dict[str, str] = {
+    **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld", "--gpu-layers-draft",
+                     "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu",
+                     "-dev", "--device", "-nkvo", "--no-kv-offload", "--no-op-offload",
+                     "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe", "-ot", "--override-tensor"), _GPU),
+    **dict.fromkeys(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"), _F32KV),
+    **dict.fromkeys(("-fa", "--flash-attn"), "toolkit has one attention kernel; it needs no switch"),
+    **dict.fromkeys(("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic", "-md",
+                     "--model-draft"), "no speculative decoding yet"),
+    **dict.fromkeys(("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
+                    "no adapters yet"),
+    **dict.fromkeys(("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url"),
+                    "toolkit does not download; give a local GGUF with -m"),
+    **dict.fromkeys(("--mlock", "--numa", "-dio", "--direct-io"), "not on this runtime"),
+    **dict.fromkeys(("-dt", "--defrag-thold", "-kvu", "--kv-unified", "-np", "--parallel"),
+                    "one sequence per run"),
+    **dict.fromkeys(("--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale",
+                     "--yarn-orig-ctx", "--yarn-ext-factor", "--yarn-attn-factor",
+                     "--yarn-beta-slow", "--yarn-beta-fast"), "RoPE settings come from the GGUF"),
+    **dict.fromkeys(("--mirostat", "--mirostat-lr", "--mirostat-ent", "--dry-multiplier",
+                     "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n",
+                     "--dry-sequence-breaker", "--xtc-probability", "--xtc-threshold",
+                     "--typical", "--top-nsigma", "--dynatemp-range", "--dynatemp-exp",
+                     "--samplers", "--sampling-seq", "--sampler-seq", "-l", "--logit-bias"),
+                    "toolkit's sampler chain is top-k, top-p, min-p, temperature and the penalties"),
+    **dict.fromkeys(("-i", "--interactive", "-if", "--interactive-first", "--in-prefix",
+                     "--in-suffix", "--in-prefix-bos", "-mli", "--multiline-input"),
+                    "use -cnv/--conversation (toolkit chat)"),
+    **dict.fromkeys(("-ps", "--prompt-cache", "--prompt-cache-all", "--prompt-cache-ro"),
+                    "use --session FILE"),
+}
+
+# the commands that run a model and so take llama.cpp's model flags
+_MODEL_COMMANDS = ("run", "chat", "bench", "perplexity")
+
+CPU_LEVELS = ("scalar", "avx2", "avx512", "neon")
+
+
+def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
+    """``argv`` (without the program name) as click should see it.
+
+    ``toolkit chat ARGS`` becomes ``toolkit run -cnv ARGS``.  Raises InputError
+    ``not supported: FLAG (why)`` for a llama.cpp flag toolkit does not have, given to a
+    command that runs a model, and ``no such option: -xyz`` for any other multi-letter short
+    flag the command does not declare (``known``: command -> {option spelling: takes a value}),
+    which click would split into ``-x yz``.  Nothing after ``--`` is looked at (prompt text),
+    nor the value of an option (``-p -text``).
+    """
+    argv = list(argv)
+    cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if cmd_at is None:
+        return argv
+    if argv[cmd_at] == "chat":
+        argv[cmd_at:cmd_at + 1] = ["run", "-cnv"]
+    cmd = argv[cmd_at]
+    opts = (known or {}).get(cmd)
+    skip = False
+    for a in argv[cmd_at + 1:]:
+        if skip:
+            skip = False
+            continue
+        if a == "--":
+            break
+        flag = a.split("=", 1)[0]
+        skip = bool(opts and opts.get(flag) and "=" not in a)
+        if cmd in _MODEL_COMMANDS and flag in UNSUPPORTED:
+            raise InputError(f"not supported: {flag} ({UNSUPPORTED[flag]})")
+        if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
+            raise InputError(f"no such option: {flag} (toolkit {'chat' if cmd == 'run' and '-cnv' in argv else cmd} "
+                             f"-h lists the options)")
+    return argv
+
+
+def check_cpu_env(environ) -> None:
+    """``TOOLKIT_CPU`` (the kernel level cap) must name a level: the C library would take a
+    mistyped one as "scalar", a silent 3-5x slowdown.  Raises InputError naming the variable."""
+    v = environ.get("TOOLKIT_CPU")
+    if v and v not in CPU_LEVELS:
+        raise InputError(f"TOOLKIT_CPU={v!r} is not a kernel level; use one of {', '.join(CPU_LEVELS)} "
+                         f"(or unset it for the best this machine runs)")
+
+
+def process_escapes(text: str, what: str = "prompt") -> str:
+    """llama.cpp's ``string_process_escapes`` (common/common.cpp), on the UTF-8 bytes:
+    ``\\n \\r \\t \\' \\" \\\\`` and ``\\xHH`` (one byte); any other ``\\c`` stays as it is.
+
+    Raises:
+        InputError: the result is not valid UTF-8 (a ``\\xHH`` byte that starts no character).
+    """
+    if "\\" not in text:
+        return text
+    src = text.encode("utf-8", "surrogateescape")
+    out = bytearray()
+    simple = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("'"): b"'", ord('"'): b'"', ord("\\"): b"\\"}
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if c != 0x5C or i + 1 >= n:
+            out.append(c)
+            i += 1
+            continue
+        e = src[i + 1]
+        if e in simple:
+            out += simple[e]
+            i += 2
+            continue
+        if e == ord("x") and i + 3 < n and _is_hex(src[i + 2:i + 4]):
+            out.append(int(src[i + 2:i + 4], 16))
+            i += 4
+            continue
+        out += src[i:i + 2]
+        i += 2
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} is not valid UTF-8 after escape processing (byte {e.start}; "
+                         f"--no-escape keeps backslashes as typed)") from None
+
+
+def _is_hex(b: bytes) -> bool:
+    return len(b) == 2 and all(chr(x) in "0123456789abcdefABCDEF" for x in b)

@@ -1,0 +1,140 @@
+"""``toolkit run -cnv`` / ``toolkit chat``: the interactive loop over toolkit.runtime.chat.Chat.
+
+User turns are lines of stdin (a terminal or a pipe); answers stream to stdout.  Commands:
+
+    /regen        answer the last message again
+    /undo         drop the last message and its answer
+    /save FILE    write the conversation (JSON messages)
+    /load FILE    continue a saved conversation
+    /reset        start over (the system message stays)
+    /exit         leave (end of input does too)
+
+Ctrl-C during an answer ends that answer; at the prompt it leaves (exit 130).  With -v the
+prompt-cache figures go to stderr after each answer ("reused N of M prompt tokens"); with
+--json each answer is one JSON line on stdout: turn, text, tokens, stop_reason, n_prompt,
+n_reused, n_decoded, timings (and probs with --n-probs).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from toolkit.cli.app import err_console
+from toolkit.errors import InputError
+
+HELP = "commands: /regen /undo /save FILE /load FILE /reset /exit"
+
+
+class PlainTemplate:
+    """The fallback for a model without a chat template: the conversation is its messages'
+    texts, one per line, continued as plain completion."""
+
+    name = "none (plain completion)"
+
+    def encode(self, tok, messages, add_generation_prompt: bool = True) -> list[int]:
+        return tok.encode("".join(m["content"] + "\n" for m in messages), add_special=True, parse_special=True)
+
+
+def _read_line(tty: bool):
+    """The next input line without its newline, or None at the end of input."""
+    from toolkit.runtime import interrupt
+    with interrupt.raising():      # a blocking read: Ctrl-C here leaves the chat
+        if tty:
+            err_console.print("> ", end="", highlight=False)
+        line = sys.stdin.readline()
+    return None if line == "" else line.rstrip("\n")
+
+
+def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
+    """Run the chat for ``opts`` (toolkit.runtime.run.RunOptions; prompt, if any, is the first
+    user turn); returns the exit status."""
+    from toolkit.runtime import interrupt
+    from toolkit.runtime.chat import Chat, ChatTemplate
+    from toolkit.runtime.context import Context
+    from toolkit.runtime.model import Model
+    from toolkit.runtime.run import context_size
+    from toolkit.runtime.sampling import Sampler
+    from toolkit.runtime.tokenizer import Tokenizer
+
+    with interrupt.deferred():
+        m = Model(opts.model, n_threads=opts.threads)
+        try:
+            tok = Tokenizer.from_gguf(m.gguf)
+            tpl = ChatTemplate.from_gguf(m.gguf, opts.chat_template)
+            if tpl is None:
+                err_console.print("note: the model has no chat template (tokenizer.chat_template): plain completion, "
+                                  "one line per message; --chat-template NAME|FILE gives one", highlight=False,
+                                  soft_wrap=True)
+                tpl = PlainTemplate()
+            ctx = Context(m, n_ctx=context_size(opts.ctx_size, m), n_seq_max=1, n_ubatch=opts.ubatch,
+                          n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
+                          checkpoint_every=opts.checkpoint_every)
+            chat = Chat(ctx, tok, tpl, Sampler(opts.sampling), system=opts.system)
+            return _loop(chat, opts, as_json, verbose)
+        finally:
+            m.close()
+
+
+def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
+    """Read turns and commands until the end of input; returns the exit status."""
+    from toolkit.runtime import interrupt
+    tty = sys.stdin.isatty()
+    if tty:
+        err_console.print(f"chat template: {chat.template.name}; {HELP}", highlight=False, soft_wrap=True)
+    first, n_turn = opts.prompt, 0
+    while True:
+        line = first if first is not None else _read_line(tty)
+        first = None
+        if line is None or line.strip() == "/exit":
+            return 0
+        cmd, _, arg = line.strip().partition(" ")
+        try:
+            if cmd == "/undo":
+                chat.undo()
+                continue
+            if cmd == "/reset":
+                chat.reset()
+                continue
+            if cmd in ("/save", "/load"):
+                if not arg.strip():
+                    raise InputError(f"{cmd} needs a FILE")
+                chat.save(arg.strip()) if cmd == "/save" else chat.load(arg.strip())
+                continue
+            if cmd.startswith("/") and cmd not in ("/regen",):
+                raise InputError(f"unknown command {cmd}; {HELP}")
+            n_turn += 1
+            turn = _answer(chat, opts, None if cmd == "/regen" else line, as_json)
+        except InputError as e:
+            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            continue
+        if as_json:
+            sys.stdout.write(json.dumps({"turn": n_turn, "text": turn.text, "tokens": turn.tokens,
+                                         "stop_reason": turn.stop_reason, "n_prompt": turn.n_prompt,
+                                         "n_reused": turn.n_reused, "n_decoded": turn.n_decoded,
+                                         "timings": turn.timings, **({"probs": turn.probs} if turn.probs else {})},
+                                        ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        if verbose:
+            err_console.print(f"reused {turn.n_reused} of {turn.n_prompt} prompt tokens, decoded {turn.n_decoded}",
+                              highlight=False, soft_wrap=True)
+        if turn.stop_reason == "interrupted":
+            if interrupt.received() != 2:     # SIGTERM (or another signal): leave
+                return 128 + interrupt.received()
+            interrupt.clear()                 # Ctrl-C ended this answer; the chat goes on
+
+
+def _answer(chat, opts, user, as_json: bool):
+    """Generate one answer (``user`` None: /regen), streaming it unless --json."""
+    def on_text(s: str) -> None:
+        sys.stdout.write(s)
+        sys.stdout.flush()
+
+    from toolkit.runtime.run import make_grammar
+    gen = dict(ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs,
+               grammar=make_grammar(opts, chat.tok, chat.ctx.n_vocab))   # a fresh matcher per answer
+    cb = None if as_json else on_text
+    turn = chat.regen(opts.n_predict, cb, **gen) if user is None else chat.send(user, opts.n_predict, cb, **gen)
+    if not as_json:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    return turn

@@ -1,0 +1,46 @@
+"""The JSON vocabulary every command's ``--json`` shares, and consoles that never wrap piped text.
+
+Fields (README.md, "JSON output", lists them; a command adds its own beside them):
+
+    architecture     the GGUF's general.architecture ("granitehybrid", "mamba2", ...)
+    wall_s           seconds from the command's start to its result (float)
+    peak_rss_bytes   the process's peak resident memory (getrusage ru_maxrss, bytes)
+    n_params         parameters: elements of every tensor of the file
+    file_type        {"id": general.file_type, "name": llama.cpp's LLAMA_FTYPE name} or null
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+from rich.console import Console
+
+T0 = time.perf_counter()
+
+
+def common_fields(architecture: str | None = None) -> dict:
+    """``wall_s`` since the CLI's start, ``peak_rss_bytes`` (and ``architecture`` when given)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"wall_s": round(time.perf_counter() - T0, 6),
+           "peak_rss_bytes": int(rss if sys.platform == "darwin" else rss * 1024)}   # Linux: KiB
+    if architecture is not None:
+        out = {"architecture": architecture, **out}
+    return out
+
+
+class QuietConsole(Console):
+    """rich's Console, but a closed pipe (``| head``) raises BrokenPipeError, which the CLI
+    turns into a quiet exit 0, instead of rich's SystemExit(1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich Console for results or diagnostics: on a terminal it wraps at the terminal's
+    width; piped, it never wraps or cuts a line (rich would assume 80 columns)."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return QuietConsole(stderr=stderr, soft_wrap=not tty, width=None if tty else 1 << 16)
