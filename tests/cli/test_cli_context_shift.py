@@ -60,3 +60,20 @@ def test_keep_is_checked(monkeypatch, capsys, hf_f32):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(hf_f32("bamba-tiny")), "--tokens", PROMPT,
                        "--keep", "-2", "--context-shift")
     assert rc != 0 and "--keep" in err and "Traceback" not in err
+
+
+def test_chat_answer_past_a_full_context(monkeypatch, capsys, tmp_path):
+    """-cnv --context-shift: an answer goes on past a full context; --json and -v count the
+    shifts of the turn."""
+    import pathlib
+    from toolkit.runtime.chat import CHATML
+    tpl = tmp_path / "chatml.jinja"
+    tpl.write_text(CHATML)
+    demo = pathlib.Path(__file__).resolve().parents[2] / "toolkit" / "data" / "default.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", "-m", str(demo), "--chat-template", str(tpl),
+                       "--temp", "0", "-n", "120", "--ignore-eos", "-c", "96", "--context-shift", "--json",
+                       "-v", "-t", "2", "-ub", "16", stdin="Hi\n")
+    assert rc == 0, err
+    t = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert len(t) == 1 and len(t[0]["tokens"]) == 120 and t[0]["n_shifts"] >= 1
+    assert f"context shifts: {t[0]['n_shifts']}" in err
