@@ -7,7 +7,8 @@ to another id.  The oracle keeps each sequence's token history; every decode's l
 equal a fresh context's logits for that history (F32), and every sequence must end where its
 history ends.  Hybrid models with attention (RoPE and not), a Mamba-1 hybrid (Jamba) and a
 gated delta net hybrid (qwen35moe-tiny: GDN, gated attention, MoE; llama.cpp's file until our
-converter writes the family).  Run under ASan/UBSan by CI (pytest -m native).
+converter writes the family).  Nemotron-H (nemotronh-tiny: Mamba-2, attention without RoPE,
+blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -143,7 +144,8 @@ def play(m: Model, ops, every: int) -> None:
 
 
 @pytest.mark.parametrize("name,every", [("bamba-tiny", 4), ("jamba-tiny", 0), ("granitehybrid-moe-tiny", 3),
-                                        ("llamacpp/qwen35moe-tiny", 2)])
+                                        ("llamacpp/qwen35moe-tiny", 2), ("nemotronh-tiny", 3),
+                                        ("nemotronh-dense-tiny", 0)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

@@ -25,7 +25,8 @@ HF = pathlib.Path(__file__).parent.parent / "fixtures" / "hf"
 UB = 16
 
 
-@pytest.fixture(scope="module", params=["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"])
+@pytest.fixture(scope="module", params=["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny",
+                                                 "nemotronh-tiny"])
 def model(request, tmp_path_factory):
     from toolkit.convert import convert
     out = tmp_path_factory.mktemp("mt") / f"{request.param}.f32.gguf"

@@ -25,7 +25,7 @@ def models(tmp_path_factory):
     from toolkit.convert import convert
     out = {}
     d = tmp_path_factory.mktemp("sess")
-    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny"):
+    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out
@@ -44,7 +44,7 @@ P1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64, 1]
 P2 = P1 + [77, 401, 9, 18, 200]
 
 
-@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny"])
+@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny"])
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)
@@ -160,6 +160,34 @@ def test_memory_report_cli_gated_delta_net(monkeypatch, capsys, name):
     per_seq = (hp.d_conv - 1) * C + hp.ssm_n_head * hp.d_state * hp.ssm_head_dim
     assert rep["recurrent"] == 3 * len(hp.recurrent_layers) * per_seq * 4
     assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers)
+    with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
+        got = ctx.memory_report()
+    for k in ("weights", "kv", "recurrent", "checkpoints"):
+        assert rep[k] == got[k], (name, k)
+    assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+
+
+@pytest.mark.parametrize("name", ["nemotronh-tiny", "nemotronh-dense-tiny"])
+def test_memory_report_cli_nemotron_h(monkeypatch, capsys, tmp_path, name):
+    """`info --memory` (toolkit/runtime/memory.py) equals the C report for Nemotron-H (our
+    conversion): recurrent state on the Mamba-2 layers only (not on the MLP / MoE blocks, which
+    have no mixer), KV on the attention layers only."""
+    from toolkit.arch import HParams, LayerKind
+    from toolkit.convert import convert
+    from toolkit.gguf_io import GGUFFile
+    from toolkit.runtime import Context, Model
+    m = tmp_path / f"{name}.f32.gguf"
+    convert(str(HF / name), str(m), "f32")
+    rc, out, err = cli(monkeypatch, capsys, "info", str(m), "--memory", "--json", "-c", "300", "-np", "3",
+                       "--checkpoints", "2", "-ub", "64")
+    assert rc == 0, err
+    rep = json.loads(out)["memory"]
+    hp = HParams.from_gguf(GGUFFile(str(m)))
+    n_m2 = hp.layer_kinds.count(LayerKind.MAMBA2)
+    assert LayerKind.NONE in hp.layer_kinds and len(hp.recurrent_layers) == n_m2 == 2
+    C = hp.d_inner + 2 * hp.n_group * hp.d_state
+    assert rep["recurrent"] == 3 * n_m2 * ((hp.d_conv - 1) * C + hp.d_state * hp.d_inner) * 4
+    assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers) > 0
     with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
         got = ctx.memory_report()
     for k in ("weights", "kv", "recurrent", "checkpoints"):

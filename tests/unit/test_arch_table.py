@@ -54,14 +54,15 @@ def test_kind_enums_equal_c(enum, c_enum, prefix):
 
 def test_arch_ids_equal_c():
     c = ffi.typeof("tk_arch").relements            # {"TK_ARCH_GRANITE_HYBRID": 2, ...}
-    ours = {a.name: a.c_id for a in ARCHES if a.runs}
+    ours = {a.name.replace("_", "").replace("-", ""): a.c_id for a in ARCHES if a.runs}   # nemotron_h: NEMOTRON_H
     assert {n[len("TK_ARCH_"):].replace("_", "").lower(): v for n, v in c.items()} == ours
     for n, v in c.items():
         assert getattr(lib, n) == v
 
 
 def test_runtime_arches():
-    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe")
+    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
+                              "nemotron_h", "nemotron_h_moe")
     assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
     assert arch_spec("llama") is None
 
@@ -78,7 +79,8 @@ def test_rows_are_consistent():
         assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
         assert (R.read_attention in a.readers) == (LayerKind.ATTENTION in a.mixers) == a.attention_from_file
         assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
-        assert set(a.mixer_tensors) == set(LayerKind)
+        assert (R.read_nemotron_layers in a.readers) == (LayerKind.NONE in a.mixers)
+        assert set(a.mixer_tensors) == set(LayerKind) and set(a.ffn_tensors) >= set(a.ffns)
 
 
 # ---- tk_hparams -----------------------------------------------------------------------------
@@ -154,7 +156,8 @@ def test_converted_tensor_names(hf_f32, name):
     spec = arch_spec(f.arch)
     if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
         with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
-                                                   "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe"):
+                                                   "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe, "
+                                                   "nemotron_h, nemotron_h_moe"):
             HParams.from_gguf(f)
         with pytest.raises(ValueError, match="convert/info only"):
             spec.expected_tensors([], [])
@@ -175,7 +178,8 @@ def test_llamacpp_tensor_names(hf_f32, name):
 
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
-                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny"])
+                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
+                                  "nemotronh-tiny", "nemotronh-dense-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

@@ -70,6 +70,9 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("gdn_head_tiled", "spec.gdn_head_tiled"), _i("gdn_gate_act"), _i("rope_neox", "spec.rope_neox"),
     _i("attn_q_gate", "spec.attn_q_gate"), _i("attn_qk_norm", "spec.attn_qk_norm"),
     _i("ffn_norm_post_attn", "spec.ffn_norm_post_attn"), _i("moe_renorm", "spec.moe_renorm"),
+    # Nemotron-H MoE routing (appended)
+    _i("moe_sigmoid", "spec.moe_sigmoid"), _i("moe_relu2", "spec.moe_relu2"), _i("moe_n_group"),
+    _i("moe_topk_group"), _i("moe_weights_norm"), _f("moe_weights_scale"),
 )
 
 # HParams fields the C side does not take, and why

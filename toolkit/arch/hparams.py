@@ -70,6 +70,10 @@ class HParams:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_shexp: int = 0
+    moe_n_group: int = 1          # expert groups (expert_group_count), Nemotron-H MoE
+    moe_topk_group: int = 1       # groups kept per token (expert_group_used_count)
+    moe_weights_norm: bool = False  # routed weights / their sum (expert_weights_norm)
+    moe_weights_scale: float = 1.0  # routed weights * this (expert_weights_scale)
     # granite multipliers
     embedding_scale: float = 1.0
     residual_scale: float = 1.0
@@ -81,7 +85,7 @@ class HParams:
 
     @property
     def recurrent_layers(self) -> list[int]:
-        return [i for i, kd in enumerate(self.layer_kinds) if kd != LayerKind.ATTENTION]
+        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

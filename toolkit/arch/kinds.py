@@ -15,6 +15,7 @@ class LayerKind(enum.IntEnum):
     MAMBA2 = 1
     ATTENTION = 2
     GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
+    NONE = 5        # no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers)
 
 
 class FFNKind(enum.IntEnum):
@@ -23,6 +24,7 @@ class FFNKind(enum.IntEnum):
     NONE = 0
     DENSE = 1   # SwiGLU: down(silu(gate(x)) * up(x))
     MOE = 2     # top-k routed SwiGLU experts (+ shared expert when present)
+    RELU2 = 3   # down(relu(up(x))^2), no gate (Nemotron-H MLP)
 
 
 class Residual(str, enum.Enum):

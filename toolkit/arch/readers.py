@@ -21,10 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
-               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE}
-_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED}
-_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS}
+_FLOAT_KEYS = {Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE, Keys.LLM.EXPERT_WEIGHTS_SCALE}
+_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM}
+_LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
+              Keys.LLM.FEED_FORWARD_LENGTH}
 _BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS}
 
 
@@ -102,7 +103,11 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
     hp.n_vocab, hp.n_embd, hp.n_layer = int(n_vocab), n_embd, n_layer
     hp.n_ctx_train = int(r.opt(Keys.LLM.CONTEXT_LENGTH, 0))
-    hp.rms_eps = float(r.req(Keys.Attention.LAYERNORM_RMS_EPS))
+    eps = r.opt(Keys.Attention.LAYERNORM_RMS_EPS, None)
+    if eps is None and r.f.get(k(Keys.Attention.LAYERNORM_EPS, r.arch)) is not None:
+        # llama.cpp's Nemotron-H files carry only layer_norm_epsilon (its loader falls back too)
+        eps = r.opt(Keys.Attention.LAYERNORM_EPS, None)
+    hp.rms_eps = float(eps if eps is not None else r.req(Keys.Attention.LAYERNORM_RMS_EPS))
 
 
 def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -242,7 +247,8 @@ def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense)."""
     f = r.f
-    hp.n_ff = int(r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0))
+    ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0)
+    hp.n_ff = int(max(ff, default=0) if isinstance(ff, list) else ff)
     hp.n_expert = int(r.opt(Keys.LLM.EXPERT_COUNT, 0))
     hp.n_expert_used = int(r.opt(Keys.LLM.EXPERT_USED_COUNT, 0))
     hp.n_ff_shexp = int(r.opt(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0))
@@ -255,9 +261,57 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
                 raise InputError(f"{f.path}: tensor 'blk.{i}.ffn_gate_inp.weight' present but key {k(Keys.LLM.EXPERT_COUNT, r.arch)!r} is missing")
             hp.ffn_kinds.append(FFNKind.MOE)
         elif f"blk.{i}.ffn_up.weight" in f.tensors:
-            hp.ffn_kinds.append(FFNKind.DENSE)
+            hp.ffn_kinds.append(spec.dense_ffn)
         else:
             hp.ffn_kinds.append(FFNKind.NONE)
+
+
+def read_nemotron_layers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Nemotron-H: each block is one of Mamba-2, attention, or an FFN alone (mixer NONE).
+
+    Attention layers: ``attention.layer_indices`` when present, else the per-layer
+    ``attention.head_count_kv`` (> 0).  FFN-only layers: the per-layer ``feed_forward_length``
+    (> 0), as llama.cpp's loader reads them (src/models/nemotron-h.cpp: recurrent iff both are 0).
+    Runs after :func:`read_layer_kinds` (which gave attention or Mamba-2 to every layer).
+    """
+    ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, None)
+    if not isinstance(ff, list) or len(ff) != hp.n_layer:
+        raise r.bad(Keys.LLM.FEED_FORWARD_LENGTH, f"= {str(ff)[:60]} must be a per-layer list of {hp.n_layer} entries "
+                                                  f"(0 on Mamba-2 and attention layers)")
+    for i, n in enumerate(ff):
+        if n > 0:
+            if hp.layer_kinds[i] == LayerKind.ATTENTION:
+                raise r.bad(Keys.LLM.FEED_FORWARD_LENGTH, f"[{i}] = {n} but layer {i} is an attention layer")
+            hp.layer_kinds[i] = LayerKind.NONE
+
+
+def check_nemotron_layers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Nemotron-H: an FFN-only layer (feed_forward_length > 0) has ffn_up or a router, and a
+    Mamba-2 / attention layer has neither."""
+    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds)):
+        if (kd == LayerKind.NONE) != (fk != FFNKind.NONE):
+            what = "has no ffn_up / ffn_gate_inp tensor" if kd == LayerKind.NONE else f"is {kd.name.lower()} but has FFN tensors"
+            raise InputError(f"{r.f.path}: layer {i} {what} (key {k(Keys.LLM.FEED_FORWARD_LENGTH, r.arch)!r} "
+                             f"marks the FFN-only layers)")
+
+
+def read_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Nemotron-H MoE routing: expert groups, groups kept, weight normalisation and scale."""
+    if not any(fk == FFNKind.MOE for fk in hp.ffn_kinds):
+        return
+    hp.moe_n_group = int(r.opt(Keys.LLM.EXPERT_GROUP_COUNT, 1))
+    hp.moe_topk_group = int(r.opt(Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.moe_n_group))
+    if hp.moe_n_group < 1 or hp.moe_n_group > 64 or hp.n_expert % hp.moe_n_group:
+        raise r.bad(Keys.LLM.EXPERT_GROUP_COUNT, f"= {hp.moe_n_group} must divide expert_count {hp.n_expert} (at most 64)")
+    if not 1 <= hp.moe_topk_group <= hp.moe_n_group:
+        raise r.bad(Keys.LLM.EXPERT_GROUP_USED_COUNT, f"= {hp.moe_topk_group} must be in [1, {hp.moe_n_group}]")
+    if hp.moe_topk_group * (hp.n_expert // hp.moe_n_group) < hp.n_expert_used:
+        raise r.bad(Keys.LLM.EXPERT_GROUP_USED_COUNT, f"= {hp.moe_topk_group} groups of {hp.n_expert // hp.moe_n_group} "
+                                                      f"experts hold fewer than expert_used_count {hp.n_expert_used}")
+    hp.moe_weights_norm = bool(r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, False))
+    hp.moe_weights_scale = float(r.opt(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0))
+    if not math.isfinite(hp.moe_weights_scale):
+        raise r.bad(Keys.LLM.EXPERT_WEIGHTS_SCALE, f"= {hp.moe_weights_scale} is not finite")
 
 
 def read_multipliers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

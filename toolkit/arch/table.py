@@ -32,7 +32,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -88,7 +88,15 @@ FFN_TENSORS = {
                                      (_w(T.FFN_GATE_INP_SHEXP),))),   # shared expert scaled by sigmoid(w . x)
 }
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
-                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS}
+                 LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet()}
+# Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
+# MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b
+NEMOTRON_FFN_TENSORS = {
+    FFNKind.NONE: TensorSet(),
+    FFNKind.RELU2: TensorSet(required=(_w(T.FFN_UP), _w(T.FFN_DOWN))),
+    FFNKind.MOE: TensorSet(required=(_w(T.FFN_GATE_INP), _b(T.FFN_EXP_PROBS_B), _w(T.FFN_UP_EXP), _w(T.FFN_DOWN_EXP)),
+                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)),)),
+}
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
 QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
@@ -114,8 +122,12 @@ class ArchSpec:
     attn_q_gate: bool = False           # attn_q rows per head [q_h | gate_h]; output * sigmoid(gate)
     attn_qk_norm: bool = False          # attn_q_norm / attn_k_norm: RMSNorm of q and k per head
     ffn_norm_post_attn: bool = False    # the FFN pre-norm is blk.N.post_attention_norm
+    dense_ffn: FFNKind = FFNKind.DENSE  # the kind of a layer with blk.N.ffn_up (RELU2: Nemotron-H)
+    moe_sigmoid: bool = False           # sigmoid router scores, choice biased by exp_probs_b, groups (Nemotron-H)
+    moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
+    ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
     note: str = ""
 
     @property
@@ -136,7 +148,7 @@ class ArchSpec:
         opt = [set(g) for g in GLOBAL_TENSORS.optional]
         ffn_norm = {_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn else {}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
-            for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], FFN_TENSORS[fk]):
+            for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
                 req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required}
                 opt += [{t.format(bid=i) for t in g} for g in ts.optional]
         return req, opt
@@ -149,6 +161,12 @@ _QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
 # Qwen3-Next / Qwen3.5 gated attention (q/k RMSNorm, sigmoid gate, NEOX partial RoPE: text
 # M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
 _QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm_post_attn=True)
+
+# Nemotron-H: attention layers as every hybrid's, then the FFN-only ones from the per-layer
+# feed_forward_length (read_nemotron_layers)
+_NEMOTRON_READERS = _BASE_READERS + (R.read_nemotron_layers, R.read_mamba2, R.read_attention, R.read_ffn,
+                                     R.check_nemotron_layers, R.read_moe_routing, R.check_rms_eps)
+_NEMOTRON_FLAGS = dict(dense_ffn=FFNKind.RELU2, moe_sigmoid=True, moe_relu2=True, ffn_tensors=NEMOTRON_FFN_TENSORS)
 
 ARCHES: tuple[ArchSpec, ...] = (
     ArchSpec(ARCH_MAMBA, c_id=0,
@@ -189,6 +207,16 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), moe_softmax_topk=True, moe_renorm=True, **_QWEN_FLAGS,
              gdn_head_tiled=True, mixer_tensors=QWEN35_MIXER_TENSORS, note="Qwen3.5 MoE (text)"),
+    # Nemotron-H: one mixer (Mamba-2, attention without RoPE) or one FFN (ReLU² MLP, MoE) per
+    # block; NemotronHTopkRouter: sigmoid scores, bias-corrected choice, groups, scaled weights
+    ArchSpec(ARCH_NEMOTRON_H, c_id=9, readers=_NEMOTRON_READERS,
+             mixers=(LayerKind.MAMBA2, LayerKind.ATTENTION, LayerKind.NONE), recurrent=LayerKind.MAMBA2,
+             attention_from_file=True, ffns=(FFNKind.NONE, FFNKind.RELU2), rope=False, **_NEMOTRON_FLAGS,
+             note="Nemotron-H"),
+    ArchSpec(ARCH_NEMOTRON_H_MOE, c_id=10, readers=_NEMOTRON_READERS,
+             mixers=(LayerKind.MAMBA2, LayerKind.ATTENTION, LayerKind.NONE), recurrent=LayerKind.MAMBA2,
+             attention_from_file=True, ffns=(FFNKind.NONE, FFNKind.RELU2, FFNKind.MOE), rope=False,
+             **_NEMOTRON_FLAGS, note="Nemotron-H MoE (Nemotron 3)"),
     ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
              note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
 )

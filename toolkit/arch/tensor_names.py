@@ -61,6 +61,7 @@ class T:
     NEXTN_SHARED_HEAD_HEAD = gguf.TENSOR_NAMES[_M.NEXTN_SHARED_HEAD_HEAD]
     NEXTN_EMBED_TOKENS = gguf.TENSOR_NAMES[_M.NEXTN_EMBED_TOKENS]
     FFN_GATE_INP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP_SHEXP]
+    FFN_EXP_PROBS_B = "blk.{bid}.exp_probs_b"      # Nemotron-H MoE expert choice bias (".bias")
     PER_LAYER_TOKEN_EMBD = gguf.TENSOR_NAMES[_M.PER_LAYER_TOKEN_EMBD]
     # qwen4exp names gguf 0.19 lacks, as llama.cpp 0c1e570's gguf-py TENSOR_NAMES spells them
     INDEXER_Q_PROJ = "blk.{bid}.indexer.q_proj"

@@ -39,6 +39,12 @@ class Keys:
         # MTP / NextN layers appended after the main layers (block_count includes them;
         # the runtime runs block_count - nextn_predict_layers layers)
         NEXTN_PREDICT_LAYERS = gguf.Keys.LLM.NEXTN_PREDICT_LAYERS
+        # Nemotron-H MoE routing (llama.cpp's gguf-py names; spelled out for older gguf packages)
+        EXPERT_SHARED_COUNT = "{arch}.expert_shared_count"
+        EXPERT_WEIGHTS_NORM = "{arch}.expert_weights_norm"
+        EXPERT_WEIGHTS_SCALE = "{arch}.expert_weights_scale"
+        EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
+        EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
@@ -46,6 +52,7 @@ class Keys:
         KEY_LENGTH = gguf.Keys.Attention.KEY_LENGTH
         VALUE_LENGTH = gguf.Keys.Attention.VALUE_LENGTH
         LAYERNORM_RMS_EPS = gguf.Keys.Attention.LAYERNORM_RMS_EPS
+        LAYERNORM_EPS = gguf.Keys.Attention.LAYERNORM_EPS   # Nemotron-H: what llama.cpp's loader reads
         SCALE = gguf.Keys.Attention.SCALE
         # ours (not in gguf 0.19): explicit list of attention layers of a hybrid model
         LAYER_INDICES = "{arch}.attention.layer_indices"
@@ -153,6 +160,8 @@ ARCH_QWEN4EXP = "qwen4exp"
 ARCH_QWEN3NEXT = "qwen3next"
 ARCH_QWEN35 = "qwen35"
 ARCH_QWEN35MOE = "qwen35moe"
+ARCH_NEMOTRON_H = "nemotron_h"
+ARCH_NEMOTRON_H_MOE = "nemotron_h_moe"
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

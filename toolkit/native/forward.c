@@ -5,13 +5,14 @@
  *   logits = output(rmsnorm(x)) / logit_scale          (only for tokens that ask)
  *
  * rs, embedding_scale, logit_scale: Granite's multipliers (1 elsewhere).  The FFN's rmsnorm
- * weight is ffn_norm, or post_attention_norm in Qwen3-Next / Qwen3.5 (model.c binds it).  The mixer and FFN
+ * weight is ffn_norm, or post_attention_norm in Qwen3-Next / Qwen3.5, or attn_norm in a block with no
+ * mixer (Nemotron-H's MLP / MoE layers, TK_LAYER_NONE) (model.c binds it).  The mixer and FFN
  * of each layer come from the model (tk_layer.kind / ffn_kind) through the tables below;
  * each kind is a file of its own (layer.h lists them).
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
- *       modeling_qwen3_5.py; karpathy llama2.c forward().
+ *       modeling_qwen3_5.py, modeling_nemotron_h.py; karpathy llama2.c forward().
  */
 #include "layer.h"
 
@@ -22,12 +23,14 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_MAMBA2] = &tk_mixer_mamba2,
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
     [TK_LAYER_GDN] = &tk_mixer_gdn,
+    [TK_LAYER_NONE] = &tk_mixer_none,
 };
 
 static const tk_ffn_ops * const FFNS[] = {
     [TK_FFN_NONE] = NULL,
     [TK_FFN_DENSE] = &tk_ffn_dense,
     [TK_FFN_MOE] = &tk_ffn_moe,
+    [TK_FFN_RELU2] = &tk_ffn_relu2,
 };
 
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind) {
@@ -61,9 +64,12 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
-        tk_rms_norm_rows(ctx, ctx->x, l->attn_norm, hp->rms_eps, D, U, ctx->cur);
-        TK_CHECK(tk_mixer_ops_of(l->kind)->forward(ctx, l, il, ub, ctx->out));
-        residual_add(ctx, D, U);
+        const tk_mixer_ops * mixer = tk_mixer_ops_of(l->kind);
+        if (mixer->forward) {      /* TK_LAYER_NONE has none: the block is its FFN alone */
+            tk_rms_norm_rows(ctx, ctx->x, l->attn_norm, hp->rms_eps, D, U, ctx->cur);
+            TK_CHECK(mixer->forward(ctx, l, il, ub, ctx->out));
+            residual_add(ctx, D, U);
+        }
         const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
         if (!ffn) continue;
         tk_rms_norm_rows(ctx, ctx->x, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);

@@ -7,7 +7,9 @@
  *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
  *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
- *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU experts + optional shared expert
+ *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
+ *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
+ *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
  *
  * A new kind = a new file defining its tk_mixer_ops / tk_ffn_ops, one row in the tables in
  * forward.c, and its enum value (toolkit.h + toolkit/arch).  Row helpers the kinds share
@@ -64,7 +66,8 @@ typedef struct {
     int32_t (*kv_dim)(const tk_model * m, int il);
     /* raise `need` to what layer il's forward uses of the context's scratch */
     void (*scratch)(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
-    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory */
+    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory
+     * (NULL: no mixer, TK_LAYER_NONE; the block is its FFN alone) */
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
 } tk_mixer_ops;
 
@@ -76,8 +79,8 @@ typedef struct {
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
 } tk_ffn_ops;
 
-extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn;
-extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe;
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none;
+extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
 
 /* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind);
@@ -110,5 +113,8 @@ void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
  * selects the expert of 3-D weights */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y);
+/* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
+tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                       const float * x, int32_t n, float * y);
 
 #endif

@@ -143,7 +143,8 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
 /* ==== hparams checks ================================================================= */
 
 static tk_status check_hparams(const tk_hparams * hp) {
-    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_QWEN35MOE) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
+    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_NEMOTRON_H_MOE ||
+        (hp->arch > TK_ARCH_QWEN35MOE && hp->arch < TK_ARCH_NEMOTRON_H)) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
     if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
     if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");
@@ -180,8 +181,10 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
 
     const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
     if (ffn) {
-        /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm */
-        if (hp->ffn_norm_post_attn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
+        /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
+         * mixer (Nemotron-H) has one norm, attn_norm */
+        if (l->kind == TK_LAYER_NONE) l->ffn_norm = l->attn_norm;
+        else if (hp->ffn_norm_post_attn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
         else TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
         TK_CHECK(ffn->bind(m, tab, il, l));
     }

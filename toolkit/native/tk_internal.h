@@ -62,6 +62,7 @@ typedef struct {
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
     float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
+    float * ffn_exp_probs_b;                            /* [E]: expert choice bias (moe_sigmoid), or NULL */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

@@ -69,13 +69,15 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA1 = 0,
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
-    TK_LAYER_GDN = 3           /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_NONE = 5          /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
     TK_FFN_NONE = 0,
     TK_FFN_DENSE = 1,
-    TK_FFN_MOE = 2
+    TK_FFN_MOE = 2,
+    TK_FFN_RELU2 = 3           /* down(relu(up(x))^2), no gate (Nemotron-H MLP; ffn_relu2.c) */
 } tk_ffn_kind;
 
 typedef enum {
@@ -85,7 +87,9 @@ typedef enum {
     TK_ARCH_JAMBA = 3,
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
-    TK_ARCH_QWEN35MOE = 6
+    TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_NEMOTRON_H = 9,
+    TK_ARCH_NEMOTRON_H_MOE = 10
 } tk_arch;
 
 typedef struct {
@@ -132,6 +136,13 @@ typedef struct {
     int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
     int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
     int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
+    /* Nemotron-H MoE routing (appended): sigmoid scores, bias-corrected choice, groups */
+    int32_t moe_sigmoid;       /* 1: s = sigmoid(logits); choose top-k of s + exp_probs_b (required); weights = s */
+    int32_t moe_relu2;         /* 1: experts and shared expert are down(relu(up(x))^2), no gate tensors */
+    int32_t moe_n_group;       /* expert groups (expert_group_count; <= 1: none) */
+    int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
+    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-20) (expert_weights_norm) */
+    float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
 } tk_hparams;
 
 typedef struct {

@@ -7,10 +7,11 @@ from toolkit.convert.families.mamba2 import Mamba2Family
 from toolkit.convert.families.granitehybrid import GraniteHybridFamily
 from toolkit.convert.families.jamba import JambaFamily
 from toolkit.convert.families.qwen4exp import Qwen4ExpFamily
+from toolkit.convert.families.nemotronh import NemotronHFamily
 from toolkit.convert.families.qwen3next import Qwen35Family, Qwen35MoeFamily, Qwen3NextFamily
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
-                                      Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily)
+                                      Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 
