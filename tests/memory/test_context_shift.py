@@ -29,7 +29,8 @@ from toolkit.runtime.shift import context_shift, n_discard_for, shift_tokens
 
 pytestmark = pytest.mark.native
 
-HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny"]
+HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
+           "nemotronh-tiny", "nemotronh-dense-tiny"]
 UB = 16
 
 
