@@ -207,7 +207,11 @@ void tk_context_abort(tk_context * ctx);
 int32_t tk_n_vocab(const tk_model * model);
 
 /* ==== runtime: memory (kv / recurrent / hybrid) ====================================== */
-/* p1 < 0 means "to the end"; seq < 0 means every sequence (seq_rm only).               */
+/* p1 < 0 means "to the end"; seq < 0 means every sequence (seq_rm only).
+ * seq_rm: *removed = 0 and nothing changes when a recurrent state would be cut: a tail
+ * [p0, end) with no checkpoint before p0 (see below).  A range ending before the sequence's
+ * last token is removed from the KV cache and leaves a recurrent state as it is (llama.cpp's
+ * hybrid context shift; memory_rs.c).                                                  */
 tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t * removed);
 tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq);
@@ -227,9 +231,10 @@ tk_status tk_memory_set_checkpoints(tk_context * ctx, int32_t n_per_seq, int32_t
 tk_status tk_memory_checkpoint(tk_context * ctx, int32_t seq);
 /* positions of seq's snapshots, ascending: the first min(n, cap) into pos; n = how many */
 tk_status tk_memory_checkpoints(tk_context * ctx, int32_t seq, int32_t * pos, int32_t cap, int32_t * n);
-/* positions [p0, p1) of seq += delta; *done = 0 and nothing changes when refused (a KV cell
- * shared with another sequence, a negative or colliding position, or a recurrent state whose
- * history would be shifted only in part). */
+/* positions [p0, p1) of seq += delta (cached K re-rotated by delta in the model's RoPE mode; a
+ * recurrent state's position bookkeeping and its checkpoints in the range move); *done = 0 and
+ * nothing changes when refused (a KV cell shared with another sequence, a negative or colliding
+ * position, a state's last position before its first). */
 tk_status tk_memory_seq_add(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t delta, int32_t * done);
 
 typedef struct {
