@@ -13,7 +13,8 @@ from cli_runner import cli
 pytestmark = pytest.mark.native
 
 FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny",
-            "qwen35moe-tiny", "nemotronh-tiny", "nemotronh-dense-tiny", "mamba2-tiny"]
+            "qwen35moe-tiny", "nemotronh-tiny", "nemotronh-dense-tiny", "mamba2-tiny", "falconh1-tiny",
+            "lfm2-tiny", "lfm2moe-tiny"]
 PROMPT = "3,14,15,92,65,35,89,79"
 
 
