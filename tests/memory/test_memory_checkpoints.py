@@ -6,9 +6,10 @@
 - periodic / end-of-call / explicit checkpoints land where documented; when full, the one
   leaving the smallest gap goes (ties: the oldest)
 - seq_cp copies state and checkpoints (copy on write), seq_keep / whole removal / clear zero
-- seq_add: a whole-sequence renumbering is allowed, a partial shift of a state is refused; with
-  RoPE the cached K is rotated on in the model's mode (NORM pairs, or NEOX for qwen35 / falcon-h1),
-  so the renumbered sequence continues as the original would
+- seq_add: a whole-sequence renumbering is allowed; a shift of the end of the history moves
+  the state's position bookkeeping (context shift); a negative or colliding position is refused;
+  with RoPE the cached K is rotated on in the model's mode (NORM pairs, or NEOX for qwen35 /
+  falcon-h1), so the renumbered sequence continues as the original would
 Models: converted at test time from tests/fixtures/hf/* with toolkit.convert.
 """
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_no_checkpoint_before_p0_is_refused_unchanged(model):
         ctx.decode(a[:10], logits="none")           # one checkpoint, at 9
         blob = ctx.state_bytes()
         assert ctx.memory.rollback(0, 9) is None    # needs a state at <= 8
-        assert not ctx.memory.seq_rm(0, 3, 8)       # a middle range never goes
+        assert not ctx.memory.seq_rm(0, 3, -1)      # nor a longer tail
         assert ctx.state_bytes() == blob            # nothing moved, in either child
         assert np.array_equal(ctx.decode(a[10:], logits="all"), ref[10:])
 
@@ -151,7 +152,18 @@ def test_seq_add_rules(model):
     with Context(model, n_ubatch=UB, n_ctx=128, n_seq_max=2, n_checkpoints=2) as ctx:
         ctx.decode(a, logits="none")
         blob = ctx.state_bytes()
-        assert not ctx.memory.seq_add(0, 4, -1, 2)   # part of the history: refused
+        # the end of the history moves (a context shift): positions and checkpoints with it
+        assert ctx.memory.seq_add(0, 4, -1, 2)       # a gap at 4, 5
+        assert ctx.memory.seq_pos_max(0) == 11 and ctx.memory.checkpoints(0) == [11]
+        assert ctx.memory.seq_add(0, 6, -1, -2)      # and back
+        assert ctx.memory.seq_pos_max(0) == 9 and ctx.memory.checkpoints(0) == [9]
+        if not model.hparams.use_rope or not model.hparams.attention_layers:
+            assert ctx.state_bytes() == blob         # no K to rotate: exactly as before
+        blob = ctx.state_bytes()
+        # KV cells 4.. onto 3.., still held: refused; a pure recurrent state holds no positions
+        assert ctx.memory.seq_add(0, 4, -1, -1) == (not model.hparams.attention_layers)
+        if not model.hparams.attention_layers:
+            assert ctx.memory.seq_pos_max(0) == 8 and ctx.memory.seq_add(0, 3, -1, 1)
         assert not ctx.memory.seq_add(0, 0, -1, -1)  # first position would be negative
         assert ctx.state_bytes() == blob
         assert ctx.memory.seq_add(0, 20, -1, 5)      # misses the sequence: allowed, no-op

@@ -25,7 +25,8 @@ def models(tmp_path_factory):
     from toolkit.convert import convert
     out = {}
     d = tmp_path_factory.mktemp("sess")
-    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny", "zamba2-tiny"):
+    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny",
+                 "zamba2-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out
@@ -44,7 +45,8 @@ P1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64, 1]
 P2 = P1 + [77, 401, 9, 18, 200]
 
 
-@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "zamba2-tiny"])
+@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "lfm2-tiny", "lfm2moe-tiny",
+                                  "zamba2-tiny"])
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)
@@ -193,3 +195,28 @@ def test_memory_report_cli_nemotron_h(monkeypatch, capsys, tmp_path, name):
     for k in ("weights", "kv", "recurrent", "checkpoints"):
         assert rep[k] == got[k], (name, k)
     assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+
+
+@pytest.mark.parametrize("name", ["lfm2-tiny", "lfm2moe-tiny"])
+def test_memory_report_cli_short_conv(monkeypatch, capsys, models, name):
+    """`info --memory` (toolkit/runtime/memory.py) equals the C report, compute included, for
+    LFM2 / LFM2-MoE (our files): recurrent = n_seq_max x conv layers x (K-1) x D floats (the
+    short conv window), KV only on the attention layers."""
+    from toolkit.arch import HParams
+    from toolkit.gguf_io import GGUFFile
+    from toolkit.runtime import Context, Model
+    m = models[name]
+    monkeypatch.setenv("TOOLKIT_THREADS", "1")
+    rc, out, err = cli(monkeypatch, capsys, "info", str(m), "--memory", "--json", "-c", "300", "-np", "3",
+                       "--checkpoints", "2", "-ub", "64")
+    assert rc == 0, err
+    rep = json.loads(out)["memory"]
+    hp = HParams.from_gguf(GGUFFile(str(m)))
+    assert hp.attention_layers and hp.recurrent_layers
+    assert rep["recurrent"] == 3 * len(hp.recurrent_layers) * (hp.d_conv - 1) * hp.n_embd * 4
+    assert rep["checkpoints"] == 2 * rep["recurrent"]
+    assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers)
+    with Model(m, n_threads=1) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2,
+                                              n_threads=1) as ctx:
+        got = ctx.memory_report()
+    assert {k: rep[k] for k in got} == got

@@ -62,7 +62,7 @@ def test_arch_ids_equal_c():
 
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
-                              "nemotron_h", "nemotron_h_moe", "falcon-h1", "zamba2")
+                              "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "zamba2")
     assert [a.name for a in ARCHES if not a.runs] == ["qwen4exp"]
     assert arch_spec("llama") is None
 
@@ -73,7 +73,10 @@ def test_rows_are_consistent():
         if not a.runs:
             assert a.readers == ()
             continue
-        assert a.readers[:3] == (R.read_common, R.read_layer_kinds, R.read_ssm) and a.readers[-1] is R.check_rms_eps
+        # LFM2's short conv has no ssm.* keys: read_shortconv takes read_ssm's place
+        third = R.read_shortconv if a.recurrent == LayerKind.SHORTCONV else R.read_ssm
+        assert a.readers[:3] == (R.read_common, R.read_layer_kinds, third) and a.readers[-1] is R.check_rms_eps
+        assert (R.read_lfm2_moe_routing in a.readers) == (a.name == "lfm2moe")
         assert a.recurrent in a.mixers
         mamba2 = {LayerKind.MAMBA2, LayerKind.PARALLEL}    # a parallel layer is attention + Mamba-2
         # zamba2's hybrid layers hold the (shared) attention and a Mamba-2 block
@@ -163,7 +166,7 @@ def test_converted_tensor_names(hf_f32, name):
     if not spec.runs:   # convert/info only: the runtime refuses it with the usual message
         with pytest.raises(UnsupportedError, match=f"architecture '{f.arch}' is not supported; supported: "
                                                    "mamba, mamba2, granitehybrid, jamba, qwen3next, qwen35, qwen35moe, "
-                                                   "nemotron_h, nemotron_h_moe, falcon-h1, zamba2"):
+                                                   "lfm2, lfm2moe, nemotron_h, nemotron_h_moe, falcon-h1, zamba2"):
             HParams.from_gguf(f)
         with pytest.raises(ValueError, match="convert/info only"):
             spec.expected_tensors([], [])
@@ -185,7 +188,8 @@ def test_llamacpp_tensor_names(hf_f32, name):
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
                                   "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
-                                  "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "zamba2-tiny"])
+                                  "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny",
+                                  "llamacpp/lfm2-tiny", "llamacpp/lfm2moe-tiny", "zamba2-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

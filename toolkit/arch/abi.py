@@ -71,10 +71,12 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("attn_q_gate", "spec.attn_q_gate"), _i("attn_qk_norm", "spec.attn_qk_norm"),
     _i("ffn_norm_post_attn", "spec.ffn_norm_post_attn"), _i("moe_renorm", "spec.moe_renorm"),
     # Nemotron-H MoE routing (appended)
-    _i("moe_sigmoid", "spec.moe_sigmoid"), _i("moe_relu2", "spec.moe_relu2"), _i("moe_n_group"),
+    _i("moe_sigmoid"), _i("moe_relu2", "spec.moe_relu2"), _i("moe_n_group"),
     _i("moe_topk_group"), _i("moe_weights_norm"), _f("moe_weights_scale"),
     # Falcon-H1 (appended)
     _i("ssm_norm_before_gate"), _i("ffn_norm_bare", "spec.ffn_norm_bare"),
+    # LFM2 / LFM2-MoE (appended); the sigmoid routing fields above are shared with it
+    _i("output_norm_embd", "spec.output_norm_embd"), _f("moe_weights_norm_eps"),
     # zamba2 (appended)
     _i("n_shared_block"), _f("ssm_dt_min"),
 )

@@ -19,6 +19,8 @@ Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
 Falcon-H1 (falcon-h1): every layer is parallel (attention and Mamba-2 on the same input), so
 it counts among both attention_layers and recurrent_layers; ssm_norm_before_gate is
 {arch}.ssm.norm_before_gate (ours, HF mamba_norm_before_gate).
+LFM2 short conv (:func:`toolkit.arch.readers.read_shortconv`): d_conv = K
+({arch}.shortconv.l_cache), d_inner = D (its conv channels), d_state = dt_rank = 0.
 
 Layer kinds come from the file: ``{arch}.attention.layer_indices`` when present, else the
 per-layer ``{arch}.attention.head_count_kv`` array (0 = recurrent), never from the name.
@@ -77,8 +79,12 @@ class HParams:
     n_ff_shexp: int = 0
     moe_n_group: int = 1          # expert groups (expert_group_count), Nemotron-H MoE
     moe_topk_group: int = 1       # groups kept per token (expert_group_used_count)
-    moe_weights_norm: bool = False  # routed weights / their sum (expert_weights_norm)
-    moe_weights_scale: float = 1.0  # routed weights * this (expert_weights_scale)
+    # MoE routing by sigmoid scores (Nemotron-H MoE: readers.read_moe_routing; LFM2-MoE:
+    # readers.read_lfm2_moe_routing)
+    moe_sigmoid: bool = False       # top-k of sigmoid(r) (+ exp_probs_b), weights sigmoid(r) of the k
+    moe_weights_norm: bool = False  # with moe_sigmoid: the k weights / (their sum + moe_weights_norm_eps)
+    moe_weights_norm_eps: float = 1e-20  # HF: 1e-20 NemotronHTopkRouter, 1e-6 Lfm2MoeTopKRouter
+    moe_weights_scale: float = 1.0  # routed weights times this (expert_weights_scale, routed_scaling_factor)
     # granite multipliers
     embedding_scale: float = 1.0
     residual_scale: float = 1.0

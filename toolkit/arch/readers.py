@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
 _FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
-               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE, Keys.LLM.EXPERT_WEIGHTS_SCALE}
+               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
+               Keys.LLM.EXPERT_WEIGHTS_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
              Keys.SSM.NORM_BEFORE_GATE}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
@@ -163,6 +164,39 @@ def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
                    (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
         if v <= 0 or v > (1 << 24):
             raise r.bad(key, f"= {v} is out of range")
+
+
+def read_shortconv(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """LFM2's short conv (in place of :func:`read_ssm`: the file has no ``ssm.*`` keys):
+    K = ``shortconv.l_cache`` (HF conv_L_cache) into d_conv, in [2, 64]; the conv runs over the
+    D = n_embd channels, so d_inner = D and d_state = dt_rank = 0 (the recurrent state per layer
+    is the conv window, (K - 1) x D floats).  ref: llama.cpp src/models/lfm2.cpp (asserts
+    n_shortconv_l_cache > 1)."""
+    hp.d_conv = int(r.req(Keys.ShortConv.L_CACHE))
+    if not 2 <= hp.d_conv <= 64:
+        raise r.bad(Keys.ShortConv.L_CACHE, f"= {hp.d_conv} must be in [2, 64]")
+    hp.d_inner, hp.d_state, hp.dt_rank = hp.n_embd, 0, 0
+
+
+def read_lfm2_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """LFM2-MoE routing, when the file has MoE layers (after :func:`read_ffn`):
+    ``expert_gating_func`` (required, llama.cpp reads it; only 2 = sigmoid is run),
+    ``expert_weights_norm`` (default true: llama.cpp's lfm2 graph always renormalises) and
+    ``expert_weights_scale`` (default 1; 0 means 1, as in llama.cpp's build_moe_ffn).
+    Sets moe_sigmoid, moe_weights_norm (+ its eps), moe_weights_scale.  ref: transformers
+    Lfm2MoeTopKRouter; llama.cpp src/models/lfm2.cpp build_moe_feed_forward, build_moe_ffn."""
+    if FFNKind.MOE not in hp.ffn_kinds:
+        return
+    gating = int(r.req(Keys.LLM.EXPERT_GATING_FUNC))
+    if gating != 2:
+        raise r.bad(Keys.LLM.EXPERT_GATING_FUNC, f"= {gating} is not supported for {r.arch} (only 2, sigmoid)")
+    hp.moe_sigmoid = True
+    hp.moe_weights_norm = bool(r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, True))
+    hp.moe_weights_norm_eps = 1e-6      # Lfm2MoeTopKRouter: weights / (sum + 1e-6)
+    scale = float(r.opt(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0)) or 1.0
+    if not math.isfinite(scale):
+        raise r.bad(Keys.LLM.EXPERT_WEIGHTS_SCALE, f"= {scale} is not finite")
+    hp.moe_weights_scale = scale
 
 
 def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -332,9 +366,12 @@ def check_nemotron_layers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
 
 
 def read_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Nemotron-H MoE routing: expert groups, groups kept, weight normalisation and scale."""
+    """Nemotron-H MoE routing: sigmoid scores (the row's ``moe_sigmoid``), expert groups, groups
+    kept, weight normalisation (NemotronHTopkRouter: weights / (sum + 1e-20)) and scale."""
     if not any(fk == FFNKind.MOE for fk in hp.ffn_kinds):
         return
+    hp.moe_sigmoid = spec.moe_sigmoid
+    hp.moe_weights_norm_eps = 1e-20
     hp.moe_n_group = int(r.opt(Keys.LLM.EXPERT_GROUP_COUNT, 1))
     hp.moe_topk_group = int(r.opt(Keys.LLM.EXPERT_GROUP_USED_COUNT, hp.moe_n_group))
     if hp.moe_n_group < 1 or hp.moe_n_group > 64 or hp.n_expert % hp.moe_n_group:

@@ -12,6 +12,8 @@ A family is data, not branches (DESIGN.md).  A row says:
 - ``rope`` (attention layers rotate q/k), ``rope_neox`` (pairs (i, i + n_rot/2) instead of
   adjacent ones), ``moe_softmax_topk`` / ``moe_renorm`` (routing rule), ``ssm_dt_b_c_norms``
   (Mamba-1's dt/B/C RMSNorms have weights: Jamba), ``residual``;
+- ``output_norm_embd``: the final RMSNorm is ``token_embd_norm`` (LFM2: llama.cpp's
+  LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name"), else ``output_norm``;
 - the gated-delta-net families' choices: ``gdn_head_tiled`` (v-head h reads K-head h % Hk, the
   tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; spec §1.4.2, B19),
   ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
@@ -34,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_ZAMBA2,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -87,8 +89,11 @@ FFN_TENSORS = {
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_GATE_EXP),
                                      _w(T.FFN_DOWN_EXP)),
                            optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),
-                                     (_w(T.FFN_GATE_INP_SHEXP),))),   # shared expert scaled by sigmoid(w . x)
+                                     (_w(T.FFN_GATE_INP_SHEXP),),     # shared expert scaled by sigmoid(w . x)
+                                     (_b(T.FFN_EXP_PROBS_B),))),      # selection bias (moe_sigmoid only)
 }
+# LFM2's gated short conv: in_proj [D, 3D] (B | C | x), the depthwise conv [K, D] (no bias), out_proj
+SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_CONV), _w(T.SHORTCONV_OUTPROJ)))
 # zamba2 hybrid layer: its Mamba-2 block, its LoRA adapters and linear projection; the shared
 # block (shared.{bid}.*, bid = the block it runs) is ZAMBA2_SHARED_BLOCK_TENSORS
 ZAMBA2_LAYER_TENSORS = TensorSet(
@@ -105,18 +110,23 @@ PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t
                              optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),))
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
                  LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet(),
-                 LayerKind.PARALLEL: PARALLEL_TENSORS, LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS}
+                 LayerKind.PARALLEL: PARALLEL_TENSORS,
+                 LayerKind.SHORTCONV: SHORTCONV_TENSORS,
+                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
-# MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b
+# MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
     FFNKind.NONE: TensorSet(),
     FFNKind.RELU2: TensorSet(required=(_w(T.FFN_UP), _w(T.FFN_DOWN))),
-    FFNKind.MOE: TensorSet(required=(_w(T.FFN_GATE_INP), _b(T.FFN_EXP_PROBS_B), _w(T.FFN_UP_EXP), _w(T.FFN_DOWN_EXP)),
-                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)),)),
+    FFNKind.MOE: TensorSet(required=(_w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_DOWN_EXP)),
+                           # the choice bias is optional in the loader (absent: 0), as for LFM2-MoE
+                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)), (_b(T.FFN_EXP_PROBS_B),))),
 }
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
 QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
+# LFM2: attention with q/k RMSNorms (no output gate)
+LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,7 @@ class ArchSpec:
     moe_sigmoid: bool = False           # sigmoid router scores, choice biased by exp_probs_b, groups (Nemotron-H)
     moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
     ffn_norm_bare: bool = False         # the FFN pre-norm is blk.N.ffn_norm, no .weight (llama.cpp's falcon-h1)
+    output_norm_embd: bool = False      # the final norm is token_embd_norm (LFM2), not output_norm
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
@@ -163,7 +174,8 @@ class ArchSpec:
         """
         if not self.runs:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
-        req = set(GLOBAL_TENSORS.required)
+        out_norm = {_w(T.OUTPUT_NORM): _w(T.TOKEN_EMBD_NORM)} if self.output_norm_embd else {}
+        req = {out_norm.get(t, t) for t in GLOBAL_TENSORS.required}
         opt = [set(g) for g in GLOBAL_TENSORS.optional]
         ffn_norm = ({_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn
                     else {_w(T.FFN_NORM): T.FFN_NORM} if self.ffn_norm_bare else {})
@@ -183,6 +195,9 @@ _QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
 # Qwen3-Next / Qwen3.5 gated attention (q/k RMSNorm, sigmoid gate, NEOX partial RoPE: text
 # M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
 _QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm_post_attn=True)
+# LFM2 / LFM2-MoE: no ssm.* keys (read_shortconv instead of read_ssm)
+_LFM2_READERS = (R.read_common, R.read_layer_kinds, R.read_shortconv, R.read_attention, R.read_ffn)
+_LFM2_FLAGS = dict(rope_neox=True, attn_qk_norm=True, output_norm_embd=True, mixer_tensors=LFM2_MIXER_TENSORS)
 
 # Nemotron-H: attention layers as every hybrid's, then the FFN-only ones from the per-layer
 # feed_forward_length (read_nemotron_layers)
@@ -229,6 +244,16 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), moe_softmax_topk=True, moe_renorm=True, **_QWEN_FLAGS,
              gdn_head_tiled=True, mixer_tensors=QWEN35_MIXER_TENSORS, note="Qwen3.5 MoE (text)"),
+    # LFM2: gated short conv / attention with q/k norms (NEOX RoPE, HF rotate_half); attention
+    # layers from the per-layer head_count_kv (0 = conv); LFM2-MoE: dense lead blocks, then MoE
+    # with sigmoid routing and the expert bias (read_lfm2_moe_routing)
+    ArchSpec(ARCH_LFM2, c_id=7,
+             readers=_LFM2_READERS + (R.check_rms_eps,), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
+             recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,), **_LFM2_FLAGS, note="LFM2"),
+    ArchSpec(ARCH_LFM2MOE, c_id=8,
+             readers=_LFM2_READERS + (R.read_lfm2_moe_routing, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
+             recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE, FFNKind.MOE), **_LFM2_FLAGS,
+             note="LFM2-MoE"),
     # Nemotron-H: one mixer (Mamba-2, attention without RoPE) or one FFN (ReLU² MLP, MoE) per
     # block; NemotronHTopkRouter: sigmoid scores, bias-corrected choice, groups, scaled weights
     ArchSpec(ARCH_NEMOTRON_H, c_id=9, readers=_NEMOTRON_READERS,

@@ -63,6 +63,13 @@ class T:
     FFN_GATE_INP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP_SHEXP]
     FFN_EXP_PROBS_B = "blk.{bid}.exp_probs_b"      # Nemotron-H MoE expert choice bias (".bias")
     PER_LAYER_TOKEN_EMBD = gguf.TENSOR_NAMES[_M.PER_LAYER_TOKEN_EMBD]
+    # LFM2 / LFM2-MoE: the gated short conv, the final norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2
+    # spells it "token_embd_norm"), the expert selection bias
+    SHORTCONV_CONV = gguf.TENSOR_NAMES[_M.SHORTCONV_CONV]
+    SHORTCONV_INPROJ = gguf.TENSOR_NAMES[_M.SHORTCONV_INPROJ]
+    SHORTCONV_OUTPROJ = gguf.TENSOR_NAMES[_M.SHORTCONV_OUTPROJ]
+    TOKEN_EMBD_NORM = gguf.TENSOR_NAMES[_M.TOKEN_EMBD_NORM]
+    FFN_EXP_PROBS_B = gguf.TENSOR_NAMES[_M.FFN_EXP_PROBS_B]
     # qwen4exp names gguf 0.19 lacks, as llama.cpp 0c1e570's gguf-py TENSOR_NAMES spells them
     INDEXER_Q_PROJ = "blk.{bid}.indexer.q_proj"
     INDEXER_K_PROJ = "blk.{bid}.indexer.k_proj"

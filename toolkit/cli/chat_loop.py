@@ -111,11 +111,13 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
             sys.stdout.write(json.dumps({"turn": n_turn, "text": turn.text, "tokens": turn.tokens,
                                          "stop_reason": turn.stop_reason, "n_prompt": turn.n_prompt,
                                          "n_reused": turn.n_reused, "n_decoded": turn.n_decoded,
-                                         "timings": turn.timings, **({"probs": turn.probs} if turn.probs else {})},
+                                         "timings": turn.timings, **({"probs": turn.probs} if turn.probs else {}),
+                                         **({"n_shifts": turn.n_shifts} if opts.context_shift else {})},
                                         ensure_ascii=False) + "\n")
             sys.stdout.flush()
         if verbose:
-            err_console.print(f"reused {turn.n_reused} of {turn.n_prompt} prompt tokens, decoded {turn.n_decoded}",
+            err_console.print(f"reused {turn.n_reused} of {turn.n_prompt} prompt tokens, decoded {turn.n_decoded}"
+                              + (f", context shifts: {turn.n_shifts}" if opts.context_shift else ""),
                               highlight=False, soft_wrap=True)
         if turn.stop_reason == "interrupted":
             if interrupt.received() != 2:     # SIGTERM (or another signal): leave
@@ -131,7 +133,8 @@ def _answer(chat, opts, user, as_json: bool):
 
     from toolkit.runtime.run import make_grammar
     gen = dict(ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs,
-               grammar=make_grammar(opts, chat.tok, chat.ctx.n_vocab))   # a fresh matcher per answer
+               grammar=make_grammar(opts, chat.tok, chat.ctx.n_vocab),   # a fresh matcher per answer
+               context_shift=opts.context_shift, n_keep=max(opts.keep, 0) + int(chat.tok.add_bos))
     cb = None if as_json else on_text
     turn = chat.regen(opts.n_predict, cb, **gen) if user is None else chat.send(user, opts.n_predict, cb, **gen)
     if not as_json:

@@ -94,13 +94,17 @@ def run(
     session: Optional[str] = typer.Option(None, "--session", help="Session file: reuse the saved state for the prompt prefix it shares, save the state after the run."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per sequence (rollback points for --session and chat; 0: none)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at the end of the prompt)."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr, and the context shifts."),
+    context_shift: bool = typer.Option(False, "--context-shift/--no-context-shift", help="When the context is full, drop half of the tokens after --keep and go on (llama-cli's --context-shift)."),
+    keep: int = typer.Option(0, "--keep", help="Prompt tokens a context shift keeps (-1: all; a BOS is always kept)."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
     from toolkit.runtime.run import RunOptions
     from toolkit.runtime.sampling import SamplerParams
 
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
+    if keep < -1:
+        raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -118,7 +122,7 @@ def run(
                       ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, logits_out=logits_out,
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
-                      system=system, chat_template=chat_template,
+                      system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
@@ -240,6 +244,8 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
     if opts.session is not None:
         err_console.print(f"session: reused {r.n_reused} of {len(res.prompt_tokens)} prompt tokens"
                           + (f" ({r.session_note})" if r.session_note else ""), highlight=False, soft_wrap=True)
+    if verbose and opts.context_shift:
+        err_console.print(f"context shifts: {res.n_shifts}", highlight=False, soft_wrap=True)
     if res.stop_reason == "ctx_full":
         err_console.print(f"note: the context is full (--ctx-size {opts.ctx_size}): generation stopped after "
                           f"{len(res.tokens)} tokens", highlight=False, soft_wrap=True)
@@ -251,7 +257,7 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
 def _json_object(opts, r) -> dict:
     """The --json object: model, prompt_tokens, tokens, text, stop_reason, timings, sampling,
     n_ctx, n_vocab, and the shared architecture / wall_s / peak_rss_bytes; session and n_reused
-    with --session; logits_out with --logits-out; probs
+    with --session; n_shifts (context shifts done) with --context-shift; logits_out with --logits-out; probs
     with --n-probs (per generated token: id, prob, top [{id, prob}], from the logits the
     sampler saw: softmax after the penalties, before truncation and temperature)."""
     res = r.generation
@@ -273,6 +279,8 @@ def _json_object(opts, r) -> dict:
         obj["logits_out"] = opts.logits_out
     if opts.n_probs:
         obj["probs"] = res.probs
+    if opts.context_shift:
+        obj["n_shifts"] = res.n_shifts
     from toolkit.cli.report import common_fields
     obj.update(common_fields(r.architecture))
     return obj

@@ -45,6 +45,11 @@ class Keys:
         EXPERT_WEIGHTS_SCALE = "{arch}.expert_weights_scale"
         EXPERT_GROUP_COUNT = "{arch}.expert_group_count"
         EXPERT_GROUP_USED_COUNT = "{arch}.expert_group_used_count"
+        # MoE routing (LFM2-MoE): dense blocks before the MoE ones, the score function
+        # (llama.cpp llama_expert_gating_func_type: 1 softmax, 2 sigmoid), the routed weights'
+        # scale and renormalisation
+        LEADING_DENSE_BLOCK_COUNT = gguf.Keys.LLM.LEADING_DENSE_BLOCK_COUNT
+        EXPERT_GATING_FUNC = gguf.Keys.LLM.EXPERT_GATING_FUNC
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT
@@ -90,6 +95,10 @@ class Keys:
         # ours (not in llama.cpp): Falcon-H1's mamba_norm_before_gate, written only when true
         # (the gated norm is rmsnorm(y) w * silu(z)); llama.cpp always gates first
         NORM_BEFORE_GATE = "{arch}.ssm.norm_before_gate"
+
+    class ShortConv:
+        """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""
+        L_CACHE = "{arch}.shortconv.l_cache"          # conv kernel width K (HF conv_L_cache)
 
     class HyperConnection:
         """Hyper-connections (qwen4exp); llama.cpp 0c1e570's gguf-py ``Keys.HyperConnection``
@@ -173,6 +182,8 @@ ARCH_QWEN35MOE = "qwen35moe"
 ARCH_NEMOTRON_H = "nemotron_h"
 ARCH_NEMOTRON_H_MOE = "nemotron_h_moe"
 ARCH_FALCON_H1 = "falcon-h1"
+ARCH_LFM2 = "lfm2"
+ARCH_LFM2MOE = "lfm2moe"
 ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT

@@ -180,17 +180,76 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     return TK_OK;
 }
 
-/* ==== decode ========================================================================= */
+/* ==== decode =========================================================================
+ *
+ * The split: the batch's tokens per sequence, in order; each ubatch takes the sequences with
+ * tokens left (first-appearance order, at most n_ubatch of them) and the same number `len` of
+ * consecutive tokens of each: the fewest any of them has left, at most n_ubatch / n_seqs, and
+ * ending at the next periodic checkpoint of any of them (the memory snapshots there).
+ * Keep-tail rule (ref: llama.cpp llama_batch_allocr::split_equal, n_keep_tail = n_rs_seq + 1):
+ * with n_keep_tail = n > 0 the last n tokens of each sequence in the batch land in one ubatch,
+ * so a memory that keeps per-token snapshots of a sequence's last n - 1 states (speculative
+ * rollback) writes them all from its final ubatch.  Only the sequences whose remainder after
+ * this ubatch is 0 or >= n stay (the longest such prefix); when the first one fails, it goes
+ * alone: finished if its rest fits in n_ubatch, else cut so that n tokens remain.  Today's
+ * memories snapshot whole states at ubatch ends, which any split serves, so it is 0 unless set
+ * (tk_context_set_keep_tail). */
 
-tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
-    if (!ctx || !b) return TK_FAIL(TK_ERR_INVALID, "ctx or batch is NULL");
+typedef struct {
+    int32_t n_order, order[TK_MAX_SEQ];   /* sequences of the batch, first-appearance order */
+    int32_t count[TK_MAX_SEQ];            /* tokens of each in the batch */
+    int32_t done[TK_MAX_SEQ];             /* ... already in a ubatch */
+    int32_t start[TK_MAX_SEQ];            /* first slot of each in idx */
+    const int32_t * idx;                  /* [n_tokens] batch indices, sequence by sequence, in order */
+} tk_split;
+
+/* the keep-tail rule on a proposed ubatch (act[0..*n_act) x len); returns the new len */
+static int32_t keep_tail(const tk_split * sp, const int32_t * act, int32_t * n_act, int32_t len, int32_t n_ub, int32_t keep) {
+    if (keep <= 0) return len;
+    int32_t n = 0;
+    while (n < *n_act) {
+        const int32_t rem = sp->count[act[n]] - sp->done[act[n]] - len;
+        if (rem != 0 && rem < keep) break;
+        n++;
+    }
+    if (n == 0) {              /* the first alone: to its end, or leaving keep tokens */
+        const int32_t left = sp->count[act[0]] - sp->done[act[0]];
+        len = left <= n_ub ? left : left - keep;
+        n = 1;
+    }
+    *n_act = n;
+    return len;
+}
+
+/* the next ubatch's sequences (act, *n_act; 0 when the batch is done) and tokens per sequence */
+static int32_t split_next(tk_context * ctx, const tk_batch * b, const tk_split * sp, int32_t * act, int32_t * n_act) {
+    const int32_t n_ub = ctx->params.n_ubatch;
+    int32_t len = INT32_MAX;
+    *n_act = 0;
+    for (int32_t j = 0; j < sp->n_order && *n_act < n_ub; j++) {
+        const int32_t s = sp->order[j];
+        if (sp->done[s] < sp->count[s]) {
+            act[(*n_act)++] = s;
+            if (sp->count[s] - sp->done[s] < len) len = sp->count[s] - sp->done[s];
+        }
+    }
+    if (!*n_act) return 0;
+    if (len > n_ub / *n_act) len = n_ub / *n_act;
+    for (int32_t j = 0; j < *n_act; j++) {   /* end a ubatch on a periodic checkpoint */
+        const int32_t p = b->pos[sp->idx[sp->start[act[j]] + sp->done[act[j]]]];
+        const int64_t room = (int64_t) ctx->mem->ckpt_next(ctx->mem, p - 1) - p + 1;
+        if (room < len) len = (int32_t) room;
+    }
+    return keep_tail(sp, act, n_act, len, n_ub, ctx->n_keep_tail);
+}
+
+/* check the batch against the memory (ids, positions continuing each sequence) and count
+ * each sequence's tokens into sp; *n_out: tokens that want logits */
+static tk_status batch_check(tk_context * ctx, const tk_batch * b, tk_split * sp, int32_t * n_out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t n = b->n_tokens, n_seq_max = ctx->params.n_seq_max;
-    if (n <= 0) return TK_FAIL(TK_ERR_INVALID, "empty batch");
-    if (!b->token || !b->pos || !b->seq_id) return TK_FAIL(TK_ERR_INVALID, "batch arrays missing");
-
-    /* validate tokens, sequence ids and positions before touching the memory */
-    int32_t next[TK_MAX_SEQ], count[TK_MAX_SEQ] = {0}, order[TK_MAX_SEQ], n_order = 0, n_out = 0;
+    int32_t next[TK_MAX_SEQ];
+    *n_out = 0;
     for (int32_t s = 0; s < n_seq_max; s++) next[s] = ctx->mem->seq_pos_max(ctx->mem, s) + 1;
     for (int32_t i = 0; i < n; i++) {
         const int32_t tok = b->token[i], s = b->seq_id[i];
@@ -200,9 +259,23 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
             return TK_FAIL(TK_ERR_INVALID, "batch[%d]: position %d for sequence %d, expected %d (positions continue the sequence)",
                            i, b->pos[i], s, next[s]);
         next[s]++;
-        if (!count[s]++) order[n_order++] = s;
-        if (b->logits && b->logits[i]) n_out++;
+        if (!sp->count[s]++) sp->order[sp->n_order++] = s;
+        if (b->logits && b->logits[i]) (*n_out)++;
     }
+    return TK_OK;
+}
+
+tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
+    if (!ctx || !b) return TK_FAIL(TK_ERR_INVALID, "ctx or batch is NULL");
+    const int32_t n = b->n_tokens;
+    if (n <= 0) return TK_FAIL(TK_ERR_INVALID, "empty batch");
+    if (!b->token || !b->pos || !b->seq_id) return TK_FAIL(TK_ERR_INVALID, "batch arrays missing");
+
+    /* validate tokens, sequence ids and positions before touching the memory */
+    tk_split sp;
+    memset(&sp, 0, sizeof sp);
+    int32_t n_out;
+    TK_CHECK(batch_check(ctx, b, &sp, &n_out));
     if (n_out && !logits_out) return TK_FAIL(TK_ERR_INVALID, "logits_out is NULL but %d tokens want logits", n_out);
     TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
     __atomic_store_n(&ctx->abort_requested, 0, __ATOMIC_RELAXED);
@@ -211,37 +284,24 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     int32_t * idx = malloc((size_t) n * sizeof(int32_t));
     int32_t * out_row = malloc((size_t) n * sizeof(int32_t));
     if (!idx || !out_row) { free(idx); free(out_row); return TK_FAIL(TK_ERR_NOMEM, "out of memory"); }
-    int32_t start[TK_MAX_SEQ], done[TK_MAX_SEQ] = {0};
-    for (int32_t j = 0, o = 0; j < n_order; j++) { start[order[j]] = o; o += count[order[j]]; }
+    for (int32_t j = 0, o = 0; j < sp.n_order; j++) { sp.start[sp.order[j]] = o; o += sp.count[sp.order[j]]; }
     {
         int32_t fill[TK_MAX_SEQ] = {0}, r = 0;
         for (int32_t i = 0; i < n; i++) {
             const int32_t s = b->seq_id[i];
-            idx[start[s] + fill[s]++] = i;
+            idx[sp.start[s] + fill[s]++] = i;
             out_row[i] = (b->logits && b->logits[i]) ? r++ : -1;
         }
     }
+    sp.idx = idx;
 
     tk_status st = TK_OK;
     tk_ubatch * ub = &ctx->ub;
-    const int32_t n_ub = ctx->params.n_ubatch;
+    ctx->n_trace = 0;
     for (;;) {
-        /* sequences with tokens left, in first-appearance order */
-        int32_t act[TK_MAX_SEQ], n_act = 0, len = INT32_MAX;
-        for (int32_t j = 0; j < n_order && n_act < n_ub; j++) {
-            const int32_t s = order[j];
-            if (done[s] < count[s]) {
-                act[n_act++] = s;
-                if (count[s] - done[s] < len) len = count[s] - done[s];
-            }
-        }
+        int32_t act[TK_MAX_SEQ], n_act;
+        const int32_t len = split_next(ctx, b, &sp, act, &n_act);
         if (!n_act) break;
-        if (len > n_ub / n_act) len = n_ub / n_act;
-        for (int32_t j = 0; j < n_act; j++) {   /* end a ubatch on a periodic checkpoint */
-            const int32_t p = b->pos[idx[start[act[j]] + done[act[j]]]];
-            const int64_t room = (int64_t) ctx->mem->ckpt_next(ctx->mem, p - 1) - p + 1;
-            if (room < len) len = (int32_t) room;
-        }
         ub->n_seqs = n_act;
         ub->n_seq_tokens = len;
         ub->n_tokens = n_act * len;
@@ -249,28 +309,50 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
             const int32_t s = act[j];
             ub->seq[j] = s;
             for (int32_t t = 0; t < len; t++) {
-                const int32_t bi = idx[start[s] + done[s] + t];
+                const int32_t bi = idx[sp.start[s] + sp.done[s] + t];
                 ub->token[j * len + t] = b->token[bi];
                 ub->pos[j * len + t] = b->pos[bi];
                 ub->out_row[j * len + t] = out_row[bi];
             }
-            done[s] += len;
+            sp.done[s] += len;
         }
+        if (ctx->n_trace < TK_TRACE_MAX) {
+            ctx->trace[ctx->n_trace][0] = n_act;
+            ctx->trace[ctx->n_trace][1] = len;
+        }
+        ctx->n_trace++;
         st = ctx->mem->prepare(ctx->mem, ub);
         if (st == TK_OK) st = tk_forward_ubatch(ctx, ub, logits_out);
         if (st != TK_OK) break;
         ctx->mem->after_ubatch(ctx->mem, ub);
     }
     /* a checkpoint at the end of each multi-token run (a prompt or a turn) */
-    for (int32_t j = 0; st == TK_OK && j < n_order; j++)
-        if (count[order[j]] > 1) ctx->mem->checkpoint(ctx->mem, order[j]);
+    for (int32_t j = 0; st == TK_OK && j < sp.n_order; j++)
+        if (sp.count[sp.order[j]] > 1) ctx->mem->checkpoint(ctx->mem, sp.order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
-        for (int32_t j = 0; j < n_order; j++) ctx->mem->seq_rm(ctx->mem, order[j], 0, -1);
+        for (int32_t j = 0; j < sp.n_order; j++) ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);
     }
     free(idx);
     free(out_row);
     return st;
+}
+
+tk_status tk_context_set_keep_tail(tk_context * ctx, int32_t n) {
+    if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
+    if (n < 0 || n >= ctx->params.n_ubatch)
+        return TK_FAIL(TK_ERR_INVALID, "keep_tail = %d must be in [0, n_ubatch = %d)", n, ctx->params.n_ubatch);
+    ctx->n_keep_tail = n;
+    return TK_OK;
+}
+
+int32_t tk_context_ubatches(const tk_context * ctx, int32_t * n_seqs, int32_t * n_seq_tokens, int32_t cap) {
+    if (!ctx) return 0;
+    for (int32_t i = 0; i < cap && i < ctx->n_trace && i < TK_TRACE_MAX; i++) {
+        n_seqs[i] = ctx->trace[i][0];
+        n_seq_tokens[i] = ctx->trace[i][1];
+    }
+    return ctx->n_trace;
 }
 
 void tk_context_abort(tk_context * ctx) {

@@ -1,12 +1,12 @@
 /* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE,
- * qwen3next, qwen35moe, nemotron_h_moe).
+ * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe).
  *
  * Shapes (U tokens, D n_embd, E n_expert, k n_expert_used, Fe expert width, Fs shared
  * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->vec [E];
  * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
  * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional; expert choice
- * bias exp_probs_b.bias [E] (moe_sigmoid).  With moe_relu2 the experts and the shared expert
- * have no gate matrices and compute down(relu(up(x))^2) (ffn_relu2.c).
+ * bias exp_probs_b.bias [E] (moe_sigmoid only), optional.  With moe_relu2 the experts and the
+ * shared expert have no gate matrices and compute down(relu(up(x))^2) (ffn_relu2.c).
  */
 #include <float.h>
 #include <math.h>
@@ -16,17 +16,18 @@
 /* MoE: router logits r = W_inp x [E];
  *   moe_softmax_topk (Jamba):  p = softmax(r); top-k of p; weights = p[k] (not renormalised)
  *     + moe_renorm (Qwen):     weights = p[k] / sum over the k of p
- *   moe_sigmoid (Nemotron-H):  s = sigmoid(r); c = s + exp_probs_b; with G = moe_n_group > 1
- *                              groups of E/G experts, each scored by the sum of its top-2 c,
- *                              only the best moe_topk_group groups compete; top-k of c;
- *                              weights = s[k] (/ (sum of the k + 1e-20) with moe_weights_norm)
- *                              * moe_weights_scale
+ *   moe_sigmoid (Nemotron-H, LFM2-MoE): s = sigmoid(r); c = s + exp_probs_b (0 when absent);
+ *                              with G = moe_n_group > 1 groups of E/G experts, each scored
+ *                              by the sum of its top-2 c, only the best moe_topk_group groups
+ *                              compete; top-k of c; weights = s[k] (/ (sum of the k +
+ *                              moe_weights_norm_eps) with moe_weights_norm) * moe_weights_scale
  *   else (Granite):            top-k of r; weights = softmax over the k logits
  * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present, times
  *     sigmoid(ffn_gate_inp_shexp . x) when that gate is present).
  * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE,
- *      Qwen3NextSparseMoeBlock (spec gdn-family.md §2.4), NemotronHTopkRouter / NemotronHMoE;
- *      llama.cpp build_moe_ffn (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID, exp_probs_b, expert groups). */
+ *      Qwen3NextSparseMoeBlock (spec gdn-family.md §2.4), NemotronHTopkRouter / NemotronHMoE,
+ *      Lfm2MoeTopKRouter; llama.cpp build_moe_ffn (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID,
+ *      exp_probs_b, expert groups; it clamps the renormalising sum at 2^-14 instead). */
 static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
     const int64_t D = hp->n_embd;
@@ -54,7 +55,9 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
         hp->moe_topk_group < 1 || hp->moe_topk_group > hp->moe_n_group))))
         return TK_FAIL(TK_ERR_INVALID, "expert groups %d (keeping %d) do not divide the %d experts", hp->moe_n_group,
                        hp->moe_topk_group, (int) E);
-    if (hp->moe_sigmoid) TK_CHECK(tk_bind_vec(m, tab, NAME("exp_probs_b.bias"), TK_SHAPE(E), 1, &l->ffn_exp_probs_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("exp_probs_b.bias"), TK_SHAPE(E), 0, &l->ffn_exp_probs_b));
+    if (l->ffn_exp_probs_b && !hp->moe_sigmoid)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': an expert selection bias needs sigmoid routing", tab->path, nm);
 #undef NAME
     return TK_OK;
 }
@@ -63,7 +66,7 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
  * router logits and is overwritten with the choice scores c; sel [k], w [k] out. */
 static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, float * s, int32_t * sel, float * w) {
     const int32_t E = hp->n_expert, k = hp->n_expert_used, G = hp->moe_n_group > 1 ? hp->moe_n_group : 1;
-    for (int32_t e = 0; e < E; e++) { s[e] = 1.0f / (1.0f + expf(-r[e])); r[e] = s[e] + bias[e]; }
+    for (int32_t e = 0; e < E; e++) { s[e] = 1.0f / (1.0f + expf(-r[e])); r[e] = bias ? s[e] + bias[e] : s[e]; }
     if (G > 1 && hp->moe_topk_group < G) {
         const int32_t per = E / G;
         float gs[64];
@@ -91,7 +94,7 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
         sel[j] = best;
         w[j] = s[best];
     }
-    double sum = 1e-20;
+    double sum = hp->moe_weights_norm_eps;
     for (int32_t j = 0; j < k; j++) sum += w[j];
     for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe_weights_norm ? w[j] / sum : w[j]) * hp->moe_weights_scale);
 }
@@ -104,9 +107,45 @@ static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weigh
 }
 
 
+/* The k experts of one token and their weights (the routing rules above) from the router
+ * logits r [E] (overwritten with the scores). */
+/* sel[k], w[k] of one token from its router logits r [E] (overwritten); s: [E] scratch */
+static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, float * s, int32_t * sel, float * w) {
+    const int32_t E = hp->n_expert, k = hp->n_expert_used;
+    if (hp->moe_sigmoid) { route_sigmoid(hp, l->ffn_exp_probs_b, r, s, sel, w); return; }
+    if (hp->moe_softmax_topk) {
+        float mx = -FLT_MAX;
+        for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+        double sum = 0.0;
+        for (int32_t e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
+        for (int32_t e = 0; e < E; e++) r[e] = (float) (r[e] / sum);
+    }
+    /* top-k, ties to the lower index (torch.topk order for distinct values) */
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || r[e] > r[best])) best = e;
+        }
+        sel[j] = best;
+        w[j] = r[best];
+    }
+    if (hp->moe_softmax_topk && hp->moe_renorm) {
+        double sum = 0.0;
+        for (int32_t j = 0; j < k; j++) sum += w[j];
+        for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+    } else if (!hp->moe_softmax_topk) {
+        const float mx = w[0];
+        double sum = 0.0;
+        for (int32_t j = 0; j < k; j++) { w[j] = expf(w[j] - mx); sum += w[j]; }
+        for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+    }
+}
+
 static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    const int32_t D = hp->n_embd, k = hp->n_expert_used;
     float * r = ctx->vec;      /* [E] */
     int32_t sel[64];
     float w[64], sig[4096];    /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
@@ -115,37 +154,7 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
         const float * xt = ctx->cur + (int64_t) t * D;
         float * ot = out + (int64_t) t * D;
         TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, &ctx->mm));
-        if (hp->moe_sigmoid) {
-            route_sigmoid(hp, l->ffn_exp_probs_b, r, sig, sel, w);
-        } else if (hp->moe_softmax_topk) {
-            float mx = -FLT_MAX;
-            for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
-            double sum = 0.0;
-            for (int32_t e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
-            for (int32_t e = 0; e < E; e++) r[e] = (float) (r[e] / sum);
-        }
-        /* top-k, ties to the lower index (torch.topk order for distinct values) */
-        for (int32_t j = 0; j < k && !hp->moe_sigmoid; j++) {
-            int32_t best = -1;
-            for (int32_t e = 0; e < E; e++) {
-                int taken = 0;
-                for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
-                if (!taken && (best < 0 || r[e] > r[best])) best = e;
-            }
-            sel[j] = best;
-            w[j] = r[best];
-        }
-        if (hp->moe_softmax_topk && hp->moe_renorm) {
-            double sum = 0.0;
-            for (int32_t j = 0; j < k; j++) sum += w[j];
-            for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
-        }
-        if (!hp->moe_softmax_topk && !hp->moe_sigmoid) {
-            const float mx = w[0];
-            double sum = 0.0;
-            for (int32_t j = 0; j < k; j++) { w[j] = expf(w[j] - mx); sum += w[j]; }
-            for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
-        }
+        moe_route(hp, l, r, sig, sel, w);
         for (int32_t i = 0; i < D; i++) ot[i] = 0.0f;
         for (int32_t j = 0; j < k; j++) {
             TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, sel[j], xt, ctx->f1));

@@ -12,7 +12,8 @@
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
- *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py; karpathy llama2.c forward().
+ *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py, modeling_lfm2.py,
+ *       modeling_lfm2_moe.py; karpathy llama2.c forward().
  */
 #include "layer.h"
 
@@ -23,6 +24,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_MAMBA2] = &tk_mixer_mamba2,
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
     [TK_LAYER_GDN] = &tk_mixer_gdn,
+    [TK_LAYER_SHORTCONV] = &tk_mixer_shortconv,
     [TK_LAYER_NONE] = &tk_mixer_none,
     [TK_LAYER_PARALLEL] = &tk_mixer_parallel,
     [TK_LAYER_ZAMBA2_SHARED] = &tk_mixer_zamba2,

@@ -6,6 +6,7 @@
  *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
  *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
  *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
+ *   mixer_shortconv.c  TK_LAYER_SHORTCONV  LFM2's gated short conv (C * conv(B * x))
  *   mixer_parallel.c   TK_LAYER_PARALLEL   attention + Mamba-2 on the same input, outputs summed (Falcon-H1)
  *   mixer_zamba2.c     TK_LAYER_ZAMBA2_SHARED  Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
@@ -83,7 +84,7 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_zamba2;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2;
 /* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
 tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
 extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
@@ -114,6 +115,9 @@ void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *=
 /* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then SiLU, with
  * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */
 void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* the same causal conv without the SiLU (LFM2's short conv) */
+void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);
 /* mixer_attention.c: with q [U, H qs], k, v [U, Hkv hd] projected into ctx->q, k, v: per-head
  * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V

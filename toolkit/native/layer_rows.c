@@ -58,6 +58,7 @@ typedef struct {
     float * y;
     int64_t y_stride;
     int64_t channels;
+    int silu;                  /* 1: SiLU after the conv */
 } conv_job;
 
 /* [b0, b1): blocks of 8 channels (tk_ssm_conv's lanes: a split at a multiple of 8 keeps
@@ -69,11 +70,18 @@ static void conv_silu_channels(void * arg, int64_t b0, int64_t b1, int thread) {
     const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
     tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
                 j->state + c0 * ns, j->y + c0, j->y_stride);
-    for (int32_t t = 0; t < j->n_tok; t++) tk_silu_row(j->y + t * j->y_stride + c0, nc);
+    if (j->silu)
+        for (int32_t t = 0; t < j->n_tok; t++) tk_silu_row(j->y + t * j->y_stride + c0, nc);
 }
 
 void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride) {
-    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels};
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 1};
+    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
+}
+
+void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 0};
     tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
 }

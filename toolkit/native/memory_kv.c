@@ -109,9 +109,14 @@ static bool kv_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, i
     return true;
 }
 
-/* pos += delta on seq's cells in [p0, p1); K was stored rotated by its position, so with
- * RoPE it is rotated on by delta (rotations compose: equal to a fresh rotation up to float
- * rounding).  ref: llama.cpp llama_kv_cache::seq_add + the K-shift graph. */
+/* pos += delta on seq's cells in [p0, p1).  K was stored after its RoPE at the old position,
+ * so it is rotated on by delta in the model's mode: NORM (adjacent pairs, tk_rope_norm) or
+ * NEOX (pairs (i, i + n_rot/2), tk_rope_neox; qwen35's M-RoPE is NEOX on text), on the first
+ * n_rot dims of each of the layer's kv_dim / head_dim heads (partial rotary: the rest of the
+ * head is untouched); no RoPE (Jamba): positions only.  Rotations compose, so the result
+ * equals a fresh rotation at pos + delta up to float rounding; V is never rotated.
+ * ref: llama.cpp llama_kv_cache::seq_add + build_graph_shift (ggml_rope_ext of K by the
+ * per-cell shift, same rope type as the model). */
 static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     tk_memory_kv * kv = KV(m);
     if (delta == 0) return;
@@ -119,12 +124,11 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     p1 = clamp_p1(p1);
     const uint64_t bit = UINT64_C(1) << seq;
     const tk_hparams * hp = &kv->model->hp;
+    const int rotate = hp->use_rope && hp->n_rot > 0;
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
-        if (!hp->use_rope || hp->n_rot <= 0) continue;
-        /* K is stored rotated: rotate it on by delta, in the attention kind's RoPE mode */
-        for (int32_t l = 0; l < kv->n_layer; l++) {
+        for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
             float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
             const int32_t n_head = kv->kv_dim[l] / hp->head_dim;

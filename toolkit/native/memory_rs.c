@@ -14,7 +14,17 @@
  * holds), taken at the end of a multi-token decode call, every `ckpt_every` positions and
  * on request.  seq_rm(seq, p0, end) restores the newest snapshot at a position < p0 and
  * the caller re-feeds the gap (seq_pos_max says where the sequence now ends); with no such
- * snapshot the removal is refused and nothing changes.  When all n_ckpt slots are full the
+ * snapshot the removal is refused and nothing changes.
+ *
+ * Context shift (ref: llama.cpp "memory: Hybrid context shift", llama_memory_recurrent::
+ * seq_rm / seq_add): a state is the state after the sequence's last token, so removing a
+ * range [p0, p1) that ends at or before that token (p1 <= its position) is accepted and leaves
+ * the state as it is ("the context is already compressed"); only the snapshots at positions in
+ * [p0, p1) go (the tokens they end at are gone).  seq_add moves position bookkeeping only: the
+ * state's position and its first position when they lie in the range, and the snapshots in the
+ * range with it (shifted, not dropped: a snapshot at q is the state after the token now at
+ * q + delta, so a rollback after the shift lands where the KV cells are).  Snapshots before the
+ * range (the kept head of a context shift) stay valid as they are.  When all n_ckpt slots are full the
  * snapshot whose removal leaves the smallest gap between its neighbours (the previous one
  * and the new one) is replaced, ties the oldest: the kept ones stay spread over the history.
  * ref: llama.cpp src/llama-memory-recurrent.{h,cpp} (cells, tails, copy on write).
@@ -96,6 +106,14 @@ static void ckpt_drop_all(tk_memory_rs * rs, int32_t seq) {
 /* drop the snapshots of seq at positions >= p */
 static void ckpt_drop_from(tk_memory_rs * rs, int32_t seq, int32_t p) {
     for (int32_t j = 0; j < rs->n_ckpt; j++) if (ck_pos(rs, seq)[j] >= p) ck_pos(rs, seq)[j] = -1;
+}
+
+/* drop the snapshots of seq at positions in [p0, p1) */
+static void ckpt_drop_range(tk_memory_rs * rs, int32_t seq, int32_t p0, int32_t p1) {
+    for (int32_t j = 0; j < rs->n_ckpt; j++) {
+        const int32_t q = ck_pos(rs, seq)[j];
+        if (q >= p0 && q < p1) ck_pos(rs, seq)[j] = -1;
+    }
 }
 
 /* slot of the newest snapshot of seq at a position < p, or -1 */
@@ -201,9 +219,10 @@ static void rs_clear(tk_memory * m) {
         for (size_t i = 0; i < (size_t) rs->n_cells * rs->n_ckpt; i++) rs->ckpt_pos[i] = -1;
 }
 
-/* Allowed: a range that misses the state (p0 > its position), the whole sequence
+/* Allowed: a range that misses the state (p0 > its position), a range that ends at or before
+ * its position (the state stays: it already holds those tokens), the whole sequence
  * (p0 <= its first position, p1 past its end), or the tail [p0, end) when a snapshot at a
- * position < p0 exists.  Anything else would cut the state partway. */
+ * position < p0 exists.  Refused: a tail with no such snapshot (it would cut the state). */
 static bool rs_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     tk_memory_rs * rs = RS(m);
     if (p0 < 0) p0 = 0;
@@ -218,7 +237,7 @@ static bool rs_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     if (c < 0) return true;
     const int32_t cpos = rs->pos[c];
     if (p0 >= p1 || p0 > cpos) return true;        /* nothing of this state in range */
-    if (p1 <= cpos) return false;                  /* would keep the end but drop its past */
+    if (p1 <= cpos) return true;                   /* a middle range: the state stays (context shift) */
     if (p0 <= rs->start[seq]) return true;         /* whole state */
     return rs->n_ckpt > 0 && ckpt_before(rs, seq, p0) >= 0;
 }
@@ -231,8 +250,8 @@ static int32_t free_cell(tk_memory_rs * rs) {
 
 static void seq_rm_one(tk_memory_rs * rs, int32_t seq, int32_t p0, int32_t p1) {
     int32_t c = rs->tail[seq];
-    if (c < 0 || p0 >= p1 || p0 > rs->pos[c] || p1 <= rs->pos[c]) {
-        if (rs->n_ckpt > 0 && p1 == INT32_MAX) ckpt_drop_from(rs, seq, p0);
+    if (c < 0 || p0 >= p1 || p0 > rs->pos[c] || p1 <= rs->pos[c]) {   /* the state stays */
+        if (rs->n_ckpt > 0) ckpt_drop_range(rs, seq, p0, p1);
         return;
     }
     if (p0 <= rs->start[seq]) { seq_drop(rs, seq); return; }
@@ -293,14 +312,18 @@ static int32_t rs_seq_pos_min(tk_memory * m, int32_t seq) {
 
 static int32_t rs_seq_pos_max(tk_memory * m, int32_t seq) { return rs_seq_pos_min(m, seq); }
 
-/* A state holds no positions, only the count of tokens folded in, so a shift is meaningful
- * only as a renumbering of the whole sequence: the range must miss the state entirely, or
- * contain all of it (p0 <= its first position, p1 past its end) with the first position
- * staying >= 0.  A shift of part of the history (a context shift after dropping a middle
- * range) cannot be expressed in a state and is refused. */
+/* A state holds no positions, only the count of tokens folded in: a shift moves bookkeeping
+ * only (the state's last and first positions when in [p0, p1), its snapshots in the range).
+ * Refused (nothing changes) when a position would become negative or overflow, or the last
+ * position would fall before the first. */
 /* range [p0, p1) misses the state: nothing of seq to shift */
 static bool add_misses(const tk_memory_rs * rs, int32_t seq, int32_t c, int32_t p0, int32_t p1, int32_t delta) {
     return c < 0 || delta == 0 || p0 >= p1 || p0 > rs->pos[c] || p1 <= rs->start[seq];
+}
+
+/* position q after shifting [p0, p1) by delta (64-bit: the caller checks the range) */
+static int64_t shifted(int32_t q, int32_t p0, int32_t p1, int32_t delta) {
+    return q >= p0 && q < p1 ? (int64_t) q + delta : q;
 }
 
 static bool rs_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
@@ -310,8 +333,8 @@ static bool rs_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, i
     if (seq < 0 || seq >= rs->n_cells) return false;
     const int32_t c = rs->tail[seq];
     if (add_misses(rs, seq, c, p0, p1, delta)) return true;
-    if (p1 <= rs->pos[c] || p0 > rs->start[seq]) return false;   /* part of the history only */
-    return (int64_t) rs->start[seq] + delta >= 0 && (int64_t) rs->pos[c] + delta < INT32_MAX;
+    const int64_t first = shifted(rs->start[seq], p0, p1, delta), last = shifted(rs->pos[c], p0, p1, delta);
+    return first >= 0 && last >= first && last < INT32_MAX;
 }
 
 static void rs_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
@@ -329,13 +352,16 @@ static void rs_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
         rs->tail[seq] = nc;
         rs->pos[nc] = rs->pos[c];
     }
-    rs->pos[rs->tail[seq]] += delta;
-    rs->start[seq] += delta;
-    if (rs->n_ckpt > 0)
-        for (int32_t j = 0; j < rs->n_ckpt; j++) {
-            int32_t * q = &ck_pos(rs, seq)[j];
-            if (*q >= 0) *q = (int64_t) *q + delta >= 0 ? *q + delta : -1;
-        }
+    rs->pos[rs->tail[seq]] = (int32_t) shifted(rs->pos[rs->tail[seq]], p0, p1, delta);
+    rs->start[seq] = (int32_t) shifted(rs->start[seq], p0, p1, delta);
+    int32_t * P = rs->n_ckpt > 0 ? ck_pos(rs, seq) : NULL;
+    for (int32_t j = 0; P && j < rs->n_ckpt; j++) {   /* snapshots in the range move with it */
+        if (P[j] < p0 || P[j] >= p1) continue;
+        const int64_t q = (int64_t) P[j] + delta;
+        for (int32_t k = 0; k < rs->n_ckpt; k++)        /* an unshifted one at the same place goes */
+            if (P[k] == q && (P[k] < p0 || P[k] >= p1)) P[k] = -1;
+        P[j] = q >= 0 ? (int32_t) q : -1;
+    }
 }
 
 static tk_status rs_can_fit(tk_memory * m, int32_t n_tokens) {

@@ -1,11 +1,12 @@
 /* mixer_attention.c: the attention mixer (TK_LAYER_ATTENTION: the attention layers of
- * granitehybrid, jamba, and the gated attention of qwen3next / qwen35 / qwen35moe).
+ * granitehybrid, jamba, lfm2 / lfm2moe (q/k-normed, NEOX RoPE), and the gated attention of
+ * qwen3next / qwen35 / qwen35moe).
  *
  * Shapes (U ubatch tokens, D n_embd, H heads, Hkv = n_head_kv[il] KV heads, hd head_dim,
  * kvd = Hkv hd, qs = hd, or 2 hd with attn_q_gate):
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   wq [D, H qs]: with attn_q_gate, rows per head [q_h (hd) | gate_h (hd)]
- *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; the HF (1 + w) already folded in)
+ *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is)
  *   KV cache per cell: K [kvd] (stored after norm and RoPE), V [kvd]
  * Formula:
  *   q = wq cur, k = wk cur, v = wv cur
@@ -17,7 +18,8 @@
  *   attn_q_gate: o_h *= sigmoid(gate_h)
  *   out = wo o
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
- *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2); llama.cpp
+ *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
+ *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate); llama.cpp
  *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
  */
 #include <float.h>

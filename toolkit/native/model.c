@@ -143,8 +143,7 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
 /* ==== hparams checks ================================================================= */
 
 static tk_status check_hparams(const tk_hparams * hp) {
-    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_ZAMBA2 ||
-        (hp->arch > TK_ARCH_QWEN35MOE && hp->arch < TK_ARCH_NEMOTRON_H)) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
+    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_ZAMBA2) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
     if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
     if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");
@@ -231,6 +230,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
         if (hp->layer_kinds[i] == TK_LAYER_MAMBA2 || hp->layer_kinds[i] == TK_LAYER_PARALLEL ||
             hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED) m->conv_dim = hp->d_inner + 2 * hp->n_group * hp->d_state;
         else if (hp->layer_kinds[i] == TK_LAYER_GDN) m->conv_dim = 2 * hp->n_group * hp->d_state + hp->d_inner;
+        else if (hp->layer_kinds[i] == TK_LAYER_SHORTCONV) m->conv_dim = hp->n_embd;
 
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
@@ -257,7 +257,9 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path};
     tk_status st = validate_table(&tab);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
-    if (st == TK_OK) st = tk_bind_vec(m, &tab, "output_norm.weight", TK_SHAPE(hp->n_embd), 1, &m->output_norm);
+    /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
+    const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
+    if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
     for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);

@@ -33,7 +33,8 @@ typedef struct {
 typedef struct {
     /* small tensors are copied to owned float32 arrays at load (any source type) */
     float * attn_norm;         /* [D] */
-    /* recurrent */
+    /* recurrent (LFM2's short conv: ssm_in = shortconv.in_proj [D, 3D], ssm_conv1d =
+     * shortconv.conv [D][K], ssm_out = shortconv.out_proj [D, D]) */
     tk_weight ssm_in;          /* M1: [D, 2*d_inner]; M2: [D, 2*d_inner + 2*G*N + H] */
     float * ssm_conv1d;        /* [conv_dim][d_conv]  (ggml [d_conv, conv_dim]) */
     float * ssm_conv1d_b;      /* [conv_dim] or NULL */
@@ -160,6 +161,8 @@ tk_status tk_ssd_scan(tk_pool * pool, float * s, const float * xBC, int64_t xbc_
 #include "memory.h"
 
 /* ---- context / forward ---------------------------------------------------------- */
+#define TK_TRACE_MAX 256     /* ubatches of one decode recorded for tk_context_ubatches */
+
 struct tk_context {
     tk_model * model;
     tk_context_params params;
@@ -193,6 +196,9 @@ struct tk_context {
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
     volatile int abort_requested; /* set by tk_context_abort from another thread */
+    int32_t n_keep_tail;       /* split rule: the last n tokens of a sequence in a batch share a ubatch (0: none; context.c) */
+    int32_t n_trace;           /* ubatches of the last tk_decode */
+    int32_t trace[TK_TRACE_MAX][2];   /* [min(n_trace, TK_TRACE_MAX)] their n_seqs, n_seq_tokens */
 };
 
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);

@@ -132,6 +132,14 @@ int tk_gdn_set_threshold(int n);
  * untouched) for an id not in the table, else 1. */
 int tk_type_traits_query(int type, const char ** name, int64_t * blck_size, int64_t * type_size, int * vec_dot_type,
                          int * flags);
+/* ==== the batch split (context.c) ===================================================== */
+/* The keep-tail rule (llama.cpp's n_keep_tail in split_equal): the last n tokens of each
+ * sequence of a batch go into one ubatch.  0 (the default): no rule.  TK_ERR_INVALID unless
+ * 0 <= n < n_ubatch.  For memories that keep per-token snapshots of the last n - 1 states. */
+tk_status tk_context_set_keep_tail(tk_context * ctx, int32_t n);
+/* The ubatches the last tk_decode ran: n_seqs[i], n_seq_tokens[i] for i < min(count, cap, 256);
+ * returns count. */
+int32_t tk_context_ubatches(const tk_context * ctx, int32_t * n_seqs, int32_t * n_seq_tokens, int32_t cap);
 /* CDEF-END */
 
 #ifdef __cplusplus

@@ -70,6 +70,7 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_MAMBA2 = 1,
     TK_LAYER_ATTENTION = 2,
     TK_LAYER_GDN = 3,          /* gated delta net (mixer_gdn.c) */
+    TK_LAYER_SHORTCONV = 4,    /* LFM2's double-gated short conv (mixer_shortconv.c) */
     TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
     TK_LAYER_PARALLEL = 6,     /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
     TK_LAYER_ZAMBA2_SHARED = 7 /* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
@@ -90,6 +91,8 @@ typedef enum {
     TK_ARCH_QWEN3NEXT = 4,
     TK_ARCH_QWEN35 = 5,
     TK_ARCH_QWEN35MOE = 6,
+    TK_ARCH_LFM2 = 7,
+    TK_ARCH_LFM2MOE = 8,
     TK_ARCH_NEMOTRON_H = 9,
     TK_ARCH_NEMOTRON_H_MOE = 10,
     TK_ARCH_FALCON_H1 = 11,
@@ -145,12 +148,17 @@ typedef struct {
     int32_t moe_relu2;         /* 1: experts and shared expert are down(relu(up(x))^2), no gate tensors */
     int32_t moe_n_group;       /* expert groups (expert_group_count; <= 1: none) */
     int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
-    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + 1e-20) (expert_weights_norm) */
+    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + moe_weights_norm_eps) (expert_weights_norm) */
     float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
     /* Falcon-H1 (appended) */
     int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
                                      0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
     int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
+    /* LFM2 / LFM2-MoE (appended).  A SHORTCONV layer reads d_conv = K (shortconv.l_cache) and runs over
+     * the n_embd channels. */
+    int32_t output_norm_embd;  /* 1: the final RMSNorm weight is token_embd_norm (LFM2), else output_norm */
+    float   moe_weights_norm_eps; /* added to the sum of the k weights before renormalising (HF: 1e-20
+                                    Nemotron-H, 1e-6 LFM2-MoE) */
     /* zamba2 (appended) */
     int32_t n_shared_block;    /* M shared blocks: the j-th TK_LAYER_ZAMBA2_SHARED layer runs shared.{j % M} */
     float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
@@ -204,7 +212,11 @@ void tk_context_abort(tk_context * ctx);
 int32_t tk_n_vocab(const tk_model * model);
 
 /* ==== runtime: memory (kv / recurrent / hybrid) ====================================== */
-/* p1 < 0 means "to the end"; seq < 0 means every sequence (seq_rm only).               */
+/* p1 < 0 means "to the end"; seq < 0 means every sequence (seq_rm only).
+ * seq_rm: *removed = 0 and nothing changes when a recurrent state would be cut: a tail
+ * [p0, end) with no checkpoint before p0 (see below).  A range ending before the sequence's
+ * last token is removed from the KV cache and leaves a recurrent state as it is (llama.cpp's
+ * hybrid context shift; memory_rs.c).                                                  */
 tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t * removed);
 tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p0, int32_t p1);
 tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq);
@@ -224,9 +236,10 @@ tk_status tk_memory_set_checkpoints(tk_context * ctx, int32_t n_per_seq, int32_t
 tk_status tk_memory_checkpoint(tk_context * ctx, int32_t seq);
 /* positions of seq's snapshots, ascending: the first min(n, cap) into pos; n = how many */
 tk_status tk_memory_checkpoints(tk_context * ctx, int32_t seq, int32_t * pos, int32_t cap, int32_t * n);
-/* positions [p0, p1) of seq += delta; *done = 0 and nothing changes when refused (a KV cell
- * shared with another sequence, a negative or colliding position, or a recurrent state whose
- * history would be shifted only in part). */
+/* positions [p0, p1) of seq += delta (cached K re-rotated by delta in the model's RoPE mode; a
+ * recurrent state's position bookkeeping and its checkpoints in the range move); *done = 0 and
+ * nothing changes when refused (a KV cell shared with another sequence, a negative or colliding
+ * position, a state's last position before its first). */
 tk_status tk_memory_seq_add(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1, int32_t delta, int32_t * done);
 
 typedef struct {

@@ -125,7 +125,8 @@ class ChatTurn:
     """One answer: text; tokens (ids, the end-of-generation token not included); stop_reason
     (as GenerationResult's); n_prompt: the tokens of the rendered conversation; n_reused: those
     already in the memory (the cached prefix); n_decoded: prompt tokens decoded for this turn;
-    probs: GenerationResult.probs (with n_probs)."""
+    probs: GenerationResult.probs (with n_probs); n_shifts: context shifts during the answer
+    (generate's ``context_shift``)."""
 
     text: str
     tokens: list[int]
@@ -135,6 +136,7 @@ class ChatTurn:
     n_decoded: int
     timings: dict = field(default_factory=dict)
     probs: list[dict] = field(default_factory=list)
+    n_shifts: int = 0
 
 
 class Chat:
@@ -185,13 +187,13 @@ class Chat:
         res = generate(self.ctx, self.tok, ids, n_predict, self.sampler, on_text, seq_id=self.seq_id,
                        n_reused=n_reused, split_last=True, **gen)
         fed = self.ctx.memory.seq_pos_max(self.seq_id) + 1
-        self.held = (ids + res.tokens)[:fed]
+        self.held = (res.held_tokens if res.n_shifts else ids + res.tokens)[:fed]   # a shift dropped some
         if fed > len(ids):
             self.ctx.memory.checkpoint(self.seq_id)   # the next turn starts from the end of this answer
         self.messages.append({"role": "assistant", "content": res.text})
         return ChatTurn(text=res.text, tokens=res.tokens, stop_reason=res.stop_reason, n_prompt=len(ids),
                         n_reused=n_reused, n_decoded=len(ids) - n_reused, timings=res.timings.to_dict(),
-                        probs=res.probs)
+                        probs=res.probs, n_shifts=res.n_shifts)
 
     def regen(self, n_predict: int, on_text=None, **gen) -> ChatTurn:
         """Drop the last answer and answer again (InputError when there is none)."""

@@ -37,11 +37,13 @@ class Memory:
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
         """Remove positions [p0, p1) of ``seq_id`` (-1: every sequence).
 
-        Returns False and changes nothing when a recurrent state would be cut partway:
-        allowed are the whole sequence, a range after its end, and a tail [p0, end) when a
-        checkpoint before p0 exists.  That last case restores the checkpoint (the KV cells
-        after it go too), so the sequence may end before p0 - 1: ``seq_pos_max`` (or
-        :meth:`rollback`) says where to re-feed from.
+        Returns False and changes nothing when a recurrent state would be cut partway: a
+        tail [p0, end) with no checkpoint before p0.  Allowed are the whole sequence, a range
+        after its end, a range that ends before its last token (a context shift: the KV cells
+        go, a recurrent state stays as it is, still holding those tokens; its checkpoints in
+        the range go), and a tail with a checkpoint before p0.  That last case restores the
+        checkpoint (the KV cells after it go too), so the sequence may end before p0 - 1:
+        ``seq_pos_max`` (or :meth:`rollback`) says where to re-feed from.
         """
         out = ffi.new("int32_t *")
         check(lib.tk_memory_seq_rm(self._ctx.ptr, seq_id, p0, p1, out), "seq_rm")
@@ -103,10 +105,11 @@ class Memory:
         return self.seq_pos_max(seq_id) + 1
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> bool:
-        """Shift positions [p0, p1) of ``seq_id`` by ``delta``; False and nothing changed when
-        refused: a KV cell shared with another sequence, a negative or colliding position, or a
-        recurrent state whose history would move only in part (a state holds no positions, so
-        only a renumbering of the whole sequence is meaningful)."""
+        """Shift positions [p0, p1) of ``seq_id`` by ``delta``: KV cells move and their cached
+        K is re-rotated in the model's RoPE mode (NORM / NEOX, partial rotary); a recurrent state
+        holds no positions, so only its bookkeeping (last and first position, checkpoints in the
+        range) moves.  False and nothing changed when refused: a KV cell shared with another
+        sequence, a negative or colliding position, a state's last position before its first."""
         out = ffi.new("int32_t *")
         check(lib.tk_memory_seq_add(self._ctx.ptr, seq_id, p0, p1, delta, out), "seq_add")
         return bool(out[0])

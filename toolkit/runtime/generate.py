@@ -17,6 +17,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.runtime.sampling import Sampler
+from toolkit.runtime.shift import context_shift as context_shift_, shift_tokens
 from toolkit.runtime.tokenizer import Tokenizer
 
 
@@ -56,7 +57,9 @@ class GenerationResult:
     "grammar" (the grammar is complete) | "interrupted"; prompt_logits: float32 [n_prompt, n_vocab] when requested, else None;
     probs: with ``n_probs`` > 0, one entry per generated token: {"id", "prob", "top":
     [{"id", "prob"}, ...]}, the probabilities of the softmax over the logits the sampler saw
-    (after the penalties, before truncation and temperature), the ``n_probs`` most likely first."""
+    (after the penalties, before truncation and temperature), the ``n_probs`` most likely first;
+    n_shifts: context shifts done (``context_shift``); held_tokens: the ids the sequence holds
+    at the end, in position order (prompt + tokens less what the shifts dropped)."""
 
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)
@@ -65,6 +68,8 @@ class GenerationResult:
     timings: Timings = field(default_factory=Timings)
     prompt_logits: np.ndarray | None = None
     probs: list[dict] = field(default_factory=list)
+    n_shifts: int = 0
+    held_tokens: list[int] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:
@@ -112,7 +117,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
              prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
              ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0,
-             grammar=None) -> GenerationResult:
+             grammar=None, context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
     """Feed ``prompt_tokens`` to ``ctx`` (sequence ``seq_id``, which should hold exactly the
     first ``n_reused`` of them), then sample.
 
@@ -137,6 +142,9 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     n_probs:       record the n most probable tokens of every step (``GenerationResult.probs``)
     grammar:       a toolkit.runtime.grammar.Grammar: tokens it forbids are masked before
                    sampling; generation ends when it is complete (stop_reason "grammar")
+    context_shift: when the next token would not fit in n_ctx, keep the first ``n_keep`` held
+                   tokens, drop half of the rest and shift the remainder back (llama-cli
+                   --context-shift; toolkit.runtime.shift) instead of stopping with "ctx_full"
 
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
@@ -164,6 +172,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             if on_text is not None:
                 on_text(s)
 
+    n_past, held = 0, list(prompt)
     t0 = time.perf_counter()
     try:
         logits = _prefill(ctx, prompt[n_reused:], seq_id, prompt_logits, split_last)
@@ -194,9 +203,12 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                 res.stop_reason = "n_predict"
                 break
             if n_ctx and n_past >= n_ctx:
-                res.stop_reason = "ctx_full"
-                break
+                n_past = _shift(ctx, seq_id, n_keep, n_past, held, res) if context_shift else n_past
+                if n_past >= n_ctx:
+                    res.stop_reason = "ctx_full"
+                    break
             logits = ctx.decode([tok], seq_id=seq_id, logits="last")
+            held.append(tok)
             n_past += 1
         res.timings.gen_s = time.perf_counter() - t1 if res.tokens else 0.0
     except KeyboardInterrupt:
@@ -205,7 +217,18 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
             res.timings.prompt_s = time.perf_counter() - t0
     emit(stream.flush())
     res.text = "".join(pieces)
+    res.held_tokens = held[:n_past]
     return res
+
+
+def _shift(ctx, seq_id: int, n_keep: int, n_past: int, held: list[int], res: GenerationResult) -> int:
+    """One context shift of a full sequence (toolkit.runtime.shift.context_shift): updates
+    ``held`` in place and ``res.n_shifts``; returns the new n_past (unchanged: nothing to drop)."""
+    d = context_shift_(ctx, seq_id, n_keep, n_past)
+    if d > 0:
+        held[:] = shift_tokens(held, min(max(n_keep, 0), n_past), d)
+        res.n_shifts += 1
+    return n_past - d
 
 
 def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last: bool) -> np.ndarray:

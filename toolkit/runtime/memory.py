@@ -9,7 +9,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
                (a hybrid is not charged KV for its recurrent layers)
   recurrent    n_seq_max x ((d_conv - 1) x conv_dim + d_state x d_inner) x 4 over the recurrent
                layers (conv_dim = d_inner, Mamba-2: d_inner + 2 x n_group x d_state; gated delta
-               net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S)
+               net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S; LFM2's short
+               conv: d_inner = D channels and d_state = 0, its window alone)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
   compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c;
                a model with parallel layers also has ctx->mix, D wide),
@@ -45,6 +46,7 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     has_par = any(kd == LayerKind.PARALLEL for kd in hp.layer_kinds)
     has_z2 = LayerKind.ZAMBA2_SHARED in hp.layer_kinds
     has_gdn = any(hp.layer_kinds[i] == LayerKind.GDN for i in rec)
+    has_sc = any(hp.layer_kinds[i] == LayerKind.SHORTCONV for i in rec)
     D, DI, N = hp.n_embd, hp.d_inner, hp.d_state
     conv_dim = DI + 2 * hp.n_group * N if has_m2 else DI
     if has_gdn:     # mixer_gdn.c: q, k (Hk x Dk each) and v (Hv x Dv = d_inner) channels
@@ -52,12 +54,14 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     kv = sum(2 * n_ctx * hp.n_head_kv[i] * hp.head_dim * 4 for i in attn)
     state = len(rec) * ((hp.d_conv - 1) * conv_dim + N * DI) * 4
     max_ff = _max_ff(gguf)
-    zx = xc = xd = dtr = y = q = kvw = 0
+    zx = xc = xd = dtr = dt = y = q = kvw = 0
     if has_gdn:     # gdn_scratch: zx, xc [C]; xdbl, dtr [2 Hv]; dt (z), y [Hv Dv]
-        zx, xc, xd, dtr, y = conv_dim, conv_dim, 2 * hp.ssm_n_head, 2 * hp.ssm_n_head, DI
+        zx, xc, xd, dtr, dt, y = conv_dim, conv_dim, 2 * hp.ssm_n_head, 2 * hp.ssm_n_head, DI, DI
+    elif has_sc:    # mixer_shortconv.c sc_scratch: zx [3D] (B | C | x), xc [D] B*x, y [D]
+        zx, xc, y = 3 * D, D, D
     elif rec:
         zx = max(2 * DI + 2 * hp.n_group * N + hp.ssm_n_head if has_m2 else 2 * DI, 2 * DI)
-        xc, xd, dtr, y = conv_dim, hp.dt_rank + 2 * N, hp.dt_rank, DI
+        xc, xd, dtr, dt, y = conv_dim, hp.dt_rank + 2 * N, hp.dt_rank, DI, DI
     if attn:        # q (and att) hold [q_h | gate_h] per head with a gated q
         q = hp.n_head * hp.head_dim * (2 if arch_spec(hp.arch).attn_q_gate else 1)
         kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
@@ -66,7 +70,7 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     U = n_ubatch
     row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
-    widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * y, U * y, U * q, U * kvw, U * kvw, U * q,
+    widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * dt, U * y, U * q, U * kvw, U * kvw, U * q,
                             U * max_ff, U * max_ff, D, row_n * n_threads, vec_n * n_threads]
     if has_par:     # ctx->mix [U, D]: the attention half's output (allocated only for such models)
         widths.append(U * D)

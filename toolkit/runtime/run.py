@@ -52,6 +52,10 @@ class RunOptions:
     chat_template:    override of the GGUF's template (toolkit.runtime.chat.ChatTemplate.from_gguf)
     grammar:          GBNF text constraining the output (toolkit.runtime.grammar), or None
     json_schema:      JSON schema text constraining the output, or None (not with ``grammar``)
+    context_shift:    when the context is full, drop half of the tokens after the first ``keep``
+                      and go on (llama-cli --context-shift; toolkit.runtime.shift)
+    keep:             prompt tokens the shift keeps (llama-cli --keep: -1 or more than the
+                      prompt = the whole prompt; else keep + 1 when the model adds a BOS)
     ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
@@ -74,6 +78,8 @@ class RunOptions:
     chat_template: str | None = None
     grammar: str | None = None
     json_schema: str | None = None
+    context_shift: bool = False
+    keep: int = 0
 
 
 @dataclass
@@ -174,13 +180,22 @@ def context_size(requested: int, m: Model) -> int:
     return int(getattr(m.hparams, "n_ctx_train", 0) or 4096)
 
 
+def n_keep_of(keep: int, n_prompt: int, add_bos: bool) -> int:
+    """Tokens a context shift keeps (llama.cpp tools/completion/completion.cpp): the whole
+    prompt when ``keep`` < 0 or > n_prompt, else keep + 1 with a BOS (always kept)."""
+    if keep < 0 or keep > n_prompt:
+        return n_prompt
+    return keep + int(bool(add_bos))
+
+
 def _save_outputs(opts: RunOptions, ctx, res: GenerationResult) -> None:
     """After generation: the session file (the tokens the context holds) and the prompt logits."""
     if opts.session is not None:
         from toolkit.runtime.session import save_session
         fed = ctx.memory.seq_pos_max(0) + 1
+        held = res.held_tokens if res.n_shifts else res.prompt_tokens + res.tokens
         if fed > 0:
-            save_session(ctx, opts.session, (res.prompt_tokens + res.tokens)[:fed], inputs=(opts.model,))
+            save_session(ctx, opts.session, held[:fed], inputs=(opts.model,))
     if opts.logits_out is not None and res.prompt_logits is not None:
         save_npy_atomic(opts.logits_out, res.prompt_logits, inputs=(opts.model,))
 
@@ -241,7 +256,8 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                        prompt_logits=opts.logits_out is not None, n_reused=n_reused,
                        split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
-                       stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
+                       stop=opts.stop, n_probs=opts.n_probs, grammar=grammar,
+                       context_shift=opts.context_shift, n_keep=n_keep_of(opts.keep, len(prompt_ids), tok.add_bos))
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note, architecture=m.hparams.arch)

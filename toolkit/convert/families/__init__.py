@@ -10,11 +10,12 @@ from toolkit.convert.families.qwen4exp import Qwen4ExpFamily
 from toolkit.convert.families.nemotronh import NemotronHFamily
 from toolkit.convert.families.qwen3next import Qwen35Family, Qwen35MoeFamily, Qwen3NextFamily
 from toolkit.convert.families.falconh1 import FalconH1Family
+from toolkit.convert.families.lfm2 import LFM2Family, LFM2MoeFamily
 from toolkit.convert.families.zamba2 import Zamba2Family
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
-                                      FalconH1Family, Zamba2Family)
+                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

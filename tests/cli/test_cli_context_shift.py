@@ -1,0 +1,80 @@
+"""toolkit run --context-shift [--keep N] (issue 22): generation past a full context, as
+llama-cli's; --json and -v report the shifts; without the flag a full context still stops;
+a session written after shifts holds the tokens the memory holds.
+Models: converted at test time from tests/fixtures/hf/* (F32)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_runner import cli
+
+pytestmark = pytest.mark.native
+
+FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny",
+            "qwen35moe-tiny", "nemotronh-tiny", "nemotronh-dense-tiny", "mamba2-tiny", "falconh1-tiny",
+            "lfm2-tiny", "lfm2moe-tiny"]
+PROMPT = "3,14,15,92,65,35,89,79"
+
+
+def run_json(monkeypatch, capsys, model, *args) -> dict:
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(model), "--temp", "0", "--tokens", PROMPT,
+                       "--json", *args)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_500_tokens_in_a_64_token_context(monkeypatch, capsys, hf_f32, name):
+    r = run_json(monkeypatch, capsys, hf_f32(name), "-c", "64", "--context-shift", "-n", "500", "--ignore-eos")
+    assert r["stop_reason"] == "n_predict" and len(r["tokens"]) == 500
+    # --keep 0 keeps the BOS only when the model adds one; each shift drops half of the rest
+    assert r["n_shifts"] >= (8 + 500 - 64) // 32 + 1
+
+
+def test_without_the_flag_a_full_context_stops(monkeypatch, capsys, hf_f32):
+    r = run_json(monkeypatch, capsys, hf_f32("qwen35-tiny"), "-c", "32", "-n", "100", "--ignore-eos")
+    assert r["stop_reason"] == "ctx_full" and "n_shifts" not in r and len(r["tokens"]) == 32 - 8 + 1
+
+
+def test_keep_verbose_and_session(monkeypatch, capsys, hf_f32, tmp_path):
+    from toolkit.runtime import Context, Model
+    from toolkit.runtime.session import read_session
+    model, sess = hf_f32("bamba-tiny"), tmp_path / "s.session"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(model), "--temp", "0", "--tokens", PROMPT,
+                       "-c", "32", "--context-shift", "--keep", "-1", "-n", "60", "--ignore-eos", "-v",
+                       "--session", str(sess), "--no-display-prompt")
+    assert rc == 0, err
+    assert "context shifts: " in err
+    n = int(err.split("context shifts: ")[1].split()[0])
+    assert n >= 2
+    held, _ = read_session(sess)
+    assert held[:8] == [int(t) for t in PROMPT.split(",")]          # --keep -1: the whole prompt
+    with Model(model) as m, Context(m, n_ctx=32) as ctx:
+        from toolkit.runtime.session import restore_session
+        assert restore_session(ctx, sess, held + [1])[0] == len(held)
+        assert ctx.memory.seq_pos_max(0) == len(held) - 1 < 32
+
+
+def test_keep_is_checked(monkeypatch, capsys, hf_f32):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(hf_f32("bamba-tiny")), "--tokens", PROMPT,
+                       "--keep", "-2", "--context-shift")
+    assert rc != 0 and "--keep" in err and "Traceback" not in err
+
+
+def test_chat_answer_past_a_full_context(monkeypatch, capsys, tmp_path):
+    """-cnv --context-shift: an answer goes on past a full context; --json and -v count the
+    shifts of the turn."""
+    import pathlib
+    from toolkit.runtime.chat import CHATML
+    tpl = tmp_path / "chatml.jinja"
+    tpl.write_text(CHATML)
+    demo = pathlib.Path(__file__).resolve().parents[2] / "toolkit" / "data" / "default.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", "-m", str(demo), "--chat-template", str(tpl),
+                       "--temp", "0", "-n", "120", "--ignore-eos", "-c", "96", "--context-shift", "--json",
+                       "-v", "-t", "2", "-ub", "16", stdin="Hi\n")
+    assert rc == 0, err
+    t = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert len(t) == 1 and len(t[0]["tokens"]) == 120 and t[0]["n_shifts"] >= 1
+    assert f"context shifts: {t[0]['n_shifts']}" in err

@@ -1,0 +1,227 @@
+"""LFM2 / LFM2-MoE: our converter against llama.cpp 0c1e570's, and our runtime against HF.
+
+References:
+- tests/fixtures/llamacpp/{lfm2,lfm2moe}-tiny.f32.gguf: llama.cpp's conversions of the tiny
+  fixtures (../shared/fixtures), compared with ours tensor by tensor and key by key.  What may
+  differ: llama.cpp's model-card ``general.*`` keys (as for the GDN families), and the keys only
+  we write: ``{arch}.attention.layer_indices`` and ``tokenizer.huggingface.json``.
+- tests/fixtures/llamacpp/NAME.f32.summary.json (tools/make_gdn_fixtures.py --summarize): llama.cpp's
+  conversions of the held-back-style fixtures (llama.cpp 0c1e570's convert_hf_to_gguf.py
+  --outtype f32, the BPE pre-tokenizer check forced to gpt-2, as for ../shared/fixtures):
+  every tensor's shape, type and sha256 and the non-tokenizer keys.  Ours equal them, plus our
+  keys; for lfm2moe-scale-tiny also expert_weights_scale / expert_weights_norm (llama.cpp's
+  converter drops routed_scaling_factor and norm_topk_prob).
+- tests/fixtures/hf/NAME/reference.npz: HF's float32 logits of 64 tokens and its 16-token greedy
+  continuation, for the tiny fixtures and the held-back-style ones of tools/make_lfm2_fixtures.py:
+  a 4-tap conv with the original ``full_attn_idxs`` form and an auto-adjusted FFN width
+  (lfm2-k4-tiny), a 2-tap conv with a non-zero expert bias and 2 dense lead layers
+  (lfm2moe-bias-tiny), routed_scaling_factor 2.5 without renormalisation or expert bias
+  (lfm2moe-scale-tiny; llama.cpp's lfm2moe graph ignores both, so only our file runs it right).
+
+Each run: relative L2 of all 64 positions' logits < 1e-5 in one shot and in ubatches of 1 and 7
+tokens, greedy continuation identical.  Measured figures are written to the terminal.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+
+import gguf
+import numpy as np
+import pytest
+
+from toolkit.convert import convert
+
+pytestmark = pytest.mark.native
+
+FIX = pathlib.Path(__file__).parent.parent / "fixtures"
+
+TINY = ["lfm2-tiny", "lfm2moe-tiny"]
+HELD = ["lfm2-k4-tiny", "lfm2moe-bias-tiny", "lfm2moe-scale-tiny"]
+ARCH = {"lfm2-tiny": "lfm2", "lfm2moe-tiny": "lfm2moe"}
+F32_BOUND = 1e-5
+GENERAL_MAY_DIFFER = {"general.name", "general.type", "general.size_label", "general.basename",
+                      "general.quantization_version"}
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+@pytest.fixture(scope="module")
+def report(request):
+    lines: list[str] = []
+    yield lines
+    pm = request.config.pluginmanager
+    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
+    if tr is not None and cap is not None and lines:
+        with cap.global_and_fixture_disabled():
+            tr.write_line("")
+            for ln in lines:
+                tr.write_line(f"[lfm2 parity] {ln}")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """name -> our f32 conversion of tests/fixtures/hf/NAME (each converted once)."""
+    root = tmp_path_factory.mktemp("lfm2")
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = root / f"{name}.f32.gguf"
+            convert(str(FIX / "hf" / name), str(cache[name]), "f32")
+        return cache[name]
+    return get
+
+
+def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
+    from toolkit.runtime import Context, Model
+    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
+        return ctx.decode(tokens, logits="all")
+
+
+def greedy_of(path, tokens, n: int) -> list[int]:
+    from toolkit.runtime import Context, Model
+    with Model(path) as m, Context(m, n_ctx=128) as ctx:
+        lg = ctx.decode(tokens)
+        out = []
+        for _ in range(n):
+            out.append(int(np.argmax(lg[-1])))
+            lg = ctx.decode([out[-1]])
+        return out
+
+
+def check_model(path, ref, label: str, report: list[str]) -> None:
+    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
+            for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))}
+    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
+    report.append(f"{label}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
+                  f" (bound {F32_BOUND:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
+    for mode, e in errs.items():
+        assert e < F32_BOUND, f"{label} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
+    assert greedy == ref["greedy"].tolist(), f"{label}: greedy continuation differs"
+
+
+# ---- convert: the same files as llama.cpp's ------------------------------------------------------
+
+@pytest.mark.parametrize("name", TINY)
+def test_same_file_as_llamacpp(fixtures, converted, name):
+    ours, ref = gguf.GGUFReader(str(converted(name))), gguf.GGUFReader(str(fixtures / "llamacpp" / f"{name}.f32.gguf"))
+    mine = {t.name: t for t in ours.tensors}
+    theirs = {t.name: t for t in ref.tensors}
+    assert sorted(mine) == sorted(theirs)
+    for n, t in theirs.items():
+        o = mine[n]
+        assert [int(x) for x in o.shape] == [int(x) for x in t.shape], n
+        assert o.tensor_type == t.tensor_type == gguf.GGMLQuantizationType.F32, n
+        assert o.data.tobytes() == t.data.tobytes(), n
+    for key, f in ref.fields.items():
+        if key.startswith("GGUF.") or key in GENERAL_MAY_DIFFER:
+            continue
+        g = ours.fields.get(key)
+        assert g is not None, key
+        assert [int(x) for x in g.types] == [int(x) for x in f.types], key
+        assert g.contents() == f.contents(), key
+    arch = ARCH[name]
+    extra = {k for k in ours.fields if not k.startswith("GGUF.")} - set(ref.fields)
+    assert extra == {f"{arch}.attention.layer_indices", "tokenizer.huggingface.json"}
+    hkv = ref.fields[f"{arch}.attention.head_count_kv"].contents()
+    assert ours.fields[f"{arch}.attention.layer_indices"].contents() == [i for i, v in enumerate(hkv) if v]
+
+
+@pytest.mark.parametrize("name", HELD)
+def test_same_tensors_and_keys_as_llamacpp_summary(converted, name):
+    ref = json.loads((FIX / "llamacpp" / f"{name}.f32.summary.json").read_text())
+    ours = gguf.GGUFReader(str(converted(name)))
+    got = {t.name: t for t in ours.tensors}
+    assert sorted(got) == sorted(ref["tensors"])
+    for n, want in ref["tensors"].items():
+        t = got[n]
+        assert [int(x) for x in t.shape] == want["shape"] and t.tensor_type.name == want["type"], n
+        assert hashlib.sha256(t.data.tobytes()).hexdigest() == want["sha256"], n
+    for key, want in ref["kv"].items():
+        if key in GENERAL_MAY_DIFFER:
+            continue
+        f = ours.fields.get(key)
+        assert f is not None, key
+        assert [gguf.GGUFValueType(x).name for x in f.types] == want["type"], key
+        v = f.contents()
+        assert (list(v) if isinstance(v, list) else v) == want["value"], key
+    arch = ref["kv"]["general.architecture"]["value"]
+    extra = {k for k in ours.fields if not k.startswith(("GGUF.", "tokenizer."))} - set(ref["kv"])
+    routing = {f"{arch}.expert_weights_scale", f"{arch}.expert_weights_norm"} if name == "lfm2moe-scale-tiny" else set()
+    assert extra == {f"{arch}.attention.layer_indices"} | routing
+
+
+def test_routing_keys_only_where_llamacpp_would_run_wrong(converted):
+    """expert_weights_scale / expert_weights_norm are written only for a config llama.cpp's
+    lfm2moe graph (always renormalised, never scaled) does not run as HF does."""
+    def keys(name):
+        r = gguf.GGUFReader(str(converted(name)))
+        return {k: r.fields[k].contents() for k in ("lfm2moe.expert_weights_scale", "lfm2moe.expert_weights_norm",
+                                                    "lfm2moe.leading_dense_block_count") if k in r.fields}
+    assert keys("lfm2moe-tiny") == {"lfm2moe.leading_dense_block_count": 1}
+    assert keys("lfm2moe-bias-tiny") == {"lfm2moe.leading_dense_block_count": 2}
+    assert keys("lfm2moe-scale-tiny") == {"lfm2moe.expert_weights_scale": 2.5, "lfm2moe.expert_weights_norm": False,
+                                          "lfm2moe.leading_dense_block_count": 1}
+    r = gguf.GGUFReader(str(converted("lfm2moe-scale-tiny")))
+    assert not [t.name for t in r.tensors if "exp_probs_b" in t.name]        # use_expert_bias false
+
+
+def test_held_back_shapes(converted):
+    """The held-back fixtures carry what they were made for: the 4-tap kernel, the
+    auto-adjusted FFN width, the untied output, the 2-tap kernel."""
+    r = gguf.GGUFReader(str(converted("lfm2-k4-tiny")))
+    t = {x.name: x for x in r.tensors}
+    assert [int(x) for x in t["blk.1.shortconv.conv.weight"].shape] == [4, 64]
+    assert r.fields["lfm2.feed_forward_length"].contents() == 160 == int(t["blk.0.ffn_up.weight"].shape[1])
+    assert "output.weight" in t and r.fields["lfm2.attention.layer_indices"].contents() == [0, 3]
+    r = gguf.GGUFReader(str(converted("lfm2moe-bias-tiny")))
+    assert [int(x) for x in {x.name: x for x in r.tensors}["blk.0.shortconv.conv.weight"].shape] == [2, 64]
+
+
+# ---- run: HF parity ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", TINY)
+def test_llamacpp_f32_matches_hf(fixtures, report, name):
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    check_model(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report)
+
+
+@pytest.mark.parametrize("name", TINY + HELD)
+def test_converted_f32_matches_hf(fixtures, converted, report, name):
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    check_model(converted(name), ref, f"{name} (toolkit convert f32)", report)
+
+
+@pytest.mark.parametrize("name", TINY + ["lfm2-k4-tiny"])
+def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, converted, report, name):
+    from toolkit.runtime import Context, Model
+    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
+    a, b = tok[:23], tok[30:47]
+    with Model(converted(name)) as m:
+        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
+            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
+            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
+    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
+    assert diff == 0.0
+
+
+def test_logits_do_not_depend_on_the_thread_count(fixtures, converted):
+    """The conv's channels and the mat-mul rows are split over the threads; each result is
+    computed by the same loop whichever thread runs it."""
+    from toolkit.runtime import Context, Model
+    tok = np.load(fixtures / "hf" / "lfm2moe-bias-tiny" / "reference.npz")["tokens"]
+    out = []
+    for nt in (1, 3):
+        with Model(converted("lfm2moe-bias-tiny"), n_threads=nt) as m, \
+                Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
+            out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
+    assert all(np.array_equal(a, b) for a, b in zip(*out))
