@@ -30,7 +30,7 @@ from toolkit.runtime.shift import context_shift, n_discard_for, shift_tokens
 pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
-           "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny"]
+           "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny"]
 UB = 16
 
 
