@@ -118,3 +118,16 @@ def test_converted_lower_precision(fixtures, tmp_path, report, outtype):
     err, top1 = rel_l2(lo, ref["logits"]), float(np.mean(lo.argmax(1) == ref["logits"].argmax(1)))
     report.append(f"{name} {outtype}: rel L2 {err:.2e} (bound {QUANT_BOUNDS[outtype]:.0e}), top-1 {top1:.0%}")
     assert err < QUANT_BOUNDS[outtype]
+
+
+def test_logits_do_not_depend_on_the_thread_count(fixtures, hf_f32):
+    """Rows, heads and channels of the shared block and the Mamba-2 part are split over the
+    threads; every result is computed by the same loop whichever thread runs it."""
+    from toolkit.runtime import Context, Model
+    tok = np.load(fixtures / "hf" / "zamba2-mem2-tiny" / "reference.npz")["tokens"]
+    out = []
+    for nt in (1, 3):
+        with Model(hf_f32("zamba2-mem2-tiny"), n_threads=nt) as m, \
+                Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
+            out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
+    assert all(np.array_equal(a, b) for a, b in zip(*out))
