@@ -131,3 +131,33 @@ def test_logits_do_not_depend_on_the_thread_count(fixtures, hf_f32):
                 Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
             out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
     assert all(np.array_equal(a, b) for a, b in zip(*out))
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K_M"])
+def test_quantize_keeps_shared_blocks_once(fixtures, hf_f32, tmp_path, report, qtype):
+    """`toolkit quantize` of a Zamba2 file (llama.cpp has no zamba2 rules, so its name-based
+    ones apply): each shared block's matrices appear once, under shared.B.*, and are quantized
+    like any attention / FFN matrix; norms, conv and SSM vectors stay F32; the file runs and its
+    logits stay near the f32 ones (Q8_0: 10x the q8_0 bound of QUANT_BOUNDS; Q4_K_M: top-1
+    agreement only, these 64-wide tensors take the Q5_0 / F16 fallbacks)."""
+    from toolkit.gguf_io import GGUFFile, GGMLType
+    from toolkit.quantize import Options, quantize_file
+    src = hf_f32("zamba2-tiny")
+    out = tmp_path / f"zamba2.{qtype}.gguf"
+    quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
+    f = GGUFFile(str(out))
+    shared = [n for n in f.tensors if n.startswith("shared.")]
+    assert shared and len(shared) == len(set(shared))
+    assert not any(".attn_q.weight" in n for n in f.tensors if n.startswith("blk."))   # q/k/v only in the shared block
+    for n in shared:
+        t = f.tensors[n]
+        want_f32 = n.endswith("norm.weight")
+        assert (t.type == GGMLType.F32) == want_f32, (n, t.type)
+    tok = np.load(fixtures / "hf" / "zamba2-tiny" / "reference.npz")["tokens"]
+    lf, lq = logits_of(src, tok), logits_of(out, tok)
+    err, top1 = rel_l2(lq, lf), float(np.mean(lq.argmax(1) == lf.argmax(1)))
+    report.append(f"zamba2-tiny {qtype} vs its f32: rel L2 {err:.2e}, top-1 {top1:.0%}")
+    assert np.isfinite(lq).all()
+    if qtype == "Q8_0":
+        assert err < 0.85
+    assert top1 >= 0.75
