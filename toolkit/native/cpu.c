@@ -1,4 +1,4 @@
-/* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512 on x86-64, scalar /
+/* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512 with VNNI on x86-64, scalar /
  * NEON on aarch64).
  *
  * A level needs both the CPU's instructions (cpuid) and the OS's promise to save the
@@ -77,7 +77,7 @@ static int detect(void) {
     if (os_ymm) add_feature("os-ymm");
     if (os_zmm) add_feature("os-zmm");
     if (avx && avx2 && fma && f16c && os_ymm) level = TK_CPU_AVX2;
-    if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && os_zmm) level = TK_CPU_AVX512;
+    if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && vnni && os_zmm) level = TK_CPU_AVX512;
 #endif
 #if defined(__aarch64__) && defined(TK_HAVE_NEON)
 #if defined(__linux__)

@@ -61,7 +61,8 @@ static const tk_type_traits TYPES[TK_GGML_TYPE_COUNT] = {
     [TK_GGML_Q8_0] = { .name = "Q8_0", .blck_size = QK32, .type_size = sizeof(blk_q8_0), .align = 1,
                        .to_float = tkq_dequantize_q8_0, .from_float = tkq_quantize_q8_0,
                        .vec_dot_type = TK_GGML_Q8_0, .vec_dot = tk_vec_dot_q8_0_q8_0,
-                       .qdot_rows = { tk_qdot_rows_q8_0_scalar, AVX2(tk_qdot_rows_q8_0_avx2), NEON(tk_qdot_rows_q8_0_neon) },
+                       .qdot_rows = { tk_qdot_rows_q8_0_scalar, AVX2(tk_qdot_rows_q8_0_avx2), NEON(tk_qdot_rows_q8_0_neon),
+                                      AVX2(tk_qdot_rows_q8_0_avx512) },
                        .act_from_float = { tk_quantize_act_q8_0, AVX2(tk_quantize_act_q8_0_avx2), NULL } },
     QUANT_TYPE(TK_GGML_Q4_0, "Q4_0", q4_0, QK32, blk_q4_0, tkq_quantize_q4_0_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_q4_0_avx2), NULL),
     QUANT_TYPE(TK_GGML_Q4_1, "Q4_1", q4_1, QK32, blk_q4_1, tkq_quantize_q4_1_imatrix, TK_GGML_Q8_1, q8_1, AVX2(tk_qdot_rows_q4_1_avx2), NULL),
@@ -95,27 +96,29 @@ const tk_type_traits * tk_type_traits_get(int type) {
 
 /* ---- kernels per level --------------------------------------------------------------- */
 
-/* The slot of kernel level `level`: AVX2 for the x86-64 levels from AVX2 up, NEON for the
- * aarch64 one.  (A slot this target does not compile is NULL: the scalar kernel runs.) */
+/* The slot of kernel level `level`: AVX2 for the x86-64 level AVX2, AVX512 for AVX512,
+ * NEON for the aarch64 one.  (A slot this target does not compile is NULL: the scalar
+ * kernel runs.) */
 static int kslot(int level) {
     if (level == TK_CPU_NEON) return TK_KSLOT_NEON;
+    if (level == TK_CPU_AVX512) return TK_KSLOT_AVX512;
     return level >= TK_CPU_AVX2 ? TK_KSLOT_AVX2 : TK_KSLOT_SCALAR;
 }
 
-tk_qdot_rows_fn tk_type_qdot_rows(const tk_type_traits * tt, int level) {
-    const tk_qdot_rows_fn f = tt->qdot_rows[kslot(level)];
-    return f ? f : tt->qdot_rows[TK_KSLOT_SCALAR];
-}
+/* slots[kslot(level)], else the AVX2 slot at AVX512, else the scalar slot */
+#define PICK(slots, level)                                                                           \
+    do {                                                                                             \
+        const int s_ = kslot(level);                                                                 \
+        if ((slots)[s_]) return (slots)[s_];                                                         \
+        if (s_ == TK_KSLOT_AVX512 && (slots)[TK_KSLOT_AVX2]) return (slots)[TK_KSLOT_AVX2];          \
+        return (slots)[TK_KSLOT_SCALAR];                                                             \
+    } while (0)
 
-tk_float_rows_fn tk_type_float_rows(const tk_type_traits * tt, int level) {
-    const tk_float_rows_fn f = tt->float_rows[kslot(level)];
-    return f ? f : tt->float_rows[TK_KSLOT_SCALAR];
-}
+tk_qdot_rows_fn tk_type_qdot_rows(const tk_type_traits * tt, int level) { PICK(tt->qdot_rows, level); }
 
-tk_from_float_fn tk_type_act_from_float(const tk_type_traits * tt, int level) {
-    const tk_from_float_fn f = tt->act_from_float[kslot(level)];
-    return f ? f : tt->act_from_float[TK_KSLOT_SCALAR];
-}
+tk_float_rows_fn tk_type_float_rows(const tk_type_traits * tt, int level) { PICK(tt->float_rows, level); }
+
+tk_from_float_fn tk_type_act_from_float(const tk_type_traits * tt, int level) { PICK(tt->act_from_float, level); }
 
 /* ---- shorthands ---------------------------------------------------------------------- */
 

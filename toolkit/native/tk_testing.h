@@ -46,7 +46,8 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
 typedef enum {
     TK_CPU_SCALAR = 0,         /* plain C, every machine */
     TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
-    TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL (kernels: the AVX2 ones for now) */
+    TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL + VNNI (kernels: the AVX2 ones but
+                                  for Q8_0 prompts, qdot_avx512.c: the same bits) */
     TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels_neon.c) */
 } tk_cpu_level_t;
 
