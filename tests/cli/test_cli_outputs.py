@@ -207,6 +207,17 @@ def test_info_memory_flags_without_memory(monkeypatch, capsys):
     assert rc == 0 and '"n_ctx": 10' in out, err
 
 
+def test_info_memory_ctx_0_is_the_models_context_length(monkeypatch, capsys):
+    """-c 0 means the training context everywhere (README, issue 18), info --memory included."""
+    import json
+    from toolkit.gguf_io import GGUFFile
+    n_train = int(GGUFFile(str(MODEL)).get("{arch}.context_length", 0) or 4096)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "0", "--json")
+    assert rc == 0 and json.loads(out)["n_ctx"] == n_train, err
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "-1")
+    assert rc == 2 and "--ctx-size -1" in err, err
+
+
 # ---- 9: messages that say what is wrong -----------------------------------------------------
 
 @pytest.mark.parametrize("cmd", [["info", "{d}"], ["quantize", "{d}", "{out}", "Q8_0"], ["run", "-m", "{d}", "hi"]])
