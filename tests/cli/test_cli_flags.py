@@ -87,6 +87,9 @@ def test_mistyped_toolkit_cpu_is_an_error(monkeypatch, capsys):
 def test_session_directory_checked_before_work(monkeypatch, capsys, tmp_path):
     rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "no" / "s.bin"))
     assert rc == 2 and "does not exist" in err
+    (tmp_path / "f").write_text("")     # a file where a directory should be: said as such
+    rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "f" / "s.bin"))
+    assert rc == 2 and "is not a directory" in err and "does not exist" not in err, err
     (tmp_path / "d").mkdir()
     rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "d"))
     assert rc == 2 and out == "", err

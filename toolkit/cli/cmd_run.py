@@ -210,7 +210,7 @@ def _check_outputs(logits_out, session, conversation: bool) -> None:
 def _writable_dir(flag: str, path: str) -> None:
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
-        raise InputError(f"{flag} {path}: directory {d} does not exist")
+        raise InputError(f"{flag} {path}: " + (f"{d} is not a directory" if os.path.exists(d) else f"directory {d} does not exist"))
     if not os.access(d, os.W_OK | os.X_OK):
         raise InputError(f"{flag} {path}: directory {d} is not writable")
 
