@@ -213,6 +213,12 @@ def _writable_dir(flag: str, path: str) -> None:
         raise InputError(f"{flag} {path}: " + (f"{d} is not a directory" if os.path.exists(d) else f"directory {d} does not exist"))
     if not os.access(d, os.W_OK | os.X_OK):
         raise InputError(f"{flag} {path}: directory {d} is not writable")
+    if not os.path.isdir(path):   # access() says yes to root on /sys, a read-only mount...: try a file
+        from toolkit.gguf_io import check_output
+        try:
+            check_output(path, probe=True)
+        except InputError as e:
+            raise InputError(f"{flag} {e}") from None
 
 
 def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) -> None:
