@@ -154,6 +154,8 @@ def _read_prompt(prompt, prompt_opt, file, tokens, conversation: bool) -> Option
                             ("--tokens", tokens)) if v is not None]
     if len(given) > 1:
         raise InputError(f"give one prompt source, not {' and '.join(given)}")
+    if conversation and tokens is not None:
+        raise InputError("--tokens: not supported in a conversation (-cnv, toolkit chat): turns are text")
     if not given:
         if conversation:
             return None
@@ -197,6 +199,11 @@ def _grammar_args(grammar, grammar_file, json_schema, json_schema_file) -> dict:
 def _check_outputs(logits_out, session, conversation: bool) -> None:
     """--logits-out and --session: their directory exists and is writable (checked before any
     work: a run must not end in a file it cannot write), and they are not combined wrongly."""
+    if conversation:   # chat keeps its conversation in memory; these would be silently unused
+        for flag, v in (("--session", session), ("--logits-out", logits_out)):
+            if v is not None:
+                raise InputError(f"{flag}: not supported in a conversation (-cnv, toolkit chat); "
+                                 f"/save FILE keeps the messages")
     if logits_out is not None:
         _writable_dir("--logits-out", logits_out)
     if session is not None:
