@@ -89,6 +89,15 @@ def test_bad_commands_and_templates(monkeypatch, capsys, tmp_path, template_file
     assert rc == 2 and "chat template" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flag, value", [("--session", "s.session"), ("--logits-out", "l.npy"), ("--tokens", "1,2")])
+def test_run_only_flags_refused_in_chat(monkeypatch, capsys, tmp_path, template_file, flag, value):
+    """These were accepted and silently unused by the chat loop (exit 0, no file)."""
+    arg = value if flag == "--tokens" else str(tmp_path / value)
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS, flag, arg, stdin="hi\n")
+    assert rc == 2 and out == "" and f"{flag}: not supported in a conversation" in err, err
+    assert len([x for x in err.splitlines() if x.strip()]) == 1 and not list(tmp_path.glob("*.session"))
+
+
 def test_save_load_round_trip(monkeypatch, capsys, tmp_path, template_file):
     f = tmp_path / "c.json"
     rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS,

@@ -84,9 +84,26 @@ def test_mistyped_toolkit_cpu_is_an_error(monkeypatch, capsys):
     assert run_json(monkeypatch, capsys, "hi")["tokens"]
 
 
+def test_session_unwritable_for_root_checked_before_work(monkeypatch, capsys, tmp_path):
+    """access() says yes to root where no file can be made (/sys, a read-only mount): the
+    check makes one, so the error comes before any text (it came after generation)."""
+    import errno
+    import tempfile
+
+    def refuse(*a, **k):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    for flag, name in (("--session", "s.bin"), ("--logits-out", "l.npy")):
+        rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", flag, str(tmp_path / name))
+        assert rc == 2 and out == "" and f"{flag} " in err and "cannot create a file" in err, err
+
+
 def test_session_directory_checked_before_work(monkeypatch, capsys, tmp_path):
     rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "no" / "s.bin"))
     assert rc == 2 and "does not exist" in err
+    (tmp_path / "f").write_text("")     # a file where a directory should be: said as such
+    rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "f" / "s.bin"))
+    assert rc == 2 and "is not a directory" in err and "does not exist" not in err, err
     (tmp_path / "d").mkdir()
     rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", "--session", str(tmp_path / "d"))
     assert rc == 2 and out == "", err

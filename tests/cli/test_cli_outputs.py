@@ -123,6 +123,7 @@ def test_non_utf8_prompt_subprocess(tmp_path):
     (["run", "-m", str(MODEL), "hi", "-c", "-1"], "--ctx-size"),
     (["run", "-m", str(MODEL), "hi", "-b", "100000"], "--ubatch"),
     (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "0"], "--ctx"),
+    (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "2"], "--ctx 2: must be an even number >= 4"),  # said [2, ...]
 ])
 def test_flag_ranges_name_the_flag(monkeypatch, capsys, args, flag):
     rc, out, err = cli(monkeypatch, capsys, *args)
@@ -205,6 +206,17 @@ def test_info_memory_flags_without_memory(monkeypatch, capsys):
     assert rc == 2 and "--ctx-size" in err and "--memory" in err, err
     rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "10", "--json")
     assert rc == 0 and '"n_ctx": 10' in out, err
+
+
+def test_info_memory_ctx_0_is_the_models_context_length(monkeypatch, capsys):
+    """-c 0 means the training context everywhere (README, issue 18), info --memory included."""
+    import json
+    from toolkit.gguf_io import GGUFFile
+    n_train = int(GGUFFile(str(MODEL)).get("{arch}.context_length", 0) or 4096)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "0", "--json")
+    assert rc == 0 and json.loads(out)["n_ctx"] == n_train, err
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "-c", "-1")
+    assert rc == 2 and "--ctx-size -1" in err, err
 
 
 # ---- 9: messages that say what is wrong -----------------------------------------------------

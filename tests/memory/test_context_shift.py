@@ -255,3 +255,32 @@ def test_generate_shifts_and_holds_what_it_says(hf_f32):
     with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
         res = generate(ctx, Tokenizer.from_gguf(m.gguf), prompt, 100, Sampler(SamplerParams(temp=0)), ignore_eos=True)
         assert res.stop_reason == "ctx_full" and res.n_shifts == 0
+
+
+def test_generate_interrupted_after_a_decode_holds_what_the_memory_holds(hf_f32, tmp_path):
+    """Ctrl-C that lands after a generation decode finished (the memory took the token) but
+    before generate() counted it: held_tokens must still match the memory, or saving the
+    session after a shift fails ("sequence 0 holds 39 tokens, 38 given")."""
+    from toolkit.runtime.generate import generate
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.session import save_session
+    from toolkit.runtime.tokenizer import Tokenizer
+
+    with Model(hf_f32("qwen35-tiny")) as m, Context(m, n_ctx=32, n_ubatch=UB) as ctx:
+        real, calls = ctx.decode, []
+
+        def decode_then_interrupt(tokens, **kw):
+            out = real(tokens, **kw)
+            calls.append(len(tokens))
+            if len(calls) == 40:          # past the first shifts (one every 14 tokens from 32)
+                raise KeyboardInterrupt
+            return out
+
+        ctx.decode = decode_then_interrupt
+        prompt = [int(t) for t in toks(8, 62)]
+        res = generate(ctx, Tokenizer.from_gguf(m.gguf), prompt, 100, Sampler(SamplerParams(temp=0)),
+                       ignore_eos=True, context_shift=True, n_keep=3)
+        assert res.stop_reason == "interrupted" and res.n_shifts >= 1
+        assert len(res.held_tokens) == ctx.memory.seq_pos_max(0) + 1
+        assert res.held_tokens[-1] == res.tokens[-1]
+        save_session(ctx, tmp_path / "s.session", res.held_tokens)

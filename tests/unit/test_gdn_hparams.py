@@ -63,6 +63,8 @@ def test_nextn_layers_are_not_run():
     ({"ssm__inner_size": 48}, "qwen35.ssm.inner_size"),
     ({"ssm__value_head_dim": 8}, "qwen35.ssm.inner_size"),                              # Hv Dv = 32 != 64
     ({"ssm__group_count": 3}, "qwen35.ssm.group_count"),
+    ({"ssm__conv_kernel": 65}, "qwen35.ssm.conv_kernel"),     # the C check's bound; its message named no file
+    ({"ssm__state_size": 4097}, "qwen35.ssm.state_size"),
     ({"attention__recurrent_layers": [True, False]}, "qwen35.attention.recurrent_layers"),
     ({"attention__recurrent_layers": "yes"}, "qwen35.attention.recurrent_layers"),
     ({"attention__recurrent_layers": _ABSENT, "full_attention_interval": 0}, "qwen35.full_attention_interval"),

@@ -164,6 +164,10 @@ def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
                    (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
         if v <= 0 or v > (1 << 24):
             raise r.bad(key, f"= {v} is out of range")
+    if hp.d_conv > 64:      # the C kinds' bound (mixer_mamba1/2.c, mixer_gdn.c check): said here with the key
+        raise r.bad(Keys.SSM.CONV_KERNEL, f"= {hp.d_conv} is out of range (at most 64)")
+    if hp.d_state > 4096:
+        raise r.bad(Keys.SSM.STATE_SIZE, f"= {hp.d_state} is out of range (at most 4096)")
 
 
 def read_shortconv(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

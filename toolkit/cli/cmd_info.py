@@ -117,7 +117,7 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
-    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells) [default: 4096]."),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells); 0: the model's context length [default: 4096]."),
     parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) [default: 1]."),
     checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence [default: 4, toolkit run's]."),
     ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) [default: 512]."),
@@ -202,7 +202,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
     from toolkit.runtime.memory import estimate, format_report
     from toolkit.runtime.model import default_threads
 
-    bad = [msg for ok, msg in ((n_ctx > 0, f"--ctx-size {n_ctx}: must be > 0"),
+    bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
                                (n_ckpt >= 0, f"--checkpoints {n_ckpt}: must be >= 0"),
                                (n_ubatch > 0, f"--ubatch {n_ubatch}: must be > 0")) if not ok]
@@ -210,6 +210,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         raise InputError("; ".join(bad))
     f = GGUFFile(path)
     hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
+    n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
     r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads())
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,

@@ -43,12 +43,12 @@ def perplexity(
 
     if kld_base and kld_out:
         raise InputError("--kld-base and --kld-out: give one or the other")
-    from toolkit.cli.limits import MAX_CTX, check_threads
+    from toolkit.cli.limits import check_threads
     check_threads("--threads", threads)
     if chunks < 0:
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
-    if ctx < 2:   # too large: the C library names the memory it would need (exit 4)
-        raise InputError(f"--ctx {ctx}: must be in [2, {MAX_CTX}]")
+    if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
+        raise InputError(f"--ctx {ctx}: must be an even number >= 4")
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()

@@ -154,6 +154,8 @@ def _read_prompt(prompt, prompt_opt, file, tokens, conversation: bool) -> Option
                             ("--tokens", tokens)) if v is not None]
     if len(given) > 1:
         raise InputError(f"give one prompt source, not {' and '.join(given)}")
+    if conversation and tokens is not None:
+        raise InputError("--tokens: not supported in a conversation (-cnv, toolkit chat): turns are text")
     if not given:
         if conversation:
             return None
@@ -197,6 +199,11 @@ def _grammar_args(grammar, grammar_file, json_schema, json_schema_file) -> dict:
 def _check_outputs(logits_out, session, conversation: bool) -> None:
     """--logits-out and --session: their directory exists and is writable (checked before any
     work: a run must not end in a file it cannot write), and they are not combined wrongly."""
+    if conversation:   # chat keeps its conversation in memory; these would be silently unused
+        for flag, v in (("--session", session), ("--logits-out", logits_out)):
+            if v is not None:
+                raise InputError(f"{flag}: not supported in a conversation (-cnv, toolkit chat); "
+                                 f"/save FILE keeps the messages")
     if logits_out is not None:
         _writable_dir("--logits-out", logits_out)
     if session is not None:
@@ -210,9 +217,15 @@ def _check_outputs(logits_out, session, conversation: bool) -> None:
 def _writable_dir(flag: str, path: str) -> None:
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
-        raise InputError(f"{flag} {path}: directory {d} does not exist")
+        raise InputError(f"{flag} {path}: " + (f"{d} is not a directory" if os.path.exists(d) else f"directory {d} does not exist"))
     if not os.access(d, os.W_OK | os.X_OK):
         raise InputError(f"{flag} {path}: directory {d} is not writable")
+    if not os.path.isdir(path):   # access() says yes to root on /sys, a read-only mount...: try a file
+        from toolkit.gguf_io import check_output
+        try:
+            check_output(path, probe=True)
+        except InputError as e:
+            raise InputError(f"{flag} {e}") from None
 
 
 def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) -> None:

@@ -51,7 +51,7 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = (), pro
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
-        raise InputError(f"{path}: output directory {d} does not exist")
+        raise InputError(f"{path}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory")
     try:

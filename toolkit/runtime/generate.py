@@ -207,18 +207,27 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
                 if n_past >= n_ctx:
                     res.stop_reason = "ctx_full"
                     break
+            held.append(tok)     # before the decode: an interrupt may come after the memory took it
             logits = ctx.decode([tok], seq_id=seq_id, logits="last")
-            held.append(tok)
             n_past += 1
         res.timings.gen_s = time.perf_counter() - t1 if res.tokens else 0.0
     except KeyboardInterrupt:
         res.stop_reason = "interrupted"
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
+        n_past = _n_held(ctx, seq_id, len(held))
     emit(stream.flush())
     res.text = "".join(pieces)
     res.held_tokens = held[:n_past]
     return res
+
+
+def _n_held(ctx, seq_id: int, n_max: int) -> int:
+    """Tokens the sequence holds after an interrupt, at most ``n_max``: the memory's count (a
+    decode interrupted after it finished holds its token; an aborted one leaves the sequence
+    empty)."""
+    mem = getattr(ctx, "memory", None)
+    return n_max if mem is None else max(0, min(n_max, int(mem.seq_pos_max(seq_id)) + 1))
 
 
 def _shift(ctx, seq_id: int, n_keep: int, n_past: int, held: list[int], res: GenerationResult) -> int:

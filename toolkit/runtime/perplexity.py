@@ -345,7 +345,7 @@ def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_ch
     if kld_out:
         d = os.path.dirname(os.path.abspath(kld_out))
         if not os.path.isdir(d):
-            raise InputError(f"{kld_out}: output directory {d} does not exist")
+            raise InputError(f"{kld_out}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
 
     src = RuntimeLogits(model_path, n_ctx, threads=threads)
     tok = src.tokenizer()
