@@ -78,3 +78,47 @@ def test_chat_answer_past_a_full_context(monkeypatch, capsys, tmp_path):
     t = [json.loads(x) for x in out.splitlines() if x.strip()]
     assert len(t) == 1 and len(t[0]["tokens"]) == 120 and t[0]["n_shifts"] >= 1
     assert f"context shifts: {t[0]['n_shifts']}" in err
+
+
+def test_chat_turns_go_on_after_a_shift(monkeypatch, capsys, tmp_path, hf_f32):
+    """-cnv --context-shift over several turns: once a shift has dropped part of the history (or
+    the whole rendering no longer fits), a turn appends only the text it adds to the rendering
+    to what the memory holds, as llama-cli does, shifting first when needed; the memory's
+    positions stay contiguous; /regen is refused after a shift with one line and the chat goes
+    on.  Without --context-shift the second turn is refused as before."""
+    from toolkit.runtime.chat import CHATML
+    tpl = tmp_path / "chatml.jinja"
+    tpl.write_text(CHATML)
+    model = hf_f32("qwen35-tiny")
+    args = ("run", "-cnv", "-m", str(model), "--chat-template", str(tpl), "--temp", "0", "-n", "80",
+            "--ignore-eos", "-c", "160", "--json", "-t", "1")
+    rc, out, err = cli(monkeypatch, capsys, *args, "--context-shift",
+                       stdin="Hello\nWhat is a list?\n/regen\nAnd a dict?\n")
+    assert rc == 2, err           # piped input with a refused command (/regen): the chat goes on, exit 2
+    turns = [json.loads(x) for x in out.splitlines() if x.strip()]
+    assert len(turns) == 3, (out, err)
+    assert all(len(t["tokens"]) == 80 for t in turns)
+    assert sum(t["n_shifts"] for t in turns) >= 2
+    assert all(t["n_reused"] > 0 for t in turns[1:])            # later turns decode only their new text
+    assert all(t["n_decoded"] < 60 for t in turns[1:])
+    assert "/regen: not after a context shift" in err and "Traceback" not in err
+    rc, out, err = cli(monkeypatch, capsys, *args, stdin="Hello\nWhat is a list?\n")
+    assert "the conversation has" in err and "--context-shift" in err
+
+
+def test_chat_memory_stays_contiguous_after_shifts(hf_f32):
+    """Chat (the library): after turns with shifts, the sequence holds exactly the tokens Chat
+    says it holds, at positions 0 .. len - 1."""
+    from toolkit.runtime import Context, Model
+    from toolkit.runtime.chat import CHATML, Chat, ChatTemplate
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.tokenizer import Tokenizer
+    with Model(hf_f32("qwen35moe-tiny"), n_threads=1) as m, Context(m, n_ctx=160, n_checkpoints=4) as ctx:
+        tok = Tokenizer.from_gguf(m.gguf)
+        chat = Chat(ctx, tok, ChatTemplate(CHATML, "chatml"), Sampler(SamplerParams(temp=0.0)))
+        shifts = 0
+        for user in ("Hi", "Tell me more", "And then?", "Why?"):
+            t = chat.send(user, 60, context_shift=True, n_keep=0, ignore_eos=True)
+            shifts += t.n_shifts
+            assert ctx.memory.seq_pos_max(0) + 1 == len(chat.held) <= 160
+        assert shifts >= 2 and chat.shifted

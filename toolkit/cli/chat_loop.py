@@ -76,17 +76,19 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
 
 
 def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
-    """Read turns and commands until the end of input; returns the exit status."""
+    """Read turns and commands until the end of input; returns the exit status: 0, or 2 when
+    input came from a pipe or file and a turn or command failed (its one-line error was
+    printed and the chat went on), so that a script sees it."""
     from toolkit.runtime import interrupt
     tty = sys.stdin.isatty()
     if tty:
         err_console.print(f"chat template: {chat.template.name}; {HELP}", highlight=False, soft_wrap=True)
-    first, n_turn = opts.prompt, 0
+    first, n_turn, failed = opts.prompt, 0, False
     while True:
         line = first if first is not None else _read_line(tty)
         first = None
         if line is None or line.strip() == "/exit":
-            return 0
+            return 2 if failed and not tty else 0
         cmd, _, arg = line.strip().partition(" ")
         try:
             if cmd == "/undo":
@@ -106,6 +108,7 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
             turn = _answer(chat, opts, None if cmd == "/regen" else line, as_json)
         except InputError as e:
             err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            failed = True
             continue
         if as_json:
             sys.stdout.write(json.dumps({"turn": n_turn, "text": turn.text, "tokens": turn.tokens,

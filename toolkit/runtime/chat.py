@@ -153,6 +153,40 @@ class Chat:
         self.ctx, self.tok, self.template, self.sampler, self.seq_id = ctx, tok, template, sampler, seq_id
         self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
         self.held: list[int] = []     # tokens the memory holds for seq_id, in order
+        self.shifted = False          # a context shift dropped part of the history from the memory
+        self._pre_shifts = 0          # shifts made before this turn's prompt was decoded
+
+    def _append_to_held(self, before: list[dict], n_keep: int) -> list[int]:
+        """The prompt of a turn after a context shift (or one whose whole rendering no longer
+        fits): what the memory holds, then only the text this turn adds to the rendering, as
+        llama-cli's conversation mode does (common_chat_format_single: the rendering with the
+        new message, less the rendering without it).  Shifts first when that would not fit.
+
+        Raises:
+            InputError: the template's rendering of the conversation so far is not a prefix of
+                its rendering with the new message, or the new text alone fills the context.
+        """
+        from toolkit.runtime.shift import context_shift, shift_tokens
+        old = self.template.render(before, add_generation_prompt=False) if before else ""
+        new = self.template.render(self.messages, add_generation_prompt=True)
+        if not new.startswith(old):
+            self.messages = before
+            raise InputError("context shift: the chat template does not render this turn as an addition to the "
+                             "conversation so far; /reset, or raise --ctx-size")
+        delta = self.tok.encode(new[len(old):], add_special=False, parse_special=True)
+        n_ctx = self.ctx.n_ctx or 0
+        if n_ctx and len(delta) + 1 >= n_ctx // 2:
+            self.messages = before
+            raise InputError(f"the new message has {len(delta)} tokens, the context {n_ctx}: raise --ctx-size")
+        while n_ctx and len(self.held) + len(delta) + 1 >= n_ctx:
+            keep = min(max(int(n_keep), 0), len(self.held))
+            d = context_shift(self.ctx, self.seq_id, keep, len(self.held))
+            if d <= 0:
+                break
+            self.held = shift_tokens(self.held, keep, d)
+            self.shifted = True
+            self._pre_shifts += 1
+        return self.held + delta
 
     def _sync(self, ids: list[int]) -> int:
         """Make the memory hold a prefix of ``ids`` (at most len(ids) - 1 tokens); returns its length."""
@@ -175,35 +209,50 @@ class Chat:
         """Add a user message (None: answer the conversation as it stands, e.g. after /regen)
         and generate the assistant's answer, which joins the conversation."""
         from toolkit.runtime.generate import generate
+        before = list(self.messages)
+        self._pre_shifts = 0
         if user is not None:
             self.messages.append({"role": "user", "content": user})
         ids = self.template.encode(self.tok, self.messages, add_generation_prompt=True)
-        if self.ctx.n_ctx and len(ids) >= self.ctx.n_ctx:
-            self.messages.pop()
-            raise InputError(f"the conversation has {len(ids)} tokens, the context {self.ctx.n_ctx}: "
-                             f"/reset, or raise --ctx-size")
-        n_reused = self._sync(ids)
+        shift = bool(gen.get("context_shift"))
+        if shift and self.held and (self.shifted or (self.ctx.n_ctx and len(ids) >= self.ctx.n_ctx)):
+            ids = self._append_to_held(before, gen.get("n_keep", 0))
+            n_reused = len(self.held)
+        else:
+            if self.ctx.n_ctx and len(ids) >= self.ctx.n_ctx:
+                self.messages.pop()
+                raise InputError(f"the conversation has {len(ids)} tokens, the context {self.ctx.n_ctx}: "
+                                 f"/reset, --context-shift, or raise --ctx-size")
+            n_reused = self._sync(ids)
         self.sampler.reset()
         res = generate(self.ctx, self.tok, ids, n_predict, self.sampler, on_text, seq_id=self.seq_id,
                        n_reused=n_reused, split_last=True, **gen)
         fed = self.ctx.memory.seq_pos_max(self.seq_id) + 1
         self.held = (res.held_tokens if res.n_shifts else ids + res.tokens)[:fed]   # a shift dropped some
+        self.shifted = self.shifted or res.n_shifts > 0
         if fed > len(ids):
             self.ctx.memory.checkpoint(self.seq_id)   # the next turn starts from the end of this answer
         self.messages.append({"role": "assistant", "content": res.text})
         return ChatTurn(text=res.text, tokens=res.tokens, stop_reason=res.stop_reason, n_prompt=len(ids),
                         n_reused=n_reused, n_decoded=len(ids) - n_reused, timings=res.timings.to_dict(),
-                        probs=res.probs, n_shifts=res.n_shifts)
+                        probs=res.probs, n_shifts=res.n_shifts + self._pre_shifts)
 
     def regen(self, n_predict: int, on_text=None, **gen) -> ChatTurn:
         """Drop the last answer and answer again (InputError when there is none)."""
         if not self.messages or self.messages[-1]["role"] != "assistant":
             raise InputError("/regen: no answer to regenerate")
+        if self.shifted:
+            raise InputError("/regen: not after a context shift (the memory no longer holds the whole "
+                             "conversation); /reset")
         self.messages.pop()
         return self.send(None, n_predict, on_text, **gen)
 
     def undo(self) -> None:
-        """Drop the last user message and its answer (InputError when there is none)."""
+        """Drop the last user message and its answer (InputError when there is none, or after a
+        context shift)."""
+        if self.shifted:
+            raise InputError("/undo: not after a context shift (the memory no longer holds the whole "
+                             "conversation); /reset")
         while self.messages and self.messages[-1]["role"] == "assistant":
             self.messages.pop()
         if not self.messages or self.messages[-1]["role"] != "user":
@@ -215,6 +264,7 @@ class Chat:
         self.messages = [m for m in self.messages if m["role"] == "system"]
         self.ctx.memory.seq_rm(self.seq_id, 0, -1)
         self.held = []
+        self.shifted = False
 
     def save(self, path: str) -> None:
         """Write the messages as JSON ({"messages": [...]}) through a temp file renamed at the end."""
