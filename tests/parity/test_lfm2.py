@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 from toolkit.convert import convert
+from parity_util import greedy_of, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -45,21 +46,9 @@ GENERAL_MAY_DIFFER = {"general.name", "general.type", "general.size_label", "gen
                       "general.quantization_version"}
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
 @pytest.fixture(scope="module")
 def report(request):
-    lines: list[str] = []
-    yield lines
-    pm = request.config.pluginmanager
-    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
-    if tr is not None and cap is not None and lines:
-        with cap.global_and_fixture_disabled():
-            tr.write_line("")
-            for ln in lines:
-                tr.write_line(f"[lfm2 parity] {ln}")
+    yield from terminal_report(request, "lfm2 parity")
 
 
 @pytest.fixture(scope="module")
@@ -74,23 +63,6 @@ def converted(tmp_path_factory):
             convert(str(FIX / "hf" / name), str(cache[name]), "f32")
         return cache[name]
     return get
-
-
-def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
-        return ctx.decode(tokens, logits="all")
-
-
-def greedy_of(path, tokens, n: int) -> list[int]:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128) as ctx:
-        lg = ctx.decode(tokens)
-        out = []
-        for _ in range(n):
-            out.append(int(np.argmax(lg[-1])))
-            lg = ctx.decode([out[-1]])
-        return out
 
 
 def check_model(path, ref, label: str, report: list[str]) -> None:

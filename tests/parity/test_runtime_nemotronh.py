@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from toolkit.convert import convert
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -38,21 +39,9 @@ EOS = 0
 F32_BOUND = 1e-5
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
 @pytest.fixture(scope="module")
 def report(request):
-    lines: list[str] = []
-    yield lines
-    pm = request.config.pluginmanager
-    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
-    if tr is not None and cap is not None and lines:
-        with cap.global_and_fixture_disabled():
-            tr.write_line("")
-            for ln in lines:
-                tr.write_line(f"[nemotron-h parity] {ln}")
+    yield from terminal_report(request, "nemotron-h parity")
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +55,6 @@ def converted(tmp_path_factory):
             convert(str(FIX / "hf" / name), str(cache[name]), "f32")
         return cache[name]
     return get
-
-
-def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
-        return ctx.decode(tokens, logits="all")
 
 
 def greedy_of(path, tokens, n: int, ban: tuple[int, ...] = ()) -> list[int]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import UnsupportedError
+from parity_util import greedy_of as run_greedy, logits_of as run_logits, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -25,21 +26,9 @@ F32_BOUND = 1e-5
 QUANT_BOUNDS = {"f16": 2.5e-3, "bf16": 2e-2, "q8_0": 8.5e-2}
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
 @pytest.fixture(scope="module")
 def report(request):
-    lines: list[str] = []
-    yield lines
-    pm = request.config.pluginmanager
-    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
-    if tr is not None and cap is not None and lines:
-        with cap.global_and_fixture_disabled():
-            tr.write_line("")
-            for ln in lines:
-                tr.write_line(f"[runtime parity] {ln}")
+    yield from terminal_report(request, "runtime parity")
 
 
 @pytest.fixture(scope="module")
@@ -64,24 +53,6 @@ def converted(tmp_path_factory):
         return cache[key]
 
     return get
-
-
-def run_logits(path, tokens, **ctx_kw) -> np.ndarray:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
-        return ctx.decode(tokens, logits="all")
-
-
-def run_greedy(path, tokens, n: int) -> list[int]:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128) as ctx:
-        lg = ctx.decode(tokens)
-        out = []
-        for _ in range(n):
-            t = int(np.argmax(lg[-1]))
-            out.append(t)
-            lg = ctx.decode([t])
-        return out
 
 
 def check_f32(path, ref, label: str, report: list[str]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from parity_util import greedy_of, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -22,38 +23,9 @@ NAMES = ["zamba2-tiny", "zamba2-mem2-tiny", "zamba2-dtfloor-tiny"]
 F32_BOUND = 1e-5
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
 @pytest.fixture(scope="module")
 def report(request):
-    lines: list[str] = []
-    yield lines
-    pm = request.config.pluginmanager
-    tr, cap = pm.get_plugin("terminalreporter"), pm.get_plugin("capturemanager")
-    if tr is not None and cap is not None and lines:
-        with cap.global_and_fixture_disabled():
-            tr.write_line("")
-            for ln in lines:
-                tr.write_line(f"[zamba2 parity] {ln}")
-
-
-def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
-        return ctx.decode(tokens, logits="all")
-
-
-def greedy_of(path, tokens, n: int) -> list[int]:
-    from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128) as ctx:
-        lg = ctx.decode(tokens)
-        out = []
-        for _ in range(n):
-            out.append(int(np.argmax(lg[-1])))
-            lg = ctx.decode([out[-1]])
-        return out
+    yield from terminal_report(request, "zamba2 parity")
 
 
 @pytest.mark.parametrize("name", NAMES)
