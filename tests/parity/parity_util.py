@@ -41,3 +41,35 @@ def terminal_report(request, label: str):
             tr.write_line("")
             for ln in lines:
                 tr.write_line(f"[{label}] {ln}")
+
+
+MODES = (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))
+
+
+def check_against_hf(path, ref, label: str, report: list[str], bound: float = 1e-5) -> None:
+    """The f32 check against an HF reference.npz (``tokens``, ``logits``, ``greedy``): relative
+    L2 error of every position's logits < ``bound`` in one shot and in ubatches of 1 and 7
+    tokens, and the greedy continuation identical; the figures go to ``report``."""
+    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"]) for mode, kw in MODES}
+    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
+    report.append(f"{label}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
+                  f" (bound {bound:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
+    for mode, e in errs.items():
+        assert e < bound, f"{label} {mode}: relative L2 error {e:.3e} >= {bound}"
+    assert greedy == ref["greedy"].tolist(), f"{label}: greedy continuation differs"
+
+
+def two_sequences_vs_separate(path, tok) -> float:
+    """Largest |difference| between two sequences decoded in one batch (tok[:23] as sequence 0,
+    tok[30:47] as 1, then one more token each, again in one batch) and each run alone."""
+    from toolkit.runtime import Context, Model
+    a, b = tok[:23], tok[30:47]
+    with Model(path) as m:
+        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
+            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
+            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
+        with Context(m, n_ctx=128) as ctx:
+            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
+    return max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))

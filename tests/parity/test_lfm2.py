@@ -31,8 +31,7 @@ import gguf
 import numpy as np
 import pytest
 
-from toolkit.convert import convert
-from parity_util import greedy_of, logits_of, rel_l2, terminal_report
+from parity_util import check_against_hf, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -51,36 +50,11 @@ def report(request):
     yield from terminal_report(request, "lfm2 parity")
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """name -> our f32 conversion of tests/fixtures/hf/NAME (each converted once)."""
-    root = tmp_path_factory.mktemp("lfm2")
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = root / f"{name}.f32.gguf"
-            convert(str(FIX / "hf" / name), str(cache[name]), "f32")
-        return cache[name]
-    return get
-
-
-def check_model(path, ref, label: str, report: list[str]) -> None:
-    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
-            for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))}
-    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
-    report.append(f"{label}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
-                  f" (bound {F32_BOUND:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
-    for mode, e in errs.items():
-        assert e < F32_BOUND, f"{label} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
-    assert greedy == ref["greedy"].tolist(), f"{label}: greedy continuation differs"
-
-
 # ---- convert: the same files as llama.cpp's ------------------------------------------------------
 
 @pytest.mark.parametrize("name", TINY)
-def test_same_file_as_llamacpp(fixtures, converted, name):
-    ours, ref = gguf.GGUFReader(str(converted(name))), gguf.GGUFReader(str(fixtures / "llamacpp" / f"{name}.f32.gguf"))
+def test_same_file_as_llamacpp(fixtures, hf_f32, name):
+    ours, ref = gguf.GGUFReader(str(hf_f32(name))), gguf.GGUFReader(str(fixtures / "llamacpp" / f"{name}.f32.gguf"))
     mine = {t.name: t for t in ours.tensors}
     theirs = {t.name: t for t in ref.tensors}
     assert sorted(mine) == sorted(theirs)
@@ -104,9 +78,9 @@ def test_same_file_as_llamacpp(fixtures, converted, name):
 
 
 @pytest.mark.parametrize("name", HELD)
-def test_same_tensors_and_keys_as_llamacpp_summary(converted, name):
+def test_same_tensors_and_keys_as_llamacpp_summary(hf_f32, name):
     ref = json.loads((FIX / "llamacpp" / f"{name}.f32.summary.json").read_text())
-    ours = gguf.GGUFReader(str(converted(name)))
+    ours = gguf.GGUFReader(str(hf_f32(name)))
     got = {t.name: t for t in ours.tensors}
     assert sorted(got) == sorted(ref["tensors"])
     for n, want in ref["tensors"].items():
@@ -127,30 +101,30 @@ def test_same_tensors_and_keys_as_llamacpp_summary(converted, name):
     assert extra == {f"{arch}.attention.layer_indices"} | routing
 
 
-def test_routing_keys_only_where_llamacpp_would_run_wrong(converted):
+def test_routing_keys_only_where_llamacpp_would_run_wrong(hf_f32):
     """expert_weights_scale / expert_weights_norm are written only for a config llama.cpp's
     lfm2moe graph (always renormalised, never scaled) does not run as HF does."""
     def keys(name):
-        r = gguf.GGUFReader(str(converted(name)))
+        r = gguf.GGUFReader(str(hf_f32(name)))
         return {k: r.fields[k].contents() for k in ("lfm2moe.expert_weights_scale", "lfm2moe.expert_weights_norm",
                                                     "lfm2moe.leading_dense_block_count") if k in r.fields}
     assert keys("lfm2moe-tiny") == {"lfm2moe.leading_dense_block_count": 1}
     assert keys("lfm2moe-bias-tiny") == {"lfm2moe.leading_dense_block_count": 2}
     assert keys("lfm2moe-scale-tiny") == {"lfm2moe.expert_weights_scale": 2.5, "lfm2moe.expert_weights_norm": False,
                                           "lfm2moe.leading_dense_block_count": 1}
-    r = gguf.GGUFReader(str(converted("lfm2moe-scale-tiny")))
+    r = gguf.GGUFReader(str(hf_f32("lfm2moe-scale-tiny")))
     assert not [t.name for t in r.tensors if "exp_probs_b" in t.name]        # use_expert_bias false
 
 
-def test_held_back_shapes(converted):
+def test_held_back_shapes(hf_f32):
     """The held-back fixtures carry what they were made for: the 4-tap kernel, the
     auto-adjusted FFN width, the untied output, the 2-tap kernel."""
-    r = gguf.GGUFReader(str(converted("lfm2-k4-tiny")))
+    r = gguf.GGUFReader(str(hf_f32("lfm2-k4-tiny")))
     t = {x.name: x for x in r.tensors}
     assert [int(x) for x in t["blk.1.shortconv.conv.weight"].shape] == [4, 64]
     assert r.fields["lfm2.feed_forward_length"].contents() == 160 == int(t["blk.0.ffn_up.weight"].shape[1])
     assert "output.weight" in t and r.fields["lfm2.attention.layer_indices"].contents() == [0, 3]
-    r = gguf.GGUFReader(str(converted("lfm2moe-bias-tiny")))
+    r = gguf.GGUFReader(str(hf_f32("lfm2moe-bias-tiny")))
     assert [int(x) for x in {x.name: x for x in r.tensors}["blk.0.shortconv.conv.weight"].shape] == [2, 64]
 
 
@@ -159,41 +133,31 @@ def test_held_back_shapes(converted):
 @pytest.mark.parametrize("name", TINY)
 def test_llamacpp_f32_matches_hf(fixtures, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_model(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report)
+    check_against_hf(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report)
 
 
 @pytest.mark.parametrize("name", TINY + HELD)
-def test_converted_f32_matches_hf(fixtures, converted, report, name):
+def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_model(converted(name), ref, f"{name} (toolkit convert f32)", report)
+    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report)
 
 
 @pytest.mark.parametrize("name", TINY + ["lfm2-k4-tiny"])
-def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, converted, report, name):
-    from toolkit.runtime import Context, Model
+def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
     tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    a, b = tok[:23], tok[30:47]
-    with Model(converted(name)) as m:
-        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
-            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
-            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
-    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    diff = two_sequences_vs_separate(hf_f32(name), tok)
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
 
 
-def test_logits_do_not_depend_on_the_thread_count(fixtures, converted):
+def test_logits_do_not_depend_on_the_thread_count(fixtures, hf_f32):
     """The conv's channels and the mat-mul rows are split over the threads; each result is
     computed by the same loop whichever thread runs it."""
     from toolkit.runtime import Context, Model
     tok = np.load(fixtures / "hf" / "lfm2moe-bias-tiny" / "reference.npz")["tokens"]
     out = []
     for nt in (1, 3):
-        with Model(converted("lfm2moe-bias-tiny"), n_threads=nt) as m, \
+        with Model(hf_f32("lfm2moe-bias-tiny"), n_threads=nt) as m, \
                 Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
             out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
     assert all(np.array_equal(a, b) for a, b in zip(*out))

@@ -22,7 +22,7 @@ import json
 
 import numpy as np
 import pytest
-from parity_util import greedy_of, logits_of, rel_l2, terminal_report
+from parity_util import check_against_hf, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -38,15 +38,7 @@ def report(request):
 @pytest.mark.parametrize("name", NAMES)
 def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    path = hf_f32(name)
-    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
-            for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))}
-    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
-    report.append(f"{name}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
-                  f" (bound {F32_BOUND:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
-    for mode, e in errs.items():
-        assert e < F32_BOUND, f"{name} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
-    assert greedy == ref["greedy"].tolist(), f"{name}: greedy continuation differs"
+    check_against_hf(hf_f32(name), ref, f"{name}", report, F32_BOUND)
 
 
 def test_every_layer_is_parallel(hf_f32):

@@ -3,7 +3,7 @@
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits for them
 and its 16-token greedy continuation.  The GGUF files are llama.cpp 0c1e570's own f32
 conversions (tests/fixtures/llamacpp/NAME.f32.gguf) and, once our converter writes these
-families, our own (the ``converted`` fixture skips while it raises UnsupportedError).
+families, our own (the session's ``hf_f32`` conversions).
 
 Checked for each: relative L2 error of all 64 positions' logits < F32_BOUND in one shot, in
 ubatches of 1 and of 7 tokens, the greedy continuation identical; attention layers with fewer
@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolkit.errors import UnsupportedError
-from parity_util import greedy_of, logits_of, rel_l2, terminal_report
+from parity_util import check_against_hf, greedy_of, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -39,53 +38,18 @@ def report(request):
     yield from terminal_report(request, "gdn parity")
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    """name -> our f32 conversion of tests/fixtures/hf/NAME (skips while the converter refuses it)."""
-    cache: dict = {}
-    root = tmp_path_factory.mktemp("conv")
-
-    def get(fixtures, name: str):
-        if name not in cache:
-            from toolkit.convert import convert
-            out = root / f"{name}.f32.gguf"
-            try:
-                convert(str(fixtures / "hf" / name), str(out), "f32")
-            except UnsupportedError as e:
-                cache[name] = e
-            else:
-                cache[name] = out
-        if isinstance(cache[name], Exception):
-            pytest.skip(f"toolkit convert does not handle {name} yet: {cache[name]}")
-        return cache[name]
-
-    return get
-
-
-def check_model(path, ref, name: str, label: str, report: list[str]) -> None:
-    bound = BOUNDS.get(name, F32_BOUND)
-    errs = {}
-    for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7})):
-        errs[mode] = rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
-    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
-    report.append(f"{label}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
-                  f" (bound {bound:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
-    for mode, e in errs.items():
-        assert e < bound, f"{label} {mode}: relative L2 error {e:.3e} >= {bound}"
-    assert greedy == ref["greedy"].tolist(), f"{label}: greedy continuation differs"
-
-
 @pytest.mark.parametrize("name", TINY)
 def test_llamacpp_f32_matches_hf(fixtures, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_model(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, name, f"{name} (llama.cpp f32)", report)
+    check_against_hf(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report,
+                     BOUNDS.get(name, F32_BOUND))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TINY + HELD + ["qwen35-small"])
-def test_converted_f32_matches_hf(fixtures, converted, report, name):
+def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_model(converted(fixtures, name), ref, name, f"{name} (toolkit convert f32)", report)
+    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report, BOUNDS.get(name, F32_BOUND))
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -100,19 +64,8 @@ def test_fixture_has_grouped_query_attention(fixtures, name):
 
 @pytest.mark.parametrize("name", TINY)
 def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, report, name):
-    from toolkit.runtime import Context, Model
     tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    a, b = tok[:23], tok[30:47]
-    with Model(fixtures / "llamacpp" / f"{name}.f32.gguf") as m:
-        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
-            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
-            # and one more token each, both sequences again in one batch
-            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
-    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    diff = two_sequences_vs_separate(fixtures / "llamacpp" / f"{name}.f32.gguf", tok)
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
 
@@ -142,14 +95,12 @@ def gdn_threshold():
 
 
 @pytest.mark.parametrize("name", TINY + ["qwen35-dkdv-tiny"])
-def test_chunked_and_recurrent_prefill_agree(fixtures, report, gdn_threshold, tmp_path, name):
+def test_chunked_and_recurrent_prefill_agree(fixtures, hf_f32, report, gdn_threshold, name):
     """The chunked form (forced for every run) and the recurrence give the same logits to 1e-5
     (relative L2) and the same greedy continuation; the forms differ only in float rounding."""
     path = fixtures / "llamacpp" / f"{name}.f32.gguf"
     if not path.exists():   # no llama.cpp file (it cannot load Dk != Dv): ours
-        from toolkit.convert import convert
-        path = tmp_path / f"{name}.f32.gguf"
-        convert(str(fixtures / "hf" / name), str(path), "f32")
+        path = hf_f32(name)
     tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
     res = {}
     for label, th in (("recurrent", 0), ("chunked", 1)):

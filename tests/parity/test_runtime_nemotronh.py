@@ -26,8 +26,7 @@ import gguf
 import numpy as np
 import pytest
 
-from toolkit.convert import convert
-from parity_util import logits_of, rel_l2, terminal_report
+from parity_util import logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -42,19 +41,6 @@ F32_BOUND = 1e-5
 @pytest.fixture(scope="module")
 def report(request):
     yield from terminal_report(request, "nemotron-h parity")
-
-
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nemo")
-    cache: dict[str, pathlib.Path] = {}
-
-    def get(name: str) -> pathlib.Path:
-        if name not in cache:
-            cache[name] = root / f"{name}.f32.gguf"
-            convert(str(FIX / "hf" / name), str(cache[name]), "f32")
-        return cache[name]
-    return get
 
 
 def greedy_of(path, tokens, n: int, ban: tuple[int, ...] = ()) -> list[int]:
@@ -72,9 +58,9 @@ def greedy_of(path, tokens, n: int, ban: tuple[int, ...] = ()) -> list[int]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(converted, report, name):
+def test_converted_f32_matches_hf(hf_f32, report, name):
     ref = np.load(FIX / "hf" / name / "reference.npz")
-    path = converted(name)
+    path = hf_f32(name)
     assert gguf.GGUFReader(str(path)).fields["general.architecture"].contents() == ARCH[name]
     errs = {}
     for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7})):
@@ -93,30 +79,21 @@ def test_converted_f32_matches_hf(converted, report, name):
     assert greedy == want
 
 
-def test_two_sequences_in_one_batch_equal_separate_runs(converted, report):
-    from toolkit.runtime import Context, Model
+def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
     tok = np.load(FIX / "hf" / "nemotronh-tiny" / "reference.npz")["tokens"]
-    a, b = tok[:23], tok[30:47]
-    with Model(converted("nemotronh-tiny")) as m:
-        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
-            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            ra = ctx.decode(a, logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            rb = ctx.decode(b, logits="all")
-    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb)))
+    diff = two_sequences_vs_separate(hf_f32("nemotronh-tiny"), tok)
     report.append(f"nemotronh-tiny: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
 
 
-def test_logits_do_not_depend_on_the_thread_count(converted):
+def test_logits_do_not_depend_on_the_thread_count(hf_f32):
     """ReLU² rows, experts and Mamba-2 channels are split over the threads; every result is
     computed by the same loop whichever thread runs it."""
     from toolkit.runtime import Context, Model
     tok = np.load(FIX / "hf" / "nemotronh-pattern-tiny" / "reference.npz")["tokens"]
     out = []
     for nt in (1, 3):
-        with Model(converted("nemotronh-pattern-tiny"), n_threads=nt) as m, \
+        with Model(hf_f32("nemotronh-pattern-tiny"), n_threads=nt) as m, \
                 Context(m, n_ctx=128, n_seq_max=2, n_threads=nt) as ctx:
             out.append(ctx.decode_batch([(tok[:40], 0), (tok[10:50], 1)], logits="all"))
     assert all(np.array_equal(a, b) for a, b in zip(*out))
@@ -134,13 +111,13 @@ GENERAL_MAY_DIFFER = {"general.name", "general.type", "general.size_label", "gen
                       "general.quantization_version"}
 
 
-def test_same_tensors_and_keys_as_llamacpp(converted):
+def test_same_tensors_and_keys_as_llamacpp(hf_f32):
     """tests/fixtures/llamacpp/nemotronh-tiny.f32.summary.json: llama.cpp 0c1e570's f32 file of
     nemotronh-tiny (tools/make_gdn_fixtures.py --summarize): every tensor the same shape, type
     and bytes (q/k rows in its LlamaModel.permute order, the experts stacked, A = -exp(A_log));
     every key the same value but the documented ones."""
     ref = json.loads((FIX / "llamacpp" / "nemotronh-tiny.f32.summary.json").read_text())
-    r = gguf.GGUFReader(str(converted("nemotronh-tiny")))
+    r = gguf.GGUFReader(str(hf_f32("nemotronh-tiny")))
     ours = {t.name: t for t in r.tensors}
     assert set(ours) == set(ref["tensors"])
     for name, want in ref["tensors"].items():
@@ -165,14 +142,14 @@ QUANT_REF = FIX / "llamacpp" / "nemotronh-tiny.quant.json"
 
 
 @pytest.mark.parametrize("qtype", sorted(json.loads(QUANT_REF.read_text())["types"]))
-def test_quantize_matches_llama_quantize(converted, tmp_path, qtype):
+def test_quantize_matches_llama_quantize(hf_f32, tmp_path, qtype):
     """toolkit quantize of our f32 conversion gives every tensor the ggml type and bytes that
     llama-quantize gives llama.cpp's own f32 file (the tensors are equal, see above).  Rows of 64
     are not k-quant blocks, so the k-quant types take llama.cpp's fallbacks here."""
     from toolkit.quantize import quantize_file
     want = json.loads(QUANT_REF.read_text())["types"][qtype]
     out = tmp_path / f"q.{qtype}.gguf"
-    quantize_file(str(converted("nemotronh-tiny")), str(out), qtype, n_threads=2)
+    quantize_file(str(hf_f32("nemotronh-tiny")), str(out), qtype, n_threads=2)
     got = {t.name: [t.tensor_type.name, hashlib.sha256(np.asarray(t.data).view(np.uint8).tobytes()).hexdigest()[:32]]
            for t in gguf.GGUFReader(str(out)).tensors}
     wrong = {n: (got.get(n, ["missing"])[0], w[0]) for n, w in want.items() if got.get(n) != w}

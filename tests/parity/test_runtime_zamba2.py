@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import greedy_of, logits_of, rel_l2, terminal_report
+from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -31,15 +31,7 @@ def report(request):
 @pytest.mark.parametrize("name", NAMES)
 def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
-    path = hf_f32(name)
-    errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"])
-            for mode, kw in (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))}
-    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
-    report.append(f"{name} (toolkit convert f32): rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
-                  f" (bound {F32_BOUND:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
-    for mode, e in errs.items():
-        assert e < F32_BOUND, f"{name} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
-    assert greedy == ref["greedy"].tolist(), f"{name}: greedy continuation differs"
+    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report, F32_BOUND)
 
 
 def test_fixtures_cover_the_layout(hf_f32):
@@ -60,18 +52,8 @@ def test_fixtures_cover_the_layout(hf_f32):
 
 @pytest.mark.parametrize("name", ["zamba2-tiny", "zamba2-mem2-tiny"])
 def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
-    from toolkit.runtime import Context, Model
     tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    a, b = tok[:23], tok[30:47]
-    with Model(hf_f32(name)) as m:
-        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
-            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
-            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
-    diff = max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    diff = two_sequences_vs_separate(hf_f32(name), tok)
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
 
