@@ -5,6 +5,8 @@
  * Formula: out = down(silu(gate(x)) * up(x)).
  * ref: transformers LlamaMLP / BambaMLP / JambaMLP; llama.cpp build_ffn (LLM_FFN_SILU, PAR).
  */
+#include <stdio.h>
+
 #include "layer.h"
 
 /* SwiGLU: down(silu(gate(x)) * up(x)) for n tokens of x [n, D] into y [n, D]. */
@@ -18,21 +20,27 @@ tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * 
     return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
 }
 
-static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+/* ffn_up [D, F], ffn_gate [D, F] (with_gate) and ffn_down [F, D], named prefix + "ffn_*.weight",
+ * into l; F (l->n_ff) from ffn_up.  TK_ERR_INVALID names a missing or misshaped tensor. */
+tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, int with_gate, tk_layer * l) {
     const int64_t D = m->hp.n_embd;
     char nm[128];
-#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+#define NAME(s) (snprintf(nm, sizeof nm, "%s%s", prefix, s), nm)
     const tk_tensor_desc * up = tk_table_find(tab, NAME("ffn_up.weight"));
     if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
     const int64_t F = up->ne[1];
     l->n_ff = (int32_t) F;
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up.weight"), TK_SHAPE(D, F), 1, &l->ffn_up));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate.weight"), TK_SHAPE(D, F), 1, &l->ffn_gate));
+    if (with_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate.weight"), TK_SHAPE(D, F), 1, &l->ffn_gate));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down.weight"), TK_SHAPE(F, D), 1, &l->ffn_down));
 #undef NAME
     return TK_OK;
 }
 
+static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    char prefix[32];
+    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 1, l);
+}
 
 static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     return tk_swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);

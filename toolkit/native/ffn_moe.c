@@ -62,6 +62,20 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     return TK_OK;
 }
 
+/* sel[0..k) = the indices of the k largest c[e], e < E, in descending order; ties go to the
+ * lower index (torch.topk's order for distinct values) */
+static void top_k(const float * c, int32_t E, int32_t k, int32_t * sel) {
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || c[e] > c[best])) best = e;
+        }
+        sel[j] = best;
+    }
+}
+
 /* The k experts of one token by moe_sigmoid routing (see the formula above): r [E] holds the
  * router logits and is overwritten with the choice scores c; sel [k], w [k] out. */
 static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, float * s, int32_t * sel, float * w) {
@@ -84,16 +98,8 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
         }
         for (int32_t e = 0; e < E; e++) if (gs[e / per] != INFINITY) r[e] = -INFINITY;
     }
-    for (int32_t j = 0; j < k; j++) {        /* top-k of c, ties to the lower index */
-        int32_t best = -1;
-        for (int32_t e = 0; e < E; e++) {
-            int taken = 0;
-            for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || r[e] > r[best])) best = e;
-        }
-        sel[j] = best;
-        w[j] = s[best];
-    }
+    top_k(r, E, k, sel);                     /* top-k of c */
+    for (int32_t j = 0; j < k; j++) w[j] = s[sel[j]];
     double sum = hp->moe_weights_norm_eps;
     for (int32_t j = 0; j < k; j++) sum += w[j];
     for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe_weights_norm ? w[j] / sum : w[j]) * hp->moe_weights_scale);
@@ -107,9 +113,8 @@ static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weigh
 }
 
 
-/* The k experts of one token and their weights (the routing rules above) from the router
- * logits r [E] (overwritten with the scores). */
-/* sel[k], w[k] of one token from its router logits r [E] (overwritten); s: [E] scratch */
+/* The k experts of one token, sel [k], and their weights w [k] (the routing rules above),
+ * from the router logits r [E] (overwritten with the scores); s: [E] scratch. */
 static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, float * s, int32_t * sel, float * w) {
     const int32_t E = hp->n_expert, k = hp->n_expert_used;
     if (hp->moe_sigmoid) { route_sigmoid(hp, l->ffn_exp_probs_b, r, s, sel, w); return; }
@@ -120,17 +125,8 @@ static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, floa
         for (int32_t e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
         for (int32_t e = 0; e < E; e++) r[e] = (float) (r[e] / sum);
     }
-    /* top-k, ties to the lower index (torch.topk order for distinct values) */
-    for (int32_t j = 0; j < k; j++) {
-        int32_t best = -1;
-        for (int32_t e = 0; e < E; e++) {
-            int taken = 0;
-            for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
-            if (!taken && (best < 0 || r[e] > r[best])) best = e;
-        }
-        sel[j] = best;
-        w[j] = r[best];
-    }
+    top_k(r, E, k, sel);
+    for (int32_t j = 0; j < k; j++) w[j] = r[sel[j]];
     if (hp->moe_softmax_topk && hp->moe_renorm) {
         double sum = 0.0;
         for (int32_t j = 0; j < k; j++) sum += w[j];

@@ -32,17 +32,8 @@ tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight *
 }
 
 static tk_status relu2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    const int64_t D = m->hp.n_embd;
-    char nm[128];
-#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    const tk_tensor_desc * up = tk_table_find(tab, NAME("ffn_up.weight"));
-    if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
-    const int64_t F = up->ne[1];
-    l->n_ff = (int32_t) F;
-    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up.weight"), TK_SHAPE(D, F), 1, &l->ffn_up));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down.weight"), TK_SHAPE(F, D), 1, &l->ffn_down));
-#undef NAME
-    return TK_OK;
+    char prefix[32];
+    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 0, l);
 }
 
 static tk_status relu2_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {

@@ -123,6 +123,9 @@ void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
  * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V
  * into ctx->att [U, H hd] (the attention mixer's formula between its projections) */
 tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub);
+/* ffn_dense.c: bind ffn_up [D, F], ffn_gate [D, F] (with_gate) and ffn_down [F, D], named
+ * prefix + "ffn_*.weight" ("blk.<il>." or a shared block's prefix), into l (F: l->n_ff) */
+tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, int with_gate, tk_layer * l);
 /* ffn_dense.c: down(silu(gate(x)) * up(x)) for n rows of x [n, D] into y [n, D]; `mat`
  * selects the expert of 3-D weights */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,

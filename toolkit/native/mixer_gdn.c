@@ -178,29 +178,27 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     }
 }
 
-/* y[t] per v-head: rmsnorm(y_h) * ssm_norm * act(z_h) (act: silu, or sigmoid with gdn_gate_act) */
-static void gdn_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
-    const tk_rows_job * j = arg;
+/* y[t] per v-head: rmsnorm(y_h) * ssm_norm * act(z_h), rows [t0, t1) of job j (act: silu, or
+ * sigmoid with gdn_gate_act) */
+static void gdn_norm_gate(const tk_rows_job * j, int64_t t0, int64_t t1, int sigmoid) {
     const int32_t Dv = (int32_t) (j->n / j->groups);
-    (void) thread;
     for (int64_t t = t0; t < t1; t++) {
         float * y = j->y + t * j->y_stride;
         const float * z = j->a + t * j->a_stride;
         for (int32_t h = 0; h < j->groups; h++) tk_rms_norm(y + (int64_t) h * Dv, j->b, j->f, Dv, y + (int64_t) h * Dv);
-        tk_mul_silu_row(y, z, j->n);
+        if (sigmoid) for (int64_t i = 0; i < j->n; i++) y[i] *= 1.0f / (1.0f + expf(-z[i]));
+        else tk_mul_silu_row(y, z, j->n);
     }
 }
 
-static void gdn_sigmoid_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
-    const tk_rows_job * j = arg;
-    const int32_t Dv = (int32_t) (j->n / j->groups);
+static void gdn_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     (void) thread;
-    for (int64_t t = t0; t < t1; t++) {
-        float * y = j->y + t * j->y_stride;
-        const float * z = j->a + t * j->a_stride;
-        for (int32_t h = 0; h < j->groups; h++) tk_rms_norm(y + (int64_t) h * Dv, j->b, j->f, Dv, y + (int64_t) h * Dv);
-        for (int64_t i = 0; i < j->n; i++) y[i] *= 1.0f / (1.0f + expf(-z[i]));
-    }
+    gdn_norm_gate(arg, t0, t1, 0);
+}
+
+static void gdn_sigmoid_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    (void) thread;
+    gdn_norm_gate(arg, t0, t1, 1);
 }
 
 static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {

@@ -82,15 +82,8 @@ static tk_status z2_bind_shared(tk_model * m, const tk_table * tab, int32_t b, t
     TK_CHECK(tk_bind_weight(m, tab, SNAME("attn_v.weight"), TK_SHAPE(A, KV), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, SNAME("attn_output.weight"), TK_SHAPE(HD, D), 1, &l->wo));
     TK_CHECK(tk_bind_vec(m, tab, SNAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
-    const tk_tensor_desc * up = tk_table_find(tab, SNAME("ffn_up.weight"));
-    if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
-    const int64_t F = up->ne[1];
-    l->n_ff = (int32_t) F;
-    TK_CHECK(tk_bind_weight(m, tab, SNAME("ffn_up.weight"), TK_SHAPE(D, F), 1, &l->ffn_up));
-    TK_CHECK(tk_bind_weight(m, tab, SNAME("ffn_gate.weight"), TK_SHAPE(D, F), 1, &l->ffn_gate));
-    TK_CHECK(tk_bind_weight(m, tab, SNAME("ffn_down.weight"), TK_SHAPE(F, D), 1, &l->ffn_down));
 #undef SNAME
-    return TK_OK;
+    return tk_bind_ffn(m, tab, shared_name(nm, sizeof nm, b, ""), 1, l);
 }
 
 static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
