@@ -107,6 +107,17 @@ class Config:
             return rs[name]
         return default
 
+    def rope_theta(self, default: float) -> float:
+        """The RoPE base (:meth:`rope` ``rope_theta``, ``default`` when absent) as a float.
+
+        Raises:
+            InputError: not a positive number (names the file).
+        """
+        theta = self.rope("rope_theta", default)
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise InputError(f"{self.path}: rope_theta = {theta!r} must be a positive number")
+        return float(theta)
+
     def layer_list(self, n_layer: int, *, types_key: str = "layer_types", indices_key: str, period_key: str,
                    offset_key: str, match_types: tuple[str, ...] = _ATTN_TYPES,
                    other_types: tuple[str, ...] = _RECURRENT_TYPES) -> list[int] | None:

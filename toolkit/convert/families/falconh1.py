@@ -149,9 +149,7 @@ class FalconH1Family(Family):
         self.head_dim = c.int("head_dim") if c.d.get("head_dim") is not None else self.n_embd // self.n_head
         if self.head_dim % 2:
             raise InputError(f"{c.path}: head_dim {self.head_dim} must be even (RoPE)")
-        self.rope_theta = c.rope("rope_theta", 10000.0)
-        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
-            raise InputError(f"{c.path}: rope_theta = {self.rope_theta!r} must be a positive number")
+        self.rope_theta = c.rope_theta(10000.0)
         rope_type = c.rope("rope_type", "default")
         if rope_type != "default" or c.rope("partial_rotary_factor", 1.0) != 1.0:
             raise UnsupportedError(f"{c.path}: rope_type {rope_type!r} / partial_rotary_factor: only plain RoPE "

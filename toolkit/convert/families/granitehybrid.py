@@ -100,9 +100,7 @@ class GraniteHybridFamily(Family):
         if self.n_head % self.n_head_kv:
             raise InputError(f"{c.path}: num_key_value_heads {self.n_head_kv} does not divide num_attention_heads {self.n_head}")
         self.use_rope = self.bamba or c.d.get("position_embedding_type") == "rope"
-        self.rope_theta = c.rope("rope_theta", 10000.0)
-        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
-            raise InputError(f"{c.path}: rope_theta = {self.rope_theta!r} must be a positive number")
+        self.rope_theta = c.rope_theta(10000.0)
         prf = c.rope("partial_rotary_factor", 1.0)
         if not isinstance(prf, (int, float)) or not (0 < prf <= 1):
             raise InputError(f"{c.path}: partial_rotary_factor = {prf!r} must be in (0, 1]")

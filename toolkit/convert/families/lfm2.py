@@ -84,10 +84,7 @@ class LFM2Family(Family):
             raise InputError(f"{c.path}: num_attention_heads {self.n_head} must divide hidden_size {self.n_embd} and be "
                              f"a multiple of num_key_value_heads {self.n_head_kv}")
         self.head_dim = self.n_embd // self.n_head
-        theta = c.rope("rope_theta", 1000000.0)
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-            raise InputError(f"{c.path}: rope_theta = {theta!r} must be a positive number")
-        self.rope_theta = float(theta)
+        self.rope_theta = c.rope_theta(1000000.0)
         rt = c.rope("rope_type", "default")
         if rt != "default":
             raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported (only 'default')")

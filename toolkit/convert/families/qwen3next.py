@@ -136,10 +136,7 @@ class Qwen3NextFamily(QwenGDNFamily):
         if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not (0 < prf <= 1):
             raise InputError(f"{c.path}: partial_rotary_factor = {prf!r} must be in (0, 1]")
         self.n_rot = int(self.head_dim * prf)
-        theta = c.rope("rope_theta", 10000.0)
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-            raise InputError(f"{c.path}: rope_theta = {theta!r} must be a positive number")
-        self.rope_theta = float(theta)
+        self.rope_theta = c.rope_theta(10000.0)
         rt = c.rope("rope_type", "default")
         if rt != "default":
             raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported (only 'default')")

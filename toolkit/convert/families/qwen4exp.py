@@ -81,7 +81,7 @@ import re
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.families.qwen_gdn import QwenGDNFamily, text_config, v_head_perm  # noqa: F401 (v_head_perm: re-export)
+from toolkit.convert.families.qwen_gdn import QwenGDNFamily, text_config
 from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_u32
 from toolkit.convert.st_reader import STTensor, ShardReader
 from toolkit.errors import InputError, UnsupportedError
