@@ -326,9 +326,11 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         if (st != TK_OK) break;
         ctx->mem->after_ubatch(ctx->mem, ub);
     }
-    /* a checkpoint at the end of each multi-token run (a prompt or a turn) */
+    /* a checkpoint at the end of each multi-token run (a prompt or a turn); a verify run of
+     * at most k + 1 tokens has the speculative window instead */
     for (int32_t j = 0; st == TK_OK && j < sp.n_order; j++)
-        if (sp.count[sp.order[j]] > 1) ctx->mem->checkpoint(ctx->mem, sp.order[j]);
+        if (sp.count[sp.order[j]] > 1 && sp.count[sp.order[j]] > ctx->spec_window + (ctx->spec_window > 0))
+            ctx->mem->checkpoint(ctx->mem, sp.order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
         for (int32_t j = 0; j < sp.n_order; j++) ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);
@@ -343,6 +345,14 @@ tk_status tk_context_set_keep_tail(tk_context * ctx, int32_t n) {
     if (n < 0 || n >= ctx->params.n_ubatch)
         return TK_FAIL(TK_ERR_INVALID, "keep_tail = %d must be in [0, n_ubatch = %d)", n, ctx->params.n_ubatch);
     ctx->n_keep_tail = n;
+    return TK_OK;
+}
+
+tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k) {
+    if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
+    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    if (ctx->mem->set_spec_window) TK_CHECK(ctx->mem->set_spec_window(ctx->mem, k));
+    ctx->spec_window = k;
     return TK_OK;
 }
 

@@ -116,6 +116,11 @@ void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *=
  * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */
 void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* speculative window: before the conv of row s (n_tok rows of x) runs, write the snapshots
+ * of its window piece k ([channels, d_conv-1], oldest first) after each token that keeps
+ * one (tk_rs_snap): the last d_conv-1 columns of (state, x[0..i]); no-op without a window */
+void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,
+                     int32_t channels, int32_t d_conv);
 /* the same causal conv without the SiLU (LFM2's short conv) */
 void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);

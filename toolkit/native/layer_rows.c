@@ -85,3 +85,19 @@ void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
     conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 0};
     tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
 }
+
+void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,
+                     int32_t channels, int32_t d_conv) {
+    const int32_t ns = d_conv - 1;
+    const float * state = rv->piece[k] + (size_t) rv->ub_cells[s] * rv->piece_n[k];
+    for (int32_t i = 0; i < n_tok; i++) {
+        float * snap = tk_rs_snap(rv, k, s, n_tok, i);
+        if (!snap) continue;
+        /* window after token i: entries i + 1 .. i + ns of (state[0..ns), x[0..n_tok)) */
+        for (int32_t c = 0; c < channels; c++)
+            for (int32_t j = 0; j < ns; j++) {
+                const int32_t e = i + 1 + j;
+                snap[(int64_t) c * ns + j] = e < ns ? state[(int64_t) c * ns + e] : x[(int64_t) (e - ns) * x_stride + c];
+            }
+    }
+}

@@ -20,6 +20,7 @@
 
 #define TK_MAX_SEQ 64
 #define TK_RS_MAX_PIECES 4     /* recurrent pieces per layer */
+#define TK_MAX_UB_SNAP 257     /* tokens of a ubatch row that keeps snapshots: speculative window k + 1 <= 257 */
 
 /* One micro-batch: n_seqs sequences x n_seq_tokens tokens, token t = s*n_seq_tokens + i. */
 typedef struct {
@@ -48,7 +49,28 @@ typedef struct {
     size_t piece_n[TK_RS_MAX_PIECES];   /* floats per cell */
     int32_t n_pieces;
     const int32_t * ub_cells;  /* [n_seqs of the ubatch] */
+    /* speculative window (tk_context_set_spec_window, memory_rs.c): the ring of piece k,
+     * [n_seq_max * (K+1), piece_n[k]] (NULL: no window), and the ring row that keeps the
+     * state after ubatch token t = s * n_seq_tokens + i, or -1 (see tk_rs_snap) */
+    float * snap[TK_RS_MAX_PIECES];
+    const int32_t * snap_row;  /* [n_tokens of the ubatch] */
 } tk_rs_view;
+
+/* Where a recurrent kind copies piece k of ubatch row s's state after that row's token i
+ * (the whole piece of one cell, at the offsets the live piece uses), or NULL when no
+ * snapshot is kept for that token.  A row with any snapshot takes the token-by-token
+ * recurrence (its bits equal n one-token steps), never a chunked form. */
+static inline float * tk_rs_snap(const tk_rs_view * v, int k, int32_t s, int32_t n_seq_tokens, int32_t i) {
+    if (!v->snap[k] || !v->snap_row) return NULL;
+    const int32_t r = v->snap_row[s * n_seq_tokens + i];
+    return r < 0 ? NULL : v->snap[k] + (size_t) r * v->piece_n[k];
+}
+/* does row s keep any snapshot in this ubatch? */
+static inline int tk_rs_snaps_row(const tk_rs_view * v, int32_t s, int32_t n_seq_tokens) {
+    for (int32_t i = 0; v->snap[0] && v->snap_row && i < n_seq_tokens; i++)
+        if (v->snap_row[s * n_seq_tokens + i] >= 0) return 1;
+    return 0;
+}
 
 /* A piece's description (given by the layer kind). */
 typedef struct {
@@ -116,6 +138,11 @@ struct tk_memory {
     tk_status (*state_read)(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd);
     tk_status (*state_read_end)(tk_memory * m, const tk_state_rd * rd);
     size_t   (*state_tmp_floats)(tk_memory * m);   /* scratch floats state_write/read need */
+    /* speculative window: keep per sequence the states after its last k + 1 tokens decoded
+     * in ubatch rows of at most k + 1 tokens (0: off); seq_rm(seq, p, -1) with the state at
+     * p - 1 kept restores it (memory_rs.c).  NULL: a memory without recurrent state (a KV
+     * cache rolls back without snapshots) */
+    tk_status (*set_spec_window)(tk_memory * m, int32_t k);
 };
 
 /* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of

@@ -127,6 +127,9 @@ static size_t hy_state_tmp_floats(tk_memory * m) {
     return a > b ? a : b;
 }
 
+/* the speculative window is the recurrent child's; a KV cache rolls back without one */
+static tk_status hy_set_spec_window(tk_memory * m, int32_t k) { return RSM(m)->set_spec_window(RSM(m), k); }
+
 /* a memory without KV / recurrent layers: what asking it for a view answers */
 tk_status tk_memory_no_view_kv(tk_memory * m, int il, tk_kv_view * out) {
     (void) m; (void) out;
@@ -142,7 +145,7 @@ static const tk_memory HY_METHODS = {
     hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min, hy_seq_pos_max, hy_can_fit,
     hy_prepare, hy_free, hy_can_seq_add, hy_seq_add, hy_kv_view, hy_rs_view, hy_set_checkpoints,
     hy_checkpoint, hy_checkpoints, hy_ckpt_next, hy_after_ubatch, hy_report, hy_state_write, hy_state_read,
-    hy_state_read_end, hy_state_tmp_floats,
+    hy_state_read_end, hy_state_tmp_floats, hy_set_spec_window,
 };
 
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out) {

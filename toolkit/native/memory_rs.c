@@ -28,6 +28,17 @@
  * snapshot whose removal leaves the smallest gap between its neighbours (the previous one
  * and the new one) is replaced, ties the oldest: the kept ones stay spread over the history.
  * ref: llama.cpp src/llama-memory-recurrent.{h,cpp} (cells, tails, copy on write).
+ *
+ * Speculative window (rs_set_spec_window, k > 0; ref: llama.cpp n_rs_seq, "allow partial
+ * seq_rm for GDN models for speculative decoding", here for every recurrent kind): a ring of
+ * k + 1 rows per sequence and per (layer, piece), row seq * (k + 1) + pos % (k + 1) holding
+ * the piece after the token at pos, ring_pos[row] that position (-1: none).  prepare marks
+ * the rows a ubatch writes: every token of a row of at most k + 1 tokens (a verify batch;
+ * a longer row, such as a prompt, keeps none); the layer kinds copy their pieces there as
+ * they step through the tokens (tk_rs_snap, memory.h).  seq_rm(seq, p, end) with the state
+ * after p - 1 in the ring copies it back into the sequence's cell: the state is then exactly
+ * the one a run that never saw the tokens >= p has.  Entries after it go; so do all of a
+ * sequence's entries when it is dropped, shifted (seq_add) or read from a state blob.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +63,12 @@ typedef struct {
     size_t  cell_n;            /* floats of one whole state, all recurrent layers' pieces */
     int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
     float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
+    /* speculative window (appended; see the file comment) */
+    int32_t n_snap;            /* ring rows per sequence: k + 1, 0 = off */
+    float * (*ring)[TK_RS_MAX_PIECES];   /* [n_layer] -> [n_cells * n_snap, piece n] */
+    int32_t * ring_pos;        /* [n_cells * n_snap] position whose state the row holds, -1 = none */
+    int32_t * snap_row;        /* [snap_cap] ring row of each token of the current ubatch, -1 = none */
+    int32_t snap_cap;
 } tk_memory_rs;
 
 static tk_memory_rs * RS(tk_memory * m) { return (tk_memory_rs *) m; }
@@ -194,6 +211,62 @@ static tk_status rs_set_checkpoints(tk_memory * m, int32_t n_ckpt, int32_t every
     return TK_OK;
 }
 
+/* ---- speculative window: the snapshot ring ----------------------------------------------- */
+
+static void ring_drop_from(tk_memory_rs * rs, int32_t seq, int32_t p) {
+    for (int32_t j = 0; j < rs->n_snap; j++) {
+        int32_t * q = &rs->ring_pos[(size_t) seq * rs->n_snap + j];
+        if (*q >= p) *q = -1;
+    }
+}
+
+/* ring row of seq holding the state after position p, or -1 */
+static int32_t ring_find(const tk_memory_rs * rs, int32_t seq, int32_t p) {
+    if (rs->n_snap <= 0 || p < 0) return -1;
+    const int32_t r = seq * rs->n_snap + p % rs->n_snap;
+    return rs->ring_pos[r] == p ? r : -1;
+}
+
+/* ring row r -> cell c */
+static void ring_restore(tk_memory_rs * rs, int32_t r, int32_t c) {
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++)
+            memcpy(piece_at(rs, l, k, c), rs->ring[l][k] + (size_t) r * rs->piece[l][k].n, rs->piece[l][k].n * sizeof(float));
+}
+
+static void ring_free(tk_memory_rs * rs) {
+    if (rs->ring)
+        for (int32_t l = 0; l < rs->n_layer; l++)
+            for (int32_t k = 0; k < TK_RS_MAX_PIECES; k++) free(rs->ring[l][k]);
+    free(rs->ring);
+    free(rs->ring_pos);
+    rs->ring = NULL;
+    rs->ring_pos = NULL;
+    rs->n_snap = 0;
+}
+
+static tk_status rs_set_spec_window(tk_memory * m, int32_t k) {
+    tk_memory_rs * rs = RS(m);
+    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    ring_free(rs);
+    if (k == 0) return TK_OK;
+    const size_t rows = (size_t) rs->n_cells * (size_t) (k + 1);
+    rs->ring = calloc((size_t) rs->n_layer, sizeof *rs->ring);
+    rs->ring_pos = malloc(rows * sizeof(int32_t));
+    int ok = rs->ring && rs->ring_pos;
+    for (int32_t l = 0; ok && l < rs->n_layer; l++)
+        for (int32_t j = 0; ok && j < rs->n_pieces[l]; j++)
+            ok = (rs->ring[l][j] = malloc(rows * rs->piece[l][j].n * sizeof(float) + 1)) != NULL;
+    if (!ok) {
+        ring_free(rs);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory for a speculative window of %d tokens (%zu bytes per sequence)", k,
+                       (size_t) (k + 1) * rs->cell_n * sizeof(float));
+    }
+    for (size_t i = 0; i < rows; i++) rs->ring_pos[i] = -1;
+    rs->n_snap = k + 1;
+    return TK_OK;
+}
+
 /* ---- the tk_memory interface -------------------------------------------------------------- */
 
 static void cell_release(tk_memory_rs * rs, int32_t seq) {
@@ -203,6 +276,7 @@ static void cell_release(tk_memory_rs * rs, int32_t seq) {
     if (!rs->seqs[c]) { rs->pos[c] = -1; cell_zero(rs, c); }
     rs->tail[seq] = -1;
     rs->start[seq] = -1;
+    if (rs->n_snap > 0) ring_drop_from(rs, seq, 0);
 }
 
 /* the whole sequence goes: state zeroed (when no other sequence shares it), snapshots dropped */
@@ -217,6 +291,7 @@ static void rs_clear(tk_memory * m) {
     for (int32_t s = 0; s < TK_MAX_SEQ; s++) { rs->tail[s] = -1; rs->start[s] = -1; }
     if (rs->n_ckpt > 0)
         for (size_t i = 0; i < (size_t) rs->n_cells * rs->n_ckpt; i++) rs->ckpt_pos[i] = -1;
+    for (size_t i = 0; i < (size_t) rs->n_cells * rs->n_snap; i++) rs->ring_pos[i] = -1;
 }
 
 /* Allowed: a range that misses the state (p0 > its position), a range that ends at or before
@@ -239,6 +314,7 @@ static bool rs_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     if (p0 >= p1 || p0 > cpos) return true;        /* nothing of this state in range */
     if (p1 <= cpos) return true;                   /* a middle range: the state stays (context shift) */
     if (p0 <= rs->start[seq]) return true;         /* whole state */
+    if (ring_find(rs, seq, p0 - 1) >= 0) return true;   /* speculative window: exact rollback */
     return rs->n_ckpt > 0 && ckpt_before(rs, seq, p0) >= 0;
 }
 
@@ -252,9 +328,25 @@ static void seq_rm_one(tk_memory_rs * rs, int32_t seq, int32_t p0, int32_t p1) {
     int32_t c = rs->tail[seq];
     if (c < 0 || p0 >= p1 || p0 > rs->pos[c] || p1 <= rs->pos[c]) {   /* the state stays */
         if (rs->n_ckpt > 0) ckpt_drop_range(rs, seq, p0, p1);
+        if (c >= 0 && rs->n_snap > 0 && p0 < p1 && p0 <= rs->pos[c]) ring_drop_from(rs, seq, p0);
         return;
     }
     if (p0 <= rs->start[seq]) { seq_drop(rs, seq); return; }
+    const int32_t r = ring_find(rs, seq, p0 - 1);
+    if (r >= 0) {              /* speculative window: the state after p0 - 1, exactly */
+        if (popcount64(rs->seqs[c]) > 1) {
+            const int32_t nc = free_cell(rs);
+            if (nc < 0) return;
+            rs->seqs[c] &= ~(UINT64_C(1) << seq);
+            rs->seqs[nc] = UINT64_C(1) << seq;
+            rs->tail[seq] = c = nc;
+        }
+        ring_restore(rs, r, c);
+        rs->pos[c] = p0 - 1;
+        ring_drop_from(rs, seq, p0);
+        if (rs->n_ckpt > 0) ckpt_drop_from(rs, seq, p0);
+        return;
+    }
     const int32_t j = ckpt_before(rs, seq, p0);  /* exists: can_seq_rm said so */
     if (j < 0) return;
     if (popcount64(rs->seqs[c]) > 1) {          /* shared: restore into a private cell */
@@ -296,6 +388,14 @@ static void rs_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32
     if (rs->n_ckpt > 0) {      /* dst can roll back as far as src */
         memcpy(ck_pos(rs, dst), ck_pos(rs, src), (size_t) rs->n_ckpt * sizeof(int32_t));
         memcpy(ck_data(rs, dst, 0), ck_data(rs, src, 0), (size_t) rs->n_ckpt * rs->cell_n * sizeof(float));
+    }
+    if (rs->n_snap > 0) {      /* and within the speculative window */
+        const size_t n = (size_t) rs->n_snap;
+        memcpy(rs->ring_pos + (size_t) dst * n, rs->ring_pos + (size_t) src * n, n * sizeof(int32_t));
+        for (int32_t l = 0; l < rs->n_layer; l++)
+            for (int32_t k = 0; k < rs->n_pieces[l]; k++)
+                memcpy(rs->ring[l][k] + (size_t) dst * n * rs->piece[l][k].n, rs->ring[l][k] + (size_t) src * n * rs->piece[l][k].n,
+                       n * rs->piece[l][k].n * sizeof(float));
     }
 }
 
@@ -343,6 +443,7 @@ static void rs_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     if (p1 < 0) p1 = INT32_MAX;
     const int32_t c = rs->tail[seq];
     if (add_misses(rs, seq, c, p0, p1, delta)) return;
+    if (rs->n_snap > 0) ring_drop_from(rs, seq, 0);   /* the ring is keyed by position */
     if (popcount64(rs->seqs[c]) > 1) {          /* shared: the other sequences keep their numbering */
         const int32_t nc = free_cell(rs);
         if (nc < 0) return;
@@ -373,6 +474,22 @@ static tk_status rs_can_fit(tk_memory * m, int32_t n_tokens) {
  * copy when its state is shared.  pos of the cell = last position of the ubatch. */
 static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
     tk_memory_rs * rs = RS(m);
+    if (rs->n_snap > 0) {      /* the ring rows this ubatch writes: rows of at most k + 1 tokens */
+        if (ub->n_tokens > rs->snap_cap) {
+            int32_t * p = realloc(rs->snap_row, (size_t) ub->n_tokens * sizeof(int32_t));
+            if (!p) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+            rs->snap_row = p;
+            rs->snap_cap = ub->n_tokens;
+        }
+        for (int32_t s = 0; s < ub->n_seqs; s++)
+            for (int32_t i = 0; i < ub->n_seq_tokens; i++) {
+                const int32_t t = s * ub->n_seq_tokens + i, pos = ub->pos[t];
+                rs->snap_row[t] = -1;
+                if (ub->n_seq_tokens > rs->n_snap) continue;
+                rs->snap_row[t] = ub->seq[s] * rs->n_snap + pos % rs->n_snap;
+                rs->ring_pos[rs->snap_row[t]] = pos;
+            }
+    }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t seq = ub->seq[s];
         int32_t c = rs->tail[seq];
@@ -417,6 +534,10 @@ static tk_status rs_view(tk_memory * m, int il, tk_rs_view * out) {
         out->piece_n[k] = rs->piece[il][k].n;
     }
     out->ub_cells = rs->ub_cells;
+    if (rs->n_snap > 0) {
+        for (int32_t k = 0; k < out->n_pieces; k++) out->snap[k] = rs->ring[il][k];
+        out->snap_row = rs->snap_row;
+    }
     return TK_OK;
 }
 
@@ -424,6 +545,7 @@ static void rs_report(tk_memory * m, tk_memory_report * r) {
     const tk_memory_rs * rs = RS(m);
     r->recurrent_bytes += (uint64_t) rs->n_cells * rs->cell_n * sizeof(float);
     r->checkpoint_bytes += (uint64_t) rs->n_cells * (uint64_t) rs->n_ckpt * rs->cell_n * sizeof(float);
+    r->draft_bytes += (uint64_t) rs->n_cells * (uint64_t) rs->n_snap * rs->cell_n * sizeof(float);
 }
 
 /* ---- state: sections RS and CKPT (layout in state.c) ---------------------------------------- */
@@ -500,6 +622,7 @@ static tk_status rs_read_states(tk_memory_rs * rs, tk_rbuf * q, tk_state_rd * rd
             rs->seqs[c] = set;
             rs->pos[c] = pos;
             for (int32_t s = 0; s < rd->n_seq; s++) if (set >> s & 1) { rs->tail[s] = c; rs->start[s] = first; }
+            for (int32_t s = 0; s < rd->n_seq && rs->n_snap > 0; s++) if (set >> s & 1) ring_drop_from(rs, s, 0);
             memcpy(rd->tmp, q->p + q->off, rs->cell_n * sizeof(float));   /* the blob may be unaligned */
             cell_unpack(rs, c, rd->tmp);
         }
@@ -572,6 +695,8 @@ static void rs_free(tk_memory * m) {
     free(rs->ub_cells);
     free(rs->ckpt_pos);
     free(rs->ckpt);
+    ring_free(rs);
+    free(rs->snap_row);
     free(rs);
 }
 
@@ -579,7 +704,7 @@ static const tk_memory RS_METHODS = {
     rs_clear, rs_can_seq_rm, rs_seq_rm, rs_seq_cp, rs_seq_keep, rs_seq_pos_min, rs_seq_pos_max, rs_can_fit,
     rs_prepare, rs_free, rs_can_seq_add, rs_seq_add, tk_memory_no_view_kv, rs_view, rs_set_checkpoints,
     rs_checkpoint, rs_checkpoints, rs_ckpt_next, rs_after_ubatch, rs_report, rs_state_write, rs_state_read,
-    rs_state_read_end, rs_state_tmp_floats,
+    rs_state_read_end, rs_state_tmp_floats, rs_set_spec_window,
 };
 
 /* the pieces of each recurrent layer, as its kind names them, zeroed */

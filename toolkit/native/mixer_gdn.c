@@ -31,6 +31,7 @@
  *      build_layer_attn_linear.
  */
 #include <math.h>
+#include <string.h>
 
 #include "layer.h"
 
@@ -174,7 +175,18 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
                                 S,
                                 j->ctx->y + t0 * hp->d_inner + (int64_t) h * Dv, hp->d_inner,
                                 work};
-        tk_gdn_run(&hd);
+        if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_gdn_run(&hd); continue; }
+        /* speculative window: one token at a time (the recurrence's bits do not depend on
+         * the split), the head's S copied after each token that keeps a snapshot */
+        for (int32_t i = 0; i < nst; i++) {
+            tk_gdn_head h1 = hd;
+            h1.n_tok = 1;
+            h1.q += i * hd.q_stride; h1.k += i * hd.k_stride; h1.v += i * hd.v_stride;
+            h1.g += i * hd.gb_stride; h1.beta += i * hd.gb_stride; h1.o += i * hd.o_stride;
+            tk_gdn_recurrent(&h1);
+            float * snap = tk_rs_snap(&j->rv, 1, s, nst, i);
+            if (snap) memcpy(snap + (size_t) h * Dk * Dv, S, (size_t) Dk * Dv * sizeof(float));
+        }
     }
 }
 
@@ -222,9 +234,11 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
         pj.grouped_ba = 0;
     }
     /* causal conv + SiLU per sequence row, its window carried in the "conv" piece */
-    for (int32_t s = 0; s < ub->n_seqs; s++)
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * C, C, nst, C, K);
         tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->xc + (int64_t) s * nst * C, C);
+    }
     tk_par_rows(ctx->pool, U, C, gdn_prep_rows, &pj);
 
     /* the delta rule per (sequence, v-head), heads over the threads */

@@ -94,6 +94,7 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
+        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
         tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
                      rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->xc + (int64_t) s * nst * DI, DI);
     }
@@ -112,6 +113,8 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
             const float * xd = ctx->xdbl + t * XD;
             tk_ssm_scan_mamba1(state, ctx->xc + t * DI, ctx->dt + t * DI, l->ssm_a, xd + R, xd + R + N, l->ssm_d,
                                ctx->zx + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
+            float * snap = tk_rs_snap(&rv, 1, s, nst, i);   /* speculative window */
+            if (snap) memcpy(snap, state, rv.piece_n[1] * sizeof(float));
         }
     }
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);

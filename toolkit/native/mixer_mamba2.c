@@ -111,6 +111,7 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
+        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K);
         tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
                      rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->xc + (int64_t) s * nst * CD, CD);
     }
@@ -127,6 +128,13 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
         const int64_t t = (int64_t) s * nst;
+        if (tk_rs_snaps_row(&rv, s, nst)) {   /* speculative window: the recurrence, a snapshot per token */
+            float * snap[TK_MAX_UB_SNAP];
+            for (int32_t i = 0; i < nst && i < TK_MAX_UB_SNAP; i++) snap[i] = tk_rs_snap(&rv, 1, s, nst, i);
+            TK_CHECK(tk_ssm_mamba2_run_snap(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
+                                            l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, snap));
+            continue;
+        }
         TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
                                    l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->ssd_ws, ctx->ssd_ws_bytes));
     }

@@ -75,6 +75,7 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
     }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int64_t t0 = (int64_t) s * nst;
+        tk_rs_snap_conv(&rv, 0, s, ctx->xc + t0 * D, D, nst, D, K);
         tk_conv_rows(ctx, ctx->xc + t0 * D, D, nst, D, K, l->ssm_conv1d, NULL,
                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->y + t0 * D, D);
     }

@@ -236,6 +236,7 @@ typedef struct {
     int32_t n_tok, H, P, N, G, DI;
     float * y;
     int level;                 /* tk_cpu_level() */
+    float * const * snap;      /* [n_tok] NULL, or per token the whole state's snapshot (or NULL) */
 } m2_job;
 
 /* Pool task: heads [h0, h1), each through the whole run token by token. */
@@ -252,6 +253,7 @@ static void m2_heads(void * arg, int64_t h0, int64_t h1, int thread) {
             m2_head_step(j->level, sh, xt + (int64_t) h * P, dth, expf(dth * j->A[h]), xt + j->DI + (int64_t) g * N,
                          xt + j->DI + (int64_t) j->G * N + (int64_t) g * N, j->D[h], P, N,
                          j->y + t * j->y_stride + (int64_t) h * P);
+            if (j->snap && j->snap[t]) memcpy(j->snap[t] + (int64_t) h * P * N, sh, (size_t) P * N * sizeof(float));
         }
     }
 }
@@ -269,6 +271,21 @@ tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_
                            y_stride, ws, ws_bytes);
     m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
                 n_head * head_dim, y, tk_cpu_level()};
+    tk_pool_run(pool, n_head, m2_heads, &j);
+    return TK_OK;
+}
+
+/* The recurrence over the run (never the SSD), copying the state after token t into snap[t]
+ * when that is not NULL (the speculative window; memory_rs.c).  Same bits as
+ * tk_ssm_mamba2_run's recurrence. */
+tk_status tk_ssm_mamba2_run_snap(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                                 int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                                 int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride,
+                                 float * const * snap) {
+    if (n_tok <= 0) return TK_OK;
+    if ((int64_t) n_tok * n_head * head_dim * d_state < 32768) pool = NULL;
+    m2_job j = {s, xBC, dt, A, D, xbc_stride, dt_stride, y_stride, n_tok, n_head, head_dim, d_state, n_group,
+                n_head * head_dim, y, tk_cpu_level(), snap};
     tk_pool_run(pool, n_head, m2_heads, &j);
     return TK_OK;
 }

@@ -148,6 +148,11 @@ tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_
                             int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                             int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
                             size_t ws_bytes);
+/* the same recurrence, never the SSD, with snap[t] (when not NULL) the state after token t (ssm.c) */
+tk_status tk_ssm_mamba2_run_snap(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
+                                 int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
+                                 int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride,
+                                 float * const * snap);
 /* ---- ssd.c ---- */
 /* Bytes of SSD workspace for runs of up to n_tok tokens on n_threads threads (0 if a size is <= 0). */
 size_t tk_ssd_workspace_bytes(int32_t n_tok, int32_t n_head, int32_t head_dim, int32_t d_state, int32_t n_group,
@@ -199,6 +204,7 @@ struct tk_context {
     int32_t n_keep_tail;       /* split rule: the last n tokens of a sequence in a batch share a ubatch (0: none; context.c) */
     int32_t n_trace;           /* ubatches of the last tk_decode */
     int32_t trace[TK_TRACE_MAX][2];   /* [min(n_trace, TK_TRACE_MAX)] their n_seqs, n_seq_tokens */
+    int32_t spec_window;       /* speculative window k (tk_context_set_spec_window; 0: off) */
 };
 
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);

@@ -247,6 +247,7 @@ typedef struct {
     uint64_t recurrent_bytes;  /* conv + SSM states of the recurrent layers, n_seq_max cells */
     uint64_t checkpoint_bytes; /* n_seq_max x checkpoints x one state */
     uint64_t compute_bytes;    /* float scratch of the forward pass */
+    uint64_t draft_bytes;      /* speculative window: n_seq_max x (K+1) x one state (tk_context_set_spec_window) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
 
@@ -256,6 +257,19 @@ tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
 tk_status tk_state_size(tk_context * ctx, int32_t seq, uint64_t * size);
 tk_status tk_state_write(tk_context * ctx, int32_t seq, uint8_t * buf, uint64_t cap, uint64_t * written);
 tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint64_t size);
+/* Speculative decoding (partial rollback of recurrent state): with k > 0 the recurrent
+ * cache keeps, per sequence, a snapshot of every recurrent piece after each of the last
+ * k + 1 tokens decoded in ubatch rows of at most k + 1 tokens (a verify batch; a longer
+ * run, such as a prompt, keeps none), in a ring of k + 1 slots per sequence (n_seq_max x
+ * (k + 1) x one state, the report's draft_bytes).  tk_memory_seq_rm(seq, p, -1) with the
+ * state after position p - 1 in the ring then restores it exactly (no re-feed: seq_pos_max
+ * is p - 1) and drops the KV cells >= p; a p whose state is not kept falls back to the
+ * checkpoints, else is refused as before.  Rows that keep snapshots run the token-by-token
+ * recurrence (the same bits as one-token decodes).  The ring is not part of state blobs:
+ * reading one, a context shift (seq_add) or a removal inside the history drops the ring of
+ * the sequences it touches.  k = 0 frees it; TK_ERR_INVALID unless 0 <= k <= 256.  A model
+ * without recurrent layers accepts any k and keeps nothing. */
+tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
 /* ==== end memory hierarchy ==== */
 
 /* CDEF-END */

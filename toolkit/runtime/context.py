@@ -104,6 +104,21 @@ class Memory:
             return None
         return self.seq_pos_max(seq_id) + 1
 
+    def set_draft_window(self, k: int) -> None:
+        """Speculative decoding's partial rollback (ref: llama.cpp ``n_rs_seq``): keep, per
+        sequence, the recurrent state after each of its last ``k + 1`` tokens decoded in a
+        call of at most ``k + 1`` tokens for it (a verify batch), so that
+        ``seq_rm(seq, p, -1)`` with ``p - 1`` among them restores exactly the state after
+        ``p - 1`` (the KV cells >= p go) and :meth:`rollback` returns ``p``.  0 frees the
+        ring.  Bytes: n_seq_max x (k + 1) x one recurrent state (``draft`` in
+        :meth:`Context.memory_report`).  The ring is not saved in state blobs.
+
+        Raises:
+            NativeError: ``k`` outside [0, 256]; ResourceError: out of memory.
+        """
+        check(lib.tk_context_set_spec_window(self._ctx.ptr, int(k)), "draft window")
+        self._ctx.draft_window = int(k)
+
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> bool:
         """Shift positions [p0, p1) of ``seq_id`` by ``delta``: KV cells move and their cached
         K is re-rotated in the model's RoPE mode (NORM / NEOX, partial rotary); a recurrent state
@@ -149,6 +164,7 @@ class Context(NativeHandle):
         self.n_ctx, self.n_seq_max, self.n_ubatch = int(n_ctx), int(n_seq_max), int(n_ubatch)
         self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
         self._ptr = ffi.NULL
+        self.draft_window = 0
         _check_int32(model, n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
         p = ffi.new("tk_context_params *")
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = self.n_ctx, self.n_seq_max, self.n_ubatch, self.n_threads
@@ -200,12 +216,13 @@ class Context(NativeHandle):
 
     def memory_report(self) -> dict[str, int]:
         """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
-        ``checkpoints``, ``compute`` (scratch); ``weights`` is the model's tensor bytes."""
+        ``checkpoints``, ``compute`` (scratch), ``draft`` (the speculative window's ring,
+        :meth:`Memory.set_draft_window`); ``weights`` is the model's tensor bytes."""
         r = ffi.new("tk_memory_report *")
         check(lib.tk_context_memory(self.ptr, r), "memory report")
         return {"weights": int(sum(t.nbytes for t in self.model.gguf)), "kv": int(r.kv_bytes),
                 "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
-                "compute": int(r.compute_bytes)}
+                "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
 
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:

@@ -1,0 +1,111 @@
+"""Speculative decoding's partial rollback (Memory.set_draft_window; memory_rs.c's ring).
+
+- after a verify batch of K+1 tokens, seq_rm(seq, p, -1) inside the window restores the state
+  after p - 1 exactly: the sequence's state blob (recurrent state + KV cells) is byte-identical
+  to that of a run that never saw the rejected tokens, on every recurrent kind the runtime has
+  (Mamba-1, Mamba-2, GDN, short conv, parallel, Zamba2), at every rollback point of the window
+- several sequences in one batch, one rejecting while the others accept
+- outside the window the removal is refused as before (nothing changes); seq_cp carries the
+  ring; the memory report counts it
+Models: converted at test time from tests/fixtures/hf/* (F32).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit.runtime import Context, Model
+
+pytestmark = pytest.mark.native
+
+# one fixture per recurrent layer kind (and the hybrids that mix them with attention)
+FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "qwen3next-tiny",
+            "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny"]
+K = 4
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def model(request, hf_f32):
+    m = Model(hf_f32(request.param))
+    yield m
+    m.close()
+
+
+def toks(model, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, min(model.n_vocab, 512), n).astype(np.int32)
+
+
+def reference_state(model, prefix, accepted, n_seq=1, seq=0) -> bytes:
+    """The state blob of `seq` after the prefix as one call and the accepted tokens one at a time."""
+    with Context(model, n_ctx=128, n_seq_max=n_seq, n_ubatch=32) as ctx:
+        ctx.decode(prefix, seq_id=seq, logits="none")
+        for t in accepted:
+            ctx.decode([t], seq_id=seq, logits="none")
+        return ctx.state_bytes(seq)
+
+
+def test_rollback_at_every_point_of_the_window_is_bit_identical(model):
+    prefix, verify = toks(model, 11, 1), toks(model, K + 1, 2)
+    with Context(model, n_ctx=128, n_ubatch=32) as ctx:
+        ctx.memory.set_draft_window(K)
+        ctx.decode(prefix, logits="none")
+        blob0 = ctx.state_bytes(0)
+        for n_keep in range(K + 1, 0, -1):          # keep 5, 4, ... 1 of the verify batch
+            ctx.load_state(blob0, 0)                # the ring is not in blobs: verify again
+            logits = ctx.decode(verify, logits="all")
+            assert logits.shape == (K + 1, model.n_vocab)
+            p = len(prefix) + n_keep
+            assert ctx.memory.rollback(0, p) == p   # exact: nothing to re-feed
+            assert ctx.memory.seq_pos_max(0) == p - 1
+            assert ctx.state_bytes(0) == reference_state(model, prefix, verify[:n_keep]), n_keep
+            # and it goes on as the reference does
+            nxt = ctx.decode(toks(model, 3, 3), logits="all")
+            with Context(model, n_ctx=128, n_ubatch=32) as ref:
+                ref.decode(np.concatenate([prefix, verify[:n_keep]]), logits="none")
+                assert np.array_equal(nxt, ref.decode(toks(model, 3, 3), logits="all"))
+
+
+def test_outside_the_window_is_refused(model):
+    prefix, verify = toks(model, 9, 4), toks(model, K + 1, 5)
+    with Context(model, n_ctx=128, n_ubatch=32) as ctx:
+        ctx.memory.set_draft_window(K)
+        ctx.decode(prefix, logits="none")
+        ctx.decode(verify, logits="none")
+        before = ctx.state_bytes(0)
+        assert not ctx.memory.seq_rm(0, len(prefix), -1)   # state after len(prefix)-1: a prompt token
+        assert ctx.state_bytes(0) == before
+        # without a window the same removal inside the verify batch is refused too
+        ctx.memory.set_draft_window(0)
+        assert not ctx.memory.seq_rm(0, len(prefix) + 2, -1)
+        assert ctx.state_bytes(0) == before
+
+
+def test_multi_sequence_one_rejects_others_accept(model):
+    n = 3
+    prefixes = [toks(model, 7 + s, 10 + s) for s in range(n)]
+    verifies = [toks(model, K + 1 - s, 20 + s) for s in range(n)]   # unequal lengths: several ubatches
+    keep = [len(verifies[0]), 1, len(verifies[2])]                   # sequence 1 rejects all its drafts
+    with Context(model, n_ctx=256, n_seq_max=n, n_ubatch=32) as ctx:
+        ctx.memory.set_draft_window(K)
+        ctx.decode_batch([(p, s) for s, p in enumerate(prefixes)], logits="none")
+        ctx.decode_batch([(v, s) for s, v in enumerate(verifies)], logits="all")
+        for s in range(n):
+            p = len(prefixes[s]) + keep[s]
+            assert ctx.memory.rollback(s, p) == p
+        for s in range(n):
+            assert ctx.state_bytes(s) == reference_state(model, prefixes[s], verifies[s][:keep[s]], n, s), s
+
+
+def test_seq_cp_carries_the_window_and_report_counts_it(model):
+    prefix, verify = toks(model, 6, 30), toks(model, K + 1, 31)
+    with Context(model, n_ctx=128, n_seq_max=2, n_ubatch=32) as ctx:
+        assert ctx.memory_report()["draft"] == 0
+        ctx.memory.set_draft_window(K)
+        rep = ctx.memory_report()
+        assert rep["draft"] == 2 * (K + 1) * rep["recurrent"] // 2
+        ctx.decode(prefix, logits="none")
+        ctx.decode(verify, logits="none")
+        ctx.memory.seq_cp(0, 1)
+        assert ctx.memory.rollback(1, len(prefix) + 2) == len(prefix) + 2
+        assert ctx.memory.seq_pos_max(0) == len(prefix) + K       # the source is untouched
+        assert ctx.state_bytes(1) == reference_state(model, prefix, verify[:2])
