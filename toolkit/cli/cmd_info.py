@@ -121,14 +121,15 @@ def info(
     parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) [default: 1]."),
     checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence [default: 4, toolkit run's]."),
     ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) [default: 512]."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run --draft-max): K + 1 recurrent states per sequence [default: 0, none]."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
     given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
-                            ("--ubatch", ubatch)) if v is not None]
+                            ("--ubatch", ubatch), ("--draft-max", draft_max)) if v is not None]
     if memory:
         _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
-                4 if checkpoints is None else checkpoints, 512 if ubatch is None else ubatch)
+                4 if checkpoints is None else checkpoints, 512 if ubatch is None else ubatch, draft_max or 0)
         return
     if given:
         from toolkit.errors import InputError
@@ -194,7 +195,7 @@ def info(
         out.print(tt)
 
 
-def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int) -> None:
+def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0) -> None:
     """`info --memory`: the bytes by kind of toolkit.runtime.memory.estimate (allocates nothing)."""
     from toolkit.arch import HParams
     from toolkit.errors import InputError
@@ -205,13 +206,14 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
     bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
                                (n_ckpt >= 0, f"--checkpoints {n_ckpt}: must be >= 0"),
-                               (n_ubatch > 0, f"--ubatch {n_ubatch}: must be > 0")) if not ok]
+                               (n_ubatch > 0, f"--ubatch {n_ubatch}: must be > 0"),
+                               (0 <= n_draft <= 256, f"--draft-max {n_draft}: must be in [0, 256]")) if not ok]
     if bad:   # only the failing flags
         raise InputError("; ".join(bad))
     f = GGUFFile(path)
     hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
     n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
-    r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads())
+    r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads(), n_draft)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
                                "memory": r, "total": sum(r.values())}, indent=1))

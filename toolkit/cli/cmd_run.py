@@ -97,6 +97,11 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the memory report (weights, KV, recurrent state, checkpoints, compute buffers) to stderr, and the context shifts."),
     context_shift: bool = typer.Option(False, "--context-shift/--no-context-shift", help="When the context is full, drop half of the tokens after --keep and go on (llama-cli's --context-shift)."),
     keep: int = typer.Option(0, "--keep", help="Prompt tokens a context shift keeps (-1: all; a BOS is always kept)."),
+    draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding: draft with this smaller GGUF (same vocabulary); the output is what the model alone gives (greedy: token for token)."),
+    lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding with prompt-lookup drafts: the tokens that followed the context's last n-gram earlier on (no second model; helps most when the output copies the input)."),
+    draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
+    draft_max: int = typer.Option(16, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence)."),
+    draft_min: int = typer.Option(0, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (one token is decoded plainly)."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
     from toolkit.runtime.run import RunOptions
@@ -105,6 +110,7 @@ def run(
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
+    _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min, conversation)
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -123,11 +129,29 @@ def run(
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
                       system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,
+                      draft_model=draft_model, lookup=lookup or draft_ngram is not None,
+                      draft_ngram=3 if draft_ngram is None else draft_ngram, draft_max=draft_max, draft_min=draft_min,
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
         raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose))
     _run_and_render(opts, as_json, display_prompt, verbose)
+
+
+def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max: int, draft_min: int, conversation: bool) -> None:
+    """The speculative flags: ranges, one draft source, the draft file exists (exit 2 otherwise)."""
+    if not 1 <= draft_max <= 256:
+        raise InputError(f"--draft-max must be in [1, 256], got {draft_max}")
+    if draft_min < 0:
+        raise InputError(f"--draft-min must be >= 0, got {draft_min}")
+    if draft_ngram is not None and draft_ngram < 1:
+        raise InputError(f"--draft-ngram must be >= 1, got {draft_ngram}")
+    if draft_model is not None and (lookup or draft_ngram is not None):
+        raise InputError("--draft-model and --lookup/--draft-ngram: choose one draft source")
+    if draft_model is not None and not os.path.isfile(draft_model):
+        raise InputError(f"--draft-model {draft_model}: no such file")
+    if conversation and (draft_model is not None or lookup or draft_ngram is not None):
+        raise InputError("--draft-model / --lookup are not supported with -cnv / toolkit chat yet")
 
 
 def _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:
@@ -263,6 +287,10 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
         err_console.print(f"note: the context is full (--ctx-size {opts.ctx_size}): generation stopped after "
                           f"{len(res.tokens)} tokens", highlight=False, soft_wrap=True)
     err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
+    if r.spec is not None:
+        s = r.spec
+        err_console.print(f"speculative: accepted {s['n_accepted']} of {s['n_drafted']} drafted tokens "
+                          f"({100 * s['acceptance']:.1f}%) in {s['n_verify']} verify calls", highlight=False, soft_wrap=True)
     if res.interrupted:
         raise typer.Exit(130)   # main() prints "interrupted"
 
@@ -294,6 +322,8 @@ def _json_object(opts, r) -> dict:
         obj["probs"] = res.probs
     if opts.context_shift:
         obj["n_shifts"] = res.n_shifts
+    if r.spec is not None:
+        obj["speculative"] = r.spec
     from toolkit.cli.report import common_fields
     obj.update(common_fields(r.architecture))
     return obj

@@ -97,6 +97,13 @@ class _Step:
         self.eog = sorted(tokenizer.eog_ids) if ignore_eos and tokenizer.eog_ids else None
 
     def __call__(self, row: np.ndarray, res: GenerationResult) -> int:
+        row = self.process(row)
+        tok = int(self.sampler.sample_penalized(row))
+        self.commit(row, tok, res)
+        return tok
+
+    def process(self, row: np.ndarray) -> np.ndarray:
+        """The logits the draw sees: EOG masked (ignore_eos), penalties, the grammar's mask."""
         row = np.asarray(row, dtype=np.float32).reshape(-1)
         if self.eog is not None:
             row = row.copy()
@@ -104,13 +111,15 @@ class _Step:
         row = self.sampler.penalize(row)
         if self.grammar is not None:
             row = self.grammar.mask(row)
-        tok = int(self.sampler.sample_penalized(row))
+        return row
+
+    def commit(self, row: np.ndarray, tok: int, res: GenerationResult) -> None:
+        """``tok`` (drawn from the processed ``row``) into the penalty window, the grammar, --n-probs."""
         self.sampler.accept(tok)
         if self.grammar is not None and not self.tokenizer.is_eog(tok):
             self.grammar.accept(tok)
         if self.n_probs > 0:
             res.probs.append(top_probs(row, tok, self.n_probs))
-        return tok
 
 
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,

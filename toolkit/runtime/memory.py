@@ -12,6 +12,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
                net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S; LFM2's short
                conv: d_inner = D channels and d_state = 0, its window alone)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
+  draft        speculative decoding's window (--draft-max K): n_seq_max x (K + 1) x one
+               recurrent state (the snapshot ring of memory_rs.c); shown only when K > 0
   compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c;
                a model with parallel layers also has ctx->mix, D wide),
                plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes),
@@ -35,7 +37,7 @@ def _max_ff(gguf) -> int:
 
 
 def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n_ubatch: int = 512,
-             n_threads: int = 1) -> dict[str, int]:
+             n_threads: int = 1, draft_window: int = 0) -> dict[str, int]:
     """Bytes by kind (see the module docstring) for a context of ``n_ctx`` cells and
     ``n_seq_max`` sequences of the model ``gguf`` (GGUFFile) / ``hp`` (HParams)."""
     from toolkit.arch import LayerKind, arch_spec
@@ -78,6 +80,7 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
+            "draft": int(n_seq_max * (draft_window + 1) * state) if draft_window > 0 else 0,
             "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0)
                            + (_gdn_workspace(hp, n_threads) if has_gdn else 0))}
 
@@ -115,8 +118,9 @@ def _fmt(n: int) -> str:
 def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int) -> str:
     """One line per kind and the total, e.g. ``kv          1.50 MiB  (1572864 bytes)``."""
     lines = [f"memory (n_ctx = {n_ctx}, n_seq_max = {n_seq_max}):"]
-    for k in KINDS:
+    kinds = KINDS + (("draft",) if r.get("draft") else ())
+    for k in kinds:
         lines.append(f"  {k:<12}{_fmt(r[k]):>12}  ({r[k]} bytes)")
-    total = sum(r[k] for k in KINDS)
+    total = sum(r[k] for k in kinds)
     lines.append(f"  {'total':<12}{_fmt(total):>12}  ({total} bytes)")
     return "\n".join(lines)

@@ -56,6 +56,10 @@ class RunOptions:
                       and go on (llama-cli --context-shift; toolkit.runtime.shift)
     keep:             prompt tokens the shift keeps (llama-cli --keep: -1 or more than the
                       prompt = the whole prompt; else keep + 1 when the model adds a BOS)
+    draft_model:      speculative decoding with this GGUF as the draft (same vocabulary), or None
+    lookup:           speculative decoding with prompt-lookup drafts (n-grams of the context)
+    draft_ngram:      the longest n-gram a lookup draft matches (toolkit.runtime.speculative)
+    draft_max, draft_min: tokens drafted per step at most / at least (a shorter draft is not sent)
     ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
@@ -80,6 +84,11 @@ class RunOptions:
     json_schema: str | None = None
     context_shift: bool = False
     keep: int = 0
+    draft_model: str | None = None
+    lookup: bool = False
+    draft_ngram: int = 3
+    draft_max: int = 16
+    draft_min: int = 0
 
 
 @dataclass
@@ -103,6 +112,7 @@ class RunResult:
     n_reused: int = 0
     session_note: str = ""
     architecture: str = ""
+    spec: dict | None = None
 
 
 def parse_token_ids(spec: str, n_vocab: int) -> list[int]:
@@ -230,6 +240,41 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
         return _run(opts, on_text, on_prompt, on_report)
 
 
+def _speculative(opts: RunOptions, m: Model, ctx, tok: Tokenizer, prompt_ids, sampler, grammar, on_text, on_report,
+                 n_reused: int) -> GenerationResult:
+    """generate_speculative with the drafter ``opts`` asks for (toolkit.runtime.speculative)."""
+    from toolkit.runtime.speculative import DraftModel, PromptLookup, check_same_vocab, generate_speculative
+    from toolkit.runtime.memory import format_report
+
+    if opts.context_shift:
+        raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
+    ctx.memory.set_draft_window(opts.draft_max)
+    if on_report is not None:
+        on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
+    drafter, dm = None, None
+    try:
+        if opts.draft_model is not None:
+            dm = Model(opts.draft_model, n_threads=opts.threads)
+            check_same_vocab(tok, Tokenizer.from_gguf(dm.gguf), opts.draft_model)
+            dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
+                           n_checkpoints=1)
+            dctx.memory.set_draft_window(opts.draft_max)
+            if on_report is not None:
+                on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
+            drafter = DraftModel(dctx, opts.sampling, sampler.seed)
+        else:
+            drafter = PromptLookup(opts.draft_ngram)
+        return generate_speculative(ctx, tok, prompt_ids, opts.n_predict, sampler, drafter, on_text=on_text,
+                                    draft_max=opts.draft_max, draft_min=opts.draft_min, n_reused=n_reused,
+                                    split_last=opts.session is not None, prompt_logits=opts.logits_out is not None,
+                                    ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
+    finally:
+        if drafter is not None:
+            drafter.close()
+        if dm is not None:
+            dm.close()
+
+
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     """The body of :func:`run`, in a deferred-interrupt scope."""
     m = Model(opts.model, n_threads=opts.threads)
@@ -253,13 +298,17 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         if on_prompt is not None:
             on_prompt(tok.decode(prompt_ids) if opts.tokens is None
                       else tok.decode(prompt_ids, strip_space_prefix=False))
-        res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
-                       prompt_logits=opts.logits_out is not None, n_reused=n_reused,
-                       split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
-                       stop=opts.stop, n_probs=opts.n_probs, grammar=grammar,
-                       context_shift=opts.context_shift, n_keep=n_keep_of(opts.keep, len(prompt_ids), tok.add_bos))
+        if opts.draft_model is not None or opts.lookup:
+            res = _speculative(opts, m, ctx, tok, prompt_ids, sampler, grammar, on_text, on_report, n_reused)
+        else:
+            res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
+                           prompt_logits=opts.logits_out is not None, n_reused=n_reused,
+                           split_last=opts.session is not None, ignore_eos=opts.ignore_eos,
+                           stop=opts.stop, n_probs=opts.n_probs, grammar=grammar,
+                           context_shift=opts.context_shift, n_keep=n_keep_of(opts.keep, len(prompt_ids), tok.add_bos))
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
-                         n_reused=n_reused, session_note=note, architecture=m.hparams.arch)
+                         n_reused=n_reused, session_note=note, architecture=m.hparams.arch,
+                         spec=res.spec.to_dict() if getattr(res, "spec", None) is not None else None)
     finally:
         m.close()
