@@ -1,0 +1,64 @@
+"""toolkit run --lookup / --draft-model: same text as without them (greedy), --json's
+"speculative" object, -v's draft memory line, and the flags' errors (one line, exit 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_runner import cli
+
+pytestmark = pytest.mark.native
+
+DEMO = "toolkit/data/default.gguf"
+PROMPT = "def add(a, b):\\n    return a + b\\n\\ndef add(a, b):"
+
+
+def _run(monkeypatch, capsys, *extra):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", PROMPT, "-n", "48", "--temp", "0", "--json",
+                       "--ignore-eos", *extra)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_lookup_and_draft_model_give_the_plain_text(monkeypatch, capsys):
+    ref = _run(monkeypatch, capsys)
+    assert "speculative" not in ref
+    for extra in (("--lookup",), ("--draft-ngram", "2", "--draft-max", "4"), ("-md", DEMO, "--draft-max", "8"),
+                  ("--lookup", "--draft-min", "3")):
+        got = _run(monkeypatch, capsys, *extra)
+        assert got["tokens"] == ref["tokens"] and got["text"] == ref["text"], extra
+        s = got["speculative"]
+        assert s["n_accepted"] <= s["n_drafted"] and s["n_verify"] >= 1
+    assert _run(monkeypatch, capsys, "-md", DEMO)["speculative"]["acceptance"] == 1.0
+
+
+def test_verbose_reports_the_draft_memory(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "4", "--temp", "0", "--lookup",
+                       "--draft-max", "4", "-v")
+    assert rc == 0, err
+    assert "speculative window: 4 tokens" in err and "speculative: accepted" in err
+    rc, out, err = cli(monkeypatch, capsys, "info", DEMO, "--memory", "--draft-max", "4", "--json")
+    assert rc == 0
+    mem = json.loads(out)["memory"]
+    assert mem["draft"] == 5 * mem["recurrent"]
+
+
+@pytest.mark.parametrize("args, msg", [
+    (("--draft-max", "0", "--lookup"), "--draft-max must be in [1, 256]"),
+    (("--draft-min", "-1", "--lookup"), "--draft-min must be >= 0"),
+    (("--draft-ngram", "0"), "--draft-ngram must be >= 1"),
+    (("-md", "/nonexistent.gguf"), "--draft-model /nonexistent.gguf: no such file"),
+    (("-md", DEMO, "--lookup"), "choose one draft source"),
+    (("--lookup", "--context-shift"), "--context-shift cannot be combined"),
+])
+def test_bad_flags_exit_2(monkeypatch, capsys, args, msg):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "2", *args)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_draft_with_another_vocabulary_exit_2(monkeypatch, capsys, hf_f32):
+    other = str(hf_f32("mamba-tiny"))
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "2", "-md", other)
+    assert rc == 2 and f"--draft-model {other}" in err and "vocabulary" in err, err
+    assert len(err.strip().splitlines()) == 1, err
