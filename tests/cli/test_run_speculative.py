@@ -62,3 +62,19 @@ def test_draft_with_another_vocabulary_exit_2(monkeypatch, capsys, hf_f32):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "2", "-md", other)
     assert rc == 2 and f"--draft-model {other}" in err and "vocabulary" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_chat_with_drafts_answers_as_without(monkeypatch, capsys):
+    """toolkit chat with --lookup / --draft-model: the same answers, /regen and /undo included
+    (the draft model's context follows the conversation back and forth)."""
+    script = "Write a loop\nWhat is a list?\n/regen\n/undo\nWhat is a dict?\n"
+
+    def answers(*extra):
+        rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", "chatml", "-n", "24", "--temp", "0",
+                           "--json", *extra, stdin=script)
+        assert rc == 0, err
+        return [json.loads(line)["tokens"] for line in out.splitlines() if line.startswith("{")]
+    ref = answers()
+    assert len(ref) == 4
+    assert answers("--lookup", "--draft-max", "4") == ref
+    assert answers("-md", DEMO, "--draft-max", "4") == ref

@@ -70,7 +70,18 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
                           n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
                           checkpoint_every=opts.checkpoint_every)
             chat = Chat(ctx, tok, tpl, Sampler(opts.sampling), system=opts.system)
-            return _loop(chat, opts, as_json, verbose)
+            drafter, dm = None, None
+            try:
+                if opts.draft_model is not None or opts.lookup:   # speculative decoding
+                    from toolkit.runtime.run import make_drafter
+                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed)
+                    chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
+                return _loop(chat, opts, as_json, verbose)
+            finally:
+                if drafter is not None:
+                    drafter.close()
+                if dm is not None:
+                    dm.close()
         finally:
             m.close()
 

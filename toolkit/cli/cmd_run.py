@@ -110,7 +110,7 @@ def run(
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
-    _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min, conversation)
+    _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -138,7 +138,7 @@ def run(
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 
-def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max: int, draft_min: int, conversation: bool) -> None:
+def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max: int, draft_min: int) -> None:
     """The speculative flags: ranges, one draft source, the draft file exists (exit 2 otherwise)."""
     if not 1 <= draft_max <= 256:
         raise InputError(f"--draft-max must be in [1, 256], got {draft_max}")
@@ -150,8 +150,6 @@ def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max: int, draft_m
         raise InputError("--draft-model and --lookup/--draft-ngram: choose one draft source")
     if draft_model is not None and not os.path.isfile(draft_model):
         raise InputError(f"--draft-model {draft_model}: no such file")
-    if conversation and (draft_model is not None or lookup or draft_ngram is not None):
-        raise InputError("--draft-model / --lookup are not supported with -cnv / toolkit chat yet")
 
 
 def _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:

@@ -155,6 +155,15 @@ class Chat:
         self.held: list[int] = []     # tokens the memory holds for seq_id, in order
         self.shifted = False          # a context shift dropped part of the history from the memory
         self._pre_shifts = 0          # shifts made before this turn's prompt was decoded
+        self.drafter = None           # speculative decoding (toolkit.runtime.speculative): a drafter,
+        self.draft_max, self.draft_min = 0, 0   # and ctx's draft window set to draft_max (set_speculative)
+
+    def set_speculative(self, drafter, draft_max: int, draft_min: int = 0) -> None:
+        """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel),
+        at most ``draft_max`` per step (the context's draft window is set to it).  Not with a
+        context shift."""
+        self.ctx.memory.set_draft_window(draft_max)
+        self.drafter, self.draft_max, self.draft_min = drafter, int(draft_max), int(draft_min)
 
     def _append_to_held(self, before: list[dict], n_keep: int) -> list[int]:
         """The prompt of a turn after a context shift (or one whose whole rendering no longer
@@ -225,8 +234,15 @@ class Chat:
                                  f"/reset, --context-shift, or raise --ctx-size")
             n_reused = self._sync(ids)
         self.sampler.reset()
-        res = generate(self.ctx, self.tok, ids, n_predict, self.sampler, on_text, seq_id=self.seq_id,
-                       n_reused=n_reused, split_last=True, **gen)
+        if self.drafter is not None:
+            from toolkit.runtime.speculative import generate_speculative
+            gen = {k: v for k, v in gen.items() if k not in ("context_shift", "n_keep")}
+            res = generate_speculative(self.ctx, self.tok, ids, n_predict, self.sampler, self.drafter, on_text,
+                                       seq_id=self.seq_id, n_reused=n_reused, split_last=True,
+                                       draft_max=self.draft_max, draft_min=self.draft_min, **gen)
+        else:
+            res = generate(self.ctx, self.tok, ids, n_predict, self.sampler, on_text, seq_id=self.seq_id,
+                           n_reused=n_reused, split_last=True, **gen)
         fed = self.ctx.memory.seq_pos_max(self.seq_id) + 1
         self.held = (res.held_tokens if res.n_shifts else ids + res.tokens)[:fed]   # a shift dropped some
         self.shifted = self.shifted or res.n_shifts > 0

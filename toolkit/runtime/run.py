@@ -240,11 +240,38 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
         return _run(opts, on_text, on_prompt, on_report)
 
 
+def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
+    """(drafter, draft Model or None) for ``opts.draft_model`` / ``opts.lookup``
+    (toolkit.runtime.speculative); the caller closes both.
+
+    Raises:
+        InputError: --context-shift asked too; the draft model's vocabulary differs.
+    """
+    from toolkit.runtime.memory import format_report
+    from toolkit.runtime.speculative import DraftModel, PromptLookup, check_same_vocab
+
+    if opts.context_shift:
+        raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
+    if opts.draft_model is None:
+        return PromptLookup(opts.draft_ngram), None
+    dm = Model(opts.draft_model, n_threads=opts.threads)
+    try:
+        check_same_vocab(tok, Tokenizer.from_gguf(dm.gguf), opts.draft_model)
+        dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
+                       n_checkpoints=1)
+        dctx.memory.set_draft_window(opts.draft_max)
+        if on_report is not None:
+            on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
+        return DraftModel(dctx, opts.sampling, seed), dm
+    except BaseException:
+        dm.close()
+        raise
+
+
 def _speculative(opts: RunOptions, m: Model, ctx, tok: Tokenizer, prompt_ids, sampler, grammar, on_text, on_report,
                  n_reused: int) -> GenerationResult:
     """generate_speculative with the drafter ``opts`` asks for (toolkit.runtime.speculative)."""
-    from toolkit.runtime.speculative import DraftModel, PromptLookup, check_same_vocab, generate_speculative
-    from toolkit.runtime.memory import format_report
+    from toolkit.runtime.speculative import generate_speculative
 
     if opts.context_shift:
         raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
@@ -253,17 +280,7 @@ def _speculative(opts: RunOptions, m: Model, ctx, tok: Tokenizer, prompt_ids, sa
         on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
     drafter, dm = None, None
     try:
-        if opts.draft_model is not None:
-            dm = Model(opts.draft_model, n_threads=opts.threads)
-            check_same_vocab(tok, Tokenizer.from_gguf(dm.gguf), opts.draft_model)
-            dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
-                           n_checkpoints=1)
-            dctx.memory.set_draft_window(opts.draft_max)
-            if on_report is not None:
-                on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
-            drafter = DraftModel(dctx, opts.sampling, sampler.seed)
-        else:
-            drafter = PromptLookup(opts.draft_ngram)
+        drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
         return generate_speculative(ctx, tok, prompt_ids, opts.n_predict, sampler, drafter, on_text=on_text,
                                     draft_max=opts.draft_max, draft_min=opts.draft_min, n_reused=n_reused,
                                     split_last=opts.session is not None, prompt_logits=opts.logits_out is not None,

@@ -151,6 +151,7 @@ class DraftModel:
         m = min(len(self.held), len(history))
         while n < m and self.held[n] == history[n]:
             n += 1
+        n = min(n, len(history) - 1)         # at least the last token is fed: its logits are the draft's start
         if n < len(self.held):
             r = self.ctx.memory.rollback(0, n)
             if r is None:
