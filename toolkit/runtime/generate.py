@@ -158,17 +158,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
     """
-    prompt = [int(t) for t in prompt_tokens]
-    if not prompt:
-        raise InputError("the prompt is empty (no tokens to decode)")
-    if n_predict < -1:
-        raise InputError(f"--n-predict must be >= -1, got {n_predict}")
-    n_ctx = int(getattr(ctx, "n_ctx", 0) or 0)
-    if n_ctx and len(prompt) > n_ctx:
-        raise InputError(f"the prompt has {len(prompt)} tokens, more than the context size {n_ctx} "
-                         f"(raise --ctx-size)")
-    if not 0 <= n_reused < len(prompt):
-        raise InputError(f"n_reused = {n_reused}: must be in [0, {len(prompt)}) (one prompt token is decoded)")
+    prompt, n_ctx = _check_args(ctx, prompt_tokens, n_predict, n_reused)
     res = GenerationResult(prompt_tokens=prompt)
     stream = tokenizer.stream()
     pieces: list[str] = []
@@ -184,13 +174,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     n_past, held = 0, list(prompt)
     t0 = time.perf_counter()
     try:
-        logits = _prefill(ctx, prompt[n_reused:], seq_id, prompt_logits, split_last)
-        res.timings.n_prompt = len(prompt) - n_reused
-        res.timings.prompt_s = time.perf_counter() - t0
-        if prompt_logits:
-            res.prompt_logits = np.asarray(logits, dtype=np.float32)
-        for t in prompt:
-            sampler.accept(t)
+        logits = _start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
         n_past = len(prompt)
         t1 = time.perf_counter()
         while n_predict < 0 or len(res.tokens) < n_predict:
@@ -229,6 +213,36 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     res.text = "".join(pieces)
     res.held_tokens = held[:n_past]
     return res
+
+
+def _check_args(ctx, prompt_tokens: Sequence[int], n_predict: int, n_reused: int) -> tuple[list[int], int]:
+    """The prompt as a list of ints and ctx's n_ctx (0: unknown), or InputError (generate's)."""
+    prompt = [int(t) for t in prompt_tokens]
+    if not prompt:
+        raise InputError("the prompt is empty (no tokens to decode)")
+    if n_predict < -1:
+        raise InputError(f"--n-predict must be >= -1, got {n_predict}")
+    n_ctx = int(getattr(ctx, "n_ctx", 0) or 0)
+    if n_ctx and len(prompt) > n_ctx:
+        raise InputError(f"the prompt has {len(prompt)} tokens, more than the context size {n_ctx} "
+                         f"(raise --ctx-size)")
+    if not 0 <= n_reused < len(prompt):
+        raise InputError(f"n_reused = {n_reused}: must be in [0, {len(prompt)}) (one prompt token is decoded)")
+    return prompt, n_ctx
+
+
+def _start(ctx, res: GenerationResult, n_reused: int, seq_id: int, prompt_logits: bool, split_last: bool,
+           sampler: Sampler, t0: float) -> np.ndarray:
+    """The prefill of ``res.prompt_tokens`` (timed from t0, prompt logits kept when asked), and
+    the prompt tokens into the sampler's penalty window; returns the logits generation starts from."""
+    logits = _prefill(ctx, res.prompt_tokens[n_reused:], seq_id, prompt_logits, split_last)
+    res.timings.n_prompt = len(res.prompt_tokens) - n_reused
+    res.timings.prompt_s = time.perf_counter() - t0
+    if prompt_logits:
+        res.prompt_logits = np.asarray(logits, dtype=np.float32)
+    for t in res.prompt_tokens:
+        sampler.accept(t)
+    return logits
 
 
 def _n_held(ctx, seq_id: int, n_max: int) -> int:

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from toolkit.errors import InputError
-from toolkit.runtime.generate import GenerationResult, _ends_with_stop, _n_held, _prefill, _Step
+from toolkit.runtime.generate import GenerationResult, _check_args, _ends_with_stop, _n_held, _start, _Step
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.tokenizer import Tokenizer
 
@@ -205,21 +205,13 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     Raises:
         InputError: as ``generate``; draft_max outside [1, the context's window] or draft_min < 0.
     """
-    prompt = [int(t) for t in prompt_tokens]
-    if not prompt:
-        raise InputError("the prompt is empty (no tokens to decode)")
-    if n_predict < -1:
-        raise InputError(f"--n-predict must be >= -1, got {n_predict}")
+    prompt, _ = _check_args(ctx, prompt_tokens, n_predict, n_reused)
     if not 1 <= draft_max <= getattr(ctx, "draft_window", 0):
         raise InputError(f"--draft-max = {draft_max}: must be in [1, the context's draft window "
                          f"{getattr(ctx, 'draft_window', 0)}]")
     if draft_min < 0:
         raise InputError(f"--draft-min must be >= 0, got {draft_min}")
     n_ctx = int(ctx.n_ctx)
-    if len(prompt) > n_ctx:
-        raise InputError(f"the prompt has {len(prompt)} tokens, more than the context size {n_ctx} (raise --ctx-size)")
-    if not 0 <= n_reused < len(prompt):
-        raise InputError(f"n_reused = {n_reused}: must be in [0, {len(prompt)}) (one prompt token is decoded)")
     res = GenerationResult(prompt_tokens=prompt)
     res.spec = SpecStats()
     stream = tokenizer.stream()
@@ -257,13 +249,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
 
     t0 = time.perf_counter()
     try:
-        logits = _prefill(ctx, prompt[n_reused:], seq_id, prompt_logits, split_last)
-        res.timings.n_prompt = len(prompt) - n_reused
-        res.timings.prompt_s = time.perf_counter() - t0
-        if prompt_logits:
-            res.prompt_logits = np.asarray(logits, dtype=np.float32)
-        for t in prompt:
-            sampler.accept(t)
+        logits = _start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
         t1 = time.perf_counter()
         if n_predict == 0:
             done = True
