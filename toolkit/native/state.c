@@ -6,7 +6,8 @@
  *           u64 model fingerprint  u64 payload bytes
  *   payload sections, each  u32 tag  u32 0  u64 length  then `length` bytes:
  *     tag 1 KV     u32 n_layer  u32 n_cells  u32 kv_dim[n_layer]
- *                  n_cells x { i32 pos  u32 0  u64 seq set  (K, V rows of each layer with kv_dim > 0) }
+ *                  n_cells x { i32 pos  u32 0  u64 seq set  (K, V rows of each layer with kv_dim > 0, then its
+ *                  QSA raw indexer key row where the layer keeps one) }
  *     tag 2 RS     u32 n_states  u32 0  u64 cell_n
  *                  n_states x { i32 pos  i32 first pos  u64 seq set  f32[cell_n] }
  *     tag 3 CKPT   u32 n  u32 0  u64 cell_n
