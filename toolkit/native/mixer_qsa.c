@@ -17,8 +17,8 @@
  *   tail j >= n_blk r.
  *   if n_blk <= B / r: every visible cell (dense attention, exactly)
  *   else: Kb = RoPE_{pos of the block's first cell}(rmsnorm(mean of the block's kraw) * k_norm),
- *     score_b = sum_h relu(qI_h . Kb) / sqrt(di); the cells of the B / r best blocks (ties: the
- *     earlier block) and of the tail
+ *     score_b = sum_h relu(qI_h . Kb) / sqrt(di); the cells of the B / r best blocks (equal
+ *     scores resolved as torch.topk does, qsa_top_blocks) and of the tail
  *   then the attention of mixer_attention.c over those cells (softmax over the selected cells).
  * Below B + r - 1 visible tokens the layer is exactly the dense gated attention.
  * Scratch: zx [U, Hi di] the indexer queries, xc [U, di] the raw keys; the selection
@@ -82,23 +82,80 @@ typedef struct {
     int32_t r, nb_top;
 } qsa_job;
 
-static int qsa_cmp_desc(const void * a, const void * b, const float * sc) {
-    const int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
-    if (sc[x] != sc[y]) return sc[x] > sc[y] ? -1 : 1;
-    return x < y ? -1 : x > y;
+/* The B / r best blocks, chosen as torch.topk on CPU chooses them (HF's reference): the
+ * queue of (score, block) pairs goes through libstdc++'s std::nth_element (introselect:
+ * median-of-three pivot, unguarded partition, insertion sort of the last <= 3) with the
+ * comparator "x > y", and the first k pairs are taken (aten TopKImpl.h topk_impl_loop, the
+ * nth_element branch: k * 64 > n; the partial_sort branch, k * 64 <= n, is a heap select
+ * whose choice among equal scores this does not reproduce).  Which of several blocks with
+ * equal scores wins matters: the per-head ReLU makes exact zeros, so ties at the cut are
+ * common.  keep[b] = 1 for the chosen blocks. */
+typedef struct { float v; int32_t i; } qsa_elem;
+
+static int qsa_gt(const qsa_elem * x, const qsa_elem * y) { return x->v > y->v; }
+static void qsa_swap(qsa_elem * a, qsa_elem * b) { const qsa_elem t = *a; *a = *b; *b = t; }
+
+static void qsa_median_to_first(qsa_elem * r, qsa_elem * a, qsa_elem * b, qsa_elem * c) {
+    if (qsa_gt(a, b)) {
+        if (qsa_gt(b, c)) qsa_swap(r, b);
+        else if (qsa_gt(a, c)) qsa_swap(r, c);
+        else qsa_swap(r, a);
+    } else if (qsa_gt(a, c)) qsa_swap(r, a);
+    else if (qsa_gt(b, c)) qsa_swap(r, c);
+    else qsa_swap(r, b);
 }
 
-/* the B / r best of the n_blk scores (descending, ties to the earlier block) into keep[b] = 1 */
-static void qsa_top_blocks(const float * score, int32_t n_blk, int32_t nb_top, int32_t * order, uint8_t * keep) {
-    for (int32_t b = 0; b < n_blk; b++) { order[b] = b; keep[b] = 0; }
-    /* partial selection sort: nb_top is small next to n_blk */
-    for (int32_t i = 0; i < nb_top; i++) {
-        int32_t best = i;
-        for (int32_t k = i + 1; k < n_blk; k++)
-            if (qsa_cmp_desc(&order[k], &order[best], score) < 0) best = k;
-        const int32_t t = order[i]; order[i] = order[best]; order[best] = t;
-        keep[order[i]] = 1;
+static int32_t qsa_partition(qsa_elem * q, int32_t first, int32_t last, const qsa_elem * pivot) {
+    for (;;) {
+        while (qsa_gt(&q[first], pivot)) first++;
+        last--;
+        while (qsa_gt(pivot, &q[last])) last--;
+        if (!(first < last)) return first;
+        qsa_swap(&q[first], &q[last]);
+        first++;
     }
+}
+
+static void qsa_insertion_sort(qsa_elem * q, int32_t first, int32_t last) {
+    if (first == last) return;
+    for (int32_t i = first + 1; i < last; i++) {
+        const qsa_elem v = q[i];
+        if (qsa_gt(&v, &q[first])) {
+            memmove(&q[first + 1], &q[first], (size_t) (i - first) * sizeof v);
+            q[first] = v;
+        } else {
+            int32_t j = i;
+            while (qsa_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
+            q[j] = v;
+        }
+    }
+}
+
+static void qsa_top_blocks(const float * score, int32_t n_blk, int32_t k, qsa_elem * q, uint8_t * keep) {
+    for (int32_t b = 0; b < n_blk; b++) { q[b] = (qsa_elem) {score[b], b}; keep[b] = 0; }
+    const int32_t nth = k - 1;
+    int32_t first = 0, last = n_blk, depth = 0;
+    for (int32_t n = n_blk; n > 1; n >>= 1) depth++;
+    depth *= 2;
+    while (last - first > 3) {
+        if (depth == 0) {      /* libstdc++'s heap-select fallback: a plain selection here */
+            for (int32_t i = first; i <= nth; i++) {
+                int32_t best = i;
+                for (int32_t j = i + 1; j < last; j++) if (qsa_gt(&q[j], &q[best])) best = j;
+                qsa_swap(&q[i], &q[best]);
+            }
+            first = last;
+            break;
+        }
+        depth--;
+        const int32_t mid = first + (last - first) / 2;
+        qsa_median_to_first(&q[first], &q[first + 1], &q[mid], &q[last - 1]);
+        const int32_t cut = qsa_partition(q, first + 1, last, &q[first]);
+        if (cut <= nth) first = cut;
+        else last = cut;
+    }
+    if (first < last) qsa_insertion_sort(q, first, last);
+    for (int32_t i = 0; i < k; i++) keep[q[i].i] = 1;
 }
 
 static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
@@ -125,7 +182,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
     const int32_t nb_all = n / r;
     float * pooled = malloc(((size_t) nb_all * di + 1) * sizeof(float));
     float * score = malloc(((size_t) nb_all + 1) * sizeof(float));
-    int32_t * order = malloc(((size_t) nb_all + 1) * sizeof(int32_t));
+    qsa_elem * order = malloc(((size_t) nb_all + 1) * sizeof(qsa_elem));
     uint8_t * keep = malloc((size_t) nb_all + 1);
     tk_status st = TK_OK;
     if (!pooled || !score || !order || !keep) { st = TK_FAIL(TK_ERR_NOMEM, "out of memory (QSA blocks)"); goto done; }
