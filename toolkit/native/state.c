@@ -60,12 +60,16 @@ static uint64_t fingerprint(const tk_model * m) {
                             hp->dt_rank, hp->n_group, hp->ssm_n_head, hp->ssm_head_dim, hp->n_head, hp->head_dim,
                             hp->n_rot, hp->use_rope, m->conv_dim, m->tok_embd.type};
     h = fnv(h, dims, sizeof dims);
-    h = fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
+    /* hyper-connections (qwen4exp): the mixers' norms stand for the norms (and the stream count
+     * is hashed); every other model hashes exactly what it did before */
+    const size_t hcd = hp->hc_count > 1 ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
+    if (hcd) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);
+    h = hcd ? fnv(h, m->output_hc_norm, hcd * sizeof(float)) : fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_layer * L = &m->layers[l];
         const int32_t ld[] = {L->kind, L->ffn_kind, L->n_head_kv, L->ssm_in.type, L->wq.type};
         h = fnv(h, ld, sizeof ld);
-        h = fnv(h, L->attn_norm, (size_t) hp->n_embd * sizeof(float));
+        h = hcd ? fnv(h, L->hc_attn_norm, hcd * sizeof(float)) : fnv(h, L->attn_norm, (size_t) hp->n_embd * sizeof(float));
     }
     return h;
 }
