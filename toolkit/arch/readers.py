@@ -437,7 +437,7 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         ratios = f.get(k(Keys.Attention.COMPRESS_RATIOS, r.arch), None)
         if not isinstance(ratios, list) or len(ratios) < L or not all(isinstance(x, int) and 0 <= x < 2**31 for x in ratios):
             raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"= {str(ratios)[:60]} must list {L} non-negative ints")
-        if all(ratios[i] == 0 for i in qsa):
+        if all(ratios[i] == 0 for i in qsa) and f"blk.{qsa[0]}.indexer.k_proj.weight" in f.tensors:
             raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"is all zero on the indexed attention layers {qsa}, but the file has "
                         f"their indexer tensors (blk.{qsa[0]}.indexer.*): a broken conversion (llama.cpp's converter "
                         f"wrote zeros); reconvert the checkpoint with toolkit convert")
