@@ -23,7 +23,22 @@ Every parameter is randomised (norm gammas around 0, since these RMSNorms comput
 the gated delta net's RMSNormGated around 1; A_log = log U(1, 16)), so a converter that drops
 the +1, misorders a head or misplaces a PLE shard row shows in the data.
 
-reference.npz: ``tokens`` int32 [24], ``logits`` float32 [24, 512] of one forward pass.
+reference.npz (``--reference``, on the checkpoint as saved): ``tokens`` int32 [160] (EOS
+tokens at 40, 41 and 97: the PLE n-gram hash restarts after each; QSA is sparse from position
+budget + ratio - 1 = 11 on), ``logits`` float32 [160, 512] of one forward pass (eager
+attention), ``greedy`` int32 [16], HF's greedy continuation through its own cache (a plain
+argmax loop: it does not stop at EOS).
+
+Held-back-style variants (``--variants``, next to qwen4exp-tiny; a few hundred KB each, the
+same reference.npz): ``qwen4exp-hc3-tiny`` (hc_count 3, hc_lowrank 6, budget 12 / ratio 3,
+a sigmoid output gate, eos_token_id a list [2, 5]: the PLE uses the first), and
+``qwen4exp-ple2-tiny`` (hc_count 4, two PLE layers (ple_layer_ids [1, 3]), budget 16 /
+ratio 8, heads_per_ngram 1, ngram_size 4).
+
+    # reference.npz of an existing checkpoint (default qwen4exp-tiny, left as it is)
+    /tmp/venv-hf/bin/python tools/make_qwen4exp_fixture.py --reference [DIR]
+    # the held-back-style variants, each with its reference
+    /tmp/venv-hf/bin/python tools/make_qwen4exp_fixture.py --variants [NAME ...]
 
 Two more jobs, numpy only (no torch):
 
@@ -130,6 +145,94 @@ def main(out: str) -> None:
     cfg = Qwen4ExpTextConfig(**TEXT_CONFIG)
     cfg.architectures = ["Qwen4ExpForCausalLM"]
     model = Qwen4ExpForCausalLM(cfg).eval()
+    _randomize(model)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+
+    _spread_ple_shards(out)
+    reference(out)
+    with open(os.path.join(out, "model.safetensors.index.json")) as f:
+        wm = json.load(f)["weight_map"]
+    ple = sorted((n, fn) for n, fn in wm.items() if ".ngram_embedding.shard_" in n)
+    files = sorted(set(wm.values()))
+    total = sum(os.path.getsize(os.path.join(out, fn)) for fn in files)
+    print(f"wrote {out}: {len(wm)} tensors in {len(files)} files, {total / 1024:.0f} KiB")
+    print("PLE shards:", ", ".join(f"{n.split('.')[-2]}->{fn}" for n, fn in ple))
+    if len({fn for _, fn in ple}) < 2:
+        sys.exit("the PLE shards landed in one file; lower max_shard_size")
+
+
+N_REF = 160
+EOS_AT = (40, 41, 97)
+
+
+def reference(out: str, n_greedy: int = 16) -> None:
+    """reference.npz for the checkpoint in ``out`` (float32, eager attention): see the docstring."""
+    import torch
+    from transformers import Qwen4ExpForCausalLM
+
+    model = Qwen4ExpForCausalLM.from_pretrained(out, attn_implementation="eager", dtype=torch.float32).eval()
+    cfg = model.config
+    eos = cfg.eos_token_id[0] if isinstance(cfg.eos_token_id, list) else cfg.eos_token_id
+    tokens = np.random.default_rng(1).integers(3, cfg.vocab_size, size=N_REF).astype(np.int32)
+    tokens[list(EOS_AT)] = eos
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(ids).logits[0].float().numpy()
+        out_ = model(ids, use_cache=True)
+        cache = out_.past_key_values if hasattr(out_, "past_key_values") else out_.cache
+        greedy = [int(out_.logits[0, -1].argmax())]
+        for _ in range(n_greedy - 1):
+            o = model(torch.tensor([[greedy[-1]]]), cache=cache, use_cache=True)
+            cache = o.past_key_values if hasattr(o, "past_key_values") else o.cache
+            greedy.append(int(o.logits[0, -1].argmax()))
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits.astype(np.float32),
+             greedy=np.array(greedy, dtype=np.int32))
+    print(f"{out}: reference {N_REF} tokens, greedy {greedy}")
+
+
+VARIANTS = {
+    "qwen4exp-hc3-tiny": dict(hidden_size=32, head_dim=32, num_attention_heads=2, num_key_value_heads=1,
+                              moe_intermediate_size=16, shared_expert_intermediate_size=16, hc_count=3, hc_lowrank=6,
+                              indexer_budget=12, indexer_compress_ratio=3, output_gate_type="sigmoid",
+                              eos_token_id=[2, 5], ple_embed_dim=32, ngram_vocab_size_base=30, split_ngram_parts=2,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                                               "mrope_interleaved": True}),
+    "qwen4exp-ple2-tiny": dict(hidden_size=32, head_dim=32, num_attention_heads=2, num_key_value_heads=1,
+                               moe_intermediate_size=16, shared_expert_intermediate_size=16, hc_count=4, hc_lowrank=4,
+                               indexer_budget=16, indexer_compress_ratio=8, ple_layer_ids=[1, 3], heads_per_ngram=1,
+                               ngram_size=4, ple_embed_dim=48, ngram_vocab_size_base=30, split_ngram_parts=3,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                                                "mrope_interleaved": True}),
+}
+
+
+def variant(name: str) -> None:
+    """One held-back-style variant (VARIANTS) next to qwen4exp-tiny, with its reference."""
+    import torch
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    out = os.path.join(REPO, "tests", "fixtures", "hf", name)
+    torch.manual_seed(0)
+    cfg = Qwen4ExpTextConfig(**{**TEXT_CONFIG, **VARIANTS[name]})
+    cfg.architectures = ["Qwen4ExpForCausalLM"]
+    model = Qwen4ExpForCausalLM(cfg).eval()
+    _randomize(model)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    reference(out)
+
+
+def _randomize(model) -> None:
+    import torch
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -141,28 +244,6 @@ def main(out: str) -> None:
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(0.08 * torch.randn(p.shape, generator=g))
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, max_shard_size="160KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-
-    tokens = np.random.default_rng(0).integers(3, 512, size=24).astype(np.int32)
-    tokens[11] = 2   # an EOS mid-sequence: the PLE n-gram hash restarts after it
-    with torch.no_grad():
-        logits = model(torch.tensor(tokens[None].astype(np.int64))).logits[0].float().numpy()
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits.astype(np.float32))
-
-    _spread_ple_shards(out)
-    with open(os.path.join(out, "model.safetensors.index.json")) as f:
-        wm = json.load(f)["weight_map"]
-    ple = sorted((n, fn) for n, fn in wm.items() if ".ngram_embedding.shard_" in n)
-    files = sorted(set(wm.values()))
-    total = sum(os.path.getsize(os.path.join(out, fn)) for fn in files)
-    print(f"wrote {out}: {len(wm)} tensors in {len(files)} files, {total / 1024:.0f} KiB")
-    print("PLE shards:", ", ".join(f"{n.split('.')[-2]}->{fn}" for n, fn in ple))
-    if len({fn for _, fn in ple}) < 2:
-        sys.exit("the PLE shards landed in one file; lower max_shard_size")
 
 
 def _write_safetensors(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -251,6 +332,11 @@ if __name__ == "__main__":
     if a[:1] == ["--synthetic-ple"]:
         n = synthetic_ple(a[1], a[2], int(a[3]), int(a[4]), int(a[5]) if len(a) > 5 else None)
         print(f"wrote {a[2]}: PLE table {n / 2**20:.1f} MiB in {a[3]} shards")
+    elif a[:1] == ["--reference"]:
+        reference(a[1] if len(a) > 1 else os.path.join(REPO, "tests", "fixtures", "hf", "qwen4exp-tiny"))
+    elif a[:1] == ["--variants"]:
+        for name in a[1:] or VARIANTS:
+            variant(name)
     elif a[:1] == ["--summarize"]:
         summarize(a[1], a[2])
     else:

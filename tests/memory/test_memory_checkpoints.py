@@ -21,7 +21,7 @@ from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
 
-FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny", "falconh1-tiny"]
+FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny", "falconh1-tiny", "qwen4exp-tiny"]
 # Every context here runs ubatches of at most UB tokens: below the chunked-SSD threshold
 # (tk_ssd_threshold, 32), so the token-by-token recurrence runs in the reference and in the
 # rolled-back run alike - the same computation, compared bit for bit.

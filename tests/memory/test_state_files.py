@@ -20,7 +20,7 @@ from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
 
-FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny"]
+FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny", "qwen4exp-ple2-tiny"]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

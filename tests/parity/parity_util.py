@@ -10,17 +10,23 @@ def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
 
 
+def _n_ctx(n_tokens: int) -> int:
+    """128 cells, or room for longer references (qwen4exp's 160 tokens) and a continuation."""
+    return max(128, n_tokens + 32)
+
+
 def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
-    """float32 [len(tokens), n_vocab]: every position's logits, one decode call (n_ctx 128)."""
+    """float32 [len(tokens), n_vocab]: every position's logits, one decode call (n_ctx 128, or
+    len(tokens) + 32 when longer)."""
     from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128, **ctx_kw) as ctx:
+    with Model(path) as m, Context(m, n_ctx=_n_ctx(len(tokens)), **ctx_kw) as ctx:
         return ctx.decode(tokens, logits="all")
 
 
 def greedy_of(path, tokens, n: int) -> list[int]:
     """The n-token greedy (argmax) continuation of ``tokens``."""
     from toolkit.runtime import Context, Model
-    with Model(path) as m, Context(m, n_ctx=128) as ctx:
+    with Model(path) as m, Context(m, n_ctx=_n_ctx(len(tokens) + n)) as ctx:
         lg = ctx.decode(tokens)
         out: list[int] = []
         for _ in range(n):

@@ -119,7 +119,7 @@ def test_same_tensors_and_keys_as_llamacpp(ours):
     for name, want in ref["tensors"].items():
         assert got[name] == want, name
     # key/values: every llama.cpp key (but general.* metadata) with the same type and value,
-    # except compress_ratios (see the next test); layer_indices is ours
+    # except compress_ratios (see the next test); layer_indices and ssm.output_gate_type are ours
     for key, want in ref["kv"].items():
         if key.startswith("general.") or key == "qwen4exp.attention.compress_ratios":
             continue
@@ -129,7 +129,9 @@ def test_same_tensors_and_keys_as_llamacpp(ours):
         v = f.contents()
         assert (list(v) if isinstance(v, list) else v) == want["value"], key
     extra = {k for k in ours.fields if not k.startswith(("GGUF.", "general.", "tokenizer."))} - set(ref["kv"])
-    assert extra == {"qwen4exp.attention.layer_indices"}
+    assert extra == {"qwen4exp.attention.layer_indices", "qwen4exp.ssm.output_gate_type"}
+    # HF: output_gate_type (null here) or hidden_act; llama.cpp assumes sigmoid
+    assert kv(ours, "qwen4exp.ssm.output_gate_type") == "silu"
 
 
 def test_compress_ratios_carried_on_indexed_layers(ours):
@@ -361,7 +363,8 @@ def test_info_shows_the_ple_table_and_exact_constants(ours, monkeypatch, capsys)
 
     path = ours.data.filename
     d = describe(path)
-    assert d["architecture"] == "qwen4exp" and d["hparams"] == {}
+    assert d["architecture"] == "qwen4exp" and d["hparams"]["hc_count"] == 2
+    assert d["hparams"]["compress_ratios"] == [0, 0, 0, 4] and d["hparams"]["ple_index"] == [-1, 0, -1, -1]
     ple = d["ple"]
     assert ple["layers"] == [1] and ple["row_dim"] == 16
     assert ple["table"] == {"name": "per_layer_token_embd.weight", "rows": 256, "row_dim": 16, "type": "F32",

@@ -14,14 +14,16 @@ from typing import Any, Iterable
 from toolkit.arch.table import ArchSpec
 
 # C type spelling (as cffi reports it: ffi.typeof(...).fields[i][1].type.cname) -> value kind
-C_KINDS = {"int32_t": "int32", "float": "float", "int32_t *": "int32[]", "int32_t const *": "int32[]"}
+C_KINDS = {"int32_t": "int32", "float": "float", "int32_t *": "int32[]", "int32_t const *": "int32[]",
+           "uint64_t *": "uint64[]", "uint64_t const *": "uint64[]"}
 
 
 @dataclass(frozen=True)
 class CField:
     """One ``tk_hparams`` field: its C name, value kind and source.
 
-    ``kind``: ``"int32"``, ``"float"`` or ``"int32[]"`` (a per-layer array of n_layer ints).
+    ``kind``: ``"int32"``, ``"float"``, ``"int32[]"`` (a per-layer array of n_layer ints; an
+    empty list is passed as NULL) or ``"uint64[]"`` (exact unsigned 64-bit values; empty: NULL).
     ``source``: an :class:`HParams` attribute, or ``"spec.ATTR"`` for an :class:`ArchSpec` one.
     """
 
@@ -79,6 +81,10 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("output_norm_embd", "spec.output_norm_embd"), _f("moe_weights_norm_eps"),
     # zamba2 (appended)
     _i("n_shared_block"), _f("ssm_dt_min"),
+    # qwen4exp (appended)
+    _i("hc_count"), _i("idx_n_head"), _i("idx_head_dim"), _i("idx_top_k"), _a("compress_ratios"), _a("ple_index"),
+    _i("ple_ngram_size"), _i("ple_heads_per_ngram"), _i("ple_conv_kernel"), _i("ple_eos_token"), _i("ple_n_module"),
+    CField("ple_consts", "uint64[]"),
 )
 
 # HParams fields the C side does not take, and why

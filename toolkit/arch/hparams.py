@@ -92,17 +92,32 @@ class HParams:
     # zamba2: shared blocks (the j-th hybrid layer runs block j % n_shared_block), Mamba-2 dt floor
     n_shared_block: int = 0
     ssm_dt_min: float = 0.0
+    # qwen4exp (readers.read_qwen4exp; spec gdn-family.md §1.8): hyper-connection streams, the
+    # QSA indexer, the PLE n-gram embedding (ple_index[i]: PLE module of layer i or -1;
+    # ple_consts: per module the multipliers [n], head offsets [NH], head vocab sizes [NH])
+    hc_count: int = 0
+    idx_n_head: int = 0
+    idx_head_dim: int = 0
+    idx_top_k: int = 0
+    compress_ratios: list[int] = field(default_factory=list)
+    ple_index: list[int] = field(default_factory=list)
+    ple_ngram_size: int = 0
+    ple_heads_per_ngram: int = 0
+    ple_conv_kernel: int = 0
+    ple_eos_token: int = 0
+    ple_n_module: int = 0
+    ple_consts: list[int] = field(default_factory=list)
 
     @property
     def attention_layers(self) -> list[int]:
         """Layers with attention (and a KV cache): attention layers, parallel ones, zamba2's hybrid ones."""
         return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL,
-                                                                     LayerKind.ZAMBA2_SHARED)]
+                                                                     LayerKind.ZAMBA2_SHARED, LayerKind.QSA)]
 
     @property
     def recurrent_layers(self) -> list[int]:
         """Layers with recurrent state: every layer but the attention and mixer-less ones (parallel ones too)."""
-        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE)]
+        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE, LayerKind.QSA)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

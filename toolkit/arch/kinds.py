@@ -19,6 +19,7 @@ class LayerKind(enum.IntEnum):
     NONE = 5        # no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers)
     PARALLEL = 6    # attention + Mamba-2 side by side, outputs summed (Falcon-H1): mixer_parallel.c
     ZAMBA2_SHARED = 7  # Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c)
+    QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/mixer_qsa.c
 
 
 class FFNKind(enum.IntEnum):

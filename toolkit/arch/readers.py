@@ -402,3 +402,89 @@ def check_rms_eps(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """The epsilon read by read_common must be finite and >= 0 (checked last, as it always was)."""
     if not math.isfinite(hp.rms_eps) or hp.rms_eps < 0:
         raise r.bad(Keys.Attention.LAYERNORM_RMS_EPS, f"= {hp.rms_eps} is not a valid epsilon")
+
+
+_GATE_ACTS = {"silu": 0, "swish": 0, "sigmoid": 1}
+
+
+def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """qwen4exp (spec gdn-family.md §1.8): its attention layers are QSA layers; hyper-connection
+    streams; the QSA indexer; the gated delta net's output gate (``ssm.output_gate_type``, ours;
+    absent: sigmoid, what llama.cpp hard-codes); the PLE layers and their uint64 hash constants.
+
+    Several PLE layers (HF allows them): ``ple.layers`` lists them and the three constant arrays
+    hold one set per layer, in that order (one layer: exactly llama.cpp's keys).
+
+    Raises:
+        InputError: a missing or inconsistent key; indexer tensors with every compress ratio 0
+            (llama.cpp's converter wrote such files, spec B1); a PLE layer that is not a gated
+            delta net layer; constant arrays of the wrong length.
+    """
+    f, L = r.f, hp.n_layer
+    hp.layer_kinds = [LayerKind.QSA if kd == LayerKind.ATTENTION else kd for kd in hp.layer_kinds]
+    hp.hc_count = int(r.req(Keys.HyperConnection.COUNT))
+    if not 2 <= hp.hc_count <= 64:
+        raise r.bad(Keys.HyperConnection.COUNT, f"= {hp.hc_count} must be in [2, 64]")
+    act = f.get(k(Keys.SSM.OUTPUT_GATE_TYPE, r.arch), "sigmoid")
+    if act not in _GATE_ACTS:
+        raise r.bad(Keys.SSM.OUTPUT_GATE_TYPE, f"= {act!r} is not supported (silu or sigmoid)")
+    hp.gdn_gate_act = _GATE_ACTS[act]
+    qsa = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.QSA]
+    if qsa:
+        hp.idx_n_head = int(r.req(Keys.Attention.Indexer.HEAD_COUNT))
+        hp.idx_head_dim = int(r.req(Keys.Attention.Indexer.KEY_LENGTH))
+        hp.idx_top_k = int(r.req(Keys.Attention.Indexer.TOP_K))
+        ratios = f.get(k(Keys.Attention.COMPRESS_RATIOS, r.arch), None)
+        if not isinstance(ratios, list) or len(ratios) < L or not all(isinstance(x, int) and 0 <= x < 2**31 for x in ratios):
+            raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"= {str(ratios)[:60]} must list {L} non-negative ints")
+        if all(ratios[i] == 0 for i in qsa) and f"blk.{qsa[0]}.indexer.k_proj.weight" in f.tensors:
+            raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"is all zero on the indexed attention layers {qsa}, but the file has "
+                        f"their indexer tensors (blk.{qsa[0]}.indexer.*): a broken conversion (llama.cpp's converter "
+                        f"wrote zeros); reconvert the checkpoint with toolkit convert")
+        for i in qsa:
+            if ratios[i] <= 0 or hp.idx_top_k <= 0 or hp.idx_top_k % ratios[i]:
+                raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"[{i}] = {ratios[i]} must be positive and divide "
+                            f"{k(Keys.Attention.Indexer.TOP_K, r.arch)} = {hp.idx_top_k}")
+        hp.compress_ratios = [int(x) for x in ratios[:L]]
+    layers = f.get(k(Keys.PerLayerEmbedding.LAYERS, r.arch), None)
+    if layers is None:
+        return
+    layers = layers if isinstance(layers, list) else [layers]
+    if not layers or not all(isinstance(i, int) and 0 <= i < L for i in layers) or len(set(layers)) != len(layers):
+        raise r.bad(Keys.PerLayerEmbedding.LAYERS, f"= {layers} must list distinct layer ids in [0, {L})")
+    for i in layers:
+        if hp.layer_kinds[i] != LayerKind.GDN:
+            raise r.bad(Keys.PerLayerEmbedding.LAYERS, f"names layer {i}, a {hp.layer_kinds[i].name.lower()} layer; "
+                        f"PLE runs only on gated delta net (linear attention) layers")
+    hp.ple_index = [-1] * L
+    for j, i in enumerate(layers):
+        hp.ple_index[i] = j
+    hp.ple_n_module = len(layers)
+    hp.ple_ngram_size = int(r.req(Keys.PerLayerEmbedding.NGRAM_SIZE))
+    hp.ple_heads_per_ngram = int(r.req(Keys.PerLayerEmbedding.HEADS_PER_NGRAM))
+    hp.ple_conv_kernel = int(r.req(Keys.PerLayerEmbedding.CONV_KERNEL))
+    hp.ple_eos_token = int(r.req(Keys.PerLayerEmbedding.EOS_TOKEN_ID))
+    n = hp.ple_ngram_size
+    if not 2 <= n <= 32:
+        raise r.bad(Keys.PerLayerEmbedding.NGRAM_SIZE, f"= {n} must be in [2, 32]")
+    if hp.ple_heads_per_ngram <= 0:
+        raise r.bad(Keys.PerLayerEmbedding.HEADS_PER_NGRAM, f"= {hp.ple_heads_per_ngram} must be > 0")
+    if not 1 <= hp.ple_conv_kernel <= 64:
+        raise r.bad(Keys.PerLayerEmbedding.CONV_KERNEL, f"= {hp.ple_conv_kernel} must be in [1, 64]")
+    if not 0 <= hp.ple_eos_token < hp.n_vocab:
+        raise r.bad(Keys.PerLayerEmbedding.EOS_TOKEN_ID, f"= {hp.ple_eos_token} is outside the vocabulary of {hp.n_vocab}")
+    nh = (n - 1) * hp.ple_heads_per_ngram
+    consts = []
+    for key, per in ((Keys.PerLayerEmbedding.LAYER_MULTIPLIERS, n), (Keys.PerLayerEmbedding.HEAD_OFFSETS, nh),
+                     (Keys.PerLayerEmbedding.HEAD_VOCAB_SIZES, nh)):
+        v = f.get(k(key, r.arch), None)
+        if v is None:
+            raise InputError(f"{f.path}: missing key {k(key, r.arch)!r} (a PLE hash constant; the file has PLE layers {layers})")
+        v = v if isinstance(v, list) else [v]
+        if len(v) != per * len(layers) or not all(isinstance(x, int) and 0 <= x < 2**64 for x in v):
+            raise r.bad(key, f"must list {per} unsigned ints per PLE layer ({len(layers)} layers), got {len(v)}")
+        consts.append(v)
+    if any(x == 0 for x in consts[2]):
+        raise r.bad(Keys.PerLayerEmbedding.HEAD_VOCAB_SIZES, "has a zero head vocabulary size")
+    for j in range(len(layers)):
+        hp.ple_consts += consts[0][j * n:(j + 1) * n] + consts[1][j * nh:(j + 1) * nh] + consts[2][j * nh:(j + 1) * nh]

@@ -108,11 +108,26 @@ ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
 PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t in MAMBA2_TENSORS.required
                                                                          if t != _w(T.SSM_NORM)),
                              optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),))
+# qwen4exp: gated attention plus the QSA indexer's projections and norms
+QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
+    T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
+# qwen4exp hyper-connections (residual_hc.c): per block the attention and FFN mixers in place of
+# attn_norm / post_attention_norm, and the final mixer in place of output_norm
+HC_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
+    T.HC_ATTN_NORM, T.HC_ATTN_DOWN, T.HC_ATTN_UP, T.HC_ATTN_INJECT, T.HC_FFN_NORM, T.HC_FFN_DOWN, T.HC_FFN_UP,
+    T.HC_FFN_INJECT)))
+HC_GLOBAL_TENSORS = TensorSet(required=(_w(T.TOKEN_EMBD), _w(T.HC_HEAD_NORM), _w(T.HC_HEAD_DOWN), _w(T.HC_HEAD_UP)),
+                              optional=((_w(T.OUTPUT),),))
+# a PLE layer (ple.c); the n-gram table of the first is the global per_layer_token_embd
+# (llama.cpp's), of a later one blk.{bid}.per_layer_token_embd (ours)
+PLE_TENSORS = TensorSet(required=tuple(_w(t) for t in (
+    T.PLE_KEY, T.PLE_VALUE, T.PLE_NORM_KEY, T.PLE_NORM_QUERY, T.PLE_NORM_CONV, T.PLE_CONV1D)))
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
                  LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet(),
                  LayerKind.PARALLEL: PARALLEL_TENSORS,
                  LayerKind.SHORTCONV: SHORTCONV_TENSORS,
-                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS}
+                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS,
+                 LayerKind.QSA: QSA_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
@@ -165,25 +180,31 @@ class ArchSpec:
         return self.c_id is not None
 
     def expected_tensors(self, layer_kinds: Sequence[LayerKind], ffn_kinds: Sequence[FFNKind],
-                         n_shared_block: int = 1) -> tuple[set[str], list[set[str]]]:
+                         n_shared_block: int = 1, ple_layers: Sequence[int] = ()) -> tuple[set[str], list[set[str]]]:
         """(required names, optional groups) of a model with these per-layer kinds; the j-th
-        ZAMBA2_SHARED layer also needs shared block j % ``n_shared_block`` (zamba2).
+        ZAMBA2_SHARED layer also needs shared block j % ``n_shared_block`` (zamba2); the layers
+        ``ple_layers`` (qwen4exp, in order) their PLE tensors and n-gram table.
 
         Raises:
             ValueError: the row is convert-only (the runtime binds no tensors of it).
         """
         if not self.runs:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
+        hc = self.residual == Residual.HYPER_CONNECTIONS
         out_norm = {_w(T.OUTPUT_NORM): _w(T.TOKEN_EMBD_NORM)} if self.output_norm_embd else {}
-        req = {out_norm.get(t, t) for t in GLOBAL_TENSORS.required}
-        opt = [set(g) for g in GLOBAL_TENSORS.optional]
+        glob = HC_GLOBAL_TENSORS if hc else GLOBAL_TENSORS
+        req = {out_norm.get(t, t) for t in glob.required}
+        opt = [set(g) for g in glob.optional]
+        for j, i in enumerate(ple_layers):
+            req |= {t.format(bid=i) for t in PLE_TENSORS.required}
+            req.add(_w(T.PER_LAYER_TOKEN_EMBD) if j == 0 else f"blk.{i}.{_w(T.PER_LAYER_TOKEN_EMBD)}")
         ffn_norm = ({_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn
                     else {_w(T.FFN_NORM): T.FFN_NORM} if self.ffn_norm_bare else {})
         hybrid = [i for i, kd in enumerate(layer_kinds) if kd == LayerKind.ZAMBA2_SHARED]
         req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
-            for ts in (BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
-                req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required}
+            for ts in (HC_BLOCK_TENSORS if hc else BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
+                req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required if not (hc and t == _w(T.FFN_NORM))}
                 opt += [{t.format(bid=i) for t in g} for g in ts.optional]
         return req, opt
 
@@ -271,8 +292,15 @@ ARCHES: tuple[ArchSpec, ...] = (
                                         R.check_rms_eps),
              mixers=(LayerKind.PARALLEL,), recurrent=LayerKind.PARALLEL, ffns=(FFNKind.DENSE,),
              rope_neox=True, ffn_norm_bare=True, note="Falcon-H1"),
-    ArchSpec(ARCH_QWEN4EXP, c_id=None, residual=Residual.HYPER_CONNECTIONS,
-             note="convert/info only: gated delta net + QSA attention, hyper-connections, PLE"),
+    # qwen4exp: qwen35moe's gated delta net (output gate from the file) and MoE, QSA attention,
+    # hyper-connections in place of the norms, PLE n-gram embeddings (read_qwen4exp)
+    ArchSpec(ARCH_QWEN4EXP, c_id=13,
+             readers=_QWEN_READERS + (R.read_qwen4exp, R.check_rope_sections, R.check_rms_eps),
+             mixers=(LayerKind.GDN, LayerKind.QSA), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_q_gate=True,
+             attn_qk_norm=True, gdn_head_tiled=True, residual=Residual.HYPER_CONNECTIONS,
+             mixer_tensors=QWEN35_MIXER_TENSORS,
+             note="Qwen3.8-Flash-Next: gated delta net + QSA attention, hyper-connections, PLE"),
     # Zamba2 (our layout, README "Zamba2 layout"): Mamba-2 layers; the hybrid ones
     # (attention.layer_indices) first run a shared attention block (NEOX RoPE) with LoRA adapters
     ArchSpec(ARCH_ZAMBA2, c_id=12,

@@ -95,6 +95,10 @@ class Keys:
         # ours (not in llama.cpp): Falcon-H1's mamba_norm_before_gate, written only when true
         # (the gated norm is rmsnorm(y) w * silu(z)); llama.cpp always gates first
         NORM_BEFORE_GATE = "{arch}.ssm.norm_before_gate"
+        # ours (not in llama.cpp): the gated delta net's output gate activation, "silu" or
+        # "sigmoid" (HF qwen4_exp ``output_gate_type or hidden_act``); llama.cpp's qwen4exp
+        # hard-codes sigmoid (spec B3), so a file without the key is read as sigmoid
+        OUTPUT_GATE_TYPE = "{arch}.ssm.output_gate_type"
 
     class ShortConv:
         """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""

@@ -20,7 +20,7 @@ void tk_context_free(tk_context * c) {
     if (c->mem) c->mem->free(c->mem);
     tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
-                      c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix};
+                      c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe, c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->ssd_ws);
@@ -42,6 +42,20 @@ static tk_scratch scratch_of(const tk_model * m, int32_t n_ubatch, int n_threads
     return sc;
 }
 
+/* hyper-connection widths (all 0 without them): hcD, the low rank R, hc, the PLE row Ep */
+typedef struct { size_t hd, r, hc, ep; } hc_widths;
+
+static hc_widths hc_widths_of(const tk_model * m) {
+    const tk_hparams * hp = &m->hp;
+    hc_widths w = {0, 0, 0, 0};
+    if (hp->hc_count <= 1) return w;
+    w.hc = (size_t) hp->hc_count;
+    w.hd = w.hc * (size_t) hp->n_embd;
+    w.r = (size_t) m->hc_rank;
+    if (m->ple_row_dim) w.ep = (size_t) m->ple_row_dim * (size_t) ((hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram);
+    return w;
+}
+
 /* Refuse a context larger than the machine's RAM before allocating any of it: such a request
  * would either fail part-way or be granted lazily (overcommit) and end in the OOM killer.
  * Bytes: KV cache 2 x n_ctx x kv_dim floats per layer whose kind has one (memory_kv.c), recurrent
@@ -53,6 +67,7 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
         if (ops->kv_dim) kv += 2.0 * p->n_ctx * (double) ops->kv_dim(m, i) * sizeof(float);
+        if (ops->kv_idx_dim) kv += (double) p->n_ctx * (double) ops->kv_idx_dim(m, i) * sizeof(float);
         if (ops->rs_pieces) {
             tk_rs_piece pc[TK_RS_MAX_PIECES];
             const int32_t n = ops->rs_pieces(m, i, pc);
@@ -63,7 +78,9 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     const double w = 3.0 * hp->n_embd + 2.0 * m->max_ff + (double) sc.zx + (double) sc.xc + (double) sc.xdbl +
                      (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv +
                      (double) sc.mix;
-    const double scratch = (double) p->n_ubatch * w * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
+    const hc_widths hw = hc_widths_of(m);
+    const double w_hc = hw.hd ? 5.0 * (double) hw.hd + (double) zmax(hw.r, hw.hc) + (double) hw.hc + (double) zmax(hw.ep, 1) : 0.0;
+    const double scratch = (double) p->n_ubatch * (w + w_hc) * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
     const double G = 1073741824.0;
@@ -115,6 +132,8 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
     /* widest weight row any matmul may dequantize */
     c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
+    const hc_widths hw = hc_widths_of(model);
+    c->row_n = zmax(c->row_n, zmax(hw.hd, zmax(hw.ep, hw.r)) + 1);
     c->vec_n = zmax(zmax((size_t) c->params.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
     struct { float ** p; size_t n; } allocs[] = {
         {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * sc.zx}, {&c->xc, U * sc.xc},
@@ -131,6 +150,17 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         c->mix = malloc(U * sc.mix * sizeof(float));
         c->scratch_bytes += U * sc.mix * sizeof(float);
         if (!c->mix) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", U * sc.mix);
+    }
+    if (hw.hd) {               /* hyper-connections (qwen4exp; the other models' report is unchanged) */
+        struct { float ** p; size_t n; } hc[] = {
+            {&c->hx, U * hw.hd}, {&c->hn, U * hw.hd}, {&c->hg, U * hw.hd}, {&c->hl, U * zmax(hw.r, hw.hc)},
+            {&c->hi, U * hw.hc}, {&c->pe, U * zmax(hw.ep, 1)}, {&c->pc, U * hw.hd},
+        };
+        for (size_t i = 0; i < sizeof hc / sizeof hc[0]; i++) {
+            *hc[i].p = malloc(zmax(hc[i].n, 1) * sizeof(float));
+            c->scratch_bytes += zmax(hc[i].n, 1) * sizeof(float);
+            if (!*hc[i].p) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", hc[i].n);
+        }
     }
     const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
     c->act = malloc(zmax(act_bytes, 1));

@@ -9,6 +9,7 @@
  * mixer (Nemotron-H's MLP / MoE layers, TK_LAYER_NONE) (model.c binds it).  The mixer and FFN
  * of each layer come from the model (tk_layer.kind / ffn_kind) through the tables below;
  * each kind is a file of its own (layer.h lists them).
+ * A model with hyper-connections (hc_count > 1, qwen4exp) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
@@ -28,6 +29,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_NONE] = &tk_mixer_none,
     [TK_LAYER_PARALLEL] = &tk_mixer_parallel,
     [TK_LAYER_ZAMBA2_SHARED] = &tk_mixer_zamba2,
+    [TK_LAYER_QSA] = &tk_mixer_qsa,
 };
 
 static const tk_ffn_ops * const FFNS[] = {
@@ -57,6 +59,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens;
+    if (hp->hc_count > 1) return tk_forward_ubatch_hc(ctx, ub, logits_out);   /* qwen4exp: residual_hc.c */
 
     tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {

@@ -13,6 +13,9 @@
  *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
  *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
+ *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
+ * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
+ * the block skeleton of hc_count streams) and ple.c (the per-layer n-gram embedding).
  *
  * A new kind = a new file defining its tk_mixer_ops / tk_ffn_ops, one row in the tables in
  * forward.c, and its enum value (toolkit.h + toolkit/arch).  Row helpers the kinds share
@@ -73,6 +76,9 @@ typedef struct {
     /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory
      * (NULL: no mixer, TK_LAYER_NONE; the block is its FFN alone) */
     tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
+    /* floats per cell of layer il's third KV-cache array, kept in the attention cells beside K
+     * and V (QSA's raw indexer keys; NULL: none) */
+    int32_t (*kv_idx_dim)(const tk_model * m, int il);
 } tk_mixer_ops;
 
 typedef struct {
@@ -84,7 +90,7 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa;
 /* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
 tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
 extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
@@ -128,6 +134,24 @@ void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
  * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V
  * into ctx->att [U, H hd] (the attention mixer's formula between its projections) */
 tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub);
+/* the same attending only the cells sel[t * n_cells + c] != 0 of token t (sel NULL: all);
+ * tk_attention_forward_sel: the whole attention mixer (projections, core, gate, output) so */
+tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const uint8_t * sel);
+tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
+                                   const uint8_t * sel);
+/* the attention kind's check / bind / kv_dim / scratch, for kinds built on it (mixer_qsa.c) */
+tk_status tk_attention_check(const tk_hparams * hp, int il);
+tk_status tk_attention_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+int32_t tk_attention_kv_dim(const tk_model * m, int il);
+void tk_attention_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
+/* residual_hc.c: qwen4exp's hyper-connections (hp.hc_count > 1) */
+tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
+tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
+/* ple.c: qwen4exp's per-layer n-gram embedding on layer il (hp.ple_index[il] >= 0) */
+tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out);   /* appended to the layer's own */
+tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, int first_piece);
 /* ffn_dense.c: bind ffn_up [D, F], ffn_gate [D, F] (with_gate) and ffn_down [F, D], named
  * prefix + "ffn_*.weight" ("blk.<il>." or a shared block's prefix), into l (F: l->n_ff) */
 tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, int with_gate, tk_layer * l);

@@ -40,6 +40,8 @@ typedef struct {
     const uint64_t * seqs;     /* [n_cells] bit set of sequences that see the cell */
     const int32_t * ub_cells;  /* [n_tokens of the ubatch] cell of each token */
     int32_t n_cells, kv_dim;
+    float * ik;                /* cell c's third row (QSA raw indexer key) at + c * ik_dim, or NULL */
+    int32_t ik_dim;
 } tk_kv_view;
 
 /* What a recurrent layer sees of its state during a ubatch (after prepare): ubatch row s

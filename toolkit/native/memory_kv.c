@@ -2,6 +2,9 @@
  *
  * n_cells cells; a cell holds one token's K and V for every attention layer (tensors
  * exist only for attention layers), its position, and the set of sequences that see it.
+ * A layer kind may keep a third array in the same cells (tk_mixer_ops.kv_idx_dim: QSA's raw
+ * indexer keys), so it can never disagree with K and V: every cell operation moves, drops,
+ * copies and saves it with them.
  * Cells are claimed lowest index first, so a sequence's cells are in position order and
  * attention sums over them in the same order however the prompt was split.
  * ref: llama.cpp src/llama-kv-cache.{h,cpp} (cells with pos + seq set).
@@ -21,6 +24,8 @@ typedef struct {
     int32_t * kv_dim;          /* [n_layer] floats of K (and of V) per cell, 0 = no tensors */
     float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
     float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    int32_t * ik_dim;          /* [n_layer] floats of the third array per cell, 0 = none */
+    float ** ik;               /* [n_layer] -> [n_cells, ik_dim] or NULL */
     const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
 } tk_memory_kv;
 
@@ -162,6 +167,10 @@ static void kv_compact(tk_memory_kv * kv) {
                 const size_t d = (size_t) kv->kv_dim[l];
                 memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d * sizeof(float));
                 memcpy(kv->v[l] + (size_t) j * d, kv->v[l] + (size_t) i * d, d * sizeof(float));
+                if (kv->ik[l]) {
+                    const size_t e = (size_t) kv->ik_dim[l];
+                    memcpy(kv->ik[l] + (size_t) j * e, kv->ik[l] + (size_t) i * e, e * sizeof(float));
+                }
             }
             kv->pos[i] = -1;
             kv->seqs[i] = 0;
@@ -206,8 +215,11 @@ static void kv_free(tk_memory * m) {
     if (!kv) return;
     if (kv->k) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->k[l]);
     if (kv->v) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->v[l]);
+    if (kv->ik) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->ik[l]);
     free(kv->k);
     free(kv->v);
+    free(kv->ik);
+    free(kv->ik_dim);
     free(kv->kv_dim);
     free(kv->pos);
     free(kv->seqs);
@@ -220,7 +232,8 @@ static void kv_free(tk_memory * m) {
 static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
     tk_memory_kv * kv = KV(m);
     if (il < 0 || il >= kv->n_layer || !kv->k[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no KV cache", il);
-    *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il]};
+    *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il],
+                         kv->ik[il], kv->ik_dim[il]};
     return TK_OK;
 }
 
@@ -237,7 +250,7 @@ static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) { (void) m; (vo
 static void kv_report(tk_memory * m, tk_memory_report * r) {
     tk_memory_kv * kv = KV(m);
     for (int32_t l = 0; l < kv->n_layer; l++)
-        r->kv_bytes += 2 * (uint64_t) kv->n_cells * (uint64_t) kv->kv_dim[l] * sizeof(float);
+        r->kv_bytes += (2 * (uint64_t) kv->kv_dim[l] + (uint64_t) kv->ik_dim[l]) * (uint64_t) kv->n_cells * sizeof(float);
 }
 
 /* ---- state: section KV (layout in state.c) ------------------------------------------------ */
@@ -261,6 +274,7 @@ static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
             if (!kv->kv_dim[l]) continue;
             tk_put(w, kv->k[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
             tk_put(w, kv->v[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+            if (kv->ik_dim[l]) tk_put(w, kv->ik[l] + (size_t) i * kv->ik_dim[l], (size_t) kv->ik_dim[l] * sizeof(float));
         }
     }
     tk_section_end(w, at);
@@ -314,6 +328,9 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
             const size_t n = (size_t) kv->kv_dim[l] * sizeof(float);
             if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * kv->kv_dim[l] : NULL, n) ||
                 !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->kv_dim[l] : NULL, n)) return TK_STATE_BAD("KV cell %u truncated", i);
+            if (kv->ik_dim[l] && !tk_get(q, rd->apply ? kv->ik[l] + (size_t) cell * kv->ik_dim[l] : NULL,
+                                         (size_t) kv->ik_dim[l] * sizeof(float)))
+                return TK_STATE_BAD("KV cell %u truncated", i);
         }
     }
     return TK_OK;
@@ -349,7 +366,9 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
     kv->kv_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
     kv->k = calloc((size_t) hp->n_layer, sizeof(float *));
     kv->v = calloc((size_t) hp->n_layer, sizeof(float *));
-    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->k || !kv->v) {
+    kv->ik_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
+    kv->ik = calloc((size_t) hp->n_layer, sizeof(float *));
+    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik) {
         kv_free(&kv->base);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -363,6 +382,14 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
         if (!kv->k[l] || !kv->v[l]) {
             kv_free(&kv->base);
             return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", 2 * n);
+        }
+        if (ops->kv_idx_dim) {
+            kv->ik_dim[l] = ops->kv_idx_dim(model, l);
+            kv->ik[l] = calloc((size_t) n_cells * (size_t) kv->ik_dim[l], sizeof(float));
+            if (!kv->ik[l]) {
+                kv_free(&kv->base);
+                return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the indexer key cache");
+            }
         }
     }
     kv_clear(&kv->base);

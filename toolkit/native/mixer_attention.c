@@ -86,6 +86,7 @@ typedef struct {
     int32_t qs;                /* floats per head in q (attn_q_stride) */
     float scale;
     int level;                 /* tk_cpu_level() */
+    const uint8_t * sel;       /* [U, n_cells] QSA's selected cells per token, or NULL */
 } attn_job;
 
 /* One (token t = p / H, head h = p % H) pair: its query and output rows, its KV head's rows
@@ -95,6 +96,7 @@ typedef struct {
     float * o;
     uint64_t sbit;             /* the token's sequence */
     int32_t pos;
+    const uint8_t * sel;       /* [n_cells] the cells QSA selected for the token, or NULL (all) */
 } attn_pair;
 
 static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_job * j, int64_t p) {
@@ -103,13 +105,14 @@ static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_j
     const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, oo = (size_t) t * H * hd + (size_t) h * hd;
     const size_t qo = (size_t) t * H * qs + (size_t) h * qs;
     const attn_pair a = {ctx->q + qo, j->kv.k + kvo, j->kv.v + kvo, ctx->att + oo,
-                         UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t]};
+                         UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t],
+                         j->sel ? j->sel + (size_t) t * (size_t) j->kv.n_cells : NULL};
     return a;
 }
 
 /* cell c is attended by the pair: its sequence, at or before its position, not empty */
 static inline __attribute__((always_inline)) int attn_sees(const tk_kv_view * kv, int32_t c, const attn_pair * a) {
-    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0;
+    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0 && (!a->sel || a->sel[c]);
 }
 
 /* score[c] <- exp(score[c] - mx) over the cells the pair sees; returns their sum, in
@@ -254,13 +257,14 @@ static void attn_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
         }
 }
 
-static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
+                                   const uint8_t * sel) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens, H = hp->n_head, hd = hp->head_dim;
     TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
-    TK_CHECK(tk_attention_core(ctx, l, il, ub));
+    TK_CHECK(tk_attention_core_sel(ctx, l, il, ub, sel));
     if (hp->attn_q_gate) {
         gate_job gj = {ctx->q, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
@@ -268,7 +272,15 @@ static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, cons
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
 
+static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    return tk_attention_forward_sel(ctx, l, il, ub, out, NULL);
+}
+
 tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub) {
+    return tk_attention_core_sel(ctx, l, il, ub, NULL);
+}
+
+tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const uint8_t * sel) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens;
     const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
@@ -282,10 +294,18 @@ tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const 
         memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
     }
-    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level()};
+    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel};
     /* (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
     return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_attention = {"attention", attn_check, attn_bind, NULL, attn_kv_dim, attn_scratch, attn_forward};
+
+/* the kind's pieces for a kind built on it (mixer_qsa.c) */
+tk_status tk_attention_check(const tk_hparams * hp, int il) { return attn_check(hp, il); }
+tk_status tk_attention_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) { return attn_bind(m, tab, il, l); }
+int32_t tk_attention_kv_dim(const tk_model * m, int il) { return attn_kv_dim(m, il); }
+void tk_attention_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    attn_scratch(m, il, n_ubatch, n_threads, need);
+}

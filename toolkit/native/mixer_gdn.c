@@ -12,7 +12,9 @@
  *   ssm_conv1d [K, C] (no bias), ssm_dt.bias [Hv], ssm_a [Hv] (A = -exp(A_log)),
  *   ssm_norm [Dv] (shared by the heads, no +1), ssm_out [Hv Dv, D]
  *   state per sequence: "conv" [C, K-1] (the last K-1 conv inputs), "S" [Hv, Dv, Dk]: head h's
- *     S (Dk x Dv) with element (i, j) at h Dk Dv + j Dk + i (llama.cpp's layout)
+ *     S (Dk x Dv) with element (i, j) at h Dk Dv + j Dk + i (llama.cpp's layout); on a qwen4exp
+ *     PLE layer also ple.c's "ple_conv" and "ple_hist" (ple.c runs them, before this mixer)
+ * (qwen4exp's linear layers are this kind too: gdn_gate_act from the file, tiled heads.)
  * Formula, per token (spec gdn-family.md §2.1):
  *   m = attn_qkv x;  z = attn_gate x;  b, a = ssm_beta x, ssm_alpha x (or ssm_ba x)
  *   c = silu(causal_conv1d(m))  (tap K-1 on the current token; window carried, zero at start)
@@ -42,10 +44,9 @@ static int32_t gdn_conv_dim(const tk_hparams * hp) { return 2 * hp->n_group * hp
 
 static int32_t gdn_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
-    (void) il;
     out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) gdn_conv_dim(hp)};
     out[1] = (tk_rs_piece) {"S", (size_t) hp->ssm_n_head * (size_t) hp->d_state * (size_t) hp->ssm_head_dim};
-    return 2;
+    return 2 + tk_ple_rs_pieces(m, il, out + 2);   /* qwen4exp's PLE layer keeps its conv window and history too (ple.c) */
 }
 
 static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {

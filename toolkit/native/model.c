@@ -143,7 +143,7 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
 /* ==== hparams checks ================================================================= */
 
 static tk_status check_hparams(const tk_hparams * hp) {
-    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_ZAMBA2) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
+    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_QWEN4EXP) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
     if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
     if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");
@@ -158,6 +158,21 @@ static tk_status check_hparams(const tk_hparams * hp) {
     }
     if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
         return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
+    if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
+    if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
+        if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);
+        if (hp->ple_ngram_size < 2 || hp->ple_ngram_size > 32 || hp->ple_heads_per_ngram <= 0 ||
+            hp->ple_heads_per_ngram > 4096 || hp->ple_conv_kernel < 1 || hp->ple_conv_kernel > 64 || !hp->ple_consts ||
+            hp->ple_n_module <= 0 || hp->ple_eos_token < 0 || hp->ple_eos_token >= hp->n_vocab)
+            return TK_FAIL(TK_ERR_INVALID, "PLE hparams out of range (ngram_size %d, heads_per_ngram %d, conv_kernel %d, "
+                           "eos_token_id %d)", hp->ple_ngram_size, hp->ple_heads_per_ngram, hp->ple_conv_kernel, hp->ple_eos_token);
+        for (int i = 0; i < hp->n_layer; i++) {
+            const int32_t k = hp->ple_index[i];
+            if (k < -1 || k >= hp->ple_n_module) return TK_FAIL(TK_ERR_INVALID, "layer %d: PLE module %d out of range", i, k);
+            if (k >= 0 && hp->layer_kinds[i] != TK_LAYER_GDN)
+                return TK_FAIL(TK_ERR_INVALID, "layer %d: a PLE layer must be a gated-delta-net layer", i);
+        }
+    }
     if (!(hp->rms_eps >= 0) || !isfinite(hp->logit_scale) || hp->logit_scale == 0)
         return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
     return TK_OK;
@@ -174,12 +189,16 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     l->kind = hp->layer_kinds[il];
     l->ffn_kind = hp->ffn_kinds[il];
     l->n_head_kv = hp->n_head_kv[il];
-    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
+    /* hyper-connections: the block's mixers replace attn_norm and the FFN pre-norm */
+    if (hp->hc_count > 1) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
+    else TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
 
     TK_CHECK(tk_mixer_ops_of(l->kind)->bind(m, tab, il, l));
+    if (m->ple_index && m->ple_index[il] >= 0) TK_CHECK(tk_ple_bind(m, tab, il, l));
 
     const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
-    if (ffn) {
+    if (ffn && hp->hc_count > 1) TK_CHECK(ffn->bind(m, tab, il, l));
+    else if (ffn) {
         /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
          * mixer (Nemotron-H) has one norm, attn_norm */
         if (l->kind == TK_LAYER_NONE) l->ffn_norm = l->attn_norm;
@@ -225,6 +244,22 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.layer_kinds = m->layer_kinds;
     m->hp.ffn_kinds = m->ffn_kinds;
     m->hp.n_head_kv = m->n_head_kv;
+    /* qwen4exp's arrays (NULL elsewhere) */
+    if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
+    if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
+    const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
+        (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
+    if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
+    if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts)) {
+        tk_model_free(m);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    if (m->compress_ratios) memcpy(m->compress_ratios, hp->compress_ratios, nl * sizeof(int32_t));
+    if (m->ple_index) memcpy(m->ple_index, hp->ple_index, nl * sizeof(int32_t));
+    if (m->ple_consts) memcpy(m->ple_consts, hp->ple_consts, n_consts * sizeof(uint64_t));
+    m->hp.compress_ratios = m->compress_ratios;
+    m->hp.ple_index = m->ple_index;
+    m->hp.ple_consts = m->ple_consts;
     m->conv_dim = hp->d_inner;
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kinds[i] == TK_LAYER_MAMBA2 || hp->layer_kinds[i] == TK_LAYER_PARALLEL ||
@@ -259,7 +294,8 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
     /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
     const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
+    if (st == TK_OK && hp->hc_count > 1) st = tk_hc_bind_output(m, &tab);     /* the final mixer, no output_norm */
+    else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
     for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);
@@ -291,6 +327,9 @@ void tk_model_free(tk_model * m) {
     free(m->layer_kinds);
     free(m->ffn_kinds);
     free(m->n_head_kv);
+    free(m->compress_ratios);
+    free(m->ple_index);
+    free(m->ple_consts);
     free(m);
 }
 

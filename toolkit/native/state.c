@@ -6,7 +6,8 @@
  *           u64 model fingerprint  u64 payload bytes
  *   payload sections, each  u32 tag  u32 0  u64 length  then `length` bytes:
  *     tag 1 KV     u32 n_layer  u32 n_cells  u32 kv_dim[n_layer]
- *                  n_cells x { i32 pos  u32 0  u64 seq set  (K, V rows of each layer with kv_dim > 0) }
+ *                  n_cells x { i32 pos  u32 0  u64 seq set  (K, V rows of each layer with kv_dim > 0, then its
+ *                  QSA raw indexer key row where the layer keeps one) }
  *     tag 2 RS     u32 n_states  u32 0  u64 cell_n
  *                  n_states x { i32 pos  i32 first pos  u64 seq set  f32[cell_n] }
  *     tag 3 CKPT   u32 n  u32 0  u64 cell_n
@@ -59,12 +60,16 @@ static uint64_t fingerprint(const tk_model * m) {
                             hp->dt_rank, hp->n_group, hp->ssm_n_head, hp->ssm_head_dim, hp->n_head, hp->head_dim,
                             hp->n_rot, hp->use_rope, m->conv_dim, m->tok_embd.type};
     h = fnv(h, dims, sizeof dims);
-    h = fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
+    /* hyper-connections (qwen4exp): the mixers' norms stand for the norms (and the stream count
+     * is hashed); every other model hashes exactly what it did before */
+    const size_t hcd = hp->hc_count > 1 ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
+    if (hcd) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);
+    h = hcd ? fnv(h, m->output_hc_norm, hcd * sizeof(float)) : fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_layer * L = &m->layers[l];
         const int32_t ld[] = {L->kind, L->ffn_kind, L->n_head_kv, L->ssm_in.type, L->wq.type};
         h = fnv(h, ld, sizeof ld);
-        h = fnv(h, L->attn_norm, (size_t) hp->n_embd * sizeof(float));
+        h = hcd ? fnv(h, L->hc_attn_norm, hcd * sizeof(float)) : fnv(h, L->attn_norm, (size_t) hp->n_embd * sizeof(float));
     }
     return h;
 }

@@ -71,6 +71,19 @@ typedef struct {
     tk_weight lora_qb, lora_kb, lora_vb;                /* [r, H hd], [r, Hkv hd], [r, Hkv hd] */
     tk_weight ffn_lora_a, ffn_gate_lora_b, ffn_up_lora_b;   /* [D, r], [r, F], [r, F] */
     tk_weight shared_linear;   /* [D, D] */
+    /* qwen4exp: hyper-connections (residual_hc.c; hcD = hc_count D, R the low rank) */
+    float * hc_attn_norm, * hc_ffn_norm;                 /* [hcD] (HF's (1 + w) folded in) */
+    tk_weight hc_attn_down, hc_ffn_down;                 /* [hcD, R] */
+    tk_weight hc_attn_up, hc_ffn_up;                     /* [R, hcD] */
+    tk_weight hc_attn_inject, hc_ffn_inject;             /* [hcD, hc] */
+    /* qwen4exp: the QSA indexer (mixer_qsa.c) */
+    tk_weight idx_q, idx_k;                              /* [D, Hi di], [D, di] */
+    float * idx_q_norm, * idx_k_norm;                    /* [di] */
+    /* qwen4exp: the per-layer n-gram embedding (ple.c; Ep = NH dh) */
+    tk_weight ple_key, ple_value;                        /* [Ep, hcD], [Ep, D] */
+    tk_weight ple_table;                                 /* [dh, rows] the n-gram table (stays in the mapping) */
+    float * ple_norm_key, * ple_norm_query, * ple_norm_conv;  /* [hcD] */
+    float * ple_conv1d;                                  /* [hcD][Kp] (ggml [Kp, hcD]) */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;
@@ -90,6 +103,14 @@ struct tk_model {
     float * output_norm;       /* [D] */
     tk_weight output;          /* [D, n_vocab] (tok_embd when tied) */
     tk_layer * layers;         /* [n_layer] */
+    /* qwen4exp: the final mixer in place of output_norm (residual_hc.c), the copied arrays of hp */
+    float * output_hc_norm;    /* [hcD] */
+    tk_weight output_hc_down, output_hc_up;   /* [hcD, R], [R, hcD] */
+    int32_t hc_rank;           /* largest low rank R of any mixer */
+    int32_t ple_row_dim;       /* dh, the n-gram table's row width (0: no PLE) */
+    int32_t * compress_ratios; /* [n_layer] or NULL */
+    int32_t * ple_index;       /* [n_layer] or NULL */
+    uint64_t * ple_consts;     /* or NULL */
     int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
                                   layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
@@ -187,6 +208,14 @@ struct tk_context {
     float * v;                 /* [U, Hkv_max*hd] */
     float * att;               /* [U, H*hd] (sized like q) */
     float * mix;               /* [U, D] a parallel layer's second mixer output, or NULL (no such layer) */
+    /* hyper-connections (hc_count > 1 only, else NULL): hcD = hc_count D */
+    float * hx;                /* [U, hcD] the residual streams */
+    float * hn;                /* [U, hcD] the normed streams (PLE: query, then the conv input) */
+    float * hg;                /* [U, hcD] the mixing gates (PLE: key, then the gated value) */
+    float * hl;                /* [U, max(R, hc)] the low-rank activations */
+    float * hi;                /* [U, hc] the inject weights */
+    float * pe;                /* [U, Ep] the gathered n-gram rows (PLE models) */
+    float * pc;                /* [U, hcD] the PLE conv output (PLE models) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
     float * f1;                /* [D] one token's expert output */

@@ -73,7 +73,8 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_SHORTCONV = 4,    /* LFM2's double-gated short conv (mixer_shortconv.c) */
     TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
     TK_LAYER_PARALLEL = 6,     /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
-    TK_LAYER_ZAMBA2_SHARED = 7 /* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
+    TK_LAYER_ZAMBA2_SHARED = 7,/* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
+    TK_LAYER_QSA = 8           /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
@@ -96,7 +97,8 @@ typedef enum {
     TK_ARCH_NEMOTRON_H = 9,
     TK_ARCH_NEMOTRON_H_MOE = 10,
     TK_ARCH_FALCON_H1 = 11,
-    TK_ARCH_ZAMBA2 = 12
+    TK_ARCH_ZAMBA2 = 12,
+    TK_ARCH_QWEN4EXP = 13
 } tk_arch;
 
 typedef struct {
@@ -162,6 +164,20 @@ typedef struct {
     /* zamba2 (appended) */
     int32_t n_shared_block;    /* M shared blocks: the j-th TK_LAYER_ZAMBA2_SHARED layer runs shared.{j % M} */
     float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
+    /* qwen4exp (appended; spec gdn-family.md §1.8, §2.5).  hc_count > 1: the residual is
+     * hc_count streams of n_embd (residual_hc.c), no attn_norm / ffn_norm / output_norm. */
+    int32_t hc_count;          /* hyper-connection streams (0: the plain residual) */
+    int32_t idx_n_head;        /* QSA indexer query heads (attention.indexer.head_count) */
+    int32_t idx_head_dim;      /* QSA indexer head dim (attention.indexer.key_length) */
+    int32_t idx_top_k;         /* QSA budget B in tokens (attention.indexer.top_k) */
+    const int32_t * compress_ratios; /* [n_layer] QSA block size r per layer (attention.compress_ratios), or NULL */
+    const int32_t * ple_index; /* [n_layer] PLE module of the layer (0, 1, ... in layer order) or -1; NULL: no PLE */
+    int32_t ple_ngram_size;    /* n (ple.ngram_size) */
+    int32_t ple_heads_per_ngram; /* ple.heads_per_ngram; NH = (n - 1) heads_per_ngram table heads */
+    int32_t ple_conv_kernel;   /* Kp (ple.conv_kernel) */
+    int32_t ple_eos_token;     /* ple.eos_token_id: cuts the n-gram context */
+    int32_t ple_n_module;      /* PLE layers (modules) */
+    const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
 } tk_hparams;
 
 typedef struct {

@@ -20,6 +20,11 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
                with gated delta net layers n_threads x tk_gdn_work_floats(Dk, Dv) floats (gdn.c)
   zamba2       its hybrid layers count as attention (KV) and as recurrent (Mamba-2 state) layers,
                and widen zx to 2 D, xdbl to the adapter rank, y to max(H hd, F) (mixer_zamba2.c)
+  qwen4exp     a QSA layer's KV cells also hold its raw indexer key (n_ctx x di x 4, mixer_qsa.c)
+               and it widens zx / xc to Hi di / di; a PLE layer's state adds its conv window
+               (Kp - 1) n hcD and history n floats (ple.c); hyper-connections add 4 [U, hcD]
+               buffers, [U, max(R, hc)], [U, hc] and [U, Ep] (context.c), and a matmul row may
+               be hcD, Ep or R wide
 :meth:`toolkit.runtime.Context.memory_report` gives the same kinds as allocated.
 """
 from __future__ import annotations
@@ -31,7 +36,7 @@ def _max_ff(gguf) -> int:
     w = 0
     for t in gguf:
         for suffix in ("ffn_up.weight", "ffn_up_exps.weight", "ffn_up_shexp.weight"):
-            if t.name.endswith(suffix) and len(t.shape) >= 2:
+            if t.name.endswith("." + suffix) and len(t.shape) >= 2:   # not qwen4exp's hc_ffn_up
                 w = max(w, int(t.shape[1]))
     return w
 
@@ -54,7 +59,12 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     if has_gdn:     # mixer_gdn.c: q, k (Hk x Dk each) and v (Hv x Dv = d_inner) channels
         conv_dim = 2 * hp.n_group * N + DI
     kv = sum(2 * n_ctx * hp.n_head_kv[i] * hp.head_dim * 4 for i in attn)
+    qsa = [i for i in attn if hp.layer_kinds[i] == LayerKind.QSA]
+    kv += len(qsa) * n_ctx * hp.idx_head_dim * 4
     state = len(rec) * ((hp.d_conv - 1) * conv_dim + N * DI) * 4
+    HD = hp.hc_count * D if hp.hc_count > 1 else 0
+    n_ple = sum(1 for x in hp.ple_index if x >= 0)
+    state += n_ple * ((hp.ple_conv_kernel - 1) * hp.ple_ngram_size * HD + hp.ple_ngram_size) * 4
     max_ff = _max_ff(gguf)
     zx = xc = xd = dtr = dt = y = q = kvw = 0
     if has_gdn:     # gdn_scratch: zx, xc [C]; xdbl, dtr [2 Hv]; dt (z), y [Hv Dv]
@@ -69,13 +79,25 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
         kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
     if has_z2:      # mixer_zamba2.c z2_scratch: zx [2D], xdbl [r], y [max(H hd, F)]
         zx, xd, y = max(zx, 2 * D), max(xd, _adapter_rank(gguf)), max(y, hp.n_head * hp.head_dim, max_ff)
+    if qsa:         # mixer_qsa.c qsa_scratch: indexer queries in zx, raw keys in xc
+        zx, xc = max(zx, hp.idx_n_head * hp.idx_head_dim), max(xc, hp.idx_head_dim)
     U = n_ubatch
     row_n = max(D, DI, q, max_ff, hp.dt_rank) + 1
+    R = Ep = 0
+    if HD:          # residual_hc.c / ple.c: the low rank R and the gathered PLE row Ep
+        R = max([int(t.shape[1]) for t in gguf if t.name.endswith(("hc_down.weight", "hc_attn_down.weight",
+                                                                     "hc_ffn_down.weight"))] or [0])
+        table = gguf.tensors.get("per_layer_token_embd.weight")
+        if n_ple and table is not None:
+            Ep = int(table.shape[0]) * (hp.ple_ngram_size - 1) * hp.ple_heads_per_ngram
+        row_n = max(row_n, max(HD, Ep, R) + 1)
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
     widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * dt, U * y, U * q, U * kvw, U * kvw, U * q,
                             U * max_ff, U * max_ff, D, row_n * n_threads, vec_n * n_threads]
     if has_par:     # ctx->mix [U, D]: the attention half's output (allocated only for such models)
         widths.append(U * D)
+    if HD:          # hx, hn, hg, pc [U, hcD]; hl [U, max(R, hc)]; hi [U, hc]; pe [U, Ep]
+        widths += [U * HD] * 3 + [U * max(R, hp.hc_count), U * hp.hc_count, U * max(Ep, 1), U * HD]
     # quantized activation rows of the integer mat-mul path: Q8_K, 292 bytes per 256 values
     act = max(U * -(-row_n // 256) * 292, 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),

@@ -113,9 +113,12 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     arrays = []
     for fld in TK_HPARAMS:
         v = fld.value(hp, spec)
-        if fld.kind == "int32[]":
-            v = ffi.new("int32_t[]", [int(x) for x in v])
-            arrays.append(v)
+        if fld.kind in ("int32[]", "uint64[]"):
+            if len(v):
+                v = ffi.new("int32_t[]" if fld.kind == "int32[]" else "uint64_t[]", [int(x) for x in v])
+                arrays.append(v)
+            else:
+                v = ffi.NULL      # the family has none (qwen4exp's arrays elsewhere)
         elif fld.kind == "int32":
             v = int(v)
         else:

@@ -82,7 +82,7 @@ import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.families.qwen_gdn import QwenGDNFamily, text_config
-from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_str, kv_u32
 from toolkit.convert.st_reader import STTensor, ShardReader
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -210,10 +210,17 @@ class Qwen4ExpFamily(QwenGDNFamily):
         ple_ids = c.get("ple_layer_ids", default=[])
         if not isinstance(ple_ids, list) or not all(isinstance(i, int) and 1 <= i <= self.n_layer for i in ple_ids):
             raise InputError(f"{c.path}: key 'ple_layer_ids' = {ple_ids!r} must list 1-based layer ids in [1, {self.n_layer}]")
-        self.ple_layers = sorted({i - 1 for i in ple_ids})    # HF is 1-based, GGUF 0-based
-        if len(self.ple_layers) > 1:
-            raise UnsupportedError(f"{c.path}: ple_layer_ids {ple_ids}: llama.cpp's qwen4exp holds one set of PLE hash "
-                                   f"constants and one per_layer_token_embd, so only one PLE layer is supported")
+        # HF is 1-based, GGUF 0-based; PLE module j (HF ple_layer_ids.index) is the j-th in this order
+        self.ple_layers = [i - 1 for i in dict.fromkeys(ple_ids)]
+        if self.ple_layers != sorted(self.ple_layers):
+            raise InputError(f"{c.path}: key 'ple_layer_ids' = {ple_ids!r} must be ascending")
+        # the gated delta net's output gate: HF Qwen4ExpTextRMSNormGated(activation=output_gate_type
+        # or hidden_act); llama.cpp hard-codes sigmoid and writes nothing (spec B3), we write the key
+        gate = c.get("output_gate_type") or c.get("hidden_act", "silu")
+        if gate not in ("silu", "swish", "sigmoid"):
+            raise UnsupportedError(f"{c.path}: output_gate_type / hidden_act = {gate!r}: the gated delta net's output "
+                                   f"gate must be silu or sigmoid")
+        self.output_gate = "sigmoid" if gate == "sigmoid" else "silu"
         for i in self.ple_layers:
             if i in self.attn_layers:
                 raise InputError(f"{c.path}: ple_layer_ids names layer {i + 1} (1-based), an attention layer; "
@@ -286,7 +293,12 @@ class Qwen4ExpFamily(QwenGDNFamily):
             kv_arr_i32(key(Keys.Attention.COMPRESS_RATIOS), [self.compress_ratio if i in attn else 0 for i in range(L)]),
             # ours, as every hybrid here: the explicit attention layer list
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn)),
+            # ours: the gated delta net's output gate activation (llama.cpp assumes sigmoid)
+            kv_str(key(Keys.SSM.OUTPUT_GATE_TYPE), self.output_gate),
         ]
+        self._ple_consts: dict[str, list[int]] = {"layer_multipliers": [], "ngram_heads_offsets": [],
+                                                  "ngram_heads_vocab_sizes": []}
+        self._ple_row_dim = 0
 
         pre = self.prefix
         self.copy(tn(T.TOKEN_EMBD), pre + "embed_tokens.weight", (self.n_vocab, D))
@@ -301,7 +313,9 @@ class Qwen4ExpFamily(QwenGDNFamily):
                 self.gated_delta_net(i, lp + "linear_attn.")
             self.moe(i, lp + "mlp.")
             if i in self.ple_layers:
-                self._ple(i, lp + "ple.")
+                self._ple(i, lp + "ple.", self.ple_layers.index(i))
+        if self.ple_layers:
+            self._ple_keys()
         self.tied_output(pre + "embed_tokens.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
         self.omit_vision()
         mtp = [n for n in self.hf.tensors if n.startswith("mtp.")]
@@ -333,7 +347,10 @@ class Qwen4ExpFamily(QwenGDNFamily):
         self.plus_one(tn(T.INDEXER_Q_NORM, i), a + "indexer.q_layernorm.weight", (di,))
         self.plus_one(tn(T.INDEXER_K_NORM, i), a + "indexer.k_layernorm.weight", (di,))
 
-    def _ple(self, i: int, pp: str) -> None:
+    def _ple(self, i: int, pp: str, j: int) -> None:
+        """PLE layer i, module j: its tensors, its n-gram table (the first module's is llama.cpp's
+        global ``per_layer_token_embd``, a later one's ``blk.i.per_layer_token_embd``, ours) and
+        its hash constants (appended to the module-ordered key arrays, :meth:`_ple_keys`)."""
         D, HD, P = self.n_embd, self.hc * self.n_embd, self.ple_embed_dim
         self.copy(tn(T.PLE_KEY, i), pp + "key_proj.weight", (HD, P))
         self.copy(tn(T.PLE_VALUE, i), pp + "value_proj.weight", (D, P))
@@ -350,6 +367,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
                         ("ngram_heads_vocab_sizes", self.ple_n_heads)):
             t = self.take(ng + name, (n,), why="one value per n-gram order" if n == self.ngram_size else "one value per n-gram head")
             consts[name] = read_int_tensor(t)
+            self._ple_consts[name] += consts[name]
             self.omit(ng + name, "written as an exact UINT64 key/value")
 
         # ---- the n-gram table: shards straight into their final rows ----
@@ -362,10 +380,18 @@ class Qwen4ExpFamily(QwenGDNFamily):
         if row_dim * self.ple_n_heads != P:
             raise InputError(f"{segs[0].src.path}: PLE table rows have {row_dim} elements, config.json implies "
                              f"ple_embed_dim {P} / {self.ple_n_heads} n-gram heads = {P // self.ple_n_heads}")
-        self.emit(tn(T.PER_LAYER_TOKEN_EMBD), (rows, row_dim), segs,
+        if self._ple_row_dim and row_dim != self._ple_row_dim:
+            raise InputError(f"{segs[0].src.path}: PLE layer {i + 1}'s table rows have {row_dim} elements, "
+                             f"the first PLE layer's {self._ple_row_dim}")
+        self._ple_row_dim = row_dim
+        name = tn(T.PER_LAYER_TOKEN_EMBD) if j == 0 else f"blk.{i}.{tn(T.PER_LAYER_TOKEN_EMBD)}"
+        self.emit(name, (rows, row_dim), segs,
                   note=f"{len(segs)} shards, each written at its row offset" if len(segs) > 1 else "")
 
-        key, p = self.key, self.plan
+    def _ple_keys(self) -> None:
+        """The PLE keys, once: one PLE layer gives exactly llama.cpp's; with several, ple.layers lists
+        them and each UINT64 array holds their sets in that order (ours)."""
+        key, p, consts, row_dim = self.key, self.plan, self._ple_consts, self._ple_row_dim
         p.kv += [
             kv_arr_i32(key(Keys.PerLayerEmbedding.LAYERS), self.ple_layers),
             kv_u32(key(Keys.PerLayerEmbedding.NGRAM_SIZE), self.ngram_size),
