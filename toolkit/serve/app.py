@@ -172,8 +172,10 @@ async def _stream(svc: Service, events, chat: bool, r: protocol.Request, rid: st
             return
         base = _chunk_base(kind, rid, svc)
         if ev[0] == "text":
-            _, text, probs = ev
+            _, text, probs, ids = ev
             choice = {"index": 0, "finish_reason": None}
+            if r.return_tokens:
+                choice["tokens"] = ids
             if chat:
                 choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
             else:
@@ -224,6 +226,8 @@ async def _complete(svc: Service, req: HttpRequest, prompt: list[int], r: protoc
     if job is None:
         raise ApiError(f"generation failed: {err}", 500, type_="server_error")
     choice = {"index": 0, "finish_reason": protocol.finish_reason(job), "logprobs": None}
+    if r.return_tokens:
+        choice["tokens"] = job.tokens
     if chat:
         choice["message"] = {"role": "assistant", "content": job.text}
         if r.logprobs:

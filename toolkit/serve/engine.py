@@ -59,8 +59,9 @@ class QueueFull(Exception):
 
 @dataclass
 class Job:
-    """One request.  ``on_event`` is called on the decode thread with ("text", str, probs) for
-    each piece of text (probs: the n_probs records of the tokens it came from), then
+    """One request.  ``on_event`` is called on the decode thread with ("text", str, probs, ids)
+    for each piece of text (probs: the n_probs records of the tokens it came from, ids: those
+    tokens; the last event may carry tokens and no text: a stop string cut them), then
     ("done", job) or ("error", message).  The results are filled in as it runs.
 
     prompt: token ids (>= 1); n_predict: most tokens to generate (-1: until EOG or the slot's
@@ -114,6 +115,7 @@ class _Run:
         self.pieces: list[str] = []     # every piece of generated text
         self.sent = 0                   # characters of "".join(pieces) already sent
         self.probs_sent = 0             # n_probs records already sent
+        self.toks_sent = 0              # token ids already sent
         self.todo: list[int] = []       # prompt tokens not yet decoded
         self.next_tok: int | None = None
         for t in job.prompt:
@@ -353,10 +355,11 @@ class Engine:
                 end = min(hit)
             elif not final:
                 end = len(text) - _held_back(text, run.job.stop)
-        if end > run.sent or (final and len(run.res.probs) > run.probs_sent):
+        if end > run.sent or (final and len(run.job.tokens) > run.toks_sent):
             probs = run.res.probs[run.probs_sent:]
-            run.probs_sent = len(run.res.probs)
-            run.job.on_event(("text", text[run.sent:end], probs))
+            ids = run.job.tokens[run.toks_sent:]
+            run.probs_sent, run.toks_sent = len(run.res.probs), len(run.job.tokens)
+            run.job.on_event(("text", text[run.sent:end], probs, ids))
             run.sent = max(end, run.sent)
         run.job.text = text[:run.sent]
 

@@ -43,6 +43,7 @@ class Request:
     top: int = 0              # alternatives listed per position (top_logprobs / logprobs / n_probs)
     schema: str | None = None # a JSON schema the output must match (response_format)
     ignore_eos: bool = False
+    return_tokens: bool = False   # llama-server's return_tokens: the generated ids in each choice
 
 
 def _type_name(t) -> str:
@@ -103,6 +104,7 @@ def read_common(body: dict, chat: bool) -> Request:
         raise ApiError("'stop' must be a string or an array of at most 16 strings", param="stop", code="invalid_type")
     r.stop = [s for s in stop if s]
     r.ignore_eos = get(body, "ignore_eos", (bool,), False)
+    r.return_tokens = get(body, "return_tokens", (bool,), False)
     _read_logprobs(body, chat, r)
     r.schema = _read_response_format(body)
     return r
