@@ -14,19 +14,16 @@ import pytest
 ENV = dict(os.environ, TOOLKIT_THREADS="2")
 
 
-def toolkit(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=ENV,
-                          timeout=60, **kw)
-
-
-def test_help_and_flag_errors():
-    r = toolkit("serve", "--help")
-    assert r.returncode == 0 and "--api-key" in r.stdout and "-np" in r.stdout
+def test_help_and_flag_errors(monkeypatch, capsys):
+    from cli_runner import cli
+    rc, out, _ = cli(monkeypatch, capsys, "serve", "--help")
+    assert rc == 0 and "--api-key" in out and "-np" in out
     for args, flag in ((["-np", "0"], "-np/--parallel"), (["--port", "70000"], "--port"),
-                       (["-m", "/nonexistent.gguf"], "/nonexistent.gguf"), (["--max-body", "0"], "--max-body")):
-        r = toolkit("serve", *args)
-        assert r.returncode == 2, (args, r.stderr)
-        assert flag in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+                       (["-m", "/nonexistent.gguf"], "/nonexistent.gguf"), (["--max-body", "0"], "--max-body"),
+                       (["--api-key", " "], "--api-key")):
+        rc, _, err = cli(monkeypatch, capsys, "serve", *args)
+        assert rc == 2, (args, err)
+        assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.native

@@ -8,7 +8,7 @@ import pytest
 
 from serve_util import DEMO
 
-from toolkit.serve.engine import common_prefix
+from toolkit.runtime.session import common_prefix
 
 pytestmark = pytest.mark.native
 

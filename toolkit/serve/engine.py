@@ -40,6 +40,7 @@ failed decode empties the batch's sequences (the C runtime does) and the slots f
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,10 @@ from toolkit.errors import InputError
 from toolkit.runtime import Context
 from toolkit.runtime.generate import _ends_with_stop, _Step, GenerationResult
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.session import common_prefix
+
+
+log = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
@@ -130,15 +135,6 @@ class Slot:
         self.held: list[int] = []
         self.run: _Run | None = None
         self.last_used = 0.0
-
-
-def common_prefix(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class Engine:
@@ -225,13 +221,28 @@ class Engine:
                     break
                 self._drop_cancelled()
                 self._admit()
-            self._generate_step()
-            self._prefill_step()
-        for s in self.slots:
+            try:
+                self._generate_step()
+                self._prefill_step()
+            except Exception as e:   # noqa: BLE001 - a bug in one step must not stop the server
+                log.exception("serve: decode loop step failed")
+                self._fail_all(f"internal error: {e}")
+        for s in self.slots:         # closing: no events (the HTTP side is going away)
             if s.run is not None:
-                self._finish(s, "cancelled")
+                self._release(s, "cancelled")
         for job in self.waiting:
             job.finish_reason = "cancelled"
+
+    def _fail_all(self, msg: str) -> None:
+        """End every running job with an error and forget the slots' memory (the state of a
+        step that failed part-way is unknown)."""
+        for s in self.slots:
+            if s.run is not None:
+                run = s.run
+                self._release(s, "error")
+                run.job.on_event(("error", msg))
+            s.held = []
+        self.ctx.memory.clear()
 
     def _drop_cancelled(self) -> None:
         for s in self.slots:

@@ -87,6 +87,9 @@ def read_common(body: dict, chat: bool) -> Request:
     mt = mt if mt is not None else get(body, "max_tokens", (int,))
     mt = mt if mt is not None else get(body, "n_predict", (int,), -1)
     r.n_predict = _in_range("max_tokens", mt, -1, 2**31 - 1)
+    if r.n_predict == 0:
+        raise ApiError("'max_tokens' must be >= 1 (or -1: until the end of generation)", param="max_tokens",
+                       code="invalid_value")
     seed = get(body, "seed", (int,))
     r.params = SamplerParams(
         temp=_in_range("temperature", get(body, "temperature", (float,), 1.0 if chat else 0.8), 0.0, 100.0),
