@@ -15,13 +15,17 @@ from serve_util import DEMO, sse_events
 pytestmark = pytest.mark.native
 
 PROMPTS = ["def fibonacci(n):", "import numpy as np\n", "class Stack:\n    def", "# A list of primes\n",
-           "for i in range(10):", "def fibonacci(n):\n    if n", "Once upon a time", "x = {'a': 1,"]
+           "for i in range(10):", "def fibonacci(n):\n    if n", "Once upon a time", "x = {'a': 1,",
+           # long enough for chunks of 32+ tokens: Mamba-2's chunked SSD path runs on them
+           "import os\nimport sys\n\ndef main(argv):\n    for name in argv[1:]:\n        with open(name) as fh:\n"
+           "            for line in fh:\n                print(line.rstrip())\n    return 0\n\nif __name__ =="]
+UBATCH = 40
 N_GEN = 16
 
 
 def alone(model_path, prompts: list[str]) -> list[list[int]]:
-    """Greedy tokens of each prompt on a fresh Context (the prompt's last token decoded in a call
-    of its own, as the server does)."""
+    """Greedy tokens of each prompt on a fresh Context (micro-batches of UBATCH tokens, the
+    prompt's last token decoded in a call of its own, as the server does)."""
     from toolkit.runtime import Context, Model
     from toolkit.runtime.generate import generate
     from toolkit.runtime.sampling import Sampler, SamplerParams
@@ -30,7 +34,7 @@ def alone(model_path, prompts: list[str]) -> list[list[int]]:
     tok = Tokenizer.from_gguf(m.gguf)
     out = []
     for p in prompts:
-        ctx = Context(m, n_ctx=512, n_checkpoints=4)
+        ctx = Context(m, n_ctx=512, n_checkpoints=4, n_ubatch=UBATCH)   # the server's chunks
         ids = tok.encode(p, add_special=True, parse_special=True)
         res = generate(ctx, tok, ids, N_GEN, Sampler(SamplerParams(temp=0)), split_last=True, ignore_eos=True)
         out.append(res.tokens)
@@ -65,7 +69,7 @@ def test_concurrent_streams_equal_alone(which, start_server, hf_f32):
     path = DEMO if which == "demo" else hf_f32("bamba-tiny")
     want = alone(path, PROMPTS)
     assert len({tuple(w) for w in want}) > 4, "the prompts should give different answers"
-    s = start_server(path, n_slots=4, n_ctx=1024, n_ubatch=8)   # small chunks: prompts take several steps
+    s = start_server(path, n_slots=4, n_ctx=2048, n_ubatch=UBATCH)
     first = concurrent(s.url, PROMPTS)
     second = concurrent(s.url, PROMPTS[::-1])[::-1]
     for p, w, a, b in zip(PROMPTS, want, first, second):
@@ -79,4 +83,4 @@ def test_concurrent_streams_equal_alone(which, start_server, hf_f32):
         assert r["choices"][0]["tokens"] == want[i]
     assert r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     st = s.svc.engine.stats()
-    assert st["requests"] == 19 and st["slots_busy"] == 0
+    assert st["requests"] == 2 * len(PROMPTS) + 3 and st["slots_busy"] == 0
