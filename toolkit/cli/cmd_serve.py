@@ -32,7 +32,7 @@ def serve(
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
     queue: int = typer.Option(64, "--queue", help="Requests that may wait for a slot; beyond it: 503 with Retry-After."),
     max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body in bytes; beyond it: 413."),
-    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template when the GGUF has none: a Jinja file, chatml, or tokenizer.chat_template.NAME (default: chatml)."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Log every HTTP request (uvicorn's access log) to stderr."),
 ) -> None:
