@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 import uuid
 
@@ -32,6 +33,7 @@ from toolkit.serve import protocol
 from toolkit.serve.engine import Engine, Job, QueueFull
 from toolkit.serve.protocol import ApiError
 
+log = logging.getLogger(__name__)
 
 class Service:
     """What the routes share: the engine, tokenizer, chat template and settings."""
@@ -253,6 +255,9 @@ def _route(svc: Service, name: str, auth: bool = True):
                 resp = _error(e)
             except ToolkitError as e:
                 resp = _error(ApiError(str(e)))
+            except Exception as e:   # noqa: BLE001 - a bug: an OpenAI-style 500, logged, server up
+                log.exception("serve: %s failed", name)
+                resp = _error(ApiError(f"internal error: {type(e).__name__}: {e}", 500, type_="server_error"))
             key = (name, resp.status_code if hasattr(resp, "status_code") else 200)
             svc.http[key] = svc.http.get(key, 0) + 1
             return resp
