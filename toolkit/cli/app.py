@@ -40,7 +40,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 # Subcommand modules register themselves on `app` when imported.  A module listed here
 # that does not exist yet (its issue not done) is skipped.
-_COMMANDS = ("convert", "info", "quantize", "run", "bench", "perplexity")
+_COMMANDS = ("convert", "info", "quantize", "run", "bench", "perplexity", "serve")
 for _name in _COMMANDS:
     try:
         importlib.import_module(f"toolkit.cli.cmd_{_name}")

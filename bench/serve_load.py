@@ -1,0 +1,184 @@
+"""Load test of an OpenAI-compatible server: ``toolkit serve`` or llama-server, same GGUF, same
+settings, one after the other (not a timed test: figures depend on the machine and its load).
+
+    python bench/serve_load.py -m toolkit/data/default.gguf                 # toolkit serve
+    python bench/serve_load.py -m M.gguf --llama-server /path/llama-server  # both, side by side
+
+Each server is started as ``-m M -np SLOTS -c CTX --host 127.0.0.1 --port P`` (llama-server's
+flag names; toolkit serve takes the same), warmed up for --warmup seconds, then CLIENTS
+concurrent streaming clients send random prompts (random words of a fixed list, random
+length, random max_tokens, greedy or sampled) for --duration seconds; a client drops its
+connection mid-stream with probability --p-disconnect.  Checks, printed as PASS / FAIL:
+
+    - no HTTP status >= 500 except 503 (a full queue), no transport error but the ones we made
+    - the server process is alive at the end and /health answers
+    - RSS at the end is within 10% of the RSS after the warm-up (VmRSS of the process)
+
+Reports completed requests, generated tokens per second (usage.completion_tokens of finished
+streams / duration), p50 / p95 time to first token, 503 count, disconnects.  ``--json`` prints
+the figures as one object per server.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+
+WORDS = ("the list of values is sorted and then each item is printed to a file named after the "
+         "function that returns a dictionary with keys for every class in the module where a loop "
+         "counts numbers until the result is greater than zero or the input is empty").split()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def start(kind: str, binary: str, model: str, slots: int, ctx: int, threads: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    common = ["-m", model, "-np", str(slots), "-c", str(ctx), "--host", "127.0.0.1", "--port", str(port),
+              "-t", str(threads)]
+    cmd = [sys.executable, "-m", "toolkit", "serve", *common] if kind == "toolkit" else [binary, *common]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.time()
+    while time.time() - t0 < 120:
+        if p.poll() is not None:
+            raise SystemExit(f"{kind}: exited with {p.returncode}: {p.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return p, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    p.kill()
+    raise SystemExit(f"{kind}: no /health after 120 s")
+
+
+async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_disc: float, max_new: int) -> None:
+    async with httpx.AsyncClient(timeout=120) as c:
+        while time.time() < stop_at:
+            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 120)))
+            body = {"prompt": prompt, "max_tokens": rng.randint(8, max_new), "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "temperature": rng.choice([0.0, 0.8]), "seed": rng.randint(0, 1 << 30)}
+            drop_after = rng.randint(1, 8) if rng.random() < p_disc else None
+            t0 = time.perf_counter()
+            try:
+                async with c.stream("POST", url + "/v1/completions", json=body) as r:
+                    stats["status"][r.status_code] = stats["status"].get(r.status_code, 0) + 1
+                    if r.status_code != 200:
+                        await r.aread()
+                        await asyncio.sleep(0.2)
+                        continue
+                    n_events, first, used = 0, None, None
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        ev = json.loads(line[6:])
+                        if first is None and ev.get("choices") and (ev["choices"][0].get("text")):
+                            first = time.perf_counter() - t0
+                            stats["ttft"].append(first)
+                        n_events += 1
+                        if ev.get("usage") and ev["usage"].get("completion_tokens") is not None:
+                            used = ev["usage"]["completion_tokens"]   # the last chunk that has it
+                        if drop_after is not None and n_events >= drop_after:
+                            stats["disconnects"] += 1
+                            break       # leaving the block closes the connection mid-stream
+                    else:
+                        if used is not None:
+                            stats["tokens"] += used
+                            stats["done"] += 1
+            except httpx.HTTPError as e:
+                stats["errors"].append(repr(e)[:200])
+
+
+async def load(url: str, clients: int, seconds: float, p_disc: float, max_new: int, seed: int) -> dict:
+    stats = {"status": {}, "ttft": [], "tokens": 0, "done": 0, "disconnects": 0, "errors": []}
+    stop_at = time.time() + seconds
+    await asyncio.gather(*(client(url, random.Random(seed + i), stop_at, stats, p_disc, max_new)
+                           for i in range(clients)))
+    return stats
+
+
+def bench_one(kind: str, args) -> dict:
+    p, url = start(kind, args.llama_server, args.model, args.slots, args.ctx, args.threads)
+    try:
+        asyncio.run(load(url, args.clients, args.warmup, args.p_disconnect, args.max_tokens, 1000))
+        rss0 = rss_bytes(p.pid)
+        t0 = time.time()
+        st = asyncio.run(load(url, args.clients, args.duration, args.p_disconnect, args.max_tokens, 0))
+        wall = time.time() - t0
+        time.sleep(1.0)
+        rss1 = rss_bytes(p.pid)
+        alive = p.poll() is None and httpx.get(url + "/health", timeout=5).status_code == 200
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    bad = {k: v for k, v in st["status"].items() if k >= 500 and k != 503}
+    ttft = sorted(st["ttft"])
+    q = (lambda f: round(ttft[min(len(ttft) - 1, int(f * len(ttft)))] * 1e3, 1)) if ttft else (lambda f: None)
+    return {"server": kind, "clients": args.clients, "slots": args.slots, "ctx": args.ctx, "seconds": round(wall, 1),
+            "requests_done": st["done"], "tokens": st["tokens"], "tokens_per_s": round(st["tokens"] / wall, 1),
+            "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "disconnects": st["disconnects"],
+            "transport_errors": len(st["errors"]), "rss_warm_mib": round(rss0 / 2**20, 1),
+            "rss_end_mib": round(rss1 / 2**20, 1), "checks": {
+                "no_5xx_but_503": not bad, "alive": alive, "no_transport_errors": not st["errors"],
+                "rss_flat_10pct": abs(rss1 - rss0) <= 0.10 * rss0}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", default="toolkit/data/default.gguf")
+    ap.add_argument("--llama-server", default=None, help="path of llama-server: also run it, same settings")
+    ap.add_argument("--only-llama", action="store_true", help="skip toolkit serve")
+    ap.add_argument("-np", "--slots", type=int, default=4)
+    ap.add_argument("-c", "--ctx", type=int, default=4096)
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--p-disconnect", type=float, default=0.15)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    kinds = ([] if args.only_llama else ["toolkit"]) + (["llama-server"] if args.llama_server else [])
+    ok = True
+    for kind in kinds:
+        r = bench_one(kind, args)
+        ok = ok and all(r["checks"].values())
+        if args.json:
+            print(json.dumps(r))
+            continue
+        print(f"{kind}: {r['requests_done']} requests, {r['tokens']} tokens in {r['seconds']} s = {r['tokens_per_s']} tok/s; "
+              f"TTFT p50 {r['ttft_p50_ms']} ms, p95 {r['ttft_p95_ms']} ms; status {r['status']}; "
+              f"{r['disconnects']} disconnects; RSS {r['rss_warm_mib']} -> {r['rss_end_mib']} MiB")
+        for k, v in r["checks"].items():
+            print(f"  {'PASS' if v else 'FAIL'} {k}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+from serve_util import start_server  # noqa: F401  (the fixture)

@@ -1,0 +1,42 @@
+"""``toolkit serve`` as a command: --help, flag errors (exit 2, one line), and a real process on
+port 0 that prints its address with --json, answers, and stops on SIGTERM."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+ENV = dict(os.environ, TOOLKIT_THREADS="2")
+
+
+def test_help_and_flag_errors(monkeypatch, capsys):
+    from cli_runner import cli
+    rc, out, _ = cli(monkeypatch, capsys, "serve", "--help")
+    assert rc == 0 and "--api-key" in out and "-np" in out
+    for args, flag in ((["-np", "0"], "-np/--parallel"), (["--port", "70000"], "--port"),
+                       (["-m", "/nonexistent.gguf"], "/nonexistent.gguf"), (["--max-body", "0"], "--max-body"),
+                       (["--api-key", " "], "--api-key")):
+        rc, _, err = cli(monkeypatch, capsys, "serve", *args)
+        assert rc == 2, (args, err)
+        assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.native
+def test_process_serves_and_stops_on_sigterm():
+    p = subprocess.Popen([sys.executable, "-m", "toolkit", "serve", "--port", "0", "--json", "-np", "1", "-c", "256"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        info = json.loads(p.stdout.readline())
+        assert info["slots"] == 1 and info["n_ctx_slot"] == 256 and info["architecture"] == "granitehybrid"
+        r = httpx.post(info["url"] + "/v1/completions", json={"prompt": "def", "max_tokens": 3, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode in (0, 143), err
+    assert "Traceback" not in err

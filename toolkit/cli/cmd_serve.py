@@ -1,0 +1,90 @@
+"""`toolkit serve [-m MODEL.gguf]`: an OpenAI-compatible HTTP server (toolkit.serve) on uvicorn.
+
+Flags follow llama-server's (``-m``, ``--host``, ``--port``, ``-np``, ``-c``, ``--api-key``).
+The model is loaded before the socket opens; the address goes to stderr (with ``--json``, one
+object on stdout: host, port, slots, n_ctx_slot and the shared fields).  Ctrl-C / SIGTERM stop
+the server (uvicorn's shutdown), the decode thread, and free the context.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import typer
+
+from toolkit.cli.app import app, err_console
+from toolkit.cli.cmd_run import resolve_model
+from toolkit.errors import InputError
+
+
+@app.command(context_settings={"ignore_unknown_options": False})
+def serve(
+    model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: loopback only)."),
+    port: int = typer.Option(8080, "--port", help="TCP port (0: any free port; the one chosen is printed)."),
+    parallel: int = typer.Option(4, "-np", "--parallel", help="Slots: requests decoded at once, one sequence each."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens, shared: each slot gets ctx-size / parallel (0: the model's training length per slot)."),
+    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Most prompt tokens decoded per step (a prompt chunk)."),
+    threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
+    checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
+    checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
+    queue: int = typer.Option(64, "--queue", help="Requests that may wait for a slot; beyond it: 503 with Retry-After."),
+    max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body in bytes; beyond it: 413."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Log every HTTP request (uvicorn's access log) to stderr."),
+) -> None:
+    """Serve a GGUF model over the OpenAI API: /v1/chat/completions, /v1/completions, /v1/models,
+    /health, /metrics, /tokenize, /detokenize (streaming with server-sent events)."""
+    from toolkit.cli.limits import MAX_CTX, MAX_UBATCH, check_range, check_threads
+    check_range("--port", port, 0, 65535)
+    check_range("-np/--parallel", parallel, 1, 64)
+    check_range("-c/--ctx-size", ctx_size, 0, MAX_CTX)
+    check_range("--ubatch", ubatch, 1, MAX_UBATCH)
+    check_threads("--threads", threads, zero_is_auto=True)
+    check_range("--checkpoints", checkpoints, 0, 1024)
+    check_range("--checkpoint-every", checkpoint_every, 0, MAX_CTX)
+    check_range("--queue", queue, 0, 1 << 20)
+    check_range("--max-body", max_body, 1, 1 << 34)
+    api_key = api_key if api_key is not None else os.environ.get("TOOLKIT_API_KEY") or None
+    if api_key is not None and not api_key.strip():
+        raise InputError("--api-key: empty key")
+    path = resolve_model(model)
+    import uvicorn
+
+    from toolkit.serve import create_app, load
+    err_console.print(f"loading {path}", highlight=False)
+    svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
+               checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
+               chat_template=chat_template, n_threads=threads or None)
+    server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
+                                           access_log=verbose, timeout_graceful_shutdown=2))
+    _announce(server, svc, path, host, as_json)
+    try:
+        server.run()
+    finally:
+        svc.engine.close()
+    if not server.started:
+        raise InputError(f"--host {host} --port {port}: cannot listen there (in use, or not an address of this machine)")
+
+
+def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
+    """Print the address once uvicorn listens (its startup hook), to stderr or as --json."""
+    from toolkit.cli import report
+    orig = server.startup
+
+    async def startup(sockets=None):
+        await orig(sockets=sockets)
+        if not server.started:
+            return
+        port = server.servers[0].sockets[0].getsockname()[1]
+        info = {"model": path, "host": host, "port": port, "url": f"http://{host}:{port}",
+                "slots": len(svc.engine.slots), "n_ctx_slot": svc.engine.n_ctx_slot, "chat_template": svc.template.name}
+        if as_json:
+            typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
+        else:
+            err_console.print(f"listening on {info['url']} ({info['slots']} slots of {info['n_ctx_slot']} tokens, "
+                              f"chat template: {info['chat_template']}); Ctrl-C stops", highlight=False)
+    server.startup = startup

@@ -1,0 +1,46 @@
+"""serve: an OpenAI-compatible HTTP server (Starlette + uvicorn) over the runtime, as thin over
+it as cli/ is: slots and scheduling in :mod:`toolkit.serve.engine`, request bodies and response
+objects in :mod:`toolkit.serve.protocol`, routes in :mod:`toolkit.serve.app`.
+
+    svc = load("model.gguf", n_slots=4, n_ctx=4096)
+    app = create_app(svc)              # an ASGI app: uvicorn.run(app, host=..., port=...)
+    ...; svc.engine.close()
+"""
+from __future__ import annotations
+
+import os
+
+from toolkit.serve.app import Service, create_app  # noqa: F401
+from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
+
+
+def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512, n_checkpoints: int = 4,
+         checkpoint_every: int = 256, queue: int = 64, api_key: str | None = None, max_body: int = 1 << 20,
+         chat_template: str | None = None, n_threads: int | None = None) -> Service:
+    """Load the model and start the decode thread.  The chat template is the GGUF's
+    (``tokenizer.chat_template``), else ``chat_template`` (a file, ``chatml``, or NAME of a
+    ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to.
+
+    Raises:
+        InputError (bad file or sizes), UnsupportedError, ResourceError, as ``toolkit run``.
+    """
+    from toolkit.runtime import Model
+    from toolkit.runtime.chat import ChatTemplate
+    from toolkit.runtime.grammar import Grammar
+    from toolkit.runtime.tokenizer import Tokenizer
+    model = Model(model_path, n_threads=n_threads)
+    try:
+        if n_ctx == 0:
+            n_ctx = int(model.hparams.n_ctx_train) * n_slots
+        tok = Tokenizer.from_gguf(model.gguf)
+        template = ChatTemplate.from_gguf(model.gguf, chat_template) or ChatTemplate.from_gguf(model.gguf, "chatml")
+        engine = Engine(model, tok, n_slots=n_slots, n_ctx=n_ctx, n_ubatch=n_ubatch, n_checkpoints=n_checkpoints,
+                        checkpoint_every=checkpoint_every, queue=queue, n_threads=n_threads)
+    except BaseException:
+        model.close()
+        raise
+
+    def make_grammar(schema: str):
+        return Grammar.from_json_schema(tok, model.n_vocab, schema, what="response_format")
+    return Service(engine, tok, template, os.path.basename(model_path), api_key=api_key, max_body=max_body,
+                   make_grammar=make_grammar)

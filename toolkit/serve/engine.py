@@ -1,0 +1,404 @@
+"""The scheduler: N slots on one :class:`toolkit.runtime.Context` (``n_seq_max = N``, slot i is
+sequence i), driven by one thread that owns the context.
+
+    eng = Engine(model, n_slots=4, n_ctx=4096)     # starts the decode thread
+    job = Job(prompt_ids, n_predict=64, params=SamplerParams(temp=0), on_event=callback)
+    eng.submit(job)                                # QueueFull when the wait queue is full
+    ...                                            # callback(("text", ...)), ..., ("done", job)
+    eng.cancel(job); eng.close()
+
+Each turn of the loop (one *step*):
+
+1. **Admit** waiting jobs into free slots (FIFO).  The slot chosen is the free one whose held
+   tokens share the longest prefix with the job's prompt (ties: the least recently used).  The
+   slot keeps that prefix: ``Memory.rollback`` drops the KV cells after it and restores the
+   recurrent state from the newest checkpoint at or before it; without such a checkpoint the
+   sequence is emptied (``seq_rm(seq, 0, -1)``: KV cells gone, recurrent state zeroed).  Only
+   the rest of the prompt is decoded (``Job.n_reused`` is what was kept).
+2. **Generate**: every slot that has a token to feed (the last prompt token, or the token it
+   sampled last step) goes into ONE ``decode_batch`` call, one token per sequence
+   (continuous batching); each slot then samples its next token from its own row.
+3. **Prefill**: one slot still reading its prompt decodes its next chunk (at most
+   ``n_ubatch`` tokens, never the prompt's last token) in a call of its own, round-robin
+   among the prefilling slots, so a long prompt never stalls the streams for more than one
+   chunk.  A chunk is decoded alone so that how a prompt is split into micro-batches depends
+   on that prompt only: the C runtime splits a batch by its shortest sequence
+   (``split_next`` in context.c) and a Mamba-2 run of 32+ tokens takes the SSD path, so a
+   prompt batched with other sequences would be split differently and its logits could move
+   in the last bits.  Generation tokens are one per sequence, which splits the same way
+   whatever else is in the batch.
+
+Checkpoints (``--checkpoints K``, ``--checkpoint-every E``): the runtime takes one at the end of
+every multi-token call (each prompt chunk, so one token before the prompt's end), every E
+positions, and the scheduler takes one after the prompt's last token and at the end of each
+answer, which is where the next turn of a conversation diverges.
+
+Isolation: a job gets a fresh Sampler (its own seed) and Grammar; its slot holds exactly the
+tokens in ``Slot.held`` (checked against the memory's ``seq_pos_max``) and nothing else; a
+failed decode empties the batch's sequences (the C runtime does) and the slots forget them.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from toolkit.errors import InputError
+from toolkit.runtime import Context
+from toolkit.runtime.generate import _ends_with_stop, _Step, GenerationResult
+from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.session import common_prefix
+
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The wait queue holds ``queue`` jobs already (HTTP 503 + Retry-After)."""
+
+
+@dataclass
+class Job:
+    """One request.  ``on_event`` is called on the decode thread with ("text", str, probs, ids)
+    for each piece of text (probs: the n_probs records of the tokens it came from, ids: those
+    tokens; the last event may carry tokens and no text: a stop string cut them), then
+    ("done", job) or ("error", message).  The results are filled in as it runs.
+
+    prompt: token ids (>= 1); n_predict: most tokens to generate (-1: until EOG or the slot's
+    context is full); stop: strings that end the answer (not included in the text);
+    n_probs: the top tokens to record per generated token; grammar: a runtime Grammar.
+    """
+
+    prompt: list[int]
+    n_predict: int
+    params: SamplerParams
+    on_event: Callable[[tuple], None]
+    stop: list[str] = field(default_factory=list)
+    n_probs: int = 0
+    grammar: object = None
+    ignore_eos: bool = False
+    # results
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = ""          # "stop" | "length" | "cancelled" | "error"
+    n_reused: int = 0
+    slot: int = -1
+    seed: int = 0
+    t_submit: float = 0.0
+    t_start: float = 0.0             # admitted into a slot
+    t_prompt: float = 0.0            # first token sampled
+    t_end: float = 0.0
+    cancelled: bool = False
+
+    def timings(self) -> dict:
+        """llama-server's ``timings`` fields, plus ``cache_n`` (prompt tokens reused)."""
+        n_prompt = len(self.prompt) - self.n_reused
+        prompt_ms = max(self.t_prompt - self.t_start, 0.0) * 1e3
+        gen_ms = max(self.t_end - self.t_prompt, 0.0) * 1e3
+        return {"cache_n": self.n_reused, "prompt_n": n_prompt, "prompt_ms": round(prompt_ms, 3),
+                "prompt_per_second": round(n_prompt / prompt_ms * 1e3, 3) if prompt_ms > 0 else 0.0,
+                "predicted_n": len(self.tokens), "predicted_ms": round(gen_ms, 3),
+                "predicted_per_second": round(len(self.tokens) / gen_ms * 1e3, 3) if gen_ms > 0 else 0.0,
+                "queue_ms": round(max(self.t_start - self.t_submit, 0.0) * 1e3, 3)}
+
+
+class _Run:
+    """The per-job state a slot keeps while it works on a job."""
+
+    def __init__(self, job: Job, tok):
+        self.job, self.tok = job, tok
+        self.sampler = Sampler(job.params)
+        job.seed = self.sampler.seed
+        self.step = _Step(self.sampler, tok, job.ignore_eos, job.n_probs, job.grammar)
+        self.res = GenerationResult(prompt_tokens=job.prompt)
+        self.stream = tok.stream()
+        self.pieces: list[str] = []     # every piece of generated text
+        self.sent = 0                   # characters of "".join(pieces) already sent
+        self.probs_sent = 0             # n_probs records already sent
+        self.toks_sent = 0              # token ids already sent
+        self.todo: list[int] = []       # prompt tokens not yet decoded
+        self.next_tok: int | None = None
+        for t in job.prompt:
+            self.sampler.accept(t)
+
+
+class Slot:
+    """Sequence ``id`` of the shared context: the tokens its memory holds, and the job it runs."""
+
+    def __init__(self, i: int):
+        self.id = i
+        self.held: list[int] = []
+        self.run: _Run | None = None
+        self.last_used = 0.0
+
+
+class Engine:
+    """Slots, the wait queue and the decode thread over one model.
+
+    Args:
+        model: a toolkit.runtime.Model; tok: its Tokenizer.
+        n_slots: parallel sequences (``-np``); n_ctx: KV cells of the context, shared, each slot
+            may hold ``n_ctx // n_slots`` tokens (llama-server's ``-c`` / ``-np`` rule).
+        n_ubatch: most tokens per prompt chunk; n_checkpoints / checkpoint_every: recurrent
+            snapshots per slot and their period in positions (0: off).
+        queue: most jobs waiting for a slot (``submit`` raises QueueFull beyond it).
+
+    Raises:
+        InputError / ResourceError: from Context (bad sizes, out of memory).
+    """
+
+    def __init__(self, model, tok, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512,
+                 n_checkpoints: int = 4, checkpoint_every: int = 256, queue: int = 64, n_threads: int | None = None):
+        if n_slots < 1 or n_slots > 64:
+            raise InputError(f"-np/--parallel = {n_slots}: must be in [1, 64]")
+        if n_ctx < n_slots * 8:
+            raise InputError(f"-c/--ctx-size = {n_ctx}: too small for {n_slots} slots (at least 8 tokens each)")
+        self.tok, self.model = tok, model
+        self.ctx = Context(model, n_ctx=n_ctx, n_seq_max=n_slots, n_ubatch=n_ubatch, n_threads=n_threads,
+                           n_checkpoints=n_checkpoints, checkpoint_every=checkpoint_every)
+        self.n_ctx_slot = n_ctx // n_slots
+        self.n_ubatch, self.queue_max = n_ubatch, queue
+        self.slots = [Slot(i) for i in range(n_slots)]
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.metrics = collections.Counter()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._rr = 0
+        self._thread = threading.Thread(target=self._loop, name="toolkit-serve-decode", daemon=True)
+        self._thread.start()
+
+    # ---- the HTTP side (any thread) -----------------------------------------------------
+    def submit(self, job: Job) -> None:
+        """Queue ``job``.  Raises QueueFull when ``queue`` jobs wait already, InputError when the
+        prompt is empty or does not fit a slot's context."""
+        if not job.prompt:
+            raise InputError("the prompt is empty (no tokens to decode)")
+        if len(job.prompt) >= self.n_ctx_slot:
+            raise InputError(f"the prompt has {len(job.prompt)} tokens, the context of a slot "
+                             f"{self.n_ctx_slot} (-c / -np): shorten it or raise --ctx-size")
+        with self._cv:
+            if len(self.waiting) >= self.queue_max:
+                raise QueueFull(f"{len(self.waiting)} requests wait for a slot already")
+            job.t_submit = time.perf_counter()
+            self.waiting.append(job)
+            self._cv.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Stop ``job`` (its client left): it leaves the queue, or its slot is freed at the next
+        step; no further events."""
+        with self._cv:
+            job.cancelled = True
+            if job in self.waiting:
+                self.waiting.remove(job)
+            self._cv.notify()
+
+    def close(self) -> None:
+        """Stop the decode thread (waiting and running jobs end with "cancelled") and free the context."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join()
+        self.ctx.close()
+
+    def stats(self) -> dict:
+        """Counters for /metrics, plus the slots busy and the queue length now."""
+        with self._cv:
+            return dict(self.metrics, slots_busy=sum(s.run is not None for s in self.slots),
+                        slots=len(self.slots), queue=len(self.waiting))
+
+    # ---- the decode thread --------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self.waiting and all(s.run is None for s in self.slots):
+                    self._cv.wait()
+                if self._stop:
+                    break
+                self._drop_cancelled()
+                self._admit()
+            try:
+                self._generate_step()
+                self._prefill_step()
+            except Exception as e:   # noqa: BLE001 - a bug in one step must not stop the server
+                log.exception("serve: decode loop step failed")
+                self._fail_all(f"internal error: {e}")
+        for s in self.slots:         # closing: no events (the HTTP side is going away)
+            if s.run is not None:
+                self._release(s, "cancelled")
+        for job in self.waiting:
+            job.finish_reason = "cancelled"
+
+    def _fail_all(self, msg: str) -> None:
+        """End every running job with an error and forget the slots' memory (the state of a
+        step that failed part-way is unknown)."""
+        for s in self.slots:
+            if s.run is not None:
+                run = s.run
+                self._release(s, "error")
+                run.job.on_event(("error", msg))
+            s.held = []
+        self.ctx.memory.clear()
+
+    def _drop_cancelled(self) -> None:
+        for s in self.slots:
+            if s.run is not None and s.run.job.cancelled:
+                self.metrics["cancelled"] += 1
+                self._release(s, "cancelled")
+
+    def _admit(self) -> None:
+        """Move waiting jobs into free slots, reusing the longest cached prefix."""
+        while self.waiting:
+            free = [s for s in self.slots if s.run is None]
+            if not free:
+                return
+            job = self.waiting.popleft()
+            slot = max(free, key=lambda s: (common_prefix(s.held, job.prompt), -s.last_used))
+            job.slot, job.t_start = slot.id, time.perf_counter()
+            job.n_reused = self._keep_prefix(slot, job.prompt)
+            run = _Run(job, self.tok)
+            run.todo = list(job.prompt[job.n_reused:])
+            slot.run = run
+            self.metrics["requests"] += 1
+            self.metrics["prompt_tokens"] += len(job.prompt)
+            self.metrics["prompt_tokens_reused"] += job.n_reused
+
+    def _keep_prefix(self, slot: Slot, prompt: list[int]) -> int:
+        """Make the slot's memory hold a prefix of ``prompt`` (at most len - 1 tokens: the last
+        prompt token is always decoded, for its logits); returns its length."""
+        mem = self.ctx.memory
+        k = min(common_prefix(slot.held, prompt), len(prompt) - 1)
+        if k < len(slot.held):
+            r = mem.rollback(slot.id, k) if k > 0 else None
+            if r is None:
+                mem.seq_rm(slot.id, 0, -1)
+                r = 0
+            slot.held = slot.held[:r]
+        held = mem.seq_pos_max(slot.id) + 1
+        if held != len(slot.held):   # never decode on top of a state we cannot account for
+            mem.seq_rm(slot.id, 0, -1)
+            slot.held = []
+        return len(slot.held)
+
+    def _decode(self, items: list[tuple[Slot, list[int]]], logits: str) -> list[np.ndarray] | None:
+        """One decode_batch call; on failure every job in it ends with an error (the runtime
+        has emptied their sequences) and None is returned."""
+        try:
+            return self.ctx.decode_batch([(toks, s.id) for s, toks in items], logits=logits)
+        except Exception as e:   # noqa: BLE001 - one failed batch must not stop the server
+            for s, _ in items:
+                s.held = []
+                run = s.run
+                self._release(s, "error")
+                run.job.on_event(("error", f"decode failed: {e}"))
+            self.metrics["decode_errors"] += 1
+            return None
+
+    def _generate_step(self) -> None:
+        items = [(s, [s.run.next_tok]) for s in self.slots if s.run is not None and s.run.next_tok is not None]
+        if not items:
+            return
+        rows = self._decode(items, "last")
+        if rows is None:
+            return
+        for (s, toks), row in zip(items, rows):
+            s.held += toks
+            run = s.run
+            if run.todo:                      # that was the prompt's last token
+                run.todo = []
+                self.ctx.memory.checkpoint(s.id)
+                run.job.t_prompt = time.perf_counter()
+            self._sample(s, row[-1])
+
+    def _prefill_step(self) -> None:
+        pre = [s for s in self.slots if s.run is not None and len(s.run.todo) > 1]
+        if not pre:
+            for s in self.slots:          # a prompt of one new token joins the next generate step
+                if s.run is not None and s.run.todo and s.run.next_tok is None:
+                    s.run.next_tok = s.run.todo[0]
+            return
+        pre.sort(key=lambda s: (s.id - self._rr) % len(self.slots))
+        s = pre[0]
+        self._rr = s.id + 1
+        run = s.run
+        chunk = run.todo[:min(len(run.todo) - 1, self.n_ubatch)]
+        if self._decode([(s, chunk)], "none") is None:
+            return
+        s.held += chunk
+        run.todo = run.todo[len(chunk):]
+        if len(run.todo) == 1:
+            run.next_tok = run.todo[0]
+        for o in self.slots:
+            if o.run is not None and len(o.run.todo) == 1:
+                o.run.next_tok = o.run.todo[0]
+
+    def _sample(self, s: Slot, row: np.ndarray) -> None:
+        """Sample the slot's next token from ``row`` and send what it completes."""
+        run, job = s.run, s.run.job
+        tok = run.step(row, run.res)
+        self.metrics["tokens_generated"] += 1
+        if self.tok.is_eog(tok):
+            return self._finish(s, "stop")
+        job.tokens.append(tok)
+        run.pieces.append(run.stream.push(tok))
+        if job.stop and _ends_with_stop(run.pieces, job.stop):
+            return self._finish(s, "stop")
+        if job.grammar is not None and job.grammar.done():
+            return self._finish(s, "stop")
+        if 0 <= job.n_predict <= len(job.tokens):
+            return self._finish(s, "length")
+        if len(s.held) + 1 >= self.n_ctx_slot:
+            return self._finish(s, "length")
+        run.next_tok = tok
+        self._send(run, final=False)
+
+    def _send(self, run: _Run, final: bool) -> None:
+        """Send the text not sent yet, less a tail that may be the start of a stop string."""
+        text = "".join(run.pieces)
+        end = len(text)
+        if run.job.stop:
+            hit = [i for i in (text.find(x) for x in run.job.stop) if i >= 0]
+            if hit:
+                end = min(hit)
+            elif not final:
+                end = len(text) - _held_back(text, run.job.stop)
+        if end > run.sent or (final and len(run.job.tokens) > run.toks_sent):
+            probs = run.res.probs[run.probs_sent:]
+            ids = run.job.tokens[run.toks_sent:]
+            run.probs_sent, run.toks_sent = len(run.res.probs), len(run.job.tokens)
+            run.job.on_event(("text", text[run.sent:end], probs, ids))
+            run.sent = max(end, run.sent)
+        run.job.text = text[:run.sent]
+
+    def _finish(self, s: Slot, reason: str) -> None:
+        run = s.run
+        run.pieces.append(run.stream.flush())
+        self._send(run, final=True)
+        fed = len(s.held)
+        if fed > len(run.job.prompt):
+            self.ctx.memory.checkpoint(s.id)   # the next turn diverges here
+        self._release(s, reason)
+        run.job.on_event(("done", run.job))
+
+    def _release(self, s: Slot, reason: str) -> None:
+        job = s.run.job
+        job.finish_reason, job.t_end = reason, time.perf_counter()
+        if not job.t_prompt:
+            job.t_prompt = job.t_end
+        s.run = None
+        s.last_used = time.perf_counter()
+
+
+def _held_back(text: str, stops: list[str]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of a stop string."""
+    best = 0
+    for x in stops:
+        for n in range(min(len(x) - 1, len(text)), best, -1):
+            if text.endswith(x[:n]):
+                best = n
+                break
+    return best
