@@ -26,7 +26,7 @@ import qref
 pytestmark = pytest.mark.native
 
 NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "toolkit", "native")
-EMULATED = ("qdot_avx512.c",)          # the AVX-512 kernel sources
+EMULATED = ("qdot_avx512.c", "qdot_kquants_avx512.c")          # the AVX-512 kernel sources
 NATIVE_SRC = ("qdot_legacy_avx2.c", "qdot_kquants_avx2.c", "qdot.c", "qdot_kquants.c", "qdot_avx2.c", "quants_iquants.c")
 CFLAGS = ["-std=gnu11", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function", "-Wno-psabi", "-I", NATIVE]
 T = gguf.GGMLQuantizationType

@@ -31,7 +31,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #define Q8Z TK_AVX512_TARGET
-#define Q8Z_INLINE Q8Z static inline __attribute__((always_inline))
+#define Q8Z_INLINE Q8Z TK_AVX512_INLINE
 
 #define Q8Z_TOK_FLOATS 6144   /* token scales of a token block (tb * nb floats) */
 #define Q8Z_MAX_NB 1024       /* K <= 32768 (dwf: 16 KiB of stack); longer rows: the AVX2 kernel */

@@ -2,7 +2,8 @@
  * instead of <immintrin.h> directly, and their target attribute.
  *
  * Normal builds: <immintrin.h> (through tk_cpu.h) and TK_AVX512_TARGET = the target
- * attribute of AVX-512 F + BW + VL + DQ + VNNI (+ the AVX2 set); the type table hands these
+ * attribute of AVX-512 F + BW + VL + DQ + VNNI (+ the AVX2 set), TK_AVX512_INLINE = static
+ * inline, always inlined (the helpers and tile bodies); the type table hands these
  * kernels out only at TK_CPU_AVX512 (cpu.c).  Nothing here costs the native build anything:
  * the emulation below is a preprocessor branch that only a test build takes.
  *
@@ -24,6 +25,9 @@
 #ifdef TK_EMULATE_AVX512
 #include <math.h>
 #define TK_AVX512_TARGET
+/* the tile bodies as real functions: inlining SIMDe's intrinsics into every tile instance
+ * would take minutes to compile */
+#define TK_AVX512_INLINE static
 #ifndef __mmask64
 #define __mmask64 simde__mmask64
 #endif
@@ -68,6 +72,7 @@ static inline __m512 tk_emu_cvtepi32_ps(__m512i v) {
 #endif
 #else
 #define TK_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define TK_AVX512_INLINE static inline __attribute__((always_inline))
 #endif
 
 #endif
