@@ -146,15 +146,21 @@ def test_non_finite_activations_give_nan_at_every_level(qtype, at_level):
         assert np.array_equal(y[0], qref.mat_mul(qtype, raw, K, x[:1])[0]) and np.isfinite(y[0]).all(), NAMES[lv]
 
 
-@pytest.mark.skipif(lib.tk_cpu_detected() < lib.TK_CPU_AVX512, reason="no AVX-512 VNNI on this machine")
-@pytest.mark.parametrize("K", [32, 96, 1024, 3584])
-def test_q8_0_avx512_bit_identical_to_avx2(K, at_level):
-    """The AVX-512 VNNI Q8_0 prompt kernel (qdot_avx512.c) forms the same exact integer block
-    sums as the AVX2 one and then the same float operations per output, so every output is
-    bit-identical to AVX2's, for every tile remainder (rows 1..9, tokens 1..19: pairs, the
-    odd token paired with itself) and in generation (n_tok = 1)."""
-    qtype = gguf.GGMLQuantizationType.Q8_0
-    rng = np.random.default_rng(K)
+AVX512_KERNELS = [(gguf.GGMLQuantizationType.Q8_0, K) for K in (32, 96, 1024, 3584)] + \
+    [(t, K) for t in (gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q5_K, gguf.GGMLQuantizationType.Q6_K,
+                      gguf.GGMLQuantizationType.Q3_K, gguf.GGMLQuantizationType.Q2_K) for K in (256, 1024)]
+
+
+@pytest.mark.skipif(lib.tk_cpu_detected() < lib.TK_CPU_AVX512,
+                    reason="no AVX-512 F+BW+VL+VNNI with OS zmm state on this machine (test_avx512_emulated.py runs these kernels under SIMDe)")
+@pytest.mark.parametrize("qtype,K", AVX512_KERNELS, ids=lambda v: v.name if hasattr(v, "name") else str(v))
+def test_avx512_bit_identical_to_avx2(qtype, K, at_level):
+    """The AVX-512 VNNI prompt kernels (qdot_avx512.c: Q8_0; qdot_kquants_avx512.c: Q4_K,
+    Q5_K, Q6_K, Q3_K, Q2_K) form the same exact integer lanes as the AVX2 ones and then the
+    same float operations per output, so every output is bit-identical to AVX2's, for every
+    tile remainder (rows 1..9, tokens 1..19: Q8_0's pairs with the odd token paired with
+    itself, the k-quants' groups of 8) and in generation (n_tok = 1)."""
+    rng = np.random.default_rng(K + int(qtype))
     for M, T in ((1, 2), (4, 8), (5, 3), (9, 19), (7, 1), (3, 16), (21, 7), (6, 15)):
         raw = _weights(qtype, M, K, rng)
         x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10.0, (T, 1))).astype(np.float32)
@@ -162,4 +168,4 @@ def test_q8_0_avx512_bit_identical_to_avx2(K, at_level):
         want = _mat_mul(qtype, raw, K, M, x)
         assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
         got = _mat_mul(qtype, raw, K, M, x)
-        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (K, M, T)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (qtype.name, K, M, T)

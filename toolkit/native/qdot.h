@@ -18,7 +18,8 @@
  * IQ4_NL, the scalar row kernels), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
  * qdot_avx2.c (AVX2 activation quantizers), qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K /
  * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
- * Q5_1 kernels), qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel).
+ * Q5_1 kernels), qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel), qdot_kquants_avx512.c
+ * (AVX-512 VNNI Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels).
  */
 #ifndef TK_QDOT_H
 #define TK_QDOT_H
@@ -114,6 +115,10 @@ TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx2) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_iq4_xs_avx2)
 /* qdot_avx512.c: Q8_0 with AVX-512 VNNI (TK_CPU_AVX512; outputs bit-identical to the AVX2 kernel) */
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avx512)
+/* qdot_kquants_avx512.c: the k-quants with AVX-512 VNNI (TK_CPU_AVX512; bit-identical to AVX2) */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avx512)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_avx512)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_avx512)
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON)
 /* kernels_neon.c: Q8_0 (the other types run their scalar kernels at the NEON level) */

@@ -26,13 +26,12 @@
 #include <string.h>
 
 #include "qdot.h"
-#include "tk_cpu.h"
+#include "tk_avx512.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 
-#define Q8Z __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
-#define Q8Z_INLINE Q8Z static inline __attribute__((always_inline))
+#define Q8Z TK_AVX512_TARGET
+#define Q8Z_INLINE Q8Z TK_AVX512_INLINE
 
 #define Q8Z_TOK_FLOATS 6144   /* token scales of a token block (tb * nb floats) */
 #define Q8Z_MAX_NB 1024       /* K <= 32768 (dwf: 16 KiB of stack); longer rows: the AVX2 kernel */

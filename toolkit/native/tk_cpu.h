@@ -17,10 +17,19 @@ void tk_matmul_rows_scalar(int type, const uint8_t * base, size_t row_bytes, int
  * tk_cpu_level() >= AVX2 ---- */
 #if defined(__x86_64__) || defined(_M_X64)
 #define TK_HAVE_X86 1
+#ifdef TK_EMULATE_AVX512
+/* test builds of the AVX-512 kernel files only (tk_avx512.h): SIMDe's portable intrinsics */
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+#define TK_HSUM8_TARGET
+#else
 #include <immintrin.h>
+#define TK_HSUM8_TARGET __attribute__((target("avx2,fma")))
+#endif
 /* The 8 lanes of v summed in one fixed tree, ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): every
  * AVX2 kernel ends its outputs with it, so their order of operations is the same. */
-__attribute__((target("avx2,fma"), always_inline)) static inline float tk_hsum8_avx2(__m256 v) {
+TK_HSUM8_TARGET __attribute__((always_inline)) static inline float tk_hsum8_avx2(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
     lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 0x55));

@@ -1,0 +1,133 @@
+"""The AVX-512 kernels (qdot_avx512.c, qdot_kquants_avx512.c) checked on machines without
+AVX-512: their sources are compiled with -DTK_EMULATE_AVX512, which puts SIMDe's portable
+intrinsics in place of <immintrin.h> and drops the target attributes (tk_avx512.h), and
+linked with the native AVX2 and scalar kernels of the same sources into a small shared
+library in a tmp dir (ctypes).  On random rows (tile remainders in rows and tokens, several
+K, n_tok 1..40) every AVX-512 kernel must give the AVX2 kernel's bits (their operation order
+per output is the same by construction) and agree with the scalar kernel to the AVX2 level's
+tolerance (qref.bound).
+
+Skipped, naming what is missing, where gcc or the SIMDe headers (Debian: libsimde-dev) are
+absent.  On a machine with AVX-512 the same kernels also run natively in test_dispatch.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+
+import gguf
+import numpy as np
+import pytest
+
+import qref
+
+pytestmark = pytest.mark.native
+
+NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "toolkit", "native")
+EMULATED = ("qdot_avx512.c", "qdot_kquants_avx512.c")          # the AVX-512 kernel sources
+NATIVE_SRC = ("qdot_legacy_avx2.c", "qdot_kquants_avx2.c", "qdot.c", "qdot_kquants.c", "qdot_avx2.c", "quants_iquants.c")
+CFLAGS = ["-std=gnu11", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function", "-Wno-psabi", "-I", NATIVE]
+T = gguf.GGMLQuantizationType
+# weight type -> (kernel name stem, activation quantizer, activation block: elements, bytes)
+KERNELS = {T.Q8_0: ("q8_0", "tk_quantize_act_q8_0", 32, 34), T.Q4_K: ("q4_K", "tk_quantize_act_q8_K", 256, 292),
+           T.Q5_K: ("q5_K", "tk_quantize_act_q8_K", 256, 292), T.Q6_K: ("q6_K", "tk_quantize_act_q8_K", 256, 292),
+           T.Q3_K: ("q3_K", "tk_quantize_act_q8_K", 256, 292), T.Q2_K: ("q2_K", "tk_quantize_act_q8_K", 256, 292)}
+
+
+def _missing() -> str | None:
+    """What the emulated build lacks on this machine, or None."""
+    if not shutil.which("gcc"):
+        return "gcc not found"
+    probe = subprocess.run(["gcc", "-E", "-x", "c", "-", "-o", os.devnull], input="#include <simde/x86/avx512.h>\n",
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "SIMDe headers (simde/x86/avx512.h; Debian: libsimde-dev) not found"
+    return None
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    """ctypes handle of the library: AVX-512 kernels under SIMDe (-O0: SIMDe's inlined
+    intrinsics take minutes to optimize), the rest native (-O1)."""
+    why = _missing()
+    if why:
+        pytest.skip(f"AVX-512 emulation: {why}")
+    d = tmp_path_factory.mktemp("avx512emu")
+    jobs = []
+    for src in EMULATED + NATIVE_SRC:
+        flags = ["-O0", "-DTK_EMULATE_AVX512"] if src in EMULATED else ["-O1"]
+        obj = str(d / (src[:-2] + ".o"))
+        jobs.append((obj, subprocess.Popen(["gcc", *CFLAGS, *flags, "-c", os.path.join(NATIVE, src), "-o", obj],
+                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+    for obj, p in jobs:
+        out, _ = p.communicate()
+        assert p.returncode == 0, out[-3000:]
+    so = str(d / "libtk_avx512emu.so")
+    r = subprocess.run(["gcc", "-shared", "-o", so, *(o for o, _ in jobs), "-Wl,--no-undefined", "-lm"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the emulated kernels must not hold a single AVX-512 instruction (this machine would SIGILL)
+    if shutil.which("objdump"):
+        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / "qdot_avx512.o")], capture_output=True,
+                             text=True, check=True).stdout
+        assert "%zmm" not in asm, "the emulated build holds AVX-512 instructions"
+    return ctypes.CDLL(so)
+
+
+def _rows_fn(lib, name):
+    f = getattr(lib, name)
+    f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64,
+                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    f.restype = None
+    return f
+
+
+def _act(lib, quantizer, x, blck, blk_bytes):
+    f = getattr(lib, quantizer)
+    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    f.restype = None
+    T_, K = x.shape
+    a = np.zeros((T_, K // blck * blk_bytes), np.uint8)
+    for t in range(T_):
+        f(x[t].ctypes.data, a[t].ctypes.data, K)
+    return a
+
+
+def _run(fn, raw, K, a, ldy, r0, r1, y):
+    fn(raw.ctypes.data, raw.shape[1], K, a.ctypes.data, a.shape[1], a.shape[0], y.ctypes.data, ldy, r0, r1)
+
+
+@pytest.mark.parametrize("qtype", list(KERNELS), ids=lambda t: t.name)
+def test_emulated_avx512_bit_identical_to_avx2(emu, qtype):
+    """Every output of the AVX-512 kernel has the AVX2 kernel's bits, for tile remainders in
+    rows (1..9, and a row range r0 > 0 of a larger matrix) and tokens (1..40: pairs, an odd
+    token, several token groups), at several K; and agrees with the scalar kernel within the
+    AVX2 tolerance (qref.bound)."""
+    stem, quantizer, blck, blk_bytes = KERNELS[qtype]
+    z, v2, sc = (_rows_fn(emu, f"tk_qdot_rows_{stem}_{lv}") for lv in ("avx512", "avx2", "scalar"))
+    rng = np.random.default_rng(int(qtype))
+    Ks = (32, 96, 1024) if blck == 32 else (256, 768)
+    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33))
+    for K in Ks:
+        for M, n_tok in cases:
+            w = (rng.standard_normal((M + 2, K)) * rng.uniform(0.02, 0.3, (M + 2, 1))).astype(np.float32)
+            raw = np.ascontiguousarray(qref.quantize_rows(qtype, w))
+            x = (rng.standard_normal((n_tok, K)) * rng.uniform(0.1, 10.0, (n_tok, 1))).astype(np.float32)
+            a = _act(emu, quantizer, x, blck, blk_bytes)
+            ldy = M + 5
+            r0, r1 = 1, M + 1                                  # a row range inside the matrix
+            ys = {}
+            for name, fn in (("avx512", z), ("avx2", v2), ("scalar", sc)):
+                y = np.full((n_tok, ldy), np.nan, np.float32)
+                _run(fn, raw, K, a, ldy, r0, r1, y)
+                ys[name] = y
+                assert np.isnan(y[:, :r0]).all() and np.isnan(y[:, r1:]).all(), (name, "wrote outside [r0, r1)")
+            got, want = ys["avx512"][:, r0:r1], ys["avx2"][:, r0:r1]
+            diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+            assert not len(diff), f"{qtype.name} K={K} M={M} n_tok={n_tok}: {len(diff)} outputs differ from AVX2, " \
+                                  f"first (token, row) {tuple(diff[0])}: {got[tuple(diff[0])]!r} vs {want[tuple(diff[0])]!r}"
+            wf = qref.dequantize_rows(qtype, raw[r0:r1], K)
+            err = np.abs(got.astype(np.float64) - ys["scalar"][:, r0:r1])
+            assert np.all(err <= qref.bound(qtype, wf, x) + 1e-30), (qtype.name, K, M, n_tok)

@@ -1,0 +1,78 @@
+/* tk_avx512.h: what the AVX-512 kernel files (qdot_avx512.c, qdot_kquants_avx512.c) include
+ * instead of <immintrin.h> directly, and their target attribute.
+ *
+ * Normal builds: <immintrin.h> (through tk_cpu.h) and TK_AVX512_TARGET = the target
+ * attribute of AVX-512 F + BW + VL + DQ + VNNI (+ the AVX2 set), TK_AVX512_INLINE = static
+ * inline, always inlined (the helpers and tile bodies); the type table hands these
+ * kernels out only at TK_CPU_AVX512 (cpu.c).  Nothing here costs the native build anything:
+ * the emulation below is a preprocessor branch that only a test build takes.
+ *
+ * Test builds with -DTK_EMULATE_AVX512 (tests/unit/test_avx512_emulated.py, on machines
+ * without AVX-512): tk_cpu.h includes SIMDe ("SIMD Everywhere", header-only, Debian's
+ * libsimde-dev, 0.7.4) with its native aliases in place of <immintrin.h>, so every _mm*
+ * intrinsic here is SIMDe's portable C; TK_AVX512_TARGET is empty (with the target attribute
+ * gcc may vectorize SIMDe's portable loops into real AVX-512 instructions, which would raise
+ * SIGILL on the machine the emulation is for).  SIMDe 0.7.4 lacks a few intrinsics the
+ * kernels use; they are defined below from ones it has, with the same results
+ * (int32 -> float conversion rounds to nearest even in both; f16 -> f32 is exact).  Its
+ * fused multiply-adds are replaced: without an FMA target they round twice.
+ */
+#ifndef TK_AVX512_H
+#define TK_AVX512_H
+
+#include "tk_cpu.h"
+
+#ifdef TK_EMULATE_AVX512
+#include <math.h>
+#define TK_AVX512_TARGET
+/* the tile bodies as real functions: inlining SIMDe's intrinsics into every tile instance
+ * would take minutes to compile */
+#define TK_AVX512_INLINE static
+#ifndef __mmask64
+#define __mmask64 simde__mmask64
+#endif
+/* SIMDe's portable fmadd is a multiply then an add (two roundings) where the compiler
+ * targets no FMA; the instruction rounds once.  fmaf (C99, correctly rounded) per lane. */
+static inline __m512 tk_emu_fmadd_ps(__m512 a, __m512 b, __m512 c, float sign) {
+    float x[16], y[16], z[16];
+    _mm512_storeu_ps(x, a);
+    _mm512_storeu_ps(y, b);
+    _mm512_storeu_ps(z, c);
+    for (int i = 0; i < 16; i++) x[i] = fmaf(sign * x[i], y[i], z[i]);
+    return _mm512_loadu_ps(x);
+}
+static inline __m256 tk_emu_fmadd256_ps(__m256 a, __m256 b, __m256 c, float sign) {
+    float x[8], y[8], z[8];
+    _mm256_storeu_ps(x, a);
+    _mm256_storeu_ps(y, b);
+    _mm256_storeu_ps(z, c);
+    for (int i = 0; i < 8; i++) x[i] = fmaf(sign * x[i], y[i], z[i]);
+    return _mm256_loadu_ps(x);
+}
+#undef _mm512_fmadd_ps
+#undef _mm512_fnmadd_ps
+#undef _mm256_fmadd_ps
+#undef _mm256_fnmadd_ps
+#define _mm512_fmadd_ps(a, b, c) tk_emu_fmadd_ps(a, b, c, 1.0f)
+#define _mm512_fnmadd_ps(a, b, c) tk_emu_fmadd_ps(a, b, c, -1.0f)
+#define _mm256_fmadd_ps(a, b, c) tk_emu_fmadd256_ps(a, b, c, 1.0f)
+#define _mm256_fnmadd_ps(a, b, c) tk_emu_fmadd256_ps(a, b, c, -1.0f)
+#ifndef _mm512_cvtepi32_ps
+static inline __m512 tk_emu_cvtepi32_ps(__m512i v) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v))),
+                              _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)), 1);
+}
+#define _mm512_cvtepi32_ps(v) tk_emu_cvtepi32_ps(v)
+#endif
+#ifndef _mm512_extractf32x8_ps
+#define _mm512_extractf32x8_ps(v, i) _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), (i)))
+#endif
+#ifndef _cvtsh_ss
+#define _cvtsh_ss(h) _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int) (h))))
+#endif
+#else
+#define TK_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#define TK_AVX512_INLINE static inline __attribute__((always_inline))
+#endif
+
+#endif
