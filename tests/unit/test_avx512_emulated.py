@@ -102,14 +102,14 @@ def _run(fn, raw, K, a, ldy, r0, r1, y):
 @pytest.mark.parametrize("qtype", list(KERNELS), ids=lambda t: t.name)
 def test_emulated_avx512_bit_identical_to_avx2(emu, qtype):
     """Every output of the AVX-512 kernel has the AVX2 kernel's bits, for tile remainders in
-    rows (1..9, and a row range r0 > 0 of a larger matrix) and tokens (1..40: pairs, an odd
+    rows (1..18, a row range r0 > 0 of a larger matrix) and tokens (1..40: pairs, an odd
     token, several token groups), at several K; and agrees with the scalar kernel within the
     AVX2 tolerance (qref.bound)."""
     stem, quantizer, blck, blk_bytes = KERNELS[qtype]
     z, v2, sc = (_rows_fn(emu, f"tk_qdot_rows_{stem}_{lv}") for lv in ("avx512", "avx2", "scalar"))
     rng = np.random.default_rng(int(qtype))
     Ks = (32, 96, 1024) if blck == 32 else (256, 768)
-    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33))
+    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33), (18, 9))   # 18: two k-quant row chunks
     for K in Ks:
         for M, n_tok in cases:
             w = (rng.standard_normal((M + 2, K)) * rng.uniform(0.02, 0.3, (M + 2, 1))).astype(np.float32)

@@ -78,6 +78,22 @@ KZ_INLINE __m512i kz_dot(__m512i isum, __m512i v, const int8_t * q8, __m512i sca
 /* AVX2's 8 isum lanes: the two halves added */
 KZ_INLINE __m256i kz_fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
+/* super-block i of a weight row (blocks bw bytes) and of the T activation rows (q) */
+KZ_INLINE const uint8_t * kz_sb(const uint8_t * w, size_t bw, int64_t i, const uint8_t * a, size_t ab, int T,
+                                const blk_q8_K ** q) {
+    for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+    return w + i * bw;
+}
+
+/* the float step of the types with mins (Q4_K, Q5_K, Q2_K), AVX2's order:
+ * acc = fma(d8 * d, isum, acc); acc = fnma(d8 * dmin, madd(mins, bsums), acc) */
+KZ_INLINE __m256 kz_acc_min(__m256 acc, __m512i isum, __m256i mins, const blk_q8_K * q, __m256 xd, __m256 xm) {
+    const __m256i msum = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *) (const void *) q->bsums));
+    const __m256 d8 = _mm256_broadcast_ss(&q->d);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(kz_fold(isum)), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc);
+}
+
 /* keeps an accumulator in a register here (qdot_kquants_avx2.c's KQ_PIN); not under SIMDe */
 #ifdef TK_EMULATE_AVX512
 #define KZ_PIN(v) ((void) 0)
@@ -111,9 +127,8 @@ KZ_INLINE void kz_tile_q45(const int five, const uint8_t * w, const uint8_t * a,
     __m256 acc[KZ_TMAX];
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t * x = w + i * bw;
         const blk_q8_K * q[KZ_TMAX];
-        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        const uint8_t * x = kz_sb(w, bw, i, a, ab, T, q);
         __m256i sc8, mns;
         kz_scales_k4(x + 4, &sc8, &mns);                        /* d, dmin, scales[12], ... */
         const __m512i sc = _mm512_castsi256_si512(sc8);
@@ -134,12 +149,7 @@ KZ_INLINE void kz_tile_q45(const int five, const uint8_t * w, const uint8_t * a,
         memcpy(&hd, x, 2);
         memcpy(&hm, x + 2, 2);
         const __m256 xd = _mm256_set1_ps(_cvtsh_ss(hd)), xm = _mm256_set1_ps(_cvtsh_ss(hm));
-        for (int t = 0; t < T; t++) {
-            const __m256i msum = _mm256_madd_epi16(mns, _mm256_loadu_si256((const __m256i *) (const void *) q[t]->bsums));
-            const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(kz_fold(isum[t])), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[t]);
-        }
+        for (int t = 0; t < T; t++) acc[t] = kz_acc_min(acc[t], isum[t], mns, q[t], xd, xm);
     }
     for (int t = 0; t < T; t++) y[t * ldy] = tk_hsum8_avx2(acc[t]);
 }
@@ -193,9 +203,8 @@ KZ_INLINE void kz_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
     __m256 acc[KZ_TMAX];
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t * x = w + i * bw;
         const blk_q8_K * q[KZ_TMAX];
-        for (int t = 0; t < T; t++) q[t] = (const blk_q8_K *) (const void *) (a + t * ab) + i;
+        const uint8_t * x = kz_sb(w, bw, i, a, ab, T, q);
         __m256i sc16, mn16 = _mm256_setzero_si256();   /* AVX2's int16 scales (Q2_K: and mins) */
         if (kind == KZ_Q6) {
             sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (const void *) ((const blk_q6_K *) (const void *) x)->scales));
@@ -226,12 +235,7 @@ KZ_INLINE void kz_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
         if (kind == KZ_Q2) {
             const blk_q2_K * x2 = (const blk_q2_K *) (const void *) x;
             const __m256 xd = _mm256_set1_ps(_cvtsh_ss(x2->d)), xm = _mm256_set1_ps(_cvtsh_ss(x2->dmin));
-            for (int t = 0; t < T; t++) {
-                const __m256i msum = _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *) (const void *) q[t]->bsums));
-                const __m256 d8 = _mm256_broadcast_ss(&q[t]->d);
-                acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d8, xd), _mm256_cvtepi32_ps(kz_fold(isum[t])), acc[t]);
-                acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(d8, xm), _mm256_cvtepi32_ps(msum), acc[t]);
-            }
+            for (int t = 0; t < T; t++) acc[t] = kz_acc_min(acc[t], isum[t], mn16, q[t], xd, xm);
             continue;
         }
         const __m256 xd = _mm256_set1_ps(_cvtsh_ss(kind == KZ_Q3 ? ((const blk_q3_K *) (const void *) x)->d

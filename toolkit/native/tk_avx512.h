@@ -41,22 +41,18 @@ static inline __m512 tk_emu_fmadd_ps(__m512 a, __m512 b, __m512 c, float sign) {
     for (int i = 0; i < 16; i++) x[i] = fmaf(sign * x[i], y[i], z[i]);
     return _mm512_loadu_ps(x);
 }
-static inline __m256 tk_emu_fmadd256_ps(__m256 a, __m256 b, __m256 c, float sign) {
-    float x[8], y[8], z[8];
-    _mm256_storeu_ps(x, a);
-    _mm256_storeu_ps(y, b);
-    _mm256_storeu_ps(z, c);
-    for (int i = 0; i < 8; i++) x[i] = fmaf(sign * x[i], y[i], z[i]);
-    return _mm256_loadu_ps(x);
-}
+/* 256 bits: the low half of the 512-bit form (upper lanes zero) */
+#define TK_EMU_WIDE(v) _mm512_insertf32x8(_mm512_setzero_ps(), (v), 0)
+#define TK_EMU_FMA256(a, b, c, sign) \
+    _mm512_castps512_ps256(tk_emu_fmadd_ps(TK_EMU_WIDE(a), TK_EMU_WIDE(b), TK_EMU_WIDE(c), (sign)))
 #undef _mm512_fmadd_ps
 #undef _mm512_fnmadd_ps
 #undef _mm256_fmadd_ps
 #undef _mm256_fnmadd_ps
 #define _mm512_fmadd_ps(a, b, c) tk_emu_fmadd_ps(a, b, c, 1.0f)
 #define _mm512_fnmadd_ps(a, b, c) tk_emu_fmadd_ps(a, b, c, -1.0f)
-#define _mm256_fmadd_ps(a, b, c) tk_emu_fmadd256_ps(a, b, c, 1.0f)
-#define _mm256_fnmadd_ps(a, b, c) tk_emu_fmadd256_ps(a, b, c, -1.0f)
+#define _mm256_fmadd_ps(a, b, c) TK_EMU_FMA256(a, b, c, 1.0f)
+#define _mm256_fnmadd_ps(a, b, c) TK_EMU_FMA256(a, b, c, -1.0f)
 #ifndef _mm512_cvtepi32_ps
 static inline __m512 tk_emu_cvtepi32_ps(__m512i v) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v))),
