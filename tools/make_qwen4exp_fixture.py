@@ -43,8 +43,9 @@ ratio 8, heads_per_ngram 1, ngram_size 4).
 Two more jobs, numpy only (no torch):
 
     # a copy of a checkpoint whose PLE table is N synthetic shards of ROWS rows (the last one
-    # LAST rows), one safetensors file each, for memory measurements
-    python tools/make_qwen4exp_fixture.py --synthetic-ple SRC OUT N ROWS [LAST]
+    # LAST rows), one safetensors file each, for memory measurements; --spread: the n-gram
+    # heads share the whole table (so a prompt's rows land all over it)
+    python tools/make_qwen4exp_fixture.py --synthetic-ple SRC OUT N ROWS [LAST] [--spread] [--row-dim=W]
 
     # tensor names/shapes/types/sha256 and key/values of a GGUF (llama.cpp's converter output),
     # the reference tests/parity/test_convert_qwen4exp.py compares against
@@ -261,10 +262,16 @@ def _write_safetensors(path: str, arrays: dict[str, np.ndarray]) -> None:
             f.write(np.ascontiguousarray(a).tobytes())
 
 
-def synthetic_ple(src: str, out: str, n_shards: int, rows: int, last: int | None = None, seed: int = 0) -> int:
+def synthetic_ple(src: str, out: str, n_shards: int, rows: int, last: int | None = None, seed: int = 0,
+                  spread: bool = False, row_dim: int | None = None) -> int:
     """Copy checkpoint ``src`` to ``out`` with its PLE table replaced by ``n_shards`` float32
     shards of ``rows`` rows (the last ``last`` rows), one file each, written one at a time (so
-    making a multi-GB table needs one shard of memory).  Returns the table's byte size."""
+    making a multi-GB table needs one shard of memory).  With ``spread`` the n-gram heads'
+    vocabulary sizes and offsets (int64 buffers) are rewritten to split the whole table between
+    the heads, so the hash reaches rows all over it (a file for the runtime's memory
+    measurements; HF would build other constants from config.json).  ``row_dim``: table rows of
+    that width instead (ple_embed_dim and the PLE key / value projections follow, random), e.g.
+    32 so that Q4_1 can take the table.  Returns the table's byte size."""
     from safetensors.numpy import load_file
 
     last = rows if last is None else last
@@ -274,24 +281,41 @@ def synthetic_ple(src: str, out: str, n_shards: int, rows: int, last: int | None
     wm = index["weight_map"]
     old = [n for n in wm if ".ngram_embedding.shard_" in n]
     prefix = old[0].split("shard_")[0]
-    row_dim = None
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    nh = (cfg.get("ngram_size", 3) - 1) * cfg.get("heads_per_ngram", 8)
+    want_dim, row_dim = row_dim, None
+    rng = np.random.default_rng(seed)
     for fn in sorted(set(wm.values())):
         t = load_file(os.path.join(src, fn))
         for n in old:
             if n in t:
                 row_dim = t[n].shape[1]
-        _write_safetensors(os.path.join(out, fn), {n: a for n, a in t.items() if n not in old})
+        keep = {n: a for n, a in t.items() if n not in old}
+        if want_dim:
+            for n in keep:
+                if n.endswith(("ple.key_proj.weight", "ple.value_proj.weight")):
+                    keep[n] = (0.08 * rng.standard_normal((keep[n].shape[0], nh * want_dim))).astype(keep[n].dtype)
+        if spread:
+            total_rows = rows * (n_shards - 1) + last
+            for n in keep:
+                n_h = keep[n].shape[0] if keep[n].ndim == 1 else 0
+                if n.endswith("ngram_heads_vocab_sizes"):
+                    keep[n] = np.full(n_h, total_rows // n_h - 7, dtype=np.int64)
+                elif n.endswith("ngram_heads_offsets"):
+                    keep[n] = np.arange(n_h, dtype=np.int64) * (total_rows // n_h)
+        _write_safetensors(os.path.join(out, fn), keep)
     for n in old:
         del wm[n]
     for f in os.listdir(src):
         if not f.endswith(".safetensors") and f != "model.safetensors.index.json" and f != "config.json":
             shutil.copy(os.path.join(src, f), os.path.join(out, f))
-    with open(os.path.join(src, "config.json")) as f:
-        cfg = json.load(f)
+    if want_dim:
+        row_dim = want_dim
+        cfg["ple_embed_dim"] = nh * want_dim
     cfg["split_ngram_parts"] = n_shards
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    rng = np.random.default_rng(seed)
     total = 0
     for k in range(n_shards):
         name, fn = f"{prefix}shard_{k}.weight", f"ple-{k:05d}.safetensors"
@@ -330,7 +354,11 @@ def summarize(gguf_path: str, out: str) -> None:
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[:1] == ["--synthetic-ple"]:
-        n = synthetic_ple(a[1], a[2], int(a[3]), int(a[4]), int(a[5]) if len(a) > 5 else None)
+        spread = "--spread" in a
+        rd = next((int(x.split("=")[1]) for x in a if x.startswith("--row-dim=")), None)
+        a = [x for x in a if x != "--spread" and not x.startswith("--row-dim=")]
+        n = synthetic_ple(a[1], a[2], int(a[3]), int(a[4]), int(a[5]) if len(a) > 5 else None, spread=spread,
+                          row_dim=rd)
         print(f"wrote {a[2]}: PLE table {n / 2**20:.1f} MiB in {a[3]} shards")
     elif a[:1] == ["--reference"]:
         reference(a[1] if len(a) > 1 else os.path.join(REPO, "tests", "fixtures", "hf", "qwen4exp-tiny"))

@@ -435,3 +435,22 @@ def test_config_values_of_the_wrong_kind(tmp_path):
     never a traceback or an allocation sized by the bad value (split_ngram_parts = 10**9 is a
     missing-shard error, num_hidden_layers = 10**9 a layer-count error)."""
     assert count_config_kind_errors(copy(tmp_path)) > 40
+
+
+def test_variants_two_ple_layers_sigmoid_gate_eos_list(tmp_path):
+    """The held-back-style variants: two PLE layers (ple.layers lists both, each UINT64 array
+    holds both sets in that order, the second table is blk.2.per_layer_token_embd, ours); a
+    sigmoid output gate written as ssm.output_gate_type; eos_token_id [2, 5] -> the first."""
+    two = conv(SRC.parent / "qwen4exp-ple2-tiny", tmp_path / "ple2.gguf")
+    cfg = json.loads((SRC.parent / "qwen4exp-ple2-tiny" / "config.json").read_text())
+    assert cfg["ple_layer_ids"] == [1, 3] and kv(two, "qwen4exp.ple.layers") == [0, 2]
+    nh = (cfg["ngram_size"] - 1) * cfg["heads_per_ngram"]
+    assert len(kv(two, "qwen4exp.ple.layer_multipliers")) == 2 * cfg["ngram_size"]
+    offs, vocs = kv(two, "qwen4exp.ple.head_offsets"), kv(two, "qwen4exp.ple.head_vocab_sizes")
+    assert len(offs) == len(vocs) == 2 * nh and offs[0] == offs[nh] == 0        # each module's own table
+    names = {t.name for t in two.tensors}
+    assert {"per_layer_token_embd.weight", "blk.2.per_layer_token_embd.weight"} <= names
+    assert not any(n.startswith("blk.0.per_layer") for n in names)
+    hc3 = conv(SRC.parent / "qwen4exp-hc3-tiny", tmp_path / "hc3.gguf")
+    assert kv(hc3, "qwen4exp.ssm.output_gate_type") == "sigmoid"
+    assert kv(hc3, "qwen4exp.ple.eos_token_id") == 2 and kv(hc3, "qwen4exp.hyper_connection.count") == 3

@@ -72,3 +72,44 @@ def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, fixtures, report
     diff = two_sequences_vs_separate(hf_f32(name), tok)
     report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
     assert diff == 0.0
+
+
+def test_session_file_turns_match_scratch(monkeypatch, capsys, tmp_path, hf_f32):
+    """Seven turns through ``toolkit run --session`` (a chat's prompt cache, state file between
+    runs): each prompt is the previous one + its answer + new user tokens; turn 4 asks turn 3's
+    prompt again (a regenerate: all but its last token from the session), turn 6 edits turn 5's
+    user tokens (the prompt leaves the saved one inside it: rolled back to a checkpoint).  Every
+    run's greedy tokens equal a from-scratch run's (the Conversation API test compares logits)."""
+    import json
+
+    from cli_runner import cli
+
+    m, sess = hf_f32("qwen4exp-tiny"), str(tmp_path / "q.session")
+
+    def run(ids, *extra):
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(m), "--json", "--temp", "0", "-n", "6", "-c", "512",
+                           "--checkpoint-every", "4", "--tokens", ",".join(map(str, ids)), *extra)
+        assert rc == 0, err
+        return json.loads(out)
+
+    rng = np.random.default_rng(7)
+    prompt: list[int] = []
+    prev: list[int] = []
+    reused, lens = [], []
+    for turn in range(1, 8):
+        if turn == 4:
+            ids = prev                                        # regenerate turn 3
+        elif turn == 6:
+            ids = prev[:-5] + [int(x) for x in rng.integers(3, 512, 8)]   # edit turn 5's user tokens
+        else:
+            ids = prompt + [int(x) for x in rng.integers(3, 512, 5 + turn)]
+        got = run(ids, "--session", sess)
+        assert got["tokens"] == run(ids)["tokens"], f"turn {turn}"
+        reused.append(got["n_reused"])
+        lens.append(len(ids))
+        prev, prompt = ids, ids + got["tokens"]
+    assert reused[0] == 0 and all(r > 0 for r in reused[1:]), reused   # every later turn came from the session
+    # the regenerate and the edit roll back to a checkpoint (taken every 4 positions, a few
+    # kept) before the token to re-feed: the regenerate's last prompt token, the edit's first
+    # new token
+    assert 0 < reused[3] <= lens[2] - 1 and 0 < reused[5] <= lens[4] - 5, (reused, lens)

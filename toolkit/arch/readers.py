@@ -426,7 +426,7 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if not 2 <= hp.hc_count <= 64:
         raise r.bad(Keys.HyperConnection.COUNT, f"= {hp.hc_count} must be in [2, 64]")
     act = f.get(k(Keys.SSM.OUTPUT_GATE_TYPE, r.arch), "sigmoid")
-    if act not in _GATE_ACTS:
+    if not isinstance(act, str) or act not in _GATE_ACTS:
         raise r.bad(Keys.SSM.OUTPUT_GATE_TYPE, f"= {act!r} is not supported (silu or sigmoid)")
     hp.gdn_gate_act = _GATE_ACTS[act]
     qsa = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.QSA]
