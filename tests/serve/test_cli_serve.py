@@ -28,6 +28,7 @@ def test_help_and_flag_errors(monkeypatch, capsys):
 
 
 @pytest.mark.native
+@pytest.mark.slow      # two processes started
 def test_process_serves_and_stops_on_sigterm():
     p = subprocess.Popen([sys.executable, "-m", "toolkit", "serve", "--port", "0", "--json", "-np", "1", "-c", "256"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
