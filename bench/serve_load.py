@@ -143,7 +143,7 @@ def bench_one(kind: str, args) -> dict:
     return {"server": kind, "clients": args.clients, "slots": args.slots, "ctx": args.ctx, "seconds": round(wall, 1),
             "requests_done": st["done"], "tokens": st["tokens"], "tokens_per_s": round(st["tokens"] / wall, 1),
             "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "disconnects": st["disconnects"],
-            "transport_errors": len(st["errors"]), "rss_warm_mib": round(rss0 / 2**20, 1),
+            "transport_errors": len(st["errors"]), "first_transport_error": (st["errors"] or [None])[0], "rss_warm_mib": round(rss0 / 2**20, 1),
             "rss_end_mib": round(rss1 / 2**20, 1), "checks": {
                 "no_5xx_but_503": not bad, "alive": alive, "no_transport_errors": not st["errors"],
                 "rss_flat_10pct": abs(rss1 - rss0) <= 0.10 * rss0}}

@@ -85,3 +85,14 @@ def test_models_and_stop(client):
     cut = client.completions.create(model="default", prompt="def f(x):\n", max_tokens=24, temperature=0, stop=[stop])
     assert cut.choices[0].finish_reason == "stop"
     assert cut.choices[0].text == free[:free.index(stop)]
+
+
+def test_streamed_stop_is_held_back_and_cut(client):
+    free = client.completions.create(model="default", prompt="def f(x):\n", max_tokens=24, temperature=0).choices[0].text
+    stop = free.strip()[2:6]     # several characters: its first ones arrive before it is complete
+    whole = client.completions.create(model="default", prompt="def f(x):\n", max_tokens=24, temperature=0,
+                                      stop=[stop]).choices[0].text
+    chunks = list(client.completions.create(model="default", prompt="def f(x):\n", max_tokens=24, temperature=0,
+                                            stop=[stop], stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole == free[:free.index(stop)]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"

@@ -55,19 +55,38 @@ def serve(
     import uvicorn
 
     from toolkit.serve import create_app, load
-    err_console.print(f"loading {path}", highlight=False)
-    svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
-               checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
-               chat_template=chat_template, n_threads=threads or None)
+    sock = _listen(host, port)     # before the model loads: a port in use fails at once
+    try:
+        err_console.print(f"loading {path}", highlight=False)
+        svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
+                   checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
+                   chat_template=chat_template, n_threads=threads or None)
+    except BaseException:
+        sock.close()
+        raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
     _announce(server, svc, path, host, as_json)
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         svc.engine.close()
-    if not server.started:
-        raise InputError(f"--host {host} --port {port}: cannot listen there (in use, or not an address of this machine)")
+        sock.close()
+
+
+def _listen(host: str, port: int):
+    """A listening TCP socket on host:port (bound here, so that an address in use is one line
+    naming the flags, exit 2, not uvicorn's log line and exit 3)."""
+    import socket
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        raise InputError(f"--host {host} --port {port}: cannot listen there: {e.strerror or e}") from None
+    return sock
 
 
 def _announce(server, svc, path: str, host: str, as_json: bool) -> None:

@@ -48,13 +48,21 @@ class _Vocab:
         return self._tok.encode(text, add_special=False, parse_special=False)
 
 
-class Grammar:
-    """A compiled grammar and its matcher over one vocabulary (n_vocab tokens)."""
+def ll_tokenizer(tok, n_vocab: int):
+    """llguidance's view of ``tok`` (n_vocab tokens).  Building it reads every token's bytes;
+    a caller that compiles many grammars (toolkit serve) builds it once and passes it on."""
+    llg = _llguidance()
+    return llg.LLTokenizer(llg.TokenizerWrapper(_Vocab(tok, n_vocab)), n_vocab=n_vocab,
+                           eos_token=sorted(tok.eog_ids) or None)
 
-    def __init__(self, tok, n_vocab: int, grammar: str, what: str):
+
+class Grammar:
+    """A compiled grammar and its matcher over one vocabulary (n_vocab tokens).  ``lltok``: an
+    :func:`ll_tokenizer` of the same tokenizer to reuse (None: built here)."""
+
+    def __init__(self, tok, n_vocab: int, grammar: str, what: str, lltok=None):
         llg = _llguidance()
-        lt = llg.LLTokenizer(llg.TokenizerWrapper(_Vocab(tok, n_vocab)), n_vocab=n_vocab,
-                             eos_token=sorted(tok.eog_ids) or None)
+        lt = lltok if lltok is not None else ll_tokenizer(tok, n_vocab)
         is_err, msgs = llg.LLMatcher.validate_grammar_with_warnings(grammar, lt)
         if is_err:
             raise InputError(f"{what}: {'; '.join(msgs) if msgs else 'invalid grammar'}")
@@ -73,7 +81,7 @@ class Grammar:
         return cls(tok, n_vocab, g, what)
 
     @classmethod
-    def from_json_schema(cls, tok, n_vocab: int, schema: str, what: str = "--json-schema") -> "Grammar":
+    def from_json_schema(cls, tok, n_vocab: int, schema: str, what: str = "--json-schema", lltok=None) -> "Grammar":
         """A JSON schema (text); InputError when it is not JSON.  The output is compact JSON
         (separators ", " and ": ", no free whitespace: llguidance's whitespace_flexible off,
         so a model cannot pad it forever); the schema's own "x-guidance" options win."""
@@ -86,7 +94,7 @@ class Grammar:
                 schema, defaults={"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "})
         except ValueError as e:
             raise InputError(f"{what}: {e}") from None
-        return cls(tok, n_vocab, g, what)
+        return cls(tok, n_vocab, g, what, lltok)
 
     def mask(self, row: np.ndarray) -> np.ndarray:
         """float32 [n_vocab] logits with the tokens the grammar forbids set to -inf (a copy)."""

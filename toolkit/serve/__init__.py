@@ -9,6 +9,7 @@ objects in :mod:`toolkit.serve.protocol`, routes in :mod:`toolkit.serve.app`.
 from __future__ import annotations
 
 import os
+import threading
 
 from toolkit.serve.app import Service, create_app  # noqa: F401
 from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
@@ -26,7 +27,7 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
     """
     from toolkit.runtime import Model
     from toolkit.runtime.chat import ChatTemplate
-    from toolkit.runtime.grammar import Grammar
+    from toolkit.runtime.grammar import Grammar, ll_tokenizer
     from toolkit.runtime.tokenizer import Tokenizer
     model = Model(model_path, n_threads=n_threads)
     try:
@@ -40,7 +41,13 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
         model.close()
         raise
 
+    lltok: list = []                   # llguidance's tokenizer, built on the first schema
+    lock = threading.Lock()
+
     def make_grammar(schema: str):
-        return Grammar.from_json_schema(tok, model.n_vocab, schema, what="response_format")
+        with lock:
+            if not lltok:
+                lltok.append(ll_tokenizer(tok, model.n_vocab))
+        return Grammar.from_json_schema(tok, model.n_vocab, schema, what="response_format", lltok=lltok[0])
     return Service(engine, tok, template, os.path.basename(model_path), api_key=api_key, max_body=max_body,
                    make_grammar=make_grammar)

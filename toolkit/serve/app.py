@@ -92,7 +92,12 @@ async def run_job(svc: Service, req: HttpRequest, prompt: list[int], r: protocol
     client disconnects."""
     loop = asyncio.get_running_loop()
     q: asyncio.Queue = asyncio.Queue()
-    job = await asyncio.to_thread(svc.job, prompt, r, lambda ev: loop.call_soon_threadsafe(q.put_nowait, ev))
+    def on_event(ev) -> None:         # on the decode thread
+        try:
+            loop.call_soon_threadsafe(q.put_nowait, ev)
+        except RuntimeError:          # the event loop is closed: the server is stopping
+            pass
+    job = await asyncio.to_thread(svc.job, prompt, r, on_event)
     try:
         svc.engine.submit(job)
     except QueueFull as e:

@@ -62,7 +62,7 @@ class QueueFull(Exception):
     """The wait queue holds ``queue`` jobs already (HTTP 503 + Retry-After)."""
 
 
-@dataclass
+@dataclass(eq=False)          # a job is itself: ``job in queue`` compares identities
 class Job:
     """One request.  ``on_event`` is called on the decode thread with ("text", str, probs, ids)
     for each piece of text (probs: the n_probs records of the tokens it came from, ids: those
