@@ -3,7 +3,7 @@
 - after a verify batch of K+1 tokens, seq_rm(seq, p, -1) inside the window restores the state
   after p - 1 exactly: the sequence's state blob (recurrent state + KV cells) is byte-identical
   to that of a run that never saw the rejected tokens, on every recurrent kind the runtime has
-  (Mamba-1, Mamba-2, GDN, short conv, parallel, Zamba2), at every rollback point of the window
+  (Mamba-1, Mamba-2, GDN, short conv, parallel, Zamba2, and qwen4exp's PLE history and conv window), at every rollback point of the window
 - several sequences in one batch, one rejecting while the others accept
 - outside the window the removal is refused as before (nothing changes); seq_cp carries the
   ring; the memory report counts it
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.native
 
 # one fixture per recurrent layer kind (and the hybrids that mix them with attention)
 FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "qwen3next-tiny",
-            "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny"]
+            "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny", "qwen4exp-ple2-tiny"]
 K = 4
 
 

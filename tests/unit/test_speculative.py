@@ -23,7 +23,7 @@ from toolkit.runtime.speculative import (DraftModel, PromptLookup, generate_spec
 from toolkit.runtime.tokenizer import Tokenizer
 
 FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "lfm2-tiny", "falconh1-tiny",
-            "zamba2-tiny", "nemotronh-tiny", "granitehybrid-moe-tiny"]
+            "zamba2-tiny", "nemotronh-tiny", "granitehybrid-moe-tiny", "qwen4exp-tiny"]
 N_GEN = 40
 
 

@@ -121,6 +121,12 @@ static tk_status ple_gather(tk_context * ctx, const tk_layer * l, int il, const 
                 for (int32_t k = n - 2; k > 0; k--) h[k] = h[k - 1];
                 if (n > 1) h[0] = x;
             }
+            float * snap = tk_rs_snap(rv, hp_i, s, nst, i);   /* speculative window: the piece after token i */
+            if (snap) {
+                const int32_t one = 1;
+                memcpy(snap, h, (size_t) (n - 1) * sizeof(int32_t));
+                memcpy(snap + n - 1, &one, sizeof one);
+            }
         }
         memcpy(piece, h, (size_t) (n - 1) * sizeof(int32_t));
         set = 1;
@@ -186,6 +192,15 @@ tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_
                     acc += l->ple_conv1d[(size_t) ch * Kp + k] * xv;
                 }
                 y[ch] = tk_silu(acc);
+            }
+        }
+        /* speculative window: after token i, the last `hist` frames of [state | N[0..i]] */
+        for (int32_t i = 0; i < nst; i++) {
+            float * snap = tk_rs_snap(&rv, first_piece, s, nst, i);
+            if (!snap) continue;
+            for (int32_t f = 0; f < hist; f++) {
+                const int32_t e = i + 1 + f;
+                memcpy(snap + (size_t) f * HD, e < hist ? st + (size_t) e * HD : N + (size_t) (e - hist) * HD, (size_t) HD * sizeof(float));
             }
         }
         /* the window: the last `hist` frames of [state | N] */
