@@ -136,23 +136,6 @@ def test_emulated_avx512_bit_identical_to_avx2(emu, qtype):
 
 # ---- BF16 x BF16 (qdot_bf16_avx512.c, VDPBF16PS) ---------------------------------------
 
-def _bf16_ref_convert(x: np.ndarray) -> np.ndarray:
-    """f32 -> bf16 bits rounded to nearest even, chosen by distance (not by the kernel's bit
-    trick): the two bf16 neighbours of x, the nearer one, on a tie the even one; NaN -> a
-    quiet NaN with x's high bits; values past the largest bf16's rounding range -> inf."""
-    u = x.view(np.uint32)
-    lo = (u >> 16).astype(np.uint32)                                  # truncation toward zero
-    finite = (u & 0x7f800000) != 0x7f800000
-    mag = np.abs(np.where(finite, x, 0).astype(np.float64))
-    d_lo = mag - np.abs((lo << 16).view(np.float32).astype(np.float64))
-    ulp = np.ldexp(1.0, np.maximum((lo >> 7) & 0xff, 1).astype(np.int32) - 134)   # bf16 step at lo
-    d_hi = ulp - d_lo                                                 # to lo + 1 (0x7f80 counts as 2^128)
-    pick_hi = finite & ((d_hi < d_lo) | ((d_hi == d_lo) & (lo & 1 == 1)))
-    out = np.where(pick_hi, lo + 1, lo)
-    nan = (u & 0x7fffffff) > 0x7f800000
-    return np.where(nan, (u >> 16) | 64, out).astype(np.uint16)
-
-
 def test_emulated_bf16_activation_conversion(emu):
     """tk_quantize_act_bf16 (f32 -> bf16) rounds to nearest even: ties (both parities),
     values next to a tie, signed zeros, subnormals, the largest floats (to inf), inf, NaN
@@ -168,54 +151,14 @@ def test_emulated_bf16_activation_conversion(emu):
     x = bits.view(np.float32)
     got = np.zeros(len(x), np.uint16)
     f(x.ctypes.data, got.ctypes.data, len(x))
-    want = _bf16_ref_convert(x)
+    want = qref.bf16_bits(x)
     bad = np.flatnonzero(got != want)
     assert not len(bad), f"{len(bad)} conversions differ, first {bits[bad[0]]:#010x}: {got[bad[0]]:#06x} vs {want[bad[0]]:#06x}"
 
 
-def _f32_round_exact(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """float32 round-to-nearest-even of the exact value s + e (s float64, |e| <= ulp(s)/2 the
-    rounding error of s): numpy's cast of s is right unless s is exactly halfway between two
-    float32 (low 29 significand bits 1 << 28) and e breaks the tie; then s is nudged one
-    float64 step toward e first."""
-    mid = (s.view(np.int64) & ((1 << 29) - 1)) == (1 << 28)
-    nudge = mid & (e != 0)
-    s = np.where(nudge, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
-    return s.astype(np.float32)
-
-
-def _vdpbf16ps_ref(wb: np.ndarray, ab: np.ndarray) -> np.ndarray:
-    """The kernel's result per (token, row) from the instruction's definition, in float64
-    (Intel SDM vol. 2 VDPBF16PS): 16 fp32 lanes over 32-value chunks (the last zero-padded);
-    per lane the odd pair's product added first, then the even one's, each add rounded once
-    to fp32 (nearest even), inputs DAZ, results FTZ; then lanes 0-7 + lanes 8-15 and the
-    fixed tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) in fp32.  wb: [M, K], ab: [T, K] bf16
-    bits; returns float32 [T, M]."""
-    K = wb.shape[1]
-    pad = (-K) % 32
-    def val(b):
-        b = np.pad(b, ((0, 0), (0, pad))).astype(np.uint32)
-        v = (b << 16).view(np.float32).astype(np.float64)
-        v = np.where(np.abs(v) < 2.0**-126, np.copysign(0.0, v), v)   # DAZ
-        return v.reshape(b.shape[0], -1, 16, 2)                        # [rows, chunk, lane, pair]
-    w, a = val(wb), val(ab)
-    acc = np.zeros((a.shape[0], w.shape[0], 16), np.float32)
-    for c in range(w.shape[1]):
-        for half in (1, 0):
-            p = a[:, None, c, :, half] * w[None, :, c, :, half]            # exact in float64
-            x = acc.astype(np.float64)
-            s = x + p
-            bb = s - x
-            e = (x - (s - bb)) + (p - bb)                                  # TwoSum: s + e == x + p
-            r = _f32_round_exact(s, e)
-            acc = np.where(np.abs(r) < np.float32(2.0**-126), np.copysign(np.float32(0), r), r)   # FTZ
-    l = acc[..., :8] + acc[..., 8:]
-    return ((l[..., 0] + l[..., 4]) + (l[..., 2] + l[..., 6])) + ((l[..., 1] + l[..., 5]) + (l[..., 3] + l[..., 7]))
-
-
 def test_emulated_bf16_kernel_matches_vdpbf16ps_semantics(emu):
     """tk_qdot_rows_bf16_avx512 gives, bit for bit, the float64 model of VDPBF16PS on
-    bf16-rounded activations (_vdpbf16ps_ref), for row remainders of the 8/4-row tiles
+    bf16-rounded activations (qref.vdpbf16ps), for row remainders of the 8/4-row tiles
     (1..18 rows inside a larger matrix), token remainders of the 6-token tiles (n_tok 1..40),
     K with and without a partial last chunk; and agrees with the float64 dot of the same bf16
     values within the recursive-summation bound."""
@@ -227,7 +170,7 @@ def test_emulated_bf16_kernel_matches_vdpbf16ps_semantics(emu):
     for K in (32, 70, 96, 1000):
         for M, n_tok in cases:
             w = (rng.standard_normal((M + 2, K)) * rng.uniform(0.02, 0.3, (M + 2, 1))).astype(np.float32)
-            raw = np.ascontiguousarray(_bf16_ref_convert(w)).view(np.uint8)
+            raw = np.ascontiguousarray(qref.bf16_bits(w)).view(np.uint8)
             x = (rng.standard_normal((n_tok, K)) * rng.uniform(0.1, 10.0, (n_tok, 1))).astype(np.float32)
             a = np.zeros((n_tok, 2 * K), np.uint8)
             for t in range(n_tok):
@@ -239,7 +182,7 @@ def test_emulated_bf16_kernel_matches_vdpbf16ps_semantics(emu):
             assert np.isnan(y[:, :r0]).all() and np.isnan(y[:, r1:]).all(), "wrote outside [r0, r1)"
             got = y[:, r0:r1]
             wb, ab = raw.view(np.uint16)[r0:r1], a.view(np.uint16)
-            want = _vdpbf16ps_ref(wb, ab)
+            want = qref.vdpbf16ps(wb, ab)
             diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
             assert not len(diff), f"K={K} M={M} n_tok={n_tok}: {len(diff)} outputs differ from the VDPBF16PS model, " \
                                   f"first (token, row) {tuple(diff[0])}: {got[tuple(diff[0])]!r} vs {want[tuple(diff[0])]!r}"
@@ -257,8 +200,8 @@ def test_emulated_bf16_kernel_ubatch_and_thread_split_invariant(emu):
     fn = _rows_fn(emu, "tk_qdot_rows_bf16_avx512")
     rng = np.random.default_rng(31)
     K, M, n_tok = 200, 19, 40
-    raw = np.ascontiguousarray(_bf16_ref_convert(rng.standard_normal((M, K)).astype(np.float32))).view(np.uint8)
-    a = np.ascontiguousarray(_bf16_ref_convert(rng.standard_normal((n_tok, K)).astype(np.float32))).view(np.uint8)
+    raw = np.ascontiguousarray(qref.bf16_bits(rng.standard_normal((M, K)).astype(np.float32))).view(np.uint8)
+    a = np.ascontiguousarray(qref.bf16_bits(rng.standard_normal((n_tok, K)).astype(np.float32))).view(np.uint8)
     whole = np.zeros((n_tok, M), np.float32)
     _run(fn, raw, K, a, M, 0, M, whole)
     split = np.zeros_like(whole)
