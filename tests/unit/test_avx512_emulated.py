@@ -7,6 +7,10 @@ K, n_tok 1..40) every AVX-512 kernel must give the AVX2 kernel's bits (their ope
 per output is the same by construction) and agree with the scalar kernel to the AVX2 level's
 tolerance (qref.bound).
 
+The BF16 x BF16 kernel (qdot_bf16_avx512.c) has no AVX2 twin: it must give, bit for bit, a
+float64 model of VDPBF16PS on bf16-rounded activations (qref.vdpbf16ps), and its f32 -> bf16
+conversion a by-distance rounding reference (qref.bf16_bits).
+
 Skipped, naming what is missing, where gcc or the SIMDe headers (Debian: libsimde-dev) are
 absent.  On a machine with AVX-512 the same kernels also run natively in test_dispatch.py.
 """

@@ -120,8 +120,9 @@ TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_avx512)
-/* qdot_bf16_avx512.c: BF16 weights x BF16 activations with AVX512_BF16 (VDPBF16PS); its
- * outputs follow the instruction's rounding, not the float kernels' (not in the type table yet) */
+/* qdot_bf16_avx512.c: BF16 weights x BF16 activations with AVX512_BF16 (VDPBF16PS; the BF16
+ * row's AVX512 slot, in force where tk_cpu_has_avx512bf16); its outputs follow the
+ * instruction's rounding on bf16-rounded activations, not the float kernels' */
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_bf16_avx512)
 #endif
 /* qdot_bf16_avx512.c, every build: K floats -> K bf16 (uint16) rounded to nearest even, NaN

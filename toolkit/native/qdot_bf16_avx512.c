@@ -3,11 +3,14 @@
  * tokens) and generation (n_tok == 1: tiles of 8 rows x 1 token, the same operations per
  * output); and the f32 -> bf16 activation conversion (plain C, every build).
  *
- * Every function with the BF16 target attribute is meant to be handed out only where cpu.c
- * found AVX-512 F + BW + VL and AVX512_BF16 with the OS's ZMM support.  NOT wired into the
- * mat-mul dispatch yet (ggml_types.c still gives BF16 weights float32 activations at every
- * level): the kernel and its activation converter are checked under emulation by
- * tests/unit/test_bf16_avx512_emulated.py.
+ * Every function with the BF16 target attribute is handed out (the BF16 row's AVX512 slot,
+ * ggml_types.c) only at the level TK_CPU_AVX512 where cpu.c also found AVX512_BF16
+ * (tk_cpu_has_avx512bf16): there tk_type_vec_dot_type makes BF16 weights take bf16
+ * activations, converted once per mat-mul for every n_tok (generation too, so a token's
+ * result never depends on its ubatch); ops.c's activation scratch then holds 2 bytes per
+ * value.  TOOLKIT_CPU=avx2 (or lower) gives BF16 weights the float kernels again.
+ * Checked under emulation by tests/unit/test_avx512_emulated.py (the test_emulated_bf16_*
+ * tests), natively by tests/unit/test_dispatch.py::test_bf16_kernel_native_matches_vdpbf16ps.
  *
  * Activations: tk_quantize_act_bf16, f32 -> bf16 rounded to nearest even with integer ops
  * (llama.cpp ggml_compute_fp32_to_bf16, ggml-impl.h, build 0c1e570: NaN -> quiet NaN of the
