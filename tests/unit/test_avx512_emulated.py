@@ -197,6 +197,31 @@ def test_emulated_bf16_kernel_matches_vdpbf16ps_semantics(emu):
             assert np.all(np.abs(got - exact) <= bound), (K, M, n_tok)
 
 
+
+def test_emulated_bf16_kernel_flushes_denormals(emu):
+    """Inputs below 2^-126 count as zero (DAZ) and sums that land there are flushed (FTZ), as
+    the instruction does: weights and activations of every magnitude from 2^-140 up, against
+    the model bit for bit; and an all-subnormal product gives +-0, not its float value."""
+    fn = _rows_fn(emu, "tk_qdot_rows_bf16_avx512")
+    rng = np.random.default_rng(32)
+    K, M, n_tok = 96, 6, 5
+    w = (rng.standard_normal((M, K)) * np.exp2(rng.uniform(-140, -100, (M, K)))).astype(np.float32)
+    x = (rng.standard_normal((n_tok, K)) * np.exp2(rng.uniform(-40, 0, (n_tok, K)))).astype(np.float32)
+    raw = np.ascontiguousarray(qref.bf16_bits(w)).view(np.uint8)
+    a = np.ascontiguousarray(qref.bf16_bits(x)).view(np.uint8)
+    assert (np.abs(qref.bf16_float(raw.view(np.uint16))) < 2.0**-126).mean() > 0.3     # many subnormal weights
+    y = np.zeros((n_tok, M), np.float32)
+    _run(fn, raw, K, a, M, 0, M, y)
+    want = qref.vdpbf16ps(raw.view(np.uint16), a.view(np.uint16))
+    assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+    tiny = np.full((1, 32), 2.0**-130, np.float32)                       # subnormal: DAZ
+    one = np.ones((1, 32), np.float32)
+    y1 = np.full((1, 1), np.nan, np.float32)
+    _run(fn, np.ascontiguousarray(qref.bf16_bits(tiny)).view(np.uint8), 32,
+         np.ascontiguousarray(qref.bf16_bits(one)).view(np.uint8), 1, 0, 1, y1)
+    assert y1[0, 0] == 0.0
+
+
 def test_emulated_bf16_kernel_ubatch_and_thread_split_invariant(emu):
     """A token's outputs do not depend on the ubatch it is in or on the row range a thread
     takes: 40 tokens at once == token groups of 1, 5, 6, 7, 21 == row ranges [0, 5), [5, 6),
