@@ -193,24 +193,48 @@ def test_avx512_bit_identical_to_avx2(qtype, K, at_level):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (qtype.name, K, M, T)
 
 
-@pytest.mark.skipif(not lib.tk_cpu_has_avx512bf16(),
-                    reason="no AVX512_BF16 (with AVX-512 F+BW+VL+VNNI and OS zmm state) on this machine "
-                           "(test_avx512_emulated.py runs the BF16 kernel under SIMDe)")
-def test_bf16_kernel_native_matches_vdpbf16ps(at_level):
-    """At avx512 on an AVX512_BF16 machine, BF16 weights go through qdot_bf16_avx512.c on
-    activations rounded to bf16 once per mat-mul: every output is bit-identical to the float64
-    model of VDPBF16PS (qref.vdpbf16ps), for the tile remainders (rows 1..21, tokens 1..19,
-    generation) and K with a partial last chunk; at avx2 the float path is back (its result
-    differs from the bf16 one)."""
+NO_BF16 = pytest.mark.skipif(not lib.tk_cpu_has_avx512bf16(),
+                             reason="no AVX512_BF16 (with AVX-512 F+BW+VL+VNNI and OS zmm state) on this machine "
+                                    "(test_avx512_emulated.py runs the BF16 kernel under SIMDe)")
+
+
+def _bf16_native_cases(at_level):
+    """(K, M, T, got at avx512, x, raw) over the tile remainders (rows 1..21, tokens 1..19,
+    generation) and K with a partial last chunk; checks on the way that avx2 gives BF16
+    weights the float path back."""
     rng = np.random.default_rng(30)
     for K in (32, 70, 1000):
         for M, T_ in ((1, 2), (4, 8), (5, 3), (9, 19), (7, 1), (13, 1), (21, 7), (6, 15)):
             raw = _weights(gguf.GGMLQuantizationType.BF16, M, K, rng)
             x = (rng.standard_normal((T_, K)) * rng.uniform(0.1, 10.0, (T_, 1))).astype(np.float32)
             assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
+            assert qref.bf16_in_force(gguf.GGMLQuantizationType.BF16)
             got = _mat_mul(gguf.GGMLQuantizationType.BF16, raw, K, M, x)
-            want = qref.vdpbf16ps(raw.view(np.uint16), qref.bf16_bits(x))
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (K, M, T_)
             at_level(lib.TK_CPU_AVX2)
             assert not qref.bf16_in_force(gguf.GGMLQuantizationType.BF16)
-    assert not np.array_equal(_mat_mul(gguf.GGMLQuantizationType.BF16, raw, K, M, x), got)
+            yield K, M, T_, got, x, raw
+
+
+@NO_BF16
+def test_bf16_kernel_native_within_bound(at_level):
+    """At avx512 on an AVX512_BF16 machine, BF16 weights go through qdot_bf16_avx512.c on
+    activations rounded to bf16 once per mat-mul: every output is within the recursive-summation
+    bound of the float64 dot of the bf16 values (a lane left out or a chunk dropped is far
+    outside it)."""
+    for K, M, T_, got, x, raw in _bf16_native_cases(at_level):
+        wf = qref.bf16_float(raw.view(np.uint16)).astype(np.float64)
+        af = qref.bf16_float(qref.bf16_bits(x)).astype(np.float64)
+        bound = (K / 16 + 5) * 2.0**-24 * (np.abs(af) @ np.abs(wf).T)
+        assert np.all(np.abs(got - af @ wf.T) <= bound), (K, M, T_)
+
+
+@NO_BF16
+def test_bf16_kernel_native_bits_match_sdm_model(at_level):
+    """The same outputs are bit-identical to the float64 model of VDPBF16PS as the Intel SDM
+    defines it (qref.vdpbf16ps: odd pair first, single-rounded adds, DAZ/FTZ), the model the
+    emulated test holds the kernel to.  If only this test fails, the CPU's VDPBF16PS rounds
+    differently from the SDM's definition (the kernel is still within bound above)."""
+    for K, M, T_, got, x, raw in _bf16_native_cases(at_level):
+        want = qref.vdpbf16ps(raw.view(np.uint16), qref.bf16_bits(x))
+        diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+        assert not len(diff), f"K={K} M={M} T={T_}: {len(diff)} of {got.size} outputs differ from the SDM model"

@@ -10,7 +10,7 @@
  * result never depends on its ubatch); ops.c's activation scratch then holds 2 bytes per
  * value.  TOOLKIT_CPU=avx2 (or lower) gives BF16 weights the float kernels again.
  * Checked under emulation by tests/unit/test_avx512_emulated.py (the test_emulated_bf16_*
- * tests), natively by tests/unit/test_dispatch.py::test_bf16_kernel_native_matches_vdpbf16ps.
+ * tests), natively by tests/unit/test_dispatch.py::test_bf16_kernel_native_within_bound and ..._bits_match_sdm_model.
  *
  * Activations: tk_quantize_act_bf16, f32 -> bf16 rounded to nearest even with integer ops
  * (llama.cpp ggml_compute_fp32_to_bf16, ggml-impl.h, build 0c1e570: NaN -> quiet NaN of the
