@@ -48,9 +48,18 @@ def act_q8_K(x: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def bf16_in_force(qtype) -> bool:
+    """Whether a mat-mul with ``qtype`` weights runs the BF16 x BF16 kernel at the current level
+    (BF16 weights at avx512 with AVX512_BF16: activations rounded to bf16 first)."""
+    return int(lib.tk_type_vec_dot_type_at(int(qtype), lib.tk_cpu_level())) == int(T.BF16)
+
+
 def act_values(qtype, x: np.ndarray) -> np.ndarray:
-    """What the kernel multiplies weights of ``qtype`` with: x itself for the float types."""
+    """What the kernel multiplies weights of ``qtype`` with at the current level: x itself
+    for the float types, x rounded to bf16 where the BF16 kernel is in force."""
     qtype = T(qtype)
+    if bf16_in_force(qtype):
+        return bf16_float(bf16_bits(np.asarray(x, np.float32)))
     if qtype in Q8_0_ACT or qtype in Q8_1_ACT:
         return act_q8_0(x)
     if qtype in Q8_K_ACT:
@@ -72,6 +81,70 @@ def bound(qtype, wf: np.ndarray, x: np.ndarray, ulps: float = 8.0) -> np.ndarray
     if T(qtype) in Q8_1_ACT:       # the block minimum meets s = f16(d * sum q): 2^-11 relative
         b = b + 2.0 ** -10 * mag
     return b
+
+
+# ---- bf16 (qdot_bf16_avx512.c) -------------------------------------------------------------
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """f32 -> bf16 bits rounded to nearest even, chosen by distance (not by the kernel's bit
+    trick): the two bf16 neighbours of x, the nearer one, on a tie the even one; NaN -> a
+    quiet NaN with x's high bits; values past the largest bf16's rounding range -> inf."""
+    u = x.view(np.uint32)
+    lo = (u >> 16).astype(np.uint32)                                  # truncation toward zero
+    finite = (u & 0x7f800000) != 0x7f800000
+    mag = np.abs(np.where(finite, x, 0).astype(np.float64))
+    d_lo = mag - np.abs((lo << 16).view(np.float32).astype(np.float64))
+    ulp = np.ldexp(1.0, np.maximum((lo >> 7) & 0xff, 1).astype(np.int32) - 134)   # bf16 step at lo
+    d_hi = ulp - d_lo                                                 # to lo + 1 (0x7f80 counts as 2^128)
+    pick_hi = finite & ((d_hi < d_lo) | ((d_hi == d_lo) & (lo & 1 == 1)))
+    out = np.where(pick_hi, lo + 1, lo)
+    nan = (u & 0x7fffffff) > 0x7f800000
+    return np.where(nan, (u >> 16) | 64, out).astype(np.uint16)
+
+
+def bf16_float(b: np.ndarray) -> np.ndarray:
+    """bf16 bits -> the float32 values they hold (exact)."""
+    return (np.asarray(b).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_round_exact(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """float32 round-to-nearest-even of the exact value s + e (s float64, |e| <= ulp(s)/2 the
+    rounding error of s): numpy's cast of s is right unless s is exactly halfway between two
+    float32 (low 29 significand bits 1 << 28) and e breaks the tie; then s is nudged one
+    float64 step toward e first."""
+    mid = (s.view(np.int64) & ((1 << 29) - 1)) == (1 << 28)
+    nudge = mid & (e != 0)
+    s = np.where(nudge, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+    return s.astype(np.float32)
+
+
+def vdpbf16ps(wb: np.ndarray, ab: np.ndarray) -> np.ndarray:
+    """The kernel's result per (token, row) from the instruction's definition, in float64
+    (Intel SDM vol. 2 VDPBF16PS): 16 fp32 lanes over 32-value chunks (the last zero-padded);
+    per lane the odd pair's product added first, then the even one's, each add rounded once
+    to fp32 (nearest even), inputs DAZ, results FTZ; then lanes 0-7 + lanes 8-15 and the
+    fixed tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) in fp32.  wb: [M, K], ab: [T, K] bf16
+    bits; returns float32 [T, M]."""
+    K = wb.shape[1]
+    pad = (-K) % 32
+    def val(b):
+        b = np.pad(b, ((0, 0), (0, pad))).astype(np.uint32)
+        v = (b << 16).view(np.float32).astype(np.float64)
+        v = np.where(np.abs(v) < 2.0**-126, np.copysign(0.0, v), v)   # DAZ
+        return v.reshape(b.shape[0], -1, 16, 2)                        # [rows, chunk, lane, pair]
+    w, a = val(wb), val(ab)
+    acc = np.zeros((a.shape[0], w.shape[0], 16), np.float32)
+    for c in range(w.shape[1]):
+        for half in (1, 0):
+            p = a[:, None, c, :, half] * w[None, :, c, :, half]            # exact in float64
+            x = acc.astype(np.float64)
+            s = x + p
+            bb = s - x
+            e = (x - (s - bb)) + (p - bb)                                  # TwoSum: s + e == x + p
+            r = _f32_round_exact(s, e)
+            acc = np.where(np.abs(r) < np.float32(2.0**-126), np.copysign(np.float32(0), r), r)   # FTZ
+    l = acc[..., :8] + acc[..., 8:]
+    return ((l[..., 0] + l[..., 4]) + (l[..., 2] + l[..., 6])) + ((l[..., 1] + l[..., 5]) + (l[..., 3] + l[..., 7]))
 
 
 # ---- the C kernels, through the public test API -------------------------------------------

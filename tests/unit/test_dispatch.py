@@ -48,12 +48,28 @@ def test_levels_named_and_env_caps():
     feats = ffi.string(lib.tk_cpu_features()).decode()
     assert feats
     code = ("from toolkit.binding import lib, ffi;"
-            "print(lib.tk_cpu_level(), lib.tk_cpu_detected())")
+            "print(lib.tk_cpu_level(), lib.tk_cpu_detected(), lib.tk_type_vec_dot_type_at(30, lib.tk_cpu_level()))")
+    has_bf16 = lib.tk_cpu_has_avx512bf16()
+    assert not has_bf16 or ("avx512bf16" in feats and lib.tk_cpu_detected() == lib.TK_CPU_AVX512)
     for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
         env = dict(os.environ, TOOLKIT_CPU=name)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-        level, detected = int(out[0]), int(out[1])
+        level, detected, bf16_act = int(out[0]), int(out[1]), int(out[2])
         assert level == min(want, detected), (name, out)
+        # BF16 weights take bf16 activations only at avx512 on an AVX512_BF16 machine
+        assert bf16_act == (30 if level == lib.TK_CPU_AVX512 and has_bf16 else 0), (name, out)
+
+
+def test_activation_type_per_level():
+    """The activation type of each weight type per level (tk_type_vec_dot_type): BF16 weights
+    switch to bf16 activations only at avx512 with AVX512_BF16; every other type keeps its
+    own at every level."""
+    T = gguf.GGMLQuantizationType
+    for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512, lib.TK_CPU_NEON):
+        bf16 = lv == lib.TK_CPU_AVX512 and lib.tk_cpu_has_avx512bf16()
+        want = {T.F32: 0, T.F16: 0, T.BF16: 30 if bf16 else 0, T.Q8_0: 8, T.Q4_0: 8, T.Q4_1: 9, T.Q4_K: 15, T.Q6_K: 15}
+        for t, v in want.items():
+            assert lib.tk_type_vec_dot_type_at(int(t), lv) == v, (t.name, lv)
 
 
 @pytest.mark.parametrize("qtype,K", [(t, K) for t in TYPES for K in (256, 264, 1024) if K % gguf.GGML_QUANT_SIZES[t][0] == 0],
@@ -68,9 +84,15 @@ def test_levels_agree_with_scalar(qtype, K, at_level):
     for lv in LEVELS[1:]:
         assert at_level(lv) == lv
         got = _mat_mul(qtype, raw, K, M, x)
+        want = ref
+        if qref.bf16_in_force(qtype):     # the BF16 kernel: against the scalar path on bf16-rounded x
+            xr = qref.act_values(qtype, x)
+            at_level(lib.TK_CPU_SCALAR)
+            want = _mat_mul(qtype, raw, K, M, xr)
+            at_level(lv)
         # float reordering: |err| <= a few ulps of sum |w x| (x as the kernel sees it)
         wf = _dequant(qtype, raw, M, K) if qtype != gguf.GGMLQuantizationType.F32 else raw
-        assert np.all(np.abs(got - ref) <= qref.bound(qtype, wf, x) + 1e-30), NAMES[lv]
+        assert np.all(np.abs(got - want) <= qref.bound(qtype, wf, x) + 1e-30), NAMES[lv]
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
@@ -169,3 +191,50 @@ def test_avx512_bit_identical_to_avx2(qtype, K, at_level):
         assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
         got = _mat_mul(qtype, raw, K, M, x)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (qtype.name, K, M, T)
+
+
+NO_BF16 = pytest.mark.skipif(not lib.tk_cpu_has_avx512bf16(),
+                             reason="no AVX512_BF16 (with AVX-512 F+BW+VL+VNNI and OS zmm state) on this machine "
+                                    "(test_avx512_emulated.py runs the BF16 kernel under SIMDe)")
+
+
+def _bf16_native_cases(at_level):
+    """(K, M, T, got at avx512, x, raw) over the tile remainders (rows 1..21, tokens 1..19,
+    generation) and K with a partial last chunk; checks on the way that avx2 gives BF16
+    weights the float path back."""
+    rng = np.random.default_rng(30)
+    for K in (32, 70, 1000):
+        for M, T_ in ((1, 2), (4, 8), (5, 3), (9, 19), (7, 1), (13, 1), (21, 7), (6, 15)):
+            raw = _weights(gguf.GGMLQuantizationType.BF16, M, K, rng)
+            x = (rng.standard_normal((T_, K)) * rng.uniform(0.1, 10.0, (T_, 1))).astype(np.float32)
+            assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
+            assert qref.bf16_in_force(gguf.GGMLQuantizationType.BF16)
+            got = _mat_mul(gguf.GGMLQuantizationType.BF16, raw, K, M, x)
+            at_level(lib.TK_CPU_AVX2)
+            assert not qref.bf16_in_force(gguf.GGMLQuantizationType.BF16)
+            yield K, M, T_, got, x, raw
+
+
+@NO_BF16
+def test_bf16_kernel_native_within_bound(at_level):
+    """At avx512 on an AVX512_BF16 machine, BF16 weights go through qdot_bf16_avx512.c on
+    activations rounded to bf16 once per mat-mul: every output is within the recursive-summation
+    bound of the float64 dot of the bf16 values (a lane left out or a chunk dropped is far
+    outside it)."""
+    for K, M, T_, got, x, raw in _bf16_native_cases(at_level):
+        wf = qref.bf16_float(raw.view(np.uint16)).astype(np.float64)
+        af = qref.bf16_float(qref.bf16_bits(x)).astype(np.float64)
+        bound = (K / 16 + 5) * 2.0**-24 * (np.abs(af) @ np.abs(wf).T)
+        assert np.all(np.abs(got - af @ wf.T) <= bound), (K, M, T_)
+
+
+@NO_BF16
+def test_bf16_kernel_native_bits_match_sdm_model(at_level):
+    """The same outputs are bit-identical to the float64 model of VDPBF16PS as the Intel SDM
+    defines it (qref.vdpbf16ps: odd pair first, single-rounded adds, DAZ/FTZ), the model the
+    emulated test holds the kernel to.  If only this test fails, the CPU's VDPBF16PS rounds
+    differently from the SDM's definition (the kernel is still within bound above)."""
+    for K, M, T_, got, x, raw in _bf16_native_cases(at_level):
+        want = qref.vdpbf16ps(raw.view(np.uint16), qref.bf16_bits(x))
+        diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+        assert not len(diff), f"K={K} M={M} T={T_}: {len(diff)} of {got.size} outputs differ from the SDM model"

@@ -37,6 +37,12 @@ def features() -> str:
     return ffi.string(lib.tk_cpu_features()).decode()
 
 
+def has_avx512bf16() -> bool:
+    """Whether the machine runs the BF16 x BF16 kernel (AVX512_BF16 at the AVX-512 level, OS
+    ZMM state; tk_cpu_has_avx512bf16).  It is in force only while the level is avx512."""
+    return bool(lib.tk_cpu_has_avx512bf16())
+
+
 def ssd_threshold() -> int:
     """Tokens from which a Mamba-2 ubatch takes the chunked SSD scan (tk_ssd_threshold)."""
     return int(lib.tk_ssd_threshold())

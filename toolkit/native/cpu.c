@@ -31,6 +31,7 @@
 
 static int g_detected = TK_CPU_SCALAR;
 static int g_level = TK_CPU_SCALAR;
+static int g_bf16 = 0;     /* AVX512_BF16 + OS ZMM state */
 static char g_features[256];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -78,6 +79,7 @@ static int detect(void) {
     if (os_zmm) add_feature("os-zmm");
     if (avx && avx2 && fma && f16c && os_ymm) level = TK_CPU_AVX2;
     if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && vnni && os_zmm) level = TK_CPU_AVX512;
+    g_bf16 = level == TK_CPU_AVX512 && bf16;
 #endif
 #if defined(__aarch64__) && defined(TK_HAVE_NEON)
 #if defined(__linux__)
@@ -139,6 +141,11 @@ int tk_cpu_set_level(int level) {
     level = clamp_level(level);
     __atomic_store_n(&g_level, level, __ATOMIC_RELAXED);
     return level;
+}
+
+int tk_cpu_has_avx512bf16(void) {
+    pthread_once(&g_once, init);
+    return g_bf16;
 }
 
 const char * tk_cpu_level_name(int level) {

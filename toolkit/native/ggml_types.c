@@ -58,7 +58,13 @@
 static const tk_type_traits TYPES[TK_GGML_TYPE_COUNT] = {
     FLOAT_TYPE(TK_GGML_F32, "F32", f32, 4),
     FLOAT_TYPE(TK_GGML_F16, "F16", f16, 2),
-    FLOAT_TYPE(TK_GGML_BF16, "BF16", bf16, 2),
+    /* BF16: float kernels, and at TK_CPU_AVX512 with AVX512_BF16 the BF16 x BF16 kernel on
+     * activations rounded to bf16 (tk_type_vec_dot_type) */
+    [TK_GGML_BF16] = { .name = "BF16", .blck_size = 1, .type_size = 2, .align = 2,
+                       .to_float = tkq_dequantize_bf16, .from_float = tkq_quantize_bf16, .vec_dot_type = TK_GGML_F32,
+                       .float_rows = { tk_matmul_rows_scalar, AVX2(tk_matmul_rows_avx2), NEON(tk_matmul_rows_neon) },
+                       .qdot_rows = { NULL, NULL, NULL, AVX2(tk_qdot_rows_bf16_avx512) },
+                       .act_from_float = { NULL, NULL, NULL, tk_quantize_act_bf16 } },
     /* Q8_0 is a weight type (its file quantizer: ggml's _ref, which divides by d) and the
      * activation type of Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights (qdot.c's quantizer: x * 127 / amax) */
     [TK_GGML_Q8_0] = { .name = "Q8_0", .blck_size = QK32, .type_size = sizeof(blk_q8_0), .align = 1,
@@ -127,6 +133,19 @@ tk_qdot_rows_fn tk_type_qdot_rows(const tk_type_traits * tt, int level) { PICK(t
 tk_float_rows_fn tk_type_float_rows(const tk_type_traits * tt, int level) { PICK(tt->float_rows, level); }
 
 tk_from_float_fn tk_type_act_from_float(const tk_type_traits * tt, int level) { PICK(tt->act_from_float, level); }
+
+int tk_type_vec_dot_type(const tk_type_traits * tt, int level) {
+    if (tt->qdot_rows[TK_KSLOT_AVX512] && tt->vec_dot_type == TK_GGML_F32 && level == TK_CPU_AVX512 &&
+        tk_cpu_has_avx512bf16())
+        return TK_GGML_BF16;   /* the one float type with an AVX512 slot */
+    return tt->vec_dot_type;
+}
+
+/* test hook (tk_testing.h) */
+int tk_type_vec_dot_type_at(int type, int level) {
+    const tk_type_traits * tt = tk_type_traits_get(type);
+    return tt ? tk_type_vec_dot_type(tt, level) : -1;
+}
 
 /* ---- shorthands ---------------------------------------------------------------------- */
 

@@ -60,13 +60,14 @@ typedef struct {
     tk_from_float_fn from_float;       /* quantize a row, no imatrix (ggml quantize_row_*_ref) */
     tk_from_float_imatrix_fn from_float_imatrix;  /* with an imatrix; NULL: the type ignores it */
     /* as a weight of a mat-mul: the activation type (TK_GGML_F32: the float kernels; Q8_0 /
-     * Q8_1 / Q8_K: the integer dot; -1: no mat-mul), and the kernels per slot */
+     * Q8_1 / Q8_K: the integer dot; -1: no mat-mul; BF16's AVX512 slot: see
+     * tk_type_vec_dot_type), and the kernels per slot */
     int vec_dot_type;
     tk_vec_dot_fn vec_dot;             /* scalar reference dot product (quantized weights) */
     tk_qdot_rows_fn qdot_rows[TK_KSLOT_COUNT];
     tk_float_rows_fn float_rows[TK_KSLOT_COUNT];
-    /* as an activation type (Q8_0, Q8_1, Q8_K): its quantizer per slot (qdot.h: the same
-     * bytes in every slot) */
+    /* as an activation type (Q8_0, Q8_1, Q8_K; BF16 in its AVX512 slot): its quantizer per
+     * slot (qdot.h: the same bytes in every slot) */
     tk_from_float_fn act_from_float[TK_KSLOT_COUNT];
 } tk_type_traits;
 
@@ -78,6 +79,11 @@ const tk_type_traits * tk_type_traits_get(int type);
 tk_qdot_rows_fn tk_type_qdot_rows(const tk_type_traits * tt, int level);
 tk_float_rows_fn tk_type_float_rows(const tk_type_traits * tt, int level);
 tk_from_float_fn tk_type_act_from_float(const tk_type_traits * tt, int level);
+/* The activation type of `tt`'s mat-mul at `level`: tt->vec_dot_type, except BF16 weights at
+ * TK_CPU_AVX512 on a machine with AVX512_BF16: TK_GGML_BF16 (activations rounded to bf16
+ * once per mat-mul, for every n_tok, so a token's result never depends on its ubatch;
+ * kernel: qdot_bf16_avx512.c in the AVX512 slot of qdot_rows). */
+int tk_type_vec_dot_type(const tk_type_traits * tt, int level);
 
 /* Block size (elements) and bytes per block of a ggml type; 0 when the id is unknown. */
 int tk_type_block(int type, int64_t * blck, int64_t * bytes);

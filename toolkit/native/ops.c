@@ -128,8 +128,11 @@ static void quantize_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 }
 
 size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
-    /* the widest activation row: Q8_K, 292 bytes per 256 values (Q8_1: 36 per 32) */
-    return (size_t) n_tok * (size_t) ((K + QK_K - 1) / QK_K) * sizeof(blk_q8_K);
+    /* the widest activation row: Q8_K, 292 bytes per 256 values (Q8_1: 36 per 32); BF16,
+     * 2 bytes per value, where this machine can run the BF16 kernel (tk_type_vec_dot_type) */
+    const size_t q8k = (size_t) ((K + QK_K - 1) / QK_K) * sizeof(blk_q8_K);
+    const size_t bf16 = tk_cpu_has_avx512bf16() ? (size_t) K * 2 : 0;
+    return (size_t) n_tok * (q8k > bf16 ? q8k : bf16);
 }
 
 tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk) {
@@ -138,7 +141,8 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
     tk_pool * pool = wk->pool;
     const int level = tk_cpu_level();
     const tk_type_traits * tt = tk_type_traits_get(w->type);
-    const tk_type_traits * at = tt && tt->vec_dot_type > TK_GGML_F32 ? tk_type_traits_get(tt->vec_dot_type) : NULL;
+    const int vdt = tt ? tk_type_vec_dot_type(tt, level) : -1;
+    const tk_type_traits * at = vdt > TK_GGML_F32 ? tk_type_traits_get(vdt) : NULL;
     matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
                     NULL, NULL, NULL, 0};
     /* threads only pay off past ~64k multiply-adds */

@@ -19,7 +19,8 @@
  * qdot_avx2.c (AVX2 activation quantizers), qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K /
  * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
  * Q5_1 kernels), qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel), qdot_kquants_avx512.c
- * (AVX-512 VNNI Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels).
+ * (AVX-512 VNNI Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels), qdot_bf16_avx512.c
+ * (AVX512_BF16 BF16 x BF16 kernel and the f32 -> bf16 activation conversion).
  */
 #ifndef TK_QDOT_H
 #define TK_QDOT_H
@@ -119,7 +120,14 @@ TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_avx512)
+/* qdot_bf16_avx512.c: BF16 weights x BF16 activations with AVX512_BF16 (VDPBF16PS; the BF16
+ * row's AVX512 slot, in force where tk_cpu_has_avx512bf16); its outputs follow the
+ * instruction's rounding on bf16-rounded activations, not the float kernels' */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_bf16_avx512)
 #endif
+/* qdot_bf16_avx512.c, every build: K floats -> K bf16 (uint16) rounded to nearest even, NaN
+ * kept quiet (llama.cpp ggml_compute_fp32_to_bf16) */
+void tk_quantize_act_bf16(const float * x, void * y, int64_t K);
 #if defined(__aarch64__) && defined(__ARM_NEON)
 /* kernels_neon.c: Q8_0 (the other types run their scalar kernels at the NEON level) */
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_neon)

@@ -66,9 +66,41 @@ static inline __m512 tk_emu_cvtepi32_ps(__m512i v) {
 #ifndef _cvtsh_ss
 #define _cvtsh_ss(h) _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int) (h))))
 #endif
+/* VDPBF16PS as the Intel SDM (vol. 2, VDPBF16PS) defines it, not as SIMDe 0.7.4 computes it
+ * (even product + odd product, one float add, no denormal flushing).  Per fp32 lane j of
+ * acc, with the bf16 pairs w[2j], w[2j+1] and a[2j], a[2j+1] (bf16 bits << 16 = fp32):
+ *   acc[j] = FTZ(RNE(DAZ(acc[j]) + DAZ(w[2j+1]) * DAZ(a[2j+1])))     odd pair first
+ *   acc[j] = FTZ(RNE(acc[j]      + DAZ(w[2j])   * DAZ(a[2j])))       then the even pair
+ * The product of two bf16 (8-bit significands) is exact in fp32, so each step is one
+ * correctly rounded multiply-add: fmaf.  MXCSR is not consulted (round to nearest even,
+ * DAZ and FTZ always).  w and a as __m512i (32 bf16 each). */
+static inline float tk_emu_daz(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+static inline float tk_emu_bf16(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t) h << 16};
+    return tk_emu_daz(v.f);
+}
+static inline __m512 tk_emu_dpbf16_ps(__m512 acc, __m512i w, __m512i a) {
+    float s[16];
+    uint16_t x[32], y[32];
+    _mm512_storeu_ps(s, acc);
+    _mm512_storeu_si512((void *) x, w);
+    _mm512_storeu_si512((void *) y, a);
+    for (int j = 0; j < 16; j++) {
+        float r = tk_emu_daz(s[j]);
+        r = tk_emu_daz(fmaf(tk_emu_bf16(x[2 * j + 1]), tk_emu_bf16(y[2 * j + 1]), r));
+        s[j] = tk_emu_daz(fmaf(tk_emu_bf16(x[2 * j]), tk_emu_bf16(y[2 * j]), r));
+    }
+    return _mm512_loadu_ps(s);
+}
+#define TK_DPBF16_PS(acc, w, a) tk_emu_dpbf16_ps((acc), (w), (a))
+#define TK_AVX512BF16_TARGET
 #else
 #define TK_AVX512_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #define TK_AVX512_INLINE static inline __attribute__((always_inline))
+/* the AVX-512 set plus AVX512_BF16 (qdot_bf16_avx512.c; handed out only where cpu.c found it) */
+#define TK_AVX512BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+/* acc (16 fp32) += the 16 pair products of w and a (32 bf16 each, as __m512i) */
+#define TK_DPBF16_PS(acc, w, a) _mm512_dpbf16_ps((acc), (__m512bh) (w), (__m512bh) (a))
 #endif
 
 #endif

@@ -47,7 +47,8 @@ typedef enum {
     TK_CPU_SCALAR = 0,         /* plain C, every machine */
     TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
     TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL + VNNI (kernels: the AVX2 ones but
-                                  for Q8_0 prompts, qdot_avx512.c: the same bits) */
+                                  for Q8_0 / k-quant prompts, qdot_*avx512.c: the same bits;
+                                  BF16 weights with AVX512_BF16: qdot_bf16_avx512.c) */
     TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels_neon.c) */
 } tk_cpu_level_t;
 
@@ -64,6 +65,14 @@ int tk_cpu_detected(void);
 int tk_cpu_set_level(int level);
 /* "scalar", "avx2", "avx512", "neon"; "?" for anything else. */
 const char * tk_cpu_level_name(int level);
+/* 1 when the machine has AVX512_BF16 with the OS's ZMM state (cpuid.(7,1):EAX bit 5; ignores
+ * TOOLKIT_CPU).  The BF16 x BF16 kernel (qdot_bf16_avx512.c) runs only at the level
+ * TK_CPU_AVX512 on such a machine, so TOOLKIT_CPU=avx2 turns it off with the rest. */
+int tk_cpu_has_avx512bf16(void);
+/* The activation type (ggml type id) a mat-mul with `type` weights uses at kernel level
+ * `level` (ggml_types.c tk_type_vec_dot_type): F32 (0) for the float kernels, BF16 (30)
+ * for BF16 weights at TK_CPU_AVX512 with AVX512_BF16, the integer types' Q8_*; -1: none. */
+int tk_type_vec_dot_type_at(int type, int level);
 /* Space-separated features found, e.g. "avx2 fma f16c avx512f avx512bw avx512vnni";
  * "os-ymm"/"os-zmm" when the OS saves those registers. */
 const char * tk_cpu_features(void);

@@ -98,8 +98,10 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
         widths.append(U * D)
     if HD:          # hx, hn, hg, pc [U, hcD]; hl [U, max(R, hc)]; hi [U, hc]; pe [U, Ep]
         widths += [U * HD] * 3 + [U * max(R, hp.hc_count), U * hp.hc_count, U * max(Ep, 1), U * HD]
-    # quantized activation rows of the integer mat-mul path: Q8_K, 292 bytes per 256 values
-    act = max(U * -(-row_n // 256) * 292, 1)
+    # activation rows of the integer mat-mul path (ops.c tk_mm_act_bytes): Q8_K, 292 bytes
+    # per 256 values, or bf16, 2 bytes per value, where the BF16 x BF16 kernel can run
+    from toolkit.binding import cpu
+    act = max(U * max(-(-row_n // 256) * 292, 2 * row_n if cpu.has_avx512bf16() else 0), 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
             "draft": int(n_seq_max * (draft_window + 1) * state) if draft_window > 0 else 0,
