@@ -59,7 +59,8 @@ class GenerationResult:
     [{"id", "prob"}, ...]}, the probabilities of the softmax over the logits the sampler saw
     (after the penalties, before truncation and temperature), the ``n_probs`` most likely first;
     n_shifts: context shifts done (``context_shift``); held_tokens: the ids the sequence holds
-    at the end, in position order (prompt + tokens less what the shifts dropped)."""
+    at the end, in position order (prompt + tokens less what the shifts dropped); spec: with
+    speculative decoding, the draft counts (toolkit.runtime.speculative.SpecStats), else None."""
 
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)
@@ -70,6 +71,7 @@ class GenerationResult:
     probs: list[dict] = field(default_factory=list)
     n_shifts: int = 0
     held_tokens: list[int] = field(default_factory=list)
+    spec: object | None = None   # speculative decoding: toolkit.runtime.speculative.SpecStats
 
     @property
     def interrupted(self) -> bool:

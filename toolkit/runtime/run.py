@@ -326,6 +326,6 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note, architecture=m.hparams.arch,
-                         spec=res.spec.to_dict() if getattr(res, "spec", None) is not None else None)
+                         spec=res.spec.to_dict() if res.spec is not None else None)
     finally:
         m.close()
