@@ -270,7 +270,8 @@ def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last:
     split = split_last and not prompt_logits and len(todo) > 1
     if split:
         ctx.decode(todo[:-1], seq_id=seq_id, logits="none")
-        todo = todo[-1:]
+        ctx.memory.checkpoint(seq_id)       # (tk_decode takes it too, but not for a call of at most
+        todo = todo[-1:]                    # k + 1 tokens with a speculative window k)
     logits = ctx.decode(todo, seq_id=seq_id, logits="all" if prompt_logits else "last")
     if split:
         ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt
