@@ -7,7 +7,8 @@ rate and the extra memory, greedy (the outputs are checked to be the same tokens
 
 The prompt is a code-editing one: a function from bench/data/stdlib-heldout.txt, then a
 comment asking for the same function with a name changed, then the edited first line, so a
-model that copies writes the function again with small changes (what prompt lookup serves).
+model that copies writes the function again with small changes (what prompt lookup serves);
+-f FILE takes another prompt.
 Modes: plain, --lookup with each --draft-max in --k-lookup, and with --draft-model each
 --draft-max in --k-draft.  Runs alternate mode by mode in each round (a shared machine's load
 drifts); the table shows the median of the rounds' gen tokens/s.  Extra memory: the context's
@@ -88,6 +89,7 @@ def main() -> None:
     ap.add_argument("--k-lookup", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--k-draft", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--ngram", type=int, default=3)
+    ap.add_argument("-f", "--file", help="prompt text from this file instead of the code-editing prompt")
     a = ap.parse_args()
     if a.make_early_exit:
         make_early_exit(a.model, int(a.make_early_exit[0]), a.make_early_exit[1])
@@ -102,7 +104,8 @@ def main() -> None:
 
     m = Model(a.model, n_threads=a.threads)
     tok = Tokenizer.from_gguf(m.gguf)
-    prompt = tok.encode(edit_prompt(), add_special=True, parse_special=True)
+    text = edit_prompt() if a.file is None else open(a.file, encoding="utf-8").read()
+    prompt = tok.encode(text, add_special=True, parse_special=True)
     dm = Model(a.draft_model, n_threads=a.threads) if a.draft_model else None
     if dm is not None:
         check_same_vocab(tok, Tokenizer.from_gguf(dm.gguf), a.draft_model)

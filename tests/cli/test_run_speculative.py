@@ -78,3 +78,17 @@ def test_chat_with_drafts_answers_as_without(monkeypatch, capsys):
     assert len(ref) == 4
     assert answers("--lookup", "--draft-max", "4") == ref
     assert answers("-md", DEMO, "--draft-max", "4") == ref
+
+
+def test_session_with_lookup_is_reused(monkeypatch, capsys, tmp_path):
+    """A session saved by a speculative run restores as a plain one does (its checkpoints are
+    there even though the prompt is shorter than the draft window)."""
+    sess = str(tmp_path / "s.session")
+    runs = []
+    for extra in (("--lookup",), ("--lookup",), ()):
+        rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "def add(a, b):", "-n", "20", "--temp", "0",
+                           "--session", sess, "--json", *extra)
+        assert rc == 0, err
+        runs.append(json.loads(out))
+    assert runs[0]["n_reused"] == 0 and runs[1]["n_reused"] == runs[2]["n_reused"] == len(runs[0]["prompt_tokens"]) - 1
+    assert runs[0]["tokens"] == runs[1]["tokens"] == runs[2]["tokens"]

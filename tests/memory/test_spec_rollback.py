@@ -109,3 +109,23 @@ def test_seq_cp_carries_the_window_and_report_counts_it(model):
         assert ctx.memory.rollback(1, len(prefix) + 2) == len(prefix) + 2
         assert ctx.memory.seq_pos_max(0) == len(prefix) + K       # the source is untouched
         assert ctx.state_bytes(1) == reference_state(model, prefix, verify[:2])
+
+
+def test_state_blobs_stay_valid_without_the_ring(model):
+    """A blob written with a window (after a verify and a rollback) loads into a context
+    without one and goes on as the reference does; the ring itself is not in the blob."""
+    prefix, verify, more = toks(model, 8, 40), toks(model, K + 1, 41), toks(model, 3, 42)
+    with Context(model, n_ctx=128, n_ubatch=32) as ctx:
+        ctx.memory.set_draft_window(K)
+        ctx.decode(prefix, logits="none")
+        ctx.decode(verify, logits="none")
+        assert ctx.memory.rollback(0, len(prefix) + 2) == len(prefix) + 2
+        blob = ctx.state_bytes(0)
+    with Context(model, n_ctx=128, n_ubatch=32) as plain:
+        plain.decode(prefix, logits="none")
+        plain.decode(verify[:2], logits="none")
+        want = plain.decode(more, logits="all")
+    with Context(model, n_ctx=128, n_ubatch=32) as ctx2:
+        ctx2.load_state(blob, 0)
+        assert ctx2.memory.seq_pos_max(0) == len(prefix) + 1
+        assert np.array_equal(ctx2.decode(more, logits="all"), want)

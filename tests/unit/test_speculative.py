@@ -117,16 +117,22 @@ def test_greedy_with_another_model_as_draft(hf_f32):
         draft.close()
 
 
+_REF200: dict[str, tuple] = {}
+
+
 @pytest.mark.native
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 4, 8])
-def test_greedy_equals_plain_200_tokens(hf_f32, k):
-    m = Model(hf_f32("bamba-tiny"))
+@pytest.mark.parametrize("name", FAMILIES)
+def test_greedy_equals_plain_200_tokens(hf_f32, name, k):
+    m = Model(hf_f32(name))
     try:
         tok = Tokenizer.from_gguf(m.gguf)
         prompt = _prompt(m)
-        with Context(m, n_ctx=512) as ctx:
-            ref = generate(ctx, tok, prompt, 200, Sampler(SamplerParams(temp=0)), ignore_eos=True).tokens
+        if name not in _REF200:
+            with Context(m, n_ctx=512) as ctx:
+                _REF200[name] = generate(ctx, tok, prompt, 200, Sampler(SamplerParams(temp=0)), ignore_eos=True).tokens
+        ref = _REF200[name]
         for make in (_self_draft(m), lambda k: PromptLookup(3), lambda k: WrongDraft(ref, len(prompt), m.n_vocab)):
             with Context(m, n_ctx=512) as ctx:
                 ctx.memory.set_draft_window(k)

@@ -126,12 +126,15 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
                                          "stop_reason": turn.stop_reason, "n_prompt": turn.n_prompt,
                                          "n_reused": turn.n_reused, "n_decoded": turn.n_decoded,
                                          "timings": turn.timings, **({"probs": turn.probs} if turn.probs else {}),
-                                         **({"n_shifts": turn.n_shifts} if opts.context_shift else {})},
+                                         **({"n_shifts": turn.n_shifts} if opts.context_shift else {}),
+                                         **({"speculative": turn.spec} if turn.spec else {})},
                                         ensure_ascii=False) + "\n")
             sys.stdout.flush()
         if verbose:
             err_console.print(f"reused {turn.n_reused} of {turn.n_prompt} prompt tokens, decoded {turn.n_decoded}"
-                              + (f", context shifts: {turn.n_shifts}" if opts.context_shift else ""),
+                              + (f", context shifts: {turn.n_shifts}" if opts.context_shift else "")
+                              + (f", drafts accepted {turn.spec['n_accepted']} of {turn.spec['n_drafted']}"
+                                 if turn.spec else ""),
                               highlight=False, soft_wrap=True)
         if turn.stop_reason == "interrupted":
             if interrupt.received() != 2:     # SIGTERM (or another signal): leave

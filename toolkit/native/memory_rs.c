@@ -245,9 +245,30 @@ static void ring_free(tk_memory_rs * rs) {
     rs->n_snap = 0;
 }
 
+/* The pieces whose layer kinds write their per-token snapshots (tk_rs_snap, tk_rs_snap_conv):
+ * a kind that adds a piece names it here once it writes them.  Any other piece would be
+ * restored stale, so a window is refused for such a model. */
+static const char * const SNAP_PIECES[] = {"conv", "ssm", "S"};
+
+static const char * unsnapped_piece(const tk_memory_rs * rs, int32_t * layer) {
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t j = 0; j < rs->n_pieces[l]; j++) {
+            int ok = 0;
+            for (size_t i = 0; i < sizeof SNAP_PIECES / sizeof SNAP_PIECES[0]; i++)
+                ok |= strcmp(rs->piece[l][j].name, SNAP_PIECES[i]) == 0;
+            if (!ok) { *layer = l; return rs->piece[l][j].name; }
+        }
+    return NULL;
+}
+
 static tk_status rs_set_spec_window(tk_memory * m, int32_t k) {
     tk_memory_rs * rs = RS(m);
     if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    int32_t bad_layer = -1;
+    const char * bad = k > 0 ? unsnapped_piece(rs, &bad_layer) : NULL;
+    if (bad)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "speculative decoding: layer %d's recurrent piece '%s' keeps no per-token "
+                       "snapshots (a rollback would not be exact)", bad_layer, bad);
     ring_free(rs);
     if (k == 0) return TK_OK;
     const size_t rows = (size_t) rs->n_cells * (size_t) (k + 1);

@@ -26,6 +26,8 @@
  *   S_h <- exp(g_h) S_h;  u = beta_h (v_h - S_h^T k);  S_h += k u^T;  o_h = S_h^T q  (tk_gdn_run)
  *   y_h = rmsnorm(o_h) * ssm_norm * act(z_h)  (eps rms_eps; act silu, or sigmoid by gdn_gate_act)
  *   out = ssm_out y
+ *   speculative window (memory_rs.c): a row that keeps per-token snapshots runs one-token
+ *     tk_gdn_recurrent calls (never the chunked form) and copies "conv" and "S" after each token
  * Scratch: zx [U, C] m, xc [U, C] c, dt [U, Hv Dv] z, xdbl [U, 2 Hv] b and a, dtr [U, 2 Hv]
  *   beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
  * ref: transformers modeling_qwen3_next.py Qwen3NextGatedDeltaNet, Qwen3NextRMSNormGated,

@@ -10,6 +10,8 @@
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
  *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y)
+ *   speculative window (memory_rs.c): a row that keeps per-token snapshots takes the recurrence
+ *     and copies "conv" (tk_rs_snap_conv) and "ssm" after each token
  *   Falcon-H1 variants: no ssm_norm tensor (mamba_rms_norm false): y = y * silu(z);
  *   hp.ssm_norm_before_gate (mamba_norm_before_gate): y = grouped RMSNorm(y) * w * silu(z)
  * ref: transformers modeling_mamba2.py Mamba2Mixer.torch_forward, MambaRMSNormGated;

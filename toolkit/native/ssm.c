@@ -1,7 +1,8 @@
 /* ssm.c: the recurrent kernels: causal depthwise conv with carried state, selective scans
  * (Mamba-1; Mamba-2 one token, and over a run: the recurrence here, the chunked SSD in ssd.c).
  *
- * All update their state in place (no per-token state copies).
+ * All update their state in place (no per-token state copies, but for the speculative window's
+ * snapshots: tk_ssm_mamba2_run_snap).
  */
 #include <math.h>
 #include <stdint.h>

@@ -283,8 +283,9 @@ tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint
  * checkpoints, else is refused as before.  Rows that keep snapshots run the token-by-token
  * recurrence (the same bits as one-token decodes).  The ring is not part of state blobs:
  * reading one, a context shift (seq_add) or a removal inside the history drops the ring of
- * the sequences it touches.  k = 0 frees it; TK_ERR_INVALID unless 0 <= k <= 256.  A model
- * without recurrent layers accepts any k and keeps nothing. */
+ * the sequences it touches.  k = 0 frees it; TK_ERR_INVALID unless 0 <= k <= 256;
+ * TK_ERR_UNSUPPORTED for a model with a recurrent piece its kind does not snapshot per token
+ * (memory_rs.c SNAP_PIECES).  A model without recurrent layers accepts any k and keeps nothing. */
 tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
 /* ==== end memory hierarchy ==== */
 

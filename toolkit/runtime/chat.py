@@ -126,7 +126,7 @@ class ChatTurn:
     (as GenerationResult's); n_prompt: the tokens of the rendered conversation; n_reused: those
     already in the memory (the cached prefix); n_decoded: prompt tokens decoded for this turn;
     probs: GenerationResult.probs (with n_probs); n_shifts: context shifts during the answer
-    (generate's ``context_shift``)."""
+    (generate's ``context_shift``); spec: with speculative decoding, SpecStats.to_dict()."""
 
     text: str
     tokens: list[int]
@@ -137,6 +137,7 @@ class ChatTurn:
     timings: dict = field(default_factory=dict)
     probs: list[dict] = field(default_factory=list)
     n_shifts: int = 0
+    spec: dict | None = None
 
 
 class Chat:
@@ -251,7 +252,8 @@ class Chat:
         self.messages.append({"role": "assistant", "content": res.text})
         return ChatTurn(text=res.text, tokens=res.tokens, stop_reason=res.stop_reason, n_prompt=len(ids),
                         n_reused=n_reused, n_decoded=len(ids) - n_reused, timings=res.timings.to_dict(),
-                        probs=res.probs, n_shifts=res.n_shifts + self._pre_shifts)
+                        probs=res.probs, n_shifts=res.n_shifts + self._pre_shifts,
+                        spec=res.spec.to_dict() if res.spec is not None else None)
 
     def regen(self, n_predict: int, on_text=None, **gen) -> ChatTurn:
         """Drop the last answer and answer again (InputError when there is none)."""

@@ -59,7 +59,8 @@ class GenerationResult:
     [{"id", "prob"}, ...]}, the probabilities of the softmax over the logits the sampler saw
     (after the penalties, before truncation and temperature), the ``n_probs`` most likely first;
     n_shifts: context shifts done (``context_shift``); held_tokens: the ids the sequence holds
-    at the end, in position order (prompt + tokens less what the shifts dropped)."""
+    at the end, in position order (prompt + tokens less what the shifts dropped); spec: with
+    speculative decoding, the draft counts (toolkit.runtime.speculative.SpecStats), else None."""
 
     prompt_tokens: list[int]
     tokens: list[int] = field(default_factory=list)
@@ -70,6 +71,7 @@ class GenerationResult:
     probs: list[dict] = field(default_factory=list)
     n_shifts: int = 0
     held_tokens: list[int] = field(default_factory=list)
+    spec: object | None = None   # speculative decoding: toolkit.runtime.speculative.SpecStats
 
     @property
     def interrupted(self) -> bool:
@@ -268,7 +270,8 @@ def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last:
     split = split_last and not prompt_logits and len(todo) > 1
     if split:
         ctx.decode(todo[:-1], seq_id=seq_id, logits="none")
-        todo = todo[-1:]
+        ctx.memory.checkpoint(seq_id)       # (tk_decode takes it too, but not for a call of at most
+        todo = todo[-1:]                    # k + 1 tokens with a speculative window k)
     logits = ctx.decode(todo, seq_id=seq_id, logits="all" if prompt_logits else "last")
     if split:
         ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt

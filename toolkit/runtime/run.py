@@ -273,9 +273,6 @@ def _speculative(opts: RunOptions, m: Model, ctx, tok: Tokenizer, prompt_ids, sa
     """generate_speculative with the drafter ``opts`` asks for (toolkit.runtime.speculative)."""
     from toolkit.runtime.speculative import generate_speculative
 
-    if opts.context_shift:
-        raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
-    ctx.memory.set_draft_window(opts.draft_max)
     if on_report is not None:
         on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
     drafter, dm = None, None
@@ -305,6 +302,8 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
+        if opts.draft_model is not None or opts.lookup:
+            ctx.memory.set_draft_window(opts.draft_max)   # before the report: its draft line
         if on_report is not None:
             from toolkit.runtime.memory import format_report
             on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
@@ -326,6 +325,6 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         _save_outputs(opts, ctx, res)
         return RunResult(generation=res, sampling=sampler.to_dict(), n_vocab=n_vocab,
                          n_reused=n_reused, session_note=note, architecture=m.hparams.arch,
-                         spec=res.spec.to_dict() if getattr(res, "spec", None) is not None else None)
+                         spec=res.spec.to_dict() if res.spec is not None else None)
     finally:
         m.close()
