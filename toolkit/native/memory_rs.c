@@ -248,7 +248,7 @@ static void ring_free(tk_memory_rs * rs) {
 /* The pieces whose layer kinds write their per-token snapshots (tk_rs_snap, tk_rs_snap_conv):
  * a kind that adds a piece names it here once it writes them.  Any other piece would be
  * restored stale, so a window is refused for such a model. */
-static const char * const SNAP_PIECES[] = {"conv", "ssm", "S"};
+static const char * const SNAP_PIECES[] = {"conv", "ssm", "S", "ple_conv", "ple_hist"};
 
 static const char * unsnapped_piece(const tk_memory_rs * rs, int32_t * layer) {
     for (int32_t l = 0; l < rs->n_layer; l++)
