@@ -51,10 +51,16 @@ def test_verbose_reports_the_draft_memory(monkeypatch, capsys):
     (("-md", "/nonexistent.gguf"), "--draft-model /nonexistent.gguf: no such file"),
     (("-md", DEMO, "--lookup"), "choose one draft source"),
     (("--lookup", "--context-shift"), "--context-shift cannot be combined"),
+    (("--draft-max", "4"), "--draft-max needs a draft source"),
+    (("--draft-min", "2"), "--draft-min needs a draft source"),
+    (("--lookup", "--draft-min", "17"), "--draft-min 17 > --draft-max 16"),
+    (("-md", "tests"), "--draft-model tests: is a directory"),
 ])
 def test_bad_flags_exit_2(monkeypatch, capsys, args, msg):
+    """One line, exit 2, and nothing on stdout: refused before the prompt is echoed."""
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "2", *args)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    assert out == "", out
 
 
 def test_draft_with_another_vocabulary_exit_2(monkeypatch, capsys, hf_f32):
@@ -62,6 +68,7 @@ def test_draft_with_another_vocabulary_exit_2(monkeypatch, capsys, hf_f32):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "2", "-md", other)
     assert rc == 2 and f"--draft-model {other}" in err and "vocabulary" in err, err
     assert len(err.strip().splitlines()) == 1, err
+    assert out == "", out   # checked before the prompt is echoed
 
 
 def test_chat_with_drafts_answers_as_without(monkeypatch, capsys):

@@ -100,8 +100,8 @@ def run(
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding: draft with this smaller GGUF (same vocabulary); the output is what the model alone gives (greedy: token for token)."),
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding with prompt-lookup drafts: the tokens that followed the context's last n-gram earlier on (no second model; helps most when the output copies the input)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
-    draft_max: int = typer.Option(16, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence)."),
-    draft_min: int = typer.Option(0, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (one token is decoded plainly)."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence) [default: 16]."),
+    draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (one token is decoded plainly)."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
     from toolkit.runtime.run import RunOptions
@@ -110,7 +110,7 @@ def run(
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
-    _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    draft_max, draft_min = _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -138,18 +138,30 @@ def run(
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 
-def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max: int, draft_min: int) -> None:
-    """The speculative flags: ranges, one draft source, the draft file exists (exit 2 otherwise)."""
+def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min) -> tuple[int, int]:
+    """The speculative flags: ranges, one draft source, the draft file exists, a window flag
+    without a draft source (exit 2 otherwise).  Returns (draft_max, draft_min) with defaults."""
+    source = draft_model is not None or lookup or draft_ngram is not None
+    if not source and (draft_max is not None or draft_min is not None):
+        flag = "--draft-max" if draft_max is not None else "--draft-min"
+        raise InputError(f"{flag} needs a draft source: --lookup or --draft-model FILE")
+    draft_max = 16 if draft_max is None else draft_max
+    draft_min = 0 if draft_min is None else draft_min
     if not 1 <= draft_max <= 256:
         raise InputError(f"--draft-max must be in [1, 256], got {draft_max}")
     if draft_min < 0:
         raise InputError(f"--draft-min must be >= 0, got {draft_min}")
+    if draft_min > draft_max:
+        raise InputError(f"--draft-min {draft_min} > --draft-max {draft_max}: no draft would ever be sent")
     if draft_ngram is not None and draft_ngram < 1:
         raise InputError(f"--draft-ngram must be >= 1, got {draft_ngram}")
     if draft_model is not None and (lookup or draft_ngram is not None):
         raise InputError("--draft-model and --lookup/--draft-ngram: choose one draft source")
+    if draft_model is not None and os.path.isdir(draft_model):
+        raise InputError(f"--draft-model {draft_model}: is a directory, not a GGUF file")
     if draft_model is not None and not os.path.isfile(draft_model):
         raise InputError(f"--draft-model {draft_model}: no such file")
+    return draft_max, draft_min
 
 
 def _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:

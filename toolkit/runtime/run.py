@@ -268,30 +268,21 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         raise
 
 
-def _speculative(opts: RunOptions, m: Model, ctx, tok: Tokenizer, prompt_ids, sampler, grammar, on_text, on_report,
+def _speculative(opts: RunOptions, ctx, tok: Tokenizer, prompt_ids, sampler, grammar, on_text, drafter,
                  n_reused: int) -> GenerationResult:
-    """generate_speculative with the drafter ``opts`` asks for (toolkit.runtime.speculative)."""
+    """generate_speculative with ``drafter`` (make_drafter; toolkit.runtime.speculative)."""
     from toolkit.runtime.speculative import generate_speculative
 
-    if on_report is not None:
-        on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
-    drafter, dm = None, None
-    try:
-        drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
-        return generate_speculative(ctx, tok, prompt_ids, opts.n_predict, sampler, drafter, on_text=on_text,
-                                    draft_max=opts.draft_max, draft_min=opts.draft_min, n_reused=n_reused,
-                                    split_last=opts.session is not None, prompt_logits=opts.logits_out is not None,
-                                    ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
-    finally:
-        if drafter is not None:
-            drafter.close()
-        if dm is not None:
-            dm.close()
+    return generate_speculative(ctx, tok, prompt_ids, opts.n_predict, sampler, drafter, on_text=on_text,
+                                draft_max=opts.draft_max, draft_min=opts.draft_min, n_reused=n_reused,
+                                split_last=opts.session is not None, prompt_logits=opts.logits_out is not None,
+                                ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
 
 
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     """The body of :func:`run`, in a deferred-interrupt scope."""
     m = Model(opts.model, n_threads=opts.threads)
+    drafter, dm = None, None
     try:
         tok = Tokenizer.from_gguf(m.gguf)
         n_vocab = int(m.hparams.n_vocab)
@@ -307,6 +298,11 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         if on_report is not None:
             from toolkit.runtime.memory import format_report
             on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
+        if opts.draft_model is not None or opts.lookup:
+            # the drafter (and its checks: vocabulary, --context-shift) before any output
+            if on_report is not None:
+                on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
+            drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
         n_reused, note = 0, ""
         if opts.session is not None:
             from toolkit.runtime.session import restore_session
@@ -314,8 +310,8 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         if on_prompt is not None:
             on_prompt(tok.decode(prompt_ids) if opts.tokens is None
                       else tok.decode(prompt_ids, strip_space_prefix=False))
-        if opts.draft_model is not None or opts.lookup:
-            res = _speculative(opts, m, ctx, tok, prompt_ids, sampler, grammar, on_text, on_report, n_reused)
+        if drafter is not None:
+            res = _speculative(opts, ctx, tok, prompt_ids, sampler, grammar, on_text, drafter, n_reused)
         else:
             res = generate(ctx, tok, prompt_ids, opts.n_predict, sampler, on_text=on_text,
                            prompt_logits=opts.logits_out is not None, n_reused=n_reused,
@@ -327,4 +323,8 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                          n_reused=n_reused, session_note=note, architecture=m.hparams.arch,
                          spec=res.spec.to_dict() if res.spec is not None else None)
     finally:
+        if drafter is not None:
+            drafter.close()
+        if dm is not None:
+            dm.close()
         m.close()
