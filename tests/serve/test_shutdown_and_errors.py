@@ -5,8 +5,10 @@ name the field (empty prompt, a schema llguidance refuses, /detokenize without t
 that would change the output and are not implemented); "an integer", "1 slot"."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import pathlib
 import threading
 import time
 
@@ -14,6 +16,7 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.native
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LONG = {"prompt": "def f():", "max_tokens": -1, "temperature": 0, "ignore_eos": True}
 
 
@@ -91,6 +94,13 @@ def test_non_streamed_disconnect_is_499_not_500(start_server):
     m = httpx.get(s.url + "/metrics").text
     assert 'toolkit_http_responses_total{route="completions",status="499"} 1' in m, m
     assert not [ln for ln in m.splitlines() if 'status="5' in ln], m
+    # bench/serve_load.py's 5xx check reads the same counts (a client that left sees no status)
+    spec = importlib.util.spec_from_file_location("serve_load", ROOT / "bench" / "serve_load.py")
+    serve_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_load)
+    seen = serve_load.server_statuses(s.url)
+    assert seen[499] == 1 and not serve_load.bad_statuses(seen), seen
+    assert serve_load.bad_statuses({200: 3, 503: 1, 500: 1}) == {500: 1}
 
 
 def test_error_fields(start_server):
@@ -102,7 +112,7 @@ def test_error_fields(start_server):
     bad_schema = {"type": "json_schema", "json_schema": {"schema": {"type": "no-such-type"}}}
     _err(httpx.post(chat, json={"messages": msgs, "response_format": bad_schema}), 400, "response_format")
     _err(httpx.post(s.url + "/detokenize", json={}), 400, "tokens", "missing")
-    for field, v in (("echo", True), ("best_of", 2), ("logit_bias", {"1": 5}), ("suffix", "x"),
+    for field, v in (("echo", True), ("best_of", 2), ("logit_bias", {"1": 5}), ("suffix", "x"), ("best_of", True), ("echo", 1),
                      ("tools", [{"type": "function", "function": {"name": "f"}}])):
         e = _err(httpx.post(u, json={"prompt": "def", "max_tokens": 1, field: v}), 400, field, "not_supported")
         assert field in e["message"]
