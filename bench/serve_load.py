@@ -8,9 +8,13 @@ Each server is started as ``-m M -np SLOTS -c CTX --host 127.0.0.1 --port P`` (l
 flag names; toolkit serve takes the same), warmed up for --warmup seconds, then CLIENTS
 concurrent streaming clients send random prompts (random words of a fixed list, random
 length, random max_tokens, greedy or sampled) for --duration seconds; a client drops its
-connection mid-stream with probability --p-disconnect.  Checks, printed as PASS / FAIL:
+connection mid-stream with probability --p-disconnect.  One request in --p-plain is not streamed;
+with the same probability its client gives up (closes the connection) before the answer.
+Checks, printed as PASS / FAIL:
 
-    - no HTTP status >= 500 except 503 (a full queue), no transport error but the ones we made
+    - no HTTP status >= 500 except 503 (a full queue), no transport error but the ones we made;
+      for toolkit serve also the statuses it counted itself (/metrics), which include the
+      answers nobody read (a client that left: 499, never a 5xx)
     - the server process is alive at the end and /health answers
     - RSS at the end is within 10% of the RSS after the warm-up (VmRSS of the process)
 
@@ -74,13 +78,38 @@ def start(kind: str, binary: str, model: str, slots: int, ctx: int, threads: int
     raise SystemExit(f"{kind}: no /health after 120 s")
 
 
-async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_disc: float, max_new: int) -> None:
+async def plain(c: httpx.AsyncClient, url: str, body: dict, stats: dict, give_up: float | None) -> None:
+    """One non-streamed request; with ``give_up`` seconds, the client closes the connection
+    then if no answer came (counted as a disconnect)."""
+    body = dict(body, stream=False)
+    body.pop("stream_options")
+    try:
+        r = await asyncio.wait_for(c.post(url + "/v1/completions", json=body), give_up)
+    except asyncio.TimeoutError:
+        stats["disconnects"] += 1
+        return
+    stats["status"][r.status_code] = stats["status"].get(r.status_code, 0) + 1
+    if r.status_code == 200:
+        stats["tokens"] += r.json()["usage"]["completion_tokens"]
+        stats["done"] += 1
+    else:
+        await asyncio.sleep(0.2)
+
+
+async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_disc: float, max_new: int,
+                 p_plain: float) -> None:
     async with httpx.AsyncClient(timeout=120) as c:
         while time.time() < stop_at:
             prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 120)))
             body = {"prompt": prompt, "max_tokens": rng.randint(8, max_new), "stream": True,
                     "stream_options": {"include_usage": True},
                     "temperature": rng.choice([0.0, 0.8]), "seed": rng.randint(0, 1 << 30)}
+            if rng.random() < p_plain:
+                try:
+                    await plain(c, url, body, stats, rng.uniform(0.05, 2.0) if rng.random() < p_disc else None)
+                except httpx.HTTPError as e:
+                    stats["errors"].append(repr(e)[:200])
+                continue
             drop_after = rng.randint(1, 8) if rng.random() < p_disc else None
             t0 = time.perf_counter()
             try:
@@ -112,37 +141,54 @@ async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_di
                 stats["errors"].append(repr(e)[:200])
 
 
-async def load(url: str, clients: int, seconds: float, p_disc: float, max_new: int, seed: int) -> dict:
+async def load(url: str, clients: int, seconds: float, p_disc: float, max_new: int, seed: int,
+               p_plain: float) -> dict:
     stats = {"status": {}, "ttft": [], "tokens": 0, "done": 0, "disconnects": 0, "errors": []}
     stop_at = time.time() + seconds
-    await asyncio.gather(*(client(url, random.Random(seed + i), stop_at, stats, p_disc, max_new)
+    await asyncio.gather(*(client(url, random.Random(seed + i), stop_at, stats, p_disc, max_new, p_plain)
                            for i in range(clients)))
     return stats
+
+
+def server_statuses(url: str) -> dict[int, int]:
+    """toolkit serve's own count of its HTTP answers by status (/metrics), all routes."""
+    out: dict[int, int] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("toolkit_http_responses_total{"):
+            status = int(line.split('status="')[1].split('"')[0])
+            out[status] = out.get(status, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def bad_statuses(statuses: dict[int, int]) -> dict[int, int]:
+    """The 5xx statuses but 503 (a full queue)."""
+    return {k: v for k, v in statuses.items() if k >= 500 and k != 503}
 
 
 def bench_one(kind: str, args) -> dict:
     p, url = start(kind, args.llama_server, args.model, args.slots, args.ctx, args.threads)
     try:
-        asyncio.run(load(url, args.clients, args.warmup, args.p_disconnect, args.max_tokens, 1000))
+        asyncio.run(load(url, args.clients, args.warmup, args.p_disconnect, args.max_tokens, 1000, args.p_plain))
         rss0 = rss_bytes(p.pid)
         t0 = time.time()
-        st = asyncio.run(load(url, args.clients, args.duration, args.p_disconnect, args.max_tokens, 0))
+        st = asyncio.run(load(url, args.clients, args.duration, args.p_disconnect, args.max_tokens, 0, args.p_plain))
         wall = time.time() - t0
         time.sleep(1.0)
         rss1 = rss_bytes(p.pid)
         alive = p.poll() is None and httpx.get(url + "/health", timeout=5).status_code == 200
+        served = server_statuses(url) if kind == "toolkit" else {}     # warm-up included
     finally:
         p.send_signal(signal.SIGTERM)
         try:
             p.wait(30)
         except subprocess.TimeoutExpired:
             p.kill()
-    bad = {k: v for k, v in st["status"].items() if k >= 500 and k != 503}
+    bad = bad_statuses(st["status"]) or bad_statuses(served)
     ttft = sorted(st["ttft"])
     q = (lambda f: round(ttft[min(len(ttft) - 1, int(f * len(ttft)))] * 1e3, 1)) if ttft else (lambda f: None)
     return {"server": kind, "clients": args.clients, "slots": args.slots, "ctx": args.ctx, "seconds": round(wall, 1),
             "requests_done": st["done"], "tokens": st["tokens"], "tokens_per_s": round(st["tokens"] / wall, 1),
-            "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "disconnects": st["disconnects"],
+            "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "server_status": served, "disconnects": st["disconnects"],
             "transport_errors": len(st["errors"]), "first_transport_error": (st["errors"] or [None])[0], "rss_warm_mib": round(rss0 / 2**20, 1),
             "rss_end_mib": round(rss1 / 2**20, 1), "checks": {
                 "no_5xx_but_503": not bad, "alive": alive, "no_transport_errors": not st["errors"],
@@ -162,6 +208,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--p-disconnect", type=float, default=0.15)
+    ap.add_argument("--p-plain", type=float, default=0.2, help="share of requests not streamed")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kinds = ([] if args.only_llama else ["toolkit"]) + (["llama-server"] if args.llama_server else [])

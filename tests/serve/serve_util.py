@@ -20,11 +20,13 @@ class ServerThread:
     def __init__(self, model, **kw):
         import uvicorn
 
-        from toolkit.serve import create_app, load
+        from toolkit.serve import create_app, load, stop_jobs_on_shutdown
         kw.setdefault("n_threads", 2)
         self.svc = load(str(model), **kw)
         self.server = uvicorn.Server(uvicorn.Config(create_app(self.svc), host="127.0.0.1", port=0,
-                                                    log_level="warning", access_log=False))
+                                                    log_level="warning", access_log=False,
+                                                    timeout_graceful_shutdown=2))   # as toolkit serve
+        stop_jobs_on_shutdown(self.server, self.svc.engine)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         t0 = time.time()

@@ -5,12 +5,12 @@ import json
 import sys
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from toolkit.cli.app import app
+from toolkit.cli.report import console
 
-_err = Console(stderr=True)
+_err = console(stderr=True)
 
 
 def _progress_factory(enabled: bool):
@@ -55,7 +55,7 @@ def convert(
         if as_json:
             typer.echo(json.dumps(d, indent=1, default=str))
             return
-        con = Console()
+        con = console()
         con.print(f"[bold]{hf_dir}[/]: {d['hf_architecture']} -> GGUF architecture [bold]{d['architecture']}[/], "
                   f"outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB (dry run: nothing written)")
         kt = Table(title="key/values", show_header=False)
@@ -80,6 +80,6 @@ def convert(
     if as_json:
         typer.echo(json.dumps(s.to_dict(), indent=1))
         return
-    Console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
+    console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
                     f"{s.n_bytes / 2**20:.1f} MiB of tensor data ({s.file_bytes / 2**20:.1f} MiB file), "
                     f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB", highlight=False)

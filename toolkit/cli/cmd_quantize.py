@@ -8,10 +8,10 @@ import os
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from toolkit.cli import report
 from toolkit.cli.app import app
 from toolkit.errors import InputError
 
@@ -72,7 +72,7 @@ def quantize(
         token_embedding_type=parse_type(token_embedding_type, "--token-embedding-type") if token_embedding_type else None,
         tensor_types=_parse_tensor_types(tensor_type or []),
     )
-    err = Console(stderr=True)
+    err = report.console(stderr=True)
     show_bar = not as_json and not dry_run and err.is_terminal
     if show_bar:
         with Progress(TextColumn("[bold]quantize[/]"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -93,7 +93,7 @@ def quantize(
     if as_json:
         typer.echo(json.dumps(d, indent=1))
         return
-    out = Console()
+    out = report.console()
     if dry_run:
         t = Table(title=f"plan: {s.plan.ftype.name}")
         for c in ("name", "shape", "type", "->", "MiB before", "MiB after"):

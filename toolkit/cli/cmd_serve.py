@@ -3,7 +3,9 @@
 Flags follow llama-server's (``-m``, ``--host``, ``--port``, ``-np``, ``-c``, ``--api-key``).
 The model is loaded before the socket opens; the address goes to stderr (with ``--json``, one
 object on stdout: host, port, slots, n_ctx_slot and the shared fields).  Ctrl-C / SIGTERM stop
-the server (uvicorn's shutdown), the decode thread, and free the context.
+the server (uvicorn's shutdown): running requests end at once (a stream with an error event
+"server shutting down" and [DONE], a non-streamed request with 503), then the decode thread
+stops and the context is freed.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def serve(
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
-    queue: int = typer.Option(64, "--queue", help="Requests that may wait for a slot; beyond it: 503 with Retry-After."),
+    queue: int = typer.Option(64, "--queue", help="Requests that may wait for a slot when all are busy; beyond it: 503 with Retry-After (0: no waiting, a request is served only while a slot is free)."),
     max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body in bytes; beyond it: 413."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
@@ -54,7 +56,7 @@ def serve(
     path = resolve_model(model)
     import uvicorn
 
-    from toolkit.serve import create_app, load
+    from toolkit.serve import create_app, load, stop_jobs_on_shutdown
     sock = _listen(host, port)     # before the model loads: a port in use fails at once
     try:
         err_console.print(f"loading {path}", highlight=False)
@@ -67,6 +69,7 @@ def serve(
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
     _announce(server, svc, path, host, as_json)
+    stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
     finally:
@@ -104,6 +107,6 @@ def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
-            err_console.print(f"listening on {info['url']} ({info['slots']} slots of {info['n_ctx_slot']} tokens, "
+            err_console.print(f"listening on {info['url']} ({info['slots']} slot{'' if info['slots'] == 1 else 's'} of {info['n_ctx_slot']} tokens, "
                               f"chat template: {info['chat_template']}); Ctrl-C stops", highlight=False)
     server.startup = startup

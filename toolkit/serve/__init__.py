@@ -4,6 +4,7 @@ objects in :mod:`toolkit.serve.protocol`, routes in :mod:`toolkit.serve.app`.
 
     svc = load("model.gguf", n_slots=4, n_ctx=4096)
     app = create_app(svc)              # an ASGI app: uvicorn.run(app, host=..., port=...)
+    stop_jobs_on_shutdown(server, svc.engine)   # server: a uvicorn.Server of that app
     ...; svc.engine.close()
 """
 from __future__ import annotations
@@ -51,3 +52,16 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
         return Grammar.from_json_schema(tok, model.n_vocab, schema, what="response_format", lltok=lltok[0])
     return Service(engine, tok, template, os.path.basename(model_path), api_key=api_key, max_body=max_body,
                    make_grammar=make_grammar)
+
+
+def stop_jobs_on_shutdown(server, engine: Engine) -> None:
+    """Make ``server`` (a uvicorn.Server) end the engine's jobs when its shutdown begins
+    (SIGTERM, Ctrl-C, ``should_exit``): streams then end at once with an error event and
+    ``data: [DONE]`` instead of running on for uvicorn's graceful period and being cancelled
+    part-way (a cut stream and a CancelledError traceback)."""
+    orig = server.shutdown
+
+    async def shutdown(sockets=None):
+        engine.shutdown()
+        await orig(sockets=sockets)
+    server.shutdown = shutdown

@@ -11,8 +11,12 @@ Routes (OpenAI API and llama-server):
 
 Errors are OpenAI's body ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or
 field (``param`` names it), 401 wrong or missing API key, 404, 413 body over ``max_body``
-bytes, 503 + ``Retry-After`` when the wait queue is full.  A client that disconnects (streaming
-or not) cancels its job: it leaves the queue, or its slot is free at the next decode step.
+bytes, 499 (counted in /metrics, never seen) when the client left, 503 + ``Retry-After`` when the
+wait queue is full or the server is shutting down.  A client that disconnects (streaming or not)
+cancels its job: it leaves the queue, or its slot is free at the next decode step.  On shutdown
+(:meth:`Engine.shutdown`, see :func:`toolkit.serve.stop_jobs_on_shutdown`) every job ends at
+once: a stream with an error event ``server shutting down`` and ``data: [DONE]``, a
+non-streamed request with 503.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from starlette.routing import Route
 
 from toolkit.errors import ToolkitError
 from toolkit.serve import protocol
-from toolkit.serve.engine import Engine, Job, QueueFull
+from toolkit.serve.engine import SHUTTING_DOWN, Engine, Job, QueueFull
 from toolkit.serve.protocol import ApiError
 
 log = logging.getLogger(__name__)
@@ -81,7 +85,10 @@ class Service:
         if r.schema is not None:
             if self.make_grammar is None:
                 raise ApiError("response_format: constrained decoding is not available", param="response_format")
-            grammar = self.make_grammar(r.schema)
+            try:
+                grammar = self.make_grammar(r.schema)
+            except ToolkitError as e:
+                raise ApiError(str(e), param="response_format", code="invalid_value") from None
         return Job(prompt=prompt, n_predict=r.n_predict, params=r.params, on_event=on_event, stop=r.stop,
                    n_probs=r.n_probs, grammar=grammar, ignore_eos=r.ignore_eos)
 
@@ -101,6 +108,8 @@ async def run_job(svc: Service, req: HttpRequest, prompt: list[int], r: protocol
     try:
         svc.engine.submit(job)
     except QueueFull as e:
+        if str(e) == SHUTTING_DOWN:
+            raise _shutting_down() from None
         raise ApiError(f"server busy: {e}; retry later", 503, type_="server_error", code="queue_full",
                        headers={"Retry-After": "1"}) from None
     except ToolkitError as e:
@@ -130,6 +139,10 @@ async def _disconnected(req: HttpRequest) -> None:
         msg = await req.receive()
         if msg["type"] == "http.disconnect":
             return
+
+
+def _shutting_down() -> ApiError:
+    return ApiError(SHUTTING_DOWN, 503, type_="server_error", code="server_shutting_down", headers={"Retry-After": "1"})
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -175,7 +188,8 @@ async def _stream(svc: Service, events, chat: bool, r: protocol.Request, rid: st
     first = True
     async for ev in events:
         if ev[0] == "error":
-            yield {"error": {"message": ev[1], "type": "server_error", "param": None, "code": None}}
+            code = "server_shutting_down" if ev[1] == SHUTTING_DOWN else None
+            yield {"error": {"message": ev[1], "type": "server_error", "param": None, "code": code}}
             return
         base = _chunk_base(kind, rid, svc)
         if ev[0] == "text":
@@ -204,6 +218,8 @@ async def _stream(svc: Service, events, chat: bool, r: protocol.Request, rid: st
 
 
 async def _collect(events) -> tuple[Job | None, list[dict], str | None]:
+    """The job, its probability records and None; or None, records and the error message
+    ("cancelled" when the client left first)."""
     probs: list[dict] = []
     async for ev in events:
         if ev[0] == "text":
@@ -215,14 +231,20 @@ async def _collect(events) -> tuple[Job | None, list[dict], str | None]:
     return None, probs, "cancelled"
 
 
+def _client_left() -> ApiError:
+    return ApiError("client disconnected", 499, code="client_disconnected")
+
+
 async def _complete(svc: Service, req: HttpRequest, prompt: list[int], r: protocol.Request, chat: bool, param: str):
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    if not prompt:
+        raise ApiError(f"'{param}': the prompt is empty (no tokens to decode)", param=param, code="invalid_value")
     events = run_job(svc, req, prompt, r, param)
     if r.stream:
         try:
             first = await events.__anext__()     # a queue-full / context error is still an HTTP error
         except StopAsyncIteration:               # the client left before the first token
-            return JSONResponse(ApiError("client disconnected", 499).body(), status_code=499)
+            return _error(_client_left())
 
         async def again():
             yield first
@@ -231,6 +253,10 @@ async def _complete(svc: Service, req: HttpRequest, prompt: list[int], r: protoc
         return SSE(_stream(svc, again(), chat, r, rid))
     job, probs, err = await _collect(events)
     if job is None:
+        if err == "cancelled":       # nobody reads this answer; /metrics counts it as 499
+            raise _client_left()
+        if err == SHUTTING_DOWN:
+            raise _shutting_down()
         raise ApiError(f"generation failed: {err}", 500, type_="server_error")
     choice = {"index": 0, "finish_reason": protocol.finish_reason(job), "logprobs": None}
     if r.return_tokens:
@@ -321,7 +347,9 @@ def create_app(svc: Service) -> Starlette:
     @_route(svc, "detokenize")
     async def detokenize(req):
         body = await svc.read_json(req)
-        ids = protocol.get(body, "tokens", (list,), [])
+        ids = protocol.get(body, "tokens", (list,))
+        if ids is None:
+            raise ApiError("'tokens' (an array of token ids) is required", param="tokens", code="missing")
         n = svc.engine.model.n_vocab
         if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n for t in ids):
             raise ApiError(f"'tokens' must be an array of token ids in [0, {n})", param="tokens", code="invalid_value")

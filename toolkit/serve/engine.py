@@ -59,7 +59,11 @@ log = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
-    """The wait queue holds ``queue`` jobs already (HTTP 503 + Retry-After)."""
+    """No slot is free and the wait queue holds ``queue`` jobs already, or the server is
+    shutting down (HTTP 503 + Retry-After)."""
+
+
+SHUTTING_DOWN = "server shutting down"
 
 
 @dataclass(eq=False)          # a job is itself: ``job in queue`` compares identities
@@ -85,7 +89,7 @@ class Job:
     # results
     tokens: list[int] = field(default_factory=list)
     text: str = ""
-    finish_reason: str = ""          # "stop" | "length" | "cancelled" | "error"
+    finish_reason: str = ""          # "stop" | "length" | "cancelled" | "error" | "shutdown"
     n_reused: int = 0
     slot: int = -1
     seed: int = 0
@@ -146,7 +150,8 @@ class Engine:
             may hold ``n_ctx // n_slots`` tokens (llama-server's ``-c`` / ``-np`` rule).
         n_ubatch: most tokens per prompt chunk; n_checkpoints / checkpoint_every: recurrent
             snapshots per slot and their period in positions (0: off).
-        queue: most jobs waiting for a slot (``submit`` raises QueueFull beyond it).
+        queue: most jobs waiting for a slot beyond the free slots (``submit`` raises QueueFull
+            beyond it; 0: a job is taken only while a slot is free for it).
 
     Raises:
         InputError / ResourceError: from Context (bad sizes, out of memory).
@@ -168,22 +173,27 @@ class Engine:
         self.metrics = collections.Counter()
         self._cv = threading.Condition()
         self._stop = False
+        self._shutdown = False       # shutdown(): running jobs end, submit refuses
         self._rr = 0
         self._thread = threading.Thread(target=self._loop, name="toolkit-serve-decode", daemon=True)
         self._thread.start()
 
     # ---- the HTTP side (any thread) -----------------------------------------------------
     def submit(self, job: Job) -> None:
-        """Queue ``job``.  Raises QueueFull when ``queue`` jobs wait already, InputError when the
-        prompt is empty or does not fit a slot's context."""
+        """Queue ``job``.  Raises QueueFull when no slot is free for it and ``queue`` jobs wait
+        already (or after :meth:`shutdown`), InputError when the prompt is empty or does not fit
+        a slot's context."""
         if not job.prompt:
             raise InputError("the prompt is empty (no tokens to decode)")
         if len(job.prompt) >= self.n_ctx_slot:
             raise InputError(f"the prompt has {len(job.prompt)} tokens, the context of a slot "
                              f"{self.n_ctx_slot} (-c / -np): shorten it or raise --ctx-size")
         with self._cv:
-            if len(self.waiting) >= self.queue_max:
-                raise QueueFull(f"{len(self.waiting)} requests wait for a slot already")
+            if self._shutdown:
+                raise QueueFull(SHUTTING_DOWN)
+            free = sum(s.run is None for s in self.slots)    # jobs admitted at the next step
+            if len(self.waiting) >= free + self.queue_max:
+                raise QueueFull(f"{len(self.waiting) - free} requests wait for a slot already (--queue {self.queue_max})")
             job.t_submit = time.perf_counter()
             self.waiting.append(job)
             self._cv.notify()
@@ -195,6 +205,14 @@ class Engine:
             job.cancelled = True
             if job in self.waiting:
                 self.waiting.remove(job)
+            self._cv.notify()
+
+    def shutdown(self) -> None:
+        """The server is stopping: every running or waiting job ends at the next step with
+        ("error", SHUTTING_DOWN) (finish_reason "shutdown"), and ``submit`` raises QueueFull.
+        Returns at once; the decode thread keeps running until :meth:`close`."""
+        with self._cv:
+            self._shutdown = True
             self._cv.notify()
 
     def close(self) -> None:
@@ -219,6 +237,9 @@ class Engine:
                     self._cv.wait()
                 if self._stop:
                     break
+                if self._shutdown:
+                    self._end_all()
+                    continue
                 self._drop_cancelled()
                 self._admit()
             try:
@@ -232,6 +253,19 @@ class Engine:
                 self._release(s, "cancelled")
         for job in self.waiting:
             job.finish_reason = "cancelled"
+
+    def _end_all(self) -> None:
+        """shutdown(): end every job, waiting or running, with an error event (under the lock)."""
+        jobs = list(self.waiting)
+        self.waiting.clear()
+        for s in self.slots:
+            if s.run is not None:
+                jobs.append(s.run.job)
+                self._release(s, "shutdown")
+        for job in jobs:
+            job.finish_reason = "shutdown"
+            if not job.cancelled:
+                job.on_event(("error", SHUTTING_DOWN))
 
     def _fail_all(self, msg: str) -> None:
         """End every running job with an error and forget the slots' memory (the state of a

@@ -46,8 +46,20 @@ class Request:
     return_tokens: bool = False   # llama-server's return_tokens: the generated ids in each choice
 
 
+# Fields that would change the output and are not implemented: refused (400 naming the field)
+# when set to anything but their neutral value, never silently ignored.  README lists them.
+UNSUPPORTED = {"echo": "the prompt is not echoed", "best_of": "one candidate per request",
+               "logit_bias": "no per-token logit bias", "suffix": "no fill-in-the-middle",
+               "tools": "no tool calling", "functions": "no function calling"}
+
+
 def _type_name(t) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(t, str(t))
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article: "an integer", "a string"."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def get(body: dict, key: str, types: tuple, default=None):
@@ -61,7 +73,7 @@ def get(body: dict, key: str, types: tuple, default=None):
         ok, v = True, float(v)
     if not ok:
         want = " or ".join(_type_name(t) for t in types)
-        raise ApiError(f"'{key}' must be a {want}, got {type(v).__name__}", param=key, code="invalid_type")
+        raise ApiError(f"'{key}' must be {_a(want)}, got {type(v).__name__}", param=key, code="invalid_type")
     if isinstance(v, float) and not math.isfinite(v):
         raise ApiError(f"'{key}' must be a finite number", param=key, code="invalid_value")
     return v
@@ -74,7 +86,14 @@ def _in_range(key: str, v, lo, hi):
 
 
 def read_common(body: dict, chat: bool) -> Request:
-    """The fields chat completions and completions share.  ApiError on a wrong type or value."""
+    """The fields chat completions and completions share.  ApiError on a wrong type or value,
+    or on a field of :data:`UNSUPPORTED` set to change the output."""
+    for key, why in UNSUPPORTED.items():
+        v = body.get(key)
+        neutral = v is None or v is False or (isinstance(v, (str, list, dict)) and not v) or (
+            key == "best_of" and type(v) is int and v == 1)
+        if not neutral:
+            raise ApiError(f"'{key}' is not supported ({why}); omit it", param=key, code="not_supported")
     r = Request()
     r.stream = get(body, "stream", (bool,), False)
     so = get(body, "stream_options", (dict,), {})
