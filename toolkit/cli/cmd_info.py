@@ -21,7 +21,7 @@ def describe(path: str) -> dict[str, Any]:
     f = GGUFFile(path)
     a = f.get("general.architecture")
     if a is not None and not isinstance(a, str):   # a malformed file, not an architecture we lack
-        raise InputError(f"{path}: key 'general.architecture' must be a string, not a {type(a).__name__}")
+        raise InputError(f"{path}: key 'general.architecture' must be a string, not {type(a).__name__}")
     spec = arch_spec(f.arch)
     hp, cannot = None, None
     if spec is not None and not spec.runs:
@@ -36,7 +36,7 @@ def describe(path: str) -> dict[str, Any]:
     merges = f.get(Keys.Tokenizer.MERGES)
     for key, v in ((Keys.Tokenizer.LIST, toks), (Keys.Tokenizer.MERGES, merges)):
         if v is not None and not isinstance(v, list):
-            raise InputError(f"{path}: key {key!r} must be an array of strings, not a {type(v).__name__}")
+            raise InputError(f"{path}: key {key!r} must be an array of strings, not {type(v).__name__}")
     tok = {
         "model": f.get(Keys.Tokenizer.MODEL),
         "pre": f.get(Keys.Tokenizer.PRE),
