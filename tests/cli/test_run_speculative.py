@@ -45,7 +45,7 @@ def test_verbose_reports_the_draft_memory(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (("--draft-max", "0", "--lookup"), "--draft-max must be in [1, 256]"),
+    (("--draft-max", "0", "--lookup"), "--draft-max 0: must be in [1, 256]"),
     (("--draft-min", "-1", "--lookup"), "--draft-min must be >= 0"),
     (("--draft-ngram", "0"), "--draft-ngram must be >= 1"),
     (("-md", "/nonexistent.gguf"), "--draft-model /nonexistent.gguf: no such file"),
@@ -99,3 +99,12 @@ def test_session_with_lookup_is_reused(monkeypatch, capsys, tmp_path):
         runs.append(json.loads(out))
     assert runs[0]["n_reused"] == 0 and runs[1]["n_reused"] == runs[2]["n_reused"] == len(runs[0]["prompt_tokens"]) - 1
     assert runs[0]["tokens"] == runs[1]["tokens"] == runs[2]["tokens"]
+
+
+def test_help_shows_the_draft_defaults(monkeypatch, capsys):
+    """rich markup ate a literal '[default: 16]' (the default hidden, ' .' left behind)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    rc, out, err = cli(monkeypatch, capsys, "run", "--help")
+    assert rc == 0 and "[default: 16]" in out and ") ." not in out, out
+    rc, out, err = cli(monkeypatch, capsys, "info", "--help")
+    assert rc == 0 and "[default: 4096]" in out and "[default: 0, none]" in out, out

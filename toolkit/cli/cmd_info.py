@@ -117,11 +117,11 @@ def info(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
-    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells); 0: the model's context length [default: 4096]."),
-    parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) [default: 1]."),
-    checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence [default: 4, toolkit run's]."),
-    ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) [default: 512]."),
-    draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run --draft-max): K + 1 recurrent states per sequence [default: 0, none]."),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells); 0: the model's context length \\[default: 4096]."),
+    parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) \\[default: 1]."),
+    checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence \\[default: 4, toolkit run's]."),
+    ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run --draft-max): K + 1 recurrent states per sequence \\[default: 0, none]."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""

@@ -100,7 +100,7 @@ def run(
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding: draft with this smaller GGUF (same vocabulary); the output is what the model alone gives (greedy: token for token)."),
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding with prompt-lookup drafts: the tokens that followed the context's last n-gram earlier on (no second model; helps most when the output copies the input)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
-    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence) [default: 16]."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence) \\[default: 16]."),
     draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (one token is decoded plainly)."),
 ) -> None:
     """Generate text from a GGUF model: stream it to stdout, timings to stderr."""
@@ -147,8 +147,9 @@ def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min) -
         raise InputError(f"{flag} needs a draft source: --lookup or --draft-model FILE")
     draft_max = 16 if draft_max is None else draft_max
     draft_min = 0 if draft_min is None else draft_min
-    if not 1 <= draft_max <= 256:
-        raise InputError(f"--draft-max must be in [1, 256], got {draft_max}")
+    from toolkit.cli.limits import check_range
+
+    check_range("--draft-max", draft_max, 1, 256)
     if draft_min < 0:
         raise InputError(f"--draft-min must be >= 0, got {draft_min}")
     if draft_min > draft_max:
