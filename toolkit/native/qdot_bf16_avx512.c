@@ -13,8 +13,9 @@
  * tests), natively by tests/unit/test_dispatch.py::test_bf16_kernel_native_within_bound and ..._bits_match_sdm_model.
  *
  * Activations: tk_quantize_act_bf16, f32 -> bf16 rounded to nearest even with integer ops
- * (llama.cpp ggml_compute_fp32_to_bf16, ggml-impl.h, build 0c1e570: NaN -> quiet NaN of the
- * same sign and high bits; otherwise (u + 0x7fff + ((u >> 16) & 1)) >> 16, which also rounds
+ * (quants.h's tkq_fp32_to_bf16, which the BF16 row quantizer uses too: llama.cpp
+ * ggml_compute_fp32_to_bf16, ggml-impl.h, build 0c1e570: NaN -> quiet NaN of the same sign
+ * and high bits; otherwise (u + 0x7fff + ((u >> 16) & 1)) >> 16, which also rounds
  * overflow to inf).  The same function in every build, so the activation bits never depend
  * on the level.
  *
@@ -43,12 +44,7 @@
 
 void tk_quantize_act_bf16(const float * x, void * y, int64_t K) {
     uint16_t * h = y;
-    for (int64_t i = 0; i < K; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        h[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t) ((u >> 16) | 64u)
-                                               : (uint16_t) ((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
-    }
+    for (int64_t i = 0; i < K; i++) h[i] = tkq_fp32_to_bf16(x[i]);   /* quants.h: ggml's rounding */
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
