@@ -205,6 +205,8 @@ void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float *
 
 float tk_silu(float x) { return x / (1.0f + expf(-x)); }
 
+float tk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
 void tk_silu_row(float * y, int64_t n) {
 #ifdef TK_HAVE_X86
     if (tk_cpu_level() >= TK_CPU_AVX2) { tk_silu_row_avx2(y, n); return; }

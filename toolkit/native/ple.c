@@ -147,8 +147,6 @@ static tk_status ple_gather(tk_context * ctx, const tk_layer * l, int il, const 
     return st;
 }
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, int first_piece) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
@@ -172,7 +170,7 @@ tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_
             for (int32_t i = 0; i < D; i++) sc += ctx->hg[o + i] * ctx->hn[o + i];
             sc *= isq;
             const float a = sqrtf(fabsf(sc) > 1e-6f ? fabsf(sc) : 1e-6f);
-            const float g = sigmoidf(sc > 0.0f ? a : sc < 0.0f ? -a : 0.0f);
+            const float g = tk_sigmoid(sc > 0.0f ? a : sc < 0.0f ? -a : 0.0f);
             const float * v = ctx->out + (size_t) t * D;
             for (int32_t i = 0; i < D; i++) ctx->hg[o + i] = g * v[i];      /* G_c */
             tk_rms_norm(ctx->hg + o, l->ple_norm_conv + (size_t) c * D, hp->rms_eps, D, ctx->hn + o);   /* N_c */

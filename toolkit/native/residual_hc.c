@@ -57,8 +57,6 @@ tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab) {
                        &m->output_hc_norm, &m->output_hc_down, &m->output_hc_up, NULL);
 }
 
-static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 /* ctx->hn = the normed streams of ctx->hx; xin [U, D] the mixed block input; with inject,
  * ctx->hi [U, hc] the inject weights */
 static tk_status hc_mix(tk_context * ctx, int32_t U, const float * norm, const tk_weight * down, const tk_weight * up,
@@ -79,13 +77,13 @@ static tk_status hc_mix(tk_context * ctx, int32_t U, const float * norm, const t
         float * o = xin + (size_t) t * D;
         for (int32_t i = 0; i < D; i++) {
             float sum = 0.0f;
-            for (int32_t c = 0; c < hc; c++) sum += sigmoidf(g[(size_t) c * D + i]) * xn[(size_t) c * D + i];
+            for (int32_t c = 0; c < hc; c++) sum += tk_sigmoid(g[(size_t) c * D + i]) * xn[(size_t) c * D + i];
             o[i] = sum / fhc;
         }
     }
     if (inject) {
         TK_CHECK(tk_matmul(inject, 0, ctx->hn, U, ctx->hi, &ctx->mm));
-        for (size_t i = 0; i < (size_t) U * hc; i++) ctx->hi[i] = 2.0f * sigmoidf(ctx->hi[i] / fhc);
+        for (size_t i = 0; i < (size_t) U * hc; i++) ctx->hi[i] = 2.0f * tk_sigmoid(ctx->hi[i] / fhc);
     }
     return TK_OK;
 }

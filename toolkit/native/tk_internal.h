@@ -153,6 +153,7 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
+float tk_sigmoid(float x);
 /* Row forms of the gates (tk_silu_row: tk_testing.h): y = silu(y) * a;  y = y * silu(z). */
 void tk_silu_mul_row(float * y, const float * a, int64_t n);
 void tk_mul_silu_row(float * y, const float * z, int64_t n);
