@@ -68,6 +68,11 @@ def check_against_hf(path, ref, label: str, report: list[str], bound: float = 1e
 def two_sequences_vs_separate(path, tok) -> float:
     """Largest |difference| between two sequences decoded in one batch (tok[:23] as sequence 0,
     tok[30:47] as 1, then one more token each, again in one batch) and each run alone."""
+    return max(float(np.abs(x - y).max()) for x, y in two_sequences_pairs(path, tok))
+
+
+def two_sequences_pairs(path, tok) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(in one batch, alone) logits of the four decodes two_sequences_vs_separate compares."""
     from toolkit.runtime import Context, Model
     a, b = tok[:23], tok[30:47]
     with Model(path) as m:
@@ -78,4 +83,4 @@ def two_sequences_vs_separate(path, tok) -> float:
             ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
         with Context(m, n_ctx=128) as ctx:
             rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
-    return max(float(np.abs(x - y).max()) for x, y in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)))
+    return [(ga, ra), (gb, rb), (na, rna), (nb, rnb)]

@@ -22,7 +22,7 @@ import json
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report
+from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_pairs
 
 pytestmark = pytest.mark.native
 
@@ -52,18 +52,8 @@ def test_every_layer_is_parallel(hf_f32):
 
 
 def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32):
-    from toolkit.runtime import Context, Model
     tok = np.load(fixtures / "hf" / "falconh1-tiny" / "reference.npz")["tokens"]
-    a, b = tok[:23], tok[30:47]
-    with Model(hf_f32("falconh1-tiny")) as m:
-        with Context(m, n_ctx=128, n_seq_max=2) as ctx:
-            ga, gb = ctx.decode_batch([(a, 0), (b, 1)], logits="all")
-            na, nb = ctx.decode_batch([([7], 0), ([11], 1)], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            ra, rna = ctx.decode(a, logits="all"), ctx.decode([7], logits="all")
-        with Context(m, n_ctx=128) as ctx:
-            rb, rnb = ctx.decode(b, logits="all"), ctx.decode([11], logits="all")
-    for got, want in ((ga, ra), (gb, rb), (na, rna), (nb, rnb)):
+    for got, want in two_sequences_pairs(hf_f32("falconh1-tiny"), tok):
         assert rel_l2(got, want) < 1e-6
 
 
