@@ -124,6 +124,47 @@ class _Step:
             res.probs.append(top_probs(row, tok, self.n_probs))
 
 
+class _Output:
+    """Where a generated token goes, for generate() and generate_speculative(): an end-of-
+    generation token ends it ("eog") and is not kept; any other is appended to ``res.tokens``,
+    its text streamed to ``on_text``, and then the stop strings, the grammar and n_predict are
+    checked, in that order."""
+
+    def __init__(self, res: GenerationResult, tokenizer: Tokenizer, on_text, stop: Sequence[str], grammar,
+                 n_predict: int):
+        self.res, self.tokenizer, self.on_text, self.grammar, self.n_predict = res, tokenizer, on_text, grammar, n_predict
+        self.stream = tokenizer.stream()
+        self.pieces: list[str] = []
+        self.stops = [x for x in stop if x]
+
+    def emit(self, s: str) -> None:
+        if s:
+            self.pieces.append(s)
+            if self.on_text is not None:
+                self.on_text(s)
+
+    def take(self, tok: int) -> str | None:
+        """Keep ``tok``; the stop reason it ends generation with, or None."""
+        if self.tokenizer.is_eog(tok):
+            return "eog"
+        res = self.res
+        res.tokens.append(tok)
+        res.timings.n_gen = len(res.tokens)
+        self.emit(self.stream.push(tok))
+        if self.stops and _ends_with_stop(self.pieces, self.stops):
+            return "stop"
+        if self.grammar is not None and self.grammar.done():
+            return "grammar"
+        if self.n_predict >= 0 and len(res.tokens) >= self.n_predict:
+            return "n_predict"
+        return None
+
+    def finish(self) -> None:
+        """The text held back by the stream, and ``res.text``."""
+        self.emit(self.stream.flush())
+        self.res.text = "".join(self.pieces)
+
+
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
              prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
@@ -162,17 +203,8 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     """
     prompt, n_ctx = _check_args(ctx, prompt_tokens, n_predict, n_reused)
     res = GenerationResult(prompt_tokens=prompt)
-    stream = tokenizer.stream()
-    pieces: list[str] = []
+    out = _Output(res, tokenizer, on_text, stop, grammar, n_predict)
     step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
-    stops = [x for x in stop if x]
-
-    def emit(s: str) -> None:
-        if s:
-            pieces.append(s)
-            if on_text is not None:
-                on_text(s)
-
     n_past, held = 0, list(prompt)
     t0 = time.perf_counter()
     try:
@@ -181,21 +213,10 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
         t1 = time.perf_counter()
         while n_predict < 0 or len(res.tokens) < n_predict:
             tok = step(logits[-1], res)
-            if tokenizer.is_eog(tok):
-                res.stop_reason = "eog"
-                break
-            res.tokens.append(tok)
-            res.timings.n_gen = len(res.tokens)
+            reason = out.take(tok)
             res.timings.gen_s = time.perf_counter() - t1
-            emit(stream.push(tok))
-            if stops and _ends_with_stop(pieces, stops):
-                res.stop_reason = "stop"
-                break
-            if grammar is not None and grammar.done():
-                res.stop_reason = "grammar"
-                break
-            if n_predict >= 0 and len(res.tokens) >= n_predict:
-                res.stop_reason = "n_predict"
+            if reason is not None:
+                res.stop_reason = reason
                 break
             if n_ctx and n_past >= n_ctx:
                 n_past = _shift(ctx, seq_id, n_keep, n_past, held, res) if context_shift else n_past
@@ -211,8 +232,7 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
         n_past = _n_held(ctx, seq_id, len(held))
-    emit(stream.flush())
-    res.text = "".join(pieces)
+    out.finish()
     res.held_tokens = held[:n_past]
     return res
 

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from toolkit.errors import InputError
-from toolkit.runtime.generate import GenerationResult, _check_args, _ends_with_stop, _n_held, _start, _Step
+from toolkit.runtime.generate import GenerationResult, _check_args, _n_held, _Output, _start, _Step
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.tokenizer import Tokenizer
 
@@ -214,37 +214,20 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     n_ctx = int(ctx.n_ctx)
     res = GenerationResult(prompt_tokens=prompt)
     res.spec = SpecStats()
-    stream = tokenizer.stream()
-    pieces: list[str] = []
+    out = _Output(res, tokenizer, on_text, stop, grammar, n_predict)
     step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
-    stops = [x for x in stop if x]
     V = ctx.n_vocab
-
-    def emit(s: str) -> None:
-        if s:
-            pieces.append(s)
-            if on_text is not None:
-                on_text(s)
-
     history = list(prompt)       # every token of the sequence; the memory holds all but the last
     done = False
 
     def take(tok: int) -> bool:
         """Append a target token to the output; True when generation ends with it."""
         nonlocal done
-        if tokenizer.is_eog(tok):
-            res.stop_reason, done = "eog", True
-            return True
-        res.tokens.append(tok)
-        history.append(tok)
-        res.timings.n_gen = len(res.tokens)
-        emit(stream.push(tok))
-        if stops and _ends_with_stop(pieces, stops):
-            res.stop_reason, done = "stop", True
-        elif grammar is not None and grammar.done():
-            res.stop_reason, done = "grammar", True
-        elif n_predict >= 0 and len(res.tokens) >= n_predict:
-            res.stop_reason, done = "n_predict", True
+        if not tokenizer.is_eog(tok):
+            history.append(tok)
+        reason = out.take(tok)
+        if reason is not None:
+            res.stop_reason, done = reason, True
         return done
 
     t0 = time.perf_counter()
@@ -300,7 +283,6 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         res.stop_reason = "interrupted"
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
-    emit(stream.flush())
-    res.text = "".join(pieces)
+    out.finish()
     res.held_tokens = history[:_n_held(ctx, seq_id, len(history))]
     return res
