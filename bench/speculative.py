@@ -120,7 +120,7 @@ def main() -> None:
     def lookup(k):
         def f():
             with Context(m, n_ctx=n_ctx) as ctx:
-                ctx.memory.set_draft_window(k)
+                ctx.memory.set_draft_window(k, keep_last=False)   # as toolkit run / chat set a target's
                 extra = ctx.memory_report()["draft"]
                 r = generate_speculative(ctx, tok, prompt, a.n, Sampler(greedy), PromptLookup(a.ngram), draft_max=k,
                                          ignore_eos=True)
@@ -130,7 +130,7 @@ def main() -> None:
     def draft(k):
         def f():
             with Context(m, n_ctx=n_ctx) as ctx, Context(dm, n_ctx=n_ctx, n_checkpoints=1) as dctx:
-                ctx.memory.set_draft_window(k)
+                ctx.memory.set_draft_window(k, keep_last=False)
                 dctx.memory.set_draft_window(k)
                 rep = dctx.memory_report()
                 extra = ctx.memory_report()["draft"] + sum(rep.values())

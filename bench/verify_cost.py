@@ -1,6 +1,8 @@
 """Cost of a verify call: n tokens of one sequence decoded in one ubatch, through the chunked
-SSD, through the token-by-token recurrence, and through the recurrence writing the speculative
-window's per-token snapshots (the path a verify takes); one decode of 1 token for scale.
+SSD, through the token-by-token recurrence, through the recurrence writing the speculative
+window's per-token snapshots, and writing them for all tokens but the last (the path a
+target's verify takes: ``set_draft_window(k, keep_last=False)``); one decode of 1 token for
+scale, without and with the target's window (a step that found no draft).
 
     python bench/verify_cost.py /tmp/b430/b430.q8_0.gguf --threads 2 --sizes 2 5 9 17 33 --repeat 7
 
@@ -29,13 +31,14 @@ def main() -> None:
     rows = []
     for n in [1] + a.sizes:
         out = {}
-        for path, thr, window in (("ssd", 1, 0), ("recurrence", 0, 0), ("recurrence+snapshots", 0, n - 1)):
-            if n == 1 and path != "recurrence":
+        for path, thr, window, last in (("ssd", 1, 0, True), ("recurrence", 0, 0, True),
+                                        ("recurrence+snapshots", 0, n - 1, True), ("verify", 0, max(n - 1, 4), False)):
+            if n == 1 and path not in ("recurrence", "verify"):
                 continue
             lib.tk_ssd_set_threshold(thr)
             with Context(m, n_ctx=512) as ctx:
                 if window:
-                    ctx.memory.set_draft_window(window)
+                    ctx.memory.set_draft_window(window, keep_last=last)
                 ctx.decode(prefix, logits="none")
                 blob = ctx.state_bytes(0)
                 ts = []
@@ -51,11 +54,12 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(f"{a.model}: {a.threads} threads, median of {a.repeat} (load average {load}; a shared machine)")
-    print(f"{'tokens':>6}  {'ssd ms':>9}  {'recurrence ms':>14}  {'+snapshots ms':>14}  {'per token (+snap)':>18}")
+    print(f"{'tokens':>6}  {'ssd ms':>9}  {'recurrence ms':>14}  {'+snapshots ms':>14}  {'verify ms':>10}  "
+          f"{'per token (verify)':>19}")
     for n, out in rows:
         f = lambda k: f"{out[k]:.2f}" if k in out else "-"
-        snap = out.get("recurrence+snapshots", out.get("recurrence"))
-        print(f"{n:>6}  {f('ssd'):>9}  {f('recurrence'):>14}  {f('recurrence+snapshots'):>14}  {snap / n:>18.2f}")
+        print(f"{n:>6}  {f('ssd'):>9}  {f('recurrence'):>14}  {f('recurrence+snapshots'):>14}  {f('verify'):>10}  "
+              f"{out['verify'] / n:>19.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@
 - several sequences in one batch, one rejecting while the others accept
 - outside the window the removal is refused as before (nothing changes); seq_cp carries the
   ring; the memory report counts it
+- the target's mode (keep_last=False, TK_SPEC_NO_LAST: no copy of the state after a call's last
+  token) gives the same bits at every rollback point, also when the batch is split into several
+  ubatches, and has no state for the end of an earlier call, which the default mode has
 Models: converted at test time from tests/fixtures/hf/* (F32).
 """
 from __future__ import annotations
@@ -44,10 +47,11 @@ def reference_state(model, prefix, accepted, n_seq=1, seq=0) -> bytes:
         return ctx.state_bytes(seq)
 
 
-def test_rollback_at_every_point_of_the_window_is_bit_identical(model):
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_rollback_at_every_point_of_the_window_is_bit_identical(model, keep_last):
     prefix, verify = toks(model, 11, 1), toks(model, K + 1, 2)
     with Context(model, n_ctx=128, n_ubatch=32) as ctx:
-        ctx.memory.set_draft_window(K)
+        ctx.memory.set_draft_window(K, keep_last=keep_last)
         ctx.decode(prefix, logits="none")
         blob0 = ctx.state_bytes(0)
         for n_keep in range(K + 1, 0, -1):          # keep 5, 4, ... 1 of the verify batch
@@ -80,13 +84,14 @@ def test_outside_the_window_is_refused(model):
         assert ctx.state_bytes(0) == before
 
 
-def test_multi_sequence_one_rejects_others_accept(model):
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_multi_sequence_one_rejects_others_accept(model, keep_last):
     n = 3
     prefixes = [toks(model, 7 + s, 10 + s) for s in range(n)]
     verifies = [toks(model, K + 1 - s, 20 + s) for s in range(n)]   # unequal lengths: several ubatches
-    keep = [len(verifies[0]), 1, len(verifies[2])]                   # sequence 1 rejects all its drafts
+    keep = [len(verifies[0]) - 1, 1, len(verifies[2]) - 1]           # sequence 1 rejects all its drafts
     with Context(model, n_ctx=256, n_seq_max=n, n_ubatch=32) as ctx:
-        ctx.memory.set_draft_window(K)
+        ctx.memory.set_draft_window(K, keep_last=keep_last)
         ctx.decode_batch([(p, s) for s, p in enumerate(prefixes)], logits="none")
         ctx.decode_batch([(v, s) for s, v in enumerate(verifies)], logits="all")
         for s in range(n):
@@ -94,6 +99,29 @@ def test_multi_sequence_one_rejects_others_accept(model):
             assert ctx.memory.rollback(s, p) == p
         for s in range(n):
             assert ctx.state_bytes(s) == reference_state(model, prefixes[s], verifies[s][:keep[s]], n, s), s
+
+
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_end_of_an_earlier_call_only_with_keep_last(model, keep_last):
+    """The target mode copies no state after a call's last token: a rollback to the end of the
+    verify call, once another token followed, is not exact from the ring (it goes back to the
+    prompt's checkpoint and re-feeds); the default mode has that state."""
+    prefix, verify = toks(model, 9, 50), toks(model, K + 1, 51)
+    with Context(model, n_ctx=128, n_ubatch=32, n_checkpoints=2) as ctx:
+        ctx.memory.set_draft_window(K, keep_last=keep_last)
+        ctx.decode(prefix, logits="none")
+        ctx.decode(verify, logits="none")
+        ctx.decode(toks(model, 1, 52), logits="none")
+        p = len(prefix) + K + 1
+        got = ctx.memory.rollback(0, p)
+        if keep_last:
+            assert got == p
+            nxt = ctx.decode(toks(model, 2, 53), logits="all")
+            with Context(model, n_ctx=128, n_ubatch=32) as ref:
+                ref.decode(np.concatenate([prefix, verify]), logits="none")
+                assert np.array_equal(nxt, ref.decode(toks(model, 2, 53), logits="all"))
+        else:
+            assert got == len(prefix)                   # the end-of-prompt checkpoint
 
 
 def test_seq_cp_carries_the_window_and_report_counts_it(model):

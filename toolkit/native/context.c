@@ -28,6 +28,7 @@ void tk_context_free(tk_context * c) {
     free(c->ub.pos);
     free(c->ub.seq);
     free(c->ub.out_row);
+    free(c->ub.snap_skip_last);
     free(c);
 }
 
@@ -177,7 +178,9 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     c->ub.pos = malloc(U * sizeof(int32_t));
     c->ub.seq = malloc(U * sizeof(int32_t));
     c->ub.out_row = malloc(U * sizeof(int32_t));
-    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    c->ub.snap_skip_last = calloc(U, 1);
+    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row || !c->ub.snap_skip_last)
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     return TK_OK;
 }
 
@@ -338,6 +341,7 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         for (int32_t j = 0; j < n_act; j++) {
             const int32_t s = act[j];
             ub->seq[j] = s;
+            ub->snap_skip_last[j] = (ctx->spec_flags & TK_SPEC_NO_LAST) && sp.done[s] + len == sp.count[s];
             for (int32_t t = 0; t < len; t++) {
                 const int32_t bi = idx[sp.start[s] + sp.done[s] + t];
                 ub->token[j * len + t] = b->token[bi];
@@ -378,13 +382,17 @@ tk_status tk_context_set_keep_tail(tk_context * ctx, int32_t n) {
     return TK_OK;
 }
 
-tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k) {
+tk_status tk_context_set_spec_window_ex(tk_context * ctx, int32_t k, uint32_t flags) {
     if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
     if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    if (flags & ~(uint32_t) TK_SPEC_NO_LAST) return TK_FAIL(TK_ERR_INVALID, "speculative window flags 0x%x: unknown bits", flags);
     if (ctx->mem->set_spec_window) TK_CHECK(ctx->mem->set_spec_window(ctx->mem, k));
     ctx->spec_window = k;
+    ctx->spec_flags = flags;
     return TK_OK;
 }
+
+tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k) { return tk_context_set_spec_window_ex(ctx, k, 0); }
 
 int32_t tk_context_ubatches(const tk_context * ctx, int32_t * n_seqs, int32_t * n_seq_tokens, int32_t cap) {
     if (!ctx) return 0;

@@ -34,7 +34,8 @@
  * k + 1 rows per sequence and per (layer, piece), row seq * (k + 1) + pos % (k + 1) holding
  * the piece after the token at pos, ring_pos[row] that position (-1: none).  prepare marks
  * the rows a ubatch writes: every token of a row of at most k + 1 tokens (a verify batch;
- * a longer row, such as a prompt, keeps none); the layer kinds copy their pieces there as
+ * a longer row, such as a prompt, keeps none), but for a context with TK_SPEC_NO_LAST not a
+ * sequence's last token of the decode call (its cell holds that state; ub->snap_skip_last); the layer kinds copy their pieces there as
  * they step through the tokens (tk_rs_snap, memory.h).  seq_rm(seq, p, end) with the state
  * after p - 1 in the ring copies it back into the sequence's cell: the state is then exactly
  * the one a run that never saw the tokens >= p has.  Entries after it go; so do all of a
@@ -507,6 +508,7 @@ static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
                 const int32_t t = s * ub->n_seq_tokens + i, pos = ub->pos[t];
                 rs->snap_row[t] = -1;
                 if (ub->n_seq_tokens > rs->n_snap) continue;
+                if (i == ub->n_seq_tokens - 1 && ub->snap_skip_last && ub->snap_skip_last[s]) continue;
                 rs->snap_row[t] = ub->seq[s] * rs->n_snap + pos % rs->n_snap;
                 rs->ring_pos[rs->snap_row[t]] = pos;
             }

@@ -235,6 +235,7 @@ struct tk_context {
     int32_t n_trace;           /* ubatches of the last tk_decode */
     int32_t trace[TK_TRACE_MAX][2];   /* [min(n_trace, TK_TRACE_MAX)] their n_seqs, n_seq_tokens */
     int32_t spec_window;       /* speculative window k (tk_context_set_spec_window; 0: off) */
+    uint32_t spec_flags;       /* TK_SPEC_NO_LAST, ... (tk_context_set_spec_window_ex) */
 };
 
 tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logits_out);

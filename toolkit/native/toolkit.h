@@ -287,6 +287,14 @@ tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint
  * TK_ERR_UNSUPPORTED for a model with a recurrent piece its kind does not snapshot per token
  * (memory_rs.c SNAP_PIECES).  A model without recurrent layers accepts any k and keeps nothing. */
 tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
+/* tk_context_set_spec_window with flags.  TK_SPEC_NO_LAST: no snapshot of the state after the
+ * last token a decode call gives a sequence (the sequence's cell holds that state), for a
+ * verifying target, which rolls back only inside its latest call and keeps at least its first
+ * token: a verify call of n tokens then copies n - 1 states, a call without drafts none.  A
+ * seq_rm back to the end of an earlier call then falls back to the checkpoints; a draft
+ * model's context, which rolls back to the end of earlier calls, keeps the default (0). */
+#define TK_SPEC_NO_LAST 1
+tk_status tk_context_set_spec_window_ex(tk_context * ctx, int32_t k, uint32_t flags);
 /* ==== end memory hierarchy ==== */
 
 /* CDEF-END */

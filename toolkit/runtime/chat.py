@@ -163,7 +163,7 @@ class Chat:
         """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel),
         at most ``draft_max`` per step (the context's draft window is set to it).  Not with a
         context shift."""
-        self.ctx.memory.set_draft_window(draft_max)
+        self.ctx.memory.set_draft_window(draft_max, keep_last=False)   # a verifying target
         self.drafter, self.draft_max, self.draft_min = drafter, int(draft_max), int(draft_min)
 
     def _append_to_held(self, before: list[dict], n_keep: int) -> list[int]:

@@ -104,7 +104,7 @@ class Memory:
             return None
         return self.seq_pos_max(seq_id) + 1
 
-    def set_draft_window(self, k: int) -> None:
+    def set_draft_window(self, k: int, *, keep_last: bool = True) -> None:
         """Speculative decoding's partial rollback (ref: llama.cpp ``n_rs_seq``): keep, per
         sequence, the recurrent state after each of its last ``k + 1`` tokens decoded in a
         call of at most ``k + 1`` tokens for it (a verify batch), so that
@@ -113,10 +113,18 @@ class Memory:
         ring.  Bytes: n_seq_max x (k + 1) x one recurrent state (``draft`` in
         :meth:`Context.memory_report`).  The ring is not saved in state blobs.
 
+        ``keep_last=False`` (``TK_SPEC_NO_LAST``) copies no state after a call's last token
+        of a sequence (its cell holds it): for a verifying target, which rolls back only
+        inside its latest call and keeps that call's first token.  A verify call of n tokens
+        then copies n - 1 states, a call without drafts none; a rollback to the end of an
+        earlier call falls back to the checkpoints.  A draft model's context keeps the
+        default: it rolls back to the ends of earlier calls.
+
         Raises:
             NativeError: ``k`` outside [0, 256]; ResourceError: out of memory.
         """
-        check(lib.tk_context_set_spec_window(self._ctx.ptr, int(k)), "draft window")
+        flags = 0 if keep_last else lib.TK_SPEC_NO_LAST
+        check(lib.tk_context_set_spec_window_ex(self._ctx.ptr, int(k), flags), "draft window")
         self._ctx.draft_window = int(k)
 
     def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> bool:

@@ -294,7 +294,7 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
         if opts.draft_model is not None or opts.lookup:
-            ctx.memory.set_draft_window(opts.draft_max)   # before the report: its draft line
+            ctx.memory.set_draft_window(opts.draft_max, keep_last=False)   # before the report: its draft line
         if on_report is not None:
             from toolkit.runtime.memory import format_report
             on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
