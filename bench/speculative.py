@@ -9,8 +9,11 @@ The prompt is a code-editing one: a function from bench/data/stdlib-heldout.txt,
 comment asking for the same function with a name changed, then the edited first line, so a
 model that copies writes the function again with small changes (what prompt lookup serves);
 -f FILE takes another prompt.
-Modes: plain, --lookup with each --draft-max in --k-lookup, and with --draft-model each
---draft-max in --k-draft.  Runs alternate mode by mode in each round (a shared machine's load
+Modes: plain, --lookup with each --draft-max in --k-lookup, with --draft-model each
+--draft-max in --k-draft, and with --k-oracle an oracle drafter: the plain run's own greedy
+tokens, so every draft is accepted.  The oracle is no way to decode; it measures the ceiling
+a perfect drafter would reach with this model's verify cost (the speed-up a trained model
+that copies its input would approach with --lookup), separate from what a given model accepts.  Runs alternate mode by mode in each round (a shared machine's load
 drifts); the table shows the median of the rounds' gen tokens/s.  Extra memory: the context's
 draft window (the recurrent-state ring), plus for a draft model its weights and context.
 
@@ -88,6 +91,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--k-lookup", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--k-draft", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--k-oracle", type=int, nargs="*", default=[],
+                    help="draft-max values for the oracle drafter (the plain run's tokens; the ceiling)")
     ap.add_argument("--ngram", type=int, default=3)
     ap.add_argument("-f", "--file", help="prompt text from this file instead of the code-editing prompt")
     a = ap.parse_args()
@@ -139,7 +144,23 @@ def main() -> None:
             return r, r.spec, extra
         return f
 
+    class Oracle:
+        """Drafts the plain greedy run's next tokens (known once `plain` has run)."""
+        def draft(self, history, k):
+            i = len(history) - len(prompt)
+            return [int(t) for t in ref[i:i + k]], None
+
+    def oracle(k):
+        def f():
+            with Context(m, n_ctx=n_ctx) as ctx:
+                ctx.memory.set_draft_window(k, keep_last=False)
+                extra = ctx.memory_report()["draft"]
+                r = generate_speculative(ctx, tok, prompt, a.n, Sampler(greedy), Oracle(), draft_max=k, ignore_eos=True)
+            return r, r.spec, extra
+        return f
+
     modes = [("plain", plain)] + [(f"lookup K={k}", lookup(k)) for k in a.k_lookup]
+    modes += [(f"oracle K={k}", oracle(k)) for k in a.k_oracle]
     if dm is not None:
         modes += [(f"draft K={k}", draft(k)) for k in a.k_draft]
     tps: dict[str, list[float]] = {name: [] for name, _ in modes}
