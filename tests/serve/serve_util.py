@@ -1,6 +1,7 @@
 """Servers for the tests: toolkit.serve's app on uvicorn in a thread, on a free loopback port
-(port 0: the kernel picks one), stopped and its context freed at the end.  (A module, not a
-conftest.py: tests/conftest.py already has that module name.)"""
+(port 0: the kernel picks one), stopped and its context freed at the end; the greedy answers of
+prompts alone and streamed at once.  (A module, not a conftest.py: tests/conftest.py already
+has that module name.)"""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import pathlib
 import threading
 import time
 
+import httpx
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -66,3 +68,44 @@ def sse_events(resp) -> list:
                 break
             out.append(json.loads(line[6:]))
     return out
+
+
+def greedy_alone(model_path, prompts: list[str], n_gen: int, ubatch: int) -> list[list[int]]:
+    """Greedy tokens of each prompt on a fresh Context (micro-batches of ``ubatch`` tokens, the
+    prompt's last token decoded in a call of its own, as the server does)."""
+    from toolkit.runtime import Context, Model
+    from toolkit.runtime.generate import generate
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.tokenizer import Tokenizer
+    m = Model(str(model_path), n_threads=2)
+    tok = Tokenizer.from_gguf(m.gguf)
+    out = []
+    for p in prompts:
+        ctx = Context(m, n_ctx=2048, n_checkpoints=4, n_ubatch=ubatch)   # the server's chunks
+        ids = tok.encode(p, add_special=True, parse_special=True)
+        res = generate(ctx, tok, ids, n_gen, Sampler(SamplerParams(temp=0)), split_last=True, ignore_eos=True)
+        out.append(res.tokens)
+        ctx.close()
+    m.close()
+    return out
+
+
+def stream_concurrent(url: str, prompts: list[str], n_gen: int) -> list[list[int]]:
+    """Stream every prompt at once (one thread each); the token ids each stream carried."""
+    got: list = [None] * len(prompts)
+    barrier = threading.Barrier(len(prompts))
+
+    def one(i):
+        body = {"prompt": prompts[i], "max_tokens": n_gen, "temperature": 0, "stream": True,
+                "return_tokens": True, "ignore_eos": True}
+        with httpx.Client(timeout=120) as c:
+            barrier.wait()
+            with c.stream("POST", url + "/v1/completions", json=body) as r:
+                assert r.status_code == 200
+                got[i] = [t for ev in sse_events(r) for t in ev["choices"][0].get("tokens", [])]
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return got

@@ -5,12 +5,10 @@ extends another's reuses its prefix), on the demo model and on a hybrid fixture 
 Mamba-2 + attention)."""
 from __future__ import annotations
 
-import threading
-
 import httpx
 import pytest
 
-from serve_util import DEMO, sse_events
+from serve_util import DEMO, greedy_alone, stream_concurrent
 
 pytestmark = pytest.mark.native
 
@@ -23,55 +21,14 @@ UBATCH = 40
 N_GEN = 16
 
 
-def alone(model_path, prompts: list[str]) -> list[list[int]]:
-    """Greedy tokens of each prompt on a fresh Context (micro-batches of UBATCH tokens, the
-    prompt's last token decoded in a call of its own, as the server does)."""
-    from toolkit.runtime import Context, Model
-    from toolkit.runtime.generate import generate
-    from toolkit.runtime.sampling import Sampler, SamplerParams
-    from toolkit.runtime.tokenizer import Tokenizer
-    m = Model(str(model_path), n_threads=2)
-    tok = Tokenizer.from_gguf(m.gguf)
-    out = []
-    for p in prompts:
-        ctx = Context(m, n_ctx=512, n_checkpoints=4, n_ubatch=UBATCH)   # the server's chunks
-        ids = tok.encode(p, add_special=True, parse_special=True)
-        res = generate(ctx, tok, ids, N_GEN, Sampler(SamplerParams(temp=0)), split_last=True, ignore_eos=True)
-        out.append(res.tokens)
-        ctx.close()
-    m.close()
-    return out
-
-
-def concurrent(url: str, prompts: list[str]) -> list[list[int]]:
-    """Stream every prompt at once (one thread each); the token ids each stream carried."""
-    got: list = [None] * len(prompts)
-    barrier = threading.Barrier(len(prompts))
-
-    def one(i):
-        body = {"prompt": prompts[i], "max_tokens": N_GEN, "temperature": 0, "stream": True,
-                "return_tokens": True, "ignore_eos": True}
-        with httpx.Client(timeout=120) as c:
-            barrier.wait()
-            with c.stream("POST", url + "/v1/completions", json=body) as r:
-                assert r.status_code == 200
-                got[i] = [t for ev in sse_events(r) for t in ev["choices"][0].get("tokens", [])]
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
-
-
 @pytest.mark.parametrize("which", ["demo", "bamba-tiny"])
 def test_concurrent_streams_equal_alone(which, start_server, hf_f32):
     path = DEMO if which == "demo" else hf_f32("bamba-tiny")
-    want = alone(path, PROMPTS)
+    want = greedy_alone(path, PROMPTS, N_GEN, UBATCH)
     assert len({tuple(w) for w in want}) > 4, "the prompts should give different answers"
     s = start_server(path, n_slots=4, n_ctx=2048, n_ubatch=UBATCH)
-    first = concurrent(s.url, PROMPTS)
-    second = concurrent(s.url, PROMPTS[::-1])[::-1]
+    first = stream_concurrent(s.url, PROMPTS, N_GEN)
+    second = stream_concurrent(s.url, PROMPTS[::-1], N_GEN)[::-1]
     for p, w, a, b in zip(PROMPTS, want, first, second):
         assert a == w, f"{which} {p!r}: concurrent {a} != alone {w}"
         assert b == w, f"{which} {p!r}: second round {b} != alone {w}"

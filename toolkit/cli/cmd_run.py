@@ -110,7 +110,7 @@ def run(
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
-    draft_max, draft_min = _check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -138,13 +138,15 @@ def run(
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 
-def _check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min) -> tuple[int, int]:
+def check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min,
+                sources: str = "--lookup or --draft-model FILE") -> tuple[int, int]:
     """The speculative flags: ranges, one draft source, the draft file exists, a window flag
-    without a draft source (exit 2 otherwise).  Returns (draft_max, draft_min) with defaults."""
+    without a draft source (exit 2 otherwise; ``sources``: the command's draft flags, for that
+    message).  Returns (draft_max, draft_min) with defaults."""
     source = draft_model is not None or lookup or draft_ngram is not None
     if not source and (draft_max is not None or draft_min is not None):
         flag = "--draft-max" if draft_max is not None else "--draft-min"
-        raise InputError(f"{flag} needs a draft source: --lookup or --draft-model FILE")
+        raise InputError(f"{flag} needs a draft source: {sources}")
     draft_max = 16 if draft_max is None else draft_max
     draft_min = 0 if draft_min is None else draft_min
     from toolkit.cli.limits import check_range

@@ -34,6 +34,10 @@ def serve(
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
     queue: int = typer.Option(64, "--queue", help="Requests that may wait for a slot when all are busy; beyond it: 503 with Retry-After (0: no waiting, a request is served only while a slot is free)."),
     max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body in bytes; beyond it: 413."),
+    lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding in every slot with prompt-lookup drafts: the tokens that followed the slot's last n-gram earlier on (helps most when answers copy the prompt); the output is what plain decoding gives (greedy: token for token)."),
+    draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per slot and step at most (1-256; the recurrent state keeps that many + 1 snapshots per slot) \\[default: 16]."),
+    draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (the slot decodes one token plainly)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Log every HTTP request (uvicorn's access log) to stderr."),
@@ -50,6 +54,9 @@ def serve(
     check_range("--checkpoint-every", checkpoint_every, 0, MAX_CTX)
     check_range("--queue", queue, 0, 1 << 20)
     check_range("--max-body", max_body, 1, 1 << 34)
+    from toolkit.cli.cmd_run import check_draft
+    draft_max, draft_min = check_draft(None, lookup, draft_ngram, draft_max, draft_min, sources="--lookup")
+    speculative = lookup or draft_ngram is not None
     api_key = api_key if api_key is not None else os.environ.get("TOOLKIT_API_KEY") or None
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: empty key")
@@ -62,7 +69,8 @@ def serve(
         err_console.print(f"loading {path}", highlight=False)
         svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
-                   chat_template=chat_template, n_threads=threads or None)
+                   chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
+                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram)
     except BaseException:
         sock.close()
         raise

@@ -84,6 +84,27 @@ def speculative_accept(p: np.ndarray, q: np.ndarray, d: int, rng: np.random.Gene
     return False, _draw(r / s if s > 0 else p, rng)
 
 
+def verify_token(step: _Step, sampler: Sampler, row: np.ndarray, draft: int | None, q, n_vocab: int,
+                 res: GenerationResult) -> tuple[int, bool]:
+    """Row i of a verify call (the target's logits after the call's token i): the target's
+    token there and whether it accepts ``draft`` (the call's token i + 1; None when every
+    draft was kept: the row's own token, False).  Greedy: accepted when it is the processed
+    row's argmax; sampling: :func:`speculative_accept` with the draft's ``q`` ((ids, probs);
+    None: one-hot on ``draft``, a deterministic draft).  The token goes through ``step.commit``
+    (penalty window, grammar, n_probs) as a plain step's does."""
+    row = step.process(row)
+    if draft is None or sampler.greedy:
+        tok = int(sampler.sample_penalized(row))
+        ok = draft is not None and tok == draft
+    else:
+        ids, probs = sampler.candidates(row)
+        p = _dense(ids, probs, n_vocab)
+        qd = _dense(*q, n_vocab) if q is not None else _dense([draft], [1.0], n_vocab)
+        ok, tok = speculative_accept(p, qd, draft, sampler.rng)
+    step.commit(row, tok, res)
+    return tok, ok
+
+
 def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
     c = np.cumsum(p)
     k = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
@@ -256,19 +277,9 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             used = 0
             for i in range(len(drafts) + 1):
                 used = i + 1
-                row = step.process(rows[i])
-                if i == len(drafts):                        # every draft kept: the target's own next token
-                    tok = int(sampler.sample_penalized(row))
-                    ok = False
-                elif sampler.greedy:
-                    tok = int(sampler.sample_penalized(row))
-                    ok = tok == drafts[i]
-                else:
-                    ids, probs = sampler.candidates(row)
-                    p = _dense(ids, probs, V)
-                    q = _dense(*qs[i], V) if qs is not None else _dense([drafts[i]], [1.0], V)
-                    ok, tok = speculative_accept(p, q, drafts[i], sampler.rng)
-                step.commit(row, tok, res)
+                d = drafts[i] if i < len(drafts) else None   # None: every draft kept, the target's own next token
+                tok, ok = verify_token(step, sampler, rows[i], d, qs[i] if qs is not None and d is not None else None,
+                                       V, res)
                 if ok:
                     res.spec.n_accepted += 1
                 if take(tok) or not ok:

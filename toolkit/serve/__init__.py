@@ -18,10 +18,12 @@ from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
 
 def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512, n_checkpoints: int = 4,
          checkpoint_every: int = 256, queue: int = 64, api_key: str | None = None, max_body: int = 1 << 20,
-         chat_template: str | None = None, n_threads: int | None = None) -> Service:
+         chat_template: str | None = None, n_threads: int | None = None, draft_max: int = 0, draft_min: int = 0,
+         draft_ngram: int = 3) -> Service:
     """Load the model and start the decode thread.  The chat template is the GGUF's
     (``tokenizer.chat_template``), else ``chat_template`` (a file, ``chatml``, or NAME of a
     ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to.
+    ``draft_max`` > 0: speculative decoding per slot with prompt-lookup drafts (Engine).
 
     Raises:
         InputError (bad file or sizes), UnsupportedError, ResourceError, as ``toolkit run``.
@@ -37,7 +39,8 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
         tok = Tokenizer.from_gguf(model.gguf)
         template = ChatTemplate.from_gguf(model.gguf, chat_template) or ChatTemplate.from_gguf(model.gguf, "chatml")
         engine = Engine(model, tok, n_slots=n_slots, n_ctx=n_ctx, n_ubatch=n_ubatch, n_checkpoints=n_checkpoints,
-                        checkpoint_every=checkpoint_every, queue=queue, n_threads=n_threads)
+                        checkpoint_every=checkpoint_every, queue=queue, n_threads=n_threads, draft_max=draft_max,
+                        draft_min=draft_min, draft_ngram=draft_ngram)
     except BaseException:
         model.close()
         raise

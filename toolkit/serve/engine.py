@@ -28,6 +28,18 @@ Each turn of the loop (one *step*):
    in the last bits.  Generation tokens are one per sequence, which splits the same way
    whatever else is in the batch.
 
+Speculative decoding per slot (``--lookup``, ``draft_max > 0``): in step 2 a slot that is
+generating (not feeding its prompt's last token) sends, after its token, up to ``draft_max``
+prompt-lookup drafts (:class:`toolkit.runtime.speculative.PromptLookup` over the slot's
+tokens); all the slots' rows still go into the one ``decode_batch`` call (``logits="all"``),
+each slot keeps its drafts up to the first its sampler would not have chosen
+(:func:`toolkit.runtime.speculative.verify_token`: greedy argmax, or the speculative sampling
+rule) plus one token of its own, and a slot that rejected some rolls its sequence back through
+the context's draft window (``set_draft_window(draft_max, keep_last=False)``: exact, nothing
+re-fed).  A row of at most ``draft_max + 1`` tokens runs the token-by-token recurrence and every
+mat-mul output has the same float operations whatever the batch, so a slot's greedy output
+is the same token for token with or without drafts, and with whatever the other slots send.
+
 Checkpoints (``--checkpoints K``, ``--checkpoint-every E``): the runtime takes one at the end of
 every multi-token call (each prompt chunk, so one token before the prompt's end), every E
 positions, and the scheduler takes one after the prompt's last token and at the end of each
@@ -53,6 +65,7 @@ from toolkit.runtime import Context
 from toolkit.runtime.generate import _ends_with_stop, _Step, GenerationResult
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.session import common_prefix
+from toolkit.runtime.speculative import PromptLookup, verify_token
 
 
 log = logging.getLogger(__name__)
@@ -98,6 +111,8 @@ class Job:
     t_prompt: float = 0.0            # first token sampled
     t_end: float = 0.0
     cancelled: bool = False
+    n_drafted: int = 0               # speculative decoding: draft tokens sent, and of those kept
+    n_accepted: int = 0
 
     def timings(self) -> dict:
         """llama-server's ``timings`` fields, plus ``cache_n`` (prompt tokens reused)."""
@@ -108,7 +123,8 @@ class Job:
                 "prompt_per_second": round(n_prompt / prompt_ms * 1e3, 3) if prompt_ms > 0 else 0.0,
                 "predicted_n": len(self.tokens), "predicted_ms": round(gen_ms, 3),
                 "predicted_per_second": round(len(self.tokens) / gen_ms * 1e3, 3) if gen_ms > 0 else 0.0,
-                "queue_ms": round(max(self.t_start - self.t_submit, 0.0) * 1e3, 3)}
+                "queue_ms": round(max(self.t_start - self.t_submit, 0.0) * 1e3, 3),
+                "draft_n": self.n_drafted, "draft_n_accepted": self.n_accepted}
 
 
 class _Run:
@@ -152,13 +168,18 @@ class Engine:
             snapshots per slot and their period in positions (0: off).
         queue: most jobs waiting for a slot beyond the free slots (``submit`` raises QueueFull
             beyond it; 0: a job is taken only while a slot is free for it).
+        draft_max: speculative decoding with prompt-lookup drafts of at most this many tokens
+            per slot and step (0: off; the context keeps draft_max snapshots per slot);
+            draft_min: a shorter draft is not sent; draft_ngram: the longest n-gram matched.
 
     Raises:
-        InputError / ResourceError: from Context (bad sizes, out of memory).
+        InputError / ResourceError: from Context (bad sizes, out of memory); UnsupportedError:
+            draft_max > 0 for a model whose recurrent state keeps no per-token snapshots.
     """
 
     def __init__(self, model, tok, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512,
-                 n_checkpoints: int = 4, checkpoint_every: int = 256, queue: int = 64, n_threads: int | None = None):
+                 n_checkpoints: int = 4, checkpoint_every: int = 256, queue: int = 64, n_threads: int | None = None,
+                 draft_max: int = 0, draft_min: int = 0, draft_ngram: int = 3):
         if n_slots < 1 or n_slots > 64:
             raise InputError(f"-np/--parallel = {n_slots}: must be in [1, 64]")
         if n_ctx < n_slots * 8:
@@ -167,6 +188,14 @@ class Engine:
         self.ctx = Context(model, n_ctx=n_ctx, n_seq_max=n_slots, n_ubatch=n_ubatch, n_threads=n_threads,
                            n_checkpoints=n_checkpoints, checkpoint_every=checkpoint_every)
         self.n_ctx_slot = n_ctx // n_slots
+        self.draft_max, self.draft_min = int(draft_max), int(draft_min)
+        self.lookup = PromptLookup(draft_ngram) if draft_max > 0 else None
+        if draft_max > 0:
+            try:
+                self.ctx.memory.set_draft_window(draft_max, keep_last=False)   # the slots verify
+            except BaseException:
+                self.ctx.close()
+                raise
         self.n_ubatch, self.queue_max = n_ubatch, queue
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: collections.deque[Job] = collections.deque()
@@ -333,20 +362,70 @@ class Engine:
             return None
 
     def _generate_step(self) -> None:
-        items = [(s, [s.run.next_tok]) for s in self.slots if s.run is not None and s.run.next_tok is not None]
+        items = [(s, [s.run.next_tok] + self._drafts(s)) for s in self.slots
+                 if s.run is not None and s.run.next_tok is not None]
         if not items:
             return
-        rows = self._decode(items, "last")
+        rows = self._decode(items, "all" if any(len(toks) > 1 for _, toks in items) else "last")
         if rows is None:
             return
         for (s, toks), row in zip(items, rows):
+            n0 = len(s.held)
             s.held += toks
             run = s.run
             if run.todo:                      # that was the prompt's last token
                 run.todo = []
                 self.ctx.memory.checkpoint(s.id)
                 run.job.t_prompt = time.perf_counter()
-            self._sample(s, row[-1])
+            if len(toks) == 1:
+                self._sample(s, row[-1])
+            else:
+                self._verify(s, toks, row, n0)
+
+    def _drafts(self, s: Slot) -> list[int]:
+        """Prompt-lookup drafts to send after the slot's next token (none while it feeds its
+        prompt's last token, or with lookup off): at most draft_max, within the slot's context
+        and n_predict, and none when shorter than draft_min."""
+        run = s.run
+        if self.lookup is None or run.todo:
+            return []
+        k = min(self.draft_max, self.n_ctx_slot - len(s.held) - 2)
+        if run.job.n_predict >= 0:
+            k = min(k, run.job.n_predict - len(run.job.tokens) - 1)
+        if k <= 0:
+            return []
+        drafts = self.lookup.draft(s.held + [run.next_tok], k)[0][:k]
+        return drafts if len(drafts) >= max(self.draft_min, 1) else []
+
+    def _verify(self, s: Slot, toks: list[int], rows: np.ndarray, n0: int) -> None:
+        """A row that carried drafts (toks = the slot's token + drafts, decoded from position
+        n0; rows: their logits): keep the drafts the slot's sampler accepts and one token of its
+        own, roll the sequence back past the rest."""
+        run, job = s.run, s.run.job
+        drafts = toks[1:]
+        job.n_drafted += len(drafts)
+        self.metrics["draft_tokens"] += len(drafts)
+        used, reason = 0, None
+        for i in range(len(drafts) + 1):
+            used = i + 1
+            d = drafts[i] if i < len(drafts) else None
+            tok, ok = verify_token(run.step, run.sampler, rows[i], d, None, self.model.n_vocab, run.res)
+            self.metrics["tokens_generated"] += 1
+            if ok:
+                job.n_accepted += 1
+                self.metrics["draft_tokens_accepted"] += 1
+            reason = self._take(s, tok, n0 + used)
+            if reason is not None or not ok:
+                break
+        if used < len(toks):
+            p0 = n0 + used
+            if self.ctx.memory.rollback(s.id, p0) != p0:
+                raise RuntimeError(f"slot {s.id}: speculative rollback to position {p0} refused")
+            del s.held[p0:]
+        if reason is not None:
+            return self._finish(s, reason)
+        run.next_tok = tok
+        self._send(run, final=False)
 
     def _prefill_step(self) -> None:
         pre = [s for s in self.slots if s.run is not None and len(s.run.todo) > 1]
@@ -372,23 +451,32 @@ class Engine:
 
     def _sample(self, s: Slot, row: np.ndarray) -> None:
         """Sample the slot's next token from ``row`` and send what it completes."""
-        run, job = s.run, s.run.job
+        run = s.run
         tok = run.step(row, run.res)
         self.metrics["tokens_generated"] += 1
+        reason = self._take(s, tok, len(s.held))
+        if reason is not None:
+            return self._finish(s, reason)
+        run.next_tok = tok
+        self._send(run, final=False)
+
+    def _take(self, s: Slot, tok: int, n_held: int) -> str | None:
+        """A sampled token into the job (an end-of-generation token is not kept); the finish
+        reason it ends the job with, or None.  n_held: tokens the slot's memory will hold."""
+        run, job = s.run, s.run.job
         if self.tok.is_eog(tok):
-            return self._finish(s, "stop")
+            return "stop"
         job.tokens.append(tok)
         run.pieces.append(run.stream.push(tok))
         if job.stop and _ends_with_stop(run.pieces, job.stop):
-            return self._finish(s, "stop")
+            return "stop"
         if job.grammar is not None and job.grammar.done():
-            return self._finish(s, "stop")
+            return "stop"
         if 0 <= job.n_predict <= len(job.tokens):
-            return self._finish(s, "length")
-        if len(s.held) + 1 >= self.n_ctx_slot:
-            return self._finish(s, "length")
-        run.next_tok = tok
-        self._send(run, final=False)
+            return "length"
+        if n_held + 1 >= self.n_ctx_slot:
+            return "length"
+        return None
 
     def _send(self, run: _Run, final: bool) -> None:
         """Send the text not sent yet, less a tail that may be the start of a stop string."""
