@@ -62,3 +62,26 @@ def test_raising_inside_deferred(handlers):
 def test_without_install_nothing_is_pending():
     assert not interrupt.installed() and not interrupt.pending()
     interrupt.check()                                 # no-op
+
+
+@pytest.mark.native
+def test_decode_calls_share_one_thread_that_survives_errors():
+    """The main thread's decodes run on one kept thread (not a thread per call); an exception
+    in a call is raised on the caller and the thread goes on serving."""
+    import pathlib
+    import threading
+
+    from toolkit.runtime import Context, Model
+    demo = pathlib.Path(interrupt.__file__).resolve().parents[1] / "data" / "default.gguf"
+    m = Model(str(demo), n_threads=1)
+    with Context(m, n_ctx=64) as ctx:
+        first = ctx.decode([1, 2, 3], logits="last")
+        for t in range(4, 10):
+            ctx.decode([t], logits="last")
+        assert [t.name for t in threading.enumerate()].count("toolkit-decode") == 1
+        with pytest.raises(ZeroDivisionError):
+            ctx._run_interruptible(lambda: 1 // 0, "test")
+        ctx.memory.seq_rm(0, 0, -1)
+        assert (ctx.decode([1, 2, 3], logits="last") == first).all()
+        assert [t.name for t in threading.enumerate()].count("toolkit-decode") == 1
+    m.close()
