@@ -131,6 +131,9 @@ def test_seq_cp_carries_the_window_and_report_counts_it(model):
         ctx.memory.set_draft_window(K)
         rep = ctx.memory_report()
         assert rep["draft"] == 2 * (K + 1) * rep["recurrent"] // 2
+        ctx.memory.set_draft_window(K, keep_last=False)      # the target's window: K rows
+        assert ctx.memory_report()["draft"] == 2 * K * rep["recurrent"] // 2
+        ctx.memory.set_draft_window(K)
         ctx.decode(prefix, logits="none")
         ctx.decode(verify, logits="none")
         ctx.memory.seq_cp(0, 1)

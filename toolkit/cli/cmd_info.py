@@ -121,7 +121,7 @@ def info(
     parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) \\[default: 1]."),
     checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence \\[default: 4, toolkit run's]."),
     ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
-    draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run --draft-max): K + 1 recurrent states per sequence \\[default: 0, none]."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run / serve --draft-max): K recurrent states per sequence \\[default: 0, none]."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""

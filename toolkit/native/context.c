@@ -386,7 +386,7 @@ tk_status tk_context_set_spec_window_ex(tk_context * ctx, int32_t k, uint32_t fl
     if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
     if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
     if (flags & ~(uint32_t) TK_SPEC_NO_LAST) return TK_FAIL(TK_ERR_INVALID, "speculative window flags 0x%x: unknown bits", flags);
-    if (ctx->mem->set_spec_window) TK_CHECK(ctx->mem->set_spec_window(ctx->mem, k));
+    if (ctx->mem->set_spec_window) TK_CHECK(ctx->mem->set_spec_window(ctx->mem, k, flags));
     ctx->spec_window = k;
     ctx->spec_flags = flags;
     return TK_OK;

@@ -146,7 +146,7 @@ struct tk_memory {
      * in ubatch rows of at most k + 1 tokens (0: off); seq_rm(seq, p, -1) with the state at
      * p - 1 kept restores it (memory_rs.c).  NULL: a memory without recurrent state (a KV
      * cache rolls back without snapshots) */
-    tk_status (*set_spec_window)(tk_memory * m, int32_t k);
+    tk_status (*set_spec_window)(tk_memory * m, int32_t k, uint32_t flags);   /* flags: TK_SPEC_NO_LAST */
 };
 
 /* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of

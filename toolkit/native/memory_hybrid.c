@@ -128,7 +128,9 @@ static size_t hy_state_tmp_floats(tk_memory * m) {
 }
 
 /* the speculative window is the recurrent child's; a KV cache rolls back without one */
-static tk_status hy_set_spec_window(tk_memory * m, int32_t k) { return RSM(m)->set_spec_window(RSM(m), k); }
+static tk_status hy_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
+    return RSM(m)->set_spec_window(RSM(m), k, flags);
+}
 
 /* a memory without KV / recurrent layers: what asking it for a view answers */
 tk_status tk_memory_no_view_kv(tk_memory * m, int il, tk_kv_view * out) {

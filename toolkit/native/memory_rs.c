@@ -31,8 +31,9 @@
  *
  * Speculative window (rs_set_spec_window, k > 0; ref: llama.cpp n_rs_seq, "allow partial
  * seq_rm for GDN models for speculative decoding", here for every recurrent kind): a ring of
- * k + 1 rows per sequence and per (layer, piece), row seq * (k + 1) + pos % (k + 1) holding
- * the piece after the token at pos, ring_pos[row] that position (-1: none).  prepare marks
+ * k + 1 rows per sequence and per (layer, piece) (k with TK_SPEC_NO_LAST, below), row
+ * seq * rows + pos % rows holding the piece after the token at pos, ring_pos[row] that
+ * position (-1: none).  prepare marks
  * the rows a ubatch writes: every token of a row of at most k + 1 tokens (a verify batch;
  * a longer row, such as a prompt, keeps none), but for a context with TK_SPEC_NO_LAST not a
  * sequence's last token of the decode call (its cell holds that state; ub->snap_skip_last); the layer kinds copy their pieces there as
@@ -65,7 +66,8 @@ typedef struct {
     int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
     float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
     /* speculative window (appended; see the file comment) */
-    int32_t n_snap;            /* ring rows per sequence: k + 1, 0 = off */
+    int32_t n_snap;            /* ring rows per sequence: k + 1, or k with TK_SPEC_NO_LAST; 0 = off */
+    int32_t n_verify;          /* longest ubatch row that keeps snapshots: k + 1 */
     float * (*ring)[TK_RS_MAX_PIECES];   /* [n_layer] -> [n_cells * n_snap, piece n] */
     int32_t * ring_pos;        /* [n_cells * n_snap] position whose state the row holds, -1 = none */
     int32_t * snap_row;        /* [snap_cap] ring row of each token of the current ubatch, -1 = none */
@@ -262,7 +264,7 @@ static const char * unsnapped_piece(const tk_memory_rs * rs, int32_t * layer) {
     return NULL;
 }
 
-static tk_status rs_set_spec_window(tk_memory * m, int32_t k) {
+static tk_status rs_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
     tk_memory_rs * rs = RS(m);
     if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
     int32_t bad_layer = -1;
@@ -272,7 +274,8 @@ static tk_status rs_set_spec_window(tk_memory * m, int32_t k) {
                        "snapshots (a rollback would not be exact)", bad_layer, bad);
     ring_free(rs);
     if (k == 0) return TK_OK;
-    const size_t rows = (size_t) rs->n_cells * (size_t) (k + 1);
+    const int32_t n_rows = (flags & TK_SPEC_NO_LAST) ? k : k + 1;   /* a call's last token keeps no row */
+    const size_t rows = (size_t) rs->n_cells * (size_t) n_rows;
     rs->ring = calloc((size_t) rs->n_layer, sizeof *rs->ring);
     rs->ring_pos = malloc(rows * sizeof(int32_t));
     int ok = rs->ring && rs->ring_pos;
@@ -282,10 +285,11 @@ static tk_status rs_set_spec_window(tk_memory * m, int32_t k) {
     if (!ok) {
         ring_free(rs);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory for a speculative window of %d tokens (%zu bytes per sequence)", k,
-                       (size_t) (k + 1) * rs->cell_n * sizeof(float));
+                       (size_t) n_rows * rs->cell_n * sizeof(float));
     }
     for (size_t i = 0; i < rows; i++) rs->ring_pos[i] = -1;
-    rs->n_snap = k + 1;
+    rs->n_snap = n_rows;
+    rs->n_verify = k + 1;
     return TK_OK;
 }
 
@@ -496,7 +500,7 @@ static tk_status rs_can_fit(tk_memory * m, int32_t n_tokens) {
  * copy when its state is shared.  pos of the cell = last position of the ubatch. */
 static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
     tk_memory_rs * rs = RS(m);
-    if (rs->n_snap > 0) {      /* the ring rows this ubatch writes: rows of at most k + 1 tokens */
+    if (rs->n_snap > 0) {      /* the ring rows this ubatch writes: rows of at most k + 1 tokens (n_verify) */
         if (ub->n_tokens > rs->snap_cap) {
             int32_t * p = realloc(rs->snap_row, (size_t) ub->n_tokens * sizeof(int32_t));
             if (!p) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
@@ -507,7 +511,7 @@ static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
             for (int32_t i = 0; i < ub->n_seq_tokens; i++) {
                 const int32_t t = s * ub->n_seq_tokens + i, pos = ub->pos[t];
                 rs->snap_row[t] = -1;
-                if (ub->n_seq_tokens > rs->n_snap) continue;
+                if (ub->n_seq_tokens > rs->n_verify) continue;
                 if (i == ub->n_seq_tokens - 1 && ub->snap_skip_last && ub->snap_skip_last[s]) continue;
                 rs->snap_row[t] = ub->seq[s] * rs->n_snap + pos % rs->n_snap;
                 rs->ring_pos[rs->snap_row[t]] = pos;

@@ -292,7 +292,8 @@ tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
  * verifying target, which rolls back only inside its latest call and keeps at least its first
  * token: a verify call of n tokens then copies n - 1 states, a call without drafts none.  A
  * seq_rm back to the end of an earlier call then falls back to the checkpoints; a draft
- * model's context, which rolls back to the end of earlier calls, keeps the default (0). */
+ * model's context, which rolls back to the end of earlier calls, keeps the default (0).  The
+ * ring then holds k states per sequence, not k + 1 (the report's draft_bytes). */
 #define TK_SPEC_NO_LAST 1
 tk_status tk_context_set_spec_window_ex(tk_context * ctx, int32_t k, uint32_t flags);
 /* ==== end memory hierarchy ==== */

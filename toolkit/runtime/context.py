@@ -144,8 +144,9 @@ class Memory:
         ``keep_last=False`` (``TK_SPEC_NO_LAST``) copies no state after a call's last token
         of a sequence (its cell holds it): for a verifying target, which rolls back only
         inside its latest call and keeps that call's first token.  A verify call of n tokens
-        then copies n - 1 states, a call without drafts none; a rollback to the end of an
-        earlier call falls back to the checkpoints.  A draft model's context keeps the
+        then copies n - 1 states, a call without drafts none, and the ring holds k states per
+        sequence, not k + 1; a rollback to the end of an earlier call falls back to the
+        checkpoints.  A draft model's context keeps the
         default: it rolls back to the ends of earlier calls.
 
         Raises:

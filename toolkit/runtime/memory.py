@@ -12,8 +12,9 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
                net: 2 Hk Dk + Hv Dv, and d_state x d_inner = Hv Dk Dv, its state S; LFM2's short
                conv: d_inner = D channels and d_state = 0, its window alone)
   checkpoints  n_seq_max x n_checkpoints x one recurrent state
-  draft        speculative decoding's window (--draft-max K): n_seq_max x (K + 1) x one
-               recurrent state (the snapshot ring of memory_rs.c); shown only when K > 0
+  draft        speculative decoding's window (--draft-max K) of a verifying target (toolkit run,
+               chat, serve: TK_SPEC_NO_LAST): n_seq_max x K x one recurrent state (the snapshot
+               ring of memory_rs.c; a draft model's context keeps K + 1); shown only when K > 0
   compute      n_ubatch rows of every forward-pass scratch width (the allocation in context.c;
                a model with parallel layers also has ctx->mix, D wide),
                plus, with Mamba-2 layers, the chunked scan's workspace (ssd.c tk_ssd_workspace_bytes),
@@ -104,7 +105,7 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     act = max(U * max(-(-row_n // 256) * 292, 2 * row_n if cpu.has_avx512bf16() else 0), 1)
     return {"weights": int(sum(t.nbytes for t in gguf)), "kv": int(kv), "recurrent": int(n_seq_max * state),
             "checkpoints": int(n_seq_max * n_checkpoints * state),
-            "draft": int(n_seq_max * (draft_window + 1) * state) if draft_window > 0 else 0,
+            "draft": int(n_seq_max * draft_window * state) if draft_window > 0 else 0,
             "compute": int(sum(max(w, 1) * 4 for w in widths) + act + (_ssd_workspace(hp, U, n_threads) if has_m2 else 0)
                            + (_gdn_workspace(hp, n_threads) if has_gdn else 0))}
 
