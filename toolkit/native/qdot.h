@@ -20,7 +20,8 @@
  * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
  * Q5_1 kernels), qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel), qdot_kquants_avx512.c
  * (AVX-512 VNNI Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels), qdot_bf16_avx512.c
- * (AVX512_BF16 BF16 x BF16 kernel and the f32 -> bf16 activation conversion).
+ * (AVX512_BF16 BF16 x BF16 kernel and the f32 -> bf16 activation conversion), qdot_avxvnni.c
+ * (AVX-VNNI Q8_0 / Q4_K / Q5_K / Q6_K prompt kernels at the avx2 level).
  */
 #ifndef TK_QDOT_H
 #define TK_QDOT_H
@@ -120,6 +121,10 @@ TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avx512) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q3_K_avx512)
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q2_K_avx512)
+/* qdot_avxvnni.c: Q8_0, Q4_K, Q5_K, Q6_K prompts with AVX-VNNI (the AVXVNNI slot, in force at
+ * TK_CPU_AVX2 where tk_cpu_avxvnni(); outputs bit-identical to the AVX2 kernels) */
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_avxvnni) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q4_K_avxvnni)
+TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q5_K_avxvnni) TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q6_K_avxvnni)
 /* qdot_bf16_avx512.c: BF16 weights x BF16 activations with AVX512_BF16 (VDPBF16PS; the BF16
  * row's AVX512 slot, in force where tk_cpu_has_avx512bf16); its outputs follow the
  * instruction's rounding on bf16-rounded activations, not the float kernels' */
