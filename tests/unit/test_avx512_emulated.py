@@ -41,7 +41,7 @@ T = gguf.GGMLQuantizationType
 KERNELS = {T.Q8_0: ("q8_0", "tk_quantize_act_q8_0", 32, 34), T.Q4_K: ("q4_K", "tk_quantize_act_q8_K", 256, 292),
            T.Q5_K: ("q5_K", "tk_quantize_act_q8_K", 256, 292), T.Q6_K: ("q6_K", "tk_quantize_act_q8_K", 256, 292),
            T.Q3_K: ("q3_K", "tk_quantize_act_q8_K", 256, 292), T.Q2_K: ("q2_K", "tk_quantize_act_q8_K", 256, 292)}
-VNNI_TYPES = (T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K)   # the kernels of qdot_avxvnni.c
+VNNI_TYPES = tuple(KERNELS)   # qdot_avxvnni.c has the AVX-512 set: Q8_0 and the k-quants Q2_K..Q6_K
 
 
 def _missing() -> str | None:

@@ -42,12 +42,10 @@
  * NULL), the activation type ACT of its integer dot, the scalar dot product and the row
  * kernels per slot (qdot*.c, kernels_neon.c) */
 #define QUANT_TYPE(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON)                           \
-    QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, NULL)
-/* the same with an AVX512 slot (qdot_avx512.c, qdot_kquants_avx512.c) */
-#define QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512)            \
-    QUANT_TYPE_V(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512, NULL)
-/* the same with an AVXVNNI slot too (qdot_avxvnni.c) */
-#define QUANT_TYPE_V(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512, ROWS_AVXVNNI) \
+    QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, NULL, NULL)
+/* the same with an AVX512 slot (qdot_avx512.c, qdot_kquants_avx512.c) and an AVXVNNI slot
+ * (qdot_avxvnni.c) */
+#define QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512, ROWS_AVXVNNI) \
     [T] = { .name = NAME, .blck_size = BLCK, .type_size = sizeof(BLK), .align = 1,                             \
             .to_float = tkq_dequantize_##t, .from_float = tkq_quantize_##t, .from_float_imatrix = IMATRIX,     \
             .vec_dot_type = ACT, .vec_dot = tk_vec_dot_##t##_##act,                                            \
@@ -81,14 +79,14 @@ static const tk_type_traits TYPES[TK_GGML_TYPE_COUNT] = {
     QUANT_TYPE(TK_GGML_Q5_0, "Q5_0", q5_0, QK32, blk_q5_0, tkq_quantize_q5_0_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_q5_0_avx2), NULL),
     QUANT_TYPE(TK_GGML_Q5_1, "Q5_1", q5_1, QK32, blk_q5_1, tkq_quantize_q5_1_imatrix, TK_GGML_Q8_1, q8_1, AVX2(tk_qdot_rows_q5_1_avx2), NULL),
     QUANT_TYPE_Z(TK_GGML_Q2_K, "Q2_K", q2_K, QK_K, blk_q2_K, tkq_quantize_q2_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q2_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q2_K_avx512)),
+               AVX2(tk_qdot_rows_q2_K_avx512), AVX2(tk_qdot_rows_q2_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q3_K, "Q3_K", q3_K, QK_K, blk_q3_K, tkq_quantize_q3_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q3_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q3_K_avx512)),
-    QUANT_TYPE_V(TK_GGML_Q4_K, "Q4_K", q4_K, QK_K, blk_q4_K, tkq_quantize_q4_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q4_K_avx2), NULL,
+               AVX2(tk_qdot_rows_q3_K_avx512), AVX2(tk_qdot_rows_q3_K_avxvnni)),
+    QUANT_TYPE_Z(TK_GGML_Q4_K, "Q4_K", q4_K, QK_K, blk_q4_K, tkq_quantize_q4_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q4_K_avx2), NULL,
                AVX2(tk_qdot_rows_q4_K_avx512), AVX2(tk_qdot_rows_q4_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q5_K, "Q5_K", q5_K, QK_K, blk_q5_K, tkq_quantize_q5_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q5_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q5_K_avx512)),
-    QUANT_TYPE_V(TK_GGML_Q6_K, "Q6_K", q6_K, QK_K, blk_q6_K, tkq_quantize_q6_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q6_K_avx2), NULL,
+               AVX2(tk_qdot_rows_q5_K_avx512), AVX2(tk_qdot_rows_q5_K_avxvnni)),
+    QUANT_TYPE_Z(TK_GGML_Q6_K, "Q6_K", q6_K, QK_K, blk_q6_K, tkq_quantize_q6_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q6_K_avx2), NULL,
                AVX2(tk_qdot_rows_q6_K_avx512), AVX2(tk_qdot_rows_q6_K_avxvnni)),
     QUANT_TYPE(TK_GGML_IQ4_NL, "IQ4_NL", iq4_nl, QK32, blk_iq4_nl, tkq_quantize_iq4_nl_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_iq4_nl_avx2), NULL),
     QUANT_TYPE(TK_GGML_IQ4_XS, "IQ4_XS", iq4_xs, QK_K, blk_iq4_xs, tkq_quantize_iq4_xs_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_iq4_xs_avx2), NULL),

@@ -11,7 +11,7 @@
  *                            (_mm256_dpwssd_avx_epi32; no saturation)
  * Intel SDM vol. 2 VPDPBUSD / VPDPWSSD (the VEX forms have the EVEX forms' semantics).
  *
- * Test builds with -DTK_EMULATE_AVXVNNI (tests/unit/test_avxvnni_emulated.py, on machines
+ * Test builds with -DTK_EMULATE_AVXVNNI (tests/unit/test_avx512_emulated.py, on machines
  * without AVX-VNNI): the AVX-512 emulation of tk_avx512.h, whose SIMDe (0.7.4, Debian's
  * libsimde-dev) replaces <immintrin.h> and whose fused multiply-adds round once as the
  * instruction does; the two instructions are SIMDe's simde_mm256_dpbusd_epi32 /

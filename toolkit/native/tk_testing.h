@@ -45,7 +45,7 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
  * vector's HWCAP_ASIMD).                                                                */
 typedef enum {
     TK_CPU_SCALAR = 0,         /* plain C, every machine */
-    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C (with AVX-VNNI: Q8_0 / Q4_K / Q6_K
+    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C (with AVX-VNNI: Q8_0 / k-quant
                                   prompts in qdot_avxvnni.c, the same bits) */
     TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL + VNNI (kernels: the AVX2 ones but
                                   for Q8_0 / k-quant prompts, qdot_*avx512.c: the same bits;
@@ -73,7 +73,7 @@ const char * tk_cpu_level_name(int level);
 int tk_cpu_has_avx512bf16(void);
 /* 1 when the machine has AVX-VNNI (cpuid.(7,1):EAX bit 4: VEX-encoded vpdpbusd / vpdpwssd on
  * 256 bits, e.g. Alder Lake, Zen 5) with the avx2 level (ignores TOOLKIT_CPU).  A sub-feature
- * of the avx2 level: there the Q8_0 / Q4_K / Q6_K prompt kernels of qdot_avxvnni.c replace
+ * of the avx2 level: there the Q8_0 / k-quant prompt kernels of qdot_avxvnni.c replace
  * the AVX2 ones (the same bits).  In force while the level is TK_CPU_AVX2 and it is not
  * turned off by TOOLKIT_CPU=avx2-novnni or tk_cpu_set_avxvnni(0); at avx512 the AVX-512
  * kernels run instead. */
