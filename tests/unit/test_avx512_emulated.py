@@ -134,7 +134,9 @@ def _check_bit_identical_to_avx2(emu, qtype, level):
     z, v2, sc = (_rows_fn(emu, f"tk_qdot_rows_{stem}_{lv}") for lv in (level, "avx2", "scalar"))
     rng = np.random.default_rng(int(qtype))
     Ks = (32, 96, 1024) if blck == 32 else (256, 768)
-    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33), (18, 9))   # 18: two k-quant row chunks
+    # 18: two k-quant row chunks; 13, 14, 7, 5: token groups of 5..7 (AVX-VNNI's Q4_K / Q5_K
+    # tiles start at 5 tokens; fewer go to the AVX2 kernel inside the same call)
+    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33), (18, 9), (3, 13), (6, 14), (2, 7), (4, 5))
     for K in Ks:
         for M, n_tok in cases:
             w = (rng.standard_normal((M + 2, K)) * rng.uniform(0.02, 0.3, (M + 2, 1))).astype(np.float32)

@@ -210,11 +210,14 @@ static inline const uint8_t * tk_kq_sb(const uint8_t * w, size_t bw, int64_t i, 
 
 /* A k-quant row kernel from its tiles (toks[T - 1]: 1 x T): chunks of TK_KQ_RCHUNK rows; in a
  * chunk, groups of up to TK_KQ_TMAX tokens, each row against the whole group (the AVX2
- * driver's order, qdot_kquants_avx2.c).  Generation (n_tok == 1): the kernel `gen`. */
-static inline void tk_kq_drive(const tk_kq_tile_fn toks[TK_KQ_TMAX], tk_qdot_rows_fn gen, const uint8_t * w,
-                               size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y,
-                               int64_t ldy, int64_t r0, int64_t r1) {
-    if (n_tok == 1) {
+ * driver's order, qdot_kquants_avx2.c).  Generation (n_tok == 1) and groups of fewer than
+ * min_tok tokens: the kernel `gen` (AVX2; whole for generation, else on the chunk's rows and
+ * the group's tokens: every kernel computes an output with the same operations, so the mix
+ * gives the same bits). */
+static inline void tk_kq_drive(const tk_kq_tile_fn toks[TK_KQ_TMAX], tk_qdot_rows_fn gen, int min_tok,
+                               const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
+                               int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
+    if (n_tok == 1 || n_tok < min_tok) {
         gen(w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);
         return;
     }
@@ -223,6 +226,10 @@ static inline void tk_kq_drive(const tk_kq_tile_fn toks[TK_KQ_TMAX], tk_qdot_row
         const int64_t rce = r1 - rc < TK_KQ_RCHUNK ? r1 : rc + TK_KQ_RCHUNK;
         for (int64_t t = 0; t < n_tok; t += TK_KQ_TMAX) {
             const int tn = (int) (n_tok - t < TK_KQ_TMAX ? n_tok - t : TK_KQ_TMAX);
+            if (tn < min_tok) {
+                gen(w, row_bytes, K, a + t * a_bytes, a_bytes, tn, y + t * ldy, ldy, rc, rce);
+                continue;
+            }
             for (int64_t r = rc; r < rce; r++) toks[tn - 1](w + r * row_bytes, a + t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
         }
     }
@@ -230,11 +237,11 @@ static inline void tk_kq_drive(const tk_kq_tile_fn toks[TK_KQ_TMAX], tk_qdot_row
 
 /* The tiles name_1 .. name_8 (ATTR: their target attribute; each calls
  * tile(kind, w, a, ab, nb, T, y, ldy) with a constant T), their table name_toks, and the row
- * kernel `kname` that drives them, with `gen` for generation. */
+ * kernel `kname` that drives them, with `gen` for generation and groups under min_tok. */
 #define TK_KQ_TILE(ATTR, name, tile, kind, T)                                                              \
     ATTR static void name##_##T(const uint8_t * w, const uint8_t * a, size_t ab, int64_t nb, float * y,    \
                                 int64_t ldy) { tile(kind, w, a, ab, nb, T, y, ldy); }
-#define TK_KQ_KERNEL(ATTR, kname, name, tile, kind, gen)                                                   \
+#define TK_KQ_KERNEL(ATTR, kname, name, tile, kind, gen, min_tok)                                          \
     TK_KQ_TILE(ATTR, name, tile, kind, 1) TK_KQ_TILE(ATTR, name, tile, kind, 2)                            \
     TK_KQ_TILE(ATTR, name, tile, kind, 3) TK_KQ_TILE(ATTR, name, tile, kind, 4)                            \
     TK_KQ_TILE(ATTR, name, tile, kind, 5) TK_KQ_TILE(ATTR, name, tile, kind, 6)                            \
@@ -243,16 +250,17 @@ static inline void tk_kq_drive(const tk_kq_tile_fn toks[TK_KQ_TMAX], tk_qdot_row
                                                             name##_5, name##_6, name##_7, name##_8 };      \
     void kname(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes, int64_t n_tok, \
                float * y, int64_t ldy, int64_t r0, int64_t r1) {                                           \
-        tk_kq_drive(name##_toks, gen, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);                 \
+        tk_kq_drive(name##_toks, gen, min_tok, w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);        \
     }
 /* The five k-quant row kernels tk_qdot_rows_{q4_K,q5_K,q6_K,q3_K,q2_K}_LV from the tiles
- * q45(five, ...) and s16(kind, ...) (kinds: tk_kq_x86.h), generation on the AVX2 kernels */
-#define TK_KQ_KERNELS(ATTR, LV, q45, s16)                                                                  \
-    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q4_K_##LV, q45##_q4k_##LV, q45, 0, tk_qdot_rows_q4_K_avx2)              \
-    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q5_K_##LV, q45##_q5k_##LV, q45, 1, tk_qdot_rows_q5_K_avx2)              \
-    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q6_K_##LV, s16##_q6k_##LV, s16, TK_KQX_Q6, tk_qdot_rows_q6_K_avx2)      \
-    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q3_K_##LV, s16##_q3k_##LV, s16, TK_KQX_Q3, tk_qdot_rows_q3_K_avx2)      \
-    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q2_K_##LV, s16##_q2k_##LV, s16, TK_KQX_Q2, tk_qdot_rows_q2_K_avx2)
+ * q45(five, ...) and s16(kind, ...) (kinds: tk_kq_x86.h); generation and token groups under
+ * min45 (Q4_K, Q5_K) / min16 (the others) on the AVX2 kernels */
+#define TK_KQ_KERNELS(ATTR, LV, q45, s16, min45, min16)                                                    \
+    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q4_K_##LV, q45##_q4k_##LV, q45, 0, tk_qdot_rows_q4_K_avx2, min45)       \
+    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q5_K_##LV, q45##_q5k_##LV, q45, 1, tk_qdot_rows_q5_K_avx2, min45)       \
+    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q6_K_##LV, s16##_q6k_##LV, s16, TK_KQX_Q6, tk_qdot_rows_q6_K_avx2, min16) \
+    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q3_K_##LV, s16##_q3k_##LV, s16, TK_KQX_Q3, tk_qdot_rows_q3_K_avx2, min16) \
+    TK_KQ_KERNEL(ATTR, tk_qdot_rows_q2_K_##LV, s16##_q2k_##LV, s16, TK_KQX_Q2, tk_qdot_rows_q2_K_avx2, min16)
 
 #if defined(__x86_64__) || defined(_M_X64)
 /* qdot_avx2.c: the activation quantizers (the bytes of the scalar ones) */

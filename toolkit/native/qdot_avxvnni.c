@@ -1,8 +1,8 @@
 /* qdot_avxvnni.c: AVX-VNNI (256-bit vpdpbusd / vpdpwssd) row kernels for prompts (n_tok >= 2):
  * Q8_0 weights x Q8_0 activations (vpdpbusd), Q4_K / Q5_K / Q6_K / Q3_K / Q2_K weights x Q8_K
  * activations (vpdpwssd): the types with AVX-512 prompt kernels.
- * Generation (n_tok == 1) and K > 32768 (Q8_0) run the AVX2 kernels (x86-64 only;
- * contract: qdot.h, tk_qdot_rows_fn).
+ * Generation (n_tok == 1), K > 32768 (Q8_0) and Q4_K / Q5_K token groups of fewer than 5
+ * tokens run the AVX2 kernels (x86-64 only; contract: qdot.h, tk_qdot_rows_fn).
  *
  * Compiled with the package's portable flags; every function here carries TK_AVXVNNI_TARGET
  * (tk_avxvnni.h: the AVX2 set + "avxvnni") and is handed out (the type table's AVXVNNI slot,
@@ -42,14 +42,21 @@
  *   4 x 2 tile's loop is 79 instructions per block in both, with 46 -> 38 vector ALU
  *   operations (the 8 madd gone): at most ~1.2x where those ports bound the tile.
  *   k-quants, per 32 values and token: AVX2 maddubs + madd + add (3); here maddubs +
- *   vpdpwssd (2).  The 1 x 8 tile's loop per super-block: Q4_K 324 -> 301 instructions,
- *   Q5_K 366 -> 344, Q6_K 329 -> 307, Q3_K 367 -> 364 (more moves and spills around the
- *   scalar scale unpacking eat the gain), Q2_K 322 -> 286; in each the integer dot goes
- *   from 184 vector ALU operations to 128.  The weight
- *   unpacking and the scale vectors (one vpermd per 32 values) are per row and shared by the
- *   tile's T <= 8 tokens, as in AVX2.
- *   Generation keeps the AVX2 kernels: it reads each weight once and is bound by memory
- *   (Q8_0) or by the weight unpacking (k-quants), which VNNI does not shorten.
+ *   vpdpwssd (2).  Per row and super-block the scale vectors cost more than AVX2's (Q4_K /
+ *   Q5_K: the 12 scale bytes unpacked with scalar operations, one vpermd per 32 values), so
+ *   the gain needs tokens to share them.  The 1 x T tile's loop per super-block,
+ *   instructions AVX2 -> here, T = 1 / 2 / 4 / 5 / 8:
+ *     Q4_K  85 -> 95, 117 -> 125, 183 -> 184, 218 -> 212, 324 -> 301
+ *     Q5_K  109 -> 132, 143 -> 160, 209 -> 217, 243 -> 246, 366 -> 343 (T = 6: 279 -> 277)
+ *     Q6_K  94 -> 91, 127 -> 118, 189 -> 173, 223 -> 202, 329 -> 292
+ *     Q3_K  127 -> 121, 158 -> 164, 224 -> 217, 259 -> 251, 367 -> 344
+ *     Q2_K  78 -> 71, 114 -> 99, 179 -> 157, 214 -> 185, 322 -> 272
+ *   so Q4_K / Q5_K token groups of fewer than 5 tokens (VN_MIN_Q45) and the others' single
+ *   tokens run the AVX2 kernel (qdot.h tk_kq_drive), with the same bits.
+ *   Generation (n_tok == 1) keeps the AVX2 kernels: Q8_0 there waits on memory, and of the
+ *   k-quants only Q6_K / Q3_K / Q2_K would save 3-9% of the 1 x 1 tile's instructions, while
+ *   the AVX2 1 x 1 tile carries the measured prefetch hints of the weight stream
+ *   (qdot_kquants_avx2.c KQ_PF_BYTES); a second generation path is not worth it unmeasured.
  *
  * ref: Intel SDM vol. 2 VPDPBUSD, VPDPWSSD (VEX.256 forms, AVX-VNNI); ggml-org/llama.cpp
  * ggml/src/ggml-cpu/arch/x86/quants.c mul_sum_i8_pairs_float (its __AVXVNNI__ branch: the
@@ -143,10 +150,17 @@ VN_INLINE __m256i vn_field(__m256i v, int cnt, char mask, int up) {
     return up ? _mm256_slli_epi16(f, up) : f;
 }
 
-/* int32 lane k of v in the low 4 lanes, lane k2 in the high 4: the (sc, sc) int16 pairs of
- * 32 values whose two 16-value halves have the scales in lanes k, k2 */
-VN_INLINE __m256i vn_pick(__m256i v, int k, int k2) {
+/* Q4_K / Q5_K: int32 lane k of v in the low 4 lanes, lane k2 in the high 4 (vpermd) */
+VN_INLINE __m256i vn_pick32(__m256i v, int k, int k2) {
     return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(k, k, k, k, k2, k2, k2, k2));
+}
+
+/* Q6_K / Q3_K / Q2_K: v holds 8 int16 scales in each 128-bit lane -> element k of the low
+ * lane in every int16 of the low lane, element k2 of the high lane in the high one (vpshufb;
+ * the control a constant in memory, as AVX2's tables) */
+VN_INLINE __m256i vn_pick16(__m256i v, int k, int k2) {
+    return _mm256_shuffle_epi8(v, _mm256_set_m128i(_mm_set1_epi16((short) (((2 * k2 + 1) << 8) | (2 * k2))),
+                                                   _mm_set1_epi16((short) (((2 * k + 1) << 8) | (2 * k)))));
 }
 
 /* isum + sc * the 4-product sums of v (32 unsigned weights) . q8 (32 quants), per int32 lane;
@@ -154,9 +168,6 @@ VN_INLINE __m256i vn_pick(__m256i v, int k, int k2) {
 VN_INLINE __m256i vn_dot(__m256i isum, __m256i v, const int8_t * q8, __m256i sc) {
     return TK_DPWSSD256(isum, _mm256_maddubs_epi16(v, vn_load(q8)), sc);
 }
-
-/* int32 lanes holding a 16-bit pattern s (zero-extended) -> (s, s) int16 pairs */
-VN_INLINE __m256i vn_pairs(__m256i v) { return _mm256_or_si256(v, _mm256_slli_epi32(v, 16)); }
 
 /* 1 row x T tokens of Q4_K (five = 0) or Q5_K (five = 1): qdot_kquants_avx2.c's kq_tile_q45.
  * Sub-block 2c (c < 4) = low nibbles of qs[32c .. 32c+32), 2c+1 = their high nibbles; Q5_K's
@@ -170,9 +181,9 @@ VN_INLINE void vn_tile_q45(const int five, const uint8_t * w, const uint8_t * a,
     for (int64_t i = 0; i < nb; i++) {
         const blk_q8_K * q[TK_KQ_TMAX];
         const uint8_t * x = tk_kq_sb(w, bw, i, a, ab, T, q);
-        __m256i sc8, mns;
-        tk_kqx_scales_k4(x + 4, &sc8, &mns);                    /* d, dmin, scales[12], ... */
-        sc8 = vn_pairs(sc8);
+        __m256i mns;                                            /* d, dmin, scales[12], ... */
+        const __m256i s32 = _mm256_cvtepu8_epi32(tk_kqx_scales_k4(x + 4, &mns));
+        const __m256i scl = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));   /* (s, s) int16 pairs */
         __m256i isum[TK_KQ_TMAX];
         for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -184,7 +195,7 @@ VN_INLINE void vn_tile_q45(const int five, const uint8_t * w, const uint8_t * a,
                 lo = _mm256_or_si256(lo, vn_field(hb, 2 * c, 1, 4));
                 hi = _mm256_or_si256(hi, vn_field(hb, 2 * c + 1, 1, 4));
             }
-            const __m256i sl = vn_pick(sc8, 2 * c, 2 * c), sh = vn_pick(sc8, 2 * c + 1, 2 * c + 1);
+            const __m256i sl = vn_pick32(scl, 2 * c, 2 * c), sh = vn_pick32(scl, 2 * c + 1, 2 * c + 1);
             for (int t = 0; t < T; t++) {
                 isum[t] = vn_dot(vn_dot(isum[t], lo, q[t]->qs + 64 * c, sl), hi, q[t]->qs + 64 * c + 32, sh);
                 VN_PIN(isum[t]);
@@ -238,9 +249,8 @@ VN_INLINE void vn_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
         const uint8_t * x = tk_kq_sb(w, bw, i, a, ab, T, q);
         __m256i sc16, mn16;   /* AVX2's int16 scales (Q2_K: and mins) */
         tk_kqx_scales_s16(kind, x, &sc16, &mn16);
-        /* (sc, sc) int16 pairs of the scales 0..7, 8..15 */
-        const __m256i sc32[2] = { vn_pairs(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(sc16))),
-                                  vn_pairs(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(sc16, 1))) };
+        /* the scales 8h .. 8h + 7 in both 128-bit lanes, h = 0, 1 (AVX2's layout) */
+        const __m256i sch[2] = { _mm256_permute4x64_epi64(sc16, 0x44), _mm256_permute4x64_epi64(sc16, 0xEE) };
         __m256i isum[TK_KQ_TMAX];
         for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -249,7 +259,7 @@ VN_INLINE void vn_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
             for (int p = 0; p < 2; p++) {
                 __m256i v0, v1;
                 vn_vals_s16(kind, x, h, p, &v0, &v1);
-                const __m256i s0 = vn_pick(sc32[h], 4 * p, 4 * p + 1), s1 = vn_pick(sc32[h], 4 * p + 2, 4 * p + 3);
+                const __m256i s0 = vn_pick16(sch[h], 4 * p, 4 * p + 1), s1 = vn_pick16(sch[h], 4 * p + 2, 4 * p + 3);
                 for (int t = 0; t < T; t++) {
                     const int8_t * q8 = q[t]->qs + 128 * h + 64 * p;
                     isum[t] = vn_dot(vn_dot(isum[t], v0, q8, s0), v1, q8 + 32, s1);
@@ -267,7 +277,10 @@ VN_INLINE void vn_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
 
 /* ---- the row kernels of the type table's AVXVNNI slot (qdot.h) ----------------------------
  * Tiles 1 x T, T = 1..8, in chunks of 16 rows (qdot.h tk_kq_drive, the AVX2 driver's order);
- * generation (n_tok == 1): the AVX2 kernel. */
-TK_KQ_KERNELS(VN, avxvnni, vn_tile_q45, vn_tile_s16)
+ * generation (n_tok == 1) and token groups of fewer than VN_MIN_* tokens: the AVX2 kernel
+ * (the thresholds: the instruction counts in the file's header). */
+#define VN_MIN_Q45 5
+#define VN_MIN_S16 2
+TK_KQ_KERNELS(VN, avxvnni, vn_tile_q45, vn_tile_s16, VN_MIN_Q45, VN_MIN_S16)
 
 #endif /* __x86_64__ && __GNUC__ */

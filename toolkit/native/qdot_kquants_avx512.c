@@ -97,9 +97,9 @@ KZ_INLINE void kz_tile_q45(const int five, const uint8_t * w, const uint8_t * a,
     for (int64_t i = 0; i < nb; i++) {
         const blk_q8_K * q[TK_KQ_TMAX];
         const uint8_t * x = tk_kq_sb(w, bw, i, a, ab, T, q);
-        __m256i sc8, mns;
-        tk_kqx_scales_k4(x + 4, &sc8, &mns);                    /* d, dmin, scales[12], ...: (s, 0) pairs */
-        const __m512i sc = _mm512_castsi256_si512(sc8);
+        __m256i mns;
+        const __m128i sm = tk_kqx_scales_k4(x + 4, &mns);       /* d, dmin, scales[12], ... */
+        const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(sm));   /* (s, 0) int16 pairs */
         __m512i isum[TK_KQ_TMAX];
         for (int t = 0; t < T; t++) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -187,6 +187,6 @@ KZ_INLINE void kz_tile_s16(const int kind, const uint8_t * w, const uint8_t * a,
 /* ---- the row kernels the type table hands out at TK_CPU_AVX512 (qdot.h) ----------------------
  * Tiles 1 x T, T = 1..8 (T = 1: the last token of an odd prompt), in chunks of 16 rows
  * (qdot.h tk_kq_drive, the AVX2 driver's order); generation (n_tok == 1): the AVX2 kernel. */
-TK_KQ_KERNELS(KZ, avx512, kz_tile_q45, kz_tile_s16)
+TK_KQ_KERNELS(KZ, avx512, kz_tile_q45, kz_tile_s16, 1, 1)
 
 #endif /* __x86_64__ && __GNUC__ */

@@ -15,14 +15,14 @@
 
 enum { TK_KQX_Q6, TK_KQX_Q3, TK_KQX_Q2 };   /* the types with 16 scales of 16 values */
 
-/* Q4_K / Q5_K scales (qdot.h tk_scales_k4) -> s32: s0..s7 as int32 (zero-extended); mns: the
- * mins as int16, each twice (m0 m0 m1 m1 ...), to madd with the 16 bsums (AVX2's msum lanes) */
-TK_KQX_INLINE void tk_kqx_scales_k4(const uint8_t * s12, __m256i * s32, __m256i * mns) {
+/* Q4_K / Q5_K scales (qdot.h tk_scales_k4) -> the bytes s0..s7 m0..m7; mns: the mins as
+ * int16, each twice (m0 m0 m1 m1 ...), to madd with the 16 bsums (AVX2's msum lanes) */
+TK_KQX_INLINE __m128i tk_kqx_scales_k4(const uint8_t * s12, __m256i * mns) {
     uint32_t u[4];
-    tk_scales_k4(s12, u);                                       /* s0..s7 m0..m7 */
+    tk_scales_k4(s12, u);
     const __m128i sm = _mm_loadu_si128((const __m128i *) (const void *) u);
-    *s32 = _mm256_cvtepu8_epi32(sm);
     *mns = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
+    return sm;
 }
 
 /* Q6_K / Q3_K / Q2_K super-block x -> sc16: AVX2's 16 int16 scales (Q3_K: minus 32); mn16:
