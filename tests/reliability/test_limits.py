@@ -124,7 +124,8 @@ def test_one_thread_machine_gives_the_same_logits(monkeypatch):
 def test_wide_instructions_only_in_dispatched_kernels():
     """The C library is built without -march, so a machine without AVX can load it: AVX/AVX-512
     instructions may appear only in the kernels compiled with a target attribute, which run
-    only when cpu.c found the level (cpuid + xgetbv); their names carry the level."""
+    only when cpu.c found the level (cpuid + xgetbv); their names carry the level (or the
+    sub-feature: avxvnni)."""
     import platform
     import shutil
     import subprocess
@@ -138,7 +139,7 @@ def test_wide_instructions_only_in_dispatched_kernels():
         m = re.match(r"^[0-9a-f]+ <(.*)>:$", ln)
         if m:
             fn = m.group(1)
-        elif ("%ymm" in ln or "%zmm" in ln) and not re.search(r"avx2|avx512", fn):
+        elif ("%ymm" in ln or "%zmm" in ln) and not re.search(r"avx2|avx512|avxvnni", fn):
             bad[fn] = bad.get(fn, 0) + 1
     assert not bad, f"AVX instructions outside the dispatched kernels: {bad}"
     from toolkit.native._build import _flags
@@ -171,7 +172,7 @@ def scalar_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cpu", ["avx512", ""])
+@pytest.mark.parametrize("cpu", ["avx512", "", "avx2-novnni"])
 def test_toolkit_cpu_values_never_crash_and_agree_with_scalar(tmp_path, scalar_run, cpu):
     # a machine without AVX is what TOOLKIT_CPU=scalar makes of this one; a level the machine
     # lacks is capped to what it has (never SIGILL)

@@ -1,18 +1,20 @@
-"""The AVX-512 kernels (qdot_avx512.c, qdot_kquants_avx512.c) checked on machines without
-AVX-512: their sources are compiled with -DTK_EMULATE_AVX512, which puts SIMDe's portable
-intrinsics in place of <immintrin.h> and drops the target attributes (tk_avx512.h), and
-linked with the native AVX2 and scalar kernels of the same sources into a small shared
-library in a tmp dir (ctypes).  On random rows (tile remainders in rows and tokens, several
-K, n_tok 1..40) every AVX-512 kernel must give the AVX2 kernel's bits (their operation order
-per output is the same by construction) and agree with the scalar kernel to the AVX2 level's
-tolerance (qref.bound).
+"""The AVX-512 kernels (qdot_avx512.c, qdot_kquants_avx512.c) and the AVX-VNNI ones
+(qdot_avxvnni.c) checked on machines without AVX-512 or AVX-VNNI: their sources are compiled
+with -DTK_EMULATE_AVX512 (qdot_avxvnni.c: -DTK_EMULATE_AVXVNNI, the same SIMDe build through
+tk_avxvnni.h), which puts SIMDe's portable intrinsics in place of <immintrin.h> and drops the
+target attributes (tk_avx512.h), and linked with the native AVX2 and scalar kernels of the
+same sources into a small shared library in a tmp dir (ctypes).  On random rows (tile
+remainders in rows and tokens, several K, n_tok 1..40) every AVX-512 and AVX-VNNI kernel must
+give the AVX2 kernel's bits (their operation order per output is the same by construction)
+and agree with the scalar kernel to the AVX2 level's tolerance (qref.bound).
 
 The BF16 x BF16 kernel (qdot_bf16_avx512.c) has no AVX2 twin: it must give, bit for bit, a
 float64 model of VDPBF16PS on bf16-rounded activations (qref.vdpbf16ps), and its f32 -> bf16
 conversion a by-distance rounding reference (qref.bf16_bits).
 
 Skipped, naming what is missing, where gcc or the SIMDe headers (Debian: libsimde-dev) are
-absent.  On a machine with AVX-512 the same kernels also run natively in test_dispatch.py.
+absent.  On a machine with AVX-512 (AVX-VNNI) the same kernels also run natively in
+test_dispatch.py.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.native
 
 NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "toolkit", "native")
 EMULATED = ("qdot_avx512.c", "qdot_kquants_avx512.c", "qdot_bf16_avx512.c")   # the AVX-512 kernel sources
+EMULATED_VNNI = ("qdot_avxvnni.c",)                                               # the AVX-VNNI kernel source
 NATIVE_SRC = ("qdot_legacy_avx2.c", "qdot_kquants_avx2.c", "qdot.c", "qdot_kquants.c", "qdot_avx2.c", "quants_iquants.c")
 CFLAGS = ["-std=gnu11", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function", "-Wno-psabi", "-I", NATIVE]
 T = gguf.GGMLQuantizationType
@@ -38,6 +41,7 @@ T = gguf.GGMLQuantizationType
 KERNELS = {T.Q8_0: ("q8_0", "tk_quantize_act_q8_0", 32, 34), T.Q4_K: ("q4_K", "tk_quantize_act_q8_K", 256, 292),
            T.Q5_K: ("q5_K", "tk_quantize_act_q8_K", 256, 292), T.Q6_K: ("q6_K", "tk_quantize_act_q8_K", 256, 292),
            T.Q3_K: ("q3_K", "tk_quantize_act_q8_K", 256, 292), T.Q2_K: ("q2_K", "tk_quantize_act_q8_K", 256, 292)}
+VNNI_TYPES = tuple(KERNELS)   # qdot_avxvnni.c has the AVX-512 set: Q8_0 and the k-quants Q2_K..Q6_K
 
 
 def _missing() -> str | None:
@@ -53,15 +57,16 @@ def _missing() -> str | None:
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
-    """ctypes handle of the library: AVX-512 kernels under SIMDe (-O0: SIMDe's inlined
-    intrinsics take minutes to optimize), the rest native (-O1)."""
+    """ctypes handle of the library: AVX-512 and AVX-VNNI kernels under SIMDe (-O0: SIMDe's
+    inlined intrinsics take minutes to optimize), the rest native (-O1)."""
     why = _missing()
     if why:
-        pytest.skip(f"AVX-512 emulation: {why}")
+        pytest.skip(f"AVX-512 / AVX-VNNI emulation: {why}")
     d = tmp_path_factory.mktemp("avx512emu")
     jobs = []
-    for src in EMULATED + NATIVE_SRC:
-        flags = ["-O0", "-DTK_EMULATE_AVX512"] if src in EMULATED else ["-O1"]
+    for src in EMULATED + EMULATED_VNNI + NATIVE_SRC:
+        flags = ["-O0", "-DTK_EMULATE_AVX512"] if src in EMULATED else \
+            ["-O0", "-DTK_EMULATE_AVXVNNI"] if src in EMULATED_VNNI else ["-O1"]
         obj = str(d / (src[:-2] + ".o"))
         jobs.append((obj, subprocess.Popen(["gcc", *CFLAGS, *flags, "-c", os.path.join(NATIVE, src), "-o", obj],
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
@@ -78,6 +83,10 @@ def emu(tmp_path_factory):
             asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / (src[:-2] + ".o"))],
                                  capture_output=True, text=True, check=True).stdout
             assert "%zmm" not in asm, f"the emulated build of {src} holds AVX-512 instructions"
+        for src in EMULATED_VNNI:   # no VNNI instruction (VEX or EVEX), nor any 256-bit one
+            asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / (src[:-2] + ".o"))],
+                                 capture_output=True, text=True, check=True).stdout
+            assert "vpdp" not in asm and "%ymm" not in asm, f"the emulated build of {src} holds AVX(-VNNI) instructions"
     return ctypes.CDLL(so)
 
 
@@ -110,11 +119,24 @@ def test_emulated_avx512_bit_identical_to_avx2(emu, qtype):
     rows (1..18, a row range r0 > 0 of a larger matrix) and tokens (1..40: pairs, an odd
     token, several token groups), at several K; and agrees with the scalar kernel within the
     AVX2 tolerance (qref.bound)."""
+    _check_bit_identical_to_avx2(emu, qtype, "avx512")
+
+
+@pytest.mark.parametrize("qtype", VNNI_TYPES, ids=lambda t: t.name)
+def test_emulated_avxvnni_bit_identical_to_avx2(emu, qtype):
+    """The same for the AVX-VNNI kernels (qdot_avxvnni.c: Q8_0's 4 x 2 tiles, the k-quants'
+    1 x 8 tiles in chunks of 16 rows; generation through the AVX2 kernel)."""
+    _check_bit_identical_to_avx2(emu, qtype, "avxvnni")
+
+
+def _check_bit_identical_to_avx2(emu, qtype, level):
     stem, quantizer, blck, blk_bytes = KERNELS[qtype]
-    z, v2, sc = (_rows_fn(emu, f"tk_qdot_rows_{stem}_{lv}") for lv in ("avx512", "avx2", "scalar"))
+    z, v2, sc = (_rows_fn(emu, f"tk_qdot_rows_{stem}_{lv}") for lv in (level, "avx2", "scalar"))
     rng = np.random.default_rng(int(qtype))
     Ks = (32, 96, 1024) if blck == 32 else (256, 768)
-    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33), (18, 9))   # 18: two k-quant row chunks
+    # 18: two k-quant row chunks; 13, 14, 7, 5: token groups of 5..7 (AVX-VNNI's Q4_K / Q5_K
+    # tiles start at 5 tokens; fewer go to the AVX2 kernel inside the same call)
+    cases = ((1, 2), (4, 8), (5, 3), (9, 19), (3, 40), (7, 1), (2, 33), (18, 9), (3, 13), (6, 14), (2, 7), (4, 5))
     for K in Ks:
         for M, n_tok in cases:
             w = (rng.standard_normal((M + 2, K)) * rng.uniform(0.02, 0.3, (M + 2, 1))).astype(np.float32)
@@ -124,14 +146,14 @@ def test_emulated_avx512_bit_identical_to_avx2(emu, qtype):
             ldy = M + 5
             r0, r1 = 1, M + 1                                  # a row range inside the matrix
             ys = {}
-            for name, fn in (("avx512", z), ("avx2", v2), ("scalar", sc)):
+            for name, fn in ((level, z), ("avx2", v2), ("scalar", sc)):
                 y = np.full((n_tok, ldy), np.nan, np.float32)
                 _run(fn, raw, K, a, ldy, r0, r1, y)
                 ys[name] = y
                 assert np.isnan(y[:, :r0]).all() and np.isnan(y[:, r1:]).all(), (name, "wrote outside [r0, r1)")
-            got, want = ys["avx512"][:, r0:r1], ys["avx2"][:, r0:r1]
+            got, want = ys[level][:, r0:r1], ys["avx2"][:, r0:r1]
             diff = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
-            assert not len(diff), f"{qtype.name} K={K} M={M} n_tok={n_tok}: {len(diff)} outputs differ from AVX2, " \
+            assert not len(diff), f"{level} {qtype.name} K={K} M={M} n_tok={n_tok}: {len(diff)} outputs differ from AVX2, " \
                                   f"first (token, row) {tuple(diff[0])}: {got[tuple(diff[0])]!r} vs {want[tuple(diff[0])]!r}"
             wf = qref.dequantize_rows(qtype, raw[r0:r1], K)
             err = np.abs(got.astype(np.float64) - ys["scalar"][:, r0:r1])

@@ -51,13 +51,26 @@ def test_levels_named_and_env_caps():
             "print(lib.tk_cpu_level(), lib.tk_cpu_detected(), lib.tk_type_vec_dot_type_at(30, lib.tk_cpu_level()))")
     has_bf16 = lib.tk_cpu_has_avx512bf16()
     assert not has_bf16 or ("avx512bf16" in feats and lib.tk_cpu_detected() == lib.TK_CPU_AVX512)
-    for name, want in (("scalar", 0), ("avx2", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
+    has_vnni = lib.tk_cpu_has_avxvnni()
+    assert has_vnni == ("avxvnni" in feats.split() and lib.tk_cpu_detected() >= lib.TK_CPU_AVX2)
+    code += ";print(lib.tk_cpu_avxvnni())"
+    for name, want in (("scalar", 0), ("avx2", 1), ("avx2-novnni", 1), ("avx512", 2), ("bogus", 0), ("neon", 0)):   # neon: not x86
         env = dict(os.environ, TOOLKIT_CPU=name)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
-        level, detected, bf16_act = int(out[0]), int(out[1]), int(out[2])
+        level, detected, bf16_act, vnni = int(out[0]), int(out[1]), int(out[2]), int(out[3])
         assert level == min(want, detected), (name, out)
         # BF16 weights take bf16 activations only at avx512 on an AVX512_BF16 machine
         assert bf16_act == (30 if level == lib.TK_CPU_AVX512 and has_bf16 else 0), (name, out)
+        # the AVX-VNNI kernels: on where the machine has them, but for avx2-novnni
+        assert vnni == (has_vnni and name != "avx2-novnni"), (name, out)
+
+
+def test_avxvnni_switch(avxvnni):
+    """tk_cpu_set_avxvnni turns the AVX-VNNI kernels off, and on only where the machine has
+    them (never on this machine if it lacks AVX-VNNI: the kernels would raise SIGILL)."""
+    has = lib.tk_cpu_has_avxvnni()
+    assert avxvnni(0) == 0 and lib.tk_cpu_avxvnni() == 0
+    assert avxvnni(1) == has and lib.tk_cpu_avxvnni() == has
 
 
 def test_activation_type_per_level():
@@ -189,6 +202,53 @@ def test_avx512_bit_identical_to_avx2(qtype, K, at_level):
         at_level(lib.TK_CPU_AVX2)
         want = _mat_mul(qtype, raw, K, M, x)
         assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
+        got = _mat_mul(qtype, raw, K, M, x)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (qtype.name, K, M, T)
+
+
+def test_cpu_info_names_avx2_without_vnni(monkeypatch):
+    """bench's cpu_level (binding.cpu.cpu_info) says "avx2-novnni" where the level is avx2 on
+    an AVX-VNNI machine with those kernels off, so the two halves of an A/B run differ; "avx2"
+    where they are on or the machine has none; other levels keep their names."""
+    from toolkit.binding import cpu
+    for lv, has, on, want in ((lib.TK_CPU_AVX2, True, False, "avx2-novnni"), (lib.TK_CPU_AVX2, True, True, "avx2"),
+                              (lib.TK_CPU_AVX2, False, False, "avx2"), (lib.TK_CPU_AVX512, True, False, "avx512"),
+                              (lib.TK_CPU_SCALAR, True, False, "scalar")):
+        monkeypatch.setattr(cpu, "level", lambda lv=lv: lv)
+        monkeypatch.setattr(cpu, "has_avxvnni", lambda has=has: has)
+        monkeypatch.setattr(cpu, "avxvnni", lambda on=on: on)
+        assert cpu.cpu_info()["cpu_level"] == want, (lv, has, on)
+
+
+@pytest.fixture
+def avxvnni():
+    """Turn the AVX-VNNI kernels on / off for a test (tk_cpu_set_avxvnni); the process's state
+    is restored after."""
+    was = lib.tk_cpu_avxvnni()
+    yield lambda on: lib.tk_cpu_set_avxvnni(on)
+    lib.tk_cpu_set_avxvnni(was)
+
+
+VNNI_KERNELS = AVX512_KERNELS   # qdot_avxvnni.c covers the same types: Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K
+
+
+@pytest.mark.skipif(not lib.tk_cpu_has_avxvnni(),
+                    reason="no AVX-VNNI (cpuid.(7,1):EAX bit 4) with the avx2 level on this machine "
+                           "(test_avx512_emulated.py runs these kernels under SIMDe)")
+@pytest.mark.parametrize("qtype,K", VNNI_KERNELS, ids=lambda v: v.name if hasattr(v, "name") else str(v))
+def test_avxvnni_bit_identical_to_avx2(qtype, K, at_level, avxvnni):
+    """At the avx2 level, the AVX-VNNI prompt kernels (qdot_avxvnni.c: Q8_0, Q4_K, Q5_K,
+    Q6_K, Q3_K, Q2_K) give every output the plain AVX2 kernels' bits (exact integer lanes, the same float
+    operations), for every tile remainder (rows 1..21, tokens 1..19: Q8_0's pairs, the
+    k-quants' groups of 8) and in generation (n_tok = 1, the AVX2 kernel)."""
+    rng = np.random.default_rng(K + int(qtype))
+    assert at_level(lib.TK_CPU_AVX2) == lib.TK_CPU_AVX2
+    for M, T in ((1, 2), (4, 8), (5, 3), (9, 19), (7, 1), (3, 16), (21, 7), (6, 15)):
+        raw = _weights(qtype, M, K, rng)
+        x = (rng.standard_normal((T, K)) * rng.uniform(0.1, 10.0, (T, 1))).astype(np.float32)
+        assert avxvnni(0) == 0
+        want = _mat_mul(qtype, raw, K, M, x)
+        assert avxvnni(1) == 1
         got = _mat_mul(qtype, raw, K, M, x)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (qtype.name, K, M, T)
 

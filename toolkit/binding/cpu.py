@@ -2,7 +2,8 @@
 its SIMD features, the Mamba-2 SSD threshold; and the default thread count.
 
 Levels are ``tk_cpu_level_t`` ints (``lib.TK_CPU_SCALAR``, ``TK_CPU_AVX2``, ...), named by
-:func:`level_name` ("scalar", "avx2", ...).  ``TOOLKIT_CPU`` caps the level in force.
+:func:`level_name` ("scalar", "avx2", ...).  ``TOOLKIT_CPU`` caps the level in force
+(``avx2-novnni``: avx2 without its AVX-VNNI kernels).
 """
 from __future__ import annotations
 
@@ -43,6 +44,23 @@ def has_avx512bf16() -> bool:
     return bool(lib.tk_cpu_has_avx512bf16())
 
 
+def has_avxvnni() -> bool:
+    """Whether the machine has AVX-VNNI with the avx2 level (tk_cpu_has_avxvnni): the Q8_0 /
+    k-quant (Q2_K..Q6_K) prompt kernels of qdot_avxvnni.c, in force while the level is avx2."""
+    return bool(lib.tk_cpu_has_avxvnni())
+
+
+def avxvnni() -> bool:
+    """Whether the AVX-VNNI kernels are on (the machine has them and neither
+    ``TOOLKIT_CPU=avx2-novnni`` nor :func:`set_avxvnni` turned them off; tk_cpu_avxvnni)."""
+    return bool(lib.tk_cpu_avxvnni())
+
+
+def set_avxvnni(on: bool) -> bool:
+    """Turn the AVX-VNNI kernels on (where the machine has them) or off; returns :func:`avxvnni`."""
+    return bool(lib.tk_cpu_set_avxvnni(1 if on else 0))
+
+
 def ssd_threshold() -> int:
     """Tokens from which a Mamba-2 ubatch takes the chunked SSD scan (tk_ssd_threshold)."""
     return int(lib.tk_ssd_threshold())
@@ -50,9 +68,15 @@ def ssd_threshold() -> int:
 
 def cpu_info() -> dict:
     """{"cpu_level": name in force, "cpu_level_detected": the machine's best name,
-    "cpu_features": str, "ssd_threshold": int} (the fields ``toolkit bench`` reports)."""
+    "cpu_features": str, "ssd_threshold": int} (the fields ``toolkit bench`` reports).
+    The name in force is "avx2-novnni" where the level is avx2 on an AVX-VNNI machine whose
+    AVX-VNNI kernels are off (``TOOLKIT_CPU=avx2-novnni``), so A/B runs tell themselves apart."""
+    lv = level()
+    name = level_name(lv)
+    if lv == lib.TK_CPU_AVX2 and has_avxvnni() and not avxvnni():
+        name = "avx2-novnni"
     return {
-        "cpu_level": level_name(level()),
+        "cpu_level": name,
         "cpu_level_detected": level_name(detected()),
         "cpu_features": features(),
         "ssd_threshold": ssd_threshold(),

@@ -53,7 +53,7 @@ UNSUPPORTED: dict[str, str] = {
 # the commands that run a model and so take llama.cpp's model flags
 _MODEL_COMMANDS = ("run", "chat", "bench", "perplexity")
 
-CPU_LEVELS = ("scalar", "avx2", "avx512", "neon")
+CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni: avx2 without AVX-VNNI
 
 
 def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:

@@ -1,5 +1,6 @@
 /* cpu.c: run-time choice of the kernel level (scalar / AVX2 / AVX-512 with VNNI on x86-64, scalar /
- * NEON on aarch64).
+ * NEON on aarch64) and of the sub-features within a level (AVX-VNNI at avx2, AVX512_BF16 at
+ * avx512).
  *
  * A level needs both the CPU's instructions (cpuid) and the OS's promise to save the
  * registers they use across context switches (XCR0 read with xgetbv, valid only when
@@ -32,6 +33,8 @@
 static int g_detected = TK_CPU_SCALAR;
 static int g_level = TK_CPU_SCALAR;
 static int g_bf16 = 0;     /* AVX512_BF16 + OS ZMM state */
+static int g_avxvnni = 0;  /* AVX-VNNI + the AVX2 level (OS YMM state) */
+static int g_avxvnni_on = 0;   /* its kernels wanted (TOOLKIT_CPU=avx2-novnni, tk_cpu_set_avxvnni: off) */
 static char g_features[256];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -63,6 +66,7 @@ static int detect(void) {
     }
     const int avx2 = (b7 >> 5) & 1, avx512f = (b7 >> 16) & 1, avx512bw = (b7 >> 30) & 1;
     const int avx512vl = (b7 >> 31) & 1, vnni = (c7 >> 11) & 1, bf16 = (a71 >> 5) & 1;
+    const int avxvnni = (a71 >> 4) & 1;                /* VEX-encoded vpdpbusd / vpdpwssd on ymm */
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
     const int os_ymm = (xcr0 & 0x6) == 0x6;          /* SSE + AVX state */
     const int os_zmm = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
@@ -70,6 +74,7 @@ static int detect(void) {
     if (avx2) add_feature("avx2");
     if (fma) add_feature("fma");
     if (f16c) add_feature("f16c");
+    if (avxvnni) add_feature("avxvnni");
     if (avx512f) add_feature("avx512f");
     if (avx512bw) add_feature("avx512bw");
     if (avx512vl) add_feature("avx512vl");
@@ -80,6 +85,7 @@ static int detect(void) {
     if (avx && avx2 && fma && f16c && os_ymm) level = TK_CPU_AVX2;
     if (level == TK_CPU_AVX2 && avx512f && avx512bw && avx512vl && vnni && os_zmm) level = TK_CPU_AVX512;
     g_bf16 = level == TK_CPU_AVX512 && bf16;
+    g_avxvnni = level >= TK_CPU_AVX2 && avxvnni;     /* needs only the YMM state of the AVX2 level */
 #endif
 #if defined(__aarch64__) && defined(TK_HAVE_NEON)
 #if defined(__linux__)
@@ -111,7 +117,7 @@ static int clamp_level(int want) {
 
 static int parse_level(const char * s) {
     if (!strcmp(s, "scalar")) return TK_CPU_SCALAR;
-    if (!strcmp(s, "avx2")) return TK_CPU_AVX2;
+    if (!strcmp(s, "avx2") || !strcmp(s, "avx2-novnni")) return TK_CPU_AVX2;
     if (!strcmp(s, "avx512")) return TK_CPU_AVX512;
     if (!strcmp(s, "neon")) return TK_CPU_NEON;
     return TK_CPU_SCALAR;     /* unknown: the safe choice */
@@ -120,9 +126,11 @@ static int parse_level(const char * s) {
 static void init(void) {
     g_detected = detect();
     g_level = g_detected;
+    g_avxvnni_on = g_avxvnni;
     const char * env = getenv("TOOLKIT_CPU");
     if (env && *env) {
         g_level = clamp_level(parse_level(env));
+        if (!strcmp(env, "avx2-novnni")) g_avxvnni_on = 0;   /* the plain AVX2 kernels, for A/B runs */
     }
 }
 
@@ -146,6 +154,22 @@ int tk_cpu_set_level(int level) {
 int tk_cpu_has_avx512bf16(void) {
     pthread_once(&g_once, init);
     return g_bf16;
+}
+
+int tk_cpu_has_avxvnni(void) {
+    pthread_once(&g_once, init);
+    return g_avxvnni;
+}
+
+int tk_cpu_set_avxvnni(int on) {
+    pthread_once(&g_once, init);
+    __atomic_store_n(&g_avxvnni_on, on && g_avxvnni, __ATOMIC_RELAXED);
+    return g_avxvnni_on;
+}
+
+int tk_cpu_avxvnni(void) {
+    pthread_once(&g_once, init);
+    return __atomic_load_n(&g_avxvnni_on, __ATOMIC_RELAXED);
 }
 
 const char * tk_cpu_level_name(int level) {

@@ -42,13 +42,14 @@
  * NULL), the activation type ACT of its integer dot, the scalar dot product and the row
  * kernels per slot (qdot*.c, kernels_neon.c) */
 #define QUANT_TYPE(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON)                           \
-    QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, NULL)
-/* the same with an AVX512 slot (qdot_avx512.c, qdot_kquants_avx512.c) */
-#define QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512)            \
+    QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, NULL, NULL)
+/* the same with an AVX512 slot (qdot_avx512.c, qdot_kquants_avx512.c) and an AVXVNNI slot
+ * (qdot_avxvnni.c) */
+#define QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, ROWS_AVX512, ROWS_AVXVNNI) \
     [T] = { .name = NAME, .blck_size = BLCK, .type_size = sizeof(BLK), .align = 1,                             \
             .to_float = tkq_dequantize_##t, .from_float = tkq_quantize_##t, .from_float_imatrix = IMATRIX,     \
             .vec_dot_type = ACT, .vec_dot = tk_vec_dot_##t##_##act,                                            \
-            .qdot_rows = { tk_qdot_rows_##t##_scalar, ROWS_AVX2, ROWS_NEON, ROWS_AVX512 } }
+            .qdot_rows = { tk_qdot_rows_##t##_scalar, ROWS_AVX2, ROWS_NEON, ROWS_AVX512, ROWS_AVXVNNI } }
 
 /* an activation type of the integer dot: its quantizers per slot (qdot.c, qdot_avx2.c) */
 #define ACT_TYPE(T, NAME, BLCK, BLK, Q_SCALAR, Q_AVX2)                                                         \
@@ -71,22 +72,22 @@ static const tk_type_traits TYPES[TK_GGML_TYPE_COUNT] = {
                        .to_float = tkq_dequantize_q8_0, .from_float = tkq_quantize_q8_0,
                        .vec_dot_type = TK_GGML_Q8_0, .vec_dot = tk_vec_dot_q8_0_q8_0,
                        .qdot_rows = { tk_qdot_rows_q8_0_scalar, AVX2(tk_qdot_rows_q8_0_avx2), NEON(tk_qdot_rows_q8_0_neon),
-                                      AVX2(tk_qdot_rows_q8_0_avx512) },
+                                      AVX2(tk_qdot_rows_q8_0_avx512), AVX2(tk_qdot_rows_q8_0_avxvnni) },
                        .act_from_float = { tk_quantize_act_q8_0, AVX2(tk_quantize_act_q8_0_avx2), NULL } },
     QUANT_TYPE(TK_GGML_Q4_0, "Q4_0", q4_0, QK32, blk_q4_0, tkq_quantize_q4_0_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_q4_0_avx2), NULL),
     QUANT_TYPE(TK_GGML_Q4_1, "Q4_1", q4_1, QK32, blk_q4_1, tkq_quantize_q4_1_imatrix, TK_GGML_Q8_1, q8_1, AVX2(tk_qdot_rows_q4_1_avx2), NULL),
     QUANT_TYPE(TK_GGML_Q5_0, "Q5_0", q5_0, QK32, blk_q5_0, tkq_quantize_q5_0_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_q5_0_avx2), NULL),
     QUANT_TYPE(TK_GGML_Q5_1, "Q5_1", q5_1, QK32, blk_q5_1, tkq_quantize_q5_1_imatrix, TK_GGML_Q8_1, q8_1, AVX2(tk_qdot_rows_q5_1_avx2), NULL),
     QUANT_TYPE_Z(TK_GGML_Q2_K, "Q2_K", q2_K, QK_K, blk_q2_K, tkq_quantize_q2_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q2_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q2_K_avx512)),
+               AVX2(tk_qdot_rows_q2_K_avx512), AVX2(tk_qdot_rows_q2_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q3_K, "Q3_K", q3_K, QK_K, blk_q3_K, tkq_quantize_q3_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q3_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q3_K_avx512)),
+               AVX2(tk_qdot_rows_q3_K_avx512), AVX2(tk_qdot_rows_q3_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q4_K, "Q4_K", q4_K, QK_K, blk_q4_K, tkq_quantize_q4_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q4_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q4_K_avx512)),
+               AVX2(tk_qdot_rows_q4_K_avx512), AVX2(tk_qdot_rows_q4_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q5_K, "Q5_K", q5_K, QK_K, blk_q5_K, tkq_quantize_q5_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q5_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q5_K_avx512)),
+               AVX2(tk_qdot_rows_q5_K_avx512), AVX2(tk_qdot_rows_q5_K_avxvnni)),
     QUANT_TYPE_Z(TK_GGML_Q6_K, "Q6_K", q6_K, QK_K, blk_q6_K, tkq_quantize_q6_K_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_q6_K_avx2), NULL,
-               AVX2(tk_qdot_rows_q6_K_avx512)),
+               AVX2(tk_qdot_rows_q6_K_avx512), AVX2(tk_qdot_rows_q6_K_avxvnni)),
     QUANT_TYPE(TK_GGML_IQ4_NL, "IQ4_NL", iq4_nl, QK32, blk_iq4_nl, tkq_quantize_iq4_nl_imatrix, TK_GGML_Q8_0, q8_0, AVX2(tk_qdot_rows_iq4_nl_avx2), NULL),
     QUANT_TYPE(TK_GGML_IQ4_XS, "IQ4_XS", iq4_xs, QK_K, blk_iq4_xs, tkq_quantize_iq4_xs_imatrix, TK_GGML_Q8_K, q8_K, AVX2(tk_qdot_rows_iq4_xs_avx2), NULL),
     /* activation types only (Q4_1 / Q5_1 weights: Q8_1; the k-quants and IQ4_XS: Q8_K) */
@@ -110,21 +111,23 @@ const tk_type_traits * tk_type_traits_get(int type) {
 
 /* ---- kernels per level --------------------------------------------------------------- */
 
-/* The slot of kernel level `level`: AVX2 for the x86-64 level AVX2, AVX512 for AVX512,
- * NEON for the aarch64 one.  (A slot this target does not compile is NULL: the scalar
- * kernel runs.) */
+/* The slot of kernel level `level`: AVX2 for the x86-64 level AVX2 (AVXVNNI where
+ * tk_cpu_avxvnni()), AVX512 for AVX512, NEON for the aarch64 one.  (A slot this target does
+ * not compile is NULL: the scalar kernel runs.) */
 static int kslot(int level) {
     if (level == TK_CPU_NEON) return TK_KSLOT_NEON;
     if (level == TK_CPU_AVX512) return TK_KSLOT_AVX512;
+    if (level == TK_CPU_AVX2 && tk_cpu_avxvnni()) return TK_KSLOT_AVXVNNI;
     return level >= TK_CPU_AVX2 ? TK_KSLOT_AVX2 : TK_KSLOT_SCALAR;
 }
 
-/* slots[kslot(level)], else the AVX2 slot at AVX512, else the scalar slot */
+/* slots[kslot(level)], else the AVX2 slot at AVX512 / AVXVNNI, else the scalar slot */
 #define PICK(slots, level)                                                                           \
     do {                                                                                             \
         const int s_ = kslot(level);                                                                 \
         if ((slots)[s_]) return (slots)[s_];                                                         \
-        if (s_ == TK_KSLOT_AVX512 && (slots)[TK_KSLOT_AVX2]) return (slots)[TK_KSLOT_AVX2];          \
+        if ((s_ == TK_KSLOT_AVX512 || s_ == TK_KSLOT_AVXVNNI) && (slots)[TK_KSLOT_AVX2])             \
+            return (slots)[TK_KSLOT_AVX2];                                                           \
         return (slots)[TK_KSLOT_SCALAR];                                                             \
     } while (0)
 

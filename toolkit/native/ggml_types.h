@@ -46,9 +46,11 @@ typedef void (*tk_float_rows_fn)(int type, const uint8_t * base, size_t row_byte
                                  const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);
 
 /* Kernel slots, one per kernel family: scalar (every machine), AVX2 (x86-64 levels AVX2 and
- * AVX512), NEON (aarch64), AVX512 (the x86-64 level AVX512 only).  A NULL AVX512 slot falls
- * back to the AVX2 one; any other NULL slot to the scalar kernel. */
-enum { TK_KSLOT_SCALAR = 0, TK_KSLOT_AVX2 = 1, TK_KSLOT_NEON = 2, TK_KSLOT_AVX512 = 3, TK_KSLOT_COUNT = 4 };
+ * AVX512), NEON (aarch64), AVX512 (the x86-64 level AVX512 only), AVXVNNI (the level AVX2
+ * where tk_cpu_avxvnni(): AVX-VNNI found and not turned off).  A NULL AVX512 or AVXVNNI slot
+ * falls back to the AVX2 one; any other NULL slot to the scalar kernel. */
+enum { TK_KSLOT_SCALAR = 0, TK_KSLOT_AVX2 = 1, TK_KSLOT_NEON = 2, TK_KSLOT_AVX512 = 3, TK_KSLOT_AVXVNNI = 4,
+       TK_KSLOT_COUNT = 5 };
 
 typedef struct {
     const char * name;                 /* ggml's name, "Q4_K"; NULL: the id is unknown */

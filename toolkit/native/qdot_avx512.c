@@ -33,8 +33,6 @@
 #define Q8Z TK_AVX512_TARGET
 #define Q8Z_INLINE Q8Z TK_AVX512_INLINE
 
-#define Q8Z_TOK_FLOATS 6144   /* token scales of a token block (tb * nb floats) */
-#define Q8Z_MAX_NB 1024       /* K <= 32768 (dwf: 16 KiB of stack); longer rows: the AVX2 kernel */
 
 /* R (1..4) weight rows x n (1..8) tokens as P = ceil(n / 2) pairs; an odd last token is
  * paired with itself and its copy is not stored.  dwf[4 b + i]: d_w of row i, block b;
@@ -107,44 +105,9 @@ Q8Z_INLINE void q8z_rows(int R, const uint8_t * w, size_t row_bytes, const uint8
     }
 }
 
-/* f16 scales of n blocks `stride` bytes apart as floats, dst[k * step] */
-Q8Z_INLINE void q8z_scales(const uint8_t * blk, size_t stride, int64_t n, float * dst, int step) {
-    for (int64_t k = 0; k < n; k++) {
-        uint16_t h;
-        memcpy(&h, blk + (size_t) k * stride, 2);
-        dst[k * step] = _cvtsh_ss(h);
-    }
-}
-
-/* Rows [r0, r1) x all tokens: token blocks of about 192 KiB of activations (as the AVX2
- * kernel), in a block 4 rows at a time (their scales converted once), then single rows. */
-Q8Z void tk_qdot_rows_q8_0_avx512(const uint8_t * w, size_t row_bytes, int64_t K, const uint8_t * a, size_t a_bytes,
-                                  int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1) {
-    const int64_t nb = K / QK32;
-    if (n_tok == 1 || nb > Q8Z_MAX_NB) {
-        tk_qdot_rows_q8_0_avx2(w, row_bytes, K, a, a_bytes, n_tok, y, ldy, r0, r1);
-        return;
-    }
-    float daf[Q8Z_TOK_FLOATS], dwf[4 * Q8Z_MAX_NB];
-    int64_t tb = (int64_t) 196608 / (a_bytes > 0 ? (int64_t) a_bytes : 1);
-    if (tb * nb > Q8Z_TOK_FLOATS) tb = Q8Z_TOK_FLOATS / nb;
-    tb = tb < 8 ? (tb < 1 ? 1 : tb) : tb - tb % 8;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
-        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
-        const uint8_t * at = a + (size_t) t0 * a_bytes;
-        for (int64_t t = 0; t < n; t++) q8z_scales(at + (size_t) t * a_bytes, sizeof(blk_q8_0), nb, daf + t * nb, 1);
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            const uint8_t * wr = w + (size_t) r * row_bytes;
-            for (int i = 0; i < 4; i++) q8z_scales(wr + (size_t) i * row_bytes, sizeof(blk_q8_0), nb, dwf + i, 4);
-            q8z_rows(4, wr, row_bytes, at, a_bytes, nb, dwf, daf, n, y + t0 * ldy + r, ldy);
-        }
-        for (; r < r1; r++) {
-            const uint8_t * wr = w + (size_t) r * row_bytes;
-            q8z_scales(wr, sizeof(blk_q8_0), nb, dwf, 4);
-            q8z_rows(1, wr, row_bytes, at, a_bytes, nb, dwf, daf, n, y + t0 * ldy + r, ldy);
-        }
-    }
-}
+/* Rows [r0, r1) x all tokens (qdot.h tk_q8_drive): token blocks of about 192 KiB of
+ * activations (as the AVX2 kernel), a multiple of 8 tokens, in a block 4 rows at a time
+ * (their scales converted once), then single rows. */
+TK_Q8_KERNEL(Q8Z, tk_qdot_rows_q8_0_avx512, q8z_rows, 8)
 
 #endif /* __x86_64__ && __GNUC__ */

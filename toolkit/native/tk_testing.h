@@ -45,7 +45,8 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
  * vector's HWCAP_ASIMD).                                                                */
 typedef enum {
     TK_CPU_SCALAR = 0,         /* plain C, every machine */
-    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C */
+    TK_CPU_AVX2 = 1,           /* x86-64 AVX2 + FMA + F16C (with AVX-VNNI: Q8_0 / k-quant
+                                  prompts in qdot_avxvnni.c, the same bits) */
     TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL + VNNI (kernels: the AVX2 ones but
                                   for Q8_0 / k-quant prompts, qdot_*avx512.c: the same bits;
                                   BF16 weights with AVX512_BF16: qdot_bf16_avx512.c) */
@@ -54,7 +55,8 @@ typedef enum {
 
 /* The level kernels run at now: the highest the machine supports, capped by the
  * environment variable TOOLKIT_CPU=scalar|avx2|avx512|neon (read once; an unknown value,
- * or another architecture's level, means scalar) and by tk_cpu_set_level. */
+ * or another architecture's level, means scalar; avx2-novnni: avx2 without its AVX-VNNI
+ * kernels) and by tk_cpu_set_level. */
 int tk_cpu_level(void);
 /* Highest level this machine supports (ignores TOOLKIT_CPU). */
 int tk_cpu_detected(void);
@@ -69,6 +71,19 @@ const char * tk_cpu_level_name(int level);
  * TOOLKIT_CPU).  The BF16 x BF16 kernel (qdot_bf16_avx512.c) runs only at the level
  * TK_CPU_AVX512 on such a machine, so TOOLKIT_CPU=avx2 turns it off with the rest. */
 int tk_cpu_has_avx512bf16(void);
+/* 1 when the machine has AVX-VNNI (cpuid.(7,1):EAX bit 4: VEX-encoded vpdpbusd / vpdpwssd on
+ * 256 bits, e.g. Alder Lake, Zen 5) with the avx2 level (ignores TOOLKIT_CPU).  A sub-feature
+ * of the avx2 level: there the Q8_0 / k-quant prompt kernels of qdot_avxvnni.c replace
+ * the AVX2 ones (the same bits).  In force while the level is TK_CPU_AVX2 and it is not
+ * turned off by TOOLKIT_CPU=avx2-novnni or tk_cpu_set_avxvnni(0); at avx512 the AVX-512
+ * kernels run instead. */
+int tk_cpu_has_avxvnni(void);
+/* Turn the AVX-VNNI kernels on (on != 0, where the machine has them) or off (tests, A/B
+ * benchmarks); returns 1 when they are now wanted.  Not while another thread decodes. */
+int tk_cpu_set_avxvnni(int on);
+/* 1 when the AVX-VNNI kernels are on (the machine has them, not turned off); they run while
+ * the level is TK_CPU_AVX2. */
+int tk_cpu_avxvnni(void);
 /* The activation type (ggml type id) a mat-mul with `type` weights uses at kernel level
  * `level` (ggml_types.c tk_type_vec_dot_type): F32 (0) for the float kernels, BF16 (30)
  * for BF16 weights at TK_CPU_AVX512 with AVX512_BF16, the integer types' Q8_*; -1: none. */
