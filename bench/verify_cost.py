@@ -44,7 +44,7 @@ def main() -> None:
                 ts = []
                 for _ in range(a.repeat):
                     t = time.perf_counter()
-                    ctx.decode(list(range(300, 300 + n)), logits="all")
+                    ctx.decode(list(range(300, 300 + n)), logits="all", snapshots=window > 0)
                     ts.append(time.perf_counter() - t)
                     ctx.memory.seq_rm(0, 0, -1)
                     ctx.load_state(blob, 0)

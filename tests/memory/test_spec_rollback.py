@@ -56,7 +56,7 @@ def test_rollback_at_every_point_of_the_window_is_bit_identical(model, keep_last
         blob0 = ctx.state_bytes(0)
         for n_keep in range(K + 1, 0, -1):          # keep 5, 4, ... 1 of the verify batch
             ctx.load_state(blob0, 0)                # the ring is not in blobs: verify again
-            logits = ctx.decode(verify, logits="all")
+            logits = ctx.decode(verify, logits="all", snapshots=True)
             assert logits.shape == (K + 1, model.n_vocab)
             p = len(prefix) + n_keep
             assert ctx.memory.rollback(0, p) == p   # exact: nothing to re-feed
@@ -74,7 +74,7 @@ def test_outside_the_window_is_refused(model):
     with Context(model, n_ctx=128, n_ubatch=32) as ctx:
         ctx.memory.set_draft_window(K)
         ctx.decode(prefix, logits="none")
-        ctx.decode(verify, logits="none")
+        ctx.decode(verify, logits="none", snapshots=True)
         before = ctx.state_bytes(0)
         assert not ctx.memory.seq_rm(0, len(prefix), -1)   # state after len(prefix)-1: a prompt token
         assert ctx.state_bytes(0) == before
@@ -93,7 +93,7 @@ def test_multi_sequence_one_rejects_others_accept(model, keep_last):
     with Context(model, n_ctx=256, n_seq_max=n, n_ubatch=32) as ctx:
         ctx.memory.set_draft_window(K, keep_last=keep_last)
         ctx.decode_batch([(p, s) for s, p in enumerate(prefixes)], logits="none")
-        ctx.decode_batch([(v, s) for s, v in enumerate(verifies)], logits="all")
+        ctx.decode_batch([(v, s) for s, v in enumerate(verifies)], logits="all", snapshots=True)
         for s in range(n):
             p = len(prefixes[s]) + keep[s]
             assert ctx.memory.rollback(s, p) == p
@@ -110,7 +110,7 @@ def test_end_of_an_earlier_call_only_with_keep_last(model, keep_last):
     with Context(model, n_ctx=128, n_ubatch=32, n_checkpoints=2) as ctx:
         ctx.memory.set_draft_window(K, keep_last=keep_last)
         ctx.decode(prefix, logits="none")
-        ctx.decode(verify, logits="none")
+        ctx.decode(verify, logits="none", snapshots=True)
         ctx.decode(toks(model, 1, 52), logits="none")
         p = len(prefix) + K + 1
         got = ctx.memory.rollback(0, p)
@@ -124,6 +124,51 @@ def test_end_of_an_earlier_call_only_with_keep_last(model, keep_last):
             assert got == len(prefix)                   # the end-of-prompt checkpoint
 
 
+@pytest.mark.parametrize("keep_last", [True, False])
+def test_a_checkpoint_restore_drops_the_ring_of_the_history_it_cuts(model, keep_last):
+    """A rollback through a checkpoint cuts the history: the ring's states of positions after
+    it belong to tokens that are gone and must not be restored later (found by a fresh-eyes
+    review: a later rollback restored the old sequence's state 'exactly')."""
+    prefix, old, verify, new = toks(model, 10, 60), toks(model, 10, 61), toks(model, 4, 62), toks(model, 13, 63)
+    with Context(model, n_ctx=128, n_ubatch=32, n_checkpoints=4) as ctx:
+        ctx.memory.set_draft_window(K, keep_last=keep_last)
+        ctx.decode(prefix, logits="none")                       # checkpoint at its end
+        for t in old:
+            ctx.decode([t], logits="none")
+        ctx.decode(verify, logits="none", snapshots=True)       # ring rows for positions 20..
+        assert ctx.memory.rollback(0, 12) == len(prefix)        # back to the checkpoint
+        for t in new:                                            # positions 10..22, other tokens
+            ctx.decode([t], logits="none")
+        p = len(prefix) + 12
+        got = ctx.memory.rollback(0, p)
+        assert got is None or got <= len(prefix)                # no state of position 21 is kept now
+        if got is not None:
+            ctx.decode(new[got - len(prefix):12], logits="none")
+        nxt = ctx.decode(new[12:], logits="all")
+    with Context(model, n_ctx=128, n_ubatch=32) as ref:
+        ref.decode(np.concatenate([prefix, new[:12]]), logits="none")
+        assert np.array_equal(nxt, ref.decode(new[12:], logits="all"))
+
+
+def test_prompt_chunks_run_and_checkpoint_as_without_a_window(model):
+    """With a draft window as wide as a prompt chunk, a call that does not ask for snapshots
+    (a prompt chunk) keeps none: same kernels (Mamba-2's chunked SSD from 32 tokens), same bits
+    as without a window, and its end-of-call checkpoint is taken (a later request resumes
+    there)."""
+    prefix, chunk, more = toks(model, 5, 70), toks(model, 40, 71), toks(model, 3, 72)
+    out = []
+    for window in (0, 48):
+        with Context(model, n_ctx=128, n_ubatch=64, n_checkpoints=4) as ctx:
+            if window:
+                ctx.memory.set_draft_window(window, keep_last=False)
+            ctx.decode(prefix, logits="none")
+            out.append(ctx.decode(chunk, logits="all"))
+            ctx.decode(more, logits="none")
+            p = len(prefix) + len(chunk)
+            assert ctx.memory.rollback(0, p) == p                # the chunk's end-of-call checkpoint
+    assert np.array_equal(out[0], out[1])
+
+
 def test_seq_cp_carries_the_window_and_report_counts_it(model):
     prefix, verify = toks(model, 6, 30), toks(model, K + 1, 31)
     with Context(model, n_ctx=128, n_seq_max=2, n_ubatch=32) as ctx:
@@ -135,7 +180,7 @@ def test_seq_cp_carries_the_window_and_report_counts_it(model):
         assert ctx.memory_report()["draft"] == 2 * K * rep["recurrent"] // 2
         ctx.memory.set_draft_window(K)
         ctx.decode(prefix, logits="none")
-        ctx.decode(verify, logits="none")
+        ctx.decode(verify, logits="none", snapshots=True)
         ctx.memory.seq_cp(0, 1)
         assert ctx.memory.rollback(1, len(prefix) + 2) == len(prefix) + 2
         assert ctx.memory.seq_pos_max(0) == len(prefix) + K       # the source is untouched
@@ -149,7 +194,7 @@ def test_state_blobs_stay_valid_without_the_ring(model):
     with Context(model, n_ctx=128, n_ubatch=32) as ctx:
         ctx.memory.set_draft_window(K)
         ctx.decode(prefix, logits="none")
-        ctx.decode(verify, logits="none")
+        ctx.decode(verify, logits="none", snapshots=True)
         assert ctx.memory.rollback(0, len(prefix) + 2) == len(prefix) + 2
         blob = ctx.state_bytes(0)
     with Context(model, n_ctx=128, n_ubatch=32) as plain:

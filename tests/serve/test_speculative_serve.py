@@ -57,6 +57,19 @@ def test_sampled_requests_and_counters(start_server):
     assert "toolkit_draft_tokens_total" in m and "toolkit_draft_tokens_accepted_total" in m
 
 
+@pytest.mark.native
+def test_prefix_reuse_with_lookup(start_server):
+    """Prompt chunks take their checkpoints with a draft window as without one: the same
+    request twice reuses the slot's prefix (a fresh-eyes review found cached_tokens 0)."""
+    s = start_server(DEMO, n_slots=1, n_ctx=1024, n_ubatch=UBATCH, draft_max=16)
+    body = {"prompt": "def fibonacci(n):", "max_tokens": 8, "temperature": 0}
+    with httpx.Client(timeout=60) as c:
+        first = c.post(s.url + "/v1/completions", json=body).json()
+        second = c.post(s.url + "/v1/completions", json=body).json()
+    assert second["choices"][0]["text"] == first["choices"][0]["text"]
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
 def test_flags(monkeypatch, capsys):
     from cli_runner import cli
     rc, out, _ = cli(monkeypatch, capsys, "serve", "--help")

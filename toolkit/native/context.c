@@ -303,6 +303,7 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     const int32_t n = b->n_tokens;
     if (n <= 0) return TK_FAIL(TK_ERR_INVALID, "empty batch");
     if (!b->token || !b->pos || !b->seq_id) return TK_FAIL(TK_ERR_INVALID, "batch arrays missing");
+    if (b->flags & ~(int32_t) TK_BATCH_SNAPSHOTS) return TK_FAIL(TK_ERR_INVALID, "batch flags 0x%x: unknown bits", (unsigned) b->flags);
 
     /* validate tokens, sequence ids and positions before touching the memory */
     tk_split sp;
@@ -336,6 +337,7 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         const int32_t len = split_next(ctx, b, &sp, act, &n_act);
         if (!n_act) break;
         ub->n_seqs = n_act;
+        ub->keep_snaps = (b->flags & TK_BATCH_SNAPSHOTS) != 0;
         ub->n_seq_tokens = len;
         ub->n_tokens = n_act * len;
         for (int32_t j = 0; j < n_act; j++) {
@@ -361,10 +363,10 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         ctx->mem->after_ubatch(ctx->mem, ub);
     }
     /* a checkpoint at the end of each multi-token run (a prompt or a turn); a verify run of
-     * at most k + 1 tokens has the speculative window instead */
+     * at most k + 1 tokens (TK_BATCH_SNAPSHOTS) has the speculative window instead */
+    const int32_t covered = (b->flags & TK_BATCH_SNAPSHOTS) && ctx->spec_window > 0 ? ctx->spec_window + 1 : 1;
     for (int32_t j = 0; st == TK_OK && j < sp.n_order; j++)
-        if (sp.count[sp.order[j]] > 1 && sp.count[sp.order[j]] > ctx->spec_window + (ctx->spec_window > 0))
-            ctx->mem->checkpoint(ctx->mem, sp.order[j]);
+        if (sp.count[sp.order[j]] > covered) ctx->mem->checkpoint(ctx->mem, sp.order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
         for (int32_t j = 0; j < sp.n_order; j++) ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);

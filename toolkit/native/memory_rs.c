@@ -34,8 +34,9 @@
  * k + 1 rows per sequence and per (layer, piece) (k with TK_SPEC_NO_LAST, below), row
  * seq * rows + pos % rows holding the piece after the token at pos, ring_pos[row] that
  * position (-1: none).  prepare marks
- * the rows a ubatch writes: every token of a row of at most k + 1 tokens (a verify batch;
- * a longer row, such as a prompt, keeps none), but for a context with TK_SPEC_NO_LAST not a
+ * the rows a ubatch writes: every token of a row of at most k + 1 tokens of a batch that asks
+ * for them (TK_BATCH_SNAPSHOTS: a verify call, a draft model's step; a longer row, or any row
+ * of another batch, such as a prompt chunk, keeps none and runs as without a window), but for a context with TK_SPEC_NO_LAST not a
  * sequence's last token of the decode call (its cell holds that state; ub->snap_skip_last); the layer kinds copy their pieces there as
  * they step through the tokens (tk_rs_snap, memory.h).  seq_rm(seq, p, end) with the state
  * after p - 1 in the ring copies it back into the sequence's cell: the state is then exactly
@@ -386,6 +387,7 @@ static void seq_rm_one(tk_memory_rs * rs, int32_t seq, int32_t p0, int32_t p1) {
     cell_unpack(rs, c, ck_data(rs, seq, j));
     rs->pos[c] = q;
     ckpt_drop_from(rs, seq, q + 1);
+    if (rs->n_snap > 0) ring_drop_from(rs, seq, q + 1);   /* states of the history that goes */
 }
 
 static void rs_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
@@ -511,7 +513,7 @@ static tk_status rs_prepare(tk_memory * m, const tk_ubatch * ub) {
             for (int32_t i = 0; i < ub->n_seq_tokens; i++) {
                 const int32_t t = s * ub->n_seq_tokens + i, pos = ub->pos[t];
                 rs->snap_row[t] = -1;
-                if (ub->n_seq_tokens > rs->n_verify) continue;
+                if (!ub->keep_snaps || ub->n_seq_tokens > rs->n_verify) continue;
                 if (i == ub->n_seq_tokens - 1 && ub->snap_skip_last && ub->snap_skip_last[s]) continue;
                 rs->snap_row[t] = ub->seq[s] * rs->n_snap + pos % rs->n_snap;
                 rs->ring_pos[rs->snap_row[t]] = pos;

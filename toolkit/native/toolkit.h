@@ -216,7 +216,13 @@ typedef struct {
     const int32_t * pos;       /* [n_tokens]; per sequence consecutive, starting at seq_pos_max+1 */
     const int32_t * seq_id;    /* [n_tokens] in [0, n_seq_max) */
     const int8_t  * logits;    /* [n_tokens] 1 = write this token's logits */
+    int32_t flags;             /* TK_BATCH_SNAPSHOTS, or 0 */
 } tk_batch;
+/* With a speculative window (tk_context_set_spec_window): keep the per-token states of this
+ * call's rows of at most k + 1 tokens (a verify call, a draft model's step), and take no
+ * end-of-call checkpoint for them.  A call without it (a prompt chunk) keeps none, runs the
+ * kernels and takes the checkpoints it would without a window. */
+#define TK_BATCH_SNAPSHOTS 1
 
 /* Run the batch; logits_out: [n_out, n_vocab] float32 for the flagged tokens in batch order.
  * The batch is checked whole before the memory changes; if the run then fails or is

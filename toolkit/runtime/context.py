@@ -317,22 +317,25 @@ class Context(NativeHandle):
         if st != lib.TK_OK:
             raise exception_for(st, f"{what}: {msg}")
 
-    def decode(self, tokens, seq_id: int = 0, logits: str = "last") -> np.ndarray:
+    def decode(self, tokens, seq_id: int = 0, logits: str = "last", *, snapshots: bool = False) -> np.ndarray:
         """Feed ``tokens`` (ids, 1-D) to sequence ``seq_id``; positions continue from its end.
 
         Returns float32 logits: ``logits="last"`` -> [1, V]; ``"all"`` -> [T, V];
-        ``"none"`` -> [0, V].
+        ``"none"`` -> [0, V].  ``snapshots``: with a draft window
+        (:meth:`Memory.set_draft_window`), keep the state after each token of a call of at
+        most k + 1 tokens so that a rollback inside it is exact (a verify call, a draft
+        model's step); other calls (prompt chunks) run as without a window.
 
         Raises:
             InputError: empty or non-integer tokens, unknown ``logits`` mode.
             NativeError: token id out of range, bad seq_id, KV cache full (ResourceError).
         """
-        return self.decode_batch([(tokens, seq_id)], logits=logits)[0]
+        return self.decode_batch([(tokens, seq_id)], logits=logits, snapshots=snapshots)[0]
 
-    def decode_batch(self, items, logits: str = "last") -> list[np.ndarray]:
+    def decode_batch(self, items, logits: str = "last", *, snapshots: bool = False) -> list[np.ndarray]:
         """Several sequences in one batch: ``items`` = [(tokens, seq_id), ...].
 
-        Returns one float32 array per item, shaped as in :meth:`decode`.
+        Returns one float32 array per item, shaped as in :meth:`decode` (``snapshots`` too).
         """
         if logits not in _LOGITS_MODES:
             raise InputError(f"logits={logits!r}: expected one of {', '.join(_LOGITS_MODES)}")
@@ -368,6 +371,7 @@ class Context(NativeHandle):
         b.pos = ffi.cast("const int32_t *", ffi.from_buffer(pos))
         b.seq_id = ffi.cast("const int32_t *", ffi.from_buffer(seq))
         b.logits = ffi.cast("const int8_t *", ffi.from_buffer(want))
+        b.flags = lib.TK_BATCH_SNAPSHOTS if snapshots else 0
         out_ptr = ffi.cast("float *", ffi.from_buffer(out, require_writable=True)) if out.size else ffi.NULL
         self._run_interruptible(lambda: lib.tk_decode(self.ptr, b, out_ptr), "decode")
         res, r = [], 0

@@ -180,7 +180,7 @@ class DraftModel:
                 r = 0
             del self.held[r:]
         todo = list(history[len(self.held):])
-        logits = self.ctx.decode(todo, seq_id=0, logits="last")
+        logits = self.ctx.decode(todo, seq_id=0, logits="last", snapshots=True)
         self.held.extend(todo)
         return logits[-1]
 
@@ -199,7 +199,7 @@ class DraftModel:
             qs.append((ids, probs))
             if j == k - 1:
                 break
-            row = self.ctx.decode([d], seq_id=0, logits="last")[-1]
+            row = self.ctx.decode([d], seq_id=0, logits="last", snapshots=True)[-1]
             self.held.append(d)
         return out, qs
 
@@ -271,7 +271,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             drafts = drafts[:max(k, 0)]
             if len(drafts) < max(draft_min, 1):
                 drafts, qs = [], None
-            rows = ctx.decode([history[-1]] + drafts, seq_id=seq_id, logits="all")
+            rows = ctx.decode([history[-1]] + drafts, seq_id=seq_id, logits="all", snapshots=True)
             res.spec.n_verify += 1
             res.spec.n_drafted += len(drafts)
             used = 0

@@ -347,11 +347,12 @@ class Engine:
             slot.held = []
         return len(slot.held)
 
-    def _decode(self, items: list[tuple[Slot, list[int]]], logits: str) -> list[np.ndarray] | None:
-        """One decode_batch call; on failure every job in it ends with an error (the runtime
-        has emptied their sequences) and None is returned."""
+    def _decode(self, items: list[tuple[Slot, list[int]]], logits: str, snapshots: bool = False) -> list[np.ndarray] | None:
+        """One decode_batch call (``snapshots``: a generate step, whose drafts a slot may roll
+        back; prompt chunks run and checkpoint as without a draft window); on failure every job
+        in it ends with an error (the runtime has emptied their sequences) and None is returned."""
         try:
-            return self.ctx.decode_batch([(toks, s.id) for s, toks in items], logits=logits)
+            return self.ctx.decode_batch([(toks, s.id) for s, toks in items], logits=logits, snapshots=snapshots)
         except Exception as e:   # noqa: BLE001 - one failed batch must not stop the server
             for s, _ in items:
                 s.held = []
@@ -366,7 +367,7 @@ class Engine:
                  if s.run is not None and s.run.next_tok is not None]
         if not items:
             return
-        rows = self._decode(items, "all" if any(len(toks) > 1 for _, toks in items) else "last")
+        rows = self._decode(items, "all" if any(len(toks) > 1 for _, toks in items) else "last", snapshots=True)
         if rows is None:
             return
         for (s, toks), row in zip(items, rows):
