@@ -8,7 +8,9 @@ Random weights (M rows x K, quantized by the package's own quantizer) and activa
 thread (tk_mat_mul runs on the calling thread); the minimum over --repeat calls.  Prints per
 type and T: ms per call, ms per token, GB/s of weights read (the weight bytes over the time
 of a call), and the ratio of the call's time to the T = 1 call's.  To compare two builds,
-run it alternately with PYTHONPATH set to each checkout (the package imports from there).
+run it alternately against each (swap the built toolkit/_native*.so, or run from outside
+the checkouts with PYTHONPATH set to each: the current directory comes first on sys.path).
+On a shared machine --clock cpu leaves out the time spent waiting for a core.
 """
 from __future__ import annotations
 
@@ -36,8 +38,15 @@ def main() -> None:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((a.M, a.K), dtype=np.float32)
     fp = lambda arr: ffi.cast("float *", ffi.from_buffer(arr))  # noqa: E731
+    types = []
     for name in a.types:
         ty = _type_number(name)
+        if ty is None:
+            ap.error(f"--types: unknown ggml type {name!r}")
+        if a.K % _block(ty)[0] or a.K <= 0 or a.M <= 0:
+            ap.error(f"-K {a.K} / -M {a.M}: K must be a positive multiple of the {name} block, M positive")
+        types.append((name, ty))
+    for name, ty in types:
         blck, nbytes = _block(ty)
         raw = np.zeros(a.M * a.K // blck * nbytes, np.uint8)
         if lib.tk_quantize_rows(ty, fp(w), ffi.from_buffer(raw), a.M, a.K, 2) != 0:
@@ -57,13 +66,13 @@ def main() -> None:
                   f"{raw.nbytes / best / 1e9:5.1f} GB/s  x{best / t1:5.2f}", flush=True)
 
 
-def _type_number(name: str) -> int:
+def _type_number(name: str) -> int | None:
     import gguf
 
     try:
         return int(gguf.GGMLQuantizationType[name])
     except KeyError:
-        raise SystemExit(f"--types: unknown ggml type {name!r}") from None
+        return None
 
 
 def _block(ty: int) -> tuple[int, int]:
