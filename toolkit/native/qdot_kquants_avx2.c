@@ -481,7 +481,10 @@ KQ_INST_ALL(kq_iq4xs_avx2, KQ_IQ4XS)
  *   Q6_K before      2.30 3.25 3.51 3.79 4.25 5.73 6.95 10.49
  *        no hints    2.00 3.24 3.60 3.75 3.99 5.64 7.20 10.57
  *        hints       2.92 2.79 2.78 3.07 3.55 5.30 6.24  9.92
- * (T = 1, unchanged, shows the noise).  From 8 tokens the tiles are compute-bound; at
+ * (T = 1, unchanged, shows the noise).  At load 3 (final code, 3 alternating runs x 9
+ * calls): Q4_K before 1.20 1.74 2.09 2.56 2.96 4.37 5.56 8.69, after 1.21 1.59 2.06 2.50
+ * 2.98 4.41 5.33 8.67; Q6_K before 1.39 2.21 2.60 2.89 3.21 4.74 6.01 9.20, after 1.50 1.80
+ * 2.22 2.64 3.16 4.72 5.65 9.02.  From 8 tokens the tiles are compute-bound; at
  * T = 16 20 24 32 48 Q4_K measured the same with this drive or the prompt drive, so
  * KQ_FEW_MAX is the issue's range, 16. */
 #define KQ_FEW_MAX 16

@@ -273,6 +273,8 @@ LG_INLINE void lg_q8_rows(int R, const uint8_t * wr, size_t row_bytes, const uin
  *   4 x 2, no hints            2.21 4.36 5.53 6.59 7.47 10.27 18.03
  *   4 x 3, hints (kept)        2.41 3.82 4.13 5.33 6.27  9.44 18.00
  * (T = 1, unchanged code, shows the noise: +-15%); 2 x 4 and 3 x 3 measured no better.
+ * At load 3 (final code, 3 alternating runs x 9 calls), T = 1 2 3 4 5 8 9 16: before 1.73
+ * 3.86 4.90 5.72 6.58 9.22 10.44 16.44, after 1.66 2.88 3.82 4.80 5.80 8.50 9.36 15.90.
  * Beyond 16 tokens (T = 16 20 24 32 48) this drive and the prompt drive below measured
  * the same (19-52 ms both, compute-bound), so LG_Q8_FEW_MAX is the issue's range, 16.
  * Per output the same operations as every other tile (lg_tile_q8_avx2). */
