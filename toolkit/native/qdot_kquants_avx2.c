@@ -42,7 +42,8 @@
  *   ns per row, 4 rows at a time 71 / 170 (four interleaved row streams defeat the
  *   prefetcher), so generation runs one row after the other.
  * Prompts run over chunks of KQ_RCHUNK rows so a chunk's weights stay in L1 while the
- * token groups stream past.
+ * token groups stream past; 2..16 tokens take the few-token drive (balanced groups, the
+ * first with generation's prefetch hints; figures at kq_drive_avx2).
  *
  * Q2_K, Q3_K and IQ4_XS (added later) use the same 1 x T tiles and driver; measured on the
  * same machine, M = 2816, K = 1024, ns per row (tk_mat_mul, 1 thread, scalar -> AVX2):
@@ -437,12 +438,14 @@ KQ_INLINE void kq_tile_iq4xs(const uint8_t * w, size_t rb, const uint8_t * a, si
 }
 
 /* ---- tile instances and the row driver ------------------------------------------------ */
-typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, float * y, int64_t ldy);
+/* pf: NULL, or where the prefetch hints of the tile's super-block i start (+ i * block bytes) */
+typedef void (*kq_tile_fn)(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, int64_t nb, float * y, int64_t ldy,
+                           const uint8_t * pf);
 
 #define KQ_INST(name, body, R, T)                                                                  \
     KQ_AVX2 static void name##_##R##_##T(const uint8_t * w, size_t rb, const uint8_t * a, size_t ab, \
-                                         int64_t nb, float * y, int64_t ldy) {                     \
-        const uint8_t * pf = (R == 1 && T == 1) ? w + KQ_PF_BYTES : NULL; body(R, T); }
+                                         int64_t nb, float * y, int64_t ldy, const uint8_t * pf) {  \
+        body(R, T); }
 /* tiles 1 x T, T = 1..8, and their table by T - 1 */
 #define KQ_INST_ALL(name, body)                                                                    \
     KQ_INST(name, body, 1, 1) KQ_INST(name, body, 1, 2) KQ_INST(name, body, 1, 3)                 \
@@ -464,21 +467,50 @@ KQ_INST_ALL(kq_q2k_avx2, KQ_Q2)
 KQ_INST_ALL(kq_q3k_avx2, KQ_Q3)
 KQ_INST_ALL(kq_iq4xs_avx2, KQ_IQ4XS)
 
+/* Few-token drive, 2 <= n_tok <= KQ_FEW_MAX (a verify call, several sequences): the tokens
+ * in ceil(n_tok / KQ_TMAX) groups of nearly equal size (9 = 4 + 5, not 8 + 1); in a chunk
+ * of KQ_RCHUNK rows, every row against the first group with generation's prefetch hints
+ * KQ_PF_BYTES ahead in the weight stream (the rows come from memory then), then against
+ * the other groups (the chunk's rows cached).  So every weight block is read from memory
+ * once per call, and the first pass streams as generation does.  Measured
+ * (bench/qmatmul_fewtok.py, M 16384 x K 2048, 1 thread, CPU time, min of 3 alternating
+ * runs x 9 calls, 2-core EPYC Zen 3 at load 7-9), ms for T = 1 2 3 4 5 8 9 16:
+ *   Q4_K before      1.45 2.23 2.44 2.95 3.34 5.02 6.43 10.31
+ *        no hints    1.78 2.60 2.69 3.35 3.79 5.45 6.41 10.07
+ *        hints       1.79 1.86 2.32 2.76 3.15 4.69 6.07  9.62
+ *   Q6_K before      2.30 3.25 3.51 3.79 4.25 5.73 6.95 10.49
+ *        no hints    2.00 3.24 3.60 3.75 3.99 5.64 7.20 10.57
+ *        hints       2.92 2.79 2.78 3.07 3.55 5.30 6.24  9.92
+ * (T = 1, unchanged, shows the noise).  At load 3 (final code, 3 alternating runs x 9
+ * calls): Q4_K before 1.20 1.74 2.09 2.56 2.96 4.37 5.56 8.69, after 1.21 1.59 2.06 2.50
+ * 2.98 4.41 5.33 8.67; Q6_K before 1.39 2.21 2.60 2.89 3.21 4.74 6.01 9.20, after 1.50 1.80
+ * 2.22 2.64 3.16 4.72 5.65 9.02.  From 8 tokens the tiles are compute-bound; at
+ * T = 16 20 24 32 48 Q4_K measured the same with this drive or the prompt drive, so
+ * KQ_FEW_MAX is the issue's range, 16. */
+#define KQ_FEW_MAX 16
+
 /* Chunks of KQ_RCHUNK rows; in a chunk, groups of up to KQ_TMAX tokens, each row of the
  * chunk against the whole group (its unpacked weights reused by every token of the group;
  * the chunk's rows and the group's activations stay in L1).  Generation (n_tok == 1) is
- * the 1 x 1 tile row after row.  The last group takes a smaller tile, with the same
- * per-output operations. */
+ * the 1 x 1 tile row after row, with the prefetch hints.  The last group takes a smaller
+ * tile, with the same per-output operations. */
 static void kq_drive_avx2(const kq_tile_fn toks[KQ_TMAX], const uint8_t * w, size_t row_bytes, int64_t K,
                           const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0,
                           int64_t r1) {
     const int64_t nb = K / QK_K;
+    const int few = n_tok <= KQ_FEW_MAX;
+    const int64_t ng = (n_tok + KQ_TMAX - 1) / KQ_TMAX;   /* token groups */
     for (int64_t rc = r0; rc < r1; rc += KQ_RCHUNK) {
         const int64_t rce = r1 - rc < KQ_RCHUNK ? r1 : rc + KQ_RCHUNK;
-        for (int64_t t = 0; t < n_tok; t += KQ_TMAX) {
-            const int tn = (int) (n_tok - t < KQ_TMAX ? n_tok - t : KQ_TMAX);
-            for (int64_t r = rc; r < rce; r++)
-                toks[tn - 1](w + r * row_bytes, row_bytes, a + t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy);
+        int64_t t = 0;
+        for (int64_t g = 0; g < ng; g++) {
+            const int tn = few ? (int) ((n_tok - t) / (ng - g)) : (int) (n_tok - t < KQ_TMAX ? n_tok - t : KQ_TMAX);
+            const int pf = few ? g == 0 : tn == 1;   /* prompts: the 1 x 1 tile keeps its hints */
+            for (int64_t r = rc; r < rce; r++) {
+                const uint8_t * wr = w + r * row_bytes;
+                toks[tn - 1](wr, row_bytes, a + t * a_bytes, a_bytes, nb, y + t * ldy + r, ldy, pf ? wr + KQ_PF_BYTES : NULL);
+            }
+            t += tn;
         }
     }
 }

@@ -32,7 +32,10 @@
  * Tiles and drive: generation one row at a time (a single sequential stream: interleaving
  * 2 or 4 rows measured 15-40% slower beyond the caches), prompts in tiles of 3 rows x 4
  * tokens (0-20% faster than 4x3, 2x4, 1x4; 4x4 no faster) over token blocks that stay in L2;
- * Q8_0, which has no weights to decode, in tiles of 4 rows x 2 tokens (lg_tile_q8_avx2).
+ * Q8_0, which has no weights to decode, in tiles of 4 rows x 2 tokens (lg_tile_q8_avx2);
+ * Q8_0 with 2..16 tokens (a verify call, several sequences) in its few-token drive: 4 x 3
+ * tiles over all the tokens while 4 rows stay in L1, prefetch hints a group ahead
+ * (lg_q8_few; figures there).
  * Measured (tk_mat_mul, M = 2816, K = 1024, 1 thread, EPYC Zen 3 shared with other jobs),
  * ns per row, scalar -> AVX2: n_tok = 1: Q5_0 1461 -> 107, Q4_1 930 -> 73, Q5_1 1311 -> 91
  * (Q4_0: 68); n_tok = 64: Q5_0 87295 -> 3345, Q4_1 60141 -> 2867, Q5_1 85967 -> 2523.
@@ -107,7 +110,8 @@ LG_INLINE __m128 lg_scales_avx2(int with_min, const uint8_t * blk) {
 }
 
 /* R weight rows x T activation rows, nb blocks; y[t * ldy + i] for the tile's row i and
- * token t; pf (NULL: none) gets a prefetch hint at the offset of each block read.  kind, R, T are constants at every call (the loops unroll).  Per pair and block
+ * token t; pf (NULL: none): at each block b, a prefetch hint for block b of each of the R
+ * rows from pf (rows row_bytes apart).  kind, R, T are constants at every call (the loops unroll).  Per pair and block
  * one float product [d_w * d_a, m_w * s_a] = [d_w, m_w] * [d_a, s_a]: lane 0 is the scale of
  * the integer sum, lane 1 goes to summs (summs += m_w * s_a, one rounding each). */
 LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t row_bytes, size_t wbs,
@@ -126,7 +130,10 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
             summs[i][t] = _mm_setzero_ps();
         }
     for (int64_t b = 0; b < nb; b++) {
-        if (pf) _mm_prefetch((const char *) pf + (size_t) b * wbs, _MM_HINT_T0);
+        if (pf) {
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) _mm_prefetch((const char *) pf + (size_t) i * row_bytes + (size_t) b * wbs, _MM_HINT_T0);
+        }
         __m256i ww[3], aw[3];
         __m128 dw[3], da[4];
 #pragma GCC unroll 4
@@ -161,18 +168,24 @@ LG_INLINE void lg_tile_avx2(int kind, int R, int T, const uint8_t * w, size_t ro
         }
 }
 
-/* R (3 or 1) rows from wr against the tokens [t0, t1) of a token block, 4 tokens at a time */
+/* R (3 or 1) rows from wr against the tokens [t0, t1) of a token block, 4 tokens at a time;
+ * pf (NULL: none) for the first tile */
 LG_INLINE void lg_rows_group(int kind, int R, const uint8_t * wr, size_t row_bytes, size_t wbs, const uint8_t * a,
-                             size_t a_bytes, size_t abs_, int64_t nb, int64_t t0, int64_t t1, float * y, int64_t ldy) {
+                             size_t a_bytes, size_t abs_, int64_t nb, int64_t t0, int64_t t1, float * y, int64_t ldy,
+                             const uint8_t * pf) {
     int64_t t = t0;
-    for (; t + 4 <= t1; t += 4)
-        lg_tile_avx2(kind, R, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, NULL);
-    for (; t < t1; t++)
-        lg_tile_avx2(kind, R, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, NULL);
+    for (; t + 4 <= t1; t += 4) {
+        lg_tile_avx2(kind, R, 4, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, pf);
+        pf = NULL;
+    }
+    for (; t < t1; t++) {
+        lg_tile_avx2(kind, R, 1, wr, row_bytes, wbs, a + (size_t) t * a_bytes, a_bytes, abs_, nb, y + t * ldy, ldy, pf);
+        pf = NULL;
+    }
 }
 
-/* Q8_0 prompt tile: R <= 4 weight rows x T <= 2 tokens, with the tokens' quants in
- * registers, |w| once per row and block, and the R x T scale products d_w * d_a of a block
+/* Q8_0 tile: R <= 4 weight rows x T <= 4 tokens (prompts: 4 x 2; few tokens: 4 x 3), with
+ * the tokens' quants in registers, |w| once per row and block, and the R x T scale products d_w * d_a of a block
  * in a small array (one vector product per token, then a broadcast load per pair): 8
  * accumulators + 2 tokens + 4 temporaries fit the 16 registers, so nothing spills (the
  * 3 x 4 tile of lg_tile_avx2 keeps 18 vectors live).  The scales come as floats, converted
@@ -182,22 +195,27 @@ LG_INLINE void lg_rows_group(int kind, int R, const uint8_t * wr, size_t row_byt
  * 1 thread, 40 alternating runs, best): M x K = 4384 x 1024, 2816 x 1024, 1024 x 2816:
  * 31.3-33.4 (3 x 4) -> 32.9-35.1 (4 x 2, f16 scales converted in the tile) -> 34.9-37.2
  * (scales converted once by the driver).  The kinds that decode their weights (Q4_0, IQ4_NL, Q5_0) lose with 4 x 2
- * (28.5 -> 25.3, Q5_0 25.6 -> 21.7): the decode is shared by 2 tokens, not 4. */
+ * (28.5 -> 25.3, Q5_0 25.6 -> 21.7): the decode is shared by 2 tokens, not 4.  pf (NULL:
+ * none): at each block b, a prefetch hint for block b of each of the R rows from pf. */
 LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes, const uint8_t * a,
                                size_t a_bytes, int64_t nb, const float * dwf, const float * daf, float * y,
-                               int64_t ldy) {
+                               int64_t ldy, const uint8_t * pf) {
     const size_t wbs = sizeof(blk_q8_0);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2];
+    __m256 acc[4][4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[i][t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        float sc[2][4] __attribute__((aligned(16)));
+        if (pf) {
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) _mm_prefetch((const char *) pf + (size_t) i * row_bytes + (size_t) b * wbs, _MM_HINT_T0);
+        }
+        float sc[4][4] __attribute__((aligned(16)));
         const __m128 dw = _mm_loadu_ps(dwf + 4 * b);
-        __m256i x[2];
-#pragma GCC unroll 2
+        __m256i x[4];
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             _mm_store_ps(sc[t], _mm_mul_ps(dw, _mm_broadcast_ss(daf + t * nb + b)));
             x[t] = _mm256_loadu_si256((const __m256i *) (const void *) (a + (size_t) t * a_bytes + (size_t) b * wbs + 2));
@@ -206,7 +224,7 @@ LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes
         for (int i = 0; i < R; i++) {
             const __m256i wv = lg_load_w_avx2(LG_Q8_0, w + (size_t) i * row_bytes + (size_t) b * wbs);
             const __m256i u = _mm256_sign_epi8(wv, wv);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 const __m256i p16 = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x[t], wv));
                 const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
@@ -216,7 +234,7 @@ LG_INLINE void lg_tile_q8_avx2(int R, int T, const uint8_t * w, size_t row_bytes
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int t = 0; t < T; t++) y[t * ldy + i] = tk_hsum8_avx2(acc[i][t]);
 }
 
@@ -236,18 +254,89 @@ LG_INLINE void lg_q8_rows(int R, const uint8_t * wr, size_t row_bytes, const uin
     for (int i = 0; i < R; i++) lg_scales_f32(wr + (size_t) i * row_bytes, sizeof(blk_q8_0), nb, dwf + i, 4);
     int64_t t = t0;
     for (; t + 2 <= t1; t += 2)
-        lg_tile_q8_avx2(R, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy);
+        lg_tile_q8_avx2(R, 2, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy, NULL);
     for (; t < t1; t++)
-        lg_tile_q8_avx2(R, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy);
+        lg_tile_q8_avx2(R, 1, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + (t - t0) * nb, y + t * ldy, ldy, NULL);
 }
 
+/* ---- Q8_0 few-token drive (2 <= n_tok <= LG_Q8_FEW_MAX) ---------------------------------
+ * A speculative verify call or several decoding sequences run every mat-mul on a few
+ * tokens.  Groups of LG_Q8_FEW_R = 4 rows; a group's rows (4 x 34 K / 32 bytes) stay in L1
+ * while its tiles walk all the tokens, so every weight block comes from memory once per
+ * call; the group's first tile asks, at each block, for the same block of each row
+ * LG_Q8_FEW_PF = 1 group ahead (generation's spread hints, qdot.h).  Token tiles of
+ * LG_Q8_FEW_T = 3 (4 x 3: 12 accumulators), the tokens left over in one 4 x 2 or 4 x 1 tile.
+ * Measured (bench/qmatmul_fewtok.py, Q8_0 M 16384 x K 2048, 1 thread, CPU time, min of 4
+ * alternating runs x 15 calls, 2-core EPYC Zen 3 at load 8-9): ms for T = 1 2 3 4 5 8 16
+ *   before (4 x 2, no hints)   2.38 4.42 5.46 6.55 7.27 10.86 17.92
+ *   4 x 2, hints               2.67 4.09 5.17 6.63 7.11  9.86 17.77
+ *   4 x 2, no hints            2.21 4.36 5.53 6.59 7.47 10.27 18.03
+ *   4 x 3, hints (kept)        2.41 3.82 4.13 5.33 6.27  9.44 18.00
+ * (T = 1, unchanged code, shows the noise: +-15%); 2 x 4 and 3 x 3 measured no better.
+ * At load 3 (final code, 3 alternating runs x 9 calls), T = 1 2 3 4 5 8 9 16: before 1.73
+ * 3.86 4.90 5.72 6.58 9.22 10.44 16.44, after 1.66 2.88 3.82 4.80 5.80 8.50 9.36 15.90.
+ * Beyond 16 tokens (T = 16 20 24 32 48) this drive and the prompt drive below measured
+ * the same (19-52 ms both, compute-bound), so LG_Q8_FEW_MAX is the issue's range, 16.
+ * Per output the same operations as every other tile (lg_tile_q8_avx2). */
+#define LG_Q8_FEW_R 4
+#define LG_Q8_FEW_T 3
+#define LG_Q8_FEW_PF 1
+#define LG_Q8_FEW_MAX 16
+
+/* R rows from wr (dwf: their scales) against the tokens [0, n_tok) (daf: their scales),
+ * tiles of LG_Q8_FEW_T tokens then one of the rest; pf (NULL: none) for the first tile */
+LG_INLINE void lg_q8_few_group(int R, const uint8_t * wr, size_t row_bytes, const uint8_t * a, size_t a_bytes,
+                               int64_t nb, const float * dwf, const float * daf, int64_t n_tok, float * y,
+                               int64_t ldy, const uint8_t * pf) {
+    int64_t t = 0;
+    for (; t + LG_Q8_FEW_T <= n_tok; t += LG_Q8_FEW_T) {
+        lg_tile_q8_avx2(R, LG_Q8_FEW_T, wr, row_bytes, a + (size_t) t * a_bytes, a_bytes, nb, dwf, daf + t * nb,
+                        y + t * ldy, ldy, pf);
+        pf = NULL;
+    }
+    const uint8_t * at = a + (size_t) t * a_bytes;
+    const float * dt = daf + t * nb;
+    _Static_assert(LG_Q8_FEW_T == 3, "the tokens left over take a tile of 2 or 1");
+    if (n_tok - t == 2) lg_tile_q8_avx2(R, 2, wr, row_bytes, at, a_bytes, nb, dwf, dt, y + t * ldy, ldy, pf);
+    if (n_tok - t == 1) lg_tile_q8_avx2(R, 1, wr, row_bytes, at, a_bytes, nb, dwf, dt, y + t * ldy, ldy, pf);
+}
+
+/* rows [r0, r1) x n_tok tokens; scratch: daf n_tok * nb floats, dwf 4 * nb */
+LG_INLINE void lg_q8_few(const uint8_t * w, size_t row_bytes, const uint8_t * a, size_t a_bytes, int64_t nb,
+                         int64_t n_tok, float * y, int64_t ldy, int64_t r0, int64_t r1, float * daf, float * dwf) {
+    const int R = LG_Q8_FEW_R;
+    for (int64_t t = 0; t < n_tok; t++) lg_scales_f32(a + (size_t) t * a_bytes, sizeof(blk_q8_0), nb, daf + t * nb, 1);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) {
+        const uint8_t * wr = w + (size_t) r * row_bytes;
+        for (int i = 0; i < R; i++) lg_scales_f32(wr + (size_t) i * row_bytes, sizeof(blk_q8_0), nb, dwf + i, 4);
+        const int64_t ra = r + (int64_t) R * LG_Q8_FEW_PF;
+        const uint8_t * pf = ra + R <= r1 ? w + (size_t) ra * row_bytes : NULL;
+        lg_q8_few_group(R, wr, row_bytes, a, a_bytes, nb, dwf, daf, n_tok, y + r, ldy, pf);
+    }
+    for (; r < r1; r++) {
+        const uint8_t * wr = w + (size_t) r * row_bytes;
+        lg_scales_f32(wr, sizeof(blk_q8_0), nb, dwf, 4);
+        lg_q8_few_group(1, wr, row_bytes, a, a_bytes, nb, dwf, daf, n_tok, y + r, ldy, NULL);
+    }
+}
+
+/* LG_PF_GROUP: Q4_0 / Q5_0 / IQ4_NL / Q4_1 / Q5_1 with n_tok > 1 prefetch the next row group
+ * from the group's first tile, whatever n_tok.  Measured (bench/qmatmul_fewtok.py, M 16384 x
+ * K 2048, 1 thread, CPU time, min of 3 alternating runs, load 8-11 on the 2-core Zen 3), ms
+ * for T = 1 2 3 5 8 without -> with the hints: Q4_0 2.45 5.91 7.81 9.15 12.08 -> 2.59 4.16
+ * 6.06 6.85 10.06; Q5_0 2.86 6.58 8.90 10.43 15.38 -> 2.85 5.03 7.56 8.08 11.22; and at
+ * T = 24 32 48 still 4-8% faster with them than without (Q4_0 32.6 43.2 63.8 -> 31.1 40.8
+ * 61.0), so there is no token limit. */
 #define LG_Q8_TOK_FLOATS 6144   /* token scales of a token block: tb * nb <= 196608 / 34 + 2 * nb */
 #define LG_Q8_MAX_NB 1024       /* K <= 32768 takes the 4 x 2 tiles (dwf: 16 KiB of stack) */
 
 /* Rows [r0, r1) x all tokens.  Generation (one token): one row at a time (one sequential
  * weight stream).  Prompt: token blocks of about 192 KiB of activations, in a block tiles
  * of 3 rows x 4 tokens; remainders 3 x 1, 1 x 4, 1 x 1, all with the same per-output
- * operations. */
+ * operations.  The first tile of a 3-row group asks, at each block, for the same block of
+ * the next 3 rows (LG_PF_GROUP).  Q8_0: its few-token drive (2..16 tokens), then tiles of
+ * 4 x 2 (lg_tile_q8_avx2) over token blocks. */
 LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w, size_t row_bytes, int64_t K,
                             const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t r0,
                             int64_t r1) {
@@ -270,6 +359,10 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
     }
     if (kind == LG_Q8_0 && nb <= LG_Q8_MAX_NB) {   /* tiles of 4 rows x 2 tokens (lg_tile_q8_avx2) */
         float daf[LG_Q8_TOK_FLOATS], dwf[4 * LG_Q8_MAX_NB];
+        if (n_tok <= LG_Q8_FEW_MAX && n_tok * nb <= LG_Q8_TOK_FLOATS) {
+            lg_q8_few(w, row_bytes, a, a_bytes, nb, n_tok, y, ldy, r0, r1, daf, dwf);
+            return;
+        }
         int64_t tb = (int64_t) 196608 / (a_bytes > 0 ? (int64_t) a_bytes : 1);
         tb = tb < 2 ? 2 : tb - tb % 2;
         if (tb * nb > LG_Q8_TOK_FLOATS) tb = (LG_Q8_TOK_FLOATS / nb) & ~(int64_t) 1;
@@ -289,10 +382,13 @@ LG_INLINE void lg_rows_avx2(int kind, size_t wbs, size_t abs_, const uint8_t * w
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t t1 = t0 + tb < n_tok ? t0 + tb : n_tok;
         int64_t r = r0;
-        for (; r + 3 <= r1; r += 3)
-            lg_rows_group(kind, 3, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy);
+        for (; r + 3 <= r1; r += 3) {   /* the first tile prefetches the next 3 rows (LG_PF_GROUP) */
+            const uint8_t * wr = w + (size_t) r * row_bytes;
+            const uint8_t * pf = r + 6 <= r1 ? wr + 3 * row_bytes : NULL;
+            lg_rows_group(kind, 3, wr, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy, pf);
+        }
         for (; r < r1; r++)
-            lg_rows_group(kind, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy);
+            lg_rows_group(kind, 1, w + (size_t) r * row_bytes, row_bytes, wbs, a, a_bytes, abs_, nb, t0, t1, y + r, ldy, NULL);
     }
 }
 
