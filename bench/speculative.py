@@ -61,6 +61,11 @@ def make_early_exit(src: str, n_keep: int, out: str) -> None:
                     for i in kv.data]
             if kv.name == f"{arch}.attention.layer_indices":
                 vals = [v for v in vals if v < n_keep]
+            elif kv.name == f"{arch}.ple.layers" and max(vals, default=-1) >= n_keep:
+                sys.exit(f"--make-early-exit {n_keep}: {src} has PLE layers {vals}; keep at least "
+                         f"{max(vals) + 1} blocks")
+            elif kv.name.startswith(f"{arch}.ple."):
+                pass               # per PLE layer or per PLE head, not per block
             elif sub != GGUFValueType.STRING and n_layer is not None and len(vals) == n_layer:
                 vals = vals[:n_keep]
             if vals:     # an empty array cannot be written: the key is left out

@@ -37,7 +37,9 @@ def test_verbose_reports_the_draft_memory(monkeypatch, capsys):
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "4", "--temp", "0", "--lookup",
                        "--draft-max", "4", "-v")
     assert rc == 0, err
-    assert "speculative window: 4 tokens" in err and "speculative: accepted" in err
+    assert "speculative window: 4 tokens" in err and ("speculative: accepted" in err or "no draft was found" in err)
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", DEMO, "-p", "x", "-n", "1", "--temp", "0", "--lookup")
+    assert rc == 0 and "speculative: no draft was found\n" in err, err
     rc, out, err = cli(monkeypatch, capsys, "info", DEMO, "--memory", "--draft-max", "4", "--json")
     assert rc == 0
     mem = json.loads(out)["memory"]

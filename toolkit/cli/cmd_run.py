@@ -302,8 +302,10 @@ def _run_and_render(opts, as_json: bool, display_prompt: bool, verbose: bool) ->
     err_console.print(res.timings.summary(), highlight=False, soft_wrap=True)
     if r.spec is not None:
         s = r.spec
-        err_console.print(f"speculative: accepted {s['n_accepted']} of {s['n_drafted']} drafted tokens "
-                          f"({100 * s['acceptance']:.1f}%) in {s['n_verify']} verify calls", highlight=False, soft_wrap=True)
+        msg = (f"speculative: accepted {s['n_accepted']} of {s['n_drafted']} drafted tokens ({100 * s['acceptance']:.1f}%) "
+               f"in {s['n_verify']} verify calls" if s["n_drafted"] else
+               "speculative: no draft was found" + (f" ({s['n_verify']} calls decoded one token each)" if s["n_verify"] else ""))
+        err_console.print(msg, highlight=False, soft_wrap=True)
     if res.interrupted:
         raise typer.Exit(130)   # main() prints "interrupted"
 
