@@ -118,8 +118,8 @@ FLOAT_TYPES = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, ggu
 
 @pytest.mark.parametrize("qtype", FLOAT_TYPES, ids=lambda t: t.name)
 def test_few_token_outputs_bit_identical_to_generation(qtype, at_level):
-    """Float weights, n_tok 1..24 (ops_avx2.c's few-token tiles up to TK_FEWTOK_MAX = 16, the
-    expand-once tiles past it): every token's outputs have the bits of its own n_tok == 1 call
+    """Float weights, n_tok 1..24 (ops_avx2.c's few-token tiles up to TK_FEWTOK_MAX = 16 for
+    F16 / BF16 and 3 for F32, the 3 x 4 tiles past it): every token's outputs have the bits of its own n_tok == 1 call
     (the mat-vec), at every level.  K = 5 (no 8-lane step), 203 (K % 8 == 3: the fmaf tail);
     M = 23 rows, not a multiple of any tile's rows (4 and 2), so the 1-row tiles run too.
     Speculative decoding's exactness rests on this (a verify ubatch == plain generation)."""

@@ -146,7 +146,8 @@ TK_AVX2 __attribute__((always_inline)) static inline void few_tile_avx2(const in
  *               every pass prefetches (prefetching in the first pass only left memory idle
  *               during the others: n_tok 8, 12.3 -> 10.5 ms).
  * The last (r1 - r0) % R rows take 1-row tiles without prefetch. */
-#define TK_FEWTOK_MAX 16         /* few-token path up to this n_tok (see the header) */
+#define TK_FEWTOK_MAX 16         /* F16 / BF16: few-token path up to this n_tok (see the header) */
+#define TK_FEWTOK_MAX_F32 3      /* F32: the tile path reads F32 rows in place, as fast past 3 */
 #define TK_FEW_GMAX 3            /* tokens per group in the 4-row tiles (n_tok >= 5) */
 
 typedef void (*few_tile_fn)(const uint8_t * w, size_t row_bytes, const float * x, int64_t K, float * y, int64_t M);
@@ -266,7 +267,7 @@ TK_AVX2 void tk_matmul_rows_avx2(int type, const uint8_t * base, size_t row_byte
         }
         return;
     }
-    if (n_tok <= TK_FEWTOK_MAX) {
+    if (n_tok <= (type == TK_GGML_F32 ? TK_FEWTOK_MAX_F32 : TK_FEWTOK_MAX)) {
         few_rows_avx2(type, base, row_bytes, K, M, x, n_tok, y, r0, r1);
         return;
     }
