@@ -7,14 +7,42 @@
  * One accumulation order per output, whatever the path:
  *   acc: one 8-lane FMA accumulator over elements [8i, 8i+8); then s = hsum(acc) (fixed
  *   tree); then the K % 8 tail in order with fmaf.  Independent chains come from computing
- *   several outputs at once (4 rows in the mat-vec, 3 rows x 4 tokens in the mat-mat).
+ *   several outputs at once (4 rows in the mat-vec, R rows x G tokens in the few-token
+ *   tiles, 3 rows x 4 tokens in the mat-mat).
  * Weights here are F32, F16 or BF16 (quantized types take the integer path, qdot.h).  A
  * weight element is the same float whichever way it is produced (F16/BF16 conversion is
- * exact), so the direct mat-vec
- * (generation, n_tok == 1) and the expand-once mat-mat (prompt) give bit-identical
- * results for a token, and a token's result never depends on the ubatch it shares.
+ * exact), so the direct mat-vec (generation, n_tok == 1), the few-token tiles (a
+ * speculative verify, several slots or sequences: n_tok 2..16) and the expand-once mat-mat
+ * (prompt) give bit-identical results for a token, and a token's result never depends on
+ * the ubatch it shares (tests/unit/test_dispatch.py checks n_tok 1..24 against n_tok 1).
  * The order differs from the scalar path (ops.c: 8 separate mul+add lanes), so the two
  * levels agree to float reordering, not bit for bit.
+ *
+ * Three paths by n_tok:
+ *   1        dot_rows_direct_avx2: 4 rows read in place (F16/BF16 converted in registers)
+ *            against one token, software prefetch TK_PF_ROWS rows ahead.
+ *   2..16    few_rows_avx2 (F16/BF16; F32 up to 3): the same in-place reads against R x G
+ *            register tiles (4 x n_tok for 2-3 tokens, 2 x 4 for 4, 4 rows x groups of 2-3
+ *            tokens past that, the later groups finding the rows in L1), prefetch in every
+ *            pass.  Each weight is read from memory once per call, so a call costs about
+ *            one token's read until the FMAs (T per 8 weights) outgrow it.
+ *   more     expand 3 rows to float32 once per L2-sized token block (F32: read in place),
+ *            then 3 x 4 tiles.
+ * Measured (bench/matmul_fewtok.py, M = 16384 x K = 2048, 1 thread, 2-core EPYC Zen 3
+ * shared with other jobs, load 4-7; wall ms, fastest of 7 over 2 alternated runs per build,
+ * before (the tile path) -> after):
+ *   BF16  T=1 5.5 -> 4.6 (same kernel: the machine's spread)   T=2 12.9 -> 4.9   T=3 14.1 -> 4.4   T=4 12.3 -> 6.2
+ *         T=5 16.7 -> 7.0   T=8 14.3 -> 11.6   T=9 17.2 -> 10.4   T=16 23.1 -> 19.1
+ *   F16   T=1 4.3 -> 4.1   T=2 9.8 -> 4.8   T=3 11.6 -> 5.2   T=4 10.6 -> 6.4   T=5 11.3 -> 6.4
+ *         T=8 16.2 -> 9.5   T=9 17.9 -> 10.4   T=16 22.0 -> 18.7
+ *   F32   T=2,3,4 within noise of the tile path (it reads F32 rows in place too); at T=5..16
+ *         the few-token tiles were 1.1-1.4x slower (16 KiB+ rows per 4-row block leave L1),
+ *         hence TK_FEWTOK_MAX_F32 = 3.
+ * The threshold: at K = 2048 the few-token tiles still tie the tile path at T = 32-128 and
+ * at K = 8192 (where the tile path's L2 token blocks are 8 tokens) they are 0.56-0.8x its
+ * time up to T = 96; at K = 1024 they tie at 16-32 and lose at 64 (CPU time, BF16).  16 is
+ * where they win or tie for every K measured; T=16 is FMA-bound on this machine (16 FMAs
+ * per 8 weights against ~3 cycles of memory per row step), so about 4x a token there.
  */
 #include <math.h>
 #include <string.h>
@@ -137,8 +165,8 @@ TK_AVX2 __attribute__((always_inline)) static inline void few_tile_avx2(const in
         }
 }
 
-/* The few-token shapes, measured on the 2-core EPYC (Zen 3, BF16, M = 16384 x K = 2048,
- * 1 thread, bench/matmul_fewtok.py; figures in the file header):
+/* The few-token shapes, chosen on the 2-core EPYC (Zen 3, BF16, M = 16384 x K = 2048,
+ * 1 thread, bench/matmul_fewtok.py --cpu-time, load 6-9, so +-10%):
  *   n_tok 2, 3: 4 rows x n_tok tokens, one pass (8 or 12 accumulators + the token vectors);
  *   n_tok 4:    2 rows x 4 tokens, one pass (4 x [2, 2] was ~10% slower);
  *   n_tok >= 5: 4 rows x groups of 2-3 tokens (12 accumulators + 3 token vectors + 1 row
@@ -165,7 +193,8 @@ FEW_DEF_TYPE(bf16, TK_GGML_BF16)
 #define FEW_TAB(TN) {{few_##TN##_4x2, few_##TN##_1x2}, {few_##TN##_4x3, few_##TN##_1x3}, {few_##TN##_2x4, few_##TN##_1x4}}
 static const few_tile_fn few_tiles[3][3][2] = {FEW_TAB(f32), FEW_TAB(f16), FEW_TAB(bf16)};
 
-/* rows [r0, r1) x n_tok (2..TK_FEWTOK_MAX) tokens, shapes as above */
+/* rows [r0, r1) x n_tok (2..TK_FEWTOK_MAX) tokens of tk_matmul_rows_avx2's contract, shapes
+ * as above */
 TK_AVX2 static void few_rows_avx2(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M, const float * x,
                                   int64_t n_tok, float * y, int64_t r0, int64_t r1) {
     const few_tile_fn (*tab)[2] = few_tiles[type == TK_GGML_F32 ? 0 : type == TK_GGML_F16 ? 1 : 2];
