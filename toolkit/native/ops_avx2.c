@@ -180,8 +180,8 @@ TK_AVX2 __attribute__((always_inline)) static inline void few_tile_avx2(const in
 
 typedef void (*few_tile_fn)(const uint8_t * w, size_t row_bytes, const float * x, int64_t K, float * y, int64_t M);
 #define FEW_DEF(TN, TY, R, G, PF)                                                                              \
-    TK_AVX2 static void few_##TN##_##R##x##G(const uint8_t * w, size_t rb, const float * x, int64_t K, float * y, \
-                                             int64_t M) {                                                      \
+    TK_AVX2 static void few_##TN##_##R##x##G##_avx2(const uint8_t * w, size_t rb, const float * x, int64_t K,     \
+                                                    float * y, int64_t M) {                                    \
         few_tile_avx2(TY, R, G, PF, w, rb, x, K, y, M);                                                        \
     }
 #define FEW_DEF_TYPE(TN, TY) FEW_DEF(TN, TY, 4, 2, 1) FEW_DEF(TN, TY, 4, 3, 1) FEW_DEF(TN, TY, 2, 4, 1) \
@@ -190,7 +190,9 @@ FEW_DEF_TYPE(f32, TK_GGML_F32)
 FEW_DEF_TYPE(f16, TK_GGML_F16)
 FEW_DEF_TYPE(bf16, TK_GGML_BF16)
 /* [type: F32, F16, BF16][G - 2]: the R-row tile (R = 4 for G 2-3, 2 for G 4), the 1-row tile */
-#define FEW_TAB(TN) {{few_##TN##_4x2, few_##TN##_1x2}, {few_##TN##_4x3, few_##TN##_1x3}, {few_##TN##_2x4, few_##TN##_1x4}}
+#define FEW_TAB(TN)                                                                \
+    {{few_##TN##_4x2_avx2, few_##TN##_1x2_avx2}, {few_##TN##_4x3_avx2, few_##TN##_1x3_avx2}, \
+     {few_##TN##_2x4_avx2, few_##TN##_1x4_avx2}}
 static const few_tile_fn few_tiles[3][3][2] = {FEW_TAB(f32), FEW_TAB(f16), FEW_TAB(bf16)};
 
 /* rows [r0, r1) x n_tok (2..TK_FEWTOK_MAX) tokens of tk_matmul_rows_avx2's contract, shapes
