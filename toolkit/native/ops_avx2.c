@@ -31,13 +31,14 @@
  * Measured (bench/matmul_fewtok.py, M = 16384 x K = 2048, 1 thread, 2-core EPYC Zen 3
  * shared with other jobs, load 4-7; wall ms, fastest of 7 over 2 alternated runs per build,
  * before (the tile path) -> after):
- *   BF16  T=1 5.5 -> 4.6 (same kernel: the machine's spread)   T=2 12.9 -> 4.9   T=3 14.1 -> 4.4   T=4 12.3 -> 6.2
- *         T=5 16.7 -> 7.0   T=8 14.3 -> 11.6   T=9 17.2 -> 10.4   T=16 23.1 -> 19.1
+ *   BF16  T=1 5.5 -> 4.6 (same kernel: the machine's spread)   T=2 12.9 -> 4.9   T=3 14.1 -> 4.4
+ *         T=4 12.3 -> 6.2   T=5 16.7 -> 7.0   T=8 14.3 -> 11.6   T=9 17.2 -> 10.4   T=16 23.1 -> 19.1
  *   F16   T=1 4.3 -> 4.1   T=2 9.8 -> 4.8   T=3 11.6 -> 5.2   T=4 10.6 -> 6.4   T=5 11.3 -> 6.4
  *         T=8 16.2 -> 9.5   T=9 17.9 -> 10.4   T=16 22.0 -> 18.7
  *   F32   T=2,3,4 within noise of the tile path (it reads F32 rows in place too); at T=5..16
- *         the few-token tiles were 1.1-1.4x slower (16 KiB+ rows per 4-row block leave L1),
- *         hence TK_FEWTOK_MAX_F32 = 3.
+ *         the few-token tiles were 1.1-1.4x slower (4 F32 rows of K = 2048 are 32 KiB: the
+ *         later passes no longer find them in L1; 2-row tiles were slower still), hence
+ *         TK_FEWTOK_MAX_F32 = 3.
  * The threshold: at K = 2048 the few-token tiles still tie the tile path at T = 32-128 and
  * at K = 8192 (where the tile path's L2 token blocks are 8 tokens) they are 0.56-0.8x its
  * time up to T = 96; at K = 1024 they tie at 16-32 and lose at 64 (CPU time, BF16).  16 is
