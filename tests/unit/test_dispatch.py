@@ -126,6 +126,30 @@ def test_token_result_independent_of_batch(qtype, at_level):
         assert np.array_equal(part, full[3:9]), NAMES[lv]
 
 
+FLOAT_TYPES = [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16]
+
+
+@pytest.mark.parametrize("qtype", FLOAT_TYPES, ids=lambda t: t.name)
+def test_few_token_outputs_bit_identical_to_generation(qtype, at_level):
+    """Float weights, n_tok 1..24 (ops_avx2.c's few-token tiles up to TK_FEWTOK_MAX = 16 for
+    F16 / BF16 and 3 for F32, the 3 x 4 tiles past it): every token's outputs have the bits of its own n_tok == 1 call
+    (the mat-vec), at every level.  K = 5 (no 8-lane step), 203 (K % 8 == 3: the fmaf tail);
+    M = 23 rows, not a multiple of any tile's rows (4 and 2), so the 1-row tiles run too.
+    Speculative decoding's exactness rests on this (a verify ubatch == plain generation)."""
+    rng = np.random.default_rng(20)
+    M = 23
+    for K in (5, 203):
+        raw = _weights(qtype, M, K, rng)
+        x = rng.standard_normal((24, K)).astype(np.float32)
+        for lv in LEVELS:
+            at_level(lv)
+            alone = np.concatenate([_mat_mul(qtype, raw, K, M, x[t:t + 1]) for t in range(24)])
+            for n in range(2, 25):
+                got = _mat_mul(qtype, raw, K, M, x[:n])
+                bad = np.argwhere(got.view(np.uint32) != alone[:n].view(np.uint32))
+                assert not len(bad), f"{NAMES[lv]} K={K} n_tok={n}: (token, row) {bad[:4].tolist()} differ from n_tok=1"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: NAMES[lv])
 def test_runtime_parity_at_every_level(level, tmp_path):
