@@ -1,10 +1,12 @@
-"""Float-weight mat-mul cost for a few tokens: one tk_mat_mul call (one thread, the kernel
-level in force) on an M x K weight matrix of F32 / F16 / BF16, for n_tok = T tokens.
+"""Mat-mul cost for a few tokens: one tk_mat_mul call (one thread, the kernel level in force)
+on an M x K weight matrix of any ggml type toolkit computes with (F32, F16, BF16, Q8_0, the
+k-quants, ...), for n_tok = T tokens.
 
     python bench/matmul_fewtok.py --types BF16 F16 F32 --tokens 1 2 3 4 5 8 9 16 -K 2048 -M 16384 --repeat 7
+    python bench/matmul_fewtok.py --types Q8_0 Q4_K Q6_K --cpu-time
 
-The matrix (64 MiB as BF16 at the default size) is larger than the caches, so a call that
-reads each weight once costs about what one token does.  Prints, per type and T, the fastest
+The matrix (64 MiB as BF16, 34 MiB as Q8_0 at the default size) is larger than the caches, so
+a call that reads each weight once costs about what one token does.  Prints, per type and T, the fastest
 of --repeat calls: ms per call, ms per token, GB/s of weights read (one pass) and the call's
 cost over the T = 1 call's.  TOOLKIT_CPU=scalar|avx2 caps the kernel level as elsewhere.
 Not a test: timings depend on the machine and its load.
@@ -17,12 +19,11 @@ import time
 import gguf
 import numpy as np
 
-TYPES = ("F32", "F16", "BF16")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--types", nargs="+", choices=TYPES, default=["BF16", "F16", "F32"], help="weight types")
+    ap.add_argument("--types", nargs="+", default=["BF16", "F16", "F32"], help="weight types (ggml names)")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 3, 4, 5, 8, 9, 16], help="n_tok values (T)")
     ap.add_argument("-K", type=int, default=2048, help="row length (elements) [default: 2048]")
     ap.add_argument("-M", type=int, default=16384, help="rows [default: 16384]")
@@ -34,6 +35,12 @@ def main() -> None:
     if a.K <= 0 or a.M <= 0 or a.repeat <= 0 or min(a.tokens) <= 0:
         ap.error("-K, -M, --repeat and --tokens must be positive")
     from toolkit.binding import ffi, lib
+    for name in a.types:
+        if name not in gguf.GGMLQuantizationType.__members__:
+            ap.error(f"--types: unknown ggml type {name!r}")
+        blck = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[name]][0]
+        if a.K % blck:
+            ap.error(f"-K {a.K}: not a multiple of the {name} block ({blck})")
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((a.M, a.K), dtype=np.float32)

@@ -473,7 +473,7 @@ KQ_INST_ALL(kq_iq4xs_avx2, KQ_IQ4XS)
  * KQ_PF_BYTES ahead in the weight stream (the rows come from memory then), then against
  * the other groups (the chunk's rows cached).  So every weight block is read from memory
  * once per call, and the first pass streams as generation does.  Measured
- * (bench/qmatmul_fewtok.py, M 16384 x K 2048, 1 thread, CPU time, min of 3 alternating
+ * (bench/matmul_fewtok.py, M 16384 x K 2048, 1 thread, CPU time, min of 3 alternating
  * runs x 9 calls, 2-core EPYC Zen 3 at load 7-9), ms for T = 1 2 3 4 5 8 9 16:
  *   Q4_K before      1.45 2.23 2.44 2.95 3.34 5.02 6.43 10.31
  *        no hints    1.78 2.60 2.69 3.35 3.79 5.45 6.41 10.07

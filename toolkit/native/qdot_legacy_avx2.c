@@ -266,7 +266,7 @@ LG_INLINE void lg_q8_rows(int R, const uint8_t * wr, size_t row_bytes, const uin
  * call; the group's first tile asks, at each block, for the same block of each row
  * LG_Q8_FEW_PF = 1 group ahead (generation's spread hints, qdot.h).  Token tiles of
  * LG_Q8_FEW_T = 3 (4 x 3: 12 accumulators), the tokens left over in one 4 x 2 or 4 x 1 tile.
- * Measured (bench/qmatmul_fewtok.py, Q8_0 M 16384 x K 2048, 1 thread, CPU time, min of 4
+ * Measured (bench/matmul_fewtok.py, Q8_0 M 16384 x K 2048, 1 thread, CPU time, min of 4
  * alternating runs x 15 calls, 2-core EPYC Zen 3 at load 8-9): ms for T = 1 2 3 4 5 8 16
  *   before (4 x 2, no hints)   2.38 4.42 5.46 6.55 7.27 10.86 17.92
  *   4 x 2, hints               2.67 4.09 5.17 6.63 7.11  9.86 17.77
@@ -322,7 +322,7 @@ LG_INLINE void lg_q8_few(const uint8_t * w, size_t row_bytes, const uint8_t * a,
 }
 
 /* LG_PF_GROUP: Q4_0 / Q5_0 / IQ4_NL / Q4_1 / Q5_1 with n_tok > 1 prefetch the next row group
- * from the group's first tile, whatever n_tok.  Measured (bench/qmatmul_fewtok.py, M 16384 x
+ * from the group's first tile, whatever n_tok.  Measured (bench/matmul_fewtok.py, M 16384 x
  * K 2048, 1 thread, CPU time, min of 3 alternating runs, load 8-11 on the 2-core Zen 3), ms
  * for T = 1 2 3 5 8 without -> with the hints: Q4_0 2.45 5.91 7.81 9.15 12.08 -> 2.59 4.16
  * 6.06 6.85 10.06; Q5_0 2.86 6.58 8.90 10.43 15.38 -> 2.85 5.03 7.56 8.08 11.22; and at
