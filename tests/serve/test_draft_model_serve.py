@@ -1,0 +1,134 @@
+"""Speculative decoding per slot with a draft model (``toolkit serve --draft-model``): concurrent
+greedy streams on several slots get, token for token, what each prompt gets alone without
+drafts, with the target itself as the draft (every draft accepted: the draft's sequences hold
+exactly the slots' tokens, rolled back after each rejection-free step) and with an early exit of
+it (drafts kept and rejected: the draft's sequences are rolled back); a request cancelled
+mid-stream leaves its slot and its draft sequence fit for the next one; sampled requests are
+reproducible from their seed; the counters reach ``timings`` and /metrics; a draft whose
+vocabulary differs is refused in one line before the server starts."""
+from __future__ import annotations
+
+import importlib.util
+
+import httpx
+import pytest
+
+from serve_util import DEMO, ROOT, greedy_alone, spec_prompts, sse_events, stream_concurrent
+
+UBATCH = 40
+N_GEN = 40
+
+
+@pytest.fixture(scope="module")
+def early2(tmp_path_factory):
+    """The demo model cut to its first 2 of 4 blocks (bench/speculative.py --make-early-exit):
+    the same vocabulary, other logits."""
+    spec = importlib.util.spec_from_file_location("bench_speculative", ROOT / "bench" / "speculative.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path_factory.mktemp("draft") / "demo-early2.gguf"
+    mod.make_early_exit(str(DEMO), 2, str(out))
+    return out
+
+
+def _timings(url: str, prompt: str, n: int, **kw) -> dict:
+    r = httpx.post(url + "/v1/completions", timeout=120,
+                   json={"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+                         "return_tokens": True, **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("which", ["self", "early2", "bamba-moe"])
+def test_draft_model_streams_equal_plain_greedy(which, start_server, hf_f32, early2):
+    """4 prompts at once on 3 slots (a slot is reused).  self: every draft is accepted (a
+    deterministic count: a draft sequence that kept a rejected token, or lost its place, would
+    draft other tokens); early2 / granitehybrid-moe-tiny drafting for bamba-tiny (a hybrid
+    draft: KV cells and recurrent state rolled back): drafts rejected (early2: some kept)."""
+    target = hf_f32("bamba-tiny") if which == "bamba-moe" else DEMO
+    draft = {"self": DEMO, "early2": early2, "bamba-moe": hf_f32("granitehybrid-moe-tiny")}[which]
+    prompts = spec_prompts()
+    want = greedy_alone(target, prompts, N_GEN, UBATCH)
+    s = start_server(target, n_slots=3, n_ctx=3 * 1024, n_ubatch=UBATCH, draft_max=4, draft_model=str(draft))
+    got = stream_concurrent(s.url, prompts, N_GEN)
+    for p, w, g in zip(prompts, want, got):
+        assert g == w, f"{which} {p[:30]!r}: with a draft model {g} != plain {w}"
+    st = s.svc.engine.stats()
+    assert st["draft_tokens"] > 0, "no draft was sent"
+    if which == "self":
+        assert st["draft_tokens_accepted"] == st["draft_tokens"], st
+        # a full draft of 4 is kept with the slot's own token: 5 tokens per verify at best
+        assert st["draft_tokens"] >= len(prompts) * (N_GEN - 2) * 4 // 5 - 4 * len(prompts), st
+    elif which == "early2":
+        assert 0 < st["draft_tokens_accepted"] < st["draft_tokens"], st
+    else:                           # random weights of another model: (nearly) never agree
+        assert st.get("draft_tokens_accepted", 0) < st["draft_tokens"], st
+    assert st["slots_busy"] == 0 and not st.get("draft_errors"), st
+    t = _timings(s.url, prompts[2], 12)["timings"]        # per request too
+    assert t["draft_n"] > 0 and t["predicted_n"] == 12
+    if which == "self":
+        assert t["draft_n_accepted"] == t["draft_n"], t
+
+
+@pytest.mark.native
+def test_cancelled_request_then_the_same_slot_is_exact(start_server):
+    """One slot: a stream cancelled after a few tokens (its draft sequence holds drafts past what
+    the slot kept), then requests that share its prompt (prefix reuse rolls both sequences back
+    to checkpoints) and one that does not: each answer equals the plain one, and with the target
+    as its own draft every draft is still accepted."""
+    prompts = spec_prompts()
+    a, b = prompts[0], prompts[1]
+    want = greedy_alone(DEMO, [a, b], N_GEN, UBATCH)
+    s = start_server(DEMO, n_slots=1, n_ctx=1024, n_ubatch=UBATCH, draft_max=4, draft_model=str(DEMO))
+    body = {"prompt": a, "max_tokens": 30000, "temperature": 0, "ignore_eos": True, "stream": True,
+            "return_tokens": True}
+    with httpx.Client(timeout=60) as c:
+        with c.stream("POST", s.url + "/v1/completions", json=body) as r:
+            n = 0
+            for line in r.iter_lines():
+                n += line.startswith("data: ")
+                if n >= 6:
+                    break
+    for p, w in ((a, want[0]), (a, want[0]), (b, want[1])):
+        out = _timings(s.url, p, N_GEN)
+        assert out["choices"][0]["tokens"] == w
+        t = out["timings"]
+        assert t["draft_n"] > 0 and t["draft_n_accepted"] == t["draft_n"], t
+    st = s.svc.engine.stats()
+    assert st["cancelled"] == 1 and st["slots_busy"] == 0, st
+
+
+@pytest.mark.native
+def test_sampled_requests_reproducible_and_counted(start_server, early2):
+    s = start_server(DEMO, n_slots=2, n_ctx=2048, n_ubatch=UBATCH, draft_max=4, draft_model=str(early2))
+    body = {"prompt": spec_prompts()[0], "max_tokens": 24, "temperature": 0.8, "seed": 7, "ignore_eos": True}
+    with httpx.Client(timeout=120) as c:
+        r1 = c.post(s.url + "/v1/completions", json=body).json()
+        r2 = c.post(s.url + "/v1/completions", json=dict(body, stream=True, return_tokens=True))
+        events = sse_events(r2)
+        m = c.get(s.url + "/metrics").text
+    assert r1["usage"]["completion_tokens"] == 24
+    t = r1["timings"]
+    assert t["draft_n"] > 0 and t["draft_n"] >= t["draft_n_accepted"] >= 0
+    assert "".join(e["choices"][0].get("text", "") for e in events) == r1["choices"][0]["text"]
+    st = s.svc.engine.stats()
+    assert f"toolkit_draft_tokens_total {st['draft_tokens']}" in m, m
+    assert st["draft_tokens"] >= t["draft_n"]
+
+
+def test_cli_draft_model_flags(monkeypatch, capsys, hf_f32):
+    """A draft with another vocabulary: one line naming it, exit 2 (as toolkit run), the server
+    never listens; --draft-model with --lookup: run's rule and message."""
+    from cli_runner import cli
+    rc, out, _ = cli(monkeypatch, capsys, "serve", "--help")
+    assert rc == 0 and "--draft-model" in out
+    other = str(hf_f32("mamba-tiny"))
+    rc, out, err = cli(monkeypatch, capsys, "serve", "-m", str(DEMO), "--port", "0", "-md", other)
+    assert rc == 2 and f"--draft-model {other}" in err and "vocabulary" in err, err
+    assert "listening" not in err and len(err.strip().splitlines()) == 2, err   # "loading ...", the error
+    for args, msg in ((["-md", str(DEMO), "--lookup"], "choose one draft source"),
+                      (["-md", "/nonexistent.gguf"], "--draft-model /nonexistent.gguf: no such file"),
+                      (["--draft-max", "4"], "--draft-max needs a draft source: --lookup or --draft-model FILE")):
+        rc, _, err = cli(monkeypatch, capsys, "serve", "--port", "0", *args)
+        assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
