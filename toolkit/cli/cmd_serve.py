@@ -77,7 +77,7 @@ def serve(
         raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json)
+    _announce(server, svc, path, host, as_json, draft_model)
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -101,7 +101,7 @@ def _listen(host: str, port: int):
     return sock
 
 
-def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
+def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None) -> None:
     """Print the address once uvicorn listens (its startup hook), to stderr or as --json."""
     from toolkit.cli import report
     orig = server.startup
@@ -113,9 +113,13 @@ def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
         port = server.servers[0].sockets[0].getsockname()[1]
         info = {"model": path, "host": host, "port": port, "url": f"http://{host}:{port}",
                 "slots": len(svc.engine.slots), "n_ctx_slot": svc.engine.n_ctx_slot, "chat_template": svc.template.name}
+        if draft_model is not None:
+            info["draft_model"] = draft_model
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
             err_console.print(f"listening on {info['url']} ({info['slots']} slot{'' if info['slots'] == 1 else 's'} of {info['n_ctx_slot']} tokens, "
-                              f"chat template: {info['chat_template']}); Ctrl-C stops", highlight=False)
+                              f"chat template: {info['chat_template']}"
+                              + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
+                              + "); Ctrl-C stops", highlight=False)
     server.startup = startup

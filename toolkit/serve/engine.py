@@ -28,10 +28,15 @@ Each turn of the loop (one *step*):
    in the last bits.  Generation tokens are one per sequence, which splits the same way
    whatever else is in the batch.
 
-Speculative decoding per slot (``--lookup``, ``draft_max > 0``): in step 2 a slot that is
-generating (not feeding its prompt's last token) sends, after its token, up to ``draft_max``
-prompt-lookup drafts (:class:`toolkit.runtime.speculative.PromptLookup` over the slot's
-tokens); all the slots' rows still go into the one ``decode_batch`` call (``logits="all"``),
+Speculative decoding per slot (``--lookup`` or ``--draft-model``, ``draft_max > 0``): in step 2
+a slot that is generating (not feeding its prompt's last token) sends, after its token, up to
+``draft_max`` drafts: prompt lookup (:class:`toolkit.runtime.speculative.PromptLookup` over the
+slot's tokens), or a draft model's (:class:`toolkit.runtime.speculative.DraftModel`: one
+context of the draft model, sequence i for slot i; before the target's call, each generating
+slot's draft sequence is brought to the slot's tokens plus its next token -- rolled back past
+what the slot rejected, exactly through the draft context's own window -- in one decode call
+for all of them, then each draft step is one decode call of one token per slot; prompt chunks
+are fed to it as the slot decodes them, in calls of their own); all the slots' rows still go into the one ``decode_batch`` call (``logits="all"``),
 each slot keeps its drafts up to the first its sampler would not have chosen
 (:func:`toolkit.runtime.speculative.verify_token`: greedy argmax, or the speculative sampling
 rule) plus one token of its own, and a slot that rejected some rolls its sequence back through
@@ -39,6 +44,9 @@ the context's draft window (``set_draft_window(draft_max, keep_last=False)``: ex
 re-fed).  A row of at most ``draft_max + 1`` tokens runs the token-by-token recurrence and every
 mat-mul output has the same float operations whatever the batch, so a slot's greedy output
 is the same token for token with or without drafts, and with whatever the other slots send.
+The draft sequence of a slot is never trusted beyond what it is checked to hold
+(``DraftModel.held`` against ``seq_pos_max``): a new job, a cancelled or failed one, a prefix
+reused from a checkpoint only change what it is compared with at the next draft.
 
 Checkpoints (``--checkpoints K``, ``--checkpoint-every E``): the runtime takes one at the end of
 every multi-token call (each prompt chunk, so one token before the prompt's end), every E
