@@ -217,10 +217,9 @@ class DraftModel:
         if self.ctx.memory.seq_pos_max(seq) + 1 != len(held):   # never draft on a state we cannot account for
             self.forget(seq)
             return
-        n, m = 0, min(len(held), len(history))
-        while n < m and held[n] == history[n]:
-            n += 1
-        n = min(n, n_max)
+        m = min(len(held), len(history))
+        neq = np.flatnonzero(np.asarray(held[:m], np.int64) != np.asarray(history[:m], np.int64))
+        n = min(int(neq[0]) if neq.size else m, n_max)    # the common prefix (numpy: a step must not cost O(n) in Python)
         if n < len(held):
             r = self.ctx.memory.rollback(seq, n) if n > 0 else None
             if r is None:

@@ -382,6 +382,8 @@ def prometheus(svc: Service) -> str:
             ("draft_tokens_accepted_total", "counter", "speculative decoding: draft tokens kept",
              st.get("draft_tokens_accepted", 0)),
             ("decode_errors_total", "counter", "decode calls that failed", st.get("decode_errors", 0)),
+            ("draft_errors_total", "counter", "draft model calls that failed (that step sent no drafts; answers unchanged)",
+             st.get("draft_errors", 0)),
             ("slots_busy", "gauge", "slots running a request", st["slots_busy"]),
             ("slots", "gauge", "slots (-np)", st["slots"]),
             ("queue_length", "gauge", "requests waiting for a slot", st["queue"])]
