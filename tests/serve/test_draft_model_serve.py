@@ -132,3 +132,29 @@ def test_cli_draft_model_flags(monkeypatch, capsys, hf_f32):
                       (["--draft-max", "4"], "--draft-max needs a draft source: --lookup or --draft-model FILE")):
         rc, _, err = cli(monkeypatch, capsys, "serve", "--port", "0", *args)
         assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+@pytest.mark.native
+def test_context_full_and_json_schema_as_plain(start_server):
+    """A slot of 96 tokens filled to the end (drafts cut to the room left), and a
+    json_schema-constrained answer (drafts the grammar refuses are rejected): both as a plain
+    server gives them."""
+    kw = dict(n_slots=2, n_ctx=192, n_ubatch=UBATCH)
+    plain = start_server(DEMO, **kw)
+    spec = start_server(DEMO, draft_max=8, draft_model=str(DEMO), **kw)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    bodies = [{"prompt": spec_prompts()[1], "temperature": 0, "ignore_eos": True, "return_tokens": True},
+              {"prompt": "x = ", "max_tokens": 24, "temperature": 0, "return_tokens": True,
+               "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}]
+    for body in bodies:
+        a = httpx.post(plain.url + "/v1/completions", json=body, timeout=120).json()
+        b = httpx.post(spec.url + "/v1/completions", json=body, timeout=120).json()
+        assert b["choices"][0]["tokens"] == a["choices"][0]["tokens"], body
+        assert b["choices"][0]["finish_reason"] == a["choices"][0]["finish_reason"]
+        assert b["timings"]["draft_n"] > 0
+    assert a["choices"][0]["text"].startswith("{")
+    assert b["timings"]["draft_n_accepted"] < b["timings"]["draft_n"]   # the draft does not know the grammar
+    full = httpx.post(spec.url + "/v1/completions", json=bodies[0], timeout=120).json()
+    assert full["usage"]["total_tokens"] == 96 and full["choices"][0]["finish_reason"] == "length", full["usage"]
+    st = spec.svc.engine.stats()
+    assert not st.get("draft_errors") and st["slots_busy"] == 0, st
