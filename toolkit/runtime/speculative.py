@@ -27,7 +27,9 @@ Drafts:
   decoding; no second model, strongest when the output copies the input (code edits).
 - :class:`DraftModel` (``--draft-model SMALL.gguf``): a second model with the same vocabulary
   (:func:`check_same_vocab`), its own context kept in step with the target's history and
-  rolled back through the same window.
+  rolled back through the same window; one sequence per target sequence, so ``toolkit serve``
+  drafts for all its slots with one context, one decode call per draft step
+  (:meth:`DraftModel.draft_batch`).
 """
 from __future__ import annotations
 
