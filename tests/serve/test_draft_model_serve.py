@@ -17,6 +17,7 @@ from serve_util import DEMO, ROOT, greedy_alone, spec_prompts, sse_events, strea
 
 UBATCH = 40
 N_GEN = 40
+N_SEEDS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +159,65 @@ def test_context_full_and_json_schema_as_plain(start_server):
     assert full["usage"]["total_tokens"] == 96 and full["choices"][0]["finish_reason"] == "length", full["usage"]
     st = spec.svc.engine.stats()
     assert not st.get("draft_errors") and st["slots_busy"] == 0, st
+
+
+@pytest.mark.native
+def test_sampled_tokens_follow_the_target(early2):
+    """With sampling, a slot's tokens after a verify call with draft-model drafts are distributed
+    as the target's own (speculative sampling with the draft's q, row by row): the Engine itself
+    (no HTTP), two slots, N_SEEDS seeds, the demo model drafted for by its early exit, where
+    their distributions overlap (drafts are kept and rejected); Pearson's chi-square of the
+    (token 1, token 2) pairs against the target's p(t1) p(t2 | t1) (p-value > 0.01).  Token 2
+    comes from a verify row with a draft."""
+    import collections
+    import threading
+
+    from toolkit.runtime import Context, Model
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.speculative import open_draft_model
+    from toolkit.runtime.tokenizer import Tokenizer
+    from toolkit.serve.engine import Engine, Job
+
+    spec = importlib.util.spec_from_file_location("unit_speculative", ROOT / "tests" / "unit" / "test_speculative.py")
+    unit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(unit)
+    target = Model(str(DEMO), n_threads=2)
+    tok = Tokenizer.from_gguf(target.gguf)
+    dm = open_draft_model(str(early2), tok, 2)
+    eng = Engine(target, tok, n_slots=2, n_ctx=2 * 64, n_threads=2, draft_max=2, draft_model=dm)
+    try:
+        prompt = tok.encode("The list of", add_special=True, parse_special=True)   # draft and target overlap here
+        params = dict(temp=1.5, top_k=6, top_p=1.0, min_p=0.0)
+        free = threading.Semaphore(8)
+        jobs = []
+        for seed in range(N_SEEDS):
+            free.acquire()
+            j = Job(prompt, 4, SamplerParams(seed=seed, **params), ignore_eos=True,
+                    on_event=lambda ev: free.release() if ev[0] in ("done", "error") else None)
+            eng.submit(j)
+            jobs.append(j)
+        for _ in range(8):
+            free.acquire()
+        assert all(j.finish_reason == "length" and len(j.tokens) == 4 for j in jobs)
+        st = eng.stats()
+        assert st["draft_tokens"] >= 2 * N_SEEDS and st["draft_tokens_accepted"] > 0, st   # 2 drafts after token 1
+        # the target's joint distribution of (token 1, token 2): p(t1) p(t2 | t1), from plain decodes
+        sampler = Sampler(SamplerParams(**params))
+        joint: dict[tuple[int, int], float] = {}
+        with Context(target, n_ctx=64) as c:
+            ids1, p1 = sampler.candidates(c.decode(prompt, logits="last")[-1])
+        for t1, q1 in zip(ids1.tolist(), p1.tolist()):
+            with Context(target, n_ctx=64) as c:
+                ids2, p2 = sampler.candidates(c.decode(prompt + [t1], logits="last")[-1])
+            joint.update({(t1, t2): q1 * q2 for t2, q2 in zip(ids2.tolist(), p2.tolist())})
+        seen = collections.Counter((j.tokens[0], j.tokens[1]) for j in jobs)
+        assert set(seen) <= set(joint), "a pair of probability 0 was drawn"
+        # Pearson's chi-square, the cells expected fewer than 5 times pooled into one
+        big = [k for k, v in joint.items() if v * N_SEEDS >= 5]
+        exp = [joint[k] * N_SEEDS for k in big] + [N_SEEDS * (1 - sum(joint[k] for k in big))]
+        obs = [seen[k] for k in big] + [N_SEEDS - sum(seen[k] for k in big)]
+        stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp) if e > 0)
+        assert unit._gammq((len(exp) - 1 - (exp[-1] <= 0)) / 2.0, stat / 2.0) > 0.01, (stat, len(exp))
+    finally:
+        eng.close()
+        target.close()
