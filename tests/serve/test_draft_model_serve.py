@@ -81,7 +81,7 @@ def test_cancelled_request_then_the_same_slot_is_exact(start_server):
     prompts = spec_prompts()
     a, b = prompts[0], prompts[1]
     want = greedy_alone(DEMO, [a, b], N_GEN, UBATCH)
-    s = start_server(DEMO, n_slots=1, n_ctx=1024, n_ubatch=UBATCH, draft_max=4, draft_model=str(DEMO))
+    s = start_server(DEMO, n_slots=1, n_ctx=32768, n_ubatch=UBATCH, draft_max=4, draft_model=str(DEMO))   # the stream outlasts the client
     body = {"prompt": a, "max_tokens": 30000, "temperature": 0, "ignore_eos": True, "stream": True,
             "return_tokens": True}
     with httpx.Client(timeout=60) as c:
