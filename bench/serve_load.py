@@ -17,6 +17,8 @@ Checks, printed as PASS / FAIL:
       answers nobody read (a client that left: 499, never a 5xx)
     - the server process is alive at the end and /health answers
     - RSS at the end is within 10% of the RSS after the warm-up (VmRSS of the process)
+    - toolkit serve: no failed draft model call (/metrics draft_errors_total; with
+      ``--toolkit-args '--draft-model D.gguf'``: flags given to toolkit serve only)
 
 Reports completed requests, generated tokens per second (usage.completion_tokens of finished
 streams / duration), p50 / p95 time to first token, 503 count, disconnects.  ``--json`` prints
@@ -57,11 +59,12 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def start(kind: str, binary: str, model: str, slots: int, ctx: int, threads: int) -> tuple[subprocess.Popen, str]:
+def start(kind: str, binary: str, model: str, slots: int, ctx: int, threads: int,
+          extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     port = free_port()
     common = ["-m", model, "-np", str(slots), "-c", str(ctx), "--host", "127.0.0.1", "--port", str(port),
               "-t", str(threads)]
-    cmd = [sys.executable, "-m", "toolkit", "serve", *common] if kind == "toolkit" else [binary, *common]
+    cmd = [sys.executable, "-m", "toolkit", "serve", *common, *extra] if kind == "toolkit" else [binary, *common]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     t0 = time.time()
@@ -160,13 +163,22 @@ def server_statuses(url: str) -> dict[int, int]:
     return out
 
 
+def _draft_errors(url: str) -> int:
+    """toolkit serve's draft_errors_total (a failed draft model call: no answer changes, but a bug)."""
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("toolkit_draft_errors_total "):
+            return int(float(line.split()[1]))
+    return 0
+
+
 def bad_statuses(statuses: dict[int, int]) -> dict[int, int]:
     """The 5xx statuses but 503 (a full queue)."""
     return {k: v for k, v in statuses.items() if k >= 500 and k != 503}
 
 
 def bench_one(kind: str, args) -> dict:
-    p, url = start(kind, args.llama_server, args.model, args.slots, args.ctx, args.threads)
+    p, url = start(kind, args.llama_server, args.model, args.slots, args.ctx, args.threads,
+                   tuple(args.toolkit_args.split()))
     try:
         asyncio.run(load(url, args.clients, args.warmup, args.p_disconnect, args.max_tokens, 1000, args.p_plain))
         rss0 = rss_bytes(p.pid)
@@ -177,6 +189,7 @@ def bench_one(kind: str, args) -> dict:
         rss1 = rss_bytes(p.pid)
         alive = p.poll() is None and httpx.get(url + "/health", timeout=5).status_code == 200
         served = server_statuses(url) if kind == "toolkit" else {}     # warm-up included
+        draft_errors = _draft_errors(url) if kind == "toolkit" else 0
     finally:
         p.send_signal(signal.SIGTERM)
         try:
@@ -191,7 +204,7 @@ def bench_one(kind: str, args) -> dict:
             "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "server_status": served, "disconnects": st["disconnects"],
             "transport_errors": len(st["errors"]), "first_transport_error": (st["errors"] or [None])[0], "rss_warm_mib": round(rss0 / 2**20, 1),
             "rss_end_mib": round(rss1 / 2**20, 1), "checks": {
-                "no_5xx_but_503": not bad, "alive": alive, "no_transport_errors": not st["errors"],
+                "no_5xx_but_503": not bad, "no_draft_errors": not draft_errors, "alive": alive, "no_transport_errors": not st["errors"],
                 "rss_flat_10pct": abs(rss1 - rss0) <= 0.10 * rss0}}
 
 
@@ -209,6 +222,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--p-disconnect", type=float, default=0.15)
     ap.add_argument("--p-plain", type=float, default=0.2, help="share of requests not streamed")
+    ap.add_argument("--toolkit-args", default="", help="more flags for toolkit serve only, one string "
+                    "(e.g. '--draft-model D.gguf --draft-max 4')")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kinds = ([] if args.only_llama else ["toolkit"]) + (["llama-server"] if args.llama_server else [])

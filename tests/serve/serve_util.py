@@ -70,6 +70,16 @@ def sse_events(resp) -> list:
     return out
 
 
+def spec_prompts() -> list[str]:
+    """Prompts for speculative decoding: answers that copy them in part (where lookup drafts get
+    accepted), and others."""
+    with open(ROOT / "bench" / "data" / "stdlib-heldout.txt", encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    func = "\n".join(lines[411:432])
+    edit = f"{func}\n\n\n# The same function with `addrinfos` renamed to `infos`:\n{lines[411].replace('addrinfos', 'infos')}\n"
+    return [edit, "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2,", "def fibonacci(n):", "for i in range(10):\n    print(i)\n"]
+
+
 def greedy_alone(model_path, prompts: list[str], n_gen: int, ubatch: int) -> list[list[int]]:
     """Greedy tokens of each prompt on a fresh Context (micro-batches of ``ubatch`` tokens, the
     prompt's last token decoded in a call of its own, as the server does)."""

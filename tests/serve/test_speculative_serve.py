@@ -5,25 +5,13 @@ sequences in the same batch); sampled requests finish with their counts; the dra
 reach the response ``timings`` and /metrics; the flags are checked."""
 from __future__ import annotations
 
-import os
-
 import httpx
 import pytest
 
-from serve_util import DEMO, greedy_alone, stream_concurrent
+from serve_util import DEMO, greedy_alone, spec_prompts as _prompts, stream_concurrent
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 UBATCH = 40
 N_GEN = 40
-
-
-def _prompts() -> list[str]:
-    """Prompts whose answers copy them in part (where lookup drafts get accepted), and others."""
-    with open(os.path.join(HERE, "..", "..", "bench", "data", "stdlib-heldout.txt"), encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    func = "\n".join(lines[411:432])
-    edit = f"{func}\n\n\n# The same function with `addrinfos` renamed to `infos`:\n{lines[411].replace('addrinfos', 'infos')}\n"
-    return [edit, "a = [1, 2, 3]\nb = [1, 2, 3]\nc = [1, 2,", "def fibonacci(n):", "for i in range(10):\n    print(i)\n"]
 
 
 @pytest.mark.native

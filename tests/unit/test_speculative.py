@@ -8,6 +8,8 @@
   its output from p (p-value > 0.01); a broken rule (no residual) is told apart
 - end to end with sampling: the first two tokens after a prompt, over many seeds, follow the
   target's distribution (chi-square)
+- DraftModel over several sequences (serve's slots): one draft_batch drafts what a
+  one-sequence DraftModel drafts for each history, through rejections and a history change
 - CLI: a draft model with another vocabulary is one line, exit 2
 Models: converted at test time from tests/fixtures/hf/* (F32); the demo model for the CLI.
 """
@@ -271,3 +273,40 @@ def test_sampling_end_to_end_follows_the_target(hf_f32):
     finally:
         target.close()
         draft.close()
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "qwen35-tiny"])
+def test_draft_batch_equals_one_sequence_each(name, hf_f32):
+    """DraftModel over several sequences (toolkit serve's slots): each sequence's greedy drafts
+    from one draft_batch equal a one-sequence DraftModel's for the same history, also after the
+    histories moved on with some of the drafts rejected (each sequence rolled back through the
+    window, the others in the same calls) and after one sequence jumped to another history."""
+    m = Model(hf_f32(name))
+    try:
+        g = Sampler(SamplerParams(temp=0))
+        rng = np.random.default_rng(3)
+        hist = [rng.integers(0, min(m.n_vocab, 300), n).tolist() for n in (9, 14, 5)]
+        k = 4
+        multi = Context(m, n_ctx=3 * 128, n_seq_max=3, n_checkpoints=2)
+        multi.memory.set_draft_window(k)
+        dm = DraftModel(multi)
+
+        def alone(h, kk):
+            with Context(m, n_ctx=128, n_checkpoints=1) as c:
+                c.memory.set_draft_window(k)
+                return DraftModel(c).draft_batch([(0, h, kk, g)])[0][0]
+        for step in range(4):
+            got = dm.draft_batch([(i, h, k - i % 2, g) for i, h in enumerate(hist)])
+            for i, h in enumerate(hist):
+                assert got[i][0] == alone(h, k - i % 2), (step, i)
+            # seq i keeps i of its drafts and one other token; at step 2 seq 1 starts anew
+            for i, h in enumerate(hist):   # what each sequence holds: its history and the drafts but the last
+                assert dm.held[i] == h + got[i][0][:-1], (step, i)
+                assert multi.memory.seq_pos_max(i) + 1 == len(dm.held[i]), (step, i)
+            hist = [h + got[i][0][:i] + [int(rng.integers(0, 300))] for i, h in enumerate(hist)]
+            if step == 2:
+                hist[1] = hist[1][:3] + [7, 8, 9]
+        multi.close()
+    finally:
+        m.close()

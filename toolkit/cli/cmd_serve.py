@@ -36,7 +36,8 @@ def serve(
     max_body: int = typer.Option(1 << 20, "--max-body", help="Largest request body in bytes; beyond it: 413."),
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding in every slot with prompt-lookup drafts: the tokens that followed the slot's last n-gram earlier on (helps most when answers copy the prompt); the output is what plain decoding gives (greedy: token for token)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
-    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per slot and step at most (1-256; the recurrent state keeps that many + 1 snapshots per slot) \\[default: 16]."),
+    draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding in every slot with drafts from this smaller GGUF (same vocabulary; its weights loaded once, one sequence per slot, the slots' draft steps batched); the output is what the model alone gives (greedy: token for token)."),
+    draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per slot and step at most (1-256; the recurrent state keeps that many snapshots per slot, the draft model's that many + 1) \\[default: 16]."),
     draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (the slot decodes one token plainly)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
@@ -55,8 +56,8 @@ def serve(
     check_range("--queue", queue, 0, 1 << 20)
     check_range("--max-body", max_body, 1, 1 << 34)
     from toolkit.cli.cmd_run import check_draft
-    draft_max, draft_min = check_draft(None, lookup, draft_ngram, draft_max, draft_min, sources="--lookup")
-    speculative = lookup or draft_ngram is not None
+    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    speculative = lookup or draft_ngram is not None or draft_model is not None
     api_key = api_key if api_key is not None else os.environ.get("TOOLKIT_API_KEY") or None
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: empty key")
@@ -70,13 +71,13 @@ def serve(
         svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
                    chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
-                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram)
+                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model)
     except BaseException:
         sock.close()
         raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json)
+    _announce(server, svc, path, host, as_json, draft_model)
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -100,7 +101,7 @@ def _listen(host: str, port: int):
     return sock
 
 
-def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
+def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None) -> None:
     """Print the address once uvicorn listens (its startup hook), to stderr or as --json."""
     from toolkit.cli import report
     orig = server.startup
@@ -112,9 +113,13 @@ def _announce(server, svc, path: str, host: str, as_json: bool) -> None:
         port = server.servers[0].sockets[0].getsockname()[1]
         info = {"model": path, "host": host, "port": port, "url": f"http://{host}:{port}",
                 "slots": len(svc.engine.slots), "n_ctx_slot": svc.engine.n_ctx_slot, "chat_template": svc.template.name}
+        if draft_model is not None:
+            info["draft_model"] = draft_model
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
             err_console.print(f"listening on {info['url']} ({info['slots']} slot{'' if info['slots'] == 1 else 's'} of {info['n_ctx_slot']} tokens, "
-                              f"chat template: {info['chat_template']}); Ctrl-C stops", highlight=False)
+                              f"chat template: {info['chat_template']}"
+                              + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
+                              + "); Ctrl-C stops", highlight=False)
     server.startup = startup

@@ -248,15 +248,14 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         InputError: --context-shift asked too; the draft model's vocabulary differs.
     """
     from toolkit.runtime.memory import format_report
-    from toolkit.runtime.speculative import DraftModel, PromptLookup, check_same_vocab
+    from toolkit.runtime.speculative import DraftModel, PromptLookup, open_draft_model
 
     if opts.context_shift:
         raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
     if opts.draft_model is None:
         return PromptLookup(opts.draft_ngram), None
-    dm = Model(opts.draft_model, n_threads=opts.threads)
+    dm = open_draft_model(opts.draft_model, tok, opts.threads)
     try:
-        check_same_vocab(tok, Tokenizer.from_gguf(dm.gguf), opts.draft_model)
         dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                        n_checkpoints=1)
         dctx.memory.set_draft_window(opts.draft_max)

@@ -27,7 +27,9 @@ Drafts:
   decoding; no second model, strongest when the output copies the input (code edits).
 - :class:`DraftModel` (``--draft-model SMALL.gguf``): a second model with the same vocabulary
   (:func:`check_same_vocab`), its own context kept in step with the target's history and
-  rolled back through the same window.
+  rolled back through the same window; one sequence per target sequence, so ``toolkit serve``
+  drafts for all its slots with one context, one decode call per draft step
+  (:meth:`DraftModel.draft_batch`).
 """
 from __future__ import annotations
 
@@ -152,56 +154,167 @@ def check_same_vocab(target_tok: Tokenizer, draft_tok: Tokenizer, draft_path: st
                              f"{target_tok.piece(i)!r} (the draft must share the vocabulary)")
 
 
+def draft_sampler(params: SamplerParams, seed: int) -> Sampler:
+    """The draft's sampler for a target sampling with ``params`` and ``seed``: the same settings
+    without penalties (the target applies its own when it verifies), seeded ``seed + 1``, so the
+    draft's draws are its own and reproducible."""
+    p = dataclasses.replace(params, seed=(int(seed) + 1) % 2**32, repeat_penalty=1.0,
+                            presence_penalty=0.0, frequency_penalty=0.0)
+    return Sampler(p)
+
+
+def open_draft_model(path: str, target_tok: Tokenizer, n_threads: int | None = None):
+    """Load the draft GGUF at ``path`` (a toolkit.runtime.Model) and check that it shares
+    ``target_tok``'s vocabulary (:func:`check_same_vocab`); the caller closes it.
+
+    Raises:
+        InputError: the vocabularies differ (one line naming ``path``); Model's errors.
+    """
+    from toolkit.runtime.model import Model
+
+    dm = Model(path, n_threads=n_threads)
+    try:
+        check_same_vocab(target_tok, Tokenizer.from_gguf(dm.gguf), path)
+    except BaseException:
+        dm.close()
+        raise
+    return dm
+
+
 class DraftModel:
-    """Drafts from a second (smaller) model sharing the vocabulary.  It keeps its own context
-    (one sequence, window ``draft_max``) in step with the target's history: the common prefix
-    stays, the rest is rolled back (exactly inside the window; else to a checkpoint, re-fed)
-    and the new tokens are fed.  Greedy targets draft greedily (q one-hot); sampling targets
-    draw from the draft's own distribution under the same sampler settings (no penalties),
-    with a generator of its own."""
+    """Drafts from a second (smaller) model sharing the vocabulary.  Its context ``ctx`` keeps
+    one sequence per target sequence (``toolkit run``: sequence 0; ``toolkit serve``: one per
+    slot, ``n_seq_max`` = the slots), each kept in step with its target's history: the common
+    prefix stays, the rest is rolled back (exactly inside the window, which must be at least
+    draft_max with ``keep_last`` on; else to a checkpoint, re-fed; else from 0) and the new
+    tokens are fed.  The draft steps of several sequences go into one decode call per step
+    (:meth:`draft_batch`).  Greedy targets draft greedily (q one-hot); sampling targets draw from
+    the draft's own distribution under the same sampler settings (no penalties, see
+    :func:`draft_sampler`).
 
-    def __init__(self, ctx, params: SamplerParams, seed: int):
+    ``held[seq]`` is exactly the tokens the context holds for ``seq`` (checked against
+    ``seq_pos_max`` before each use; on any mismatch the sequence is emptied and re-fed).
+    """
+
+    def __init__(self, ctx, params: SamplerParams | None = None, seed: int = 0):
         self.ctx = ctx
-        self.held: list[int] = []
-        p = dataclasses.replace(params, seed=(int(seed) + 1) % 2**32, repeat_penalty=1.0,
-                                presence_penalty=0.0, frequency_penalty=0.0)
-        self.sampler = Sampler(p)
+        self.held: list[list[int]] = [[] for _ in range(int(ctx.n_seq_max))]
+        self.sampler = draft_sampler(params, seed) if params is not None else None   # draft()'s
+        self.n_ctx_seq = int(ctx.n_ctx) // int(ctx.n_seq_max)
 
-    def _sync(self, history: Sequence[int]) -> np.ndarray:
-        n = 0
-        m = min(len(self.held), len(history))
-        while n < m and self.held[n] == history[n]:
-            n += 1
-        n = min(n, len(history) - 1)         # at least the last token is fed: its logits are the draft's start
-        if n < len(self.held):
-            r = self.ctx.memory.rollback(0, n)
+    # ---- keeping a sequence in step ----------------------------------------------------------
+    def forget(self, seq: int) -> None:
+        """Empty ``seq`` (its KV cells and recurrent state)."""
+        self.ctx.memory.seq_rm(seq, 0, -1)
+        self.held[seq] = []
+
+    def forget_all(self) -> None:
+        """Empty every sequence (after a failed call: the runtime has emptied them anyway)."""
+        self.ctx.memory.clear()
+        self.held = [[] for _ in self.held]
+
+    def _keep(self, seq: int, history: Sequence[int], n_max: int) -> None:
+        """Roll ``seq`` back to at most its common prefix with ``history`` (and at most n_max)."""
+        held = self.held[seq]
+        if self.ctx.memory.seq_pos_max(seq) + 1 != len(held):   # never draft on a state we cannot account for
+            self.forget(seq)
+            return
+        m = min(len(held), len(history))
+        neq = np.flatnonzero(np.asarray(held[:m], np.int64) != np.asarray(history[:m], np.int64))
+        n = min(int(neq[0]) if neq.size else m, n_max)    # the common prefix (numpy: a step must not cost O(n) in Python)
+        if n < len(held):
+            r = self.ctx.memory.rollback(seq, n) if n > 0 else None
             if r is None:
-                self.ctx.memory.seq_rm(0, 0, -1)
-                r = 0
-            del self.held[r:]
-        todo = list(history[len(self.held):])
-        logits = self.ctx.decode(todo, seq_id=0, logits="last", snapshots=True)
-        self.held.extend(todo)
-        return logits[-1]
-
-    def draft(self, history: Sequence[int], k: int) -> tuple[list[int], list | None]:
-        row = self._sync(history)
-        room = self.ctx.n_ctx - len(self.held)
-        k = min(k, room)
-        out, qs = [], []
-        for j in range(k):
-            ids, probs = self.sampler.candidates(row)
-            if ids.size == 1:
-                d = int(ids[0])
+                self.forget(seq)
             else:
-                d = int(ids[min(int(np.searchsorted(np.cumsum(probs), self.sampler.rng.random(), side="right")), ids.size - 1)])
-            out.append(d)
-            qs.append((ids, probs))
-            if j == k - 1:
+                del held[r:]
+
+    def feed(self, seq: int, history: Sequence[int]) -> None:
+        """Make ``seq`` hold exactly ``history`` (no logits): a prompt chunk the target decoded,
+        fed the same way (one call of its own) so that a draft equal to the target holds the
+        same bits."""
+        self._keep(seq, history, len(history))
+        todo = list(history[len(self.held[seq]):])
+        if todo:
+            try:
+                self.ctx.decode(todo, seq_id=seq, logits="none")   # as the target's chunk: its checkpoint too
+            except BaseException:
+                self.forget(seq)
+                raise
+            self.held[seq].extend(todo)
+
+    def trim(self, seq: int, history: Sequence[int]) -> None:
+        """Roll ``seq`` back to at most its common prefix with ``history`` (nothing fed)."""
+        self._keep(seq, history, len(history))
+
+    def checkpoint(self, seq: int) -> None:
+        """Checkpoint ``seq`` at its current end (a point a later history may resume from)."""
+        self.ctx.memory.checkpoint(seq)
+
+    # ---- drafting ------------------------------------------------------------------------------
+    def draft(self, history: Sequence[int], k: int) -> tuple[list[int], list | None]:
+        """Up to ``k`` drafts after ``history`` for sequence 0 with the sampler given at
+        construction: (tokens, q: per token (ids, probs))."""
+        return self.draft_batch([(0, history, k, self.sampler)])[0]
+
+    def draft_batch(self, items) -> list[tuple[list[int], list]]:
+        """Drafts for several sequences: ``items`` = [(seq, history, k, sampler), ...] (distinct
+        seqs, each history non-empty, k >= 1).  Each sequence is brought to its ``history`` (the
+        new tokens of all of them in one decode call; a tail longer than the window + 1 is fed
+        first, alone, without logits), then each draft step is one decode call of one token per
+        sequence still drafting.  Returns per item (tokens, q), at most k tokens (fewer when its
+        sequence's share of the context, n_ctx / n_seq_max, is full).  On a failed call every
+        sequence of it is emptied and the error raised."""
+        rows_in = []
+        ks = []
+        for seq, history, k, _ in items:
+            self._keep(seq, history, len(history) - 1)   # the last token is always fed: its logits start the draft
+            todo = list(history[len(self.held[seq]):])
+            if len(todo) > getattr(self.ctx, "draft_window", 0) + 1:   # not a verify-sized row: alone, first
+                self.feed(seq, history[:-1])
+                todo = todo[-1:]
+            rows_in.append((seq, todo))
+            ks.append(max(0, min(int(k), self.n_ctx_seq - len(self.held[seq]) - len(todo))))
+        try:
+            rows = self.ctx.decode_batch([(t, s) for s, t in rows_in], logits="last", snapshots=True)
+        except BaseException:
+            for s, _ in rows_in:
+                self.forget(s)
+            raise
+        for s, t in rows_in:
+            self.held[s].extend(t)
+        out: list[tuple[list[int], list]] = [([], []) for _ in items]
+        live = [i for i in range(len(items)) if ks[i] > 0]
+        row = {i: rows[i][-1] for i in live}
+        while live:
+            step = []
+            for i in live:
+                sampler = items[i][3]
+                ids, probs = sampler.candidates(row[i])
+                if ids.size == 1:
+                    d = int(ids[0])
+                else:
+                    j = int(np.searchsorted(np.cumsum(probs), sampler.rng.random(), side="right"))
+                    d = int(ids[min(j, ids.size - 1)])
+                out[i][0].append(d)
+                out[i][1].append((ids, probs))
+                if len(out[i][0]) < ks[i]:
+                    step.append(i)
+            if not step:
                 break
-            row = self.ctx.decode([d], seq_id=0, logits="last", snapshots=True)[-1]
-            self.held.append(d)
-        return out, qs
+            seqs = [items[i][0] for i in step]
+            try:
+                new = self.ctx.decode_batch([([out[i][0][-1]], s) for i, s in zip(step, seqs)], logits="last",
+                                            snapshots=True)
+            except BaseException:
+                for s in seqs:
+                    self.forget(s)
+                raise
+            for i, s, r in zip(step, seqs, new):
+                self.held[s].append(out[i][0][-1])
+                row[i] = r[-1]
+            live = step
+        return out
 
     def close(self) -> None:
         self.ctx.close()

@@ -19,29 +19,38 @@ from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
 def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512, n_checkpoints: int = 4,
          checkpoint_every: int = 256, queue: int = 64, api_key: str | None = None, max_body: int = 1 << 20,
          chat_template: str | None = None, n_threads: int | None = None, draft_max: int = 0, draft_min: int = 0,
-         draft_ngram: int = 3) -> Service:
+         draft_ngram: int = 3, draft_model: str | None = None) -> Service:
     """Load the model and start the decode thread.  The chat template is the GGUF's
     (``tokenizer.chat_template``), else ``chat_template`` (a file, ``chatml``, or NAME of a
     ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to.
-    ``draft_max`` > 0: speculative decoding per slot with prompt-lookup drafts (Engine).
+    ``draft_max`` > 0: speculative decoding per slot (Engine), with drafts from the GGUF
+    ``draft_model`` (its weights loaded once; one context, one sequence per slot), else prompt
+    lookup.
 
     Raises:
-        InputError (bad file or sizes), UnsupportedError, ResourceError, as ``toolkit run``.
+        InputError (bad file or sizes; a draft model whose vocabulary differs: one line naming
+        it), UnsupportedError, ResourceError, as ``toolkit run``.
     """
     from toolkit.runtime import Model
     from toolkit.runtime.chat import ChatTemplate
     from toolkit.runtime.grammar import Grammar, ll_tokenizer
+    from toolkit.runtime.speculative import open_draft_model
     from toolkit.runtime.tokenizer import Tokenizer
     model = Model(model_path, n_threads=n_threads)
+    dm = None
     try:
         if n_ctx == 0:
             n_ctx = int(model.hparams.n_ctx_train) * n_slots
         tok = Tokenizer.from_gguf(model.gguf)
         template = ChatTemplate.from_gguf(model.gguf, chat_template) or ChatTemplate.from_gguf(model.gguf, "chatml")
+        if draft_model is not None:
+            dm = open_draft_model(draft_model, tok, n_threads)
         engine = Engine(model, tok, n_slots=n_slots, n_ctx=n_ctx, n_ubatch=n_ubatch, n_checkpoints=n_checkpoints,
                         checkpoint_every=checkpoint_every, queue=queue, n_threads=n_threads, draft_max=draft_max,
-                        draft_min=draft_min, draft_ngram=draft_ngram)
+                        draft_min=draft_min, draft_ngram=draft_ngram, draft_model=dm)
     except BaseException:
+        if dm is not None:
+            dm.close()
         model.close()
         raise
 

@@ -378,10 +378,12 @@ def prometheus(svc: Service) -> str:
             ("prompt_tokens_reused_total", "counter", "prompt tokens kept from a slot's memory (not decoded)",
              st.get("prompt_tokens_reused", 0)),
             ("tokens_generated_total", "counter", "tokens sampled", st.get("tokens_generated", 0)),
-            ("draft_tokens_total", "counter", "speculative decoding: draft tokens sent (--lookup)", st.get("draft_tokens", 0)),
+            ("draft_tokens_total", "counter", "speculative decoding: draft tokens sent (--lookup, --draft-model)", st.get("draft_tokens", 0)),
             ("draft_tokens_accepted_total", "counter", "speculative decoding: draft tokens kept",
              st.get("draft_tokens_accepted", 0)),
             ("decode_errors_total", "counter", "decode calls that failed", st.get("decode_errors", 0)),
+            ("draft_errors_total", "counter", "draft model calls that failed (that step sent no drafts; answers unchanged)",
+             st.get("draft_errors", 0)),
             ("slots_busy", "gauge", "slots running a request", st["slots_busy"]),
             ("slots", "gauge", "slots (-np)", st["slots"]),
             ("queue_length", "gauge", "requests waiting for a slot", st["queue"])]

@@ -28,10 +28,15 @@ Each turn of the loop (one *step*):
    in the last bits.  Generation tokens are one per sequence, which splits the same way
    whatever else is in the batch.
 
-Speculative decoding per slot (``--lookup``, ``draft_max > 0``): in step 2 a slot that is
-generating (not feeding its prompt's last token) sends, after its token, up to ``draft_max``
-prompt-lookup drafts (:class:`toolkit.runtime.speculative.PromptLookup` over the slot's
-tokens); all the slots' rows still go into the one ``decode_batch`` call (``logits="all"``),
+Speculative decoding per slot (``--lookup`` or ``--draft-model``, ``draft_max > 0``): in step 2
+a slot that is generating (not feeding its prompt's last token) sends, after its token, up to
+``draft_max`` drafts: prompt lookup (:class:`toolkit.runtime.speculative.PromptLookup` over the
+slot's tokens), or a draft model's (:class:`toolkit.runtime.speculative.DraftModel`: one
+context of the draft model, sequence i for slot i; before the target's call, each generating
+slot's draft sequence is brought to the slot's tokens plus its next token -- rolled back past
+what the slot rejected, exactly through the draft context's own window -- in one decode call
+for all of them, then each draft step is one decode call of one token per slot; prompt chunks
+are fed to it as the slot decodes them, in calls of their own); all the slots' rows still go into the one ``decode_batch`` call (``logits="all"``),
 each slot keeps its drafts up to the first its sampler would not have chosen
 (:func:`toolkit.runtime.speculative.verify_token`: greedy argmax, or the speculative sampling
 rule) plus one token of its own, and a slot that rejected some rolls its sequence back through
@@ -39,6 +44,9 @@ the context's draft window (``set_draft_window(draft_max, keep_last=False)``: ex
 re-fed).  A row of at most ``draft_max + 1`` tokens runs the token-by-token recurrence and every
 mat-mul output has the same float operations whatever the batch, so a slot's greedy output
 is the same token for token with or without drafts, and with whatever the other slots send.
+The draft sequence of a slot is never trusted beyond what it is checked to hold
+(``DraftModel.held`` against ``seq_pos_max``): a new job, a cancelled or failed one, a prefix
+reused from a checkpoint only change what it is compared with at the next draft.
 
 Checkpoints (``--checkpoints K``, ``--checkpoint-every E``): the runtime takes one at the end of
 every multi-token call (each prompt chunk, so one token before the prompt's end), every E
@@ -65,7 +73,7 @@ from toolkit.runtime import Context
 from toolkit.runtime.generate import _ends_with_stop, _Step, GenerationResult
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.session import common_prefix
-from toolkit.runtime.speculative import PromptLookup, verify_token
+from toolkit.runtime.speculative import DraftModel, PromptLookup, draft_sampler, verify_token
 
 
 log = logging.getLogger(__name__)
@@ -142,6 +150,7 @@ class _Run:
         self.probs_sent = 0             # n_probs records already sent
         self.toks_sent = 0              # token ids already sent
         self.todo: list[int] = []       # prompt tokens not yet decoded
+        self.draft_sampler: Sampler | None = None   # --draft-model: the draft's (speculative.draft_sampler)
         self.next_tok: int | None = None
         for t in job.prompt:
             self.sampler.accept(t)
@@ -168,31 +177,50 @@ class Engine:
             snapshots per slot and their period in positions (0: off).
         queue: most jobs waiting for a slot beyond the free slots (``submit`` raises QueueFull
             beyond it; 0: a job is taken only while a slot is free for it).
-        draft_max: speculative decoding with prompt-lookup drafts of at most this many tokens
-            per slot and step (0: off; the context keeps draft_max snapshots per slot);
-            draft_min: a shorter draft is not sent; draft_ngram: the longest n-gram matched.
+        draft_max: speculative decoding with drafts of at most this many tokens per slot and
+            step (0: off; the context keeps draft_max snapshots per slot): prompt lookup, or
+            ``draft_model``'s; draft_min: a shorter draft is not sent; draft_ngram: the longest
+            n-gram a lookup draft matches.
+        draft_model: a toolkit.runtime.Model sharing ``model``'s vocabulary (the caller checks:
+            speculative.open_draft_model), or None.  It gets one context of its own, one sequence
+            per slot (same n_ctx, n_ubatch, checkpoints; window draft_max with the last token
+            kept); :meth:`close` closes that context and the model.
 
     Raises:
-        InputError / ResourceError: from Context (bad sizes, out of memory); UnsupportedError:
-            draft_max > 0 for a model whose recurrent state keeps no per-token snapshots.
+        InputError / ResourceError: from Context (bad sizes, out of memory), a draft_model with
+            draft_max 0; UnsupportedError: draft_max > 0 for a model (target or draft) whose
+            recurrent state keeps no per-token snapshots.
     """
 
     def __init__(self, model, tok, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512,
                  n_checkpoints: int = 4, checkpoint_every: int = 256, queue: int = 64, n_threads: int | None = None,
-                 draft_max: int = 0, draft_min: int = 0, draft_ngram: int = 3):
+                 draft_max: int = 0, draft_min: int = 0, draft_ngram: int = 3, draft_model=None):
         if n_slots < 1 or n_slots > 64:
             raise InputError(f"-np/--parallel = {n_slots}: must be in [1, 64]")
         if n_ctx < n_slots * 8:
             raise InputError(f"-c/--ctx-size = {n_ctx}: too small for {n_slots} slots (at least 8 tokens each)")
+        if draft_model is not None and draft_max <= 0:
+            raise InputError("--draft-model needs --draft-max >= 1")
         self.tok, self.model = tok, model
         self.ctx = Context(model, n_ctx=n_ctx, n_seq_max=n_slots, n_ubatch=n_ubatch, n_threads=n_threads,
                            n_checkpoints=n_checkpoints, checkpoint_every=checkpoint_every)
         self.n_ctx_slot = n_ctx // n_slots
         self.draft_max, self.draft_min = int(draft_max), int(draft_min)
-        self.lookup = PromptLookup(draft_ngram) if draft_max > 0 else None
+        self.lookup = PromptLookup(draft_ngram) if draft_max > 0 and draft_model is None else None
+        self.draft: DraftModel | None = None          # --draft-model: one sequence per slot
+        self._draft_model = draft_model
         if draft_max > 0:
             try:
                 self.ctx.memory.set_draft_window(draft_max, keep_last=False)   # the slots verify
+                if draft_model is not None:
+                    dctx = Context(draft_model, n_ctx=n_ctx, n_seq_max=n_slots, n_ubatch=n_ubatch,
+                                   n_threads=n_threads, n_checkpoints=n_checkpoints, checkpoint_every=checkpoint_every)
+                    try:
+                        dctx.memory.set_draft_window(draft_max)   # keep_last: it rolls back to earlier calls' ends
+                    except BaseException:
+                        dctx.close()
+                        raise
+                    self.draft = DraftModel(dctx)
             except BaseException:
                 self.ctx.close()
                 raise
@@ -251,6 +279,10 @@ class Engine:
             self._cv.notify()
         self._thread.join()
         self.ctx.close()
+        if self.draft is not None:
+            self.draft.close()
+            self._draft_model.close()
+            self.draft = None
 
     def stats(self) -> dict:
         """Counters for /metrics, plus the slots busy and the queue length now."""
@@ -306,6 +338,8 @@ class Engine:
                 run.job.on_event(("error", msg))
             s.held = []
         self.ctx.memory.clear()
+        if self.draft is not None:
+            self.draft.forget_all()
 
     def _drop_cancelled(self) -> None:
         for s in self.slots:
@@ -325,6 +359,8 @@ class Engine:
             job.n_reused = self._keep_prefix(slot, job.prompt)
             run = _Run(job, self.tok)
             run.todo = list(job.prompt[job.n_reused:])
+            if self.draft is not None:
+                run.draft_sampler = draft_sampler(job.params, run.sampler.seed)
             slot.run = run
             self.metrics["requests"] += 1
             self.metrics["prompt_tokens"] += len(job.prompt)
@@ -363,10 +399,11 @@ class Engine:
             return None
 
     def _generate_step(self) -> None:
-        items = [(s, [s.run.next_tok] + self._drafts(s)) for s in self.slots
-                 if s.run is not None and s.run.next_tok is not None]
-        if not items:
+        gen = [s for s in self.slots if s.run is not None and s.run.next_tok is not None]
+        if not gen:
             return
+        drafts = self._drafts(gen)
+        items = [(s, [s.run.next_tok] + drafts[s.id][0]) for s in gen]
         rows = self._decode(items, "all" if any(len(toks) > 1 for _, toks in items) else "last", snapshots=True)
         if rows is None:
             return
@@ -381,27 +418,51 @@ class Engine:
             if len(toks) == 1:
                 self._sample(s, row[-1])
             else:
-                self._verify(s, toks, row, n0)
+                self._verify(s, toks, row, n0, drafts[s.id][1])
 
-    def _drafts(self, s: Slot) -> list[int]:
-        """Prompt-lookup drafts to send after the slot's next token (none while it feeds its
-        prompt's last token, or with lookup off): at most draft_max, within the slot's context
-        and n_predict, and none when shorter than draft_min."""
+    def _draft_room(self, s: Slot) -> int:
+        """Most drafts the slot may send after its next token now: draft_max, within the slot's
+        context and n_predict; 0 while it feeds its prompt's last token or without drafts."""
         run = s.run
-        if self.lookup is None or run.todo:
-            return []
+        if (self.lookup is None and self.draft is None) or run.todo:
+            return 0
         k = min(self.draft_max, self.n_ctx_slot - len(s.held) - 2)
         if run.job.n_predict >= 0:
             k = min(k, run.job.n_predict - len(run.job.tokens) - 1)
-        if k <= 0:
-            return []
-        drafts = self.lookup.draft(s.held + [run.next_tok], k)[0][:k]
-        return drafts if len(drafts) >= max(self.draft_min, 1) else []
+        return max(k, 0)
 
-    def _verify(self, s: Slot, toks: list[int], rows: np.ndarray, n0: int) -> None:
+    def _drafts(self, gen: list[Slot]) -> dict[int, tuple[list[int], list | None]]:
+        """Per generating slot id, the drafts to send after its next token and their q (None: a
+        deterministic lookup draft; else per token (ids, probs)): at most _draft_room, none when
+        shorter than draft_min.  A draft model drafts for all the slots at once (one decode call
+        per draft step, DraftModel.draft_batch); if that fails, no slot sends drafts this step
+        (the draft's sequences are emptied and re-fed later: only speed is lost)."""
+        out: dict[int, tuple[list[int], list | None]] = {s.id: ([], None) for s in gen}
+        want = [(s, k) for s in gen if (k := self._draft_room(s)) >= max(self.draft_min, 1)]
+        if not want:
+            return out
+        if self.draft is not None:
+            try:
+                got = self.draft.draft_batch([(s.id, s.held + [s.run.next_tok], k, s.run.draft_sampler)
+                                              for s, k in want])
+            except Exception:   # noqa: BLE001 - the target's answer does not depend on the draft
+                log.exception("serve: draft model step failed; this step sends no drafts")
+                self.draft.forget_all()
+                self.metrics["draft_errors"] += 1
+                return out
+        else:
+            got = [(self.lookup.draft(s.held + [s.run.next_tok], k)[0][:k], None) for s, k in want]
+        for (s, k), (toks, q) in zip(want, got):
+            if len(toks) >= max(self.draft_min, 1):
+                out[s.id] = (toks[:k], q)
+        return out
+
+    def _verify(self, s: Slot, toks: list[int], rows: np.ndarray, n0: int, qs: list | None) -> None:
         """A row that carried drafts (toks = the slot's token + drafts, decoded from position
-        n0; rows: their logits): keep the drafts the slot's sampler accepts and one token of its
-        own, roll the sequence back past the rest."""
+        n0; rows: their logits; qs: the drafts' distributions, None for lookup drafts): keep the
+        drafts the slot's sampler accepts and one token of its own, roll the sequence back past
+        the rest (a draft model's sequence follows at its next draft: DraftModel rolls it back
+        to what the slot holds)."""
         run, job = s.run, s.run.job
         drafts = toks[1:]
         job.n_drafted += len(drafts)
@@ -410,7 +471,8 @@ class Engine:
         for i in range(len(drafts) + 1):
             used = i + 1
             d = drafts[i] if i < len(drafts) else None
-            tok, ok = verify_token(run.step, run.sampler, rows[i], d, None, self.model.n_vocab, run.res)
+            q = qs[i] if qs is not None and d is not None else None
+            tok, ok = verify_token(run.step, run.sampler, rows[i], d, q, self.model.n_vocab, run.res)
             self.metrics["tokens_generated"] += 1
             if ok:
                 job.n_accepted += 1
@@ -443,12 +505,25 @@ class Engine:
         if self._decode([(s, chunk)], "none") is None:
             return
         s.held += chunk
+        self._draft_feed(s)
         run.todo = run.todo[len(chunk):]
         if len(run.todo) == 1:
             run.next_tok = run.todo[0]
         for o in self.slots:
             if o.run is not None and len(o.run.todo) == 1:
                 o.run.next_tok = o.run.todo[0]
+
+    def _draft_feed(self, s: Slot) -> None:
+        """The draft model's sequence of the slot follows a prompt chunk: the same tokens in a
+        call of their own, as the target's (so a draft equal to the target holds the same bits);
+        on failure it is emptied (re-fed at its next draft)."""
+        if self.draft is None:
+            return
+        try:
+            self.draft.feed(s.id, s.held)
+        except Exception:   # noqa: BLE001 - the target's answer does not depend on the draft
+            log.exception("serve: draft model prompt chunk failed")
+            self.metrics["draft_errors"] += 1
 
     def _sample(self, s: Slot, row: np.ndarray) -> None:
         """Sample the slot's next token from ``row`` and send what it completes."""
@@ -504,6 +579,14 @@ class Engine:
         fed = len(s.held)
         if fed > len(run.job.prompt):
             self.ctx.memory.checkpoint(s.id)   # the next turn diverges here
+            if self.draft is not None:         # the draft's sequence too, where it agrees with the slot
+                try:
+                    self.draft.trim(s.id, s.held)
+                    if len(self.draft.held[s.id]) > len(run.job.prompt):
+                        self.draft.checkpoint(s.id)
+                except Exception:   # noqa: BLE001
+                    log.exception("serve: draft model checkpoint failed")
+                    self.draft.forget(s.id)
         self._release(s, reason)
         run.job.on_event(("done", run.job))
 
