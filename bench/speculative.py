@@ -94,7 +94,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--k-lookup", type=int, nargs="+", default=[4, 8, 16])
+    ap.add_argument("--k-lookup", type=int, nargs="*", default=[4, 8, 16],
+                    help="--draft-max values for --lookup (none: no lookup runs) [default: 4 8 16]")
     ap.add_argument("--k-draft", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--k-oracle", type=int, nargs="*", default=[],
                     help="draft-max values for the oracle drafter (the plain run's tokens; the ceiling)")
