@@ -287,3 +287,25 @@ def test_unsupported_ssm_biases(monkeypatch, capsys, tmp_path, name, key, value,
     d = copy(tmp_path, name)
     edit_config(d, **{key: value})
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle, code=3)
+
+
+# ---- found by the fresh-eyes breaker ----------------------------------------------------------
+
+@pytest.mark.parametrize("name,key", [("bamba-tiny", "rms_norm_eps"), ("mamba-tiny", "layer_norm_epsilon"),
+                                      ("qwen3next-tiny", "rms_norm_eps"), ("qwen35-tiny", "rms_norm_eps"),
+                                      ("lfm2-tiny", "norm_eps")])
+def test_negative_norm_epsilon_is_refused(monkeypatch, capsys, tmp_path, name, key):
+    """A negative epsilon was written as is, and toolkit's own loader then refused the file
+    ('... is not a valid epsilon'): convert now refuses it up front, naming config.json and the key."""
+    d = copy(tmp_path, name)
+    edit_config(d, **{key: -1.0})
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", key)
+
+
+@pytest.mark.parametrize("value", ["false", "no", "True", [False]])
+def test_tie_word_embeddings_must_be_a_boolean(monkeypatch, capsys, tmp_path, value):
+    """`"tie_word_embeddings": "false"` was read as true (a non-empty string), so the
+    checkpoint's own lm_head was silently dropped and the output reused token_embd."""
+    d = copy(tmp_path, "bamba-tiny")
+    edit_config(d, tie_word_embeddings=value)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "tie_word_embeddings")
