@@ -184,12 +184,23 @@ class DraftModel:
         self.held.extend(todo)
         return logits[-1]
 
-    def draft(self, history: Sequence[int], k: int) -> tuple[list[int], list | None]:
+    def draft(self, history: Sequence[int], k: int, grammar=None) -> tuple[list[int], list | None]:
+        """Up to ``k`` tokens after ``history`` and their q (ids, probs).  ``grammar`` (the
+        target's, in the state after ``history``): the draft is sampled under a fork of it, so
+        it proposes only tokens the target may take (q is then the masked distribution), and
+        stops where the grammar is complete."""
         row = self._sync(history)
         room = self.ctx.n_ctx - len(self.held)
         k = min(k, room)
         out, qs = [], []
+        g = grammar.fork() if grammar is not None else None
         for j in range(k):
+            if g is not None:
+                if g.done():
+                    break
+                row = g.mask(row)
+                if not np.isfinite(row).any():
+                    break
             ids, probs = self.sampler.candidates(row)
             if ids.size == 1:
                 d = int(ids[0])
@@ -197,6 +208,8 @@ class DraftModel:
                 d = int(ids[min(int(np.searchsorted(np.cumsum(probs), self.sampler.rng.random(), side="right")), ids.size - 1)])
             out.append(d)
             qs.append((ids, probs))
+            if g is not None:
+                g.accept(d)
             if j == k - 1:
                 break
             row = self.ctx.decode([d], seq_id=0, logits="last", snapshots=True)[-1]
@@ -267,8 +280,16 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             k = min(draft_max, n_ctx - n_held - 1)
             if n_predict >= 0:
                 k = min(k, n_predict - len(res.tokens) - 1)
-            drafts, qs = drafter.draft(history, k) if k > 0 else ([], None)
+            if k <= 0:
+                drafts, qs = [], None
+            elif grammar is not None and isinstance(drafter, DraftModel):
+                drafts, qs = drafter.draft(history, k, grammar)
+            else:
+                drafts, qs = drafter.draft(history, k)
             drafts = drafts[:max(k, 0)]
+            if grammar is not None and drafts:         # not a token the grammar refuses: it could never be kept
+                drafts = drafts[:grammar.n_allowed(drafts)]
+                qs = qs[:len(drafts)] if qs is not None else None
             if len(drafts) < max(draft_min, 1):
                 drafts, qs = [], None
             rows = ctx.decode([history[-1]] + drafts, seq_id=seq_id, logits="all", snapshots=True)
