@@ -157,3 +157,21 @@ def test_load_of_a_malformed_file_says_what_is_wrong(monkeypatch, capsys, tmp_pa
     lines = [x for x in err.splitlines() if x.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith(f"error: /load {f}: ") and needle in lines[0], err
     assert len(turns(out)) == 1          # the chat goes on
+
+
+def test_save_never_overwrites_an_input(monkeypatch, capsys, tmp_path, template_file):
+    """`/save MODEL.gguf` replaced the model the chat was running with the conversation's JSON
+    (exit 0); an output path is never an input (README, exit codes): the model, the draft
+    model and the template file are refused, the chat goes on, the files are unchanged."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(DEMO.read_bytes())
+    tpl = pathlib.Path(template_file)
+    before = (model.read_bytes(), tpl.read_bytes())
+    args = [a if a != str(DEMO) else str(model) for a in ARGS]
+    for target in (model, tpl):
+        rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *args, "-md", str(model),
+                           stdin=f"Hi\n/save {target}\n/save {tmp_path / 'ok.json'}\n")
+        assert rc == 2, err
+        assert f"error: {target}: output would overwrite the input" in " ".join(err.split()), err
+        assert (model.read_bytes(), tpl.read_bytes()) == before
+        assert json.loads((tmp_path / "ok.json").read_text())["messages"][0]["content"] == "Hi"

@@ -17,6 +17,7 @@ n_reused, n_decoded, timings (and probs with --n-probs).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from toolkit.cli.app import err_console
@@ -70,6 +71,8 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
                           n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
                           checkpoint_every=opts.checkpoint_every)
             chat = Chat(ctx, tok, tpl, Sampler(opts.sampling), system=opts.system)
+            chat.inputs = tuple(str(p) for p in (opts.draft_model, opts.chat_template)
+                                if p is not None and os.path.isfile(p))
             drafter, dm = None, None
             try:
                 if opts.draft_model is not None or opts.lookup:   # speculative decoding

@@ -158,6 +158,7 @@ class Chat:
         self.held: list[int] = []     # tokens the memory holds for seq_id, in order
         self.shifted = False          # a context shift dropped part of the history from the memory
         self._pre_shifts = 0          # shifts made before this turn's prompt was decoded
+        self.inputs: tuple[str, ...] = ()   # files the command reads (draft model, template): /save refuses them
         self.drafter = None           # speculative decoding (toolkit.runtime.speculative): a drafter,
         self.draft_max, self.draft_min = 0, 0   # and ctx's draft window set to draft_max (set_speculative)
 
@@ -287,9 +288,11 @@ class Chat:
         self.shifted = False
 
     def save(self, path: str) -> None:
-        """Write the messages as JSON ({"messages": [...]}) through a temp file renamed at the end."""
+        """Write the messages as JSON ({"messages": [...]}) through a temp file renamed at the end.
+        InputError when ``path`` is the model's file or one of ``self.inputs``."""
         from toolkit.gguf_io import atomic_output
-        with atomic_output(path) as tmp:
+        model = getattr(getattr(self.ctx, "model", None), "path", None)
+        with atomic_output(path, inputs=self.inputs + ((model,) if model else ())) as tmp:
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump({"messages": self.messages}, fh, ensure_ascii=False, indent=1)
 
