@@ -161,17 +161,24 @@ def test_load_of_a_malformed_file_says_what_is_wrong(monkeypatch, capsys, tmp_pa
 
 def test_save_never_overwrites_an_input(monkeypatch, capsys, tmp_path, template_file):
     """`/save MODEL.gguf` replaced the model the chat was running with the conversation's JSON
-    (exit 0); an output path is never an input (README, exit codes): the model, the draft
-    model and the template file are refused, the chat goes on, the files are unchanged."""
+    (exit 0), and `/save` of the -f file replaced the prompt; an output path is never an input
+    (README, exit codes): the model, the draft model, the template, -f and grammar files are
+    refused, the chat goes on, the files are unchanged."""
     model = tmp_path / "m.gguf"
     model.write_bytes(DEMO.read_bytes())
     tpl = pathlib.Path(template_file)
-    before = (model.read_bytes(), tpl.read_bytes())
+    prompt = tmp_path / "first.txt"          # -f: the first user turn (was overwritten too)
+    prompt.write_text("Hi")
+    gram = tmp_path / "g.gbnf"
+    gram.write_text('root ::= [a-z ]+')
+    files = (model, tpl, prompt, gram)
+    before = [p.read_bytes() for p in files]
     args = [a if a != str(DEMO) else str(model) for a in ARGS]
-    for target in (model, tpl):
+    for target in files:
         rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *args, "-md", str(model),
-                           stdin=f"Hi\n/save {target}\n/save {tmp_path / 'ok.json'}\n")
+                           "-f", str(prompt), "--grammar-file", str(gram),
+                           stdin=f"/save {target}\n/save {tmp_path / 'ok.json'}\n")
         assert rc == 2, err
         assert f"error: {target}: output would overwrite the input" in " ".join(err.split()), err
-        assert (model.read_bytes(), tpl.read_bytes()) == before
+        assert [p.read_bytes() for p in files] == before
         assert json.loads((tmp_path / "ok.json").read_text())["messages"][0]["content"] == "Hi"
