@@ -142,3 +142,14 @@ def test_llama_server_fields_we_lack_are_refused_not_ignored(field, value):
 def test_neutral_values_of_those_fields_pass(field, value):
     from toolkit.serve.protocol import read_common
     read_common({"prompt": "a", field: value}, chat=False)
+
+
+def test_wrong_method_says_so(server):
+    """GET on a POST route answered 405 with "no such route" and code not_found (as a 404):
+    it now says the method is not allowed and which one is (the Allow header too)."""
+    r = httpx.get(server.url + "/v1/completions", headers=H)
+    e = _err(r, 405)
+    assert e["code"] == "method_not_allowed" and "POST" in e["message"] and "no such route" not in e["message"]
+    assert r.headers.get("allow") == "POST"
+    e = _err(httpx.get(server.url + "/v2/nothing", headers=H), 404)
+    assert e["code"] == "not_found" and "no such route" in e["message"]
