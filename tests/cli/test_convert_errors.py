@@ -309,3 +309,22 @@ def test_tie_word_embeddings_must_be_a_boolean(monkeypatch, capsys, tmp_path, va
     d = copy(tmp_path, "bamba-tiny")
     edit_config(d, tie_word_embeddings=value)
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "tie_word_embeddings")
+
+
+@pytest.mark.parametrize("outtype, value", [("f16", 1e6), ("q8_0", 1e9)])   # Q8_0's scale is amax / 127
+def test_values_beyond_f16_are_refused(monkeypatch, capsys, tmp_path, outtype, value):
+    """A weight of 1e6 (beyond F16's 65504) was written as F16 inf (or a Q8_0 block of scale
+    inf) with exit 0, and the model then generated garbage.  Now one line naming the tensor
+    and row, pointing at bf16 / f32, exit 2, nothing at OUT; f32 still converts."""
+    from safetensors.numpy import load_file
+    d = copy(tmp_path, "mamba-tiny")
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    name = "backbone.layers.0.mixer.in_proj.weight"
+    fn = d / idx["weight_map"][name]
+    t = load_file(str(fn))
+    t[name][3, 5] = value
+    save_file(t, str(fn), metadata={"format": "pt"})
+    line = expect_error(monkeypatch, capsys, tmp_path, d, "blk.0.ssm_in.weight", "row 3", "bf16", extra=("--outtype", outtype))
+    assert "inf" in line
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "f32.gguf"))
+    assert rc == 0, err
