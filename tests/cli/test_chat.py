@@ -134,3 +134,51 @@ def test_template_from_gguf_key():
         "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
     assert ChatTemplate.from_gguf(g, "tool_use").render([]) == "T"
     assert ChatTemplate.from_gguf(G()) is None
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b'{"bad": 1}', 'expected {"messages": [{"role": ..., "content": ...}, ...]}'),
+    (b'[{"role": "user", "content": "x"}]', 'expected {"messages": [{"role": ..., "content": ...}, ...]}'),
+    (b'{"messages": [{"role": "user", "content": 5}]}', "message 0: needs a role and a content string"),
+    (b'{"messages": [{"role": "alien", "content": "x"}]}', "message 0: role 'alien'"),
+    (b'{"messages": "x"}', 'expected {"messages": [{"role": ..., "content": ...}, ...]}'),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "not JSON"),
+    (None, "no such file"),
+])
+def test_load_of_a_malformed_file_says_what_is_wrong(monkeypatch, capsys, tmp_path, template_file, content, needle):
+    """/load printed Python's exception text ("'messages'", "list indices must be integers or
+    slices, not str", "[Errno 2] ..."); now a line that says what the file should hold."""
+    f = tmp_path / "c.json"
+    if content is not None:
+        f.write_bytes(content)
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *ARGS, stdin=f"/load {f}\nHi\n")
+    assert rc == 2
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: /load {f}: ") and needle in lines[0], err
+    assert len(turns(out)) == 1          # the chat goes on
+
+
+def test_save_never_overwrites_an_input(monkeypatch, capsys, tmp_path, template_file):
+    """`/save MODEL.gguf` replaced the model the chat was running with the conversation's JSON
+    (exit 0), and `/save` of the -f file replaced the prompt; an output path is never an input
+    (README, exit codes): the model, the draft model, the template, -f and grammar files are
+    refused, the chat goes on, the files are unchanged."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(DEMO.read_bytes())
+    tpl = pathlib.Path(template_file)
+    prompt = tmp_path / "first.txt"          # -f: the first user turn (was overwritten too)
+    prompt.write_text("Hi")
+    gram = tmp_path / "g.gbnf"
+    gram.write_text('root ::= [a-z ]+')
+    files = (model, tpl, prompt, gram)
+    before = [p.read_bytes() for p in files]
+    args = [a if a != str(DEMO) else str(model) for a in ARGS]
+    for target in files:
+        rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, *args, "-md", str(model),
+                           "-f", str(prompt), "--grammar-file", str(gram),
+                           stdin=f"/save {target}\n/save {tmp_path / 'ok.json'}\n")
+        assert rc == 2, err
+        assert f"error: {target}: output would overwrite the input" in " ".join(err.split()), err
+        assert [p.read_bytes() for p in files] == before
+        assert json.loads((tmp_path / "ok.json").read_text())["messages"][0]["content"] == "Hi"

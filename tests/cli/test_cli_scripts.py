@@ -105,3 +105,24 @@ def test_perplexity_file_flag(monkeypatch, capsys, tmp_path):
     assert rc == rc2 == 0 and json.loads(a)["ppl"] == json.loads(b)["ppl"]
     rc, _, err = cli(monkeypatch, capsys, "perplexity", "-m", str(DEMO), "-c", "32")
     assert rc == 2 and "-f FILE" in err
+
+
+def test_convert_and_quantize_json_use_the_shared_names(monkeypatch, capsys, tmp_path):
+    """README's JSON table: every command names the architecture `architecture` and the peak
+    memory `peak_rss_bytes`.  convert --json said `arch` (its --dry-run said `architecture`) and
+    quantize --json gave only `peak_rss_mb`."""
+    src = ROOT / "tests" / "fixtures" / "hf" / "mamba-tiny"
+    g = tmp_path / "m.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(src), str(g), "--json")
+    assert rc == 0, err
+    conv = json.loads(out)
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(src), str(g), "--json", "--dry-run")
+    assert rc == 0, err
+    assert json.loads(out)["architecture"] == "mamba"
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(g), str(tmp_path / "q.gguf"), "Q8_0", "--json")
+    assert rc == 0, err
+    quant = json.loads(out)
+    for d in (conv, quant):
+        assert d["architecture"] == "mamba"
+        assert isinstance(d["wall_s"], float) and d["wall_s"] > 0
+        assert isinstance(d["peak_rss_bytes"], int) and d["peak_rss_bytes"] > 10 * 2**20

@@ -287,3 +287,44 @@ def test_unsupported_ssm_biases(monkeypatch, capsys, tmp_path, name, key, value,
     d = copy(tmp_path, name)
     edit_config(d, **{key: value})
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle, code=3)
+
+
+# ---- found by the fresh-eyes breaker ----------------------------------------------------------
+
+@pytest.mark.parametrize("name,key", [("bamba-tiny", "rms_norm_eps"), ("mamba-tiny", "layer_norm_epsilon"),
+                                      ("qwen3next-tiny", "rms_norm_eps"), ("qwen35-tiny", "rms_norm_eps"),
+                                      ("lfm2-tiny", "norm_eps")])
+def test_negative_norm_epsilon_is_refused(monkeypatch, capsys, tmp_path, name, key):
+    """A negative epsilon was written as is, and toolkit's own loader then refused the file
+    ('... is not a valid epsilon'): convert now refuses it up front, naming config.json and the key."""
+    d = copy(tmp_path, name)
+    edit_config(d, **{key: -1.0})
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", key)
+
+
+@pytest.mark.parametrize("value", ["false", "no", "True", [False]])
+def test_tie_word_embeddings_must_be_a_boolean(monkeypatch, capsys, tmp_path, value):
+    """`"tie_word_embeddings": "false"` was read as true (a non-empty string), so the
+    checkpoint's own lm_head was silently dropped and the output reused token_embd."""
+    d = copy(tmp_path, "bamba-tiny")
+    edit_config(d, tie_word_embeddings=value)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "tie_word_embeddings")
+
+
+@pytest.mark.parametrize("outtype, value", [("f16", 1e6), ("q8_0", 1e9)])   # Q8_0's scale is amax / 127
+def test_values_beyond_f16_are_refused(monkeypatch, capsys, tmp_path, outtype, value):
+    """A weight of 1e6 (beyond F16's 65504) was written as F16 inf (or a Q8_0 block of scale
+    inf) with exit 0, and the model then generated garbage.  Now one line naming the tensor
+    and row, pointing at bf16 / f32, exit 2, nothing at OUT; f32 still converts."""
+    from safetensors.numpy import load_file
+    d = copy(tmp_path, "mamba-tiny")
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    name = "backbone.layers.0.mixer.in_proj.weight"
+    fn = d / idx["weight_map"][name]
+    t = load_file(str(fn))
+    t[name][3, 5] = value
+    save_file(t, str(fn), metadata={"format": "pt"})
+    line = expect_error(monkeypatch, capsys, tmp_path, d, "blk.0.ssm_in.weight", "row 3", "bf16", extra=("--outtype", outtype))
+    assert "inf" in line
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "f32.gguf"))
+    assert rc == 0, err

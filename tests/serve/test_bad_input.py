@@ -117,3 +117,39 @@ def test_queue_full_503_and_disconnect_frees_the_slot(start_server):
     st = s.svc.engine.stats()
     assert st["cancelled"] == 1 and st["slots_busy"] == 0
     assert st["tokens_generated"] < 20000     # the cancelled stream did not run to its 30000 tokens
+
+
+# ---- found by the fresh-eyes breaker: llama-server's output-changing fields ------------------
+
+@pytest.mark.parametrize("field, value", [("grammar", 'root ::= "x"'), ("json_schema", {"type": "object"}),
+                                          ("mirostat", 2), ("typical_p", 0.5), ("dynatemp_range", 0.5),
+                                          ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
+                                          ("samplers", ["top_k", "temperature"])])
+def test_llama_server_fields_we_lack_are_refused_not_ignored(field, value):
+    """llama-server's `grammar` (and its other output-changing sampler fields) were silently
+    ignored: a client asking for `root ::= "x"` got unconstrained text with 200.  They are now
+    refused with 400 naming the field, as `logit_bias` is; their neutral values still pass."""
+    from toolkit.serve.protocol import ApiError, read_common
+    with pytest.raises(ApiError) as e:
+        read_common({"prompt": "a", field: value}, chat=False)
+    assert e.value.status == 400 and e.value.param == field and e.value.code == "not_supported"
+    assert field in e.value.message
+
+
+@pytest.mark.parametrize("field, value", [("grammar", ""), ("json_schema", {}), ("mirostat", 0), ("typical_p", 1.0),
+                                          ("typical_p", 1), ("dynatemp_range", 0), ("xtc_probability", 0.0),
+                                          ("dry_multiplier", 0), ("samplers", [])])
+def test_neutral_values_of_those_fields_pass(field, value):
+    from toolkit.serve.protocol import read_common
+    read_common({"prompt": "a", field: value}, chat=False)
+
+
+def test_wrong_method_says_so(server):
+    """GET on a POST route answered 405 with "no such route" and code not_found (as a 404):
+    it now says the method is not allowed and which one is (the Allow header too)."""
+    r = httpx.get(server.url + "/v1/completions", headers=H)
+    e = _err(r, 405)
+    assert e["code"] == "method_not_allowed" and "POST" in e["message"] and "no such route" not in e["message"]
+    assert r.headers.get("allow") == "POST"
+    e = _err(httpx.get(server.url + "/v2/nothing", headers=H), 404)
+    assert e["code"] == "not_found" and "no such route" in e["message"]

@@ -17,6 +17,7 @@ n_reused, n_decoded, timings (and probs with --n-probs).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from toolkit.cli.app import err_console
@@ -45,9 +46,10 @@ def _read_line(tty: bool):
     return None if line == "" else line.rstrip("\n")
 
 
-def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
+def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[str, ...] = ()) -> int:
     """Run the chat for ``opts`` (toolkit.runtime.run.RunOptions; prompt, if any, is the first
-    user turn); returns the exit status."""
+    user turn); returns the exit status.  ``inputs``: other files the command read (-f, a
+    grammar or schema file), which /save refuses as the model's file."""
     from toolkit.runtime import interrupt
     from toolkit.runtime.chat import Chat, ChatTemplate
     from toolkit.runtime.context import Context
@@ -70,6 +72,8 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False) -> int:
                           n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
                           checkpoint_every=opts.checkpoint_every)
             chat = Chat(ctx, tok, tpl, Sampler(opts.sampling), system=opts.system)
+            chat.inputs = tuple(str(p) for p in (opts.draft_model, opts.chat_template, *inputs)
+                                if p is not None and os.path.isfile(p))
             drafter, dm = None, None
             try:
                 if opts.draft_model is not None or opts.lookup:   # speculative decoding

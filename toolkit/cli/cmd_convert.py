@@ -77,8 +77,9 @@ def convert(
     finally:
         if prog is not None:
             prog.stop()
-    if as_json:
-        typer.echo(json.dumps(s.to_dict(), indent=1))
+    if as_json:   # README's shared names: `architecture` (as --dry-run and the other commands say)
+        d = s.to_dict()
+        typer.echo(json.dumps({"architecture": d.pop("arch"), **d}, indent=1))
         return
     console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
                     f"{s.n_bytes / 2**20:.1f} MiB of tensor data ({s.file_bytes / 2**20:.1f} MiB file), "

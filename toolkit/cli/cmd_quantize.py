@@ -91,6 +91,8 @@ def quantize(
     # fallbacks and unmatched --tensor-type patterns were logged as warnings (stderr) by the driver
     d = s.to_dict()
     if as_json:
+        from toolkit.cli.report import common_fields
+        d["peak_rss_bytes"] = common_fields()["peak_rss_bytes"]     # README's shared name (peak_rss_mb stays)
         typer.echo(json.dumps(d, indent=1))
         return
     out = report.console()

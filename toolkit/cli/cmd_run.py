@@ -134,7 +134,8 @@ def run(
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
-        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose))
+        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose,
+                                   inputs=tuple(p for p in (file, grammar_file, json_schema_file) if p and p != "-")))
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 

@@ -203,7 +203,7 @@ class Family:
         ``tie_word_embeddings``, default ``tie_default`` as the HF config class has it): then
         the output reuses ``embd`` (llama.cpp falls back to token_embd when output is absent)
         and a saved ``lm_head`` is checked for shape and left out."""
-        tie = bool(self.cfg.d.get("tie_word_embeddings", tie_default))
+        tie = self.cfg.flag("tie_word_embeddings", tie_default)
         if tie:
             if self.has(lm_head):
                 self.take(lm_head, (n_vocab, n_embd))

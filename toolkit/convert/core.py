@@ -135,6 +135,22 @@ class _Buffer:
         return memoryview(self.buf)[:n]
 
 
+# outputs whose range is narrower than the checkpoint's: a value beyond F16's 65504 becomes inf
+_RANGE_CHECKED = (GGMLType.F16, GGMLType.Q8_0)
+
+
+def _check_finite(t: OutTensor, src, data, r0: int, row_len: int) -> None:
+    """InputError naming the tensor and row when a converted band holds inf/NaN (an F16 value,
+    a Q8_0 block scale: ggml_validate_row_data's rule, as quantize applies it)."""
+    from toolkit.quantize.validate import first_invalid
+    bad = first_invalid(t.type, memoryview(data).cast("B"))
+    if bad is not None:
+        per_row = row_len // (32 if t.type == GGMLType.Q8_0 else 1)
+        raise InputError(f"{src.path}: tensor {src.name!r} ({t.name}), row {r0 + bad[0] // per_row}: {bad[1]} after "
+                         f"conversion to {t.type.name} (a value beyond F16's range +-65504, or inf/NaN in the "
+                         f"checkpoint); use --outtype bf16 or f32")
+
+
 def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buffer, t: OutTensor,
                   progress: Callable[[int], None] | None) -> None:
     row_len = t.row_len
@@ -178,6 +194,8 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                                  r1 - r0, row_len, os.cpu_count() or 1)
             else:
                 data = encode(raw, dtype, t.type, t.op)
+            if t.type in _RANGE_CHECKED:
+                _check_finite(t, src, data, r0, row_len)
             w.write(t.name, data)
             if progress:
                 progress(len(memoryview(data).cast("B")))

@@ -94,6 +94,26 @@ class Config:
             return float(default)
         raise InputError(f"{self.path}: missing key {' / '.join(repr(n) for n in names)}")
 
+    def eps(self, *names: str, default: Any = None) -> float:
+        """A norm epsilon (:meth:`float`); InputError naming the key when it is negative (the
+        loader refuses such a file: ``toolkit.arch.readers.check_rms_eps``)."""
+        v = self.float(*names, default=default)
+        if v < 0:
+            key = next((k for n in names for k in (n, "mamba_" + n) if self.d.get(k) is not None), names[0])
+            raise InputError(f"{self.path}: key {key!r} = {v!r} is not a valid epsilon (must be >= 0)")
+        return v
+
+    def flag(self, name: str, default: bool) -> bool:
+        """A boolean hparam: JSON ``true`` / ``false`` (absent or null: ``default``).
+        InputError naming the key for anything else (``"false"`` is a non-empty string, so
+        ``bool()`` of it would be True)."""
+        v = self.d.get(name)
+        if v is None:
+            return bool(default)
+        if not isinstance(v, bool):
+            raise InputError(f"{self.path}: key {name!r} = {v!r} is not true or false")
+        return v
+
     def rope(self, name: str, default: Any = None) -> Any:
         """A RoPE parameter: ``rope_parameters[name]`` (transformers 5), else the flat key
         (transformers 4), else ``rope_scaling[name]``."""

@@ -32,12 +32,16 @@ import numpy as np
 from toolkit.binding import rows
 from toolkit.errors import InputError, ResourceError
 from toolkit.gguf_io import GGMLType, GGUFStreamWriter, Keys, atomic_output, row_nbytes
+from toolkit.gguf_io.constants import type_size
 from toolkit.gguf_io.header import GGUFHeader
 from toolkit.quantize.imatrix import IMatrix, load_imatrix
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
 from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source
+from toolkit.quantize.validate import first_invalid
 
 log = logging.getLogger(__name__)
+
+_FLOAT_TYPES = (GGMLType.F32, GGMLType.F16, GGMLType.BF16)
 
 GGML_QNT_VERSION = 2   # ggml.h: the k-quant/legacy block formats' version (general.quantization_version)
 
@@ -407,6 +411,14 @@ def _convert_tensor(fd: int, path: str, out: _Writer, t: TensorPlan, bufs: _Buff
         _pread_into(fd, raw, t.offset + r0 * src_row, path)
         q = bufs.get(out.next_slot(), nr * dst_row, np.uint8)
         rows.convert_rows(t.src_type, raw, t.dst_type, q, nr, n_per_row, n_threads, imatrix=qw)
+        bad = first_invalid(t.dst_type, q)
+        if bad is not None:      # llama-quantize: "quantized data validation failed"
+            n_el = n_per_row // type_size(t.dst_type)[0]          # elements or blocks per row
+            row = r0 + bad[0] // n_el
+            raise InputError(f"{path}: tensor {t.name!r}: row {row} quantized to {GGMLType(t.dst_type).name} has "
+                             f"{'an inf' if bad[1] == 'inf' else 'a NaN'} {'value' if t.dst_type in _FLOAT_TYPES else 'scale'} "
+                             f"(the input holds inf or NaN; "
+                             f"llama-quantize refuses it too: quantized data validation failed)")
         out.write(t.name, q)
         r0 += nr
         on_band(r0 * n_per_row)

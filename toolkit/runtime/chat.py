@@ -30,6 +30,8 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
           " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 BUILTIN = {"chatml": CHATML}
 TEMPLATE_KEY = "tokenizer.chat_template"
+# the roles /load accepts: the OpenAI roles toolkit serve accepts (toolkit.serve.protocol.ROLES)
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class ChatTemplate:
@@ -156,6 +158,7 @@ class Chat:
         self.held: list[int] = []     # tokens the memory holds for seq_id, in order
         self.shifted = False          # a context shift dropped part of the history from the memory
         self._pre_shifts = 0          # shifts made before this turn's prompt was decoded
+        self.inputs: tuple[str, ...] = ()   # files the command reads (draft model, template): /save refuses them
         self.drafter = None           # speculative decoding (toolkit.runtime.speculative): a drafter,
         self.draft_max, self.draft_min = 0, 0   # and ctx's draft window set to draft_max (set_speculative)
 
@@ -285,21 +288,36 @@ class Chat:
         self.shifted = False
 
     def save(self, path: str) -> None:
-        """Write the messages as JSON ({"messages": [...]}) through a temp file renamed at the end."""
+        """Write the messages as JSON ({"messages": [...]}) through a temp file renamed at the end.
+        InputError when ``path`` is the model's file or one of ``self.inputs``."""
         from toolkit.gguf_io import atomic_output
-        with atomic_output(path) as tmp:
+        model = getattr(getattr(self.ctx, "model", None), "path", None)
+        with atomic_output(path, inputs=self.inputs + ((model,) if model else ())) as tmp:
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump({"messages": self.messages}, fh, ensure_ascii=False, indent=1)
 
     def load(self, path: str) -> None:
         """Replace the messages by those of a :meth:`save` file (the memory keeps what it
         shares with them).  Raises InputError for an unreadable or malformed file."""
+        what = f"/load {path}"
         try:
             with open(path, encoding="utf-8") as fh:
-                msgs = json.load(fh)["messages"]
-            if not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                       for m in msgs):
-                raise ValueError("each message needs a role and a content string")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise InputError(f"/load {path}: {e}") from None
+                d = json.load(fh)
+        except FileNotFoundError:
+            raise InputError(f"{what}: no such file") from None
+        except OSError as e:
+            raise InputError(f"{what}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"{what}: not UTF-8 text (byte {e.start})") from None
+        except (ValueError, RecursionError) as e:
+            raise InputError(f"{what}: not JSON ({e})") from None
+        msgs = d.get("messages") if isinstance(d, dict) else None
+        if not isinstance(msgs, list):
+            raise InputError(f'{what}: expected {{"messages": [{{"role": ..., "content": ...}}, ...]}} as /save '
+                             f"writes it")
+        for i, m in enumerate(msgs):
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                raise InputError(f"{what}: message {i}: needs a role and a content string, got {m!r:.80}")
+            if m["role"] not in _ROLES:
+                raise InputError(f"{what}: message {i}: role {m['role']!r:.40} is not one of {', '.join(_ROLES)}")
         self.messages = [{"role": m["role"], "content": m["content"]} for m in msgs]

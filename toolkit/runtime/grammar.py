@@ -105,6 +105,18 @@ class Grammar:
         out = np.where(allowed, row, -np.inf).astype(np.float32)
         return out
 
+    def fork(self) -> "Grammar":
+        """An independent copy of the matcher in its current state (a draft model advances it
+        while drafting; the original only follows the tokens the target keeps)."""
+        g = Grammar.__new__(Grammar)
+        g.matcher, g.n_vocab, g.what = self.matcher.deep_copy(), self.n_vocab, self.what
+        return g
+
+    def n_allowed(self, tokens) -> int:
+        """How many of ``tokens`` (a prefix) the grammar accepts from its current state, without
+        advancing it."""
+        return int(self.matcher.validate_tokens([int(t) for t in tokens])) if len(tokens) else 0
+
     def accept(self, token: int) -> None:
         """Advance the matcher by ``token`` (InputError if the grammar refuses it: a bug)."""
         if not self.matcher.consume_token(int(token)):

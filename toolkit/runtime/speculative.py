@@ -252,14 +252,17 @@ class DraftModel:
         self.ctx.memory.checkpoint(seq)
 
     # ---- drafting ------------------------------------------------------------------------------
-    def draft(self, history: Sequence[int], k: int) -> tuple[list[int], list | None]:
+    def draft(self, history: Sequence[int], k: int, grammar=None) -> tuple[list[int], list | None]:
         """Up to ``k`` drafts after ``history`` for sequence 0 with the sampler given at
-        construction: (tokens, q: per token (ids, probs))."""
-        return self.draft_batch([(0, history, k, self.sampler)])[0]
+        construction: (tokens, q: per token (ids, probs)).  ``grammar`` (the target's, in the
+        state after ``history``): the draft is sampled under a fork of it, so it proposes only
+        tokens the target may take (q is then the masked distribution), and stops where the
+        grammar is complete."""
+        return self.draft_batch([(0, history, k, self.sampler, grammar)])[0]
 
     def draft_batch(self, items) -> list[tuple[list[int], list]]:
-        """Drafts for several sequences: ``items`` = [(seq, history, k, sampler), ...] (distinct
-        seqs, each history non-empty, k >= 1).  Each sequence is brought to its ``history`` (the
+        """Drafts for several sequences: ``items`` = [(seq, history, k, sampler[, grammar]), ...]
+        (distinct seqs, each history non-empty, k >= 1; ``grammar`` as in :meth:`draft`, or None).  Each sequence is brought to its ``history`` (the
         new tokens of all of them in one decode call; a tail longer than the window + 1 is fed
         first, alone, without logits), then each draft step is one decode call of one token per
         sequence still drafting.  Returns per item (tokens, q), at most k tokens (fewer when its
@@ -267,7 +270,7 @@ class DraftModel:
         sequence of it is emptied and the error raised."""
         rows_in = []
         ks = []
-        for seq, history, k, _ in items:
+        for seq, history, k, *_ in items:
             self._keep(seq, history, len(history) - 1)   # the last token is always fed: its logits start the draft
             todo = list(history[len(self.held[seq]):])
             if len(todo) > getattr(self.ctx, "draft_window", 0) + 1:   # not a verify-sized row: alone, first
@@ -286,10 +289,18 @@ class DraftModel:
         out: list[tuple[list[int], list]] = [([], []) for _ in items]
         live = [i for i in range(len(items)) if ks[i] > 0]
         row = {i: rows[i][-1] for i in live}
+        gram = {i: items[i][4].fork() for i in live if len(items[i]) > 4 and items[i][4] is not None}
         while live:
             step = []
             for i in live:
                 sampler = items[i][3]
+                g = gram.get(i)
+                if g is not None:
+                    if g.done():
+                        continue
+                    row[i] = g.mask(row[i])
+                    if not np.isfinite(row[i]).any():
+                        continue
                 ids, probs = sampler.candidates(row[i])
                 if ids.size == 1:
                     d = int(ids[0])
@@ -298,6 +309,8 @@ class DraftModel:
                     d = int(ids[min(j, ids.size - 1)])
                 out[i][0].append(d)
                 out[i][1].append((ids, probs))
+                if g is not None:
+                    g.accept(d)
                 if len(out[i][0]) < ks[i]:
                     step.append(i)
             if not step:
@@ -380,8 +393,16 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             k = min(draft_max, n_ctx - n_held - 1)
             if n_predict >= 0:
                 k = min(k, n_predict - len(res.tokens) - 1)
-            drafts, qs = drafter.draft(history, k) if k > 0 else ([], None)
+            if k <= 0:
+                drafts, qs = [], None
+            elif grammar is not None and isinstance(drafter, DraftModel):
+                drafts, qs = drafter.draft(history, k, grammar)
+            else:
+                drafts, qs = drafter.draft(history, k)
             drafts = drafts[:max(k, 0)]
+            if grammar is not None and drafts:         # not a token the grammar refuses: it could never be kept
+                drafts = drafts[:grammar.n_allowed(drafts)]
+                qs = qs[:len(drafts)] if qs is not None else None
             if len(drafts) < max(draft_min, 1):
                 drafts, qs = [], None
             rows = ctx.decode([history[-1]] + drafts, seq_id=seq_id, logits="all", snapshots=True)

@@ -356,7 +356,13 @@ def create_app(svc: Service) -> Starlette:
         return JSONResponse({"content": svc.tok.decode(ids, strip_space_prefix=False)})
 
     async def not_found(req, exc):
-        e = ApiError(f"{req.method} {req.url.path}: no such route", getattr(exc, "status_code", 404), code="not_found")
+        status = getattr(exc, "status_code", 404)
+        if status == 405:        # the route exists for another method: say which (Allow, as starlette sets it)
+            allow = (getattr(exc, "headers", None) or {}).get("Allow", "")
+            e = ApiError(f"{req.method} {req.url.path}: method not allowed (use {allow or 'another method'})", 405,
+                         code="method_not_allowed", headers={"Allow": allow} if allow else None)
+        else:
+            e = ApiError(f"{req.method} {req.url.path}: no such route", status, code="not_found")
         return _error(e)
 
     routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),

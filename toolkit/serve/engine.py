@@ -434,7 +434,8 @@ class Engine:
     def _drafts(self, gen: list[Slot]) -> dict[int, tuple[list[int], list | None]]:
         """Per generating slot id, the drafts to send after its next token and their q (None: a
         deterministic lookup draft; else per token (ids, probs)): at most _draft_room, none when
-        shorter than draft_min.  A draft model drafts for all the slots at once (one decode call
+        shorter than draft_min, cut at the first token the slot's grammar (if any) refuses (a
+        draft model drafts under a fork of it).  A draft model drafts for all the slots at once (one decode call
         per draft step, DraftModel.draft_batch); if that fails, no slot sends drafts this step
         (the draft's sequences are emptied and re-fed later: only speed is lost)."""
         out: dict[int, tuple[list[int], list | None]] = {s.id: ([], None) for s in gen}
@@ -443,8 +444,8 @@ class Engine:
             return out
         if self.draft is not None:
             try:
-                got = self.draft.draft_batch([(s.id, s.held + [s.run.next_tok], k, s.run.draft_sampler)
-                                              for s, k in want])
+                got = self.draft.draft_batch([(s.id, s.held + [s.run.next_tok], k, s.run.draft_sampler,
+                                               s.run.job.grammar) for s, k in want])
             except Exception:   # noqa: BLE001 - the target's answer does not depend on the draft
                 log.exception("serve: draft model step failed; this step sends no drafts")
                 self.draft.forget_all()
@@ -453,6 +454,10 @@ class Engine:
         else:
             got = [(self.lookup.draft(s.held + [s.run.next_tok], k)[0][:k], None) for s, k in want]
         for (s, k), (toks, q) in zip(want, got):
+            g = s.run.job.grammar        # in the state after next_tok: a draft it refuses could never be kept
+            if g is not None and toks:
+                toks = toks[:g.n_allowed(toks)]
+                q = q[:len(toks)] if q is not None else None
             if len(toks) >= max(self.draft_min, 1):
                 out[s.id] = (toks[:k], q)
         return out

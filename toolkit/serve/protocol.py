@@ -50,7 +50,16 @@ class Request:
 # when set to anything but their neutral value, never silently ignored.  README lists them.
 UNSUPPORTED = {"echo": "the prompt is not echoed", "best_of": "one candidate per request",
                "logit_bias": "no per-token logit bias", "suffix": "no fill-in-the-middle",
-               "tools": "no tool calling", "functions": "no function calling"}
+               "tools": "no tool calling", "functions": "no function calling",
+               # llama-server's own fields (tools/server/README.md)
+               "grammar": "no GBNF field; use response_format with a JSON schema",
+               "json_schema": "use response_format: {\"type\": \"json_schema\", ...}",
+               "mirostat": "no Mirostat sampling", "typical_p": "no locally typical sampling",
+               "dynatemp_range": "no dynamic temperature", "xtc_probability": "no XTC sampling",
+               "dry_multiplier": "no DRY sampling", "samplers": "the sampler order is fixed"}
+# values of those fields that change nothing (besides null, false and empty): llama-server's defaults
+NEUTRAL = {"best_of": (1,), "mirostat": (0,), "typical_p": (1,), "dynatemp_range": (0,), "xtc_probability": (0,),
+           "dry_multiplier": (0,)}
 
 
 def _type_name(t) -> str:
@@ -91,7 +100,7 @@ def read_common(body: dict, chat: bool) -> Request:
     for key, why in UNSUPPORTED.items():
         v = body.get(key)
         neutral = v is None or v is False or (isinstance(v, (str, list, dict)) and not v) or (
-            key == "best_of" and type(v) is int and v == 1)
+            type(v) in (int, float) and v in NEUTRAL.get(key, ()))
         if not neutral:
             raise ApiError(f"'{key}' is not supported ({why}); omit it", param=key, code="not_supported")
     r = Request()

@@ -94,7 +94,7 @@ class FalconH1Family(Family):
         self.n_embd = c.int("hidden_size")
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("rms_norm_eps", default=1e-5)
+        self.eps = c.eps("rms_norm_eps", default=1e-5)
         self._read_mamba()
         self._read_attention()
         self.n_ff = c.int("intermediate_size")
@@ -134,8 +134,8 @@ class FalconH1Family(Family):
                              f"mamba_d_ssm = {self.d_inner}")
         if self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: mamba_n_groups {self.n_group} does not divide mamba_n_heads {self.ssm_n_head}")
-        self.rms_norm = bool(c.d.get("mamba_rms_norm", False))
-        self.norm_before_gate = bool(c.d.get("mamba_norm_before_gate", True))
+        self.rms_norm = c.flag("mamba_rms_norm", False)
+        self.norm_before_gate = c.flag("mamba_norm_before_gate", True)
 
     def _read_attention(self) -> None:
         c = self.cfg
@@ -248,7 +248,7 @@ class FalconH1Family(Family):
     def _output(self) -> None:
         V, D = self.n_vocab, self.n_embd
         lm = [self.mult["lm_head_multiplier"]]
-        if bool(self.cfg.d.get("tie_word_embeddings", False)):
+        if self.cfg.flag("tie_word_embeddings", False):
             # the embedding is already taken for token_embd: read it again, with the lm_head scale
             emb = self.hf.tensors["model.embed_tokens.weight"]
             self.emit(tn(T.OUTPUT), (V, D), [Segment(emb, 0, V, scales=tuple(lm))],

@@ -63,7 +63,7 @@ class GraniteHybridFamily(Family):
         self.n_embd = c.int("hidden_size")
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("rms_norm_eps", default=1e-5)
+        self.eps = c.eps("rms_norm_eps", default=1e-5)
         # ---- Mamba-2 mixer (keys prefixed mamba_ in config.json) ----
         self.d_conv = c.int("mamba_d_conv", default=4)
         self.d_state = c.int("mamba_d_state", default=128)

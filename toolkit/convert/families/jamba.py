@@ -56,13 +56,13 @@ class JambaFamily(Family):
         self.n_embd = c.int("hidden_size")
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("rms_norm_eps", default=1e-6)
+        self.eps = c.eps("rms_norm_eps", default=1e-6)
         self.d_conv = c.int("mamba_d_conv", default=4)
         self.d_state = c.int("mamba_d_state", default=16)
         self.d_inner = c.int("mamba_expand", default=2) * self.n_embd
         r = c.d.get("mamba_dt_rank", "auto")
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("mamba_dt_rank")
-        self.conv_bias = bool(c.d.get("mamba_conv_bias", True))
+        self.conv_bias = c.flag("mamba_conv_bias", True)
         if c.d.get("mamba_proj_bias"):
             from toolkit.errors import UnsupportedError
             raise UnsupportedError(f"{c.path}: mamba_proj_bias = true is not supported by the jamba GGUF layout")

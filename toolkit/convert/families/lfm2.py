@@ -71,7 +71,7 @@ class LFM2Family(Family):
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.n_ctx = c.int("max_position_embeddings", default=128000)
-        self.eps = c.float("norm_eps", default=1e-5)
+        self.eps = c.eps("norm_eps", default=1e-5)
         self.d_conv = c.int("conv_L_cache", default=3)
         if not 2 <= self.d_conv <= 64:
             raise InputError(f"{c.path}: key 'conv_L_cache' = {self.d_conv} must be in [2, 64]")
@@ -225,8 +225,8 @@ class LFM2MoeFamily(LFM2Family):
         if self.n_dense > self.n_layer:
             raise InputError(f"{c.path}: num_dense_layers = {self.n_dense} is more than num_hidden_layers = {self.n_layer}")
         self.scale = c.float("routed_scaling_factor", default=1.0)
-        self.norm_w = bool(c.d.get("norm_topk_prob", True))
-        self.expert_bias = bool(c.d.get("use_expert_bias", True))
+        self.norm_w = c.flag("norm_topk_prob", True)
+        self.expert_bias = c.flag("use_expert_bias", True)
 
     def _ff_dim(self) -> int:
         return self.cfg.int("intermediate_size")     # Lfm2MoeMLP: no auto-adjust

@@ -52,7 +52,7 @@ class MambaFamily(Family):
         r = c.get("time_step_rank", "dt_rank")
         # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
-        self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        self.eps = c.eps("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
         refuse_ssm_biases(c, "mamba")
 
     def n_vocab_rows(self) -> int:

@@ -44,7 +44,7 @@ class Mamba2Family(Family):
         self.d_conv = c.int("conv_kernel", "d_conv", default=4)
         self.d_state = c.int("state_size", "d_state", default=128)
         self.n_group = c.int("n_groups", default=1)
-        self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        self.eps = c.eps("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
         expand = c.float("expand", default=2)
         if expand <= 0:
             raise InputError(f"{c.path}: key 'expand' = {expand} must be positive")

@@ -107,7 +107,7 @@ class NemotronHFamily(Family):
             raise InputError(f"{c.path}: {self.n_layer} layers but the checkpoint has only {len(self.hf.tensors)} tensors")
         self.n_embd = c.int("hidden_size")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        self.eps = c.eps("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
         # ---- Mamba-2 (d_inner = heads x head dim, not expand x D: llama.cpp's converter agrees) ----
         self.d_conv = c.int("conv_kernel", "mamba_d_conv", default=4)
         self.d_state = c.int("ssm_state_size", default=128)
@@ -154,7 +154,7 @@ class NemotronHFamily(Family):
         self.n_group_exp = c.int("n_group", default=1)
         self.topk_group = c.int("topk_group", default=1)
         self.scale = c.float("routed_scaling_factor", default=1.0)
-        self.norm_topk = bool(c.d.get("norm_topk_prob", True))
+        self.norm_topk = c.flag("norm_topk_prob", True)
         if not 0 < self.n_expert_used <= self.n_expert:
             raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} must be in [1, n_routed_experts={self.n_expert}]")
         if self.n_expert % self.n_group_exp or not 0 < self.topk_group <= self.n_group_exp:

@@ -86,7 +86,7 @@ class Qwen3NextFamily(QwenGDNFamily):
         self.n_embd = c.int("hidden_size")
         self.n_layer = c.int("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("rms_norm_eps", default=1e-6)
+        self.eps = c.eps("rms_norm_eps", default=1e-6)
         self.n_ctx = c.int("max_position_embeddings", default=32768)
         self.check_layers(c, self.prefix, self.n_layer)
         self.attn_layers = self._attention_layers(c)
@@ -267,7 +267,7 @@ class Qwen3NextFamily(QwenGDNFamily):
         """
         if self.has("lm_head.weight"):
             self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, self.n_embd))
-        elif not self.c.d.get("tie_word_embeddings", False):
+        elif not self.c.flag("tie_word_embeddings", False):
             raise InputError(f"{self.hf.path}: missing tensor 'lm_head.weight' (tie_word_embeddings is false in "
                              f"{self.c.path})")
 

@@ -156,7 +156,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
         self.n_embd = c.int("hidden_size")
         self.n_layer = c.int("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
-        self.eps = c.float("rms_norm_eps", default=1e-6)
+        self.eps = c.eps("rms_norm_eps", default=1e-6)
         self.n_ctx = c.int("max_position_embeddings", default=32768)
         # ---- hyper-connections ----
         self.hc = c.int("hc_count", default=4, min_value=2)

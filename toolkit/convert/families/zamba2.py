@@ -97,7 +97,7 @@ class Zamba2Family(Family):
         if self.ssm_n_head * self.ssm_head_dim != self.d_inner or self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: n_mamba_heads {self.ssm_n_head} x mamba_headdim {self.ssm_head_dim} != "
                              f"mamba_expand x hidden_size = {self.d_inner}, or mamba_ngroups {self.n_group} does not divide it")
-        self.eps = c.float("rms_norm_eps", default=1e-5)
+        self.eps = c.eps("rms_norm_eps", default=1e-5)
         self.n_head, self.n_head_kv = c.int("num_attention_heads"), c.int("num_key_value_heads", default=c.int("num_attention_heads"))
         self.attn_in = c.int("attention_hidden_size", default=2 * self.n_embd)
         self.head_dim = c.int("attention_head_dim", default=2 * self.n_embd // self.n_head)
@@ -108,13 +108,13 @@ class Zamba2Family(Family):
         self.n_mem = c.int("num_mem_blocks", default=1)
         if self.n_mem <= 0:
             raise InputError(f"{c.path}: key 'num_mem_blocks' = {self.n_mem} must be > 0")
-        self.attn_adapters = bool(c.d.get("use_shared_attention_adapter", False))
+        self.attn_adapters = c.flag("use_shared_attention_adapter", False)
         for key_, ok in (("add_bias_linear", False), ("use_long_context", False)):
-            if bool(c.d.get(key_, ok)) != ok:
+            if c.flag(key_, ok) != ok:
                 raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)} is not supported")
         if c.d.get("hidden_act", "gelu") != "gelu":
             raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'gelu')")
-        self.use_rope = bool(c.d.get("use_mem_rope", False))
+        self.use_rope = c.flag("use_mem_rope", False)
         rp = c.d.get("rope_parameters") or {}
         theta = rp.get("rope_theta", c.d.get("rope_theta", 10000.0)) if isinstance(rp, dict) else None
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
