@@ -14,7 +14,7 @@ import pytest
 from cli_runner import cli
 from toolkit.binding import rows
 from toolkit.gguf_io import GGMLType
-from toolkit.quantize.validate import _F16_SCALES, first_invalid
+from toolkit.gguf_io.validate import _F16_SCALES, first_invalid
 
 pytestmark = pytest.mark.native
 

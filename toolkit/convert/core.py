@@ -142,7 +142,7 @@ _RANGE_CHECKED = (GGMLType.F16, GGMLType.Q8_0)
 def _check_finite(t: OutTensor, src, data, r0: int, row_len: int) -> None:
     """InputError naming the tensor and row when a converted band holds inf/NaN (an F16 value,
     a Q8_0 block scale: ggml_validate_row_data's rule, as quantize applies it)."""
-    from toolkit.quantize.validate import first_invalid
+    from toolkit.gguf_io.validate import first_invalid
     bad = first_invalid(t.type, memoryview(data).cast("B"))
     if bad is not None:
         per_row = row_len // (32 if t.type == GGMLType.Q8_0 else 1)

@@ -37,7 +37,7 @@ from toolkit.gguf_io.header import GGUFHeader
 from toolkit.quantize.imatrix import IMatrix, load_imatrix
 from toolkit.quantize.rules import ModelInfo, Options, TypeChooser, llama_tensor_order, n_dims
 from toolkit.quantize.types import QUANTIZED, FileTypeInfo, file_type, require_supported_source
-from toolkit.quantize.validate import first_invalid
+from toolkit.gguf_io.validate import first_invalid
 
 log = logging.getLogger(__name__)
 
