@@ -190,19 +190,34 @@ def test_ctrl_c_aborts_decode_and_drops_the_sequence(hybrid):
     """Ctrl-C (here: _thread.interrupt_main) during a long decode stops it at the next layer;
     the sequence is dropped whole and the context stays usable."""
     import _thread
+    import signal
     import threading
     import time
     toks = prompt(3000, 15)
-    with Context(hybrid, n_ctx=4096, n_ubatch=1) as ctx:
-        timer = threading.Timer(0.2, _thread.interrupt_main)
-        t0 = time.perf_counter()
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            ctx.decode(toks)
-        timer.join()
-        assert time.perf_counter() - t0 < 5.0
-        assert ctx.memory.seq_pos_max(0) == -1
-        assert np.array_equal(ctx.decode(toks[:9], logits="all"), solo(hybrid, toks[:9]))
+    # interrupt_main does nothing unless Python handles SIGINT: set its own handler for this
+    # test (seen once in a full CI run: DID NOT RAISE, not reproduced alone; the messages
+    # below say which part failed if it comes back)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    fired = []
+    try:
+        with Context(hybrid, n_ctx=4096, n_ubatch=1) as ctx:
+            timer = threading.Timer(0.2, lambda: (fired.append(time.perf_counter()), _thread.interrupt_main()))
+            t0 = time.perf_counter()
+            timer.start()
+            try:
+                ctx.decode(toks)
+            except KeyboardInterrupt:
+                pass
+            else:
+                pytest.fail(f"decode returned after {time.perf_counter() - t0:.2f} s; the interrupt "
+                            f"{'fired at %.2f s' % (fired[0] - t0) if fired else 'had not fired'}; "
+                            f"SIGINT handler before the test: {before!r}")
+            timer.join()
+            assert time.perf_counter() - t0 < 5.0
+            assert ctx.memory.seq_pos_max(0) == -1
+            assert np.array_equal(ctx.decode(toks[:9], logits="all"), solo(hybrid, toks[:9]))
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_logits_none_still_advances(model):
