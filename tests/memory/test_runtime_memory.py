@@ -200,7 +200,7 @@ def test_ctrl_c_aborts_decode_and_drops_the_sequence(hybrid):
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     fired = []
     try:
-        with Context(hybrid, n_ctx=4096, n_ubatch=1) as ctx:
+        with Context(hybrid, n_ctx=4096, n_ubatch=1, n_threads=1) as ctx:   # 1 thread: a longer decode
             timer = threading.Timer(0.2, lambda: (fired.append(time.perf_counter()), _thread.interrupt_main()))
             t0 = time.perf_counter()
             timer.start()
