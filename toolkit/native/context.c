@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "layer.h"
+#include "layers/layer.h"
 
 /* ==== lifecycle ====================================================================== */
 

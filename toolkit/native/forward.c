@@ -16,7 +16,7 @@
  *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py, modeling_lfm2.py,
  *       modeling_lfm2_moe.py; karpathy llama2.c forward().
  */
-#include "layer.h"
+#include "layers/layer.h"
 
 /* ==== the layer-kind tables ========================================================= */
 

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "layer.h"
+#include "layers/layer.h"
 
 /* ==== tensor table validation ======================================================== */
 

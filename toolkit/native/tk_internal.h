@@ -19,7 +19,7 @@ tk_status tk_set_error(const char * file, int line, tk_status st, const char * f
 
 /* ggml type ids (TK_GGML_*), the type table (tk_type_traits_get) and its shorthands
  * tk_type_block / tk_type_name: ggml_types.h. */
-#include "ggml_types.h"
+#include "quants/ggml_types.h"
 
 /* A 2-D view of weights in the mmap: rows of ne0 elements, ne1 rows (a 3-D expert tensor
  * is ne2 such matrices, `mat_stride` bytes apart). */
@@ -185,7 +185,7 @@ tk_status tk_ssd_scan(tk_pool * pool, float * s, const float * xBC, int64_t xbc_
                       size_t ws_bytes);
 
 /* ---- memory: memory.h (the interface and its kv / rs / hybrid implementations) ---- */
-#include "memory.h"
+#include "memory/memory.h"
 
 /* ---- context / forward ---------------------------------------------------------- */
 #define TK_TRACE_MAX 256     /* ubatches of one decode recorded for tk_context_ubatches */

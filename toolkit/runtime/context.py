@@ -9,7 +9,7 @@ Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
     ctx.memory.seq_rm(0, 3, -1)                        # False: a recurrent state is whole
     ctx = Context(m, n_checkpoints=4, checkpoint_every=256)   # ... unless snapshots exist:
     ctx.memory.rollback(0, 3)                          # -> position to re-feed from, or None
-    blob = ctx.state_bytes(); ctx.load_state(blob)     # state files (toolkit/native/state.c)
+    blob = ctx.state_bytes(); ctx.load_state(blob)     # state files (toolkit/native/memory/state.c)
 """
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ class Context(NativeHandle):
 
     # ---- state files, memory report (state.c) -------------------------------------------
     def state_bytes(self, seq_id: int = -1) -> bytes:
-        """The memory as a checksummed blob (layout in toolkit/native/state.c): ``seq_id=-1``
+        """The memory as a checksummed blob (layout in toolkit/native/memory/state.c): ``seq_id=-1``
         every sequence, else that one sequence (restorable into any sequence id)."""
         n = ffi.new("uint64_t *")
         check(lib.tk_state_size(self.ptr, seq_id, n), "state")
