@@ -46,4 +46,8 @@ static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, 
     return tk_swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
 }
 
-const tk_ffn_ops tk_ffn_dense = {"dense", dense_bind, dense_forward};
+const tk_ffn_ops tk_ffn_dense = {
+    .name = "dense",
+    .bind = dense_bind,
+    .forward = dense_forward,
+};

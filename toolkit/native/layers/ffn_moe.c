@@ -170,4 +170,8 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
     return TK_OK;
 }
 
-const tk_ffn_ops tk_ffn_moe = {"moe", moe_bind, moe_forward};
+const tk_ffn_ops tk_ffn_moe = {
+    .name = "moe",
+    .bind = moe_bind,
+    .forward = moe_forward,
+};

@@ -40,4 +40,8 @@ static tk_status relu2_forward(tk_context * ctx, const tk_layer * l, int32_t U, 
     return tk_relu2_ffn(ctx, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
 }
 
-const tk_ffn_ops tk_ffn_relu2 = {"relu2", relu2_bind, relu2_forward};
+const tk_ffn_ops tk_ffn_relu2 = {
+    .name = "relu2",
+    .bind = relu2_bind,
+    .forward = relu2_forward,
+};

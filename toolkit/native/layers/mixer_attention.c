@@ -300,7 +300,14 @@ tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, co
     return TK_OK;
 }
 
-const tk_mixer_ops tk_mixer_attention = {"attention", attn_check, attn_bind, NULL, attn_kv_dim, attn_scratch, attn_forward};
+const tk_mixer_ops tk_mixer_attention = {
+    .name = "attention",
+    .check = attn_check,
+    .bind = attn_bind,
+    .kv_dim = attn_kv_dim,
+    .scratch = attn_scratch,
+    .forward = attn_forward,
+};
 
 /* the kind's pieces for a kind built on it (mixer_qsa.c) */
 tk_status tk_attention_check(const tk_hparams * hp, int il) { return attn_check(hp, il); }

@@ -253,4 +253,11 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_gdn = {"gdn", gdn_check, gdn_bind, gdn_rs_pieces, NULL, gdn_scratch, gdn_forward};
+const tk_mixer_ops tk_mixer_gdn = {
+    .name = "gdn",
+    .check = gdn_check,
+    .bind = gdn_bind,
+    .rs_pieces = gdn_rs_pieces,
+    .scratch = gdn_scratch,
+    .forward = gdn_forward,
+};

@@ -120,4 +120,11 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_mamba1 = {"mamba1", m1_check, m1_bind, m1_rs_pieces, NULL, m1_scratch, m1_forward};
+const tk_mixer_ops tk_mixer_mamba1 = {
+    .name = "mamba1",
+    .check = m1_check,
+    .bind = m1_bind,
+    .rs_pieces = m1_rs_pieces,
+    .scratch = m1_scratch,
+    .forward = m1_forward,
+};

@@ -146,4 +146,11 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_mamba2 = {"mamba2", m2_check, m2_bind, m2_rs_pieces, NULL, m2_scratch, m2_forward};
+const tk_mixer_ops tk_mixer_mamba2 = {
+    .name = "mamba2",
+    .check = m2_check,
+    .bind = m2_bind,
+    .rs_pieces = m2_rs_pieces,
+    .scratch = m2_scratch,
+    .forward = m2_forward,
+};

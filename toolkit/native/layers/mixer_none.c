@@ -20,4 +20,9 @@ static tk_status none_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     return TK_OK;
 }
 
-const tk_mixer_ops tk_mixer_none = {"none", none_check, none_bind, NULL, NULL, NULL, NULL};
+const tk_mixer_ops tk_mixer_none = {
+    .name = "none",
+    .check = none_check,
+    .bind = none_bind,
+    .forward = NULL,           /* no mixer: forward.c skips the step (rs_pieces, kv_dim, scratch: none) */
+};

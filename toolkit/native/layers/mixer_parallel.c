@@ -46,4 +46,12 @@ static tk_status par_forward(tk_context * ctx, const tk_layer * l, int il, const
     return TK_OK;
 }
 
-const tk_mixer_ops tk_mixer_parallel = {"parallel", par_check, par_bind, par_rs_pieces, par_kv_dim, par_scratch, par_forward};
+const tk_mixer_ops tk_mixer_parallel = {
+    .name = "parallel",
+    .check = par_check,
+    .bind = par_bind,
+    .rs_pieces = par_rs_pieces,
+    .kv_dim = par_kv_dim,
+    .scratch = par_scratch,
+    .forward = par_forward,
+};

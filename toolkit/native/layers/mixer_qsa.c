@@ -264,5 +264,12 @@ static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const
     return st;
 }
 
-const tk_mixer_ops tk_mixer_qsa = {"qsa", qsa_check, qsa_bind, NULL, tk_attention_kv_dim, qsa_scratch, qsa_forward,
-                                   qsa_idx_dim};
+const tk_mixer_ops tk_mixer_qsa = {
+    .name = "qsa",
+    .check = qsa_check,
+    .bind = qsa_bind,
+    .kv_dim = tk_attention_kv_dim,
+    .scratch = qsa_scratch,
+    .forward = qsa_forward,
+    .kv_idx_dim = qsa_idx_dim,
+};

@@ -87,4 +87,11 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 
-const tk_mixer_ops tk_mixer_shortconv = {"shortconv", sc_check, sc_bind, sc_rs_pieces, NULL, sc_scratch, sc_forward};
+const tk_mixer_ops tk_mixer_shortconv = {
+    .name = "shortconv",
+    .check = sc_check,
+    .bind = sc_bind,
+    .rs_pieces = sc_rs_pieces,
+    .scratch = sc_scratch,
+    .forward = sc_forward,
+};

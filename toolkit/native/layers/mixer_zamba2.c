@@ -177,4 +177,12 @@ static tk_status z2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     return tk_mixer_mamba2.forward(ctx, l, il, ub, out);
 }
 
-const tk_mixer_ops tk_mixer_zamba2 = {"zamba2", z2_check, z2_bind, z2_rs_pieces, z2_kv_dim, z2_scratch, z2_forward};
+const tk_mixer_ops tk_mixer_zamba2 = {
+    .name = "zamba2",
+    .check = z2_check,
+    .bind = z2_bind,
+    .rs_pieces = z2_rs_pieces,
+    .kv_dim = z2_kv_dim,
+    .scratch = z2_scratch,
+    .forward = z2_forward,
+};

@@ -144,10 +144,31 @@ tk_status tk_memory_no_view_rs(tk_memory * m, int il, tk_rs_view * out) {
 }
 
 static const tk_memory HY_METHODS = {
-    hy_clear, hy_can_seq_rm, hy_seq_rm, hy_seq_cp, hy_seq_keep, hy_seq_pos_min, hy_seq_pos_max, hy_can_fit,
-    hy_prepare, hy_free, hy_can_seq_add, hy_seq_add, hy_kv_view, hy_rs_view, hy_set_checkpoints,
-    hy_checkpoint, hy_checkpoints, hy_ckpt_next, hy_after_ubatch, hy_report, hy_state_write, hy_state_read,
-    hy_state_read_end, hy_state_tmp_floats, hy_set_spec_window,
+    .clear = hy_clear,
+    .can_seq_rm = hy_can_seq_rm,
+    .seq_rm = hy_seq_rm,
+    .seq_cp = hy_seq_cp,
+    .seq_keep = hy_seq_keep,
+    .seq_pos_min = hy_seq_pos_min,
+    .seq_pos_max = hy_seq_pos_max,
+    .can_fit = hy_can_fit,
+    .prepare = hy_prepare,
+    .free = hy_free,
+    .can_seq_add = hy_can_seq_add,
+    .seq_add = hy_seq_add,
+    .kv_view = hy_kv_view,
+    .rs_view = hy_rs_view,
+    .set_checkpoints = hy_set_checkpoints,
+    .checkpoint = hy_checkpoint,
+    .checkpoints = hy_checkpoints,
+    .ckpt_next = hy_ckpt_next,
+    .after_ubatch = hy_after_ubatch,
+    .report = hy_report,
+    .state_write = hy_state_write,
+    .state_read = hy_state_read,
+    .state_read_end = hy_state_read_end,
+    .state_tmp_floats = hy_state_tmp_floats,
+    .set_spec_window = hy_set_spec_window,
 };
 
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out) {

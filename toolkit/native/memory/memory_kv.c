@@ -344,10 +344,31 @@ static tk_status kv_state_read_end(tk_memory * m, const tk_state_rd * rd) {
 static size_t kv_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
 
 static const tk_memory KV_METHODS = {
-    kv_clear, kv_can_seq_rm, kv_seq_rm, kv_seq_cp, kv_seq_keep, kv_seq_pos_min, kv_seq_pos_max, kv_can_fit,
-    kv_prepare, kv_free, kv_can_seq_add, kv_seq_add, kv_view, tk_memory_no_view_rs, kv_set_checkpoints,
-    kv_checkpoint, kv_checkpoints, kv_ckpt_next, kv_after_ubatch, kv_report, kv_state_write, kv_state_read,
-    kv_state_read_end, kv_state_tmp_floats,
+    .clear = kv_clear,
+    .can_seq_rm = kv_can_seq_rm,
+    .seq_rm = kv_seq_rm,
+    .seq_cp = kv_seq_cp,
+    .seq_keep = kv_seq_keep,
+    .seq_pos_min = kv_seq_pos_min,
+    .seq_pos_max = kv_seq_pos_max,
+    .can_fit = kv_can_fit,
+    .prepare = kv_prepare,
+    .free = kv_free,
+    .can_seq_add = kv_can_seq_add,
+    .seq_add = kv_seq_add,
+    .kv_view = kv_view,
+    .rs_view = tk_memory_no_view_rs,
+    .set_checkpoints = kv_set_checkpoints,
+    .checkpoint = kv_checkpoint,
+    .checkpoints = kv_checkpoints,
+    .ckpt_next = kv_ckpt_next,
+    .after_ubatch = kv_after_ubatch,
+    .report = kv_report,
+    .state_write = kv_state_write,
+    .state_read = kv_state_read,
+    .state_read_end = kv_state_read_end,
+    .state_tmp_floats = kv_state_tmp_floats,
+    .set_spec_window = NULL,   /* no recurrent state: a KV cache rolls back without snapshots */
 };
 
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {

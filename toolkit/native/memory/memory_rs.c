@@ -730,10 +730,31 @@ static void rs_free(tk_memory * m) {
 }
 
 static const tk_memory RS_METHODS = {
-    rs_clear, rs_can_seq_rm, rs_seq_rm, rs_seq_cp, rs_seq_keep, rs_seq_pos_min, rs_seq_pos_max, rs_can_fit,
-    rs_prepare, rs_free, rs_can_seq_add, rs_seq_add, tk_memory_no_view_kv, rs_view, rs_set_checkpoints,
-    rs_checkpoint, rs_checkpoints, rs_ckpt_next, rs_after_ubatch, rs_report, rs_state_write, rs_state_read,
-    rs_state_read_end, rs_state_tmp_floats, rs_set_spec_window,
+    .clear = rs_clear,
+    .can_seq_rm = rs_can_seq_rm,
+    .seq_rm = rs_seq_rm,
+    .seq_cp = rs_seq_cp,
+    .seq_keep = rs_seq_keep,
+    .seq_pos_min = rs_seq_pos_min,
+    .seq_pos_max = rs_seq_pos_max,
+    .can_fit = rs_can_fit,
+    .prepare = rs_prepare,
+    .free = rs_free,
+    .can_seq_add = rs_can_seq_add,
+    .seq_add = rs_seq_add,
+    .kv_view = tk_memory_no_view_kv,
+    .rs_view = rs_view,
+    .set_checkpoints = rs_set_checkpoints,
+    .checkpoint = rs_checkpoint,
+    .checkpoints = rs_checkpoints,
+    .ckpt_next = rs_ckpt_next,
+    .after_ubatch = rs_after_ubatch,
+    .report = rs_report,
+    .state_write = rs_state_write,
+    .state_read = rs_state_read,
+    .state_read_end = rs_state_read_end,
+    .state_tmp_floats = rs_state_tmp_floats,
+    .set_spec_window = rs_set_spec_window,
 };
 
 /* the pieces of each recurrent layer, as its kind names them, zeroed */
