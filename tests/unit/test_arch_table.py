@@ -199,7 +199,7 @@ def test_llamacpp_tensor_names(hf_f32, name):
                                   "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
                                   "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny",
                                   "llamacpp/lfm2-tiny", "llamacpp/lfm2moe-tiny", "zamba2-tiny", "qwen4exp-tiny",
-                                  "qwen4exp-ple2-tiny"])
+                                  "qwen4exp-ple2-tiny", "falconmamba-odd-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

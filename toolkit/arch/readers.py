@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
                Keys.LLM.EXPERT_WEIGHTS_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
@@ -160,6 +160,11 @@ def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.d_state = int(r.req(Keys.SSM.STATE_SIZE))
     hp.dt_rank = int(r.req(Keys.SSM.TIME_STEP_RANK))
     hp.dt_b_c_rms = bool(r.opt(Keys.SSM.DT_B_C_RMS, False))
+    # FalconMamba: HF's epsilon of the dt/B/C norms where it differs from rms_eps (our key)
+    eps = r.opt(Keys.SSM.DT_B_C_RMS_EPS, None)
+    hp.ssm_dt_b_c_eps = hp.rms_eps if eps is None else float(eps)
+    if not math.isfinite(hp.ssm_dt_b_c_eps) or hp.ssm_dt_b_c_eps < 0:
+        raise r.bad(Keys.SSM.DT_B_C_RMS_EPS, f"= {hp.ssm_dt_b_c_eps} is not a valid epsilon")
     for key, v in ((Keys.SSM.CONV_KERNEL, hp.d_conv), (Keys.SSM.INNER_SIZE, hp.d_inner),
                    (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
         if v <= 0 or v > (1 << 24):

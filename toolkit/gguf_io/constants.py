@@ -99,6 +99,10 @@ class Keys:
         # "sigmoid" (HF qwen4_exp ``output_gate_type or hidden_act``); llama.cpp's qwen4exp
         # hard-codes sigmoid (spec B3), so a file without the key is read as sigmoid
         OUTPUT_GATE_TYPE = "{arch}.ssm.output_gate_type"
+        # ours (not in llama.cpp): the epsilon of FalconMamba's weightless dt / B / C RMSNorms
+        # (HF mixer_rms_eps), written only when it differs from layer_norm_rms_epsilon, which
+        # llama.cpp uses there (spec more-hybrids.md F1); a file without it reads rms_eps
+        DT_B_C_RMS_EPS = "{arch}.ssm.dt_b_c_rms_epsilon"
 
     class ShortConv:
         """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""

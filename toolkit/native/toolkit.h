@@ -182,6 +182,8 @@ typedef struct {
     int32_t ple_eos_token;     /* ple.eos_token_id: cuts the n-gram context */
     int32_t ple_n_module;      /* PLE layers (modules) */
     const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
+    /* FalconMamba (appended) */
+    float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
 } tk_hparams;
 
 typedef struct {

@@ -1,15 +1,17 @@
-/* mixer_mamba1.c: the Mamba-1 mixer (TK_LAYER_MAMBA1: mamba, jamba).
+/* mixer_mamba1.c: the Mamba-1 mixer (TK_LAYER_MAMBA1: mamba, FalconMamba, jamba).
  *
  * Shapes (U ubatch tokens, D n_embd, DI d_inner, N d_state, R dt_rank, K d_conv):
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   state per sequence: "conv" [DI, K-1] (causal conv window), "ssm" [DI, N]
  * Formula:
  *   (x, z) = in_proj(cur);  x = silu(conv1d(x) + b)
- *   (dt, B, C) = x_proj(x)            [Jamba: RMSNorm on each; dt_b_c_rms: weightless]
+ *   (dt, B, C) = x_proj(x)            [Jamba: RMSNorm on each; dt_b_c_rms: weightless (FalconMamba)]
+ *                                     (their epsilon ssm_dt_b_c_eps: HF FalconMamba's mixer_rms_eps, 1e-6)
  *   dt = softplus(dt_proj(dt) + dt_bias)
  *   s = exp(dt A) s + dt B x;  y = (C.s + D x) * silu(z);  out = out_proj(y)
  * ref: transformers modeling_mamba.py MambaMixer.slow_forward, modeling_jamba.py
- *      JambaMambaMixer; llama.cpp build_mamba_layer.
+ *      JambaMambaMixer, modeling_falcon_mamba.py FalconMambaMixer (rms_forward, mixer_rms_eps);
+ *      llama.cpp build_mamba_layer.
  */
 #include <string.h>
 
@@ -73,12 +75,13 @@ static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N;
+    const float eps = hp->ssm_dt_b_c_eps > 0 ? hp->ssm_dt_b_c_eps : hp->rms_eps;   /* FalconMamba: mixer_rms_eps */
     for (int32_t t = 0; t < U; t++) {
         float * xd = ctx->xdbl + (int64_t) t * XD;
         if (l->ssm_dt_norm || hp->dt_b_c_rms) {
-            tk_rms_norm(xd, l->ssm_dt_norm, hp->rms_eps, R, xd);
-            tk_rms_norm(xd + R, l->ssm_b_norm, hp->rms_eps, N, xd + R);
-            tk_rms_norm(xd + R + N, l->ssm_c_norm, hp->rms_eps, N, xd + R + N);
+            tk_rms_norm(xd, l->ssm_dt_norm, eps, R, xd);
+            tk_rms_norm(xd + R, l->ssm_b_norm, eps, N, xd + R);
+            tk_rms_norm(xd + R + N, l->ssm_c_norm, eps, N, xd + R + N);
         }
         memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
     }
