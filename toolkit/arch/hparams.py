@@ -111,9 +111,10 @@ class HParams:
 
     @property
     def attention_layers(self) -> list[int]:
-        """Layers with attention (and a KV cache): attention layers, parallel ones, zamba2's hybrid ones."""
+        """Layers with attention (and a KV cache): attention layers, parallel ones, zamba / zamba2's hybrid ones."""
         return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL,
-                                                                     LayerKind.ZAMBA2_SHARED, LayerKind.QSA)]
+                                                                     LayerKind.ZAMBA2_SHARED, LayerKind.QSA,
+                                                                     LayerKind.ZAMBA_SHARED)]
 
     @property
     def recurrent_layers(self) -> list[int]:

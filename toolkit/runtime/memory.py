@@ -75,11 +75,15 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     elif rec:
         zx = max(2 * DI + 2 * hp.n_group * N + hp.ssm_n_head if has_m2 else 2 * DI, 2 * DI)
         xc, xd, dtr, dt, y = conv_dim, hp.dt_rank + 2 * N, hp.dt_rank, DI, DI
+        if not has_m2 and hp.ssm_n_head > 1:    # mixer_mamba1.c m1_scratch: one x_proj / dt_proj row per head
+            xd, dtr = hp.ssm_n_head * (hp.dt_rank + 2 * N), hp.ssm_n_head * hp.dt_rank
     if attn:        # q (and att) hold [q_h | gate_h] per head with a gated q
         q = hp.n_head * hp.head_dim * (2 if arch_spec(hp.arch).attn_q_gate else 1)
         kvw = max(hp.n_head_kv[i] for i in attn) * hp.head_dim
     if has_z2:      # mixer_zamba2.c z2_scratch: zx [2D], xdbl [r], y [max(H hd, F)]
         zx, xd, y = max(zx, 2 * D), max(xd, _adapter_rank(gguf)), max(y, hp.n_head * hp.head_dim, max_ff)
+    if LayerKind.ZAMBA_SHARED in hp.layer_kinds:   # mixer_zamba.c z1_scratch: zx [2D], y [H hd]
+        zx, y = max(zx, 2 * D), max(y, hp.n_head * hp.head_dim)
     if qsa:         # mixer_qsa.c qsa_scratch: indexer queries in zx, raw keys in xc
         zx, xc = max(zx, hp.idx_n_head * hp.idx_head_dim), max(xc, hp.idx_head_dim)
     U = n_ubatch
