@@ -41,9 +41,10 @@ def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
                      suppress=(0,))
 
 
-# llama.cpp 0c1e570's LLM_ARCH_MAMBA loader (src/llama-model.cpp): the tensors it creates, ggml ne
-# order, from the hparams it reads (ssm.conv_kernel K, ssm.inner_size DI, ssm.state_size N,
-# ssm.time_step_rank R); output is optional (tied: token_embd)
+# llama.cpp 0c1e570's mamba loader (src/models/mamba.cpp, llama_model_mamba: load_arch_hparams
+# lines 3-10 read ssm.conv_kernel K, ssm.inner_size DI, ssm.state_size N, ssm.time_step_rank R,
+# ssm.dt_b_c_rms (optional), layer_norm_rms_epsilon; lines 47-79 create these tensors, ggml ne
+# order, all required but output (absent: token_embd, tied)
 def _llamacpp_mamba_shapes(D, V, DI, N, K, R, n_layer):
     s = {"token_embd.weight": (D, V), "output_norm.weight": (D,), "output.weight": (D, V)}
     for i in range(n_layer):

@@ -101,3 +101,19 @@ def test_quantize_error_ordered_by_bits(fixtures, hf_f32, tmp_path, report):
         errs[qtype] = rel_l2(lo, ref["logits"])
     report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
+
+
+@pytest.mark.parametrize("kv,needles", [
+    ({"zamba.ssm.head_count": (3, "UINT32", None)}, ["zamba.ssm.head_count", "divide inner_size 128"]),
+    ({"zamba.shared_block_count": (2, "UINT32", None)}, ["zamba.shared_block_map"]),
+])
+def test_bad_gguf_keys_are_one_clear_line(monkeypatch, capsys, hf_f32, tmp_path, kv, needles):
+    """A zamba file whose head count does not divide the inner size, or whose block map disagrees
+    with its block count: `toolkit run` says so in one line (exit 2), no traceback."""
+    import gguf
+    from test_qwen4exp_bad_input import rewrite, run_error
+    bad = tmp_path / "bad.gguf"
+    rewrite(hf_f32("zamba-tiny"), bad, kv={k: (v, gguf.GGUFValueType[t], s) for k, (v, t, s) in kv.items()})
+    err = run_error(monkeypatch, capsys, bad)
+    for n in needles:
+        assert n in err, err
