@@ -13,7 +13,10 @@ blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny), an
 recurrent state), and LFM2 / LFM2-MoE (short conv window as the recurrent state,
 q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-1 with the
 weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
-attention block without RoPE; one block per hybrid layer in the untied one).  Run under ASan/UBSan by CI (pytest -m native).
+attention block without RoPE; one block per hybrid layer in the untied one), and a sliding-window
+model (swa/lfm2: lfm2-tiny with its layer 3 a window-5 sliding layer, tests/swa_models.py: a
+full and a sliding-window KV cache that keeps each sequence's last W + k positions; a rollback
+past what it holds is refused and the oracle keeps the history).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ _dirs: list = []
 def model(name: str) -> Model:
     if name.startswith("llamacpp/") and name not in _models:
         _models[name] = Model(HF.parent / f"{name}.f32.gguf")
+    if name.startswith("swa/") and name not in _models:
+        import tempfile
+        from swa_models import swa_lfm2
+        _dirs.append(pathlib.Path(tempfile.mkdtemp(prefix="memfuzz")))
+        _models[name] = Model(swa_lfm2(_dirs[-1]))
     if name not in _models:
         import tempfile
         from toolkit.convert import convert
@@ -153,7 +161,8 @@ def play(m: Model, ops, every: int) -> None:
                                         ("nemotronh-dense-tiny", 0),
                                         ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
                                         ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
-                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0)])
+                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
+                                        ("swa/lfm2", 3), ("swa/lfm2", 0)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

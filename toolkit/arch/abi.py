@@ -87,6 +87,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     CField("ple_consts", "uint64[]"),
     # FalconMamba (appended)
     _f("ssm_dt_b_c_eps"),
+    # sliding-window attention (appended)
+    _i("n_swa"), _a("swa_layers"),
 )
 
 # HParams fields the C side does not take, and why

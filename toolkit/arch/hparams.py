@@ -108,6 +108,10 @@ class HParams:
     ple_eos_token: int = 0
     ple_n_module: int = 0
     ple_consts: list[int] = field(default_factory=list)
+    # sliding-window attention (read_sliding_window): window W (a query at i sees keys j with
+    # i - W < j <= i) and per layer 1 = sliding (empty: no sliding layer)
+    n_swa: int = 0
+    swa_layers: list[int] = field(default_factory=list)
 
     @property
     def attention_layers(self) -> list[int]:

@@ -28,7 +28,7 @@ _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_
              Keys.SSM.NORM_BEFORE_GATE}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
               Keys.LLM.FEED_FORWARD_LENGTH}
-_BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS}
+_BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS, Keys.Attention.SLIDING_WINDOW_PATTERN}
 
 
 class KeyReader:
@@ -509,3 +509,30 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.PerLayerEmbedding.HEAD_VOCAB_SIZES, "has a zero head vocabulary size")
     for j in range(len(layers)):
         hp.ple_consts += consts[0][j * n:(j + 1) * n] + consts[1][j * nh:(j + 1) * nh] + consts[2][j * nh:(j + 1) * nh]
+
+
+def read_sliding_window(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Sliding-window attention (after :func:`read_layer_kinds`): ``attention.sliding_window``
+    = W (a query at position i sees keys j with i - W < j <= i: W tokens including itself, HF
+    ``create_sliding_window_causal_mask``) and ``attention.sliding_window_pattern`` (per layer,
+    true = sliding; only attention layers may be).  Neither key: no sliding layer.  A pattern
+    without a window, a window of 0 or below, or a pattern marking a recurrent layer is bad
+    input.  ref: llama.cpp LLM_KV_ATTENTION_SLIDING_WINDOW(_PATTERN), llama_hparams::swa_layers."""
+    L = hp.n_layer
+    w = r.opt(Keys.Attention.SLIDING_WINDOW, None)
+    pat = r.opt(Keys.Attention.SLIDING_WINDOW_PATTERN, None)
+    if w is None and pat is None:
+        return
+    if w is None:
+        raise r.bad(Keys.Attention.SLIDING_WINDOW, "is missing, but the file marks sliding-window layers "
+                    f"({k(Keys.Attention.SLIDING_WINDOW_PATTERN, r.arch)})")
+    if w <= 0 or w > (1 << 24):
+        raise r.bad(Keys.Attention.SLIDING_WINDOW, f"= {w}: a sliding window must be in [1, 2**24]")
+    if pat is None or len(pat) < L:
+        raise r.bad(Keys.Attention.SLIDING_WINDOW_PATTERN, f"must list {L} booleans (one per layer)")
+    for i in range(L):
+        if pat[i] and hp.layer_kinds[i] != LayerKind.ATTENTION:
+            raise r.bad(Keys.Attention.SLIDING_WINDOW_PATTERN, f"marks layer {i} sliding, but it is not an attention layer")
+    if any(pat[:L]):
+        hp.n_swa = int(w)
+        hp.swa_layers = [int(bool(x)) for x in pat[:L]]

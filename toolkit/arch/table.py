@@ -221,7 +221,7 @@ _QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
 # M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
 _QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm_post_attn=True)
 # LFM2 / LFM2-MoE: no ssm.* keys (read_shortconv instead of read_ssm)
-_LFM2_READERS = (R.read_common, R.read_layer_kinds, R.read_shortconv, R.read_attention, R.read_ffn)
+_LFM2_READERS = (R.read_common, R.read_layer_kinds, R.read_shortconv, R.read_attention, R.read_sliding_window, R.read_ffn)
 _LFM2_FLAGS = dict(rope_neox=True, attn_qk_norm=True, output_norm_embd=True, mixer_tensors=LFM2_MIXER_TENSORS)
 
 # Nemotron-H: attention layers as every hybrid's, then the FFN-only ones from the per-layer

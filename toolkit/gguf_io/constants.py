@@ -66,6 +66,10 @@ class Keys:
         COMPRESS_RATIOS = "{arch}.attention.compress_ratios"
         # llama.cpp 0c1e570's gguf-py (not in gguf 0.19): per layer, true = recurrent, BOOL array
         RECURRENT_LAYERS = "{arch}.attention.recurrent_layers"
+        # llama.cpp's (gguf-py Keys.Attention): the window of the sliding-window layers, and per
+        # layer true = sliding (BOOL array)
+        SLIDING_WINDOW = gguf.Keys.Attention.SLIDING_WINDOW
+        SLIDING_WINDOW_PATTERN = gguf.Keys.Attention.SLIDING_WINDOW_PATTERN
 
         class Indexer:
             """QSA / DSA token indexer (gguf-py Keys.Attention.Indexer)."""

@@ -67,7 +67,9 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     double kv = 0, rs = 0;
     for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        if (ops->kv_dim) kv += 2.0 * p->n_ctx * (double) ops->kv_dim(m, i) * sizeof(float);
+        const int32_t cells = hp->swa_layers && hp->swa_layers[i] ?
+            tk_kv_swa_cells(hp->n_swa, p->n_ctx, p->n_seq_max, p->n_ubatch, 0) : p->n_ctx;   /* memory_kv.c */
+        if (ops->kv_dim) kv += 2.0 * cells * (double) ops->kv_dim(m, i) * sizeof(float);
         if (ops->kv_idx_dim) kv += (double) p->n_ctx * (double) ops->kv_idx_dim(m, i) * sizeof(float);
         if (ops->rs_pieces) {
             tk_rs_piece pc[TK_RS_MAX_PIECES];
@@ -97,7 +99,13 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
 static tk_status new_memory(const tk_model * model, const tk_context_params * p, int has_attn, int has_rec, tk_memory ** out) {
     tk_memory * kv = NULL, * rs = NULL;
     *out = NULL;
-    if (has_attn) TK_CHECK(tk_memory_kv_new(model, p->n_ctx, p->n_ubatch, &kv));
+    if (has_attn && model->hp.swa_layers) {   /* sliding-window layers: a full and a sliding-window cache */
+        tk_memory * full = NULL, * swa = NULL;
+        TK_CHECK(tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_FULL, &full));
+        tk_status st = tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_SWA, &swa);
+        if (st != TK_OK) { full->free(full); return st; }
+        TK_CHECK(tk_memory_iswa_new(model, full, swa, &kv));
+    } else if (has_attn) TK_CHECK(tk_memory_kv_new(model, p->n_ctx, p->n_ubatch, &kv));
     if (has_rec) {
         const tk_status st = tk_memory_rs_new(model, p->n_seq_max, &rs);
         if (st != TK_OK) {

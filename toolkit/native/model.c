@@ -177,6 +177,15 @@ static tk_status check_hparams(const tk_hparams * hp) {
         return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
     if (!(hp->ssm_dt_b_c_eps >= 0) || !isfinite(hp->ssm_dt_b_c_eps))
         return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm_dt_b_c_eps);
+    if (hp->swa_layers) {      /* sliding-window layers: attention kinds (a KV cache), a window of at least 1 */
+        if (hp->n_swa <= 0 || hp->n_swa > (1 << 24))
+            return TK_FAIL(TK_ERR_INVALID, "sliding window n_swa = %d must be in [1, 2^24]", hp->n_swa);
+        for (int i = 0; i < hp->n_layer; i++) {
+            const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
+            if (hp->swa_layers[i] && (hp->layer_kinds[i] != TK_LAYER_ATTENTION || !ops->kv_dim))
+                return TK_FAIL(TK_ERR_INVALID, "layer %d: only an attention layer can be sliding-window", i);
+        }
+    }
     return TK_OK;
 }
 
@@ -249,10 +258,12 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     /* qwen4exp's arrays (NULL elsewhere) */
     if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
     if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
+    if (hp->swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
     const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
         (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
     if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
-    if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts)) {
+    if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts) ||
+        (hp->swa_layers && !m->swa_layers)) {
         tk_model_free(m);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -262,6 +273,9 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.compress_ratios = m->compress_ratios;
     m->hp.ple_index = m->ple_index;
     m->hp.ple_consts = m->ple_consts;
+    if (m->swa_layers) memcpy(m->swa_layers, hp->swa_layers, nl * sizeof(int32_t));
+    m->hp.swa_layers = m->swa_layers;
+    if (!m->swa_layers) m->hp.n_swa = 0;
     m->conv_dim = hp->d_inner;
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kinds[i] == TK_LAYER_MAMBA2 || hp->layer_kinds[i] == TK_LAYER_PARALLEL ||
@@ -331,6 +345,7 @@ void tk_model_free(tk_model * m) {
     free(m->n_head_kv);
     free(m->compress_ratios);
     free(m->ple_index);
+    free(m->swa_layers);
     free(m->ple_consts);
     free(m);
 }

@@ -111,6 +111,7 @@ struct tk_model {
     int32_t * compress_ratios; /* [n_layer] or NULL */
     int32_t * ple_index;       /* [n_layer] or NULL */
     uint64_t * ple_consts;     /* or NULL */
+    int32_t * swa_layers;      /* [n_layer] or NULL */
     int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
                                   layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */

@@ -186,6 +186,9 @@ typedef struct {
     const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
     /* FalconMamba (appended) */
     float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
+    /* sliding-window attention (appended; memory_kv.c, memory_iswa.c) */
+    int32_t n_swa;             /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
+    const int32_t * swa_layers;/* [n_layer] 1 = sliding (an attention layer; its KV cells keep only the window), or NULL */
 } tk_hparams;
 
 typedef struct {

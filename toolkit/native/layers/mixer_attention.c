@@ -112,7 +112,8 @@ static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_j
 
 /* cell c is attended by the pair: its sequence, at or before its position, not empty */
 static inline __attribute__((always_inline)) int attn_sees(const tk_kv_view * kv, int32_t c, const attn_pair * a) {
-    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0 && (!a->sel || a->sel[c]);
+    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0 && (!a->sel || a->sel[c]) &&
+           (!kv->window || kv->pos[c] > a->pos - kv->window);
 }
 
 /* score[c] <- exp(score[c] - mx) over the cells the pair sees; returns their sum, in

@@ -45,6 +45,7 @@ typedef struct {
     int32_t n_cells, kv_dim;
     float * ik;                /* cell c's third row (QSA raw indexer key) at + c * ik_dim, or NULL */
     int32_t ik_dim;
+    int32_t window;            /* sliding-window layer: a token at p sees cells with p - window < pos <= p; 0: all */
 } tk_kv_view;
 
 /* What a recurrent layer sees of its state during a ubatch (after prepare): ubatch row s
@@ -94,7 +95,7 @@ uint64_t tk_section_begin(tk_wbuf * w, uint32_t tag);
 void tk_section_end(tk_wbuf * w, uint64_t at);
 int tk_get(tk_rbuf * r, void * dst, uint64_t n);   /* 0 when short; dst NULL skips */
 #define TK_STATE_BAD(...) TK_FAIL(TK_ERR_INVALID, "state: " __VA_ARGS__)
-enum { TK_TAG_KV = 1, TK_TAG_RS = 2, TK_TAG_CKPT = 3 };
+enum { TK_TAG_KV = 1, TK_TAG_RS = 2, TK_TAG_CKPT = 3, TK_TAG_KV_SWA = 4 };
 
 /* What a blob read carries from section to section. */
 typedef struct {
@@ -102,10 +103,11 @@ typedef struct {
     int apply;                 /* 0: check only; 1: write into the memory (after a clean check) */
     int32_t n_seq;             /* n_seq_max */
     uint64_t all_seqs, dst_bit;
-    int seen[4];               /* sections seen, by tag */
+    int seen[5];               /* sections seen, by tag */
     int32_t kv_last[TK_MAX_SEQ];   /* last position per sequence in the KV section, -1 none */
     int32_t rs_pos[TK_MAX_SEQ];    /* state position per sequence in the recurrent section */
     float * tmp;               /* scratch of state_tmp_floats */
+    int32_t swa_last[TK_MAX_SEQ];  /* last position per sequence in the sliding-window KV section, -1 none */
 } tk_state_rd;
 
 typedef struct tk_memory tk_memory;
@@ -148,11 +150,27 @@ struct tk_memory {
      * p - 1 kept restores it (memory_rs.c).  NULL: a memory without recurrent state (a KV
      * cache rolls back without snapshots) */
     tk_status (*set_spec_window)(tk_memory * m, int32_t k, uint32_t flags);   /* flags: TK_SPEC_NO_LAST */
+    /* where seq's state ends after seq_rm(seq, p0, p1) that can_seq_rm allowed (-1: dropped);
+     * NULL: a memory without recurrent state (it ends at p0 - 1 or stays) */
+    int32_t  (*seq_rm_end)(tk_memory * m, int32_t seq, int32_t p0, int32_t p1);
+    /* can seq continue exactly after everything past position q is dropped?  A sliding-window
+     * cache answers no when it no longer holds the window that position q + 1 sees.
+     * NULL: always */
+    bool     (*can_end_at)(tk_memory * m, int32_t seq, int32_t q);
 };
 
 /* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of
  * the layers whose kind has rs_pieces (layer.h). */
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out);
+/* sel TK_KV_ALL: every layer with a kv_dim (tk_memory_kv_new); TK_KV_FULL: those not sliding;
+ * TK_KV_SWA: the sliding-window layers (hp.swa_layers), cells holding only each sequence's
+ * window (memory_kv.c: tk_kv_swa_cells) */
+enum { TK_KV_ALL = 0, TK_KV_FULL = 1, TK_KV_SWA = 2 };
+tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out);
+/* cells of the sliding-window cache: n_seq x (W + k) + n_ubatch (k: speculative window), at most n_ctx */
+int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k);
+/* full (non-sliding) and sliding-window KV caches as one (memory_iswa.c); owns both */
+tk_status tk_memory_iswa_new(const tk_model * model, tk_memory * full, tk_memory * swa, tk_memory ** out);
 tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory ** out);
 /* owns both children from here on (frees them on failure too) */
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out);

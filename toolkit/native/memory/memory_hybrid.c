@@ -23,8 +23,15 @@ static tk_memory_hybrid * HY(tk_memory * m) { return (tk_memory_hybrid *) m; }
 
 static void hy_clear(tk_memory * m) { KVM(m)->clear(KVM(m)); RSM(m)->clear(RSM(m)); }
 
+/* both children can; and where the recurrent child ends a sequence (a checkpoint before p0),
+ * the KV child can continue from there (a sliding-window cache may no longer hold that window) */
 static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    return KVM(m)->can_seq_rm(KVM(m), seq, p0, p1) && RSM(m)->can_seq_rm(RSM(m), seq, p0, p1);
+    if (!KVM(m)->can_seq_rm(KVM(m), seq, p0, p1) || !RSM(m)->can_seq_rm(RSM(m), seq, p0, p1)) return false;
+    if (!KVM(m)->can_end_at || !RSM(m)->seq_rm_end) return true;
+    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? HY(m)->n_seq : seq + 1;
+    for (int32_t s = lo; s < hi; s++)
+        if (!KVM(m)->can_end_at(KVM(m), s, RSM(m)->seq_rm_end(RSM(m), s, p0, p1))) return false;
+    return true;
 }
 
 /* The recurrent child decides (can_seq_rm); when it rolls a sequence back to a checkpoint
@@ -98,7 +105,10 @@ static tk_status hy_set_checkpoints(tk_memory * m, int32_t n, int32_t every) { r
 static void hy_checkpoint(tk_memory * m, int32_t seq) { RSM(m)->checkpoint(RSM(m), seq); }
 static int32_t hy_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { return RSM(m)->checkpoints(RSM(m), seq, pos, cap); }
 static int32_t hy_ckpt_next(tk_memory * m, int32_t pos) { return RSM(m)->ckpt_next(RSM(m), pos); }
-static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) { RSM(m)->after_ubatch(RSM(m), ub); }
+static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
+    KVM(m)->after_ubatch(KVM(m), ub);   /* a sliding-window cache trims there; a full one does nothing */
+    RSM(m)->after_ubatch(RSM(m), ub);
+}
 
 static void hy_report(tk_memory * m, tk_memory_report * r) { KVM(m)->report(KVM(m), r); RSM(m)->report(RSM(m), r); }
 
@@ -108,7 +118,7 @@ static void hy_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
 }
 
 static tk_status hy_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
-    tk_memory * child = tag == TK_TAG_KV ? KVM(m) : RSM(m);
+    tk_memory * child = tag == TK_TAG_KV || tag == TK_TAG_KV_SWA ? KVM(m) : RSM(m);
     return child->state_read(child, tag, q, rd);
 }
 
@@ -129,7 +139,13 @@ static size_t hy_state_tmp_floats(tk_memory * m) {
 
 /* the speculative window is the recurrent child's; a KV cache rolls back without one */
 static tk_status hy_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
-    return RSM(m)->set_spec_window(RSM(m), k, flags);
+    TK_CHECK(RSM(m)->set_spec_window(RSM(m), k, flags));
+    /* a sliding-window KV cache keeps k more positions per sequence */
+    return KVM(m)->set_spec_window ? KVM(m)->set_spec_window(KVM(m), k, flags) : TK_OK;
+}
+
+static bool hy_can_end_at(tk_memory * m, int32_t seq, int32_t q) {
+    return !KVM(m)->can_end_at || KVM(m)->can_end_at(KVM(m), seq, q);
 }
 
 /* a memory without KV / recurrent layers: what asking it for a view answers */
@@ -169,6 +185,8 @@ static const tk_memory HY_METHODS = {
     .state_read_end = hy_state_read_end,
     .state_tmp_floats = hy_state_tmp_floats,
     .set_spec_window = hy_set_spec_window,
+    .seq_rm_end = NULL,
+    .can_end_at = hy_can_end_at,
 };
 
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out) {

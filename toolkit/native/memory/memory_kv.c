@@ -8,6 +8,16 @@
  * Cells are claimed lowest index first, so a sequence's cells are in position order and
  * attention sums over them in the same order however the prompt was split.
  * ref: llama.cpp src/llama-kv-cache.{h,cpp} (cells with pos + seq set).
+ *
+ * Sliding-window cache (TK_KV_SWA: the layers hp.swa_layers marks, window W = hp.n_swa; a
+ * token at p sees the cells with p - W < pos <= p): after each ubatch a sequence keeps only
+ * its last n_keep = W + k positions (k: the speculative window, 0 without one), so it holds
+ * n_seq x n_keep + n_ubatch cells at most, whatever n_ctx is (ref: llama.cpp's iSWA cache,
+ * n_swa x n_seq + n_ubatch cells).  floor[s]: positions of s below it may have been dropped.
+ * A sequence can continue exactly after position q only if it holds what q + 1 sees,
+ * [q + 2 - W, q] (can_end_at): so a rollback of up to k + 1 tokens works, one further back
+ * is refused (seq_rm answers 0; the hybrid refuses too, even where a recurrent checkpoint
+ * exists: the caller re-feeds from 0).  State files carry only the window the next token sees.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +37,12 @@ typedef struct {
     int32_t * ik_dim;          /* [n_layer] floats of the third array per cell, 0 = none */
     float ** ik;               /* [n_layer] -> [n_cells, ik_dim] or NULL */
     const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
+    /* sliding window (TK_KV_SWA; all 0 / NULL otherwise) */
+    int32_t window;            /* W */
+    int32_t n_keep;            /* positions kept per sequence after a ubatch: W + k */
+    int32_t n_seq, n_ubatch, n_ctx;
+    int32_t * floor;           /* [TK_MAX_SEQ] */
+    uint32_t tag;              /* state section: TK_TAG_KV or TK_TAG_KV_SWA */
 } tk_memory_kv;
 
 static tk_memory_kv * KV(tk_memory * m) { return (tk_memory_kv *) m; }
@@ -36,11 +52,45 @@ static int32_t clamp_p1(int32_t p1) { return p1 < 0 ? INT32_MAX : p1; }
 static void kv_clear(tk_memory * m) {
     tk_memory_kv * kv = KV(m);
     for (int32_t i = 0; i < kv->n_cells; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
+    if (kv->floor) memset(kv->floor, 0, TK_MAX_SEQ * sizeof(int32_t));
 }
 
+static int32_t kv_seq_pos_max(tk_memory * m, int32_t seq);
+
+/* sliding window: does seq hold what position q + 1 sees? */
+static bool kv_can_end_at(tk_memory * m, int32_t seq, int32_t q) {
+    tk_memory_kv * kv = KV(m);
+    if (!kv->window || q < 0 || seq < 0 || seq >= TK_MAX_SEQ) return true;
+    const int32_t lo = q + 2 - kv->window;
+    return (lo > 0 ? lo : 0) >= kv->floor[seq];
+}
+
+/* sliding window: drop seq's cells below position lo (they are outside every later window) */
+static void kv_trim(tk_memory_kv * kv, int32_t seq, int32_t lo) {
+    const uint64_t bit = UINT64_C(1) << seq;
+    if (lo <= kv->floor[seq]) return;
+    kv->floor[seq] = lo;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || kv->pos[i] >= lo) continue;
+        kv->seqs[i] &= ~bit;
+        if (!kv->seqs[i]) kv->pos[i] = -1;
+    }
+}
+
+/* any range can be dropped from a full KV cache; a sliding-window one refuses to cut a tail
+ * when it no longer holds the window the next token would see */
 static bool kv_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    (void) m; (void) seq; (void) p0; (void) p1;
-    return true;                /* any range can be dropped from a KV cache */
+    tk_memory_kv * kv = KV(m);
+    if (!kv->window) return true;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? kv->n_seq : seq + 1;
+    for (int32_t s = lo; s < hi; s++) {
+        const int32_t last = kv_seq_pos_max(m, s);
+        if (p0 >= p1 || p0 > last || p1 <= last || p0 == 0) continue;   /* nothing, a middle range, or all */
+        if (!kv_can_end_at(m, s, p0 - 1)) return false;
+    }
+    return true;
 }
 
 static void kv_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
@@ -53,6 +103,8 @@ static void kv_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
         else kv->seqs[i] &= ~(UINT64_C(1) << seq);
         if (!kv->seqs[i]) kv->pos[i] = -1;
     }
+    for (int32_t s = 0; kv->floor && s < TK_MAX_SEQ; s++)   /* a sequence left empty starts afresh */
+        if ((seq < 0 || s == seq) && kv_seq_pos_max(m, s) < 0) kv->floor[s] = 0;
 }
 
 static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -62,6 +114,7 @@ static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32
     p1 = clamp_p1(p1);
     for (int32_t i = 0; i < kv->n_cells; i++)
         if (kv->pos[i] >= p0 && kv->pos[i] < p1 && (kv->seqs[i] >> src & 1)) kv->seqs[i] |= UINT64_C(1) << dst;
+    if (kv->floor && kv->floor[src] > kv->floor[dst]) kv->floor[dst] = kv->floor[src];
 }
 
 static void kv_seq_keep(tk_memory * m, int32_t seq) {
@@ -70,6 +123,8 @@ static void kv_seq_keep(tk_memory * m, int32_t seq) {
         kv->seqs[i] &= UINT64_C(1) << seq;
         if (!kv->seqs[i]) kv->pos[i] = -1;
     }
+    for (int32_t s = 0; kv->floor && s < TK_MAX_SEQ; s++)
+        if (s != seq) kv->floor[s] = 0;
 }
 
 static int32_t kv_seq_pos_min(tk_memory * m, int32_t seq) {
@@ -130,6 +185,10 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     const uint64_t bit = UINT64_C(1) << seq;
     const tk_hparams * hp = &kv->model->hp;
     const int rotate = hp->use_rope && hp->n_rot > 0;
+    if (kv->floor && kv->floor[seq] >= p0 && kv->floor[seq] < p1) {   /* the window's edge moves with its cells */
+        const int64_t f = (int64_t) kv->floor[seq] + delta;
+        kv->floor[seq] = f < 0 ? 0 : (int32_t) f;
+    }
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
@@ -145,6 +204,7 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
 
 static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
     tk_memory_kv * kv = KV(m);
+    if (kv->window) return TK_OK;   /* sized for every ubatch: n_seq x n_keep held + n_ubatch new (trimmed after each) */
     int32_t free_cells = 0;
     for (int32_t i = 0; i < kv->n_cells; i++) free_cells += kv->pos[i] < 0;
     if (free_cells < n_tokens)
@@ -224,6 +284,7 @@ static void kv_free(tk_memory * m) {
     free(kv->pos);
     free(kv->seqs);
     free(kv->ub_cells);
+    free(kv->floor);
     free(kv);
 }
 
@@ -233,7 +294,7 @@ static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
     tk_memory_kv * kv = KV(m);
     if (il < 0 || il >= kv->n_layer || !kv->k[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no KV cache", il);
     *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il],
-                         kv->ik[il], kv->ik_dim[il]};
+                         kv->ik[il], kv->ik_dim[il], kv->window};
     return TK_OK;
 }
 
@@ -245,7 +306,15 @@ static tk_status kv_set_checkpoints(tk_memory * m, int32_t n_per_seq, int32_t ev
 static void kv_checkpoint(tk_memory * m, int32_t seq) { (void) m; (void) seq; }
 static int32_t kv_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { (void) m; (void) seq; (void) pos; (void) cap; return 0; }
 static int32_t kv_ckpt_next(tk_memory * m, int32_t pos) { (void) m; (void) pos; return INT32_MAX; }
-static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) { (void) m; (void) ub; }
+/* sliding window: each sequence of the ubatch keeps its last n_keep positions */
+static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
+    tk_memory_kv * kv = KV(m);
+    if (!kv->window) return;
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        const int32_t last = ub->pos[(s + 1) * ub->n_seq_tokens - 1];
+        kv_trim(kv, ub->seq[s], last + 1 - kv->n_keep);
+    }
+}
 
 static void kv_report(tk_memory * m, tk_memory_report * r) {
     tk_memory_kv * kv = KV(m);
@@ -255,18 +324,29 @@ static void kv_report(tk_memory * m, tk_memory_report * r) {
 
 /* ---- state: section KV (layout in state.c) ------------------------------------------------ */
 
+/* is cell i written for seq (-1: any)?  A sliding-window cache writes only what the next
+ * token of one of the cell's sequences sees: pos >= last + 2 - W */
+static int kv_writes(tk_memory_kv * kv, int32_t i, int32_t seq, const int32_t * last) {
+    if (kv->pos[i] < 0 || (seq >= 0 && !(kv->seqs[i] >> seq & 1))) return 0;
+    if (!kv->window) return 1;
+    for (int32_t s = 0; s < kv->n_seq; s++)
+        if ((seq < 0 || s == seq) && (kv->seqs[i] >> s & 1) && kv->pos[i] >= last[s] + 2 - kv->window) return 1;
+    return 0;
+}
+
 static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
     tk_memory_kv * kv = KV(m);
     (void) tmp;
-    const uint64_t bit = seq < 0 ? 0 : UINT64_C(1) << seq;
-    const uint64_t at = tk_section_begin(w, TK_TAG_KV);
+    int32_t last[TK_MAX_SEQ];
+    for (int32_t s = 0; s < kv->n_seq && kv->window; s++) last[s] = kv_seq_pos_max(m, s);
+    const uint64_t at = tk_section_begin(w, kv->tag);
     uint32_t n = 0;
-    for (int32_t i = 0; i < kv->n_cells; i++) n += kv->pos[i] >= 0 && (seq < 0 || (kv->seqs[i] & bit));
+    for (int32_t i = 0; i < kv->n_cells; i++) n += kv_writes(kv, i, seq, last);
     tk_put_u32(w, (uint32_t) kv->n_layer);
     tk_put_u32(w, n);
     for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, (uint32_t) kv->kv_dim[l]);
     for (int32_t i = 0; i < kv->n_cells; i++) {
-        if (kv->pos[i] < 0 || (seq >= 0 && !(kv->seqs[i] & bit))) continue;
+        if (!kv_writes(kv, i, seq, last)) continue;
         tk_put_i32(w, kv->pos[i]);
         tk_put_u32(w, 0);
         tk_put_u64(w, seq < 0 ? kv->seqs[i] : 1);
@@ -299,8 +379,13 @@ static tk_status kv_read_header(tk_memory_kv * kv, tk_rbuf * q, const tk_state_r
 
 static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
     tk_memory_kv * kv = KV(m);
-    if (tag != TK_TAG_KV) return TK_STATE_BAD("a %s section, but this model has no recurrent layer", tag == TK_TAG_RS ? "recurrent" : "checkpoint");
-    if (rd->seen[TK_TAG_KV]++) return TK_STATE_BAD("two KV sections");
+    if (tag != kv->tag)
+        return TK_STATE_BAD("a %s section, but this memory has none", tag == TK_TAG_RS ? "recurrent" : tag == TK_TAG_CKPT ? "checkpoint" :
+                            tag == TK_TAG_KV_SWA ? "sliding-window KV" : "full KV");
+    if (rd->seen[tag]++) return TK_STATE_BAD("two %sKV sections", kv->window ? "sliding-window " : "");
+    int32_t * last = kv->window ? rd->swa_last : rd->kv_last;
+    int32_t first[TK_MAX_SEQ];
+    for (int32_t s = 0; s < TK_MAX_SEQ; s++) first[s] = -1;
     uint32_t nc;
     TK_CHECK(kv_read_header(kv, q, rd, &nc));
     int32_t cell = 0;
@@ -315,8 +400,9 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
         if (rd->seq >= 0) set = rd->dst_bit;
         for (int32_t s = 0; s < rd->n_seq; s++) {
             if (!(set >> s & 1)) continue;
-            if (pos <= rd->kv_last[s]) return TK_STATE_BAD("KV cell %u: position %d of sequence %d after %d (out of order)", i, pos, s, rd->kv_last[s]);
-            rd->kv_last[s] = pos;
+            if (pos <= last[s]) return TK_STATE_BAD("KV cell %u: position %d of sequence %d after %d (out of order)", i, pos, s, last[s]);
+            last[s] = pos;
+            if (first[s] < 0) first[s] = pos;
         }
         if (rd->apply) {
             while (kv->pos[cell] >= 0) cell++;
@@ -333,12 +419,48 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
                 return TK_STATE_BAD("KV cell %u truncated", i);
         }
     }
+    for (int32_t s = 0; rd->apply && kv->floor && s < rd->n_seq; s++)   /* the window starts at the first cell read */
+        if (first[s] >= 0) kv->floor[s] = first[s];
     return TK_OK;
 }
 
 static tk_status kv_state_read_end(tk_memory * m, const tk_state_rd * rd) {
-    (void) m;
-    return rd->seen[TK_TAG_KV] ? TK_OK : TK_STATE_BAD("no KV section");
+    tk_memory_kv * kv = KV(m);
+    return rd->seen[kv->tag] ? TK_OK : TK_STATE_BAD("no %sKV section", kv->window ? "sliding-window " : "");
+}
+
+/* sliding window with a speculative window k: room for k more kept positions per sequence
+ * (the cells grow, keeping their contents; k = 0 keeps the cells) */
+static tk_status kv_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
+    tk_memory_kv * kv = KV(m);
+    (void) flags;
+    if (!kv->window) return TK_OK;
+    const int32_t n = tk_kv_swa_cells(kv->window, kv->n_ctx, kv->n_seq, kv->n_ubatch, k);
+    if (n > kv->n_cells) {
+        int32_t * pos = realloc(kv->pos, (size_t) n * sizeof(int32_t));
+        if (pos) kv->pos = pos;
+        uint64_t * seqs = realloc(kv->seqs, (size_t) n * sizeof(uint64_t));
+        if (seqs) kv->seqs = seqs;
+        if (!pos || !seqs) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->k[l]) continue;
+            const size_t d = (size_t) kv->kv_dim[l];
+            float * kk = realloc(kv->k[l], (size_t) n * d * sizeof(float));
+            if (kk) kv->k[l] = kk;
+            float * vv = realloc(kv->v[l], (size_t) n * d * sizeof(float));
+            if (vv) kv->v[l] = vv;
+            if (!kk || !vv) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
+        }
+        for (int32_t i = kv->n_cells; i < n; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
+        kv->n_cells = n;
+    }
+    kv->n_keep = kv->window + k;
+    return TK_OK;
+}
+
+int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k) {
+    const int64_t n = (int64_t) n_seq * ((int64_t) n_swa + k) + n_ubatch;
+    return n < n_ctx ? (int32_t) n : n_ctx;
 }
 
 static size_t kv_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
@@ -369,16 +491,38 @@ static const tk_memory KV_METHODS = {
     .state_read_end = kv_state_read_end,
     .state_tmp_floats = kv_state_tmp_floats,
     .set_spec_window = NULL,   /* no recurrent state: a KV cache rolls back without snapshots */
+    .seq_rm_end = NULL,
+    .can_end_at = kv_can_end_at,
 };
 
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
+    return tk_memory_kv_new_sel(model, n_cells, n_ubatch, 1, TK_KV_ALL, out);
+}
+
+tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out) {
     const tk_hparams * hp = &model->hp;
     *out = NULL;
+    const int32_t n_ctx = n_cells;
+    if (sel == TK_KV_SWA) {
+        if (!hp->swa_layers || hp->n_swa <= 0) return TK_FAIL(TK_ERR_INVALID, "sliding-window KV cache for a model without a window");
+        n_cells = tk_kv_swa_cells(hp->n_swa, n_cells, n_seq, n_ubatch, 0);
+    }
     if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
     tk_memory_kv * kv = calloc(1, sizeof *kv);
     if (!kv) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     kv->base = KV_METHODS;
     kv->model = model;
+    kv->tag = sel == TK_KV_SWA ? TK_TAG_KV_SWA : TK_TAG_KV;
+    kv->n_seq = n_seq;
+    kv->n_ubatch = n_ubatch;
+    kv->n_ctx = n_ctx;
+    if (sel == TK_KV_SWA) {
+        kv->base.set_spec_window = kv_set_spec_window;
+        kv->window = hp->n_swa;
+        kv->n_keep = hp->n_swa;
+        kv->floor = calloc(TK_MAX_SEQ, sizeof(int32_t));
+        if (!kv->floor) { free(kv); return TK_FAIL(TK_ERR_NOMEM, "out of memory"); }
+    }
     kv->n_cells = n_cells;
     kv->n_layer = hp->n_layer;
     kv->pos = malloc((size_t) n_cells * sizeof(int32_t));
@@ -396,6 +540,8 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
         if (!ops || !ops->kv_dim) continue;
+        const int sliding = hp->swa_layers && hp->swa_layers[l];
+        if ((sel == TK_KV_FULL && sliding) || (sel == TK_KV_SWA && !sliding)) continue;
         kv->kv_dim[l] = ops->kv_dim(model, l);
         size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l];
         kv->k[l] = calloc(n, sizeof(float));

@@ -345,6 +345,21 @@ static bool rs_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     return rs->n_ckpt > 0 && ckpt_before(rs, seq, p0) >= 0;
 }
 
+/* where seq's state ends after seq_rm(seq, p0, p1) (can_seq_rm said yes), as seq_rm_one
+ * decides: unchanged, dropped (-1), p0 - 1 from the speculative window, or a checkpoint */
+static int32_t rs_seq_rm_end(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    tk_memory_rs * rs = RS(m);
+    if (p0 < 0) p0 = 0;
+    if (p1 < 0) p1 = INT32_MAX;
+    const int32_t c = seq >= 0 && seq < rs->n_cells ? rs->tail[seq] : -1;
+    if (c < 0) return -1;
+    if (p0 >= p1 || p0 > rs->pos[c] || p1 <= rs->pos[c]) return rs->pos[c];
+    if (p0 <= rs->start[seq]) return -1;
+    if (ring_find(rs, seq, p0 - 1) >= 0) return p0 - 1;
+    const int32_t j = rs->n_ckpt > 0 ? ckpt_before(rs, seq, p0) : -1;
+    return j < 0 ? -1 : ck_pos(rs, seq)[j];
+}
+
 static int32_t free_cell(tk_memory_rs * rs) {
     for (int32_t i = 0; i < rs->n_cells; i++)
         if (!rs->seqs[i]) return i;
@@ -732,6 +747,7 @@ static void rs_free(tk_memory * m) {
 static const tk_memory RS_METHODS = {
     .clear = rs_clear,
     .can_seq_rm = rs_can_seq_rm,
+    .seq_rm_end = rs_seq_rm_end,
     .seq_rm = rs_seq_rm,
     .seq_cp = rs_seq_cp,
     .seq_keep = rs_seq_keep,

@@ -64,6 +64,10 @@ static uint64_t fingerprint(const tk_model * m) {
      * is hashed); every other model hashes exactly what it did before */
     const size_t hcd = hp->hc_count > 1 ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
     if (hcd) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);
+    if (hp->swa_layers) {      /* sliding-window layers (their window and which ones); nothing for other models */
+        h = fnv(h, &hp->n_swa, sizeof hp->n_swa);
+        h = fnv(h, hp->swa_layers, (size_t) hp->n_layer * sizeof(int32_t));
+    }
     h = hcd ? fnv(h, m->output_hc_norm, hcd * sizeof(float)) : fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_layer * L = &m->layers[l];
@@ -189,8 +193,8 @@ int tk_get(tk_rbuf * r, void * dst, uint64_t n) {
 static tk_status parse(tk_context * ctx, int32_t seq, const uint8_t * buf, uint64_t size, int apply, float * tmp) {
     const int32_t n_seq = ctx->params.n_seq_max;
     tk_state_rd rd = {seq, apply, n_seq, n_seq >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n_seq) - 1,
-                      seq < 0 ? 0 : UINT64_C(1) << seq, {0}, {0}, {0}, tmp};
-    for (int32_t s = 0; s < TK_MAX_SEQ; s++) rd.kv_last[s] = rd.rs_pos[s] = -1;
+                      seq < 0 ? 0 : UINT64_C(1) << seq, {0}, {0}, {0}, tmp, {0}};
+    for (int32_t s = 0; s < TK_MAX_SEQ; s++) rd.kv_last[s] = rd.rs_pos[s] = rd.swa_last[s] = -1;
     tk_rbuf r = {buf, size - 4, HEADER_BYTES};
 
     if (apply) {
@@ -204,7 +208,7 @@ static tk_status parse(tk_context * ctx, int32_t seq, const uint8_t * buf, uint6
         if (len > r.n - r.off) return BAD("section %u claims %llu bytes, %llu left", tag, (unsigned long long) len, (unsigned long long) (r.n - r.off));
         tk_rbuf q = {r.p, r.off + len, r.off};
         r.off += len;
-        if (tag != TK_TAG_KV && tag != TK_TAG_RS && tag != TK_TAG_CKPT) return BAD("unknown section tag %u", tag);
+        if (tag != TK_TAG_KV && tag != TK_TAG_RS && tag != TK_TAG_CKPT && tag != TK_TAG_KV_SWA) return BAD("unknown section tag %u", tag);
         TK_CHECK(ctx->mem->state_read(ctx->mem, tag, &q, &rd));
         if (q.off != q.n) return BAD("section %u has %llu bytes after its content", tag, (unsigned long long) (q.n - q.off));
     }
