@@ -519,15 +519,9 @@ def read_sliding_window(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     without a window, a window of 0 or below, or a pattern marking a recurrent layer is bad
     input.  ref: llama.cpp LLM_KV_ATTENTION_SLIDING_WINDOW(_PATTERN), llama_hparams::swa_layers."""
     L = hp.n_layer
-    w = r.opt(Keys.Attention.SLIDING_WINDOW, None)
-    pat = r.opt(Keys.Attention.SLIDING_WINDOW_PATTERN, None)
-    if w is None and pat is None:
-        return
+    w, pat = _sliding_window_keys(r)
     if w is None:
-        raise r.bad(Keys.Attention.SLIDING_WINDOW, "is missing, but the file marks sliding-window layers "
-                    f"({k(Keys.Attention.SLIDING_WINDOW_PATTERN, r.arch)})")
-    if w <= 0 or w > (1 << 24):
-        raise r.bad(Keys.Attention.SLIDING_WINDOW, f"= {w}: a sliding window must be in [1, 2**24]")
+        return
     if pat is None or len(pat) < L:
         raise r.bad(Keys.Attention.SLIDING_WINDOW_PATTERN, f"must list {L} booleans (one per layer)")
     for i in range(L):
@@ -536,3 +530,22 @@ def read_sliding_window(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if any(pat[:L]):
         hp.n_swa = int(w)
         hp.swa_layers = [int(bool(x)) for x in pat[:L]]
+
+
+def _sliding_window_keys(r: KeyReader) -> tuple[int | None, list[bool] | None]:
+    """(window, pattern) as the file has them, (None, None) without; InputError for a window of
+    0 or below (or above 2**24), or a pattern without a window."""
+    w = r.opt(Keys.Attention.SLIDING_WINDOW, None)
+    pat = r.opt(Keys.Attention.SLIDING_WINDOW_PATTERN, None)
+    if w is None and pat is not None:
+        raise r.bad(Keys.Attention.SLIDING_WINDOW, "is missing, but the file marks sliding-window layers "
+                    f"({k(Keys.Attention.SLIDING_WINDOW_PATTERN, r.arch)})")
+    if w is not None and not 1 <= w <= (1 << 24):
+        raise r.bad(Keys.Attention.SLIDING_WINDOW, f"= {w}: a sliding window must be in [1, 2**24]")
+    return w, pat
+
+
+def check_sliding_window_keys(f) -> None:
+    """The sliding-window keys of GGUFFile ``f`` (any architecture), for commands that do not
+    read the hparams (quantize): InputError, one line, for a bad window."""
+    _sliding_window_keys(KeyReader(f, f.arch))

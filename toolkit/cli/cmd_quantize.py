@@ -32,6 +32,19 @@ def _parse_tensor_types(items: list[str]) -> list[tuple[str, object]]:
     return out
 
 
+def _check_keys(path: str) -> None:
+    """Hparam keys that are bad input whatever the tensors (a sliding window of 0 or below),
+    before anything is written; a file that does not open is left to the driver's message."""
+    from toolkit.arch.readers import check_sliding_window_keys
+    from toolkit.errors import ToolkitError
+    from toolkit.gguf_io import GGUFFile
+    try:
+        f = GGUFFile(path)
+    except (ToolkitError, OSError, ValueError):
+        return
+    check_sliding_window_keys(f)
+
+
 @app.command()
 def quantize(
     input: str = typer.Argument(..., help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
@@ -65,6 +78,7 @@ def quantize(
         raise InputError(f"--band-mb {band_mb}: must be a number of MiB in (0, 1048576]")
     if not dry_run and os.path.abspath(input) == os.path.abspath(output):
         raise InputError(f"{output}: output would overwrite the input")
+    _check_keys(input)
     opts = Options(
         pure=pure,
         quantize_output_tensor=not leave_output_tensor,

@@ -68,7 +68,7 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
         const int32_t cells = hp->swa_layers && hp->swa_layers[i] ?
-            tk_kv_swa_cells(hp->n_swa, p->n_ctx, p->n_seq_max, p->n_ubatch, 0) : p->n_ctx;   /* memory_kv.c */
+            tk_kv_swa_cells(hp->n_swa, p->n_ctx, p->n_seq_max, p->n_ubatch, 0, 0) : p->n_ctx;   /* memory_kv.c */
         if (ops->kv_dim) kv += 2.0 * cells * (double) ops->kv_dim(m, i) * sizeof(float);
         if (ops->kv_idx_dim) kv += (double) p->n_ctx * (double) ops->kv_idx_dim(m, i) * sizeof(float);
         if (ops->rs_pieces) {

@@ -22,7 +22,8 @@ Kinds (bytes, float32 caches; formulas mirror toolkit/native/context.c, memory_k
   zamba2       its hybrid layers count as attention (KV) and as recurrent (Mamba-2 state) layers,
                and widen zx to 2 D, xdbl to the adapter rank, y to max(H hd, F) (mixer_zamba2.c)
   qwen4exp     a QSA layer's KV cells also hold its raw indexer key (n_ctx x di x 4, mixer_qsa.c)
-  sliding      a sliding-window layer's KV: min(n_ctx, n_seq_max x (W + draft) + n_ubatch) cells, not n_ctx
+  sliding      a sliding-window layer's KV: min(n_ctx, n_seq_max x (W + draft + checkpoints x (W - 1)) + n_ubatch)
+               cells, not n_ctx
                and it widens zx / xc to Hi di / di; a PLE layer's state adds its conv window
                (Kp - 1) n hcD and history n floats (ple.c); hyper-connections add 4 [U, hcD]
                buffers, [U, max(R, hc)], [U, hc] and [U, Ep] (context.c), and a matmul row may
@@ -60,9 +61,11 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
     conv_dim = DI + 2 * hp.n_group * N if has_m2 else DI
     if has_gdn:     # mixer_gdn.c: q, k (Hk x Dk each) and v (Hv x Dv = d_inner) channels
         conv_dim = 2 * hp.n_group * N + DI
-    # a sliding-window layer's cells hold each sequence's last W + k positions plus one ubatch
-    # (memory_kv.c tk_kv_swa_cells; k: the speculative window), at most n_ctx
-    swa_cells = min(n_ctx, n_seq_max * (hp.n_swa + max(draft_window, 0)) + n_ubatch) if hp.swa_layers else n_ctx
+    # a sliding-window layer's cells hold each sequence's last W + k positions and the W - 1
+    # before each checkpoint, plus one ubatch (memory_kv.c tk_kv_swa_cells; k: the speculative
+    # window), at most n_ctx
+    swa_cells = min(n_ctx, n_seq_max * (hp.n_swa + max(draft_window, 0) + n_checkpoints * (hp.n_swa - 1)) + n_ubatch) \
+        if hp.swa_layers else n_ctx
     kv = sum(2 * (swa_cells if hp.swa_layers and hp.swa_layers[i] else n_ctx) * hp.n_head_kv[i] * hp.head_dim * 4
              for i in attn)
     qsa = [i for i in attn if hp.layer_kinds[i] == LayerKind.QSA]

@@ -157,6 +157,9 @@ struct tk_memory {
      * cache answers no when it no longer holds the window that position q + 1 sees.
      * NULL: always */
     bool     (*can_end_at)(tk_memory * m, int32_t seq, int32_t q);
+    /* a sliding-window cache: seq keeps its last positions before last + 1 and the window of
+     * each position ck[0..n_ck) (the recurrent checkpoints); NULL: nothing to trim */
+    void     (*trim)(tk_memory * m, int32_t seq, int32_t last, const int32_t * ck, int32_t n_ck);
 };
 
 /* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of
@@ -167,8 +170,11 @@ tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ub
  * window (memory_kv.c: tk_kv_swa_cells) */
 enum { TK_KV_ALL = 0, TK_KV_FULL = 1, TK_KV_SWA = 2 };
 tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out);
-/* cells of the sliding-window cache: n_seq x (W + k) + n_ubatch (k: speculative window), at most n_ctx */
-int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k);
+/* cells of the sliding-window cache: n_seq x (W + k + n_ckpt x (W - 1)) + n_ubatch (k: the
+ * speculative window, n_ckpt: checkpoints per sequence), at most n_ctx */
+int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k, int32_t n_ckpt);
+/* cells of a KV cache (memory_kv.c) that seq sees with positions in [lo, hi] */
+int32_t tk_kv_count(tk_memory * kv, int32_t seq, int32_t lo, int32_t hi);
 /* full (non-sliding) and sliding-window KV caches as one (memory_iswa.c); owns both */
 tk_status tk_memory_iswa_new(const tk_model * model, tk_memory * full, tk_memory * swa, tk_memory ** out);
 tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory ** out);

@@ -23,11 +23,12 @@ static tk_memory_hybrid * HY(tk_memory * m) { return (tk_memory_hybrid *) m; }
 
 static void hy_clear(tk_memory * m) { KVM(m)->clear(KVM(m)); RSM(m)->clear(RSM(m)); }
 
-/* both children can; and where the recurrent child ends a sequence (a checkpoint before p0),
- * the KV child can continue from there (a sliding-window cache may no longer hold that window) */
+/* both children can.  With a sliding-window KV cache (can_end_at) the question is whether it
+ * can continue from where the recurrent child ends each sequence (p0 - 1, or a checkpoint
+ * before p0: the sliding cache keeps the window before each checkpoint) */
 static bool hy_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    if (!KVM(m)->can_seq_rm(KVM(m), seq, p0, p1) || !RSM(m)->can_seq_rm(RSM(m), seq, p0, p1)) return false;
-    if (!KVM(m)->can_end_at || !RSM(m)->seq_rm_end) return true;
+    if (!RSM(m)->can_seq_rm(RSM(m), seq, p0, p1)) return false;
+    if (!KVM(m)->can_end_at || !RSM(m)->seq_rm_end) return KVM(m)->can_seq_rm(KVM(m), seq, p0, p1);
     const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? HY(m)->n_seq : seq + 1;
     for (int32_t s = lo; s < hi; s++)
         if (!KVM(m)->can_end_at(KVM(m), s, RSM(m)->seq_rm_end(RSM(m), s, p0, p1))) return false;
@@ -101,13 +102,26 @@ static void hy_free(tk_memory * m) {
 static tk_status hy_kv_view(tk_memory * m, int il, tk_kv_view * out) { return KVM(m)->kv_view(KVM(m), il, out); }
 static tk_status hy_rs_view(tk_memory * m, int il, tk_rs_view * out) { return RSM(m)->rs_view(RSM(m), il, out); }
 
-static tk_status hy_set_checkpoints(tk_memory * m, int32_t n, int32_t every) { return RSM(m)->set_checkpoints(RSM(m), n, every); }
+static tk_status hy_set_checkpoints(tk_memory * m, int32_t n, int32_t every) {
+    TK_CHECK(RSM(m)->set_checkpoints(RSM(m), n, every));
+    return KVM(m)->set_checkpoints(KVM(m), n, every);   /* a sliding-window cache makes room for their windows */
+}
 static void hy_checkpoint(tk_memory * m, int32_t seq) { RSM(m)->checkpoint(RSM(m), seq); }
 static int32_t hy_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { return RSM(m)->checkpoints(RSM(m), seq, pos, cap); }
 static int32_t hy_ckpt_next(tk_memory * m, int32_t pos) { return RSM(m)->ckpt_next(RSM(m), pos); }
+/* the recurrent child's periodic checkpoints, then a sliding-window KV cache trims each
+ * sequence of the ubatch, keeping the window before each of its checkpoints */
 static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
-    KVM(m)->after_ubatch(KVM(m), ub);   /* a sliding-window cache trims there; a full one does nothing */
     RSM(m)->after_ubatch(RSM(m), ub);
+    if (!KVM(m)->trim) { KVM(m)->after_ubatch(KVM(m), ub); return; }
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        int32_t buf[64], * ck = buf;
+        const int32_t n = RSM(m)->checkpoints(RSM(m), ub->seq[s], buf, 64);
+        if (n > 64 && (ck = malloc((size_t) n * sizeof(int32_t))) != NULL) RSM(m)->checkpoints(RSM(m), ub->seq[s], ck, n);
+        if (!ck) ck = buf;   /* out of memory: the 64 latest are kept, an older rollback is refused */
+        KVM(m)->trim(KVM(m), ub->seq[s], ub->pos[(s + 1) * ub->n_seq_tokens - 1], ck, n > 64 && ck == buf ? 64 : n);
+        if (ck != buf) free(ck);
+    }
 }
 
 static void hy_report(tk_memory * m, tk_memory_report * r) { KVM(m)->report(KVM(m), r); RSM(m)->report(RSM(m), r); }
@@ -187,6 +201,7 @@ static const tk_memory HY_METHODS = {
     .set_spec_window = hy_set_spec_window,
     .seq_rm_end = NULL,
     .can_end_at = hy_can_end_at,
+    .trim = NULL,
 };
 
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out) {

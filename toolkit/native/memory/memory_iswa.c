@@ -4,7 +4,8 @@
  * sliding-window cache (memory_kv.c, TK_KV_SWA: each sequence's last W + k positions) and
  * every other attention layer's in a full one (n_ctx cells; with no such layer it holds
  * positions only).  Every sequence operation goes to both; a tail removal is refused when the
- * sliding one no longer holds the window the next token would see (can_seq_rm, can_end_at).
+ * sliding one no longer holds the window the next token would see (can_seq_rm, can_end_at:
+ * every position of [q + 2 - W, q] the full cache has, the sliding one has too).
  * Positions are the full cache's.  State: the full cache's KV section, then the sliding
  * one's (TK_TAG_KV_SWA, the window only); both must end every sequence at the same position.
  * ref: llama.cpp src/llama-kv-cache-iswa.{h,cpp} (kv_base + kv_swa).
@@ -18,7 +19,7 @@ typedef struct {
     tk_memory * full;          /* the non-sliding attention layers (positions of every sequence) */
     tk_memory * swa;           /* the sliding-window layers */
     const int32_t * swa_layers;/* [n_layer] of the model */
-    int32_t n_layer;
+    int32_t n_layer, n_swa;
 } tk_memory_iswa;
 
 static tk_memory_iswa * IS(tk_memory * m) { return (tk_memory_iswa *) m; }
@@ -26,8 +27,26 @@ static tk_memory_iswa * IS(tk_memory * m) { return (tk_memory_iswa *) m; }
 #define SM(m) (IS(m)->swa)
 
 static void is_clear(tk_memory * m) { FM(m)->clear(FM(m)); SM(m)->clear(SM(m)); }
+
+/* seq can continue exactly after position q: the sliding cache holds every position of
+ * [q + 2 - W, q] the sequence has (the full cache has them all) */
+static bool is_can_end_at(tk_memory * m, int32_t seq, int32_t q) {
+    if (q < 0 || seq < 0) return true;
+    const int32_t lo = q + 2 - IS(m)->n_swa > 0 ? q + 2 - IS(m)->n_swa : 0;
+    return tk_kv_count(SM(m), seq, lo, q) == tk_kv_count(FM(m), seq, lo, q);
+}
+
+/* a tail [p0, end) of a sequence goes only when the sliding cache can continue from p0 - 1 */
 static bool is_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    return FM(m)->can_seq_rm(FM(m), seq, p0, p1) && SM(m)->can_seq_rm(SM(m), seq, p0, p1);
+    if (!FM(m)->can_seq_rm(FM(m), seq, p0, p1) || !SM(m)->can_seq_rm(SM(m), seq, p0, p1)) return false;
+    if (p0 <= 0) return true;
+    if (p1 < 0) p1 = INT32_MAX;
+    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? TK_MAX_SEQ : seq + 1;
+    for (int32_t s = lo; s < hi; s++) {
+        const int32_t last = FM(m)->seq_pos_max(FM(m), s);
+        if (p0 < p1 && p0 <= last && p1 > last && !is_can_end_at(m, s, p0 - 1)) return false;
+    }
+    return true;
 }
 static void is_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
     FM(m)->seq_rm(FM(m), seq, p0, p1);
@@ -67,7 +86,11 @@ static tk_status is_kv_view(tk_memory * m, int il, tk_kv_view * out) {
     return c->kv_view(c, il, out);
 }
 /* checkpoints: a KV cache needs none (memory_kv.c's no-ops) */
-static tk_status is_set_checkpoints(tk_memory * m, int32_t n, int32_t every) { return FM(m)->set_checkpoints(FM(m), n, every); }
+/* the sliding cache makes room for the checkpoints' windows */
+static tk_status is_set_checkpoints(tk_memory * m, int32_t n, int32_t every) {
+    TK_CHECK(FM(m)->set_checkpoints(FM(m), n, every));
+    return SM(m)->set_checkpoints(SM(m), n, every);
+}
 static void is_checkpoint(tk_memory * m, int32_t seq) { (void) m; (void) seq; }
 static int32_t is_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { (void) m; (void) seq; (void) pos; (void) cap; return 0; }
 static int32_t is_ckpt_next(tk_memory * m, int32_t pos) { (void) m; (void) pos; return INT32_MAX; }
@@ -96,7 +119,9 @@ static tk_status is_state_read_end(tk_memory * m, const tk_state_rd * rd) {
 }
 static size_t is_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
 static tk_status is_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) { return SM(m)->set_spec_window(SM(m), k, flags); }
-static bool is_can_end_at(tk_memory * m, int32_t seq, int32_t q) { return SM(m)->can_end_at(SM(m), seq, q); }
+static void is_trim(tk_memory * m, int32_t seq, int32_t last, const int32_t * ck, int32_t n_ck) {
+    SM(m)->trim(SM(m), seq, last, ck, n_ck);
+}
 
 static const tk_memory IS_METHODS = {
     .clear = is_clear,
@@ -126,6 +151,7 @@ static const tk_memory IS_METHODS = {
     .set_spec_window = is_set_spec_window,
     .seq_rm_end = NULL,
     .can_end_at = is_can_end_at,
+    .trim = is_trim,
 };
 
 tk_status tk_memory_iswa_new(const tk_model * model, tk_memory * full, tk_memory * swa, tk_memory ** out) {
@@ -141,6 +167,7 @@ tk_status tk_memory_iswa_new(const tk_model * model, tk_memory * full, tk_memory
     h->swa = swa;
     h->swa_layers = model->hp.swa_layers;
     h->n_layer = model->hp.n_layer;
+    h->n_swa = model->hp.n_swa;
     *out = &h->base;
     return TK_OK;
 }

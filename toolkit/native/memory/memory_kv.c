@@ -11,13 +11,14 @@
  *
  * Sliding-window cache (TK_KV_SWA: the layers hp.swa_layers marks, window W = hp.n_swa; a
  * token at p sees the cells with p - W < pos <= p): after each ubatch a sequence keeps only
- * its last n_keep = W + k positions (k: the speculative window, 0 without one), so it holds
- * n_seq x n_keep + n_ubatch cells at most, whatever n_ctx is (ref: llama.cpp's iSWA cache,
- * n_swa x n_seq + n_ubatch cells).  floor[s]: positions of s below it may have been dropped.
- * A sequence can continue exactly after position q only if it holds what q + 1 sees,
- * [q + 2 - W, q] (can_end_at): so a rollback of up to k + 1 tokens works, one further back
- * is refused (seq_rm answers 0; the hybrid refuses too, even where a recurrent checkpoint
- * exists: the caller re-feeds from 0).  State files carry only the window the next token sees.
+ * its last n_keep = W + k positions (k: the speculative window, 0 without one) and the
+ * W - 1 positions before each of its recurrent checkpoints (the window the token after a
+ * checkpoint sees: what rolling back to it needs; the hybrid hands them over, kv_trim), so
+ * it holds n_seq x (W + k + n_ckpt x (W - 1)) + n_ubatch cells at most, whatever n_ctx is
+ * (ref: llama.cpp's iSWA cache, n_swa x n_seq + n_ubatch cells, and its server's SWA
+ * checkpoints).  Whether a sequence can continue exactly after position q (it holds every
+ * position of [q + 2 - W, q] the sequence has) is memory_iswa.c's can_end_at; a rollback
+ * past what is held is refused there.  State files carry only the window the next token sees.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ typedef struct {
     int32_t window;            /* W */
     int32_t n_keep;            /* positions kept per sequence after a ubatch: W + k */
     int32_t n_seq, n_ubatch, n_ctx;
-    int32_t * floor;           /* [TK_MAX_SEQ] */
+    int32_t spec_k, n_ckpt;    /* the speculative window and checkpoints per sequence the cells are sized for */
     uint32_t tag;              /* state section: TK_TAG_KV or TK_TAG_KV_SWA */
 } tk_memory_kv;
 
@@ -52,44 +53,37 @@ static int32_t clamp_p1(int32_t p1) { return p1 < 0 ? INT32_MAX : p1; }
 static void kv_clear(tk_memory * m) {
     tk_memory_kv * kv = KV(m);
     for (int32_t i = 0; i < kv->n_cells; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
-    if (kv->floor) memset(kv->floor, 0, TK_MAX_SEQ * sizeof(int32_t));
 }
 
-static int32_t kv_seq_pos_max(tk_memory * m, int32_t seq);
-
-/* sliding window: does seq hold what position q + 1 sees? */
-static bool kv_can_end_at(tk_memory * m, int32_t seq, int32_t q) {
+int32_t tk_kv_count(tk_memory * m, int32_t seq, int32_t lo, int32_t hi) {
     tk_memory_kv * kv = KV(m);
-    if (!kv->window || q < 0 || seq < 0 || seq >= TK_MAX_SEQ) return true;
-    const int32_t lo = q + 2 - kv->window;
-    return (lo > 0 ? lo : 0) >= kv->floor[seq];
+    int32_t n = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        n += (kv->seqs[i] >> seq & 1) && kv->pos[i] >= lo && kv->pos[i] <= hi;
+    return n;
 }
 
-/* sliding window: drop seq's cells below position lo (they are outside every later window) */
-static void kv_trim(tk_memory_kv * kv, int32_t seq, int32_t lo) {
+/* sliding window: seq keeps its positions >= last + 1 - n_keep and those in the window
+ * [q + 2 - W, q] of each position ck[0..n_ck) (its recurrent checkpoints); the rest goes */
+static void kv_trim(tk_memory * m, int32_t seq, int32_t last, const int32_t * ck, int32_t n_ck) {
+    tk_memory_kv * kv = KV(m);
+    if (!kv->window || seq < 0 || seq >= TK_MAX_SEQ) return;
     const uint64_t bit = UINT64_C(1) << seq;
-    if (lo <= kv->floor[seq]) return;
-    kv->floor[seq] = lo;
+    const int32_t lo = last + 1 - kv->n_keep;
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] >= lo) continue;
+        int keep = 0;
+        for (int32_t j = 0; j < n_ck && !keep; j++) keep = kv->pos[i] <= ck[j] && kv->pos[i] >= ck[j] + 2 - kv->window;
+        if (keep) continue;
         kv->seqs[i] &= ~bit;
         if (!kv->seqs[i]) kv->pos[i] = -1;
     }
 }
 
-/* any range can be dropped from a full KV cache; a sliding-window one refuses to cut a tail
- * when it no longer holds the window the next token would see */
+/* any range can be dropped from a KV cache (whether a sliding-window one can continue after
+ * it is memory_iswa.c's can_end_at) */
 static bool kv_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
-    tk_memory_kv * kv = KV(m);
-    if (!kv->window) return true;
-    if (p0 < 0) p0 = 0;
-    p1 = clamp_p1(p1);
-    const int32_t lo = seq < 0 ? 0 : seq, hi = seq < 0 ? kv->n_seq : seq + 1;
-    for (int32_t s = lo; s < hi; s++) {
-        const int32_t last = kv_seq_pos_max(m, s);
-        if (p0 >= p1 || p0 > last || p1 <= last || p0 == 0) continue;   /* nothing, a middle range, or all */
-        if (!kv_can_end_at(m, s, p0 - 1)) return false;
-    }
+    (void) m; (void) seq; (void) p0; (void) p1;
     return true;
 }
 
@@ -103,8 +97,6 @@ static void kv_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
         else kv->seqs[i] &= ~(UINT64_C(1) << seq);
         if (!kv->seqs[i]) kv->pos[i] = -1;
     }
-    for (int32_t s = 0; kv->floor && s < TK_MAX_SEQ; s++)   /* a sequence left empty starts afresh */
-        if ((seq < 0 || s == seq) && kv_seq_pos_max(m, s) < 0) kv->floor[s] = 0;
 }
 
 static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -114,7 +106,6 @@ static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32
     p1 = clamp_p1(p1);
     for (int32_t i = 0; i < kv->n_cells; i++)
         if (kv->pos[i] >= p0 && kv->pos[i] < p1 && (kv->seqs[i] >> src & 1)) kv->seqs[i] |= UINT64_C(1) << dst;
-    if (kv->floor && kv->floor[src] > kv->floor[dst]) kv->floor[dst] = kv->floor[src];
 }
 
 static void kv_seq_keep(tk_memory * m, int32_t seq) {
@@ -123,8 +114,6 @@ static void kv_seq_keep(tk_memory * m, int32_t seq) {
         kv->seqs[i] &= UINT64_C(1) << seq;
         if (!kv->seqs[i]) kv->pos[i] = -1;
     }
-    for (int32_t s = 0; kv->floor && s < TK_MAX_SEQ; s++)
-        if (s != seq) kv->floor[s] = 0;
 }
 
 static int32_t kv_seq_pos_min(tk_memory * m, int32_t seq) {
@@ -185,10 +174,6 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     const uint64_t bit = UINT64_C(1) << seq;
     const tk_hparams * hp = &kv->model->hp;
     const int rotate = hp->use_rope && hp->n_rot > 0;
-    if (kv->floor && kv->floor[seq] >= p0 && kv->floor[seq] < p1) {   /* the window's edge moves with its cells */
-        const int64_t f = (int64_t) kv->floor[seq] + delta;
-        kv->floor[seq] = f < 0 ? 0 : (int32_t) f;
-    }
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
@@ -284,7 +269,6 @@ static void kv_free(tk_memory * m) {
     free(kv->pos);
     free(kv->seqs);
     free(kv->ub_cells);
-    free(kv->floor);
     free(kv);
 }
 
@@ -298,10 +282,14 @@ static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
     return TK_OK;
 }
 
+static tk_status kv_swa_resize(tk_memory_kv * kv);
+
 static tk_status kv_set_checkpoints(tk_memory * m, int32_t n_per_seq, int32_t every) {
-    (void) m;
+    tk_memory_kv * kv = KV(m);
     if (n_per_seq < 0 || every < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d, interval = %d must be >= 0", n_per_seq, every);
-    return TK_OK;              /* a KV cache rolls back without snapshots */
+    if (!kv->window) return TK_OK;   /* a full KV cache rolls back without snapshots */
+    kv->n_ckpt = n_per_seq;          /* a sliding one keeps the window before each recurrent checkpoint */
+    return kv_swa_resize(kv);
 }
 static void kv_checkpoint(tk_memory * m, int32_t seq) { (void) m; (void) seq; }
 static int32_t kv_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { (void) m; (void) seq; (void) pos; (void) cap; return 0; }
@@ -311,8 +299,7 @@ static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
     tk_memory_kv * kv = KV(m);
     if (!kv->window) return;
     for (int32_t s = 0; s < ub->n_seqs; s++) {
-        const int32_t last = ub->pos[(s + 1) * ub->n_seq_tokens - 1];
-        kv_trim(kv, ub->seq[s], last + 1 - kv->n_keep);
+        kv_trim(m, ub->seq[s], ub->pos[(s + 1) * ub->n_seq_tokens - 1], NULL, 0);
     }
 }
 
@@ -384,8 +371,7 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
                             tag == TK_TAG_KV_SWA ? "sliding-window KV" : "full KV");
     if (rd->seen[tag]++) return TK_STATE_BAD("two %sKV sections", kv->window ? "sliding-window " : "");
     int32_t * last = kv->window ? rd->swa_last : rd->kv_last;
-    int32_t first[TK_MAX_SEQ];
-    for (int32_t s = 0; s < TK_MAX_SEQ; s++) first[s] = -1;
+
     uint32_t nc;
     TK_CHECK(kv_read_header(kv, q, rd, &nc));
     int32_t cell = 0;
@@ -402,7 +388,6 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
             if (!(set >> s & 1)) continue;
             if (pos <= last[s]) return TK_STATE_BAD("KV cell %u: position %d of sequence %d after %d (out of order)", i, pos, s, last[s]);
             last[s] = pos;
-            if (first[s] < 0) first[s] = pos;
         }
         if (rd->apply) {
             while (kv->pos[cell] >= 0) cell++;
@@ -419,8 +404,6 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
                 return TK_STATE_BAD("KV cell %u truncated", i);
         }
     }
-    for (int32_t s = 0; rd->apply && kv->floor && s < rd->n_seq; s++)   /* the window starts at the first cell read */
-        if (first[s] >= 0) kv->floor[s] = first[s];
     return TK_OK;
 }
 
@@ -429,13 +412,10 @@ static tk_status kv_state_read_end(tk_memory * m, const tk_state_rd * rd) {
     return rd->seen[kv->tag] ? TK_OK : TK_STATE_BAD("no %sKV section", kv->window ? "sliding-window " : "");
 }
 
-/* sliding window with a speculative window k: room for k more kept positions per sequence
- * (the cells grow, keeping their contents; k = 0 keeps the cells) */
-static tk_status kv_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
-    tk_memory_kv * kv = KV(m);
-    (void) flags;
-    if (!kv->window) return TK_OK;
-    const int32_t n = tk_kv_swa_cells(kv->window, kv->n_ctx, kv->n_seq, kv->n_ubatch, k);
+/* sliding window: room for the speculative window's k more positions and the checkpoints'
+ * windows per sequence (the cells grow, keeping their contents; they never shrink) */
+static tk_status kv_swa_resize(tk_memory_kv * kv) {
+    const int32_t n = tk_kv_swa_cells(kv->window, kv->n_ctx, kv->n_seq, kv->n_ubatch, kv->spec_k, kv->n_ckpt);
     if (n > kv->n_cells) {
         int32_t * pos = realloc(kv->pos, (size_t) n * sizeof(int32_t));
         if (pos) kv->pos = pos;
@@ -454,12 +434,18 @@ static tk_status kv_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
         for (int32_t i = kv->n_cells; i < n; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
         kv->n_cells = n;
     }
-    kv->n_keep = kv->window + k;
+    kv->n_keep = kv->window + kv->spec_k;
     return TK_OK;
 }
 
-int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k) {
-    const int64_t n = (int64_t) n_seq * ((int64_t) n_swa + k) + n_ubatch;
+static tk_status kv_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
+    (void) flags;
+    KV(m)->spec_k = k;
+    return kv_swa_resize(KV(m));
+}
+
+int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k, int32_t n_ckpt) {
+    const int64_t n = (int64_t) n_seq * ((int64_t) n_swa + k + (int64_t) n_ckpt * (n_swa - 1)) + n_ubatch;
     return n < n_ctx ? (int32_t) n : n_ctx;
 }
 
@@ -492,7 +478,8 @@ static const tk_memory KV_METHODS = {
     .state_tmp_floats = kv_state_tmp_floats,
     .set_spec_window = NULL,   /* no recurrent state: a KV cache rolls back without snapshots */
     .seq_rm_end = NULL,
-    .can_end_at = kv_can_end_at,
+    .can_end_at = NULL,        /* memory_iswa.c's: it compares with the full cache */
+    .trim = kv_trim,
 };
 
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
@@ -505,7 +492,7 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     const int32_t n_ctx = n_cells;
     if (sel == TK_KV_SWA) {
         if (!hp->swa_layers || hp->n_swa <= 0) return TK_FAIL(TK_ERR_INVALID, "sliding-window KV cache for a model without a window");
-        n_cells = tk_kv_swa_cells(hp->n_swa, n_cells, n_seq, n_ubatch, 0);
+        n_cells = tk_kv_swa_cells(hp->n_swa, n_cells, n_seq, n_ubatch, 0, 0);
     }
     if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
     tk_memory_kv * kv = calloc(1, sizeof *kv);
@@ -520,8 +507,6 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
         kv->base.set_spec_window = kv_set_spec_window;
         kv->window = hp->n_swa;
         kv->n_keep = hp->n_swa;
-        kv->floor = calloc(TK_MAX_SEQ, sizeof(int32_t));
-        if (!kv->floor) { free(kv); return TK_FAIL(TK_ERR_NOMEM, "out of memory"); }
     }
     kv->n_cells = n_cells;
     kv->n_layer = hp->n_layer;
