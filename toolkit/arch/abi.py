@@ -89,6 +89,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("ssm_dt_b_c_eps"),
     # sliding-window attention (appended)
     _i("n_swa"), _a("swa_layers"),
+    # LFM3 (appended)
+    _f("rope_freq_base_swa"), _i("rope_prop_rot"), _i("attn_head_gate"), _i("sandwich_norm"),
 )
 
 # HParams fields the C side does not take, and why

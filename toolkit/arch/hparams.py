@@ -112,6 +112,12 @@ class HParams:
     # i - W < j <= i) and per layer 1 = sliding (empty: no sliding layer)
     n_swa: int = 0
     swa_layers: list[int] = field(default_factory=list)
+    # LFM3 (read_lfm3): the sliding layers' RoPE base (0: rope_freq_base), the full layers'
+    # proportional RoPE (rotated dims, 0: all), the per-head output gate, the sandwich norms
+    rope_freq_base_swa: float = 0.0
+    rope_prop_rot: int = 0
+    attn_head_gate: int = 0
+    sandwich_norm: int = 0
 
     @property
     def attention_layers(self) -> list[int]:

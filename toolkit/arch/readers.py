@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.Rope.FREQ_BASE_SWA, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
                Keys.LLM.EXPERT_WEIGHTS_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
@@ -549,3 +549,23 @@ def check_sliding_window_keys(f) -> None:
     """The sliding-window keys of GGUFFile ``f`` (any architecture), for commands that do not
     read the hparams (quantize): InputError, one line, for a bad window."""
     _sliding_window_keys(KeyReader(f, f.arch))
+
+
+def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """LFM3 (after read_attention and read_sliding_window): ``rope.freq_base_swa`` (the sliding
+    layers' base; default rope.freq_base), ``rope.proportional_dimension_count`` (ours: the full
+    layers' rotated dims, even, at most rope.dimension_count; default all), and from the tensors
+    present the per-head output gate (``blk.N.attn_gate``) and the sandwich norms
+    (``blk.N.post_attention_norm`` / ``post_ffw_norm``).  ref: specs/more-hybrids.md §4."""
+    f = r.f
+    base = r.opt(Keys.Rope.FREQ_BASE_SWA, None)
+    hp.rope_freq_base_swa = float(hp.rope_freq_base if base is None else base)
+    if not (math.isfinite(hp.rope_freq_base_swa) and hp.rope_freq_base_swa > 0):
+        raise r.bad(Keys.Rope.FREQ_BASE_SWA, f"= {hp.rope_freq_base_swa} must be > 0")
+    prop = int(r.opt(Keys.Rope.PROPORTIONAL_DIMS, hp.n_rot))
+    if prop < 0 or prop > hp.n_rot or prop % 2:
+        raise r.bad(Keys.Rope.PROPORTIONAL_DIMS, f"= {prop} must be even and at most rope.dimension_count {hp.n_rot}")
+    hp.rope_prop_rot = prop if prop < hp.n_rot else 0
+    attn = hp.attention_layers
+    hp.attn_head_gate = int(bool(attn) and f"blk.{attn[0]}.attn_gate.weight" in f.tensors)
+    hp.sandwich_norm = int("blk.0.post_attention_norm.weight" in f.tensors)

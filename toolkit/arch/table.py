@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_ZAMBA2,
     ARCH_ZAMBA,
 )
 
@@ -146,6 +146,13 @@ QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TE
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
 # LFM2: attention with q/k RMSNorms (no output gate)
 LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
+# LFM3: LFM2's, plus the per-head output gate attn_gate [D, H] (use_attention_gate) and the
+# sandwich norms on every block (use_sandwich_norm), each all-or-none
+_SANDWICH = ((_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),)
+LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
+                      LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
+                                                     optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
+                      LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required, optional=_SANDWICH)}
 
 
 @dataclass(frozen=True)
@@ -319,6 +326,13 @@ ARCHES: tuple[ArchSpec, ...] = (
                                         R.check_rms_eps),
              mixers=(LayerKind.MAMBA1, LayerKind.ZAMBA_SHARED), recurrent=LayerKind.MAMBA1, attention_from_file=True,
              rope=False, note="Zamba (v1)"),
+    # LFM3 (no llama.cpp architecture: lfm2's layout + the keys of README "LFM3 layout"): LFM2's
+    # blocks with sliding-window and full attention layers (per-kind RoPE, the full layers'
+    # proportional), a per-head output gate and sandwich norms (read_lfm3)
+    ArchSpec(ARCH_LFM3, c_id=15,
+             readers=_LFM2_READERS + (R.read_lfm3, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
+             recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,),
+             **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

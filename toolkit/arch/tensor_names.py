@@ -53,6 +53,7 @@ class T:
     SSM_BETA = gguf.TENSOR_NAMES[_M.SSM_BETA]
     SSM_BETA_ALPHA = gguf.TENSOR_NAMES[_M.SSM_BETA_ALPHA]         # qwen3next: [b(r) | a(r)] per key head
     ATTN_POST_NORM = gguf.TENSOR_NAMES[_M.ATTN_POST_NORM]         # "post_attention_norm": the Qwen FFN pre-norm
+    FFN_POST_NORM = gguf.TENSOR_NAMES[_M.FFN_POST_NORM]           # "post_ffw_norm": LFM3's sandwich norm of the FFN output
     # MTP / NextN block, at blk.{n_layer + i} (runs only as a draft head)
     NEXTN_EH_PROJ = gguf.TENSOR_NAMES[_M.NEXTN_EH_PROJ]
     NEXTN_ENORM = gguf.TENSOR_NAMES[_M.NEXTN_ENORM]

@@ -82,6 +82,11 @@ class Keys:
         FREQ_BASE = gguf.Keys.Rope.FREQ_BASE
         SCALING_FINETUNED = gguf.Keys.Rope.SCALING_FINETUNED
         DIMENSION_SECTIONS = gguf.Keys.Rope.DIMENSION_SECTIONS
+        # llama.cpp's (gemma3 / gemma4): the RoPE base of the sliding-window layers
+        FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
+        # ours (LFM3's "proportional" RoPE on the full-attention layers): the dims whose pairs
+        # (i, i + n_rot/2) rotate, at base^(-2i/n_rot); the other pairs do not rotate
+        PROPORTIONAL_DIMS = "{arch}.rope.proportional_dimension_count"
 
     class SSM:
         CONV_KERNEL = gguf.Keys.SSM.CONV_KERNEL
@@ -201,6 +206,7 @@ ARCH_LFM2 = "lfm2"
 ARCH_LFM2MOE = "lfm2moe"
 ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
 ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
+ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

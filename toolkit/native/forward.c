@@ -77,12 +77,14 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (mixer->forward) {      /* TK_LAYER_NONE has none: the block is its FFN alone */
             tk_rms_norm_rows(ctx, ctx->x, l->attn_norm, hp->rms_eps, D, U, ctx->cur);
             TK_CHECK(mixer->forward(ctx, l, il, ub, ctx->out));
+            if (l->post_attn_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_attn_norm, hp->rms_eps, D, U, ctx->out);   /* LFM3 sandwich */
             residual_add(ctx, D, U);
         }
         const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
         if (!ffn) continue;
         tk_rms_norm_rows(ctx, ctx->x, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);
         TK_CHECK(ffn->forward(ctx, l, U, ctx->out));
+        if (l->post_ffw_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_ffw_norm, hp->rms_eps, D, U, ctx->out);
         residual_add(ctx, D, U);
     }
     /* logits only for the tokens that asked for them */

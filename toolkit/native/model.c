@@ -219,6 +219,10 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
         else TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
         TK_CHECK(ffn->bind(m, tab, il, l));
     }
+    if (hp->sandwich_norm) {   /* LFM3: RMSNorms of the mixer's and the FFN's outputs */
+        TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->post_attn_norm));
+        if (ffn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_ffw_norm.weight"), TK_SHAPE(D), 1, &l->post_ffw_norm));
+    }
 #undef NAME
     int32_t w = l->n_ff;
     if (l->n_ff_exp > w) w = l->n_ff_exp;

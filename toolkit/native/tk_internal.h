@@ -84,6 +84,9 @@ typedef struct {
     tk_weight ple_table;                                 /* [dh, rows] the n-gram table (stays in the mapping) */
     float * ple_norm_key, * ple_norm_query, * ple_norm_conv;  /* [hcD] */
     float * ple_conv1d;                                  /* [hcD][Kp] (ggml [Kp, hcD]) */
+    /* LFM3: the per-head output gate and the sandwich norms (NULL / absent elsewhere) */
+    tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn_head_gate) */
+    float * post_attn_norm, * post_ffw_norm;             /* [D] (hp.sandwich_norm) */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;
@@ -162,6 +165,11 @@ float tk_softplus(float x);
 /* RoPE, NEOX mode: pairs (i, i + n_rot/2) on the first n_rot dims of each of n_head heads,
  * head h at x + h * head_stride; the rest of the head passes through (ops.c). */
 void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base);
+/* tk_rope_neox on the pairs i < n_pairs only (LFM3's proportional RoPE; n_pairs = n_rot/2: tk_rope_neox) */
+void tk_rope_neox_pairs(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs, int32_t pos, float base);
+/* RoPE of layer il (attention kinds) on n_head rows head_stride apart, at position pos: the model's
+ * mode, base and rotated dims, per layer for LFM3 (sliding: rope_freq_base_swa; else proportional) */
+void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in tk_testing.h ------- */
 /* Mamba-2 over n_tok tokens of one sequence (contract in ssm.c): the recurrence, or from

@@ -104,6 +104,7 @@ typedef enum {
     TK_ARCH_ZAMBA2 = 12,
     TK_ARCH_QWEN4EXP = 13,
     TK_ARCH_ZAMBA = 14,
+    TK_ARCH_LFM3 = 15,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -189,6 +190,12 @@ typedef struct {
     /* sliding-window attention (appended; memory_kv.c, memory_iswa.c) */
     int32_t n_swa;             /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
     const int32_t * swa_layers;/* [n_layer] 1 = sliding (an attention layer; its KV cells keep only the window), or NULL */
+    /* LFM3 (appended) */
+    float   rope_freq_base_swa;/* RoPE base of the sliding-window layers; 0: rope_freq_base */
+    int32_t rope_prop_rot;     /* > 0: the other attention layers' "proportional" NEOX RoPE rotates only the pairs
+                                  (i, i + n_rot/2), i < rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
+    int32_t attn_head_gate;    /* 1: attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
+    int32_t sandwich_norm;     /* 1: post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required) */
 } tk_hparams;
 
 typedef struct {

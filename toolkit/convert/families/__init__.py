@@ -12,12 +12,13 @@ from toolkit.convert.families.nemotronh import NemotronHFamily
 from toolkit.convert.families.qwen3next import Qwen35Family, Qwen35MoeFamily, Qwen3NextFamily
 from toolkit.convert.families.falconh1 import FalconH1Family
 from toolkit.convert.families.lfm2 import LFM2Family, LFM2MoeFamily
+from toolkit.convert.families.lfm3 import LFM3Family
 from toolkit.convert.families.zamba2 import Zamba2Family
 from toolkit.convert.families.zamba import ZambaFamily
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, FalconMambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
-                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family, ZambaFamily)
+                                      FalconH1Family, LFM2Family, LFM2MoeFamily, LFM3Family, Zamba2Family, ZambaFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

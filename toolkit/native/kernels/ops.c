@@ -257,8 +257,12 @@ void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, in
  * partial_rotary_factor); llama.cpp's interleaved M-RoPE reduces to this for text (spec
  * gdn-family.md §2.2, B15).  Angles in double, then cos/sin rounded, as tk_rope_norm. */
 void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base) {
+    tk_rope_neox_pairs(x, n_head, head_stride, n_rot, n_rot / 2, pos, base);
+}
+
+void tk_rope_neox_pairs(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs, int32_t pos, float base) {
     const int32_t half = n_rot / 2;
-    for (int32_t i = 0; i < half; i++) {
+    for (int32_t i = 0; i < n_pairs && i < half; i++) {
         const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
         const double theta = (double) pos * inv_freq;
         const float c = (float) cos(theta), s = (float) sin(theta);

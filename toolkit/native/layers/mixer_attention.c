@@ -39,6 +39,7 @@ static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thr
     (void) n_ubatch; (void) n_threads;
     tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
+    if (m->hp.attn_head_gate) tk_scratch_need(&need->zx, (size_t) m->hp.n_head);   /* the per-head gate */
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -50,6 +51,10 @@ static tk_status attn_check(const tk_hparams * hp, int il) {
     if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
     if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
+    if (!(hp->rope_freq_base_swa >= 0) || hp->rope_prop_rot < 0 || hp->rope_prop_rot > hp->n_rot || hp->rope_prop_rot % 2 ||
+        (hp->rope_prop_rot && !hp->rope_neox))
+        return TK_FAIL(TK_ERR_INVALID, "rope_freq_base_swa = %g / rope_prop_rot = %d invalid (n_rot %d)", hp->rope_freq_base_swa,
+                       hp->rope_prop_rot, hp->n_rot);
     return TK_OK;
 }
 
@@ -63,6 +68,7 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wk));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
+    if (hp->attn_head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, Hq), 1, &l->w_head_gate));
     if (hp->attn_qk_norm) {
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(HD), 1, &l->attn_q_norm));
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(HD), 1, &l->attn_k_norm));
@@ -228,20 +234,25 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
 }
 
 /* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
-static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, float * q, float * k, int32_t Hkv, int32_t pos) {
+static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, float * q, float * k, int32_t Hkv, int32_t pos) {
     const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
     if (l->attn_q_norm) {
         for (int32_t h = 0; h < H; h++) tk_rms_norm(q + (int64_t) h * qs, l->attn_q_norm, hp->rms_eps, hd, q + (int64_t) h * qs);
         for (int32_t g = 0; g < Hkv; g++) tk_rms_norm(k + (int64_t) g * hd, l->attn_k_norm, hp->rms_eps, hd, k + (int64_t) g * hd);
     }
+    tk_attention_rope(hp, il, q, H, qs, pos);
+    tk_attention_rope(hp, il, k, Hkv, hd, pos);
+}
+
+void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos) {
     if (!hp->use_rope || hp->n_rot <= 0) return;
-    if (hp->rope_neox) {
-        tk_rope_neox(q, H, qs, hp->n_rot, pos, hp->rope_freq_base);
-        tk_rope_neox(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
-    } else {
-        tk_rope_norm(q, H, hd, hp->n_rot, pos, hp->rope_freq_base);
-        tk_rope_norm(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
-    }
+    const int sliding = hp->swa_layers && hp->swa_layers[il];
+    if (sliding && hp->rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
+        tk_rope_neox(x, n_head, head_stride, hp->n_rot, pos, hp->rope_freq_base_swa);
+    else if (!sliding && hp->rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
+        tk_rope_neox_pairs(x, n_head, head_stride, hp->n_rot, hp->rope_prop_rot / 2, pos, hp->rope_freq_base);
+    else if (hp->rope_neox) tk_rope_neox(x, n_head, head_stride, hp->n_rot, pos, hp->rope_freq_base);
+    else tk_rope_norm(x, n_head, hp->head_dim, hp->n_rot, pos, hp->rope_freq_base);
 }
 
 /* attn_q_gate: att[t][h] *= sigmoid(gate_h of token t) over tokens [t0, t1) */
@@ -258,6 +269,20 @@ static void attn_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
         }
 }
 
+/* attn_head_gate: att[t][h] *= sigmoid(g[t][h]) over tokens [t0, t1) */
+typedef struct { const float * g; float * att; int32_t H, hd; } head_gate_job;
+
+static void attn_head_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const head_gate_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++)
+        for (int32_t h = 0; h < j->H; h++) {
+            const float s = 1.0f / (1.0f + expf(-j->g[t * j->H + h]));
+            float * o = j->att + (t * j->H + h) * j->hd;
+            for (int32_t i = 0; i < j->hd; i++) o[i] *= s;
+        }
+}
+
 tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
                                    const uint8_t * sel) {
     const tk_hparams * hp = &ctx->model->hp;
@@ -269,6 +294,11 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
     if (hp->attn_q_gate) {
         gate_job gj = {ctx->q, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
+    }
+    if (hp->attn_head_gate) {  /* LFM3: one sigmoid gate per head and token, from x (ctx->cur), in ctx->zx [U, H] */
+        TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->zx, &ctx->mm));
+        head_gate_job gj = {ctx->zx, ctx->att, H, hd};
+        tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_head_gate_rows, &gj);
     }
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
@@ -290,7 +320,7 @@ tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, co
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     for (int32_t t = 0; t < U; t++) {
-        attn_qk_prep(hp, l, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
+        attn_qk_prep(hp, l, il, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
         const int32_t c = kv.ub_cells[t];
         memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));

@@ -180,9 +180,7 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
             float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
-            const int32_t n_head = kv->kv_dim[l] / hp->head_dim;
-            if (hp->rope_neox) tk_rope_neox(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
-            else tk_rope_norm(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
+            tk_attention_rope(hp, l, k, kv->kv_dim[l] / hp->head_dim, hp->head_dim, delta);   /* the layer's RoPE */
         }
     }
 }
