@@ -121,8 +121,8 @@ def test_struct_checker_reports_disagreements():
         ["tk_hparams.sliding_window (int32_t) is not filled from Python"]
     assert struct_mismatches([x for x in c if x[0] != "logit_scale"], py) == \
         ["field list fills tk_hparams.logit_scale, which the C struct lacks"]
-    assert struct_mismatches(c, py + ["rope_freq_base_swa"]) == \
-        ["HParams.rope_freq_base_swa is not passed to C (nor listed as Python-only)"]
+    assert struct_mismatches(c, py + ["not_a_field_yet"]) == \
+        ["HParams.not_a_field_yet is not passed to C (nor listed as Python-only)"]
     assert struct_mismatches([(n, "float" if n == "n_rot" else t) for n, t in c], py) == \
         ["tk_hparams.n_rot is float in C, int32 in the field list"]
     assert struct_mismatches(c, [p for p in py if p != "n_ff"]) == ["Python-only 'n_ff' is not an HParams field"]
