@@ -30,7 +30,8 @@ from toolkit.runtime.shift import context_shift, n_discard_for, shift_tokens
 pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
-           "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny"]
+           "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
+           "lfm3-tiny"]
 UB = 16
 
 
@@ -126,6 +127,34 @@ def test_shift_equals_fresh_run_attention_only(hf_f32, tmp_path, name, n_rot, ki
             ref = ctx.decode(np.concatenate([t[:n_keep], t[n_keep + d:], x]), logits="all")[-len(x):]
     err = float(np.max(np.abs(got - ref)))
     print(f"{kind}: max |shifted - fresh| = {err:.3g} (tolerance 1e-5)")
+    assert err <= 1e-5
+
+
+@pytest.mark.parametrize("keep_layer,kind", [(2, "proportional"), (4, "sliding")])
+def test_shift_equals_fresh_run_lfm3_per_layer_rope(hf_f32, tmp_path, keep_layer, kind):
+    """LFM3: a cached K is re-rotated with its own layer's RoPE: the full layer's proportional
+    one (only the first pairs turn) or the sliding layer's base (memory_kv.c seq_add through
+    tk_attention_rope).  Only attention layer ``keep_layer`` adds anything (the conv layers'
+    out_proj and the other attention layer's output are zeroed), as attention_only does."""
+    import gguf
+    path = tmp_path / "lfm3.attn.gguf"
+    shutil.copyfile(hf_f32("lfm3-tiny"), path)
+    r = gguf.GGUFReader(path, "r+")
+    for t in r.tensors:
+        if t.name.endswith("shortconv.out_proj.weight") or (t.name.endswith("attn_output.weight") and
+                                                             not t.name.startswith(f"blk.{keep_layer}.")):
+            t.data[...] = 0
+    del r
+    t, x = toks(40, 21), toks(6, 22)
+    with Model(path) as m:
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ctx.decode(t, logits="none")
+            d = context_shift(ctx, 0, 4, 40)
+            got = ctx.decode(x, logits="all")
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ref = ctx.decode(np.concatenate([t[:4], t[4 + d:], x]), logits="all")[-len(x):]
+    err = float(np.max(np.abs(got - ref)))
+    print(f"lfm3 {kind}: max |shifted - fresh| = {err:.3g} (tolerance 1e-5)")
     assert err <= 1e-5
 
 

@@ -1,0 +1,44 @@
+"""`toolkit convert` on bad LFM3 checkpoints: one line naming the file and key, exit 2 (3: valid
+but unsupported), nothing left at OUT.  Each test breaks a copy of lfm3-tiny in tmp_path."""
+from __future__ import annotations
+
+import pytest
+
+from test_convert_gdn_errors import config, copy, edit_config, expect_error
+
+
+@pytest.mark.parametrize("w", [0, -4])
+def test_sliding_window_of_zero_or_below(monkeypatch, capsys, tmp_path, w):
+    d = copy(tmp_path, "lfm3-tiny")
+    edit_config(d, sliding_window=w)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", f"'sliding_window' = {w} is out of range (must be >= 1)")
+
+
+def test_unknown_layer_type(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "lfm3-tiny")
+    edit_config(d, layer_types=["conv", "linear_attention", "full_attention", "conv", "sliding_attention"])
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'layer_types' must list 5 of conv, sliding_attention")
+
+
+def test_unknown_rope_type(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "lfm3-tiny")
+    rp = config(d)["rope_parameters"]
+    edit_config(d, rope_parameters={**rp, "full_attention": {**rp["full_attention"], "rope_type": "yarn"}})
+    expect_error(monkeypatch, capsys, tmp_path, d, "rope_parameters.full_attention.rope_type = 'yarn' is not supported",
+                 code=3)
+
+
+def test_conv_bias_is_unsupported(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "lfm3-tiny")
+    edit_config(d, conv_bias=True)
+    expect_error(monkeypatch, capsys, tmp_path, d, "conv_bias = true is not supported", code=3)
+
+
+def test_missing_sandwich_norm(monkeypatch, capsys, tmp_path):
+    """use_sandwich_norm with a checkpoint that lacks the post norms names the tensor."""
+    import json
+    d = copy(tmp_path, "lfm3-tiny")
+    idx = json.loads((d / "model.safetensors.index.json").read_text())
+    idx["weight_map"].pop("model.layers.3.post_ffn_norm.weight")
+    (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+    expect_error(monkeypatch, capsys, tmp_path, d, "model.layers.3.post_ffn_norm.weight")
