@@ -14,12 +14,17 @@
  *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
  *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
- *         pos <= its own (g = h / (H / Hkv), grouped-query);  scale = 1/sqrt(hd) unless set
+ *         pos <= its own (g = h / (H / Hkv), grouped-query);  scale = 1/sqrt(hd) unless set;
+ *         on a sliding-window layer (swa_layers[il]) only the cells with pos > its own - n_swa
  *   attn_q_gate: o_h *= sigmoid(gate_h)
+ *   attn_head_gate (LFM3): o_h *= sigmoid(attn_gate cur)_h, one scalar per head and token
  *   out = wo o
+ * LFM3's RoPE per layer (tk_attention_rope): a sliding layer NEOX at rope_freq_base_swa; the
+ *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
+ *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
- *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate); llama.cpp
+ *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention; llama.cpp
  *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
  */
 #include <float.h>
