@@ -171,3 +171,23 @@ def test_bad_sliding_window_is_one_line(monkeypatch, capsys, tmp_path, window, p
     rc, _, err = cli(monkeypatch, capsys, "quantize", bad, str(out), "Q8_0")
     assert rc != 0 and msg in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_lfm3_memory_report_equals_info(monkeypatch, capsys, hf_f32):
+    """LFM3 (window 16 on layer 4): `info --memory` (the Python estimate, compute included) equals
+    the C report with parallel sequences, checkpoints and a draft window (its ring's bytes are
+    test_run_speculative's); the sliding layer holds 3 x (16 + 4 + 2 x 15) + 64 cells of 4096."""
+    path = hf_f32("lfm3-tiny")
+    monkeypatch.setenv("TOOLKIT_THREADS", "1")
+    rc, out, err = cli(monkeypatch, capsys, "info", str(path), "--memory", "--json", "-c", "4096", "-np", "3",
+                       "--checkpoints", "2", "-ub", "64", "--draft-max", "4")
+    assert rc == 0, err
+    rep = json.loads(out)["memory"]
+    with Model(path, n_threads=1) as m, Context(m, n_ctx=4096, n_seq_max=3, n_ubatch=64, n_checkpoints=2,
+                                                n_threads=1) as c:
+        c.memory.set_draft_window(4)
+        got = c.memory_report()
+        hp = m.hparams
+        assert got["kv"] == kv_bytes(m, 4096, 3 * (16 + 4 + 2 * 15) + 64)
+    assert {k: rep[k] for k in got if k != "draft"} == {k: v for k, v in got.items() if k != "draft"}
+    assert hp.swa_layers == [0, 0, 0, 0, 1]
