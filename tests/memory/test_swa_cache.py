@@ -18,6 +18,8 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cli_runner import cli
 from swa_models import make_swa, swa_lfm2
@@ -191,3 +193,28 @@ def test_lfm3_memory_report_equals_info(monkeypatch, capsys, hf_f32):
         assert got["kv"] == kv_bytes(m, 4096, 3 * (16 + 4 + 2 * 15) + 64)
     assert {k: rep[k] for k in got if k != "draft"} == {k: v for k, v in got.items() if k != "draft"}
     assert hp.swa_layers == [0, 0, 0, 0, 1]
+
+
+_steps = st.lists(st.one_of(st.tuples(st.just("decode"), st.integers(0, 1), st.integers(1, 16), st.integers(0, 2**16)),
+                            st.tuples(st.just("rollback"), st.integers(0, 1), st.floats(0, 1))), min_size=2, max_size=16)
+
+
+@pytest.mark.parametrize("every", [3, 5])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps)
+def test_rollbacks_match_recompute(model, every, steps):
+    """Decodes and rollbacks (to a checkpoint, refused past them) in two sequences against a
+    recompute of each history: the sliding layer must hold each checkpoint's window."""
+    hist = [np.zeros(0, np.int32) for _ in range(2)]
+    with Context(model, n_ctx=2 * 64, n_seq_max=2, n_ubatch=8, n_checkpoints=3, checkpoint_every=every) as c:
+        for kind, s, *rest in steps:
+            if kind == "decode":
+                t = toks(min(rest[0], 60 - len(hist[s])), rest[1])
+                if len(t):
+                    assert np.array_equal(c.decode(t, seq_id=s, logits="all"), fresh(model, hist[s], t))
+                    hist[s] = np.concatenate([hist[s], t])
+            else:
+                r = c.memory.rollback(s, int(rest[0] * len(hist[s])))
+                if r is not None:
+                    hist[s] = hist[s][:r]
+            assert c.memory.seq_pos_max(s) == len(hist[s]) - 1
