@@ -15,7 +15,8 @@ q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-
 weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
 attention block without RoPE; one block per hybrid layer in the untied one), and a sliding-window
 model (swa/lfm2: lfm2-tiny with its layer 3 a window-5 sliding layer, tests/swa_models.py: a
-full and a sliding-window KV cache that keeps each sequence's last W + k positions; a rollback
+full and a sliding-window KV cache that keeps each sequence's last W + k positions and each
+checkpoint's window; swa/lfm2-all: both attention layers sliding, the full cache holds positions only; a rollback
 past what it holds is refused and the oracle keeps the history), and LFM3 (lfm3-tiny: conv,
 full attention with proportional RoPE, sliding attention with window 16, sandwich norms).  Run under ASan/UBSan by CI (pytest -m native).
 """
@@ -49,7 +50,8 @@ def model(name: str) -> Model:
         import tempfile
         from swa_models import swa_lfm2
         _dirs.append(pathlib.Path(tempfile.mkdtemp(prefix="memfuzz")))
-        _models[name] = Model(swa_lfm2(_dirs[-1]))
+        pattern = (False, True, False, True) if name.endswith("-all") else (False, False, False, True)
+        _models[name] = Model(swa_lfm2(_dirs[-1], 5, pattern))
     if name not in _models:
         import tempfile
         from toolkit.convert import convert
@@ -163,7 +165,7 @@ def play(m: Model, ops, every: int) -> None:
                                         ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
                                         ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
                                         ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
-                                        ("swa/lfm2", 3), ("swa/lfm2", 0), ("lfm3-tiny", 3)])
+                                        ("swa/lfm2", 3), ("swa/lfm2", 0), ("swa/lfm2-all", 3), ("lfm3-tiny", 3)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):
