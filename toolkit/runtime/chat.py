@@ -166,7 +166,8 @@ class Chat:
         """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel),
         at most ``draft_max`` per step (the context's draft window is set to it).  Not with a
         context shift."""
-        self.ctx.memory.set_draft_window(draft_max, keep_last=False)   # a verifying target
+        from toolkit.runtime.step import Verifier
+        Verifier.attach(self.ctx, draft_max, draft_min)   # the window of a verifying target
         self.drafter, self.draft_max, self.draft_min = drafter, int(draft_max), int(draft_min)
 
     def _append_to_held(self, before: list[dict], n_keep: int) -> list[int]:
@@ -203,20 +204,8 @@ class Chat:
 
     def _sync(self, ids: list[int]) -> int:
         """Make the memory hold a prefix of ``ids`` (at most len(ids) - 1 tokens); returns its length."""
-        k = 0
-        for a, b in zip(self.held, ids):
-            if a != b:
-                break
-            k += 1
-        k = min(k, len(ids) - 1)
-        if k < len(self.held):
-            r = self.ctx.memory.rollback(self.seq_id, k) if k > 0 else None
-            if r is None:
-                self.ctx.memory.seq_rm(self.seq_id, 0, -1)
-                r = 0
-            k = r
-            self.held = self.held[:k]
-        return k
+        self.held = self.held[:self.ctx.memory.keep_prefix(self.seq_id, self.held, ids, len(ids) - 1)]
+        return len(self.held)
 
     def send(self, user: str | None, n_predict: int, on_text: Callable[[str], None] | None = None, **gen) -> ChatTurn:
         """Add a user message (None: answer the conversation as it stands, e.g. after /regen)

@@ -13,15 +13,16 @@ Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
 """
 from __future__ import annotations
 
-import numpy as np
-
 import queue
 import threading
+from typing import Sequence
+
+import numpy as np
 
 from toolkit.binding import NativeHandle, check, exception_for, ffi, last_error, lib
 from toolkit.errors import InputError, ResourceError
 from toolkit.runtime import interrupt
-from toolkit.runtime.model import Model, _as_tokens
+from toolkit.runtime.model import Model, as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
 
@@ -131,6 +132,29 @@ class Memory:
         if not self.seq_rm(seq_id, p0, -1):
             return None
         return self.seq_pos_max(seq_id) + 1
+
+    def keep_prefix(self, seq_id: int, held: Sequence[int], tokens: Sequence[int], n_max: int | None = None) -> int:
+        """Roll ``seq_id``, which holds ``held`` (checked: ``seq_pos_max + 1`` must be its
+        length, else the sequence is emptied), back to at most its common prefix with
+        ``tokens`` and at most ``n_max`` tokens (a recurrent state goes back to its newest
+        checkpoint at or before that point; without one the sequence is emptied).  Returns
+        how many tokens of ``held`` it holds now (the caller truncates its list)."""
+        n_held = len(held)
+        if self.seq_pos_max(seq_id) + 1 != n_held:    # never build on a state we cannot account for
+            self.seq_rm(seq_id, 0, -1)
+            return 0
+        m = min(n_held, len(tokens))
+        neq = np.flatnonzero(np.asarray(held[:m], np.int64) != np.asarray(tokens[:m], np.int64))
+        k = int(neq[0]) if neq.size else m       # (numpy: a step must not cost O(n) in Python)
+        if n_max is not None:
+            k = min(k, max(int(n_max), 0))
+        if k >= n_held:
+            return n_held
+        r = self.rollback(seq_id, k) if k > 0 else None
+        if r is None:
+            self.seq_rm(seq_id, 0, -1)
+            return 0
+        return r
 
     def set_draft_window(self, k: int, *, keep_last: bool = True) -> None:
         """Speculative decoding's partial rollback (ref: llama.cpp ``n_rs_seq``): keep, per
@@ -339,7 +363,7 @@ class Context(NativeHandle):
         """
         if logits not in _LOGITS_MODES:
             raise InputError(f"logits={logits!r}: expected one of {', '.join(_LOGITS_MODES)}")
-        items = [(_as_tokens(toks), int(seq)) for toks, seq in items]
+        items = [(as_tokens(toks), int(seq)) for toks, seq in items]
         if not items or any(t.size == 0 for t, _ in items):
             raise InputError("decode: empty token list")
         seqs = [s for _, s in items]

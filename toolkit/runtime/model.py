@@ -149,7 +149,8 @@ def _load(path: str, c_hparams, infos) -> "ffi.CData":
     return out[0]
 
 
-def _as_tokens(tokens) -> np.ndarray:
+def as_tokens(tokens) -> np.ndarray:
+    """``tokens`` (a 1-D sequence of integer ids) as a contiguous int32 array; InputError otherwise."""
     arr = np.asarray(tokens)
     if arr.ndim != 1:
         raise InputError(f"tokens must be a 1-D sequence of ids, got shape {arr.shape}")

@@ -23,6 +23,7 @@ from toolkit.runtime.context import Context
 from toolkit.runtime.generate import GenerationResult, generate
 from toolkit.runtime.model import Model
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.step import Verifier
 from toolkit.runtime.tokenizer import Tokenizer
 
 
@@ -248,7 +249,7 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         InputError: --context-shift asked too; the draft model's vocabulary differs.
     """
     from toolkit.runtime.memory import format_report
-    from toolkit.runtime.speculative import DraftModel, PromptLookup, open_draft_model
+    from toolkit.runtime.speculative import PromptLookup, open_draft_context, open_draft_model
 
     if opts.context_shift:
         raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
@@ -256,12 +257,11 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         return PromptLookup(opts.draft_ngram), None
     dm = open_draft_model(opts.draft_model, tok, opts.threads)
     try:
-        dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
-                       n_checkpoints=1)
-        dctx.memory.set_draft_window(opts.draft_max)
+        draft = open_draft_context(dm, opts.draft_max, n_ctx=opts.ctx_size, n_ubatch=opts.ubatch,
+                                   n_threads=opts.threads, params=opts.sampling, seed=seed)
         if on_report is not None:
-            on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
-        return DraftModel(dctx, opts.sampling, seed), dm
+            on_report("draft model " + format_report(draft.ctx.memory_report(), opts.ctx_size, 1))
+        return draft, dm
     except BaseException:
         dm.close()
         raise
@@ -293,7 +293,7 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
         if opts.draft_model is not None or opts.lookup:
-            ctx.memory.set_draft_window(opts.draft_max, keep_last=False)   # before the report: its draft line
+            Verifier.attach(ctx, opts.draft_max, opts.draft_min)   # the window before the report: its draft line
         if on_report is not None:
             from toolkit.runtime.memory import format_report
             on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))

@@ -13,7 +13,8 @@ import os
 import threading
 
 from toolkit.serve.app import Service, create_app  # noqa: F401
-from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
+from toolkit.serve.engine import Engine  # noqa: F401
+from toolkit.serve.job import Job, QueueFull  # noqa: F401
 
 
 def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512, n_checkpoints: int = 4,

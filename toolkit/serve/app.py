@@ -34,7 +34,8 @@ from starlette.routing import Route
 
 from toolkit.errors import ToolkitError
 from toolkit.serve import protocol
-from toolkit.serve.engine import SHUTTING_DOWN, Engine, Job, QueueFull
+from toolkit.serve.engine import Engine
+from toolkit.serve.job import SHUTTING_DOWN, Job, QueueFull
 from toolkit.serve.protocol import ApiError
 
 log = logging.getLogger(__name__)
