@@ -276,6 +276,13 @@ typedef struct {
     uint64_t draft_bytes;      /* speculative window: n_seq_max x (K+1) x one state (tk_context_set_spec_window) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
+/* The report tk_context_memory would give for a context of `model` made with `params`, then
+ * given n_checkpoints per sequence (tk_memory_set_checkpoints) and a speculative window of
+ * draft_window tokens with spec_flags (tk_context_set_spec_window_ex), without allocating any of
+ * it (context.c; the layer kinds and the memories give the sizes).  The arguments are refused as
+ * those calls refuse them; the machine's RAM is not checked. */
+tk_status tk_context_memory_estimate(const tk_model * model, const tk_context_params * params, int32_t n_checkpoints,
+                                     int32_t draft_window, uint32_t spec_flags, tk_memory_report * report);
 
 /* State blobs (layout in state.c): seq = -1 the whole context, else one sequence (read back
  * into any sequence id).  tk_state_read checks the whole blob first (magic, version, model

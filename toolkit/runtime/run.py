@@ -247,6 +247,7 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
     Raises:
         InputError: --context-shift asked too; the draft model's vocabulary differs.
     """
+    from toolkit.runtime.context import memory_estimate
     from toolkit.runtime.memory import format_report
     from toolkit.runtime.speculative import DraftModel, PromptLookup, open_draft_model
 
@@ -260,7 +261,9 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
                        n_checkpoints=1)
         dctx.memory.set_draft_window(opts.draft_max)
         if on_report is not None:
-            on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
+            r = memory_estimate(dm, opts.ctx_size, 1, opts.ubatch, opts.threads, n_checkpoints=1,
+                                draft_window=opts.draft_max)
+            on_report("draft model " + format_report(r, opts.ctx_size, 1))
         return DraftModel(dctx, opts.sampling, seed), dm
     except BaseException:
         dm.close()
@@ -294,13 +297,17 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         sampler = Sampler(opts.sampling)
         if opts.draft_model is not None or opts.lookup:
             ctx.memory.set_draft_window(opts.draft_max, keep_last=False)   # before the report: its draft line
-        if on_report is not None:
+        if on_report is not None:   # the C estimate for these parameters (== ctx.memory_report())
+            from toolkit.runtime.context import memory_estimate
             from toolkit.runtime.memory import format_report
-            on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
+            speculative = opts.draft_model is not None or opts.lookup
+            mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
+                                  draft_window=opts.draft_max if speculative else 0, keep_last=False)
+            on_report(format_report(mem, opts.ctx_size, 1))
         if opts.draft_model is not None or opts.lookup:
             # the drafter (and its checks: vocabulary, --context-shift) before any output
             if on_report is not None:
-                on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
+                on_report(f"speculative window: {opts.draft_max} tokens, draft {mem['draft']} bytes")
             drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
         n_reused, note = 0, ""
         if opts.session is not None:

@@ -28,8 +28,8 @@
  *   out = ssm_out y
  *   speculative window (memory_rs.c): a row that keeps per-token snapshots runs one-token
  *     tk_gdn_recurrent calls (never the chunked form) and copies "conv" and "S" after each token
- * Scratch: zx [U, C] m, xc [U, C] c, dt [U, Hv Dv] z, xdbl [U, 2 Hv] b and a, dtr [U, 2 Hv]
- *   beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
+ * Scratch: proj [U, C] m, conv [U, C] c, gate [U, Hv Dv] z, narrow [U, 2 Hv] b and a, step
+ *   [U, 2 Hv] beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
  * ref: transformers modeling_qwen3_next.py Qwen3NextGatedDeltaNet, Qwen3NextRMSNormGated,
  *      modeling_qwen3_5.py Qwen3_5GatedDeltaNet; llama.cpp qwen3next.cpp / qwen35.cpp
  *      build_layer_attn_linear.
@@ -55,11 +55,11 @@ static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     const tk_hparams * hp = &m->hp;
     const size_t C = (size_t) gdn_conv_dim(hp), Hv = (size_t) hp->ssm_n_head, HvDv = (size_t) hp->d_inner;
     (void) il; (void) n_ubatch;
-    tk_scratch_need(&need->zx, C);
-    tk_scratch_need(&need->xc, C);
-    tk_scratch_need(&need->xdbl, 2 * Hv);
-    tk_scratch_need(&need->dtr, 2 * Hv);
-    tk_scratch_need(&need->dt, HvDv);
+    tk_scratch_need(&need->proj, C);
+    tk_scratch_need(&need->conv, C);
+    tk_scratch_need(&need->narrow, 2 * Hv);
+    tk_scratch_need(&need->step, 2 * Hv);
+    tk_scratch_need(&need->gate, HvDv);
     tk_scratch_need(&need->y, HvDv);
     tk_scratch_need(&need->work_bytes,
                     (size_t) n_threads * (size_t) tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim) * sizeof(float));
@@ -109,12 +109,12 @@ static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
 
 /* ---- forward ---- */
 
-/* Per token t: q, k of c (xc row) l2-normed in place, q scaled by 1/sqrt(Dk); beta | g into
+/* Per token t: q, k of c (conv row) l2-normed in place, q scaled by 1/sqrt(Dk); beta | g into
  * gb [2 Hv] from the raw b, a (b of v-head h at b + t b_stride + b_off(h), a likewise). */
 typedef struct {
     const tk_hparams * hp;
     const tk_layer * l;        /* ssm_a, ssm_dt_b [Hv] */
-    float * xc;                /* [U, C] conv output, q and k normed in place */
+    float * conv;              /* [U, C] conv output, q and k normed in place */
     const float * b, * a;      /* raw b, a: [U, Hv] each (ba_stride Hv) or [U, 2 Hv] grouped */
     int64_t ba_stride;         /* floats between tokens in b and a */
     int grouped_ba;            /* ssm_ba: per K-head [b (r) | a (r)] */
@@ -135,7 +135,7 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const float qscale = (float) (1.0 / sqrt((double) Dk));
     (void) thread;
     for (int64_t t = t0; t < t1; t++) {
-        float * c = j->xc + t * C;
+        float * c = j->conv + t * C;
         for (int32_t g = 0; g < Hk; g++) {
             l2_norm(c + (int64_t) g * Dk, Dk, qscale);
             l2_norm(c + (int64_t) (Hk + g) * Dk, Dk, 1.0f);
@@ -152,7 +152,7 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 
 /* The delta rule for (sequence row s, v-head h) pairs p = s Hv + h over the threads. */
 typedef struct {
-    tk_context * ctx;          /* xc [U, C], dtr [U, 2 Hv], y [U, Hv Dv], ssd_ws (the workspace) */
+    tk_context * ctx;          /* conv [U, C], step [U, 2 Hv], y [U, Hv Dv], work (the workspace) */
     const tk_ubatch * ub;
     tk_rs_view rv;             /* piece 1: "S" [Hv, Dv, Dk] per cell */
     int64_t work_floats;       /* per thread: tk_gdn_work_floats(Dk, Dv) */
@@ -163,12 +163,12 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t Hk = hp->n_group, Hv = hp->ssm_n_head, Dk = hp->d_state, Dv = hp->ssm_head_dim, r = Hv / Hk;
     const int32_t C = gdn_conv_dim(hp), nst = j->ub->n_seq_tokens;
-    float * work = j->work_floats ? (float *) j->ctx->ssd_ws + (int64_t) thread * j->work_floats : NULL;
+    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / Hv), h = (int32_t) (p % Hv), kh = hp->gdn_head_tiled ? h % Hk : h / r;
         const int64_t t0 = (int64_t) s * nst;
-        const float * c = j->ctx->xc + t0 * C;
-        const float * gb = j->ctx->dtr + t0 * 2 * Hv;
+        const float * c = j->ctx->conv + t0 * C;
+        const float * gb = j->ctx->step + t0 * 2 * Hv;
         float * S = j->rv.piece[1] + (size_t) j->rv.ub_cells[s] * j->rv.piece_n[1] + (size_t) h * Dk * Dv;
         const tk_gdn_head hd = {nst, Dk, Dv,
                                 c + (int64_t) kh * Dk, C,
@@ -223,24 +223,24 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    /* projections: m -> zx, z -> dt, raw b / a -> xdbl */
-    TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->zx, &ctx->mm));
-    TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->dt, &ctx->mm));
-    gdn_prep_job pj = {hp, l, ctx->xc, ctx->xdbl, ctx->xdbl, 2 * Hv, 1, ctx->dtr};
+    /* projections: m -> proj, z -> gate, raw b / a -> narrow */
+    TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
+    gdn_prep_job pj = {hp, l, ctx->conv, ctx->narrow, ctx->narrow, 2 * Hv, 1, ctx->step};
     if (l->ssm_ba.data) {
-        TK_CHECK(tk_matmul(&l->ssm_ba, 0, ctx->cur, U, ctx->xdbl, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_ba, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
     } else {
-        TK_CHECK(tk_matmul(&l->ssm_beta, 0, ctx->cur, U, ctx->xdbl, &ctx->mm));
-        TK_CHECK(tk_matmul(&l->ssm_alpha, 0, ctx->cur, U, ctx->xdbl + (int64_t) U * Hv, &ctx->mm));
-        pj.a = ctx->xdbl + (int64_t) U * Hv;
+        TK_CHECK(tk_matmul(&l->ssm_beta, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_alpha, 0, ctx->cur, U, ctx->narrow + (int64_t) U * Hv, &ctx->mm));
+        pj.a = ctx->narrow + (int64_t) U * Hv;
         pj.ba_stride = Hv;
         pj.grouped_ba = 0;
     }
     /* causal conv + SiLU per sequence row, its window carried in the "conv" piece */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
-        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * C, C, nst, C, K);
-        tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
-                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->xc + (int64_t) s * nst * C, C);
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * C, C, nst, C, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
+                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * C, C);
     }
     tk_par_rows(ctx->pool, U, C, gdn_prep_rows, &pj);
 
@@ -248,7 +248,7 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     gdn_rule_job rj = {ctx, ub, rv, tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim)};
     tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * Hv, (int64_t) nst * hp->d_state * hp->ssm_head_dim, gdn_rule_heads, &rj);
 
-    tk_rows_job gj = {ctx->dt, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->rms_eps, Hv};
+    tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->rms_eps, Hv};
     tk_par_rows(ctx->pool, U, HvDv, hp->gdn_gate_act ? gdn_sigmoid_norm_rows : gdn_gated_norm_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }

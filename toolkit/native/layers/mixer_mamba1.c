@@ -23,15 +23,16 @@ static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return 2;
 }
 
-/* zx [2 DI], xc [DI], xdbl [R + 2N], dtr [R], dt [DI], y [DI] */
+/* proj [2 DI] (x | z), conv [DI], narrow [R + 2N] (x_proj: dt | B | C), step [R] (dt's rank rows,
+ * ssm_dt's input), dt [DI], y [DI] */
 static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, R = (size_t) hp->dt_rank;
     (void) il; (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->zx, 2 * DI);
-    tk_scratch_need(&need->xc, DI);
-    tk_scratch_need(&need->xdbl, R + 2 * N);
-    tk_scratch_need(&need->dtr, R);
+    tk_scratch_need(&need->proj, 2 * DI);
+    tk_scratch_need(&need->conv, DI);
+    tk_scratch_need(&need->narrow, R + 2 * N);
+    tk_scratch_need(&need->step, R);
     tk_scratch_need(&need->dt, DI);
     tk_scratch_need(&need->y, DI);
 }
@@ -74,13 +75,13 @@ static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N;
     for (int32_t t = 0; t < U; t++) {
-        float * xd = ctx->xdbl + (int64_t) t * XD;
+        float * xd = ctx->narrow + (int64_t) t * XD;
         if (l->ssm_dt_norm || hp->dt_b_c_rms) {
             tk_rms_norm(xd, l->ssm_dt_norm, hp->rms_eps, R, xd);
             tk_rms_norm(xd + R, l->ssm_b_norm, hp->rms_eps, N, xd + R);
             tk_rms_norm(xd + R + N, l->ssm_c_norm, hp->rms_eps, N, xd + R + N);
         }
-        memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
+        memcpy(ctx->step + (int64_t) t * R, xd, (size_t) R * sizeof(float));
     }
 }
 
@@ -91,17 +92,17 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
-        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
-        tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->xc + (int64_t) s * nst * DI, DI);
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * DI, DI);
     }
 
-    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->conv, U, ctx->narrow, &ctx->mm));
     m1_dt_b_c(ctx, l, U);
-    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->step, U, ctx->dt, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         float * dt = ctx->dt + (int64_t) t * DI;
         for (int32_t c = 0; c < DI; c++) dt[c] = tk_softplus(l->ssm_dt_b ? dt[c] + l->ssm_dt_b[c] : dt[c]);
@@ -110,9 +111,9 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
         for (int32_t i = 0; i < nst; i++) {
             const int64_t t = (int64_t) s * nst + i;
-            const float * xd = ctx->xdbl + t * XD;
-            tk_ssm_scan_mamba1(state, ctx->xc + t * DI, ctx->dt + t * DI, l->ssm_a, xd + R, xd + R + N, l->ssm_d,
-                               ctx->zx + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
+            const float * xd = ctx->narrow + t * XD;
+            tk_ssm_scan_mamba1(state, ctx->conv + t * DI, ctx->dt + t * DI, l->ssm_a, xd + R, xd + R + N, l->ssm_d,
+                               ctx->proj + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
             float * snap = tk_rs_snap(&rv, 1, s, nst, i);   /* speculative window */
             if (snap) memcpy(snap, state, rv.piece_n[1] * sizeof(float));
         }

@@ -371,6 +371,15 @@ static const tk_memory KV_METHODS = {
     .set_spec_window = NULL,   /* no recurrent state: a KV cache rolls back without snapshots */
 };
 
+void tk_memory_kv_estimate(const tk_model * model, int32_t n_cells, tk_memory_report * r) {
+    for (int32_t l = 0; l < model->hp.n_layer; l++) {   /* K and V of kv_dim, and the third array of kv_idx_dim */
+        const tk_mixer_ops * ops = tk_mixer_ops_of(model->hp.layer_kinds[l]);
+        if (!ops || !ops->kv_dim) continue;
+        const uint64_t per_cell = 2 * (uint64_t) ops->kv_dim(model, l) + (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
+        r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_mul(tk_sat_mul(per_cell, (uint64_t) n_cells), sizeof(float)));
+    }
+}
+
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
     const tk_hparams * hp = &model->hp;
     *out = NULL;
