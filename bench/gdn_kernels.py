@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The gated delta rule kernels (toolkit/native/gdn.c) on one value head, one thread:
+"""The gated delta rule kernels (toolkit/native/kernels/gdn.c) on one value head, one thread:
 tokens/s of the token-by-token recurrence against the chunked WY/UT form, per run length,
 and the recurrent step at each CPU level.  What TK_GDN_MIN_DEFAULT (gdn.c) is set from.
 

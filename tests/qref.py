@@ -1,4 +1,4 @@
-"""numpy references for the integer mat-mul path (toolkit/native/qdot.h).
+"""numpy references for the integer mat-mul path (toolkit/native/quants/qdot.h).
 
 Quantized weights are multiplied with activations that were themselves quantized per block
 (Q8_0 / Q8_1 / Q8_K, ggml's vec_dot_type), so the reference for such a product is

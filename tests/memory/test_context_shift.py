@@ -68,7 +68,7 @@ def attention_only(src, dst, n_rot: int | None = None):
 
 def memory_positions(blob: bytes) -> tuple[list[int], list[tuple[int, int]]]:
     """(KV cell positions, recurrent (first, last) positions) of a context state blob
-    (layout: toolkit/native/state.c)."""
+    (layout: toolkit/native/memory/state.c)."""
     kv, rs = [], []
     o = 32
     while o < len(blob) - 4:

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include "toolkit.h"
 #include "tk_testing.h"
-#include "qdot.h"
+#include "quants/qdot.h"
 static float rnd(void) { return (float) rand() / RAND_MAX * 2.0f - 1.0f; }
 enum { K = 288, M = 7, T = 5, NTYPES = 6 };
 static const int types[NTYPES] = {0, 1, 30, 8, 12, 14};   /* F32 F16 BF16 Q8_0 Q4_K Q6_K */

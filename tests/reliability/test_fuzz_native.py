@@ -175,6 +175,28 @@ def test_layer_kinds_that_disagree_with_the_tensors(base, kinds):
     assert st_ != lib.TK_OK and msg
 
 
+def test_ids_at_the_enum_counts_are_unknown(base):
+    """The first id past each enum (its *_COUNT sentinel) is refused as unknown: model.c and
+    forward.c bound the ids by the counts, so a new value needs no other bound raised."""
+    descs, n, _keep = _table(base)
+    hp = ffi.new("tk_hparams *")
+    ffi.buffer(hp)[:] = ffi.buffer(base._c_hparams)[:]
+    hp.arch = lib.TK_ARCH_COUNT
+    st_, msg = _load_status(base, descs, n, hp=hp)
+    assert st_ == lib.TK_ERR_UNSUPPORTED and "unknown architecture id" in msg, msg
+    hp.arch = lib.TK_ARCH_COUNT - 1                      # the last one is known (qwen4exp: the tensors then disagree)
+    assert "unknown architecture" not in _load_status(base, descs, n, hp=hp)[1]
+    ffi.buffer(hp)[:] = ffi.buffer(base._c_hparams)[:]
+    for field, count, what in (("layer_kinds", lib.TK_LAYER_KIND_COUNT, "unknown layer kind"),
+                               ("ffn_kinds", lib.TK_FFN_KIND_COUNT, "unknown ffn kind")):
+        kinds = [getattr(base._c_hparams, field)[i] for i in range(base._c_hparams.n_layer)]
+        arr = ffi.new("int32_t[]", [count] + kinds[1:])
+        setattr(hp, field, arr)
+        st_, msg = _load_status(base, descs, n, hp=hp)
+        assert st_ == lib.TK_ERR_UNSUPPORTED and what in msg, (field, msg)
+        setattr(hp, field, getattr(base._c_hparams, field))
+
+
 # ---- property: any single-field edit of any tensor row -> a status, never a crash ------------
 
 I64 = st.sampled_from([0, 1, -1, 2, 3, 31, 32, 64, 256, 2**31 - 1, 2**31, 2**32, 2**40, 2**40 + 1, 2**62,

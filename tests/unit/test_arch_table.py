@@ -44,16 +44,26 @@ def _py_fields() -> list[str]:
 
 # ---- enums ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("enum, c_enum, prefix", [(LayerKind, "tk_layer_kind", "TK_LAYER_"),
-                                                  (FFNKind, "tk_ffn_kind", "TK_FFN_")])
-def test_kind_enums_equal_c(enum, c_enum, prefix):
+def _c_enum(c_enum: str, count: str) -> dict[str, int]:
+    """The C enum's values without its count sentinel, which must equal how many there are
+    (the values are 0 .. count - 1: model.c and forward.c bound ids by it)."""
+    c = dict(ffi.typeof(c_enum).relements)
+    n = c.pop(count)
+    assert sorted(c.values()) == list(range(n)), (c_enum, count, n)
+    return c
+
+
+@pytest.mark.parametrize("enum, c_enum, prefix, count", [(LayerKind, "tk_layer_kind", "TK_LAYER_", "TK_LAYER_KIND_COUNT"),
+                                                         (FFNKind, "tk_ffn_kind", "TK_FFN_", "TK_FFN_KIND_COUNT")])
+def test_kind_enums_equal_c(enum, c_enum, prefix, count):
     for m in enum:
         assert getattr(lib, prefix + m.name) == m.value, m
-    assert ffi.typeof(c_enum).relements == {prefix + m.name: m.value for m in enum}
+    assert _c_enum(c_enum, count) == {prefix + m.name: m.value for m in enum}
+    assert getattr(lib, count) == len(enum)
 
 
 def test_arch_ids_equal_c():
-    c = ffi.typeof("tk_arch").relements            # {"TK_ARCH_GRANITE_HYBRID": 2, ...}
+    c = _c_enum("tk_arch", "TK_ARCH_COUNT")        # {"TK_ARCH_GRANITE_HYBRID": 2, ...}
     ours = {a.name.replace("_", "").replace("-", ""): a.c_id for a in ARCHES if a.runs}   # nemotron_h: NEMOTRON_H
     assert {n[len("TK_ARCH_"):].replace("_", "").lower(): v for n, v in c.items()} == ours
     for n, v in c.items():

@@ -32,9 +32,11 @@ import qref
 pytestmark = pytest.mark.native
 
 NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "toolkit", "native")
-EMULATED = ("qdot_avx512.c", "qdot_kquants_avx512.c", "qdot_bf16_avx512.c")   # the AVX-512 kernel sources
-EMULATED_VNNI = ("qdot_avxvnni.c",)                                               # the AVX-VNNI kernel source
-NATIVE_SRC = ("qdot_legacy_avx2.c", "qdot_kquants_avx2.c", "qdot.c", "qdot_kquants.c", "qdot_avx2.c", "quants_iquants.c")
+# sources, relative to NATIVE
+EMULATED = ("quants/x86/qdot_avx512.c", "quants/x86/qdot_kquants_avx512.c", "quants/x86/qdot_bf16_avx512.c")   # AVX-512
+EMULATED_VNNI = ("quants/x86/qdot_avxvnni.c",)                                                            # AVX-VNNI
+NATIVE_SRC = ("quants/x86/qdot_legacy_avx2.c", "quants/x86/qdot_kquants_avx2.c", "quants/qdot.c", "quants/qdot_kquants.c",
+              "quants/x86/qdot_avx2.c", "quants/quants_iquants.c")
 CFLAGS = ["-std=gnu11", "-fno-strict-aliasing", "-fPIC", "-Wall", "-Wno-unused-function", "-Wno-psabi", "-I", NATIVE]
 T = gguf.GGMLQuantizationType
 # weight type -> (kernel name stem, activation quantizer, activation block: elements, bytes)
@@ -55,6 +57,11 @@ def _missing() -> str | None:
     return None
 
 
+def _obj(src: str) -> str:
+    """The object file's name for a source path (the basenames are unique)."""
+    return os.path.basename(src)[:-2] + ".o"
+
+
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
     """ctypes handle of the library: AVX-512 and AVX-VNNI kernels under SIMDe (-O0: SIMDe's
@@ -67,7 +74,7 @@ def emu(tmp_path_factory):
     for src in EMULATED + EMULATED_VNNI + NATIVE_SRC:
         flags = ["-O0", "-DTK_EMULATE_AVX512"] if src in EMULATED else \
             ["-O0", "-DTK_EMULATE_AVXVNNI"] if src in EMULATED_VNNI else ["-O1"]
-        obj = str(d / (src[:-2] + ".o"))
+        obj = str(d / _obj(src))
         jobs.append((obj, subprocess.Popen(["gcc", *CFLAGS, *flags, "-c", os.path.join(NATIVE, src), "-o", obj],
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     for obj, p in jobs:
@@ -80,11 +87,11 @@ def emu(tmp_path_factory):
     # the emulated kernels must not hold a single AVX-512 instruction (this machine would SIGILL)
     if shutil.which("objdump"):
         for src in EMULATED:
-            asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / (src[:-2] + ".o"))],
+            asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / _obj(src))],
                                  capture_output=True, text=True, check=True).stdout
             assert "%zmm" not in asm, f"the emulated build of {src} holds AVX-512 instructions"
         for src in EMULATED_VNNI:   # no VNNI instruction (VEX or EVEX), nor any 256-bit one
-            asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / (src[:-2] + ".o"))],
+            asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(d / _obj(src))],
                                  capture_output=True, text=True, check=True).stdout
             assert "vpdp" not in asm and "%ymm" not in asm, f"the emulated build of {src} holds AVX(-VNNI) instructions"
     return ctypes.CDLL(so)

@@ -23,7 +23,7 @@ NATIVE = os.path.join(os.path.dirname(HERE), "toolkit", "native")
                     reason="needs aarch64-linux-gnu-gcc and qemu-aarch64")
 def test_aarch64_build_and_smoke(tmp_path):
     objs = []
-    for src in sorted(glob.glob(os.path.join(NATIVE, "*.c"))):
+    for src in sorted(glob.glob(os.path.join(NATIVE, "**", "*.c"), recursive=True)):   # as _build.py
         obj = tmp_path / (os.path.basename(src)[:-2] + ".o")
         subprocess.run(["aarch64-linux-gnu-gcc", "-std=gnu11", "-O2", "-fno-strict-aliasing", "-I", NATIVE, "-c", src,
                         "-o", str(obj)], check=True, capture_output=True)

@@ -57,7 +57,7 @@ def py_functions(text: str) -> list[tuple[str, int, int]]:
 
 def long_functions(root: Path = ROOT) -> list[str]:
     bad = []
-    for p in sorted((root / "toolkit" / "native").glob("*.[ch]")):
+    for p in sorted((root / "toolkit" / "native").rglob("*.[ch]")):
         for name, line, n in c_functions(p.read_text()):
             if n > MAX_LINES and not (p.name.startswith("quants_") and GGML_PORTS.match(name)):
                 bad.append(f"{p.relative_to(root)}:{line} {name}: {n} lines")

@@ -1,5 +1,5 @@
 """Integer dot products of k-quant / IQ4_XS weights with Q8_K activations
-(toolkit/native/qdot_kquants.c, scalar; qdot_kquants_avx2.c, AVX2 for all six types).
+(toolkit/native/quants/qdot_kquants.c, scalar; qdot_kquants_avx2.c, AVX2 for all six types).
 
 Through tk_mat_mul at each kernel level this machine has:
 - the scalar level equals the float64 product dequant(W) @ dequant(quantize_q8_K(x)) to

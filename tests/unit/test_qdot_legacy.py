@@ -1,5 +1,5 @@
 """Integer dot products of Q5_0 (Q8_0 activations) and Q4_1 / Q5_1 (Q8_1 activations) weights
-(toolkit/native/qdot.c, scalar; qdot_legacy_avx2.c, AVX2).
+(toolkit/native/quants/qdot.c, scalar; qdot_legacy_avx2.c, AVX2).
 
 Through tk_mat_mul at each kernel level this machine has:
 - the scalar level equals the float64 product dequant(W) @ dequant(quantize_q8(x)) to

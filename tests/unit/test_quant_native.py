@@ -1,4 +1,4 @@
-"""native/quants.c against gguf-py's numpy (de)quantizers, on random rows and edge cases.
+"""native/quants/quants.c against gguf-py's numpy (de)quantizers, on random rows and edge cases.
 
 gguf-py (gguf.quants) quantizes F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 byte-for-byte like
 ggml's reference functions, and dequantizes every type; the k-quants and IQ types are

@@ -1,4 +1,4 @@
-"""The C type-traits table (native/ggml_types.c) against gguf-py: for every ggml type id the
+"""The C type-traits table (native/quants/ggml_types.c) against gguf-py: for every ggml type id the
 table knows, its name and block (elements, bytes per block) are gguf-py's GGML_QUANT_SIZES;
 the types we write (toolkit.quantize.types.TENSOR_TYPES) convert both ways and have a
 mat-mul kernel taking ggml's activation type (ggml-cpu type_traits_cpu vec_dot_type)."""

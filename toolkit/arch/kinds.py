@@ -14,12 +14,12 @@ class LayerKind(enum.IntEnum):
     MAMBA1 = 0
     MAMBA2 = 1
     ATTENTION = 2
-    GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/mixer_gdn.c
-    SHORTCONV = 4   # LFM2's double-gated short conv: toolkit/native/mixer_shortconv.c
+    GDN = 3         # gated delta net (Qwen3-Next, Qwen3.5): toolkit/native/layers/mixer_gdn.c
+    SHORTCONV = 4   # LFM2's double-gated short conv: toolkit/native/layers/mixer_shortconv.c
     NONE = 5        # no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers)
     PARALLEL = 6    # attention + Mamba-2 side by side, outputs summed (Falcon-H1): mixer_parallel.c
     ZAMBA2_SHARED = 7  # Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c)
-    QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/mixer_qsa.c
+    QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/layers/mixer_qsa.c
 
 
 class FFNKind(enum.IntEnum):

@@ -1,4 +1,4 @@
-"""The row codec, the Python side of native/quants.c: quantize, dequantize and convert whole
+"""The row codec, the Python side of native/quants/quants.c: quantize, dequantize and convert whole
 rows of ggml types through cffi.
 
 Types are ggml type ids (``int`` or :class:`toolkit.gguf_io.GGMLType`).  Buffers are numpy

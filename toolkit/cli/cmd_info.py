@@ -196,12 +196,11 @@ def info(
 
 
 def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0) -> None:
-    """`info --memory`: the bytes by kind of toolkit.runtime.memory.estimate (allocates nothing)."""
-    from toolkit.arch import HParams
+    """`info --memory`: the bytes by kind a context would allocate (toolkit.runtime.memory_estimate,
+    the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
-    from toolkit.gguf_io import GGUFFile
-    from toolkit.runtime.memory import estimate, format_report
-    from toolkit.runtime.model import default_threads
+    from toolkit.runtime import Model, memory_estimate
+    from toolkit.runtime.memory import format_report
 
     bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
@@ -210,13 +209,14 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
                                (0 <= n_draft <= 256, f"--draft-max {n_draft}: must be in [0, 256]")) if not ok]
     if bad:   # only the failing flags
         raise InputError("; ".join(bad))
-    f = GGUFFile(path)
-    hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
-    n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
-    r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads(), n_draft)
+    with Model(path, check_ram=False) as m:   # UnsupportedError for a convert-only architecture
+        hp = m.hparams
+        n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
+        # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
+        r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
                                "memory": r, "total": sum(r.values())}, indent=1))
     else:
-        typer.echo(f"{path}: {f.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
+        typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
         typer.echo(format_report(r, n_ctx, n_seq))

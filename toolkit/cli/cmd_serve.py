@@ -75,9 +75,15 @@ def serve(
     except BaseException:
         sock.close()
         raise
+    try:
+        memory = _memory(svc.engine, checkpoints)
+    except BaseException:
+        svc.engine.close()
+        sock.close()
+        raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json, draft_model)
+    _announce(server, svc, path, host, as_json, draft_model, memory)
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -101,9 +107,20 @@ def _listen(host: str, port: int):
     return sock
 
 
-def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None) -> None:
-    """Print the address once uvicorn listens (its startup hook), to stderr or as --json."""
+def _memory(engine, n_checkpoints: int) -> dict[str, int]:
+    """The bytes by kind of the engine's context (toolkit.runtime.memory_estimate, the C figures)."""
+    from toolkit.runtime import memory_estimate
+    c = engine.ctx
+    return memory_estimate(engine.model, c.n_ctx, c.n_seq_max, c.n_ubatch, c.n_threads, n_checkpoints,
+                           draft_window=c.draft_window, keep_last=False)   # the slots verify: no state after the last token
+
+
+def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None,
+              memory: Optional[dict] = None) -> None:
+    """Print the address once uvicorn listens (its startup hook), to stderr or as --json, with
+    the memory of the context (``memory``: bytes by kind)."""
     from toolkit.cli import report
+    from toolkit.runtime.memory import format_brief
     orig = server.startup
 
     async def startup(sockets=None):
@@ -115,11 +132,14 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
                 "slots": len(svc.engine.slots), "n_ctx_slot": svc.engine.n_ctx_slot, "chat_template": svc.template.name}
         if draft_model is not None:
             info["draft_model"] = draft_model
+        if memory is not None:
+            info["memory"] = memory
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
             err_console.print(f"listening on {info['url']} ({info['slots']} slot{'' if info['slots'] == 1 else 's'} of {info['n_ctx_slot']} tokens, "
                               f"chat template: {info['chat_template']}"
                               + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
+                              + (f"; {format_brief(memory)}" if memory is not None else "")
                               + "); Ctrl-C stops", highlight=False)
     server.startup = startup

@@ -100,7 +100,7 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # Linux: KiB
 
 
-# Rows converted to F16 / BF16 / Q8_0 go through the C row converter (native/quants.c, bit-exact
+# Rows converted to F16 / BF16 / Q8_0 go through the C row converter (native/quants/quants.c, bit-exact
 # ports of ggml's reference rounding, the same bytes as gguf-py's numpy quantizers; a test
 # holds the two paths equal).  Without the built library, or with USE_NATIVE = False, numpy.
 USE_NATIVE = True

@@ -1,7 +1,10 @@
 """cffi builder (out-of-line API mode) for toolkit's C runtime: ``toolkit._native``.
 
 Run by ``pip install .`` through setup.py's ``cffi_modules``.  Compiles every ``*.c`` in
-this folder with portable flags (no -march=native: SIMD paths are chosen at run time).
+this folder and its sub-folders (layers/, memory/, kernels/, quants/ with quants/x86/ and
+quants/arm/: ARCHITECTURE.md's code map) with portable flags (no -march=native: SIMD paths
+are chosen at run time).  Includes are written from this folder, the one include directory
+(``#include "layers/layer.h"``).
 
 Environment:
     TOOLKIT_SANITIZE=1   build with AddressSanitizer + UndefinedBehaviorSanitizer
@@ -18,6 +21,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 _CDEF_HEADERS = ("toolkit.h", "tk_testing.h")   # the public API, then the test entry points
+
+
+def sources() -> list[str]:
+    """Every C source of the runtime (this folder and below), relative to the current
+    directory, sorted."""
+    return sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "**", "*.c"), recursive=True))
 
 
 def _cdef() -> str:
@@ -52,7 +61,7 @@ _cflags, _ldflags = _flags()
 ffibuilder.set_source(
     "toolkit._native",
     '#include "toolkit.h"\n#include "tk_testing.h"\n',
-    sources=sorted(os.path.relpath(p) for p in glob.glob(os.path.join(HERE, "*.c"))),
+    sources=sources(),
     include_dirs=[os.path.relpath(HERE)],
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,

@@ -16,11 +16,12 @@
  *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py, modeling_lfm2.py,
  *       modeling_lfm2_moe.py; karpathy llama2.c forward().
  */
-#include "layer.h"
+#include "layers/layer.h"
 
 /* ==== the layer-kind tables ========================================================= */
 
-static const tk_mixer_ops * const MIXERS[] = {
+/* sized by the enums' counts: a kind without a row here is NULL, "unknown" to model.c's check */
+static const tk_mixer_ops * const MIXERS[TK_LAYER_KIND_COUNT] = {
     [TK_LAYER_MAMBA1] = &tk_mixer_mamba1,
     [TK_LAYER_MAMBA2] = &tk_mixer_mamba2,
     [TK_LAYER_ATTENTION] = &tk_mixer_attention,
@@ -32,7 +33,7 @@ static const tk_mixer_ops * const MIXERS[] = {
     [TK_LAYER_QSA] = &tk_mixer_qsa,
 };
 
-static const tk_ffn_ops * const FFNS[] = {
+static const tk_ffn_ops * const FFNS[TK_FFN_KIND_COUNT] = {
     [TK_FFN_NONE] = NULL,
     [TK_FFN_DENSE] = &tk_ffn_dense,
     [TK_FFN_MOE] = &tk_ffn_moe,
@@ -40,11 +41,11 @@ static const tk_ffn_ops * const FFNS[] = {
 };
 
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind) {
-    return kind >= 0 && (size_t) kind < sizeof MIXERS / sizeof MIXERS[0] ? MIXERS[kind] : NULL;
+    return kind >= 0 && kind < TK_LAYER_KIND_COUNT ? MIXERS[kind] : NULL;
 }
 
 const tk_ffn_ops * tk_ffn_ops_of(int32_t kind) {
-    return kind >= 0 && (size_t) kind < sizeof FFNS / sizeof FFNS[0] ? FFNS[kind] : NULL;
+    return kind >= 0 && kind < TK_FFN_KIND_COUNT ? FFNS[kind] : NULL;
 }
 
 /* ==== the whole ubatch =============================================================== */

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "layer.h"
+#include "layers/layer.h"
 
 /* ==== tensor table validation ======================================================== */
 
@@ -143,7 +143,7 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
 /* ==== hparams checks ================================================================= */
 
 static tk_status check_hparams(const tk_hparams * hp) {
-    if (hp->arch < TK_ARCH_MAMBA || hp->arch > TK_ARCH_QWEN4EXP) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
+    if (hp->arch < 0 || hp->arch >= TK_ARCH_COUNT) return TK_FAIL(TK_ERR_UNSUPPORTED, "unknown architecture id %d", hp->arch);
     if (hp->n_layer <= 0 || hp->n_layer > 4096) return TK_FAIL(TK_ERR_INVALID, "n_layer = %d out of range", hp->n_layer);
     if (hp->n_embd <= 0 || hp->n_vocab <= 0) return TK_FAIL(TK_ERR_INVALID, "n_embd = %d, n_vocab = %d out of range", hp->n_embd, hp->n_vocab);
     if (!hp->layer_kinds || !hp->ffn_kinds || !hp->n_head_kv) return TK_FAIL(TK_ERR_INVALID, "per-layer arrays missing");

@@ -5,7 +5,8 @@
  * The library never calls exit() or abort() on bad input.
  *
  * The block between CDEF-BEGIN and CDEF-END is plain declarations (no preprocessor
- * lines): the cffi builder (_build.py) feeds it to ffi.cdef(). Enums only grow at the end.
+ * lines): the cffi builder (_build.py) feeds it to ffi.cdef(). Enums only grow at the end
+ * (above a *_COUNT sentinel, where an enum has one).
  * Kernel entry points for tests and benchmarks, and the CPU-dispatch hooks, are not API:
  * they are in tk_testing.h.
  */
@@ -74,14 +75,16 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_NONE = 5,         /* no mixer: the block is x += ffn(attn_norm(x)) (Nemotron-H MLP / MoE layers) */
     TK_LAYER_PARALLEL = 6,     /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
     TK_LAYER_ZAMBA2_SHARED = 7,/* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
-    TK_LAYER_QSA = 8           /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
+    TK_LAYER_QSA = 8,          /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
+    TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
 typedef enum {                 /* == toolkit.arch.FFNKind */
     TK_FFN_NONE = 0,
     TK_FFN_DENSE = 1,
     TK_FFN_MOE = 2,
-    TK_FFN_RELU2 = 3           /* down(relu(up(x))^2), no gate (Nemotron-H MLP; ffn_relu2.c) */
+    TK_FFN_RELU2 = 3,          /* down(relu(up(x))^2), no gate (Nemotron-H MLP; ffn_relu2.c) */
+    TK_FFN_KIND_COUNT          /* not a kind: how many there are (a new kind goes above it) */
 } tk_ffn_kind;
 
 typedef enum {
@@ -98,7 +101,8 @@ typedef enum {
     TK_ARCH_NEMOTRON_H_MOE = 10,
     TK_ARCH_FALCON_H1 = 11,
     TK_ARCH_ZAMBA2 = 12,
-    TK_ARCH_QWEN4EXP = 13
+    TK_ARCH_QWEN4EXP = 13,
+    TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
 typedef struct {
@@ -272,6 +276,13 @@ typedef struct {
     uint64_t draft_bytes;      /* speculative window: n_seq_max x (K+1) x one state (tk_context_set_spec_window) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
+/* The report tk_context_memory would give for a context of `model` made with `params`, then
+ * given n_checkpoints per sequence (tk_memory_set_checkpoints) and a speculative window of
+ * draft_window tokens with spec_flags (tk_context_set_spec_window_ex), without allocating any of
+ * it (context.c; the layer kinds and the memories give the sizes).  The arguments are refused as
+ * those calls refuse them; the machine's RAM is not checked. */
+tk_status tk_context_memory_estimate(const tk_model * model, const tk_context_params * params, int32_t n_checkpoints,
+                                     int32_t draft_window, uint32_t spec_flags, tk_memory_report * report);
 
 /* State blobs (layout in state.c): seq = -1 the whole context, else one sequence (read back
  * into any sequence id).  tk_state_read checks the whole blob first (magic, version, model

@@ -9,7 +9,7 @@ Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
     ctx.memory.seq_rm(0, 3, -1)                        # False: a recurrent state is whole
     ctx = Context(m, n_checkpoints=4, checkpoint_every=256)   # ... unless snapshots exist:
     ctx.memory.rollback(0, 3)                          # -> position to re-feed from, or None
-    blob = ctx.state_bytes(); ctx.load_state(blob)     # state files (toolkit/native/state.c)
+    blob = ctx.state_bytes(); ctx.load_state(blob)     # state files (toolkit/native/memory/state.c)
 """
 from __future__ import annotations
 
@@ -205,6 +205,37 @@ def _check_int32(model: Model, **params: int) -> None:
         raise InputError(f"{name} = {v} is out of range")
 
 
+def _report_dict(model: Model, r) -> dict[str, int]:
+    """A tk_memory_report as the bytes by kind (+ ``weights``, the model's tensor bytes)."""
+    return {"weights": int(sum(t.nbytes for t in model.gguf)), "kv": int(r.kv_bytes),
+            "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
+            "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
+
+
+def memory_estimate(model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
+                    n_threads: int | None = None, n_checkpoints: int = 0, draft_window: int = 0,
+                    keep_last: bool = True) -> dict[str, int]:
+    """Bytes by kind that ``Context(model, n_ctx, n_seq_max, n_ubatch, n_threads, n_checkpoints)``
+    would allocate, after ``memory.set_draft_window(draft_window, keep_last=keep_last)``: the
+    dict :meth:`Context.memory_report` then gives, computed by the C library
+    (tk_context_memory_estimate) without allocating any of it.
+
+    Raises:
+        NativeError / InputError: parameters the context would refuse (not the machine's RAM);
+        UnsupportedError: a draft window for a model whose recurrent state keeps no per-token
+        snapshots.
+    """
+    n_threads = int(n_threads if n_threads is not None else model.n_threads)
+    _check_int32(model, n_ctx=int(n_ctx), n_seq_max=int(n_seq_max), n_ubatch=int(n_ubatch), n_threads=n_threads,
+                 n_checkpoints=int(n_checkpoints), draft_window=int(draft_window))
+    p = ffi.new("tk_context_params *")
+    p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = int(n_ctx), int(n_seq_max), int(n_ubatch), n_threads
+    r = ffi.new("tk_memory_report *")
+    flags = 0 if keep_last else lib.TK_SPEC_NO_LAST
+    check(lib.tk_context_memory_estimate(model.ptr, p, int(n_checkpoints), int(draft_window), flags, r), "memory estimate")
+    return _report_dict(model, r)
+
+
 class Context(NativeHandle):
     """Decode state for up to ``n_seq_max`` sequences of one :class:`Model`.
 
@@ -254,7 +285,7 @@ class Context(NativeHandle):
 
     # ---- state files, memory report (state.c) -------------------------------------------
     def state_bytes(self, seq_id: int = -1) -> bytes:
-        """The memory as a checksummed blob (layout in toolkit/native/state.c): ``seq_id=-1``
+        """The memory as a checksummed blob (layout in toolkit/native/memory/state.c): ``seq_id=-1``
         every sequence, else that one sequence (restorable into any sequence id)."""
         n = ffi.new("uint64_t *")
         check(lib.tk_state_size(self.ptr, seq_id, n), "state")
@@ -278,12 +309,11 @@ class Context(NativeHandle):
     def memory_report(self) -> dict[str, int]:
         """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
         ``checkpoints``, ``compute`` (scratch), ``draft`` (the speculative window's ring,
-        :meth:`Memory.set_draft_window`); ``weights`` is the model's tensor bytes."""
+        :meth:`Memory.set_draft_window`); ``weights`` is the model's tensor bytes.
+        :func:`memory_estimate` gives the same figures without a context."""
         r = ffi.new("tk_memory_report *")
         check(lib.tk_context_memory(self.ptr, r), "memory report")
-        return {"weights": int(sum(t.nbytes for t in self.model.gguf)), "kv": int(r.kv_bytes),
-                "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
-                "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
+        return _report_dict(self.model, r)
 
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:

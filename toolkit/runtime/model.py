@@ -51,14 +51,17 @@ class Model(NativeHandle):
         InputError: not a GGUF file, missing/malformed key (from the Python parser).
         NativeError: a missing, misshaped or out-of-range tensor (named in the message).
         UnsupportedError: architecture or tensor type this build does not run.
-        ResourceError: the tensors need more bytes than the machine has RAM.
+        ResourceError: the tensors need more bytes than the machine has RAM (unless
+            ``check_ram`` is False: a model only measured, :func:`toolkit.runtime.memory_estimate`,
+            never run).
     """
 
-    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None, check_ram: bool = True):
         self.path = os.fspath(path)
         self.gguf = GGUFFile(self.path)
         self.hparams = HParams.from_gguf(self.gguf)
-        _check_weights_fit(self.path, self.gguf)
+        if check_ram:
+            _check_weights_fit(self.path, self.gguf)
         self.n_threads = n_threads if n_threads is not None else default_threads()
         self.n_vocab = self.hparams.n_vocab
         self._ptr = ffi.NULL

@@ -248,6 +248,7 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
     Raises:
         InputError: --context-shift asked too; the draft model's vocabulary differs.
     """
+    from toolkit.runtime.context import memory_estimate
     from toolkit.runtime.memory import format_report
     from toolkit.runtime.speculative import PromptLookup, open_draft_context, open_draft_model
 
@@ -260,7 +261,9 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         draft = open_draft_context(dm, opts.draft_max, n_ctx=opts.ctx_size, n_ubatch=opts.ubatch,
                                    n_threads=opts.threads, params=opts.sampling, seed=seed)
         if on_report is not None:
-            on_report("draft model " + format_report(draft.ctx.memory_report(), opts.ctx_size, 1))
+            r = memory_estimate(dm, opts.ctx_size, 1, opts.ubatch, opts.threads, n_checkpoints=1,
+                                draft_window=opts.draft_max)
+            on_report("draft model " + format_report(r, opts.ctx_size, 1))
         return draft, dm
     except BaseException:
         dm.close()
@@ -294,13 +297,17 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         sampler = Sampler(opts.sampling)
         if opts.draft_model is not None or opts.lookup:
             Verifier.attach(ctx, opts.draft_max, opts.draft_min)   # the window before the report: its draft line
-        if on_report is not None:
+        if on_report is not None:   # the C estimate for these parameters (== ctx.memory_report())
+            from toolkit.runtime.context import memory_estimate
             from toolkit.runtime.memory import format_report
-            on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
+            speculative = opts.draft_model is not None or opts.lookup
+            mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
+                                  draft_window=opts.draft_max if speculative else 0, keep_last=False)
+            on_report(format_report(mem, opts.ctx_size, 1))
         if opts.draft_model is not None or opts.lookup:
             # the drafter (and its checks: vocabulary, --context-shift) before any output
             if on_report is not None:
-                on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
+                on_report(f"speculative window: {opts.draft_max} tokens, draft {mem['draft']} bytes")
             drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
         n_reused, note = 0, ""
         if opts.session is not None:

@@ -6,7 +6,7 @@
 
 Layout (little-endian): ``b"TKSESS\\0\\0"``, u32 version (1), u32 n_tokens, i32 tokens[n_tokens],
 u32 CRC-32 of everything before it, then a one-sequence state blob of sequence 0 (its own
-magic, version, model fingerprint and checksum: toolkit/native/state.c).
+magic, version, model fingerprint and checksum: toolkit/native/memory/state.c).
 
 Reuse rule: the saved tokens and the new prompt share a prefix of ``k`` tokens; the state is
 restored and rolled back to ``min(k, len(prompt) - 1)`` (at least one prompt token is decoded,

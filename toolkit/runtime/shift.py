@@ -8,7 +8,7 @@ rest back by ``n_discard`` (ref: llama.cpp tools/completion/completion.cpp, "inf
 generation via context shifting": seq_rm(n_keep, n_keep + n_discard) then
 seq_add(n_keep + n_discard, n_past, -n_discard)).
 
-What the memory does (toolkit/native/memory_kv.c, memory_rs.c; llama.cpp "memory: Hybrid
+What the memory does (toolkit/native/memory/memory_kv.c, memory_rs.c; llama.cpp "memory: Hybrid
 context shift"):
   KV cache   the cells of the dropped range go; the cached K of the shifted cells is rotated
              on by -n_discard in the model's RoPE mode (NORM or NEOX, partial rotary), so

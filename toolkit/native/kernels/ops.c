@@ -1,0 +1,272 @@
+/* ops.c: scalar reference kernels: type conversion, mat-vec/mat-mat, RMSNorm, RoPE.
+ *
+ * Every kernel is a plain loop with a fixed accumulation order, so a token's result does
+ * not depend on how many other tokens share its micro-batch (chunked prefill is
+ * bit-identical to one-shot prefill).  The SIMD paths (ops_avx2.c, chosen at run time by
+ * cpu.c) keep that property per level; see ops_avx2.c for their accumulation order.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_internal.h"
+#include "tk_cpu.h"
+#include "quants/qdot.h"
+
+/* ==== type conversion ================================================================ */
+
+/* IEEE half -> float, exact for every input (subnormals, inf, NaN), branch-free so the
+ * dot loops vectorize.  ref: F. Giesen, "half_to_float_fast" (magic-number renormalisation
+ * of subnormals); ggml keeps a 64k lookup table instead. */
+static inline float fp16_to_fp32(uint16_t h) {
+    union { uint32_t u; float f; } o, m = {(uint32_t) 113 << 23};
+    const uint32_t shifted_exp = 0x7c00u << 13;
+    o.u = (uint32_t) (h & 0x7fffu) << 13;
+    const uint32_t exp = o.u & shifted_exp;
+    const uint32_t inf_nan = exp == shifted_exp ? ~0u : 0u;   /* selects, not branches */
+    const uint32_t sub = exp == 0 ? ~0u : 0u;
+    o.u += (uint32_t) (127 - 15) << 23;
+    o.u += inf_nan & ((uint32_t) (128 - 16) << 23);           /* Inf / NaN */
+    o.u += sub & (1u << 23);                                  /* zero / subnormal: renormalise */
+    m.u &= sub;                                               /* subtract 2^-14 only then */
+    o.f -= m.f;
+    o.u |= (uint32_t) (h & 0x8000u) << 16;
+    return o.f;
+}
+
+static inline float bf16_to_fp32(uint16_t h) {
+    union { uint32_t u; float f; } o = {(uint32_t) h << 16};
+    return o.f;
+}
+
+float tk_fp16_to_fp32(uint16_t h) { return fp16_to_fp32(h); }
+float tk_bf16_to_fp32(uint16_t h) { return bf16_to_fp32(h); }
+
+/* ==== dot products per weight type =================================================== */
+/* Eight independent float accumulators, summed pairwise at the end: a fixed order. */
+
+static float hsum8(const float * a) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+static float dot_f32(const float * w, const float * x, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += w[i + j] * x[i + j];
+    float s = hsum8(acc);
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+
+/* One row of K elements of a float type as float32: F32 in place, F16 / BF16 expanded
+ * into dst (exact). */
+static const float * row_f32(int type, const uint8_t * p, float * dst, int64_t K) {
+    if (type == TK_GGML_F32) return (const float *) (const void *) p;
+    const uint16_t * h = (const uint16_t *) (const void *) p;
+    if (type == TK_GGML_F16) for (int64_t i = 0; i < K; i++) dst[i] = fp16_to_fp32(h[i]);
+    else for (int64_t i = 0; i < K; i++) dst[i] = bf16_to_fp32(h[i]);   /* BF16 */
+    return dst;
+}
+
+/* ==== matmul ========================================================================= */
+/* Contract:
+ *   w: ggml [K, M(, E)] (K = ne0 per row), slice `mat` of ne[2]
+ *   x: [n_tok, K] float32, y: [n_tok, M] float32
+ *   y[t][r] = sum_k W[r][k] * x[t][k]
+ * F32/F16/BF16 weights: float32 products (rows expanded once per call into the thread's
+ * `row` scratch, or dotted in place).  Quantized weights: x quantized per block first
+ * (qdot.h), integer block products.  Loop order: row outer (a weight row is read once per
+ * call), token inner. */
+typedef struct {
+    const tk_weight * w;
+    const uint8_t * base;      /* first row of the selected matrix */
+    const float * x;
+    int64_t n_tok;
+    float * y;
+    float * scratch;
+    size_t scratch_stride;
+    /* the kernels at tk_cpu_level() when the call started (type table, ggml_types.h) */
+    tk_float_rows_fn frows;    /* float path (F32 / F16 / BF16) */
+    tk_qdot_rows_fn qrows;     /* integer path: the row kernel, act its activations */
+    tk_from_float_fn act_quant;  /* the activation quantizer */
+    const uint8_t * act;
+    size_t act_row;
+} matmul_job;
+
+/* The scalar float kernel (the type table's scalar slot of F32 / F16 / BF16).  F32 rows
+ * are dotted in place; F16/BF16 rows are first expanded to a float32 row in `scratch`
+ * (once for all tokens), then dotted: one kernel path whatever the number of tokens, so
+ * splitting a batch never changes a result. */
+void tk_matmul_rows_scalar(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
+                           const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float * wr = row_f32(type, base + (size_t) r * row_bytes, scratch, K);
+        for (int64_t t = 0; t < n_tok; t++) y[t * M + r] = dot_f32(wr, x + t * K, K);
+    }
+}
+
+/* rows [r0, r1) of the job with the kernel it resolved; `thread` picks the float scratch */
+static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
+    const matmul_job * j = arg;
+    const tk_weight * w = j->w;
+    const int64_t K = w->ne[0], M = w->ne[1];
+    if (j->qrows) {
+        j->qrows(j->base, w->row_bytes, K, j->act, j->act_row, j->n_tok, j->y, M, r0, r1);
+        return;
+    }
+    float * scratch = j->scratch + (size_t) thread * j->scratch_stride;
+    j->frows(w->type, j->base, w->row_bytes, K, M, j->x, j->n_tok, j->y, scratch, r0, r1);
+}
+
+/* activation rows quantized in parallel over tokens */
+static void quantize_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const matmul_job * j = arg;
+    (void) thread;
+    const int64_t K = j->w->ne[0];
+    for (int64_t t = t0; t < t1; t++) j->act_quant(j->x + t * K, (uint8_t *) j->act + (size_t) t * j->act_row, K);
+}
+
+size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
+    /* the widest activation row: Q8_K, 292 bytes per 256 values (Q8_1: 36 per 32); BF16,
+     * 2 bytes per value, where this machine can run the BF16 kernel (tk_type_vec_dot_type) */
+    const size_t q8k = (size_t) ((K + QK_K - 1) / QK_K) * sizeof(blk_q8_K);
+    const size_t bf16 = tk_cpu_has_avx512bf16() ? (size_t) K * 2 : 0;
+    return (size_t) n_tok * (q8k > bf16 ? q8k : bf16);
+}
+
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
+    tk_pool * pool = wk->pool;
+    const int level = tk_cpu_level();
+    const tk_type_traits * tt = tk_type_traits_get(w->type);
+    const int vdt = tt ? tk_type_vec_dot_type(tt, level) : -1;
+    const tk_type_traits * at = vdt > TK_GGML_F32 ? tk_type_traits_get(vdt) : NULL;
+    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
+                    NULL, NULL, NULL, 0};
+    /* threads only pay off past ~64k multiply-adds */
+    const int small = K * M * n_tok < 65536;
+    if (at) {
+        j.act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
+        if ((size_t) n_tok * j.act_row > wk->act_bytes)
+            return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j.act_row, wk->act_bytes);
+        j.act = wk->act;
+        j.qrows = tk_type_qdot_rows(tt, level);
+        j.act_quant = tk_type_act_from_float(at, level);
+        if (n_tok >= 8 && !small) tk_pool_run(pool, n_tok, quantize_rows, &j);
+        else quantize_rows(&j, 0, n_tok, 0);
+    } else if (!tt || tt->vec_dot_type != TK_GGML_F32) {
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "matmul: no kernel for type %s", tk_type_name(w->type));
+    } else if (wk->row_stride < (size_t) K) {
+        return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", wk->row_stride, (long long) K);
+    } else {
+        j.frows = tk_type_float_rows(tt, level);
+    }
+    tk_pool_run(small ? NULL : pool, M, matmul_rows, &j);
+    return TK_OK;
+}
+
+/* Public form of tk_matmul for kernel tests: W is M rows of K elements of `type`. */
+tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y) {
+    int64_t blck, bytes;
+    if (!w || !x || !y || K <= 0 || M <= 0 || n_tok < 0) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: bad arguments");
+    if (!tk_type_block(type, &blck, &bytes)) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: unknown ggml type %d", type);
+    if (K % blck) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: K = %lld is not a multiple of the %s block", (long long) K, tk_type_name(type));
+    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes)};
+    tk_mm_work wk = {NULL, malloc((size_t) K * sizeof(float)), (size_t) K, NULL, tk_mm_act_bytes(n_tok, K)};
+    wk.act = malloc(wk.act_bytes ? wk.act_bytes : 1);
+    tk_status st = wk.row && wk.act ? tk_matmul(&wt, 0, x, n_tok, y, &wk) : TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    free(wk.row);
+    free(wk.act);
+    return st;
+}
+
+/* One row (of the flattened ne1*ne2*ne3 rows) as float32. */
+tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst) {
+    /* bound at load: the type has a to_float (model.c) */
+    tk_type_traits_get(w->type)->to_float(w->data + (size_t) row * w->row_bytes, dst, w->ne[0]);
+    return TK_OK;
+}
+
+/* ==== elementwise and norms ========================================================== */
+
+/* RMSNorm: y = x / sqrt(mean(x^2) + eps) * w (w may be NULL).  x, y: [n]; y may alias x.
+ * ref: transformers MambaRMSNorm / BambaRMSNorm (variance in float32; summed here in double). */
+void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_rms_norm_avx2(x, w, eps, n, y); return; }
+#endif
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
+    const float scale = (float) (1.0 / sqrt(ss / (double) n + (double) eps));
+    for (int64_t i = 0; i < n; i++) y[i] = w ? x[i] * scale * w[i] : x[i] * scale;
+}
+
+float tk_silu(float x) { return x / (1.0f + expf(-x)); }
+
+float tk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void tk_silu_row(float * y, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_silu_row_avx2(y, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = tk_silu(y[i]);
+}
+
+void tk_silu_mul_row(float * y, const float * a, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_silu_mul_row_avx2(y, a, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] = tk_silu(y[i]) * a[i];
+}
+
+void tk_mul_silu_row(float * y, const float * z, int64_t n) {
+#ifdef TK_HAVE_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { tk_mul_silu_row_avx2(y, z, n); return; }
+#endif
+    for (int64_t i = 0; i < n; i++) y[i] *= tk_silu(z[i]);
+}
+
+/* softplus with torch's threshold 20 (ref: torch.nn.functional.softplus; ggml ssm ops). */
+float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* RoPE, NORM mode (adjacent pairs), on the first n_rot dims of each head; the rest of the
+ * head passes through.  x: [n_head, head_dim] of one token at position `pos`.
+ *   theta_i = pos * base^(-2i / n_rot),  (x[2i], x[2i+1]) <- rotation by theta_i
+ * ref: ggml rope_f32 (mode 0); HF's rotate_half form after the converter's q/k row
+ * permutation within the first n_rot dims. Angles in double, then cos/sin rounded. */
+void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base) {
+    for (int32_t i = 0; i < n_rot / 2; i++) {
+        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
+        const double theta = (double) pos * inv_freq;
+        const float c = (float) cos(theta), s = (float) sin(theta);
+        for (int32_t h = 0; h < n_head; h++) {
+            float * p = x + (int64_t) h * head_dim + 2 * i;
+            const float x0 = p[0], x1 = p[1];
+            p[0] = x0 * c - x1 * s;
+            p[1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* RoPE, NEOX mode: pairs (x[i], x[i + n_rot/2]) for i < n_rot/2 on the first n_rot dims of each
+ * head (head h at x + h * head_stride); the rest of the head passes through.
+ *   theta_i = pos * base^(-2i / n_rot),  (x[i], x[i + n_rot/2]) <- rotation by theta_i
+ * ref: ggml rope_f32 (mode NEOX); transformers rotate_half (apply_rotary_pos_emb with
+ * partial_rotary_factor); llama.cpp's interleaved M-RoPE reduces to this for text (spec
+ * gdn-family.md §2.2, B15).  Angles in double, then cos/sin rounded, as tk_rope_norm. */
+void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base) {
+    const int32_t half = n_rot / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
+        const double theta = (double) pos * inv_freq;
+        const float c = (float) cos(theta), s = (float) sin(theta);
+        for (int32_t h = 0; h < n_head; h++) {
+            float * p = x + (int64_t) h * head_stride + i;
+            const float x0 = p[0], x1 = p[half];
+            p[0] = x0 * c - x1 * s;
+            p[half] = x0 * s + x1 * c;
+        }
+    }
+}

@@ -1,0 +1,53 @@
+/* ffn_dense.c: the dense SwiGLU feed-forward (TK_FFN_DENSE).
+ *
+ * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
+ * scratch ctx->g, ctx->u [U, F].
+ * Formula: out = down(silu(gate(x)) * up(x)).
+ * ref: transformers LlamaMLP / BambaMLP / JambaMLP; llama.cpp build_ffn (LLM_FFN_SILU, PAR).
+ */
+#include <stdio.h>
+
+#include "layers/layer.h"
+
+/* SwiGLU: down(silu(gate(x)) * up(x)) for n tokens of x [n, D] into y [n, D]. */
+tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                    int64_t mat, const float * x, int32_t n, float * y) {
+    const int64_t F = up->ne[1];
+    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, &ctx->mm));
+    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
+    tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
+    tk_par_rows(ctx->pool, n, F, tk_silu_mul_rows, &j);
+    return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
+}
+
+/* ffn_up [D, F], ffn_gate [D, F] (with_gate) and ffn_down [F, D], named prefix + "ffn_*.weight",
+ * into l; F (l->n_ff) from ffn_up.  TK_ERR_INVALID names a missing or misshaped tensor. */
+tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, int with_gate, tk_layer * l) {
+    const int64_t D = m->hp.n_embd;
+    char nm[128];
+#define NAME(s) (snprintf(nm, sizeof nm, "%s%s", prefix, s), nm)
+    const tk_tensor_desc * up = tk_table_find(tab, NAME("ffn_up.weight"));
+    if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
+    const int64_t F = up->ne[1];
+    l->n_ff = (int32_t) F;
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up.weight"), TK_SHAPE(D, F), 1, &l->ffn_up));
+    if (with_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate.weight"), TK_SHAPE(D, F), 1, &l->ffn_gate));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down.weight"), TK_SHAPE(F, D), 1, &l->ffn_down));
+#undef NAME
+    return TK_OK;
+}
+
+static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    char prefix[32];
+    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 1, l);
+}
+
+static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
+    return tk_swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
+}
+
+const tk_ffn_ops tk_ffn_dense = {
+    .name = "dense",
+    .bind = dense_bind,
+    .forward = dense_forward,
+};

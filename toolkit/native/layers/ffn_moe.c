@@ -1,0 +1,177 @@
+/* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE,
+ * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe).
+ *
+ * Shapes (U tokens, D n_embd, E n_expert, k n_expert_used, Fe expert width, Fs shared
+ * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->vec [E];
+ * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
+ * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional; expert choice
+ * bias exp_probs_b.bias [E] (moe_sigmoid only), optional.  With moe_relu2 the experts and the
+ * shared expert have no gate matrices and compute down(relu(up(x))^2) (ffn_relu2.c).
+ */
+#include <float.h>
+#include <math.h>
+
+#include "layers/layer.h"
+
+/* MoE: router logits r = W_inp x [E];
+ *   moe_softmax_topk (Jamba):  p = softmax(r); top-k of p; weights = p[k] (not renormalised)
+ *     + moe_renorm (Qwen):     weights = p[k] / sum over the k of p
+ *   moe_sigmoid (Nemotron-H, LFM2-MoE): s = sigmoid(r); c = s + exp_probs_b (0 when absent);
+ *                              with G = moe_n_group > 1 groups of E/G experts, each scored
+ *                              by the sum of its top-2 c, only the best moe_topk_group groups
+ *                              compete; top-k of c; weights = s[k] (/ (sum of the k +
+ *                              moe_weights_norm_eps) with moe_weights_norm) * moe_weights_scale
+ *   else (Granite):            top-k of r; weights = softmax over the k logits
+ * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present, times
+ *     sigmoid(ffn_gate_inp_shexp . x) when that gate is present).
+ * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE,
+ *      Qwen3NextSparseMoeBlock (spec gdn-family.md §2.4), NemotronHTopkRouter / NemotronHMoE,
+ *      Lfm2MoeTopKRouter; llama.cpp build_moe_ffn (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID,
+ *      exp_probs_b, expert groups; it clamps the renormalising sum at 2^-14 instead). */
+static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
+    const int64_t D = hp->n_embd;
+    char nm[128];
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    const int64_t E = hp->n_expert;
+    const tk_tensor_desc * up = tk_table_find(tab, NAME("ffn_up_exps.weight"));
+    if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
+    const int64_t F = up->ne[1];
+    l->n_ff_exp = (int32_t) F;
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_inp.weight"), TK_SHAPE(D, E), 1, &l->ffn_gate_inp));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_up_exps));
+    if (!hp->moe_relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_gate_exps));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_exps.weight"), TK_SHAPE(F, D, E), 1, &l->ffn_down_exps));
+    const tk_tensor_desc * sh = tk_table_find(tab, NAME("ffn_up_shexp.weight"));
+    if (sh) {
+        const int64_t Fs = sh->ne[1];
+        l->n_ff_shexp = (int32_t) Fs;
+        TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_up_shexp));
+        if (!hp->moe_relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
+        TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_shexp.weight"), TK_SHAPE(Fs, D), 1, &l->ffn_down_shexp));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_gate_inp_shexp.weight"), TK_SHAPE(D), 0, &l->ffn_gate_inp_shexp));
+    }
+    if (hp->moe_sigmoid && (hp->moe_n_group > 64 || (hp->moe_n_group > 1 && (E % hp->moe_n_group ||
+        hp->moe_topk_group < 1 || hp->moe_topk_group > hp->moe_n_group))))
+        return TK_FAIL(TK_ERR_INVALID, "expert groups %d (keeping %d) do not divide the %d experts", hp->moe_n_group,
+                       hp->moe_topk_group, (int) E);
+    TK_CHECK(tk_bind_vec(m, tab, NAME("exp_probs_b.bias"), TK_SHAPE(E), 0, &l->ffn_exp_probs_b));
+    if (l->ffn_exp_probs_b && !hp->moe_sigmoid)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': an expert selection bias needs sigmoid routing", tab->path, nm);
+#undef NAME
+    return TK_OK;
+}
+
+/* sel[0..k) = the indices of the k largest c[e], e < E, in descending order; ties go to the
+ * lower index (torch.topk's order for distinct values) */
+static void top_k(const float * c, int32_t E, int32_t k, int32_t * sel) {
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int32_t q = 0; q < j; q++) taken |= sel[q] == e;
+            if (!taken && (best < 0 || c[e] > c[best])) best = e;
+        }
+        sel[j] = best;
+    }
+}
+
+/* The k experts of one token by moe_sigmoid routing (see the formula above): r [E] holds the
+ * router logits and is overwritten with the choice scores c; sel [k], w [k] out. */
+static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, float * s, int32_t * sel, float * w) {
+    const int32_t E = hp->n_expert, k = hp->n_expert_used, G = hp->moe_n_group > 1 ? hp->moe_n_group : 1;
+    for (int32_t e = 0; e < E; e++) { s[e] = 1.0f / (1.0f + expf(-r[e])); r[e] = bias ? s[e] + bias[e] : s[e]; }
+    if (G > 1 && hp->moe_topk_group < G) {
+        const int32_t per = E / G;
+        float gs[64];
+        for (int32_t g = 0; g < G; g++) {      /* group score: the sum of its two best choices */
+            float a = -FLT_MAX, b = -FLT_MAX;
+            for (int32_t e = g * per; e < (g + 1) * per; e++) {
+                if (r[e] > a) { b = a; a = r[e]; } else if (r[e] > b) b = r[e];
+            }
+            gs[g] = a + (per > 1 ? b : 0.0f);
+        }
+        for (int32_t j = 0; j < hp->moe_topk_group; j++) {   /* mark the kept groups with +inf */
+            int32_t best = -1;
+            for (int32_t g = 0; g < G; g++) if (gs[g] != INFINITY && (best < 0 || gs[g] > gs[best])) best = g;
+            gs[best] = INFINITY;
+        }
+        for (int32_t e = 0; e < E; e++) if (gs[e / per] != INFINITY) r[e] = -INFINITY;
+    }
+    top_k(r, E, k, sel);                     /* top-k of c */
+    for (int32_t j = 0; j < k; j++) w[j] = s[sel[j]];
+    double sum = hp->moe_weights_norm_eps;
+    for (int32_t j = 0; j < k; j++) sum += w[j];
+    for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe_weights_norm ? w[j] / sum : w[j]) * hp->moe_weights_scale);
+}
+
+/* one expert (or the shared expert, mat 0) on one token: SwiGLU, or ReLU² with moe_relu2 */
+static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                        int64_t mat, const float * x, float * y) {
+    if (ctx->model->hp.moe_relu2) return tk_relu2_ffn(ctx, up, down, mat, x, 1, y);
+    return tk_swiglu(ctx, gate, up, down, mat, x, 1, y);
+}
+
+
+/* The k experts of one token, sel [k], and their weights w [k] (the routing rules above),
+ * from the router logits r [E] (overwritten with the scores); s: [E] scratch. */
+static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, float * s, int32_t * sel, float * w) {
+    const int32_t E = hp->n_expert, k = hp->n_expert_used;
+    if (hp->moe_sigmoid) { route_sigmoid(hp, l->ffn_exp_probs_b, r, s, sel, w); return; }
+    if (hp->moe_softmax_topk) {
+        float mx = -FLT_MAX;
+        for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
+        double sum = 0.0;
+        for (int32_t e = 0; e < E; e++) { r[e] = expf(r[e] - mx); sum += r[e]; }
+        for (int32_t e = 0; e < E; e++) r[e] = (float) (r[e] / sum);
+    }
+    top_k(r, E, k, sel);
+    for (int32_t j = 0; j < k; j++) w[j] = r[sel[j]];
+    if (hp->moe_softmax_topk && hp->moe_renorm) {
+        double sum = 0.0;
+        for (int32_t j = 0; j < k; j++) sum += w[j];
+        for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+    } else if (!hp->moe_softmax_topk) {
+        const float mx = w[0];
+        double sum = 0.0;
+        for (int32_t j = 0; j < k; j++) { w[j] = expf(w[j] - mx); sum += w[j]; }
+        for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
+    }
+}
+
+static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t D = hp->n_embd, k = hp->n_expert_used;
+    float * r = ctx->vec;      /* [E] */
+    int32_t sel[64];
+    float w[64], sig[4096];    /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
+    if (k > 64) return TK_FAIL(TK_ERR_UNSUPPORTED, "n_expert_used = %d > 64", k);
+    for (int32_t t = 0; t < U; t++) {
+        const float * xt = ctx->cur + (int64_t) t * D;
+        float * ot = out + (int64_t) t * D;
+        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, &ctx->mm));
+        moe_route(hp, l, r, sig, sel, w);
+        for (int32_t i = 0; i < D; i++) ot[i] = 0.0f;
+        for (int32_t j = 0; j < k; j++) {
+            TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, sel[j], xt, ctx->f1));
+            for (int32_t i = 0; i < D; i++) ot[i] += w[j] * ctx->f1[i];
+        }
+        if (l->n_ff_shexp) {
+            TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, xt, ctx->f1));
+            if (l->ffn_gate_inp_shexp) {
+                double d = 0.0;
+                for (int32_t i = 0; i < D; i++) d += (double) l->ffn_gate_inp_shexp[i] * xt[i];
+                const float gs = 1.0f / (1.0f + expf(-(float) d));
+                for (int32_t i = 0; i < D; i++) ctx->f1[i] *= gs;
+            }
+            for (int32_t i = 0; i < D; i++) ot[i] += ctx->f1[i];
+        }
+    }
+    return TK_OK;
+}
+
+const tk_ffn_ops tk_ffn_moe = {
+    .name = "moe",
+    .bind = moe_bind,
+    .forward = moe_forward,
+};

@@ -1,0 +1,47 @@
+/* ffn_relu2.c: the ReLU² feed-forward without a gate (TK_FFN_RELU2: Nemotron-H MLP layers),
+ * and the same function for Nemotron-H's routed and shared experts (ffn_moe.c, moe_relu2).
+ *
+ * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
+ * ffn_up [D, F] (ggml order), ffn_down [F, D]; scratch ctx->u [U, F].
+ * Formula: out = down(relu(up(x))^2)  (mlp_hidden_act "relu2"; no biases: mlp_bias = false).
+ * ref: transformers modeling_nemotron_h.py NemotronHMLP, activations.py ReLUSquaredActivation;
+ *      llama.cpp build_ffn (LLM_FFN_RELU_SQR, LLM_FFN_PAR with no gate).
+ */
+#include "layers/layer.h"
+
+/* y[t] = max(y[t], 0)^2 over rows of width n */
+static void relu2_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        for (int64_t i = 0; i < j->n; i++) {
+            const float v = y[i] > 0.0f ? y[i] : 0.0f;
+            y[i] = v * v;
+        }
+    }
+}
+
+tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                       const float * x, int32_t n, float * y) {
+    const int64_t F = up->ne[1];
+    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
+    tk_rows_job j = {NULL, NULL, ctx->u, F, F, F, 0.0f, 1};
+    tk_par_rows(ctx->pool, n, F, relu2_rows, &j);
+    return tk_matmul(down, mat, ctx->u, n, y, &ctx->mm);
+}
+
+static tk_status relu2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    char prefix[32];
+    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 0, l);
+}
+
+static tk_status relu2_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
+    return tk_relu2_ffn(ctx, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
+}
+
+const tk_ffn_ops tk_ffn_relu2 = {
+    .name = "relu2",
+    .bind = relu2_bind,
+    .forward = relu2_forward,
+};

@@ -1,0 +1,174 @@
+/* layer.h: layer kinds.  A block is  x += rs * mixer(rmsnorm(x));  x += rs * ffn(rmsnorm(x)),
+ * and the model says per layer which mixer kind and which FFN kind (tk_layer.kind /
+ * ffn_kind, from the architecture table in toolkit/arch).  Each kind is one file:
+ *
+ *   mixer_mamba1.c     TK_LAYER_MAMBA1     selective scan, per-channel decay
+ *   mixer_mamba2.c     TK_LAYER_MAMBA2     scalar decay per head, grouped B/C, SSD for long runs
+ *   mixer_attention.c  TK_LAYER_ATTENTION  RoPE'd GQA over the KV cache (optionally gated, q/k-normed)
+ *   mixer_gdn.c        TK_LAYER_GDN        gated delta net (conv, l2-normed q/k, delta rule, gated norm)
+ *   mixer_shortconv.c  TK_LAYER_SHORTCONV  LFM2's gated short conv (C * conv(B * x))
+ *   mixer_parallel.c   TK_LAYER_PARALLEL   attention + Mamba-2 on the same input, outputs summed (Falcon-H1)
+ *   mixer_zamba2.c     TK_LAYER_ZAMBA2_SHARED  Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2
+ *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
+ *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
+ *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
+ *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
+ *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
+ * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
+ * the block skeleton of hc_count streams) and ple.c (the per-layer n-gram embedding).
+ *
+ * A new kind = a new file defining its tk_mixer_ops / tk_ffn_ops, one row in the tables in
+ * forward.c, and its enum value (toolkit.h + toolkit/arch).  Row helpers the kinds share
+ * (threaded row loops, norms, the causal conv) are in layer_rows.c.
+ */
+#ifndef TK_LAYER_H
+#define TK_LAYER_H
+
+#include "tk_internal.h"
+
+/* ---- model.c: binding a layer's tensors ---------------------------------------------- */
+/* The GGUF tensor table Python handed over, already validated (types, byte ranges). */
+typedef struct {
+    const tk_tensor_desc * t;
+    int64_t n;
+    size_t map_size;
+    const uint8_t * base;
+    const char * path;
+} tk_table;
+const tk_tensor_desc * tk_table_find(const tk_table * tab, const char * name);   /* NULL when absent */
+/* Bind a matrix-like weight (stays in the mapping) of expected ggml shape exp[n_exp]; an
+ * absent optional one leaves w->data NULL.  TK_ERR_INVALID names a missing or misshaped
+ * tensor, TK_ERR_UNSUPPORTED a type. */
+tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                         int required, tk_weight * w);
+/* The same for a small tensor, copied to a float32 array the model owns (*out NULL when
+ * absent and optional); non-finite values are refused. */
+tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
+                      int required, float ** out);
+#define TK_SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
+/* "blk.<il>.<suffix>" into buf */
+const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
+
+/* The scratch a layer needs (tk_mixer_ops.scratch raises these to its own; the context
+ * allocates the largest over the layers, context.c's scratch plan): floats per ubatch token of
+ * the tk_context buffers named (by role: a kind uses a buffer for what its name says, and a
+ * kind that needs a role none has adds a field), and bytes of the kind's workspace
+ * (ctx->work) for n_ubatch tokens and n_threads. */
+typedef struct {
+    size_t proj;               /* the mixer's in-projection rows (or widened input: zamba2's [x | x0]) */
+    size_t conv;               /* the causal conv's rows (its output; LFM2: its input B x) */
+    size_t narrow;             /* narrow projections: Mamba-1 x_proj (dt | B | C), GDN b | a, Zamba2's LoRA rank */
+    size_t step;               /* the scan's step inputs: Mamba-1 dt's rank rows, GDN beta | g */
+    size_t dt;                 /* Mamba-1's dt, after softplus */
+    size_t gate;               /* an output gate the in-projection does not hold: GDN's z */
+    size_t y;                  /* the mixer's output before out_proj (scan output, adapter rows) */
+    size_t q, kv;              /* attention: q (and att) width, k (and v) width */
+    size_t mix;                /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
+    size_t work_bytes;
+} tk_scratch;
+static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
+
+typedef struct {
+    const char * name;
+    /* hparams this kind needs, for layer il (at load, before any tensor is read) */
+    tk_status (*check)(const tk_hparams * hp, int il);
+    /* bind layer il's tensors ("blk.<il>.*") into l */
+    tk_status (*bind)(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+    /* recurrent pieces of layer il (names and floats per sequence) into out[TK_RS_MAX_PIECES];
+     * returns how many (NULL: the kind keeps no recurrent state) */
+    int32_t (*rs_pieces)(const tk_model * m, int il, tk_rs_piece * out);
+    /* floats per cell of layer il's K (and of V) in the KV cache (NULL: no KV cache) */
+    int32_t (*kv_dim)(const tk_model * m, int il);
+    /* raise `need` to what layer il's forward uses of the context's scratch */
+    void (*scratch)(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
+    /* out [U, D] = mixer(ctx->cur [U, D]) for the ubatch, updating the layer's memory
+     * (NULL: no mixer, TK_LAYER_NONE; the block is its FFN alone) */
+    tk_status (*forward)(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
+    /* floats per cell of layer il's third KV-cache array, kept in the attention cells beside K
+     * and V (QSA's raw indexer keys; NULL: none) */
+    int32_t (*kv_idx_dim)(const tk_model * m, int il);
+} tk_mixer_ops;
+
+typedef struct {
+    const char * name;
+    /* bind layer il's FFN tensors into l (ffn_norm is bound by the block); widths from the tensors */
+    tk_status (*bind)(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+    /* out [U, D] = ffn(ctx->cur [U, D]) */
+    tk_status (*forward)(tk_context * ctx, const tk_layer * l, int32_t U, float * out);
+} tk_ffn_ops;
+
+extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa;
+/* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
+tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
+extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
+
+/* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */
+const tk_mixer_ops * tk_mixer_ops_of(int32_t kind);
+const tk_ffn_ops * tk_ffn_ops_of(int32_t kind);
+
+/* ---- layer_rows.c: row loops over the context's threads ------------------------------
+ * Each token's (or channel's) result is computed by the same loop whichever thread runs
+ * it, so results do not depend on the thread count.  Loops of fewer than TK_PAR_MIN
+ * elements run on the calling thread (waking the workers costs more). */
+#define TK_PAR_MIN 16384
+typedef struct {
+    const float * a;           /* input rows (or the gate z rows) */
+    const float * b;           /* weights / second operand */
+    float * y;                 /* output rows */
+    int64_t a_stride, y_stride, n;  /* row strides (floats), row width */
+    float f;                   /* eps or scale */
+    int32_t groups;
+} tk_rows_job;
+void tk_par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job);
+/* y[t] = rmsnorm(x[t]) * w over U rows of width n */
+void tk_rms_norm_rows(tk_context * ctx, const float * x, const float * w, float eps, int64_t n, int32_t U, float * y);
+void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread);        /* y[t] += a[t] * f */
+void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread);   /* y[t] = silu(y[t]) * a[t] */
+void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *= silu(z); grouped RMSNorm */
+/* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then SiLU, with
+ * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */
+void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* speculative window: before the conv of row s (n_tok rows of x) runs, write the snapshots
+ * of its window piece k ([channels, d_conv-1], oldest first) after each token that keeps
+ * one (tk_rs_snap): the last d_conv-1 columns of (state, x[0..i]); no-op without a window */
+void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,
+                     int32_t channels, int32_t d_conv);
+/* the same causal conv without the SiLU (LFM2's short conv) */
+void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* mixer_attention.c: with q [U, H qs], k, v [U, Hkv hd] projected into ctx->q, k, v: per-head
+ * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V
+ * into ctx->att [U, H hd] (the attention mixer's formula between its projections) */
+tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub);
+/* the same attending only the cells sel[t * n_cells + c] != 0 of token t (sel NULL: all);
+ * tk_attention_forward_sel: the whole attention mixer (projections, core, gate, output) so */
+tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const uint8_t * sel);
+tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
+                                   const uint8_t * sel);
+/* the attention kind's check / bind / kv_dim / scratch, for kinds built on it (mixer_qsa.c) */
+tk_status tk_attention_check(const tk_hparams * hp, int il);
+tk_status tk_attention_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+int32_t tk_attention_kv_dim(const tk_model * m, int il);
+void tk_attention_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
+/* residual_hc.c: qwen4exp's hyper-connections (hp.hc_count > 1) */
+tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
+tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
+/* ple.c: qwen4exp's per-layer n-gram embedding on layer il (hp.ple_index[il] >= 0) */
+tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
+int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out);   /* appended to the layer's own */
+tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, int first_piece);
+/* ffn_dense.c: bind ffn_up [D, F], ffn_gate [D, F] (with_gate) and ffn_down [F, D], named
+ * prefix + "ffn_*.weight" ("blk.<il>." or a shared block's prefix), into l (F: l->n_ff) */
+tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, int with_gate, tk_layer * l);
+/* ffn_dense.c: down(silu(gate(x)) * up(x)) for n rows of x [n, D] into y [n, D]; `mat`
+ * selects the expert of 3-D weights */
+tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                    int64_t mat, const float * x, int32_t n, float * y);
+/* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
+tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                       const float * x, int32_t n, float * y);
+
+#endif

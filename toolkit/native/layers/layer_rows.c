@@ -1,0 +1,103 @@
+/* layer_rows.c: row loops the layer kinds share (contracts in layer.h): RMSNorm rows, the
+ * residual add, the SwiGLU and Mamba-2 gates, and the causal conv + SiLU, each split over
+ * the context's threads so that every row's result is the same at any thread count.
+ */
+#include "layers/layer.h"
+
+void tk_par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job) {
+    if (n_rows * width < TK_PAR_MIN) fn(job, 0, n_rows, 0);
+    else tk_pool_run(pool, n_rows, fn, job);
+}
+
+/* y[t] = rmsnorm(a[t]) * b */
+static void rms_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) tk_rms_norm(j->a + t * j->a_stride, j->b, j->f, j->n, j->y + t * j->y_stride);
+}
+
+void tk_rms_norm_rows(tk_context * ctx, const float * x, const float * w, float eps, int64_t n, int32_t U, float * y) {
+    tk_rows_job j = {x, w, y, n, n, n, eps, 1};
+    tk_par_rows(ctx->pool, U, n, rms_rows, &j);
+}
+
+/* y[t] += a[t] * f */
+void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = t0 * j->n; i < t1 * j->n; i++) j->y[i] += j->a[i] * j->f;
+}
+
+/* y[t] = silu(y[t]) * a[t] */
+void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) tk_silu_mul_row(j->y + t * j->y_stride, j->a + t * j->a_stride, j->n);
+}
+
+/* Mamba-2 gate: y[t] *= silu(z[t]); then RMSNorm over each of `groups` groups, weight b */
+void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    const int64_t gs = j->n / j->groups;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        const float * z = j->a + t * j->a_stride;
+        tk_mul_silu_row(y, z, j->n);
+        for (int32_t g = 0; g < j->groups; g++) tk_rms_norm(y + g * gs, j->b + g * gs, j->f, gs, y + g * gs);
+    }
+}
+
+/* causal conv over a channel range of one sequence's run, then SiLU (contract: tk_ssm_conv) */
+typedef struct {
+    const float * x;
+    int64_t x_stride;
+    int32_t n_tok, d_conv;
+    const float * w, * b;
+    float * state;
+    float * y;
+    int64_t y_stride;
+    int64_t channels;
+    int silu;                  /* 1: SiLU after the conv */
+} conv_job;
+
+/* [b0, b1): blocks of 8 channels (tk_ssm_conv's lanes: a split at a multiple of 8 keeps
+ * every channel's result) */
+static void conv_silu_channels(void * arg, int64_t b0, int64_t b1, int thread) {
+    const conv_job * j = arg;
+    (void) thread;
+    const int64_t c0 = 8 * b0, c1 = 8 * b1 < j->channels ? 8 * b1 : j->channels;
+    const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
+    tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
+                j->state + c0 * ns, j->y + c0, j->y_stride);
+    if (j->silu)
+        for (int32_t t = 0; t < j->n_tok; t++) tk_silu_row(j->y + t * j->y_stride + c0, nc);
+}
+
+void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 1};
+    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
+}
+
+void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
+                  const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 0};
+    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
+}
+
+void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,
+                     int32_t channels, int32_t d_conv) {
+    const int32_t ns = d_conv - 1;
+    const float * state = rv->piece[k] + (size_t) rv->ub_cells[s] * rv->piece_n[k];
+    for (int32_t i = 0; i < n_tok; i++) {
+        float * snap = tk_rs_snap(rv, k, s, n_tok, i);
+        if (!snap) continue;
+        /* window after token i: entries i + 1 .. i + ns of (state[0..ns), x[0..n_tok)) */
+        for (int32_t c = 0; c < channels; c++)
+            for (int32_t j = 0; j < ns; j++) {
+                const int32_t e = i + 1 + j;
+                snap[(int64_t) c * ns + j] = e < ns ? state[(int64_t) c * ns + e] : x[(int64_t) (e - ns) * x_stride + c];
+            }
+    }
+}

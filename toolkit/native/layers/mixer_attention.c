@@ -1,0 +1,318 @@
+/* mixer_attention.c: the attention mixer (TK_LAYER_ATTENTION: the attention layers of
+ * granitehybrid, jamba, lfm2 / lfm2moe (q/k-normed, NEOX RoPE), and the gated attention of
+ * qwen3next / qwen35 / qwen35moe).
+ *
+ * Shapes (U ubatch tokens, D n_embd, H heads, Hkv = n_head_kv[il] KV heads, hd head_dim,
+ * kvd = Hkv hd, qs = hd, or 2 hd with attn_q_gate):
+ *   in:  ctx->cur [U, D]            out: [U, D]
+ *   wq [D, H qs]: with attn_q_gate, rows per head [q_h (hd) | gate_h (hd)]
+ *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is)
+ *   KV cache per cell: K [kvd] (stored after norm and RoPE), V [kvd]
+ * Formula:
+ *   q = wq cur, k = wk cur, v = wv cur
+ *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps)
+ *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
+ *     (pairs (i, i + n_rot/2)) with rope_neox
+ *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
+ *         pos <= its own (g = h / (H / Hkv), grouped-query);  scale = 1/sqrt(hd) unless set
+ *   attn_q_gate: o_h *= sigmoid(gate_h)
+ *   out = wo o
+ * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
+ *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
+ *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate); llama.cpp
+ *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "layers/layer.h"
+#include "tk_cpu.h"
+
+static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
+
+/* floats of one head's rows in q: hd, or [q_h | gate_h] with attn_q_gate */
+static int32_t attn_q_stride(const tk_hparams * hp) { return hp->attn_q_gate ? 2 * hp->head_dim : hp->head_dim; }
+
+/* q, att [H qs]; k, v [Hkv hd] */
+static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) attn_q_stride(&m->hp));
+    tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
+}
+
+/* ---- load: hparams and tensors ---- */
+
+static tk_status attn_check(const tk_hparams * hp, int il) {
+    if (hp->n_head_kv[il] <= 0 || hp->n_head <= 0 || hp->n_head % hp->n_head_kv[il])
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: n_head_kv = %d must divide n_head = %d", il, hp->n_head_kv[il], hp->n_head);
+    if (hp->head_dim <= 0 || hp->head_dim > 4096) return TK_FAIL(TK_ERR_INVALID, "head_dim = %d out of range", hp->head_dim);
+    if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
+        return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
+    if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
+    return TK_OK;
+}
+
+static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
+    const int64_t D = hp->n_embd;
+    char nm[128];
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    const int64_t HD = hp->head_dim, Hq = hp->n_head, Hkv = l->n_head_kv;
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, Hq * attn_q_stride(hp)), 1, &l->wq));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wk));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wv));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
+    if (hp->attn_qk_norm) {
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(HD), 1, &l->attn_q_norm));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(HD), 1, &l->attn_k_norm));
+    }
+    static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
+    for (int b = 0; b < 4; b++) {
+        NAME(biases[b]);
+        if (tk_table_find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported", tab->path, nm);
+    }
+#undef NAME
+    return TK_OK;
+}
+
+typedef float v8f __attribute__((vector_size(32)));   /* 8 float lanes (GCC vector extension) */
+
+typedef struct {
+    tk_context * ctx;
+    const tk_ubatch * ub;
+    tk_kv_view kv;             /* the layer's K, V rows and cells */
+    int32_t H, hd, kvd, grp;
+    int32_t qs;                /* floats per head in q (attn_q_stride) */
+    float scale;
+    int level;                 /* tk_cpu_level() */
+    const uint8_t * sel;       /* [U, n_cells] QSA's selected cells per token, or NULL */
+} attn_job;
+
+/* One (token t = p / H, head h = p % H) pair: its query and output rows, its KV head's rows
+ * in cell 0 (cell c at + c * kvd), and what selects the cells it attends. */
+typedef struct {
+    const float * q, * k, * v;
+    float * o;
+    uint64_t sbit;             /* the token's sequence */
+    int32_t pos;
+    const uint8_t * sel;       /* [n_cells] the cells QSA selected for the token, or NULL (all) */
+} attn_pair;
+
+static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_job * j, int64_t p) {
+    const tk_context * ctx = j->ctx;
+    const int32_t H = j->H, hd = j->hd, qs = j->qs, t = (int32_t) (p / H), h = (int32_t) (p % H);
+    const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, oo = (size_t) t * H * hd + (size_t) h * hd;
+    const size_t qo = (size_t) t * H * qs + (size_t) h * qs;
+    const attn_pair a = {ctx->q + qo, j->kv.k + kvo, j->kv.v + kvo, ctx->att + oo,
+                         UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t],
+                         j->sel ? j->sel + (size_t) t * (size_t) j->kv.n_cells : NULL};
+    return a;
+}
+
+/* cell c is attended by the pair: its sequence, at or before its position, not empty */
+static inline __attribute__((always_inline)) int attn_sees(const tk_kv_view * kv, int32_t c, const attn_pair * a) {
+    return (kv->seqs[c] & a->sbit) && kv->pos[c] <= a->pos && kv->pos[c] >= 0 && (!a->sel || a->sel[c]);
+}
+
+/* score[c] <- exp(score[c] - mx) over the cells the pair sees; returns their sum, in
+ * cell order, in double */
+static inline __attribute__((always_inline)) double attn_exp(const tk_kv_view * kv, const attn_pair * a,
+                                                             float * score, float mx) {
+    double den = 0.0;
+    for (int32_t c = 0; c < kv->n_cells; c++) {
+        if (!attn_sees(kv, c, a)) continue;
+        score[c] = expf(score[c] - mx);
+        den += score[c];
+    }
+    return den;
+}
+
+/* pairs [p0, p1) of (token t = p / H, head h = p % H): softmax(q.k * scale) v over the
+ * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec.  q.k keeps
+ * 8 partial sums (i mod 8) added in a fixed tree, so the loops vectorize; a plain and an
+ * AVX2+FMA instance, chosen by level.  Each pair's operations do not depend on the split. */
+static inline __attribute__((always_inline)) void attn_heads_body(const attn_job * j, int64_t p0, int64_t p1, int thread) {
+    tk_context * ctx = j->ctx;
+    const tk_kv_view * kv = &j->kv;
+    const int32_t hd = j->hd, kvd = j->kvd;
+    float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
+    for (int64_t p = p0; p < p1; p++) {
+        const attn_pair a = attn_pair_at(j, p);
+        const float * qh = a.q;
+        float mx = -FLT_MAX;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * kc = a.k + (size_t) c * kvd;
+            v8f acc = {0};
+            int32_t i = 0;
+            for (; i + 8 <= hd; i += 8) {
+                v8f x, y;
+                memcpy(&x, qh + i, sizeof x);
+                memcpy(&y, kc + i, sizeof y);
+                acc += x * y;
+            }
+            float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < hd; i++) d += qh[i] * kc[i];
+            score[c] = d * j->scale;
+            if (score[c] > mx) mx = score[c];
+        }
+        float * o = a.o;
+        for (int32_t i = 0; i < hd; i++) o[i] = 0.0f;
+        const double den = attn_exp(kv, &a, score, mx);
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * vc = a.v + (size_t) c * kvd;
+            for (int32_t i = 0; i < hd; i++) o[i] += score[c] * vc[i];
+        }
+        const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
+        for (int32_t i = 0; i < hd; i++) o[i] *= inv;
+    }
+}
+
+static void attn_heads_plain(const attn_job * j, int64_t p0, int64_t p1, int thread) { attn_heads_body(j, p0, p1, thread); }
+#if defined(__x86_64__) && defined(__GNUC__)
+/* attn_heads_body written out for head_dim = 8 V (V a constant after inlining): q and the
+ * output held in registers across the cells (the body reloads and stores o for every cell).
+ * The same operations per pair as the body at this level: q.k in one 8-lane FMA chain over
+ * i, then the tk_hsum8_avx2 tree (the body's tree), o[i] += pr * v[i] by FMA. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void attn_heads_regs(const attn_job * j, int64_t p0,
+                                                                                     int64_t p1, int thread, const int V) {
+    tk_context * ctx = j->ctx;
+    const tk_kv_view * kv = &j->kv;
+    const int32_t kvd = j->kvd;
+    float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
+    for (int64_t p = p0; p < p1; p++) {
+        const attn_pair a = attn_pair_at(j, p);
+        __m256 q[16], o[16];
+        for (int v = 0; v < V; v++) q[v] = _mm256_loadu_ps(a.q + 8 * v);
+        float mx = -FLT_MAX;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * kc = a.k + (size_t) c * kvd;
+            __m256 acc = _mm256_mul_ps(q[0], _mm256_loadu_ps(kc));
+            for (int v = 1; v < V; v++) acc = _mm256_fmadd_ps(q[v], _mm256_loadu_ps(kc + 8 * v), acc);
+            score[c] = tk_hsum8_avx2(acc) * j->scale;
+            if (score[c] > mx) mx = score[c];
+        }
+        for (int v = 0; v < V; v++) o[v] = _mm256_setzero_ps();
+        const double den = attn_exp(kv, &a, score, mx);
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!attn_sees(kv, c, &a)) continue;
+            const float * vc = a.v + (size_t) c * kvd;
+            const __m256 pv = _mm256_set1_ps(score[c]);
+            for (int v = 0; v < V; v++) o[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vc + 8 * v), o[v]);
+        }
+        const __m256 inv = _mm256_set1_ps(den > 0 ? (float) (1.0 / den) : 0.0f);
+        for (int v = 0; v < V; v++) _mm256_storeu_ps(a.o + 8 * v, _mm256_mul_ps(o[v], inv));
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void attn_heads_avx2(const attn_job * j, int64_t p0, int64_t p1, int thread) {
+    switch (j->hd) {
+        case 64: attn_heads_regs(j, p0, p1, thread, 8); return;
+        case 128: attn_heads_regs(j, p0, p1, thread, 16); return;
+        default: attn_heads_body(j, p0, p1, thread); return;
+    }
+}
+#endif
+
+static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_job * j = arg;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (j->level >= TK_CPU_AVX2) { attn_heads_avx2(j, p0, p1, thread); return; }
+#endif
+    attn_heads_plain(j, p0, p1, thread);
+}
+
+/* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
+static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, float * q, float * k, int32_t Hkv, int32_t pos) {
+    const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
+    if (l->attn_q_norm) {
+        for (int32_t h = 0; h < H; h++) tk_rms_norm(q + (int64_t) h * qs, l->attn_q_norm, hp->rms_eps, hd, q + (int64_t) h * qs);
+        for (int32_t g = 0; g < Hkv; g++) tk_rms_norm(k + (int64_t) g * hd, l->attn_k_norm, hp->rms_eps, hd, k + (int64_t) g * hd);
+    }
+    if (!hp->use_rope || hp->n_rot <= 0) return;
+    if (hp->rope_neox) {
+        tk_rope_neox(q, H, qs, hp->n_rot, pos, hp->rope_freq_base);
+        tk_rope_neox(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
+    } else {
+        tk_rope_norm(q, H, hd, hp->n_rot, pos, hp->rope_freq_base);
+        tk_rope_norm(k, Hkv, hd, hp->n_rot, pos, hp->rope_freq_base);
+    }
+}
+
+/* attn_q_gate: att[t][h] *= sigmoid(gate_h of token t) over tokens [t0, t1) */
+typedef struct { const float * q; float * att; int32_t H, hd; } gate_job;
+
+static void attn_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const gate_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++)
+        for (int32_t h = 0; h < j->H; h++) {
+            const float * gt = j->q + (t * j->H + h) * 2 * j->hd + j->hd;
+            float * o = j->att + (t * j->H + h) * j->hd;
+            for (int32_t i = 0; i < j->hd; i++) o[i] *= 1.0f / (1.0f + expf(-gt[i]));
+        }
+}
+
+tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
+                                   const uint8_t * sel) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t U = ub->n_tokens, H = hp->n_head, hd = hp->head_dim;
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
+    TK_CHECK(tk_attention_core_sel(ctx, l, il, ub, sel));
+    if (hp->attn_q_gate) {
+        gate_job gj = {ctx->q, ctx->att, H, hd};
+        tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
+    }
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
+}
+
+static tk_status attn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    return tk_attention_forward_sel(ctx, l, il, ub, out, NULL);
+}
+
+tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub) {
+    return tk_attention_core_sel(ctx, l, il, ub, NULL);
+}
+
+tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const uint8_t * sel) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t U = ub->n_tokens;
+    const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
+    const int32_t qs = attn_q_stride(hp);
+    const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
+    tk_kv_view kv;
+    TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
+    for (int32_t t = 0; t < U; t++) {
+        attn_qk_prep(hp, l, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
+        const int32_t c = kv.ub_cells[t];
+        memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+        memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+    }
+    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel};
+    /* (token, head) pairs over the threads; each thread scores into its own row of vec */
+    tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
+    return TK_OK;
+}
+
+const tk_mixer_ops tk_mixer_attention = {
+    .name = "attention",
+    .check = attn_check,
+    .bind = attn_bind,
+    .kv_dim = attn_kv_dim,
+    .scratch = attn_scratch,
+    .forward = attn_forward,
+};
+
+/* the kind's pieces for a kind built on it (mixer_qsa.c) */
+tk_status tk_attention_check(const tk_hparams * hp, int il) { return attn_check(hp, il); }
+tk_status tk_attention_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) { return attn_bind(m, tab, il, l); }
+int32_t tk_attention_kv_dim(const tk_model * m, int il) { return attn_kv_dim(m, il); }
+void tk_attention_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    attn_scratch(m, il, n_ubatch, n_threads, need);
+}

@@ -1,0 +1,131 @@
+/* mixer_mamba1.c: the Mamba-1 mixer (TK_LAYER_MAMBA1: mamba, jamba).
+ *
+ * Shapes (U ubatch tokens, D n_embd, DI d_inner, N d_state, R dt_rank, K d_conv):
+ *   in:  ctx->cur [U, D]            out: [U, D]
+ *   state per sequence: "conv" [DI, K-1] (causal conv window), "ssm" [DI, N]
+ * Formula:
+ *   (x, z) = in_proj(cur);  x = silu(conv1d(x) + b)
+ *   (dt, B, C) = x_proj(x)            [Jamba: RMSNorm on each; dt_b_c_rms: weightless]
+ *   dt = softplus(dt_proj(dt) + dt_bias)
+ *   s = exp(dt A) s + dt B x;  y = (C.s + D x) * silu(z);  out = out_proj(y)
+ * ref: transformers modeling_mamba.py MambaMixer.slow_forward, modeling_jamba.py
+ *      JambaMambaMixer; llama.cpp build_mamba_layer.
+ */
+#include <string.h>
+
+#include "layers/layer.h"
+
+static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
+    const tk_hparams * hp = &m->hp;
+    (void) il;
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) hp->d_inner};
+    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->d_state * (size_t) hp->d_inner};
+    return 2;
+}
+
+/* proj [2 DI] (x | z), conv [DI], narrow [R + 2N] (x_proj: dt | B | C), step [R] (dt's rank rows,
+ * ssm_dt's input), dt [DI], y [DI] */
+static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    const tk_hparams * hp = &m->hp;
+    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, R = (size_t) hp->dt_rank;
+    (void) il; (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->proj, 2 * DI);
+    tk_scratch_need(&need->conv, DI);
+    tk_scratch_need(&need->narrow, R + 2 * N);
+    tk_scratch_need(&need->step, R);
+    tk_scratch_need(&need->dt, DI);
+    tk_scratch_need(&need->y, DI);
+}
+
+/* ---- load: hparams and tensors ---- */
+
+static tk_status m1_check(const tk_hparams * hp, int il) {
+    (void) il;
+    if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_inner <= 0 || hp->d_state <= 0 || hp->d_state > 4096 || hp->dt_rank <= 0)
+        return TK_FAIL(TK_ERR_INVALID, "recurrent hparams out of range (d_conv %d, d_inner %d, d_state %d, dt_rank %d)",
+                       hp->d_conv, hp->d_inner, hp->d_state, hp->dt_rank);
+    return TK_OK;
+}
+
+static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
+    const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
+    char nm[128];
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    const int64_t R = hp->dt_rank;
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_in.weight"), TK_SHAPE(D, 2 * DI), 1, &l->ssm_in));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, DI), 1, &l->ssm_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.bias"), TK_SHAPE(DI), 0, &l->ssm_conv1d_b));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_x.weight"), TK_SHAPE(DI, R + 2 * N), 1, &l->ssm_x));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_dt.weight"), TK_SHAPE(R, DI), 1, &l->ssm_dt));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(DI), 0, &l->ssm_dt_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(N, DI), 1, &l->ssm_a));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_d"), TK_SHAPE(DI), 1, &l->ssm_d));
+    const int norms = hp->ssm_dt_b_c_norms;   /* Jamba: the dt/B/C norms have weights, required */
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt_norm.weight"), TK_SHAPE(R), norms, &l->ssm_dt_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_b_norm.weight"), TK_SHAPE(N), norms, &l->ssm_b_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_c_norm.weight"), TK_SHAPE(N), norms, &l->ssm_c_norm));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_out.weight"), TK_SHAPE(DI, D), 1, &l->ssm_out));
+#undef NAME
+    return TK_OK;
+}
+
+/* (dt, B, C) rows of x_proj: optional RMSNorms, then dt's compact copy for dt_proj */
+static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N;
+    for (int32_t t = 0; t < U; t++) {
+        float * xd = ctx->narrow + (int64_t) t * XD;
+        if (l->ssm_dt_norm || hp->dt_b_c_rms) {
+            tk_rms_norm(xd, l->ssm_dt_norm, hp->rms_eps, R, xd);
+            tk_rms_norm(xd + R, l->ssm_b_norm, hp->rms_eps, N, xd + R);
+            tk_rms_norm(xd + R + N, l->ssm_c_norm, hp->rms_eps, N, xd + R + N);
+        }
+        memcpy(ctx->step + (int64_t) t * R, xd, (size_t) R * sizeof(float));
+    }
+}
+
+static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t DI = hp->d_inner, N = hp->d_state, R = hp->dt_rank, K = hp->d_conv;
+    const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens, XD = R + 2 * N;
+    tk_rs_view rv;
+    TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
+
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        const int32_t cell = rv.ub_cells[s];
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * DI, DI);
+    }
+
+    TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->conv, U, ctx->narrow, &ctx->mm));
+    m1_dt_b_c(ctx, l, U);
+    TK_CHECK(tk_matmul(&l->ssm_dt, 0, ctx->step, U, ctx->dt, &ctx->mm));
+    for (int32_t t = 0; t < U; t++) {
+        float * dt = ctx->dt + (int64_t) t * DI;
+        for (int32_t c = 0; c < DI; c++) dt[c] = tk_softplus(l->ssm_dt_b ? dt[c] + l->ssm_dt_b[c] : dt[c]);
+    }
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
+        for (int32_t i = 0; i < nst; i++) {
+            const int64_t t = (int64_t) s * nst + i;
+            const float * xd = ctx->narrow + t * XD;
+            tk_ssm_scan_mamba1(state, ctx->conv + t * DI, ctx->dt + t * DI, l->ssm_a, xd + R, xd + R + N, l->ssm_d,
+                               ctx->proj + t * 2 * DI + DI, DI, N, ctx->y + t * DI);
+            float * snap = tk_rs_snap(&rv, 1, s, nst, i);   /* speculative window */
+            if (snap) memcpy(snap, state, rv.piece_n[1] * sizeof(float));
+        }
+    }
+    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
+}
+
+const tk_mixer_ops tk_mixer_mamba1 = {
+    .name = "mamba1",
+    .check = m1_check,
+    .bind = m1_bind,
+    .rs_pieces = m1_rs_pieces,
+    .scratch = m1_scratch,
+    .forward = m1_forward,
+};

@@ -1,0 +1,428 @@
+/* memory_kv.c: the attention KV cache (tk_memory_kv), one implementation of tk_memory.
+ *
+ * n_cells cells; a cell holds one token's K and V for every attention layer (tensors
+ * exist only for attention layers), its position, and the set of sequences that see it.
+ * A layer kind may keep a third array in the same cells (tk_mixer_ops.kv_idx_dim: QSA's raw
+ * indexer keys), so it can never disagree with K and V: every cell operation moves, drops,
+ * copies and saves it with them.
+ * Cells are claimed lowest index first, so a sequence's cells are in position order and
+ * attention sums over them in the same order however the prompt was split.
+ * ref: llama.cpp src/llama-kv-cache.{h,cpp} (cells with pos + seq set).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers/layer.h"
+
+typedef struct {
+    tk_memory base;
+    int32_t n_cells;
+    int32_t n_layer;
+    int32_t * pos;             /* [n_cells] -1 = empty */
+    uint64_t * seqs;           /* [n_cells] bit set of sequence ids */
+    int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
+    int32_t * kv_dim;          /* [n_layer] floats of K (and of V) per cell, 0 = no tensors */
+    float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    int32_t * ik_dim;          /* [n_layer] floats of the third array per cell, 0 = none */
+    float ** ik;               /* [n_layer] -> [n_cells, ik_dim] or NULL */
+    const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
+} tk_memory_kv;
+
+static tk_memory_kv * KV(tk_memory * m) { return (tk_memory_kv *) m; }
+
+static int32_t clamp_p1(int32_t p1) { return p1 < 0 ? INT32_MAX : p1; }
+
+static void kv_clear(tk_memory * m) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t i = 0; i < kv->n_cells; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
+}
+
+static bool kv_can_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    (void) m; (void) seq; (void) p0; (void) p1;
+    return true;                /* any range can be dropped from a KV cache */
+}
+
+static void kv_seq_rm(tk_memory * m, int32_t seq, int32_t p0, int32_t p1) {
+    tk_memory_kv * kv = KV(m);
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        if (seq < 0) kv->seqs[i] = 0;
+        else kv->seqs[i] &= ~(UINT64_C(1) << seq);
+        if (!kv->seqs[i]) kv->pos[i] = -1;
+    }
+}
+
+static void kv_seq_cp(tk_memory * m, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    tk_memory_kv * kv = KV(m);
+    if (src == dst) return;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if (kv->pos[i] >= p0 && kv->pos[i] < p1 && (kv->seqs[i] >> src & 1)) kv->seqs[i] |= UINT64_C(1) << dst;
+}
+
+static void kv_seq_keep(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        kv->seqs[i] &= UINT64_C(1) << seq;
+        if (!kv->seqs[i]) kv->pos[i] = -1;
+    }
+}
+
+static int32_t kv_seq_pos_min(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    int32_t r = -1;
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if ((kv->seqs[i] >> seq & 1) && (r < 0 || kv->pos[i] < r)) r = kv->pos[i];
+    return r;
+}
+
+static int32_t kv_seq_pos_max(tk_memory * m, int32_t seq) {
+    tk_memory_kv * kv = KV(m);
+    int32_t r = -1;
+    for (int32_t i = 0; i < kv->n_cells; i++)
+        if ((kv->seqs[i] >> seq & 1) && kv->pos[i] > r) r = kv->pos[i];
+    return r;
+}
+
+/* A shift is refused (nothing changes) when a cell in range is shared with another sequence
+ * (the shift would move it for that sequence too), a position would become negative, or the
+ * shifted positions would collide with the sequence's cells outside the range. */
+static bool kv_can_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    tk_memory_kv * kv = KV(m);
+    if (seq < 0 || seq >= TK_MAX_SEQ) return false;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    const uint64_t bit = UINT64_C(1) << seq;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        if (kv->seqs[i] != bit) return false;
+        const int64_t q = (int64_t) kv->pos[i] + delta;
+        if (q < 0 || q >= INT32_MAX) return false;
+        if (q < lo) lo = q;
+        if (q > hi) hi = q;
+    }
+    if (lo > hi || delta == 0) return true;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || (kv->pos[i] >= p0 && kv->pos[i] < p1)) continue;
+        if (kv->pos[i] >= lo && kv->pos[i] <= hi) return false;
+    }
+    return true;
+}
+
+/* pos += delta on seq's cells in [p0, p1).  K was stored after its RoPE at the old position,
+ * so it is rotated on by delta in the model's mode: NORM (adjacent pairs, tk_rope_norm) or
+ * NEOX (pairs (i, i + n_rot/2), tk_rope_neox; qwen35's M-RoPE is NEOX on text), on the first
+ * n_rot dims of each of the layer's kv_dim / head_dim heads (partial rotary: the rest of the
+ * head is untouched); no RoPE (Jamba): positions only.  Rotations compose, so the result
+ * equals a fresh rotation at pos + delta up to float rounding; V is never rotated.
+ * ref: llama.cpp llama_kv_cache::seq_add + build_graph_shift (ggml_rope_ext of K by the
+ * per-cell shift, same rope type as the model). */
+static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    tk_memory_kv * kv = KV(m);
+    if (delta == 0) return;
+    if (p0 < 0) p0 = 0;
+    p1 = clamp_p1(p1);
+    const uint64_t bit = UINT64_C(1) << seq;
+    const tk_hparams * hp = &kv->model->hp;
+    const int rotate = hp->use_rope && hp->n_rot > 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
+        kv->pos[i] += delta;
+        for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
+            if (!kv->k[l]) continue;
+            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
+            const int32_t n_head = kv->kv_dim[l] / hp->head_dim;
+            if (hp->rope_neox) tk_rope_neox(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
+            else tk_rope_norm(k, n_head, hp->head_dim, hp->n_rot, delta, hp->rope_freq_base);
+        }
+    }
+}
+
+static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
+    tk_memory_kv * kv = KV(m);
+    int32_t free_cells = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) free_cells += kv->pos[i] < 0;
+    if (free_cells < n_tokens)
+        return TK_FAIL(TK_ERR_NOMEM, "KV cache full: %d tokens need cells, %d of %d free (raise n_ctx)",
+                       n_tokens, free_cells, kv->n_cells);
+    return TK_OK;
+}
+
+/* Move the used cells to the front, keeping their index order (so each sequence's cells
+ * stay in position order); afterwards every free cell follows every used one. */
+static void kv_compact(tk_memory_kv * kv) {
+    int32_t j = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < 0) continue;
+        if (i != j) {
+            kv->pos[j] = kv->pos[i];
+            kv->seqs[j] = kv->seqs[i];
+            for (int32_t l = 0; l < kv->n_layer; l++) {
+                if (!kv->k[l]) continue;
+                const size_t d = (size_t) kv->kv_dim[l];
+                memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d * sizeof(float));
+                memcpy(kv->v[l] + (size_t) j * d, kv->v[l] + (size_t) i * d, d * sizeof(float));
+                if (kv->ik[l]) {
+                    const size_t e = (size_t) kv->ik_dim[l];
+                    memcpy(kv->ik[l] + (size_t) j * e, kv->ik[l] + (size_t) i * e, e * sizeof(float));
+                }
+            }
+            kv->pos[i] = -1;
+            kv->seqs[i] = 0;
+        }
+        j++;
+    }
+}
+
+/* Claim one cell per ubatch token and tag it with pos and seq.  A token's cell is the first
+ * free one after every cell its sequence already has, so a sequence's cells are always in
+ * position order and attention sums over them in the same order as a fresh run would
+ * (bit-identical after removals, copies and restores).  When no such cell is left the cache
+ * is compacted first (can_fit guarantees the room). */
+static tk_status kv_prepare(tk_memory * m, const tk_ubatch * ub) {
+    tk_memory_kv * kv = KV(m);
+    TK_CHECK(kv_can_fit(m, ub->n_tokens));
+    for (int pass = 0; pass < 2; pass++) {
+        int32_t t = 0;
+        for (int32_t s = 0; s < ub->n_seqs; s++) {
+            const uint64_t bit = UINT64_C(1) << ub->seq[s];
+            int32_t c = 0;
+            for (int32_t i = kv->n_cells - 1; i >= 0; i--)
+                if (kv->pos[i] >= 0 && (kv->seqs[i] & bit)) { c = i + 1; break; }
+            for (int32_t i = 0; i < ub->n_seq_tokens; i++, t++) {
+                while (c < kv->n_cells && kv->pos[c] >= 0) c++;
+                if (c >= kv->n_cells) break;
+                kv->pos[c] = ub->pos[t];
+                kv->seqs[c] = bit;
+                kv->ub_cells[t] = c;
+            }
+            if (t < (s + 1) * ub->n_seq_tokens) break;
+        }
+        if (t == ub->n_tokens) return TK_OK;
+        for (int32_t i = 0; i < t; i++) { kv->pos[kv->ub_cells[i]] = -1; kv->seqs[kv->ub_cells[i]] = 0; }
+        kv_compact(kv);
+    }
+    return TK_FAIL(TK_ERR_STATE, "KV cache: no cell order for the ubatch");   /* not reached */
+}
+
+static void kv_free(tk_memory * m) {
+    tk_memory_kv * kv = KV(m);
+    if (!kv) return;
+    if (kv->k) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->k[l]);
+    if (kv->v) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->v[l]);
+    if (kv->ik) for (int32_t l = 0; l < kv->n_layer; l++) free(kv->ik[l]);
+    free(kv->k);
+    free(kv->v);
+    free(kv->ik);
+    free(kv->ik_dim);
+    free(kv->kv_dim);
+    free(kv->pos);
+    free(kv->seqs);
+    free(kv->ub_cells);
+    free(kv);
+}
+
+/* ---- views, checkpoints (none needed: any range can be dropped), report ---------------- */
+
+static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
+    tk_memory_kv * kv = KV(m);
+    if (il < 0 || il >= kv->n_layer || !kv->k[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no KV cache", il);
+    *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il],
+                         kv->ik[il], kv->ik_dim[il]};
+    return TK_OK;
+}
+
+static tk_status kv_set_checkpoints(tk_memory * m, int32_t n_per_seq, int32_t every) {
+    (void) m;
+    if (n_per_seq < 0 || every < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d, interval = %d must be >= 0", n_per_seq, every);
+    return TK_OK;              /* a KV cache rolls back without snapshots */
+}
+static void kv_checkpoint(tk_memory * m, int32_t seq) { (void) m; (void) seq; }
+static int32_t kv_checkpoints(tk_memory * m, int32_t seq, int32_t * pos, int32_t cap) { (void) m; (void) seq; (void) pos; (void) cap; return 0; }
+static int32_t kv_ckpt_next(tk_memory * m, int32_t pos) { (void) m; (void) pos; return INT32_MAX; }
+static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) { (void) m; (void) ub; }
+
+static void kv_report(tk_memory * m, tk_memory_report * r) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        r->kv_bytes += (2 * (uint64_t) kv->kv_dim[l] + (uint64_t) kv->ik_dim[l]) * (uint64_t) kv->n_cells * sizeof(float);
+}
+
+/* ---- state: section KV (layout in state.c) ------------------------------------------------ */
+
+static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
+    tk_memory_kv * kv = KV(m);
+    (void) tmp;
+    const uint64_t bit = seq < 0 ? 0 : UINT64_C(1) << seq;
+    const uint64_t at = tk_section_begin(w, TK_TAG_KV);
+    uint32_t n = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) n += kv->pos[i] >= 0 && (seq < 0 || (kv->seqs[i] & bit));
+    tk_put_u32(w, (uint32_t) kv->n_layer);
+    tk_put_u32(w, n);
+    for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, (uint32_t) kv->kv_dim[l]);
+    for (int32_t i = 0; i < kv->n_cells; i++) {
+        if (kv->pos[i] < 0 || (seq >= 0 && !(kv->seqs[i] & bit))) continue;
+        tk_put_i32(w, kv->pos[i]);
+        tk_put_u32(w, 0);
+        tk_put_u64(w, seq < 0 ? kv->seqs[i] : 1);
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->kv_dim[l]) continue;
+            tk_put(w, kv->k[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+            tk_put(w, kv->v[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+            if (kv->ik_dim[l]) tk_put(w, kv->ik[l] + (size_t) i * kv->ik_dim[l], (size_t) kv->ik_dim[l] * sizeof(float));
+        }
+    }
+    tk_section_end(w, at);
+}
+
+/* the section's header: layer count and widths must be this model's; room for its cells */
+static tk_status kv_read_header(tk_memory_kv * kv, tk_rbuf * q, const tk_state_rd * rd, uint32_t * nc) {
+    uint32_t nl;
+    if (!tk_get(q, &nl, 4) || !tk_get(q, nc, 4)) return TK_STATE_BAD("KV section truncated");
+    if ((int32_t) nl != kv->n_layer) return TK_STATE_BAD("KV section for %u layers, the model has %d", nl, kv->n_layer);
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        uint32_t d;
+        if (!tk_get(q, &d, 4)) return TK_STATE_BAD("KV section truncated");
+        if ((int32_t) d != kv->kv_dim[l]) return TK_STATE_BAD("KV layer %d width %u, the model has %d", l, d, kv->kv_dim[l]);
+    }
+    int32_t room = 0;
+    for (int32_t i = 0; i < kv->n_cells; i++) room += kv->pos[i] < 0 || (rd->seq >= 0 && kv->seqs[i] == rd->dst_bit);
+    if (rd->seq < 0) room = kv->n_cells;
+    if ((int64_t) *nc > room) return TK_FAIL(TK_ERR_NOMEM, "state: %u KV cells, this context has room for %d (raise n_ctx)", *nc, room);
+    return TK_OK;
+}
+
+static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_state_rd * rd) {
+    tk_memory_kv * kv = KV(m);
+    if (tag != TK_TAG_KV) return TK_STATE_BAD("a %s section, but this model has no recurrent layer", tag == TK_TAG_RS ? "recurrent" : "checkpoint");
+    if (rd->seen[TK_TAG_KV]++) return TK_STATE_BAD("two KV sections");
+    uint32_t nc;
+    TK_CHECK(kv_read_header(kv, q, rd, &nc));
+    int32_t cell = 0;
+    for (uint32_t i = 0; i < nc; i++) {
+        int32_t pos;
+        uint32_t pad;
+        uint64_t set;
+        if (!tk_get(q, &pos, 4) || !tk_get(q, &pad, 4) || !tk_get(q, &set, 8)) return TK_STATE_BAD("KV cell %u truncated", i);
+        if (pos < 0) return TK_STATE_BAD("KV cell %u has position %d", i, pos);
+        if (rd->seq < 0 ? (!set || (set & ~rd->all_seqs)) : set != 1)
+            return TK_STATE_BAD("KV cell %u has sequence set %#llx (n_seq_max = %d)", i, (unsigned long long) set, rd->n_seq);
+        if (rd->seq >= 0) set = rd->dst_bit;
+        for (int32_t s = 0; s < rd->n_seq; s++) {
+            if (!(set >> s & 1)) continue;
+            if (pos <= rd->kv_last[s]) return TK_STATE_BAD("KV cell %u: position %d of sequence %d after %d (out of order)", i, pos, s, rd->kv_last[s]);
+            rd->kv_last[s] = pos;
+        }
+        if (rd->apply) {
+            while (kv->pos[cell] >= 0) cell++;
+            kv->pos[cell] = pos;
+            kv->seqs[cell] = set;
+        }
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            if (!kv->kv_dim[l]) continue;
+            const size_t n = (size_t) kv->kv_dim[l] * sizeof(float);
+            if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * kv->kv_dim[l] : NULL, n) ||
+                !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->kv_dim[l] : NULL, n)) return TK_STATE_BAD("KV cell %u truncated", i);
+            if (kv->ik_dim[l] && !tk_get(q, rd->apply ? kv->ik[l] + (size_t) cell * kv->ik_dim[l] : NULL,
+                                         (size_t) kv->ik_dim[l] * sizeof(float)))
+                return TK_STATE_BAD("KV cell %u truncated", i);
+        }
+    }
+    return TK_OK;
+}
+
+static tk_status kv_state_read_end(tk_memory * m, const tk_state_rd * rd) {
+    (void) m;
+    return rd->seen[TK_TAG_KV] ? TK_OK : TK_STATE_BAD("no KV section");
+}
+
+static size_t kv_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
+
+static const tk_memory KV_METHODS = {
+    .clear = kv_clear,
+    .can_seq_rm = kv_can_seq_rm,
+    .seq_rm = kv_seq_rm,
+    .seq_cp = kv_seq_cp,
+    .seq_keep = kv_seq_keep,
+    .seq_pos_min = kv_seq_pos_min,
+    .seq_pos_max = kv_seq_pos_max,
+    .can_fit = kv_can_fit,
+    .prepare = kv_prepare,
+    .free = kv_free,
+    .can_seq_add = kv_can_seq_add,
+    .seq_add = kv_seq_add,
+    .kv_view = kv_view,
+    .rs_view = tk_memory_no_view_rs,
+    .set_checkpoints = kv_set_checkpoints,
+    .checkpoint = kv_checkpoint,
+    .checkpoints = kv_checkpoints,
+    .ckpt_next = kv_ckpt_next,
+    .after_ubatch = kv_after_ubatch,
+    .report = kv_report,
+    .state_write = kv_state_write,
+    .state_read = kv_state_read,
+    .state_read_end = kv_state_read_end,
+    .state_tmp_floats = kv_state_tmp_floats,
+    .set_spec_window = NULL,   /* no recurrent state: a KV cache rolls back without snapshots */
+};
+
+void tk_memory_kv_estimate(const tk_model * model, int32_t n_cells, tk_memory_report * r) {
+    for (int32_t l = 0; l < model->hp.n_layer; l++) {   /* K and V of kv_dim, and the third array of kv_idx_dim */
+        const tk_mixer_ops * ops = tk_mixer_ops_of(model->hp.layer_kinds[l]);
+        if (!ops || !ops->kv_dim) continue;
+        const uint64_t per_cell = 2 * (uint64_t) ops->kv_dim(model, l) + (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
+        r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_mul(tk_sat_mul(per_cell, (uint64_t) n_cells), sizeof(float)));
+    }
+}
+
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
+    const tk_hparams * hp = &model->hp;
+    *out = NULL;
+    if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
+    tk_memory_kv * kv = calloc(1, sizeof *kv);
+    if (!kv) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    kv->base = KV_METHODS;
+    kv->model = model;
+    kv->n_cells = n_cells;
+    kv->n_layer = hp->n_layer;
+    kv->pos = malloc((size_t) n_cells * sizeof(int32_t));
+    kv->seqs = calloc((size_t) n_cells, sizeof(uint64_t));
+    kv->ub_cells = malloc((size_t) n_ubatch * sizeof(int32_t));
+    kv->kv_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
+    kv->k = calloc((size_t) hp->n_layer, sizeof(float *));
+    kv->v = calloc((size_t) hp->n_layer, sizeof(float *));
+    kv->ik_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
+    kv->ik = calloc((size_t) hp->n_layer, sizeof(float *));
+    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik) {
+        kv_free(&kv->base);
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
+        if (!ops || !ops->kv_dim) continue;
+        kv->kv_dim[l] = ops->kv_dim(model, l);
+        size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l];
+        kv->k[l] = calloc(n, sizeof(float));
+        kv->v[l] = calloc(n, sizeof(float));
+        if (!kv->k[l] || !kv->v[l]) {
+            kv_free(&kv->base);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", 2 * n);
+        }
+        if (ops->kv_idx_dim) {
+            kv->ik_dim[l] = ops->kv_idx_dim(model, l);
+            kv->ik[l] = calloc((size_t) n_cells * (size_t) kv->ik_dim[l], sizeof(float));
+            if (!kv->ik[l]) {
+                kv_free(&kv->base);
+                return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the indexer key cache");
+            }
+        }
+    }
+    kv_clear(&kv->base);
+    *out = &kv->base;
+    return TK_OK;
+}
