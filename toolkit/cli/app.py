@@ -23,7 +23,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())   # piped: never wrapped at 80 columns
+# markup=False: no user or message text is ever read as rich markup (a path `[draft].gguf`, a
+# shape `[rows, row_dim]`, a `[/x]`); our own labels are styled with Text (print_error).
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty(), markup=False)   # piped: never wrapped at 80 columns
+
+
+def print_error(msg: str, label: str = "error") -> None:
+    """``LABEL: MSG`` on stderr, one line; MSG printed as it is (never as markup)."""
+    from rich.text import Text
+    err_console.print(Text.assemble((f"{label}:", "bold red"), " ", str(msg)), highlight=False, soft_wrap=True)
 
 
 def _version(value: bool) -> None:
@@ -112,7 +120,7 @@ def _run_app() -> int:
     except ToolkitError as e:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         return e.exit_code
     except BrokenPipeError:
         _quiet_stdout()
@@ -125,8 +133,7 @@ def _run_app() -> int:
             return 130
         if debug:
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)",
-                          highlight=False, soft_wrap=True)
+        print_error(f"{type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)", "internal error")
         return 1
 
 

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from toolkit.cli.app import err_console
+from toolkit.cli.app import err_console, print_error
 from toolkit.errors import InputError
 
 HELP = "commands: /regen /undo /save FILE /load FILE /reset /exit"
@@ -122,7 +122,7 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
             n_turn += 1
             turn = _answer(chat, opts, None if cmd == "/regen" else line, as_json)
         except InputError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             failed = True
             continue
         if as_json:

@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.app import app
 from toolkit.cli.report import console
@@ -56,8 +57,10 @@ def convert(
             typer.echo(json.dumps(d, indent=1, default=str))
             return
         con = console()
-        con.print(f"[bold]{hf_dir}[/]: {d['hf_architecture']} -> GGUF architecture [bold]{d['architecture']}[/], "
-                  f"outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB (dry run: nothing written)")
+        con.print(Text.assemble((hf_dir, "bold"), f": {d['hf_architecture']} -> GGUF architecture ",
+                                (d["architecture"], "bold"),
+                                f", outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB "
+                                f"(dry run: nothing written)"), highlight=False)
         kt = Table(title="key/values", show_header=False)
         for key, v in d["kv"].items():
             kt.add_row(key, str(v))
@@ -81,6 +84,6 @@ def convert(
         d = s.to_dict()
         typer.echo(json.dumps({"architecture": d.pop("arch"), **d}, indent=1))
         return
-    console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
+    console().print(Text.assemble("wrote ", (str(s.out), "bold"), f": {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
                     f"{s.n_bytes / 2**20:.1f} MiB of tensor data ({s.file_bytes / 2**20:.1f} MiB file), "
-                    f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB", highlight=False)
+                    f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB"), highlight=False)

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.app import app
 
@@ -142,9 +143,9 @@ def info(
     from toolkit.cli.report import console
     out = console()
     ft = d["file_type"]["name"] if d["file_type"] else "unknown"
-    out.print(f"[bold]{d['file']}[/]: architecture [bold]{d['architecture']}[/], "
-              f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, file type {ft}",
-              highlight=False)
+    out.print(Text.assemble((d['file'], "bold"), ": architecture ", (str(d['architecture']), "bold"),
+                            f", {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, "
+                            f"file type {ft}"), highlight=False)
     if d["cannot_run"]:
         out.print(f"cannot run: {d['cannot_run']}", highlight=False)
     if d["hparams"]:

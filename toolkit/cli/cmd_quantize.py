@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli import report
 from toolkit.cli.app import app
@@ -76,7 +77,7 @@ def quantize(
     show_bar = not as_json and not dry_run and err.is_terminal
     if show_bar:
         with Progress(TextColumn("[bold]quantize[/]"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}", markup=False),
                       console=err, transient=True) as bar:
             task = bar.add_task("", total=1)
 
@@ -104,8 +105,8 @@ def quantize(
             t.add_row(tp.name, str(list(tp.shape)), tp.src_type.name, tp.dst_type.name,
                       f"{tp.src_bytes / 2**20:.3f}", f"{tp.dst_bytes / 2**20:.3f}")
         out.print(t)
-    out.print(f"{'would write' if dry_run else 'wrote'} [bold]{output}[/] ({s.plan.ftype.name}): "
+    out.print(Text.assemble(f"{'would write' if dry_run else 'wrote'} ", (output, "bold"), f" ({s.plan.ftype.name}): "
               f"{d['size_before'] / 2**20:.2f} MiB ({d['bpw_before']:.2f} bpw) -> "
               f"{d['size_after'] / 2**20:.2f} MiB ({d['bpw_after']:.2f} bpw)"
-              + ("" if dry_run else f" in {s.wall_s:.2f} s, {s.n_threads} threads, peak RSS {s.peak_rss_mb:.0f} MiB"),
+              + ("" if dry_run else f" in {s.wall_s:.2f} s, {s.n_threads} threads, peak RSS {s.peak_rss_mb:.0f} MiB")),
               highlight=False)
