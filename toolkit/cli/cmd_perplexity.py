@@ -52,20 +52,30 @@ def perplexity(
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()
+    bar = None
+    if tty and not as_json:   # a terminal: one line updated in place (rich's live display)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("chunks  PPL {task.fields[ppl]}", markup=False), TimeRemainingColumn(),
+                       console=err, transient=True)
+        task = bar.add_task("", total=None, ppl="...")
 
     def progress(i: int, n: int, ppl: float) -> None:
-        # a terminal: one line updated in place; piped: a plain line per chunk
-        if tty and not as_json:
-            err.print(f"\rchunk {i + 1}/{n}  PPL {ppl:.4f}", end="", highlight=False)
-        elif not tty:
+        if bar is not None:
+            bar.update(task, completed=i + 1, total=n, ppl=f"{ppl:.4f}")
+        elif not tty:        # piped: a plain line per chunk
             err.print(f"chunk {i + 1}/{n} PPL {ppl:.4f}", highlight=False)
 
     from toolkit.runtime import interrupt
-    with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
-        res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                              threads=threads, progress=progress)
-    if tty and not as_json:
-        err.print()
+    try:
+        if bar is not None:
+            bar.start()
+        with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+            res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
+                                  threads=threads, progress=progress)
+    finally:
+        if bar is not None:
+            bar.stop()
     if as_json:
         from toolkit.gguf_io import GGUFFile
         typer.echo(json.dumps({**res.to_dict(), **common_fields(GGUFFile(model).arch)}, indent=1))
