@@ -115,7 +115,8 @@ def _run_app() -> int:
     try:
         from toolkit.cli.argv import check_argv, check_cpu_env
         check_cpu_env(os.environ)
-        rc = app(args=check_argv(sys.argv[1:], _option_names()), prog_name="toolkit", standalone_mode=False)
+        argv = check_argv(sys.argv[1:], _option_names())
+        rc = app(args=argv, prog_name="toolkit", standalone_mode=False)
         return rc if isinstance(rc, int) else 0
     except ToolkitError as e:
         if debug:
@@ -127,14 +128,96 @@ def _run_app() -> int:
         return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
-            e.show()
-            return e.exit_code
+            if _is(e, "NoArgsIsHelpError") or not _is(e, "UsageError"):
+                e.show()              # `toolkit` alone: the help
+                return e.exit_code
+            print_error(usage_line(e, sys.argv[1:]))
+            return 2
         if type(e).__name__ == "Abort":   # click turns Ctrl-C inside a command into Abort
             return 130
         if debug:
             raise
         print_error(f"{type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)", "internal error")
         return 1
+
+
+def _is(e: BaseException, name: str) -> bool:
+    """``e`` is click's exception class ``name`` (typer vendors click: matched by name)."""
+    return any(c.__name__ == name for c in type(e).__mro__)
+
+
+def usage_line(e, argv: list[str]) -> str:
+    """click's usage error ``e`` (a 4-line box: usage, hint, message) as one line naming the
+    flag: ``-n/--n-predict: 'abc' is not an integer``, ``no such option: --foo (toolkit run -h
+    lists the options)``, ``missing argument HF_DIR``; a suggestion only for a close spelling."""
+    import difflib
+    import typer.main
+    group = typer.main.get_command(app)
+    cmd_name = next((a for a in argv if not a.startswith("-")), None)
+    cmd = getattr(group, "commands", {}).get(cmd_name)
+    prog = f"toolkit {cmd_name}" if cmd is not None else "toolkit"
+    params = list(cmd.params) if cmd is not None else []
+
+    def spell(p) -> str:
+        if getattr(p, "param_type_name", "") != "option":
+            return (p.name or "").upper()
+        return "/".join(sorted(p.opts, key=lambda o: (o.startswith("--"), len(o))))
+
+    def by_flag(flag: str):
+        return next((p for p in params if flag in p.opts or flag in getattr(p, "secondary_opts", ())), None)
+
+    if _is(e, "NoSuchOption"):
+        from toolkit.cli.argv import no_such_option
+        opts = [o for p in params for o in (*p.opts, *getattr(p, "secondary_opts", ()))] + ["-h", "--help"]
+        return no_such_option(e.option_name, cmd_name if cmd is not None else None, opts)
+    if _is(e, "MissingParameter") and getattr(e, "param", None) is not None:
+        p = e.param
+        what = "argument" if getattr(p, "param_type_name", "") == "argument" else "option"
+        return f"missing {what} {spell(p)} ({prog} -h shows the usage)"
+    if _is(e, "BadParameter") and getattr(e, "param", None) is not None:
+        p = e.param
+        value = _value_in(argv, p.opts) if getattr(p, "param_type_name", "") == "option" else None
+        kind = _kind(p)
+        if value is not None and kind:
+            return f"{spell(p)}: {value!r} is not {kind}"
+        return f"{spell(p)}: {_one_line(e.message)}"
+    msg = _one_line(e.format_message() if hasattr(e, "format_message") else str(e))
+    if _is(e, "BadOptionUsage") and getattr(e, "option_name", None) and "requires an argument" in msg:
+        p = by_flag(e.option_name)
+        return f"{spell(p) if p is not None else e.option_name} needs a value"
+    if msg.startswith("No such command"):
+        bad = msg.split("'")[1] if msg.count("'") >= 2 else ""
+        close = difflib.get_close_matches(bad, list(getattr(group, "commands", {})), n=1, cutoff=0.75)
+        return f"no such command: {bad} " + (f"(did you mean {close[0]}?)" if close else "(toolkit -h lists the commands)")
+    if msg.startswith("Got unexpected extra argument"):
+        extra = msg[msg.find("(") + 1:msg.rfind(")")] if "(" in msg else ""
+        return f"unexpected extra argument: {extra} ({prog} -h shows the usage)"
+    return msg[:1].lower() + msg[1:].rstrip(".")
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def _value_in(argv: list[str], opts) -> str | None:
+    """The value given to the option spelled ``opts`` in ``argv`` (``-n 5``, ``--n=5``), the last one."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        for o in opts:
+            if a == o and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif a.startswith(o + "=") and o.startswith("--"):
+                value = a[len(o) + 1:]
+    return value
+
+
+def _kind(p) -> str | None:
+    """"an integer" / "a number" for an int / float parameter (typer's annotation, else click's type)."""
+    ann = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+    name = getattr(ann, "__name__", None) or getattr(getattr(p, "type", None), "name", None)
+    return {"int": "an integer", "integer": "an integer", "float": "a number"}.get(name)
 
 
 def _option_names() -> dict[str, dict[str, bool]]:

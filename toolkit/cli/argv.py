@@ -3,8 +3,8 @@
 click already reads a declared multi-letter short flag (``-ub``, ``-sys``, ``-cnv``) as itself.
 An undeclared one would be split into a short flag and its value (``-ngl 99`` -> ``-n gl``),
 so llama.cpp's flags that toolkit does not have are caught here by name, with the reason, and
-exit 2: ``not supported: -ngl (toolkit runs on CPU)``.  Also here: ``toolkit chat`` (an alias
-of ``toolkit run -cnv``), the check of ``TOOLKIT_CPU``, and llama.cpp's escape processing.
+exit 2: ``not supported: -ngl (toolkit runs on CPU)``.  Also here: the check of ``TOOLKIT_CPU``,
+and llama.cpp's escape processing.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni
 def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
     """``argv`` (without the program name) as click should see it.
 
-    ``toolkit chat ARGS`` becomes ``toolkit run -cnv ARGS``.  Raises InputError
+    Raises InputError
     ``not supported: FLAG (why)`` for a llama.cpp flag toolkit does not have, given to a
     command that runs a model, and ``no such option: -xyz`` for any other multi-letter short
     flag the command does not declare (``known``: command -> {option spelling: takes a value}),
@@ -70,8 +70,6 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
     cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
     if cmd_at is None:
         return argv
-    if argv[cmd_at] == "chat":
-        argv[cmd_at:cmd_at + 1] = ["run", "-cnv"]
     cmd = argv[cmd_at]
     opts = (known or {}).get(cmd)
     skip = False
@@ -86,9 +84,17 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
         if cmd in _MODEL_COMMANDS and flag in UNSUPPORTED:
             raise InputError(f"not supported: {flag} ({UNSUPPORTED[flag]})")
         if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
-            raise InputError(f"no such option: {flag} (toolkit {'chat' if cmd == 'run' and '-cnv' in argv else cmd} "
-                             f"-h lists the options)")
+            raise InputError(no_such_option(flag, cmd, opts))
     return argv
+
+
+def no_such_option(flag: str, cmd: str | None, opts) -> str:
+    """``no such option: FLAG`` and either ``(did you mean X?)``, for a close spelling only, or
+    ``(toolkit CMD -h lists the options)``; ``opts``: the command's option spellings."""
+    import difflib
+    close = difflib.get_close_matches(flag, [o for o in (opts or ()) if o.startswith("-")], n=1, cutoff=0.8)
+    prog = f"toolkit {cmd}" if cmd else "toolkit"
+    return f"no such option: {flag} " + (f"(did you mean {close[0]}?)" if close else f"({prog} -h lists the options)")
 
 
 def check_cpu_env(environ) -> None:

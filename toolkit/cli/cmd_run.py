@@ -139,6 +139,29 @@ def run(
     _run_and_render(opts, as_json, display_prompt, verbose)
 
 
+
+def chat(**kw) -> None:
+    """Chat with a GGUF model: user turns from stdin (line editing and history on a terminal),
+    answers rendered with the chat template and streamed to stdout; /regen /undo /save FILE
+    /load FILE /reset /exit.  The same as toolkit run -cnv."""
+    run(conversation=True, **kw)
+
+
+def _chat_signature():
+    """run's parameters without -cnv (annotations evaluated: typer reads them from here)."""
+    import inspect
+    sig = inspect.signature(run, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.name != "conversation"]
+    for i, p in enumerate(params):
+        if p.name == "prompt":   # in chat, PROMPT is the first user turn
+            params[i] = p.replace(default=typer.Argument(None, help="The first user turn (optional); '-' reads it from stdin."))
+    return sig.replace(parameters=params)
+
+
+chat.__signature__ = _chat_signature()
+chat.__annotations__ = {p.name: p.annotation for p in chat.__signature__.parameters.values()}
+app.command("chat", context_settings={"ignore_unknown_options": False})(chat)
+
 def check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min,
                 sources: str = "--lookup or --draft-model FILE") -> tuple[int, int]:
     """The speculative flags: ranges, one draft source, the draft file exists, a window flag
