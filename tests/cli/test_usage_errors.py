@@ -30,3 +30,25 @@ def test_usage_error_is_one_line(monkeypatch, capsys, args, want):
     for w in want:
         assert w in err, (w, err)
     assert "Possible options" not in err and "--lookup" not in err, err
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["serve", "-ngl", "99"], "not supported: -ngl (toolkit runs on CPU)"),
+    (["serve", "--n-gpu-layers", "99"], "not supported: --n-gpu-layers (toolkit runs on CPU)"),
+    (["serve", "-fa"], "not supported: -fa"),
+    (["serve", "-ctk", "q8_0"], "not supported: -ctk"),
+    (["serve", "-kvu"], "not supported: -kvu"),
+    (["serve", "-cnv"], "no such option: -cnv"),      # not a server flag: no chat advice
+])
+def test_serve_refuses_llama_cpp_flags_by_name(monkeypatch, capsys, args, msg):
+    # serve -ngl 99 said `no such option`; run says why
+    rc, out, err = cli(monkeypatch, capsys, *args)
+    assert rc == 2 and err.count("\n") == 1 and msg in err, err
+    assert "one sequence per run" not in err
+
+
+def test_serve_keeps_its_own_flags():
+    from toolkit.cli.app import _option_names
+    from toolkit.cli.argv import check_argv
+    argv = ["serve", "-np", "2", "--parallel", "2", "-c", "512"]
+    assert check_argv(argv, _option_names()) == argv

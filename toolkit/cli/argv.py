@@ -51,7 +51,26 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 # the commands that run a model and so take llama.cpp's model flags
-_MODEL_COMMANDS = ("run", "chat", "bench", "perplexity")
+_MODEL_COMMANDS = ("run", "chat", "bench", "perplexity", "serve")
+
+# serve: llama-server's spelling of a flag it declares itself (-np) is its own; the chat and
+# prompt-cache groups are llama-cli's, not the server's (plain unknown options there); and
+# these get the server's reason
+_INTERACTIVE = {f for f, why in UNSUPPORTED.items() if why.startswith(("use -cnv", "use --session"))}
+_SERVE_REASONS = {**dict.fromkeys(("-kvu", "--kv-unified"), "the slots already share one KV cache of -c cells"),
+                  **dict.fromkeys(("-dt", "--defrag-thold"), "no defragmentation: cells are reused in place")}
+
+
+def unsupported(flag: str, cmd: str, declared) -> str | None:
+    """Why ``cmd`` refuses llama.cpp's ``flag``, or None when it is not one of those
+    (``declared``: the command's own option spellings, which always win)."""
+    if cmd not in _MODEL_COMMANDS or flag in (declared or ()) or flag not in UNSUPPORTED:
+        return None
+    if cmd == "serve":
+        if flag in _INTERACTIVE:
+            return None
+        return _SERVE_REASONS.get(flag, UNSUPPORTED[flag])
+    return UNSUPPORTED[flag]
 
 CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni: avx2 without AVX-VNNI
 
@@ -81,8 +100,9 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
             break
         flag = a.split("=", 1)[0]
         skip = bool(opts and opts.get(flag) and "=" not in a)
-        if cmd in _MODEL_COMMANDS and flag in UNSUPPORTED:
-            raise InputError(f"not supported: {flag} ({UNSUPPORTED[flag]})")
+        why = unsupported(flag, cmd, opts)
+        if why is not None:
+            raise InputError(f"not supported: {flag} ({why})")
         if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
             raise InputError(no_such_option(flag, cmd, opts))
     return argv
