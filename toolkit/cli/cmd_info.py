@@ -183,7 +183,7 @@ def info(
             tk.add_row(key, str(v))
     out.print(tk)
     tpl = d["tokenizer"]["chat_template"]
-    out.print("chat template: " + ("none (toolkit run -cnv falls back to plain completion)" if not tpl else ""),
+    out.print("chat template: " + ("none (toolkit chat and serve fall back to chatml, as llama.cpp does)" if not tpl else ""),
               highlight=False)
     if tpl:
         out.print(tpl, markup=False, highlight=False)
