@@ -17,3 +17,60 @@ def test_chat_help_is_chats_own(monkeypatch, capsys):
     assert rc == 0
     assert "toolkit chat" in out and "toolkit run [" not in out, out
     assert "--conversation" not in out, out
+
+
+def _flat(s: str) -> str:
+    return " ".join(s.replace("│", " ").split())
+
+
+def test_every_family_list_is_the_registrys(monkeypatch, capsys):
+    # `toolkit -h` named five families, `convert -h` left out Falcon-H1, LFM2, Zamba2, Nemotron-H
+    import pathlib
+    import tomllib
+    from toolkit.convert.families import family_names
+    names = family_names()
+    root = pathlib.Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    opening = readme.split("## ")[0]
+    texts = {
+        "toolkit -h": _flat(cli(monkeypatch, capsys, "-h")[1]),
+        "convert -h": _flat(cli(monkeypatch, capsys, "convert", "-h")[1]),
+        "convert --list-archs": cli(monkeypatch, capsys, "convert", "--list-archs")[1],
+        "pyproject description": tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"],
+        "README opening": _flat(opening),
+    }
+    for where, text in texts.items():
+        missing = [n for n in names if n not in text]
+        assert not missing, (where, missing)
+
+
+def test_list_archs_names_every_hf_architecture(monkeypatch, capsys):
+    import json
+    from toolkit.convert.families import REGISTRY
+    rc, out, err = cli(monkeypatch, capsys, "convert", "--list-archs", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert sorted(r["hf_architecture"] for r in rows) == sorted(REGISTRY)
+    assert {r["gguf_architecture"] for r in rows if not r["llama_cpp"]} == {"zamba2"}
+
+
+def test_unknown_architecture_did_you_mean(monkeypatch, capsys, tmp_path):
+    import json
+    import shutil
+    src = pathlib_fixture("mamba-tiny")
+    d = tmp_path / "m"
+    shutil.copytree(src, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["architectures"] = ["MambaForCausalLm"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "o.gguf"))
+    assert rc == 3 and "did you mean MambaForCausalLM?" in err, err
+    cfg["architectures"] = ["LlamaForCausalLM"]        # another model, not a typo: no suggestion
+    (d / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "o.gguf"))
+    assert rc == 3 and "did you mean" not in err and "--list-archs" in err, err
+
+
+def pathlib_fixture(name: str):
+    import pathlib
+    return pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf" / name

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 import typer
 from rich.table import Table
@@ -31,21 +32,48 @@ def _progress_factory(enabled: bool):
     return prog, factory
 
 
+def _list_archs(as_json: bool) -> None:
+    """`convert --list-archs`: the converter registry as a table (or JSON rows)."""
+    from toolkit.convert.families import arch_table
+    rows = arch_table()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    t = Table(title="toolkit convert: HF architectures")
+    for c in ("HF architecture (config.json)", "family", "GGUF architecture", "llama.cpp loads it"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["hf_architecture"], r["family"], r["gguf_architecture"],
+                  "yes" if r["llama_cpp"] else "no (toolkit's own layout)")
+    console().print(t)
+
+
 @app.command()
 def convert(
-    hf_dir: str = typer.Argument(..., help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
-    out: str = typer.Argument(..., help="GGUF file to write (written atomically: nothing is left on error)."),
+    hf_dir: Optional[str] = typer.Argument(None, metavar="HF_DIR", help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
+    out: Optional[str] = typer.Argument(None, metavar="OUT.gguf", help="GGUF file to write (written atomically: nothing is left on error)."),
     outtype: str = typer.Option("f32", "--outtype", help="f32, f16, bf16, q8_0, or auto (the checkpoint's dtype). "
                                 "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (mtp.* tensors of "
                                 "Qwen3-Next / Qwen3.5 checkpoints); a checkpoint without one needs no flag."),
+    list_archs: bool = typer.Option(False, "--list-archs", help="List each HF architecture, its family, the GGUF "
+                                    "architecture it becomes and whether llama.cpp loads the result, then exit."),
 ) -> None:
-    """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba / Qwen3-Next / Qwen3.5 / qwen4exp
-    checkpoint to GGUF, one band of rows resident at a time."""
-    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
+    """Convert a Hugging Face checkpoint to GGUF, one band of rows resident at a time: Mamba,
+    Mamba-2, Bamba, Granite 4.0-H, Jamba, Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5,
+    Nemotron-H, Falcon-H1, LFM2, Zamba2 (--list-archs: the architecture names)."""
     from toolkit.errors import InputError
+
+    if list_archs:
+        _list_archs(as_json)
+        return
+    if hf_dir is None:
+        raise InputError("missing argument HF_DIR (toolkit convert -h shows the usage; --list-archs lists the architectures)")
+    if out is None:
+        raise InputError("missing argument OUT.gguf (toolkit convert -h shows the usage)")
+    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
 
     outtype = outtype.lower()   # F16 = f16, as quantize accepts any case
     if outtype not in OUTTYPES:

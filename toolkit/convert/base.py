@@ -87,6 +87,12 @@ class Family:
 
     hf_archs: ClassVar[tuple[str, ...]] = ()
     arch: ClassVar[str] = ""
+    # what people call the models (help texts, README, `convert --list-archs`; a test keeps
+    # every list of families equal to the union of these)
+    families: ClassVar[tuple[str, ...]] = ()
+    gguf_archs: ClassVar[str] = ""       # `--list-archs`' GGUF column when not just ``arch``
+    llama_cpp: ClassVar[bool] = True     # llama.cpp loads the file we write
+    vllm: ClassVar[bool] = True          # vLLM runs the HF checkpoint (its supported-models list)
     known: ClassVar[tuple[str, ...]] = ()
     # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
     int_known: ClassVar[tuple[str, ...]] = ()

@@ -50,8 +50,11 @@ def make_plan(hf_dir: str, outtype: str = "f32", no_mtp: bool = False) -> Plan:
     fam_cls = REGISTRY.get(hf.arch_name)
     if fam_cls is None:
         # a valid checkpoint of an architecture this version does not handle: exit 3
-        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
-                               f"supported: {', '.join(supported())}")
+        from toolkit.convert.families import closest
+        near = closest(str(hf.arch_name))
+        hint = f" (did you mean {near}?)" if near else ""
+        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported{hint}; "
+                               f"supported: {', '.join(supported())} (toolkit convert --list-archs)")
     fam = fam_cls(hf, outtype)
     fam.no_mtp = no_mtp
     plan = fam.build()
