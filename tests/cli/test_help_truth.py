@@ -74,3 +74,21 @@ def test_unknown_architecture_did_you_mean(monkeypatch, capsys, tmp_path):
 def pathlib_fixture(name: str):
     import pathlib
     return pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf" / name
+
+
+def test_version_names_the_commit(monkeypatch, capsys):
+    import re
+    for flag in ("--version", "-V"):
+        rc, out, err = cli(monkeypatch, capsys, flag)
+        assert rc == 0, err
+        assert re.fullmatch(r"toolkit \S+ \(commit [0-9a-f]{7,40}(-dirty)?\)\n", out), out
+
+
+def test_shell_completion(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "-h")
+    assert "--install-completion" in out
+    monkeypatch.setenv("_TOOLKIT_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", "toolkit run --tem")
+    monkeypatch.setenv("COMP_CWORD", "2")
+    rc, out, err = cli(monkeypatch, capsys)
+    assert rc == 0 and out.split() == ["--temp"], (out, err)

@@ -20,7 +20,7 @@ app = typer.Typer(
          "Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1, LFM2, Zamba2): "
          "convert Hugging Face checkpoints to GGUF, quantize, and run them on a CPU.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,      # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -37,14 +37,14 @@ def print_error(msg: str, label: str = "error") -> None:
 
 def _version(value: bool) -> None:
     if value:
-        from toolkit import __version__
-        typer.echo(f"toolkit {__version__}")
+        from toolkit import __version__, build_commit
+        typer.echo(f"toolkit {__version__} (commit {build_commit()})")
         raise typer.Exit()
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print toolkit's version and exit.")) -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="Print toolkit's version and the git commit it was built from, and exit.")) -> None:
     """Hybrid recurrent/attention models: convert, quantize, run."""
 
 # Subcommand modules register themselves on `app` when imported.  A module listed here

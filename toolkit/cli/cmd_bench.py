@@ -119,13 +119,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
 
 
 def _git_commit() -> str:
-    try:
-        import subprocess
-        here = os.path.dirname(os.path.abspath(__file__))
-        r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() if r.returncode == 0 else "unknown"
-    except (OSError, ValueError, TimeoutError):
-        return "unknown"
+    from toolkit import build_commit
+    return build_commit()
 
 
 def _cpu_name() -> str:
