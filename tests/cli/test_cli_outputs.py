@@ -272,7 +272,7 @@ def test_convert_outtype_any_case(monkeypatch, capsys, tmp_path):
 def test_version(monkeypatch, capsys):
     from toolkit import __version__
     rc, out, err = cli(monkeypatch, capsys, "--version")
-    assert rc == 0 and out.strip() == f"toolkit {__version__}", (out, err)
+    assert rc == 0 and out.startswith(f"toolkit {__version__} (commit "), (out, err)   # and the commit (issue 37)
 
 
 def test_context_full_note(monkeypatch, capsys):

@@ -92,3 +92,31 @@ def test_shell_completion(monkeypatch, capsys):
     monkeypatch.setenv("COMP_CWORD", "2")
     rc, out, err = cli(monkeypatch, capsys)
     assert rc == 0 and out.split() == ["--temp"], (out, err)
+
+
+def _help_piped(*args: str, env_extra: dict | None = None) -> str:
+    """`toolkit ARGS -h` in a child with no terminal at all (stdin, stdout, stderr piped)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH", "LINES")}
+    env.update(env_extra or {})
+    p = subprocess.run([sys.executable, "-m", "toolkit", *args, "-h"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_flags_and_defaults_in_help_are_spelled_right():
+    for cmd in ("", "run", "chat", "serve", "bench", "info", "quantize", "convert", "perplexity"):
+        out = _help_piped(*([cmd] if cmd else []))
+        assert "<bool>" not in out, (cmd, out)        # an on/off flag takes no value
+        assert "[default: e]" not in out, (cmd, out)  # --escape/--no-escape's default is on
+    assert "[default: escape]" in _flat(_help_piped("run"))
+
+
+def test_piped_help_wraps_at_80_without_a_terminal_and_at_columns():
+    out = _help_piped("run")
+    assert max(len(x) for x in out.splitlines()) <= 80, max(len(x) for x in out.splitlines())
+    out = _help_piped("run", env_extra={"COLUMNS": "120"})
+    assert 100 < max(len(x) for x in out.splitlines()) <= 120

@@ -35,6 +35,28 @@ def print_error(msg: str, label: str = "error") -> None:
     err_console.print(Text.assemble((f"{label}:", "bold red"), " ", str(msg)), highlight=False, soft_wrap=True)
 
 
+def _plain_flags_in_help() -> None:
+    """typer's help gives every option a type column; an on/off flag (``--ignore-eos``,
+    ``--escape/--no-escape``) takes no value, so it gets none (not ``<bool>``)."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:
+        return
+    orig = getattr(TyperOption, "display_type_rich", None)
+    if orig is None or getattr(orig, "_toolkit", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        return orig(self, ctx)
+    display_type_rich._toolkit = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_plain_flags_in_help()
+
+
 def _version(value: bool) -> None:
     if value:
         from toolkit import __version__, build_commit

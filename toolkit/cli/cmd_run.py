@@ -63,7 +63,7 @@ def run(
     prompt_opt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Prompt text (as llama-cli's -p)."),
     file: Optional[str] = typer.Option(None, "-f", "--file", help="Read the prompt from this UTF-8 file ('-': stdin); one trailing newline is dropped."),
     system: Optional[str] = typer.Option(None, "-sys", "--system-prompt", help="System message, rendered with the model's chat template."),
-    escape: bool = typer.Option(True, "-e", "--escape/--no-escape", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
+    escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
     conversation: bool = typer.Option(False, "-cnv", "--conversation", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, or a name (chatml, or tokenizer.chat_template.NAME in the GGUF)."),
     model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
