@@ -123,7 +123,7 @@ def test_non_utf8_prompt_subprocess(tmp_path):
     (["run", "-m", str(MODEL), "hi", "-c", "-1"], "--ctx-size"),
     (["run", "-m", str(MODEL), "hi", "-b", "100000"], "--ubatch"),
     (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "0"], "--ctx"),
-    (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "2"], "--ctx 2: must be an even number >= 4"),  # said [2, ...]
+    (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "2"], "-c/--ctx-size 2: must be an even number >= 4"),  # said [2, ...]
 ])
 def test_flag_ranges_name_the_flag(monkeypatch, capsys, args, flag):
     rc, out, err = cli(monkeypatch, capsys, *args)

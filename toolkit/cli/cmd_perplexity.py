@@ -22,7 +22,7 @@ def perplexity(
     file_arg: Optional[str] = typer.Argument(None, metavar="[FILE]", help="UTF-8 text file to score (or -f FILE)."),
     file_opt: Optional[str] = typer.Option(None, "-f", "--file", help="UTF-8 text file to score (llama-perplexity's -f)."),
     model: str = typer.Option(..., "-m", "--model", help="GGUF model."),
-    ctx: int = typer.Option(512, "--ctx", "-c", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
+    ctx: int = typer.Option(512, "-c", "--ctx-size", "--ctx", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
     chunks: int = typer.Option(0, "--chunks", help="Score at most this many chunks (0: all)."),
     kld_base: Optional[str] = typer.Option(None, "--kld-base", help="Base model: a GGUF, or a logits file from --kld-out. Adds KL divergence and top-1 agreement."),
     kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
@@ -48,7 +48,7 @@ def perplexity(
     if chunks < 0:
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
-        raise InputError(f"--ctx {ctx}: must be an even number >= 4")
+        raise InputError(f"-c/--ctx-size {ctx}: must be an even number >= 4")
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()

@@ -1,4 +1,4 @@
-"""`toolkit quantize IN.gguf OUT.gguf TYPE`: llama-quantize's file types, in row bands."""
+"""`toolkit quantize IN.gguf [OUT.gguf] TYPE`: llama-quantize's file types, in row bands."""
 from __future__ import annotations
 
 import json
@@ -33,11 +33,24 @@ def _parse_tensor_types(items: list[str]) -> list[tuple[str, object]]:
     return out
 
 
+def default_output(input: str, type: str) -> str:
+    """llama-quantize's name for ``quantize IN TYPE``: IN's folder, ``ggml-model-TYPE.gguf``
+    (TYPE as llama-quantize spells it: upper case, an alias kept as typed).  An unknown TYPE
+    is an InputError listing the valid ones (it may be a mistyped output name)."""
+    from toolkit.quantize.types import file_type
+    try:
+        file_type(type)
+    except InputError as e:
+        raise InputError(f"{e} (with two arguments, the second is the TYPE: toolkit quantize IN.gguf [OUT.gguf] TYPE)") from None
+    return os.path.join(os.path.dirname(input), f"ggml-model-{type.upper()}.gguf")
+
+
 @app.command()
 def quantize(
     input: str = typer.Argument(..., help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
-    output: str = typer.Argument(..., help="Output GGUF (written atomically; must differ from the input)."),
-    type: str = typer.Argument(..., help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
+    output: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", help="Output GGUF (written atomically; must differ "
+                                           "from the input). Omitted: IN's folder, ggml-model-TYPE.gguf, as llama-quantize names it."),
+    type: Optional[str] = typer.Argument(None, metavar="TYPE", help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
                                          "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K)."),
     tensor_type: Optional[List[str]] = typer.Option(None, "--tensor-type", help="REGEX=TYPE: tensors whose name matches "
                                                     "REGEX get ggml type TYPE (repeatable; first match wins)."),
@@ -59,6 +72,10 @@ def quantize(
     from toolkit.quantize import Options, quantize_file
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
+    if type is None:   # `quantize IN TYPE`: llama-quantize's default output name
+        if output is None:
+            raise InputError("missing argument TYPE (toolkit quantize -h shows the usage)")
+        type, output = output, default_output(input, output)
     file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
     from toolkit.cli.limits import check_threads
     check_threads("--threads", threads, zero_is_auto=True)
