@@ -120,3 +120,18 @@ def test_piped_help_wraps_at_80_without_a_terminal_and_at_columns():
     assert max(len(x) for x in out.splitlines()) <= 80, max(len(x) for x in out.splitlines())
     out = _help_piped("run", env_extra={"COLUMNS": "120"})
     assert 100 < max(len(x) for x in out.splitlines()) <= 120
+
+
+def test_readme_beyond_one_machine_table_is_the_registrys():
+    import pathlib
+    from toolkit.convert.families import FAMILIES
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("## Beyond one machine")[1].split("\n## ")[0]
+    rows = [r.split("|")[1:-1] for r in table.splitlines() if r.startswith("| ") and "`" in r]
+    by_arch = {a.strip("` "): (cells[2].strip(), cells[3].strip()) for cells in rows
+               for a in cells[1].split(",")}
+    for fam in FAMILIES:
+        name = next(n for n in fam.hf_archs if n in by_arch)   # the table names one spelling at least
+        llama, vllm = by_arch[name]
+        assert llama.startswith("yes" if fam.llama_cpp else "no"), (name, llama)
+        assert vllm.startswith("yes" if fam.vllm else "no"), (name, vllm)
