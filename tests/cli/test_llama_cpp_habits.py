@@ -37,3 +37,22 @@ def test_perplexity_ctx_size(monkeypatch, capsys, tmp_path):
                            "--chunks", "1", "--json")
         assert rc == 0, err
         assert json.loads(out)["n_ctx"] == 16
+
+
+CHAT = ["-m", str(DEMO), "--temp", "0", "-n", "2", "-t", "1", "--chat-template", "chatml", "--json"]
+
+
+def test_single_turn(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "chat", "-st", *CHAT, stdin="Hello\nSecond\n")
+    assert rc == 0, err
+    assert len(out.splitlines()) == 1 and json.loads(out)["turn"] == 1      # the second line is not read
+    rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", "--single-turn", "-p", "Hi", *CHAT, stdin="never\n")
+    assert rc == 0 and len(out.splitlines()) == 1, err
+    rc, out, err = cli(monkeypatch, capsys, "run", "-st", "-p", "Hi", "-m", str(DEMO), "-n", "1")
+    assert rc == 2 and "-st/--single-turn: only in a conversation" in err, err
+
+
+def test_no_cnv(monkeypatch, capsys):
+    rc, out, err = cli(monkeypatch, capsys, "run", "-no-cnv", "-p", "Hi", "-m", str(DEMO), "-n", "2", "--temp", "0",
+                       "--json")
+    assert rc == 0 and json.loads(out)["prompt_tokens"], err

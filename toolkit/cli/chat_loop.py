@@ -76,7 +76,8 @@ def _note(msg: str) -> None:
     err_console.print(msg, highlight=False, soft_wrap=True)
 
 
-def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[str, ...] = ()) -> int:
+def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[str, ...] = (),
+              single_turn: bool = False) -> int:
     """Run the chat for ``opts`` (toolkit.runtime.run.RunOptions; prompt, if any, is the first
     user turn); returns the exit status.  ``inputs``: other files the command read (-f, a
     grammar or schema file), which /save refuses as the model's file."""
@@ -107,7 +108,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
                     from toolkit.runtime.run import make_drafter
                     drafter, dm = make_drafter(opts, tok, chat.sampler.seed)
                     chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
-                return _loop(chat, opts, as_json, verbose)
+                return _loop(chat, opts, as_json, verbose, single_turn)
             finally:
                 if drafter is not None:
                     drafter.close()
@@ -117,7 +118,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
             m.close()
 
 
-def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
+def _loop(chat, opts, as_json: bool, verbose: bool, single_turn: bool = False) -> int:
     """Read turns and commands until the end of input; returns the exit status: 0, or 2 when
     input came from a pipe or file and a turn or command failed (its one-line error was
     printed and the chat went on), so that a script sees it."""
@@ -176,6 +177,8 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
                               + (f", drafts accepted {turn.spec['n_accepted']} of {turn.spec['n_drafted']}"
                                  if turn.spec else ""),
                               highlight=False, soft_wrap=True)
+        if single_turn:                       # -st: one answer, then leave
+            return 128 + interrupt.received() if turn.stop_reason == "interrupted" else 0
         if turn.stop_reason == "interrupted":
             if interrupt.received() != 2:     # SIGTERM (or another signal): leave
                 return 128 + interrupt.received()

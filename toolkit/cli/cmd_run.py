@@ -64,7 +64,8 @@ def run(
     file: Optional[str] = typer.Option(None, "-f", "--file", help="Read the prompt from this UTF-8 file ('-': stdin); one trailing newline is dropped."),
     system: Optional[str] = typer.Option(None, "-sys", "--system-prompt", help="System message, rendered with the model's chat template."),
     escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
-    conversation: bool = typer.Option(False, "-cnv", "--conversation", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat)."),
+    conversation: bool = typer.Option(False, "--conversation/--no-conversation", "-cnv/-no-cnv", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat); -no-cnv: plain completion (the default here)."),
+    single_turn: bool = typer.Option(False, "-st", "--single-turn", help="Chat: answer one user turn (the prompt, else the first line of stdin), then exit (llama-cli's -st)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, or a name (chatml, or tokenizer.chat_template.NAME in the GGUF)."),
     model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
     n_predict: int = typer.Option(128, "-n", "--n-predict", help="Tokens to generate (-1: until end of generation or a full context)."),
@@ -111,6 +112,8 @@ def run(
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    if single_turn and not conversation:
+        raise InputError("-st/--single-turn: only in a conversation (toolkit chat, -cnv)")
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -134,7 +137,7 @@ def run(
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
-        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose,
+        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose, single_turn=single_turn,
                                    inputs=tuple(p for p in (file, grammar_file, json_schema_file) if p and p != "-")))
     _run_and_render(opts, as_json, display_prompt, verbose)
 
