@@ -135,3 +135,15 @@ def test_readme_beyond_one_machine_table_is_the_registrys():
         llama, vllm = by_arch[name]
         assert llama.startswith("yes" if fam.llama_cpp else "no"), (name, llama)
         assert vllm.startswith("yes" if fam.vllm else "no"), (name, vllm)
+
+
+def test_info_shows_floats_as_written(monkeypatch, capsys):
+    # rms_eps 1e-05 (a float32 key) showed as 9.999999747378752e-06
+    import json
+    import pathlib
+    demo = pathlib.Path(__file__).resolve().parents[2] / "toolkit" / "data" / "default.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "info", str(demo), "--no-tensors")
+    assert rc == 0 and "9.99999974" not in out and "1e-05" in out, out
+    rc, out, err = cli(monkeypatch, capsys, "info", str(demo), "--json")
+    d = json.loads(out)
+    assert d["hparams"]["rms_eps"] == 1e-05 and "9.99999974" not in out

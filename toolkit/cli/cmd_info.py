@@ -53,7 +53,7 @@ def describe(path: str) -> dict[str, Any]:
         "add_eos_token": f.get(Keys.Tokenizer.ADD_EOS),
         "chat_template": f.get(Keys.Tokenizer.CHAT_TEMPLATE),
     }
-    meta = {key: v for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
+    meta = {key: _as_written(v) for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
     return {
         "file": path,
         "architecture": f.arch,
@@ -61,7 +61,7 @@ def describe(path: str) -> dict[str, Any]:
         "cannot_run": cannot,
         "file_type": _file_type(f.get("general.file_type")),
         "n_params": int(sum(t.n_elements for t in f)),
-        "hparams": hp.to_dict() if hp else {},
+        "hparams": {k: _as_written(v) for k, v in hp.to_dict().items()} if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
         "ple": _ple(f),
@@ -71,6 +71,19 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _as_written(v):
+    """A float32 key value as the file's writer wrote it (1e-05, not 9.999999747378752e-06):
+    the shortest decimal that reads back as the same float32; lists element by element."""
+    if isinstance(v, (list, tuple)):
+        return [_as_written(x) for x in v]
+    if isinstance(v, float):
+        import numpy as np
+        f32 = np.float32(v)
+        if float(f32) == v and np.isfinite(f32):
+            return float(str(f32))
+    return v
 
 
 def _file_type(v) -> dict[str, Any] | None:
