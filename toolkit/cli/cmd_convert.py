@@ -1,4 +1,4 @@
-"""`toolkit convert HF_DIR OUT.gguf`: stream a Hugging Face checkpoint into a GGUF file."""
+"""`toolkit convert HF_DIR [OUT.gguf]`: stream a Hugging Face checkpoint into a GGUF file."""
 from __future__ import annotations
 
 import json
@@ -32,6 +32,10 @@ def _progress_factory(enabled: bool):
     return prog, factory
 
 
+def _why(reason: str) -> str:
+    return f" ({reason})" if reason else ""
+
+
 def _list_archs(as_json: bool) -> None:
     """`convert --list-archs`: the converter registry as a table (or JSON rows)."""
     from toolkit.convert.families import arch_table
@@ -51,8 +55,12 @@ def _list_archs(as_json: bool) -> None:
 @app.command()
 def convert(
     hf_dir: Optional[str] = typer.Argument(None, metavar="HF_DIR", help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
-    out: Optional[str] = typer.Argument(None, metavar="OUT.gguf", help="GGUF file to write (written atomically: nothing is left on error)."),
-    outtype: str = typer.Option("f32", "--outtype", help="f32, f16, bf16, q8_0, or auto (the checkpoint's dtype). "
+    out: Optional[str] = typer.Argument(None, metavar="OUT.gguf", show_default=False,
+                                        help="GGUF file to write (atomically: nothing is left on error). Default, or a "
+                                        "directory: llama.cpp's name, {Name}-{size}-{OUTTYPE}.gguf, in HF_DIR (or "
+                                        "that directory). {ftype} in the name becomes the type."),
+    outtype: str = typer.Option("auto", "--outtype", help="f32, f16, bf16, q8_0, or auto (llama.cpp's: bf16 if the "
+                                "first matrix is BF16, else f16; bf16 where f16 would overflow). "
                                 "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
@@ -71,9 +79,7 @@ def convert(
         return
     if hf_dir is None:
         raise InputError("missing argument HF_DIR (toolkit convert -h shows the usage; --list-archs lists the architectures)")
-    if out is None:
-        raise InputError("missing argument OUT.gguf (toolkit convert -h shows the usage)")
-    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
+    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, out_path, plan_to_dict
 
     outtype = outtype.lower()   # F16 = f16, as quantize accepts any case
     if outtype not in OUTTYPES:
@@ -81,14 +87,16 @@ def convert(
     plan = make_plan(hf_dir, outtype, no_mtp=no_mtp)
     if dry_run:
         d = plan_to_dict(plan)
+        d["out"] = out_path(plan, out)
         if as_json:
             typer.echo(json.dumps(d, indent=1, default=str))
             return
         con = console()
         con.print(Text.assemble((hf_dir, "bold"), f": {d['hf_architecture']} -> GGUF architecture ",
                                 (d["architecture"], "bold"),
-                                f", outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB "
-                                f"(dry run: nothing written)"), highlight=False)
+                                f", outtype {d['outtype']}{_why(d['outtype_reason'])}, {d['n_tensors']} tensors, "
+                                f"{d['n_bytes'] / 2**20:.2f} MiB, would write ", (d["out"], "bold"),
+                                " (dry run: nothing written)"), highlight=False)
         kt = Table(title="key/values", show_header=False)
         for key, v in d["kv"].items():
             kt.add_row(key, str(v))
@@ -108,6 +116,8 @@ def convert(
     finally:
         if prog is not None:
             prog.stop()
+    if s.outtype_reason and not as_json:   # what the default picked, and why (stderr: stdout stays the summary)
+        _err.print(Text(f"outtype {s.outtype} ({s.outtype_reason}; --outtype names another)"), highlight=False)
     if as_json:   # README's shared names: `architecture` (as --dry-run and the other commands say)
         d = s.to_dict()
         typer.echo(json.dumps({"architecture": d.pop("arch"), **d}, indent=1))
