@@ -57,17 +57,19 @@ def _size_label(n_params: int) -> str:
 
 
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
-              ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None) -> Iterator[dict]:
+              ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
+              mmap: bool = True) -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
     per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
-    split into ubatches of ``ubatch`` tokens (-ub).
+    split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the weights are read into
+    memory (llama-bench's -mmp 0).
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
     from toolkit.runtime import Context, Model, cpu_info
 
-    m = Model(path, n_threads=threads)
+    m = Model(path, n_threads=threads, mmap=mmap)
     try:
         n_threads = m.n_threads
         tensors = list(m.gguf)
@@ -104,7 +106,7 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                     "model_filename": os.path.abspath(path), "model_type": model_type,
                     "model_size": size, "model_n_params": n_params,
                     "n_batch": batch, "n_ubatch": ubatch, "n_threads": n_threads,
-                    "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": True,
+                    "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": mmap,
                     "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": 0,
                     "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "avg_ns": int(statistics.fmean(samples_ns)),
@@ -135,7 +137,7 @@ def _cpu_name() -> str:
 
 
 MD_COLUMNS = [("model", 30, "<"), ("size", 10, ">"), ("params", 10, ">"), ("backend", 14, "<"),
-              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
+              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("mmap", 4, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
 
 
 def md_cells(r: dict) -> dict[str, str]:
@@ -143,7 +145,7 @@ def md_cells(r: dict) -> dict[str, str]:
     return {"model": r["model_type"], "size": f"{r['model_size'] / 2**20:.2f} MiB",
             "params": f"{r['model_n_params'] / 1e6:.2f} M", "backend": f"CPU ({r['cpu_level']})",
             "threads": str(r["n_threads"]), "n_batch": str(r["n_batch"]), "n_ubatch": str(r["n_ubatch"]),
-            "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
+            "mmap": str(int(r["use_mmap"])), "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
             "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
 
 
@@ -204,6 +206,9 @@ def bench(
     threads: str = typer.Option("0", "-t", "--threads", help="CPU threads, comma-separated (0: TOOLKIT_THREADS, else all cores)."),
     n_batch: str = typer.Option("0", "-b", "--batch-size", help="Prompt tokens per decode call, comma-separated (0: the whole prompt)."),
     ubatch: str = typer.Option("512", "-ub", "--ubatch-size", "--ubatch", help="Tokens per micro-batch, comma-separated."),
+    mmap: str = typer.Option("1", "-mmp", "--mmap", help="Map the model file (1) or read it into memory (0); "
+                             "comma-separated to test both (llama-bench's -mmp)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Same as -mmp 0."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
@@ -213,6 +218,9 @@ def bench(
     from toolkit.cli.limits import MAX_UBATCH, check_range
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
     ts, bs, ubs = _counts(threads, "-t"), _counts(n_batch, "-b"), _counts(ubatch, "-ub")
+    mmps = [0] if no_mmap else _counts(mmap, "-mmp")
+    if any(v > 1 for v in mmps):
+        raise InputError(f"-mmp {mmap!r}: expected 0 or 1 (comma-separated)")
     fmt = "json" if as_json else output
     if fmt not in ("md", "csv", "json", "jsonl"):
         raise InputError(f"-o {output}: expected md, csv, json or jsonl")
@@ -228,14 +236,15 @@ def bench(
     if not any(pp) and not any(tg):
         raise InputError("nothing to run: every -p and -n value is 0")
     cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch")
-            or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))]
+            or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
+            or (c == "mmap" and mmps != [1])]
     pr = Printer(fmt, sys.stdout, cols)
     pr.header()
     from toolkit.runtime import interrupt
     try:
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
-            for m, t, b, u in itertools.product(model, ts, bs, ubs):
-                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None):
+            for m, t, b, u, mp in itertools.product(model, ts, bs, ubs, mmps):
+                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp)):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted

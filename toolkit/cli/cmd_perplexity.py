@@ -27,6 +27,7 @@ def perplexity(
     kld_base: Optional[str] = typer.Option(None, "--kld-base", help="Base model: a GGUF, or a logits file from --kld-out. Adds KL divergence and top-1 agreement."),
     kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Threads (default: TOOLKIT_THREADS or all cores)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
@@ -72,7 +73,7 @@ def perplexity(
             bar.start()
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                                  threads=threads, progress=progress)
+                                  threads=threads, progress=progress, mmap=not no_mmap)
     finally:
         if bar is not None:
             bar.stop()

@@ -88,6 +88,7 @@ def run(
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens (0: the model's training context length)."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Tokens per micro-batch when decoding the prompt."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
@@ -128,7 +129,7 @@ def run(
     params.validate()
     _check_outputs(logits_out, session, conversation)
     opts = RunOptions(model=resolve_model(model), prompt=text, tokens=tokens, n_predict=n_predict, sampling=params,
-                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, logits_out=logits_out,
+                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, mmap=not no_mmap, logits_out=logits_out,
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
                       system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,

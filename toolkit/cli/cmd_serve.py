@@ -29,6 +29,7 @@ def serve(
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens, shared: each slot gets ctx-size / parallel (0: the model's training length per slot)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Most prompt tokens decoded per step (a prompt chunk)."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
@@ -71,7 +72,8 @@ def serve(
         svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
                    chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
-                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model)
+                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model,
+                   mmap=not no_mmap)
     except BaseException:
         sock.close()
         raise
