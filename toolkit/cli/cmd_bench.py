@@ -56,6 +56,46 @@ def _size_label(n_params: int) -> str:
     return f"{n_params / 1e6:.0f}M" if n_params >= 1e7 else f"{n_params / 1e6:.2f}M"
 
 
+# llama.cpp's llama_model_ftype_name (src/llama-model-loader.cpp): the type in llama-bench's
+# model column, by general.file_type (gguf.LlamaFileType member names, MOSTLY_ dropped)
+FTYPE_NAMES = {
+    "ALL_F32": "all F32", "F16": "F16", "BF16": "BF16", "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0",
+    "Q5_1": "Q5_1", "Q8_0": "Q8_0", "MXFP4_MOE": "MXFP4 MoE", "Q2_K": "Q2_K - Medium", "Q2_K_S": "Q2_K - Small",
+    "Q3_K_S": "Q3_K - Small", "Q3_K_M": "Q3_K - Medium", "Q3_K_L": "Q3_K - Large", "Q4_K_S": "Q4_K - Small",
+    "Q4_K_M": "Q4_K - Medium", "Q5_K_S": "Q5_K - Small", "Q5_K_M": "Q5_K - Medium", "Q6_K": "Q6_K",
+    "TQ1_0": "TQ1_0 - 1.69 bpw ternary", "TQ2_0": "TQ2_0 - 2.06 bpw ternary",
+    "IQ2_XXS": "IQ2_XXS - 2.0625 bpw", "IQ2_XS": "IQ2_XS - 2.3125 bpw", "IQ2_S": "IQ2_S - 2.5 bpw",
+    "IQ2_M": "IQ2_M - 2.7 bpw", "IQ3_XS": "IQ3_XS - 3.3 bpw", "IQ3_XXS": "IQ3_XXS - 3.0625 bpw",
+    "IQ1_S": "IQ1_S - 1.5625 bpw", "IQ1_M": "IQ1_M - 1.75 bpw", "IQ4_NL": "IQ4_NL - 4.5 bpw",
+    "IQ4_XS": "IQ4_XS - 4.25 bpw", "IQ3_S": "IQ3_S - 3.4375 bpw", "IQ3_M": "IQ3_S mix - 3.66 bpw",
+}
+# without general.file_type llama.cpp guesses from the most common tensor type
+_GUESS = {"F32": "ALL_F32", "Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
+
+
+def ftype_name(f) -> str:
+    """llama.cpp's name of the file's type (``Q4_K - Medium``), as llama-bench shows it."""
+    import gguf
+    ft = f.get("general.file_type")
+    if ft is not None:
+        try:
+            name = gguf.LlamaFileType(int(ft) & ~1024).name.replace("MOSTLY_", "")
+        except ValueError:
+            return "unknown, may not work"
+        return FTYPE_NAMES.get(name, "unknown, may not work") + (" (guessed)" if int(ft) & 1024 else "")
+    counts: dict[str, int] = {}
+    for t in f.tensors.values():
+        counts[t.type.name] = counts.get(t.type.name, 0) + 1
+    top = max(counts, key=counts.get) if counts else "F32"
+    return FTYPE_NAMES.get(_GUESS.get(top, top), "unknown, may not work") + " (guessed)"
+
+
+def model_desc(f) -> str:
+    """llama-bench's model column (llama_model_desc): architecture, size, file type."""
+    n_params = int(sum(t.n_elements for t in f.tensors.values()))
+    return f"{f.arch} {_size_label(n_params)} {ftype_name(f)}"
+
+
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
               ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
               mmap: bool = True) -> Iterator[dict]:
@@ -76,8 +116,7 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
         size = int(sum(t.nbytes for t in tensors))
         n_params = int(sum(t.n_elements for t in tensors))
         ftype = m.gguf.get("general.file_type")
-        types = sorted({t.type.name for t in tensors if len(t.shape) >= 2})
-        model_type = f"{m.hparams.arch} {_size_label(n_params)} {'/'.join(types)}"
+        model_type = model_desc(m.gguf)
         rng = np.random.default_rng(seed)
         n_ctx = max([1] + [p for p in n_prompt] + [g for g in n_gen]) + 1
         tests = [(p, 0) for p in n_prompt if p > 0] + [(0, g) for g in n_gen if g > 0]
@@ -149,13 +188,36 @@ def md_cells(r: dict) -> dict[str, str]:
             "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
 
 
+def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int], mmps: list[int],
+                  pp: list[int], tg: list[int]) -> list[dict[str, str]]:
+    """The markdown cells of every row the bench will print, known before it runs (t/s as the
+    widest a typical value needs), so the columns can be as wide as their content."""
+    from toolkit.binding.cpu import default_threads
+    from toolkit.gguf_io import GGUFHeader
+    from toolkit.runtime import cpu_info
+    level = cpu_info()["cpu_level"]
+    rows = []
+    for path in models:
+        f = GGUFHeader(path)
+        tensors = list(f.tensors.values())
+        base = {"model_type": model_desc(f), "model_size": sum(t.nbytes for t in tensors),
+                "model_n_params": sum(t.n_elements for t in tensors), "cpu_level": level,
+                "avg_ts": 99999.99, "stddev_ts": 9999.99}
+        for t, b, u, mp in itertools.product(ts, bs, ubs, mmps):
+            for p, g in [(p, 0) for p in pp if p > 0] + [(0, g) for g in tg if g > 0]:
+                rows.append(md_cells({**base, "n_threads": t or default_threads(), "n_batch": b or max(pp + [1]),
+                                      "n_ubatch": u, "use_mmap": bool(mp), "n_prompt": p, "n_gen": g}))
+    return rows
+
+
 class Printer:
     """llama-bench's printers (-o md|csv|json|jsonl): a header, one row per finished test
-    (flushed at once, so an interrupted bench keeps what it measured), a footer."""
+    (flushed at once, so an interrupted bench keeps what it measured), a footer.  Markdown
+    columns are as wide as llama-bench's, or as their content (``planned``) where wider."""
 
-    def __init__(self, fmt: str, out, columns: list[str]):
+    def __init__(self, fmt: str, out, columns: list[str], planned: list[dict[str, str]] = ()):
         self.fmt, self.out, self.n = fmt, out, 0
-        self.cols = [c for c in MD_COLUMNS if c[0] in columns]
+        self.cols = [(n, max([w, len(n)] + [len(c[n]) for c in planned]), a) for n, w, a in MD_COLUMNS if n in columns]
 
     def _w(self, s: str) -> None:
         self.out.write(s)
@@ -235,10 +297,10 @@ def bench(
             raise InputError(f"{m}: no such file")
     if not any(pp) and not any(tg):
         raise InputError("nothing to run: every -p and -n value is 0")
-    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch")
+    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap")
             or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
             or (c == "mmap" and mmps != [1])]
-    pr = Printer(fmt, sys.stdout, cols)
+    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg) if fmt == "md" else ())
     pr.header()
     from toolkit.runtime import interrupt
     try:
