@@ -2,6 +2,11 @@
 spellings, the families, the version."""
 from __future__ import annotations
 
+import json
+import pathlib
+
+import pytest
+
 from cli_runner import cli
 
 
@@ -147,3 +152,26 @@ def test_info_shows_floats_as_written(monkeypatch, capsys):
     rc, out, err = cli(monkeypatch, capsys, "info", str(demo), "--json")
     d = json.loads(out)
     assert d["hparams"]["rms_eps"] == 1e-05 and "9.99999974" not in out
+
+
+@pytest.mark.parametrize("name, absent, present", [
+    ("mamba-tiny", ("n_expert", "moe_sigmoid", "n_head", "rope_freq_base", "n_group", "gdn_gate_act", "hc_count",
+                    "ple_index", "n_shared_block", "n_ff"), ("d_state", "d_conv", "dt_rank")),
+    ("lfm2-tiny", ("d_state", "dt_rank", "n_expert", "ssm_head_dim", "gdn_gate_act"), ("d_conv", "n_head", "n_ff")),
+    ("qwen35moe-tiny", ("dt_b_c_rms", "ssm_norm_before_gate", "n_shared_block", "idx_top_k"),
+     ("n_expert", "n_expert_used", "gdn_gate_act", "n_head")),
+    ("granitehybrid-moe-tiny", ("gdn_gate_act", "dt_b_c_rms"), ("n_expert", "ssm_head_dim")),
+])
+def test_info_lists_only_the_hparams_the_architecture_uses(monkeypatch, capsys, name, absent, present):
+    """info listed every HParams field for every model (ssm keys for a pure-attention model,
+    MoE keys without experts); now those of the model's layer and FFN kinds, plus any field
+    whose value is not the default."""
+    path = pathlib.Path(__file__).parents[1] / "fixtures" / "llamacpp" / f"{name}.f32.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "info", str(path), "--json")
+    assert rc == 0, err
+    hp = json.loads(out)["hparams"]
+    assert not [k for k in absent if k in hp], sorted(hp)
+    assert all(k in hp for k in present), sorted(hp)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(path), "--no-tensors")
+    table = out.split("hparams", 1)[1].split("layers", 1)[0]
+    assert not [k for k in absent if f" {k} " in table], table

@@ -61,7 +61,7 @@ def describe(path: str) -> dict[str, Any]:
         "cannot_run": cannot,
         "file_type": _file_type(f.get("general.file_type")),
         "n_params": int(sum(t.n_elements for t in f)),
-        "hparams": {k: _as_written(v) for k, v in hp.to_dict().items()} if hp else {},
+        "hparams": _hparams(hp) if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
         "ple": _ple(f),
@@ -71,6 +71,13 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _hparams(hp) -> dict[str, Any]:
+    """The hparams the model uses (toolkit.arch.hparams.used_fields), floats as written."""
+    from toolkit.arch.hparams import used_fields
+    d = hp.to_dict()
+    return {k: _as_written(d[k]) for k in used_fields(hp)}
 
 
 def _as_written(v):
