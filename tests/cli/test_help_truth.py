@@ -175,3 +175,31 @@ def test_info_lists_only_the_hparams_the_architecture_uses(monkeypatch, capsys, 
     rc, out, err = cli(monkeypatch, capsys, "info", str(path), "--no-tensors")
     table = out.split("hparams", 1)[1].split("layers", 1)[0]
     assert not [k for k in absent if f" {k} " in table], table
+
+
+USAGE = {"run": "[PROMPT]", "chat": "[PROMPT]", "info": "FILE.gguf", "quantize": "IN.gguf [OUT.gguf] TYPE",
+         "convert": "HF_DIR [OUT.gguf]", "perplexity": "[FILE]"}
+
+
+@pytest.mark.parametrize("cmd", ["run", "chat", "serve", "info", "quantize", "convert", "perplexity", "bench"])
+def test_help_at_80_columns_is_readable(monkeypatch, capsys, cmd):
+    """At 80 columns typer's six-column options table cut long flags (`--system-prom…`) and
+    squeezed the help into a narrow strip; the usage line wrote arguments as `[prompt]`,
+    `{model}`, `[[OUT.gguf]]`.  Now: every spelling of every option is printed whole, no line is
+    wider than 80, nothing is elided, and arguments read as the README writes them."""
+    import typer.main
+    from toolkit.cli.app import app
+    monkeypatch.setenv("COLUMNS", "80")
+    rc, out, err = cli(monkeypatch, capsys, cmd, "-h")
+    assert rc == 0, err
+    assert "…" not in out and max(len(ln) for ln in out.splitlines()) <= 80, out
+    usage = next(ln for ln in out.splitlines() if "Usage:" in ln)
+    assert "{" not in usage and "[[" not in usage, usage
+    if cmd in USAGE:
+        assert usage.split("[OPTIONS]")[1].strip() == USAGE[cmd], usage
+    command = typer.main.get_command(app).commands[cmd]
+    words = set(" ".join(out.split()).replace(",", " ").split())
+    for p in command.params:
+        if getattr(p, "param_type_name", "") == "option":
+            for o in (*p.opts, *p.secondary_opts):
+                assert o in words, (o, out)

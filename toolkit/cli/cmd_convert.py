@@ -55,7 +55,7 @@ def _list_archs(as_json: bool) -> None:
 @app.command()
 def convert(
     hf_dir: Optional[str] = typer.Argument(None, metavar="HF_DIR", help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
-    out: Optional[str] = typer.Argument(None, metavar="OUT.gguf", show_default=False,
+    out: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", show_default=False,
                                         help="GGUF file to write (atomically: nothing is left on error). Default, or a "
                                         "directory: llama.cpp's name, {Name}-{size}-{OUTTYPE}.gguf, in HF_DIR (or "
                                         "that directory). {ftype} in the name becomes the type."),

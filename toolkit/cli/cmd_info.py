@@ -134,7 +134,7 @@ def _ple(f) -> dict[str, Any] | None:
 
 @app.command()
 def info(
-    model: str = typer.Argument(..., help="GGUF file to describe."),
+    model: str = typer.Argument(..., metavar="FILE.gguf", help="GGUF file to describe."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),

@@ -47,7 +47,7 @@ def default_output(input: str, type: str) -> str:
 
 @app.command()
 def quantize(
-    input: str = typer.Argument(..., help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
+    input: str = typer.Argument(..., metavar="IN.gguf", help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
     output: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", help="Output GGUF (written atomically; must differ "
                                            "from the input). Omitted: IN's folder, ggml-model-TYPE.gguf, as llama-quantize names it."),
     type: Optional[str] = typer.Argument(None, metavar="TYPE", help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "

@@ -59,7 +59,7 @@ def decode_prompt(raw: bytes | str) -> str:
 
 @app.command(context_settings={"ignore_unknown_options": False})
 def run(
-    prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin; one that starts with '-' goes after '--'."),
+    prompt: Optional[str] = typer.Argument(None, metavar="[PROMPT]", help="Prompt text; '-' reads it from stdin; one that starts with '-' goes after '--'."),
     prompt_opt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Prompt text (as llama-cli's -p)."),
     file: Optional[str] = typer.Option(None, "-f", "--file", help="Read the prompt from this UTF-8 file ('-': stdin); one trailing newline is dropped."),
     system: Optional[str] = typer.Option(None, "-sys", "--system-prompt", help="System message, rendered with the model's chat template."),
@@ -158,7 +158,7 @@ def _chat_signature():
     params = [p for p in sig.parameters.values() if p.name != "conversation"]
     for i, p in enumerate(params):
         if p.name == "prompt":   # in chat, PROMPT is the first user turn
-            params[i] = p.replace(default=typer.Argument(None, help="The first user turn (optional); '-' reads it from stdin."))
+            params[i] = p.replace(default=typer.Argument(None, metavar="[PROMPT]", help="The first user turn (optional); '-' reads it from stdin."))
     return sig.replace(parameters=params)
 
 
