@@ -203,3 +203,24 @@ def test_help_at_80_columns_is_readable(monkeypatch, capsys, cmd):
         if getattr(p, "param_type_name", "") == "option":
             for o in (*p.opts, *p.secondary_opts):
                 assert o in words, (o, out)
+
+
+def test_command_list_is_reflowed(monkeypatch, capsys):
+    """`toolkit -h` kept the docstrings' own line breaks, so descriptions ran in ragged,
+    half-empty lines ('resident at a time: Mamba,'); now each fills the column."""
+    monkeypatch.setenv("COLUMNS", "80")
+    rc, out, err = cli(monkeypatch, capsys, "-h")
+    assert rc == 0, err
+    panel = out.split("Commands", 1)[1].splitlines()[1:]
+    entries: list[list[str]] = []
+    for ln in panel:
+        if not ln.startswith("│"):
+            break
+        body = ln.strip("│").rstrip()
+        if body[1:2].strip():          # a new command name
+            entries.append([body])
+        else:
+            entries[-1].append(body)
+    assert len(entries) >= 8
+    for e in entries:
+        assert all(len(ln) >= 60 for ln in e[:-1]), "\n".join(e)

@@ -143,6 +143,17 @@ def _readable_options_panel() -> None:
     _print_options_panel._toolkit = True
     ru._print_options_panel = _print_options_panel
 
+    # the command list (toolkit -h): a docstring's line breaks are not the terminal's, so the
+    # first paragraph is reflowed (typer keeps them, giving ragged half-empty lines)
+    orig_command_help = ru._make_command_help
+
+    def _make_command_help(*, help_text: str, markup_mode):
+        import inspect
+        first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
+        return orig_command_help(help_text=" ".join(first.split()) + ("\n\n" + rest if rest else ""),
+                                 markup_mode=markup_mode)
+    ru._make_command_help = _make_command_help
+
 
 _readable_options_panel()
 
