@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.app import app
 
@@ -52,7 +53,7 @@ def describe(path: str) -> dict[str, Any]:
         "add_eos_token": f.get(Keys.Tokenizer.ADD_EOS),
         "chat_template": f.get(Keys.Tokenizer.CHAT_TEMPLATE),
     }
-    meta = {key: v for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
+    meta = {key: _as_written(v) for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
     return {
         "file": path,
         "architecture": f.arch,
@@ -60,7 +61,7 @@ def describe(path: str) -> dict[str, Any]:
         "cannot_run": cannot,
         "file_type": _file_type(f.get("general.file_type")),
         "n_params": int(sum(t.n_elements for t in f)),
-        "hparams": hp.to_dict() if hp else {},
+        "hparams": _hparams(hp) if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
         "ple": _ple(f),
@@ -70,6 +71,26 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _hparams(hp) -> dict[str, Any]:
+    """The hparams the model uses (toolkit.arch.hparams.used_fields), floats as written."""
+    from toolkit.arch.hparams import used_fields
+    d = hp.to_dict()
+    return {k: _as_written(d[k]) for k in used_fields(hp)}
+
+
+def _as_written(v):
+    """A float32 key value as the file's writer wrote it (1e-05, not 9.999999747378752e-06):
+    the shortest decimal that reads back as the same float32; lists element by element."""
+    if isinstance(v, (list, tuple)):
+        return [_as_written(x) for x in v]
+    if isinstance(v, float):
+        import numpy as np
+        f32 = np.float32(v)
+        if float(f32) == v and np.isfinite(f32):
+            return float(str(f32))
+    return v
 
 
 def _file_type(v) -> dict[str, Any] | None:
@@ -113,7 +134,7 @@ def _ple(f) -> dict[str, Any] | None:
 
 @app.command()
 def info(
-    model: str = typer.Argument(..., help="GGUF file to describe."),
+    model: str = typer.Argument(..., metavar="FILE.gguf", help="GGUF file to describe."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
@@ -142,9 +163,9 @@ def info(
     from toolkit.cli.report import console
     out = console()
     ft = d["file_type"]["name"] if d["file_type"] else "unknown"
-    out.print(f"[bold]{d['file']}[/]: architecture [bold]{d['architecture']}[/], "
-              f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, file type {ft}",
-              highlight=False)
+    out.print(Text.assemble((d['file'], "bold"), ": architecture ", (str(d['architecture']), "bold"),
+                            f", {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, "
+                            f"file type {ft}"), highlight=False)
     if d["cannot_run"]:
         out.print(f"cannot run: {d['cannot_run']}", highlight=False)
     if d["hparams"]:
@@ -182,7 +203,7 @@ def info(
             tk.add_row(key, str(v))
     out.print(tk)
     tpl = d["tokenizer"]["chat_template"]
-    out.print("chat template: " + ("none (toolkit run -cnv falls back to plain completion)" if not tpl else ""),
+    out.print("chat template: " + ("none (toolkit chat and serve fall back to chatml, as llama.cpp does)" if not tpl else ""),
               highlight=False)
     if tpl:
         out.print(tpl, markup=False, highlight=False)

@@ -87,6 +87,12 @@ class Family:
 
     hf_archs: ClassVar[tuple[str, ...]] = ()
     arch: ClassVar[str] = ""
+    # what people call the models (help texts, README, `convert --list-archs`; a test keeps
+    # every list of families equal to the union of these)
+    families: ClassVar[tuple[str, ...]] = ()
+    gguf_archs: ClassVar[str] = ""       # `--list-archs`' GGUF column when not just ``arch``
+    llama_cpp: ClassVar[bool] = True     # llama.cpp loads the file we write
+    vllm: ClassVar[bool] = True          # vLLM runs the HF checkpoint (its supported-models list)
     known: ClassVar[tuple[str, ...]] = ()
     # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
     int_known: ClassVar[tuple[str, ...]] = ()
@@ -113,16 +119,18 @@ class Family:
         return k(template, self.arch)
 
     def _resolve_outtype(self, outtype: str) -> str:
-        """``auto``: the checkpoint's dtype (F16 -> f16, BF16 -> bf16, else f32), judged on the
-        matrices (>= 2-D), as llama.cpp's ``--outtype auto`` judges on the first tensor."""
+        """``auto`` as llama.cpp's converter resolves it (``--outtype auto``, its default): the
+        first matrix (>= 2-D tensor, shards and names in order) stored as BF16 gives bf16, as F16
+        gives f16; a checkpoint with neither gives f16.  Sets ``outtype_reason``."""
+        self.outtype_reason = ""
         if outtype != "auto":
             return outtype
-        count: dict[str, int] = {}
-        for t in self.hf.tensors.values():
-            if len(t.shape) >= 2:
-                count[t.dtype] = count.get(t.dtype, 0) + t.n_elements
-        top = max(count, key=count.get) if count else "F32"
-        return {"F16": "f16", "BF16": "bf16"}.get(top, "f32")
+        for t in sorted(self.hf.tensors.values(), key=lambda t: (t.path, t.name)):
+            if len(t.shape) >= 2 and t.dtype in ("BF16", "F16"):
+                self.outtype_reason = f"auto: the first matrix, {t.name}, is {t.dtype}"
+                return t.dtype.lower()
+        self.outtype_reason = "auto: no F16/BF16 matrix in the checkpoint, f16 as llama.cpp's converter picks"
+        return "f16"
 
     @property
     def file_type(self) -> int:

@@ -112,6 +112,23 @@ class ChatTemplate:
         return ids
 
 
+def chat_template_for(gguf, override: str | None = None) -> "tuple[ChatTemplate, str | None]":
+    """The template a conversation uses, and a note to print when it is a fallback: the
+    override (``--chat-template``), else the GGUF's, else ChatML, as llama.cpp falls back to
+    (common/chat.cpp: a model without ``tokenizer.chat_template`` gets CHATML_TEMPLATE_SRC), in
+    ``toolkit chat`` and ``toolkit serve`` alike.
+
+    Raises:
+        InputError: as :meth:`ChatTemplate.from_gguf`.
+    """
+    tpl = ChatTemplate.from_gguf(gguf, override)
+    if tpl is not None:
+        return tpl, None
+    return (ChatTemplate.from_gguf(gguf, "chatml"),
+            f"note: the model has no chat template ({TEMPLATE_KEY}): using chatml, as llama.cpp does; "
+            f"--chat-template NAME|FILE gives another")
+
+
 def _special_text(gguf, which: str) -> str:
     """The text of the file's BOS / EOS token ("" when it has none)."""
     i = gguf.get(f"tokenizer.ggml.{which}_token_id")

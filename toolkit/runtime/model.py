@@ -1,4 +1,5 @@
-"""A GGUF model loaded into the C runtime (weights mmap'd, zero copy).
+"""A GGUF model loaded into the C runtime (weights mmap'd, zero copy; ``mmap=False``, the CLI's
+``--no-mmap``: read into memory first).
 
 Python parses the GGUF (:class:`toolkit.gguf_io.GGUFFile`, :class:`toolkit.arch.HParams`) and
 hands the C library a description: a ``tk_hparams`` struct and the tensor table (name,
@@ -7,6 +8,7 @@ absolute offset, ggml type, ``ne``). The C side mmaps the file and validates eve
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import weakref
@@ -56,8 +58,10 @@ class Model(NativeHandle):
             never run).
     """
 
-    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None, check_ram: bool = True):
+    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None, check_ram: bool = True,
+                 mmap: bool = True):
         self.path = os.fspath(path)
+        self.mmap = mmap
         self.gguf = GGUFFile(self.path)
         self.hparams = HParams.from_gguf(self.gguf)
         if check_ram:
@@ -72,7 +76,7 @@ class Model(NativeHandle):
         self._c_hparams, self._c_arrays = c_hparams(hp)
 
         try:
-            self._ptr = _load(self.path, self._c_hparams, list(self.gguf))
+            self._ptr = _load(self.path, self._c_hparams, list(self.gguf), mmap=mmap)
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
             # meant as an attention layer points at its layer indices / head_count_kv keys
@@ -130,8 +134,13 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     return c, arrays
 
 
-def _load(path: str, c_hparams, infos) -> "ffi.CData":
-    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`)."""
+def _load(path: str, c_hparams, infos, mmap: bool = True) -> "ffi.CData":
+    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`).
+
+    ``mmap=False`` (llama.cpp's ``--no-mmap``): the whole file is first read into memory the
+    process owns (an anonymous memory file, ``memfd_create``), and the C side maps that copy, so
+    no weight is paged in from the file later and the file may change or go away meanwhile.
+    """
     descs = ffi.new("tk_tensor_desc[]", max(len(infos), 1))
     names = []  # keep the name buffers alive during the call
     for i, t in enumerate(infos):
@@ -148,8 +157,43 @@ def _load(path: str, c_hparams, infos) -> "ffi.CData":
         for j in range(4):
             d.ne[j] = int(ne[j])
     out = ffi.new("tk_model **")
-    check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
+    if mmap:
+        check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
+        return out[0]
+    fd = _read_into_memory(path)
+    mem = f"/proc/self/fd/{fd}"
+    try:
+        check(lib.tk_model_load(mem.encode(), c_hparams, descs, len(infos), out))
+    except (NativeError, InputError, UnsupportedError, ResourceError) as e:
+        raise type(e)(str(e).replace(mem, path)) from None   # the message names the file, not the copy
+    finally:
+        os.close(fd)   # the C side's mapping keeps the pages
     return out[0]
+
+
+def _read_into_memory(path: str) -> int:
+    """A file descriptor of an anonymous memory file holding ``path``'s bytes."""
+    if not hasattr(os, "memfd_create"):   # pragma: no cover - non-Linux
+        raise UnsupportedError("--no-mmap: not supported on this platform (needs memfd_create)")
+    size = os.path.getsize(path)
+    fd = os.memfd_create("toolkit-weights", os.MFD_CLOEXEC)
+    try:
+        with open(path, "rb") as src:
+            left = size
+            while left > 0:
+                n = os.sendfile(fd, src.fileno(), None, min(left, 1 << 30))
+                if n == 0:
+                    raise InputError(f"{path}: shorter than expected while reading it into memory")
+                left -= n
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOMEM, errno.ENOSPC):
+            raise ResourceError(f"{path}: not enough memory to load {size / 2**20:.1f} MiB (--no-mmap)") from None
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def as_tokens(tokens) -> np.ndarray:

@@ -72,6 +72,7 @@ class RunOptions:
     ctx_size: int = 4096
     threads: int | None = None
     ubatch: int = 512
+    mmap: bool = True           # False: read the weights into memory (--no-mmap)
     logits_out: str | None = None
     session: str | None = None
     checkpoints: int = 4
@@ -283,7 +284,7 @@ def _speculative(opts: RunOptions, ctx, tok: Tokenizer, prompt_ids, sampler, gra
 
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     """The body of :func:`run`, in a deferred-interrupt scope."""
-    m = Model(opts.model, n_threads=opts.threads)
+    m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap)
     drafter, dm = None, None
     try:
         tok = Tokenizer.from_gguf(m.gguf)

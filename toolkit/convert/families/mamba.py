@@ -33,6 +33,7 @@ def ceil_div(a: int, b: int) -> int:
 
 class MambaFamily(Family):
     hf_archs = ("MambaForCausalLM",)
+    families = ("Mamba",)
     arch = ARCH_MAMBA
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
