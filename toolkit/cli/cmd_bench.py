@@ -192,9 +192,9 @@ def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int
                   pp: list[int], tg: list[int]) -> list[dict[str, str]]:
     """The markdown cells of every row the bench will print, known before it runs (t/s as the
     widest a typical value needs), so the columns can be as wide as their content."""
-    from toolkit.binding.cpu import default_threads
     from toolkit.gguf_io import GGUFHeader
     from toolkit.runtime import cpu_info
+    from toolkit.runtime.model import default_threads
     level = cpu_info()["cpu_level"]
     rows = []
     for path in models:

@@ -25,7 +25,7 @@ OUTTYPES = ("f32", "f16", "bf16", "q8_0", "auto")
 
 _OUT_GGML = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16, "q8_0": GGMLType.Q8_0}
 # general.file_type, llama.cpp's LlamaFileType
-_FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
               "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 
 # GGUF tensors llama.cpp's converter always keeps in F32 (convert_hf_to_gguf.py, prepare_tensors:
@@ -134,7 +134,7 @@ class Family:
 
     @property
     def file_type(self) -> int:
-        return int(_FILE_TYPE[self.outtype])
+        return int(FILE_TYPE[self.outtype])
 
     def layer_count(self, *names: str) -> int:
         """The block count from config.json, bounded by the checkpoint (every block has at

@@ -316,7 +316,7 @@ def default_out_name(plan: Plan) -> str:
 
     import gguf
 
-    from toolkit.convert.base import _FILE_TYPE
+    from toolkit.convert.base import FILE_TYPE
 
     total, shared, expert, n_expert = _param_counts(plan)
     try:
@@ -326,7 +326,7 @@ def default_out_name(plan: Plan) -> str:
         md = gguf.Metadata()
     name = md.name or pathlib.Path(plan.hf_path).name
     size = md.size_label or (gguf.size_label(total, shared, expert, n_expert) if total > 0 else None)
-    ftype = _FILE_TYPE[plan.outtype].name.partition("_")[2]   # MOSTLY_BF16 -> BF16
+    ftype = FILE_TYPE[plan.outtype].name.partition("_")[2]   # MOSTLY_BF16 -> BF16
     return gguf.naming_convention(name, md.basename, md.finetune, md.version, size, ftype) + ".gguf"
 
 
