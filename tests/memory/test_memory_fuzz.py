@@ -11,7 +11,9 @@ converter writes the family).  Nemotron-H (nemotronh-tiny: Mamba-2, attention wi
 blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny), and Falcon-H1
 (falconh1-tiny: attention and Mamba-2 in every layer, so every layer has both KV cells and
 recurrent state), and LFM2 / LFM2-MoE (short conv window as the recurrent state,
-q/k-normed attention, sigmoid-routed MoE).  Run under ASan/UBSan by CI (pytest -m native).
+q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-1 with the
+weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
+attention block without RoPE; one block per hybrid layer in the untied one).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -150,7 +152,8 @@ def play(m: Model, ops, every: int) -> None:
                                         ("llamacpp/qwen35moe-tiny", 2), ("nemotronh-tiny", 3),
                                         ("nemotronh-dense-tiny", 0),
                                         ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
-                                        ("zamba2-tiny", 3)])
+                                        ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
+                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

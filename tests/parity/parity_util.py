@@ -23,14 +23,17 @@ def logits_of(path, tokens, **ctx_kw) -> np.ndarray:
         return ctx.decode(tokens, logits="all")
 
 
-def greedy_of(path, tokens, n: int) -> list[int]:
-    """The n-token greedy (argmax) continuation of ``tokens``."""
+def greedy_of(path, tokens, n: int, suppress: tuple[int, ...] = ()) -> list[int]:
+    """The n-token greedy (argmax) continuation of ``tokens``; the ids ``suppress`` are never
+    chosen (HF ``generate`` with ``min_new_tokens``: end-of-text masked, the round-3 references)."""
     from toolkit.runtime import Context, Model
     with Model(path) as m, Context(m, n_ctx=_n_ctx(len(tokens) + n)) as ctx:
         lg = ctx.decode(tokens)
         out: list[int] = []
         for _ in range(n):
-            out.append(int(np.argmax(lg[-1])))
+            last = lg[-1].copy()
+            last[list(suppress)] = -np.inf
+            out.append(int(np.argmax(last)))
             lg = ctx.decode([out[-1]])
         return out
 
@@ -52,12 +55,14 @@ def terminal_report(request, label: str):
 MODES = (("one-shot", {}), ("ubatch 1", {"n_ubatch": 1}), ("ubatch 7", {"n_ubatch": 7}))
 
 
-def check_against_hf(path, ref, label: str, report: list[str], bound: float = 1e-5) -> None:
+def check_against_hf(path, ref, label: str, report: list[str], bound: float = 1e-5,
+                     suppress: tuple[int, ...] = ()) -> None:
     """The f32 check against an HF reference.npz (``tokens``, ``logits``, ``greedy``): relative
     L2 error of every position's logits < ``bound`` in one shot and in ubatches of 1 and 7
-    tokens, and the greedy continuation identical; the figures go to ``report``."""
+    tokens, and the greedy continuation identical (with the ids ``suppress`` never chosen, as the
+    reference's ``min_new_tokens`` did); the figures go to ``report``."""
     errs = {mode: rel_l2(logits_of(path, ref["tokens"], **kw), ref["logits"]) for mode, kw in MODES}
-    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]))
+    greedy = greedy_of(path, ref["tokens"], len(ref["greedy"]), suppress)
     report.append(f"{label}: rel L2 " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()) +
                   f" (bound {bound:.0e}); greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
     for mode, e in errs.items():

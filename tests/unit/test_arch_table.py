@@ -72,7 +72,8 @@ def test_arch_ids_equal_c():
 
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
-                              "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2")
+                              "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
+                              "zamba")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -91,14 +92,17 @@ def test_rows_are_consistent():
         mamba2 = {LayerKind.MAMBA2, LayerKind.PARALLEL}    # a parallel layer is attention + Mamba-2
         # zamba2's hybrid layers hold the (shared) attention and a Mamba-2 block
         mamba2 |= {LayerKind.ZAMBA2_SHARED}
-        attention = {LayerKind.ATTENTION, LayerKind.PARALLEL, LayerKind.ZAMBA2_SHARED, LayerKind.QSA}
+        # zamba's hybrid layers hold the (shared) attention and a Mamba-1 block
+        attention = {LayerKind.ATTENTION, LayerKind.PARALLEL, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED}
         assert (R.read_mamba2 in a.readers) == bool(mamba2 & set(a.mixers))
         assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
         assert (R.read_attention in a.readers) == bool(attention & set(a.mixers))
-        assert bool({LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED, LayerKind.QSA} & set(a.mixers)) == a.attention_from_file
+        assert bool({LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED}
+                    & set(a.mixers)) == a.attention_from_file
         # qwen4exp: QSA layers, hyper-connections and PLE come together (read_qwen4exp)
         assert (R.read_qwen4exp in a.readers) == (LayerKind.QSA in a.mixers) == (a.residual == Residual.HYPER_CONNECTIONS)
-        assert (R.read_zamba2 in a.readers) == (LayerKind.ZAMBA2_SHARED in a.mixers)
+        assert (R.read_zamba2 in a.readers) == bool({LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED} & set(a.mixers))
+        assert (R.read_mamba1_heads in a.readers) == (LayerKind.ZAMBA_SHARED in a.mixers)
         assert (R.read_multipliers in a.readers) == (a.residual == Residual.MULTIPLIERS)
         assert (R.read_nemotron_layers in a.readers) == (LayerKind.NONE in a.mixers)
         assert set(a.mixer_tensors) == set(LayerKind) and set(a.ffn_tensors) >= set(a.ffns)
@@ -199,7 +203,8 @@ def test_llamacpp_tensor_names(hf_f32, name):
                                   "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
                                   "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny",
                                   "llamacpp/lfm2-tiny", "llamacpp/lfm2moe-tiny", "zamba2-tiny", "qwen4exp-tiny",
-                                  "qwen4exp-ple2-tiny"])
+                                  "qwen4exp-ple2-tiny", "falconmamba-odd-tiny", "zamba-odd-tiny",
+                                  "zamba-1head-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

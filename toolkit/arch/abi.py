@@ -85,6 +85,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("hc_count"), _i("idx_n_head"), _i("idx_head_dim"), _i("idx_top_k"), _a("compress_ratios"), _a("ple_index"),
     _i("ple_ngram_size"), _i("ple_heads_per_ngram"), _i("ple_conv_kernel"), _i("ple_eos_token"), _i("ple_n_module"),
     CField("ple_consts", "uint64[]"),
+    # FalconMamba (appended)
+    _f("ssm_dt_b_c_eps"),
 )
 
 # HParams fields the C side does not take, and why

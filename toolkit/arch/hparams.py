@@ -62,6 +62,7 @@ class HParams:
     ssm_n_head: int = 0          # Mamba-2 heads (== dt_rank)
     ssm_head_dim: int = 0        # Mamba-2 P
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
+    ssm_dt_b_c_eps: float = 0.0  # epsilon of the dt/B/C norms (ssm.dt_b_c_rms_epsilon, else rms_eps)
     gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
     ssm_norm_before_gate: bool = False  # Mamba-2 gated norm: rmsnorm(y) w * silu(z) (Falcon-H1), else rmsnorm(y silu(z)) w
     # attention
@@ -110,9 +111,10 @@ class HParams:
 
     @property
     def attention_layers(self) -> list[int]:
-        """Layers with attention (and a KV cache): attention layers, parallel ones, zamba2's hybrid ones."""
+        """Layers with attention (and a KV cache): attention layers, parallel ones, zamba / zamba2's hybrid ones."""
         return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL,
-                                                                     LayerKind.ZAMBA2_SHARED, LayerKind.QSA)]
+                                                                     LayerKind.ZAMBA2_SHARED, LayerKind.QSA,
+                                                                     LayerKind.ZAMBA_SHARED)]
 
     @property
     def recurrent_layers(self) -> list[int]:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
                Keys.LLM.EXPERT_WEIGHTS_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
@@ -160,6 +160,11 @@ def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.d_state = int(r.req(Keys.SSM.STATE_SIZE))
     hp.dt_rank = int(r.req(Keys.SSM.TIME_STEP_RANK))
     hp.dt_b_c_rms = bool(r.opt(Keys.SSM.DT_B_C_RMS, False))
+    # FalconMamba: HF's epsilon of the dt/B/C norms where it differs from rms_eps (our key)
+    eps = r.opt(Keys.SSM.DT_B_C_RMS_EPS, None)
+    hp.ssm_dt_b_c_eps = hp.rms_eps if eps is None else float(eps)
+    if not math.isfinite(hp.ssm_dt_b_c_eps) or hp.ssm_dt_b_c_eps < 0:
+        raise r.bad(Keys.SSM.DT_B_C_RMS_EPS, f"= {hp.ssm_dt_b_c_eps} is not a valid epsilon")
     for key, v in ((Keys.SSM.CONV_KERNEL, hp.d_conv), (Keys.SSM.INNER_SIZE, hp.d_inner),
                    (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
         if v <= 0 or v > (1 << 24):
@@ -312,12 +317,14 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Zamba2 (README "Zamba2 layout"): the hybrid layers, the shared-block map, the dt floor.
+    """Zamba2 and Zamba (README "Zamba2 layout", "Zamba layout"): the hybrid layers, the
+    shared-block map, the dt floor (zamba2).
 
     ``shared_block_map`` [block_count] holds -1 on a Mamba-2 layer and, on a hybrid layer, the
     shared block it runs, which must be (its rank among the hybrid layers) % shared_block_count
     (the transformers tie order; the runtime recomputes it).  Sets the hybrid layers' kind
-    (``ZAMBA2_SHARED``), their KV heads, and every other layer's to Mamba-2 with no KV.
+    (``ZAMBA2_SHARED``; zamba: ``ZAMBA_SHARED``), their KV heads, and every other layer's to the
+    row's recurrent kind (Mamba-2; zamba: Mamba-1) with no KV.
     Runs after read_layer_kinds (attention.layer_indices: the hybrid layers) and read_attention.
     """
     n_layer = hp.n_layer
@@ -337,7 +344,21 @@ def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.ssm_dt_min = float(r.opt(Keys.Zamba2.SSM_DT_MIN, 0.0))
     if not (math.isfinite(hp.ssm_dt_min) and hp.ssm_dt_min >= 0):
         raise r.bad(Keys.Zamba2.SSM_DT_MIN, f"= {hp.ssm_dt_min} must be finite and >= 0")
-    hp.layer_kinds = [LayerKind.ZAMBA2_SHARED if i in set(hybrid) else LayerKind.MAMBA2 for i in range(n_layer)]
+    kind = _ZAMBA_HYBRID[spec.recurrent]
+    hp.layer_kinds = [kind if i in set(hybrid) else spec.recurrent for i in range(n_layer)]
+
+
+# the hybrid layer kind of a Zamba row, by its recurrent kind: zamba2 (Mamba-2), zamba (Mamba-1)
+_ZAMBA_HYBRID = {LayerKind.MAMBA2: LayerKind.ZAMBA2_SHARED, LayerKind.MAMBA1: LayerKind.ZAMBA_SHARED}
+
+
+def read_mamba1_heads(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """Zamba v1: ``ssm.head_count`` (ours) Mamba-1 heads, each with its own x_proj / dt_proj over
+    inner_size / head_count channels; absent: one head."""
+    hp.ssm_n_head = int(r.opt(Keys.SSM.HEAD_COUNT, 1))
+    if hp.ssm_n_head <= 0 or hp.d_inner % hp.ssm_n_head:
+        raise r.bad(Keys.SSM.HEAD_COUNT, f"= {hp.ssm_n_head} must be > 0 and divide inner_size {hp.d_inner}")
+    hp.ssm_head_dim = hp.d_inner // hp.ssm_n_head
 
 
 def read_nemotron_layers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

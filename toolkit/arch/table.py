@@ -37,6 +37,7 @@ from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
     ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_ZAMBA2,
+    ARCH_ZAMBA,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -101,6 +102,9 @@ ZAMBA2_LAYER_TENSORS = TensorSet(
         T.FFN_LORA_A, T.FFN_GATE_LORA_B, T.FFN_UP_LORA_B, T.SHARED_LINEAR)),
     optional=MAMBA2_TENSORS.optional + (tuple(_w(t) for t in (      # use_shared_attention_adapter
         T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B)),))
+# zamba (v1) hybrid layer: its Mamba-1 block and its linear projection; the shared block as zamba2's
+ZAMBA_LAYER_TENSORS = TensorSet(required=MAMBA1_TENSORS.required + (_w(T.SHARED_LINEAR),),
+                                optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)))
 ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
     T.SHARED_ATTN_NORM, T.SHARED_ATTN_Q, T.SHARED_ATTN_K, T.SHARED_ATTN_V, T.SHARED_ATTN_OUT, T.SHARED_FFN_NORM,
     T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)))
@@ -126,7 +130,7 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet(),
                  LayerKind.PARALLEL: PARALLEL_TENSORS,
                  LayerKind.SHORTCONV: SHORTCONV_TENSORS,
-                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS,
+                 LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS, LayerKind.ZAMBA_SHARED: ZAMBA_LAYER_TENSORS,
                  LayerKind.QSA: QSA_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
@@ -200,7 +204,7 @@ class ArchSpec:
             req.add(_w(T.PER_LAYER_TOKEN_EMBD) if j == 0 else f"blk.{i}.{_w(T.PER_LAYER_TOKEN_EMBD)}")
         ffn_norm = ({_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn
                     else {_w(T.FFN_NORM): T.FFN_NORM} if self.ffn_norm_bare else {})
-        hybrid = [i for i, kd in enumerate(layer_kinds) if kd == LayerKind.ZAMBA2_SHARED]
+        hybrid = [i for i, kd in enumerate(layer_kinds) if kd in (LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED)]
         req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             for ts in (HC_BLOCK_TENSORS if hc else BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
@@ -307,6 +311,14 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_zamba2, R.read_ffn, R.check_rms_eps),
              mixers=(LayerKind.MAMBA2, LayerKind.ZAMBA2_SHARED), recurrent=LayerKind.MAMBA2, attention_from_file=True,
              rope_neox=True),
+    # Zamba v1 (our layout, README "Zamba layout"): multi-head Mamba-1 layers; the hybrid ones
+    # (attention.layer_indices) first run a shared attention block (no RoPE), as zamba2's without
+    # adapters; one block when the checkpoint ties them, one per hybrid layer when it does not
+    ArchSpec(ARCH_ZAMBA, c_id=14,
+             readers=_BASE_READERS + (R.read_mamba1_heads, R.read_attention, R.read_zamba2, R.read_ffn,
+                                        R.check_rms_eps),
+             mixers=(LayerKind.MAMBA1, LayerKind.ZAMBA_SHARED), recurrent=LayerKind.MAMBA1, attention_from_file=True,
+             rope=False, note="Zamba (v1)"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

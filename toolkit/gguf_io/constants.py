@@ -99,6 +99,13 @@ class Keys:
         # "sigmoid" (HF qwen4_exp ``output_gate_type or hidden_act``); llama.cpp's qwen4exp
         # hard-codes sigmoid (spec B3), so a file without the key is read as sigmoid
         OUTPUT_GATE_TYPE = "{arch}.ssm.output_gate_type"
+        # ours (not in llama.cpp): the epsilon of FalconMamba's weightless dt / B / C RMSNorms
+        # (HF mixer_rms_eps), written only when it differs from layer_norm_rms_epsilon, which
+        # llama.cpp uses there (spec more-hybrids.md F1); a file without it reads rms_eps
+        DT_B_C_RMS_EPS = "{arch}.ssm.dt_b_c_rms_epsilon"
+        # ours (not in llama.cpp): Mamba-1 heads with their own x_proj / dt_proj (Zamba v1
+        # n_mamba_heads; spec more-hybrids.md §7.3)
+        HEAD_COUNT = "{arch}.ssm.head_count"
 
     class ShortConv:
         """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""
@@ -189,6 +196,7 @@ ARCH_FALCON_H1 = "falcon-h1"
 ARCH_LFM2 = "lfm2"
 ARCH_LFM2MOE = "lfm2moe"
 ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
+ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

@@ -31,6 +31,7 @@ static const tk_mixer_ops * const MIXERS[TK_LAYER_KIND_COUNT] = {
     [TK_LAYER_PARALLEL] = &tk_mixer_parallel,
     [TK_LAYER_ZAMBA2_SHARED] = &tk_mixer_zamba2,
     [TK_LAYER_QSA] = &tk_mixer_qsa,
+    [TK_LAYER_ZAMBA_SHARED] = &tk_mixer_zamba,
 };
 
 static const tk_ffn_ops * const FFNS[TK_FFN_KIND_COUNT] = {

@@ -175,6 +175,8 @@ static tk_status check_hparams(const tk_hparams * hp) {
     }
     if (!(hp->rms_eps >= 0) || !isfinite(hp->logit_scale) || hp->logit_scale == 0)
         return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
+    if (!(hp->ssm_dt_b_c_eps >= 0) || !isfinite(hp->ssm_dt_b_c_eps))
+        return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm_dt_b_c_eps);
     return TK_OK;
 }
 

@@ -76,6 +76,7 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_PARALLEL = 6,     /* attention + Mamba-2 side by side on the same input (mixer_parallel.c, Falcon-H1) */
     TK_LAYER_ZAMBA2_SHARED = 7,/* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
     TK_LAYER_QSA = 8,          /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
+    TK_LAYER_ZAMBA_SHARED = 9, /* Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c) */
     TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
@@ -102,6 +103,7 @@ typedef enum {
     TK_ARCH_FALCON_H1 = 11,
     TK_ARCH_ZAMBA2 = 12,
     TK_ARCH_QWEN4EXP = 13,
+    TK_ARCH_ZAMBA = 14,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -117,7 +119,7 @@ typedef struct {
     int32_t d_state;           /* N */
     int32_t dt_rank;           /* Mamba-1 dt rank; Mamba-2 number of heads H */
     int32_t n_group;           /* G (Mamba-2) */
-    int32_t ssm_n_head;        /* H (Mamba-2) */
+    int32_t ssm_n_head;        /* H (Mamba-2); Mamba-1: heads with their own x_proj / dt_proj (Zamba; 0 or 1: one) */
     int32_t ssm_head_dim;      /* P (Mamba-2) */
     int32_t dt_b_c_rms;        /* 1: weightless RMS norm of dt, B, C (Falcon-Mamba style) */
     int32_t ssm_dt_b_c_norms;  /* 1: Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors) */
@@ -166,7 +168,7 @@ typedef struct {
     float   moe_weights_norm_eps; /* added to the sum of the k weights before renormalising (HF: 1e-20
                                     Nemotron-H, 1e-6 LFM2-MoE) */
     /* zamba2 (appended) */
-    int32_t n_shared_block;    /* M shared blocks: the j-th TK_LAYER_ZAMBA2_SHARED layer runs shared.{j % M} */
+    int32_t n_shared_block;    /* M shared blocks: the j-th hybrid layer (TK_LAYER_ZAMBA2_SHARED / ZAMBA_SHARED) runs shared.{j % M} */
     float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
     /* qwen4exp (appended; spec gdn-family.md §1.8, §2.5).  hc_count > 1: the residual is
      * hc_count streams of n_embd (residual_hc.c), no attn_norm / ffn_norm / output_norm. */
@@ -182,6 +184,8 @@ typedef struct {
     int32_t ple_eos_token;     /* ple.eos_token_id: cuts the n-gram context */
     int32_t ple_n_module;      /* PLE layers (modules) */
     const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
+    /* FalconMamba (appended) */
+    float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
 } tk_hparams;
 
 typedef struct {

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba import MambaFamily
+from toolkit.convert.families.falconmamba import FalconMambaFamily
 from toolkit.convert.families.mamba2 import Mamba2Family
 from toolkit.convert.families.granitehybrid import GraniteHybridFamily
 from toolkit.convert.families.jamba import JambaFamily
@@ -12,10 +13,11 @@ from toolkit.convert.families.qwen3next import Qwen35Family, Qwen35MoeFamily, Qw
 from toolkit.convert.families.falconh1 import FalconH1Family
 from toolkit.convert.families.lfm2 import LFM2Family, LFM2MoeFamily
 from toolkit.convert.families.zamba2 import Zamba2Family
+from toolkit.convert.families.zamba import ZambaFamily
 
-FAMILIES: tuple[type[Family], ...] = (MambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
+FAMILIES: tuple[type[Family], ...] = (MambaFamily, FalconMambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
-                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family)
+                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family, ZambaFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

@@ -35,6 +35,7 @@ class MambaFamily(Family):
     hf_archs = ("MambaForCausalLM",)
     families = ("Mamba",)
     arch = ARCH_MAMBA
+    dt_b_c_rms = False      # FalconMamba: weightless RMSNorms on dt, B, C (falconmamba.py)
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -59,6 +60,10 @@ class MambaFamily(Family):
     def n_vocab_rows(self) -> int:
         return self.n_vocab
 
+    def extra_kv(self) -> list:
+        """Keys a subclass adds after llama.cpp's (none for Mamba)."""
+        return []
+
     def build(self):
         self.read_hparams()
         key = self.key
@@ -75,8 +80,9 @@ class MambaFamily(Family):
             kv_u32(key(Keys.SSM.STATE_SIZE), self.d_state),
             kv_u32(key(Keys.SSM.TIME_STEP_RANK), self.dt_rank),
             kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
-            kv_bool(key(Keys.SSM.DT_B_C_RMS), False),
+            kv_bool(key(Keys.SSM.DT_B_C_RMS), self.dt_b_c_rms),
         ]
+        p.kv += self.extra_kv()
         D, di, N, K, R = self.n_embd, self.d_inner, self.d_state, self.d_conv, self.dt_rank
         self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
         for i in range(self.n_layer):

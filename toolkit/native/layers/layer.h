@@ -9,6 +9,7 @@
  *   mixer_shortconv.c  TK_LAYER_SHORTCONV  LFM2's gated short conv (C * conv(B * x))
  *   mixer_parallel.c   TK_LAYER_PARALLEL   attention + Mamba-2 on the same input, outputs summed (Falcon-H1)
  *   mixer_zamba2.c     TK_LAYER_ZAMBA2_SHARED  Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2
+ *   mixer_zamba.c      TK_LAYER_ZAMBA_SHARED   Zamba (v1) hybrid layer: the same shared block, then multi-head Mamba-1
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
  *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
@@ -98,7 +99,14 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba;
+/* mixer_zamba2.c: the shared attention + MLP block both Zamba hybrid kinds run.  tk_zamba_block:
+ * the block layer il runs (its rank among the hybrid layers, mod n_shared_block);
+ * tk_zamba_bind_shared: bind shared.<b>.* into l; tk_zamba_shared_block: t = shared_linear(block(x, E))
+ * into ctx->cur [U, D] (LoRA adapters where l has them; out [U, D] is scratch) */
+int32_t tk_zamba_block(const tk_hparams * hp, int il);
+tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk_layer * l);
+tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
 /* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
 tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
 extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;

@@ -26,10 +26,11 @@
 
 #include "layers/layer.h"
 
-/* the shared block this hybrid layer runs: its rank among the hybrid layers, mod n_shared_block */
-static int32_t z2_block(const tk_hparams * hp, int il) {
+/* the shared block this hybrid layer runs: its rank among the hybrid layers (of either Zamba
+ * kind), mod n_shared_block */
+int32_t tk_zamba_block(const tk_hparams * hp, int il) {
     int32_t j = 0;
-    for (int i = 0; i < il; i++) j += hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED;
+    for (int i = 0; i < il; i++) j += hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED || hp->layer_kinds[i] == TK_LAYER_ZAMBA_SHARED;
     return j % hp->n_shared_block;
 }
 
@@ -71,7 +72,7 @@ static const char * shared_name(char * buf, size_t n, int32_t b, const char * su
     return buf;
 }
 
-static tk_status z2_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk_layer * l) {
+tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
     const int64_t D = hp->n_embd, A = 2 * D, HD = (int64_t) hp->n_head * hp->head_dim, KV = (int64_t) l->n_head_kv * hp->head_dim;
     char nm[128];
@@ -92,7 +93,7 @@ static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_mixer_mamba2.bind(m, tab, il, l));
-    TK_CHECK(z2_bind_shared(m, tab, z2_block(hp, il), l));
+    TK_CHECK(tk_zamba_bind_shared(m, tab, tk_zamba_block(hp, il), l));
     const tk_tensor_desc * fa = tk_table_find(tab, NAME("ffn_lora_a.weight"));
     if (!fa) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
     const int64_t r = fa->ne[1], F = l->n_ff;
@@ -140,7 +141,7 @@ static void z2_gelu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 }
 
 /* t = shared_linear(shared block(x, E)) into ctx->cur [U, D] */
-static tk_status z2_shared_block(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t U = ub->n_tokens, D = hp->n_embd, A = 2 * D, F = l->n_ff;
@@ -169,7 +170,7 @@ static tk_status z2_shared_block(tk_context * ctx, const tk_layer * l, int il, c
 static tk_status z2_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens, D = hp->n_embd;
-    TK_CHECK(z2_shared_block(ctx, l, il, ub, out));
+    TK_CHECK(tk_zamba_shared_block(ctx, l, il, ub, out));
     /* cur = rmsnorm(x + t) * attn_norm: the Mamba-2 block's input */
     tk_rows_job j = {ctx->x, NULL, ctx->cur, D, D, D, 1.0f, 1};
     tk_par_rows(ctx->pool, U, D, tk_add_rows, &j);

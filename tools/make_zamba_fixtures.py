@@ -1,0 +1,119 @@
+"""Make the held-back-style Zamba (v1) fixtures (tests/fixtures/hf/zamba-*), checkpoints that
+../shared/fixtures' zamba-tiny (2 Mamba heads, hybrid layers 2 and 4, one tied shared block;
+copied here as it is) does not cover:
+
+    zamba-odd-tiny    tie_word_embeddings false, so transformers unties the shared blocks: hybrid
+                      layers 0 and 3 of 4 each save their own (spec more-hybrids.md §7.2); the hub
+                      form of ``layers_block_type`` ("mamba" / "hybrid"); hidden 48, 3 Mamba heads of
+                      32 (expand 2), d_state 8, d_conv 3, dt_rank 5, 4 attention heads of 24 over 2
+                      KV heads, intermediate_size 80, no conv bias
+    zamba-1head-tiny  one Mamba head (n_mamba_heads 1: x_proj / dt_proj stored 2-D), HF's default
+                      layer pattern (attn_layer_period 2, offset 0: hybrid layers 2, 3, 5 of 6),
+                      tied, rms_norm_eps 1e-6, 2 attention heads of 64, intermediate_size 64
+
+Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
+
+    /tmp/devenv_m1/bin/python tools/make_zamba_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
+
+Seeded; every parameter redrawn as ../shared/fixtures' zamba-tiny was: matrices N(0, 0.08); RMSNorm
+weights and the per-head D 1 + N(0, 0.3); conv and dt_proj biases N(0, 0.3); A_log = log U(1, 16).
+Several safetensors shards (max_shard_size 160KB); the tokenizer, token text and reference.npz
+layout of tools/make_gdn_fixtures.py (64 tokens, float32 logits [64, 512]); the 16 greedy tokens by
+HF ``generate`` with ``min_new_tokens=16`` (end-of-text, id 0, suppressed), as round 3.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+
+_BASE = dict(vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+             hidden_act="gelu", hidden_mamba_act="silu", max_position_embeddings=4096, mamba_expand=2,
+             mamba_proj_bias=False, use_mamba_kernels=False)
+
+SPECS = {
+    "zamba-odd-tiny": dict(seed=51, text=dict(_BASE, hidden_size=48, num_hidden_layers=4, n_mamba_heads=3,
+                                                mamba_d_state=8, mamba_d_conv=3, mamba_dt_rank=5, num_attention_heads=4,
+                                                num_key_value_heads=2, intermediate_size=80, rms_norm_eps=1e-5,
+                                                mamba_conv_bias=False, tie_word_embeddings=False,
+                                                layers_block_type=["hybrid", "mamba", "mamba", "hybrid"]),
+                           hub_block_types=True),
+    "zamba-1head-tiny": dict(seed=52, text=dict(_BASE, hidden_size=64, num_hidden_layers=6, n_mamba_heads=1,
+                                                  mamba_d_state=16, mamba_d_conv=4, mamba_dt_rank="auto",
+                                                  num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
+                                                  rms_norm_eps=1e-6, attn_layer_period=2, attn_layer_offset=0,
+                                                  tie_word_embeddings=True)),
+}
+
+
+def _redraw(torch, named, g) -> None:
+    with torch.no_grad():
+        for name, p in named:
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith(("conv1d.bias", "dt_proj_bias")):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1 or name.endswith(".D"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def make(name: str, out_root: str) -> None:
+    import torch
+    import transformers
+
+    spec = SPECS[name]
+    torch.manual_seed(spec["seed"])
+    cfg = transformers.ZambaConfig(**spec["text"])
+    cfg.architectures = ["ZambaForCausalLM"]
+    model = transformers.ZambaForCausalLM._from_config(cfg, attn_implementation="eager").eval()
+    _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
+    out = os.path.join(out_root, name)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    if spec.get("hub_block_types"):   # the original config.json form ("mamba" / "hybrid")
+        path = os.path.join(out, "config.json")
+        with open(path) as fh:
+            c = json.load(fh)
+        c["layers_block_type"] = list(spec["text"]["layers_block_type"])
+        with open(path, "w") as fh:
+            json.dump(c, fh, indent=2)
+    tokens = _tokens()
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             min_new_tokens=N_GREEDY, do_sample=False)
+    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
+    re = transformers.ZambaForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    with torch.no_grad():
+        again = re(input_ids=ids).logits[0].float().numpy()
+    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    files = sorted(os.listdir(out))
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
+    blocks = sorted({k.split(".")[2] for k in re.state_dict() if ".shared_transf." in k})
+    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}, shared_transf in layers {blocks}, "
+          f"transformers {transformers.__version__}")
+    if total > 1.4 * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+
+def main(argv: list[str]) -> None:
+    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
+    for name in argv[1:] or list(SPECS):
+        make(name, out_root)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
