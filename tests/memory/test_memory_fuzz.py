@@ -13,7 +13,8 @@ blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny), an
 recurrent state), and LFM2 / LFM2-MoE (short conv window as the recurrent state,
 q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-1 with the
 weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
-attention block without RoPE; one block per hybrid layer in the untied one).  Run under ASan/UBSan by CI (pytest -m native).
+attention block without RoPE; one block per hybrid layer in the untied one), OLMo-Hybrid
+(olmohybrid-tiny, olmohybrid-nope-tiny: GDN with separate q/k/v, beta x2, and post-norm attention).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -153,7 +154,8 @@ def play(m: Model, ops, every: int) -> None:
                                         ("nemotronh-dense-tiny", 0),
                                         ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
                                         ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
-                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0)])
+                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
+                                        ("olmohybrid-tiny", 3), ("olmohybrid-nope-tiny", 0)])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

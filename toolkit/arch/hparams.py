@@ -64,6 +64,8 @@ class HParams:
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
     ssm_dt_b_c_eps: float = 0.0  # epsilon of the dt/B/C norms (ssm.dt_b_c_rms_epsilon, else rms_eps)
     gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
+    gdn_beta_scale: float = 0.0  # GDN beta = sigmoid(b) * this (OLMo-Hybrid: ssm.beta_scale, 2.0); 0: 1
+    gdn_norm_eps: float = 0.0    # epsilon of the GDN gated norm (OLMo-Hybrid: 1e-5); 0: rms_eps
     ssm_norm_before_gate: bool = False  # Mamba-2 gated norm: rmsnorm(y) w * silu(z) (Falcon-H1), else rmsnorm(y silu(z)) w
     # attention
     n_head: int = 0

@@ -53,15 +53,19 @@ typedef struct {
     float * ssm_c_norm;        /* Jamba: [N] or NULL */
     tk_weight ssm_out;         /* [d_inner, D] */
     /* gated delta net (C = 2 Hk Dk + Hv Dv conv channels) */
-    tk_weight wqkv;            /* attn_qkv [D, C]: rows [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)] */
+    tk_weight wqkv;            /* attn_qkv [D, C]: rows [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)]; absent (OLMo-Hybrid):
+                                  wq, wk, wv [D, Hk Dk], [D, Hk Dk], [D, Hv Dv] and the conv from ssm_conv1d_{q,k,v} */
     tk_weight wgate;           /* attn_gate [D, Hv Dv]: the output gate z */
     tk_weight ssm_beta, ssm_alpha;   /* [D, Hv] each (qwen35), or absent */
     tk_weight ssm_ba;          /* [D, 2 Hv], per K-head [b (Hv/Hk) | a (Hv/Hk)] (qwen3next), or absent */
     /* attention */
     tk_weight wq, wk, wv, wo;  /* [D, H*hd] ([D, 2*H*hd] with attn_q_gate), [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
-    float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), else NULL */
+    float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), [H hd] / [Hkv hd] (attn_qk_norm_full), else NULL */
     /* ffn */
-    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn) */
+    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn); NULL: post-norm block */
+    /* a post-norm block (hp.attn_post_norm, attention layers): attn_norm and ffn_norm NULL */
+    float * attn_post_norm;    /* [D] post_attention_norm: x += rmsnorm(mixer(x)) * this */
+    float * ffn_post_norm;     /* [D] post_ffw_norm: x += rmsnorm(ffn(x)) * this */
     tk_weight ffn_gate, ffn_up, ffn_down;               /* [D, F], [D, F], [F, D] */
     tk_weight ffn_gate_inp;                             /* [D, E] */
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */

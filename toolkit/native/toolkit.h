@@ -104,6 +104,7 @@ typedef enum {
     TK_ARCH_ZAMBA2 = 12,
     TK_ARCH_QWEN4EXP = 13,
     TK_ARCH_ZAMBA = 14,
+    TK_ARCH_OLMO_HYBRID = 15,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -186,6 +187,13 @@ typedef struct {
     const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
     /* FalconMamba (appended) */
     float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
+    /* OLMo-Hybrid (appended) */
+    float   gdn_beta_scale;    /* GDN beta = sigmoid(b) * this (2: beta in (0, 2)); 0: 1 */
+    float   gdn_norm_eps;      /* epsilon of the GDN gated norm; 0: rms_eps */
+    int32_t attn_post_norm;    /* 1: attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm;
+                                  x += rmsnorm(attn(x)) * post_attention_norm; x += rmsnorm(ffn(x)) * post_ffw_norm */
+    int32_t attn_qk_norm_full; /* with attn_qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd]) */
+    int32_t gdn_qkv_apart;     /* 1: GDN q / k / v from attn_q, attn_k, attn_v and ssm_conv1d_{q,k,v}; 0: attn_qkv, ssm_conv1d */
 } tk_hparams;
 
 typedef struct {

@@ -14,10 +14,12 @@ from toolkit.convert.families.falconh1 import FalconH1Family
 from toolkit.convert.families.lfm2 import LFM2Family, LFM2MoeFamily
 from toolkit.convert.families.zamba2 import Zamba2Family
 from toolkit.convert.families.zamba import ZambaFamily
+from toolkit.convert.families.olmo_hybrid import OlmoHybridFamily
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, FalconMambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
-                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family, ZambaFamily)
+                                      FalconH1Family, LFM2Family, LFM2MoeFamily, Zamba2Family, ZambaFamily,
+                                      OlmoHybridFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

@@ -46,6 +46,8 @@ tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, 
  * absent and optional); non-finite values are refused. */
 tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
                       int required, float ** out);
+/* n floats the model owns (freed with it); NULL when out of memory */
+float * tk_model_alloc(tk_model * m, size_t n);
 #define TK_SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 /* "blk.<il>.<suffix>" into buf */
 const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);

@@ -6,11 +6,14 @@
  * kvd = Hkv hd, qs = hd, or 2 hd with attn_q_gate):
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   wq [D, H qs]: with attn_q_gate, rows per head [q_h (hd) | gate_h (hd)]
- *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is)
+ *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is),
+ *     or [H hd], [Hkv hd] (attn_qk_norm_full: OLMo-Hybrid, one norm over all heads, as llama.cpp's olmo2)
  *   KV cache per cell: K [kvd] (stored after norm and RoPE), V [kvd]
  * Formula:
  *   q = wq cur, k = wk cur, v = wv cur
- *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps)
+ *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps);
+ *     attn_qk_norm_full: q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm over all heads
+ *   (a post-norm block, hp.attn_post_norm, is forward.c's: this mixer is the same)
  *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
  *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
@@ -19,7 +22,8 @@
  *   out = wo o
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
- *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate); llama.cpp
+ *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_olmo_hybrid.py
+ *      OlmoHybridAttention (q/k norm over all heads, NoPE or RoPE); llama.cpp
  *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
  */
 #include <float.h>
@@ -50,6 +54,8 @@ static tk_status attn_check(const tk_hparams * hp, int il) {
     if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
         return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
     if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
+    if (hp->attn_qk_norm_full && (!hp->attn_qk_norm || hp->attn_q_gate))
+        return TK_FAIL(TK_ERR_INVALID, "attn_qk_norm_full needs attn_qk_norm and no attn_q_gate");
     return TK_OK;
 }
 
@@ -64,8 +70,9 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
     if (hp->attn_qk_norm) {
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(HD), 1, &l->attn_q_norm));
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(HD), 1, &l->attn_k_norm));
+        const int64_t nq = hp->attn_qk_norm_full ? Hq * HD : HD, nk = hp->attn_qk_norm_full ? Hkv * HD : HD;
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(nq), 1, &l->attn_q_norm));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(nk), 1, &l->attn_k_norm));
     }
     static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
     for (int b = 0; b < 4; b++) {
@@ -229,7 +236,10 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
 /* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
 static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, float * q, float * k, int32_t Hkv, int32_t pos) {
     const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
-    if (l->attn_q_norm) {
+    if (l->attn_q_norm && hp->attn_qk_norm_full) {   /* one norm over all heads (qs = hd: no gate) */
+        tk_rms_norm(q, l->attn_q_norm, hp->rms_eps, (int64_t) H * hd, q);
+        tk_rms_norm(k, l->attn_k_norm, hp->rms_eps, (int64_t) Hkv * hd, k);
+    } else if (l->attn_q_norm) {
         for (int32_t h = 0; h < H; h++) tk_rms_norm(q + (int64_t) h * qs, l->attn_q_norm, hp->rms_eps, hd, q + (int64_t) h * qs);
         for (int32_t g = 0; g < Hkv; g++) tk_rms_norm(k + (int64_t) g * hd, l->attn_k_norm, hp->rms_eps, hd, k + (int64_t) g * hd);
     }
