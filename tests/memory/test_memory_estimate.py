@@ -24,7 +24,8 @@ pytestmark = pytest.mark.native
 FIX = pathlib.Path(__file__).parent.parent / "fixtures"
 LLAMACPP = ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny", "lfm2moe-tiny"]
 CONVERTED = ["jamba-tiny", "falconh1-tiny", "lfm2-tiny", "nemotronh-tiny", "zamba2-tiny", "granitehybrid-moe-tiny",
-             "qwen4exp-tiny", "qwen4exp-ple2-tiny", "qwen4exp-hc3-tiny", "falconmamba-tiny", "zamba-tiny", "zamba-odd-tiny"]
+             "qwen4exp-tiny", "qwen4exp-ple2-tiny", "qwen4exp-hc3-tiny", "falconmamba-tiny", "zamba-tiny", "zamba-odd-tiny",
+             "olmohybrid-tiny"]
 # (n_ctx, n_seq_max, n_ubatch, n_threads, n_checkpoints, draft window, keep_last)
 PARAMS = [(300, 3, 64, 2, 2, 0, True), (64, 1, 7, 1, 0, 4, False), (1000, 2, 512, 3, 5, 3, True), (17, 4, 1, 1, 1, 0, True)]
 
