@@ -18,7 +18,7 @@ from toolkit.errors import ToolkitError
 from toolkit.runtime import Model
 from toolkit.binding import ffi, lib, last_error
 
-from test_fuzz_gguf import N_EXAMPLES, record
+from fuzz_util import N_EXAMPLES, record
 
 pytestmark = pytest.mark.native
 
