@@ -48,3 +48,23 @@ def hf_f32(tmp_path_factory):
             done[name] = out
         return done[name]
     return get
+
+
+@pytest.fixture(scope="session")
+def bamba_small_q(tmp_path_factory):
+    """qtype -> path of tests/fixtures/llamacpp/bamba-small.f32.gguf quantized to QTYPE (2 threads,
+    no imatrix, default options), each type quantized once per test session: test_quantize.py
+    (against llama-quantize's bytes), test_quant_run.py and test_fastpath_breaker.py share them.
+    The files are read-only to the tests."""
+    from toolkit.quantize import quantize_file
+    src = FIXTURES / "llamacpp" / "bamba-small.f32.gguf"
+    d = tmp_path_factory.mktemp("bamba-small-q")
+    done: dict[str, pathlib.Path] = {}
+
+    def get(qtype: str) -> pathlib.Path:
+        if qtype not in done:
+            out = d / f"bamba-small.{qtype}.gguf"
+            quantize_file(str(src), str(out), qtype, n_threads=2)
+            done[qtype] = out
+        return done[qtype]
+    return get
