@@ -3,6 +3,7 @@ import pathlib
 import sys
 
 import pytest
+from hypothesis import settings
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -16,6 +17,12 @@ if str(FIXTURES.parent) not in sys.path:
 # normal (non-editable) install.  PYTHONSAFEPATH (Python >= 3.11) keeps the cwd off sys.path,
 # so every child imports the installed package, as a user's shell would.
 os.environ.setdefault("PYTHONSAFEPATH", "1")
+
+# Hypothesis: HYPOTHESIS_PROFILE=long (or pytest --hypothesis-profile=long) restores the long
+# property runs; the tests' own counts follow it through hypothesis_util.examples(quick, long).
+settings.register_profile("long", max_examples=1000, deadline=None)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture
