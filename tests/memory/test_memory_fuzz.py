@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_util import examples
 from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
@@ -156,7 +157,7 @@ def play(m: Model, ops, every: int) -> None:
                                         ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
                                         ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
                                         ("olmohybrid-tiny", 3), ("olmohybrid-nope-tiny", 0)])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):
     play(model(name), ops, every)

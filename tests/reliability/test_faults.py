@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from test_fuzz_run import cli
+from fuzz_util import cli
 
 pytestmark = pytest.mark.native   # quantize runs the C quantizers; CI repeats it under ASan + UBSan
 
