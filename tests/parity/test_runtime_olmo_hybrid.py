@@ -78,7 +78,7 @@ def test_fixtures_cover_the_layout(hf_f32):
 ])
 def test_calibration_wrong_readings_are_far_off(fixtures, hf_f32, tmp_path, report, name, drop, kv, what):
     import gguf
-    from test_qwen4exp_bad_input import rewrite
+    from gguf_edit_util import rewrite
     bad = tmp_path / "bad.gguf"
     rewrite(hf_f32(name), bad, drop_kv=drop, kv={k: (v, gguf.GGUFValueType.UINT32, None) for k, v in kv.items()})
     ref = _ref(fixtures, name)
@@ -129,7 +129,7 @@ def test_bad_gguf_keys_are_one_clear_line(monkeypatch, capsys, hf_f32, tmp_path,
     """`toolkit run` on a file with a bad beta scale, an inner size that is no multiple of the value
     heads, or a layer pattern of the wrong length: one line (exit 2), no traceback."""
     import gguf
-    from test_qwen4exp_bad_input import rewrite, run_error
+    from gguf_edit_util import rewrite, run_error
     bad = tmp_path / "bad.gguf"
     rewrite(hf_f32("olmohybrid-tiny"), bad,
             kv={k: (v, gguf.GGUFValueType[t], s and gguf.GGUFValueType[s]) for k, (v, t, s) in kv.items()})
