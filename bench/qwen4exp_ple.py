@@ -69,7 +69,7 @@ def main() -> None:
         print(f"PLE table: {table / 2**30:.2f} GiB ({a.shards} shards x {a.rows} rows x {a.row_dim} float32)")
         f32, q = os.path.join(work, "big.f32.gguf"), os.path.join(work, "big.q4_1.gguf")
         ids = ",".join(str(x) for x in np.random.default_rng(5).integers(3, 512, a.n_prompt))
-        wall, rss, _ = timed(["convert", src, f32])
+        wall, rss, _ = timed(["convert", src, f32, "--outtype", "f32"])
         print(f"convert f32:            {wall:6.1f} s, peak RSS {rss / 2**20:7.1f} MiB")
         for label, path in (("run f32", f32), ("quantize", None), ("run Q4_1 table", q)):
             if path is None:

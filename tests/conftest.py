@@ -3,6 +3,7 @@ import pathlib
 import sys
 
 import pytest
+from hypothesis import settings
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -16,6 +17,12 @@ if str(FIXTURES.parent) not in sys.path:
 # normal (non-editable) install.  PYTHONSAFEPATH (Python >= 3.11) keeps the cwd off sys.path,
 # so every child imports the installed package, as a user's shell would.
 os.environ.setdefault("PYTHONSAFEPATH", "1")
+
+# Hypothesis: HYPOTHESIS_PROFILE=long (or pytest --hypothesis-profile=long) restores the long
+# property runs; the tests' own counts follow it through hypothesis_util.examples(quick, long).
+settings.register_profile("long", max_examples=1000, deadline=None)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture
@@ -47,4 +54,24 @@ def hf_f32(tmp_path_factory):
             convert(str(FIXTURES / "hf" / name), str(out), "f32")
             done[name] = out
         return done[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def bamba_small_q(tmp_path_factory):
+    """qtype -> path of tests/fixtures/llamacpp/bamba-small.f32.gguf quantized to QTYPE (2 threads,
+    no imatrix, default options), each type quantized once per test session: test_quantize.py
+    (against llama-quantize's bytes), test_quant_run.py and test_fastpath_breaker.py share them.
+    The files are read-only to the tests."""
+    from toolkit.quantize import quantize_file
+    src = FIXTURES / "llamacpp" / "bamba-small.f32.gguf"
+    d = tmp_path_factory.mktemp("bamba-small-q")
+    done: dict[str, pathlib.Path] = {}
+
+    def get(qtype: str) -> pathlib.Path:
+        if qtype not in done:
+            out = d / f"bamba-small.{qtype}.gguf"
+            quantize_file(str(src), str(out), qtype, n_threads=2)
+            done[qtype] = out
+        return done[qtype]
     return get

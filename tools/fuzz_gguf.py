@@ -25,7 +25,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 
-import test_fuzz_gguf as T  # noqa: E402  (the mutation codec lives with the suite)
+import fuzz_util as T  # noqa: E402  (the mutation codec lives with the suite)
 
 
 def _target(name: str, path: str) -> str:

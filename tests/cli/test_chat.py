@@ -68,7 +68,7 @@ def test_three_turns_regen_undo_reuse_and_logits(monkeypatch, capsys, template_f
     assert scratch["probs"] == t3["probs"]          # bit-identical logits -> identical probabilities
 
 
-def test_no_template_falls_back_to_completion(monkeypatch, capsys):
+def test_no_template_gets_a_note(monkeypatch, capsys):
     rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", *ARGS, stdin="Once upon a time\n")
     assert rc == 0 and "no chat template" in err, err
     assert len(turns(out)) == 1

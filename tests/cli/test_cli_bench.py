@@ -74,3 +74,23 @@ def test_bench_lists_models_and_formats(monkeypatch, capsys):
     assert rc == 0 and "n_batch" in out.splitlines()[0], err
     rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-o", "xml")
     assert rc == 2 and "-o xml" in err
+
+
+def test_bench_md_type_names_and_column_widths(monkeypatch, capsys, tmp_path):
+    """-o md: the model column names the file type as llama-bench does (llama.cpp's
+    llama_model_ftype_name: 'Q4_K - Medium', 'all F32'), and every column is as wide as its
+    content: all lines of the table have their '|' at the same places (a 30-wide model column
+    overflowed for longer names)."""
+    q = tmp_path / "m.Q4_K_M.gguf"
+    assert cli(monkeypatch, capsys, "quantize", str(MODEL), str(q), "Q4_K_M")[0] == 0
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-m", str(q), "-p", "8", "-n", "0", "-r", "1",
+                       "-t", "1", "-mmp", "0,1")
+    assert rc == 0, err
+    table = [ln for ln in out.splitlines() if ln.startswith("|")]
+    assert len(table) == 2 + 4
+    bars = {tuple(i for i, ch in enumerate(ln) if ch == "|") for ln in table}
+    assert len(bars) == 1, "\n".join(table)
+    assert "granitehybrid 0.25M all F32 " in table[2] and "granitehybrid 0.25M Q4_K - Medium " in table[4]
+    assert "| mmap |" in table[0]
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(q), "-p", "8", "-n", "0", "-r", "1", "-t", "1", "-o", "json")
+    assert json.loads(out)[0]["model_type"] == "granitehybrid 0.25M Q4_K - Medium"

@@ -215,6 +215,7 @@ def test_header_parser_never_crashes_on_corruption(tmp_path):
     """Random byte flips and truncations of a shard: read_header either parses it or raises
     InputError / UnsupportedError naming the file, never anything else."""
     from hypothesis import given, settings, strategies as st
+    from hypothesis_util import examples
     from toolkit.convert.st_reader import read_header
     from toolkit.errors import InputError, UnsupportedError
 
@@ -222,7 +223,7 @@ def test_header_parser_never_crashes_on_corruption(tmp_path):
     n_head = int.from_bytes(good[:8], "little") + 8
     p = tmp_path / "x.safetensors"
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(60, 300), deadline=None)
     @given(st.lists(st.tuples(st.integers(0, n_head + 64), st.integers(0, 255)), max_size=6),
            st.one_of(st.none(), st.integers(0, len(good))))
     def check(flips, cut):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cli_runner import cli as run_cli
-from test_convert_gdn_errors import copy, drop_tensor, edit_config, edit_rope, expect_error, replace_tensor
+from convert_error_util import copy, drop_tensor, edit_config, edit_rope, expect_error, replace_tensor
 
 NAME = "falconh1-tiny"
 

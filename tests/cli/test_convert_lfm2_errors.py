@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from convert_cases import count_config_kind_errors
-from test_convert_gdn_errors import config, copy, drop_tensor, edit_config, expect_error, replace_tensor
+from convert_error_util import config, copy, drop_tensor, edit_config, expect_error, replace_tensor
 
 
 def test_layer_types_longer_than_the_layer_count(monkeypatch, capsys, tmp_path):

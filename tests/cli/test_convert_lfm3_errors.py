@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_convert_gdn_errors import config, copy, edit_config, expect_error
+from convert_error_util import config, copy, edit_config, expect_error
 
 
 @pytest.mark.parametrize("w", [0, -4])

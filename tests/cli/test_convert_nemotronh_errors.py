@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from test_convert_gdn_errors import copy, drop_tensor, edit_config, expect_error
+from convert_error_util import copy, drop_tensor, edit_config, expect_error
 
 
 def to_pattern(d, pattern: str, n_layers: int | None = None) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from cli_runner import cli as run_cli
 from convert_cases import count_config_kind_errors
-from test_convert_gdn_errors import config, copy, drop_tensor, edit_config, expect_error
+from convert_error_util import config, copy, drop_tensor, edit_config, expect_error
 
 NAME = "zamba2-tiny"   # layers_block_type: L H L L H (hybrid layers 1 and 4)
 

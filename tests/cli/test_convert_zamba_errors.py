@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from test_convert_gdn_errors import config, copy, drop_tensor, edit_config, expect_error
+from convert_error_util import config, copy, drop_tensor, edit_config, expect_error
 
 UNTIED = "zamba-odd-tiny"   # tie_word_embeddings false: hybrid layers 0 and 3 each store a shared block
 TIED = "zamba-tiny"         # one shared block, stored under layer 2 (hybrid layers 2 and 4)

@@ -13,12 +13,14 @@ blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny), an
 recurrent state), and LFM2 / LFM2-MoE (short conv window as the recurrent state,
 q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-1 with the
 weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
-attention block without RoPE; one block per hybrid layer in the untied one), and a sliding-window
-model (swa/lfm2: lfm2-tiny with its layer 3 a window-5 sliding layer, tests/swa_models.py: a
-full and a sliding-window KV cache that keeps each sequence's last W + k positions and each
-checkpoint's window; swa/lfm2-all: both attention layers sliding, the full cache holds positions only; a rollback
-past what it holds is refused and the oracle keeps the history), and LFM3 (lfm3-tiny: conv,
-full attention with proportional RoPE, sliding attention with window 16, sandwich norms).  Run under ASan/UBSan by CI (pytest -m native).
+attention block without RoPE; one block per hybrid layer in the untied one), OLMo-Hybrid
+(olmohybrid-tiny, olmohybrid-nope-tiny: GDN with separate q/k/v, beta x2, and post-norm attention),
+a sliding-window model (swa/lfm2: lfm2-tiny with its layer 3 a window-5 sliding layer,
+tests/swa_util.py: a full and a sliding-window KV cache that keeps each sequence's last W + k
+positions and each checkpoint's window; swa/lfm2-all: both attention layers sliding, the full cache
+holds positions only; a rollback past what it holds is refused and the oracle keeps the history),
+and LFM3 (lfm3-tiny: conv, full attention with proportional RoPE, sliding attention with window 16,
+sandwich norms).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_util import examples
 from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
@@ -48,7 +51,7 @@ def model(name: str) -> Model:
         _models[name] = Model(HF.parent / f"{name}.f32.gguf")
     if name.startswith("swa/") and name not in _models:
         import tempfile
-        from swa_models import swa_lfm2
+        from swa_util import swa_lfm2
         _dirs.append(pathlib.Path(tempfile.mkdtemp(prefix="memfuzz")))
         pattern = (False, True, False, True) if name.endswith("-all") else (False, False, False, True)
         _models[name] = Model(swa_lfm2(_dirs[-1], 5, pattern))
@@ -165,8 +168,9 @@ def play(m: Model, ops, every: int) -> None:
                                         ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
                                         ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
                                         ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
+                                        ("olmohybrid-tiny", 3), ("olmohybrid-nope-tiny", 0),
                                         ("swa/lfm2", 3), ("swa/lfm2", 0), ("swa/lfm2-all", 3), ("lfm3-tiny", 3)])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):
     play(model(name), ops, every)

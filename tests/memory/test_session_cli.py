@@ -26,7 +26,7 @@ def models(tmp_path_factory):
     out = {}
     d = tmp_path_factory.mktemp("sess")
     for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny",
-                 "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny"):
+                 "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out
@@ -46,7 +46,7 @@ P2 = P1 + [77, 401, 9, 18, 200]
 
 
 @pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "lfm2-tiny", "lfm2moe-tiny",
-                                  "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny"])
+                                  "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny"])
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)
@@ -118,9 +118,7 @@ def test_memory_report_cli(monkeypatch, capsys, models):
         assert rep["checkpoints"] == 2 * rep["recurrent"]
         with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
             got = ctx.memory_report()
-        for k in ("weights", "kv", "recurrent", "checkpoints"):
-            assert rep[k] == got[k], (name, k)
-        assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+        assert rep == got, name      # the C estimate (same default threads) is what the context allocates
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(models["bamba-tiny"]), "--tokens", "1,2,3", "-n", "1",
                        "-v", "-c", "64")
     assert rc == 0 and "recurrent" in err and "checkpoints" in err and "kv" in err
@@ -147,7 +145,7 @@ def test_corrupt_state_blob_is_exit_2_and_file_untouched(monkeypatch, capsys, tm
 
 @pytest.mark.parametrize("name", ["qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny"])
 def test_memory_report_cli_gated_delta_net(monkeypatch, capsys, name):
-    """`info --memory` (toolkit/runtime/memory.py) equals the C report for the GDN families
+    """`info --memory` (the C estimate) equals the allocated report for the GDN families
     (llama.cpp's files): recurrent = n_seq_max x GDN layers x ((K-1) C + Hv Dk Dv) floats."""
     from toolkit.arch import HParams
     from toolkit.gguf_io import GGUFFile
@@ -164,14 +162,12 @@ def test_memory_report_cli_gated_delta_net(monkeypatch, capsys, name):
     assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers)
     with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
         got = ctx.memory_report()
-    for k in ("weights", "kv", "recurrent", "checkpoints"):
-        assert rep[k] == got[k], (name, k)
-    assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+    assert rep == got, name          # the C estimate (same default threads) is what the context allocates
 
 
 @pytest.mark.parametrize("name", ["nemotronh-tiny", "nemotronh-dense-tiny"])
 def test_memory_report_cli_nemotron_h(monkeypatch, capsys, tmp_path, name):
-    """`info --memory` (toolkit/runtime/memory.py) equals the C report for Nemotron-H (our
+    """`info --memory` (the C estimate) equals the allocated report for Nemotron-H (our
     conversion): recurrent state on the Mamba-2 layers only (not on the MLP / MoE blocks, which
     have no mixer), KV on the attention layers only."""
     from toolkit.arch import HParams, LayerKind
@@ -192,14 +188,12 @@ def test_memory_report_cli_nemotron_h(monkeypatch, capsys, tmp_path, name):
     assert rep["kv"] == sum(2 * 300 * hp.n_head_kv[i] * hp.head_dim * 4 for i in hp.attention_layers) > 0
     with Model(m) as mm, Context(mm, n_ctx=300, n_seq_max=3, n_ubatch=64, n_checkpoints=2) as ctx:
         got = ctx.memory_report()
-    for k in ("weights", "kv", "recurrent", "checkpoints"):
-        assert rep[k] == got[k], (name, k)
-    assert abs(rep["compute"] - got["compute"]) <= 0.05 * got["compute"]   # thread count may differ
+    assert rep == got, name          # the C estimate (same default threads) is what the context allocates
 
 
 @pytest.mark.parametrize("name", ["lfm2-tiny", "lfm2moe-tiny"])
 def test_memory_report_cli_short_conv(monkeypatch, capsys, models, name):
-    """`info --memory` (toolkit/runtime/memory.py) equals the C report, compute included, for
+    """`info --memory` (the C estimate) equals the allocated report, compute included, for
     LFM2 / LFM2-MoE (our files): recurrent = n_seq_max x conv layers x (K-1) x D floats (the
     short conv window), KV only on the attention layers."""
     from toolkit.arch import HParams

@@ -1,5 +1,5 @@
 """The sliding-window KV cache (memory_kv.c TK_KV_SWA, memory_iswa.c) on a test model:
-lfm2-tiny with layer 3 a window-5 sliding layer and layer 1 full (tests/swa_models.py).
+lfm2-tiny with layer 3 a window-5 sliding layer and layer 1 full (tests/swa_util.py).
 
 - memory: at -c 4096 the sliding layer holds n_seq x (W + k + n_ckpt x (W - 1)) + n_ubatch cells
   (k: the speculative window; the W - 1 positions before each checkpoint), the full one n_ctx;
@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_runner import cli
-from swa_models import make_swa, swa_lfm2
+from hypothesis_util import examples
+from swa_util import make_swa, swa_lfm2
 from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
@@ -176,7 +177,7 @@ def test_bad_sliding_window_is_one_line(monkeypatch, capsys, tmp_path, window, p
 
 
 def test_lfm3_memory_report_equals_info(monkeypatch, capsys, hf_f32):
-    """LFM3 (window 16 on layer 4): `info --memory` (the Python estimate, compute included) equals
+    """LFM3 (window 16 on layer 4): `info --memory` (the C estimate, compute included) equals
     the C report with parallel sequences, checkpoints and a draft window (its ring's bytes are
     test_run_speculative's); the sliding layer holds 3 x (16 + 4 + 2 x 15) + 64 cells of 4096."""
     path = hf_f32("lfm3-tiny")
@@ -200,7 +201,7 @@ _steps = st.lists(st.one_of(st.tuples(st.just("decode"), st.integers(0, 1), st.i
 
 
 @pytest.mark.parametrize("every", [3, 5])
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15, 50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=_steps)
 def test_rollbacks_match_recompute(model, every, steps):
     """Decodes and rollbacks (to a checkpoint, refused past them) in two sequences against a

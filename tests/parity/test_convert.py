@@ -305,8 +305,9 @@ def test_bf16_checkpoint_auto_passthrough_and_f32(tmp_path):
             assert t.type == GGMLType.F32 and same_bytes(auto, f32, name), name
 
 
-def test_auto_on_f32_checkpoint_is_f32(tmp_path):
-    assert make_plan(str(HF / "mamba-tiny"), "auto").outtype == "f32"
+def test_auto_on_f32_checkpoint_is_f16(tmp_path):
+    """llama.cpp's converter: no BF16/F16 matrix -> f16 (it was f32 here)."""
+    assert make_plan(str(HF / "mamba-tiny"), "auto").outtype == "f16"
 
 
 # ---- streaming ------------------------------------------------------------------------------

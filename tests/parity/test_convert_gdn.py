@@ -229,7 +229,8 @@ def test_mtp_block_appended(converted, name, arch):
 def test_no_mtp_flag_leaves_the_head_out(monkeypatch, capsys, tmp_path, converted):
     name = "qwen35-mtp-tiny"
     out = tmp_path / "nomtp.gguf"
-    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(HF / name), str(out), "--no-mtp")
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(HF / name), str(out), "--no-mtp",
+                          "--outtype", "f32")
     assert rc == 0, err
     r = gguf.GGUFReader(str(out))
     assert kv(r, "qwen35.block_count") == 4 and kv(r, "qwen35.nextn_predict_layers") is None
@@ -265,7 +266,8 @@ def test_vision_tower_skipped_with_one_line(tmp_path):
     assert len(vis) == 21
     out = tmp_path / "vl.gguf"
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    p = subprocess.run([sys.executable, "-m", "toolkit", "convert", str(HF / name), str(out)],
+    p = subprocess.run([sys.executable, "-m", "toolkit", "convert", str(HF / name), str(out),
+                        "--outtype", "f32"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]

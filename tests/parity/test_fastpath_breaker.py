@@ -15,32 +15,22 @@ at every level, and the scalar and AVX2 results agree to float reordering on ord
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
-from toolkit.quantize import quantize_file
 from toolkit.binding import ffi, lib
 from toolkit.runtime.context import Context
 from toolkit.runtime.model import Model
 from toolkit.binding import check
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "llamacpp", "bamba-small.f32.gguf")
 TYPES = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"]
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()]
 N_PROMPT, N_GEN = 24, 4
 
 
 @pytest.fixture(scope="module")
-def qfiles(tmp_path_factory):
-    d = tmp_path_factory.mktemp("breaker")
-    out = {}
-    for t in TYPES:
-        p = str(d / f"{t}.gguf")
-        quantize_file(SRC, p, t, n_threads=2)
-        out[t] = p
-    return out
+def qfiles(bamba_small_q):
+    return {t: str(bamba_small_q(t)) for t in TYPES}   # quantized once per session (conftest.py)
 
 
 def _run(path: str, n_threads: int, n_ubatch: int) -> np.ndarray:

@@ -11,9 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from toolkit.quantize import quantize_file
-
-pytestmark = pytest.mark.slow   # the module fixture quantizes bamba-small to 17 types
+pytestmark = pytest.mark.slow   # the module fixture runs bamba-small in 17 types (quantized once: conftest.py)
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "llamacpp", "bamba-small.f32.gguf")
 TYPES = ["F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_1", "Q4_0",
@@ -29,15 +27,12 @@ def _logits(path: str, tokens: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def errors(tmp_path_factory):
-    d = tmp_path_factory.mktemp("qrun")
+def errors(bamba_small_q):
     tokens = (np.arange(24, dtype=np.int32) * 37 + 5) % 512
     ref = _logits(SRC, tokens)
     out = {}
     for t in TYPES:
-        p = str(d / f"{t}.gguf")
-        quantize_file(SRC, p, t, n_threads=2)
-        lg = _logits(p, tokens)
+        lg = _logits(str(bamba_small_q(t)), tokens)
         assert np.isfinite(lg).all(), t
         out[t] = float(np.linalg.norm(lg - ref) / np.linalg.norm(ref))
     print("\nrelative L2 error of logits vs F32 (bamba-small, 24 tokens):")

@@ -73,16 +73,19 @@ def test_reference_set_is_complete(model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ref_file", REF_FILES)
-def test_matches_llama_quantize(ref_file, tmp_path):
+def test_matches_llama_quantize(ref_file, tmp_path, bamba_small_q):
     """Every tensor's ggml type and data bytes, the tensor order and the changed metadata equal
     llama-quantize's output; without an imatrix, the whole file does too.  References: bamba-small
     (all 15 types), the odd-width models (fallbacks) and bamba-small with a synthetic imatrix."""
     with open(os.path.join(FIX, "quant", ref_file)) as fh:
         ref = json.load(fh)
     qtype = ref["type"]
-    out = str(tmp_path / f"out.{qtype}.gguf")
     im = os.path.join(FIX, "quant", ref["imatrix"]) if ref["imatrix"] else None
-    quantize_file(_input_path(ref["input"]), out, qtype, n_threads=2, imatrix=im)
+    if _input_path(ref["input"]) == SRC and not im:
+        out = str(bamba_small_q(qtype))   # the session's file (conftest.py): quantize_file(SRC, ..., n_threads=2)
+    else:
+        out = str(tmp_path / f"out.{qtype}.gguf")
+        quantize_file(_input_path(ref["input"]), out, qtype, n_threads=2, imatrix=im)
     got = _digests(out)
     wrong = {n: (got.get(n, ["missing"])[0], want[0]) for n, want in ref["tensors"].items() if got.get(n) != want}
     assert not wrong, f"{ref_file}: {len(wrong)} tensors differ from llama-quantize (ours, theirs): {wrong}"
@@ -100,17 +103,15 @@ def test_matches_llama_quantize(ref_file, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("qtype", ["Q4_K_M", "Q8_0", "IQ4_XS"])
-def test_tiny_bands_give_identical_bytes(qtype, tmp_path):
+def test_tiny_bands_give_identical_bytes(qtype, tmp_path, bamba_small_q):
     """Rows are independent: a band of one row (band_mb tiny) and one thread give the same file."""
-    a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
-    quantize_file(SRC, a, qtype, n_threads=2)
+    a, b = str(bamba_small_q(qtype)), str(tmp_path / "b.gguf")   # a: 2 threads, default bands
     quantize_file(SRC, b, qtype, n_threads=1, band_mb=1e-6)
     assert _sha(a) == _sha(b)
 
 
-def test_requantize_refused_then_allowed(tmp_path):
-    q8 = str(tmp_path / "q8.gguf")
-    quantize_file(SRC, q8, "Q8_0", n_threads=2)
+def test_requantize_refused_then_allowed(tmp_path, bamba_small_q):
+    q8 = str(bamba_small_q("Q8_0"))
     with pytest.raises(InputError, match="allow-requantize"):
         quantize_file(q8, str(tmp_path / "x.gguf"), "Q4_K_M")
     assert not os.path.exists(tmp_path / "x.gguf")
@@ -121,12 +122,11 @@ def test_requantize_refused_then_allowed(tmp_path):
 
 
 @pytest.mark.slow
-def test_bf16_source_converts_row_by_row(tmp_path):
+def test_bf16_source_converts_row_by_row(tmp_path, bamba_small_q):
     """A BF16 input goes through tk_convert_rows (one-row float32 scratch): the bytes equal
     dequantizing the whole tensor and quantizing it, and do not depend on the band size."""
     from toolkit.binding import rows
-    bf = str(tmp_path / "bf16.gguf")
-    quantize_file(SRC, bf, "BF16", n_threads=2)
+    bf = str(bamba_small_q("BF16"))
     a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
     quantize_file(bf, a, "Q4_K_M", n_threads=2)
     quantize_file(bf, b, "Q4_K_M", n_threads=1, band_mb=1e-6)
@@ -381,11 +381,10 @@ def test_imatrix_loader_divides_by_counts():
     assert any((np.asarray(t[n + ".counts"].data) == 0).any() for n in im.data)  # the count-0 path is exercised
 
 
-def test_imatrix_changes_weighted_types_only(tmp_path):
+def test_imatrix_changes_weighted_types_only(tmp_path, bamba_small_q):
     """With an imatrix, the imatrix-aware types change bytes, Q8_0 does not (ggml ignores it)."""
     for qtype, changes in (("Q4_K_M", True), ("Q8_0", False)):
-        a, b = str(tmp_path / "a.gguf"), str(tmp_path / "b.gguf")
-        quantize_file(SRC, a, qtype, n_threads=2)
+        a, b = str(bamba_small_q(qtype)), str(tmp_path / "b.gguf")
         quantize_file(SRC, b, qtype, n_threads=2, imatrix=IMAT)
         da, db = _digests(a), _digests(b)
         assert {k: v[0] for k, v in da.items()} == {k: v[0] for k, v in db.items()}

@@ -84,7 +84,7 @@ def test_without_hf_epsilon_is_llamacpp_arithmetic(fixtures, hf_f32, tmp_path, r
     """The same file without our key runs the dt/B/C norms at layer_norm_rms_epsilon, as llama.cpp
     does: 1e-5 instead of HF's 1e-6 moves the logits by ~3e-4, far above F32_BOUND (spec F1).  The
     key is what brings the file to HF's figures."""
-    from test_qwen4exp_bad_input import rewrite
+    from gguf_edit_util import rewrite
     from toolkit.gguf_io import GGUFFile
     name = "falconmamba-tiny"
     ref = _ref(fixtures, name)
@@ -131,7 +131,7 @@ def test_quantize_error_ordered_by_bits(fixtures, hf_f32, tmp_path, report, name
 @pytest.mark.parametrize("value", [-1e-6, float("nan")])
 def test_bad_epsilon_key_is_one_clear_line(monkeypatch, capsys, hf_f32, tmp_path, value):
     import gguf
-    from test_qwen4exp_bad_input import rewrite, run_error
+    from gguf_edit_util import rewrite, run_error
     bad = tmp_path / "bad-eps.gguf"
     rewrite(hf_f32("falconmamba-tiny"), bad, kv={EPS_KEY: (value, gguf.GGUFValueType.FLOAT32, None)})
     err = run_error(monkeypatch, capsys, bad)

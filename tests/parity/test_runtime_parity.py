@@ -10,21 +10,12 @@ import numpy as np
 import pytest
 
 from toolkit.errors import UnsupportedError
-from parity_util import greedy_of as run_greedy, logits_of as run_logits, rel_l2, terminal_report
+from parity_util import QUANT_BOUNDS, greedy_of as run_greedy, logits_of as run_logits, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
 HF_FIXTURES = ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "bamba-small"]
 F32_BOUND = 1e-5
-
-# Rounding explains the error. Relative weight error u: f16 2^-12 = 2.4e-4, bf16 2^-9 =
-# 2.0e-3 (round to nearest of 11 / 8 significant bits), q8_0 about 6e-3 (step max|w|/127
-# over a 32-block, rms step/sqrt(12), against the weights' rms). F16/BF16 matmuls read
-# float32 activations (BF16 at avx512 with AVX512_BF16: bf16 ones, sqrt(2) u; measured under
-# emulation 4.2e-3 .. 1.41e-2, jamba-tiny the largest, docs/internals.md); Q8_0 ones quantize the activations to Q8_0 blocks too (the integer
-# path, as ggml does: another ~6e-3), so u = sqrt(2) * 6e-3 = 8.5e-3 there. Measured logits
-# errors are 2-5.5 u on these fixtures; the bound is 10 u.
-QUANT_BOUNDS = {"f16": 2.5e-3, "bf16": 2e-2, "q8_0": 8.5e-2}
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_first_block_everywhere_is_wrong_for_untied(fixtures, hf_f32, tmp_path, 
     """zamba-odd-tiny's second block differs: running block 0 on both hybrid layers (the tied
     reading, shared_block_count 1) is far off (spec §7.2: 2e-2 on its fixture)."""
     import gguf
-    from test_qwen4exp_bad_input import rewrite
+    from gguf_edit_util import rewrite
     src = hf_f32("zamba-odd-tiny")
     bad = tmp_path / "one-block.gguf"
     rewrite(src, bad, kv={"zamba.shared_block_count": (1, gguf.GGUFValueType.UINT32, None),
@@ -111,7 +111,7 @@ def test_bad_gguf_keys_are_one_clear_line(monkeypatch, capsys, hf_f32, tmp_path,
     """A zamba file whose head count does not divide the inner size, or whose block map disagrees
     with its block count: `toolkit run` says so in one line (exit 2), no traceback."""
     import gguf
-    from test_qwen4exp_bad_input import rewrite, run_error
+    from gguf_edit_util import rewrite, run_error
     bad = tmp_path / "bad.gguf"
     rewrite(hf_f32("zamba-tiny"), bad, kv={k: (v, gguf.GGUFValueType[t], s) for k, (v, t, s) in kv.items()})
     err = run_error(monkeypatch, capsys, bad)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import QUANT_BOUNDS, check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -61,8 +61,7 @@ def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report
 @pytest.mark.parametrize("outtype", ["bf16", "f16", "q8_0"])
 def test_converted_lower_precision(fixtures, tmp_path, report, outtype):
     """Matrices (shared blocks, adapters, projections) in bf16 / f16 / q8_0: the error is bounded
-    by what the type explains (the bounds of test_runtime_parity.py's QUANT_BOUNDS)."""
-    from test_runtime_parity import QUANT_BOUNDS
+    by what the type explains (parity_util.QUANT_BOUNDS, as in test_runtime_parity.py)."""
     from toolkit.convert import convert
     name = "zamba2-tiny"
     ref = np.load(fixtures / "hf" / name / "reference.npz")

@@ -2,7 +2,7 @@
 
 No released family in tests/fixtures has sliding-window layers, so the test models are
 lfm2-tiny's conversion with llama.cpp's ``attention.sliding_window`` and
-``attention.sliding_window_pattern`` added (tests/swa_models.py).  The reference below is LFM2's
+``attention.sliding_window_pattern`` added (tests/swa_util.py).  The reference below is LFM2's
 forward pass (HF Lfm2ForCausalLM: gated short conv, q/k-normed NEOX-RoPE attention, SwiGLU,
 tied output after ``embedding_norm``) read from the HF checkpoint; a sliding layer's query i
 sees the keys j with i - W < j <= i (W tokens including itself: HF
@@ -123,7 +123,7 @@ def test_reference_without_window_is_hf(ref):
 
 @pytest.mark.parametrize("window,pattern", CASES)
 def test_sliding_window_matches_reference(tmp_path_factory, ref, report, window, pattern):
-    from swa_models import swa_lfm2
+    from swa_util import swa_lfm2
     path = swa_lfm2(tmp_path_factory.mktemp("swa"), window, pattern)
     sliding = tuple(i for i, s in enumerate(pattern) if s)
     want = ref_logits(ref["tokens"], window, sliding)

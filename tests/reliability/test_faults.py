@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from test_fuzz_run import cli
+from fuzz_util import cli
 
 pytestmark = pytest.mark.native   # quantize runs the C quantizers; CI repeats it under ASan + UBSan
 
@@ -93,13 +93,13 @@ def assert_complete(path: pathlib.Path, reference: pathlib.Path | None = None) -
 def good(tmp_path_factory):
     """Reference outputs of both commands, made without faults."""
     d = tmp_path_factory.mktemp("good")
-    assert cli(["convert", str(HF), str(d / "c.gguf")])[0] == 0
+    assert cli(["convert", str(HF), str(d / "c.gguf"), "--outtype", "f32"])[0] == 0   # convert()'s default
     assert cli(["quantize", str(GGUF_IN), str(d / "q.gguf"), "Q8_0", "-t", "1"])[0] == 0
     return d
 
 
 JOBS = {
-    "convert": lambda out: ["convert", str(HF), str(out)],
+    "convert": lambda out: ["convert", str(HF), str(out), "--outtype", "f32"],
     "quantize": lambda out: ["quantize", str(GGUF_IN), str(out), "Q8_0", "-t", "1"],
 }
 

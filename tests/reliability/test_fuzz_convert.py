@@ -21,8 +21,7 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from test_fuzz_gguf import N_EXAMPLES, expect_clean, record
-from test_fuzz_run import cli
+from fuzz_util import N_EXAMPLES, cli, expect_clean, record
 
 SEED = pathlib.Path(__file__).parent.parent / "fixtures" / "hf" / "mamba-tiny"
 SHARDS = sorted(p.name for p in SEED.glob("*.safetensors"))

@@ -18,7 +18,8 @@ from toolkit.errors import ToolkitError
 from toolkit.runtime import Model
 from toolkit.binding import ffi, lib, last_error
 
-from test_fuzz_gguf import N_EXAMPLES, record
+from fuzz_util import N_EXAMPLES, record
+from hypothesis_util import examples
 
 pytestmark = pytest.mark.native
 
@@ -203,7 +204,7 @@ I64 = st.sampled_from([0, 1, -1, 2, 3, 31, 32, 64, 256, 2**31 - 1, 2**31, 2**32,
                        2**63 - 1, -2**63]) | st.integers(-2**63, 2**63 - 1)
 
 
-@settings(derandomize=True, max_examples=N_EXAMPLES * 3, deadline=None,
+@settings(derandomize=True, max_examples=examples(N_EXAMPLES, N_EXAMPLES * 3), deadline=None,
           database=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_any_table_edit_gives_a_status_not_a_crash(base, data):

@@ -1,44 +1,22 @@
 """`toolkit run` and `toolkit info` (the CLI, in process) on hostile GGUF files.
 
-The same structure-aware mutations as tests/reliability/test_fuzz_gguf.py; each run must exit 0 (the
+The same structure-aware mutations as tests/reliability/test_fuzz_gguf.py (fuzz_util.py); each run must exit 0 (the
 mutation was harmless) or 2/3/4 with one line on stderr, never 1 (an unexpected exception),
 a signal, a hang or a huge allocation.  CI repeats this file under ASan + UBSan.
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import resource
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import test_fuzz_gguf as T
-from test_fuzz_gguf import N_EXAMPLES, SEEDS, hang_guard, mutated, record
+import fuzz_util as T
+from fuzz_util import N_EXAMPLES, SEEDS, cli, mutated, record
 
 pytestmark = pytest.mark.native
 
 RUN_ARGS = ["--tokens", "1,2,3", "-n", "2", "--temp", "0", "-c", "64", "-t", "1", "--json"]
-
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    """Run the toolkit CLI in this process; (exit code, stdout, stderr)."""
-    from toolkit.cli.app import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.argv
-    sys.argv = ["toolkit"] + argv
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), hang_guard():
-            main()
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    return code, out.getvalue(), err.getvalue()
 
 
 def check_exit(what: str, argv: list[str]) -> int:

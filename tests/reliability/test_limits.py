@@ -17,8 +17,7 @@ import resource
 
 import pytest
 
-from test_fuzz_gguf import TI, seed
-from test_fuzz_run import cli
+from fuzz_util import TI, cli, seed
 
 pytestmark = pytest.mark.native
 

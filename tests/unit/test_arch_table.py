@@ -73,7 +73,7 @@ def test_arch_ids_equal_c():
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
                               "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
-                              "zamba", "lfm3")
+                              "zamba", "olmo-hybrid", "lfm3")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -95,7 +95,8 @@ def test_rows_are_consistent():
         # zamba's hybrid layers hold the (shared) attention and a Mamba-1 block
         attention = {LayerKind.ATTENTION, LayerKind.PARALLEL, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED}
         assert (R.read_mamba2 in a.readers) == bool(mamba2 & set(a.mixers))
-        assert (R.read_gdn in a.readers) == (LayerKind.GDN in a.mixers)
+        # olmo-hybrid reads its GDN sizes with read_olmo_hybrid (Dv from inner_size, beta scale)
+        assert (R.read_gdn in a.readers or R.read_olmo_hybrid in a.readers) == (LayerKind.GDN in a.mixers)
         assert (R.read_attention in a.readers) == bool(attention & set(a.mixers))
         assert bool({LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED}
                     & set(a.mixers)) == a.attention_from_file
@@ -205,6 +206,7 @@ def test_llamacpp_tensor_names(hf_f32, name):
                                   "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny",
                                   "llamacpp/lfm2-tiny", "llamacpp/lfm2moe-tiny", "zamba2-tiny", "qwen4exp-tiny",
                                   "qwen4exp-ple2-tiny", "falconmamba-odd-tiny", "zamba-odd-tiny",
+                                  "olmohybrid-tiny", "olmohybrid-nope-tiny",
                                   "zamba-1head-tiny"])
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)

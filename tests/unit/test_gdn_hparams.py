@@ -5,34 +5,15 @@ nextn_predict_layers, the head sizes and their checks, each bad value one InputE
 the key and the file."""
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
+from hparams_util import ABSENT as _ABSENT, edited
 from toolkit.arch import FFNKind, HParams, LayerKind
 from toolkit.errors import InputError
-from toolkit.gguf_io import GGUFFile
 
 pytestmark = pytest.mark.native
 
-LLAMACPP = pathlib.Path(__file__).parent.parent / "fixtures" / "llamacpp"
 G, A = LayerKind.GDN, LayerKind.ATTENTION
-_ABSENT = object()
-
-
-def edited(name: str, **kv) -> GGUFFile:
-    """llama.cpp's NAME.f32.gguf with keys ``{arch}.KEY`` (dots as '__') replaced; _ABSENT drops one."""
-    f = GGUFFile(str(LLAMACPP / f"{name}.f32.gguf"))
-    arch, get = f.arch, f.get
-    over = {f"{arch}.{k.replace('__', '.')}": v for k, v in kv.items()}
-
-    def patched(key, default=None):
-        full = f._resolve(key)
-        if full in over:
-            return default if over[full] is _ABSENT else over[full]
-        return get(key, default)
-    f.get = patched
-    return f
 
 
 def test_files_read_as_expected():

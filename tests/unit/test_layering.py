@@ -1,6 +1,7 @@
 """The import layering written in ARCHITECTURE.md (section Layering) holds for every module of
-the package, only toolkit.binding imports the compiled extension toolkit._native, and only
-binding, convert, quantize and runtime import the cffi objects ``ffi`` / ``lib`` by name.
+the package, only toolkit.binding imports the compiled extension toolkit._native, only
+binding, convert, quantize and runtime import the cffi objects ``ffi`` / ``lib`` by name, and
+no module imports another module's private name (one that starts with ``_``, dunders aside).
 
 The checker is a pure function of (source text, path, rules); the self-tests below feed it
 synthetic sideways imports to prove it reports them.
@@ -105,6 +106,10 @@ def check_source(source: str, relpath: str, rules: dict[str, frozenset[str]]) ->
     known = set(rules) | {NATIVE}
     out = []
     for line, mod, target, names in _imports(ast.parse(source, relpath), relpath, known):
+        private = sorted(n for n in names if n.startswith("_") and not n.startswith("__"))
+        if private and target != NATIVE:
+            out.append(f"{relpath}:{line}: imports the private name(s) {', '.join(private)} from {mod}: "
+                       f"make them public there, or keep them in one module")
         if names & FFI_NAMES and unit not in FFI_UNITS:
             out.append(f"{relpath}:{line}: {unit} imports {'/'.join(sorted(names & FFI_NAMES))} from {mod}: "
                        f"only {', '.join(sorted(FFI_UNITS))} touch the C library")
@@ -154,6 +159,9 @@ def test_package_follows_the_layering():
     ("toolkit/gguf_io/x.py", "try:\n    import toolkit.arch\nexcept ImportError:\n    pass\n", "gguf_io -> arch"),
     ("toolkit/errors.py", "from toolkit.gguf_io import Keys\n", "errors -> gguf_io"),
     ("toolkit/newpkg/x.py", "import os\n", "unit 'newpkg'"),
+    ("toolkit/serve/x.py", "from toolkit.runtime.generate import _Step, GenerationResult\n", "private name(s) _Step"),
+    ("toolkit/runtime/x.py", "def f():\n    from .generate import _check_args\n", "private name(s) _check_args"),
+    ("toolkit/runtime/x.py", "from toolkit.runtime.model import Model, _as_tokens\n", "private name(s) _as_tokens"),
 ])
 def test_checker_reports_a_sideways_import(path, source, edge):
     bad = check_source(source, path, RULES)
@@ -172,6 +180,7 @@ def test_checker_reports_a_sideways_import(path, source, edge):
     ("toolkit/binding/__init__.py", "from toolkit._native import ffi, lib\nfrom . import rows\n"),
     ("toolkit/cli/x.py", "from toolkit import __version__\nfrom toolkit.runtime import cpu_info\n"),
     ("toolkit/__main__.py", "from toolkit.cli import main\n"),
+    ("toolkit/cli/x.py", "from toolkit import __version__\nimport os as _os\nfrom toolkit.runtime import Context as Ctx\n"),
 ])
 def test_checker_allows_the_listed_edges(path, source):
     assert check_source(source, path, RULES) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_gdn_hparams import _ABSENT, edited
+from hparams_util import ABSENT as _ABSENT, edited
 from toolkit.arch import FFNKind, HParams, LayerKind
 from toolkit.errors import InputError
 

@@ -9,38 +9,18 @@ import pathlib
 
 import pytest
 
+from hparams_util import ABSENT as _ABSENT, edited_file as edited
 from toolkit.arch import FFNKind, HParams, LayerKind
 from toolkit.errors import InputError
-from toolkit.gguf_io import GGUFFile
 
 pytestmark = pytest.mark.native
 
-HF = pathlib.Path(__file__).parent.parent / "fixtures" / "hf"
 M, A, N = LayerKind.MAMBA2, LayerKind.ATTENTION, LayerKind.NONE
-_ABSENT = object()
 
 
-@pytest.fixture(scope="module")
-def f32(tmp_path_factory) -> pathlib.Path:
-    from toolkit.convert import convert
-    out = tmp_path_factory.mktemp("nh") / "nemotronh-tiny.f32.gguf"
-    convert(str(HF / "nemotronh-tiny"), str(out), "f32")
-    return out
-
-
-def edited(path, **kv) -> GGUFFile:
-    """The file with keys ``{arch}.KEY`` (dots as '__') replaced; _ABSENT drops one."""
-    f = GGUFFile(str(path))
-    arch, get = f.arch, f.get
-    over = {f"{arch}.{k.replace('__', '.')}": v for k, v in kv.items()}
-
-    def patched(key, default=None):
-        full = f._resolve(key)
-        if full in over:
-            return default if over[full] is _ABSENT else over[full]
-        return get(key, default)
-    f.get = patched
-    return f
+@pytest.fixture
+def f32(hf_f32) -> pathlib.Path:
+    return hf_f32("nemotronh-tiny")   # converted once per session (conftest.py)
 
 
 def test_file_reads_as_expected(f32):

@@ -87,6 +87,9 @@ TK_HPARAMS: tuple[CField, ...] = (
     CField("ple_consts", "uint64[]"),
     # FalconMamba (appended)
     _f("ssm_dt_b_c_eps"),
+    # OLMo-Hybrid (appended)
+    _f("gdn_beta_scale"), _f("gdn_norm_eps"), _i("attn_post_norm", "spec.attn_post_norm"),
+    _i("attn_qk_norm_full", "spec.attn_qk_norm_full"), _i("gdn_qkv_apart", "spec.gdn_qkv_apart"),
     # sliding-window attention (appended)
     _i("n_swa"), _a("swa_layers"),
     # LFM3 (appended)

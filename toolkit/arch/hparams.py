@@ -64,6 +64,8 @@ class HParams:
     dt_b_c_rms: bool = False     # Falcon-Mamba style dt/B/C RMS norms (no weights)
     ssm_dt_b_c_eps: float = 0.0  # epsilon of the dt/B/C norms (ssm.dt_b_c_rms_epsilon, else rms_eps)
     gdn_gate_act: int = 0        # GDN output gate act(z): 0 silu (Qwen3-Next, Qwen3.5), 1 sigmoid
+    gdn_beta_scale: float = 0.0  # GDN beta = sigmoid(b) * this (OLMo-Hybrid: ssm.beta_scale, 2.0); 0: 1
+    gdn_norm_eps: float = 0.0    # epsilon of the GDN gated norm (OLMo-Hybrid: 1e-5); 0: rms_eps
     ssm_norm_before_gate: bool = False  # Mamba-2 gated norm: rmsnorm(y) w * silu(z) (Falcon-H1), else rmsnorm(y silu(z)) w
     # attention
     n_head: int = 0
@@ -155,3 +157,41 @@ class HParams:
         for read in spec.readers:
             read(r, hp, spec)
         return hp
+
+
+# ---- which fields a model uses (``toolkit info``) ---------------------------------------------
+_ALWAYS = ("arch", "n_vocab", "n_embd", "n_layer", "n_ctx_train", "rms_eps", "layer_kinds", "ffn_kinds", "n_head_kv")
+_SSM = ("d_conv", "d_inner", "d_state", "dt_rank")
+_MAMBA2 = _SSM + ("n_group", "ssm_n_head", "ssm_head_dim", "ssm_norm_before_gate")
+_BY_LAYER = {
+    LayerKind.MAMBA1: _SSM + ("dt_b_c_rms",),
+    LayerKind.MAMBA2: _MAMBA2,
+    LayerKind.PARALLEL: _MAMBA2,
+    LayerKind.ZAMBA2_SHARED: _MAMBA2 + ("n_shared_block", "ssm_dt_min"),
+    LayerKind.GDN: _SSM + ("n_group", "ssm_n_head", "ssm_head_dim", "gdn_gate_act"),
+    LayerKind.SHORTCONV: ("d_conv", "d_inner"),
+    LayerKind.QSA: ("idx_n_head", "idx_head_dim", "idx_top_k", "compress_ratios"),
+}
+_ATTENTION = ("n_head", "head_dim", "n_rot", "rope_freq_base", "use_rope", "attention_scale")
+_BY_FFN = {
+    FFNKind.DENSE: ("n_ff",), FFNKind.RELU2: ("n_ff",),
+    FFNKind.MOE: ("n_expert", "n_expert_used", "n_ff_shexp", "moe_n_group", "moe_topk_group", "moe_sigmoid",
+                  "moe_weights_norm", "moe_weights_norm_eps", "moe_weights_scale"),
+}
+
+
+def used_fields(hp: HParams) -> list[str]:
+    """The fields of ``hp`` its model uses, in declaration order: the common ones, those of its
+    layer and FFN kinds (no SSM fields without recurrent layers, no MoE fields without experts,
+    no attention fields without attention), and any other field whose value is not the default
+    (Granite's multipliers, qwen4exp's hyper-connections and PLE)."""
+    want = set(_ALWAYS)
+    for kd in set(hp.layer_kinds):
+        want.update(_BY_LAYER.get(kd, ()))
+    if hp.attention_layers:
+        want.update(_ATTENTION)
+    for fk in set(hp.ffn_kinds):
+        want.update(_BY_FFN.get(fk, ()))
+    blank = HParams(arch=hp.arch, n_vocab=0, n_embd=0, n_layer=0, n_ctx_train=0, rms_eps=0.0, layer_kinds=[], ffn_kinds=[])
+    cur, default = asdict(hp), asdict(blank)
+    return [k for k in cur if k in want or cur[k] != default[k]]

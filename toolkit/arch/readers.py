@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Rope.FREQ_BASE_SWA, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
                Keys.LLM.EXPERT_WEIGHTS_SCALE}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
@@ -247,6 +247,32 @@ def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if hp.d_inner != hp.ssm_n_head * hp.ssm_head_dim:
         raise r.bad(Keys.SSM.INNER_SIZE, f"= {hp.d_inner} is not time_step_rank x value head dim = "
                                          f"{hp.ssm_n_head} x {hp.ssm_head_dim}")
+
+
+# OLMo-Hybrid's gated norm epsilon: a constant in HF (FusedRMSNormGated's default, HFO:631), not rms_norm_eps
+OLMO_HYBRID_GDN_NORM_EPS = 1e-5
+
+
+def read_olmo_hybrid(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """OLMo-Hybrid's gated delta net (spec more-hybrids.md §3.3), onto read_gdn's fields:
+
+    Dk = ``ssm.state_size``, Hk = ``ssm.group_count``, Hv = ``ssm.time_step_rank``, Dv =
+    ``ssm.inner_size`` / Hv (OLMo's default Dv is 2 Dk; llama.cpp's GDN assumes Dv = Dk), beta
+    scale ``ssm.beta_scale`` (ours; absent: 1), the gated norm's epsilon HF's constant 1e-5.
+    """
+    hp.n_group = int(r.req(Keys.SSM.GROUP_COUNT))
+    hp.ssm_n_head = hp.dt_rank
+    if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
+        raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} (K heads) does not divide time_step_rank = "
+                                          f"{hp.ssm_n_head} (V heads)")
+    if hp.d_inner % hp.ssm_n_head or not 0 < hp.d_inner // hp.ssm_n_head <= 4096:
+        raise r.bad(Keys.SSM.INNER_SIZE, f"= {hp.d_inner} is not time_step_rank {hp.ssm_n_head} x a value head dim "
+                                         f"in [1, 4096]")
+    hp.ssm_head_dim = hp.d_inner // hp.ssm_n_head
+    hp.gdn_beta_scale = float(r.opt(Keys.SSM.BETA_SCALE, 1.0))
+    if not (math.isfinite(hp.gdn_beta_scale) and hp.gdn_beta_scale > 0):
+        raise r.bad(Keys.SSM.BETA_SCALE, f"= {hp.gdn_beta_scale} must be finite and > 0")
+    hp.gdn_norm_eps = OLMO_HYBRID_GDN_NORM_EPS
 
 
 def check_rope_sections(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -37,7 +37,7 @@ from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
     ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_ZAMBA2,
-    ARCH_ZAMBA,
+    ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
 Reader = Callable[..., None]   # (KeyReader, HParams, ArchSpec) -> None
@@ -153,6 +153,16 @@ LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
                                                      optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
                       LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required, optional=_SANDWICH)}
+# OLMo-Hybrid: GDN with separate q / k / v projections and conv pieces (no attn_qkv / ssm_conv1d);
+# post-norm attention (attn_post_norm: the block's attn_norm / ffn_norm replaced by the norms of
+# the attention and FFN outputs) with q / k RMSNorms over all heads
+OLMO_HYBRID_MIXER_TENSORS = {
+    **MIXER_TENSORS,
+    LayerKind.GDN: TensorSet(required=tuple(_w(t) for t in (
+        T.ATTN_Q, T.ATTN_K, T.ATTN_V, T.ATTN_GATE, T.SSM_CONV1D_Q, T.SSM_CONV1D_K, T.SSM_CONV1D_V, T.SSM_BETA,
+        T.SSM_ALPHA, T.SSM_NORM, T.SSM_OUT)) + (_b(T.SSM_DT), T.SSM_A)),
+    LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required + (_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM))),
+}
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,10 @@ class ArchSpec:
     moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
     ffn_norm_bare: bool = False         # the FFN pre-norm is blk.N.ffn_norm, no .weight (llama.cpp's falcon-h1)
     output_norm_embd: bool = False      # the final norm is token_embd_norm (LFM2), not output_norm
+    attn_post_norm: bool = False        # attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm,
+                                        # post_attention_norm / post_ffw_norm on the attention / FFN output
+    attn_qk_norm_full: bool = False     # with attn_qk_norm: one RMSNorm over all heads ([H hd] / [Hkv hd] weights)
+    gdn_qkv_apart: bool = False         # GDN q / k / v: attn_q, attn_k, attn_v + ssm_conv1d_{q,k,v} (not attn_qkv, ssm_conv1d)
     residual: Residual = Residual.PLAIN
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
@@ -214,8 +228,11 @@ class ArchSpec:
         hybrid = [i for i, kd in enumerate(layer_kinds) if kd in (LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED)]
         req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
+            # a post-norm block (attn_post_norm) has neither pre-norm: its mixer row lists its post-norms
+            pre = {_w(T.ATTN_NORM), _w(T.FFN_NORM)} if self.attn_post_norm and kd == LayerKind.ATTENTION else set()
             for ts in (HC_BLOCK_TENSORS if hc else BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
-                req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required if not (hc and t == _w(T.FFN_NORM))}
+                req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required
+                        if not (hc and t == _w(T.FFN_NORM)) and t not in pre}
                 opt += [{t.format(bid=i) for t in g} for g in ts.optional]
         return req, opt
 
@@ -326,10 +343,20 @@ ARCHES: tuple[ArchSpec, ...] = (
                                         R.check_rms_eps),
              mixers=(LayerKind.MAMBA1, LayerKind.ZAMBA_SHARED), recurrent=LayerKind.MAMBA1, attention_from_file=True,
              rope=False, note="Zamba (v1)"),
+    # OLMo-Hybrid (spec more-hybrids.md §3; names proposed there): gated delta net layers (v-heads
+    # grouped, beta x ssm.beta_scale, gated-norm epsilon 1e-5) and post-norm attention layers with
+    # q / k norms over all heads, NoPE (rope.dimension_count 0) or NEOX RoPE over the whole head
+    ArchSpec(ARCH_OLMO_HYBRID, c_id=15,
+             readers=(R.read_common, R.read_layer_kinds, R.read_ssm, R.read_olmo_hybrid, R.read_attention, R.read_ffn,
+                      R.check_rms_eps),
+             mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.DENSE,), rope_neox=True, attn_qk_norm=True, attn_qk_norm_full=True, attn_post_norm=True,
+             gdn_qkv_apart=True,
+             gdn_head_tiled=False, mixer_tensors=OLMO_HYBRID_MIXER_TENSORS, note="OLMo-Hybrid"),
     # LFM3 (no llama.cpp architecture: lfm2's layout + the keys of README "LFM3 layout"): LFM2's
     # blocks with sliding-window and full attention layers (per-kind RoPE, the full layers'
     # proportional), a per-head output gate and sandwich norms (read_lfm3)
-    ArchSpec(ARCH_LFM3, c_id=15,
+    ArchSpec(ARCH_LFM3, c_id=16,
              readers=_LFM2_READERS + (R.read_lfm3, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
              recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,),
              **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),

@@ -53,7 +53,13 @@ class T:
     SSM_BETA = gguf.TENSOR_NAMES[_M.SSM_BETA]
     SSM_BETA_ALPHA = gguf.TENSOR_NAMES[_M.SSM_BETA_ALPHA]         # qwen3next: [b(r) | a(r)] per key head
     ATTN_POST_NORM = gguf.TENSOR_NAMES[_M.ATTN_POST_NORM]         # "post_attention_norm": the Qwen FFN pre-norm
-    FFN_POST_NORM = gguf.TENSOR_NAMES[_M.FFN_POST_NORM]           # "post_ffw_norm": LFM3's sandwich norm of the FFN output
+    # (olmo-hybrid: the attention output's norm, as llama.cpp's olmo2; lfm3: the sandwich norm of the
+    # mixer output) and the FFN output's norm (olmo-hybrid's post-norm, lfm3's sandwich norm)
+    FFN_POST_NORM = gguf.TENSOR_NAMES[_M.FFN_POST_NORM]           # "post_ffw_norm"
+    # olmo-hybrid's gated delta net convs, saved per part (names as llama.cpp's kimi-linear)
+    SSM_CONV1D_Q = "blk.{bid}.ssm_conv1d_q"
+    SSM_CONV1D_K = "blk.{bid}.ssm_conv1d_k"
+    SSM_CONV1D_V = "blk.{bid}.ssm_conv1d_v"
     # MTP / NextN block, at blk.{n_layer + i} (runs only as a draft head)
     NEXTN_EH_PROJ = gguf.TENSOR_NAMES[_M.NEXTN_EH_PROJ]
     NEXTN_ENORM = gguf.TENSOR_NAMES[_M.NEXTN_ENORM]

@@ -7,9 +7,7 @@ import os as _os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     _os.environ.setdefault(_var, "1")
 
-# Piped, rich would lay `-h` out in 80 columns; typer reads TERMINAL_WIDTH when it is imported.
-import sys as _sys  # noqa: E402
-if not _sys.stdout.isatty():
-    _os.environ.setdefault("TERMINAL_WIDTH", "160")
+# Help (`-h`) is laid out by rich at the terminal's width: that of stdout, else of stdin or
+# stderr (`toolkit run -h | less`), else COLUMNS, else 80 columns.
 
 from toolkit.cli.app import app, main  # noqa: E402,F401

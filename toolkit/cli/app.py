@@ -16,26 +16,158 @@ from toolkit.errors import ToolkitError
 
 app = typer.Typer(
     name="toolkit",
-    help="Hybrid recurrent/attention language models (Mamba, Mamba-2, Bamba, Granite 4.0-H, Jamba): "
+    help="Hybrid recurrent/attention language models (Mamba, Mamba-2, Bamba, Granite 4.0-H, Jamba, "
+         "Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba2): "
          "convert Hugging Face checkpoints to GGUF, quantize, and run them on a CPU.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,      # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())   # piped: never wrapped at 80 columns
+# markup=False: no user or message text is ever read as rich markup (a path `[draft].gguf`, a
+# shape `[rows, row_dim]`, a `[/x]`); our own labels are styled with Text (print_error).
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty(), markup=False)   # piped: never wrapped at 80 columns
+
+
+def print_error(msg: str, label: str = "error") -> None:
+    """``LABEL: MSG`` on stderr, one line; MSG printed as it is (never as markup)."""
+    from rich.text import Text
+    err_console.print(Text.assemble((f"{label}:", "bold red"), " ", str(msg)), highlight=False, soft_wrap=True)
+
+
+def _plain_flags_in_help() -> None:
+    """typer's help gives every option a type column; an on/off flag (``--ignore-eos``,
+    ``--escape/--no-escape``) takes no value, so it gets none (not ``<bool>``)."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:
+        return
+    orig = getattr(TyperOption, "display_type_rich", None)
+    if orig is None or getattr(orig, "_toolkit", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        return orig(self, ctx)
+    display_type_rich._toolkit = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_plain_flags_in_help()
+
+
+def _usage_names_as_written() -> None:
+    """typer writes an argument in the usage line as its lower-case parameter name, in braces
+    when required (``{model}``, ``[prompt]``); ours are written as the README writes them: an
+    explicit metavar verbatim (``HF_DIR``, ``[OUT.gguf]``), else the name in capitals,
+    bracketed when optional (``[PROMPT]``)."""
+    try:
+        from typer.core import TyperArgument
+    except ImportError:
+        return
+    if getattr(getattr(TyperArgument, "_usage_display_name", None), "_toolkit", False):
+        return
+
+    def _usage_display_name(self) -> str:
+        if self.metavar is not None:
+            name = self.metavar
+        else:
+            name = (self.name or "").upper()
+            name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+    _usage_display_name._toolkit = True
+    TyperArgument._usage_display_name = _usage_display_name
+
+
+_usage_names_as_written()
+
+
+def _readable_options_panel() -> None:
+    """typer's options panel has six columns (long, short, negative long, negative short,
+    type, help); at 80 columns the help is squeezed into a 15-character strip and long flags are
+    cut (``--system-prom…``).  Here each option is one cell, as llama.cpp's help writes it
+    (``-p, --prompt <str>``, ``-e, --escape / --no-escape``), with its help beside it on a wide
+    terminal (100 columns or more) and on the lines below it, indented, on a narrower one."""
+    try:
+        from rich import box
+        from rich.padding import Padding
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+        from typer import rich_utils as ru
+        from typer.core import TyperArgument
+    except ImportError:
+        return
+    if getattr(getattr(ru, "_print_options_panel", None), "_toolkit", False):
+        return
+
+    def names(param, ctx) -> Text:
+        t = Text()
+        if isinstance(param, TyperArgument):
+            # the name as the usage line writes it, without its brackets
+            t.append(param._usage_display_name().strip("[]"), style=ru.STYLE_OPTION)
+        else:
+            opts = sorted(param.opts, key=lambda o: (o.startswith("--"), len(o)))
+            t.append(", ".join(opts), style=ru.STYLE_OPTION)
+            neg = sorted(getattr(param, "secondary_opts", ()), key=lambda o: (o.startswith("--"), len(o)))
+            if neg:
+                t.append(" / ")
+                t.append(", ".join(neg), style=ru.STYLE_NEGATIVE_OPTION)
+        kind = param.display_type_rich(ctx=ctx)
+        if kind:
+            t.append(" " + kind, style=ru.STYLE_TYPES)
+        if param.required and not isinstance(param, TyperArgument):
+            t.append(" *", style=ru.STYLE_REQUIRED_SHORT)
+        return t
+
+    def _print_options_panel(*, name, params, ctx, markup_mode, console) -> None:
+        if not params:
+            return
+        wide = console.width >= 100
+        table = Table(show_header=False, expand=True, box=None, pad_edge=False, padding=(0, 1))
+        if wide:
+            cells = [names(p, ctx) for p in params]
+            table.add_column(no_wrap=False, max_width=max(20, min(max(c.cell_len for c in cells), console.width * 2 // 5)))
+            table.add_column(ratio=1)
+            for p, c in zip(params, cells):
+                table.add_row(c, ru._get_parameter_help(param=p, ctx=ctx, markup_mode=markup_mode))
+        else:
+            table.add_column(ratio=1)
+            for p in params:
+                table.add_row(names(p, ctx))
+                table.add_row(Padding(ru._get_parameter_help(param=p, ctx=ctx, markup_mode=markup_mode), (0, 0, 0, 4)))
+        console.print(Panel(table, border_style=ru.STYLE_OPTIONS_PANEL_BORDER, title=name,
+                            title_align=ru.ALIGN_OPTIONS_PANEL, box=box.ROUNDED))
+
+    _print_options_panel._toolkit = True
+    ru._print_options_panel = _print_options_panel
+
+    # the command list (toolkit -h): a docstring's line breaks are not the terminal's, so the
+    # first paragraph is reflowed (typer keeps them, giving ragged half-empty lines)
+    orig_command_help = ru._make_command_help
+
+    def _make_command_help(*, help_text: str, markup_mode):
+        import inspect
+        first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
+        return orig_command_help(help_text=" ".join(first.split()) + ("\n\n" + rest if rest else ""),
+                                 markup_mode=markup_mode)
+    ru._make_command_help = _make_command_help
+
+
+_readable_options_panel()
 
 
 def _version(value: bool) -> None:
     if value:
-        from toolkit import __version__
-        typer.echo(f"toolkit {__version__}")
+        from toolkit import __version__, build_commit
+        typer.echo(f"toolkit {__version__} (commit {build_commit()})")
         raise typer.Exit()
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print toolkit's version and exit.")) -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="Print toolkit's version and the git commit it was built from, and exit.")) -> None:
     """Hybrid recurrent/attention models: convert, quantize, run."""
 
 # Subcommand modules register themselves on `app` when imported.  A module listed here
@@ -107,27 +239,110 @@ def _run_app() -> int:
     try:
         from toolkit.cli.argv import check_argv, check_cpu_env
         check_cpu_env(os.environ)
-        rc = app(args=check_argv(sys.argv[1:], _option_names()), prog_name="toolkit", standalone_mode=False)
+        argv = check_argv(sys.argv[1:], _option_names())
+        rc = app(args=argv, prog_name="toolkit", standalone_mode=False)
         return rc if isinstance(rc, int) else 0
     except ToolkitError as e:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         return e.exit_code
     except BrokenPipeError:
         _quiet_stdout()
         return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
-            e.show()
-            return e.exit_code
+            if _is(e, "NoArgsIsHelpError") or not _is(e, "UsageError"):
+                e.show()              # `toolkit` alone: the help
+                return e.exit_code
+            print_error(usage_line(e, sys.argv[1:]))
+            return 2
         if type(e).__name__ == "Abort":   # click turns Ctrl-C inside a command into Abort
             return 130
         if debug:
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)",
-                          highlight=False, soft_wrap=True)
+        print_error(f"{type(e).__name__}: {e} (run with TOOLKIT_DEBUG=1 for a traceback)", "internal error")
         return 1
+
+
+def _is(e: BaseException, name: str) -> bool:
+    """``e`` is click's exception class ``name`` (typer vendors click: matched by name)."""
+    return any(c.__name__ == name for c in type(e).__mro__)
+
+
+def usage_line(e, argv: list[str]) -> str:
+    """click's usage error ``e`` (a 4-line box: usage, hint, message) as one line naming the
+    flag: ``-n/--n-predict: 'abc' is not an integer``, ``no such option: --foo (toolkit run -h
+    lists the options)``, ``missing argument HF_DIR``; a suggestion only for a close spelling."""
+    import difflib
+    import typer.main
+    group = typer.main.get_command(app)
+    cmd_name = next((a for a in argv if not a.startswith("-")), None)
+    cmd = getattr(group, "commands", {}).get(cmd_name)
+    prog = f"toolkit {cmd_name}" if cmd is not None else "toolkit"
+    params = list(cmd.params) if cmd is not None else []
+
+    def spell(p) -> str:
+        if getattr(p, "param_type_name", "") != "option":   # as the usage line writes it (IN.gguf)
+            show = getattr(p, "_usage_display_name", None)
+            return show().strip("[]") if show else (p.name or "").upper()
+        return "/".join(sorted(p.opts, key=lambda o: (o.startswith("--"), len(o))))
+
+    def by_flag(flag: str):
+        return next((p for p in params if flag in p.opts or flag in getattr(p, "secondary_opts", ())), None)
+
+    if _is(e, "NoSuchOption"):
+        from toolkit.cli.argv import no_such_option
+        opts = [o for p in params for o in (*p.opts, *getattr(p, "secondary_opts", ()))] + ["-h", "--help"]
+        return no_such_option(e.option_name, cmd_name if cmd is not None else None, opts)
+    if _is(e, "MissingParameter") and getattr(e, "param", None) is not None:
+        p = e.param
+        what = "argument" if getattr(p, "param_type_name", "") == "argument" else "option"
+        return f"missing {what} {spell(p)} ({prog} -h shows the usage)"
+    if _is(e, "BadParameter") and getattr(e, "param", None) is not None:
+        p = e.param
+        value = _value_in(argv, p.opts) if getattr(p, "param_type_name", "") == "option" else None
+        kind = _kind(p)
+        if value is not None and kind:
+            return f"{spell(p)}: {value!r} is not {kind}"
+        return f"{spell(p)}: {_one_line(e.message)}"
+    msg = _one_line(e.format_message() if hasattr(e, "format_message") else str(e))
+    if _is(e, "BadOptionUsage") and getattr(e, "option_name", None) and "requires an argument" in msg:
+        p = by_flag(e.option_name)
+        return f"{spell(p) if p is not None else e.option_name} needs a value"
+    if msg.startswith("No such command"):
+        bad = msg.split("'")[1] if msg.count("'") >= 2 else ""
+        close = difflib.get_close_matches(bad, list(getattr(group, "commands", {})), n=1, cutoff=0.75)
+        return f"no such command: {bad} " + (f"(did you mean {close[0]}?)" if close else "(toolkit -h lists the commands)")
+    if msg.startswith("Got unexpected extra argument"):
+        extra = msg[msg.find("(") + 1:msg.rfind(")")] if "(" in msg else ""
+        return f"unexpected extra argument: {extra} ({prog} -h shows the usage)"
+    return msg[:1].lower() + msg[1:].rstrip(".")
+
+
+def _one_line(s: str) -> str:
+    return " ".join(str(s).split())
+
+
+def _value_in(argv: list[str], opts) -> str | None:
+    """The value given to the option spelled ``opts`` in ``argv`` (``-n 5``, ``--n=5``), the last one."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        for o in opts:
+            if a == o and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif a.startswith(o + "=") and o.startswith("--"):
+                value = a[len(o) + 1:]
+    return value
+
+
+def _kind(p) -> str | None:
+    """"an integer" / "a number" for an int / float parameter (typer's annotation, else click's type)."""
+    ann = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+    name = getattr(ann, "__name__", None) or getattr(getattr(p, "type", None), "name", None)
+    return {"int": "an integer", "integer": "an integer", "float": "a number"}.get(name)
 
 
 def _option_names() -> dict[str, dict[str, bool]]:

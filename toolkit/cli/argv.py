@@ -3,8 +3,8 @@
 click already reads a declared multi-letter short flag (``-ub``, ``-sys``, ``-cnv``) as itself.
 An undeclared one would be split into a short flag and its value (``-ngl 99`` -> ``-n gl``),
 so llama.cpp's flags that toolkit does not have are caught here by name, with the reason, and
-exit 2: ``not supported: -ngl (toolkit runs on CPU)``.  Also here: ``toolkit chat`` (an alias
-of ``toolkit run -cnv``), the check of ``TOOLKIT_CPU``, and llama.cpp's escape processing.
+exit 2: ``not supported: -ngl (toolkit runs on CPU)``.  Also here: the check of ``TOOLKIT_CPU``,
+and llama.cpp's escape processing.
 """
 from __future__ import annotations
 
@@ -51,7 +51,26 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 # the commands that run a model and so take llama.cpp's model flags
-_MODEL_COMMANDS = ("run", "chat", "bench", "perplexity")
+_MODEL_COMMANDS = ("run", "chat", "bench", "perplexity", "serve")
+
+# serve: llama-server's spelling of a flag it declares itself (-np) is its own; the chat and
+# prompt-cache groups are llama-cli's, not the server's (plain unknown options there); and
+# these get the server's reason
+_INTERACTIVE = {f for f, why in UNSUPPORTED.items() if why.startswith(("use -cnv", "use --session"))}
+_SERVE_REASONS = {**dict.fromkeys(("-kvu", "--kv-unified"), "the slots already share one KV cache of -c cells"),
+                  **dict.fromkeys(("-dt", "--defrag-thold"), "no defragmentation: cells are reused in place")}
+
+
+def unsupported(flag: str, cmd: str, declared) -> str | None:
+    """Why ``cmd`` refuses llama.cpp's ``flag``, or None when it is not one of those
+    (``declared``: the command's own option spellings, which always win)."""
+    if cmd not in _MODEL_COMMANDS or flag in (declared or ()) or flag not in UNSUPPORTED:
+        return None
+    if cmd == "serve":
+        if flag in _INTERACTIVE:
+            return None
+        return _SERVE_REASONS.get(flag, UNSUPPORTED[flag])
+    return UNSUPPORTED[flag]
 
 CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni: avx2 without AVX-VNNI
 
@@ -59,7 +78,7 @@ CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni
 def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
     """``argv`` (without the program name) as click should see it.
 
-    ``toolkit chat ARGS`` becomes ``toolkit run -cnv ARGS``.  Raises InputError
+    Raises InputError
     ``not supported: FLAG (why)`` for a llama.cpp flag toolkit does not have, given to a
     command that runs a model, and ``no such option: -xyz`` for any other multi-letter short
     flag the command does not declare (``known``: command -> {option spelling: takes a value}),
@@ -70,8 +89,6 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
     cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
     if cmd_at is None:
         return argv
-    if argv[cmd_at] == "chat":
-        argv[cmd_at:cmd_at + 1] = ["run", "-cnv"]
     cmd = argv[cmd_at]
     opts = (known or {}).get(cmd)
     skip = False
@@ -83,12 +100,21 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
             break
         flag = a.split("=", 1)[0]
         skip = bool(opts and opts.get(flag) and "=" not in a)
-        if cmd in _MODEL_COMMANDS and flag in UNSUPPORTED:
-            raise InputError(f"not supported: {flag} ({UNSUPPORTED[flag]})")
+        why = unsupported(flag, cmd, opts)
+        if why is not None:
+            raise InputError(f"not supported: {flag} ({why})")
         if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
-            raise InputError(f"no such option: {flag} (toolkit {'chat' if cmd == 'run' and '-cnv' in argv else cmd} "
-                             f"-h lists the options)")
+            raise InputError(no_such_option(flag, cmd, opts))
     return argv
+
+
+def no_such_option(flag: str, cmd: str | None, opts) -> str:
+    """``no such option: FLAG`` and either ``(did you mean X?)``, for a close spelling only, or
+    ``(toolkit CMD -h lists the options)``; ``opts``: the command's option spellings."""
+    import difflib
+    close = difflib.get_close_matches(flag, [o for o in (opts or ()) if o.startswith("-")], n=1, cutoff=0.8)
+    prog = f"toolkit {cmd}" if cmd else "toolkit"
+    return f"no such option: {flag} " + (f"(did you mean {close[0]}?)" if close else f"({prog} -h lists the options)")
 
 
 def check_cpu_env(environ) -> None:

@@ -9,7 +9,9 @@ User turns are lines of stdin (a terminal or a pipe); answers stream to stdout. 
     /reset        start over (the system message stays)
     /exit         leave (end of input does too)
 
-Ctrl-C during an answer ends that answer; at the prompt it leaves (exit 130).  With -v the
+On a terminal the prompt has line editing and history (Python's readline).  Ctrl-C during an
+answer ends that answer; at the prompt it leaves (exit 130), as Ctrl-D does (exit 0).  The
+commands say what they did on stderr; piped, the answers are separated by a blank line.  With -v the
 prompt-cache figures go to stderr after each answer ("reused N of M prompt tokens"); with
 --json each answer is one JSON line on stdout: turn, text, tokens, stop_reason, n_prompt,
 n_reused, n_decoded, timings (and probs with --n-probs).
@@ -20,38 +22,67 @@ import json
 import os
 import sys
 
-from toolkit.cli.app import err_console
+from toolkit.cli.app import err_console, print_error
 from toolkit.errors import InputError
 
 HELP = "commands: /regen /undo /save FILE /load FILE /reset /exit"
 
 
-class PlainTemplate:
-    """The fallback for a model without a chat template: the conversation is its messages'
-    texts, one per line, continued as plain completion."""
+_readline_ready = False
 
-    name = "none (plain completion)"
 
-    def encode(self, tok, messages, add_generation_prompt: bool = True) -> list[int]:
-        return tok.encode("".join(m["content"] + "\n" for m in messages), add_special=True, parse_special=True)
+def _use_readline() -> bool:
+    """Python's readline for the prompt: line editing (arrows, Home/End, Ctrl-A/E...) and
+    history (Up/Down) within the chat.  Only when stdin and stdout are both terminals (input()
+    uses readline only then); False when the module is missing (some builds)."""
+    global _readline_ready
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return False
+    if not _readline_ready:
+        try:
+            import readline  # noqa: F401  (importing it is what turns line editing on for input())
+        except ImportError:
+            return False
+        _readline_ready = True
+    return True
 
 
 def _read_line(tty: bool):
-    """The next input line without its newline, or None at the end of input."""
+    """The next input line without its newline, or None at the end of input.  On a terminal
+    the prompt is ``> `` with line editing and history; Ctrl-D and Ctrl-C there end the line
+    the cursor is on before the chat leaves (Ctrl-C: KeyboardInterrupt, exit 130)."""
     from toolkit.runtime import interrupt
     with interrupt.raising():      # a blocking read: Ctrl-C here leaves the chat
-        if tty:
+        if not tty:
+            line = sys.stdin.readline()
+            return None if line == "" else line.rstrip("\n")
+        try:
+            if _use_readline():
+                return input("> ")
             err_console.print("> ", end="", highlight=False)
-        line = sys.stdin.readline()
-    return None if line == "" else line.rstrip("\n")
+            line = sys.stdin.readline()
+            if line == "":
+                raise EOFError
+            return line.rstrip("\n")
+        except EOFError:           # Ctrl-D
+            sys.stderr.write("\n")
+            return None
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: leave on a fresh line
+            sys.stderr.write("\n")
+            raise
 
 
-def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[str, ...] = ()) -> int:
+def _note(msg: str) -> None:
+    err_console.print(msg, highlight=False, soft_wrap=True)
+
+
+def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[str, ...] = (),
+              single_turn: bool = False) -> int:
     """Run the chat for ``opts`` (toolkit.runtime.run.RunOptions; prompt, if any, is the first
     user turn); returns the exit status.  ``inputs``: other files the command read (-f, a
     grammar or schema file), which /save refuses as the model's file."""
     from toolkit.runtime import interrupt
-    from toolkit.runtime.chat import Chat, ChatTemplate
+    from toolkit.runtime.chat import Chat, chat_template_for
     from toolkit.runtime.context import Context
     from toolkit.runtime.model import Model
     from toolkit.runtime.run import context_size
@@ -59,15 +90,12 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
     from toolkit.runtime.tokenizer import Tokenizer
 
     with interrupt.deferred():
-        m = Model(opts.model, n_threads=opts.threads)
+        m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap)
         try:
             tok = Tokenizer.from_gguf(m.gguf)
-            tpl = ChatTemplate.from_gguf(m.gguf, opts.chat_template)
-            if tpl is None:
-                err_console.print("note: the model has no chat template (tokenizer.chat_template): plain completion, "
-                                  "one line per message; --chat-template NAME|FILE gives one", highlight=False,
-                                  soft_wrap=True)
-                tpl = PlainTemplate()
+            tpl, note = chat_template_for(m.gguf, opts.chat_template)
+            if note:
+                _note(note)
             ctx = Context(m, n_ctx=context_size(opts.ctx_size, m), n_seq_max=1, n_ubatch=opts.ubatch,
                           n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
                           checkpoint_every=opts.checkpoint_every)
@@ -80,7 +108,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
                     from toolkit.runtime.run import make_drafter
                     drafter, dm = make_drafter(opts, tok, chat.sampler.seed)
                     chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
-                return _loop(chat, opts, as_json, verbose)
+                return _loop(chat, opts, as_json, verbose, single_turn)
             finally:
                 if drafter is not None:
                     drafter.close()
@@ -90,7 +118,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
             m.close()
 
 
-def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
+def _loop(chat, opts, as_json: bool, verbose: bool, single_turn: bool = False) -> int:
     """Read turns and commands until the end of input; returns the exit status: 0, or 2 when
     input came from a pipe or file and a turn or command failed (its one-line error was
     printed and the chat went on), so that a script sees it."""
@@ -108,21 +136,30 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
         try:
             if cmd == "/undo":
                 chat.undo()
+                _note(f"undone: the last exchange was dropped ({_count(chat.messages)} left)")
                 continue
             if cmd == "/reset":
                 chat.reset()
+                _note("reset: the conversation starts over" + (" (the system message stays)" if chat.messages else ""))
                 continue
             if cmd in ("/save", "/load"):
                 if not arg.strip():
                     raise InputError(f"{cmd} needs a FILE")
-                chat.save(arg.strip()) if cmd == "/save" else chat.load(arg.strip())
+                if cmd == "/save":
+                    chat.save(arg.strip())
+                    _note(f"saved {_count(chat.messages)} to {arg.strip()}")
+                else:
+                    chat.load(arg.strip())
+                    _note(f"loaded {_count(chat.messages)} from {arg.strip()}")
                 continue
             if cmd.startswith("/") and cmd not in ("/regen",):
                 raise InputError(f"unknown command {cmd}; {HELP}")
             n_turn += 1
+            if n_turn > 1 and not tty and not as_json:
+                sys.stdout.write("\n")    # piped: a blank line between answers
             turn = _answer(chat, opts, None if cmd == "/regen" else line, as_json)
         except InputError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            print_error(str(e))
             failed = True
             continue
         if as_json:
@@ -140,10 +177,16 @@ def _loop(chat, opts, as_json: bool, verbose: bool) -> int:
                               + (f", drafts accepted {turn.spec['n_accepted']} of {turn.spec['n_drafted']}"
                                  if turn.spec else ""),
                               highlight=False, soft_wrap=True)
+        if single_turn:                       # -st: one answer, then leave
+            return 128 + interrupt.received() if turn.stop_reason == "interrupted" else 0
         if turn.stop_reason == "interrupted":
             if interrupt.received() != 2:     # SIGTERM (or another signal): leave
                 return 128 + interrupt.received()
             interrupt.clear()                 # Ctrl-C ended this answer; the chat goes on
+
+
+def _count(messages) -> str:
+    return f"{len(messages)} message{'' if len(messages) == 1 else 's'}"
 
 
 def _answer(chat, opts, user, as_json: bool):

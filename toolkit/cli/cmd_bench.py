@@ -56,26 +56,67 @@ def _size_label(n_params: int) -> str:
     return f"{n_params / 1e6:.0f}M" if n_params >= 1e7 else f"{n_params / 1e6:.2f}M"
 
 
+# llama.cpp's llama_model_ftype_name (src/llama-model-loader.cpp): the type in llama-bench's
+# model column, by general.file_type (gguf.LlamaFileType member names, MOSTLY_ dropped)
+FTYPE_NAMES = {
+    "ALL_F32": "all F32", "F16": "F16", "BF16": "BF16", "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0",
+    "Q5_1": "Q5_1", "Q8_0": "Q8_0", "MXFP4_MOE": "MXFP4 MoE", "Q2_K": "Q2_K - Medium", "Q2_K_S": "Q2_K - Small",
+    "Q3_K_S": "Q3_K - Small", "Q3_K_M": "Q3_K - Medium", "Q3_K_L": "Q3_K - Large", "Q4_K_S": "Q4_K - Small",
+    "Q4_K_M": "Q4_K - Medium", "Q5_K_S": "Q5_K - Small", "Q5_K_M": "Q5_K - Medium", "Q6_K": "Q6_K",
+    "TQ1_0": "TQ1_0 - 1.69 bpw ternary", "TQ2_0": "TQ2_0 - 2.06 bpw ternary",
+    "IQ2_XXS": "IQ2_XXS - 2.0625 bpw", "IQ2_XS": "IQ2_XS - 2.3125 bpw", "IQ2_S": "IQ2_S - 2.5 bpw",
+    "IQ2_M": "IQ2_M - 2.7 bpw", "IQ3_XS": "IQ3_XS - 3.3 bpw", "IQ3_XXS": "IQ3_XXS - 3.0625 bpw",
+    "IQ1_S": "IQ1_S - 1.5625 bpw", "IQ1_M": "IQ1_M - 1.75 bpw", "IQ4_NL": "IQ4_NL - 4.5 bpw",
+    "IQ4_XS": "IQ4_XS - 4.25 bpw", "IQ3_S": "IQ3_S - 3.4375 bpw", "IQ3_M": "IQ3_S mix - 3.66 bpw",
+}
+# without general.file_type llama.cpp guesses from the most common tensor type
+_GUESS = {"F32": "ALL_F32", "Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
+
+
+def ftype_name(f) -> str:
+    """llama.cpp's name of the file's type (``Q4_K - Medium``), as llama-bench shows it."""
+    import gguf
+    ft = f.get("general.file_type")
+    if ft is not None:
+        try:
+            name = gguf.LlamaFileType(int(ft) & ~1024).name.replace("MOSTLY_", "")
+        except ValueError:
+            return "unknown, may not work"
+        return FTYPE_NAMES.get(name, "unknown, may not work") + (" (guessed)" if int(ft) & 1024 else "")
+    counts: dict[str, int] = {}
+    for t in f.tensors.values():
+        counts[t.type.name] = counts.get(t.type.name, 0) + 1
+    top = max(counts, key=counts.get) if counts else "F32"
+    return FTYPE_NAMES.get(_GUESS.get(top, top), "unknown, may not work") + " (guessed)"
+
+
+def model_desc(f) -> str:
+    """llama-bench's model column (llama_model_desc): architecture, size, file type."""
+    n_params = int(sum(t.n_elements for t in f.tensors.values()))
+    return f"{f.arch} {_size_label(n_params)} {ftype_name(f)}"
+
+
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
-              ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None) -> Iterator[dict]:
+              ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
+              mmap: bool = True) -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
     per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
-    split into ubatches of ``ubatch`` tokens (-ub).
+    split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the weights are read into
+    memory (llama-bench's -mmp 0).
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
     from toolkit.runtime import Context, Model, cpu_info
 
-    m = Model(path, n_threads=threads)
+    m = Model(path, n_threads=threads, mmap=mmap)
     try:
         n_threads = m.n_threads
         tensors = list(m.gguf)
         size = int(sum(t.nbytes for t in tensors))
         n_params = int(sum(t.n_elements for t in tensors))
         ftype = m.gguf.get("general.file_type")
-        types = sorted({t.type.name for t in tensors if len(t.shape) >= 2})
-        model_type = f"{m.hparams.arch} {_size_label(n_params)} {'/'.join(types)}"
+        model_type = model_desc(m.gguf)
         rng = np.random.default_rng(seed)
         n_ctx = max([1] + [p for p in n_prompt] + [g for g in n_gen]) + 1
         tests = [(p, 0) for p in n_prompt if p > 0] + [(0, g) for g in n_gen if g > 0]
@@ -104,7 +145,7 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                     "model_filename": os.path.abspath(path), "model_type": model_type,
                     "model_size": size, "model_n_params": n_params,
                     "n_batch": batch, "n_ubatch": ubatch, "n_threads": n_threads,
-                    "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": True,
+                    "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": mmap,
                     "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": 0,
                     "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "avg_ns": int(statistics.fmean(samples_ns)),
@@ -119,13 +160,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
 
 
 def _git_commit() -> str:
-    try:
-        import subprocess
-        here = os.path.dirname(os.path.abspath(__file__))
-        r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() if r.returncode == 0 else "unknown"
-    except (OSError, ValueError, TimeoutError):
-        return "unknown"
+    from toolkit import build_commit
+    return build_commit()
 
 
 def _cpu_name() -> str:
@@ -140,7 +176,7 @@ def _cpu_name() -> str:
 
 
 MD_COLUMNS = [("model", 30, "<"), ("size", 10, ">"), ("params", 10, ">"), ("backend", 14, "<"),
-              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
+              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("mmap", 4, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
 
 
 def md_cells(r: dict) -> dict[str, str]:
@@ -148,17 +184,40 @@ def md_cells(r: dict) -> dict[str, str]:
     return {"model": r["model_type"], "size": f"{r['model_size'] / 2**20:.2f} MiB",
             "params": f"{r['model_n_params'] / 1e6:.2f} M", "backend": f"CPU ({r['cpu_level']})",
             "threads": str(r["n_threads"]), "n_batch": str(r["n_batch"]), "n_ubatch": str(r["n_ubatch"]),
-            "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
+            "mmap": str(int(r["use_mmap"])), "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
             "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
+
+
+def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int], mmps: list[int],
+                  pp: list[int], tg: list[int]) -> list[dict[str, str]]:
+    """The markdown cells of every row the bench will print, known before it runs (t/s as the
+    widest a typical value needs), so the columns can be as wide as their content."""
+    from toolkit.gguf_io import GGUFHeader
+    from toolkit.runtime import cpu_info
+    from toolkit.runtime.model import default_threads
+    level = cpu_info()["cpu_level"]
+    rows = []
+    for path in models:
+        f = GGUFHeader(path)
+        tensors = list(f.tensors.values())
+        base = {"model_type": model_desc(f), "model_size": sum(t.nbytes for t in tensors),
+                "model_n_params": sum(t.n_elements for t in tensors), "cpu_level": level,
+                "avg_ts": 99999.99, "stddev_ts": 9999.99}
+        for t, b, u, mp in itertools.product(ts, bs, ubs, mmps):
+            for p, g in [(p, 0) for p in pp if p > 0] + [(0, g) for g in tg if g > 0]:
+                rows.append(md_cells({**base, "n_threads": t or default_threads(), "n_batch": b or max(pp + [1]),
+                                      "n_ubatch": u, "use_mmap": bool(mp), "n_prompt": p, "n_gen": g}))
+    return rows
 
 
 class Printer:
     """llama-bench's printers (-o md|csv|json|jsonl): a header, one row per finished test
-    (flushed at once, so an interrupted bench keeps what it measured), a footer."""
+    (flushed at once, so an interrupted bench keeps what it measured), a footer.  Markdown
+    columns are as wide as llama-bench's, or as their content (``planned``) where wider."""
 
-    def __init__(self, fmt: str, out, columns: list[str]):
+    def __init__(self, fmt: str, out, columns: list[str], planned: list[dict[str, str]] = ()):
         self.fmt, self.out, self.n = fmt, out, 0
-        self.cols = [c for c in MD_COLUMNS if c[0] in columns]
+        self.cols = [(n, max([w, len(n)] + [len(c[n]) for c in planned]), a) for n, w, a in MD_COLUMNS if n in columns]
 
     def _w(self, s: str) -> None:
         self.out.write(s)
@@ -209,6 +268,9 @@ def bench(
     threads: str = typer.Option("0", "-t", "--threads", help="CPU threads, comma-separated (0: TOOLKIT_THREADS, else all cores)."),
     n_batch: str = typer.Option("0", "-b", "--batch-size", help="Prompt tokens per decode call, comma-separated (0: the whole prompt)."),
     ubatch: str = typer.Option("512", "-ub", "--ubatch-size", "--ubatch", help="Tokens per micro-batch, comma-separated."),
+    mmap: str = typer.Option("1", "-mmp", "--mmap", help="Map the model file (1) or read it into memory (0); "
+                             "comma-separated to test both (llama-bench's -mmp)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Same as -mmp 0."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
@@ -218,6 +280,9 @@ def bench(
     from toolkit.cli.limits import MAX_UBATCH, check_range
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
     ts, bs, ubs = _counts(threads, "-t"), _counts(n_batch, "-b"), _counts(ubatch, "-ub")
+    mmps = [0] if no_mmap else _counts(mmap, "-mmp")
+    if any(v > 1 for v in mmps):
+        raise InputError(f"-mmp {mmap!r}: expected 0 or 1 (comma-separated)")
     fmt = "json" if as_json else output
     if fmt not in ("md", "csv", "json", "jsonl"):
         raise InputError(f"-o {output}: expected md, csv, json or jsonl")
@@ -232,15 +297,16 @@ def bench(
             raise InputError(f"{m}: no such file")
     if not any(pp) and not any(tg):
         raise InputError("nothing to run: every -p and -n value is 0")
-    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch")
-            or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))]
-    pr = Printer(fmt, sys.stdout, cols)
+    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap")
+            or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
+            or (c == "mmap" and mmps != [1])]
+    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg) if fmt == "md" else ())
     pr.header()
     from toolkit.runtime import interrupt
     try:
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
-            for m, t, b, u in itertools.product(model, ts, bs, ubs):
-                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None):
+            for m, t, b, u, mp in itertools.product(model, ts, bs, ubs, mmps):
+                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp)):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted

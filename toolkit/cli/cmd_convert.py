@@ -1,11 +1,13 @@
-"""`toolkit convert HF_DIR OUT.gguf`: stream a Hugging Face checkpoint into a GGUF file."""
+"""`toolkit convert HF_DIR [OUT.gguf]`: stream a Hugging Face checkpoint into a GGUF file."""
 from __future__ import annotations
 
 import json
 import sys
+from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.app import app
 from toolkit.cli.report import console
@@ -30,21 +32,54 @@ def _progress_factory(enabled: bool):
     return prog, factory
 
 
+def _why(reason: str) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def _list_archs(as_json: bool) -> None:
+    """`convert --list-archs`: the converter registry as a table (or JSON rows)."""
+    from toolkit.convert.families import arch_table
+    rows = arch_table()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    t = Table(title="toolkit convert: HF architectures")
+    for c in ("HF architecture (config.json)", "family", "GGUF architecture", "llama.cpp loads it"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["hf_architecture"], r["family"], r["gguf_architecture"],
+                  "yes" if r["llama_cpp"] else "no (toolkit's own layout)")
+    console().print(t)
+
+
 @app.command()
 def convert(
-    hf_dir: str = typer.Argument(..., help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
-    out: str = typer.Argument(..., help="GGUF file to write (written atomically: nothing is left on error)."),
-    outtype: str = typer.Option("f32", "--outtype", help="f32, f16, bf16, q8_0, or auto (the checkpoint's dtype). "
+    hf_dir: Optional[str] = typer.Argument(None, metavar="HF_DIR", help="Hugging Face checkpoint directory (config.json, safetensors, tokenizer)."),
+    out: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", show_default=False,
+                                        help="GGUF file to write (atomically: nothing is left on error). Default, or a "
+                                        "directory: llama.cpp's name, {Name}-{size}-{OUTTYPE}.gguf, in HF_DIR (or "
+                                        "that directory). {ftype} in the name becomes the type."),
+    outtype: str = typer.Option("auto", "--outtype", help="f32, f16, bf16, q8_0, or auto (llama.cpp's: bf16 if the "
+                                "first matrix is BF16, else f16; bf16 where f16 would overflow). "
                                 "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
     no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (mtp.* tensors of "
                                 "Qwen3-Next / Qwen3.5 checkpoints); a checkpoint without one needs no flag."),
+    list_archs: bool = typer.Option(False, "--list-archs", help="List each HF architecture, its family, the GGUF "
+                                    "architecture it becomes and whether llama.cpp loads the result, then exit."),
 ) -> None:
-    """Convert a Mamba / Mamba-2 / Bamba / Granite 4.0-H / Jamba / Qwen3-Next / Qwen3.5 / qwen4exp
-    checkpoint to GGUF, one band of rows resident at a time."""
-    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, plan_to_dict
+    """Convert a Hugging Face checkpoint to GGUF, one band of rows resident at a time: Mamba,
+    Mamba-2, Bamba, Granite 4.0-H, Jamba, Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5,
+    Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba2 (--list-archs: the architecture names)."""
     from toolkit.errors import InputError
+
+    if list_archs:
+        _list_archs(as_json)
+        return
+    if hf_dir is None:
+        raise InputError("missing argument HF_DIR (toolkit convert -h shows the usage; --list-archs lists the architectures)")
+    from toolkit.convert import OUTTYPES, convert as do_convert, make_plan, out_path, plan_to_dict
 
     outtype = outtype.lower()   # F16 = f16, as quantize accepts any case
     if outtype not in OUTTYPES:
@@ -52,12 +87,16 @@ def convert(
     plan = make_plan(hf_dir, outtype, no_mtp=no_mtp)
     if dry_run:
         d = plan_to_dict(plan)
+        d["out"] = out_path(plan, out)
         if as_json:
             typer.echo(json.dumps(d, indent=1, default=str))
             return
         con = console()
-        con.print(f"[bold]{hf_dir}[/]: {d['hf_architecture']} -> GGUF architecture [bold]{d['architecture']}[/], "
-                  f"outtype {d['outtype']}, {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB (dry run: nothing written)")
+        con.print(Text.assemble((hf_dir, "bold"), f": {d['hf_architecture']} -> GGUF architecture ",
+                                (d["architecture"], "bold"),
+                                f", outtype {d['outtype']}{_why(d['outtype_reason'])}, {d['n_tensors']} tensors, "
+                                f"{d['n_bytes'] / 2**20:.2f} MiB, would write ", (d["out"], "bold"),
+                                " (dry run: nothing written)"), highlight=False)
         kt = Table(title="key/values", show_header=False)
         for key, v in d["kv"].items():
             kt.add_row(key, str(v))
@@ -77,10 +116,12 @@ def convert(
     finally:
         if prog is not None:
             prog.stop()
+    if s.outtype_reason and not as_json:   # what the default picked, and why (stderr: stdout stays the summary)
+        _err.print(Text(f"outtype {s.outtype} ({s.outtype_reason}; --outtype names another)"), highlight=False)
     if as_json:   # README's shared names: `architecture` (as --dry-run and the other commands say)
         d = s.to_dict()
         typer.echo(json.dumps({"architecture": d.pop("arch"), **d}, indent=1))
         return
-    console().print(f"wrote [bold]{s.out}[/]: {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
+    console().print(Text.assemble("wrote ", (str(s.out), "bold"), f": {s.arch}, {s.outtype}, {s.n_tensors} tensors, "
                     f"{s.n_bytes / 2**20:.1f} MiB of tensor data ({s.file_bytes / 2**20:.1f} MiB file), "
-                    f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB", highlight=False)
+                    f"{s.wall_s:.2f} s, peak memory {s.peak_rss_bytes / 2**20:.0f} MiB"), highlight=False)

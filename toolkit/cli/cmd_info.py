@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli.app import app
 
@@ -52,7 +53,7 @@ def describe(path: str) -> dict[str, Any]:
         "add_eos_token": f.get(Keys.Tokenizer.ADD_EOS),
         "chat_template": f.get(Keys.Tokenizer.CHAT_TEMPLATE),
     }
-    meta = {key: v for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
+    meta = {key: _as_written(v) for key, v in f.metadata().items() if not key.startswith("tokenizer.")}
     return {
         "file": path,
         "architecture": f.arch,
@@ -60,7 +61,7 @@ def describe(path: str) -> dict[str, Any]:
         "cannot_run": cannot,
         "file_type": _file_type(f.get("general.file_type")),
         "n_params": int(sum(t.n_elements for t in f)),
-        "hparams": hp.to_dict() if hp else {},
+        "hparams": _hparams(hp) if hp else {},
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
         "ple": _ple(f),
@@ -70,6 +71,26 @@ def describe(path: str) -> dict[str, Any]:
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _hparams(hp) -> dict[str, Any]:
+    """The hparams the model uses (toolkit.arch.hparams.used_fields), floats as written."""
+    from toolkit.arch.hparams import used_fields
+    d = hp.to_dict()
+    return {k: _as_written(d[k]) for k in used_fields(hp)}
+
+
+def _as_written(v):
+    """A float32 key value as the file's writer wrote it (1e-05, not 9.999999747378752e-06):
+    the shortest decimal that reads back as the same float32; lists element by element."""
+    if isinstance(v, (list, tuple)):
+        return [_as_written(x) for x in v]
+    if isinstance(v, float):
+        import numpy as np
+        f32 = np.float32(v)
+        if float(f32) == v and np.isfinite(f32):
+            return float(str(f32))
+    return v
 
 
 def _file_type(v) -> dict[str, Any] | None:
@@ -113,7 +134,7 @@ def _ple(f) -> dict[str, Any] | None:
 
 @app.command()
 def info(
-    model: str = typer.Argument(..., help="GGUF file to describe."),
+    model: str = typer.Argument(..., metavar="FILE.gguf", help="GGUF file to describe."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     tensors: bool = typer.Option(True, "--tensors/--no-tensors", help="Show the tensor table."),
     memory: bool = typer.Option(False, "--memory", help="Only the memory a context would need: weights, KV, recurrent state, checkpoints, compute buffers."),
@@ -142,9 +163,9 @@ def info(
     from toolkit.cli.report import console
     out = console()
     ft = d["file_type"]["name"] if d["file_type"] else "unknown"
-    out.print(f"[bold]{d['file']}[/]: architecture [bold]{d['architecture']}[/], "
-              f"{d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, file type {ft}",
-              highlight=False)
+    out.print(Text.assemble((d['file'], "bold"), ": architecture ", (str(d['architecture']), "bold"),
+                            f", {d['n_tensors']} tensors, {d['n_bytes'] / 2**20:.2f} MiB, {d['n_params']} parameters, "
+                            f"file type {ft}"), highlight=False)
     if d["cannot_run"]:
         out.print(f"cannot run: {d['cannot_run']}", highlight=False)
     if d["hparams"]:
@@ -182,7 +203,7 @@ def info(
             tk.add_row(key, str(v))
     out.print(tk)
     tpl = d["tokenizer"]["chat_template"]
-    out.print("chat template: " + ("none (toolkit run -cnv falls back to plain completion)" if not tpl else ""),
+    out.print("chat template: " + ("none (toolkit chat and serve fall back to chatml, as llama.cpp does)" if not tpl else ""),
               highlight=False)
     if tpl:
         out.print(tpl, markup=False, highlight=False)
@@ -196,12 +217,11 @@ def info(
 
 
 def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0) -> None:
-    """`info --memory`: the bytes by kind of toolkit.runtime.memory.estimate (allocates nothing)."""
-    from toolkit.arch import HParams
+    """`info --memory`: the bytes by kind a context would allocate (toolkit.runtime.memory_estimate,
+    the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
-    from toolkit.gguf_io import GGUFFile
-    from toolkit.runtime.memory import estimate, format_report
-    from toolkit.runtime.model import default_threads
+    from toolkit.runtime import Model, memory_estimate
+    from toolkit.runtime.memory import format_report
 
     bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
@@ -210,13 +230,14 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
                                (0 <= n_draft <= 256, f"--draft-max {n_draft}: must be in [0, 256]")) if not ok]
     if bad:   # only the failing flags
         raise InputError("; ".join(bad))
-    f = GGUFFile(path)
-    hp = HParams.from_gguf(f)      # UnsupportedError for a convert-only architecture
-    n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
-    r = estimate(f, hp, n_ctx, n_seq, n_ckpt, n_ubatch, default_threads(), n_draft)
+    with Model(path, check_ram=False) as m:   # UnsupportedError for a convert-only architecture
+        hp = m.hparams
+        n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
+        # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
+        r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
                                "memory": r, "total": sum(r.values())}, indent=1))
     else:
-        typer.echo(f"{path}: {f.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
+        typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
         typer.echo(format_report(r, n_ctx, n_seq))

@@ -22,11 +22,12 @@ def perplexity(
     file_arg: Optional[str] = typer.Argument(None, metavar="[FILE]", help="UTF-8 text file to score (or -f FILE)."),
     file_opt: Optional[str] = typer.Option(None, "-f", "--file", help="UTF-8 text file to score (llama-perplexity's -f)."),
     model: str = typer.Option(..., "-m", "--model", help="GGUF model."),
-    ctx: int = typer.Option(512, "--ctx", "-c", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
+    ctx: int = typer.Option(512, "-c", "--ctx-size", "--ctx", help="Chunk length n_ctx in tokens (even); the second half of each chunk is scored."),
     chunks: int = typer.Option(0, "--chunks", help="Score at most this many chunks (0: all)."),
     kld_base: Optional[str] = typer.Option(None, "--kld-base", help="Base model: a GGUF, or a logits file from --kld-out. Adds KL divergence and top-1 agreement."),
     kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Threads (default: TOOLKIT_THREADS or all cores)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
@@ -48,24 +49,34 @@ def perplexity(
     if chunks < 0:
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
-        raise InputError(f"--ctx {ctx}: must be an even number >= 4")
+        raise InputError(f"-c/--ctx-size {ctx}: must be an even number >= 4")
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()
+    bar = None
+    if tty and not as_json:   # a terminal: one line updated in place (rich's live display)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        bar = Progress(TextColumn("perplexity"), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("chunks  PPL {task.fields[ppl]}", markup=False), TimeRemainingColumn(),
+                       console=err, transient=True)
+        task = bar.add_task("", total=None, ppl="...")
 
     def progress(i: int, n: int, ppl: float) -> None:
-        # a terminal: one line updated in place; piped: a plain line per chunk
-        if tty and not as_json:
-            err.print(f"\rchunk {i + 1}/{n}  PPL {ppl:.4f}", end="", highlight=False)
-        elif not tty:
+        if bar is not None:
+            bar.update(task, completed=i + 1, total=n, ppl=f"{ppl:.4f}")
+        elif not tty:        # piped: a plain line per chunk
             err.print(f"chunk {i + 1}/{n} PPL {ppl:.4f}", highlight=False)
 
     from toolkit.runtime import interrupt
-    with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
-        res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                              threads=threads, progress=progress)
-    if tty and not as_json:
-        err.print()
+    try:
+        if bar is not None:
+            bar.start()
+        with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
+            res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
+                                  threads=threads, progress=progress, mmap=not no_mmap)
+    finally:
+        if bar is not None:
+            bar.stop()
     if as_json:
         from toolkit.gguf_io import GGUFFile
         typer.echo(json.dumps({**res.to_dict(), **common_fields(GGUFFile(model).arch)}, indent=1))

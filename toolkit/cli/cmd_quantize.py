@@ -1,4 +1,4 @@
-"""`toolkit quantize IN.gguf OUT.gguf TYPE`: llama-quantize's file types, in row bands."""
+"""`toolkit quantize IN.gguf [OUT.gguf] TYPE`: llama-quantize's file types, in row bands."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from toolkit.cli import report
 from toolkit.cli.app import app
@@ -45,11 +46,24 @@ def _check_keys(path: str) -> None:
     check_sliding_window_keys(f)
 
 
+def default_output(input: str, type: str) -> str:
+    """llama-quantize's name for ``quantize IN TYPE``: IN's folder, ``ggml-model-TYPE.gguf``
+    (TYPE as llama-quantize spells it: upper case, an alias kept as typed).  An unknown TYPE
+    is an InputError listing the valid ones (it may be a mistyped output name)."""
+    from toolkit.quantize.types import file_type
+    try:
+        file_type(type)
+    except InputError as e:
+        raise InputError(f"{e} (with two arguments, the second is the TYPE: toolkit quantize IN.gguf [OUT.gguf] TYPE)") from None
+    return os.path.join(os.path.dirname(input), f"ggml-model-{type.upper()}.gguf")
+
+
 @app.command()
 def quantize(
-    input: str = typer.Argument(..., help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
-    output: str = typer.Argument(..., help="Output GGUF (written atomically; must differ from the input)."),
-    type: str = typer.Argument(..., help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
+    input: str = typer.Argument(..., metavar="IN.gguf", help="Input GGUF (F32, F16, BF16, or quantized with --allow-requantize)."),
+    output: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", help="Output GGUF (written atomically; must differ "
+                                           "from the input). Omitted: IN's folder, ggml-model-TYPE.gguf, as llama-quantize names it."),
+    type: Optional[str] = typer.Argument(None, metavar="TYPE", help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
                                          "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K)."),
     tensor_type: Optional[List[str]] = typer.Option(None, "--tensor-type", help="REGEX=TYPE: tensors whose name matches "
                                                     "REGEX get ggml type TYPE (repeatable; first match wins)."),
@@ -71,6 +85,10 @@ def quantize(
     from toolkit.quantize import Options, quantize_file
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
+    if type is None:   # `quantize IN TYPE`: llama-quantize's default output name
+        if output is None:
+            raise InputError("missing argument TYPE (toolkit quantize -h shows the usage)")
+        type, output = output, default_output(input, output)
     file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
     from toolkit.cli.limits import check_threads
     check_threads("--threads", threads, zero_is_auto=True)
@@ -90,7 +108,7 @@ def quantize(
     show_bar = not as_json and not dry_run and err.is_terminal
     if show_bar:
         with Progress(TextColumn("[bold]quantize[/]"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.description}", markup=False),
                       console=err, transient=True) as bar:
             task = bar.add_task("", total=1)
 
@@ -118,8 +136,8 @@ def quantize(
             t.add_row(tp.name, str(list(tp.shape)), tp.src_type.name, tp.dst_type.name,
                       f"{tp.src_bytes / 2**20:.3f}", f"{tp.dst_bytes / 2**20:.3f}")
         out.print(t)
-    out.print(f"{'would write' if dry_run else 'wrote'} [bold]{output}[/] ({s.plan.ftype.name}): "
+    out.print(Text.assemble(f"{'would write' if dry_run else 'wrote'} ", (output, "bold"), f" ({s.plan.ftype.name}): "
               f"{d['size_before'] / 2**20:.2f} MiB ({d['bpw_before']:.2f} bpw) -> "
               f"{d['size_after'] / 2**20:.2f} MiB ({d['bpw_after']:.2f} bpw)"
-              + ("" if dry_run else f" in {s.wall_s:.2f} s, {s.n_threads} threads, peak RSS {s.peak_rss_mb:.0f} MiB"),
+              + ("" if dry_run else f" in {s.wall_s:.2f} s, {s.n_threads} threads, peak RSS {s.peak_rss_mb:.0f} MiB")),
               highlight=False)

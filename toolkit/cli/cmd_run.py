@@ -59,12 +59,13 @@ def decode_prompt(raw: bytes | str) -> str:
 
 @app.command(context_settings={"ignore_unknown_options": False})
 def run(
-    prompt: Optional[str] = typer.Argument(None, help="Prompt text; '-' reads it from stdin; one that starts with '-' goes after '--'."),
+    prompt: Optional[str] = typer.Argument(None, metavar="[PROMPT]", help="Prompt text; '-' reads it from stdin; one that starts with '-' goes after '--'."),
     prompt_opt: Optional[str] = typer.Option(None, "-p", "--prompt", help="Prompt text (as llama-cli's -p)."),
     file: Optional[str] = typer.Option(None, "-f", "--file", help="Read the prompt from this UTF-8 file ('-': stdin); one trailing newline is dropped."),
     system: Optional[str] = typer.Option(None, "-sys", "--system-prompt", help="System message, rendered with the model's chat template."),
-    escape: bool = typer.Option(True, "-e", "--escape/--no-escape", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
-    conversation: bool = typer.Option(False, "-cnv", "--conversation", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat)."),
+    escape: bool = typer.Option(True, "--escape/--no-escape", "-e", help="Process \\n \\r \\t \\' \\\" \\\\ \\xHH in PROMPT, -p, -sys and -r (llama.cpp's default; not in -f or stdin text)."),
+    conversation: bool = typer.Option(False, "--conversation/--no-conversation", "-cnv/-no-cnv", help="Chat: read user turns from stdin, answer with the chat template (also: toolkit chat); -no-cnv: plain completion (the default here)."),
+    single_turn: bool = typer.Option(False, "-st", "--single-turn", help="Chat: answer one user turn (the prompt, else the first line of stdin), then exit (llama-cli's -st)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, or a name (chatml, or tokenizer.chat_template.NAME in the GGUF)."),
     model: Optional[str] = typer.Option(None, "-m", "--model", help="GGUF model file (default: the packaged model)."),
     n_predict: int = typer.Option(128, "-n", "--n-predict", help="Tokens to generate (-1: until end of generation or a full context)."),
@@ -87,6 +88,7 @@ def run(
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens (0: the model's training context length)."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Tokens per micro-batch when decoding the prompt."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
@@ -111,6 +113,8 @@ def run(
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    if single_turn and not conversation:
+        raise InputError("-st/--single-turn: only in a conversation (toolkit chat, -cnv)")
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
     if prompt is not None and prompt != "-":
         prompt = esc(decode_prompt(prompt), "PROMPT")
@@ -125,7 +129,7 @@ def run(
     params.validate()
     _check_outputs(logits_out, session, conversation)
     opts = RunOptions(model=resolve_model(model), prompt=text, tokens=tokens, n_predict=n_predict, sampling=params,
-                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, logits_out=logits_out,
+                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, mmap=not no_mmap, logits_out=logits_out,
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
                       system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,
@@ -134,10 +138,33 @@ def run(
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
         from toolkit.cli.chat_loop import chat_loop
-        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose,
+        raise typer.Exit(chat_loop(opts, as_json=as_json, verbose=verbose, single_turn=single_turn,
                                    inputs=tuple(p for p in (file, grammar_file, json_schema_file) if p and p != "-")))
     _run_and_render(opts, as_json, display_prompt, verbose)
 
+
+
+def chat(**kw) -> None:
+    """Chat with a GGUF model: user turns from stdin (line editing and history on a terminal),
+    answers rendered with the chat template and streamed to stdout; /regen /undo /save FILE
+    /load FILE /reset /exit.  The same as toolkit run -cnv."""
+    run(conversation=True, **kw)
+
+
+def _chat_signature():
+    """run's parameters without -cnv (annotations evaluated: typer reads them from here)."""
+    import inspect
+    sig = inspect.signature(run, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.name != "conversation"]
+    for i, p in enumerate(params):
+        if p.name == "prompt":   # in chat, PROMPT is the first user turn
+            params[i] = p.replace(default=typer.Argument(None, metavar="[PROMPT]", help="The first user turn (optional); '-' reads it from stdin."))
+    return sig.replace(parameters=params)
+
+
+chat.__signature__ = _chat_signature()
+chat.__annotations__ = {p.name: p.annotation for p in chat.__signature__.parameters.values()}
+app.command("chat", context_settings={"ignore_unknown_options": False})(chat)
 
 def check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min,
                 sources: str = "--lookup or --draft-model FILE") -> tuple[int, int]:

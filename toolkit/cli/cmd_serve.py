@@ -29,6 +29,7 @@ def serve(
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens, shared: each slot gets ctx-size / parallel (0: the model's training length per slot)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Most prompt tokens decoded per step (a prompt chunk)."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
+    no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
@@ -39,7 +40,7 @@ def serve(
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding in every slot with drafts from this smaller GGUF (same vocabulary; its weights loaded once, one sequence per slot, the slots' draft steps batched); the output is what the model alone gives (greedy: token for token)."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per slot and step at most (1-256; the recurrent state keeps that many snapshots per slot, the draft model's that many + 1) \\[default: 16]."),
     draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (the slot decodes one token plainly)."),
-    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml)."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml, as llama.cpp; a note says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (address, slots, model) on stdout once the server listens."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Log every HTTP request (uvicorn's access log) to stderr."),
 ) -> None:
@@ -71,13 +72,22 @@ def serve(
         svc = load(path, n_slots=parallel, n_ctx=ctx_size, n_ubatch=ubatch, n_checkpoints=checkpoints,
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
                    chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
-                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model)
+                   draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model,
+                   mmap=not no_mmap)
     except BaseException:
+        sock.close()
+        raise
+    if getattr(svc, "template_note", None):
+        err_console.print(svc.template_note, highlight=False, soft_wrap=True)
+    try:
+        memory = _memory(svc.engine, checkpoints)
+    except BaseException:
+        svc.engine.close()
         sock.close()
         raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json, draft_model)
+    _announce(server, svc, path, host, as_json, draft_model, memory)
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -101,9 +111,20 @@ def _listen(host: str, port: int):
     return sock
 
 
-def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None) -> None:
-    """Print the address once uvicorn listens (its startup hook), to stderr or as --json."""
+def _memory(engine, n_checkpoints: int) -> dict[str, int]:
+    """The bytes by kind of the engine's context (toolkit.runtime.memory_estimate, the C figures)."""
+    from toolkit.runtime import memory_estimate
+    c = engine.ctx
+    return memory_estimate(engine.model, c.n_ctx, c.n_seq_max, c.n_ubatch, c.n_threads, n_checkpoints,
+                           draft_window=c.draft_window, keep_last=False)   # the slots verify: no state after the last token
+
+
+def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None,
+              memory: Optional[dict] = None) -> None:
+    """Print the address once uvicorn listens (its startup hook), to stderr or as --json, with
+    the memory of the context (``memory``: bytes by kind)."""
     from toolkit.cli import report
+    from toolkit.runtime.memory import format_brief
     orig = server.startup
 
     async def startup(sockets=None):
@@ -115,11 +136,14 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
                 "slots": len(svc.engine.slots), "n_ctx_slot": svc.engine.n_ctx_slot, "chat_template": svc.template.name}
         if draft_model is not None:
             info["draft_model"] = draft_model
+        if memory is not None:
+            info["memory"] = memory
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
             err_console.print(f"listening on {info['url']} ({info['slots']} slot{'' if info['slots'] == 1 else 's'} of {info['n_ctx_slot']} tokens, "
                               f"chat template: {info['chat_template']}"
                               + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
+                              + (f"; {format_brief(memory)}" if memory is not None else "")
                               + "); Ctrl-C stops", highlight=False)
     server.startup = startup

@@ -40,7 +40,10 @@ class QuietConsole(Console):
 
 def console(stderr: bool = False) -> Console:
     """A rich Console for results or diagnostics: on a terminal it wraps at the terminal's
-    width; piped, it never wraps or cuts a line (rich would assume 80 columns)."""
+    width; piped, it never wraps or cuts a line (rich would assume 80 columns).  Markup is off:
+    strings (paths, tensor names, messages, table cells) print as they are; our own labels are
+    styled with rich.text.Text (``Text.assemble((label, "bold"), text)``)."""
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    return QuietConsole(stderr=stderr, soft_wrap=not tty, width=None if tty else 1 << 16)
+    return QuietConsole(stderr=stderr, soft_wrap=not tty, width=None if tty else 1 << 16, markup=False)
+

@@ -25,7 +25,7 @@ OUTTYPES = ("f32", "f16", "bf16", "q8_0", "auto")
 
 _OUT_GGML = {"f32": GGMLType.F32, "f16": GGMLType.F16, "bf16": GGMLType.BF16, "q8_0": GGMLType.Q8_0}
 # general.file_type, llama.cpp's LlamaFileType
-_FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
+FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
               "bf16": gguf.LlamaFileType.MOSTLY_BF16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 
 # GGUF tensors llama.cpp's converter always keeps in F32 (convert_hf_to_gguf.py, prepare_tensors:
@@ -87,6 +87,12 @@ class Family:
 
     hf_archs: ClassVar[tuple[str, ...]] = ()
     arch: ClassVar[str] = ""
+    # what people call the models (help texts, README, `convert --list-archs`; a test keeps
+    # every list of families equal to the union of these)
+    families: ClassVar[tuple[str, ...]] = ()
+    gguf_archs: ClassVar[str] = ""       # `--list-archs`' GGUF column when not just ``arch``
+    llama_cpp: ClassVar[bool] = True     # llama.cpp loads the file we write
+    vllm: ClassVar[bool] = True          # vLLM runs the HF checkpoint (its supported-models list)
     known: ClassVar[tuple[str, ...]] = ()
     # regexes of HF tensors that may hold integers (read by the family itself, e.g. hash constants)
     int_known: ClassVar[tuple[str, ...]] = ()
@@ -113,20 +119,22 @@ class Family:
         return k(template, self.arch)
 
     def _resolve_outtype(self, outtype: str) -> str:
-        """``auto``: the checkpoint's dtype (F16 -> f16, BF16 -> bf16, else f32), judged on the
-        matrices (>= 2-D), as llama.cpp's ``--outtype auto`` judges on the first tensor."""
+        """``auto`` as llama.cpp's converter resolves it (``--outtype auto``, its default): the
+        first matrix (>= 2-D tensor, shards and names in order) stored as BF16 gives bf16, as F16
+        gives f16; a checkpoint with neither gives f16.  Sets ``outtype_reason``."""
+        self.outtype_reason = ""
         if outtype != "auto":
             return outtype
-        count: dict[str, int] = {}
-        for t in self.hf.tensors.values():
-            if len(t.shape) >= 2:
-                count[t.dtype] = count.get(t.dtype, 0) + t.n_elements
-        top = max(count, key=count.get) if count else "F32"
-        return {"F16": "f16", "BF16": "bf16"}.get(top, "f32")
+        for t in sorted(self.hf.tensors.values(), key=lambda t: (t.path, t.name)):
+            if len(t.shape) >= 2 and t.dtype in ("BF16", "F16"):
+                self.outtype_reason = f"auto: the first matrix, {t.name}, is {t.dtype}"
+                return t.dtype.lower()
+        self.outtype_reason = "auto: no F16/BF16 matrix in the checkpoint, f16 as llama.cpp's converter picks"
+        return "f16"
 
     @property
     def file_type(self) -> int:
-        return int(_FILE_TYPE[self.outtype])
+        return int(FILE_TYPE[self.outtype])
 
     def layer_count(self, *names: str) -> int:
         """The block count from config.json, bounded by the checkpoint (every block has at

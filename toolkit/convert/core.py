@@ -50,8 +50,11 @@ def make_plan(hf_dir: str, outtype: str = "f32", no_mtp: bool = False) -> Plan:
     fam_cls = REGISTRY.get(hf.arch_name)
     if fam_cls is None:
         # a valid checkpoint of an architecture this version does not handle: exit 3
-        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported; "
-                               f"supported: {', '.join(supported())}")
+        from toolkit.convert.families import closest
+        near = closest(str(hf.arch_name))
+        hint = f" (did you mean {near}?)" if near else ""
+        raise UnsupportedError(f"{hf.config.path}: architecture {hf.arch_name!r} is not supported{hint}; "
+                               f"supported: {', '.join(supported())} (toolkit convert --list-archs)")
     fam = fam_cls(hf, outtype)
     fam.no_mtp = no_mtp
     plan = fam.build()
@@ -59,6 +62,8 @@ def make_plan(hf_dir: str, outtype: str = "f32", no_mtp: bool = False) -> Plan:
     plan.kv = [kv_str(Keys.General.NAME, name)] + plan.kv + fam.general_kv()
     plan.kv += tokenizer_kv(hf, fam.n_vocab_rows(), plan.warnings)
     plan.outtype = fam.outtype
+    plan.outtype_reason = fam.outtype_reason
+    plan.no_mtp = no_mtp
     plan.hf_path = hf.path
     return plan
 
@@ -69,6 +74,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "architecture": plan.arch,
         "hf_architecture": plan.hf_arch,
         "outtype": plan.outtype,
+        "outtype_reason": plan.outtype_reason,
         "kv": {kv.key: kv.display() for kv in plan.kv},
         "tensors": [{"name": t.name, "shape": list(reversed(t.shape)), "type": t.type.name,
                      "bytes": tensor_nbytes(t.shape, t.type), "sources": t.sources, "transform": t.note}
@@ -85,6 +91,7 @@ class Summary:
     out: str
     arch: str
     outtype: str
+    outtype_reason: str    # how ``auto`` (the default) chose, "" when --outtype named the type
     n_tensors: int
     n_bytes: int           # bytes of tensor data written
     file_bytes: int        # size of the GGUF file
@@ -135,6 +142,10 @@ class _Buffer:
         return memoryview(self.buf)[:n]
 
 
+class F16Overflow(InputError):
+    """A value beyond F16's range (or inf/NaN) in a tensor converted to F16."""
+
+
 # outputs whose range is narrower than the checkpoint's: a value beyond F16's 65504 becomes inf
 _RANGE_CHECKED = (GGMLType.F16, GGMLType.Q8_0)
 
@@ -146,9 +157,12 @@ def _check_finite(t: OutTensor, src, data, r0: int, row_len: int) -> None:
     bad = first_invalid(t.type, memoryview(data).cast("B"))
     if bad is not None:
         per_row = row_len // (32 if t.type == GGMLType.Q8_0 else 1)
-        raise InputError(f"{src.path}: tensor {src.name!r} ({t.name}), row {r0 + bad[0] // per_row}: {bad[1]} after "
-                         f"conversion to {t.type.name} (a value beyond F16's range +-65504, or inf/NaN in the "
-                         f"checkpoint); use --outtype bf16 or f32")
+        where = f"tensor {src.name!r} ({t.name}), row {r0 + bad[0] // per_row}: {bad[1]}"
+        e = (F16Overflow if t.type == GGMLType.F16 else InputError)(
+            f"{src.path}: {where} after conversion to {t.type.name} (a value beyond F16's range +-65504, or "
+            f"inf/NaN in the checkpoint); use --outtype bf16 or f32")
+        e.where = where
+        raise e
 
 
 def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buffer, t: OutTensor,
@@ -201,10 +215,14 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 progress(len(memoryview(data).cast("B")))
 
 
-def convert(hf_dir: str, out: str, outtype: str = "f32",
+def convert(hf_dir: str, out: str | None, outtype: str = "f32",
             progress_factory: Callable[[int], Callable[[int], None]] | None = None,
             plan: Plan | None = None, no_mtp: bool = False) -> Summary:
-    """Convert the checkpoint at ``hf_dir`` into the GGUF file ``out``.
+    """Convert the checkpoint at ``hf_dir`` into the GGUF file ``out`` (None or a directory:
+    llama.cpp's default name, see :func:`out_path`; ``Summary.out`` says where it went).
+
+    ``auto`` (see :meth:`Family._resolve_outtype`) that picked f16: a value that F16 cannot
+    hold restarts the conversion in bf16 (``Summary.outtype_reason`` says so).
 
     progress_factory(total_bytes) returns a callback called with the bytes of each band written.
     no_mtp: as :func:`make_plan` (used only when ``plan`` is None).
@@ -217,6 +235,26 @@ def convert(hf_dir: str, out: str, outtype: str = "f32",
     t0 = time.perf_counter()
     if plan is None:
         plan = make_plan(hf_dir, outtype, no_mtp)
+    dest = out_path(plan, out)
+    try:
+        _convert(plan, dest, progress_factory)
+    except F16Overflow as e:
+        if not (plan.outtype == "f16" and plan.outtype_reason.startswith("auto")):
+            raise
+        # llama.cpp's converter would write the inf; ``auto`` (the default) picks bf16 instead,
+        # which has F32's range, and says why.  Nothing was left at OUT by the first attempt.
+        plan = make_plan(plan.hf_path, "bf16", plan.no_mtp)
+        plan.outtype_reason = f"auto: f16 would overflow ({e.where} in F16), so bf16"
+        log.debug("%s", plan.outtype_reason)
+        dest = out_path(plan, out)
+        _convert(plan, dest, progress_factory)
+    total = sum(tensor_nbytes(t.shape, t.type) for t in plan.tensors)
+    return Summary(out=dest, arch=plan.arch, outtype=plan.outtype, outtype_reason=plan.outtype_reason,
+                   n_tensors=len(plan.tensors), n_bytes=total, file_bytes=os.path.getsize(dest),
+                   wall_s=time.perf_counter() - t0, peak_rss_bytes=_peak_rss(), warnings=list(plan.warnings))
+
+
+def _convert(plan: Plan, out: str, progress_factory) -> None:
     total = sum(tensor_nbytes(t.shape, t.type) for t in plan.tensors)
     out_dir = os.path.dirname(os.path.abspath(out))
     if os.path.isdir(out_dir):
@@ -250,6 +288,58 @@ def convert(hf_dir: str, out: str, outtype: str = "f32",
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise ResourceError(f"{out}: cannot write ({os.strerror(e.errno)})") from None
         raise
-    return Summary(out=out, arch=plan.arch, outtype=plan.outtype, n_tensors=len(plan.tensors),
-                   n_bytes=total, file_bytes=os.path.getsize(out), wall_s=time.perf_counter() - t0,
-                   peak_rss_bytes=_peak_rss(), warnings=list(plan.warnings))
+
+
+def _param_counts(plan: Plan) -> tuple[int, int, int, int]:
+    """(total, shared, expert, expert count) of the GGUF tensors, as gguf-py's
+    ``GGUFWriter.get_total_parameter_count`` counts them (experts: ``*_exps.*`` tensors)."""
+    total = shared = expert = expert_sum = n_exp = 0
+    for t in plan.tensors:
+        size = int(np.prod(t.shape, dtype=np.int64))
+        if "_exps." in t.name and len(t.shape) >= 3:
+            n = t.shape[-2 if ".bias" in t.name else -3]
+            expert += size // n
+            expert_sum += n
+            n_exp += 1
+        else:
+            shared += size
+        total += size
+    return total, shared, expert, (expert_sum // n_exp if n_exp else 0)
+
+
+def default_out_name(plan: Plan) -> str:
+    """The file name llama.cpp's converter gives when no ``--outfile`` is named (gguf-py's
+    naming convention: ``{Name}-{size label}-{OUTTYPE}.gguf``, e.g. ``Mamba-Tiny-94K-F16.gguf``;
+    name, fine-tune, version and size come from the model card / directory name, as gguf-py's
+    ``Metadata.load`` finds them, the size label else from the parameter count)."""
+    import pathlib
+
+    import gguf
+
+    from toolkit.convert.base import FILE_TYPE
+
+    total, shared, expert, n_expert = _param_counts(plan)
+    try:
+        md = gguf.Metadata.load(None, pathlib.Path(plan.hf_path), None, total)
+    except Exception as e:   # a README model card gguf-py cannot parse: the directory name
+        log.debug("gguf.Metadata.load(%s): %s", plan.hf_path, e)
+        md = gguf.Metadata()
+    name = md.name or pathlib.Path(plan.hf_path).name
+    size = md.size_label or (gguf.size_label(total, shared, expert, n_expert) if total > 0 else None)
+    ftype = FILE_TYPE[plan.outtype].name.partition("_")[2]   # MOSTLY_BF16 -> BF16
+    return gguf.naming_convention(name, md.basename, md.finetune, md.version, size, ftype) + ".gguf"
+
+
+def out_path(plan: Plan, out: str | None) -> str:
+    """Where ``convert`` writes: OUT as given; an existing directory (or no OUT: HF_DIR itself,
+    as llama.cpp's converter) gets :func:`default_out_name` inside it; ``{ftype}`` / ``{FTYPE}``
+    (also ``{outtype}`` / ``{OUTTYPE}``) in OUT become the output type, as gguf-py fills them."""
+    if out is None:
+        out = plan.hf_path
+    if os.path.isdir(out):
+        return os.path.join(out, default_out_name(plan))
+    head, base = os.path.split(out)
+    for key, val in (("{ftype}", plan.outtype.lower()), ("{outtype}", plan.outtype.lower()),
+                     ("{FTYPE}", plan.outtype.upper()), ("{OUTTYPE}", plan.outtype.upper())):
+        base = base.replace(key, val)
+    return os.path.join(head, base)

@@ -140,6 +140,8 @@ class Plan:
     arch: str
     hf_arch: str
     outtype: str = ""
+    outtype_reason: str = ""     # how ``auto`` chose (see Family._resolve_outtype)
+    no_mtp: bool = False
     hf_path: str = ""
     kv: list[KV] = field(default_factory=list)
     tensors: list[OutTensor] = field(default_factory=list)

@@ -115,6 +115,10 @@ class Keys:
         # ours (not in llama.cpp): Mamba-1 heads with their own x_proj / dt_proj (Zamba v1
         # n_mamba_heads; spec more-hybrids.md §7.3)
         HEAD_COUNT = "{arch}.ssm.head_count"
+        # ours (not in llama.cpp): the gated delta net's beta = sigmoid(b) * beta_scale (OLMo-Hybrid's
+        # linear_allow_neg_eigval: 2.0, beta in (0, 2); spec more-hybrids.md §3.3), written only
+        # when it is not 1, llama.cpp's GDN value; a file without it reads 1
+        BETA_SCALE = "{arch}.ssm.beta_scale"
 
     class ShortConv:
         """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""
@@ -206,6 +210,7 @@ ARCH_LFM2 = "lfm2"
 ARCH_LFM2MOE = "lfm2moe"
 ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
 ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
+ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: spec more-hybrids.md §3.3's proposed names
 ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT

@@ -5,6 +5,7 @@
  * takes up to n_ubatch tokens as n_seqs sequences x the same number of consecutive tokens
  * each, so a recurrent layer scans every row of the ubatch the same number of steps.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,11 +20,12 @@ void tk_context_free(tk_context * c) {
     if (!c) return;
     if (c->mem) c->mem->free(c->mem);
     tk_pool_free(c->pool);
-    float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
-                      c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe, c->pc};
+    float * bufs[] = {c->x, c->cur, c->out, c->proj, c->conv, c->narrow, c->step, c->dt, c->gate, c->y, c->q, c->k,
+                      c->v, c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe,
+                      c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
-    free(c->ssd_ws);
+    free(c->work);
     free(c->ub.token);
     free(c->ub.pos);
     free(c->ub.seq);
@@ -57,36 +59,149 @@ static hc_widths hc_widths_of(const tk_model * m) {
     return w;
 }
 
+/* ---- the scratch plan: every buffer of the forward pass, for alloc_scratch and the estimate ----
+ * The float buffers (the tk_context field each one is, and its floats: [n_ubatch, width] as
+ * tk_internal.h gives them), the quantized activations and the kinds' workspace.  alloc_scratch
+ * allocates exactly these and the estimate sums them (plan_bytes), so the report of a context
+ * and tk_context_memory_estimate agree by construction. */
+#define PLAN_MAX 32
+
+typedef struct {
+    struct { size_t field, n; } buf[PLAN_MAX];   /* offsetof(tk_context, a float *), floats */
+    int n_buf;
+    size_t row_n, vec_n;       /* widest weight row a matmul dequantizes (+ 1); per-thread vector floats */
+    size_t act_bytes;          /* quantized activation rows: tk_mm_act_bytes(n_ubatch, row_n) */
+    size_t work_bytes;         /* the kinds' workspace (0: none) */
+} scratch_plan;
+
+#define PLAN(sp, fieldname, floats) \
+    ((sp)->buf[(sp)->n_buf].field = offsetof(tk_context, fieldname), (sp)->buf[(sp)->n_buf++].n = (floats))
+
+static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx, int n_threads, scratch_plan * sp) {
+    const tk_hparams * hp = &model->hp;
+    const size_t U = (size_t) n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->d_inner;
+    const tk_scratch sc = scratch_of(model, n_ubatch, n_threads);
+    const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
+    const hc_widths hw = hc_widths_of(model);
+    memset(sp, 0, sizeof *sp);
+    sp->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
+    sp->row_n = zmax(sp->row_n, zmax(hw.hd, zmax(hw.ep, hw.r)) + 1);
+    sp->vec_n = zmax(zmax((size_t) n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
+    PLAN(sp, x, U * D);
+    PLAN(sp, cur, U * D);
+    PLAN(sp, out, U * D);
+    PLAN(sp, proj, U * sc.proj);
+    PLAN(sp, conv, U * sc.conv);
+    PLAN(sp, narrow, U * sc.narrow);
+    PLAN(sp, step, U * sc.step);
+    PLAN(sp, dt, U * sc.dt);
+    PLAN(sp, gate, U * sc.gate);
+    PLAN(sp, y, U * sc.y);
+    PLAN(sp, q, U * q_w);
+    PLAN(sp, k, U * sc.kv);
+    PLAN(sp, v, U * sc.kv);
+    PLAN(sp, att, U * q_w);
+    PLAN(sp, g, U * ff_w);
+    PLAN(sp, u, U * ff_w);
+    PLAN(sp, f1, D);
+    PLAN(sp, row, sp->row_n * (size_t) n_threads);
+    PLAN(sp, vec, sp->vec_n * (size_t) n_threads);
+    if (sc.mix) PLAN(sp, mix, U * sc.mix);   /* only models with a parallel layer have it */
+    if (hw.hd) {                             /* hyper-connections (qwen4exp) */
+        PLAN(sp, hx, U * hw.hd);
+        PLAN(sp, hn, U * hw.hd);
+        PLAN(sp, hg, U * hw.hd);
+        PLAN(sp, hl, U * zmax(hw.r, hw.hc));
+        PLAN(sp, hi, U * hw.hc);
+        PLAN(sp, pe, U * zmax(hw.ep, 1));
+        PLAN(sp, pc, U * hw.hd);
+    }
+    for (int i = 0; i < sp->n_buf; i++) sp->buf[i].n = zmax(sp->buf[i].n, 1);   /* a kind's unused buffer: 1 float */
+    sp->act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) sp->row_n);
+    sp->work_bytes = sc.work_bytes;
+}
+
+/* bytes of the plan (the report's compute_bytes) */
+static uint64_t plan_bytes(const scratch_plan * sp) {
+    uint64_t b = tk_sat_add(zmax(sp->act_bytes, 1), sp->work_bytes);
+    for (int i = 0; i < sp->n_buf; i++) b = tk_sat_add(b, tk_sat_mul(sp->buf[i].n, sizeof(float)));
+    return b;
+}
+
+/* The float scratch of the forward pass, the quantized activations and the workspace, as the
+ * plan gives them (counted in scratch_bytes), and the ubatch arrays. */
+static tk_status alloc_scratch(tk_context * c, int n_threads) {
+    const size_t U = (size_t) c->params.n_ubatch;
+    scratch_plan sp;
+    plan_scratch(c->model, c->params.n_ubatch, c->params.n_ctx, n_threads, &sp);
+    c->row_n = sp.row_n;
+    c->vec_n = sp.vec_n;
+    for (int i = 0; i < sp.n_buf; i++) {
+        float ** slot = (float **) (void *) ((char *) c + sp.buf[i].field);
+        *slot = malloc(sp.buf[i].n * sizeof(float));
+        c->scratch_bytes += sp.buf[i].n * sizeof(float);
+        if (!*slot) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", sp.buf[i].n);
+    }
+    c->act = malloc(zmax(sp.act_bytes, 1));
+    c->scratch_bytes += zmax(sp.act_bytes, 1);
+    if (!c->act) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", sp.act_bytes);
+    if (sp.work_bytes) {       /* a kind's workspace (Mamba-2: the chunked scan's, for runs of up to n_ubatch tokens) */
+        c->work_bytes = sp.work_bytes;
+        c->work = malloc(c->work_bytes);
+        c->scratch_bytes += c->work_bytes;
+        if (!c->work) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of workspace)", c->work_bytes);
+    }
+    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, sp.act_bytes};
+    c->ub.token = malloc(U * sizeof(int32_t));
+    c->ub.pos = malloc(U * sizeof(int32_t));
+    c->ub.seq = malloc(U * sizeof(int32_t));
+    c->ub.out_row = malloc(U * sizeof(int32_t));
+    c->ub.snap_skip_last = calloc(U, 1);
+    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row || !c->ub.snap_skip_last)
+        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    return TK_OK;
+}
+
+/* Which memories the model's layer kinds need: a KV cache, recurrent state, or both. */
+typedef struct { int has_attn, has_rec; } layer_needs;
+
+static layer_needs needs_of(const tk_hparams * hp) {
+    layer_needs n = {0, 0};
+    for (int i = 0; i < hp->n_layer; i++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
+        n.has_attn |= ops && ops->kv_dim;
+        n.has_rec |= ops && ops->rs_pieces;
+    }
+    return n;
+}
+
+/* The report of a context of these parameters, checkpoints and speculative window, computed:
+ * the memories' figures as their constructors would size them (tk_memory_kv_estimate,
+ * tk_memory_rs_estimate) and the scratch plan.  The parameters are already checked; n_ckpt,
+ * k and flags are checked as the memories' setters check them. */
+static tk_status estimate(const tk_model * model, const tk_context_params * p, int32_t n_ckpt, int32_t k, uint32_t flags,
+                          tk_memory_report * r) {
+    const layer_needs nd = needs_of(&model->hp);
+    memset(r, 0, sizeof *r);
+    if (nd.has_attn) tk_memory_kv_estimate(model, p->n_ctx, p->n_ubatch, p->n_seq_max, n_ckpt, k, r);
+    if (nd.has_rec) TK_CHECK(tk_memory_rs_estimate(model, p->n_seq_max, n_ckpt, k, flags, r));
+    scratch_plan sp;
+    plan_scratch(model, p->n_ubatch, p->n_ctx, p->n_threads > 0 ? p->n_threads : 1, &sp);
+    r->compute_bytes = plan_bytes(&sp);
+    return TK_OK;
+}
+
 /* Refuse a context larger than the machine's RAM before allocating any of it: such a request
  * would either fail part-way or be granted lazily (overcommit) and end in the OOM killer.
- * Bytes: KV cache 2 x n_ctx x kv_dim floats per layer whose kind has one (memory_kv.c), recurrent
- * state n_seq_max x its pieces' floats per layer whose kind has them (memory_rs.c), both as the
- * layer kinds give them (layer.h), plus about n_ubatch rows of every scratch width below. */
+ * Bytes: the estimate's KV cache, recurrent state and scratch (checkpoints and a speculative
+ * window are set, and checked, later). */
 static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
-    const tk_hparams * hp = &m->hp;
-    double kv = 0, rs = 0;
-    for (int i = 0; i < hp->n_layer; i++) {   /* the sizes each layer's kind gives (layer.h) */
-        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        const int32_t cells = hp->swa_layers && hp->swa_layers[i] ?
-            tk_kv_swa_cells(hp->n_swa, p->n_ctx, p->n_seq_max, p->n_ubatch, 0, 0) : p->n_ctx;   /* memory_kv.c */
-        if (ops->kv_dim) kv += 2.0 * cells * (double) ops->kv_dim(m, i) * sizeof(float);
-        if (ops->kv_idx_dim) kv += (double) p->n_ctx * (double) ops->kv_idx_dim(m, i) * sizeof(float);
-        if (ops->rs_pieces) {
-            tk_rs_piece pc[TK_RS_MAX_PIECES];
-            const int32_t n = ops->rs_pieces(m, i, pc);
-            for (int32_t k = 0; k < n; k++) rs += (double) p->n_seq_max * (double) pc[k].n * sizeof(float);
-        }
-    }
-    const tk_scratch sc = scratch_of(m, p->n_ubatch, p->n_threads > 0 ? p->n_threads : 1);
-    const double w = 3.0 * hp->n_embd + 2.0 * m->max_ff + (double) sc.zx + (double) sc.xc + (double) sc.xdbl +
-                     (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv +
-                     (double) sc.mix;
-    const hc_widths hw = hc_widths_of(m);
-    const double w_hc = hw.hd ? 5.0 * (double) hw.hd + (double) zmax(hw.r, hw.hc) + (double) hw.hc + (double) zmax(hw.ep, 1) : 0.0;
-    const double scratch = (double) p->n_ubatch * (w + w_hc) * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
+    tk_memory_report r;
+    TK_CHECK(estimate(m, p, 0, 0, 0, &r));
     const long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0, need = kv + rs + scratch;
-    const double G = 1073741824.0;
+    const double ram = pages > 0 && psz > 0 ? (double) pages * (double) psz : 0.0;
+    const double kv = (double) r.kv_bytes, rs = (double) r.recurrent_bytes, scratch = (double) r.compute_bytes;
+    const double need = kv + rs + scratch, G = 1073741824.0;
     if (ram > 0 && need > ram)
         return TK_FAIL(TK_ERR_NOMEM, "context needs %.2f GiB (KV cache %.2f GiB for n_ctx = %d, recurrent state %.2f GiB for "
                        "n_seq_max = %d, scratch %.2f GiB for n_ubatch = %d), more than this machine's %.2f GiB of RAM",
@@ -118,78 +233,32 @@ static tk_status new_memory(const tk_model * model, const tk_context_params * p,
     return TK_OK;
 }
 
-/* Which memories the model's layer kinds need: a KV cache, recurrent state, or both. */
-typedef struct { int has_attn, has_rec; } layer_needs;
+/* The parameter ranges of tk_context_new, but for n_ctx's upper bound TK_MAX_CTX (checked after
+ * the RAM, so that a huge request is told its size) */
+static tk_status check_params(const tk_context_params * p) {
+    if (p->n_seq_max <= 0 || p->n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p->n_seq_max, TK_MAX_SEQ);
+    if (p->n_ubatch <= 0 || p->n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p->n_ubatch);
+    if (p->n_ctx <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p->n_ctx);
+    if (p->n_threads < 0 || p->n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p->n_threads);
+    return TK_OK;
+}
+#define TK_MAX_CTX (1 << 24)
 
-static layer_needs needs_of(const tk_hparams * hp) {
-    layer_needs n = {0, 0};
-    for (int i = 0; i < hp->n_layer; i++) {
-        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-        n.has_attn |= ops && ops->kv_dim;
-        n.has_rec |= ops && ops->rs_pieces;
-    }
-    return n;
+/* the ranges of tk_context_set_spec_window_ex's k and flags */
+static tk_status check_spec_window(int32_t k, uint32_t flags) {
+    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    if (flags & ~(uint32_t) TK_SPEC_NO_LAST) return TK_FAIL(TK_ERR_INVALID, "speculative window flags 0x%x: unknown bits", flags);
+    return TK_OK;
 }
 
-/* The float scratch of the forward pass, [n_ubatch, width] per buffer (tk_internal.h), the
- * quantized activations and the SSD workspace; counted in scratch_bytes. */
-static tk_status alloc_scratch(tk_context * c, int n_threads) {
-    const tk_model * model = c->model;
-    const tk_hparams * hp = &model->hp;
-    const size_t U = (size_t) c->params.n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->d_inner;
-    const tk_scratch sc = scratch_of(model, c->params.n_ubatch, n_threads);
-    const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
-    /* widest weight row any matmul may dequantize */
-    c->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
-    const hc_widths hw = hc_widths_of(model);
-    c->row_n = zmax(c->row_n, zmax(hw.hd, zmax(hw.ep, hw.r)) + 1);
-    c->vec_n = zmax(zmax((size_t) c->params.n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
-    struct { float ** p; size_t n; } allocs[] = {
-        {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * sc.zx}, {&c->xc, U * sc.xc},
-        {&c->xdbl, U * sc.xdbl}, {&c->dtr, U * sc.dtr}, {&c->dt, U * sc.dt}, {&c->y, U * sc.y}, {&c->q, U * q_w},
-        {&c->k, U * sc.kv}, {&c->v, U * sc.kv}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
-        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
-    };
-    for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
-        *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
-        c->scratch_bytes += zmax(allocs[i].n, 1) * sizeof(float);
-        if (!*allocs[i].p) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", allocs[i].n);
-    }
-    if (sc.mix) {              /* only models with a parallel layer have it (the others' report is unchanged) */
-        c->mix = malloc(U * sc.mix * sizeof(float));
-        c->scratch_bytes += U * sc.mix * sizeof(float);
-        if (!c->mix) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", U * sc.mix);
-    }
-    if (hw.hd) {               /* hyper-connections (qwen4exp; the other models' report is unchanged) */
-        struct { float ** p; size_t n; } hc[] = {
-            {&c->hx, U * hw.hd}, {&c->hn, U * hw.hd}, {&c->hg, U * hw.hd}, {&c->hl, U * zmax(hw.r, hw.hc)},
-            {&c->hi, U * hw.hc}, {&c->pe, U * zmax(hw.ep, 1)}, {&c->pc, U * hw.hd},
-        };
-        for (size_t i = 0; i < sizeof hc / sizeof hc[0]; i++) {
-            *hc[i].p = malloc(zmax(hc[i].n, 1) * sizeof(float));
-            c->scratch_bytes += zmax(hc[i].n, 1) * sizeof(float);
-            if (!*hc[i].p) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", hc[i].n);
-        }
-    }
-    const size_t act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) c->row_n);
-    c->act = malloc(zmax(act_bytes, 1));
-    c->scratch_bytes += zmax(act_bytes, 1);
-    if (!c->act) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of quantized activations)", act_bytes);
-    if (sc.work_bytes) {       /* a kind's workspace (Mamba-2: the chunked scan's, for runs of up to n_ubatch tokens) */
-        c->ssd_ws_bytes = sc.work_bytes;
-        c->ssd_ws = malloc(zmax(c->ssd_ws_bytes, 1));
-        c->scratch_bytes += c->ssd_ws_bytes;
-        if (!c->ssd_ws) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of SSD workspace)", c->ssd_ws_bytes);
-    }
-    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, act_bytes};
-    c->ub.token = malloc(U * sizeof(int32_t));
-    c->ub.pos = malloc(U * sizeof(int32_t));
-    c->ub.seq = malloc(U * sizeof(int32_t));
-    c->ub.out_row = malloc(U * sizeof(int32_t));
-    c->ub.snap_skip_last = calloc(U, 1);
-    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row || !c->ub.snap_skip_last)
-        return TK_FAIL(TK_ERR_NOMEM, "out of memory");
-    return TK_OK;
+tk_status tk_context_memory_estimate(const tk_model * model, const tk_context_params * params, int32_t n_checkpoints,
+                                     int32_t draft_window, uint32_t spec_flags, tk_memory_report * report) {
+    if (!model || !params || !report) return TK_FAIL(TK_ERR_INVALID, "model, params or report is NULL");
+    TK_CHECK(check_params(params));
+    if (params->n_ctx > TK_MAX_CTX) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", params->n_ctx);
+    if (n_checkpoints < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d must be >= 0", n_checkpoints);
+    TK_CHECK(check_spec_window(draft_window, spec_flags));
+    return estimate(model, params, n_checkpoints, draft_window, spec_flags, report);
 }
 
 tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_context ** out) {
@@ -197,12 +266,9 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     *out = NULL;
     if (!model || !params) return TK_FAIL(TK_ERR_INVALID, "model or params is NULL");
     tk_context_params p = *params;
-    if (p.n_seq_max <= 0 || p.n_seq_max > TK_MAX_SEQ) return TK_FAIL(TK_ERR_INVALID, "n_seq_max = %d must be in [1, %d]", p.n_seq_max, TK_MAX_SEQ);
-    if (p.n_ubatch <= 0 || p.n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p.n_ubatch);
-    if (p.n_ctx <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
-    if (p.n_threads < 0 || p.n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p.n_threads);
+    TK_CHECK(check_params(&p));
     TK_CHECK(check_memory(model, &p));   /* before any allocation; names the size */
-    if (p.n_ctx > (1 << 24)) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
+    if (p.n_ctx > TK_MAX_CTX) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
 
     tk_context * c = calloc(1, sizeof *c);
     if (!c) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
@@ -394,8 +460,7 @@ tk_status tk_context_set_keep_tail(tk_context * ctx, int32_t n) {
 
 tk_status tk_context_set_spec_window_ex(tk_context * ctx, int32_t k, uint32_t flags) {
     if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
-    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
-    if (flags & ~(uint32_t) TK_SPEC_NO_LAST) return TK_FAIL(TK_ERR_INVALID, "speculative window flags 0x%x: unknown bits", flags);
+    TK_CHECK(check_spec_window(k, flags));
     if (ctx->mem->set_spec_window) TK_CHECK(ctx->mem->set_spec_window(ctx->mem, k, flags));
     ctx->spec_window = k;
     ctx->spec_flags = flags;

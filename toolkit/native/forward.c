@@ -9,13 +9,18 @@
  * mixer (Nemotron-H's MLP / MoE layers, TK_LAYER_NONE) (model.c binds it).  The mixer and FFN
  * of each layer come from the model (tk_layer.kind / ffn_kind) through the tables below;
  * each kind is a file of its own (layer.h lists them).
+ * A post-norm block (hp.attn_post_norm: OLMo-Hybrid's attention layers, OLMo-2's form) has no
+ * pre-norms (attn_norm / ffn_norm NULL: the branch reads x) and norms its branch outputs instead:
+ *   x += rmsnorm(mixer(x)) * post_attention_norm;  x += rmsnorm(ffn(x)) * post_ffw_norm
  * A model with hyper-connections (hc_count > 1, qwen4exp) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
  *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py, modeling_lfm2.py,
- *       modeling_lfm2_moe.py; karpathy llama2.c forward().
+ *       modeling_lfm2_moe.py, modeling_olmo_hybrid.py (post-norm blocks); karpathy llama2.c forward().
  */
+#include <string.h>
+
 #include "layers/layer.h"
 
 /* ==== the layer-kind tables ========================================================= */
@@ -51,6 +56,12 @@ const tk_ffn_ops * tk_ffn_ops_of(int32_t kind) {
 
 /* ==== the whole ubatch =============================================================== */
 
+/* cur = rmsnorm(x) * w, or x itself (a post-norm block: w NULL) */
+static void block_input(tk_context * ctx, const float * w, int32_t D, int32_t U) {
+    if (w) tk_rms_norm_rows(ctx, ctx->x, w, ctx->model->hp.rms_eps, D, U, ctx->cur);
+    else memcpy(ctx->cur, ctx->x, (size_t) U * (size_t) D * sizeof(float));
+}
+
 /* x += out * residual_scale */
 static void residual_add(tk_context * ctx, int32_t D, int32_t U) {
     tk_rows_job j = {ctx->out, NULL, ctx->x, D, D, D, ctx->model->hp.residual_scale, 1};
@@ -75,16 +86,18 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
         const tk_mixer_ops * mixer = tk_mixer_ops_of(l->kind);
         if (mixer->forward) {      /* TK_LAYER_NONE has none: the block is its FFN alone */
-            tk_rms_norm_rows(ctx, ctx->x, l->attn_norm, hp->rms_eps, D, U, ctx->cur);
+            block_input(ctx, l->attn_norm, D, U);
             TK_CHECK(mixer->forward(ctx, l, il, ub, ctx->out));
             if (l->post_attn_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_attn_norm, hp->rms_eps, D, U, ctx->out);   /* LFM3 sandwich */
+            if (l->attn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->attn_post_norm, hp->rms_eps, D, U, ctx->out);
             residual_add(ctx, D, U);
         }
         const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
         if (!ffn) continue;
-        tk_rms_norm_rows(ctx, ctx->x, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);
+        block_input(ctx, l->ffn_norm, D, U);
         TK_CHECK(ffn->forward(ctx, l, U, ctx->out));
         if (l->post_ffw_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_ffw_norm, hp->rms_eps, D, U, ctx->out);
+        if (l->ffn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->ffn_post_norm, hp->rms_eps, D, U, ctx->out);
         residual_add(ctx, D, U);
     }
     /* logits only for the tokens that asked for them */

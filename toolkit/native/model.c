@@ -121,6 +121,12 @@ static tk_status own(tk_model * m, float * p) {
     return TK_OK;
 }
 
+float * tk_model_alloc(tk_model * m, size_t n) {
+    float * p = malloc((n ? n : 1) * sizeof(float));
+    if (!p || own(m, p) != TK_OK) return NULL;   /* own frees p when it fails */
+    return p;
+}
+
 /* Bind a small tensor and copy it to an owned float32 array (*out NULL when absent and optional). */
 tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
                       int required, float ** out) {
@@ -186,6 +192,11 @@ static tk_status check_hparams(const tk_hparams * hp) {
                 return TK_FAIL(TK_ERR_INVALID, "layer %d: only an attention layer can be sliding-window", i);
         }
     }
+    if (!(hp->gdn_beta_scale >= 0) || !isfinite(hp->gdn_beta_scale) || !(hp->gdn_norm_eps >= 0) || !isfinite(hp->gdn_norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn_beta_scale, hp->gdn_norm_eps);
+    if (hp->attn_post_norm && hp->hc_count > 1) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
+    if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
+        return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");
     return TK_OK;
 }
 
@@ -200,8 +211,11 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     l->kind = hp->layer_kinds[il];
     l->ffn_kind = hp->ffn_kinds[il];
     l->n_head_kv = hp->n_head_kv[il];
+    /* a post-norm block (OLMo-2 style attention): norms on the mixer's and the FFN's outputs */
+    const int post = hp->attn_post_norm && l->kind == TK_LAYER_ATTENTION;
     /* hyper-connections: the block's mixers replace attn_norm and the FFN pre-norm */
     if (hp->hc_count > 1) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
+    else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->attn_post_norm));
     else TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
 
     TK_CHECK(tk_mixer_ops_of(l->kind)->bind(m, tab, il, l));
@@ -213,6 +227,7 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
         /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
          * mixer (Nemotron-H) has one norm, attn_norm */
         if (l->kind == TK_LAYER_NONE) l->ffn_norm = l->attn_norm;
+        else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_ffw_norm.weight"), TK_SHAPE(D), 1, &l->ffn_post_norm));
         else if (hp->ffn_norm_post_attn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
         /* llama.cpp's falcon-h1 files name it blk.N.ffn_norm, without .weight (hp.ffn_norm_bare) */
         else if (hp->ffn_norm_bare) TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm"), TK_SHAPE(D), 1, &l->ffn_norm));

@@ -14,6 +14,10 @@ tk_status tk_set_error(const char * file, int line, tk_status st, const char * f
 #define TK_FAIL(st, ...) tk_set_error(__FILE__, __LINE__, (st), __VA_ARGS__)
 #define TK_CHECK(expr) do { tk_status _s = (expr); if (_s != TK_OK) return _s; } while (0)
 
+/* a * b and a + b saturating at UINT64_MAX: memory estimates of absurd requests stay ordered */
+static inline uint64_t tk_sat_mul(uint64_t a, uint64_t b) { uint64_t r; return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r; }
+static inline uint64_t tk_sat_add(uint64_t a, uint64_t b) { uint64_t r; return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r; }
+
 /* ==== runtime internals (model.c, ops.c, ssm.c, memory_*.c, forward.c, context.c) ==== */
 #include <stdbool.h>
 
@@ -49,15 +53,19 @@ typedef struct {
     float * ssm_c_norm;        /* Jamba: [N] or NULL */
     tk_weight ssm_out;         /* [d_inner, D] */
     /* gated delta net (C = 2 Hk Dk + Hv Dv conv channels) */
-    tk_weight wqkv;            /* attn_qkv [D, C]: rows [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)] */
+    tk_weight wqkv;            /* attn_qkv [D, C]: rows [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)]; absent (OLMo-Hybrid):
+                                  wq, wk, wv [D, Hk Dk], [D, Hk Dk], [D, Hv Dv] and the conv from ssm_conv1d_{q,k,v} */
     tk_weight wgate;           /* attn_gate [D, Hv Dv]: the output gate z */
     tk_weight ssm_beta, ssm_alpha;   /* [D, Hv] each (qwen35), or absent */
     tk_weight ssm_ba;          /* [D, 2 Hv], per K-head [b (Hv/Hk) | a (Hv/Hk)] (qwen3next), or absent */
     /* attention */
     tk_weight wq, wk, wv, wo;  /* [D, H*hd] ([D, 2*H*hd] with attn_q_gate), [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
-    float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), else NULL */
+    float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), [H hd] / [Hkv hd] (attn_qk_norm_full), else NULL */
     /* ffn */
-    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn) */
+    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn); NULL: post-norm block */
+    /* a post-norm block (hp.attn_post_norm, attention layers): attn_norm and ffn_norm NULL */
+    float * attn_post_norm;    /* [D] post_attention_norm: x += rmsnorm(mixer(x)) * this */
+    float * ffn_post_norm;     /* [D] post_ffw_norm: x += rmsnorm(ffn(x)) * this */
     tk_weight ffn_gate, ffn_up, ffn_down;               /* [D, F], [D, F], [F, D] */
     tk_weight ffn_gate_inp;                             /* [D, E] */
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
@@ -207,12 +215,15 @@ struct tk_context {
     float * x;                 /* [U, D] residual stream */
     float * cur;               /* [U, D] normed input of a block */
     float * out;               /* [U, D] block output */
-    float * zx;                /* [U, ssm_in rows] in-projection (M1: 2*DI; M2: 2*DI+2GN+H; GDN: C) */
-    float * xc;                /* [U, conv_dim] conv output */
-    float * xdbl;              /* [U, dt_rank + 2N] (M1; GDN: [U, 2 Hv] b and a projections) */
-    float * dtr;               /* [U, dt_rank] (M1, compact copy of the dt part; GDN: [U, 2 Hv] beta | g) */
-    float * dt;                /* [U, DI] (M1 dt after softplus; GDN: the gate z) */
-    float * y;                 /* [U, DI] scan output */
+    /* the mixers' buffers, named by role; widths: tk_scratch (layers/layer.h), per kind in its file */
+    float * proj;              /* [U, proj] in-projection (M1: 2 DI; M2: 2 DI + 2 G N + H; GDN: C; LFM2: 3 D;
+                                  QSA: the indexer's queries and keys; Zamba2: the shared block's input) */
+    float * conv;              /* [U, conv] conv rows (M1: DI; M2: DI + 2 G N; GDN: C; LFM2: D) */
+    float * narrow;            /* [U, narrow] M1: dt_rank + 2N (x_proj); GDN: 2 Hv (b, a); Zamba2: LoRA rank */
+    float * step;              /* [U, step] M1: dt_rank (dt's compact rows); GDN: 2 Hv (beta | g) */
+    float * dt;                /* [U, DI] M1: dt after softplus */
+    float * gate;              /* [U, Hv Dv] GDN: the output gate z */
+    float * y;                 /* [U, y] the mixer's output before out_proj (DI; Zamba2: max(H hd, F)) */
     float * q;                 /* [U, H*hd] ([U, 2*H*hd] with attn_q_gate: q and gate per head) */
     float * k;                 /* [U, Hkv_max*hd] */
     float * v;                 /* [U, Hkv_max*hd] */
@@ -235,8 +246,9 @@ struct tk_context {
     tk_mm_work mm;             /* pool, row, act: what tk_matmul works in */
     float * vec;               /* [n_threads, vec_n] per-token work (scores over cells, router logits) */
     size_t row_n, vec_n;
-    void * ssd_ws;             /* Mamba-2 SSD workspace (tk_ssd_workspace_bytes for n_ubatch), or NULL */
-    size_t ssd_ws_bytes;
+    void * work;               /* a kind's workspace (Mamba-2: the SSD's, tk_ssd_workspace_bytes for n_ubatch; GDN:
+                                  tk_gdn_work_floats per thread), the largest over the layers, or NULL */
+    size_t work_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
     volatile int abort_requested; /* set by tk_context_abort from another thread */

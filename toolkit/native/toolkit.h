@@ -104,7 +104,8 @@ typedef enum {
     TK_ARCH_ZAMBA2 = 12,
     TK_ARCH_QWEN4EXP = 13,
     TK_ARCH_ZAMBA = 14,
-    TK_ARCH_LFM3 = 15,
+    TK_ARCH_OLMO_HYBRID = 15,
+    TK_ARCH_LFM3 = 16,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -187,6 +188,13 @@ typedef struct {
     const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
     /* FalconMamba (appended) */
     float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
+    /* OLMo-Hybrid (appended) */
+    float   gdn_beta_scale;    /* GDN beta = sigmoid(b) * this (2: beta in (0, 2)); 0: 1 */
+    float   gdn_norm_eps;      /* epsilon of the GDN gated norm; 0: rms_eps */
+    int32_t attn_post_norm;    /* 1: attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm;
+                                  x += rmsnorm(attn(x)) * post_attention_norm; x += rmsnorm(ffn(x)) * post_ffw_norm */
+    int32_t attn_qk_norm_full; /* with attn_qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd]) */
+    int32_t gdn_qkv_apart;     /* 1: GDN q / k / v from attn_q, attn_k, attn_v and ssm_conv1d_{q,k,v}; 0: attn_qkv, ssm_conv1d */
     /* sliding-window attention (appended; memory_kv.c, memory_iswa.c) */
     int32_t n_swa;             /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
     const int32_t * swa_layers;/* [n_layer] 1 = sliding (an attention layer; its KV cells keep only the window), or NULL */
@@ -290,6 +298,13 @@ typedef struct {
     uint64_t draft_bytes;      /* speculative window: n_seq_max x (K+1) x one state (tk_context_set_spec_window) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
+/* The report tk_context_memory would give for a context of `model` made with `params`, then
+ * given n_checkpoints per sequence (tk_memory_set_checkpoints) and a speculative window of
+ * draft_window tokens with spec_flags (tk_context_set_spec_window_ex), without allocating any of
+ * it (context.c; the layer kinds and the memories give the sizes).  The arguments are refused as
+ * those calls refuse them; the machine's RAM is not checked. */
+tk_status tk_context_memory_estimate(const tk_model * model, const tk_context_params * params, int32_t n_checkpoints,
+                                     int32_t draft_window, uint32_t spec_flags, tk_memory_report * report);
 
 /* State blobs (layout in state.c): seq = -1 the whole context, else one sequence (read back
  * into any sequence id).  tk_state_read checks the whole blob first (magic, version, model

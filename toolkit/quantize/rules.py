@@ -20,6 +20,10 @@ qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.m
 - ``attn_qkv`` (a GDN layer's fused q/k/v) is attn_v-like: it is counted in ``n_attention_wv``
   with the attention layers' ``attn_v`` and takes the attn_v bumps (Q4_K_M: Q6_K by
   use_more_bits), so llama.cpp's ATTENTION_QKV branch is never reached for it;
+- olmo-hybrid (llama.cpp has no such architecture; its rules have no branch for it, so these
+  name-based ones are what llama-quantize would do): a GDN layer's separate ``attn_q`` / ``attn_k``
+  / ``attn_v`` take the attention categories (counted in ``n_attention_wv``, as kimi-linear's KDA
+  layers are in llama.cpp), ``ssm_conv1d_{q,k,v}`` stay F32 (by name);
 - ``ffn_*_exps`` (3-D) and ``ffn_*_shexp`` are FFN_UP / FFN_GATE / FFN_DOWN; with more than one
   expert the layer comes from the name; exactly 8 experts raise attn_v / attn_qkv / attn_k to
   Q8_0 and attn_output to Q5_K (for the K-quant / IQ4 mixtures listed in :meth:`TypeChooser._impl`).

@@ -5,4 +5,4 @@
 """
 from toolkit.binding.cpu import cpu_info  # noqa: F401
 from toolkit.runtime.model import Model  # noqa: F401
-from toolkit.runtime.context import Context, Memory  # noqa: F401
+from toolkit.runtime.context import Context, Memory, memory_estimate  # noqa: F401

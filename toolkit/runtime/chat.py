@@ -112,6 +112,23 @@ class ChatTemplate:
         return ids
 
 
+def chat_template_for(gguf, override: str | None = None) -> "tuple[ChatTemplate, str | None]":
+    """The template a conversation uses, and a note to print when it is a fallback: the
+    override (``--chat-template``), else the GGUF's, else ChatML, as llama.cpp falls back to
+    (common/chat.cpp: a model without ``tokenizer.chat_template`` gets CHATML_TEMPLATE_SRC), in
+    ``toolkit chat`` and ``toolkit serve`` alike.
+
+    Raises:
+        InputError: as :meth:`ChatTemplate.from_gguf`.
+    """
+    tpl = ChatTemplate.from_gguf(gguf, override)
+    if tpl is not None:
+        return tpl, None
+    return (ChatTemplate.from_gguf(gguf, "chatml"),
+            f"note: the model has no chat template ({TEMPLATE_KEY}): using chatml, as llama.cpp does; "
+            f"--chat-template NAME|FILE gives another")
+
+
 def _special_text(gguf, which: str) -> str:
     """The text of the file's BOS / EOS token ("" when it has none)."""
     i = gguf.get(f"tokenizer.ggml.{which}_token_id")
@@ -166,7 +183,8 @@ class Chat:
         """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel),
         at most ``draft_max`` per step (the context's draft window is set to it).  Not with a
         context shift."""
-        self.ctx.memory.set_draft_window(draft_max, keep_last=False)   # a verifying target
+        from toolkit.runtime.step import Verifier
+        Verifier.attach(self.ctx, draft_max, draft_min)   # the window of a verifying target
         self.drafter, self.draft_max, self.draft_min = drafter, int(draft_max), int(draft_min)
 
     def _append_to_held(self, before: list[dict], n_keep: int) -> list[int]:
@@ -203,20 +221,8 @@ class Chat:
 
     def _sync(self, ids: list[int]) -> int:
         """Make the memory hold a prefix of ``ids`` (at most len(ids) - 1 tokens); returns its length."""
-        k = 0
-        for a, b in zip(self.held, ids):
-            if a != b:
-                break
-            k += 1
-        k = min(k, len(ids) - 1)
-        if k < len(self.held):
-            r = self.ctx.memory.rollback(self.seq_id, k) if k > 0 else None
-            if r is None:
-                self.ctx.memory.seq_rm(self.seq_id, 0, -1)
-                r = 0
-            k = r
-            self.held = self.held[:k]
-        return k
+        self.held = self.held[:self.ctx.memory.keep_prefix(self.seq_id, self.held, ids, len(ids) - 1)]
+        return len(self.held)
 
     def send(self, user: str | None, n_predict: int, on_text: Callable[[str], None] | None = None, **gen) -> ChatTurn:
         """Add a user message (None: answer the conversation as it stands, e.g. after /regen)

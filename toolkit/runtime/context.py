@@ -13,15 +13,16 @@ Glossary: T tokens of a call, V vocabulary size (``Model.n_vocab``).
 """
 from __future__ import annotations
 
-import numpy as np
-
 import queue
 import threading
+from typing import Sequence
+
+import numpy as np
 
 from toolkit.binding import NativeHandle, check, exception_for, ffi, last_error, lib
 from toolkit.errors import InputError, ResourceError
 from toolkit.runtime import interrupt
-from toolkit.runtime.model import Model, _as_tokens
+from toolkit.runtime.model import Model, as_tokens
 
 _LOGITS_MODES = ("last", "all", "none")
 
@@ -132,6 +133,29 @@ class Memory:
             return None
         return self.seq_pos_max(seq_id) + 1
 
+    def keep_prefix(self, seq_id: int, held: Sequence[int], tokens: Sequence[int], n_max: int | None = None) -> int:
+        """Roll ``seq_id``, which holds ``held`` (checked: ``seq_pos_max + 1`` must be its
+        length, else the sequence is emptied), back to at most its common prefix with
+        ``tokens`` and at most ``n_max`` tokens (a recurrent state goes back to its newest
+        checkpoint at or before that point; without one the sequence is emptied).  Returns
+        how many tokens of ``held`` it holds now (the caller truncates its list)."""
+        n_held = len(held)
+        if self.seq_pos_max(seq_id) + 1 != n_held:    # never build on a state we cannot account for
+            self.seq_rm(seq_id, 0, -1)
+            return 0
+        m = min(n_held, len(tokens))
+        neq = np.flatnonzero(np.asarray(held[:m], np.int64) != np.asarray(tokens[:m], np.int64))
+        k = int(neq[0]) if neq.size else m       # (numpy: a step must not cost O(n) in Python)
+        if n_max is not None:
+            k = min(k, max(int(n_max), 0))
+        if k >= n_held:
+            return n_held
+        r = self.rollback(seq_id, k) if k > 0 else None
+        if r is None:
+            self.seq_rm(seq_id, 0, -1)
+            return 0
+        return r
+
     def set_draft_window(self, k: int, *, keep_last: bool = True) -> None:
         """Speculative decoding's partial rollback (ref: llama.cpp ``n_rs_seq``): keep, per
         sequence, the recurrent state after each of its last ``k + 1`` tokens decoded in a
@@ -179,6 +203,37 @@ def _check_int32(model: Model, **params: int) -> None:
         if name == "n_ctx" and kv:
             raise ResourceError(f"n_ctx = {v}: the KV cache alone would need {kv / 2**30:.1f} GiB")
         raise InputError(f"{name} = {v} is out of range")
+
+
+def _report_dict(model: Model, r) -> dict[str, int]:
+    """A tk_memory_report as the bytes by kind (+ ``weights``, the model's tensor bytes)."""
+    return {"weights": int(sum(t.nbytes for t in model.gguf)), "kv": int(r.kv_bytes),
+            "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
+            "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
+
+
+def memory_estimate(model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
+                    n_threads: int | None = None, n_checkpoints: int = 0, draft_window: int = 0,
+                    keep_last: bool = True) -> dict[str, int]:
+    """Bytes by kind that ``Context(model, n_ctx, n_seq_max, n_ubatch, n_threads, n_checkpoints)``
+    would allocate, after ``memory.set_draft_window(draft_window, keep_last=keep_last)``: the
+    dict :meth:`Context.memory_report` then gives, computed by the C library
+    (tk_context_memory_estimate) without allocating any of it.
+
+    Raises:
+        NativeError / InputError: parameters the context would refuse (not the machine's RAM);
+        UnsupportedError: a draft window for a model whose recurrent state keeps no per-token
+        snapshots.
+    """
+    n_threads = int(n_threads if n_threads is not None else model.n_threads)
+    _check_int32(model, n_ctx=int(n_ctx), n_seq_max=int(n_seq_max), n_ubatch=int(n_ubatch), n_threads=n_threads,
+                 n_checkpoints=int(n_checkpoints), draft_window=int(draft_window))
+    p = ffi.new("tk_context_params *")
+    p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = int(n_ctx), int(n_seq_max), int(n_ubatch), n_threads
+    r = ffi.new("tk_memory_report *")
+    flags = 0 if keep_last else lib.TK_SPEC_NO_LAST
+    check(lib.tk_context_memory_estimate(model.ptr, p, int(n_checkpoints), int(draft_window), flags, r), "memory estimate")
+    return _report_dict(model, r)
 
 
 class Context(NativeHandle):
@@ -254,12 +309,11 @@ class Context(NativeHandle):
     def memory_report(self) -> dict[str, int]:
         """Bytes allocated by this context: ``kv`` (attention layers only), ``recurrent``,
         ``checkpoints``, ``compute`` (scratch), ``draft`` (the speculative window's ring,
-        :meth:`Memory.set_draft_window`); ``weights`` is the model's tensor bytes."""
+        :meth:`Memory.set_draft_window`); ``weights`` is the model's tensor bytes.
+        :func:`memory_estimate` gives the same figures without a context."""
         r = ffi.new("tk_memory_report *")
         check(lib.tk_context_memory(self.ptr, r), "memory report")
-        return {"weights": int(sum(t.nbytes for t in self.model.gguf)), "kv": int(r.kv_bytes),
-                "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
-                "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
+        return _report_dict(self.model, r)
 
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:
@@ -339,7 +393,7 @@ class Context(NativeHandle):
         """
         if logits not in _LOGITS_MODES:
             raise InputError(f"logits={logits!r}: expected one of {', '.join(_LOGITS_MODES)}")
-        items = [(_as_tokens(toks), int(seq)) for toks, seq in items]
+        items = [(as_tokens(toks), int(seq)) for toks, seq in items]
         if not items or any(t.size == 0 for t, _ in items):
             raise InputError("decode: empty token list")
         seqs = [s for _, s in items]

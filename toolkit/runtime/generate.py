@@ -18,6 +18,7 @@ import numpy as np
 from toolkit.errors import InputError
 from toolkit.runtime.sampling import Sampler
 from toolkit.runtime.shift import context_shift as context_shift_, shift_tokens
+from toolkit.runtime.step import TokenStep
 from toolkit.runtime.tokenizer import Tokenizer
 
 
@@ -78,93 +79,6 @@ class GenerationResult:
         return self.stop_reason == "interrupted"
 
 
-def top_probs(row: np.ndarray, token: int, n: int) -> dict:
-    """{"id": token, "prob": p(token), "top": the n most probable [{"id", "prob"}]} of
-    softmax(row), row float32 [n_vocab] (float64 arithmetic; -inf logits get 0)."""
-    z = np.asarray(row, dtype=np.float64).reshape(-1)
-    z = np.where(np.isnan(z), -np.inf, z)
-    e = np.exp(z - z.max())
-    p = e / e.sum()
-    top = np.argsort(-p, kind="stable")[:n]
-    return {"id": int(token), "prob": float(p[token]),
-            "top": [{"id": int(i), "prob": float(p[i])} for i in top]}
-
-
-class _Step:
-    """One sampling step: EOG masking (ignore_eos), penalties, the grammar's mask, the draw,
-    the penalty window, the grammar's advance, and the --n-probs record."""
-
-    def __init__(self, sampler: Sampler, tokenizer: Tokenizer, ignore_eos: bool, n_probs: int, grammar=None):
-        self.sampler, self.n_probs, self.grammar, self.tokenizer = sampler, n_probs, grammar, tokenizer
-        self.eog = sorted(tokenizer.eog_ids) if ignore_eos and tokenizer.eog_ids else None
-
-    def __call__(self, row: np.ndarray, res: GenerationResult) -> int:
-        row = self.process(row)
-        tok = int(self.sampler.sample_penalized(row))
-        self.commit(row, tok, res)
-        return tok
-
-    def process(self, row: np.ndarray) -> np.ndarray:
-        """The logits the draw sees: EOG masked (ignore_eos), penalties, the grammar's mask."""
-        row = np.asarray(row, dtype=np.float32).reshape(-1)
-        if self.eog is not None:
-            row = row.copy()
-            row[self.eog] = -np.inf
-        row = self.sampler.penalize(row)
-        if self.grammar is not None:
-            row = self.grammar.mask(row)
-        return row
-
-    def commit(self, row: np.ndarray, tok: int, res: GenerationResult) -> None:
-        """``tok`` (drawn from the processed ``row``) into the penalty window, the grammar, --n-probs."""
-        self.sampler.accept(tok)
-        if self.grammar is not None and not self.tokenizer.is_eog(tok):
-            self.grammar.accept(tok)
-        if self.n_probs > 0:
-            res.probs.append(top_probs(row, tok, self.n_probs))
-
-
-class _Output:
-    """Where a generated token goes, for generate() and generate_speculative(): an end-of-
-    generation token ends it ("eog") and is not kept; any other is appended to ``res.tokens``,
-    its text streamed to ``on_text``, and then the stop strings, the grammar and n_predict are
-    checked, in that order."""
-
-    def __init__(self, res: GenerationResult, tokenizer: Tokenizer, on_text, stop: Sequence[str], grammar,
-                 n_predict: int):
-        self.res, self.tokenizer, self.on_text, self.grammar, self.n_predict = res, tokenizer, on_text, grammar, n_predict
-        self.stream = tokenizer.stream()
-        self.pieces: list[str] = []
-        self.stops = [x for x in stop if x]
-
-    def emit(self, s: str) -> None:
-        if s:
-            self.pieces.append(s)
-            if self.on_text is not None:
-                self.on_text(s)
-
-    def take(self, tok: int) -> str | None:
-        """Keep ``tok``; the stop reason it ends generation with, or None."""
-        if self.tokenizer.is_eog(tok):
-            return "eog"
-        res = self.res
-        res.tokens.append(tok)
-        res.timings.n_gen = len(res.tokens)
-        self.emit(self.stream.push(tok))
-        if self.stops and _ends_with_stop(self.pieces, self.stops):
-            return "stop"
-        if self.grammar is not None and self.grammar.done():
-            return "grammar"
-        if self.n_predict >= 0 and len(res.tokens) >= self.n_predict:
-            return "n_predict"
-        return None
-
-    def finish(self) -> None:
-        """The text held back by the stream, and ``res.text``."""
-        self.emit(self.stream.flush())
-        self.res.text = "".join(self.pieces)
-
-
 def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
              on_text: Callable[[str], None] | None = None, *, seq_id: int = 0,
              prompt_logits: bool = False, n_reused: int = 0, split_last: bool = False,
@@ -201,19 +115,18 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
     Raises:
         InputError: empty prompt, n_predict < -1, or a prompt longer than the context.
     """
-    prompt, n_ctx = _check_args(ctx, prompt_tokens, n_predict, n_reused)
-    res = GenerationResult(prompt_tokens=prompt)
-    out = _Output(res, tokenizer, on_text, stop, grammar, n_predict)
-    step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
+    prompt, n_ctx = check_args(ctx, prompt_tokens, n_predict, n_reused)
+    step = TokenStep(sampler, tokenizer, n_predict=n_predict, stop=stop, grammar=grammar, ignore_eos=ignore_eos,
+                     n_probs=n_probs, on_text=on_text)
+    res = GenerationResult(prompt_tokens=prompt, tokens=step.tokens, probs=step.probs)
     n_past, held = 0, list(prompt)
     t0 = time.perf_counter()
     try:
-        logits = _start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
+        logits = start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
         n_past = len(prompt)
         t1 = time.perf_counter()
         while n_predict < 0 or len(res.tokens) < n_predict:
-            tok = step(logits[-1], res)
-            reason = out.take(tok)
+            tok, reason = step(logits[-1])
             res.timings.gen_s = time.perf_counter() - t1
             if reason is not None:
                 res.stop_reason = reason
@@ -231,14 +144,24 @@ def generate(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict:
         res.stop_reason = "interrupted"
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
-        n_past = _n_held(ctx, seq_id, len(held))
-    out.finish()
+        n_past = n_held_after(ctx, seq_id, len(held))
+    finish(res, step)
     res.held_tokens = held[:n_past]
     return res
 
 
-def _check_args(ctx, prompt_tokens: Sequence[int], n_predict: int, n_reused: int) -> tuple[list[int], int]:
-    """The prompt as a list of ints and ctx's n_ctx (0: unknown), or InputError (generate's)."""
+def finish(res: GenerationResult, step: TokenStep) -> None:
+    """The end of an answer: the text the stream held back, ``res.text`` and ``n_gen``."""
+    res.text = step.finish()
+    res.timings.n_gen = len(res.tokens)
+
+
+def check_args(ctx, prompt_tokens: Sequence[int], n_predict: int, n_reused: int) -> tuple[list[int], int]:
+    """The prompt as a list of ints and ctx's n_ctx (0: unknown).
+
+    Raises:
+        InputError: as :func:`generate` (empty or too long prompt, n_predict < -1, n_reused
+            outside [0, len(prompt)))."""
     prompt = [int(t) for t in prompt_tokens]
     if not prompt:
         raise InputError("the prompt is empty (no tokens to decode)")
@@ -253,8 +176,8 @@ def _check_args(ctx, prompt_tokens: Sequence[int], n_predict: int, n_reused: int
     return prompt, n_ctx
 
 
-def _start(ctx, res: GenerationResult, n_reused: int, seq_id: int, prompt_logits: bool, split_last: bool,
-           sampler: Sampler, t0: float) -> np.ndarray:
+def start(ctx, res: GenerationResult, n_reused: int, seq_id: int, prompt_logits: bool, split_last: bool,
+          sampler: Sampler, t0: float) -> np.ndarray:
     """The prefill of ``res.prompt_tokens`` (timed from t0, prompt logits kept when asked), and
     the prompt tokens into the sampler's penalty window; returns the logits generation starts from."""
     logits = _prefill(ctx, res.prompt_tokens[n_reused:], seq_id, prompt_logits, split_last)
@@ -267,7 +190,7 @@ def _start(ctx, res: GenerationResult, n_reused: int, seq_id: int, prompt_logits
     return logits
 
 
-def _n_held(ctx, seq_id: int, n_max: int) -> int:
+def n_held_after(ctx, seq_id: int, n_max: int) -> int:
     """Tokens the sequence holds after an interrupt, at most ``n_max``: the memory's count (a
     decode interrupted after it finished holds its token; an aborted one leaves the sequence
     empty)."""
@@ -296,17 +219,3 @@ def _prefill(ctx, todo: list[int], seq_id: int, prompt_logits: bool, split_last:
     if split:
         ctx.memory.checkpoint(seq_id)       # and one at the end of the prompt
     return logits
-
-
-def _ends_with_stop(pieces: list[str], stops: list[str]) -> bool:
-    """True when one of ``stops`` occurs in the text that the last piece completed (it may end
-    inside that piece, as llama.cpp's antiprompt search in common/ allows)."""
-    if not pieces:
-        return False
-    last = len(pieces[-1])
-    need, tail = max(len(x) for x in stops) + last, ""
-    for p in reversed(pieces):
-        tail = p + tail
-        if len(tail) >= need:
-            break
-    return any(x in tail[max(0, len(tail) - last - len(x) + 1):] for x in stops)

@@ -1,4 +1,5 @@
-"""A GGUF model loaded into the C runtime (weights mmap'd, zero copy).
+"""A GGUF model loaded into the C runtime (weights mmap'd, zero copy; ``mmap=False``, the CLI's
+``--no-mmap``: read into memory first).
 
 Python parses the GGUF (:class:`toolkit.gguf_io.GGUFFile`, :class:`toolkit.arch.HParams`) and
 hands the C library a description: a ``tk_hparams`` struct and the tensor table (name,
@@ -7,6 +8,7 @@ absolute offset, ggml type, ``ne``). The C side mmaps the file and validates eve
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import weakref
@@ -51,14 +53,19 @@ class Model(NativeHandle):
         InputError: not a GGUF file, missing/malformed key (from the Python parser).
         NativeError: a missing, misshaped or out-of-range tensor (named in the message).
         UnsupportedError: architecture or tensor type this build does not run.
-        ResourceError: the tensors need more bytes than the machine has RAM.
+        ResourceError: the tensors need more bytes than the machine has RAM (unless
+            ``check_ram`` is False: a model only measured, :func:`toolkit.runtime.memory_estimate`,
+            never run).
     """
 
-    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None, check_ram: bool = True,
+                 mmap: bool = True):
         self.path = os.fspath(path)
+        self.mmap = mmap
         self.gguf = GGUFFile(self.path)
         self.hparams = HParams.from_gguf(self.gguf)
-        _check_weights_fit(self.path, self.gguf)
+        if check_ram:
+            _check_weights_fit(self.path, self.gguf)
         self.n_threads = n_threads if n_threads is not None else default_threads()
         self.n_vocab = self.hparams.n_vocab
         self._ptr = ffi.NULL
@@ -69,7 +76,7 @@ class Model(NativeHandle):
         self._c_hparams, self._c_arrays = c_hparams(hp)
 
         try:
-            self._ptr = _load(self.path, self._c_hparams, list(self.gguf))
+            self._ptr = _load(self.path, self._c_hparams, list(self.gguf), mmap=mmap)
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
             # meant as an attention layer points at its layer indices / head_count_kv keys
@@ -127,8 +134,13 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     return c, arrays
 
 
-def _load(path: str, c_hparams, infos) -> "ffi.CData":
-    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`)."""
+def _load(path: str, c_hparams, infos, mmap: bool = True) -> "ffi.CData":
+    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`).
+
+    ``mmap=False`` (llama.cpp's ``--no-mmap``): the whole file is first read into memory the
+    process owns (an anonymous memory file, ``memfd_create``), and the C side maps that copy, so
+    no weight is paged in from the file later and the file may change or go away meanwhile.
+    """
     descs = ffi.new("tk_tensor_desc[]", max(len(infos), 1))
     names = []  # keep the name buffers alive during the call
     for i, t in enumerate(infos):
@@ -145,11 +157,47 @@ def _load(path: str, c_hparams, infos) -> "ffi.CData":
         for j in range(4):
             d.ne[j] = int(ne[j])
     out = ffi.new("tk_model **")
-    check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
+    if mmap:
+        check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
+        return out[0]
+    fd = _read_into_memory(path)
+    mem = f"/proc/self/fd/{fd}"
+    try:
+        check(lib.tk_model_load(mem.encode(), c_hparams, descs, len(infos), out))
+    except (NativeError, InputError, UnsupportedError, ResourceError) as e:
+        raise type(e)(str(e).replace(mem, path)) from None   # the message names the file, not the copy
+    finally:
+        os.close(fd)   # the C side's mapping keeps the pages
     return out[0]
 
 
-def _as_tokens(tokens) -> np.ndarray:
+def _read_into_memory(path: str) -> int:
+    """A file descriptor of an anonymous memory file holding ``path``'s bytes."""
+    if not hasattr(os, "memfd_create"):   # pragma: no cover - non-Linux
+        raise UnsupportedError("--no-mmap: not supported on this platform (needs memfd_create)")
+    size = os.path.getsize(path)
+    fd = os.memfd_create("toolkit-weights", os.MFD_CLOEXEC)
+    try:
+        with open(path, "rb") as src:
+            left = size
+            while left > 0:
+                n = os.sendfile(fd, src.fileno(), None, min(left, 1 << 30))
+                if n == 0:
+                    raise InputError(f"{path}: shorter than expected while reading it into memory")
+                left -= n
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOMEM, errno.ENOSPC):
+            raise ResourceError(f"{path}: not enough memory to load {size / 2**20:.1f} MiB (--no-mmap)") from None
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def as_tokens(tokens) -> np.ndarray:
+    """``tokens`` (a 1-D sequence of integer ids) as a contiguous int32 array; InputError otherwise."""
     arr = np.asarray(tokens)
     if arr.ndim != 1:
         raise InputError(f"tokens must be a 1-D sequence of ids, got shape {arr.shape}")

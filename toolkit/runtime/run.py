@@ -23,6 +23,7 @@ from toolkit.runtime.context import Context
 from toolkit.runtime.generate import GenerationResult, generate
 from toolkit.runtime.model import Model
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.step import Verifier
 from toolkit.runtime.tokenizer import Tokenizer
 
 
@@ -71,6 +72,7 @@ class RunOptions:
     ctx_size: int = 4096
     threads: int | None = None
     ubatch: int = 512
+    mmap: bool = True           # False: read the weights into memory (--no-mmap)
     logits_out: str | None = None
     session: str | None = None
     checkpoints: int = 4
@@ -247,8 +249,9 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
     Raises:
         InputError: --context-shift asked too; the draft model's vocabulary differs.
     """
+    from toolkit.runtime.context import memory_estimate
     from toolkit.runtime.memory import format_report
-    from toolkit.runtime.speculative import DraftModel, PromptLookup, open_draft_model
+    from toolkit.runtime.speculative import PromptLookup, open_draft_context, open_draft_model
 
     if opts.context_shift:
         raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
@@ -256,12 +259,13 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         return PromptLookup(opts.draft_ngram), None
     dm = open_draft_model(opts.draft_model, tok, opts.threads)
     try:
-        dctx = Context(dm, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
-                       n_checkpoints=1)
-        dctx.memory.set_draft_window(opts.draft_max)
+        draft = open_draft_context(dm, opts.draft_max, n_ctx=opts.ctx_size, n_ubatch=opts.ubatch,
+                                   n_threads=opts.threads, params=opts.sampling, seed=seed)
         if on_report is not None:
-            on_report("draft model " + format_report(dctx.memory_report(), opts.ctx_size, 1))
-        return DraftModel(dctx, opts.sampling, seed), dm
+            r = memory_estimate(dm, opts.ctx_size, 1, opts.ubatch, opts.threads, n_checkpoints=1,
+                                draft_window=opts.draft_max)
+            on_report("draft model " + format_report(r, opts.ctx_size, 1))
+        return draft, dm
     except BaseException:
         dm.close()
         raise
@@ -280,7 +284,7 @@ def _speculative(opts: RunOptions, ctx, tok: Tokenizer, prompt_ids, sampler, gra
 
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     """The body of :func:`run`, in a deferred-interrupt scope."""
-    m = Model(opts.model, n_threads=opts.threads)
+    m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap)
     drafter, dm = None, None
     try:
         tok = Tokenizer.from_gguf(m.gguf)
@@ -293,14 +297,18 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
         if opts.draft_model is not None or opts.lookup:
-            ctx.memory.set_draft_window(opts.draft_max, keep_last=False)   # before the report: its draft line
-        if on_report is not None:
+            Verifier.attach(ctx, opts.draft_max, opts.draft_min)   # the window before the report: its draft line
+        if on_report is not None:   # the C estimate for these parameters (== ctx.memory_report())
+            from toolkit.runtime.context import memory_estimate
             from toolkit.runtime.memory import format_report
-            on_report(format_report(ctx.memory_report(), opts.ctx_size, 1))
+            speculative = opts.draft_model is not None or opts.lookup
+            mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
+                                  draft_window=opts.draft_max if speculative else 0, keep_last=False)
+            on_report(format_report(mem, opts.ctx_size, 1))
         if opts.draft_model is not None or opts.lookup:
             # the drafter (and its checks: vocabulary, --context-shift) before any output
             if on_report is not None:
-                on_report(f"speculative window: {opts.draft_max} tokens, draft {ctx.memory_report()['draft']} bytes")
+                on_report(f"speculative window: {opts.draft_max} tokens, draft {mem['draft']} bytes")
             drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
         n_reused, note = 0, ""
         if opts.session is not None:

@@ -34,6 +34,7 @@ Drafts:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -41,9 +42,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from toolkit.errors import InputError
-from toolkit.runtime.generate import GenerationResult, _check_args, _n_held, _Output, _start, _Step
+from toolkit.runtime.generate import GenerationResult, check_args, finish, n_held_after, start
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.step import TokenStep, Verifier, speculative_accept  # noqa: F401  (speculative_accept: this module's API too)
 from toolkit.runtime.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,55 +66,6 @@ class SpecStats:
     def to_dict(self) -> dict:
         return {"n_drafted": self.n_drafted, "n_accepted": self.n_accepted, "n_verify": self.n_verify,
                 "acceptance": round(self.acceptance, 4)}
-
-
-# ---- the acceptance rule ----------------------------------------------------------------
-
-def _dense(ids: np.ndarray, probs: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros(n, np.float64)
-    out[np.asarray(ids, dtype=np.int64)] = probs
-    return out
-
-
-def speculative_accept(p: np.ndarray, q: np.ndarray, d: int, rng: np.random.Generator) -> tuple[bool, int]:
-    """One step of speculative sampling: target distribution ``p`` and draft distribution ``q``
-    (float64 [V], each summing to 1), draft token ``d`` drawn from q.  Returns (True, d) with
-    probability min(1, p[d] / q[d]), else (False, t) with t drawn from max(0, p - q) normalised
-    (from p when that is all zero).  The token returned is distributed as p.
-    ref: Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, eq. (1)-(3)."""
-    pd, qd = float(p[d]), float(q[d])
-    if qd > 0.0 and rng.random() * qd < pd:      # u < p(d) / q(d), without dividing
-        return True, d
-    r = np.maximum(p - q, 0.0)
-    s = r.sum()
-    return False, _draw(r / s if s > 0 else p, rng)
-
-
-def verify_token(step: _Step, sampler: Sampler, row: np.ndarray, draft: int | None, q, n_vocab: int,
-                 res: GenerationResult) -> tuple[int, bool]:
-    """Row i of a verify call (the target's logits after the call's token i): the target's
-    token there and whether it accepts ``draft`` (the call's token i + 1; None when every
-    draft was kept: the row's own token, False).  Greedy: accepted when it is the processed
-    row's argmax; sampling: :func:`speculative_accept` with the draft's ``q`` ((ids, probs);
-    None: one-hot on ``draft``, a deterministic draft).  The token goes through ``step.commit``
-    (penalty window, grammar, n_probs) as a plain step's does."""
-    row = step.process(row)
-    if draft is None or sampler.greedy:
-        tok = int(sampler.sample_penalized(row))
-        ok = draft is not None and tok == draft
-    else:
-        ids, probs = sampler.candidates(row)
-        p = _dense(ids, probs, n_vocab)
-        qd = _dense(*q, n_vocab) if q is not None else _dense([draft], [1.0], n_vocab)
-        ok, tok = speculative_accept(p, qd, draft, sampler.rng)
-    step.commit(row, tok, res)
-    return tok, ok
-
-
-def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    c = np.cumsum(p)
-    k = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
-    return min(k, p.size - 1)
 
 
 # ---- drafts --------------------------------------------------------------------------------
@@ -137,6 +92,11 @@ class PromptLookup:
                 j = int(hits[-1]) + n
                 return [int(t) for t in h[j:j + k]], None
         return [], None
+
+    def draft_batch(self, items) -> list[tuple[list[int], None]]:
+        """:meth:`draft` for several sequences, as :meth:`DraftModel.draft_batch` takes them:
+        ``items`` = [(seq, history, k, ...), ...]; per item (tokens, None)."""
+        return [(self.draft(history, k)[0], None) for _, history, k, *_ in items]
 
     def close(self) -> None:
         pass
@@ -181,6 +141,28 @@ def open_draft_model(path: str, target_tok: Tokenizer, n_threads: int | None = N
     return dm
 
 
+def open_draft_context(model, draft_max: int, *, n_ctx: int, n_seq_max: int = 1, n_ubatch: int = 512,
+                       n_threads: int | None = None, n_checkpoints: int = 1, checkpoint_every: int = 0,
+                       params: SamplerParams | None = None, seed: int = 0) -> "DraftModel":
+    """A :class:`DraftModel` over a new context of the draft ``model`` (one sequence per target
+    sequence), with a draft window of ``draft_max`` that keeps the state after a call's last
+    token too (a draft rolls back to the ends of earlier calls).  The caller closes it (its
+    context; not ``model``).
+
+    Raises:
+        InputError / ResourceError: from Context (bad sizes, out of memory)."""
+    from toolkit.runtime.context import Context
+
+    dctx = Context(model, n_ctx=n_ctx, n_seq_max=n_seq_max, n_ubatch=n_ubatch, n_threads=n_threads,
+                   n_checkpoints=n_checkpoints, checkpoint_every=checkpoint_every)
+    try:
+        dctx.memory.set_draft_window(draft_max)
+    except BaseException:
+        dctx.close()
+        raise
+    return DraftModel(dctx, params, seed)
+
+
 class DraftModel:
     """Drafts from a second (smaller) model sharing the vocabulary.  Its context ``ctx`` keeps
     one sequence per target sequence (``toolkit run``: sequence 0; ``toolkit serve``: one per
@@ -215,19 +197,7 @@ class DraftModel:
 
     def _keep(self, seq: int, history: Sequence[int], n_max: int) -> None:
         """Roll ``seq`` back to at most its common prefix with ``history`` (and at most n_max)."""
-        held = self.held[seq]
-        if self.ctx.memory.seq_pos_max(seq) + 1 != len(held):   # never draft on a state we cannot account for
-            self.forget(seq)
-            return
-        m = min(len(held), len(history))
-        neq = np.flatnonzero(np.asarray(held[:m], np.int64) != np.asarray(history[:m], np.int64))
-        n = min(int(neq[0]) if neq.size else m, n_max)    # the common prefix (numpy: a step must not cost O(n) in Python)
-        if n < len(held):
-            r = self.ctx.memory.rollback(seq, n) if n > 0 else None
-            if r is None:
-                self.forget(seq)
-            else:
-                del held[r:]
+        del self.held[seq][self.ctx.memory.keep_prefix(seq, self.held[seq], history, n_max):]
 
     def feed(self, seq: int, history: Sequence[int]) -> None:
         """Make ``seq`` hold exactly ``history`` (no logits): a prompt chunk the target decoded,
@@ -247,8 +217,14 @@ class DraftModel:
         """Roll ``seq`` back to at most its common prefix with ``history`` (nothing fed)."""
         self._keep(seq, history, len(history))
 
-    def checkpoint(self, seq: int) -> None:
-        """Checkpoint ``seq`` at its current end (a point a later history may resume from)."""
+    def checkpoint(self, seq: int, history: Sequence[int] | None = None, n_min: int = 0) -> None:
+        """Checkpoint ``seq`` at its current end (a point a later history may resume from);
+        with ``history``, first roll it back to its common prefix with it (:meth:`trim`), and
+        take the checkpoint only when more than ``n_min`` tokens are left."""
+        if history is not None:
+            self.trim(seq, history)
+            if len(self.held[seq]) <= n_min:
+                return
         self.ctx.memory.checkpoint(seq)
 
     # ---- drafting ------------------------------------------------------------------------------
@@ -333,6 +309,67 @@ class DraftModel:
         self.ctx.close()
 
 
+class SeqSpeculation:
+    """Speculative decoding for the sequences of one target context (``toolkit serve``'s slots):
+    a :class:`~toolkit.runtime.step.Verifier` on the target (its window set to ``draft_max``),
+    and the drafts, prompt lookup (``draft_ngram``), or ``draft_model``'s: one context of it
+    with the target's ``sizes`` (Context's keyword arguments), sequence i drafting for target
+    sequence i, closed with the model by :meth:`close`.  A failing draft model costs speed
+    only: its sequences are emptied, re-fed at their next draft, and ``n_errors`` counts it.
+
+    Raises:
+        InputError / ResourceError / UnsupportedError: as Verifier.attach and Context."""
+
+    def __init__(self, ctx, draft_max: int, draft_min: int = 0, draft_ngram: int = 3, draft_model=None,
+                 sizes: dict | None = None):
+        self.verifier = Verifier.attach(ctx, draft_max, draft_min)
+        self.model = draft_model
+        self.draft = open_draft_context(draft_model, draft_max, **(sizes or {})) if draft_model is not None else None
+        self.drafter = self.draft if self.draft is not None else PromptLookup(draft_ngram)
+        self.n_errors = 0
+
+    def drafts(self, items) -> list[tuple[list[int], list | None]] | None:
+        """:meth:`Verifier.drafts` (items: [(seq, history, k, draft sampler, grammar)]); None when
+        the draft model failed (no drafts this step)."""
+        try:
+            return self.verifier.drafts(self.drafter, items) if items else []
+        except Exception:   # noqa: BLE001 - the target's answer does not depend on the draft
+            log.exception("draft step failed; this step sends no drafts")
+            self.forget_all()
+            self.n_errors += 1
+            return None
+
+    def feed(self, seq: int, history: Sequence[int]) -> None:
+        """A prompt chunk the target decoded: the draft's sequence follows, in a call of its own."""
+        if self.draft is not None:
+            self._guard(self.draft.feed, seq, history)
+
+    def settle(self, seq: int, history: Sequence[int], n_prompt: int) -> None:
+        """The end of an answer: the draft's sequence is rolled back to what it shares with the
+        target's ``history`` and checkpointed where that is past the prompt (``n_prompt``)."""
+        if self.draft is not None and not self._guard(self.draft.checkpoint, seq, history, n_prompt):
+            self.draft.forget(seq)
+
+    def forget_all(self) -> None:
+        if self.draft is not None:
+            self.draft.forget_all()
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+            self.model.close()
+            self.draft = None
+
+    def _guard(self, f, *args) -> bool:
+        try:
+            f(*args)
+            return True
+        except Exception:   # noqa: BLE001 - the target's answer does not depend on the draft
+            log.exception("draft model call failed")
+            self.n_errors += 1
+            return False
+
+
 # ---- the loop ---------------------------------------------------------------------------------
 
 def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int], n_predict: int, sampler: Sampler,
@@ -352,82 +389,48 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     Raises:
         InputError: as ``generate``; draft_max outside [1, the context's window] or draft_min < 0.
     """
-    prompt, _ = _check_args(ctx, prompt_tokens, n_predict, n_reused)
-    if not 1 <= draft_max <= getattr(ctx, "draft_window", 0):
-        raise InputError(f"--draft-max = {draft_max}: must be in [1, the context's draft window "
-                         f"{getattr(ctx, 'draft_window', 0)}]")
-    if draft_min < 0:
-        raise InputError(f"--draft-min must be >= 0, got {draft_min}")
+    prompt, _ = check_args(ctx, prompt_tokens, n_predict, n_reused)
+    verifier = Verifier(ctx, draft_max, draft_min)
     n_ctx = int(ctx.n_ctx)
-    res = GenerationResult(prompt_tokens=prompt)
+    step = TokenStep(sampler, tokenizer, n_predict=n_predict, stop=stop, grammar=grammar, ignore_eos=ignore_eos,
+                     n_probs=n_probs, on_text=on_text)
+    res = GenerationResult(prompt_tokens=prompt, tokens=step.tokens, probs=step.probs)
     res.spec = SpecStats()
-    out = _Output(res, tokenizer, on_text, stop, grammar, n_predict)
-    step = _Step(sampler, tokenizer, ignore_eos, n_probs, grammar)
-    V = ctx.n_vocab
     history = list(prompt)       # every token of the sequence; the memory holds all but the last
-    done = False
-
-    def take(tok: int) -> bool:
-        """Append a target token to the output; True when generation ends with it."""
-        nonlocal done
-        if not tokenizer.is_eog(tok):
-            history.append(tok)
-        reason = out.take(tok)
-        if reason is not None:
-            res.stop_reason, done = reason, True
-        return done
-
     t0 = time.perf_counter()
     try:
-        logits = _start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
+        logits = start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
         t1 = time.perf_counter()
-        if n_predict == 0:
-            done = True
-        else:
-            take(step(logits[-1], res))
-        while not done:
+        reason = "n_predict" if n_predict == 0 else None
+        if reason is None:
+            tok, reason = step(logits[-1])
+            history += step.tokens[len(history) - len(prompt):]
+        while reason is None:
             n_held = len(history) - 1            # the memory holds history[:-1]
             if n_held + 1 > n_ctx:
-                res.stop_reason = "ctx_full"
+                reason = "ctx_full"
                 break
-            k = min(draft_max, n_ctx - n_held - 1)
-            if n_predict >= 0:
-                k = min(k, n_predict - len(res.tokens) - 1)
-            if k <= 0:
-                drafts, qs = [], None
-            elif grammar is not None and isinstance(drafter, DraftModel):
-                drafts, qs = drafter.draft(history, k, grammar)
-            else:
-                drafts, qs = drafter.draft(history, k)
-            drafts = drafts[:max(k, 0)]
-            if grammar is not None and drafts:         # not a token the grammar refuses: it could never be kept
-                drafts = drafts[:grammar.n_allowed(drafts)]
-                qs = qs[:len(drafts)] if qs is not None else None
-            if len(drafts) < max(draft_min, 1):
-                drafts, qs = [], None
-            rows = ctx.decode([history[-1]] + drafts, seq_id=seq_id, logits="all", snapshots=True)
+            k = verifier.room(n_ctx - n_held - 1, n_predict - len(res.tokens) - 1 if n_predict >= 0 else None)
+            drafts, qs = [], None
+            if k > 0:
+                under = grammar is not None and isinstance(drafter, DraftModel)   # drafts under a fork of it
+                drafts, qs = drafter.draft(history, k, grammar) if under else drafter.draft(history, k)
+                drafts, qs = verifier.cut(drafts, qs, k, grammar)
+            toks = [history[-1]] + drafts
+            rows = ctx.decode(toks, seq_id=seq_id, logits="all", snapshots=True)
+            v = verifier.verify(step, seq_id, n_held, toks, rows, qs)
+            history += step.tokens[len(history) - len(prompt):]
             res.spec.n_verify += 1
             res.spec.n_drafted += len(drafts)
-            used = 0
-            for i in range(len(drafts) + 1):
-                used = i + 1
-                d = drafts[i] if i < len(drafts) else None   # None: every draft kept, the target's own next token
-                tok, ok = verify_token(step, sampler, rows[i], d, qs[i] if qs is not None and d is not None else None,
-                                       V, res)
-                if ok:
-                    res.spec.n_accepted += 1
-                if take(tok) or not ok:
-                    break
-            if used < len(drafts) + 1:                      # the rows after `used` scored rejected tokens
-                p0 = n_held + used
-                if ctx.memory.rollback(seq_id, p0) != p0:
-                    raise RuntimeError(f"speculative rollback to position {p0} refused (draft window too small?)")
+            res.spec.n_accepted += v.n_accepted
+            reason = v.reason
             res.timings.gen_s = time.perf_counter() - t1
+        res.stop_reason = reason
         res.timings.gen_s = time.perf_counter() - t1 if res.tokens else 0.0
     except KeyboardInterrupt:
         res.stop_reason = "interrupted"
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
-    out.finish()
-    res.held_tokens = history[:_n_held(ctx, seq_id, len(history))]
+    finish(res, step)
+    res.held_tokens = history[:n_held_after(ctx, seq_id, len(history))]
     return res

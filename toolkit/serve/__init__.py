@@ -13,36 +13,38 @@ import os
 import threading
 
 from toolkit.serve.app import Service, create_app  # noqa: F401
-from toolkit.serve.engine import Engine, Job, QueueFull  # noqa: F401
+from toolkit.serve.engine import Engine  # noqa: F401
+from toolkit.serve.job import Job, QueueFull  # noqa: F401
 
 
 def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512, n_checkpoints: int = 4,
          checkpoint_every: int = 256, queue: int = 64, api_key: str | None = None, max_body: int = 1 << 20,
          chat_template: str | None = None, n_threads: int | None = None, draft_max: int = 0, draft_min: int = 0,
-         draft_ngram: int = 3, draft_model: str | None = None) -> Service:
+         draft_ngram: int = 3, draft_model: str | None = None, mmap: bool = True) -> Service:
     """Load the model and start the decode thread.  The chat template is the GGUF's
     (``tokenizer.chat_template``), else ``chat_template`` (a file, ``chatml``, or NAME of a
-    ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to.
+    ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to
+    (``Service.template_note`` then says so; toolkit.runtime.chat.chat_template_for).
     ``draft_max`` > 0: speculative decoding per slot (Engine), with drafts from the GGUF
     ``draft_model`` (its weights loaded once; one context, one sequence per slot), else prompt
-    lookup.
+    lookup.  ``mmap=False``: the weights are read into memory (``--no-mmap``).
 
     Raises:
         InputError (bad file or sizes; a draft model whose vocabulary differs: one line naming
         it), UnsupportedError, ResourceError, as ``toolkit run``.
     """
     from toolkit.runtime import Model
-    from toolkit.runtime.chat import ChatTemplate
+    from toolkit.runtime.chat import chat_template_for
     from toolkit.runtime.grammar import Grammar, ll_tokenizer
     from toolkit.runtime.speculative import open_draft_model
     from toolkit.runtime.tokenizer import Tokenizer
-    model = Model(model_path, n_threads=n_threads)
+    model = Model(model_path, n_threads=n_threads, mmap=mmap)
     dm = None
     try:
         if n_ctx == 0:
             n_ctx = int(model.hparams.n_ctx_train) * n_slots
         tok = Tokenizer.from_gguf(model.gguf)
-        template = ChatTemplate.from_gguf(model.gguf, chat_template) or ChatTemplate.from_gguf(model.gguf, "chatml")
+        template, template_note = chat_template_for(model.gguf, chat_template)
         if draft_model is not None:
             dm = open_draft_model(draft_model, tok, n_threads)
         engine = Engine(model, tok, n_slots=n_slots, n_ctx=n_ctx, n_ubatch=n_ubatch, n_checkpoints=n_checkpoints,
@@ -62,8 +64,10 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
             if not lltok:
                 lltok.append(ll_tokenizer(tok, model.n_vocab))
         return Grammar.from_json_schema(tok, model.n_vocab, schema, what="response_format", lltok=lltok[0])
-    return Service(engine, tok, template, os.path.basename(model_path), api_key=api_key, max_body=max_body,
-                   make_grammar=make_grammar)
+    svc = Service(engine, tok, template, os.path.basename(model_path), api_key=api_key, max_body=max_body,
+                  make_grammar=make_grammar)
+    svc.template_note = template_note   # the fallback note (no template in the file), as toolkit chat prints it
+    return svc
 
 
 def stop_jobs_on_shutdown(server, engine: Engine) -> None:

@@ -34,7 +34,8 @@ from starlette.routing import Route
 
 from toolkit.errors import ToolkitError
 from toolkit.serve import protocol
-from toolkit.serve.engine import SHUTTING_DOWN, Engine, Job, QueueFull
+from toolkit.serve.engine import Engine
+from toolkit.serve.job import SHUTTING_DOWN, Job, QueueFull
 from toolkit.serve.protocol import ApiError
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,8 @@ async def _stream(svc: Service, events, chat: bool, r: protocol.Request, rid: st
             yield {"error": {"message": ev[1], "type": "server_error", "param": None, "code": code}}
             return
         base = _chunk_base(kind, rid, svc)
+        if r.include_usage:   # OpenAI: usage is null on every chunk but the last (choices [], usage)
+            base["usage"] = None
         if ev[0] == "text":
             _, text, probs, ids = ev
             choice = {"index": 0, "finish_reason": None}
@@ -212,9 +215,11 @@ async def _stream(svc: Service, events, chat: bool, r: protocol.Request, rid: st
                 choice["delta"] = {}
             else:
                 choice["text"] = ""
-            yield dict(base, choices=[choice], **_extras(job))
-            if r.include_usage:
+            if r.include_usage:   # usage once, in its own final chunk; counted twice when also here
+                yield dict(base, choices=[choice], timings=job.timings())
                 yield dict(_chunk_base(kind, rid, svc), choices=[], usage=protocol.usage(job))
+            else:
+                yield dict(base, choices=[choice], **_extras(job))
 
 
 async def _collect(events) -> tuple[Job | None, list[dict], str | None]:

@@ -65,6 +65,7 @@ _L = r"model\.layers\.\d+\."
 
 class FalconH1Family(Family):
     hf_archs = ("FalconH1ForCausalLM",)
+    families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",

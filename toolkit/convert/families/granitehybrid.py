@@ -46,6 +46,7 @@ _L = r"model\.layers\.\d+\."
 
 class GraniteHybridFamily(Family):
     hf_archs = ("BambaForCausalLM", "GraniteMoeHybridForCausalLM")
+    families = ("Bamba", "Granite 4.0-H")
     arch = ARCH_GRANITE_HYBRID
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",

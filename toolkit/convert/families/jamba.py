@@ -40,6 +40,7 @@ _L = r"model\.layers\.\d+\."
 
 class JambaFamily(Family):
     hf_archs = ("JambaForCausalLM",)
+    families = ("Jamba",)
     arch = ARCH_JAMBA
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",

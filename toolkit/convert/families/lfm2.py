@@ -60,6 +60,7 @@ class LFM2Family(Family):
     ``full_attn_idxs`` list), a dense SwiGLU FFN on every layer."""
 
     hf_archs = ("Lfm2ForCausalLM", "LFM2ForCausalLM")
+    families = ("LFM2",)
     arch = ARCH_LFM2
     known = _COMMON
     has_moe: ClassVar[bool] = False

@@ -48,6 +48,9 @@ class LFM3Family(LFM2Family):
     RMSNorm, an optional per-head sigmoid gate), optional sandwich norms, dense SwiGLU."""
 
     hf_archs = ("Lfm3ForCausalLM",)
+    families = ("LFM3",)
+    llama_cpp = False   # llama.cpp 0c1e570 has no lfm3 (nor does it load this file as lfm2: sliding window, gates)
+    vllm = False        # not in vLLM's supported-models list as we read it
     arch = ARCH_LFM3
     known = (r"model\.embed_tokens\.weight", r"model\.embedding_norm\.weight", r"lm_head\.weight",
              _L + r"(?:operator_norm|ffn_norm|post_operator_norm|post_ffn_norm)\.weight",

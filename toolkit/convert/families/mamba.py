@@ -33,6 +33,7 @@ def ceil_div(a: int, b: int) -> int:
 
 class MambaFamily(Family):
     hf_archs = ("MambaForCausalLM",)
+    families = ("Mamba",)
     arch = ARCH_MAMBA
     dt_b_c_rms = False      # FalconMamba: weightless RMSNorms on dt, B, C (falconmamba.py)
     known = (

@@ -29,6 +29,7 @@ _L = r"backbone\.layers\.\d+\."
 
 class Mamba2Family(Family):
     hf_archs = ("Mamba2ForCausalLM",)
+    families = ("Mamba-2",)
     arch = ARCH_MAMBA2
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",

@@ -88,6 +88,8 @@ def layer_types(cfg) -> list[str]:
 
 class NemotronHFamily(Family):
     hf_archs = ("NemotronHForCausalLM",)
+    families = ("Nemotron-H",)
+    gguf_archs = "nemotron_h, nemotron_h_moe when a layer is MoE"
     arch = ARCH_NEMOTRON_H
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",

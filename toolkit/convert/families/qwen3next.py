@@ -71,6 +71,7 @@ class Qwen3NextFamily(QwenGDNFamily):
     ``mlp_only_layers`` / ``decoder_sparse_step`` make a layer dense, NEOX partial RoPE."""
 
     hf_archs = ("Qwen3NextForCausalLM",)
+    families = ("Qwen3-Next",)
     arch = ARCH_QWEN3NEXT
     known = _known(GDN_FUSED, MOE + DENSE)
     reorder_v = False
@@ -296,6 +297,7 @@ class Qwen35Family(Qwen3NextFamily):
     SwiGLU FFN, interleaved M-RoPE (dimension_sections always written)."""
 
     hf_archs = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+    families = ("Qwen3.5",)
     arch = ARCH_QWEN35
     known = _known(GDN_SPLIT, DENSE)
     reorder_v = True
@@ -308,6 +310,7 @@ class Qwen35MoeFamily(Qwen3NextFamily):
     """Qwen3.5-MoE: as Qwen3.5 with routed experts and a gated shared expert on every layer."""
 
     hf_archs = ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+    families = ("Qwen3.5",)
     arch = ARCH_QWEN35MOE
     known = _known(GDN_SPLIT, MOE)
     reorder_v = True

@@ -126,6 +126,8 @@ def read_int_tensor(t: STTensor) -> list[int]:
 
 class Qwen4ExpFamily(QwenGDNFamily):
     hf_archs = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration")
+    families = ("Qwen3.8-Flash-Next (qwen4exp)",)
+    vllm = False
     arch = ARCH_QWEN4EXP
     known = (
         r"lm_head\.weight",

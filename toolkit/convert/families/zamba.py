@@ -58,6 +58,8 @@ _ST = _L + r"shared_transf\."
 
 class ZambaFamily(Family):
     hf_archs = ("ZambaForCausalLM",)
+    llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
+    vllm = False        # vLLM implements Zamba2, not Zamba v1
     arch = ARCH_ZAMBA
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",

@@ -55,6 +55,8 @@ _BLOCK_TYPES = {"mamba": False, "linear_attention": False, "hybrid": True}
 
 class Zamba2Family(Family):
     hf_archs = ("Zamba2ForCausalLM",)
+    families = ("Zamba2",)
+    llama_cpp = False   # our layout: llama.cpp has no Zamba2
     arch = ARCH_ZAMBA2
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",

@@ -46,17 +46,27 @@ tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, 
  * absent and optional); non-finite values are refused. */
 tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
                       int required, float ** out);
+/* n floats the model owns (freed with it); NULL when out of memory */
+float * tk_model_alloc(tk_model * m, size_t n);
 #define TK_SHAPE(...) (int) (sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}
 /* "blk.<il>.<suffix>" into buf */
 const char * tk_blk_name(char * buf, size_t n, int il, const char * suffix);
 
 /* The scratch a layer needs (tk_mixer_ops.scratch raises these to its own; the context
- * allocates the largest over the layers): floats per ubatch token of the tk_context buffers
- * named, and bytes of the kind's workspace (ctx->ssd_ws) for n_ubatch tokens and n_threads. */
+ * allocates the largest over the layers, context.c's scratch plan): floats per ubatch token of
+ * the tk_context buffers named (by role: a kind uses a buffer for what its name says, and a
+ * kind that needs a role none has adds a field), and bytes of the kind's workspace
+ * (ctx->work) for n_ubatch tokens and n_threads. */
 typedef struct {
-    size_t zx, xc, xdbl, dtr, dt, y;   /* recurrent: in-projection, conv output, x_proj rows, dt rank rows, dt, scan output */
-    size_t q, kv;                      /* attention: q (and att) width, k (and v) width */
-    size_t mix;                        /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
+    size_t proj;               /* the mixer's in-projection rows (or widened input: zamba2's [x | x0]) */
+    size_t conv;               /* the causal conv's rows (its output; LFM2: its input B x) */
+    size_t narrow;             /* narrow projections: Mamba-1 x_proj (dt | B | C), GDN b | a, Zamba2's LoRA rank */
+    size_t step;               /* the scan's step inputs: Mamba-1 dt's rank rows, GDN beta | g */
+    size_t dt;                 /* Mamba-1's dt, after softplus */
+    size_t gate;               /* an output gate the in-projection does not hold: GDN's z, LFM3's per-head gate [H] */
+    size_t y;                  /* the mixer's output before out_proj (scan output, adapter rows) */
+    size_t q, kv;              /* attention: q (and att) width, k (and v) width */
+    size_t mix;                /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
     size_t work_bytes;
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }

@@ -6,11 +6,14 @@
  * kvd = Hkv hd, qs = hd, or 2 hd with attn_q_gate):
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   wq [D, H qs]: with attn_q_gate, rows per head [q_h (hd) | gate_h (hd)]
- *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is)
+ *   attn_q_norm, attn_k_norm [hd] (attn_qk_norm; Qwen's HF (1 + w) already folded in, LFM2's w as is),
+ *     or [H hd], [Hkv hd] (attn_qk_norm_full: OLMo-Hybrid, one norm over all heads, as llama.cpp's olmo2)
  *   KV cache per cell: K [kvd] (stored after norm and RoPE), V [kvd]
  * Formula:
  *   q = wq cur, k = wk cur, v = wv cur
- *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps)
+ *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps);
+ *     attn_qk_norm_full: q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm over all heads
+ *   (a post-norm block, hp.attn_post_norm, is forward.c's: this mixer is the same)
  *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
  *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
@@ -24,7 +27,8 @@
  *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
- *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention; llama.cpp
+ *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention,
+ *      modeling_olmo_hybrid.py OlmoHybridAttention (q/k norm over all heads, NoPE or RoPE); llama.cpp
  *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.
  */
 #include <float.h>
@@ -44,7 +48,7 @@ static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thr
     (void) n_ubatch; (void) n_threads;
     tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
-    if (m->hp.attn_head_gate) tk_scratch_need(&need->zx, (size_t) m->hp.n_head);   /* the per-head gate */
+    if (m->hp.attn_head_gate) tk_scratch_need(&need->gate, (size_t) m->hp.n_head);   /* the per-head gate */
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -60,6 +64,8 @@ static tk_status attn_check(const tk_hparams * hp, int il) {
         (hp->rope_prop_rot && !hp->rope_neox))
         return TK_FAIL(TK_ERR_INVALID, "rope_freq_base_swa = %g / rope_prop_rot = %d invalid (n_rot %d)", hp->rope_freq_base_swa,
                        hp->rope_prop_rot, hp->n_rot);
+    if (hp->attn_qk_norm_full && (!hp->attn_qk_norm || hp->attn_q_gate))
+        return TK_FAIL(TK_ERR_INVALID, "attn_qk_norm_full needs attn_qk_norm and no attn_q_gate");
     return TK_OK;
 }
 
@@ -75,8 +81,9 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
     if (hp->attn_head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, Hq), 1, &l->w_head_gate));
     if (hp->attn_qk_norm) {
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(HD), 1, &l->attn_q_norm));
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(HD), 1, &l->attn_k_norm));
+        const int64_t nq = hp->attn_qk_norm_full ? Hq * HD : HD, nk = hp->attn_qk_norm_full ? Hkv * HD : HD;
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(nq), 1, &l->attn_q_norm));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(nk), 1, &l->attn_k_norm));
     }
     static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
     for (int b = 0; b < 4; b++) {
@@ -241,7 +248,10 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
 /* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
 static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, float * q, float * k, int32_t Hkv, int32_t pos) {
     const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
-    if (l->attn_q_norm) {
+    if (l->attn_q_norm && hp->attn_qk_norm_full) {   /* one norm over all heads (qs = hd: no gate) */
+        tk_rms_norm(q, l->attn_q_norm, hp->rms_eps, (int64_t) H * hd, q);
+        tk_rms_norm(k, l->attn_k_norm, hp->rms_eps, (int64_t) Hkv * hd, k);
+    } else if (l->attn_q_norm) {
         for (int32_t h = 0; h < H; h++) tk_rms_norm(q + (int64_t) h * qs, l->attn_q_norm, hp->rms_eps, hd, q + (int64_t) h * qs);
         for (int32_t g = 0; g < Hkv; g++) tk_rms_norm(k + (int64_t) g * hd, l->attn_k_norm, hp->rms_eps, hd, k + (int64_t) g * hd);
     }
@@ -300,9 +310,9 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
         gate_job gj = {ctx->q, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
     }
-    if (hp->attn_head_gate) {  /* LFM3: one sigmoid gate per head and token, from x (ctx->cur), in ctx->zx [U, H] */
-        TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->zx, &ctx->mm));
-        head_gate_job gj = {ctx->zx, ctx->att, H, hd};
+    if (hp->attn_head_gate) {  /* LFM3: one sigmoid gate per head and token, from x (ctx->cur), in ctx->gate [U, H] */
+        TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
+        head_gate_job gj = {ctx->gate, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_head_gate_rows, &gj);
     }
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);

@@ -11,6 +11,9 @@
  *     row 2 g r + r + j (spec gdn-family.md §1.4.1)
  *   ssm_conv1d [K, C] (no bias), ssm_dt.bias [Hv], ssm_a [Hv] (A = -exp(A_log)),
  *   ssm_norm [Dv] (shared by the heads, no +1), ssm_out [Hv Dv, D]
+ *   OLMo-Hybrid: attn_q, attn_k [D, Hk Dk], attn_v [D, Hv Dv] in place of attn_qkv, and
+ *     ssm_conv1d_q, ssm_conv1d_k [K, Hk Dk], ssm_conv1d_v [K, Hv Dv] in place of ssm_conv1d
+ *     (joined into one [C][K] array at bind: the same conv)
  *   state per sequence: "conv" [C, K-1] (the last K-1 conv inputs), "S" [Hv, Dv, Dk]: head h's
  *     S (Dk x Dv) with element (i, j) at h Dk Dv + j Dk + i (llama.cpp's layout); on a qwen4exp
  *     PLE layer also ple.c's "ple_conv" and "ple_hist" (ple.c runs them, before this mixer)
@@ -20,18 +23,21 @@
  *   c = silu(causal_conv1d(m))  (tap K-1 on the current token; window carried, zero at start)
  *   q_g, k_g, v_h = the parts of c;  q_g <- l2(q_g) / sqrt(Dk), k_g <- l2(k_g),
  *     l2(x) = x (sum x^2 + 1e-6)^-1/2  (HF's fixed eps; llama.cpp uses rms_eps, spec B14)
- *   beta_h = sigmoid(b_h);  g_h = A_h softplus(a_h + dt_bias_h)  (softplus threshold 20)
+ *   beta_h = sigmoid(b_h) * gdn_beta_scale (0: 1; OLMo-Hybrid's 2: beta in (0, 2), I - beta k k^T
+ *     may have a negative eigenvalue);  g_h = A_h softplus(a_h + dt_bias_h)  (softplus threshold 20)
  *   v-head h reads K-head kh(h) = h % Hk (gdn_head_tiled: qwen35 GGUFs' tiled order) or
  *     h / r (qwen3next's grouped order) (spec §1.4.2, B19)
  *   S_h <- exp(g_h) S_h;  u = beta_h (v_h - S_h^T k);  S_h += k u^T;  o_h = S_h^T q  (tk_gdn_run)
- *   y_h = rmsnorm(o_h) * ssm_norm * act(z_h)  (eps rms_eps; act silu, or sigmoid by gdn_gate_act)
+ *   y_h = rmsnorm(o_h) * ssm_norm * act(z_h)  (eps gdn_norm_eps, 0: rms_eps (OLMo-Hybrid: 1e-5); act
+ *     silu, or sigmoid by gdn_gate_act)
  *   out = ssm_out y
  *   speculative window (memory_rs.c): a row that keeps per-token snapshots runs one-token
  *     tk_gdn_recurrent calls (never the chunked form) and copies "conv" and "S" after each token
- * Scratch: zx [U, C] m, xc [U, C] c, dt [U, Hv Dv] z, xdbl [U, 2 Hv] b and a, dtr [U, 2 Hv]
- *   beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
+ * Scratch: proj [U, C] m, conv [U, C] c, gate [U, Hv Dv] z, narrow [U, 2 Hv] b and a, step
+ *   [U, 2 Hv] beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
  * ref: transformers modeling_qwen3_next.py Qwen3NextGatedDeltaNet, Qwen3NextRMSNormGated,
- *      modeling_qwen3_5.py Qwen3_5GatedDeltaNet; llama.cpp qwen3next.cpp / qwen35.cpp
+ *      modeling_qwen3_5.py Qwen3_5GatedDeltaNet, modeling_olmo_hybrid.py OlmoHybridGatedDeltaNet
+ *      (spec more-hybrids.md §3.4); llama.cpp qwen3next.cpp / qwen35.cpp
  *      build_layer_attn_linear.
  */
 #include <math.h>
@@ -55,11 +61,11 @@ static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     const tk_hparams * hp = &m->hp;
     const size_t C = (size_t) gdn_conv_dim(hp), Hv = (size_t) hp->ssm_n_head, HvDv = (size_t) hp->d_inner;
     (void) il; (void) n_ubatch;
-    tk_scratch_need(&need->zx, C);
-    tk_scratch_need(&need->xc, C);
-    tk_scratch_need(&need->xdbl, 2 * Hv);
-    tk_scratch_need(&need->dtr, 2 * Hv);
-    tk_scratch_need(&need->dt, HvDv);
+    tk_scratch_need(&need->proj, C);
+    tk_scratch_need(&need->conv, C);
+    tk_scratch_need(&need->narrow, 2 * Hv);
+    tk_scratch_need(&need->step, 2 * Hv);
+    tk_scratch_need(&need->gate, HvDv);
     tk_scratch_need(&need->y, HvDv);
     tk_scratch_need(&need->work_bytes,
                     (size_t) n_threads * (size_t) tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim) * sizeof(float));
@@ -82,13 +88,32 @@ static tk_status gdn_check(const tk_hparams * hp, int il) {
     return TK_OK;
 }
 
-/* beta / alpha: ssm_beta + ssm_alpha when either is in the file, else ssm_ba */
+/* q / k / v: attn_q, attn_k, attn_v and ssm_conv1d_{q,k,v} with gdn_qkv_apart, else attn_qkv
+ * and ssm_conv1d; beta / alpha: ssm_beta + ssm_alpha when either is in the file, else ssm_ba */
 static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
     const int64_t D = hp->n_embd, C = gdn_conv_dim(hp), Hv = hp->ssm_n_head, HvDv = hp->d_inner;
     char nm[128], nm2[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_qkv.weight"), TK_SHAPE(D, C), 1, &l->wqkv));
+    if (hp->gdn_qkv_apart) {   /* OLMo-Hybrid: q / k / v and their convs apart */
+        const int64_t HkDk = (int64_t) hp->n_group * hp->d_state;
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, HkDk), 1, &l->wq));
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, HkDk), 1, &l->wk));
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, HvDv), 1, &l->wv));
+        static const char * convs[3] = {"ssm_conv1d_q.weight", "ssm_conv1d_k.weight", "ssm_conv1d_v.weight"};
+        float * part[3];
+        for (int p = 0; p < 3; p++)
+            TK_CHECK(tk_bind_vec(m, tab, NAME(convs[p]), TK_SHAPE(hp->d_conv, p < 2 ? HkDk : HvDv), 1, &part[p]));
+        float * w = tk_model_alloc(m, (size_t) C * (size_t) hp->d_conv);
+        if (!w) return TK_FAIL(TK_ERR_NOMEM, "out of memory joining layer %d's conv", il);
+        const size_t kk = (size_t) hp->d_conv;   /* [channel][K] rows, q | k | v */
+        memcpy(w, part[0], (size_t) HkDk * kk * sizeof(float));
+        memcpy(w + (size_t) HkDk * kk, part[1], (size_t) HkDk * kk * sizeof(float));
+        memcpy(w + (size_t) 2 * HkDk * kk, part[2], (size_t) HvDv * kk * sizeof(float));
+        l->ssm_conv1d = w;
+    } else {
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_qkv.weight"), TK_SHAPE(D, C), 1, &l->wqkv));
+    }
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, HvDv), 1, &l->wgate));
     if (tk_table_find(tab, NAME("ssm_beta.weight")) || tk_table_find(tab, tk_blk_name(nm2, sizeof nm2, il, "ssm_alpha.weight"))) {
         TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_beta.weight"), TK_SHAPE(D, Hv), 1, &l->ssm_beta));
@@ -96,7 +121,7 @@ static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     } else {
         TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_ba.weight"), TK_SHAPE(D, 2 * Hv), 1, &l->ssm_ba));
     }
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, C), 1, &l->ssm_conv1d));
+    if (!l->ssm_conv1d) TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, C), 1, &l->ssm_conv1d));
     if (tk_table_find(tab, NAME("ssm_conv1d.bias")))
         return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': a gated delta net conv bias is not supported", tab->path, nm);
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(Hv), 1, &l->ssm_dt_b));
@@ -109,12 +134,12 @@ static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
 
 /* ---- forward ---- */
 
-/* Per token t: q, k of c (xc row) l2-normed in place, q scaled by 1/sqrt(Dk); beta | g into
+/* Per token t: q, k of c (conv row) l2-normed in place, q scaled by 1/sqrt(Dk); beta | g into
  * gb [2 Hv] from the raw b, a (b of v-head h at b + t b_stride + b_off(h), a likewise). */
 typedef struct {
     const tk_hparams * hp;
     const tk_layer * l;        /* ssm_a, ssm_dt_b [Hv] */
-    float * xc;                /* [U, C] conv output, q and k normed in place */
+    float * conv;              /* [U, C] conv output, q and k normed in place */
     const float * b, * a;      /* raw b, a: [U, Hv] each (ba_stride Hv) or [U, 2 Hv] grouped */
     int64_t ba_stride;         /* floats between tokens in b and a */
     int grouped_ba;            /* ssm_ba: per K-head [b (r) | a (r)] */
@@ -133,9 +158,10 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_hparams * hp = j->hp;
     const int32_t Hk = hp->n_group, Hv = hp->ssm_n_head, Dk = hp->d_state, r = Hv / Hk, C = gdn_conv_dim(hp);
     const float qscale = (float) (1.0 / sqrt((double) Dk));
+    const float bscale = hp->gdn_beta_scale > 0 ? hp->gdn_beta_scale : 1.0f;
     (void) thread;
     for (int64_t t = t0; t < t1; t++) {
-        float * c = j->xc + t * C;
+        float * c = j->conv + t * C;
         for (int32_t g = 0; g < Hk; g++) {
             l2_norm(c + (int64_t) g * Dk, Dk, qscale);
             l2_norm(c + (int64_t) (Hk + g) * Dk, Dk, 1.0f);
@@ -144,7 +170,7 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
         for (int32_t h = 0; h < Hv; h++) {
             const int64_t o = j->grouped_ba ? (int64_t) (h / r) * 2 * r + h % r : h;
             const float b = j->b[t * j->ba_stride + o], a = j->a[t * j->ba_stride + o + (j->grouped_ba ? r : 0)];
-            gb[h] = 1.0f / (1.0f + expf(-b));
+            gb[h] = 1.0f / (1.0f + expf(-b)) * bscale;
             gb[Hv + h] = j->l->ssm_a[h] * tk_softplus(a + j->l->ssm_dt_b[h]);
         }
     }
@@ -152,7 +178,7 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
 
 /* The delta rule for (sequence row s, v-head h) pairs p = s Hv + h over the threads. */
 typedef struct {
-    tk_context * ctx;          /* xc [U, C], dtr [U, 2 Hv], y [U, Hv Dv], ssd_ws (the workspace) */
+    tk_context * ctx;          /* conv [U, C], step [U, 2 Hv], y [U, Hv Dv], work (the workspace) */
     const tk_ubatch * ub;
     tk_rs_view rv;             /* piece 1: "S" [Hv, Dv, Dk] per cell */
     int64_t work_floats;       /* per thread: tk_gdn_work_floats(Dk, Dv) */
@@ -163,12 +189,12 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t Hk = hp->n_group, Hv = hp->ssm_n_head, Dk = hp->d_state, Dv = hp->ssm_head_dim, r = Hv / Hk;
     const int32_t C = gdn_conv_dim(hp), nst = j->ub->n_seq_tokens;
-    float * work = j->work_floats ? (float *) j->ctx->ssd_ws + (int64_t) thread * j->work_floats : NULL;
+    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / Hv), h = (int32_t) (p % Hv), kh = hp->gdn_head_tiled ? h % Hk : h / r;
         const int64_t t0 = (int64_t) s * nst;
-        const float * c = j->ctx->xc + t0 * C;
-        const float * gb = j->ctx->dtr + t0 * 2 * Hv;
+        const float * c = j->ctx->conv + t0 * C;
+        const float * gb = j->ctx->step + t0 * 2 * Hv;
         float * S = j->rv.piece[1] + (size_t) j->rv.ub_cells[s] * j->rv.piece_n[1] + (size_t) h * Dk * Dv;
         const tk_gdn_head hd = {nst, Dk, Dv,
                                 c + (int64_t) kh * Dk, C,
@@ -216,6 +242,24 @@ static void gdn_sigmoid_norm_rows(void * arg, int64_t t0, int64_t t1, int thread
     gdn_norm_gate(arg, t0, t1, 1);
 }
 
+/* OLMo-Hybrid: q, k, v by their own matrices into conv (free until the conv writes it: [U, Hk Dk]
+ * q, then k, then [U, Hv Dv] v, U C floats in all), then interleaved into proj rows [q | k | v] */
+static tk_status gdn_project_apart(tk_context * ctx, const tk_layer * l, int32_t U) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int64_t HkDk = (int64_t) hp->n_group * hp->d_state, HvDv = hp->d_inner, C = gdn_conv_dim(hp);
+    float * q = ctx->conv, * k = q + U * HkDk, * v = k + U * HkDk;
+    TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, q, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, k, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, v, &ctx->mm));
+    for (int64_t t = 0; t < U; t++) {
+        float * row = ctx->proj + t * C;
+        memcpy(row, q + t * HkDk, (size_t) HkDk * sizeof(float));
+        memcpy(row + HkDk, k + t * HkDk, (size_t) HkDk * sizeof(float));
+        memcpy(row + 2 * HkDk, v + t * HvDv, (size_t) HvDv * sizeof(float));
+    }
+    return TK_OK;
+}
+
 static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t Hv = hp->ssm_n_head, HvDv = hp->d_inner, C = gdn_conv_dim(hp), K = hp->d_conv;
@@ -223,24 +267,25 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    /* projections: m -> zx, z -> dt, raw b / a -> xdbl */
-    TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->zx, &ctx->mm));
-    TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->dt, &ctx->mm));
-    gdn_prep_job pj = {hp, l, ctx->xc, ctx->xdbl, ctx->xdbl, 2 * Hv, 1, ctx->dtr};
+    /* projections: m -> proj (or q, k and v apart), z -> gate, raw b / a -> narrow */
+    if (l->wqkv.data) TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    else TK_CHECK(gdn_project_apart(ctx, l, U));
+    TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
+    gdn_prep_job pj = {hp, l, ctx->conv, ctx->narrow, ctx->narrow, 2 * Hv, 1, ctx->step};
     if (l->ssm_ba.data) {
-        TK_CHECK(tk_matmul(&l->ssm_ba, 0, ctx->cur, U, ctx->xdbl, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_ba, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
     } else {
-        TK_CHECK(tk_matmul(&l->ssm_beta, 0, ctx->cur, U, ctx->xdbl, &ctx->mm));
-        TK_CHECK(tk_matmul(&l->ssm_alpha, 0, ctx->cur, U, ctx->xdbl + (int64_t) U * Hv, &ctx->mm));
-        pj.a = ctx->xdbl + (int64_t) U * Hv;
+        TK_CHECK(tk_matmul(&l->ssm_beta, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_alpha, 0, ctx->cur, U, ctx->narrow + (int64_t) U * Hv, &ctx->mm));
+        pj.a = ctx->narrow + (int64_t) U * Hv;
         pj.ba_stride = Hv;
         pj.grouped_ba = 0;
     }
     /* causal conv + SiLU per sequence row, its window carried in the "conv" piece */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
-        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * C, C, nst, C, K);
-        tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
-                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->xc + (int64_t) s * nst * C, C);
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * C, C, nst, C, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
+                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * C, C);
     }
     tk_par_rows(ctx->pool, U, C, gdn_prep_rows, &pj);
 
@@ -248,7 +293,7 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     gdn_rule_job rj = {ctx, ub, rv, tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim)};
     tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * Hv, (int64_t) nst * hp->d_state * hp->ssm_head_dim, gdn_rule_heads, &rj);
 
-    tk_rows_job gj = {ctx->dt, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->rms_eps, Hv};
+    tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->gdn_norm_eps > 0 ? hp->gdn_norm_eps : hp->rms_eps, Hv};
     tk_par_rows(ctx->pool, U, HvDv, hp->gdn_gate_act ? gdn_sigmoid_norm_rows : gdn_gated_norm_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }

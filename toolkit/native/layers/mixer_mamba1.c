@@ -32,16 +32,17 @@ static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return 2;
 }
 
-/* zx [2 DI], xc [DI], xdbl [M (R + 2N)] (head-major: [M, U, R + 2N]), dtr [M R], dt [DI],
+/* proj [2 DI] (x | z), conv [DI], narrow [M (R + 2N)] (x_proj: dt | B | C, head-major: [M, U, R + 2N]),
+ * step [M R] (dt's rank rows), dt [DI],
  * y [DI] (with M > 1 also a head's gathered x_n, then its dt_proj output, before the scan) */
 static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, R = (size_t) hp->dt_rank, M = (size_t) m1_heads(hp);
     (void) il; (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->zx, 2 * DI);
-    tk_scratch_need(&need->xc, DI);
-    tk_scratch_need(&need->xdbl, M * (R + 2 * N));
-    tk_scratch_need(&need->dtr, M * R);
+    tk_scratch_need(&need->proj, 2 * DI);
+    tk_scratch_need(&need->conv, DI);
+    tk_scratch_need(&need->narrow, M * (R + 2 * N));
+    tk_scratch_need(&need->step, M * R);
     tk_scratch_need(&need->dt, DI);
     tk_scratch_need(&need->y, DI);
 }
@@ -94,35 +95,35 @@ static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
     const int32_t N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N;
     const float eps = hp->ssm_dt_b_c_eps > 0 ? hp->ssm_dt_b_c_eps : hp->rms_eps;   /* FalconMamba: mixer_rms_eps */
     for (int32_t t = 0; t < U; t++) {   /* U: tokens x heads */
-        float * xd = ctx->xdbl + (int64_t) t * XD;
+        float * xd = ctx->narrow + (int64_t) t * XD;
         if (l->ssm_dt_norm || hp->dt_b_c_rms) {
             tk_rms_norm(xd, l->ssm_dt_norm, eps, R, xd);
             tk_rms_norm(xd + R, l->ssm_b_norm, eps, N, xd + R);
             tk_rms_norm(xd + R + N, l->ssm_c_norm, eps, N, xd + R + N);
         }
-        memcpy(ctx->dtr + (int64_t) t * R, xd, (size_t) R * sizeof(float));
+        memcpy(ctx->step + (int64_t) t * R, xd, (size_t) R * sizeof(float));
     }
 }
 
-/* x_proj, the dt/B/C norms and dt_proj, per head: xdbl [M, U, R + 2N], dt [U, DI] (before
- * softplus).  One head reads xc and writes dt directly; with M heads, head n's x_n is gathered
+/* x_proj, the dt/B/C norms and dt_proj, per head: narrow [M, U, R + 2N], dt [U, DI] (before
+ * softplus).  One head reads conv and writes dt directly; with M heads, head n's x_n is gathered
  * into y [U, Dm] and its dt_proj output goes through y into dt's columns. */
 static tk_status m1_project(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t DI = hp->d_inner, N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N, M = m1_heads(hp), Dm = DI / M;
     if (M == 1) {
-        TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->xc, U, ctx->xdbl, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->conv, U, ctx->narrow, &ctx->mm));
         m1_dt_b_c(ctx, l, U);
-        return tk_matmul(&l->ssm_dt, 0, ctx->dtr, U, ctx->dt, &ctx->mm);
+        return tk_matmul(&l->ssm_dt, 0, ctx->step, U, ctx->dt, &ctx->mm);
     }
     for (int32_t n = 0; n < M; n++) {
         for (int32_t t = 0; t < U; t++)
-            memcpy(ctx->y + (int64_t) t * Dm, ctx->xc + (int64_t) t * DI + (int64_t) n * Dm, (size_t) Dm * sizeof(float));
-        TK_CHECK(tk_matmul(&l->ssm_x, n, ctx->y, U, ctx->xdbl + (int64_t) n * U * XD, &ctx->mm));
+            memcpy(ctx->y + (int64_t) t * Dm, ctx->conv + (int64_t) t * DI + (int64_t) n * Dm, (size_t) Dm * sizeof(float));
+        TK_CHECK(tk_matmul(&l->ssm_x, n, ctx->y, U, ctx->narrow + (int64_t) n * U * XD, &ctx->mm));
     }
     m1_dt_b_c(ctx, l, U * M);
     for (int32_t n = 0; n < M; n++) {
-        TK_CHECK(tk_matmul(&l->ssm_dt, n, ctx->dtr + (int64_t) n * U * R, U, ctx->y, &ctx->mm));
+        TK_CHECK(tk_matmul(&l->ssm_dt, n, ctx->step + (int64_t) n * U * R, U, ctx->y, &ctx->mm));
         for (int32_t t = 0; t < U; t++)
             memcpy(ctx->dt + (int64_t) t * DI + (int64_t) n * Dm, ctx->y + (int64_t) t * Dm, (size_t) Dm * sizeof(float));
     }
@@ -136,12 +137,12 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
-        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
-        tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->xc + (int64_t) s * nst * DI, DI);
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * DI, DI);
     }
 
     TK_CHECK(m1_project(ctx, l, U));
@@ -155,9 +156,9 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
             const int64_t t = (int64_t) s * nst + i;
             for (int32_t n = 0; n < M; n++) {
                 const int64_t c0 = (int64_t) n * Dm;
-                const float * xd = ctx->xdbl + ((int64_t) n * U + t) * XD;
-                tk_ssm_scan_mamba1(state + c0 * N, ctx->xc + t * DI + c0, ctx->dt + t * DI + c0, l->ssm_a + c0 * N,
-                                   xd + R, xd + R + N, l->ssm_d + c0, ctx->zx + t * 2 * DI + DI + c0, Dm, N,
+                const float * xd = ctx->narrow + ((int64_t) n * U + t) * XD;
+                tk_ssm_scan_mamba1(state + c0 * N, ctx->conv + t * DI + c0, ctx->dt + t * DI + c0, l->ssm_a + c0 * N,
+                                   xd + R, xd + R + N, l->ssm_d + c0, ctx->proj + t * 2 * DI + DI + c0, Dm, N,
                                    ctx->y + t * DI + c0);
             }
             float * snap = tk_rs_snap(&rv, 1, s, nst, i);   /* speculative window */

@@ -32,20 +32,14 @@ static int32_t m2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return 2;
 }
 
-/* zx [W], xc [CD], y [DI] and the SSD workspace.  xdbl [R + 2N], dtr [R] and dt [DI] are not
- * used by this kind: they are declared because the context sized them for every recurrent
- * layer before the kinds declared their own scratch, and the memory report (and the Python
- * estimate in toolkit/runtime/memory.py) stayed the same through that change. */
+/* proj [W] (z | xBC | dt), conv [CD], y [DI] and the SSD workspace */
 static void m2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, G = (size_t) hp->n_group;
-    const size_t H = (size_t) hp->ssm_n_head, R = (size_t) hp->dt_rank;
+    const size_t H = (size_t) hp->ssm_n_head;
     (void) il;
-    tk_scratch_need(&need->zx, 2 * DI + 2 * G * N + H);
-    tk_scratch_need(&need->xc, (size_t) m2_conv_dim(hp));
-    tk_scratch_need(&need->xdbl, R + 2 * N);
-    tk_scratch_need(&need->dtr, R);
-    tk_scratch_need(&need->dt, DI);
+    tk_scratch_need(&need->proj, 2 * DI + 2 * G * N + H);
+    tk_scratch_need(&need->conv, (size_t) m2_conv_dim(hp));
     tk_scratch_need(&need->y, DI);
     tk_scratch_need(&need->work_bytes, tk_ssd_workspace_bytes(n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
                                                               hp->n_group, n_threads));
@@ -110,19 +104,19 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
-        tk_rs_snap_conv(&rv, 0, s, ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K);
-        tk_conv_silu(ctx, ctx->zx + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->xc + (int64_t) s * nst * CD, CD);
+        tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K);
+        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * CD, CD);
     }
 
-    /* dt = softplus(dt + dt_bias), in place in zx's dt columns; then each sequence's run
+    /* dt = softplus(dt + dt_bias), in place in proj's dt columns; then each sequence's run
      * through the scan (recurrence, or chunked SSD from tk_ssd_threshold() tokens; heads
      * split over the threads) */
     for (int32_t t = 0; t < U; t++) {
-        float * dtr = ctx->zx + (int64_t) t * W + DI + CD;
+        float * dtr = ctx->proj + (int64_t) t * W + DI + CD;
         for (int32_t h = 0; h < H; h++) dtr[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
         if (hp->ssm_dt_min > 0.0f)   /* zamba2: the chunked scan's dt_limit floor */
             for (int32_t h = 0; h < H; h++) dtr[h] = fmaxf(dtr[h], hp->ssm_dt_min);
@@ -133,14 +127,14 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
         if (tk_rs_snaps_row(&rv, s, nst)) {   /* speculative window: the recurrence, a snapshot per token */
             float * snap[TK_MAX_UB_SNAP];
             for (int32_t i = 0; i < nst && i < TK_MAX_UB_SNAP; i++) snap[i] = tk_rs_snap(&rv, 1, s, nst, i);
-            TK_CHECK(tk_ssm_mamba2_run_snap(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
+            TK_CHECK(tk_ssm_mamba2_run_snap(ctx->pool, state, ctx->conv + t * CD, CD, ctx->proj + t * W + DI + CD, W, l->ssm_a,
                                             l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, snap));
             continue;
         }
-        TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->xc + t * CD, CD, ctx->zx + t * W + DI + CD, W, l->ssm_a,
-                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->ssd_ws, ctx->ssd_ws_bytes));
+        TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->conv + t * CD, CD, ctx->proj + t * W + DI + CD, W, l->ssm_a,
+                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->work, ctx->work_bytes));
     }
-    tk_rows_job gj = {ctx->zx, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
+    tk_rows_job gj = {ctx->proj, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
     const int gate_first = l->ssm_norm && !hp->ssm_norm_before_gate;
     tk_par_rows(ctx->pool, U, DI, gate_first ? tk_gated_norm_rows : norm_then_gate_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);

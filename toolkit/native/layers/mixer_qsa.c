@@ -21,7 +21,7 @@
  *     scores resolved as torch.topk does, qsa_top_blocks) and of the tail
  *   then the attention of mixer_attention.c over those cells (softmax over the selected cells).
  * Below B + r - 1 visible tokens the layer is exactly the dense gated attention.
- * Scratch: zx [U, Hi di] the indexer queries, xc [U, di] the raw keys; the selection
+ * Scratch: proj [U, Hi di] the indexer queries, then [U, di] the raw keys; the selection
  *   [U, n_cells] bytes and the pooled keys are allocated per call.
  * ref: transformers 5.24 models/qwen4_exp/modeling_qwen4_exp.py (Qwen4ExpTextQSAIndexer);
  *      llama.cpp 0c1e570 qwen4exp.cpp build_qsa_top_k (whose token-level top-k of width
@@ -41,8 +41,7 @@ static int32_t qsa_idx_dim(const tk_model * m, int il) {
 
 static void qsa_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     tk_attention_scratch(m, il, n_ubatch, n_threads, need);
-    tk_scratch_need(&need->zx, (size_t) m->hp.idx_n_head * (size_t) m->hp.idx_head_dim);
-    tk_scratch_need(&need->xc, (size_t) m->hp.idx_head_dim);
+    tk_scratch_need(&need->proj, ((size_t) m->hp.idx_n_head + 1) * (size_t) m->hp.idx_head_dim);   /* queries, keys */
 }
 
 static tk_status qsa_check(const tk_hparams * hp, int il) {
@@ -211,7 +210,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
             for (int32_t k = 0; k < n_vis; k++) row[cells[k]] = 1;
             continue;
         }
-        const float * qi = ctx->zx + (size_t) t * Hi * di;
+        const float * qi = ctx->proj + (size_t) t * Hi * di;
         for (int32_t b = 0; b < n_blk; b++) {
             const float * pk = pooled + (size_t) b * di;
             float sum = 0.0f;
@@ -243,13 +242,14 @@ static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     if (!kv.ik || kv.ik_dim != di) return TK_FAIL(TK_ERR_STATE, "layer %d has no indexer key cache", il);
     /* indexer: queries normed and rotated per head, raw keys into the cells */
-    TK_CHECK(tk_matmul(&l->idx_q, 0, ctx->cur, U, ctx->zx, &ctx->mm));
-    TK_CHECK(tk_matmul(&l->idx_k, 0, ctx->cur, U, ctx->xc, &ctx->mm));
+    float * keys = ctx->proj + (size_t) U * Hi * di;   /* [U, di] after the queries [U, Hi di] */
+    TK_CHECK(tk_matmul(&l->idx_q, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->idx_k, 0, ctx->cur, U, keys, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
-        float * q = ctx->zx + (size_t) t * Hi * di;
+        float * q = ctx->proj + (size_t) t * Hi * di;
         for (int32_t h = 0; h < Hi; h++) tk_rms_norm(q + (size_t) h * di, l->idx_q_norm, hp->rms_eps, di, q + (size_t) h * di);
         if (hp->use_rope && hp->n_rot > 0) tk_rope_neox(q, Hi, di, hp->n_rot, ub->pos[t], hp->rope_freq_base);
-        memcpy(kv.ik + (size_t) kv.ub_cells[t] * di, ctx->xc + (size_t) t * di, (size_t) di * sizeof(float));
+        memcpy(kv.ik + (size_t) kv.ub_cells[t] * di, keys + (size_t) t * di, (size_t) di * sizeof(float));
     }
     /* the cells a token sees are claimed before the forward (prepare), so the raw keys of the
      * whole ubatch are in place before any selection */

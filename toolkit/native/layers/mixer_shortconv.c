@@ -13,7 +13,8 @@
  *   c_t = sum_{k<K} conv[k] * bx_{t-K+1+k}   (causal, the window carried in the state)
  *   out = out_proj(C * c)
  * No activation anywhere (the gates are the products).
- * Scratch: zx [U, 3D] (B | C | x), xc [U, D] bx, y [U, D] the conv output, then C * it.
+ * Scratch: proj [U, 3D] (B | C | x), conv [U, D] bx (the conv's input), y [U, D] the conv output,
+ *   then C * it.
  * ref: transformers modeling_lfm2.py Lfm2ShortConv.slow_forward; llama.cpp src/models/lfm2.cpp
  *      build_shortconv_block.
  */
@@ -28,8 +29,8 @@ static int32_t sc_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
 static void sc_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const size_t D = (size_t) m->hp.n_embd;
     (void) il; (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->zx, 3 * D);
-    tk_scratch_need(&need->xc, D);
+    tk_scratch_need(&need->proj, 3 * D);
+    tk_scratch_need(&need->conv, D);
     tk_scratch_need(&need->y, D);
 }
 
@@ -67,20 +68,20 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
-    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->zx, &ctx->mm));
+    TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {           /* bx = B * x */
-        const float * bt = ctx->zx + (int64_t) t * W, * xt = bt + 2 * D;
-        float * o = ctx->xc + (int64_t) t * D;
+        const float * bt = ctx->proj + (int64_t) t * W, * xt = bt + 2 * D;
+        float * o = ctx->conv + (int64_t) t * D;
         for (int32_t i = 0; i < D; i++) o[i] = bt[i] * xt[i];
     }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int64_t t0 = (int64_t) s * nst;
-        tk_rs_snap_conv(&rv, 0, s, ctx->xc + t0 * D, D, nst, D, K);
-        tk_conv_rows(ctx, ctx->xc + t0 * D, D, nst, D, K, l->ssm_conv1d, NULL,
+        tk_rs_snap_conv(&rv, 0, s, ctx->conv + t0 * D, D, nst, D, K);
+        tk_conv_rows(ctx, ctx->conv + t0 * D, D, nst, D, K, l->ssm_conv1d, NULL,
                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->y + t0 * D, D);
     }
     for (int32_t t = 0; t < U; t++) {           /* y = C * conv */
-        const float * ct = ctx->zx + (int64_t) t * W + D;
+        const float * ct = ctx->proj + (int64_t) t * W + D;
         float * yt = ctx->y + (int64_t) t * D;
         for (int32_t i = 0; i < D; i++) yt[i] *= ct[i];
     }

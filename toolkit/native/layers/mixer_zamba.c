@@ -28,11 +28,11 @@ static int32_t z1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return tk_mixer_mamba1.rs_pieces(m, il, out);
 }
 
-/* Mamba-1's, plus the shared block's: zx [A] (h), y [H hd], q [H hd], kv [Hkv hd] */
+/* Mamba-1's, plus the shared block's: proj [A] (h), y [H hd], q [H hd], kv [Hkv hd] */
 static void z1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     tk_mixer_mamba1.scratch(m, il, n_ubatch, n_threads, need);
-    tk_scratch_need(&need->zx, 2 * (size_t) hp->n_embd);
+    tk_scratch_need(&need->proj, 2 * (size_t) hp->n_embd);
     tk_scratch_need(&need->y, (size_t) hp->n_head * (size_t) hp->head_dim);
     tk_scratch_need(&need->q, (size_t) hp->n_head * (size_t) hp->head_dim);
     tk_scratch_need(&need->kv, (size_t) z1_kv_dim(m, il));

@@ -40,14 +40,14 @@ static int32_t z2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return tk_mixer_mamba2.rs_pieces(m, il, out);
 }
 
-/* Mamba-2's, plus: zx [A] (h), xdbl [r] (adapter rows), y [max(H hd, F)] (adapter outputs),
- * q [H hd], kv [Hkv hd] */
+/* Mamba-2's, plus: proj [A] (h, the shared block's input), narrow [r] (adapter rows), y [max(H hd,
+ * F)] (adapter outputs), q [H hd], kv [Hkv hd] */
 static void z2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const tk_layer * l = &m->layers[il];
     tk_mixer_mamba2.scratch(m, il, n_ubatch, n_threads, need);
-    tk_scratch_need(&need->zx, 2 * (size_t) hp->n_embd);
-    tk_scratch_need(&need->xdbl, (size_t) l->ffn_lora_a.ne[1]);
+    tk_scratch_need(&need->proj, 2 * (size_t) hp->n_embd);
+    tk_scratch_need(&need->narrow, (size_t) l->ffn_lora_a.ne[1]);
     tk_scratch_need(&need->y, (size_t) hp->n_head * (size_t) hp->head_dim);
     tk_scratch_need(&need->y, (size_t) l->n_ff);
     tk_scratch_need(&need->q, (size_t) hp->n_head * (size_t) hp->head_dim);
@@ -115,15 +115,15 @@ static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 
 /* ---- forward ---- */
 
-/* y [U, n] = w x + b (a (x)): the projection plus its LoRA adapter (a: [in, r] into ctx->xdbl,
+/* y [U, n] = w x + b (a (x)): the projection plus its LoRA adapter (a: [in, r] into ctx->narrow,
  * b: [r, n] into ctx->y), added row by row; w x alone when the adapter is absent */
 static tk_status z2_proj_lora(tk_context * ctx, const tk_weight * w, const tk_weight * a, const tk_weight * b,
                               const float * x, int32_t U, float * y) {
     const int64_t n = w->ne[1];
     TK_CHECK(tk_matmul(w, 0, x, U, y, &ctx->mm));
     if (!a->data) return TK_OK;
-    TK_CHECK(tk_matmul(a, 0, x, U, ctx->xdbl, &ctx->mm));
-    TK_CHECK(tk_matmul(b, 0, ctx->xdbl, U, ctx->y, &ctx->mm));
+    TK_CHECK(tk_matmul(a, 0, x, U, ctx->narrow, &ctx->mm));
+    TK_CHECK(tk_matmul(b, 0, ctx->narrow, U, ctx->y, &ctx->mm));
     tk_rows_job j = {ctx->y, NULL, y, n, n, n, 1.0f, 1};
     tk_par_rows(ctx->pool, U, n, tk_add_rows, &j);
     return TK_OK;
@@ -146,16 +146,16 @@ tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, co
     const tk_hparams * hp = &m->hp;
     const int32_t U = ub->n_tokens, D = hp->n_embd, A = 2 * D, F = l->n_ff;
     for (int32_t t = 0; t < U; t++) {   /* h = [x | E] */
-        float * h = ctx->zx + (int64_t) t * A;
+        float * h = ctx->proj + (int64_t) t * A;
         memcpy(h, ctx->x + (int64_t) t * D, (size_t) D * sizeof(float));
         TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], h + D));
         if (hp->embedding_scale != 1.0f)
             for (int32_t i = 0; i < D; i++) h[D + i] *= hp->embedding_scale;
     }
-    tk_rms_norm_rows(ctx, ctx->zx, l->shared_attn_norm, hp->rms_eps, A, U, ctx->zx);
-    TK_CHECK(z2_proj_lora(ctx, &l->wq, &l->lora_qa, &l->lora_qb, ctx->zx, U, ctx->q));
-    TK_CHECK(z2_proj_lora(ctx, &l->wk, &l->lora_ka, &l->lora_kb, ctx->zx, U, ctx->k));
-    TK_CHECK(z2_proj_lora(ctx, &l->wv, &l->lora_va, &l->lora_vb, ctx->zx, U, ctx->v));
+    tk_rms_norm_rows(ctx, ctx->proj, l->shared_attn_norm, hp->rms_eps, A, U, ctx->proj);
+    TK_CHECK(z2_proj_lora(ctx, &l->wq, &l->lora_qa, &l->lora_qb, ctx->proj, U, ctx->q));
+    TK_CHECK(z2_proj_lora(ctx, &l->wk, &l->lora_ka, &l->lora_kb, ctx->proj, U, ctx->k));
+    TK_CHECK(z2_proj_lora(ctx, &l->wv, &l->lora_va, &l->lora_vb, ctx->proj, U, ctx->v));
     TK_CHECK(tk_attention_core(ctx, l, il, ub));
     TK_CHECK(tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm));
     tk_rms_norm_rows(ctx, out, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);

@@ -181,6 +181,18 @@ tk_status tk_memory_rs_new(const tk_model * model, int32_t n_cells, tk_memory **
 /* owns both children from here on (frees them on failure too) */
 tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk_memory ** out);
 
+/* What such a memory would hold, without allocating it: the figures its `report` gives once it
+ * is made, computed from the layer kinds as its constructor sizes them (a hybrid: both).
+ * kv: kv_bytes of n_ctx cells per attention layer, or on a sliding-window layer (hp.swa_layers)
+ * the sliding cache's tk_kv_swa_cells(n_swa, n_ctx, n_seq, n_ubatch, k, n_ckpt).  rs:
+ * recurrent_bytes of n_cells sequences, checkpoint_bytes with n_ckpt per sequence and
+ * draft_bytes with a speculative window k (flags TK_SPEC_NO_LAST), n_ckpt and k refused as
+ * set_checkpoints / set_spec_window refuse them.  Sums saturate. */
+void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubatch, int32_t n_seq, int32_t n_ckpt, int32_t k,
+                           tk_memory_report * r);
+tk_status tk_memory_rs_estimate(const tk_model * model, int32_t n_cells, int32_t n_ckpt, int32_t k, uint32_t flags,
+                                tk_memory_report * r);
+
 /* the tk_memory default methods a memory without that part uses (memory_hybrid.c) */
 tk_status tk_memory_no_view_kv(tk_memory * m, int il, tk_kv_view * out);
 tk_status tk_memory_no_view_rs(tk_memory * m, int il, tk_rs_view * out);

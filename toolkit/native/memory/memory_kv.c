@@ -480,6 +480,21 @@ static const tk_memory KV_METHODS = {
     .trim = kv_trim,
 };
 
+void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubatch, int32_t n_seq, int32_t n_ckpt, int32_t k,
+                           tk_memory_report * r) {
+    const tk_hparams * hp = &model->hp;
+    /* a sliding-window layer's cells: the sliding cache's, as tk_memory_kv_new_sel makes it and
+     * kv_set_checkpoints / kv_set_spec_window grow it (memory_iswa.c holds both caches) */
+    const int32_t swa_cells = hp->swa_layers ? tk_kv_swa_cells(hp->n_swa, n_ctx, n_seq, n_ubatch, k, n_ckpt) : 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {   /* K and V of kv_dim, and the third array of kv_idx_dim */
+        const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
+        if (!ops || !ops->kv_dim) continue;
+        const int32_t n_cells = hp->swa_layers && hp->swa_layers[l] ? swa_cells : n_ctx;
+        const uint64_t per_cell = 2 * (uint64_t) ops->kv_dim(model, l) + (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
+        r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_mul(tk_sat_mul(per_cell, (uint64_t) n_cells), sizeof(float)));
+    }
+}
+
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
     return tk_memory_kv_new_sel(model, n_cells, n_ubatch, 1, TK_KV_ALL, out);
 }

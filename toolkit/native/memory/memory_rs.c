@@ -188,9 +188,14 @@ static void rs_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
     }
 }
 
+static tk_status check_ckpt(int32_t n_ckpt) {
+    if (n_ckpt < 0 || n_ckpt > 1024) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d must be in [0, 1024]", n_ckpt);
+    return TK_OK;
+}
+
 static tk_status rs_set_checkpoints(tk_memory * m, int32_t n_ckpt, int32_t every) {
     tk_memory_rs * rs = RS(m);
-    if (n_ckpt < 0 || n_ckpt > 1024) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d must be in [0, 1024]", n_ckpt);
+    TK_CHECK(check_ckpt(n_ckpt));
     if (every < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoint interval = %d must be >= 0", every);
     int32_t * pos = NULL;
     float * data = NULL;
@@ -254,28 +259,39 @@ static void ring_free(tk_memory_rs * rs) {
  * restored stale, so a window is refused for such a model. */
 static const char * const SNAP_PIECES[] = {"conv", "ssm", "S", "ple_conv", "ple_hist"};
 
-static const char * unsnapped_piece(const tk_memory_rs * rs, int32_t * layer) {
-    for (int32_t l = 0; l < rs->n_layer; l++)
-        for (int32_t j = 0; j < rs->n_pieces[l]; j++) {
-            int ok = 0;
-            for (size_t i = 0; i < sizeof SNAP_PIECES / sizeof SNAP_PIECES[0]; i++)
-                ok |= strcmp(rs->piece[l][j].name, SNAP_PIECES[i]) == 0;
-            if (!ok) { *layer = l; return rs->piece[l][j].name; }
-        }
+/* the name of the first of the n pieces pc[] not in SNAP_PIECES, or NULL */
+static const char * unsnapped_piece(const tk_rs_piece * pc, int32_t n) {
+    for (int32_t j = 0; j < n; j++) {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof SNAP_PIECES / sizeof SNAP_PIECES[0]; i++) ok |= strcmp(pc[j].name, SNAP_PIECES[i]) == 0;
+        if (!ok) return pc[j].name;
+    }
     return NULL;
+}
+
+/* a speculative window of k tokens over layer `layer`'s pieces (set_spec_window's checks) */
+static tk_status check_window(int32_t k, const tk_rs_piece * pc, int32_t n, int32_t layer) {
+    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
+    const char * bad = k > 0 ? unsnapped_piece(pc, n) : NULL;
+    if (bad)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "speculative decoding: layer %d's recurrent piece '%s' keeps no per-token "
+                       "snapshots (a rollback would not be exact)", layer, bad);
+    return TK_OK;
+}
+
+/* ring rows per sequence for a window of k tokens */
+static int32_t window_rows(int32_t k, uint32_t flags) {
+    if (k == 0) return 0;
+    return (flags & TK_SPEC_NO_LAST) ? k : k + 1;   /* a call's last token keeps no row */
 }
 
 static tk_status rs_set_spec_window(tk_memory * m, int32_t k, uint32_t flags) {
     tk_memory_rs * rs = RS(m);
-    if (k < 0 || k > 256) return TK_FAIL(TK_ERR_INVALID, "speculative window = %d must be in [0, 256]", k);
-    int32_t bad_layer = -1;
-    const char * bad = k > 0 ? unsnapped_piece(rs, &bad_layer) : NULL;
-    if (bad)
-        return TK_FAIL(TK_ERR_UNSUPPORTED, "speculative decoding: layer %d's recurrent piece '%s' keeps no per-token "
-                       "snapshots (a rollback would not be exact)", bad_layer, bad);
+    TK_CHECK(check_window(k, NULL, 0, -1));
+    for (int32_t l = 0; l < rs->n_layer; l++) TK_CHECK(check_window(k, rs->piece[l], rs->n_pieces[l], l));
     ring_free(rs);
     if (k == 0) return TK_OK;
-    const int32_t n_rows = (flags & TK_SPEC_NO_LAST) ? k : k + 1;   /* a call's last token keeps no row */
+    const int32_t n_rows = window_rows(k, flags);
     const size_t rows = (size_t) rs->n_cells * (size_t) n_rows;
     rs->ring = calloc((size_t) rs->n_layer, sizeof *rs->ring);
     rs->ring_pos = malloc(rows * sizeof(int32_t));
@@ -785,6 +801,26 @@ static tk_status rs_alloc_pieces(tk_memory_rs * rs, const tk_model * model) {
             rs->cell_n += rs->piece[l][k].n;
         }
     }
+    return TK_OK;
+}
+
+tk_status tk_memory_rs_estimate(const tk_model * model, int32_t n_cells, int32_t n_ckpt, int32_t k, uint32_t flags,
+                                tk_memory_report * r) {
+    TK_CHECK(check_ckpt(n_ckpt));
+    TK_CHECK(check_window(k, NULL, 0, -1));
+    uint64_t cell_n = 0;       /* floats of one state: every piece of every layer, as rs_alloc_pieces sizes them */
+    for (int32_t l = 0; l < model->hp.n_layer; l++) {
+        const tk_mixer_ops * ops = tk_mixer_ops_of(model->hp.layer_kinds[l]);
+        if (!ops || !ops->rs_pieces) continue;
+        tk_rs_piece pc[TK_RS_MAX_PIECES];
+        const int32_t n = ops->rs_pieces(model, l, pc);
+        TK_CHECK(check_window(k, pc, n, l));
+        for (int32_t j = 0; j < n; j++) cell_n = tk_sat_add(cell_n, pc[j].n);
+    }
+    const uint64_t state = tk_sat_mul(tk_sat_mul((uint64_t) n_cells, cell_n), sizeof(float));
+    r->recurrent_bytes = tk_sat_add(r->recurrent_bytes, state);
+    r->checkpoint_bytes = tk_sat_add(r->checkpoint_bytes, tk_sat_mul(state, (uint64_t) n_ckpt));
+    r->draft_bytes = tk_sat_add(r->draft_bytes, tk_sat_mul(state, (uint64_t) window_rows(k, flags)));
     return TK_OK;
 }
 

@@ -40,7 +40,7 @@
 
 /* a quantized weight type: row converters (quants_*.c, IMATRIX: its imatrix quantizer or
  * NULL), the activation type ACT of its integer dot, the scalar dot product and the row
- * kernels per slot (qdot*.c, kernels_neon.c) */
+ * kernels per slot (qdot*.c here and in x86/, arm/) */
 #define QUANT_TYPE(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON)                           \
     QUANT_TYPE_Z(T, NAME, t, BLCK, BLK, IMATRIX, ACT, act, ROWS_AVX2, ROWS_NEON, NULL, NULL)
 /* the same with an AVX512 slot (qdot_avx512.c, qdot_kquants_avx512.c) and an AVXVNNI slot

@@ -14,14 +14,16 @@
  * Which kernel and which activation type a weight type takes is the type table's
  * (ggml_types.c: vec_dot_type, qdot_rows, act_from_float).
  *
- * Files: qdot.c (activation quantizers, scalar dot products of the legacy types and
- * IQ4_NL, the scalar row kernels), qdot_kquants.c (scalar dot products of the k-quants and IQ4_XS),
- * qdot_avx2.c (AVX2 activation quantizers), qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K /
- * Q5_K / Q6_K / IQ4_XS kernels), qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 /
- * Q5_1 kernels), qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel), qdot_kquants_avx512.c
- * (AVX-512 VNNI Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels), qdot_bf16_avx512.c
- * (AVX512_BF16 BF16 x BF16 kernel and the f32 -> bf16 activation conversion), qdot_avxvnni.c
- * (AVX-VNNI Q8_0 / Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels at the avx2 level).
+ * Files (in quants/): qdot.c (activation quantizers, scalar dot products of the legacy types
+ * and IQ4_NL, the scalar row kernels), qdot_kquants.c (scalar dot products of the k-quants and
+ * IQ4_XS); per instruction set, x86/qdot_avx2.c (AVX2 activation quantizers),
+ * x86/qdot_kquants_avx2.c (AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS kernels),
+ * x86/qdot_legacy_avx2.c (AVX2 Q8_0 / Q4_0 / Q5_0 / IQ4_NL / Q4_1 / Q5_1 kernels),
+ * x86/qdot_avx512.c (AVX-512 VNNI Q8_0 prompt kernel), x86/qdot_kquants_avx512.c (AVX-512 VNNI
+ * Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels), x86/qdot_bf16_avx512.c (AVX512_BF16 BF16 x
+ * BF16 kernel and the f32 -> bf16 activation conversion), x86/qdot_avxvnni.c (AVX-VNNI Q8_0 /
+ * Q4_K / Q5_K / Q6_K / Q3_K / Q2_K prompt kernels at the avx2 level), arm/qdot_neon.c (NEON
+ * Q8_0 kernel).
  */
 #ifndef TK_QDOT_H
 #define TK_QDOT_H
@@ -294,7 +296,7 @@ TK_QDOT_DECLARE_ROWS(tk_qdot_rows_bf16_avx512)
  * kept quiet (llama.cpp ggml_compute_fp32_to_bf16) */
 void tk_quantize_act_bf16(const float * x, void * y, int64_t K);
 #if defined(__aarch64__) && defined(__ARM_NEON)
-/* kernels_neon.c: Q8_0 (the other types run their scalar kernels at the NEON level) */
+/* arm/qdot_neon.c: Q8_0 (the other types run their scalar kernels at the NEON level) */
 TK_QDOT_DECLARE_ROWS(tk_qdot_rows_q8_0_neon)
 #endif
 

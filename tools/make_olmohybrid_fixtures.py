@@ -1,0 +1,103 @@
+"""Make the held-back OLMo-Hybrid fixture (tests/fixtures/hf/olmohybrid-nope-tiny); olmohybrid-tiny
+is ../shared/fixtures' (GDN at 0, 1, 3 with Hk 2, Hv 4, Dk 16, Dv 32, beta x2; RoPE attention at 2).
+
+    olmohybrid-nope-tiny  5 layers [full, linear, linear, full, linear] (attention first and twice),
+                          hidden 48, 3 attention heads of 16 over 1 KV head (MQA), NoPE
+                          (``rope_theta`` null, as the released checkpoints), GDN Hk 3, Hv 6, Dk 8,
+                          Dv 12 (neither Dk nor 2 Dk), conv kernel 3, linear_allow_neg_eigval false
+                          (beta = sigmoid, x1), rms_norm_eps 1e-5, tied embeddings
+
+Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
+
+    /tmp/devenv_m1/bin/python tools/make_olmohybrid_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
+
+Seeded; every parameter redrawn: matrices N(0, 0.08); RMSNorm weights (1-D) 1 + N(0, 0.1); A_log =
+log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1].  Several safetensors shards
+(max_shard_size 160KB); tokenizer, token text and reference.npz layout of tools/make_gdn_fixtures.py
+(64 tokens, float32 logits [64, 512]); the 16 greedy tokens by HF ``generate`` with
+``min_new_tokens=16`` (end-of-text, id 0, suppressed), as ../shared/fixtures round 3.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+
+SPECS = {
+    "olmohybrid-nope-tiny": dict(seed=51, text=dict(
+        vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+        hidden_size=48, intermediate_size=96, num_hidden_layers=5, num_attention_heads=3, num_key_value_heads=1,
+        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": None}, attention_bias=False,
+        linear_num_key_heads=3, linear_num_value_heads=6, linear_key_head_dim=8, linear_value_head_dim=12,
+        linear_conv_kernel_dim=3, linear_allow_neg_eigval=False, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        max_position_embeddings=4096)),
+}
+
+
+def _redraw(torch, named, g) -> None:
+    with torch.no_grad():
+        for name, p in named:
+            if name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith("dt_bias"):
+                dt = torch.exp(torch.empty(p.shape).uniform_(math.log(1e-3), math.log(0.1), generator=g))
+                p.copy_(dt + torch.log(-torch.expm1(-dt)))          # inverse softplus
+            elif p.ndim == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def make(name: str, out_root: str) -> None:
+    import torch
+    import transformers
+
+    spec = SPECS[name]
+    torch.manual_seed(spec["seed"])
+    cfg = transformers.OlmoHybridConfig(**spec["text"])
+    cfg.architectures = ["OlmoHybridForCausalLM"]
+    model = transformers.OlmoHybridForCausalLM._from_config(cfg).eval()
+    assert model.model.rotary_emb is None, "the variant is meant to be NoPE"
+    _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
+    out = os.path.join(out_root, name)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    tokens = _tokens()
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             min_new_tokens=N_GREEDY, do_sample=False)
+    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
+    # the saved checkpoint reproduces the logits (what the tests convert is what was run)
+    re = transformers.OlmoHybridForCausalLM.from_pretrained(out).eval()
+    assert re.model.rotary_emb is None, "NoPE did not survive save / reload"
+    with torch.no_grad():
+        again = re(input_ids=ids).logits[0].float().numpy()
+    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    files = sorted(os.listdir(out))
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
+    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}, transformers {transformers.__version__}")
+    if total > 1.4 * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+
+def main(argv: list[str]) -> None:
+    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
+    for name in argv[1:] or list(SPECS):
+        make(name, out_root)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
