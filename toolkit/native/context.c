@@ -20,7 +20,7 @@ void tk_context_free(tk_context * c) {
     if (c->mem) c->mem->free(c->mem);
     tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->zx, c->xc, c->xdbl, c->dtr, c->dt, c->y, c->q, c->k, c->v,
-                      c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe, c->pc};
+                      c->att, c->g, c->u, c->moe_x, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe, c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->ssd_ws);
@@ -41,6 +41,17 @@ static tk_scratch scratch_of(const tk_model * m, int32_t n_ubatch, int n_threads
         if (ops && ops->scratch) ops->scratch(m, i, n_ubatch, n_threads, &sc);
     }
     return sc;
+}
+
+/* floats per ubatch token of the MoE scratch (tk_internal.h moe_*): gathered tokens and
+ * their outputs [D] each, router logits [E], weights, experts and grouped slots [k] each;
+ * 0 for a model without an MoE layer */
+static size_t moe_width(const tk_model * m) {
+    const tk_hparams * hp = &m->hp;
+    int has_moe = 0;
+    for (int i = 0; i < hp->n_layer; i++) has_moe |= hp->ffn_kinds[i] == TK_FFN_MOE;
+    if (!has_moe) return 0;
+    return 2 * (size_t) hp->n_embd + (size_t) hp->n_expert + 3 * (size_t) hp->n_expert_used;
 }
 
 /* hyper-connection widths (all 0 without them): hcD, the low rank R, hc, the PLE row Ep */
@@ -78,7 +89,7 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
     const tk_scratch sc = scratch_of(m, p->n_ubatch, p->n_threads > 0 ? p->n_threads : 1);
     const double w = 3.0 * hp->n_embd + 2.0 * m->max_ff + (double) sc.zx + (double) sc.xc + (double) sc.xdbl +
                      (double) sc.dtr + (double) sc.dt + (double) sc.y + 2.0 * (double) sc.q + 2.0 * (double) sc.kv +
-                     (double) sc.mix;
+                     (double) sc.mix + (double) moe_width(m);
     const hc_widths hw = hc_widths_of(m);
     const double w_hc = hw.hd ? 5.0 * (double) hw.hd + (double) zmax(hw.r, hw.hc) + (double) hw.hc + (double) zmax(hw.ep, 1) : 0.0;
     const double scratch = (double) p->n_ubatch * (w + w_hc) * sizeof(float) + (double) p->n_ctx * sizeof(float) + (double) sc.work_bytes;
@@ -140,7 +151,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         {&c->x, U * D}, {&c->cur, U * D}, {&c->out, U * D}, {&c->zx, U * sc.zx}, {&c->xc, U * sc.xc},
         {&c->xdbl, U * sc.xdbl}, {&c->dtr, U * sc.dtr}, {&c->dt, U * sc.dt}, {&c->y, U * sc.y}, {&c->q, U * q_w},
         {&c->k, U * sc.kv}, {&c->v, U * sc.kv}, {&c->att, U * q_w}, {&c->g, U * ff_w}, {&c->u, U * ff_w},
-        {&c->f1, D}, {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
+        {&c->row, c->row_n * (size_t) n_threads}, {&c->vec, c->vec_n * (size_t) n_threads},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof allocs[0]; i++) {
         *allocs[i].p = malloc(zmax(allocs[i].n, 1) * sizeof(float));
@@ -151,6 +162,18 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         c->mix = malloc(U * sc.mix * sizeof(float));
         c->scratch_bytes += U * sc.mix * sizeof(float);
         if (!c->mix) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", U * sc.mix);
+    }
+    const size_t mw = moe_width(model);
+    if (mw) {                  /* MoE models only (the others' report is unchanged); one block, carved */
+        c->moe_x = malloc(U * mw * sizeof(float));
+        c->scratch_bytes += U * mw * sizeof(float);
+        if (!c->moe_x) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", U * mw);
+        const size_t E = (size_t) hp->n_expert, k = (size_t) hp->n_expert_used;
+        c->moe_y = c->moe_x + U * D;
+        c->moe_r = c->moe_y + U * D;
+        c->moe_wt = c->moe_r + U * E;
+        c->moe_sel = (int32_t *) (c->moe_wt + U * k);
+        c->moe_list = c->moe_sel + U * k;
     }
     if (hw.hd) {               /* hyper-connections (qwen4exp; the other models' report is unchanged) */
         struct { float ** p; size_t n; } hc[] = {

@@ -219,7 +219,13 @@ struct tk_context {
     float * pc;                /* [U, hcD] the PLE conv output (PLE models) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
-    float * f1;                /* [D] one token's expert output */
+    /* MoE models only (ffn_moe.c; else NULL), moe_w floats per ubatch token in all: */
+    float * moe_x;             /* [U, D] one expert's gathered tokens */
+    float * moe_y;             /* [U, D] their expert outputs; then the shared expert's for the ubatch */
+    float * moe_r;             /* [U, n_expert] router logits, then scores */
+    float * moe_wt;            /* [U, n_expert_used] routing weights */
+    int32_t * moe_sel;         /* [U, n_expert_used] the chosen experts */
+    int32_t * moe_list;        /* [U n_expert_used] token * n_expert_used + slot, grouped by expert */
     float * row;               /* [n_threads, row_n] dequantized weight rows */
     uint8_t * act;             /* [U] quantized activation rows (tk_mm_act_bytes(U, row_n)) */
     tk_pool * pool;            /* worker threads (params.n_threads) */

@@ -46,7 +46,7 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
              n_threads: int = 1, draft_window: int = 0) -> dict[str, int]:
     """Bytes by kind (see the module docstring) for a context of ``n_ctx`` cells and
     ``n_seq_max`` sequences of the model ``gguf`` (GGUFFile) / ``hp`` (HParams)."""
-    from toolkit.arch import LayerKind, arch_spec
+    from toolkit.arch import FFNKind, LayerKind, arch_spec
     attn = hp.attention_layers
     rec = hp.recurrent_layers
     # a parallel layer (Falcon-H1) is a Mamba-2 mixer beside an attention one
@@ -94,7 +94,11 @@ def estimate(gguf, hp, n_ctx: int, n_seq_max: int = 1, n_checkpoints: int = 0, n
         row_n = max(row_n, max(HD, Ep, R) + 1)
     vec_n = max(n_ctx, hp.n_expert, hp.ssm_n_head, 1)
     widths = [U * D] * 3 + [U * zx, U * xc, U * xd, U * dtr, U * dt, U * y, U * q, U * kvw, U * kvw, U * q,
-                            U * max_ff, U * max_ff, D, row_n * n_threads, vec_n * n_threads]
+                            U * max_ff, U * max_ff, row_n * n_threads, vec_n * n_threads]
+    if any(kd == FFNKind.MOE for kd in hp.ffn_kinds):
+        # ffn_moe.c's scratch (context.c moe_width): gathered tokens and outputs [D] each,
+        # router logits [E], routing weights, experts and grouped slots [k] each
+        widths.append(U * (2 * D + hp.n_expert + 3 * hp.n_expert_used))
     if has_par:     # ctx->mix [U, D]: the attention half's output (allocated only for such models)
         widths.append(U * D)
     if HD:          # hx, hn, hg, pc [U, hcD]; hl [U, max(R, hc)]; hi [U, hc]; pe [U, Ep]
