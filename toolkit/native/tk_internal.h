@@ -150,6 +150,11 @@ size_t tk_mm_act_bytes(int64_t n_tok, int64_t K);
  * Quantized weights (every type but F32/F16/BF16) take the integer path: x is first
  * quantized per block to the type's activation type (qdot.h), as ggml does. */
 tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk);
+/* y1 = W1[mat] x and y2 = W2[mat] x (SwiGLU's gate and up): the bits of two tk_matmul calls; the
+ * activations quantized once and one parallel loop over both weights' rows where their
+ * activation types agree (else two tk_matmul calls) */
+tk_status tk_matmul2(const tk_weight * w1, const tk_weight * w2, int64_t mat, const float * x, int64_t n_tok,
+                     float * y1, float * y2, const tk_mm_work * wk);
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
