@@ -141,6 +141,53 @@ static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, floa
     }
 }
 
+/* One expert's gathered rows (li [n]: token * k + slot): gather x rows into xg, scatter-add
+ * w * yg rows into the tokens' outputs; the shared expert's gate and sum over tokens.  Row
+ * loops over the threads (tk_par_rows): each row is one token's, computed by the same loop. */
+typedef struct {
+    const float * x;           /* ctx->cur [U, D] */
+    float * xg, * yg;          /* [n, D] gathered rows, their outputs ([U, D] for the shared expert) */
+    float * out;               /* [U, D] */
+    const int32_t * li;        /* [n] */
+    const float * wt;          /* [U k] routing weights */
+    const float * gate;        /* ffn_gate_inp_shexp [D] or NULL */
+    int32_t D, k;
+} moe_rows_job;
+
+static void gather_rows(void * arg, int64_t i0, int64_t i1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(j->xg + i * j->D, j->x + (int64_t) (j->li[i] / j->k) * j->D, (size_t) j->D * sizeof(float));
+}
+
+static void scatter_rows(void * arg, int64_t i0, int64_t i1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = i0; i < i1; i++) {
+        float * ot = j->out + (int64_t) (j->li[i] / j->k) * j->D;
+        const float * yt = j->yg + i * j->D, w = j->wt[j->li[i]];
+        for (int32_t d = 0; d < j->D; d++) ot[d] += w * yt[d];
+    }
+}
+
+/* out[t] += sigmoid(gate . x[t]) * ys[t] (without the gate: out[t] += ys[t]) */
+static void shared_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        const float * xt = j->x + t * j->D;
+        float * ys = j->yg + t * j->D, * ot = j->out + t * j->D;
+        if (j->gate) {
+            double d = 0.0;
+            for (int32_t i = 0; i < j->D; i++) d += (double) j->gate[i] * xt[i];
+            const float gs = 1.0f / (1.0f + expf(-(float) d));
+            for (int32_t i = 0; i < j->D; i++) ys[i] *= gs;
+        }
+        for (int32_t i = 0; i < j->D; i++) ot[i] += ys[i];
+    }
+}
+
 /* The ubatch as GEMMs (llama.cpp's mul_mat_id): the router for all U tokens in one mat-mul,
  * each token's k experts chosen, the (token, slot) pairs grouped by expert (counting sort,
  * tokens ascending within an expert), then per expert one SwiGLU over its gathered tokens
@@ -152,7 +199,7 @@ static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, floa
 static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
-    float * R = ctx->moe_r, * wt = ctx->moe_wt, * xg = ctx->moe_x, * yg = ctx->moe_y;
+    float * R = ctx->moe_r, * wt = ctx->moe_wt;
     int32_t * sel = ctx->moe_sel, * list = ctx->moe_list;
     float sig[4096];           /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
     int32_t start[4097];
@@ -166,33 +213,19 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
     for (int64_t i = 0; i < (int64_t) U * k; i++) list[start[sel[i]]++] = (int32_t) i;
     for (int32_t e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-    for (int64_t i = 0; i < (int64_t) U * D; i++) out[i] = 0.0f;
+    memset(out, 0, (size_t) U * (size_t) D * sizeof(float));
+    moe_rows_job j = {ctx->cur, ctx->moe_x, ctx->moe_y, out, NULL, wt, l->ffn_gate_inp_shexp, D, k};
     for (int32_t e = 0; e < E; e++) {
         const int32_t n = start[e + 1] - start[e];
-        const int32_t * li = list + start[e];
         if (!n) continue;
-        for (int32_t i = 0; i < n; i++)
-            memcpy(xg + (int64_t) i * D, ctx->cur + (int64_t) (li[i] / k) * D, (size_t) D * sizeof(float));
-        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, xg, n, yg));
-        for (int32_t i = 0; i < n; i++) {
-            float * ot = out + (int64_t) (li[i] / k) * D;
-            const float * yt = yg + (int64_t) i * D, w = wt[li[i]];
-            for (int32_t d = 0; d < D; d++) ot[d] += w * yt[d];
-        }
+        j.li = list + start[e];
+        tk_par_rows(ctx->pool, n, D, gather_rows, &j);
+        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, j.yg));
+        tk_par_rows(ctx->pool, n, D, scatter_rows, &j);
     }
     if (l->n_ff_shexp) {
-        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, yg));
-        for (int32_t t = 0; t < U; t++) {
-            const float * xt = ctx->cur + (int64_t) t * D;
-            float * ys = yg + (int64_t) t * D, * ot = out + (int64_t) t * D;
-            if (l->ffn_gate_inp_shexp) {
-                double d = 0.0;
-                for (int32_t i = 0; i < D; i++) d += (double) l->ffn_gate_inp_shexp[i] * xt[i];
-                const float gs = 1.0f / (1.0f + expf(-(float) d));
-                for (int32_t i = 0; i < D; i++) ys[i] *= gs;
-            }
-            for (int32_t i = 0; i < D; i++) ot[i] += ys[i];
-        }
+        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, j.yg));
+        tk_par_rows(ctx->pool, U, D, shared_rows, &j);
     }
     return TK_OK;
 }
