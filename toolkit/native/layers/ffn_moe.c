@@ -1,8 +1,9 @@
 /* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE,
- * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe).
+ * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe, qwen4exp).
  *
  * Shapes (U tokens, D n_embd, E n_expert, k n_expert_used, Fe expert width, Fs shared
- * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->vec [E];
+ * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->moe_r [U, E], the
+ * gathered tokens of one expert and their outputs in ctx->moe_x / moe_y [U, D];
  * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
  * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional; expert choice
  * bias exp_probs_b.bias [E] (moe_sigmoid only), optional.  With moe_relu2 the experts and the
