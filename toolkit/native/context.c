@@ -21,7 +21,7 @@ void tk_context_free(tk_context * c) {
     if (c->mem) c->mem->free(c->mem);
     tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->proj, c->conv, c->narrow, c->step, c->dt, c->gate, c->y, c->q, c->k,
-                      c->v, c->att, c->g, c->u, c->f1, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe,
+                      c->v, c->att, c->g, c->u, c->moe_x, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe,
                       c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
@@ -43,6 +43,17 @@ static tk_scratch scratch_of(const tk_model * m, int32_t n_ubatch, int n_threads
         if (ops && ops->scratch) ops->scratch(m, i, n_ubatch, n_threads, &sc);
     }
     return sc;
+}
+
+/* floats per token of the MoE block (ffn_moe.c, carved from moe_x: the gathered rows and their
+ * outputs [2 D], the router's logits [E], the chosen experts' weights, ids and token lists
+ * [3 k]); 0 for a model without MoE layers */
+static size_t moe_width(const tk_model * m) {
+    const tk_hparams * hp = &m->hp;
+    int has_moe = 0;
+    for (int i = 0; i < hp->n_layer; i++) has_moe |= hp->ffn_kinds[i] == TK_FFN_MOE;
+    if (!has_moe) return 0;
+    return 2 * (size_t) hp->n_embd + (size_t) hp->n_expert + 3 * (size_t) hp->n_expert_used;
 }
 
 /* hyper-connection widths (all 0 without them): hcD, the low rank R, hc, the PLE row Ep */
@@ -103,10 +114,10 @@ static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx
     PLAN(sp, att, U * q_w);
     PLAN(sp, g, U * ff_w);
     PLAN(sp, u, U * ff_w);
-    PLAN(sp, f1, D);
     PLAN(sp, row, sp->row_n * (size_t) n_threads);
     PLAN(sp, vec, sp->vec_n * (size_t) n_threads);
     if (sc.mix) PLAN(sp, mix, U * sc.mix);   /* only models with a parallel layer have it */
+    if (moe_width(model)) PLAN(sp, moe_x, U * moe_width(model));   /* MoE models only: one block, carved */
     if (hw.hd) {                             /* hyper-connections (qwen4exp) */
         PLAN(sp, hx, U * hw.hd);
         PLAN(sp, hn, U * hw.hd);
@@ -141,6 +152,15 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         *slot = malloc(sp.buf[i].n * sizeof(float));
         c->scratch_bytes += sp.buf[i].n * sizeof(float);
         if (!*slot) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu floats)", sp.buf[i].n);
+    }
+    if (c->moe_x) {            /* the MoE block (moe_width), carved */
+        const tk_hparams * hp = &c->model->hp;
+        const size_t D = (size_t) hp->n_embd, E = (size_t) hp->n_expert, k = (size_t) hp->n_expert_used;
+        c->moe_y = c->moe_x + U * D;
+        c->moe_r = c->moe_y + U * D;
+        c->moe_wt = c->moe_r + U * E;
+        c->moe_sel = (int32_t *) (c->moe_wt + U * k);
+        c->moe_list = c->moe_sel + U * k;
     }
     c->act = malloc(zmax(sp.act_bytes, 1));
     c->scratch_bytes += zmax(sp.act_bytes, 1);

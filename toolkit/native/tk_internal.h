@@ -162,6 +162,11 @@ size_t tk_mm_act_bytes(int64_t n_tok, int64_t K);
  * Quantized weights (every type but F32/F16/BF16) take the integer path: x is first
  * quantized per block to the type's activation type (qdot.h), as ggml does. */
 tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk);
+/* y1 = W1[mat] x and y2 = W2[mat] x (SwiGLU's gate and up): the bits of two tk_matmul calls; the
+ * activations quantized once and one parallel loop over both weights' rows where their
+ * activation types agree (else two tk_matmul calls) */
+tk_status tk_matmul2(const tk_weight * w1, const tk_weight * w2, int64_t mat, const float * x, int64_t n_tok,
+                     float * y1, float * y2, const tk_mm_work * wk);
 /* One row of any supported type to float32 (embedding gather). */
 tk_status tk_weight_row(const tk_weight * w, int64_t row, float * dst);
 float tk_silu(float x);
@@ -239,7 +244,13 @@ struct tk_context {
     float * pc;                /* [U, hcD] the PLE conv output (PLE models) */
     float * g;                 /* [U, max_ff] */
     float * u;                 /* [U, max_ff] */
-    float * f1;                /* [D] one token's expert output */
+    /* MoE models only (ffn_moe.c; else NULL), moe_w floats per ubatch token in all: */
+    float * moe_x;             /* [U, D] one expert's gathered tokens */
+    float * moe_y;             /* [U, D] their expert outputs; then the shared expert's for the ubatch */
+    float * moe_r;             /* [U, n_expert] router logits, then scores */
+    float * moe_wt;            /* [U, n_expert_used] routing weights */
+    int32_t * moe_sel;         /* [U, n_expert_used] the chosen experts */
+    int32_t * moe_list;        /* [U n_expert_used] token * n_expert_used + slot, grouped by expert */
     float * row;               /* [n_threads, row_n] dequantized weight rows */
     uint8_t * act;             /* [U] quantized activation rows (tk_mm_act_bytes(U, row_n)) */
     tk_pool * pool;            /* worker threads (params.n_threads) */

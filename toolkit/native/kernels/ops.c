@@ -135,35 +135,79 @@ size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
     return (size_t) n_tok * (q8k > bf16 ? q8k : bf16);
 }
 
-tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk) {
+/* The job of y = W[mat] x for n_tok tokens at `level` (kernel, activation rows), without
+ * quantizing: *quant set when the integer path runs (activations to quantize into wk->act). */
+static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y,
+                                const tk_mm_work * wk, int level, matmul_job * j, int * quant) {
     const int64_t K = w->ne[0], M = w->ne[1];
     if (mat < 0 || mat >= w->ne[2]) return TK_FAIL(TK_ERR_INVALID, "matmul: matrix %lld of %lld", (long long) mat, (long long) w->ne[2]);
-    tk_pool * pool = wk->pool;
-    const int level = tk_cpu_level();
     const tk_type_traits * tt = tk_type_traits_get(w->type);
     const int vdt = tt ? tk_type_vec_dot_type(tt, level) : -1;
     const tk_type_traits * at = vdt > TK_GGML_F32 ? tk_type_traits_get(vdt) : NULL;
-    matmul_job j = {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
-                    NULL, NULL, NULL, 0};
-    /* threads only pay off past ~64k multiply-adds */
-    const int small = K * M * n_tok < 65536;
+    *j = (matmul_job) {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
+                       NULL, NULL, NULL, 0};
+    *quant = at != NULL;
     if (at) {
-        j.act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
-        if ((size_t) n_tok * j.act_row > wk->act_bytes)
-            return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j.act_row, wk->act_bytes);
-        j.act = wk->act;
-        j.qrows = tk_type_qdot_rows(tt, level);
-        j.act_quant = tk_type_act_from_float(at, level);
-        if (n_tok >= 8 && !small) tk_pool_run(pool, n_tok, quantize_rows, &j);
-        else quantize_rows(&j, 0, n_tok, 0);
+        j->act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
+        if ((size_t) n_tok * j->act_row > wk->act_bytes)
+            return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j->act_row, wk->act_bytes);
+        j->act = wk->act;
+        j->qrows = tk_type_qdot_rows(tt, level);
+        j->act_quant = tk_type_act_from_float(at, level);
     } else if (!tt || tt->vec_dot_type != TK_GGML_F32) {
         return TK_FAIL(TK_ERR_UNSUPPORTED, "matmul: no kernel for type %s", tk_type_name(w->type));
     } else if (wk->row_stride < (size_t) K) {
         return TK_FAIL(TK_ERR_INVALID, "matmul: scratch of %zu floats < row of %lld", wk->row_stride, (long long) K);
     } else {
-        j.frows = tk_type_float_rows(tt, level);
+        j->frows = tk_type_float_rows(tt, level);
     }
-    tk_pool_run(small ? NULL : pool, M, matmul_rows, &j);
+    return TK_OK;
+}
+
+/* the activations of a prepared integer job, quantized (in parallel over tokens past 8) */
+static void matmul_quantize(tk_pool * pool, matmul_job * j, int small) {
+    if (j->n_tok >= 8 && !small) tk_pool_run(pool, j->n_tok, quantize_rows, j);
+    else quantize_rows(j, 0, j->n_tok, 0);
+}
+
+tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n_tok, float * y, const tk_mm_work * wk) {
+    const int64_t K = w->ne[0], M = w->ne[1];
+    matmul_job j;
+    int quant;
+    TK_CHECK(matmul_prepare(w, mat, x, n_tok, y, wk, tk_cpu_level(), &j, &quant));
+    /* threads only pay off past ~64k multiply-adds */
+    const int small = K * M * n_tok < 65536;
+    if (quant) matmul_quantize(wk->pool, &j, small);
+    tk_pool_run(small ? NULL : wk->pool, M, matmul_rows, &j);
+    return TK_OK;
+}
+
+/* rows [r0, r1) of the pair: [0, M1) the first job's, [M1, M1 + M2) the second's */
+typedef struct { matmul_job a, b; } matmul_pair;
+
+static void matmul_pair_rows(void * arg, int64_t r0, int64_t r1, int thread) {
+    matmul_pair * p = arg;
+    const int64_t M1 = p->a.w->ne[1];
+    if (r0 < M1) matmul_rows(&p->a, r0, r1 < M1 ? r1 : M1, thread);
+    if (r1 > M1) matmul_rows(&p->b, (r0 > M1 ? r0 : M1) - M1, r1 - M1, thread);
+}
+
+tk_status tk_matmul2(const tk_weight * w1, const tk_weight * w2, int64_t mat, const float * x, int64_t n_tok,
+                     float * y1, float * y2, const tk_mm_work * wk) {
+    const int level = tk_cpu_level();
+    matmul_pair p;
+    int q1, q2;
+    TK_CHECK(matmul_prepare(w1, mat, x, n_tok, y1, wk, level, &p.a, &q1));
+    TK_CHECK(matmul_prepare(w2, mat, x, n_tok, y2, wk, level, &p.b, &q2));
+    const int64_t K = w1->ne[0], M = w1->ne[1] + w2->ne[1];
+    /* one activation quantization serves both only for the same activation type and width */
+    if (w2->ne[0] != K || q1 != q2 || (q1 && (p.a.act_quant != p.b.act_quant || p.a.act_row != p.b.act_row))) {
+        TK_CHECK(tk_matmul(w1, mat, x, n_tok, y1, wk));
+        return tk_matmul(w2, mat, x, n_tok, y2, wk);
+    }
+    const int small = K * M * n_tok < 65536;
+    if (q1) matmul_quantize(wk->pool, &p.a, small);
+    tk_pool_run(small ? NULL : wk->pool, M, matmul_pair_rows, &p);
     return TK_OK;
 }
 

@@ -13,8 +13,7 @@
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y) {
     const int64_t F = up->ne[1];
-    TK_CHECK(tk_matmul(gate, mat, x, n, ctx->g, &ctx->mm));
-    TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
+    TK_CHECK(tk_matmul2(gate, up, mat, x, n, ctx->g, ctx->u, &ctx->mm));
     tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
     tk_par_rows(ctx->pool, n, F, tk_silu_mul_rows, &j);
     return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);

@@ -1,8 +1,9 @@
 /* ffn_moe.c: the mixture-of-experts feed-forward (TK_FFN_MOE: jamba, Granite 4.0-H MoE,
- * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe).
+ * qwen3next, qwen35moe, nemotron_h_moe, lfm2moe, qwen4exp).
  *
  * Shapes (U tokens, D n_embd, E n_expert, k n_expert_used, Fe expert width, Fs shared
- * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->vec [E];
+ * expert width):  in ctx->cur [U, D], out [U, D]; router logits in ctx->moe_r [U, E], the
+ * gathered tokens of one expert and their outputs in ctx->moe_x / moe_y [U, D];
  * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
  * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional; expert choice
  * bias exp_probs_b.bias [E] (moe_sigmoid only), optional.  With moe_relu2 the experts and the
@@ -10,6 +11,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "layers/layer.h"
 
@@ -105,13 +107,14 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
     for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe_weights_norm ? w[j] / sum : w[j]) * hp->moe_weights_scale);
 }
 
-/* one expert (or the shared expert, mat 0) on one token: SwiGLU, or ReLU² with moe_relu2 */
+/* one expert (or the shared expert, mat 0) on n tokens x [n, D] into y [n, D]: SwiGLU, or
+ * ReLU² with moe_relu2.  Every mat-mul gives each token the bits of its one-token call
+ * (ops.c), so an expert's output for a token does not depend on the tokens it shares. */
 static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
-                        int64_t mat, const float * x, float * y) {
-    if (ctx->model->hp.moe_relu2) return tk_relu2_ffn(ctx, up, down, mat, x, 1, y);
-    return tk_swiglu(ctx, gate, up, down, mat, x, 1, y);
+                        int64_t mat, const float * x, int32_t n, float * y) {
+    if (ctx->model->hp.moe_relu2) return tk_relu2_ffn(ctx, up, down, mat, x, n, y);
+    return tk_swiglu(ctx, gate, up, down, mat, x, n, y);
 }
-
 
 /* The k experts of one token, sel [k], and their weights w [k] (the routing rules above),
  * from the router logits r [E] (overwritten with the scores); s: [E] scratch. */
@@ -139,33 +142,91 @@ static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, floa
     }
 }
 
+/* One expert's gathered rows (li [n]: token * k + slot): gather x rows into xg, scatter-add
+ * w * yg rows into the tokens' outputs; the shared expert's gate and sum over tokens.  Row
+ * loops over the threads (tk_par_rows): each row is one token's, computed by the same loop. */
+typedef struct {
+    const float * x;           /* ctx->cur [U, D] */
+    float * xg, * yg;          /* [n, D] gathered rows, their outputs ([U, D] for the shared expert) */
+    float * out;               /* [U, D] */
+    const int32_t * li;        /* [n] */
+    const float * wt;          /* [U k] routing weights */
+    const float * gate;        /* ffn_gate_inp_shexp [D] or NULL */
+    int32_t D, k;
+} moe_rows_job;
+
+static void gather_rows(void * arg, int64_t i0, int64_t i1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(j->xg + i * j->D, j->x + (int64_t) (j->li[i] / j->k) * j->D, (size_t) j->D * sizeof(float));
+}
+
+static void scatter_rows(void * arg, int64_t i0, int64_t i1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t i = i0; i < i1; i++) {
+        float * ot = j->out + (int64_t) (j->li[i] / j->k) * j->D;
+        const float * yt = j->yg + i * j->D, w = j->wt[j->li[i]];
+        for (int32_t d = 0; d < j->D; d++) ot[d] += w * yt[d];
+    }
+}
+
+/* out[t] += sigmoid(gate . x[t]) * ys[t] (without the gate: out[t] += ys[t]) */
+static void shared_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const moe_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        const float * xt = j->x + t * j->D;
+        float * ys = j->yg + t * j->D, * ot = j->out + t * j->D;
+        if (j->gate) {
+            double d = 0.0;
+            for (int32_t i = 0; i < j->D; i++) d += (double) j->gate[i] * xt[i];
+            const float gs = 1.0f / (1.0f + expf(-(float) d));
+            for (int32_t i = 0; i < j->D; i++) ys[i] *= gs;
+        }
+        for (int32_t i = 0; i < j->D; i++) ot[i] += ys[i];
+    }
+}
+
+/* The ubatch as GEMMs (llama.cpp's mul_mat_id): the router for all U tokens in one mat-mul,
+ * each token's k experts chosen, the (token, slot) pairs grouped by expert (counting sort,
+ * tokens ascending within an expert), then per expert one SwiGLU over its gathered tokens
+ * (moe_x -> moe_y) whose rows are added into the tokens' outputs, and the shared expert over
+ * the ubatch.  Order of accumulation per output, as transformers' index_add_ loop over the
+ * experts hit: out = 0; out += w_e * expert_e(x) for the token's experts in ascending index;
+ * then out += sigmoid(gate . x) * shared(x).  It depends on the token alone, so with the
+ * mat-muls' per-token bits a token's result never depends on its ubatch. */
 static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t D = hp->n_embd, k = hp->n_expert_used;
-    float * r = ctx->vec;      /* [E] */
-    int32_t sel[64];
-    float w[64], sig[4096];    /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
+    const int32_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    float * R = ctx->moe_r, * wt = ctx->moe_wt;
+    int32_t * sel = ctx->moe_sel, * list = ctx->moe_list;
+    float sig[4096];           /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
+    int32_t start[4097];
     if (k > 64) return TK_FAIL(TK_ERR_UNSUPPORTED, "n_expert_used = %d > 64", k);
-    for (int32_t t = 0; t < U; t++) {
-        const float * xt = ctx->cur + (int64_t) t * D;
-        float * ot = out + (int64_t) t * D;
-        TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, xt, 1, r, &ctx->mm));
-        moe_route(hp, l, r, sig, sel, w);
-        for (int32_t i = 0; i < D; i++) ot[i] = 0.0f;
-        for (int32_t j = 0; j < k; j++) {
-            TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, sel[j], xt, ctx->f1));
-            for (int32_t i = 0; i < D; i++) ot[i] += w[j] * ctx->f1[i];
-        }
-        if (l->n_ff_shexp) {
-            TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, xt, ctx->f1));
-            if (l->ffn_gate_inp_shexp) {
-                double d = 0.0;
-                for (int32_t i = 0; i < D; i++) d += (double) l->ffn_gate_inp_shexp[i] * xt[i];
-                const float gs = 1.0f / (1.0f + expf(-(float) d));
-                for (int32_t i = 0; i < D; i++) ctx->f1[i] *= gs;
-            }
-            for (int32_t i = 0; i < D; i++) ot[i] += ctx->f1[i];
-        }
+    TK_CHECK(tk_matmul(&l->ffn_gate_inp, 0, ctx->cur, U, R, &ctx->mm));
+    for (int32_t t = 0; t < U; t++) moe_route(hp, l, R + (int64_t) t * E, sig, sel + (int64_t) t * k, wt + (int64_t) t * k);
+    /* group the U k slots by expert: start[e] .. start[e + 1] in list */
+    for (int32_t e = 0; e <= E; e++) start[e] = 0;
+    for (int64_t i = 0; i < (int64_t) U * k; i++) start[sel[i] + 1]++;
+    for (int32_t e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int64_t i = 0; i < (int64_t) U * k; i++) list[start[sel[i]]++] = (int32_t) i;
+    for (int32_t e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    memset(out, 0, (size_t) U * (size_t) D * sizeof(float));
+    moe_rows_job j = {ctx->cur, ctx->moe_x, ctx->moe_y, out, NULL, wt, l->ffn_gate_inp_shexp, D, k};
+    for (int32_t e = 0; e < E; e++) {
+        const int32_t n = start[e + 1] - start[e];
+        if (!n) continue;
+        j.li = list + start[e];
+        tk_par_rows(ctx->pool, n, D, gather_rows, &j);
+        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, j.yg));
+        tk_par_rows(ctx->pool, n, D, scatter_rows, &j);
+    }
+    if (l->n_ff_shexp) {
+        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, j.yg));
+        tk_par_rows(ctx->pool, U, D, shared_rows, &j);
     }
     return TK_OK;
 }
