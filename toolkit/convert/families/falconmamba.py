@@ -22,6 +22,7 @@ from toolkit.gguf_io import Keys
 
 class FalconMambaFamily(MambaFamily):
     hf_archs = ("FalconMambaForCausalLM",)
+    families = ("FalconMamba",)
     dt_b_c_rms = True
 
     def read_hparams(self) -> None:

@@ -66,6 +66,7 @@ _LAYER_TYPES = ("linear_attention", "full_attention")
 
 class OlmoHybridFamily(Family):
     hf_archs = ("OlmoHybridForCausalLM",)
+    families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from the spec)
     vllm = False        # not in vLLM's supported-models list as we read it
     arch = ARCH_OLMO_HYBRID

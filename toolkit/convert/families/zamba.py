@@ -58,6 +58,7 @@ _ST = _L + r"shared_transf\."
 
 class ZambaFamily(Family):
     hf_archs = ("ZambaForCausalLM",)
+    families = ("Zamba",)
     llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
     vllm = False        # vLLM implements Zamba2, not Zamba v1
     arch = ARCH_ZAMBA
