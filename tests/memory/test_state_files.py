@@ -100,6 +100,7 @@ def rejected(ctx, blob, seq_id=-1, match=None) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.sanitize   # tk_state_read on every truncation: what ASan is for
 def test_truncated_and_flipped_blobs_change_nothing(hybrid):
     with make(hybrid) as src, make(hybrid) as dst:
         fill(src)
@@ -156,6 +157,7 @@ def test_other_model_newer_version_and_bad_content(hybrid, hf_f32):
 
 
 @pytest.mark.slow
+@pytest.mark.sanitize
 def test_mutations_with_valid_checksum_never_disagree(hybrid):
     """Random byte changes, checksum recomputed: the reader must refuse (memory unchanged) or
     accept a state whose two children agree (its own blob reads back in a fresh context)."""

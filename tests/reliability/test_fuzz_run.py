@@ -32,6 +32,7 @@ def check_exit(what: str, argv: list[str]) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.sanitize   # mutated files through the C loader and quantizers
 @settings(derandomize=True, max_examples=N_EXAMPLES * len(SEEDS) // 2, deadline=None, database=None,
           suppress_health_check=list(HealthCheck), print_blob=True)
 @given(mutated())
@@ -58,6 +59,7 @@ def test_run_with_text_prompt_on_mutated_files(tmp_path_factory, case):
 
 
 @pytest.mark.slow
+@pytest.mark.sanitize   # mutated files through the C loader and quantizers
 @settings(derandomize=True, max_examples=N_EXAMPLES * len(SEEDS) // 3, deadline=None, database=None,
           suppress_health_check=list(HealthCheck), print_blob=True)
 @given(mutated())
