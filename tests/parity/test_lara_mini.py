@@ -104,3 +104,14 @@ def test_quantize_error_ordered_by_bits(hf_f32, ref, tmp_path, report):
         errs[qtype] = rel_l2(lo, ref["logits"])
     report.append(f"{NAME} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
+
+
+def test_run_refuses_a_sliding_pattern_marking_a_gdn_layer(monkeypatch, capsys, tmp_path, hf_f32):
+    import gguf
+    from gguf_edit_util import rewrite, run_error
+    bad = tmp_path / "bad.gguf"
+    rewrite(hf_f32("laramini-tiny"), bad, kv={"lara-mini.attention.sliding_window_pattern":
+                                              ([True, True, False, False, True], gguf.GGUFValueType.ARRAY,
+                                               gguf.GGUFValueType.BOOL)})
+    err = run_error(monkeypatch, capsys, bad)
+    assert "sliding_window_pattern" in err and "layer 0" in err, err
