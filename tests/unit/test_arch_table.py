@@ -73,7 +73,7 @@ def test_arch_ids_equal_c():
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
                               "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
-                              "zamba", "olmo-hybrid", "lfm3")
+                              "zamba", "olmo-hybrid", "lfm3", "lara-mini")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 

@@ -94,6 +94,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("n_swa"), _a("swa_layers"),
     # LFM3 (appended)
     _f("rope_freq_base_swa"), _i("rope_prop_rot"), _i("attn_head_gate"), _i("sandwich_norm"),
+    # Lara-Mini (appended)
+    _i("rope_swa_only"),
 )
 
 # HParams fields the C side does not take, and why

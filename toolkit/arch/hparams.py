@@ -120,6 +120,8 @@ class HParams:
     rope_prop_rot: int = 0
     attn_head_gate: int = 0
     sandwich_norm: int = 0
+    # Lara-Mini (read_lara_mini): RoPE on the sliding-window layers only, the full layers NoPE
+    rope_swa_only: int = 0
 
     @property
     def attention_layers(self) -> list[int]:

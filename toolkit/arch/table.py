@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_ZAMBA2,
     ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
@@ -360,6 +360,15 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_LFM2_READERS + (R.read_lfm3, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
              recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,),
              **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
+    # Lara-Mini (spec more-hybrids.md §8; qwen35moe's names): gated delta net (v-heads grouped,
+    # plain norm weights, gated-norm epsilon rms_eps), attention with per-head q / k norms and no
+    # output gate, NEOX RoPE on the sliding-window layers and NoPE on the full ones (read_lara_mini),
+    # MoE (softmax, top-k, renormalised) with an ungated shared expert (no ffn_gate_inp_shexp)
+    ArchSpec(ARCH_LARA_MINI, c_id=17,
+             readers=_QWEN_READERS + (R.read_sliding_window, R.read_lara_mini, R.check_rms_eps),
+             mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
+             ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_qk_norm=True,
+             gdn_head_tiled=False, mixer_tensors=QWEN35_MIXER_TENSORS, note="Lara-Mini"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -212,6 +212,7 @@ ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README
 ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
 ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: spec more-hybrids.md §3.3's proposed names
 ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
+ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

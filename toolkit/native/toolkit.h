@@ -106,6 +106,7 @@ typedef enum {
     TK_ARCH_ZAMBA = 14,
     TK_ARCH_OLMO_HYBRID = 15,
     TK_ARCH_LFM3 = 16,
+    TK_ARCH_LARA_MINI = 17,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -204,6 +205,8 @@ typedef struct {
                                   (i, i + n_rot/2), i < rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
     int32_t attn_head_gate;    /* 1: attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
     int32_t sandwich_norm;     /* 1: post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required) */
+    /* Lara-Mini (appended) */
+    int32_t rope_swa_only;     /* 1: RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
 } tk_hparams;
 
 typedef struct {

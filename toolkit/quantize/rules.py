@@ -24,6 +24,10 @@ qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.m
   name-based ones are what llama-quantize would do): a GDN layer's separate ``attn_q`` / ``attn_k``
   / ``attn_v`` take the attention categories (counted in ``n_attention_wv``, as kimi-linear's KDA
   layers are in llama.cpp), ``ssm_conv1d_{q,k,v}`` stay F32 (by name);
+- lara-mini (llama.cpp has no such architecture): qwen35moe's tensor names (its fused in_proj cut
+  into ``attn_qkv`` / ``attn_gate`` / ``ssm_beta`` / ``ssm_alpha`` at convert time), so exactly the
+  rules above, qwen35moe's; its ungated shared expert has no ``ffn_gate_inp_shexp``, and its
+  attention layers' ``attn_q`` / ``attn_k`` / ``attn_v`` are the attention categories;
 - ``ffn_*_exps`` (3-D) and ``ffn_*_shexp`` are FFN_UP / FFN_GATE / FFN_DOWN; with more than one
   expert the layer comes from the name; exactly 8 experts raise attn_v / attn_qkv / attn_k to
   Q8_0 and attn_output to Q5_K (for the K-quant / IQ4 mixtures listed in :meth:`TypeChooser._impl`).

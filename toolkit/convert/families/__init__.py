@@ -16,11 +16,12 @@ from toolkit.convert.families.lfm3 import LFM3Family
 from toolkit.convert.families.zamba2 import Zamba2Family
 from toolkit.convert.families.zamba import ZambaFamily
 from toolkit.convert.families.olmo_hybrid import OlmoHybridFamily
+from toolkit.convert.families.lara_mini import LaraMiniFamily
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, FalconMambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
                                       FalconH1Family, LFM2Family, LFM2MoeFamily, LFM3Family, Zamba2Family, ZambaFamily,
-                                      OlmoHybridFamily)
+                                      OlmoHybridFamily, LaraMiniFamily)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

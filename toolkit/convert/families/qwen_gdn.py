@@ -265,10 +265,11 @@ class QwenGDNFamily(Family):
         o = self.copy(tn(T.SSM_OUT, i), g + "out_proj.weight", (D, value_dim), note=note.replace("heads", "columns"))
         o.col_perm = vp
 
-    def moe(self, i: int, m: str) -> None:
+    def moe(self, i: int, m: str, shared_gate: bool = True) -> None:
         """Routed experts (stacked per-expert matrices, or HF's fused gate_up_proj / down_proj
-        split into gate | up), the router, the shared expert and its sigmoid gate, from ``m`` =
-        ``...mlp.`` (llama.cpp Qwen2MoeModel.modify_tensors)."""
+        split into gate | up), the router, the shared expert and (``shared_gate``) its sigmoid
+        gate, from ``m`` = ``...mlp.`` (llama.cpp Qwen2MoeModel.modify_tensors).  Without the
+        gate (Lara-Mini) no ffn_gate_inp_shexp is written: the runtime adds the shared expert as is."""
         D, E, F, Fs = self.n_embd, self.n_expert, self.n_ff_exp, self.n_ff_shexp
         self.copy(tn(T.FFN_GATE_INP, i), m + "gate.weight", (E, D))
         if self.has(m + "experts.0.gate_proj.weight"):
@@ -290,6 +291,8 @@ class QwenGDNFamily(Family):
         self.copy(tn(T.FFN_GATE_SHEXP, i), s + "gate_proj.weight", (Fs, D))
         self.copy(tn(T.FFN_UP_SHEXP, i), s + "up_proj.weight", (Fs, D))
         self.copy(tn(T.FFN_DOWN_SHEXP, i), s + "down_proj.weight", (D, Fs))
+        if not shared_gate:
+            return
         g = self.copy(tn(T.FFN_GATE_INP_SHEXP, i), m + "shared_expert_gate.weight", (1, D))
         g.type = GGMLType.F32   # llama.cpp's converter keeps FFN_GATE_INP_SHEXP in F32, as the router
 

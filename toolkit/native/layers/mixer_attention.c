@@ -25,6 +25,7 @@
  * LFM3's RoPE per layer (tk_attention_rope): a sliding layer NEOX at rope_freq_base_swa; the
  *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
  *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
+ * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (HFA:258-260).
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
  *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention,
@@ -262,6 +263,7 @@ static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, floa
 void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos) {
     if (!hp->use_rope || hp->n_rot <= 0) return;
     const int sliding = hp->swa_layers && hp->swa_layers[il];
+    if (hp->rope_swa_only && !sliding) return;        /* Lara-Mini's full layers: NoPE */
     if (sliding && hp->rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
         tk_rope_neox(x, n_head, head_stride, hp->n_rot, pos, hp->rope_freq_base_swa);
     else if (!sliding && hp->rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
