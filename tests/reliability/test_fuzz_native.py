@@ -151,7 +151,7 @@ HP_EDITS = [
     ("n_group", 0), ("n_group", 3), ("ssm_n_head", 7), ("ssm_head_dim", 0), ("n_head", 0), ("n_head", 3),
     ("head_dim", 0), ("head_dim", 2**30), ("n_rot", 3), ("n_rot", -2), ("rope_freq_base", 0.0),
     ("rope_freq_base", float("nan")), ("logit_scale", 0.0), ("logit_scale", float("inf")), ("rms_eps", float("nan")),
-    ("arch", 17), ("arch", -1),
+    ("arch", 99), ("arch", -1),   # (the id at TK_ARCH_COUNT: the sentinel test below)
 ]
 
 
