@@ -329,3 +329,14 @@ def test_values_beyond_f16_are_refused(monkeypatch, capsys, tmp_path, outtype, v
     assert "inf" in line
     rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "f32.gguf"))
     assert rc == 0, err
+
+
+@pytest.mark.parametrize("name", ["lfm2-tiny", "zamba-tiny", "olmohybrid-tiny", "bamba-tiny"])
+@pytest.mark.parametrize("value", [1 << 32, 1e30])
+def test_config_integer_beyond_uint32_is_refused(monkeypatch, capsys, tmp_path, name, value):
+    """`max_position_embeddings` of 2**32 (or 1e30) ended in 'internal error: error: 'I' format
+    requires 0 <= number <= 4294967295' (or 'argument out of range'), exit 1: a GGUF UINT32 key
+    cannot hold it.  Now one line naming config.json and the key, exit 2, nothing at OUT."""
+    d = copy(tmp_path, name)
+    edit_config(d, max_position_embeddings=value)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'max_position_embeddings'", "out of range")
