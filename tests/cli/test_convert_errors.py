@@ -340,3 +340,19 @@ def test_config_integer_beyond_uint32_is_refused(monkeypatch, capsys, tmp_path, 
     d = copy(tmp_path, name)
     edit_config(d, max_position_embeddings=value)
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'max_position_embeddings'", "out of range")
+
+
+@pytest.mark.parametrize("out,needle", [("nodir/", "no such directory"), ("a.gguf/", "not a directory")])
+def test_out_with_a_trailing_slash_that_is_no_directory(monkeypatch, capsys, tmp_path, out, needle):
+    """`convert HF nodir/` (and OUT = an existing file + '/') ended in 'internal error:
+    NotADirectoryError: ... '.XXXX.part' -> 'nodir/'', exit 1; quantize named its temp file
+    ('error: /tmp/..../..abc.part: Not a directory').  Now one line naming OUT, exit 2, no .part left."""
+    (tmp_path / "a.gguf").write_bytes(b"keep")
+    d = copy(tmp_path, "mamba-tiny")
+    for argv in (("convert", str(d)), ("quantize", str(HF.parent / "llamacpp" / "mamba-tiny.f32.gguf"))):
+        dest = f"{tmp_path}/{out}"   # not tmp_path / out: pathlib drops the slash
+        rc, _, err = run_cli(monkeypatch, capsys, *argv, dest, *(("Q8_0",) if argv[0] == "quantize" else ()))
+        line = " ".join(err.split())
+        assert rc == 2 and line.startswith("error:") and dest in line and needle in line and ".part" not in line, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "in"]
+        assert (tmp_path / "a.gguf").read_bytes() == b"keep"

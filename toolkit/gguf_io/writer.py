@@ -54,6 +54,8 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = (), pro
         raise InputError(f"{path}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory")
+    if path.endswith(("/", os.sep)):   # abspath drops the slash: the rename would fail at the end
+        raise InputError(f"{path}: " + ("not a directory" if os.path.exists(path.rstrip("/" + os.sep)) else "no such directory"))
     try:
         st = os.stat(path)
     except OSError:
