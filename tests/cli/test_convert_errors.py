@@ -356,3 +356,14 @@ def test_out_with_a_trailing_slash_that_is_no_directory(monkeypatch, capsys, tmp
         assert rc == 2 and line.startswith("error:") and dest in line and needle in line and ".part" not in line, err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "in"]
         assert (tmp_path / "a.gguf").read_bytes() == b"keep"
+
+
+def test_empty_out_is_one_line(monkeypatch, capsys, tmp_path):
+    """`toolkit convert HF ""` (an unset $OUT) converted everything, then failed the rename:
+    'internal error: FileNotFoundError: ... .XXXX.part -> ''', exit 1; quantize named its temp
+    file.  Now one line, exit 2, before any work."""
+    d = copy(tmp_path, "mamba-tiny")
+    for argv in (("convert", str(d), ""), ("quantize", str(HF.parent / "llamacpp" / "mamba-tiny.f32.gguf"), "", "Q8_0")):
+        rc, _, err = run_cli(monkeypatch, capsys, *argv)
+        line = " ".join(err.split())
+        assert rc == 2 and line.startswith("error:") and "empty" in line and ".part" not in line, err
