@@ -52,6 +52,17 @@ def test_no_out_writes_llama_cpp_name_inside_hf_dir(monkeypatch, capsys, tmp_pat
     assert [p.name for p in d.glob("*.gguf")] == [want.name]
 
 
+def test_hf_dir_dot_is_named_by_its_directory(monkeypatch, capsys, tmp_path):
+    """`cd mamba-tiny && toolkit convert .` wrote ./-100K-F16.gguf (the name of Path('.') is ''):
+    a file name that starts with a dash (-m -100K-F16.gguf reads as a flag)."""
+    d = copy(tmp_path)
+    monkeypatch.chdir(d)
+    for hf in (".", "./", "../mamba-tiny/."):
+        rc, out, err = cli(monkeypatch, capsys, "convert", hf, "--dry-run", "--json")
+        assert rc == 0, err
+        assert pathlib.Path(json.loads(out)["out"]).name == "Mamba-Tiny-100K-F16.gguf", (hf, out)
+
+
 def test_out_directory_and_ftype_template(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path)
     dest = tmp_path / "models"

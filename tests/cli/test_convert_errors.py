@@ -329,3 +329,41 @@ def test_values_beyond_f16_are_refused(monkeypatch, capsys, tmp_path, outtype, v
     assert "inf" in line
     rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(tmp_path / "f32.gguf"))
     assert rc == 0, err
+
+
+@pytest.mark.parametrize("name", ["lfm2-tiny", "zamba-tiny", "olmohybrid-tiny", "bamba-tiny"])
+@pytest.mark.parametrize("value", [1 << 32, 1e30])
+def test_config_integer_beyond_uint32_is_refused(monkeypatch, capsys, tmp_path, name, value):
+    """`max_position_embeddings` of 2**32 (or 1e30) ended in 'internal error: error: 'I' format
+    requires 0 <= number <= 4294967295' (or 'argument out of range'), exit 1: a GGUF UINT32 key
+    cannot hold it.  Now one line naming config.json and the key, exit 2, nothing at OUT."""
+    d = copy(tmp_path, name)
+    edit_config(d, max_position_embeddings=value)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'max_position_embeddings'", "out of range")
+
+
+@pytest.mark.parametrize("out,needle", [("nodir/", "no such directory"), ("a.gguf/", "not a directory")])
+def test_out_with_a_trailing_slash_that_is_no_directory(monkeypatch, capsys, tmp_path, out, needle):
+    """`convert HF nodir/` (and OUT = an existing file + '/') ended in 'internal error:
+    NotADirectoryError: ... '.XXXX.part' -> 'nodir/'', exit 1; quantize named its temp file
+    ('error: /tmp/..../..abc.part: Not a directory').  Now one line naming OUT, exit 2, no .part left."""
+    (tmp_path / "a.gguf").write_bytes(b"keep")
+    d = copy(tmp_path, "mamba-tiny")
+    for argv in (("convert", str(d)), ("quantize", str(HF.parent / "llamacpp" / "mamba-tiny.f32.gguf"))):
+        dest = f"{tmp_path}/{out}"   # not tmp_path / out: pathlib drops the slash
+        rc, _, err = run_cli(monkeypatch, capsys, *argv, dest, *(("Q8_0",) if argv[0] == "quantize" else ()))
+        line = " ".join(err.split())
+        assert rc == 2 and line.startswith("error:") and dest in line and needle in line and ".part" not in line, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "in"]
+        assert (tmp_path / "a.gguf").read_bytes() == b"keep"
+
+
+def test_empty_out_is_one_line(monkeypatch, capsys, tmp_path):
+    """`toolkit convert HF ""` (an unset $OUT) converted everything, then failed the rename:
+    'internal error: FileNotFoundError: ... .XXXX.part -> ''', exit 1; quantize named its temp
+    file.  Now one line, exit 2, before any work."""
+    d = copy(tmp_path, "mamba-tiny")
+    for argv in (("convert", str(d), ""), ("quantize", str(HF.parent / "llamacpp" / "mamba-tiny.f32.gguf"), "", "Q8_0")):
+        rc, _, err = run_cli(monkeypatch, capsys, *argv)
+        line = " ".join(err.split())
+        assert rc == 2 and line.startswith("error:") and "empty" in line and ".part" not in line, err

@@ -14,6 +14,15 @@ def test_sliding_window_of_zero_or_below(monkeypatch, capsys, tmp_path, w):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", f"'sliding_window' = {w} is out of range (must be >= 1)")
 
 
+@pytest.mark.parametrize("w", [(1 << 24) + 1, 1 << 40, 1e30])
+def test_sliding_window_too_large(monkeypatch, capsys, tmp_path, w):
+    """Above the runtime's 2**24 (was: 2**24 + 1 written and refused by run; 2**40 and 1e30 an
+    'internal error', exit 1)."""
+    d = copy(tmp_path, "lfm3-tiny")
+    edit_config(d, sliding_window=w)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'sliding_window' =", "out of range (must be <=")
+
+
 def test_unknown_layer_type(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "lfm3-tiny")
     edit_config(d, layer_types=["conv", "linear_attention", "full_attention", "conv", "sliding_attention"])

@@ -19,6 +19,9 @@ CASES = [
     (["quantise"], ["no such command: quantise", "did you mean quantize?"]),
     (["convert"], ["missing", "HF_DIR"]),
     (["info", "a", "b", "c"], ["unexpected extra argument", "b c"]),
+    # was: "unexpected extra argument: s) (b c (toolkit info ..." (typer's "argument(s) (b c)" cut at its first "(")
+    (["info", "a", "b", "c"], ["error: unexpected extra argument: b c (toolkit info -h shows the usage)"]),
+    (["convert", "a", "b", "c"], ["error: unexpected extra argument: c (toolkit convert -h shows the usage)"]),
 ]
 
 

@@ -269,3 +269,51 @@ def test_draft_batch_equals_one_sequence_each(name, hf_f32):
         multi.close()
     finally:
         m.close()
+
+
+# ---- found by the fresh-eyes breaker ----------------------------------------------------------
+
+@pytest.mark.native
+@pytest.mark.parametrize("where", ["after_decode", "mid_verify"])
+@pytest.mark.parametrize("name", ["lfm3-tiny", "bamba-tiny"])
+def test_interrupt_in_a_verify_step_leaves_held_tokens_equal_to_the_memory(hf_f32, monkeypatch, tmp_path, name, where):
+    """Ctrl-C between a verify call's decode and its rollback left the drafts in the memory:
+    `toolkit run --lookup --session S` then said 'error: session S: sequence 0 holds 1012
+    tokens, 996 given' and wrote no session.  Now the memory is rolled back to the tokens
+    known right, ``held_tokens`` matches it, and the session saves."""
+    from toolkit.runtime import speculative, step as step_mod
+    from toolkit.runtime.session import save_session
+    m = Model(hf_f32(name))
+    try:
+        tok = Tokenizer.from_gguf(m.gguf)
+        prompt = _prompt(m)
+        calls = {"n": 0}
+        if where == "after_decode":
+            real, attr, owner = speculative.Verifier.verify, "verify", speculative.Verifier
+        else:
+            real, attr, owner = step_mod.TokenStep.verify, "verify", step_mod.TokenStep
+
+        def boom(*a, **kw):
+            calls["n"] += 1
+            if calls["n"] == 7:
+                raise KeyboardInterrupt
+            return real(*a, **kw)
+        monkeypatch.setattr(owner, attr, boom)
+        with Context(m, n_ctx=256, n_ubatch=32) as ctx:
+            ctx.memory.set_draft_window(4)
+            d = _self_draft(m)(4)
+            try:
+                r = generate_speculative(ctx, tok, prompt, N_GEN, Sampler(SamplerParams(temp=0)), d, draft_max=4,
+                                         ignore_eos=True)
+            finally:
+                d.close()
+            assert r.stop_reason == "interrupted"
+            assert ctx.memory.seq_pos_max(0) + 1 == len(r.held_tokens) > len(prompt)
+            save_session(ctx, tmp_path / "s.session", r.held_tokens)
+            held = r.held_tokens            # and the memory is right: it continues as a fresh run
+            got = ctx.decode([0], logits="last")
+        with Context(m, n_ctx=256, n_ubatch=32) as c2:
+            want = c2.decode(list(held) + [0], logits="last")
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)   # another batching: not bit-equal
+    finally:
+        m.close()

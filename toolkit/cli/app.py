@@ -315,7 +315,9 @@ def usage_line(e, argv: list[str]) -> str:
         close = difflib.get_close_matches(bad, list(getattr(group, "commands", {})), n=1, cutoff=0.75)
         return f"no such command: {bad} " + (f"(did you mean {close[0]}?)" if close else "(toolkit -h lists the commands)")
     if msg.startswith("Got unexpected extra argument"):
-        extra = msg[msg.find("(") + 1:msg.rfind(")")] if "(" in msg else ""
+        rest = msg[len("Got unexpected extra argument"):]   # click: "s (a b)"; typer's own: "(s) (a b)"
+        rest = rest.removeprefix("(s)").removeprefix("s").strip()
+        extra = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
         return f"unexpected extra argument: {extra} ({prog} -h shows the usage)"
     return msg[:1].lower() + msg[1:].rstrip(".")
 

@@ -319,12 +319,13 @@ def default_out_name(plan: Plan) -> str:
     from toolkit.convert.base import FILE_TYPE
 
     total, shared, expert, n_expert = _param_counts(plan)
+    hf = pathlib.Path(os.path.abspath(plan.hf_path))   # '.' has no name; abspath keeps symlinks
     try:
-        md = gguf.Metadata.load(None, pathlib.Path(plan.hf_path), None, total)
+        md = gguf.Metadata.load(None, hf, None, total)
     except Exception as e:   # a README model card gguf-py cannot parse: the directory name
         log.debug("gguf.Metadata.load(%s): %s", plan.hf_path, e)
         md = gguf.Metadata()
-    name = md.name or pathlib.Path(plan.hf_path).name
+    name = md.name or hf.name
     size = md.size_label or (gguf.size_label(total, shared, expert, n_expert) if total > 0 else None)
     ftype = FILE_TYPE[plan.outtype].name.partition("_")[2]   # MOSTLY_BF16 -> BF16
     return gguf.naming_convention(name, md.basename, md.finetune, md.version, size, ftype) + ".gguf"

@@ -77,6 +77,8 @@ class Config:
                     raise InputError(f"{self.path}: key {key!r} = {v!r} is not an integer")
             if v < min_value:
                 raise InputError(f"{self.path}: key {key!r} = {v} is out of range (must be >= {min_value})")
+            if v > 0xFFFFFFFF:   # no hparam is larger; a GGUF UINT32 key could not hold it
+                raise InputError(f"{self.path}: key {key!r} = {v} is out of range (must be <= {0xFFFFFFFF})")
             return v
         if default is not None:
             return default

@@ -49,11 +49,15 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = (), pro
             ``path`` exists and is not a regular file (a FIFO, a device: "not a regular file").
     """
     path = os.fspath(path)
+    if not path:   # abspath('') is the current directory: the final rename to '' would fail
+        raise InputError("'': the output file name is empty")
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise InputError(f"{path}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory")
+    if path.endswith(("/", os.sep)):   # abspath drops the slash: the rename would fail at the end
+        raise InputError(f"{path}: " + ("not a directory" if os.path.exists(path.rstrip("/" + os.sep)) else "no such directory"))
     try:
         st = os.stat(path)
     except OSError:

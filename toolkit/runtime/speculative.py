@@ -431,6 +431,12 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         res.stop_reason = "interrupted"
         if res.timings.n_prompt == 0:
             res.timings.prompt_s = time.perf_counter() - t0
+        # interrupted between a verify call's decode and its rollback: the memory still holds
+        # the call's drafts past what history says.  Keep history, with the tokens the verify
+        # took before the interrupt (accepted drafts, all fed), and drop the rest.
+        history += step.tokens[len(history) - len(prompt):]
+        if n_held_after(ctx, seq_id, len(history) + draft_max + 1) > len(history):
+            ctx.memory.rollback(seq_id, len(history))
     finish(res, step)
     res.held_tokens = history[:n_held_after(ctx, seq_id, len(history))]
     return res

@@ -80,6 +80,8 @@ class LFM3Family(LFM2Family):
         if self.head_dim % 2:
             raise InputError(f"{c.path}: key 'head_dim' = {self.head_dim} must be even (RoPE pairs)")
         self.window = c.int("sliding_window", default=256)    # < 1: "out of range (must be >= 1)"
+        if self.window > 1 << 24:   # the runtime's bound (toolkit.arch.readers.read_sliding_window)
+            raise InputError(f"{c.path}: key 'sliding_window' = {self.window} is out of range (must be <= {1 << 24})")
         self.sandwich = c.flag("use_sandwich_norm", True)
         self.gate = c.flag("use_attention_gate", True)
         self.types = self._layer_types()
