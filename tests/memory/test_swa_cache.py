@@ -8,7 +8,8 @@ lfm2-tiny with layer 3 a window-5 sliding layer and layer 1 full (tests/swa_util
   the hybrid asks the sliding cache whether it holds the window where the recurrent state
   lands) is bit-identical to a recompute; past it, seq_rm answers False and nothing changes;
 - sessions (state blobs, one sequence moved to another id) and seq_cp continue bit-identically;
-  a blob holds only the window's cells, so its size does not grow with the context;
+  a blob holds only the window's cells (and the window before each recurrent checkpoint, so a
+  loaded state rolls back to them exactly), so its size does not grow with the context;
 - bad input: a window of 0 or below, a pattern without a window, a sliding conv layer: one line.
 """
 from __future__ import annotations
@@ -154,6 +155,32 @@ def test_sessions_and_seq_cp_continue_exactly(model):
         c.load_state(whole)
         assert c.state_bytes() == whole
         assert np.array_equal(c.decode(toks(6, 5), logits="all"), fresh(model, t, toks(6, 5)))
+
+
+def test_saved_state_rolls_back_to_its_checkpoints(model):
+    """A state blob carries the window before each recurrent checkpoint as well as the one the
+    next token sees, so after a load a rollback to a checkpoint (a session's split_last) is
+    allowed and bit-identical to a recompute, as it is in the memory that wrote the blob."""
+    t = toks(40)
+    kw = dict(n_ctx=128, n_seq_max=2, n_ubatch=16, n_checkpoints=2, checkpoint_every=8)
+    with Context(model, **kw) as c:
+        c.decode(t[:20], logits="last")
+        c.decode(t[20:36], logits="last")
+        ck = c.memory.checkpoints(0)
+        assert len(ck) == 2 and ck[-1] == 35
+        one, whole = c.state_bytes(0), c.state_bytes()
+    for blob, seq in ((one, 1), (whole, 0)):
+        with Context(model, **kw) as c:
+            c.load_state(blob, **({"seq_id": seq} if blob is one else {}))
+            assert c.memory.checkpoints(seq) == ck
+            r = c.memory.rollback(seq, 30)                   # the checkpoint before 30, and its window
+            assert r == ck[0] + 1 and c.memory.seq_pos_max(seq) == ck[0]
+            got = c.decode(t[r:r + 6], seq_id=seq, logits="all")
+            assert np.array_equal(got, fresh(model, t[:r], t[r:r + 6]))
+    with Context(model, n_ctx=128, n_ubatch=16) as c:        # no checkpoints here: the windows are extra
+        c.load_state(one, seq_id=0)
+        assert not c.memory.seq_rm(0, 30, -1)
+        assert np.array_equal(c.decode(toks(5, 4), logits="all"), fresh(model, t[:36], toks(5, 4)))
 
 
 @pytest.mark.parametrize("window,pattern,msg", [

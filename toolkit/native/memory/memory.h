@@ -85,7 +85,9 @@ typedef struct {
 } tk_rs_piece;
 
 /* ---- state blobs: section writer and reader (state.c) ---- */
-typedef struct { uint8_t * p; uint64_t cap, off; } tk_wbuf;   /* p NULL: size pass */
+/* ckpts: the memory whose checkpoints a sliding-window KV cache writes the windows of (the
+ * hybrid sets it to its recurrent child; NULL: only the window the next token sees) */
+typedef struct { uint8_t * p; uint64_t cap, off; struct tk_memory * ckpts; } tk_wbuf;   /* p NULL: size pass */
 typedef struct { const uint8_t * p; uint64_t n, off; } tk_rbuf;
 void tk_put(tk_wbuf * w, const void * src, size_t n);
 void tk_put_u32(tk_wbuf * w, uint32_t v);

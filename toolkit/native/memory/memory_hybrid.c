@@ -126,8 +126,13 @@ static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
 
 static void hy_report(tk_memory * m, tk_memory_report * r) { KVM(m)->report(KVM(m), r); RSM(m)->report(RSM(m), r); }
 
+/* a sliding-window KV cache writes the window before each checkpoint of the recurrent child
+ * too (the cells kv_trim keeps for it), so a loaded state rolls back to them as the saved one did */
 static void hy_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
+    tk_memory * const saved = w->ckpts;
+    w->ckpts = RSM(m);
     KVM(m)->state_write(KVM(m), w, seq, tmp);
+    w->ckpts = saved;
     RSM(m)->state_write(RSM(m), w, seq, tmp);
 }
 

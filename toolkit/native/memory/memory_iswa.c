@@ -7,7 +7,8 @@
  * sliding one no longer holds the window the next token would see (can_seq_rm, can_end_at:
  * every position of [q + 2 - W, q] the full cache has, the sliding one has too).
  * Positions are the full cache's.  State: the full cache's KV section, then the sliding
- * one's (TK_TAG_KV_SWA, the window only); both must end every sequence at the same position.
+ * one's (TK_TAG_KV_SWA: the window, and the one before each recurrent checkpoint when the
+ * hybrid passes its recurrent child in w->ckpts); both must end every sequence at the same position.
  * ref: llama.cpp src/llama-kv-cache-iswa.{h,cpp} (kv_base + kv_swa).
  */
 #include <stdlib.h>

@@ -18,7 +18,8 @@
  * (ref: llama.cpp's iSWA cache, n_swa x n_seq + n_ubatch cells, and its server's SWA
  * checkpoints).  Whether a sequence can continue exactly after position q (it holds every
  * position of [q + 2 - W, q] the sequence has) is memory_iswa.c's can_end_at; a rollback
- * past what is held is refused there.  State files carry only the window the next token sees.
+ * past what is held is refused there.  State files carry the window the next token sees and
+ * the window before each recurrent checkpoint (w->ckpts), so a loaded state rolls back to them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -309,29 +310,59 @@ static void kv_report(tk_memory * m, tk_memory_report * r) {
 
 /* ---- state: section KV (layout in state.c) ------------------------------------------------ */
 
+/* the positions a sliding-window cache writes for each sequence: the window the next token
+ * sees, [last + 2 - W, last], and the window before each of its recurrent checkpoints
+ * (w->ckpts, when there is one), [ck + 2 - W, ck] */
+typedef struct {
+    int32_t last[TK_MAX_SEQ];
+    int32_t * ck[TK_MAX_SEQ];  /* checkpoint positions of each sequence (NULL: none) */
+    int32_t n_ck[TK_MAX_SEQ];
+} kv_wsel;
+
+static void kv_wsel_init(tk_memory_kv * kv, tk_memory * m, const tk_wbuf * w, kv_wsel * sel) {
+    memset(sel, 0, sizeof *sel);
+    for (int32_t s = 0; s < kv->n_seq && kv->window; s++) {
+        sel->last[s] = kv_seq_pos_max(m, s);
+        if (!w->ckpts) continue;
+        const int32_t n = w->ckpts->checkpoints(w->ckpts, s, NULL, 0);
+        if (n <= 0 || !(sel->ck[s] = malloc((size_t) n * sizeof(int32_t)))) continue;   /* out of memory: the window only */
+        sel->n_ck[s] = w->ckpts->checkpoints(w->ckpts, s, sel->ck[s], n) < n ? 0 : n;
+    }
+}
+
+static void kv_wsel_free(kv_wsel * sel) {
+    for (int32_t s = 0; s < TK_MAX_SEQ; s++) free(sel->ck[s]);
+}
+
 /* is cell i written for seq (-1: any)?  A sliding-window cache writes only what the next
- * token of one of the cell's sequences sees: pos >= last + 2 - W */
-static int kv_writes(tk_memory_kv * kv, int32_t i, int32_t seq, const int32_t * last) {
+ * token of one of the cell's sequences sees, pos >= last + 2 - W, and the windows before
+ * their checkpoints (kv_wsel) */
+static int kv_writes(tk_memory_kv * kv, int32_t i, int32_t seq, const kv_wsel * sel) {
     if (kv->pos[i] < 0 || (seq >= 0 && !(kv->seqs[i] >> seq & 1))) return 0;
     if (!kv->window) return 1;
-    for (int32_t s = 0; s < kv->n_seq; s++)
-        if ((seq < 0 || s == seq) && (kv->seqs[i] >> s & 1) && kv->pos[i] >= last[s] + 2 - kv->window) return 1;
+    const int32_t p = kv->pos[i];
+    for (int32_t s = 0; s < kv->n_seq; s++) {
+        if ((seq >= 0 && s != seq) || !(kv->seqs[i] >> s & 1)) continue;
+        if (p >= sel->last[s] + 2 - kv->window) return 1;
+        for (int32_t j = 0; j < sel->n_ck[s]; j++)
+            if (p <= sel->ck[s][j] && p >= sel->ck[s][j] + 2 - kv->window) return 1;
+    }
     return 0;
 }
 
 static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
     tk_memory_kv * kv = KV(m);
     (void) tmp;
-    int32_t last[TK_MAX_SEQ];
-    for (int32_t s = 0; s < kv->n_seq && kv->window; s++) last[s] = kv_seq_pos_max(m, s);
+    kv_wsel sel;
+    kv_wsel_init(kv, m, w, &sel);
     const uint64_t at = tk_section_begin(w, kv->tag);
     uint32_t n = 0;
-    for (int32_t i = 0; i < kv->n_cells; i++) n += kv_writes(kv, i, seq, last);
+    for (int32_t i = 0; i < kv->n_cells; i++) n += kv_writes(kv, i, seq, &sel);
     tk_put_u32(w, (uint32_t) kv->n_layer);
     tk_put_u32(w, n);
     for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, (uint32_t) kv->kv_dim[l]);
     for (int32_t i = 0; i < kv->n_cells; i++) {
-        if (!kv_writes(kv, i, seq, last)) continue;
+        if (!kv_writes(kv, i, seq, &sel)) continue;
         tk_put_i32(w, kv->pos[i]);
         tk_put_u32(w, 0);
         tk_put_u64(w, seq < 0 ? kv->seqs[i] : 1);
@@ -343,6 +374,7 @@ static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
         }
     }
     tk_section_end(w, at);
+    kv_wsel_free(&sel);
 }
 
 /* the section's header: layer count and widths must be this model's; room for its cells */
