@@ -22,7 +22,7 @@ from safetensors.numpy import load_file
 
 from toolkit.convert import convert
 from toolkit.convert.families import REGISTRY
-from toolkit.convert.families.recurrent_gemma import RecurrentGemmaFamily
+from toolkit.convert.families.recurrent_gemma import RecurrentGemmaFamily, embedding_normalizer
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGUFFile
 
@@ -72,6 +72,7 @@ def test_keys(converted):
     assert k("attention.sliding_window") == 16 and k("ssm.conv_kernel") == 4 and k("rglru.width") == 64
     assert list(k("attention.recurrent_layers")) == [True, True, False, True]     # block_types cycled
     assert k("final_logit_softcapping") == 30.0
+    assert k("embedding_scale") == 8.0                                             # bf16(sqrt 64)
     assert abs(k("attention.layer_norm_rms_epsilon") - 1e-6) < 1e-12
 
 
@@ -107,6 +108,12 @@ def test_tensors_match_the_checkpoint(converted):
         got = converted.array(name)
         assert got.shape == want.shape, name
         assert np.array_equal(got, want.astype(np.float32)), name
+
+
+@pytest.mark.parametrize("n_embd, want", [(64, 8.0), (96, 9.8125), (2560, 50.5), (2048, 45.25)])
+def test_embedding_scale_is_sqrt_rounded_to_bfloat16(n_embd, want):
+    # spec more-hybrids.md §6.4: HF's normalizer is a bfloat16 buffer (2560 -> 50.5, not 50.596)
+    assert embedding_normalizer(n_embd) == want
 
 
 def _broken(tmp_path, edit) -> pathlib.Path:

@@ -31,16 +31,23 @@ Keys: block / context / embedding counts, feed_forward_length = F / 2, head_coun
 key/value_length = D, rope.dimension_count = int(D partial_rotary_factor), rope.freq_base,
 layernorm_rms_epsilon, attention.sliding_window = W, attention.recurrent_layers (block_types
 cycled over the layers, HFRC:98-103), ssm.conv_kernel = K, final_logit_softcapping =
-logits_soft_cap (Gemma-2's key; absent when null), ours rglru.width = lru.  The embedding scale
-bf16(sqrt(H)) is not stored: it follows from H (spec §6.4's trap).
+logits_soft_cap (Gemma-2's key; absent when null), ours rglru.width = lru, and embedding_scale =
+bf16(sqrt(H)) (Granite's key, which the runtime's forward already multiplies the embedding by):
+HF's normalizer is a bfloat16 buffer (HFR:624, 671), and sqrt(H) unrounded puts a 96-wide model
+at 1.9e-3 relative error (spec §6.4's trap; 2560 -> 50.5, 96 -> 9.8125).
 
 The gate matrices are not transposed: the plan writes rows of source tensors and cannot swap
 the last two axes, so a kernel reads W[h] as [in, out] (out_j = sum_i x_i W[h][i][j]).
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
+from toolkit.convert.encode import f32_to_bf16
 from toolkit.convert.plan import KV, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -48,6 +55,12 @@ from toolkit.gguf_io.constants import ARCH_RECURRENT_GEMMA, GGUFValueType
 
 _L = r"model\.layers\.\d+\."
 _TYPES = ("recurrent", "attention")
+
+
+def embedding_normalizer(n_embd: int) -> float:
+    """HF's ``normalizer``: sqrt(n_embd) as a bfloat16 (round to nearest even), as a float."""
+    bits = f32_to_bf16(np.array([math.sqrt(n_embd)], dtype=np.float32)).astype(np.uint32) << np.uint32(16)
+    return float(bits.view(np.float32)[0])
 
 
 class RecurrentGemmaFamily(Family):
@@ -140,7 +153,8 @@ class RecurrentGemmaFamily(Family):
               KV(key(Keys.Attention.RECURRENT_LAYERS), [t == "recurrent" for t in self.types],
                  GGUFValueType.ARRAY, GGUFValueType.BOOL),
               kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
-              kv_u32(key(Keys.RGLRU.WIDTH), self.lru)]
+              kv_u32(key(Keys.RGLRU.WIDTH), self.lru),
+              kv_f32(key(Keys.LLM.EMBEDDING_SCALE), embedding_normalizer(self.n_embd))]
         if self.cap is not None:
             kv.append(kv_f32(key(Keys.LLM.FINAL_LOGIT_SOFTCAPPING), self.cap))
         return kv
