@@ -5,7 +5,11 @@ refuses the architecture, toolkit run has no arch row); these tests register it 
 duration only (monkeypatch) and check what the converter writes against the checkpoint and
 spec more-hybrids.md §6.3: every tensor's values (norms with 1 + w folded, the conv squeezed,
 the RG-LRU gate matrices as stored), the keys (block_types cycled, MLP width F / 2, partial
-RoPE dims, window, soft cap, rglru.width), and bad input refused with nothing at OUT.
+RoPE dims, window, soft cap, rglru.width, embedding_scale = bf16(sqrt H)), bad input refused
+with nothing at OUT, and that the file alone suffices: a float64 NumPy forward reading only the
+GGUF (the contract for the runtime's future RG-LRU kind) gives HF's logits within 1e-5 relative
+L2 (4.9e-7; seen failing at 0.21 / 0.77 / 0.18 with the whole head rotated, the +1 not folded,
+the window not written).
 
 recurrentgemma-tiny is ../shared/fixtures' (transformers 5.24): 4 layers recurrent, recurrent,
 attention, recurrent; H 64, 4 heads / 1 KV head of 16, lru 64, K 4, window 16, tied embeddings.
@@ -143,3 +147,91 @@ def test_bad_input_one_error_nothing_at_out(registered, tmp_path, edit, err, msg
         convert(str(d), str(out), "f32")
     assert "\n" not in str(e.value)
     assert not out.exists()
+
+
+# ---- the file is sufficient: a float64 NumPy forward that reads only the GGUF ------------------
+# (the contract the runtime's RG-LRU kind will implement; spec more-hybrids.md §6.4)
+
+def _rms(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w      # w already 1 + gamma
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def _rglru_block(W, b, x, md, nh):
+    T = len(x)
+    lin = lambda n, v: v @ W(b + n + ".weight").T + W(b + n + ".bias")  # noqa: E731
+    yb = _gelu_tanh(lin("rglru_y", x))
+    u = lin("rglru_x", x)
+    cw, K = W(b + "ssm_conv1d.weight"), md[f"{ARCH}.ssm.conv_kernel"]
+    up = np.concatenate([np.zeros((K - 1, u.shape[1])), u])
+    xb = sum(up[k:k + T] * cw[:, k] for k in range(K)) + W(b + "ssm_conv1d.bias")
+    xh = xb.reshape(T, nh, -1)
+    gi = _sigmoid(np.einsum("thi,hij->thj", xh, W(b + "rglru_gate_i.weight")) + W(b + "rglru_gate_i.bias")).reshape(T, -1)
+    ga = _sigmoid(np.einsum("thi,hij->thj", xh, W(b + "rglru_gate_a.weight")) + W(b + "rglru_gate_a.bias")).reshape(T, -1)
+    loga = -8.0 * ga * _softplus(W(b + "rglru_param.weight"))
+    a, m = np.exp(loga), np.sqrt(1 - np.exp(2 * loga))
+    a[0], m[0] = 0.0, 1.0                                                  # reset at position 0
+    s, out = np.zeros(xb.shape[1]), np.zeros_like(xb)
+    for t in range(T):
+        s = a[t] * s + m[t] * gi[t] * xb[t]
+        out[t] = s
+    return lin("ssm_out", out * yb)
+
+
+def _attention_block(W, b, x, md, nh):
+    T, D = len(x), md[f"{ARCH}.attention.key_length"]
+    nkv, rot, win = md[f"{ARCH}.attention.head_count_kv"], md[f"{ARCH}.rope.dimension_count"], md[f"{ARCH}.attention.sliding_window"]
+    q, k, v = (x @ W(b + f"attn_{p}.weight").T for p in "qkv")
+    q, k, v = q.reshape(T, nh, D), k.reshape(T, nkv, D), v.reshape(T, nkv, D)
+    inv = md[f"{ARCH}.rope.freq_base"] ** (-np.arange(0, rot, 2) / rot)
+    ang = np.arange(T)[:, None, None] * inv
+    c, s = np.cos(ang), np.sin(ang)
+
+    def rope(z):
+        z1, z2 = z[..., :rot // 2], z[..., rot // 2:rot]
+        return np.concatenate([z1 * c - z2 * s, z2 * c + z1 * s, z[..., rot:]], -1)
+    q, k = rope(q), rope(k)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    ok = (j <= i) & (j > i - win)
+    out = np.zeros((T, nh, D))
+    for h in range(nh):
+        sc = np.where(ok, q[:, h] @ k[:, h * nkv // nh].T / np.sqrt(D), -np.inf)
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        out[:, h] = (p / p.sum(-1, keepdims=True)) @ v[:, h * nkv // nh]
+    return out.reshape(T, -1) @ W(b + "attn_output.weight").T + W(b + "attn_output.bias")
+
+
+def _numpy_forward(f, tok):
+    md = f.metadata()
+    W = lambda n: f.array(n).astype(np.float64)  # noqa: E731
+    eps, nh = md[f"{ARCH}.attention.layer_norm_rms_epsilon"], md[f"{ARCH}.attention.head_count"]
+    h = W("token_embd.weight")[tok] * md[f"{ARCH}.embedding_scale"]
+    for i, rec in enumerate(md[f"{ARCH}.attention.recurrent_layers"]):
+        b = f"blk.{i}."
+        x = _rms(h, W(b + "attn_norm.weight"), eps)
+        h = h + (_rglru_block if rec else _attention_block)(W, b, x, md, nh)
+        g = _rms(h, W(b + "ffn_norm.weight"), eps)
+        lin = lambda n, v: v @ W(b + n + ".weight").T + W(b + n + ".bias")  # noqa: E731
+        h = h + lin("ffn_down", _gelu_tanh(lin("ffn_gate", g)) * lin("ffn_up", g))
+    lg = _rms(h, W("output_norm.weight"), eps) @ W("token_embd.weight").T
+    cap = md[f"{ARCH}.final_logit_softcapping"]
+    return cap * np.tanh(lg / cap)
+
+
+def test_the_file_alone_reproduces_hf_logits(converted):
+    ref = np.load(FIXTURE / "reference.npz")
+    got = _numpy_forward(converted, ref["tokens"].astype(np.int64))
+    want = ref["logits"].astype(np.float64)
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 1e-5, rel
