@@ -60,6 +60,12 @@ class T:
     SSM_CONV1D_Q = "blk.{bid}.ssm_conv1d_q"
     SSM_CONV1D_K = "blk.{bid}.ssm_conv1d_k"
     SSM_CONV1D_V = "blk.{bid}.ssm_conv1d_v"
+    # recurrent-gemma's RG-LRU (spec more-hybrids.md §6.3's proposed names)
+    RGLRU_X = "blk.{bid}.rglru_x"              # linear_x: the conv's input branch
+    RGLRU_Y = "blk.{bid}.rglru_y"              # linear_y: the GeLU output gate branch
+    RGLRU_GATE_I = "blk.{bid}.rglru_gate_i"    # input gate, per head x_h . W_h (HF layout [nh, in, out])
+    RGLRU_GATE_A = "blk.{bid}.rglru_gate_a"    # recurrence gate, same layout
+    RGLRU_PARAM = "blk.{bid}.rglru_param"      # recurrent_param Lambda (log a = -8 r softplus(Lambda))
     # MTP / NextN block, at blk.{n_layer + i} (runs only as a draft head)
     NEXTN_EH_PROJ = gguf.TENSOR_NAMES[_M.NEXTN_EH_PROJ]
     NEXTN_ENORM = gguf.TENSOR_NAMES[_M.NEXTN_ENORM]

@@ -34,6 +34,7 @@ class Keys:
         LOGIT_SCALE = gguf.Keys.LLM.LOGIT_SCALE
         EXPERT_FEED_FORWARD_LENGTH = gguf.Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
         FULL_ATTENTION_INTERVAL = gguf.Keys.LLM.FULL_ATTENTION_INTERVAL
+        FINAL_LOGIT_SOFTCAPPING = gguf.Keys.LLM.FINAL_LOGIT_SOFTCAPPING   # Gemma-2's; recurrent-gemma's logits_soft_cap
         # qwen4exp: row width of per_layer_token_embd (one PLE n-gram head)
         EMBD_LENGTH_PER_LAYER_INP = gguf.Keys.LLM.EMBD_LENGTH_PER_LAYER_INP
         # MTP / NextN layers appended after the main layers (block_count includes them;
@@ -119,6 +120,10 @@ class Keys:
         # linear_allow_neg_eigval: 2.0, beta in (0, 2); spec more-hybrids.md §3.3), written only
         # when it is not 1, llama.cpp's GDN value; a file without it reads 1
         BETA_SCALE = "{arch}.ssm.beta_scale"
+
+    class RGLRU:
+        """RecurrentGemma's RG-LRU (spec more-hybrids.md §6.3's proposed key)."""
+        WIDTH = "{arch}.rglru.width"                   # lru_width: the recurrence's channel count
 
     class ShortConv:
         """LFM2's gated short convolution (llama.cpp gguf-py ``Keys.ShortConv``; not in gguf 0.19)."""
@@ -212,6 +217,7 @@ ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README
 ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
 ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: spec more-hybrids.md §3.3's proposed names
 ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
+ARCH_RECURRENT_GEMMA = "recurrent-gemma"  # no llama.cpp architecture: spec more-hybrids.md §6.3's proposed names
 ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
