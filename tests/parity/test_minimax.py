@@ -106,3 +106,32 @@ def test_quantize_error_ordered_by_bits(hf_f32, ref, tmp_path, report):
         errs[qtype] = rel_l2(lo, ref["logits"])
     report.append(f"{NAME} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
+
+
+def test_run_refuses_residual_factors_not_three(monkeypatch, capsys, tmp_path, hf_f32):
+    import gguf
+    from gguf_edit_util import rewrite, run_error
+    bad = tmp_path / "bad.gguf"
+    rewrite(hf_f32(NAME), bad, kv={"minimax-01.residual_alpha": ([1.7, 1.7], gguf.GGUFValueType.ARRAY,
+                                                                  gguf.GGUFValueType.FLOAT32)})
+    err = run_error(monkeypatch, capsys, bad)
+    assert "residual_alpha" in err and "3 finite numbers" in err, err
+
+
+def test_our_residual_keys_are_read(tmp_path, hf_f32, ref):
+    """residual_alpha / residual_beta equal to what residual_scale says give the same logits, bit
+    for bit; a β of 0.5 on the FFN changes them."""
+    import gguf
+    from gguf_edit_util import rewrite
+    F = gguf.GGUFValueType.FLOAT32
+    A = gguf.GGUFValueType.ARRAY
+    same, other = tmp_path / "same.gguf", tmp_path / "other.gguf"
+    a = float(np.float32(1.7))
+    rewrite(hf_f32(NAME), same, kv={"minimax-01.residual_alpha": ([a, a, a], A, F),
+                                    "minimax-01.residual_beta": ([1.0, 1.0, 1.0], A, F)})
+    rewrite(hf_f32(NAME), other, kv={"minimax-01.residual_alpha": ([a, a, a], A, F),
+                                     "minimax-01.residual_beta": ([1.0, 1.0, 0.5], A, F)})
+    toks = ref["tokens"][:16]
+    base = logits_of(hf_f32(NAME), toks)
+    assert np.array_equal(logits_of(same, toks), base)
+    assert rel_l2(logits_of(other, toks), base) > 1e-2
