@@ -21,7 +21,8 @@ positions and each checkpoint's window; swa/lfm2-all: both attention layers slid
 holds positions only; a rollback past what it holds is refused and the oracle keeps the history),
 LFM3 (lfm3-tiny: conv, full attention with proportional RoPE, sliding attention with window 16,
 sandwich norms), and Lara-Mini (laramini-tiny: GDN, RoPE sliding attention with window 16, NoPE
-full attention, MoE with an ungated shared expert).  Run under ASan/UBSan by CI (pytest -m native).
+full attention, MoE with an ungated shared expert), and MiniMax-Text-01 (minimax-tiny: lightning
+attention, its [nh, d, d] state the only recurrent piece; residuals on the normed input scaled by α).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def play(m: Model, ops, every: int) -> None:
                                         ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
                                         ("olmohybrid-tiny", 3), ("olmohybrid-nope-tiny", 0),
                                         ("swa/lfm2", 3), ("swa/lfm2", 0), ("swa/lfm2-all", 3), ("lfm3-tiny", 3),
-                                        ("laramini-tiny", 3), ("laramini-tiny", 0)])
+                                        ("laramini-tiny", 3), ("laramini-tiny", 0),
+                                        ("minimax-tiny", 3), ("minimax-tiny", 0)])
 @settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

@@ -96,6 +96,9 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("rope_freq_base_swa"), _i("rope_prop_rot"), _i("attn_head_gate"), _i("sandwich_norm"),
     # Lara-Mini (appended)
     _i("rope_swa_only"),
+    # MiniMax-Text-01 (appended)
+    _i("residual_normed"), _f("res_alpha_lin"), _f("res_alpha_full"), _f("res_alpha_mlp"),
+    _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
 )
 
 # HParams fields the C side does not take, and why

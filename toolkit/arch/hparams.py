@@ -122,6 +122,14 @@ class HParams:
     sandwich_norm: int = 0
     # Lara-Mini (read_lara_mini): RoPE on the sliding-window layers only, the full layers NoPE
     rope_swa_only: int = 0
+    # MiniMax-Text-01 (read_minimax): x = alpha * rmsnorm(x) + beta * branch per branch (lightning, attention, FFN)
+    residual_normed: int = 0
+    res_alpha_lin: float = 1.0
+    res_alpha_full: float = 1.0
+    res_alpha_mlp: float = 1.0
+    res_beta_lin: float = 1.0
+    res_beta_full: float = 1.0
+    res_beta_mlp: float = 1.0
 
     @property
     def attention_layers(self) -> list[int]:

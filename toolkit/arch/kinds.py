@@ -21,6 +21,7 @@ class LayerKind(enum.IntEnum):
     ZAMBA2_SHARED = 7  # Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c)
     QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/layers/mixer_qsa.c
     ZAMBA_SHARED = 9  # Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c)
+    LIGHTNING = 10  # MiniMax-Text-01's lightning attention (decayed linear attention): mixer_lightning.c
 
 
 class FFNKind(enum.IntEnum):
@@ -38,3 +39,4 @@ class Residual(str, enum.Enum):
     PLAIN = "plain"                          # x + f(x)
     MULTIPLIERS = "multipliers"              # Granite: embedding / residual / logit scales
     HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block
+    NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit.arch.kinds import FFNKind, LayerKind
 from toolkit.errors import InputError
-from toolkit.gguf_io.constants import Keys, k
+from toolkit.gguf_io.constants import MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, Keys, k
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.hparams import HParams
@@ -575,6 +575,31 @@ def check_sliding_window_keys(f) -> None:
     """The sliding-window keys of GGUFFile ``f`` (any architecture), for commands that do not
     read the hparams (quantize): InputError, one line, for a bad window."""
     _sliding_window_keys(KeyReader(f, f.arch))
+
+
+def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """MiniMax-Text-01 (spec more-hybrids.md §5): every branch joins as x = alpha * rmsnorm(x) +
+    beta * branch; alpha = ``residual_scale`` (llama.cpp's one key) unless ours
+    ``residual_alpha`` / ``residual_beta`` ([lightning, attention, FFN]) say otherwise (beta 1)."""
+    import math as _m
+    hp.residual_normed = 1
+    a = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0))
+    if not _m.isfinite(a):
+        raise r.bad(Keys.LLM.RESIDUAL_SCALE, f"= {a} is not finite")
+    got = {}
+    for key, default in ((MINIMAX_RESIDUAL_ALPHA, [a, a, a]), (MINIMAX_RESIDUAL_BETA, [1.0, 1.0, 1.0])):
+        v = r.f.get(k(key, r.arch), None)
+        if v is None:
+            got[key] = default
+            continue
+        if (not isinstance(v, list) or len(v) != 3
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and _m.isfinite(x) for x in v)):
+            raise r.bad(key, f"= {str(v)[:60]} must be 3 finite numbers (lightning, attention, FFN)")
+        got[key] = [float(x) for x in v]
+    alpha, beta = got[MINIMAX_RESIDUAL_ALPHA], got[MINIMAX_RESIDUAL_BETA]
+    hp.res_alpha_lin, hp.res_alpha_full, hp.res_alpha_mlp = alpha
+    hp.res_beta_lin, hp.res_beta_full, hp.res_beta_mlp = beta
+    hp.residual_scale = 1.0
 
 
 def read_lara_mini(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_ZAMBA2,
     ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
@@ -131,6 +131,8 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  LayerKind.PARALLEL: PARALLEL_TENSORS,
                  LayerKind.SHORTCONV: SHORTCONV_TENSORS,
                  LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS, LayerKind.ZAMBA_SHARED: ZAMBA_LAYER_TENSORS,
+                 # MiniMax-Text-01's lightning attention: per-head [q | k | v], output gate and norm
+                 LayerKind.LIGHTNING: TensorSet(required=tuple(_w(t) for t in (T.ATTN_QKV, T.ATTN_GATE, T.ATTN_NORM_2, T.ATTN_OUT))),
                  LayerKind.QSA: QSA_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
@@ -369,6 +371,14 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_qk_norm=True,
              gdn_head_tiled=False, mixer_tensors=QWEN35_MIXER_TENSORS, note="Lara-Mini"),
+    # MiniMax-Text-01 (llama.cpp's minimax-01; spec more-hybrids.md §5): lightning attention
+    # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
+    # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)
+    ArchSpec(ARCH_MINIMAX, c_id=18,
+             readers=(R.read_common, R.read_layer_kinds, R.read_attention, R.read_ffn, R.read_minimax, R.check_rms_eps),
+             mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
+             ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
+             residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -47,6 +47,7 @@ class T:
     # gated delta net (Qwen3-Next / Qwen3.5 / qwen4exp) and gated attention
     ATTN_QKV = gguf.TENSOR_NAMES[_M.ATTN_QKV]
     ATTN_GATE = gguf.TENSOR_NAMES[_M.ATTN_GATE]
+    ATTN_NORM_2 = gguf.TENSOR_NAMES[_M.ATTN_NORM_2]             # minimax-01: the lightning output's norm
     ATTN_Q_NORM = gguf.TENSOR_NAMES[_M.ATTN_Q_NORM]
     ATTN_K_NORM = gguf.TENSOR_NAMES[_M.ATTN_K_NORM]
     SSM_ALPHA = gguf.TENSOR_NAMES[_M.SSM_ALPHA]

@@ -218,6 +218,11 @@ ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layo
 ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: spec more-hybrids.md §3.3's proposed names
 ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
 ARCH_RECURRENT_GEMMA = "recurrent-gemma"  # no llama.cpp architecture: spec more-hybrids.md §6.3's proposed names
+ARCH_MINIMAX = "minimax-01"       # llama.cpp's MiniMax-Text-01 (spec more-hybrids.md §5)
+# ours (minimax-01): [lightning, attention, FFN] residual factors, written only when llama.cpp's one
+# residual_scale (alpha, every beta 1) cannot say them
+MINIMAX_RESIDUAL_ALPHA = "{arch}.residual_alpha"
+MINIMAX_RESIDUAL_BETA = "{arch}.residual_beta"
 ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT

@@ -77,6 +77,7 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_ZAMBA2_SHARED = 7,/* Zamba2 hybrid layer: shared attention block + LoRA, then Mamba-2 (mixer_zamba2.c) */
     TK_LAYER_QSA = 8,          /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
     TK_LAYER_ZAMBA_SHARED = 9, /* Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c) */
+    TK_LAYER_LIGHTNING = 10,   /* MiniMax-Text-01's lightning attention (mixer_lightning.c) */
     TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
@@ -107,6 +108,7 @@ typedef enum {
     TK_ARCH_OLMO_HYBRID = 15,
     TK_ARCH_LFM3 = 16,
     TK_ARCH_LARA_MINI = 17,
+    TK_ARCH_MINIMAX_01 = 18,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -207,6 +209,10 @@ typedef struct {
     int32_t sandwich_norm;     /* 1: post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required) */
     /* Lara-Mini (appended) */
     int32_t rope_swa_only;     /* 1: RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
+    /* MiniMax-Text-01 (appended) */
+    int32_t residual_normed;   /* 1: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch (the factors below) */
+    float   res_alpha_lin, res_alpha_full, res_alpha_mlp;   /* alpha of the lightning, attention and FFN branches */
+    float   res_beta_lin, res_beta_full, res_beta_mlp;      /* beta likewise */
 } tk_hparams;
 
 typedef struct {

@@ -14,6 +14,7 @@
  *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
  *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
+ *   mixer_lightning.c  TK_LAYER_LIGHTNING  MiniMax's lightning attention (decayed linear attention, gated norm)
  *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
  * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
  * the block skeleton of hc_count streams) and ple.c (the per-layer n-gram embedding).
@@ -101,7 +102,7 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba, tk_mixer_lightning;
 /* mixer_zamba2.c: the shared attention + MLP block both Zamba hybrid kinds run.  tk_zamba_block:
  * the block layer il runs (its rank among the hybrid layers, mod n_shared_block);
  * tk_zamba_bind_shared: bind shared.<b>.* into l; tk_zamba_shared_block: t = shared_linear(block(x, E))

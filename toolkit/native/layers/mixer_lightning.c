@@ -1,0 +1,145 @@
+/* mixer_lightning.c: lightning attention (TK_LAYER_LIGHTNING: MiniMax-Text-01's linear layers).
+ *
+ * Shapes (U ubatch tokens, D n_embd, nh heads of d = head_dim, W = nh d, L n_layer, il the layer):
+ *   in:  ctx->cur [U, D]            out: [U, D]
+ *   attn_qkv [D, 3W]: per head h the rows [q_h (d) | k_h (d) | v_h (d)] at 3 h d
+ *   attn_gate [D, W], attn_norm_2 [W] (the output norm over all heads at once), attn_output [W, D]
+ *   state per sequence: "S" [nh, d(v), d(k)]: head h's S (d x d, indexed [k][v]) with element
+ *     (k, v) at h d d + v d + k (llama.cpp's layout, ne = [d(k), d(v), nh])
+ * Formula, per token (spec more-hybrids.md §5.4; HF MiniMaxLightningAttention):
+ *   q, k, v = thirds of silu(attn_qkv x) per head
+ *   s_h = (2^(-8/nh))^(h+1) (1 - il / (L - 1 + 1e-5) + 1e-5)        (HF's slope rate)
+ *   S_h <- exp(-s_h) S_h + k_h v_h^T;  o_h = S_h^T q_h               (no scaling, no softmax)
+ *   y = rmsnorm(concat_h o_h; attn_norm_2, 1e-6) * sigmoid(attn_gate x)   (HF's fixed 1e-6; llama.cpp
+ *     uses rms_eps here and drops the 1e-5 in the slope's denominator: 2.4e-5 from HF)
+ *   out = attn_output y
+ * HF computes a prompt by blocks of block_size (intra-block decay masks, inter-block state);
+ * this file runs the recurrence token by token for every ubatch (the same sums in another
+ * order: it agrees with HF's block form to float rounding).  A row that keeps per-token
+ * snapshots (speculative window) copies S after each such token.
+ * Scratch: proj [U, 3W] (q | k | v after the SiLU), gate [U, W], y [U, W].
+ * ref: transformers 5.24 modeling_minimax.py MiniMaxLightningAttention; llama.cpp minimax-01.cpp.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "layers/layer.h"
+
+#define LIGHTNING_NORM_EPS 1e-6f
+
+static int32_t lightning_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
+    const tk_hparams * hp = &m->hp;
+    (void) il;
+    out[0] = (tk_rs_piece) {"S", (size_t) hp->n_head * (size_t) hp->head_dim * (size_t) hp->head_dim};
+    return 1;
+}
+
+static void lightning_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    const tk_hparams * hp = &m->hp;
+    const size_t W = (size_t) hp->n_head * (size_t) hp->head_dim;
+    (void) il; (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->proj, 3 * W);
+    tk_scratch_need(&need->gate, W);
+    tk_scratch_need(&need->y, W);
+}
+
+static tk_status lightning_check(const tk_hparams * hp, int il) {
+    (void) il;
+    if (hp->n_head <= 0 || hp->n_head > 65536 || hp->head_dim <= 0 || hp->head_dim > 4096)
+        return TK_FAIL(TK_ERR_INVALID, "lightning attention hparams out of range (%d heads of %d)", hp->n_head, hp->head_dim);
+    return TK_OK;
+}
+
+static tk_status lightning_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
+    const int64_t D = hp->n_embd, W = (int64_t) hp->n_head * hp->head_dim;
+    char nm[128];
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_qkv.weight"), TK_SHAPE(D, 3 * W), 1, &l->wqkv));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, W), 1, &l->wgate));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm_2.weight"), TK_SHAPE(W), 1, &l->ssm_norm));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(W, D), 1, &l->wo));
+#undef NAME
+    return TK_OK;
+}
+
+/* HF's slope rate of head h in layer il */
+static float lightning_slope(const tk_hparams * hp, int il, int32_t h) {
+    const double base = pow(2.0, -8.0 / (double) hp->n_head);
+    const double factor = 1.0 - (double) il / ((double) hp->n_layer - 1.0 + 1e-5) + 1e-5;
+    return (float) (pow(base, (double) (h + 1)) * factor);
+}
+
+typedef struct {
+    tk_context * ctx;          /* proj [U, 3W], y [U, W] */
+    const tk_ubatch * ub;
+    tk_rs_view rv;             /* piece 0: "S" [nh, d, d] per cell */
+    int il;
+} lightning_job;
+
+/* one (sequence row s, head h) pair p = s nh + h: the recurrence over the row's tokens */
+static void lightning_heads(void * arg, int64_t p0, int64_t p1, int thread) {
+    const lightning_job * j = arg;
+    const tk_hparams * hp = &j->ctx->model->hp;
+    const int32_t nh = hp->n_head, d = hp->head_dim, W = nh * d, nst = j->ub->n_seq_tokens;
+    (void) thread;
+    for (int64_t p = p0; p < p1; p++) {
+        const int32_t s = (int32_t) (p / nh), h = (int32_t) (p % nh);
+        const float decay = expf(-lightning_slope(hp, j->il, h));
+        float * S = j->rv.piece[0] + (size_t) j->rv.ub_cells[s] * j->rv.piece_n[0] + (size_t) h * d * d;
+        for (int32_t i = 0; i < nst; i++) {
+            const int64_t t = (int64_t) s * nst + i;
+            const float * qkv = j->ctx->proj + t * 3 * W + (int64_t) h * 3 * d;
+            const float * q = qkv, * k = qkv + d, * v = qkv + 2 * d;
+            float * o = j->ctx->y + t * W + (int64_t) h * d;
+            for (int32_t vi = 0; vi < d; vi++) {
+                float * col = S + (size_t) vi * d;   /* S[.][vi], k fastest */
+                float acc = 0.0f;
+                for (int32_t ki = 0; ki < d; ki++) {
+                    col[ki] = decay * col[ki] + k[ki] * v[vi];
+                    acc += col[ki] * q[ki];
+                }
+                o[vi] = acc;
+            }
+            float * snap = tk_rs_snap(&j->rv, 0, s, nst, i);
+            if (snap) memcpy(snap + (size_t) h * d * d, S, (size_t) d * d * sizeof(float));
+        }
+    }
+}
+
+/* y[t] = rmsnorm(y[t]; attn_norm_2, 1e-6) * sigmoid(gate[t]) */
+static void lightning_norm_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        const float * z = j->a + t * j->a_stride;
+        tk_rms_norm(y, j->b, j->f, j->n, y);
+        for (int64_t i = 0; i < j->n; i++) y[i] *= 1.0f / (1.0f + expf(-z[i]));
+    }
+}
+
+static tk_status lightning_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t W = hp->n_head * hp->head_dim, U = ub->n_tokens;
+    tk_rs_view rv;
+    TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
+    TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = ctx->proj[i] / (1.0f + expf(-ctx->proj[i]));
+    TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
+    lightning_job j = {ctx, ub, rv, il};
+    tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * hp->n_head, (int64_t) ub->n_seq_tokens * hp->head_dim * hp->head_dim,
+                lightning_heads, &j);
+    tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, W, W, W, LIGHTNING_NORM_EPS, 1};
+    tk_par_rows(ctx->pool, U, W, lightning_norm_gate_rows, &gj);
+    return tk_matmul(&l->wo, 0, ctx->y, U, out, &ctx->mm);
+}
+
+const tk_mixer_ops tk_mixer_lightning = {
+    .name = "lightning",
+    .check = lightning_check,
+    .bind = lightning_bind,
+    .rs_pieces = lightning_rs_pieces,
+    .scratch = lightning_scratch,
+    .forward = lightning_forward,
+};
