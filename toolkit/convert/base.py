@@ -199,6 +199,12 @@ class Family:
         rows = math.prod(out_shape[:-1]) if len(out_shape) > 1 else 1
         return self.emit(out, out_shape, [Segment(t, 0, rows, perm, block)], op, note)
 
+    def stack(self, out: str, src: str, n: int, shape: tuple[int, ...], why: str = "", note: str = "") -> OutTensor:
+        """Write sources ``src.format(e=e)`` (each of ``shape``), e = 0 .. n - 1, as ``out`` [n,
+        *shape], in that order (routed experts); ``why`` may name ``{e}`` too."""
+        srcs = [self.take(src.format(e=e), shape, why.format(e=e)) for e in range(n)]
+        return self.emit(out, (n,) + tuple(shape), [Segment(t, 0, shape[0]) for t in srcs], note=note)
+
     def check_leftovers(self) -> None:
         left = [n for n in self.hf.tensors if n not in self._taken]
         if left:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba import ceil_div
-from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.plan import kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError
 from toolkit.gguf_io import ARCH_JAMBA, Keys
 
@@ -144,9 +144,8 @@ class JambaFamily(Family):
                 self.copy(tn(T.FFN_GATE_INP, i), f + "router.weight", (E, D))
                 for out, w, shape in ((T.FFN_GATE_EXP, "gate_proj", (F, D)), (T.FFN_UP_EXP, "up_proj", (F, D)),
                                       (T.FFN_DOWN_EXP, "down_proj", (D, F))):
-                    srcs = [self.take(f"{f}experts.{e}.{w}.weight", shape, f"expert {e} of MoE layer {i}") for e in range(E)]
-                    self.emit(tn(out, i), (E,) + shape, [Segment(s, 0, shape[0]) for s in srcs],
-                              note=f"{E} experts stacked")
+                    self.stack(tn(out, i), f + "experts.{e}." + w + ".weight", E, shape,
+                               why=f"expert {{e}} of MoE layer {i}", note=f"{E} experts stacked")
             else:
                 # Mini-Jamba stores a dense layer's FFN as experts.0 (llama.cpp renames it the same way)
                 dense = f if self.has(f + "gate_proj.weight") else f + "experts.0."

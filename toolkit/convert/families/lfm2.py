@@ -39,7 +39,7 @@ from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import KV, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LFM2, ARCH_LFM2MOE, GGUFValueType
@@ -255,8 +255,7 @@ class LFM2MoeFamily(LFM2Family):
         self.copy(tn(T.FFN_GATE_INP, i), f + "gate.weight", (E, D))
         for out, w, shape in ((T.FFN_GATE_EXP, "w1", (Fe, D)), (T.FFN_DOWN_EXP, "w2", (D, Fe)),
                               (T.FFN_UP_EXP, "w3", (Fe, D))):
-            segs = [Segment(self.take(f"{f}experts.{e}.{w}.weight", shape, why="moe_intermediate_size"), 0, shape[0])
-                    for e in range(E)]
-            self.emit(tn(out, i), (E,) + shape, segs, note=f"stack of {E} experts")
+            self.stack(tn(out, i), f + "experts.{e}." + w + ".weight", E, shape, why="moe_intermediate_size",
+                       note=f"stack of {E} experts")
         if self.expert_bias:
             self.copy(tn(T.FFN_EXP_PROBS_B, i, ".bias"), f + "expert_bias", (E,))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.plan import KV, Segment, kv_arr_f32, kv_f32, kv_u32
+from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_MINIMAX, MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, GGUFValueType
@@ -170,8 +170,8 @@ class MiniMaxFamily(Family):
         self.copy(tn(T.FFN_GATE_INP, i), f + "gate.weight", (E, D))
         for out, w, shape in ((T.FFN_GATE_EXP, "w1", (F, D)), (T.FFN_UP_EXP, "w3", (F, D)),
                               (T.FFN_DOWN_EXP, "w2", (D, F))):
-            srcs = [self.take(f"{f}experts.{e}.{w}.weight", shape, f"expert {e} of layer {i}") for e in range(E)]
-            self.emit(tn(out, i), (E,) + shape, [Segment(s, 0, shape[0]) for s in srcs], note=f"{E} experts stacked")
+            self.stack(tn(out, i), f + "experts.{e}." + w + ".weight", E, shape, why=f"expert {{e}} of layer {i}",
+                       note=f"{E} experts stacked")
 
     def build(self):
         self.read_hparams()

@@ -45,8 +45,8 @@ import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.zamba2 import Zamba2Family
-from toolkit.convert.plan import kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
+from toolkit.convert.plan import kv_arr_i32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA
@@ -114,21 +114,8 @@ class ZambaFamily(Family):
 
     def _keys(self) -> None:
         key, p = self.key, self.plan
-        bmap = [-1] * self.n_layer
-        for j, i in enumerate(self.hybrid):
-            bmap[i] = j % self.n_mem
-        p.kv += [
-            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), self.cfg.int("max_position_embeddings", default=4096)),
-            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
-            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
-            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
-            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [self.n_head_kv if b >= 0 else 0 for b in bmap]),
-            kv_u32(key(Keys.Attention.KEY_LENGTH), self.head_dim),
-            kv_u32(key(Keys.Attention.VALUE_LENGTH), self.head_dim),
-            # HF: softmax(q k^T / sqrt(hd / 2)) (ZambaAttention.scaling); no RoPE
-            kv_f32(key(Keys.Attention.SCALE), float((self.head_dim / 2) ** -0.5)),
-            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
+        bmap = shared_block_map(self)
+        p.kv += shared_attention_kv(self, bmap) + [   # no RoPE keys: Zamba's attention has none
             kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
             kv_u32(key(Keys.SSM.INNER_SIZE), self.d_inner),
             kv_u32(key(Keys.SSM.STATE_SIZE), self.d_state),
@@ -140,13 +127,8 @@ class ZambaFamily(Family):
         ]
 
     def _shared_block(self, b: int, st: str) -> None:
-        D, A, F = self.n_embd, self.attn_in, self.n_ff
-        self.copy(tn(T.SHARED_ATTN_NORM, b), st + "input_layernorm.weight", (A,))
-        for out, src, rows in ((T.SHARED_ATTN_Q, "q", self.n_head), (T.SHARED_ATTN_K, "k", self.n_head_kv),
-                               (T.SHARED_ATTN_V, "v", self.n_head_kv)):
-            self.copy(tn(out, b), st + f"self_attn.{src}_proj.weight", (rows * self.head_dim, A))
-        self.copy(tn(T.SHARED_ATTN_OUT, b), st + "self_attn.o_proj.weight", (D, self.n_head * self.head_dim))
-        self.copy(tn(T.SHARED_FFN_NORM, b), st + "pre_ff_layernorm.weight", (D,))
+        D, F = self.n_embd, self.n_ff
+        copy_shared_attention(self, b, st)
         self.copy(tn(T.SHARED_FFN_GATE, b), st + "feed_forward.gate_proj.weight", (F, D))
         self.copy(tn(T.SHARED_FFN_UP, b), st + "feed_forward.up_proj.weight", (F, D))
         self.copy(tn(T.SHARED_FFN_DOWN, b), st + "feed_forward.down_proj.weight", (D, F))

@@ -53,6 +53,47 @@ _ST = _L + r"shared_transformer\."
 _BLOCK_TYPES = {"mamba": False, "linear_attention": False, "hybrid": True}
 
 
+def shared_block_map(fam: Family) -> list[int]:
+    """Per layer, the shared block a hybrid layer runs (the j-th hybrid layer: j mod n_mem), -1
+    for the others (Zamba and Zamba2: ``fam.hybrid``, ``fam.n_mem``, ``fam.n_layer``)."""
+    bmap = [-1] * fam.n_layer
+    for j, i in enumerate(fam.hybrid):
+        bmap[i] = j % fam.n_mem
+    return bmap
+
+
+def shared_attention_kv(fam: Family, bmap: list[int]) -> list:
+    """The keys Zamba and Zamba2 write alike, in this order: sizes, the attention heads (KV
+    heads only on hybrid layers), HF's scale softmax(q k^T / sqrt(hd / 2))
+    (Zamba(2)Attention.scaling) and the norm epsilon."""
+    key = fam.key
+    return [
+        kv_u32(key(Keys.LLM.BLOCK_COUNT), fam.n_layer),
+        kv_u32(key(Keys.LLM.CONTEXT_LENGTH), fam.cfg.int("max_position_embeddings", default=4096)),
+        kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), fam.n_embd),
+        kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), fam.n_ff),
+        kv_u32(key(Keys.Attention.HEAD_COUNT), fam.n_head),
+        kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [fam.n_head_kv if b >= 0 else 0 for b in bmap]),
+        kv_u32(key(Keys.Attention.KEY_LENGTH), fam.head_dim),
+        kv_u32(key(Keys.Attention.VALUE_LENGTH), fam.head_dim),
+        kv_f32(key(Keys.Attention.SCALE), float((fam.head_dim / 2) ** -0.5)),
+        kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), fam.eps),
+    ]
+
+
+def copy_shared_attention(fam: Family, b: int, st: str) -> None:
+    """Shared block ``b``'s attention (its norm on the [h, embeddings] input of width
+    ``fam.attn_in``, q / k / v, out) and its FFN norm, from the HF prefix ``st``; Zamba and
+    Zamba2 differ only in the FFN after it."""
+    D, A = fam.n_embd, fam.attn_in
+    fam.copy(tn(T.SHARED_ATTN_NORM, b), st + "input_layernorm.weight", (A,))
+    for out, src, rows in ((T.SHARED_ATTN_Q, "q", fam.n_head), (T.SHARED_ATTN_K, "k", fam.n_head_kv),
+                           (T.SHARED_ATTN_V, "v", fam.n_head_kv)):
+        fam.copy(tn(out, b), st + f"self_attn.{src}_proj.weight", (rows * fam.head_dim, A))
+    fam.copy(tn(T.SHARED_ATTN_OUT, b), st + "self_attn.o_proj.weight", (D, fam.n_head * fam.head_dim))
+    fam.copy(tn(T.SHARED_FFN_NORM, b), st + "pre_ff_layernorm.weight", (D,))
+
+
 class Zamba2Family(Family):
     hf_archs = ("Zamba2ForCausalLM",)
     families = ("Zamba2",)
@@ -128,21 +169,8 @@ class Zamba2Family(Family):
 
     def _keys(self) -> None:
         key, p = self.key, self.plan
-        bmap = [-1] * self.n_layer
-        for j, i in enumerate(self.hybrid):
-            bmap[i] = j % self.n_mem
-        p.kv += [
-            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), self.cfg.int("max_position_embeddings", default=4096)),
-            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
-            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
-            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
-            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [self.n_head_kv if b >= 0 else 0 for b in bmap]),
-            kv_u32(key(Keys.Attention.KEY_LENGTH), self.head_dim),
-            kv_u32(key(Keys.Attention.VALUE_LENGTH), self.head_dim),
-            # HF: softmax(q k^T / sqrt(hd / 2)) (Zamba2Attention.scaling)
-            kv_f32(key(Keys.Attention.SCALE), float((self.head_dim / 2) ** -0.5)),
-            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
+        bmap = shared_block_map(self)
+        p.kv += shared_attention_kv(self, bmap) + [
             kv_u32(key(Keys.Rope.DIMENSION_COUNT), self.head_dim if self.use_rope else 0),
             kv_f32(key(Keys.Rope.FREQ_BASE), self.rope_theta),
             kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
@@ -166,13 +194,8 @@ class Zamba2Family(Family):
         self.emit(up, (half, shape[1]), [Segment(t, half, half)], note="rows [I, 2I) of gate_up")
 
     def _shared_block(self, b: int, st: str) -> None:
-        D, A, I = self.n_embd, self.attn_in, self.n_ff
-        self.copy(tn(T.SHARED_ATTN_NORM, b), st + "input_layernorm.weight", (A,))
-        for out, src, rows in ((T.SHARED_ATTN_Q, "q", self.n_head), (T.SHARED_ATTN_K, "k", self.n_head_kv),
-                               (T.SHARED_ATTN_V, "v", self.n_head_kv)):
-            self.copy(tn(out, b), st + f"self_attn.{src}_proj.weight", (rows * self.head_dim, A))
-        self.copy(tn(T.SHARED_ATTN_OUT, b), st + "self_attn.o_proj.weight", (D, self.n_head * self.head_dim))
-        self.copy(tn(T.SHARED_FFN_NORM, b), st + "pre_ff_layernorm.weight", (D,))
+        D, I = self.n_embd, self.n_ff
+        copy_shared_attention(self, b, st)
         self._split(tn(T.SHARED_FFN_GATE, b), tn(T.SHARED_FFN_UP, b), st + "feed_forward.gate_up_proj.weight", (2 * I, D))
         self.copy(tn(T.SHARED_FFN_DOWN, b), st + "feed_forward.down_proj.weight", (D, I))
 
