@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, tokens_of_source  # noqa: E402
 
 _BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, hidden_act="silu", max_position_embeddings=8192,
              initializer_range=0.08, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, pad_token_id=1,
@@ -84,7 +84,7 @@ def make(name: str, out_root: str) -> None:
     model.save_pretrained(out, max_shard_size="160KB")
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-    tokens = _tokens()
+    tokens = tokens_of_source()
     ids = torch.tensor(tokens[None].astype(np.int64))
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)

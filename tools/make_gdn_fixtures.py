@@ -207,13 +207,55 @@ def _drop_layer_types(out: str, interval: int) -> None:
         f.write("\n")
 
 
-def _tokens() -> np.ndarray:
+def tokens_of_source() -> np.ndarray:
+    """The first N_TOKENS token ids of the source text, int32."""
     from tokenizers import Tokenizer
 
     ids = Tokenizer.from_file(os.path.join(TOKENIZER_SRC, "tokenizer.json")).encode(SOURCE).ids
     if len(ids) < N_TOKENS:
         sys.exit(f"the source text gives only {len(ids)} tokens")
     return np.asarray(ids[:N_TOKENS], dtype=np.int32)
+
+
+def write_fixture(model, out: str, reload, edit_config=None, describe=None) -> None:
+    """Save ``model`` as a fixture at ``out`` (replaced): safetensors shards of 160KB, this
+    module's tokenizer, and reference.npz (the N_TOKENS prompt tokens, their float32 logits, the
+    N_GREEDY greedy tokens of HF ``generate`` with ``min_new_tokens``).  ``reload(out)`` reads
+    the saved checkpoint back, which must reproduce the logits; ``edit_config(dict)`` rewrites
+    config.json after saving; ``describe(reloaded)`` adds to the printed line.  Exits when the
+    fixture is over the 1.4 MiB budget."""
+    import torch
+    import transformers
+
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, max_shard_size="160KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
+    if edit_config is not None:
+        path = os.path.join(out, "config.json")
+        with open(path) as fh:
+            c = json.load(fh)
+        edit_config(c)
+        with open(path, "w") as fh:
+            json.dump(c, fh, indent=2)
+    tokens = tokens_of_source()
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                             min_new_tokens=N_GREEDY, do_sample=False)
+    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
+    re = reload(out)   # the saved checkpoint reproduces the logits (what the tests convert is what was run)
+    with torch.no_grad():
+        again = re(input_ids=ids).logits[0].float().numpy()
+    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    total = sum(os.path.getsize(os.path.join(out, f)) for f in sorted(os.listdir(out)))
+    extra = f", {describe(re)}" if describe is not None else ""
+    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}{extra}, transformers {transformers.__version__}")
+    if total > 1.4 * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
 
 
 def _build(name: str, spec: dict):
@@ -249,7 +291,7 @@ def make(name: str, out_root: str) -> None:
     if spec.get("mtp"):
         _add_to_last_shard(out, _mtp_tensors(torch, spec["text"], torch.Generator().manual_seed(spec["seed"] + 100)))
 
-    tokens = _tokens()
+    tokens = tokens_of_source()
     ids = torch.tensor(tokens[None].astype(np.int64))
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, tokens_of_source  # noqa: E402
 
 _BASE = dict(vocab_size=512, hidden_size=64, max_position_embeddings=128000, initializer_range=0.08, norm_eps=1e-5,
              bos_token_id=0, eos_token_id=0, pad_token_id=1, conv_bias=False,
@@ -113,7 +113,7 @@ def make(name: str, out_root: str) -> None:
     if "full_attn_idxs" in spec:
         _original_layer_form(out, spec["full_attn_idxs"])
 
-    tokens = _tokens()
+    tokens = tokens_of_source()
     ids = torch.tensor(tokens[None].astype(np.int64))
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)

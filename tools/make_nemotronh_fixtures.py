@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, tokens_of_source  # noqa: E402
 
 _BASE = dict(vocab_size=512, hidden_size=64, initializer_range=0.08, layer_norm_epsilon=1e-5, bos_token_id=0,
              eos_token_id=0, pad_token_id=1, max_position_embeddings=4096, mamba_num_heads=8, mamba_head_dim=16,
@@ -99,7 +99,7 @@ def make(name: str, out_root: str) -> None:
         shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
     if "pattern" in spec:
         _to_pattern_form(out, spec["pattern"])
-    tokens = _tokens()
+    tokens = tokens_of_source()
     ids = torch.tensor(tokens[None].astype(np.int64))
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)

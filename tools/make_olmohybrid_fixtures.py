@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+from make_gdn_fixtures import REPO, write_fixture  # noqa: E402
 
 SPECS = {
     "olmohybrid-nope-tiny": dict(seed=51, text=dict(
@@ -66,31 +63,13 @@ def make(name: str, out_root: str) -> None:
     model = transformers.OlmoHybridForCausalLM._from_config(cfg).eval()
     assert model.model.rotary_emb is None, "the variant is meant to be NoPE"
     _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
-    out = os.path.join(out_root, name)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, max_shard_size="160KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-    tokens = _tokens()
-    ids = torch.tensor(tokens[None].astype(np.int64))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
-                             min_new_tokens=N_GREEDY, do_sample=False)
-    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
-    # the saved checkpoint reproduces the logits (what the tests convert is what was run)
-    re = transformers.OlmoHybridForCausalLM.from_pretrained(out).eval()
-    assert re.model.rotary_emb is None, "NoPE did not survive save / reload"
-    with torch.no_grad():
-        again = re(input_ids=ids).logits[0].float().numpy()
-    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    files = sorted(os.listdir(out))
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
-    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}, transformers {transformers.__version__}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+    def reload(out):
+        re = transformers.OlmoHybridForCausalLM.from_pretrained(out).eval()
+        assert re.model.rotary_emb is None, "NoPE did not survive save / reload"
+        return re
+
+    write_fixture(model, os.path.join(out_root, name), reload)
 
 
 def main(argv: list[str]) -> None:

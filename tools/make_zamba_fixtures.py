@@ -23,15 +23,11 @@ HF ``generate`` with ``min_new_tokens=16`` (end-of-text, id 0, suppressed), as r
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, _tokens  # noqa: E402
+from make_gdn_fixtures import REPO, write_fixture  # noqa: E402
 
 _BASE = dict(vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
              hidden_act="gelu", hidden_mamba_act="silu", max_position_embeddings=4096, mamba_expand=2,
@@ -75,38 +71,16 @@ def make(name: str, out_root: str) -> None:
     cfg.architectures = ["ZambaForCausalLM"]
     model = transformers.ZambaForCausalLM._from_config(cfg, attn_implementation="eager").eval()
     _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
-    out = os.path.join(out_root, name)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, max_shard_size="160KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-    if spec.get("hub_block_types"):   # the original config.json form ("mamba" / "hybrid")
-        path = os.path.join(out, "config.json")
-        with open(path) as fh:
-            c = json.load(fh)
+
+    def hub_block_types(c: dict) -> None:   # the original config.json form ("mamba" / "hybrid")
         c["layers_block_type"] = list(spec["text"]["layers_block_type"])
-        with open(path, "w") as fh:
-            json.dump(c, fh, indent=2)
-    tokens = _tokens()
-    ids = torch.tensor(tokens[None].astype(np.int64))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
-                             min_new_tokens=N_GREEDY, do_sample=False)
-    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
-    re = transformers.ZambaForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
-    with torch.no_grad():
-        again = re(input_ids=ids).logits[0].float().numpy()
-    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    files = sorted(os.listdir(out))
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
-    blocks = sorted({k.split(".")[2] for k in re.state_dict() if ".shared_transf." in k})
-    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}, shared_transf in layers {blocks}, "
-          f"transformers {transformers.__version__}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+
+    def blocks(re) -> str:
+        return f"shared_transf in layers {sorted({k.split('.')[2] for k in re.state_dict() if '.shared_transf.' in k})}"
+
+    write_fixture(model, os.path.join(out_root, name),
+                  lambda out: transformers.ZambaForCausalLM.from_pretrained(out, attn_implementation="eager").eval(),
+                  edit_config=hub_block_types if spec.get("hub_block_types") else None, describe=blocks)
 
 
 def main(argv: list[str]) -> None:
