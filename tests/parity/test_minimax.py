@@ -4,7 +4,12 @@ llama.cpp's own file, and the layout.
 minimax-tiny is ../shared/fixtures' (transformers 5.24): 4 layers linear, linear, full, linear
 (lightning attention on the linear ones); 4 heads / 2 KV heads of 16, NeoX RoPE θ 1e6 on all 16
 channels; MoE on every layer (4 experts, top-2, renormalised); residual factors α 1.7, β 1 on
-every branch; block_size 16 (HF's prompt chunking; the runtime runs the recurrence).
+every branch; block_size 16 (HF's prompt chunking).  Held back (tools/make_minimax_fixtures.py):
+minimax-ab-tiny (5 layers, attention at 0 and 3, MQA, every α and β distinct and β != 1,
+block_size 24) and minimax-wide-tiny (5 layers, attention at 4 only, 2 heads of 40,
+top-1 of 3 experts, block_size 40, ε 1e-6, θ 1e4).  Each is checked with the prompt through
+the block form (threshold 1: every run, the 1- and 7-token ubatches too) and through the
+recurrence (threshold 0), and the two forms against each other.
 
 Checked: f32 logits < 1e-5 relative L2 in one shot and in ubatches of 1 and 7 (64 tokens: four
 of HF's blocks), greedy continuation identical (end-of-text, id 0, suppressed as HF's reference
@@ -18,7 +23,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import MODES, check_against_hf, greedy_of, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
@@ -55,6 +60,19 @@ def test_layout(hf_f32):
     assert not any("decay" in n or "slope" in n for n in t)
 
 
+@pytest.mark.parametrize("name,pattern,alpha,beta", [
+    ("minimax-ab-tiny", [False, True, True, False, True], [1.3, 0.6, 1.1], [0.8, 1.25, 0.7]),
+    ("minimax-wide-tiny", [True, True, True, True, False], [0.9, 1.0, 0.5], [1.6, 1.0, 1.5])])
+def test_layout_held_back(hf_f32, name, pattern, alpha, beta):
+    """The pattern written explicitly; our residual keys [linear, full, mlp] where a factor differs."""
+    from toolkit.gguf_io import GGUFFile
+    f = GGUFFile(str(hf_f32(name)))
+    md = f.metadata()
+    assert md["minimax-01.attention.recurrent_layers"] == pattern
+    assert md["minimax-01.residual_alpha"] == pytest.approx(alpha) and md["minimax-01.residual_beta"] == pytest.approx(beta)
+    assert md["minimax-01.attention.key_length"] == (40 if "wide" in name else 16)
+
+
 def test_file_equals_llama_cpp_converters(hf_f32):
     from toolkit.gguf_io import GGUFFile
     a, b = GGUFFile(str(hf_f32(NAME))), GGUFFile(str(LLAMACPP))
@@ -67,8 +85,54 @@ def test_file_equals_llama_cpp_converters(hf_f32):
         np.testing.assert_array_equal(np.asarray(a.array(n)), np.asarray(b.array(n)), err_msg=n)
 
 
-def test_converted_f32_matches_hf(hf_f32, ref, report):
-    check_against_hf(hf_f32(NAME), ref, NAME, report, F32_BOUND, suppress=EOT)
+HELD_BACK = ["minimax-ab-tiny", "minimax-wide-tiny"]
+FORMS = {"block": 1, "recurrent": 0}      # tk_lightning_threshold: 1 = every run by blocks, 0 = never
+
+
+@pytest.fixture
+def lightning_threshold():
+    """Set tk_lightning_threshold for one test, the default (or TOOLKIT_LIGHTNING_MIN) restored after."""
+    from toolkit.binding import lib
+    yield lib.tk_lightning_set_threshold
+    lib.tk_lightning_set_threshold(-1)
+
+
+def _ref(name):
+    return np.load(pathlib.Path(__file__).parent.parent / "fixtures" / "hf" / name / "reference.npz")
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", [NAME] + HELD_BACK)
+def test_converted_f32_matches_hf(hf_f32, report, lightning_threshold, name, form):
+    lightning_threshold(FORMS[form])
+    check_against_hf(hf_f32(name), _ref(name), f"{name} ({form})", report, F32_BOUND, suppress=EOT)
+
+
+@pytest.mark.parametrize("name", [NAME] + HELD_BACK)
+def test_block_and_recurrent_prefill_agree(hf_f32, report, lightning_threshold, name):
+    """The block form (forced for every run) and the recurrence: the same logits to 1e-5 (relative
+    L2) and the same greedy continuation; they differ in float rounding only.  With the default
+    threshold the logits do not depend on the ubatch split (one shot, 7, 1) by more than that."""
+    path, tok = hf_f32(name), _ref(name)["tokens"]
+    res = {}
+    for form, th in FORMS.items():
+        lightning_threshold(th)
+        res[form] = (logits_of(path, tok), greedy_of(path, tok, 16, EOT))
+    err = rel_l2(res["block"][0], res["recurrent"][0])
+    lightning_threshold(-1)
+    split = {mode: logits_of(path, tok, **kw) for mode, kw in MODES}
+    serr = max(rel_l2(split[m], split["one-shot"]) for m in split)
+    report.append(f"{name}: block vs recurrent prefill rel L2 {err:.2e}, greedy "
+                  f"{'identical' if res['block'][1] == res['recurrent'][1] else 'DIFFERS'}; default threshold "
+                  f"{lib_threshold()}: ubatch splits vs one-shot {serr:.2e}")
+    assert 0 < err < F32_BOUND, f"block vs recurrent: {err:.3e} (0 would mean the block form did not run)"
+    assert res["block"][1] == res["recurrent"][1]
+    assert serr < F32_BOUND
+
+
+def lib_threshold():
+    from toolkit.binding import lib
+    return lib.tk_lightning_threshold()
 
 
 def test_llama_cpp_file_runs(ref, report):

@@ -149,6 +149,45 @@ int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
 
+/* ==== lightning attention (lightning.c) ============================================== */
+/* One head of one sequence over n_tok tokens (spec more-hybrids.md §5.4; transformers 5.24
+ * modeling_minimax.py MiniMaxLightningAttention; llama.cpp minimax-01.cpp):
+ *   S <- exp(-slope) S + k_t v_t^T;  o_t = S^T q_t        (no scaling, no softmax)
+ * S is d x d (key index k, value index v), stored as llama.cpp stores it: element (k, v)
+ * at S[v * d + k].  Rows: q + t*q_stride, k + t*k_stride, v + t*v_stride, o + t*o_stride
+ * (d floats each); o must not overlap q, k, v or S.  slope: the head's s_h > 0 (HF's slope
+ * rate).  work: tk_lightning_work_floats(d) floats, used by the block form only (NULL:
+ * tk_lightning_run takes the recurrence whatever n_tok). */
+typedef struct {
+    int32_t n_tok, d;
+    const float * q; int64_t q_stride;
+    const float * k; int64_t k_stride;
+    const float * v; int64_t v_stride;
+    float slope;
+    float * S;
+    float * o; int64_t o_stride;
+    float * work;
+} tk_lightning_head;
+/* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA, AVX-512).  At a
+ * given level its bits do not depend on how a run is split over calls. */
+void tk_lightning_recurrent(const tk_lightning_head * h);
+/* HF's block form (blocks of 64: the masked intra-block product and the carried state),
+ * whatever n_tok (the recurrence when work is NULL).  Agrees with the recurrence to float
+ * rounding (~1e-7 relative). */
+void tk_lightning_block(const tk_lightning_head * h);
+/* The block form when n_tok >= tk_lightning_threshold() > 0 and work is given, else the
+ * recurrence. */
+void tk_lightning_run(const tk_lightning_head * h);
+/* floats of work the block form needs for heads of dim d (0 if d <= 0): the state
+ * transposed, d x d, plus K^T (d x 64), the masked Q K^T (64 x 64) and 65 decay powers */
+int64_t tk_lightning_work_floats(int32_t d);
+/* Runs of at least this many tokens take the block form; 0 = never.  The default is the
+ * environment's TOOLKIT_LIGHTNING_MIN (a decimal >= 0) if set, else lightning.c's measured
+ * TK_LIGHTNING_MIN_DEFAULT; tk_lightning_set_threshold(n >= 0) overrides it and returns n;
+ * (n < 0) goes back to the default and returns it.  Like tk_gdn_*. */
+int tk_lightning_threshold(void);
+int tk_lightning_set_threshold(int n);
+
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per
  * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =

@@ -13,11 +13,13 @@
  *   y = rmsnorm(concat_h o_h; attn_norm_2, 1e-6) * sigmoid(attn_gate x)   (HF's fixed 1e-6; llama.cpp
  *     uses rms_eps here and drops the 1e-5 in the slope's denominator: 2.4e-5 from HF)
  *   out = attn_output y
- * HF computes a prompt by blocks of block_size (intra-block decay masks, inter-block state);
- * this file runs the recurrence token by token for every ubatch (the same sums in another
- * order: it agrees with HF's block form to float rounding).  A row that keeps per-token
- * snapshots (speculative window) copies S after each such token.
- * Scratch: proj [U, 3W] (q | k | v after the SiLU), gate [U, W], y [U, W].
+ * Per (sequence row, head) the row's tokens go through tk_lightning_run (kernels/lightning.c):
+ * HF's block form (intra-block masked product, inter-block state) for runs of at least
+ * tk_lightning_threshold() tokens, the recurrence otherwise (the same sums in another order:
+ * the two agree to float rounding).  A row that keeps per-token snapshots (speculative
+ * window) runs the recurrence one token at a time and copies S after each such token.
+ * Scratch: proj [U, 3W] (q | k | v after the SiLU), gate [U, W], y [U, W]; the block form's
+ * workspace, tk_lightning_work_floats(d) per thread.
  * ref: transformers 5.24 modeling_minimax.py MiniMaxLightningAttention; llama.cpp minimax-01.cpp.
  */
 #include <math.h>
@@ -37,10 +39,11 @@ static int32_t lightning_rs_pieces(const tk_model * m, int il, tk_rs_piece * out
 static void lightning_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t W = (size_t) hp->n_head * (size_t) hp->head_dim;
-    (void) il; (void) n_ubatch; (void) n_threads;
+    (void) il; (void) n_ubatch;
     tk_scratch_need(&need->proj, 3 * W);
     tk_scratch_need(&need->gate, W);
     tk_scratch_need(&need->y, W);
+    tk_scratch_need(&need->work_bytes, (size_t) n_threads * (size_t) tk_lightning_work_floats(hp->head_dim) * sizeof(float));
 }
 
 static tk_status lightning_check(const tk_hparams * hp, int il) {
@@ -71,36 +74,35 @@ static float lightning_slope(const tk_hparams * hp, int il, int32_t h) {
 }
 
 typedef struct {
-    tk_context * ctx;          /* proj [U, 3W], y [U, W] */
+    tk_context * ctx;          /* proj [U, 3W], y [U, W], work (the block form's workspace) */
     const tk_ubatch * ub;
     tk_rs_view rv;             /* piece 0: "S" [nh, d, d] per cell */
     int il;
+    int64_t work_floats;       /* per thread: tk_lightning_work_floats(d) */
 } lightning_job;
 
-/* one (sequence row s, head h) pair p = s nh + h: the recurrence over the row's tokens */
+/* one (sequence row s, head h) pair p = s nh + h: the row's tokens through the head */
 static void lightning_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const lightning_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t nh = hp->n_head, d = hp->head_dim, W = nh * d, nst = j->ub->n_seq_tokens;
-    (void) thread;
+    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / nh), h = (int32_t) (p % nh);
-        const float decay = expf(-lightning_slope(hp, j->il, h));
+        const int64_t t0 = (int64_t) s * nst;
         float * S = j->rv.piece[0] + (size_t) j->rv.ub_cells[s] * j->rv.piece_n[0] + (size_t) h * d * d;
+        const float * qkv = j->ctx->proj + t0 * 3 * W + (int64_t) h * 3 * d;
+        const tk_lightning_head hd = {nst, d, qkv, 3 * W, qkv + d, 3 * W, qkv + 2 * d, 3 * W,
+                                      lightning_slope(hp, j->il, h), S,
+                                      j->ctx->y + t0 * W + (int64_t) h * d, W, work};
+        if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_lightning_run(&hd); continue; }
+        /* speculative window: one token at a time (the recurrence's bits do not depend on
+         * the split), the head's S copied after each token that keeps a snapshot */
         for (int32_t i = 0; i < nst; i++) {
-            const int64_t t = (int64_t) s * nst + i;
-            const float * qkv = j->ctx->proj + t * 3 * W + (int64_t) h * 3 * d;
-            const float * q = qkv, * k = qkv + d, * v = qkv + 2 * d;
-            float * o = j->ctx->y + t * W + (int64_t) h * d;
-            for (int32_t vi = 0; vi < d; vi++) {
-                float * col = S + (size_t) vi * d;   /* S[.][vi], k fastest */
-                float acc = 0.0f;
-                for (int32_t ki = 0; ki < d; ki++) {
-                    col[ki] = decay * col[ki] + k[ki] * v[vi];
-                    acc += col[ki] * q[ki];
-                }
-                o[vi] = acc;
-            }
+            tk_lightning_head h1 = hd;
+            h1.n_tok = 1;
+            h1.q += i * hd.q_stride; h1.k += i * hd.k_stride; h1.v += i * hd.v_stride; h1.o += i * hd.o_stride;
+            tk_lightning_recurrent(&h1);
             float * snap = tk_rs_snap(&j->rv, 0, s, nst, i);
             if (snap) memcpy(snap + (size_t) h * d * d, S, (size_t) d * d * sizeof(float));
         }
@@ -127,7 +129,7 @@ static tk_status lightning_forward(tk_context * ctx, const tk_layer * l, int il,
     TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = ctx->proj[i] / (1.0f + expf(-ctx->proj[i]));
     TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
-    lightning_job j = {ctx, ub, rv, il};
+    lightning_job j = {ctx, ub, rv, il, tk_lightning_work_floats(hp->head_dim)};
     tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * hp->n_head, (int64_t) ub->n_seq_tokens * hp->head_dim * hp->head_dim,
                 lightning_heads, &j);
     tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, W, W, W, LIGHTNING_NORM_EPS, 1};
