@@ -30,9 +30,33 @@
 #include "tk_cpu.h"
 
 #define TK_LIGHTNING_BLOCK 64
-/* Runs from this length take the block form; 0: none do.  Set from
- * `python bench/lightning_kernels.py` (see the table there and in bench/README.md). */
-#define TK_LIGHTNING_MIN_DEFAULT 64
+/* Runs from this length take the block form; 0: none do.  Measured with
+ * `python bench/lightning_kernels.py -r 5` (one head, 1 thread, slope 0.1; recurrent and block
+ * samples in alternation, median tokens/s of thread CPU time and median ratio "x" = block /
+ * recurrent; Intel Xeon, Sapphire Rapids class, 2 cores under KVM shared with five other
+ * helpers' builds and tests: load average 7.4-8.9 during the runs):
+ *            ---------------- avx2 ----------------   --------------- avx512 ---------------
+ *    n_tok   d128 rec   block     x   d64 rec  block  x   d128 rec   block     x   d64 rec  block  x
+ *        1    613135    46432  0.08  2558545  189188 0.07   649096    45225  0.07  2365606 173793 0.07
+ *        8    852549   300427  0.35  2786648 1081694 0.39  1077490   289164  0.27  3351082 1119460 0.33
+ *       16    894533   478791  0.54  3243018 1843874 0.56  1104723   485981  0.43  3582267 1890840 0.53
+ *       32    696576   624763  0.90  3306677 2419001 0.73  1015866   738250  0.73  3845108 2370329 0.62
+ *       64    881470   740975  0.81  2714251 2484686 0.92   938839   911419  0.98  4010883 2929847 0.73
+ *       96    774946   865688  1.11  2868572 2874815 0.99   954975  1084720  1.13  3606736 3495659 0.97
+ *      128    881215   909196  1.04  2928917 2824538 0.96   945650  1148875  1.21  3624129 3533965 0.97
+ *      256    895953   997180  1.11  2844307 2924442 1.03   948662  1290747  1.35  3594061 4172736 1.17
+ *      512    890201   972285  1.10  2836667 3133292 1.11   956199  1314374  1.37  3496206 4016581 1.15
+ * (2, 4, 24, 48 tokens also measured: below 0.9x.)  A second run (-r 9, 64..512 tokens) gave
+ * x = 1.01-1.39 (avx2) and 1.01-1.27 (avx512) at d 128 from 64 tokens, 1.15-1.39 / 1.22-1.27
+ * from 128; at d 64 0.86-1.06 (within the noise: single figures move by up to 20% between
+ * runs here).  Blocks of 32 instead of 64: no clear difference (0.91-1.32 at d 128).
+ * Per token the block form takes 2 d^2 + B d multiply-adds (Q S, K^T V, and the in-block
+ * Q K^T and A V at B/2 each on average), the recurrence 2 d^2 multiply-adds and d^2 multiplies:
+ * the block form can gain at most ~1.2x at d = B = 64 and ~1.5x at d = 128, B = 64, which
+ * is what d 128 shows at avx512 (its products run nearer the FMA peak than the recurrence's
+ * L1-bound update).  MiniMax-Text-01's heads are d = 128: the default is 128 tokens, from
+ * which d 128 won in both runs at both levels; at d 64 it costs nothing measurable. */
+#define TK_LIGHTNING_MIN_DEFAULT 128
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TK_EMULATE_AVX512)
 #define LT_X86 1
