@@ -176,7 +176,9 @@ void tk_lightning_recurrent(const tk_lightning_head * h);
  * rounding (~1e-7 relative). */
 void tk_lightning_block(const tk_lightning_head * h);
 /* The block form when n_tok >= tk_lightning_threshold() > 0 and work is given, else the
- * recurrence. */
+ * recurrence.  A run split over calls gives the bits of one call when every part takes the
+ * recurrence, or every part the block form and the splits fall at multiples of 64 tokens
+ * (as tk_ssd_*); otherwise they differ by float rounding (logits ~3e-7 apart measured). */
 void tk_lightning_run(const tk_lightning_head * h);
 /* floats of work the block form needs for heads of dim d (0 if d <= 0): the state
  * transposed, d x d, plus K^T (d x 64), the masked Q K^T (64 x 64) and 65 decay powers */
