@@ -297,6 +297,180 @@ GDN_AVX2 static void gdn_recurrent_avx2(const tk_gdn_head * h) {
         }
     }
 }
+
+/* ---- KDA (per-channel decay), AVX2+FMA ----
+ * Per token t and value row j: kv = S_j . kd with kd[i] = dec[i] k[i] (dec = exp(g_t), per
+ * channel), u = beta (v_j - kv), then S_j <- dec * S_j + k u, o_j = S_j . q (the scalar
+ * form's arithmetic with the decay folded into the key for the dot, as the AVX2 GDN folds
+ * its scalar decay).  dec and kd are computed once per token for a block of tokens; as for
+ * GDN the arithmetic of a token does not depend on the blocking or on the call's bounds. */
+
+/* Pass 2 over 8 lanes at S + i of NR rows: S_r <- k u_r + dec * S_r, acc[r] += S_r q. */
+GDN_AVX2 static inline __attribute__((always_inline)) void kda_rows_upd8_avx2(float * S, int32_t dk, int32_t i,
+                                                                                const float * q, const float * k,
+                                                                                const float * dec, const __m256 * u,
+                                                                                __m256 * acc, int full, __m256i tail,
+                                                                                const int NR) {
+    const __m256 kk = full ? _mm256_loadu_ps(k + i) : _mm256_maskload_ps(k + i, tail);
+    const __m256 qq = full ? _mm256_loadu_ps(q + i) : _mm256_maskload_ps(q + i, tail);
+    const __m256 dd = full ? _mm256_loadu_ps(dec + i) : _mm256_maskload_ps(dec + i, tail);
+    for (int r = 0; r < NR; r++) {
+        float * Sr = S + (int64_t) r * dk + i;
+        __m256 s = full ? _mm256_loadu_ps(Sr) : _mm256_maskload_ps(Sr, tail);
+        s = _mm256_fmadd_ps(kk, u[r], _mm256_mul_ps(s, dd));
+        if (full) _mm256_storeu_ps(Sr, s); else _mm256_maskstore_ps(Sr, tail, s);
+        acc[r] = _mm256_fmadd_ps(s, qq, acc[r]);
+    }
+}
+
+/* NR (1..4) value rows S_r = S + r*dk through one token; kd = dec * k; v, o at the rows' first value. */
+GDN_AVX2 static inline __attribute__((always_inline)) void kda_rows_avx2(float * S, int32_t dk, const float * q,
+                                                                           const float * k, const float * kd,
+                                                                           const float * dec, const float * v,
+                                                                           float beta, float * o, const int NR) {
+    const int32_t d8 = dk & ~7;
+    const __m256i tail = gdn_mask8(dk - d8 > 0 ? dk - d8 : 1);
+    __m256 a[4], b[4], u[4];
+    gdn_rows_dot_avx2(S, dk, kd, a, NR);
+    for (int r = 0; r < NR; r++) {
+        u[r] = _mm256_set1_ps(beta * (v[r] - tk_hsum8_avx2(a[r])));
+        a[r] = b[r] = _mm256_setzero_ps();
+    }
+    int32_t i = 0;
+    for (; i + 16 <= dk; i += 16) {
+        kda_rows_upd8_avx2(S, dk, i, q, k, dec, u, a, 1, tail, NR);
+        kda_rows_upd8_avx2(S, dk, i + 8, q, k, dec, u, b, 1, tail, NR);
+    }
+    for (; i < dk; i += 8) kda_rows_upd8_avx2(S, dk, i, q, k, dec, u, a, i < d8, tail, NR);
+    for (int r = 0; r < NR; r++) o[r] = tk_hsum8_avx2(_mm256_add_ps(a[r], b[r]));
+}
+
+/* floats of the per-token decays (dec, kd) the SIMD recurrences keep on the stack: blocks
+ * of min(GDN_TOK_BLOCK, KDA_SIMD_FLOATS / dk) tokens; wider heads than KDA_SIMD_FLOATS take
+ * the scalar recurrence */
+#define KDA_SIMD_FLOATS 4096
+
+/* dec[t][i] = expf(g_{t0+t}[i]), kd[t][i] = dec k for T tokens (the scalar form's expf) */
+static void kda_block_decays(const tk_gdn_head * h, int32_t t0, int32_t T, float * dec, float * kd) {
+    const int32_t dk = h->dk;
+    for (int32_t t = 0; t < T; t++) {
+        const float * g = h->gk + (t0 + t) * h->gk_stride, * k = h->k + (t0 + t) * h->k_stride;
+        float * d = dec + (int64_t) t * dk, * kk = kd + (int64_t) t * dk;
+        for (int32_t i = 0; i < dk; i++) { d[i] = expf(g[i]); kk[i] = d[i] * k[i]; }
+    }
+}
+
+GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
+    const int32_t dk = h->dk, dv = h->dv, TB = KDA_SIMD_FLOATS / dk < GDN_TOK_BLOCK ? KDA_SIMD_FLOATS / dk : GDN_TOK_BLOCK;
+    float dec[KDA_SIMD_FLOATS], kd[KDA_SIMD_FLOATS];
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += TB) {
+        const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
+        kda_block_decays(h, t0, T, dec, kd);
+        for (int32_t j = 0; j < dv;) {
+            const int NR = dv - j >= 4 ? 4 : 1;
+            float * Sj = h->S + (int64_t) j * dk;
+            for (int32_t t = 0; t < T; t++) {
+                const int64_t tt = t0 + t;
+                const float * q = h->q + tt * h->q_stride, * k = h->k + tt * h->k_stride;
+                const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
+                const float beta = h->beta[tt * h->gb_stride];
+                float * o = h->o + tt * h->o_stride + j;
+                if (NR == 4) kda_rows_avx2(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                else kda_rows_avx2(Sj, dk, q, k, kt, d, v, beta, o, 1);
+            }
+            j += NR;
+        }
+    }
+}
+
+/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 4 value rows with two
+ * accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
+ * (a fixed tree). ---- */
+#define GDN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+
+/* a[r] = S_r . kd over dk lanes, 32 at a time into two accumulators, then 16, then masked */
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_dot_avx512(const float * S, int32_t dk,
+                                                                                   const float * kd, __m512 * a,
+                                                                                   const int NR) {
+    __m512 b[4];
+    for (int r = 0; r < NR; r++) a[r] = b[r] = _mm512_setzero_ps();
+    int32_t i = 0;
+    for (; i + 32 <= dk; i += 32) {
+        const __m512 k0 = _mm512_loadu_ps(kd + i), k1 = _mm512_loadu_ps(kd + i + 16);
+        for (int r = 0; r < NR; r++) {
+            const float * Sr = S + (int64_t) r * dk + i;
+            a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(Sr), k0, a[r]);
+            b[r] = _mm512_fmadd_ps(_mm512_loadu_ps(Sr + 16), k1, b[r]);
+        }
+    }
+    for (; i < dk; i += 16) {
+        const __mmask16 m = dk - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (dk - i)) - 1);
+        const __m512 kk = _mm512_maskz_loadu_ps(m, kd + i);
+        for (int r = 0; r < NR; r++) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, S + (int64_t) r * dk + i), kk, a[r]);
+    }
+    for (int r = 0; r < NR; r++) a[r] = _mm512_add_ps(a[r], b[r]);
+}
+
+/* 16 lanes (under m) at S + i of NR rows: S_r <- k u_r + dec * S_r, acc[r] += S_r q */
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_upd16_avx512(float * S, int32_t dk, int32_t i,
+                                                                                     const float * q, const float * k,
+                                                                                     const float * dec, const __m512 * u,
+                                                                                     __m512 * acc, __mmask16 m,
+                                                                                     const int NR) {
+    const __m512 kk = _mm512_maskz_loadu_ps(m, k + i), qq = _mm512_maskz_loadu_ps(m, q + i);
+    const __m512 dd = _mm512_maskz_loadu_ps(m, dec + i);
+    for (int r = 0; r < NR; r++) {
+        float * Sr = S + (int64_t) r * dk + i;
+        __m512 s = _mm512_fmadd_ps(kk, u[r], _mm512_mul_ps(_mm512_maskz_loadu_ps(m, Sr), dd));
+        _mm512_mask_storeu_ps(Sr, m, s);
+        acc[r] = _mm512_fmadd_ps(s, qq, acc[r]);
+    }
+}
+
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_avx512(float * S, int32_t dk, const float * q,
+                                                                               const float * k, const float * kd,
+                                                                               const float * dec, const float * v,
+                                                                               float beta, float * o, const int NR) {
+    __m512 a[4], b[4], u[4];
+    kda_rows_dot_avx512(S, dk, kd, a, NR);
+    for (int r = 0; r < NR; r++) {
+        u[r] = _mm512_set1_ps(beta * (v[r] - _mm512_reduce_add_ps(a[r])));
+        a[r] = b[r] = _mm512_setzero_ps();
+    }
+    int32_t i = 0;
+    for (; i + 32 <= dk; i += 32) {
+        kda_rows_upd16_avx512(S, dk, i, q, k, dec, u, a, (__mmask16) 0xffff, NR);
+        kda_rows_upd16_avx512(S, dk, i + 16, q, k, dec, u, b, (__mmask16) 0xffff, NR);
+    }
+    for (; i < dk; i += 16) {
+        const __mmask16 m = dk - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (dk - i)) - 1);
+        kda_rows_upd16_avx512(S, dk, i, q, k, dec, u, a, m, NR);
+    }
+    for (int r = 0; r < NR; r++) o[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
+}
+
+GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
+    const int32_t dk = h->dk, dv = h->dv, TB = KDA_SIMD_FLOATS / dk < GDN_TOK_BLOCK ? KDA_SIMD_FLOATS / dk : GDN_TOK_BLOCK;
+    float dec[KDA_SIMD_FLOATS], kd[KDA_SIMD_FLOATS];
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += TB) {
+        const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
+        kda_block_decays(h, t0, T, dec, kd);
+        for (int32_t j = 0; j < dv;) {
+            const int NR = dv - j >= 4 ? 4 : 1;
+            float * Sj = h->S + (int64_t) j * dk;
+            for (int32_t t = 0; t < T; t++) {
+                const int64_t tt = t0 + t;
+                const float * q = h->q + tt * h->q_stride, * k = h->k + tt * h->k_stride;
+                const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
+                const float beta = h->beta[tt * h->gb_stride];
+                float * o = h->o + tt * h->o_stride + j;
+                if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                else kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 1);
+            }
+            j += NR;
+        }
+    }
+}
 #endif
 
 static void gdn_recurrent_scalar(const tk_gdn_head * h) {
@@ -306,6 +480,10 @@ static void gdn_recurrent_scalar(const tk_gdn_head * h) {
 }
 
 void tk_gdn_recurrent(const tk_gdn_head * h) {
+#ifdef GDN_X86
+    if (h->gk && h->dk <= KDA_SIMD_FLOATS && tk_cpu_level() >= TK_CPU_AVX512) { kda_recurrent_avx512(h); return; }
+    if (h->gk && h->dk <= KDA_SIMD_FLOATS && tk_cpu_level() >= TK_CPU_AVX2) { kda_recurrent_avx2(h); return; }
+#endif
     if (h->gk) { kda_recurrent_scalar(h); return; }
 #ifdef GDN_X86
     if (tk_cpu_level() >= TK_CPU_AVX2) { gdn_recurrent_avx2(h); return; }
