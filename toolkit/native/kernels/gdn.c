@@ -587,14 +587,15 @@ static int64_t gdn_ws_floats(int32_t dk, int32_t dv) {
 
 int64_t tk_gdn_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? gdn_ws_floats(dk, dv) : 0; }
 
-/* KDA's chunked workspace (chunk C = 64, sub-blocks of 16): the state transposed (Dk Dv);
- * K and Q rows raw and scaled by exp(gamma_t) (4 C Dk); a sub-block's rows scaled to its
- * first token (2 x 16 Dk); scaled key columns, transposed (Dk C); exp(g_t) per channel
- * (C Dk); the in-chunk coefficients (2 C C); the row products (2 C Dv); beta (C); two
- * double vectors of Dk running decay products (4 Dk, + 2 for alignment). */
+/* KDA's chunked workspace (chunk C = 64, sub-blocks of 16; layout: kda_ws_at): the state
+ * transposed (Dk Dv); K and Q rows raw and scaled by exp(Gamma_t) (4 C Dk); a sub-block's
+ * rows scaled to its first token (2 x 16 Dk); scaled key columns, transposed (Dk C);
+ * exp(g_t) per channel (C Dk); the in-chunk coefficients (2 C C); the row products
+ * (2 C Dv); beta (C); a float row (Dk); three double rows of running decay products
+ * (6 Dk, + 1 for alignment). */
 static int64_t kda_ws_floats(int32_t dk, int32_t dv) {
     const int64_t C = TK_GDN_CHUNK;
-    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + C * dk + C * dk + 2 * C * C + 2 * C * dv + C + 4 * dk + 2;
+    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + C * dk + C * dk + 2 * C * C + 2 * C * dv + C + dk + 6 * dk + 2;
 }
 
 static gdn_ws gdn_ws_at(float * work, int32_t dk, int32_t dv) {
@@ -790,12 +791,243 @@ static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
     gdn_transpose(w.Sn, dk, dv, h->S);
 }
 
+/* ==== KDA: the chunked form with per-channel decay ===================================== */
+/* Per chunk of L <= C = 64 tokens (K, Q: L x Dk rows, V: L x Dv, S the state entering the
+ * chunk, Gamma_t = sum_{u<=t} g_u in R^Dk within the chunk, E_ts = exp(Gamma_t - Gamma_s)
+ * per channel = prod_{s<u<=t} exp(g_u)):
+ *   A_ts = beta_t sum_c K_tc K_sc E_ts[c]  (s < t),   M_ts = sum_c Q_tc K_sc E_ts[c]  (s <= t)
+ *   V' = (I + A)^-1 beta (V - (K * exp(Gamma)) S)
+ *   O  = (Q * exp(Gamma)) S + M V'
+ *   S <- Diag(exp(Gamma_{L-1})) S + (K * exp(Gamma_{L-1} - Gamma))^T V'
+ * (spec kda-family.md 2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention,
+ * HFK:467-565, which pads to 64; here a partial last chunk is L < 64 rows).  The decay mask
+ * is C x C x Dk per chunk; it is never stored.  As fla's chunk_kda
+ * (fla/ops/kda/chunk_intra.py: sub-chunks of BC = 16 within BT = 64), the chunk is cut into
+ * sub-blocks of KDA_SUB tokens: for rows t in a sub-block starting at r and columns s < r,
+ *   E_ts = exp(Gamma_t - Gamma_r) exp(Gamma_r - Gamma_s),   both factors <= 1,
+ * so A and M there are products of scaled rows (K_t exp(Gamma_t - Gamma_r)) and scaled
+ * columns (K_s exp(Gamma_r - Gamma_s)): one gdn_gemm each.  Within a sub-block (s >= r)
+ * the pairs are summed one by one with E_ts as a running product (kda_chunk_diag).  Every
+ * decay factor is a running product of the recurrence's own expf(g) values (double; below
+ * GDN_TINY: 0, as GDN's stage 3), never exp of a difference of sums.  The in-chunk solve
+ * and output are GDN's stages 5 and 6 (gdn_chunk_solve, gdn_chunk_output) on the same
+ * workspace fields. */
+#define KDA_SUB 16
+
+/* The workspace, carved from tk_kda_work_floats(dk, dv) floats (sizes: kda_ws_floats).  In
+ * base: Sn, KQ (raw K rows, then raw Q rows), KT ([Dk][C]: scaled key columns; stage 7:
+ * K * exp(Gamma_{L-1} - Gamma), transposed), G (rows t: -A, rows C + t: M), X, bt. */
+typedef struct {
+    gdn_ws base;
+    float * KQe;               /* [2C][Dk] K_t * exp(Gamma_t), then Q_t * exp(Gamma_t) */
+    float * KI, * QI;          /* [KDA_SUB][Dk] a sub-block's rows * exp(Gamma_t - Gamma_r) */
+    float * dec;               /* [C][Dk] exp(g_t) (float: the recurrence's expf) */
+    float * er;                /* [Dk] kda_chunk_diag's running E_ts */
+    double * e0, * e1, * e2;   /* [Dk] running decay products (e1: exp(Gamma_{L-1}) from stage 1 on) */
+} kda_ws;
+
+static kda_ws kda_ws_at(float * work, int32_t dk, int32_t dv) {
+    const int64_t C = TK_GDN_CHUNK;
+    kda_ws w;
+    memset(&w, 0, sizeof w);
+    w.base.Sn = work;
+    w.base.KQ = w.base.Sn + (int64_t) dk * dv;
+    w.KQe = w.base.KQ + 2 * C * dk;
+    w.KI = w.KQe + 2 * C * dk;
+    w.QI = w.KI + KDA_SUB * dk;
+    w.base.KT = w.QI + KDA_SUB * dk;
+    w.dec = w.base.KT + C * dk;
+    w.base.G = w.dec + C * dk;
+    w.base.X = w.base.G + 2 * C * C;
+    w.base.bt = w.base.X + 2 * C * dv;
+    w.er = w.base.bt + C;
+    float * d = w.er + dk;
+    w.e0 = (double *) (void *) (d + ((uintptr_t) d % 8 ? 1 : 0));
+    w.e1 = w.e0 + dk;
+    w.e2 = w.e1 + dk;
+    return w;
+}
+
+/* One chunk: tokens [t0, t0 + L); c.w is &kw->base (GDN's stages 5, 6 read it). */
+typedef struct {
+    gdn_chunk c;
+    kda_ws * kw;
+} kda_chunk;
+
+static inline double kda_flush(double x) { return x < GDN_TINY ? 0.0 : x; }
+
+/* ---- stage 1: KQ rows, beta, dec = expf(g); KQe = K, Q * exp(Gamma_t); e1 = exp(Gamma_{L-1}) ---- */
+static void kda_chunk_gather(const kda_chunk * kc) {
+    const tk_gdn_head * h = kc->c.h;
+    const int32_t dk = h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    double * e = w->e1;
+    for (int32_t i = 0; i < dk; i++) e[i] = 1.0;
+    for (int32_t t = 0; t < L; t++) {
+        const int64_t tt = kc->c.t0 + t;
+        const float * k = h->k + tt * h->k_stride, * q = h->q + tt * h->q_stride, * g = h->gk + tt * h->gk_stride;
+        float * kr = w->base.KQ + (int64_t) t * dk, * qr = w->base.KQ + (int64_t) (C + t) * dk;
+        float * ke = w->KQe + (int64_t) t * dk, * qe = w->KQe + (int64_t) (C + t) * dk, * d = w->dec + (int64_t) t * dk;
+        memcpy(kr, k, (size_t) dk * sizeof(float));
+        memcpy(qr, q, (size_t) dk * sizeof(float));
+        w->base.bt[t] = h->beta[tt * h->gb_stride];
+        for (int32_t i = 0; i < dk; i++) {
+            d[i] = expf(g[i]);
+            e[i] = kda_flush(e[i] * d[i]);
+            ke[i] = (float) (k[i] * e[i]);
+            qe[i] = (float) (q[i] * e[i]);
+        }
+    }
+}
+
+/* ---- stage 2 (within a sub-block): G[t][s] = K_t.(K_s E_ts), G[C+t][s] = Q_t.(K_s E_ts)
+ * for r <= s <= t, E_ts a running product from s = t down (float, at most KDA_SUB - 1
+ * factors); the rest of the rows (s > t, to the chunk's end) zeroed ---- */
+static void kda_chunk_diag(const kda_chunk * kc, int32_t r, int32_t R) {
+    const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * e = w->er;
+    for (int32_t t = r; t < r + R; t++) {
+        const float * kt = w->base.KQ + (int64_t) t * dk, * qt = w->base.KQ + (int64_t) (C + t) * dk;
+        float * a = w->base.G + (int64_t) t * C, * m = w->base.G + (int64_t) (C + t) * C;
+        for (int32_t s = t; s < L; s++) { a[s] = 0.0f; m[s] = 0.0f; }
+        for (int32_t i = 0; i < dk; i++) e[i] = 1.0f;
+        for (int32_t s = t; s >= r; s--) {
+            const float * ks = w->base.KQ + (int64_t) s * dk;
+            float sa = 0.0f, sm = 0.0f;
+            for (int32_t i = 0; i < dk; i++) {
+                const float p = ks[i] * e[i];
+                sa += kt[i] * p;
+                sm += qt[i] * p;
+            }
+            if (s < t) a[s] = sa;
+            m[s] = sm;
+            if (s > r) {
+                const float * d = w->dec + (int64_t) s * dk;
+                for (int32_t i = 0; i < dk; i++) e[i] = (float) kda_flush((double) e[i] * d[i]);
+            }
+        }
+    }
+}
+
+/* ---- stage 2: the in-chunk coefficients, sub-block by sub-block: G rows t < L hold -A
+ * (-beta_t A'_ts for s < t, 0 from s = t on), rows C + t hold M (0 above the diagonal) ---- */
+static void kda_chunk_gram(const kda_chunk * kc) {
+    const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * G = w->base.G, * KT = w->base.KT;
+    for (int32_t r = 0; r < L; r += KDA_SUB) {
+        const int32_t R = L - r < KDA_SUB ? L - r : KDA_SUB;
+        /* rows: K_t, Q_t * exp(Gamma_t - Gamma_r) */
+        for (int32_t i = 0; i < dk; i++) w->e0[i] = 1.0;
+        for (int32_t t = r; t < r + R; t++) {
+            const float * k = w->base.KQ + (int64_t) t * dk, * q = w->base.KQ + (int64_t) (C + t) * dk;
+            const float * d = w->dec + (int64_t) t * dk;
+            float * ki = w->KI + (int64_t) (t - r) * dk, * qi = w->QI + (int64_t) (t - r) * dk;
+            for (int32_t i = 0; i < dk; i++) {
+                if (t > r) w->e0[i] = kda_flush(w->e0[i] * d[i]);
+                ki[i] = (float) (k[i] * w->e0[i]);
+                qi[i] = (float) (q[i] * w->e0[i]);
+            }
+        }
+        if (r > 0) {
+            /* columns s < r: K_s * exp(Gamma_r - Gamma_s), transposed into KT */
+            for (int32_t i = 0; i < dk; i++) w->e2[i] = 1.0;
+            for (int32_t s = r - 1; s >= 0; s--) {
+                const float * k = w->base.KQ + (int64_t) s * dk, * d = w->dec + (int64_t) (s + 1) * dk;
+                for (int32_t i = 0; i < dk; i++) {
+                    w->e2[i] = kda_flush(w->e2[i] * d[i]);
+                    KT[(int64_t) i * C + s] = (float) (k[i] * w->e2[i]);
+                }
+            }
+            kc->c.gemm(G + (int64_t) r * C, C, w->KI, dk, KT, C, R, dk, r, 0);
+            kc->c.gemm(G + (int64_t) (C + r) * C, C, w->QI, dk, KT, C, R, dk, r, 0);
+        }
+        kda_chunk_diag(kc, r, R);
+        for (int32_t t = r; t < r + R; t++) {
+            const float nb = -w->base.bt[t];
+            for (int32_t s = 0; s < t; s++) G[(int64_t) t * C + s] *= nb;
+        }
+    }
+}
+
+/* ---- stage 3: X[t] = KQe_t S, X[C + t] = KQe_{C+t} S; then X[t] <- beta_t (v_t - X[t]) (R),
+ * o_t = X[C + t] ---- */
+static void kda_chunk_project(const kda_chunk * kc) {
+    const tk_gdn_head * h = kc->c.h;
+    const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * X = w->base.X;
+    if (L == C) {
+        kc->c.gemm(X, dv, w->KQe, dk, w->base.Sn, dv, 2 * C, dk, dv, 0);
+    } else {
+        kc->c.gemm(X, dv, w->KQe, dk, w->base.Sn, dv, L, dk, dv, 0);
+        kc->c.gemm(X + (int64_t) C * dv, dv, w->KQe + (int64_t) C * dk, dk, w->base.Sn, dv, L, dk, dv, 0);
+    }
+    for (int32_t t = 0; t < L; t++) {
+        const int64_t tt = kc->c.t0 + t;
+        const float * v = h->v + tt * h->v_stride;
+        float * x = X + (int64_t) t * dv, * o = h->o + tt * h->o_stride;
+        const float * xq = X + (int64_t) (C + t) * dv;
+        const float b = w->base.bt[t];
+        for (int32_t j = 0; j < dv; j++) { x[j] = b * (v[j] - x[j]); o[j] = xq[j]; }
+    }
+}
+
+/* ---- stage 6: Sn[i] <- exp(Gamma_{L-1}[i]) Sn[i] + sum_{s<L} K_s[i] exp(Gamma_{L-1} - Gamma_s)[i] V'_s ---- */
+static void kda_chunk_state(const kda_chunk * kc) {
+    const int32_t dk = kc->c.h->dk, dv = kc->c.h->dv, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    for (int32_t i = 0; i < dk; i++) {
+        const float eL = (float) w->e1[i];
+        float * sn = w->base.Sn + (int64_t) i * dv;
+        for (int32_t j = 0; j < dv; j++) sn[j] *= eL;
+        w->e2[i] = 1.0;
+    }
+    for (int32_t s = L - 1; s >= 0; s--) {
+        const float * k = w->base.KQ + (int64_t) s * dk;
+        for (int32_t i = 0; i < dk; i++) {
+            if (s < L - 1) w->e2[i] = kda_flush(w->e2[i] * w->dec[(int64_t) (s + 1) * dk + i]);
+            w->base.KT[(int64_t) i * C + s] = (float) (k[i] * w->e2[i]);
+        }
+    }
+    kc->c.gemm(w->base.Sn, dv, w->base.KT, C, w->base.X, dv, dk, L, dv, 1);
+}
+
+/* The whole run chunk by chunk; the state transposed into Sn on entry and back on exit. */
+static void kda_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
+    const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK;
+    kda_ws w = kda_ws_at(h->work, dk, dv);
+    gdn_transpose(h->S, dv, dk, w.base.Sn);
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += C) {
+        const kda_chunk kc = {{h, t0, h->n_tok - t0 < C ? h->n_tok - t0 : C, &w.base, gemm}, &w};
+        kda_chunk_gather(&kc);
+        kda_chunk_gram(&kc);
+        kda_chunk_project(&kc);
+        gdn_chunk_solve(&kc.c);
+        gdn_chunk_output(&kc.c);
+        kda_chunk_state(&kc);
+    }
+    gdn_transpose(w.base.Sn, dk, dv, h->S);
+}
+
 /* ==== dispatch ========================================================================= */
 
 int64_t tk_kda_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? kda_ws_floats(dk, dv) : 0; }
 
+/* KDA heads: the chunked form from tk_kda_threshold() tokens when work is given */
+static void kda_run(const tk_gdn_head * h) {
+    const int thr = tk_kda_threshold();
+    if (h->n_tok <= 0) return;
+    if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
+#ifdef GDN_X86
+    if (tk_cpu_level() >= TK_CPU_AVX2) { kda_chunked(h, gdn_gemm_avx2); return; }
+#endif
+    kda_chunked(h, gdn_gemm_ref);
+}
+
 void tk_gdn_run(const tk_gdn_head * h) {
-    if (h->gk) { tk_gdn_recurrent(h); return; }     /* KDA: the chunked form is not written yet */
+    if (h->gk) { kda_run(h); return; }
     const int thr = tk_gdn_threshold();
     if (h->n_tok <= 0) return;
     /* no workspace: the recurrence (needs none) */
