@@ -564,6 +564,50 @@ GDN_AVX2 static void gdn_gemm_avx2(float * out, int64_t ldo, const float * c, in
     if (n + 8 <= N) { gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 0, all); n += 8; }
     if (n < N) gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 1, gdn_mask8(N - n));
 }
+
+/* The AVX-512 instance: the AVX2 one's blocking on 16-float vectors (6 rows x 2 vectors of
+ * 16 columns in registers; the last vector's columns under a lane mask). */
+GDN_AVX512 static inline __attribute__((always_inline)) void gdn_gemm_block_avx512(
+    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t J, int acc,
+    const int NR, const int NV, __mmask16 last) {
+    __m512 a[6][2];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) {
+            const __mmask16 mk = v == NV - 1 ? last : (__mmask16) 0xffff;
+            a[r][v] = acc ? _mm512_maskz_loadu_ps(mk, out + r * ldo + 16 * v) : _mm512_setzero_ps();
+        }
+    for (int32_t j = 0; j < J; j++) {
+        __m512 mv[2];
+        for (int v = 0; v < NV; v++)
+            mv[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : (__mmask16) 0xffff, m + j * ldm + 16 * v);
+        for (int r = 0; r < NR; r++) {
+            const __m512 cr = _mm512_set1_ps(c[r * ldc + j]);
+            for (int v = 0; v < NV; v++) a[r][v] = _mm512_fmadd_ps(cr, mv[v], a[r][v]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v == NV - 1 ? last : (__mmask16) 0xffff, a[r][v]);
+}
+
+GDN_AVX512 static inline __attribute__((always_inline)) void gdn_gemm_panel_avx512(
+    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t R, int32_t J,
+    int acc, const int NV, __mmask16 last) {
+    int32_t r = 0;
+    for (; r + 6 <= R; r += 6) gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 6, NV, last);
+    if (R - r >= 4) { gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 4, NV, last); r += 4; }
+    if (R - r >= 2) { gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 2, NV, last); r += 2; }
+    if (R - r >= 1) gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 1, NV, last);
+}
+
+/* Column panels of 32, then 16, then a masked 1..15. */
+GDN_AVX512 static void gdn_gemm_avx512(float * out, int64_t ldo, const float * c, int64_t ldc, const float * m,
+                                       int64_t ldm, int32_t R, int32_t J, int32_t N, int acc) {
+    int32_t n = 0;
+    for (; n + 32 <= N; n += 32) gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 2, 0xffff);
+    if (n + 16 <= N) { gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 0xffff); n += 16; }
+    if (n < N) gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, (__mmask16) ((1u << (N - n)) - 1));
+}
 #endif
 
 /* ==== the chunked form: workspace and stages =========================================== */
@@ -589,13 +633,13 @@ int64_t tk_gdn_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? g
 
 /* KDA's chunked workspace (chunk C = 64, sub-blocks of 16; layout: kda_ws_at): the state
  * transposed (Dk Dv); K and Q rows raw and scaled by exp(Gamma_t) (4 C Dk); a sub-block's
- * rows scaled to its first token (2 x 16 Dk); scaled key columns, transposed (Dk C);
- * exp(g_t) per channel (C Dk); the in-chunk coefficients (2 C C); the row products
+ * rows scaled to its first token (2 x 16 Dk); scaled key rows and their transpose
+ * (2 C Dk); exp(g_t) per channel (C Dk); the in-chunk coefficients (2 C C); the row products
  * (2 C Dv); beta (C); a float row (Dk); three double rows of running decay products
  * (6 Dk, + 1 for alignment). */
 static int64_t kda_ws_floats(int32_t dk, int32_t dv) {
     const int64_t C = TK_GDN_CHUNK;
-    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + C * dk + C * dk + 2 * C * C + 2 * C * dv + C + dk + 6 * dk + 2;
+    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + 3 * C * dk + 2 * C * C + 2 * C * dv + C + dk + 6 * dk + 2;
 }
 
 static gdn_ws gdn_ws_at(float * work, int32_t dk, int32_t dv) {
@@ -801,26 +845,76 @@ static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
  *   S <- Diag(exp(Gamma_{L-1})) S + (K * exp(Gamma_{L-1} - Gamma))^T V'
  * (spec kda-family.md 2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention,
  * HFK:467-565, which pads to 64; here a partial last chunk is L < 64 rows).  The decay mask
- * is C x C x Dk per chunk; it is never stored.  As fla's chunk_kda
- * (fla/ops/kda/chunk_intra.py: sub-chunks of BC = 16 within BT = 64), the chunk is cut into
- * sub-blocks of KDA_SUB tokens: for rows t in a sub-block starting at r and columns s < r,
+ * is C x C x Dk per chunk; it is never stored.  As fla's chunk_kda (fla/ops/kda/chunk_intra.py,
+ * chunk_kda_fwd_kernel_intra_sub_inter: sub-chunks of BC = 16 in chunks of BT = 64), the
+ * chunk is cut into sub-blocks of KDA_SUB tokens: for rows t of a sub-block starting at r
+ * and columns s < r,
  *   E_ts = exp(Gamma_t - Gamma_r) exp(Gamma_r - Gamma_s),   both factors <= 1,
  * so A and M there are products of scaled rows (K_t exp(Gamma_t - Gamma_r)) and scaled
- * columns (K_s exp(Gamma_r - Gamma_s)): one gdn_gemm each.  Within a sub-block (s >= r)
- * the pairs are summed one by one with E_ts as a running product (kda_chunk_diag).  Every
- * decay factor is a running product of the recurrence's own expf(g) values (double; below
- * GDN_TINY: 0, as GDN's stage 3), never exp of a difference of sums.  The in-chunk solve
- * and output are GDN's stages 5 and 6 (gdn_chunk_solve, gdn_chunk_output) on the same
- * workspace fields. */
+ * columns (K_s exp(Gamma_r - Gamma_s)): one gdn_gemm each.  Within a sub-block (s >= r) the
+ * pairs are summed one by one (a dot kernel per level) with E_ts a running product.  Every
+ * decay factor is a running product of the recurrence's own expf(g) values (double across
+ * sub-blocks, float within one; below GDN_TINY: 0, as GDN's stage 3), never exp of a
+ * difference of sums.  Stages (per chunk): kda_chunk_gather (K, Q, beta, exp(g), the rows
+ * scaled by exp(Gamma)), kda_chunk_gram (A, M), kda_chunk_project (K S, Q S; R, o), GDN's
+ * gdn_chunk_solve and gdn_chunk_output on the same workspace fields, kda_chunk_state. */
 #define KDA_SUB 16
+#define KDA_INLINE static inline __attribute__((always_inline))
+
+/* sa = sum_i a[i] (p[i] e[i]), sb = sum_i b[i] (p[i] e[i]), i < n */
+typedef void (*kda_dot2_fn)(const float * p, const float * e, const float * a, const float * b, int32_t n, float * sa,
+                            float * sb);
+
+static void kda_dot2_ref(const float * p, const float * e, const float * a, const float * b, int32_t n, float * sa,
+                         float * sb) {
+    float x = 0.0f, y = 0.0f;
+    for (int32_t i = 0; i < n; i++) { const float pe = p[i] * e[i]; x += a[i] * pe; y += b[i] * pe; }
+    *sa = x;
+    *sb = y;
+}
+
+#ifdef GDN_X86
+GDN_AVX2 static void kda_dot2_avx2(const float * p, const float * e, const float * a, const float * b, int32_t n,
+                                   float * sa, float * sb) {
+    __m256 x = _mm256_setzero_ps(), y = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pe = _mm256_mul_ps(_mm256_loadu_ps(p + i), _mm256_loadu_ps(e + i));
+        x = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), pe, x);
+        y = _mm256_fmadd_ps(_mm256_loadu_ps(b + i), pe, y);
+    }
+    if (i < n) {
+        const __m256i m = gdn_mask8(n - i);
+        const __m256 pe = _mm256_mul_ps(_mm256_maskload_ps(p + i, m), _mm256_maskload_ps(e + i, m));
+        x = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), pe, x);
+        y = _mm256_fmadd_ps(_mm256_maskload_ps(b + i, m), pe, y);
+    }
+    *sa = tk_hsum8_avx2(x);
+    *sb = tk_hsum8_avx2(y);
+}
+
+GDN_AVX512 static void kda_dot2_avx512(const float * p, const float * e, const float * a, const float * b, int32_t n,
+                                       float * sa, float * sb) {
+    __m512 x = _mm512_setzero_ps(), y = _mm512_setzero_ps();
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (n - i)) - 1);
+        const __m512 pe = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), _mm512_maskz_loadu_ps(m, e + i));
+        x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), pe, x);
+        y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, b + i), pe, y);
+    }
+    *sa = _mm512_reduce_add_ps(x);
+    *sb = _mm512_reduce_add_ps(y);
+}
+#endif
 
 /* The workspace, carved from tk_kda_work_floats(dk, dv) floats (sizes: kda_ws_floats).  In
- * base: Sn, KQ (raw K rows, then raw Q rows), KT ([Dk][C]: scaled key columns; stage 7:
- * K * exp(Gamma_{L-1} - Gamma), transposed), G (rows t: -A, rows C + t: M), X, bt. */
+ * base: Sn, KQ (raw K rows, then raw Q rows), KT (scaled key columns, transposed), G (rows
+ * t: -A, rows C + t: M), X, bt. */
 typedef struct {
     gdn_ws base;
     float * KQe;               /* [2C][Dk] K_t * exp(Gamma_t), then Q_t * exp(Gamma_t) */
     float * KI, * QI;          /* [KDA_SUB][Dk] a sub-block's rows * exp(Gamma_t - Gamma_r) */
+    float * KJ;                /* [C][Dk] scaled key rows, before their transpose into KT */
     float * dec;               /* [C][Dk] exp(g_t) (float: the recurrence's expf) */
     float * er;                /* [Dk] kda_chunk_diag's running E_ts */
     double * e0, * e1, * e2;   /* [Dk] running decay products (e1: exp(Gamma_{L-1}) from stage 1 on) */
@@ -836,7 +930,8 @@ static kda_ws kda_ws_at(float * work, int32_t dk, int32_t dv) {
     w.KI = w.KQe + 2 * C * dk;
     w.QI = w.KI + KDA_SUB * dk;
     w.base.KT = w.QI + KDA_SUB * dk;
-    w.dec = w.base.KT + C * dk;
+    w.KJ = w.base.KT + C * dk;
+    w.dec = w.KJ + C * dk;
     w.base.G = w.dec + C * dk;
     w.base.X = w.base.G + 2 * C * C;
     w.base.bt = w.base.X + 2 * C * dv;
@@ -848,63 +943,63 @@ static kda_ws kda_ws_at(float * work, int32_t dk, int32_t dv) {
     return w;
 }
 
-/* One chunk: tokens [t0, t0 + L); c.w is &kw->base (GDN's stages 5, 6 read it). */
+/* One chunk: tokens [t0, t0 + L); c.w is &kw->base (GDN's stages read it); the level's kernels. */
 typedef struct {
     gdn_chunk c;
     kda_ws * kw;
+    kda_dot2_fn dot2;
 } kda_chunk;
 
-static inline double kda_flush(double x) { return x < GDN_TINY ? 0.0 : x; }
+/* e[i] <- e[i] d[i] (0 below GDN_TINY, and 1 instead when first), then y[i] = x[i] e[i]
+ * and, with x2, y2[i] = x2[i] e[i]: one step of a running decay product (i < n) */
+KDA_INLINE void kda_chain(double * restrict e, const float * restrict d, int first, const float * restrict x,
+                          float * restrict y, const float * restrict x2, float * restrict y2, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        const double p = first ? 1.0 : e[i] * d[i];
+        e[i] = p < GDN_TINY ? 0.0 : p;
+    }
+    for (int32_t i = 0; i < n; i++) y[i] = (float) (x[i] * e[i]);
+    if (x2)
+        for (int32_t i = 0; i < n; i++) y2[i] = (float) (x2[i] * e[i]);
+}
 
 /* ---- stage 1: KQ rows, beta, dec = expf(g); KQe = K, Q * exp(Gamma_t); e1 = exp(Gamma_{L-1}) ---- */
-static void kda_chunk_gather(const kda_chunk * kc) {
+KDA_INLINE void kda_chunk_gather(const kda_chunk * kc) {
     const tk_gdn_head * h = kc->c.h;
     const int32_t dk = h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
     kda_ws * w = kc->kw;
-    double * e = w->e1;
-    for (int32_t i = 0; i < dk; i++) e[i] = 1.0;
+    for (int32_t i = 0; i < dk; i++) w->e1[i] = 1.0;
     for (int32_t t = 0; t < L; t++) {
         const int64_t tt = kc->c.t0 + t;
         const float * k = h->k + tt * h->k_stride, * q = h->q + tt * h->q_stride, * g = h->gk + tt * h->gk_stride;
-        float * kr = w->base.KQ + (int64_t) t * dk, * qr = w->base.KQ + (int64_t) (C + t) * dk;
-        float * ke = w->KQe + (int64_t) t * dk, * qe = w->KQe + (int64_t) (C + t) * dk, * d = w->dec + (int64_t) t * dk;
-        memcpy(kr, k, (size_t) dk * sizeof(float));
-        memcpy(qr, q, (size_t) dk * sizeof(float));
+        float * d = w->dec + (int64_t) t * dk;
+        memcpy(w->base.KQ + (int64_t) t * dk, k, (size_t) dk * sizeof(float));
+        memcpy(w->base.KQ + (int64_t) (C + t) * dk, q, (size_t) dk * sizeof(float));
         w->base.bt[t] = h->beta[tt * h->gb_stride];
-        for (int32_t i = 0; i < dk; i++) {
-            d[i] = expf(g[i]);
-            e[i] = kda_flush(e[i] * d[i]);
-            ke[i] = (float) (k[i] * e[i]);
-            qe[i] = (float) (q[i] * e[i]);
-        }
+        for (int32_t i = 0; i < dk; i++) d[i] = expf(g[i]);
+        kda_chain(w->e1, d, 0, k, w->KQe + (int64_t) t * dk, q, w->KQe + (int64_t) (C + t) * dk, dk);
     }
 }
 
-/* ---- stage 2 (within a sub-block): G[t][s] = K_t.(K_s E_ts), G[C+t][s] = Q_t.(K_s E_ts)
- * for r <= s <= t, E_ts a running product from s = t down (float, at most KDA_SUB - 1
- * factors); the rest of the rows (s > t, to the chunk's end) zeroed ---- */
-static void kda_chunk_diag(const kda_chunk * kc, int32_t r, int32_t R) {
+/* ---- stage 2 within a sub-block: G[t][s] = K_t.(K_s E_ts), G[C+t][s] = Q_t.(K_s E_ts) for
+ * r <= s <= t, E_ts a running product from s = t down; the rows' rest (s > t) zeroed ---- */
+KDA_INLINE void kda_chunk_diag(const kda_chunk * kc, int32_t r, int32_t R) {
     const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
     kda_ws * w = kc->kw;
-    float * e = w->er;
+    float * restrict e = w->er;
     for (int32_t t = r; t < r + R; t++) {
         const float * kt = w->base.KQ + (int64_t) t * dk, * qt = w->base.KQ + (int64_t) (C + t) * dk;
         float * a = w->base.G + (int64_t) t * C, * m = w->base.G + (int64_t) (C + t) * C;
-        for (int32_t s = t; s < L; s++) { a[s] = 0.0f; m[s] = 0.0f; }
+        for (int32_t s = t; s < L; s++) a[s] = m[s] = 0.0f;
         for (int32_t i = 0; i < dk; i++) e[i] = 1.0f;
         for (int32_t s = t; s >= r; s--) {
-            const float * ks = w->base.KQ + (int64_t) s * dk;
-            float sa = 0.0f, sm = 0.0f;
-            for (int32_t i = 0; i < dk; i++) {
-                const float p = ks[i] * e[i];
-                sa += kt[i] * p;
-                sm += qt[i] * p;
-            }
+            float sa, sm;
+            kc->dot2(w->base.KQ + (int64_t) s * dk, e, kt, qt, dk, &sa, &sm);
             if (s < t) a[s] = sa;
             m[s] = sm;
             if (s > r) {
-                const float * d = w->dec + (int64_t) s * dk;
-                for (int32_t i = 0; i < dk; i++) e[i] = (float) kda_flush((double) e[i] * d[i]);
+                const float * restrict d = w->dec + (int64_t) s * dk;
+                for (int32_t i = 0; i < dk; i++) { const float x = e[i] * d[i]; e[i] = x < (float) GDN_TINY ? 0.0f : x; }
             }
         }
     }
@@ -912,36 +1007,26 @@ static void kda_chunk_diag(const kda_chunk * kc, int32_t r, int32_t R) {
 
 /* ---- stage 2: the in-chunk coefficients, sub-block by sub-block: G rows t < L hold -A
  * (-beta_t A'_ts for s < t, 0 from s = t on), rows C + t hold M (0 above the diagonal) ---- */
-static void kda_chunk_gram(const kda_chunk * kc) {
+KDA_INLINE void kda_chunk_gram(const kda_chunk * kc) {
     const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
     kda_ws * w = kc->kw;
-    float * G = w->base.G, * KT = w->base.KT;
+    float * G = w->base.G;
     for (int32_t r = 0; r < L; r += KDA_SUB) {
         const int32_t R = L - r < KDA_SUB ? L - r : KDA_SUB;
         /* rows: K_t, Q_t * exp(Gamma_t - Gamma_r) */
-        for (int32_t i = 0; i < dk; i++) w->e0[i] = 1.0;
-        for (int32_t t = r; t < r + R; t++) {
-            const float * k = w->base.KQ + (int64_t) t * dk, * q = w->base.KQ + (int64_t) (C + t) * dk;
-            const float * d = w->dec + (int64_t) t * dk;
-            float * ki = w->KI + (int64_t) (t - r) * dk, * qi = w->QI + (int64_t) (t - r) * dk;
-            for (int32_t i = 0; i < dk; i++) {
-                if (t > r) w->e0[i] = kda_flush(w->e0[i] * d[i]);
-                ki[i] = (float) (k[i] * w->e0[i]);
-                qi[i] = (float) (q[i] * w->e0[i]);
-            }
-        }
+        for (int32_t t = r; t < r + R; t++)
+            kda_chain(w->e0, w->dec + (int64_t) t * dk, t == r, w->base.KQ + (int64_t) t * dk,
+                      w->KI + (int64_t) (t - r) * dk, w->base.KQ + (int64_t) (C + t) * dk,
+                      w->QI + (int64_t) (t - r) * dk, dk);
         if (r > 0) {
-            /* columns s < r: K_s * exp(Gamma_r - Gamma_s), transposed into KT */
+            /* columns s < r: K_s * exp(Gamma_r - Gamma_s) (KJ rows), then KT = KJ^T [Dk][r] */
             for (int32_t i = 0; i < dk; i++) w->e2[i] = 1.0;
-            for (int32_t s = r - 1; s >= 0; s--) {
-                const float * k = w->base.KQ + (int64_t) s * dk, * d = w->dec + (int64_t) (s + 1) * dk;
-                for (int32_t i = 0; i < dk; i++) {
-                    w->e2[i] = kda_flush(w->e2[i] * d[i]);
-                    KT[(int64_t) i * C + s] = (float) (k[i] * w->e2[i]);
-                }
-            }
-            kc->c.gemm(G + (int64_t) r * C, C, w->KI, dk, KT, C, R, dk, r, 0);
-            kc->c.gemm(G + (int64_t) (C + r) * C, C, w->QI, dk, KT, C, R, dk, r, 0);
+            for (int32_t s = r - 1; s >= 0; s--)
+                kda_chain(w->e2, w->dec + (int64_t) (s + 1) * dk, 0, w->base.KQ + (int64_t) s * dk,
+                          w->KJ + (int64_t) s * dk, NULL, NULL, dk);
+            gdn_transpose(w->KJ, r, dk, w->base.KT);
+            kc->c.gemm(G + (int64_t) r * C, C, w->KI, dk, w->base.KT, r, R, dk, r, 0);
+            kc->c.gemm(G + (int64_t) (C + r) * C, C, w->QI, dk, w->base.KT, r, R, dk, r, 0);
         }
         kda_chunk_diag(kc, r, R);
         for (int32_t t = r; t < r + R; t++) {
@@ -953,7 +1038,7 @@ static void kda_chunk_gram(const kda_chunk * kc) {
 
 /* ---- stage 3: X[t] = KQe_t S, X[C + t] = KQe_{C+t} S; then X[t] <- beta_t (v_t - X[t]) (R),
  * o_t = X[C + t] ---- */
-static void kda_chunk_project(const kda_chunk * kc) {
+KDA_INLINE void kda_chunk_project(const kda_chunk * kc) {
     const tk_gdn_head * h = kc->c.h;
     const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK, L = kc->c.L;
     kda_ws * w = kc->kw;
@@ -975,32 +1060,30 @@ static void kda_chunk_project(const kda_chunk * kc) {
 }
 
 /* ---- stage 6: Sn[i] <- exp(Gamma_{L-1}[i]) Sn[i] + sum_{s<L} K_s[i] exp(Gamma_{L-1} - Gamma_s)[i] V'_s ---- */
-static void kda_chunk_state(const kda_chunk * kc) {
-    const int32_t dk = kc->c.h->dk, dv = kc->c.h->dv, C = TK_GDN_CHUNK, L = kc->c.L;
+KDA_INLINE void kda_chunk_state(const kda_chunk * kc) {
+    const int32_t dk = kc->c.h->dk, dv = kc->c.h->dv, L = kc->c.L;
     kda_ws * w = kc->kw;
     for (int32_t i = 0; i < dk; i++) {
         const float eL = (float) w->e1[i];
-        float * sn = w->base.Sn + (int64_t) i * dv;
+        float * restrict sn = w->base.Sn + (int64_t) i * dv;
         for (int32_t j = 0; j < dv; j++) sn[j] *= eL;
-        w->e2[i] = 1.0;
     }
-    for (int32_t s = L - 1; s >= 0; s--) {
-        const float * k = w->base.KQ + (int64_t) s * dk;
-        for (int32_t i = 0; i < dk; i++) {
-            if (s < L - 1) w->e2[i] = kda_flush(w->e2[i] * w->dec[(int64_t) (s + 1) * dk + i]);
-            w->base.KT[(int64_t) i * C + s] = (float) (k[i] * w->e2[i]);
-        }
-    }
-    kc->c.gemm(w->base.Sn, dv, w->base.KT, C, w->base.X, dv, dk, L, dv, 1);
+    for (int32_t s = L - 1; s >= 0; s--)
+        kda_chain(w->e2, w->dec + (s == L - 1 ? 0 : (int64_t) (s + 1) * dk), s == L - 1, w->base.KQ + (int64_t) s * dk,
+                  w->KJ + (int64_t) s * dk, NULL, NULL, dk);
+    gdn_transpose(w->KJ, L, dk, w->base.KT);
+    kc->c.gemm(w->base.Sn, dv, w->base.KT, L, w->base.X, dv, dk, L, dv, 1);
 }
 
-/* The whole run chunk by chunk; the state transposed into Sn on entry and back on exit. */
-static void kda_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
+/* The whole run chunk by chunk; the state transposed into Sn on entry and back on exit.
+ * Instantiated per level (kda_chunked_*): the stages' element-wise loops are compiled for
+ * the level's vectors; the products go to its gdn_gemm, the in-sub-block dots to its dot2. */
+KDA_INLINE void kda_chunked_body(const tk_gdn_head * h, gdn_gemm_fn gemm, kda_dot2_fn dot2) {
     const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK;
     kda_ws w = kda_ws_at(h->work, dk, dv);
     gdn_transpose(h->S, dv, dk, w.base.Sn);
     for (int32_t t0 = 0; t0 < h->n_tok; t0 += C) {
-        const kda_chunk kc = {{h, t0, h->n_tok - t0 < C ? h->n_tok - t0 : C, &w.base, gemm}, &w};
+        const kda_chunk kc = {{h, t0, h->n_tok - t0 < C ? h->n_tok - t0 : C, &w.base, gemm}, &w, dot2};
         kda_chunk_gather(&kc);
         kda_chunk_gram(&kc);
         kda_chunk_project(&kc);
@@ -1010,6 +1093,14 @@ static void kda_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
     }
     gdn_transpose(w.base.Sn, dk, dv, h->S);
 }
+
+static void kda_chunked_ref(const tk_gdn_head * h) { kda_chunked_body(h, gdn_gemm_ref, kda_dot2_ref); }
+#ifdef GDN_X86
+GDN_AVX2 static void kda_chunked_avx2(const tk_gdn_head * h) { kda_chunked_body(h, gdn_gemm_avx2, kda_dot2_avx2); }
+GDN_AVX512 static void kda_chunked_avx512(const tk_gdn_head * h) {
+    kda_chunked_body(h, gdn_gemm_avx512, kda_dot2_avx512);
+}
+#endif
 
 /* ==== dispatch ========================================================================= */
 
@@ -1021,9 +1112,10 @@ static void kda_run(const tk_gdn_head * h) {
     if (h->n_tok <= 0) return;
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
 #ifdef GDN_X86
-    if (tk_cpu_level() >= TK_CPU_AVX2) { kda_chunked(h, gdn_gemm_avx2); return; }
+    if (tk_cpu_level() >= TK_CPU_AVX512) { kda_chunked_avx512(h); return; }
+    if (tk_cpu_level() >= TK_CPU_AVX2) { kda_chunked_avx2(h); return; }
 #endif
-    kda_chunked(h, gdn_gemm_ref);
+    kda_chunked_ref(h);
 }
 
 void tk_gdn_run(const tk_gdn_head * h) {
