@@ -410,8 +410,8 @@ GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
     }
 }
 
-/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 4 value rows with two
- * accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
+/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 8 value rows (then 4,
+ * then 1) with two accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
  * (a fixed tree). ---- */
 #define GDN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
 
@@ -419,7 +419,7 @@ GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
 GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_dot_avx512(const float * S, int32_t dk,
                                                                                    const float * kd, __m512 * a,
                                                                                    const int NR) {
-    __m512 b[4];
+    __m512 b[8];
     for (int r = 0; r < NR; r++) a[r] = b[r] = _mm512_setzero_ps();
     int32_t i = 0;
     for (; i + 32 <= dk; i += 32) {
@@ -458,7 +458,7 @@ GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_avx512(flo
                                                                                const float * k, const float * kd,
                                                                                const float * dec, const float * v,
                                                                                float beta, float * o, const int NR) {
-    __m512 a[4], b[4], u[4];
+    __m512 a[8], b[8], u[8];
     kda_rows_dot_avx512(S, dk, kd, a, NR);
     for (int r = 0; r < NR; r++) {
         u[r] = _mm512_set1_ps(beta * (v[r] - _mm512_reduce_add_ps(a[r])));
@@ -483,7 +483,7 @@ GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
         const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
         kda_block_decays(h, t0, T, dec, kd);
         for (int32_t j = 0; j < dv;) {
-            const int NR = dv - j >= 4 ? 4 : 1;
+            const int NR = dv - j >= 8 ? 8 : dv - j >= 4 ? 4 : 1;
             float * Sj = h->S + (int64_t) j * dk;
             for (int32_t t = 0; t < T; t++) {
                 const int64_t tt = t0 + t;
@@ -491,7 +491,8 @@ GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
                 const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
                 const float beta = h->beta[tt * h->gb_stride];
                 float * o = h->o + tt * h->o_stride + j;
-                if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                if (NR == 8) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 8);
+                else if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
                 else kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 1);
             }
             j += NR;
