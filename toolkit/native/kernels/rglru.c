@@ -86,38 +86,29 @@ TK_AVX2_INLINE __m256 scan8(__m256 ga, __m256 gi, __m256 x, __m256 yb, __m256 n8
 TK_AVX2 static void scan_avx2(const float * ga, const float * gi, int64_t g_stride, const float * x, const float * yb, int64_t stride,
                               const float * neg8sp, const uint8_t * reset, int32_t n_tok, int32_t c0, int32_t c1, float * h,
                               float * y, int64_t y_stride, float * const * snap) {
-    int32_t c = c0;
-    for (; c + 8 <= c1; c += 8) {      /* 8 channels through every token, h in a register */
-        __m256 hv = _mm256_loadu_ps(h + c);
-        const __m256 n8 = _mm256_loadu_ps(neg8sp + c);
-        for (int32_t t = 0; t < n_tok; t++) {
-            const int64_t o = (int64_t) t * stride + c, og = (int64_t) t * g_stride + c;
-            const __m256 yv = scan8(_mm256_loadu_ps(ga + og), _mm256_loadu_ps(gi + og), _mm256_loadu_ps(x + o),
-                                    _mm256_loadu_ps(yb + o), n8, reset[t], &hv);
-            _mm256_storeu_ps(y + (int64_t) t * y_stride + c, yv);
-            if (snap && snap[t]) _mm256_storeu_ps(snap[t] + c, hv);
+    const int32_t cv = c0 + (c1 - c0) / 8 * 8;     /* [c0, cv): whole vectors; [cv, c1): the tail */
+    const size_t nt = (size_t) (c1 - cv) * sizeof(float);
+    for (int32_t t = 0; t < n_tok; t++) {          /* token rows in order, channels along each row (contiguous) */
+        const int64_t o = (int64_t) t * stride, og = (int64_t) t * g_stride, oy = (int64_t) t * y_stride;
+        for (int32_t c = c0; c < cv; c += 8) {
+            __m256 hv = _mm256_loadu_ps(h + c);
+            const __m256 yv = scan8(_mm256_loadu_ps(ga + og + c), _mm256_loadu_ps(gi + og + c), _mm256_loadu_ps(x + o + c),
+                                    _mm256_loadu_ps(yb + o + c), _mm256_loadu_ps(neg8sp + c), reset[t], &hv);
+            _mm256_storeu_ps(h + c, hv);
+            _mm256_storeu_ps(y + oy + c, yv);
         }
-        _mm256_storeu_ps(h + c, hv);
-    }
-    if (c < c1) {                      /* the tail through a zero-padded vector: the same lane operations */
-        const size_t n = (size_t) (c1 - c) * sizeof(float);
-        float th[8] = {0}, tn[8] = {0};
-        memcpy(th, h + c, n);
-        memcpy(tn, neg8sp + c, n);
-        __m256 hv = _mm256_loadu_ps(th);
-        const __m256 n8 = _mm256_loadu_ps(tn);
-        for (int32_t t = 0; t < n_tok; t++) {
-            const int64_t o = (int64_t) t * stride + c, og = (int64_t) t * g_stride + c;
-            float a[8] = {0}, b[8] = {0}, xx[8] = {0}, yy[8] = {0}, out[8];
-            memcpy(a, ga + og, n); memcpy(b, gi + og, n); memcpy(xx, x + o, n); memcpy(yy, yb + o, n);
-            const __m256 yv = scan8(_mm256_loadu_ps(a), _mm256_loadu_ps(b), _mm256_loadu_ps(xx), _mm256_loadu_ps(yy), n8,
-                                    reset[t], &hv);
-            _mm256_storeu_ps(out, yv);
-            memcpy(y + (int64_t) t * y_stride + c, out, n);
-            if (snap && snap[t]) { _mm256_storeu_ps(th, hv); memcpy(snap[t] + c, th, n); }
+        if (nt) {                                  /* the tail through a zero-padded vector: the same lane operations */
+            float a[8] = {0}, b[8] = {0}, xx[8] = {0}, yy[8] = {0}, n8[8] = {0}, th[8] = {0}, out[8];
+            memcpy(a, ga + og + cv, nt); memcpy(b, gi + og + cv, nt); memcpy(xx, x + o + cv, nt);
+            memcpy(yy, yb + o + cv, nt); memcpy(n8, neg8sp + cv, nt); memcpy(th, h + cv, nt);
+            __m256 hv = _mm256_loadu_ps(th);
+            _mm256_storeu_ps(out, scan8(_mm256_loadu_ps(a), _mm256_loadu_ps(b), _mm256_loadu_ps(xx), _mm256_loadu_ps(yy),
+                                        _mm256_loadu_ps(n8), reset[t], &hv));
+            _mm256_storeu_ps(th, hv);
+            memcpy(h + cv, th, nt);
+            memcpy(y + oy + cv, out, nt);
         }
-        _mm256_storeu_ps(th, hv);
-        memcpy(h + c, th, n);
+        if (snap && snap[t]) memcpy(snap[t] + c0, h + c0, (size_t) (c1 - c0) * sizeof(float));
     }
 }
 

@@ -1,5 +1,6 @@
 /* layer_rows.c: row loops the layer kinds share (contracts in layer.h): RMSNorm rows, the
- * residual add, the SwiGLU and Mamba-2 gates, and the causal conv + SiLU, each split over
+ * residual add, the SwiGLU and Mamba-2 gates, the causal conv + SiLU, and bias rows (+ GeLU-tanh,
+ * RecurrentGemma), each split over
  * the context's threads so that every row's result is the same at any thread count.
  */
 #include <math.h>
