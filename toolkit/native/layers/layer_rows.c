@@ -130,7 +130,7 @@ static void bias_gelu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int gelu) {
+void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act) {
     tk_rows_job j = {b, NULL, y, 0, n, n, 0.0f, 1};
-    tk_par_rows(ctx->pool, U, n, gelu ? bias_gelu_rows : bias_rows, &j);
+    tk_par_rows(ctx->pool, U, n, act ? bias_gelu_rows : bias_rows, &j);
 }
