@@ -56,7 +56,7 @@ def test_list_archs_names_every_hf_architecture(monkeypatch, capsys):
     assert rc == 0, err
     rows = json.loads(out)
     assert sorted(r["hf_architecture"] for r in rows) == sorted(REGISTRY)
-    assert {r["gguf_architecture"] for r in rows if not r["llama_cpp"]} == {"zamba", "zamba2", "olmo-hybrid", "lfm3", "lara-mini"}   # our layouts
+    assert {r["gguf_architecture"] for r in rows if not r["llama_cpp"]} == {"zamba", "zamba2", "olmo-hybrid", "lfm3", "lara-mini", "recurrent-gemma"}   # our layouts
 
 
 def test_unknown_architecture_did_you_mean(monkeypatch, capsys, tmp_path):

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
            "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
-           "lfm3-tiny", "laramini-tiny", "minimax-tiny"]
+           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "recurrentgemma-tiny"]
 UB = 16
 
 

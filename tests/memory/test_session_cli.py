@@ -26,7 +26,8 @@ def models(tmp_path_factory):
     out = {}
     d = tmp_path_factory.mktemp("sess")
     for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny",
-                 "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny"):
+                 "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny",
+                 "recurrentgemma-tiny"):
         out[name] = d / f"{name}.f32.gguf"
         convert(str(HF / name), str(out[name]), "f32")
     return out
@@ -47,7 +48,7 @@ P2 = P1 + [77, 401, 9, 18, 200]
 
 @pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "lfm2-tiny", "lfm2moe-tiny",
                                   "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny",
-                                  "lfm3-tiny", "laramini-tiny"])
+                                  "lfm3-tiny", "laramini-tiny", "recurrentgemma-tiny"])
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)

@@ -1,13 +1,11 @@
-"""RecurrentGemma (RecurrentGemmaForCausalLM -> recurrent-gemma): the converter alone.
+"""RecurrentGemma (RecurrentGemmaForCausalLM -> recurrent-gemma): the converter.
 
-The runtime has no RG-LRU layer kind yet, so the family is not in the registry (convert
-refuses the architecture, toolkit run has no arch row); these tests register it for their own
-duration only (monkeypatch) and check what the converter writes against the checkpoint and
-spec more-hybrids.md §6.3: every tensor's values (norms with 1 + w folded, the conv squeezed,
+Checked, against the checkpoint and spec more-hybrids.md §6.3 (the runtime's parity with HF is
+test_recurrent_gemma.py): every tensor's values (norms with 1 + w folded, the conv squeezed,
 the RG-LRU gate matrices as stored), the keys (block_types cycled, MLP width F / 2, partial
 RoPE dims, window, soft cap, rglru.width, embedding_scale = bf16(sqrt H)), bad input refused
 with nothing at OUT, and that the file alone suffices: a float64 NumPy forward reading only the
-GGUF (the contract for the runtime's future RG-LRU kind) gives HF's logits within 1e-5 relative
+GGUF (the contract the runtime's RG-LRU kind implements) gives HF's logits within 1e-5 relative
 L2 (4.9e-7; seen failing at 0.21 / 0.77 / 0.18 with the whole head rotated, the +1 not folded,
 the window not written).
 
@@ -30,14 +28,8 @@ from toolkit.convert.families.recurrent_gemma import RecurrentGemmaFamily, embed
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGUFFile
 
-# not under fixtures/hf: every checkpoint there must convert and load (test_arch_table)
-FIXTURE = pathlib.Path(__file__).parent.parent / "fixtures" / "convert_only" / "recurrentgemma-tiny"
+FIXTURE = pathlib.Path(__file__).parent.parent / "fixtures" / "hf" / "recurrentgemma-tiny"
 ARCH = "recurrent-gemma"
-
-
-@pytest.fixture
-def registered(monkeypatch):
-    monkeypatch.setitem(REGISTRY, "RecurrentGemmaForCausalLM", RecurrentGemmaFamily)
 
 
 def _source() -> dict[str, np.ndarray]:
@@ -49,20 +41,13 @@ def _source() -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setitem(REGISTRY, "RecurrentGemmaForCausalLM", RecurrentGemmaFamily)
-    try:
-        out = tmp_path_factory.mktemp("rg") / "rg-f32.gguf"
-        convert(str(FIXTURE), str(out), "f32")
-    finally:
-        mp.undo()
+    out = tmp_path_factory.mktemp("rg") / "rg-f32.gguf"
+    convert(str(FIXTURE), str(out), "f32")
     return GGUFFile(str(out))
 
 
-def test_unregistered_architecture_is_refused(tmp_path):
-    with pytest.raises(UnsupportedError, match="RecurrentGemmaForCausalLM"):
-        convert(str(FIXTURE), str(tmp_path / "x.gguf"), "f32")
-    assert not (tmp_path / "x.gguf").exists()
+def test_registered():
+    assert REGISTRY["RecurrentGemmaForCausalLM"] is RecurrentGemmaFamily
 
 
 def test_keys(converted):
@@ -140,7 +125,7 @@ def _broken(tmp_path, edit) -> pathlib.Path:
     (lambda c: c.update(attention_bias=True), InputError, "q_proj.bias"),
     (lambda c: c.update(num_attention_heads=3), InputError, "num_attention_heads"),
 ])
-def test_bad_input_one_error_nothing_at_out(registered, tmp_path, edit, err, msg):
+def test_bad_input_one_error_nothing_at_out(tmp_path, edit, err, msg):
     d = _broken(tmp_path, edit)
     out = tmp_path / "out.gguf"
     with pytest.raises(err, match=msg) as e:
@@ -150,7 +135,7 @@ def test_bad_input_one_error_nothing_at_out(registered, tmp_path, edit, err, msg
 
 
 # ---- the file is sufficient: a float64 NumPy forward that reads only the GGUF ------------------
-# (the contract the runtime's RG-LRU kind will implement; spec more-hybrids.md §6.4)
+# (the contract the runtime's RG-LRU kind implements; spec more-hybrids.md §6.4)
 
 def _rms(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w      # w already 1 + gamma

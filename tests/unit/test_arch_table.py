@@ -73,7 +73,7 @@ def test_arch_ids_equal_c():
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
                               "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
-                              "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01")
+                              "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01", "recurrent-gemma")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -85,8 +85,10 @@ def test_rows_are_consistent():
             assert a.readers == ()
             continue
         # LFM2's short conv has no ssm.* keys: read_shortconv takes read_ssm's place; MiniMax's
-        # lightning attention has none either (its state is sized by the attention keys)
-        third = {LayerKind.SHORTCONV: R.read_shortconv, LayerKind.LIGHTNING: R.read_attention}.get(a.recurrent, R.read_ssm)
+        # lightning attention has none either (its state is sized by the attention keys); RecurrentGemma's
+        # RG-LRU reads rglru.width and ssm.conv_kernel only
+        third = {LayerKind.SHORTCONV: R.read_shortconv, LayerKind.LIGHTNING: R.read_attention,
+                 LayerKind.RGLRU: R.read_rglru}.get(a.recurrent, R.read_ssm)
         assert a.readers[:3] == (R.read_common, R.read_layer_kinds, third) and a.readers[-1] is R.check_rms_eps
         assert (R.read_lfm2_moe_routing in a.readers) == (a.name == "lfm2moe")
         assert a.recurrent in a.mixers

@@ -99,6 +99,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     # MiniMax-Text-01 (appended)
     _i("residual_normed"), _f("res_alpha_lin"), _f("res_alpha_full"), _f("res_alpha_mlp"),
     _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
+    # RecurrentGemma (appended)
+    _f("rglru_logit_softcap"), _i("rglru_attn_bias"),
 )
 
 # HParams fields the C side does not take, and why

@@ -130,6 +130,9 @@ class HParams:
     res_beta_lin: float = 1.0
     res_beta_full: float = 1.0
     res_beta_mlp: float = 1.0
+    # RecurrentGemma (read_recurrent_gemma): logits = cap tanh(logits / cap) (0: none); attention biases
+    rglru_logit_softcap: float = 0.0
+    rglru_attn_bias: int = 0
 
     @property
     def attention_layers(self) -> list[int]:

@@ -22,6 +22,7 @@ class LayerKind(enum.IntEnum):
     QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/layers/mixer_qsa.c
     ZAMBA_SHARED = 9  # Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c)
     LIGHTNING = 10  # MiniMax-Text-01's lightning attention (decayed linear attention): mixer_lightning.c
+    RGLRU = 11      # RecurrentGemma's recurrent block (conv, RG-LRU scan, GeLU branch): mixer_rglru.c
 
 
 class FFNKind(enum.IntEnum):
@@ -31,6 +32,7 @@ class FFNKind(enum.IntEnum):
     DENSE = 1   # SwiGLU: down(silu(gate(x)) * up(x))
     MOE = 2     # top-k routed SwiGLU experts (+ shared expert when present)
     RELU2 = 3   # down(relu(up(x))^2), no gate (Nemotron-H MLP)
+    GEGLU = 4   # down(gelu_tanh(gate x + bg) * (up x + bu)) + bd (RecurrentGemma): ffn_geglu.c
 
 
 class Residual(str, enum.Enum):
@@ -40,3 +42,4 @@ class Residual(str, enum.Enum):
     MULTIPLIERS = "multipliers"              # Granite: embedding / residual / logit scales
     HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block
     NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x))
+    SOFTCAP = "softcap"                      # RecurrentGemma: embedding * bf16(sqrt D), logits soft-capped

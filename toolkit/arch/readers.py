@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
 _FLOAT_KEYS = {Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
-               Keys.LLM.EXPERT_WEIGHTS_SCALE}
+               Keys.LLM.EXPERT_WEIGHTS_SCALE, Keys.LLM.FINAL_LOGIT_SOFTCAPPING}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
              Keys.SSM.NORM_BEFORE_GATE}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
@@ -628,3 +628,49 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     attn = hp.attention_layers
     hp.attn_head_gate = int(bool(attn) and f"blk.{attn[0]}.attn_gate.weight" in f.tensors)
     hp.sandwich_norm = int("blk.0.post_attention_norm.weight" in f.tensors)
+
+
+def read_rglru(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """RecurrentGemma's RG-LRU sizes (in place of :func:`read_ssm`: spec more-hybrids.md §6.3):
+    ``rglru.width`` (ours; lru_width) into d_inner and ``ssm.conv_kernel`` (K, in [2, 64]) into
+    d_conv; d_state = dt_rank = 0 (the state per layer is the conv window, (K - 1) x lru floats,
+    and h, lru floats)."""
+    hp.d_inner = int(r.req(Keys.RGLRU.WIDTH))
+    if not 0 < hp.d_inner <= (1 << 20):
+        raise r.bad(Keys.RGLRU.WIDTH, f"= {hp.d_inner} is out of range")
+    hp.d_conv = int(r.req(Keys.SSM.CONV_KERNEL))
+    if not 2 <= hp.d_conv <= 64:
+        raise r.bad(Keys.SSM.CONV_KERNEL, f"= {hp.d_conv} must be in [2, 64]")
+    hp.d_state, hp.dt_rank = 0, 0
+
+
+def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """RecurrentGemma (after read_attention; spec more-hybrids.md §6): every attention layer is a
+    sliding-window (local) layer of window ``attention.sliding_window`` (required, >= 1; no
+    pattern key: HF has no global layers), the RG-LRU gates' head count ``attention.head_count``
+    (read here too when the file has no attention layer) dividing ``rglru.width``, the logit soft
+    cap ``final_logit_softcapping`` (absent: none), the embedding scale ``embedding_scale``
+    (bf16(sqrt(n_embd)), HF's bfloat16 normalizer; absent: 1), attention biases (o_proj always has one)."""
+    if not hp.n_head:
+        hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
+    if hp.n_head <= 0 or hp.d_inner % hp.n_head:
+        raise r.bad(Keys.RGLRU.WIDTH, f"= {hp.d_inner} is not a multiple of head_count {hp.n_head} (the RG-LRU "
+                                      f"gates are per-head blocks)")
+    attn = hp.attention_layers
+    w = r.opt(Keys.Attention.SLIDING_WINDOW, None)
+    if attn:
+        if w is None:
+            raise InputError(f"{r.f.path}: missing key {k(Keys.Attention.SLIDING_WINDOW, r.arch)!r} (the local attention's window)")
+    if w is not None and not 1 <= w <= (1 << 24):
+        raise r.bad(Keys.Attention.SLIDING_WINDOW, f"= {w}: a sliding window must be in [1, 2**24]")
+    if attn:
+        hp.n_swa = int(w)
+        hp.swa_layers = [int(i in set(attn)) for i in range(hp.n_layer)]
+    cap = r.opt(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, None)
+    if cap is not None and not (math.isfinite(cap) and cap > 0):
+        raise r.bad(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, f"= {cap} must be finite and > 0")
+    hp.rglru_logit_softcap = float(cap or 0.0)
+    hp.embedding_scale = float(r.opt(Keys.LLM.EMBEDDING_SCALE, 1.0))
+    if not (math.isfinite(hp.embedding_scale) and hp.embedding_scale > 0):
+        raise r.bad(Keys.LLM.EMBEDDING_SCALE, f"= {hp.embedding_scale} must be finite and > 0")
+    hp.rglru_attn_bias = 1

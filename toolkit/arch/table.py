@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_RECURRENT_GEMMA, ARCH_ZAMBA2,
     ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
@@ -86,6 +86,9 @@ GDN_TENSORS = TensorSet(required=_GDN_CORE + (_w(T.SSM_BETA), _w(T.SSM_ALPHA)))
 GDN_BA_TENSORS = TensorSet(required=_GDN_CORE + (_w(T.SSM_BETA_ALPHA),))
 FFN_TENSORS = {
     FFNKind.NONE: TensorSet(),
+    # RecurrentGemma's MLP: GeGLU (tanh GeLU), every matrix with its bias
+    FFNKind.GEGLU: TensorSet(required=(_w(T.FFN_NORM),) + tuple(f(t) for t in (T.FFN_UP, T.FFN_GATE, T.FFN_DOWN)
+                                                                  for f in (_w, _b))),
     FFNKind.DENSE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_UP), _w(T.FFN_GATE), _w(T.FFN_DOWN))),
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_GATE_EXP),
                                      _w(T.FFN_DOWN_EXP)),
@@ -126,6 +129,10 @@ HC_GLOBAL_TENSORS = TensorSet(required=(_w(T.TOKEN_EMBD), _w(T.HC_HEAD_NORM), _w
 # (llama.cpp's), of a later one blk.{bid}.per_layer_token_embd (ours)
 PLE_TENSORS = TensorSet(required=tuple(_w(t) for t in (
     T.PLE_KEY, T.PLE_VALUE, T.PLE_NORM_KEY, T.PLE_NORM_QUERY, T.PLE_NORM_CONV, T.PLE_CONV1D)))
+# RecurrentGemma's recurrent block (mixer_rglru.c): linear_x / linear_y, the conv, the RG-LRU's two
+# per-head gate blocks and Lambda, linear_out, every linear with its bias
+RGLRU_TENSORS = TensorSet(required=tuple(f(t) for t in (T.RGLRU_X, T.RGLRU_Y, T.SSM_CONV1D, T.RGLRU_GATE_I, T.RGLRU_GATE_A,
+                                                         T.SSM_OUT) for f in (_w, _b)) + (_w(T.RGLRU_PARAM),))
 MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENSORS,
                  LayerKind.ATTENTION: ATTENTION_TENSORS, LayerKind.GDN: GDN_TENSORS, LayerKind.NONE: TensorSet(),
                  LayerKind.PARALLEL: PARALLEL_TENSORS,
@@ -133,7 +140,8 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS, LayerKind.ZAMBA_SHARED: ZAMBA_LAYER_TENSORS,
                  # MiniMax-Text-01's lightning attention: per-head [q | k | v], output gate and norm
                  LayerKind.LIGHTNING: TensorSet(required=tuple(_w(t) for t in (T.ATTN_QKV, T.ATTN_GATE, T.ATTN_NORM_2, T.ATTN_OUT))),
-                 LayerKind.QSA: QSA_TENSORS}
+                 LayerKind.QSA: QSA_TENSORS,
+                 LayerKind.RGLRU: RGLRU_TENSORS}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
@@ -155,6 +163,12 @@ LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
                                                      optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
                       LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required, optional=_SANDWICH)}
+# RecurrentGemma: local attention with o_proj's bias always, q / k / v biases with attention_bias
+RECURRENT_GEMMA_MIXER_TENSORS = {
+    **MIXER_TENSORS,
+    LayerKind.ATTENTION: TensorSet(required=ATTENTION_TENSORS.required + (_b(T.ATTN_OUT),),
+                                   optional=((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)),)),
+}
 # OLMo-Hybrid: GDN with separate q / k / v projections and conv pieces (no attn_qkv / ssm_conv1d);
 # post-norm attention (attn_post_norm: the block's attn_norm / ffn_norm replaced by the norms of
 # the attention and FFN outputs) with q / k RMSNorms over all heads
@@ -379,6 +393,16 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
              residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),
+    # RecurrentGemma (spec more-hybrids.md §6.3's proposed names): RG-LRU blocks (mixer_rglru.c) and
+    # local MQA (every attention layer sliding, NEOX RoPE on rope.dimension_count < head_dim dims,
+    # o_proj bias), GeGLU MLPs with biases (ffn_geglu.c); norms (1 + w) folded by the converter;
+    # embedding * bf16(sqrt D), logits soft-capped (read_recurrent_gemma)
+    ArchSpec(ARCH_RECURRENT_GEMMA, c_id=19,
+             readers=(R.read_common, R.read_layer_kinds, R.read_rglru, R.read_attention, R.read_ffn,
+                      R.read_recurrent_gemma, R.check_rms_eps),
+             mixers=(LayerKind.RGLRU, LayerKind.ATTENTION), recurrent=LayerKind.RGLRU, attention_from_file=True,
+             ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, rope_neox=True, residual=Residual.SOFTCAP,
+             mixer_tensors=RECURRENT_GEMMA_MIXER_TENSORS, note="RecurrentGemma"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -14,6 +14,8 @@
  *   x += rmsnorm(mixer(x)) * post_attention_norm;  x += rmsnorm(ffn(x)) * post_ffw_norm
  * MiniMax (hp.residual_normed): each branch joins as x = alpha * rmsnorm(x) + beta * branch, the
  * factors per branch (lightning, attention, FFN).
+ * RecurrentGemma: embedding_scale = bf16(sqrt(D)) (the converter's key), logits soft-capped,
+ *   logits = cap tanh(logits / cap) with cap = rglru_logit_softcap (final_logit_softcapping).
  * A model with hyper-connections (hc_count > 1, qwen4exp) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
@@ -21,6 +23,7 @@
  *       modeling_qwen3_5.py, modeling_nemotron_h.py, modeling_falcon_h1.py, modeling_lfm2.py,
  *       modeling_lfm2_moe.py, modeling_olmo_hybrid.py (post-norm blocks); karpathy llama2.c forward().
  */
+#include <math.h>
 #include <string.h>
 
 #include "layers/layer.h"
@@ -40,6 +43,7 @@ static const tk_mixer_ops * const MIXERS[TK_LAYER_KIND_COUNT] = {
     [TK_LAYER_QSA] = &tk_mixer_qsa,
     [TK_LAYER_ZAMBA_SHARED] = &tk_mixer_zamba,
     [TK_LAYER_LIGHTNING] = &tk_mixer_lightning,
+    [TK_LAYER_RGLRU] = &tk_mixer_rglru,
 };
 
 static const tk_ffn_ops * const FFNS[TK_FFN_KIND_COUNT] = {
@@ -47,6 +51,7 @@ static const tk_ffn_ops * const FFNS[TK_FFN_KIND_COUNT] = {
     [TK_FFN_DENSE] = &tk_ffn_dense,
     [TK_FFN_MOE] = &tk_ffn_moe,
     [TK_FFN_RELU2] = &tk_ffn_relu2,
+    [TK_FFN_GEGLU] = &tk_ffn_geglu,
 };
 
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind) {
@@ -118,6 +123,10 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
+        if (hp->rglru_logit_softcap > 0.0f) {      /* RecurrentGemma: cap tanh(logits / cap), HFR:744-746 */
+            const float cap = hp->rglru_logit_softcap;
+            for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] = cap * tanhf(lo[i] / cap);
+        }
     }
     return TK_OK;
 }

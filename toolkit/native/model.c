@@ -164,6 +164,8 @@ static tk_status check_hparams(const tk_hparams * hp) {
     }
     if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
         return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
+    if (!(hp->rglru_logit_softcap >= 0) || !isfinite(hp->rglru_logit_softcap))
+        return TK_FAIL(TK_ERR_INVALID, "rglru_logit_softcap = %g must be finite and >= 0", hp->rglru_logit_softcap);
     if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
     if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
         if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);

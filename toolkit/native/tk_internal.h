@@ -95,6 +95,15 @@ typedef struct {
     /* LFM3: the per-head output gate and the sandwich norms (NULL / absent elsewhere) */
     tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn_head_gate) */
     float * post_attn_norm, * post_ffw_norm;             /* [D] (hp.sandwich_norm) */
+    /* RecurrentGemma (mixer_rglru.c, ffn_geglu.c, attention biases; lru = d_inner, bw = lru / n_head) */
+    tk_weight rglru_x, rglru_y;                          /* linear_x, linear_y [D, lru] */
+    float * rglru_x_b, * rglru_y_b;                      /* [lru] */
+    float * rglru_gate_i, * rglru_gate_a;                /* [nh][bw in][bw out]: out_j = sum_i x_i W[h][i][j] (HF's layout) */
+    float * rglru_gate_i_b, * rglru_gate_a_b;            /* [nh][bw] */
+    float * rglru_neg8_sp;                               /* [lru]: -8 softplus(Lambda) (so log a = r * this) */
+    float * ssm_out_b;                                   /* linear_out's bias [D] */
+    float * attn_q_b, * attn_k_b, * attn_v_b, * attn_out_b;   /* [H hd], [Hkv hd], [Hkv hd], [D] (rglru_attn_bias), else NULL */
+    float * ffn_gate_b, * ffn_up_b, * ffn_down_b;        /* GeGLU biases [F], [F], [D] */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

@@ -217,6 +217,28 @@ int64_t tk_lightning_work_floats(int32_t d);
 int tk_lightning_threshold(void);
 int tk_lightning_set_threshold(int n);
 
+/* ==== RG-LRU (rglru.c) ================================================================ */
+/* RecurrentGemma's RG-LRU gates for heads [h0, h1) of n_tok tokens: out[t][h bw + j] =
+ * b[h bw + j] + sum_i x[t][h bw + i] W[(h bw + i) bw + j] (W [nh][bw in][bw out], HF's layout:
+ * torch.baddbmm(b, x_h, W[h]), HFR:312-316).  Rows of x / out at + t * x_stride / out_stride.
+ * At a given level a token's bits do not depend on n_tok (each output one chain over i). */
+void tk_rglru_gates(const float * x, int64_t x_stride, int32_t n_tok, const float * W, const float * b, int32_t h0,
+                    int32_t h1, int32_t bw, float * out, int64_t out_stride);
+/* The RG-LRU scan of one sequence's n_tok tokens over channels [c0, c1) at the current CPU
+ * level (scalar, AVX2+FMA; spec more-hybrids.md §6.4, HFR:301-366):
+ *   r = sigmoid(ga), i = sigmoid(gi), log a = neg8sp * r (neg8sp = -8 softplus(Lambda)),
+ *   a = exp(log a), m = sqrt(1 - exp(2 log a)); reset[t] != 0 (position 0): a = 0, m = 1;
+ *   h <- a h + (x i) m;  y = h * yb
+ * ga, gi (gate pre-activations) rows at + t * g_stride; x (the conv output), yb (the GeLU branch)
+ * rows at + t * stride;
+ * y at + t * y_stride (may be yb itself, same stride); h [>= c1] the state, updated; snap
+ * (NULL, or n_tok pointers, each NULL or a [>= c1] row): h copied there after token t.
+ * At a given level a channel's bits do not depend on c0 / c1 or on how a run is split over
+ * calls. */
+void tk_rglru_scan(const float * ga, const float * gi, int64_t g_stride, const float * x, const float * yb, int64_t stride,
+                   const float * neg8sp, const uint8_t * reset, int32_t n_tok, int32_t c0, int32_t c1, float * h,
+                   float * y, int64_t y_stride, float * const * snap);
+
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per
  * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =

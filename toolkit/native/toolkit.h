@@ -78,6 +78,7 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_QSA = 8,          /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
     TK_LAYER_ZAMBA_SHARED = 9, /* Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c) */
     TK_LAYER_LIGHTNING = 10,   /* MiniMax-Text-01's lightning attention (mixer_lightning.c) */
+    TK_LAYER_RGLRU = 11,       /* RecurrentGemma's recurrent block: conv + RG-LRU, GeLU branch (mixer_rglru.c) */
     TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
@@ -86,6 +87,7 @@ typedef enum {                 /* == toolkit.arch.FFNKind */
     TK_FFN_DENSE = 1,
     TK_FFN_MOE = 2,
     TK_FFN_RELU2 = 3,          /* down(relu(up(x))^2), no gate (Nemotron-H MLP; ffn_relu2.c) */
+    TK_FFN_GEGLU = 4,          /* down(gelu_tanh(gate x + bg) * (up x + bu)) + bd (RecurrentGemma; ffn_geglu.c) */
     TK_FFN_KIND_COUNT          /* not a kind: how many there are (a new kind goes above it) */
 } tk_ffn_kind;
 
@@ -109,6 +111,7 @@ typedef enum {
     TK_ARCH_LFM3 = 16,
     TK_ARCH_LARA_MINI = 17,
     TK_ARCH_MINIMAX_01 = 18,
+    TK_ARCH_RECURRENT_GEMMA = 19,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -213,6 +216,11 @@ typedef struct {
     int32_t residual_normed;   /* 1: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch (the factors below) */
     float   res_alpha_lin, res_alpha_full, res_alpha_mlp;   /* alpha of the lightning, attention and FFN branches */
     float   res_beta_lin, res_beta_full, res_beta_mlp;      /* beta likewise */
+    /* RecurrentGemma (appended).  An RG-LRU layer reads d_inner = lru (rglru.width), d_conv = K
+     * (ssm.conv_kernel) and n_head (the gates' diagonal blocks of lru / n_head). */
+    float   rglru_logit_softcap; /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
+    int32_t rglru_attn_bias;   /* 1: attention layers have attn_output.bias (required) and attn_q/k/v.bias
+                                  (optional, the three together); 0: attention biases refused */
 } tk_hparams;
 
 typedef struct {

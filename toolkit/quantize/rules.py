@@ -28,6 +28,15 @@ qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.m
   into ``attn_qkv`` / ``attn_gate`` / ``ssm_beta`` / ``ssm_alpha`` at convert time), so exactly the
   rules above, qwen35moe's; its ungated shared expert has no ``ffn_gate_inp_shexp``, and its
   attention layers' ``attn_q`` / ``attn_k`` / ``attn_v`` are the attention categories;
+- recurrent-gemma (llama.cpp has no such architecture; we follow its Gemma family, whose rules
+  in llama-quant.cpp are these generic name-based ones, no Gemma branch): the tied
+  ``token_embd`` takes the output rule (Q6_K, or Q8_0 when its rows are not a k-block);
+  ``rglru_x`` / ``rglru_y`` / ``ssm_out`` and the 3-D per-head gate blocks ``rglru_gate_i`` /
+  ``rglru_gate_a`` are category OTHER (the file type's default), the attention and GeGLU
+  tensors their categories, ``ssm_conv1d`` / ``rglru_param`` / norms / biases F32.  One rule of
+  ours: a gate block whose rows (bw = lru / n_head values) are not a whole block of the target
+  type keeps its type (F32) instead of llama.cpp's F16 / Q5_0 fallback: the runtime expands the
+  gate blocks to float32 at load anyway (mixer_rglru.c), so a fallback would only lose precision;
 - ``ffn_*_exps`` (3-D) and ``ffn_*_shexp`` are FFN_UP / FFN_GATE / FFN_DOWN; with more than one
   expert the layer comes from the name; exactly 8 experts raise attn_v / attn_qkv / attn_k to
   Q8_0 and attn_output to Q5_K (for the K-quant / IQ4 mixtures listed in :meth:`TypeChooser._impl`).
@@ -82,6 +91,8 @@ def _is_attn_v(cat: Category) -> bool:
 
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
+# RecurrentGemma's per-head RG-LRU gate blocks: kept as they are when their rows are not a block
+_RGLRU_GATE = re.compile(r"^blk\.\d+\.rglru_gate_[ia]\.weight$")
 
 
 def layer_of(name: str) -> int:
@@ -209,6 +220,9 @@ class TypeChooser:
             if not manual and not self.o.pure:
                 new_type = self._impl(new_type, name, shape, cat)
             new_type, fb = self._fallback(name, shape, new_type)
+            if fb is not None and _RGLRU_GATE.search(name):   # ours (module docstring): no fallback type
+                self.n_fallback -= 1
+                return Choice(name, cur_type)
         return Choice(name, new_type, fb)
 
     # ---- tensor_type_fallback ------------------------------------------------------------

@@ -16,6 +16,8 @@
  *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
  *   mixer_lightning.c  TK_LAYER_LIGHTNING  MiniMax's lightning attention (decayed linear attention, gated norm)
  *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
+ *   mixer_rglru.c      TK_LAYER_RGLRU      RecurrentGemma's recurrent block (conv, RG-LRU scan, GeLU branch)
+ *   ffn_geglu.c        TK_FFN_GEGLU        down(gelu_tanh(gate x + bg) * (up x + bu)) + bd (RecurrentGemma)
  * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
  * the block skeleton of hc_count streams) and ple.c (the per-layer n-gram embedding).
  *
@@ -102,7 +104,7 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba, tk_mixer_lightning;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba, tk_mixer_lightning, tk_mixer_rglru;
 /* mixer_zamba2.c: the shared attention + MLP block both Zamba hybrid kinds run.  tk_zamba_block:
  * the block layer il runs (its rank among the hybrid layers, mod n_shared_block);
  * tk_zamba_bind_shared: bind shared.<b>.* into l; tk_zamba_shared_block: t = shared_linear(block(x, E))
@@ -112,7 +114,7 @@ tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk
 tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out);
 /* mixer_mamba2.c: bind layer il's Mamba-2 tensors; ssm_norm optional unless norm_required */
 tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required);
-extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2;
+extern const tk_ffn_ops tk_ffn_dense, tk_ffn_moe, tk_ffn_relu2, tk_ffn_geglu;
 
 /* forward.c: the kind tables; NULL for a kind without a mixer / for TK_FFN_NONE or unknown */
 const tk_mixer_ops * tk_mixer_ops_of(int32_t kind);
@@ -149,6 +151,10 @@ void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, i
 /* the same causal conv without the SiLU (LFM2's short conv) */
 void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);
+/* y[t] += b (act 0), or y[t] = gelu_tanh(y[t] + b) (act 1), over U rows of width n (RecurrentGemma's biases) */
+void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act);
+/* gelu_pytorch_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (HF ACT2FN["gelu_pytorch_tanh"]) */
+float tk_gelu_tanh(float x);
 /* mixer_attention.c: with q [U, H qs], k, v [U, Hkv hd] projected into ctx->q, k, v: per-head
  * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V
  * into ctx->att [U, H hd] (the attention mixer's formula between its projections) */

@@ -1,7 +1,10 @@
 /* layer_rows.c: row loops the layer kinds share (contracts in layer.h): RMSNorm rows, the
- * residual add, the SwiGLU and Mamba-2 gates, and the causal conv + SiLU, each split over
+ * residual add, the SwiGLU and Mamba-2 gates, the causal conv + SiLU, and bias rows (+ GeLU-tanh,
+ * RecurrentGemma), each split over
  * the context's threads so that every row's result is the same at any thread count.
  */
+#include <math.h>
+
 #include "layers/layer.h"
 
 void tk_par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job) {
@@ -100,4 +103,34 @@ void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, i
                 snap[(int64_t) c * ns + j] = e < ns ? state[(int64_t) c * ns + e] : x[(int64_t) (e - ns) * x_stride + c];
             }
     }
+}
+
+/* y[t] += b over rows [t0, t1) (a the bias) */
+static void bias_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        for (int64_t i = 0; i < j->n; i++) y[i] += j->a[i];
+    }
+}
+
+/* gelu_pytorch_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+float tk_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* y[t] = gelu_tanh(y[t] + a) over rows [t0, t1) */
+static void bias_gelu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
+    const tk_rows_job * j = arg;
+    (void) thread;
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        for (int64_t i = 0; i < j->n; i++) y[i] = tk_gelu_tanh(y[i] + j->a[i]);
+    }
+}
+
+void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act) {
+    tk_rows_job j = {b, NULL, y, 0, n, n, 0.0f, 1};
+    tk_par_rows(ctx->pool, U, n, act ? bias_gelu_rows : bias_rows, &j);
 }
