@@ -148,3 +148,24 @@ def test_chunked_and_recurrent_kda_agree(hf_f32, report, kda_threshold, name):
     assert 0 < err < 1e-5, f"chunked vs recurrent: {err:.3e} (0 would mean the chunked form did not run)"
     assert hf < F32_BOUND
     assert res["chunked"][2] == res["recurrent"][2] == ref["greedy"].tolist()
+
+
+@pytest.mark.parametrize("kv, drop, needles", [
+    ({"kimi-linear.kda.head_dim": (8, "UINT32")}, (), ("blk.0.attn_q.weight",)),                    # disagrees with the tensors
+    ({"kimi-linear.attention.kv_lora_rank": (24, "UINT32")}, (), ("blk.2.attn_kv_a_mqa.weight",)),
+    ({"kimi-linear.expert_group_count": (2, "UINT32"), "kimi-linear.expert_group_used_count": (3, "UINT32")}, (),
+     ("expert_group_used_count", "[1, 2]")),
+    ({}, ("kimi-linear.expert_gating_func",), ("expert_gating_func",)),
+    ({"kimi-linear.kda.l2_norm_epsilon": (-1.0, "FLOAT32")}, (), ("kda.l2_norm_epsilon",)),
+])
+def test_run_refuses_bad_files(monkeypatch, capsys, tmp_path, hf_f32, kv, drop, needles):
+    """A file whose keys disagree with its tensors or with each other: one line naming the key or
+    tensor, exit 2."""
+    import gguf
+    from gguf_edit_util import rewrite, run_error
+    bad = tmp_path / "bad.gguf"
+    rewrite(hf_f32("kimilinear-tiny"), bad, kv={k: (v, gguf.GGUFValueType[t], None) for k, (v, t) in kv.items()},
+            drop_kv=drop)
+    err = run_error(monkeypatch, capsys, bad)
+    for n in needles:
+        assert n in err, err
