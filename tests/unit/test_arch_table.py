@@ -73,7 +73,8 @@ def test_arch_ids_equal_c():
 def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
                               "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
-                              "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01", "recurrent-gemma")
+                              "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01", "recurrent-gemma",
+                              "kimi-linear")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -86,9 +87,9 @@ def test_rows_are_consistent():
             continue
         # LFM2's short conv has no ssm.* keys: read_shortconv takes read_ssm's place; MiniMax's
         # lightning attention has none either (its state is sized by the attention keys); RecurrentGemma's
-        # RG-LRU reads rglru.width and ssm.conv_kernel only
+        # RG-LRU reads rglru.width and ssm.conv_kernel only; Kimi-Linear's KDA reads its own keys (read_kda)
         third = {LayerKind.SHORTCONV: R.read_shortconv, LayerKind.LIGHTNING: R.read_attention,
-                 LayerKind.RGLRU: R.read_rglru}.get(a.recurrent, R.read_ssm)
+                 LayerKind.RGLRU: R.read_rglru, LayerKind.KDA: R.read_kda}.get(a.recurrent, R.read_ssm)
         assert a.readers[:3] == (R.read_common, R.read_layer_kinds, third) and a.readers[-1] is R.check_rms_eps
         assert (R.read_lfm2_moe_routing in a.readers) == (a.name == "lfm2moe")
         assert a.recurrent in a.mixers
@@ -101,7 +102,8 @@ def test_rows_are_consistent():
         # olmo-hybrid reads its GDN sizes with read_olmo_hybrid (Dv from inner_size, beta scale)
         assert (R.read_gdn in a.readers or R.read_olmo_hybrid in a.readers) == (LayerKind.GDN in a.mixers)
         assert (R.read_attention in a.readers) == bool(attention & set(a.mixers))
-        assert bool({LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED}
+        assert (R.read_mla in a.readers) == (LayerKind.MLA in a.mixers)   # MLA reads its own keys (read_mla)
+        assert bool({LayerKind.ATTENTION, LayerKind.ZAMBA2_SHARED, LayerKind.QSA, LayerKind.ZAMBA_SHARED, LayerKind.MLA}
                     & set(a.mixers)) == a.attention_from_file
         # qwen4exp: QSA layers, hyper-connections and PLE come together (read_qwen4exp)
         assert (R.read_qwen4exp in a.readers) == (LayerKind.QSA in a.mixers) == (a.residual == Residual.HYPER_CONNECTIONS)

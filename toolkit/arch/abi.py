@@ -101,6 +101,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
     # RecurrentGemma (appended)
     _f("rglru_logit_softcap"), _i("rglru_attn_bias"),
+    _i("kda_n_head"), _i("kda_head_dim"), _f("kda_l2_eps"), _f("kda_gate_lower_bound"),
+    _i("mla_q_lora_rank"), _i("mla_kv_lora_rank"), _i("mla_dn"), _i("mla_dr"), _i("mla_dv"), _f("mla_norm_eps"),
 )
 
 # HParams fields the C side does not take, and why

@@ -23,6 +23,8 @@ class LayerKind(enum.IntEnum):
     ZAMBA_SHARED = 9  # Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c)
     LIGHTNING = 10  # MiniMax-Text-01's lightning attention (decayed linear attention): mixer_lightning.c
     RGLRU = 11      # RecurrentGemma's recurrent block (conv, RG-LRU scan, GeLU branch): mixer_rglru.c
+    KDA = 12        # Kimi Delta Attention (per-channel decay delta rule): mixer_kda.c
+    MLA = 13        # multi-head latent attention, the latent c cached: mixer_mla.c
 
 
 class FFNKind(enum.IntEnum):

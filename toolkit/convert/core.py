@@ -165,6 +165,23 @@ def _check_finite(t: OutTensor, src, data, r0: int, row_len: int) -> None:
         raise e
 
 
+def _write_transposed(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTensor, seg, np_dtype, isz: int,
+                      progress: Callable[[int], None] | None) -> None:
+    """A Segment with ``tblock`` (a, b): from source row ``row0`` (rows of b elements), each a x b
+    block is written as b rows of a (= the output's row length)."""
+    a, b = seg.tblock
+    for blk in range(seg.n_rows // b):
+        mv = buf.view(a * b * isz)
+        rd.read_into(seg.src, (seg.row0 * b + blk * a * b) * isz, mv)
+        raw = np.ascontiguousarray(np.frombuffer(mv, dtype=np_dtype).reshape(a, b).T)
+        data = encode(raw, seg.src.dtype, t.type, t.op)
+        if t.type in _RANGE_CHECKED:
+            _check_finite(t, seg.src, data, blk * b, a)
+        w.write(t.name, data)
+        if progress:
+            progress(len(memoryview(data).cast("B")))
+
+
 def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buffer, t: OutTensor,
                   progress: Callable[[int], None] | None) -> None:
     row_len = t.row_len
@@ -174,7 +191,7 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
         src = seg.src
         np_dtype, isz = DTYPES[src.dtype]
         row_bytes = row_len * isz
-        if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales
+        if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales and seg.tblock is None
                 and (src.dtype, t.type) in PASSTHROUGH):
             # the bytes are already what GGUF wants: copy them inside the kernel, no band in memory
             n = seg.n_rows * row_bytes
@@ -184,6 +201,9 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 raise InputError(f"{src.path}: tensor {src.name!r} is truncated") from None
             if progress:
                 progress(n)
+            continue
+        if seg.tblock is not None:   # a x b blocks written transposed, one block at a time
+            _write_transposed(w, rd, buf, t, seg, np_dtype, isz, progress)
             continue
         step = max(1, BAND_ELEMENTS // max(row_len, 1))
         if seg.perm is not None and seg.block > 1:

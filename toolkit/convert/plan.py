@@ -84,6 +84,10 @@ class Segment:
             Must map each block of ``block`` rows onto itself (bands never split a block).
     scales: factors the rows are multiplied by, in turn, after widening to float32 (each a
             float32 product, as llama.cpp's ``tensor * multiplier`` on a float32 tensor)
+    tblock: (a, b) or None: the segment is n_rows / b blocks, each an a x b matrix in the source
+            starting at source row ``row0`` (here counted in rows of b elements) and written
+            transposed (b rows of a, the output's row length); MLA's per-head k_b (llama.cpp's
+            ``k_b.transpose(1, 2)``)
     """
 
     src: STTensor
@@ -92,6 +96,7 @@ class Segment:
     perm: np.ndarray | None = None
     block: int = 1
     scales: tuple[float, ...] = ()
+    tblock: tuple[int, int] | None = None
 
 
 @dataclass

@@ -79,6 +79,8 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_ZAMBA_SHARED = 9, /* Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c) */
     TK_LAYER_LIGHTNING = 10,   /* MiniMax-Text-01's lightning attention (mixer_lightning.c) */
     TK_LAYER_RGLRU = 11,       /* RecurrentGemma's recurrent block: conv + RG-LRU, GeLU branch (mixer_rglru.c) */
+    TK_LAYER_KDA = 12,         /* Kimi Delta Attention (mixer_kda.c) */
+    TK_LAYER_MLA = 13,         /* multi-head latent attention, the latent cached (mixer_mla.c) */
     TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
@@ -112,6 +114,7 @@ typedef enum {
     TK_ARCH_LARA_MINI = 17,
     TK_ARCH_MINIMAX_01 = 18,
     TK_ARCH_RECURRENT_GEMMA = 19,
+    TK_ARCH_KIMI_LINEAR = 20,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -221,6 +224,18 @@ typedef struct {
     float   rglru_logit_softcap; /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
     int32_t rglru_attn_bias;   /* 1: attention layers have attn_output.bias (required) and attn_q/k/v.bias
                                   (optional, the three together); 0: attention biases refused */
+    /* Kimi Delta Attention (appended; mixer_kda.c, spec kda-family.md §2.1).  A KDA layer reads
+     * d_conv = K and these: n heads of D (key dim = value dim = D), C = n D channels */
+    int32_t kda_n_head;        /* n */
+    int32_t kda_head_dim;      /* D */
+    float   kda_l2_eps;        /* epsilon of the q / k l2-norm: x (sum x^2 + eps)^-1/2 (HF 1e-6) */
+    float   kda_gate_lower_bound; /* 0: g = ssm_a softplus(u) (kimi; ssm_a = -exp(A_log)); < 0: the bounded
+                                  gate g = lb sigmoid(-ssm_a u) (glm5-next's storage of ssm_a) */
+    /* multi-head latent attention (appended; mixer_mla.c, §2.3): n_head heads */
+    int32_t mla_q_lora_rank;   /* rq: q = attn_q_b rmsnorm(attn_q_a x); 0: q = attn_q x */
+    int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
+    int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
+    float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
 } tk_hparams;
 
 typedef struct {
