@@ -99,6 +99,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     # MiniMax-Text-01 (appended)
     _i("residual_normed"), _f("res_alpha_lin"), _f("res_alpha_full"), _f("res_alpha_mlp"),
     _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
+    # GLM-5-Next mHC (appended)
+    _i("hc_sinkhorn_iters"), _f("hc_eps"),
 )
 
 # HParams fields the C side does not take, and why

@@ -130,6 +130,9 @@ class HParams:
     res_beta_lin: float = 1.0
     res_beta_full: float = 1.0
     res_beta_mlp: float = 1.0
+    # GLM-5-Next mHC (hyper_connection.*): Sinkhorn-normalised mixing when > 0 (with hc_count > 1)
+    hc_sinkhorn_iters: int = 0
+    hc_eps: float = 0.0
 
     @property
     def attention_layers(self) -> list[int]:

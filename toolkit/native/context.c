@@ -121,7 +121,7 @@ static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx
     if (hw.hd) {                             /* hyper-connections (qwen4exp) */
         PLAN(sp, hx, U * hw.hd);
         PLAN(sp, hn, U * hw.hd);
-        PLAN(sp, hg, U * hw.hd);
+        PLAN(sp, hg, U * zmax(hw.hd, hw.hc * hw.hc));   /* mHC: the comb matrices */
         PLAN(sp, hl, U * zmax(hw.r, hw.hc));
         PLAN(sp, hi, U * hw.hc);
         PLAN(sp, pe, U * zmax(hw.ep, 1));

@@ -165,6 +165,10 @@ static tk_status check_hparams(const tk_hparams * hp) {
     if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
         return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
     if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
+    if (hp->hc_sinkhorn_iters < 0 || hp->hc_sinkhorn_iters > 1000 || !(hp->hc_eps >= 0) || !isfinite(hp->hc_eps) ||
+        (hp->hc_sinkhorn_iters > 0 && (hp->hc_count < 1 || hp->ple_index)))
+        return TK_FAIL(TK_ERR_INVALID, "mHC: hc_count = %d, sinkhorn iterations = %d, epsilon = %g invalid",
+                       hp->hc_count, hp->hc_sinkhorn_iters, hp->hc_eps);
     if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
         if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);
         if (hp->ple_ngram_size < 2 || hp->ple_ngram_size > 32 || hp->ple_heads_per_ngram <= 0 ||
@@ -329,7 +333,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
     /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
     const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK && hp->hc_count > 1) st = tk_hc_bind_output(m, &tab);     /* the final mixer, no output_norm */
+    if (st == TK_OK && hp->hc_count > 1 && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */

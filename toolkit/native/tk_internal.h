@@ -84,6 +84,10 @@ typedef struct {
     tk_weight hc_attn_down, hc_ffn_down;                 /* [hcD, R] */
     tk_weight hc_attn_up, hc_ffn_up;                     /* [R, hcD] */
     tk_weight hc_attn_inject, hc_ffn_inject;             /* [hcD, hc] */
+    /* GLM-5-Next: mHC (residual_hc.c; hcD = hc_count D, M = hc (2 + hc)) */
+    tk_weight hc_attn_fn, hc_ffn_fn;                     /* [hcD, M] */
+    float * hc_attn_base, * hc_ffn_base;                 /* [M] */
+    float * hc_attn_scale, * hc_ffn_scale;               /* [3] */
     /* qwen4exp: the QSA indexer (mixer_qsa.c) */
     tk_weight idx_q, idx_k;                              /* [D, Hi di], [D, di] */
     float * idx_q_norm, * idx_k_norm;                    /* [di] */

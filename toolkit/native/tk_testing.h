@@ -149,6 +149,20 @@ int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
 
+/* ==== mHC, GLM-5-Next's hyper-connections (residual_hc.c) ============================ */
+/* One token's coefficients from m = fn . f [hc (2 + hc)]: pre [hc], post [hc], comb [hc hc]
+ * (row i, column j at i hc + j; Sinkhorn columns first, iters column passes); formula and
+ * source in residual_hc.c. */
+void tk_mhc_coeffs(const float * mix, const float * scale, const float * base, int32_t hc, float hc_eps, int32_t iters,
+                   float * pre, float * post, float * comb);
+/* The mix before a block for U tokens: X [U, hc D] the streams, fn [hc (2 + hc), hc D] row-major
+ * float32, base [hc (2 + hc)], scale [3]; out xin [U, D], post [U, hc], comb [U, hc hc]. */
+tk_status tk_mhc_pre_rows(const float * X, int32_t U, int32_t hc, int32_t D, const float * fn, const float * base,
+                          const float * scale, float rms_eps, float hc_eps, int32_t iters, float * xin, float * post,
+                          float * comb);
+/* The combine after a block, in place: X_j <- post_j y + sum_i comb[i][j] X_i; y [U, D]. */
+void tk_mhc_post_rows(float * X, const float * y, const float * post, const float * comb, int32_t U, int32_t hc, int32_t D);
+
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per
  * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =

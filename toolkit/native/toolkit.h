@@ -213,6 +213,10 @@ typedef struct {
     int32_t residual_normed;   /* 1: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch (the factors below) */
     float   res_alpha_lin, res_alpha_full, res_alpha_mlp;   /* alpha of the lightning, attention and FFN branches */
     float   res_beta_lin, res_beta_full, res_beta_mlp;      /* beta likewise */
+    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 with hc_count > 1:
+     * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
+    int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
+    float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */
 } tk_hparams;
 
 typedef struct {
