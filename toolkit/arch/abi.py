@@ -101,6 +101,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
     # GLM-5-Next mHC (appended)
     _i("hc_sinkhorn_iters"), _f("hc_eps"),
+    # GLM-5-Next DSA k-pool indexer (appended)
+    _i("dsa_kpool"), _i("dsa_select_tail"), _f("dsa_k_norm_eps"), _a("dsa_full"),
 )
 
 # HParams fields the C side does not take, and why

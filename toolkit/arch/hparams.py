@@ -133,6 +133,11 @@ class HParams:
     # GLM-5-Next mHC (hyper_connection.*): Sinkhorn-normalised mixing when > 0 (with hc_count > 1)
     hc_sinkhorn_iters: int = 0
     hc_eps: float = 0.0
+    # GLM-5-Next DSA k-pool indexer (attention.indexer.*): per-layer full (1) / shared (0)
+    dsa_kpool: int = 0
+    dsa_select_tail: int = 0
+    dsa_k_norm_eps: float = 0.0
+    dsa_full: list[int] = field(default_factory=list)
 
     @property
     def attention_layers(self) -> list[int]:

@@ -25,6 +25,7 @@ void tk_context_free(tk_context * c) {
                       c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
+    free(c->dsa_sel);
     free(c->work);
     free(c->ub.token);
     free(c->ub.pos);

@@ -282,11 +282,12 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
     if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
     if (hp->swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
+    if (hp->dsa_full) m->dsa_full = malloc(nl * sizeof(int32_t));
     const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
         (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
     if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
     if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts) ||
-        (hp->swa_layers && !m->swa_layers)) {
+        (hp->swa_layers && !m->swa_layers) || (hp->dsa_full && !m->dsa_full)) {
         tk_model_free(m);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -298,6 +299,8 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.ple_consts = m->ple_consts;
     if (m->swa_layers) memcpy(m->swa_layers, hp->swa_layers, nl * sizeof(int32_t));
     m->hp.swa_layers = m->swa_layers;
+    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa_full, nl * sizeof(int32_t));
+    m->hp.dsa_full = m->dsa_full;
     if (!m->swa_layers) m->hp.n_swa = 0;
     m->conv_dim = hp->d_inner;
     for (int i = 0; i < hp->n_layer; i++)
@@ -367,6 +370,7 @@ void tk_model_free(tk_model * m) {
     free(m->ffn_kinds);
     free(m->n_head_kv);
     free(m->compress_ratios);
+    free(m->dsa_full);
     free(m->ple_index);
     free(m->swa_layers);
     free(m->ple_consts);

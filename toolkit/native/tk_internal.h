@@ -91,6 +91,11 @@ typedef struct {
     /* qwen4exp: the QSA indexer (mixer_qsa.c) */
     tk_weight idx_q, idx_k;                              /* [D, Hi di], [D, di] */
     float * idx_q_norm, * idx_k_norm;                    /* [di] */
+    /* GLM-5-Next: the DSA indexer (dsa.c; idx_q is indexer.attn_q_b [rq, nI dI], idx_k indexer.attn_k
+     * [D, dI], idx_k_norm the LayerNorm's weight) */
+    float * idx_k_norm_b;                                /* [dI] the LayerNorm's bias */
+    tk_weight idx_proj, idx_gate;                        /* [D, nI], [D, dI] */
+    float * idx_ape;                                     /* [kp][dI] */
     /* qwen4exp: the per-layer n-gram embedding (ple.c; Ep = NH dh) */
     tk_weight ple_key, ple_value;                        /* [Ep, hcD], [Ep, D] */
     tk_weight ple_table;                                 /* [dh, rows] the n-gram table (stays in the mapping) */
@@ -127,6 +132,7 @@ struct tk_model {
     int32_t * ple_index;       /* [n_layer] or NULL */
     uint64_t * ple_consts;     /* or NULL */
     int32_t * swa_layers;      /* [n_layer] or NULL */
+    int32_t * dsa_full;        /* [n_layer] or NULL */
     int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
                                   layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
@@ -266,6 +272,8 @@ struct tk_context {
     size_t work_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
+    uint8_t * dsa_sel;         /* [U, n_cells] the last full DSA layer's selection (dsa.c), grown as needed */
+    size_t dsa_sel_cap, dsa_sel_n;
     volatile int abort_requested; /* set by tk_context_abort from another thread */
     int32_t n_keep_tail;       /* split rule: the last n tokens of a sequence in a batch share a ubatch (0: none; context.c) */
     int32_t n_trace;           /* ubatches of the last tk_decode */

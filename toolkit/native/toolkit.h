@@ -217,6 +217,13 @@ typedef struct {
      * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
     int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
     float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */
+    /* GLM-5-Next DSA k-pool indexer (appended; spec kda-family.md §2.4; layers/dsa.c); the heads,
+     * head dim and budget are idx_n_head, idx_head_dim, idx_top_k */
+    int32_t dsa_kpool;         /* kp tokens per pool (attention.indexer.kpool) */
+    int32_t dsa_select_tail;   /* 1: the incomplete tail pool is always attended (attention.indexer.kpool_select_tail) */
+    float   dsa_k_norm_eps;    /* the indexer key LayerNorm's epsilon (attention.layer_norm_epsilon) */
+    const int32_t * dsa_full;  /* [n_layer] 1: the layer runs its own indexer, 0: it reuses the last one's
+                                  (attention.indexer.types); NULL: no DSA */
 } tk_hparams;
 
 typedef struct {
