@@ -61,6 +61,19 @@ class T:
     SSM_CONV1D_Q = "blk.{bid}.ssm_conv1d_q"
     SSM_CONV1D_K = "blk.{bid}.ssm_conv1d_k"
     SSM_CONV1D_V = "blk.{bid}.ssm_conv1d_v"
+    # KDA (llama.cpp 0c1e570's kimi-linear names, not in gguf 0.19): low-rank forget / output gates
+    SSM_F_A = "blk.{bid}.ssm_f_a"
+    SSM_F_B = "blk.{bid}.ssm_f_b"
+    SSM_G_A = "blk.{bid}.ssm_g_a"
+    SSM_G_B = "blk.{bid}.ssm_g_b"
+    # MLA (deepseek2's names)
+    ATTN_Q_A = gguf.TENSOR_NAMES[_M.ATTN_Q_A]
+    ATTN_Q_B = gguf.TENSOR_NAMES[_M.ATTN_Q_B]
+    ATTN_Q_A_NORM = gguf.TENSOR_NAMES[_M.ATTN_Q_A_NORM]
+    ATTN_KV_A_MQA = gguf.TENSOR_NAMES[_M.ATTN_KV_A_MQA]
+    ATTN_KV_A_NORM = gguf.TENSOR_NAMES[_M.ATTN_KV_A_NORM]
+    ATTN_K_B = gguf.TENSOR_NAMES[_M.ATTN_K_B]
+    ATTN_V_B = gguf.TENSOR_NAMES[_M.ATTN_V_B]
     # recurrent-gemma's RG-LRU (spec more-hybrids.md §6.3's proposed names)
     RGLRU_X = "blk.{bid}.rglru_x"              # linear_x: the conv's input branch
     RGLRU_Y = "blk.{bid}.rglru_y"              # linear_y: the GeLU output gate branch

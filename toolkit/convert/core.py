@@ -174,7 +174,7 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
         src = seg.src
         np_dtype, isz = DTYPES[src.dtype]
         row_bytes = row_len * isz
-        if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales
+        if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales and seg.tblock is None
                 and (src.dtype, t.type) in PASSTHROUGH):
             # the bytes are already what GGUF wants: copy them inside the kernel, no band in memory
             n = seg.n_rows * row_bytes
@@ -188,6 +188,9 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
         step = max(1, BAND_ELEMENTS // max(row_len, 1))
         if seg.perm is not None and seg.block > 1:
             step = max(seg.block, step // seg.block * seg.block)   # never split a permutation block
+        if seg.tblock is not None:
+            tb_rows = seg.tblock[0] * seg.tblock[1] // row_len        # rows of one transposed block
+            step = max(tb_rows, step // tb_rows * tb_rows)
         for r0 in range(0, seg.n_rows, step):
             r1 = min(seg.n_rows, r0 + step)
             mv = buf.view((r1 - r0) * row_bytes)
@@ -197,6 +200,9 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 raw = raw[seg.perm[r0:r1] - r0]
             if t.col_perm is not None:
                 raw = raw[:, t.col_perm]
+            if seg.tblock is not None:
+                a, b = seg.tblock
+                raw = np.ascontiguousarray(raw.reshape(-1, a, b).transpose(0, 2, 1)).reshape(r1 - r0, row_len)
             dtype = src.dtype
             if seg.scales:         # folded multipliers: float32 products, then encoded as from F32
                 raw, dtype = widen(raw, dtype).astype(np.float32), "F32"

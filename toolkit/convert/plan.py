@@ -84,6 +84,9 @@ class Segment:
             Must map each block of ``block`` rows onto itself (bands never split a block).
     scales: factors the rows are multiplied by, in turn, after widening to float32 (each a
             float32 product, as llama.cpp's ``tensor * multiplier`` on a float32 tensor)
+    tblock: (a, b) or None: every a*b consecutive elements, an a x b matrix in the source, are
+            written transposed (b x a); MLA's per-head k_b (llama.cpp's ``k_b.transpose(1, 2)``).
+            The segment's rows must hold whole blocks (bands never split one)
     """
 
     src: STTensor
@@ -92,6 +95,7 @@ class Segment:
     perm: np.ndarray | None = None
     block: int = 1
     scales: tuple[float, ...] = ()
+    tblock: tuple[int, int] | None = None
 
 
 @dataclass

@@ -121,6 +121,23 @@ class Keys:
         # when it is not 1, llama.cpp's GDN value; a file without it reads 1
         BETA_SCALE = "{arch}.ssm.beta_scale"
 
+    class KDA:
+        """Kimi Delta Attention and its MLA / MoE neighbours (spec kda-family.md §1.2).  llama.cpp
+        0c1e570's keys (not in gguf 0.19), then ours, each written only where llama.cpp's file
+        cannot say the value (a file without them reads what llama.cpp assumes)."""
+        HEAD_DIM = "{arch}.kda.head_dim"                      # llama.cpp: D
+        GATE_LOWER_BOUND = "{arch}.kda.gate_lower_bound"      # llama.cpp (glm5-next, bailingmoe3): bounded gate
+        Q_LORA_RANK = "{arch}.attention.q_lora_rank"          # llama.cpp writes it (its kimi loader ignores it)
+        KV_LORA_RANK = "{arch}.attention.kv_lora_rank"
+        KEY_LENGTH_MLA = "{arch}.attention.key_length_mla"    # dn + dr
+        VALUE_LENGTH_MLA = "{arch}.attention.value_length_mla"  # dv
+        # ours: KDA heads when they differ from attention.head_count (llama.cpp uses head_count)
+        HEAD_COUNT = "{arch}.kda.head_count"
+        # ours: epsilon of the KDA q / k l2-norm (HF 1e-6; llama.cpp uses layer_norm_rms_epsilon)
+        L2_NORM_EPS = "{arch}.kda.l2_norm_epsilon"
+        # ours: epsilon of the MLA q_a / kv_a RMSNorms (HF kimi 1e-6; llama.cpp uses layer_norm_rms_epsilon)
+        MLA_NORM_EPS = "{arch}.attention.mla_norm_epsilon"
+
     class RGLRU:
         """RecurrentGemma's RG-LRU (spec more-hybrids.md §6.3's proposed key)."""
         WIDTH = "{arch}.rglru.width"                   # lru_width: the recurrence's channel count
@@ -223,6 +240,7 @@ ARCH_MINIMAX = "minimax-01"       # llama.cpp's MiniMax-Text-01 (spec more-hybri
 # residual_scale (alpha, every beta 1) cannot say them
 MINIMAX_RESIDUAL_ALPHA = "{arch}.residual_alpha"
 MINIMAX_RESIDUAL_BETA = "{arch}.residual_beta"
+ARCH_KIMI_LINEAR = "kimi-linear"   # llama.cpp's Kimi-Linear (spec kda-family.md §1.2)
 ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
