@@ -121,7 +121,20 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
  * g[t*gb_stride], beta[t*gb_stride].  o may be v itself (same pointer and stride: every
  * v_t[j] is read before o_t[j] is written); it must not overlap q, k or anything else.
  * work: tk_gdn_work_floats(dk, dv) floats, used by the chunked form only (NULL: tk_gdn_run
- * takes the recurrence whatever n_tok). */
+ * takes the recurrence whatever n_tok).
+ *
+ * Kimi Delta Attention (KDA: the per-key-channel decay; ref: Kimi Team 2025, "Kimi Linear",
+ * eq. (1); transformers modeling_kimi_linear.py recurrent_kimi_delta_attention (spec
+ * kda-family.md section 2.1, HFK:449-462); llama.cpp ggml-cpu ops.cpp gated_delta_net, its
+ * KDA branch ops.cpp:11231-11240): when gk != NULL, gk + t*gk_stride holds dk floats, the
+ * log decay g_t[i] <= 0 of key channel i, and replaces the scalar g (then unread, may be
+ * NULL):
+ *   S <- Diag(exp(g_t)) S  (key row i of S scaled by exp(g_t[i]));  then as above
+ * i.e. S_t = (I - beta_t k_t k_t^T) Diag(exp(g_t)) S_{t-1} + beta_t k_t v_t^T.  In the
+ * stored layout every value row j is scaled element-wise: S[j*dk + i] *= exp(g_t[i]).
+ * With gk, work is tk_kda_work_floats(dk, dv) floats, and the chunked form's threshold is
+ * tk_kda_threshold().  An initialiser that leaves gk out (positional or designated) gets
+ * NULL: the scalar-decay GDN, bit for bit as before these fields. */
 typedef struct {
     int32_t n_tok, dk, dv;
     const float * q; int64_t q_stride;
@@ -131,13 +144,15 @@ typedef struct {
     float * S;
     float * o; int64_t o_stride;
     float * work;
+    const float * gk; int64_t gk_stride;    /* KDA: [n_tok][dk] log decays at gk + t*gk_stride, or NULL */
 } tk_gdn_head;
-/* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA).  At a given
- * level its bits do not depend on how a run is split over calls (n calls of one token give
- * the bits of one call of n). */
+/* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA; with gk also
+ * AVX-512).  At a given level its bits do not depend on how a run is split over calls (n
+ * calls of one token give the bits of one call of n). */
 void tk_gdn_recurrent(const tk_gdn_head * h);
-/* The chunked WY/UT form (chunks of 64) when n_tok >= tk_gdn_threshold() > 0 and work is
- * given, else tk_gdn_recurrent.  The two agree to float rounding (~1e-7 relative). */
+/* The chunked form (chunks of 64) when n_tok >= the threshold > 0 (tk_gdn_threshold(), or
+ * tk_kda_threshold() with gk) and work is given, else tk_gdn_recurrent.  The two agree to
+ * float rounding (~1e-7 relative). */
 void tk_gdn_run(const tk_gdn_head * h);
 /* floats of work the chunked form needs for heads of these dims (0 if dk or dv <= 0):
  * the state transposed, Dk x Dv, plus 64-token chunk buffers (257 KiB at Dk = Dv = 128) */
@@ -148,6 +163,12 @@ int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
  * goes back to the default and returns it.  Like tk_ssd_*. */
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
+/* KDA (gk != NULL): floats of work its chunked form needs for heads of these dims (0 if dk
+ * or dv <= 0); and its own threshold, from the environment's TOOLKIT_KDA_MIN, else gdn.c's
+ * measured TK_KDA_MIN_DEFAULT; set and reset like tk_gdn_set_threshold. */
+int64_t tk_kda_work_floats(int32_t dk, int32_t dv);
+int tk_kda_threshold(void);
+int tk_kda_set_threshold(int n);
 
 /* ==== mHC, GLM-5-Next's hyper-connections (residual_hc.c) ============================ */
 /* One token's coefficients from m = fn . f [hc (2 + hc)]: pre [hc], post [hc], comb [hc hc]

@@ -76,34 +76,49 @@
  * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
 #define TK_GDN_MIN_DEFAULT 0
 
+/* KDA heads (gk != NULL): not measured yet, never chunked. */
+#define TK_KDA_MIN_DEFAULT 0
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define GDN_X86 1
 #include <immintrin.h>
 #define GDN_AVX2 __attribute__((target("avx2,fma")))
 #endif
 
-/* ==== threshold (as ssd.c's tk_ssd_threshold) ======================================== */
+/* ==== thresholds (as ssd.c's tk_ssd_threshold) ======================================= */
 
 static int g_gdn_min = -1;     /* run length from which the chunked form is used; -1: not read yet */
+static int g_kda_min = -1;     /* the same for KDA heads (gk != NULL) */
 
-int tk_gdn_threshold(void) {
-    int v = __atomic_load_n(&g_gdn_min, __ATOMIC_RELAXED);
+/* *slot, read once from the environment variable `env` (a decimal >= 0), else dflt */
+static int gdn_threshold_of(int * slot, const char * env, int dflt) {
+    int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char * e = getenv("TOOLKIT_GDN_MIN");
-        v = TK_GDN_MIN_DEFAULT;
+        const char * e = getenv(env);
+        v = dflt;
         if (e && *e) {
             char * end;
             long l = strtol(e, &end, 10);
             if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
         }
-        __atomic_store_n(&g_gdn_min, v, __ATOMIC_RELAXED);
+        __atomic_store_n(slot, v, __ATOMIC_RELAXED);
     }
     return v;
 }
 
+int tk_gdn_threshold(void) { return gdn_threshold_of(&g_gdn_min, "TOOLKIT_GDN_MIN", TK_GDN_MIN_DEFAULT); }
+
 int tk_gdn_set_threshold(int n) {
     if (n < 0) { __atomic_store_n(&g_gdn_min, -1, __ATOMIC_RELAXED); return tk_gdn_threshold(); }
     __atomic_store_n(&g_gdn_min, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+int tk_kda_threshold(void) { return gdn_threshold_of(&g_kda_min, "TOOLKIT_KDA_MIN", TK_KDA_MIN_DEFAULT); }
+
+int tk_kda_set_threshold(int n) {
+    if (n < 0) { __atomic_store_n(&g_kda_min, -1, __ATOMIC_RELAXED); return tk_kda_threshold(); }
+    __atomic_store_n(&g_kda_min, n, __ATOMIC_RELAXED);
     return n;
 }
 
@@ -121,6 +136,52 @@ static void gdn_step_scalar(float * S, int32_t dk, int32_t dv, const float * q, 
         float oj = 0.0f;
         for (int32_t i = 0; i < dk; i++) { Sj[i] += k[i] * u; oj += Sj[i] * q[i]; }
         o[j] = oj;
+    }
+}
+
+/* KDA: S through one token with the per-key-channel decay dec[i] = exp(g_t[i]) (value row
+ * j: S[j*dk + i] *= dec[i]); otherwise gdn_step_scalar's arithmetic. */
+static void kda_step_scalar(float * S, int32_t dk, int32_t dv, const float * q, const float * k, const float * v,
+                            const float * dec, float beta, float * o) {
+    for (int32_t j = 0; j < dv; j++) {
+        float * Sj = S + (int64_t) j * dk;
+        float kv = 0.0f;
+        for (int32_t i = 0; i < dk; i++) { Sj[i] *= dec[i]; kv += Sj[i] * k[i]; }
+        const float u = beta * (v[j] - kv);
+        float oj = 0.0f;
+        for (int32_t i = 0; i < dk; i++) { Sj[i] += k[i] * u; oj += Sj[i] * q[i]; }
+        o[j] = oj;
+    }
+}
+
+/* Key channels whose decays the recurrent forms keep on the stack (KDA heads have 128);
+ * wider heads take their exp(g) a piece at a time (kda_recurrent_scalar). */
+#define KDA_DK_STACK 1024
+
+/* The KDA recurrence, token by token: dec = expf(g_t) per channel, then kda_step_scalar.
+ * Heads wider than KDA_DK_STACK: the same expf values, recomputed per value row. */
+static void kda_recurrent_scalar(const tk_gdn_head * h) {
+    const int32_t dk = h->dk, dv = h->dv;
+    float dec[KDA_DK_STACK];
+    for (int32_t t = 0; t < h->n_tok; t++) {
+        const float * q = h->q + t * h->q_stride, * k = h->k + t * h->k_stride, * v = h->v + t * h->v_stride;
+        const float * g = h->gk + t * h->gk_stride;
+        const float beta = h->beta[t * h->gb_stride];
+        float * o = h->o + t * h->o_stride;
+        if (dk <= KDA_DK_STACK) {
+            for (int32_t i = 0; i < dk; i++) dec[i] = expf(g[i]);
+            kda_step_scalar(h->S, dk, dv, q, k, v, dec, beta, o);
+            continue;
+        }
+        for (int32_t j = 0; j < dv; j++) {
+            float * Sj = h->S + (int64_t) j * dk;
+            float kv = 0.0f;
+            for (int32_t i = 0; i < dk; i++) { Sj[i] *= expf(g[i]); kv += Sj[i] * k[i]; }
+            const float u = beta * (v[j] - kv);
+            float oj = 0.0f;
+            for (int32_t i = 0; i < dk; i++) { Sj[i] += k[i] * u; oj += Sj[i] * q[i]; }
+            o[j] = oj;
+        }
     }
 }
 
@@ -245,6 +306,7 @@ static void gdn_recurrent_scalar(const tk_gdn_head * h) {
 }
 
 void tk_gdn_recurrent(const tk_gdn_head * h) {
+    if (h->gk) { kda_recurrent_scalar(h); return; }
 #ifdef GDN_X86
     if (tk_cpu_level() >= TK_CPU_AVX2) { gdn_recurrent_avx2(h); return; }
 #endif
@@ -346,6 +408,16 @@ static int64_t gdn_ws_floats(int32_t dk, int32_t dv) {
 }
 
 int64_t tk_gdn_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? gdn_ws_floats(dk, dv) : 0; }
+
+/* KDA's chunked workspace (chunk C = 64, sub-blocks of 16): the state transposed (Dk Dv);
+ * K and Q rows raw and scaled by exp(gamma_t) (4 C Dk); a sub-block's rows scaled to its
+ * first token (2 x 16 Dk); scaled key columns, transposed (Dk C); exp(g_t) per channel
+ * (C Dk); the in-chunk coefficients (2 C C); the row products (2 C Dv); beta (C); two
+ * double vectors of Dk running decay products (4 Dk, + 2 for alignment). */
+static int64_t kda_ws_floats(int32_t dk, int32_t dv) {
+    const int64_t C = TK_GDN_CHUNK;
+    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + C * dk + C * dk + 2 * C * C + 2 * C * dv + C + 4 * dk + 2;
+}
 
 static gdn_ws gdn_ws_at(float * work, int32_t dk, int32_t dv) {
     const int64_t C = TK_GDN_CHUNK;
@@ -542,7 +614,10 @@ static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
 
 /* ==== dispatch ========================================================================= */
 
+int64_t tk_kda_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? kda_ws_floats(dk, dv) : 0; }
+
 void tk_gdn_run(const tk_gdn_head * h) {
+    if (h->gk) { tk_gdn_recurrent(h); return; }     /* KDA: the chunked form is not written yet */
     const int thr = tk_gdn_threshold();
     if (h->n_tok <= 0) return;
     /* no workspace: the recurrence (needs none) */
