@@ -103,6 +103,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("hc_sinkhorn_iters"), _f("hc_eps"),
     # GLM-5-Next DSA k-pool indexer (appended)
     _i("dsa_kpool"), _i("dsa_select_tail"), _f("dsa_k_norm_eps"), _a("dsa_full"),
+    # GLM-5-Next SwiGLU clamp (appended)
+    _f("swiglu_clamp_exp"), _f("swiglu_clamp_shexp"),
 )
 
 # HParams fields the C side does not take, and why

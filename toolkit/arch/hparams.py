@@ -138,6 +138,9 @@ class HParams:
     dsa_select_tail: int = 0
     dsa_k_norm_eps: float = 0.0
     dsa_full: list[int] = field(default_factory=list)
+    # GLM-5-Next SwiGLU clamp (swiglu_clamp_exp / swiglu_clamp_shexp; 0: none)
+    swiglu_clamp_exp: float = 0.0
+    swiglu_clamp_shexp: float = 0.0
 
     @property
     def attention_layers(self) -> list[int]:

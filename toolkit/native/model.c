@@ -198,6 +198,10 @@ static tk_status check_hparams(const tk_hparams * hp) {
     }
     if (!(hp->gdn_beta_scale >= 0) || !isfinite(hp->gdn_beta_scale) || !(hp->gdn_norm_eps >= 0) || !isfinite(hp->gdn_norm_eps))
         return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn_beta_scale, hp->gdn_norm_eps);
+    if (!(hp->swiglu_clamp_exp >= 0) || !isfinite(hp->swiglu_clamp_exp) || !(hp->swiglu_clamp_shexp >= 0) ||
+        !isfinite(hp->swiglu_clamp_shexp))
+        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->swiglu_clamp_exp,
+                       hp->swiglu_clamp_shexp);
     if (hp->attn_post_norm && hp->hc_count > 1) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
     if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
         return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");

@@ -224,6 +224,9 @@ typedef struct {
     float   dsa_k_norm_eps;    /* the indexer key LayerNorm's epsilon (attention.layer_norm_epsilon) */
     const int32_t * dsa_full;  /* [n_layer] 1: the layer runs its own indexer, 0: it reuses the last one's
                                   (attention.indexer.types); NULL: no DSA */
+    /* GLM-5-Next SwiGLU clamp (appended; 0: none): routed experts / shared experts and dense MLPs */
+    float   swiglu_clamp_exp;  /* swiglu_clamp_exp (llama.cpp's per-layer array; HF swiglu_limit) */
+    float   swiglu_clamp_shexp;/* swiglu_clamp_shexp */
 } tk_hparams;
 
 typedef struct {

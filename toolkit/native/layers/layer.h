@@ -195,6 +195,9 @@ tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, i
  * selects the expert of 3-D weights */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y);
+/* the same with GLM-5-Next's clamp (limit > 0): gate <- min(gate, limit), up <- clamp(up, -limit, limit) */
+tk_status tk_swiglu_clamped(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                            int64_t mat, const float * x, int32_t n, float limit, float * y);
 /* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
 tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
                        const float * x, int32_t n, float * y);
