@@ -9,21 +9,12 @@ import json
 import pathlib
 
 import numpy as np
-import pytest
 from safetensors.numpy import load_file, save_file
 
 from cli_runner import cli as run_cli
 from convert_error_util import config, copy, edit_config, expect_error, replace_tensor
 
 FIX = pathlib.Path(__file__).parent.parent / "fixtures"
-
-
-@pytest.fixture(autouse=True)
-def registered(monkeypatch):
-    """the family's converter, registered or not yet"""
-    from toolkit.convert import core
-    from toolkit.convert.families.kimi_linear import KimiLinearFamily
-    monkeypatch.setitem(core.REGISTRY, "KimiLinearForCausalLM", KimiLinearFamily)
 
 
 def _read(path):

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
            "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
-           "lfm3-tiny", "laramini-tiny", "minimax-tiny"]
+           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "kimilinear-tiny"]
 UB = 16
 
 
@@ -79,9 +79,12 @@ def memory_positions(blob: bytes) -> tuple[list[int], list[tuple[int, int]]]:
             n_layer, n_cells = struct.unpack_from("<II", blob, q)
             dims = struct.unpack_from(f"<{n_layer}I", blob, q + 8)
             q += 8 + 4 * n_layer
+            # a cell's bytes from the section's size: K and V of `dims` floats each, but a layer
+            # kind may keep no V (MLA's latent) or a third array (QSA), which the header does not say
+            cell = (end - q) // n_cells if n_cells else 16 + 8 * sum(dims)
             for _ in range(n_cells):
                 kv.append(struct.unpack_from("<i", blob, q)[0])
-                q += 16 + 8 * sum(dims)
+                q += cell
         elif tag == 2:
             n_states, _, cell_n = struct.unpack_from("<IIQ", blob, q)
             q += 16

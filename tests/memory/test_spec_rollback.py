@@ -24,7 +24,8 @@ pytestmark = pytest.mark.native
 # one fixture per recurrent layer kind (and the hybrids that mix them with attention)
 FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "qwen3next-tiny",
             "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny", "qwen4exp-ple2-tiny", "falconmamba-tiny",
-            "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny"]
+            "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny", "kimilinear-tiny",
+            "kimilinear-var-tiny"]
 K = 4
 
 

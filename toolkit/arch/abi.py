@@ -99,6 +99,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     # MiniMax-Text-01 (appended)
     _i("residual_normed"), _f("res_alpha_lin"), _f("res_alpha_full"), _f("res_alpha_mlp"),
     _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
+    _i("kda_n_head"), _i("kda_head_dim"), _f("kda_l2_eps"), _f("kda_gate_lower_bound"),
+    _i("mla_q_lora_rank"), _i("mla_kv_lora_rank"), _i("mla_dn"), _i("mla_dr"), _i("mla_dv"), _f("mla_norm_eps"),
     # GLM-5-Next mHC (appended)
     _i("hc_sinkhorn_iters"), _f("hc_eps"),
     # GLM-5-Next DSA k-pool indexer (appended)

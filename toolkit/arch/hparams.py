@@ -130,6 +130,21 @@ class HParams:
     res_beta_lin: float = 1.0
     res_beta_full: float = 1.0
     res_beta_mlp: float = 1.0
+    # KDA (read_kda; spec kda-family.md §2.1): heads n, head dim D (key = value), the q/k l2-norm
+    # epsilon (HF 1e-6; a file without ours reads rms_eps as llama.cpp), the gate's lower bound
+    # (0: kimi's unbounded -exp(A_log) softplus(u); < 0: lb sigmoid(exp(A_log) u), glm5-next / Ling 3)
+    kda_n_head: int = 0
+    kda_head_dim: int = 0
+    kda_l2_eps: float = 0.0
+    kda_gate_lower_bound: float = 0.0
+    # MLA (read_mla; §2.3): q-LoRA rank (0: attn_q), kv_lora_rank, the nope / rope / value head
+    # dims, the epsilon of the q_a / kv_a RMSNorms (HF kimi 1e-6; absent: rms_eps as llama.cpp)
+    mla_q_lora_rank: int = 0
+    mla_kv_lora_rank: int = 0
+    mla_dn: int = 0
+    mla_dr: int = 0
+    mla_dv: int = 0
+    mla_norm_eps: float = 0.0
     # GLM-5-Next mHC (hyper_connection.*): Sinkhorn-normalised mixing when > 0 (with hc_count > 1)
     hc_sinkhorn_iters: int = 0
     hc_eps: float = 0.0
@@ -147,12 +162,13 @@ class HParams:
         """Layers with attention (and a KV cache): attention layers, parallel ones, zamba / zamba2's hybrid ones."""
         return [i for i, kd in enumerate(self.layer_kinds) if kd in (LayerKind.ATTENTION, LayerKind.PARALLEL,
                                                                      LayerKind.ZAMBA2_SHARED, LayerKind.QSA,
-                                                                     LayerKind.ZAMBA_SHARED)]
+                                                                     LayerKind.ZAMBA_SHARED, LayerKind.MLA)]
 
     @property
     def recurrent_layers(self) -> list[int]:
         """Layers with recurrent state: every layer but the attention and mixer-less ones (parallel ones too)."""
-        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE, LayerKind.QSA)]
+        return [i for i, kd in enumerate(self.layer_kinds) if kd not in (LayerKind.ATTENTION, LayerKind.NONE, LayerKind.QSA,
+                                                                          LayerKind.MLA)]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -192,6 +208,8 @@ _BY_LAYER = {
     LayerKind.GDN: _SSM + ("n_group", "ssm_n_head", "ssm_head_dim", "gdn_gate_act"),
     LayerKind.SHORTCONV: ("d_conv", "d_inner"),
     LayerKind.QSA: ("idx_n_head", "idx_head_dim", "idx_top_k", "compress_ratios"),
+    LayerKind.KDA: ("d_conv", "kda_n_head", "kda_head_dim", "kda_l2_eps", "kda_gate_lower_bound"),
+    LayerKind.MLA: ("mla_q_lora_rank", "mla_kv_lora_rank", "mla_dn", "mla_dr", "mla_dv", "mla_norm_eps"),
 }
 _ATTENTION = ("n_head", "head_dim", "n_rot", "rope_freq_base", "use_rope", "attention_scale")
 _BY_FFN = {

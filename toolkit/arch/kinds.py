@@ -22,6 +22,9 @@ class LayerKind(enum.IntEnum):
     QSA = 8         # qwen4exp gated attention over the QSA indexer's blocks: toolkit/native/layers/mixer_qsa.c
     ZAMBA_SHARED = 9  # Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c)
     LIGHTNING = 10  # MiniMax-Text-01's lightning attention (decayed linear attention): mixer_lightning.c
+    # 11: RGLRU (recurrent-gemma; another branch)
+    KDA = 12        # Kimi Delta Attention (per-channel decay delta rule): mixer_kda.c
+    MLA = 13        # multi-head latent attention, the latent c cached: mixer_mla.c
 
 
 class FFNKind(enum.IntEnum):

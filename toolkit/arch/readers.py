@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.table import ArchSpec
 
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
+_FLOAT_KEYS = {Keys.KDA.L2_NORM_EPS, Keys.KDA.MLA_NORM_EPS, Keys.KDA.GATE_LOWER_BOUND, Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
                Keys.LLM.EXPERT_WEIGHTS_SCALE, Keys.HyperConnection.EPSILON}
 _BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
@@ -630,6 +630,74 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.sandwich_norm = int("blk.0.post_attention_norm.weight" in f.tensors)
 
 
+def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """KDA layers (spec kda-family.md §1.2, §2.1): the conv kernel (ssm.conv_kernel), head dim
+    (kda.head_dim), heads (ours kda.head_count, else attention.head_count as llama.cpp), the q/k
+    l2-norm epsilon (ours kda.l2_norm_epsilon, else rms_eps as llama.cpp, spec D4) and the gate's
+    lower bound (kda.gate_lower_bound; absent: kimi's unbounded softplus gate)."""
+    if LayerKind.KDA not in hp.layer_kinds:
+        return
+    hp.d_conv = int(r.req(Keys.SSM.CONV_KERNEL))
+    if not 1 <= hp.d_conv <= 64:
+        raise r.bad(Keys.SSM.CONV_KERNEL, f"= {hp.d_conv} must be in [1, 64]")
+    hp.kda_head_dim = int(r.req(Keys.KDA.HEAD_DIM))
+    if not 0 < hp.kda_head_dim <= 4096:
+        raise r.bad(Keys.KDA.HEAD_DIM, f"= {hp.kda_head_dim} is out of range")
+    hp.kda_n_head = int(r.opt(Keys.KDA.HEAD_COUNT, 0)) or int(r.req(Keys.Attention.HEAD_COUNT))
+    if not 0 < hp.kda_n_head <= 65536:
+        raise r.bad(Keys.KDA.HEAD_COUNT, f"= {hp.kda_n_head} is out of range")
+    hp.kda_l2_eps = float(r.opt(Keys.KDA.L2_NORM_EPS, hp.rms_eps))
+    hp.kda_gate_lower_bound = float(r.opt(Keys.KDA.GATE_LOWER_BOUND, 0.0))
+    for key, v in ((Keys.KDA.L2_NORM_EPS, hp.kda_l2_eps), (Keys.KDA.GATE_LOWER_BOUND, -hp.kda_gate_lower_bound)):
+        if not math.isfinite(v) or v < 0:
+            raise r.bad(key, f"= {v} is out of range")
+
+
+def read_mla(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """MLA layers (§2.3): the attention layers read_layer_kinds found become MLA; heads
+    (attention.head_count), kv_lora_rank, the rope part dr (rope.dimension_count), nope and value
+    head dims (key_length_mla - dr, value_length_mla), q-LoRA rank (attention.q_lora_rank; 0: attn_q),
+    the q_a / kv_a RMSNorm epsilon (ours attention.mla_norm_epsilon, else rms_eps as llama.cpp, D5).
+    No RoPE is applied (kimi-linear: the rope part is shared and unrotated)."""
+    if LayerKind.ATTENTION not in hp.layer_kinds:
+        return
+    hp.layer_kinds = [LayerKind.MLA if kd == LayerKind.ATTENTION else kd for kd in hp.layer_kinds]
+    hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
+    if not 0 < hp.n_head <= 65536:
+        raise r.bad(Keys.Attention.HEAD_COUNT, f"= {hp.n_head} is out of range")
+    hp.n_head_kv = [1 if kd == LayerKind.MLA else 0 for kd in hp.layer_kinds]
+    hp.mla_kv_lora_rank = int(r.req(Keys.KDA.KV_LORA_RANK))
+    hp.mla_dr = int(r.opt(Keys.Rope.DIMENSION_COUNT, 0))
+    kl = int(r.req(Keys.KDA.KEY_LENGTH_MLA))
+    hp.mla_dn = kl - hp.mla_dr
+    hp.mla_dv = int(r.req(Keys.KDA.VALUE_LENGTH_MLA))
+    hp.mla_q_lora_rank = int(r.opt(Keys.KDA.Q_LORA_RANK, 0))
+    for key, v in ((Keys.KDA.KV_LORA_RANK, hp.mla_kv_lora_rank), (Keys.KDA.KEY_LENGTH_MLA, hp.mla_dn),
+                   (Keys.KDA.VALUE_LENGTH_MLA, hp.mla_dv)):
+        if not 0 < v <= 65536:
+            raise r.bad(key, f"= {v} is out of range" + (" (key_length_mla - rope.dimension_count)" if key == Keys.KDA.KEY_LENGTH_MLA else ""))
+    if not 0 <= hp.mla_dr <= 65536 or not 0 <= hp.mla_q_lora_rank <= 65536:
+        raise r.bad(Keys.Rope.DIMENSION_COUNT, f"= {hp.mla_dr} is out of range")
+    hp.head_dim = hp.mla_dn + hp.mla_dr
+    hp.use_rope, hp.n_rot = False, 0
+    hp.mla_norm_eps = float(r.opt(Keys.KDA.MLA_NORM_EPS, hp.rms_eps))
+    if not math.isfinite(hp.mla_norm_eps) or hp.mla_norm_eps < 0:
+        raise r.bad(Keys.KDA.MLA_NORM_EPS, f"= {hp.mla_norm_eps} is out of range")
+
+
+def read_kda_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """The KDA families' MoE routing (§2.6), when the file has MoE layers: sigmoid scores
+    (expert_gating_func 2, required as by llama.cpp), choice bias, groups (expert_group_count,
+    expert_group_used_count), renormalisation (expert_weights_norm; absent: true, as llama.cpp's
+    kimi-linear graph always does) by sum + 1e-20 (HF), expert_weights_scale."""
+    if FFNKind.MOE not in hp.ffn_kinds:
+        return
+    gating = int(r.req(Keys.LLM.EXPERT_GATING_FUNC))
+    if gating != 2:
+        raise r.bad(Keys.LLM.EXPERT_GATING_FUNC, f"= {gating} is not supported for {r.arch} (only 2, sigmoid)")
+    read_moe_routing(r, hp, spec)
+    hp.moe_sigmoid = True
+    hp.moe_weights_norm = bool(r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, True))
 def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """What GLM-5-Next adds to the KDA family (spec kda-family.md §1.3, §2.4-2.6): mHC
     (``hyper_connection.*``, any count; llama.cpp's loader accepts only 4), the DSA k-pool indexer

@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_KIMI_LINEAR, ARCH_ZAMBA2,
     ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
@@ -133,7 +133,17 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  LayerKind.ZAMBA2_SHARED: ZAMBA2_LAYER_TENSORS, LayerKind.ZAMBA_SHARED: ZAMBA_LAYER_TENSORS,
                  # MiniMax-Text-01's lightning attention: per-head [q | k | v], output gate and norm
                  LayerKind.LIGHTNING: TensorSet(required=tuple(_w(t) for t in (T.ATTN_QKV, T.ATTN_GATE, T.ATTN_NORM_2, T.ATTN_OUT))),
-                 LayerKind.QSA: QSA_TENSORS}
+                 LayerKind.QSA: QSA_TENSORS,
+                 # Kimi Delta Attention (mixer_kda.c): q / k / v and their convs, low-rank f / g gates,
+                 # beta, A, dt bias, the gated norm, out
+                 LayerKind.KDA: TensorSet(required=tuple(_w(t) for t in (
+                     T.ATTN_Q, T.ATTN_K, T.ATTN_V, T.SSM_CONV1D_Q, T.SSM_CONV1D_K, T.SSM_CONV1D_V, T.SSM_F_A,
+                     T.SSM_G_A, T.SSM_BETA, T.SSM_NORM, T.ATTN_OUT)) + (_b(T.SSM_DT), T.SSM_A),
+                     optional=((_w(T.SSM_F_B), _w(T.SSM_G_B)),)),
+                 # MLA (mixer_mla.c): attn_q or the q-LoRA trio, the kv_a latent and its norm, k_b / v_b
+                 LayerKind.MLA: TensorSet(required=tuple(_w(t) for t in (
+                     T.ATTN_KV_A_MQA, T.ATTN_KV_A_NORM, T.ATTN_K_B, T.ATTN_V_B, T.ATTN_OUT)),
+                     optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B))))}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
@@ -379,6 +389,14 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
              residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),
+    # Kimi-Linear (llama.cpp's kimi-linear; spec kda-family.md): KDA layers (mixer_kda.c) and MLA
+    # layers (per-layer head_count_kv 1; mixer_mla.c, the latent cached), leading dense SwiGLU
+    # layers, then MoE with sigmoid routing, choice bias, groups, renormalisation, scale, shared expert
+    ArchSpec(ARCH_KIMI_LINEAR, c_id=20,
+             readers=(R.read_common, R.read_layer_kinds, R.read_kda, R.read_mla, R.read_ffn, R.read_kda_moe_routing,
+                      R.check_rms_eps),
+             mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True, note="Kimi-Linear"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -182,6 +182,11 @@ class Family:
         if rows != ot.n_rows:
             raise ValueError(f"{name}: segments give {rows} rows, shape {shape} needs {ot.n_rows}")
         for s in segments:
+            if s.tblock is not None:   # row0 counts source rows of tblock[1]; whole a x b blocks
+                a, b = s.tblock
+                if a != ot.row_len or s.n_rows % b or s.row0 * b + s.n_rows * a > s.src.n_elements:
+                    raise ValueError(f"{name}: transposed blocks {s.tblock} x {s.n_rows // max(b, 1)} do not fit {s.src.name}")
+                continue
             if s.src.n_elements % ot.row_len or (s.row0 + s.n_rows) * ot.row_len > s.src.n_elements:
                 raise ValueError(f"{name}: segment rows [{s.row0}, {s.row0 + s.n_rows}) x {ot.row_len} outside {s.src.name} {s.src.shape}")
         self.plan.tensors.append(ot)

@@ -165,6 +165,23 @@ def _check_finite(t: OutTensor, src, data, r0: int, row_len: int) -> None:
         raise e
 
 
+def _write_transposed(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, t: OutTensor, seg, np_dtype, isz: int,
+                      progress: Callable[[int], None] | None) -> None:
+    """A Segment with ``tblock`` (a, b): from source row ``row0`` (rows of b elements), each a x b
+    block is written as b rows of a (= the output's row length)."""
+    a, b = seg.tblock
+    for blk in range(seg.n_rows // b):
+        mv = buf.view(a * b * isz)
+        rd.read_into(seg.src, (seg.row0 * b + blk * a * b) * isz, mv)
+        raw = np.ascontiguousarray(np.frombuffer(mv, dtype=np_dtype).reshape(a, b).T)
+        data = encode(raw, seg.src.dtype, t.type, t.op)
+        if t.type in _RANGE_CHECKED:
+            _check_finite(t, seg.src, data, blk * b, a)
+        w.write(t.name, data)
+        if progress:
+            progress(len(memoryview(data).cast("B")))
+
+
 def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buffer, t: OutTensor,
                   progress: Callable[[int], None] | None) -> None:
     row_len = t.row_len
@@ -185,12 +202,12 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
             if progress:
                 progress(n)
             continue
+        if seg.tblock is not None:   # a x b blocks written transposed, one block at a time
+            _write_transposed(w, rd, buf, t, seg, np_dtype, isz, progress)
+            continue
         step = max(1, BAND_ELEMENTS // max(row_len, 1))
         if seg.perm is not None and seg.block > 1:
             step = max(seg.block, step // seg.block * seg.block)   # never split a permutation block
-        if seg.tblock is not None:
-            tb_rows = seg.tblock[0] * seg.tblock[1] // row_len        # rows of one transposed block
-            step = max(tb_rows, step // tb_rows * tb_rows)
         for r0 in range(0, seg.n_rows, step):
             r1 = min(seg.n_rows, r0 + step)
             mv = buf.view((r1 - r0) * row_bytes)
@@ -200,9 +217,6 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 raw = raw[seg.perm[r0:r1] - r0]
             if t.col_perm is not None:
                 raw = raw[:, t.col_perm]
-            if seg.tblock is not None:
-                a, b = seg.tblock
-                raw = np.ascontiguousarray(raw.reshape(-1, a, b).transpose(0, 2, 1)).reshape(r1 - r0, row_len)
             dtype = src.dtype
             if seg.scales:         # folded multipliers: float32 products, then encoded as from F32
                 raw, dtype = widen(raw, dtype).astype(np.float32), "F32"

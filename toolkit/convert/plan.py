@@ -88,9 +88,10 @@ class Segment:
             Must map each block of ``block`` rows onto itself (bands never split a block).
     scales: factors the rows are multiplied by, in turn, after widening to float32 (each a
             float32 product, as llama.cpp's ``tensor * multiplier`` on a float32 tensor)
-    tblock: (a, b) or None: every a*b consecutive elements, an a x b matrix in the source, are
-            written transposed (b x a); MLA's per-head k_b (llama.cpp's ``k_b.transpose(1, 2)``).
-            The segment's rows must hold whole blocks (bands never split one)
+    tblock: (a, b) or None: the segment is n_rows / b blocks, each an a x b matrix in the source
+            starting at source row ``row0`` (here counted in rows of b elements) and written
+            transposed (b rows of a, the output's row length); MLA's per-head k_b (llama.cpp's
+            ``k_b.transpose(1, 2)``)
     """
 
     src: STTensor

@@ -98,6 +98,7 @@ static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx
     memset(sp, 0, sizeof *sp);
     sp->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
     sp->row_n = zmax(sp->row_n, zmax(hw.hd, zmax(hw.ep, hw.r)) + 1);
+    sp->row_n = zmax(sp->row_n, zmax(sc.y, sc.narrow) + 1);   /* out-projections of y, low-rank second halves */
     sp->vec_n = zmax(zmax((size_t) n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
     PLAN(sp, x, U * D);
     PLAN(sp, cur, U * D);

@@ -40,6 +40,8 @@ static const tk_mixer_ops * const MIXERS[TK_LAYER_KIND_COUNT] = {
     [TK_LAYER_QSA] = &tk_mixer_qsa,
     [TK_LAYER_ZAMBA_SHARED] = &tk_mixer_zamba,
     [TK_LAYER_LIGHTNING] = &tk_mixer_lightning,
+    [TK_LAYER_KDA] = &tk_mixer_kda,
+    [TK_LAYER_MLA] = &tk_mixer_mla,
 };
 
 static const tk_ffn_ops * const FFNS[TK_FFN_KIND_COUNT] = {

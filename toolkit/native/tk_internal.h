@@ -104,6 +104,14 @@ typedef struct {
     /* LFM3: the per-head output gate and the sandwich norms (NULL / absent elsewhere) */
     tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn_head_gate) */
     float * post_attn_norm, * post_ffw_norm;             /* [D] (hp.sandwich_norm) */
+    /* KDA (mixer_kda.c; wq, wk, wv, wo, ssm_beta, ssm_a, ssm_dt_b, ssm_norm, ssm_conv1d as named there) */
+    tk_weight ssm_f_a, ssm_f_b, ssm_g_a, ssm_g_b;       /* [D, r], [r, C] (or [D, C] and absent: full rank) */
+    /* MLA (mixer_mla.c; wq = attn_q without q-LoRA, wo) */
+    tk_weight wq_a, wq_b;                                /* [D, rq], [rq, h (dn + dr)] (q-LoRA) */
+    float * q_a_norm;                                    /* [rq] */
+    tk_weight wkv_a;                                     /* [D, rkv + dr] */
+    float * kv_a_norm;                                   /* [rkv] */
+    tk_weight wk_b, wv_b;                                /* [dn, rkv, h], [rkv, dv, h] */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

@@ -78,6 +78,9 @@ typedef enum {                 /* == toolkit.arch.LayerKind */
     TK_LAYER_QSA = 8,          /* qwen4exp gated attention with the QSA block indexer (mixer_qsa.c) */
     TK_LAYER_ZAMBA_SHARED = 9, /* Zamba (v1) hybrid layer: shared attention block, then multi-head Mamba-1 (mixer_zamba.c) */
     TK_LAYER_LIGHTNING = 10,   /* MiniMax-Text-01's lightning attention (mixer_lightning.c) */
+    /* 11: TK_LAYER_RGLRU (recurrent-gemma) */
+    TK_LAYER_KDA = 12,         /* Kimi Delta Attention (mixer_kda.c) */
+    TK_LAYER_MLA = 13,         /* multi-head latent attention, the latent cached (mixer_mla.c) */
     TK_LAYER_KIND_COUNT        /* not a kind: how many there are (a new kind goes above it) */
 } tk_layer_kind;
 
@@ -109,6 +112,8 @@ typedef enum {
     TK_ARCH_LFM3 = 16,
     TK_ARCH_LARA_MINI = 17,
     TK_ARCH_MINIMAX_01 = 18,
+    /* 19: TK_ARCH_RECURRENT_GEMMA */
+    TK_ARCH_KIMI_LINEAR = 20,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -213,6 +218,18 @@ typedef struct {
     int32_t residual_normed;   /* 1: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch (the factors below) */
     float   res_alpha_lin, res_alpha_full, res_alpha_mlp;   /* alpha of the lightning, attention and FFN branches */
     float   res_beta_lin, res_beta_full, res_beta_mlp;      /* beta likewise */
+    /* Kimi Delta Attention (appended; mixer_kda.c, spec kda-family.md §2.1).  A KDA layer reads
+     * d_conv = K and these: n heads of D (key dim = value dim = D), C = n D channels */
+    int32_t kda_n_head;        /* n */
+    int32_t kda_head_dim;      /* D */
+    float   kda_l2_eps;        /* epsilon of the q / k l2-norm: x (sum x^2 + eps)^-1/2 (HF 1e-6) */
+    float   kda_gate_lower_bound; /* 0: g = ssm_a softplus(u) (kimi; ssm_a = -exp(A_log)); < 0: the bounded
+                                  gate g = lb sigmoid(-ssm_a u) (glm5-next's storage of ssm_a) */
+    /* multi-head latent attention (appended; mixer_mla.c, §2.3): n_head heads */
+    int32_t mla_q_lora_rank;   /* rq: q = attn_q_b rmsnorm(attn_q_a x); 0: q = attn_q x */
+    int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
+    int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
+    float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
     /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 with hc_count > 1:
      * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
     int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */

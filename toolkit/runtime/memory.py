@@ -42,6 +42,29 @@ def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int) -> str:
     return "\n".join(lines)
 
 
+def mla_latent(hp, n_ctx: int) -> dict[str, int] | None:
+    """What the MLA layers' latent cache (mixer_mla.c: ``kv_lora_rank + qk_rope_head_dim`` floats
+    a token) takes against caching K and V (``n_head (dn + dr + dv)`` floats a token), for n_ctx
+    cells of float32; None for a model without MLA layers.  ``{"layers", "floats_per_token",
+    "kv_floats_per_token", "bytes", "kv_bytes"}``."""
+    from toolkit.arch import LayerKind
+    n = sum(1 for kd in hp.layer_kinds if kd == LayerKind.MLA)
+    if not n:
+        return None
+    lat = hp.mla_kv_lora_rank + hp.mla_dr
+    full = hp.n_head * (hp.mla_dn + hp.mla_dr + hp.mla_dv)
+    return {"layers": n, "floats_per_token": lat, "kv_floats_per_token": full,
+            "bytes": n * lat * n_ctx * 4, "kv_bytes": n * full * n_ctx * 4}
+
+
+def format_mla(d: dict[str, int]) -> str:
+    """``info --memory``'s line on the MLA latent cache and what it saves."""
+    return (f"  kv holds the MLA latent: {d['layers']} layer(s) x {d['floats_per_token']} floats a token "
+            f"(kv_lora_rank + qk_rope_head_dim), {_fmt(d['bytes'])}; caching K and V "
+            f"({d['kv_floats_per_token']} floats a token) would take {_fmt(d['kv_bytes'])}: "
+            f"{d['kv_bytes'] / d['bytes']:.1f}x less")
+
+
 def format_brief(r: dict[str, int]) -> str:
     """The total and its non-zero kinds on one line, e.g. ``memory 1.20 GiB: weights 1.00 GiB,
     kv 192.00 MiB, compute 8.00 MiB``."""

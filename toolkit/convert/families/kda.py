@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.plan import Segment
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.errors import InputError
 
 # every config spelling of one value: the checkpoint's and transformers' attribute-map name
 # (configuration_kimi_linear.py attribute_map; bailing_hybrid's is the same)
@@ -170,12 +170,8 @@ class KDAMixin:
         self.copy(tn(T.ATTN_KV_A_NORM, i), a + "kv_a_layernorm.weight", (rkv,), why="kv_lora_rank")
         kvb = self.take(a + "kv_b_proj.weight", (h * (dn + dv), rkv),
                         why="num_attention_heads x (qk_nope_head_dim + v_head_dim), kv_lora_rank")
-        if (dn + dv) * rkv % dn:
-            raise UnsupportedError(f"{kvb.path}: kv_b_proj of layer {i}: (qk_nope_head_dim + v_head_dim) x kv_lora_rank "
-                                   f"= {(dn + dv) * rkv} is not a multiple of qk_nope_head_dim {dn}")
-        per = (dn + dv) * rkv // dn   # one head's kv_b rows, counted in rows of dn
         self.emit(tn(T.ATTN_K_B, i), (h, rkv, dn),
-                  [Segment(kvb, hh * per, rkv, tblock=(dn, rkv)) for hh in range(h)],
+                  [Segment(kvb, hh * (dn + dv), rkv, tblock=(dn, rkv)) for hh in range(h)],
                   note="kv_b_proj's k_nope rows per head, transposed")
         self.emit(tn(T.ATTN_V_B, i), (h, dv, rkv),
                   [Segment(kvb, hh * (dn + dv) + dn, dv) for hh in range(h)], note="kv_b_proj's v rows per head")

@@ -16,6 +16,8 @@
  *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
  *   mixer_lightning.c  TK_LAYER_LIGHTNING  MiniMax's lightning attention (decayed linear attention, gated norm)
  *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
+ *   mixer_kda.c        TK_LAYER_KDA        Kimi Delta Attention (per-channel decay delta rule, low-rank gates)
+ *   mixer_mla.c        TK_LAYER_MLA        multi-head latent attention, absorbed, the latent cached
  * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
  * the block skeleton of hc_count streams) and ple.c (the per-layer n-gram embedding).
  *
@@ -91,6 +93,9 @@ typedef struct {
     /* floats per cell of layer il's third KV-cache array, kept in the attention cells beside K
      * and V (QSA's raw indexer keys; NULL: none) */
     int32_t (*kv_idx_dim)(const tk_model * m, int il);
+    /* floats per cell of layer il's V when they differ from kv_dim's (NULL: kv_dim); 0: no V
+     * array (MLA caches one latent row per token) */
+    int32_t (*kv_v_dim)(const tk_model * m, int il);
 } tk_mixer_ops;
 
 typedef struct {
@@ -102,7 +107,8 @@ typedef struct {
 } tk_ffn_ops;
 
 extern const tk_mixer_ops tk_mixer_mamba1, tk_mixer_mamba2, tk_mixer_attention, tk_mixer_gdn, tk_mixer_none,
-    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba, tk_mixer_lightning;
+    tk_mixer_parallel, tk_mixer_shortconv, tk_mixer_zamba2, tk_mixer_qsa, tk_mixer_zamba, tk_mixer_lightning,
+    tk_mixer_kda, tk_mixer_mla;
 /* mixer_zamba2.c: the shared attention + MLP block both Zamba hybrid kinds run.  tk_zamba_block:
  * the block layer il runs (its rank among the hybrid layers, mod n_shared_block);
  * tk_zamba_bind_shared: bind shared.<b>.* into l; tk_zamba_shared_block: t = shared_linear(block(x, E))

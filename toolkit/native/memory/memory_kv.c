@@ -35,7 +35,8 @@ typedef struct {
     int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
     int32_t * kv_dim;          /* [n_layer] floats of K (and of V) per cell, 0 = no tensors */
     float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
-    float ** v;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
+    float ** v;                /* [n_layer] -> [n_cells, v_dim] or NULL */
+    int32_t * v_dim;           /* [n_layer] floats of V per cell: kv_dim, or the kind's kv_v_dim (MLA: 0, no V) */
     int32_t * ik_dim;          /* [n_layer] floats of the third array per cell, 0 = none */
     float ** ik;               /* [n_layer] -> [n_cells, ik_dim] or NULL */
     const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
@@ -210,7 +211,8 @@ static void kv_compact(tk_memory_kv * kv) {
                 if (!kv->k[l]) continue;
                 const size_t d = (size_t) kv->kv_dim[l];
                 memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d * sizeof(float));
-                memcpy(kv->v[l] + (size_t) j * d, kv->v[l] + (size_t) i * d, d * sizeof(float));
+                const size_t dv = (size_t) kv->v_dim[l];
+                if (dv) memcpy(kv->v[l] + (size_t) j * dv, kv->v[l] + (size_t) i * dv, dv * sizeof(float));
                 if (kv->ik[l]) {
                     const size_t e = (size_t) kv->ik_dim[l];
                     memcpy(kv->ik[l] + (size_t) j * e, kv->ik[l] + (size_t) i * e, e * sizeof(float));
@@ -265,6 +267,7 @@ static void kv_free(tk_memory * m) {
     free(kv->ik);
     free(kv->ik_dim);
     free(kv->kv_dim);
+    free(kv->v_dim);
     free(kv->pos);
     free(kv->seqs);
     free(kv->ub_cells);
@@ -305,7 +308,7 @@ static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
 static void kv_report(tk_memory * m, tk_memory_report * r) {
     tk_memory_kv * kv = KV(m);
     for (int32_t l = 0; l < kv->n_layer; l++)
-        r->kv_bytes += (2 * (uint64_t) kv->kv_dim[l] + (uint64_t) kv->ik_dim[l]) * (uint64_t) kv->n_cells * sizeof(float);
+        r->kv_bytes += ((uint64_t) kv->kv_dim[l] + (uint64_t) kv->v_dim[l] + (uint64_t) kv->ik_dim[l]) * (uint64_t) kv->n_cells * sizeof(float);
 }
 
 /* ---- state: section KV (layout in state.c) ------------------------------------------------ */
@@ -369,7 +372,7 @@ static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
         for (int32_t l = 0; l < kv->n_layer; l++) {
             if (!kv->kv_dim[l]) continue;
             tk_put(w, kv->k[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
-            tk_put(w, kv->v[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
+            if (kv->v_dim[l]) tk_put(w, kv->v[l] + (size_t) i * kv->v_dim[l], (size_t) kv->v_dim[l] * sizeof(float));
             if (kv->ik_dim[l]) tk_put(w, kv->ik[l] + (size_t) i * kv->ik_dim[l], (size_t) kv->ik_dim[l] * sizeof(float));
         }
     }
@@ -427,8 +430,10 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
         for (int32_t l = 0; l < kv->n_layer; l++) {
             if (!kv->kv_dim[l]) continue;
             const size_t n = (size_t) kv->kv_dim[l] * sizeof(float);
+            const size_t nv = (size_t) kv->v_dim[l] * sizeof(float);
             if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * kv->kv_dim[l] : NULL, n) ||
-                !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->kv_dim[l] : NULL, n)) return TK_STATE_BAD("KV cell %u truncated", i);
+                (nv && !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->v_dim[l] : NULL, nv)))
+                return TK_STATE_BAD("KV cell %u truncated", i);
             if (kv->ik_dim[l] && !tk_get(q, rd->apply ? kv->ik[l] + (size_t) cell * kv->ik_dim[l] : NULL,
                                          (size_t) kv->ik_dim[l] * sizeof(float)))
                 return TK_STATE_BAD("KV cell %u truncated", i);
@@ -457,9 +462,9 @@ static tk_status kv_swa_resize(tk_memory_kv * kv) {
             const size_t d = (size_t) kv->kv_dim[l];
             float * kk = realloc(kv->k[l], (size_t) n * d * sizeof(float));
             if (kk) kv->k[l] = kk;
-            float * vv = realloc(kv->v[l], (size_t) n * d * sizeof(float));
+            float * vv = kv->v_dim[l] ? realloc(kv->v[l], (size_t) n * (size_t) kv->v_dim[l] * sizeof(float)) : NULL;
             if (vv) kv->v[l] = vv;
-            if (!kk || !vv) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
+            if (!kk || (kv->v_dim[l] && !vv)) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
         }
         for (int32_t i = kv->n_cells; i < n; i++) { kv->pos[i] = -1; kv->seqs[i] = 0; }
         kv->n_cells = n;
@@ -522,7 +527,9 @@ void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubat
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
         if (!ops || !ops->kv_dim) continue;
         const int32_t n_cells = hp->swa_layers && hp->swa_layers[l] ? swa_cells : n_ctx;
-        const uint64_t per_cell = 2 * (uint64_t) ops->kv_dim(model, l) + (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
+        const uint64_t per_cell = (uint64_t) ops->kv_dim(model, l) +
+                                  (uint64_t) (ops->kv_v_dim ? ops->kv_v_dim(model, l) : ops->kv_dim(model, l)) +
+                                  (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
         r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_mul(tk_sat_mul(per_cell, (uint64_t) n_cells), sizeof(float)));
     }
 }
@@ -559,11 +566,12 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     kv->seqs = calloc((size_t) n_cells, sizeof(uint64_t));
     kv->ub_cells = malloc((size_t) n_ubatch * sizeof(int32_t));
     kv->kv_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
+    kv->v_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
     kv->k = calloc((size_t) hp->n_layer, sizeof(float *));
     kv->v = calloc((size_t) hp->n_layer, sizeof(float *));
     kv->ik_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
     kv->ik = calloc((size_t) hp->n_layer, sizeof(float *));
-    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik) {
+    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->v_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik) {
         kv_free(&kv->base);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -573,12 +581,13 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
         const int sliding = hp->swa_layers && hp->swa_layers[l];
         if ((sel == TK_KV_FULL && sliding) || (sel == TK_KV_SWA && !sliding)) continue;
         kv->kv_dim[l] = ops->kv_dim(model, l);
-        size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l];
+        kv->v_dim[l] = ops->kv_v_dim ? ops->kv_v_dim(model, l) : kv->kv_dim[l];
+        size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l], nv = (size_t) n_cells * (size_t) kv->v_dim[l];
         kv->k[l] = calloc(n, sizeof(float));
-        kv->v[l] = calloc(n, sizeof(float));
-        if (!kv->k[l] || !kv->v[l]) {
+        kv->v[l] = nv ? calloc(nv, sizeof(float)) : NULL;
+        if (!kv->k[l] || (nv && !kv->v[l])) {
             kv_free(&kv->base);
-            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", 2 * n);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", n + nv);
         }
         if (ops->kv_idx_dim) {
             kv->ik_dim[l] = ops->kv_idx_dim(model, l);

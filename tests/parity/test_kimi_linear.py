@@ -1,0 +1,119 @@
+"""Kimi-Linear (KimiLinearForCausalLM -> kimi-linear): our conversion against HF's logits,
+llama.cpp's own file, and the layout.
+
+kimilinear-tiny is ../shared/fixtures' (transformers 5.24): KDA at 0, 1, 3 (4 heads of 16, conv
+4), NoPE MLA at 2 (dn 16, dr 8, dv 16, kv_lora_rank 32, no q-LoRA), layer 0 dense, MoE 8 experts
+top-2 + shared, rms_norm_eps 1e-5.  kimilinear-var-tiny (tools/make_kimi_fixtures.py) is a
+held-back-like variant saved as transformers 5.24 writes it: MLA first (0 and 3) with q-LoRA 24,
+kv_lora_rank 20, dn 12, dr 4, dv 10, 2 heads; KDA 3 heads of 24 (!= the MLA heads), conv 3;
+two leading dense layers; 8 experts in 4 groups (2 kept), top-3, norm_topk_prob false, 2 shared
+experts, routed_scaling_factor 1.7.
+
+Checked: f32 logits < 1e-5 relative L2 in one shot and in ubatches of 1 and 7, greedy
+continuation identical (end-of-text, id 0, suppressed as HF's reference did); llama.cpp's own file
+runs here at its own l2 / MLA epsilon (rms_norm_eps, spec D4 / D5): 2.9e-4 from HF, as llama.cpp
+itself with an F32 cache, and near llama.cpp's own F16-cache logits; two sequences in one batch
+give each its own run's logits; Q8_0 / Q4_K_M ordered by bits.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+
+pytestmark = pytest.mark.native
+
+F32_BOUND = 1e-5
+EOT = (0,)
+FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+LLAMACPP = FIX / "llamacpp" / "kimilinear-tiny.f32.gguf"   # copied from shared/
+
+
+@pytest.fixture(scope="module")
+def report(request):
+    yield from terminal_report(request, "kimi-linear parity")
+
+
+def _ref(name):
+    return np.load(FIX / "hf" / name / "reference.npz")
+
+
+def test_layout(hf_f32):
+    from toolkit.arch import HParams, LayerKind
+    from toolkit.gguf_io import GGUFFile
+    hp = HParams.from_gguf(GGUFFile(str(hf_f32("kimilinear-tiny"))))
+    assert hp.arch == "kimi-linear" and hp.attention_layers == [2] and hp.recurrent_layers == [0, 1, 3]
+    assert hp.layer_kinds[2] == LayerKind.MLA and hp.layer_kinds[0] == LayerKind.KDA
+    assert (hp.kda_n_head, hp.kda_head_dim, hp.d_conv, hp.kda_l2_eps) == (4, 16, 4, pytest.approx(1e-6))
+    assert (hp.mla_dn, hp.mla_dr, hp.mla_dv, hp.mla_kv_lora_rank, hp.mla_q_lora_rank) == (16, 8, 16, 32, 0)
+    assert hp.moe_sigmoid and hp.moe_weights_norm and hp.moe_n_group == 1 and hp.use_rope is False
+    var = HParams.from_gguf(GGUFFile(str(hf_f32("kimilinear-var-tiny"))))
+    assert var.attention_layers == [0, 3] and (var.kda_n_head, var.n_head, var.mla_q_lora_rank) == (3, 2, 24)
+    assert (var.moe_n_group, var.moe_topk_group, var.moe_weights_norm) == (4, 2, False)
+
+
+@pytest.mark.parametrize("name", ["kimilinear-tiny", "kimilinear-var-tiny"])
+def test_converted_f32_matches_hf(hf_f32, report, name):
+    check_against_hf(hf_f32(name), _ref(name), name, report, F32_BOUND, suppress=EOT)
+
+
+def test_llama_cpp_file_runs(report):
+    """llama.cpp's file has none of our keys: it runs with llama.cpp's epsilons (rms_norm_eps for
+    the l2-norm and the MLA norms), 2.9e-4 from HF as llama.cpp with an F32 cache (spec §5), and
+    1e-4 from llama.cpp's own logits (its F16 cache)."""
+    ref = _ref("kimilinear-tiny")
+    lo = logits_of(LLAMACPP, ref["tokens"])
+    err, lc = rel_l2(lo, ref["logits"]), rel_l2(lo, np.load(FIX / "llamacpp" / "kimilinear-tiny.logits.npy"))
+    report.append(f"kimilinear-tiny: llama.cpp's file run here vs HF {err:.2e}, vs llama.cpp's logits {lc:.2e}")
+    assert 1e-4 < err < 5e-4 and lc < 2e-4
+    assert (lo.argmax(-1) == ref["logits"].argmax(-1)).all()
+
+
+def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
+    for name in ("kimilinear-tiny", "kimilinear-var-tiny"):
+        diff = two_sequences_vs_separate(hf_f32(name), _ref(name)["tokens"])
+        report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
+        assert diff == 0.0
+
+
+def test_quantize_error_ordered_by_bits(hf_f32, tmp_path, report):
+    """Q8_0 and Q4_K_M: norms, the router and the KDA gates' small tensors stay F32; the error
+    against HF grows as the bits shrink."""
+    from toolkit.gguf_io import GGMLType, GGUFFile
+    from toolkit.quantize import Options, quantize_file
+    name = "kimilinear-tiny"
+    ref = _ref(name)
+    src = hf_f32(name)
+    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
+    for qtype in ("Q8_0", "Q4_K_M"):
+        out = tmp_path / f"{name}.{qtype}.gguf"
+        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
+        f = GGUFFile(str(out))
+        for n, t in f.tensors.items():
+            if len(t.shape) == 1 or n.endswith(("ffn_gate_inp.weight", "ssm_a")) or "ssm_conv1d" in n:
+                assert t.type == GGMLType.F32, (qtype, n)
+        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
+        lo = logits_of(out, ref["tokens"])
+        assert np.isfinite(lo).all()
+        errs[qtype] = rel_l2(lo, ref["logits"])
+    report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
+
+
+def test_info_memory_shows_the_latent_cache(hf_f32, monkeypatch, capsys):
+    """`info --memory`: the KV cache is the MLA latent alone (kv_lora_rank + qk_rope_head_dim floats
+    a token, no V), and the line says what caching K and V would take."""
+    import json
+
+    from cli_runner import cli
+    for name, lat, full in (("kimilinear-tiny", 40, 4 * (16 + 8 + 16)), ("kimilinear-var-tiny", 24, 2 * (12 + 4 + 10))):
+        rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32(name)), "--memory", "--json", "-c", "1000")
+        assert rc == 0, err
+        d = json.loads(out)
+        m = d["mla_latent"]
+        assert (m["floats_per_token"], m["kv_floats_per_token"]) == (lat, full)
+        assert d["memory"]["kv"] == m["bytes"] == m["layers"] * lat * 1000 * 4   # the C library's figure
+        rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32(name)), "--memory", "-c", "1000")
+        assert "kv holds the MLA latent" in out and f"{full / lat:.1f}x less" in out, out

@@ -1,0 +1,194 @@
+/* mixer_mla.c: multi-head latent attention (TK_LAYER_MLA: kimi-linear's attention layers),
+ * run in the absorbed form with the latent cached.
+ *
+ * Shapes (U ubatch tokens, H n_embd, h = n_head heads, dn / dr / dv = mla_dn / mla_dr / mla_dv,
+ * rq = mla_q_lora_rank, rkv = mla_kv_lora_rank):
+ *   in:  ctx->cur [U, H]            out: [U, H]
+ *   attn_q [H, h (dn + dr)], or attn_q_a [H, rq] + attn_q_a_norm [rq] + attn_q_b [rq, h (dn + dr)]
+ *   attn_kv_a_mqa [H, rkv + dr];  attn_kv_a_norm [rkv]
+ *   attn_k_b [dn, rkv, h] (head h: rkv rows of dn, kv_b's k rows transposed);  attn_v_b [rkv, dv, h]
+ *   attn_output [h dv, H]
+ *   KV cache per cell: one row [c (rkv) | k_rot (dr)], no V (kv_v_dim 0): rkv + dr floats a token
+ *     where caching K and V would take h (dn + dr + dv)
+ * Formula (spec kda-family.md §2.3; HF's expanded form, HFK:276-315):
+ *   q_h = [q_nope_h (dn) | q_rot_h (dr)] = (attn_q x)_h, or (attn_q_b rmsnorm(attn_q_a x))_h
+ *   [c | k_rot] = attn_kv_a_mqa x;  c <- rmsnorm(c) * attn_kv_a_norm   (q_a / kv_a eps mla_norm_eps)
+ *   HF: k_h = [kv_b_k,h c | k_rot], v_h = kv_b_v,h c,  o_h = softmax(q_h . k_h^T (dn + dr)^-1/2) V_h
+ *   absorbed (the same sums regrouped, llama.cpp LCK:410-452): qt_h = [k_b_h q_nope_h (rkv) | q_rot_h],
+ *     a_h = softmax(qt_h . [c | k_rot]^T (dn + dr)^-1/2) over the cells of the token's sequence with
+ *     pos <= its own, o_h = v_b_h (a_h . C)   (C: the cached c rows)
+ *   out = attn_output [o_1 | ... | o_h]
+ *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  A family with RoPE on the dr dims
+ *   would rotate q_rot and k_rot here before the cache write (and kv_seq_add the cells' k_rot).
+ * Scratch: narrow [U, rq] (q-LoRA), q [U, h max(dn + dr, dv)] q (then att: the heads' outputs),
+ *   kv [U, rkv + dr] the latent rows, proj [U, h (rkv + dr)] the absorbed queries, y [U, h rkv]
+ *   the attended latents, conv [U, max(dn, rkv)] one head's gathered rows, step [U, max(rkv, dv)]
+ *   their product.
+ * ref: transformers 5.24 modeling_kimi_linear.py KimiLinearAttention; llama.cpp 0c1e570
+ *      src/models/kimi-linear.cpp (absorbed MLA), deepseek2's converter split of kv_b_proj.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "layers/layer.h"
+
+static int32_t mla_kv_dim(const tk_model * m, int il) { (void) il; return m->hp.mla_kv_lora_rank + m->hp.mla_dr; }
+static int32_t mla_kv_v_dim(const tk_model * m, int il) { (void) m; (void) il; return 0; }
+
+static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
+
+static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
+    const tk_hparams * hp = &m->hp;
+    const size_t h = (size_t) hp->n_head, dn = (size_t) hp->mla_dn, dr = (size_t) hp->mla_dr, dv = (size_t) hp->mla_dv;
+    const size_t rkv = (size_t) hp->mla_kv_lora_rank;
+    (void) il; (void) n_ubatch; (void) n_threads;
+    tk_scratch_need(&need->narrow, (size_t) hp->mla_q_lora_rank);
+    tk_scratch_need(&need->q, h * mx(dn + dr, dv));
+    tk_scratch_need(&need->kv, rkv + dr);
+    tk_scratch_need(&need->proj, h * (rkv + dr));
+    tk_scratch_need(&need->y, h * rkv);
+    tk_scratch_need(&need->conv, mx(dn, rkv));
+    tk_scratch_need(&need->step, mx(rkv, dv));
+}
+
+static tk_status mla_check(const tk_hparams * hp, int il) {
+    (void) il;
+    if (hp->n_head <= 0 || hp->n_head > 65536 || hp->mla_dn <= 0 || hp->mla_dr < 0 || hp->mla_dv <= 0 ||
+        hp->mla_kv_lora_rank <= 0 || hp->mla_q_lora_rank < 0 || hp->mla_dn > 65536 || hp->mla_dr > 65536 ||
+        hp->mla_dv > 65536 || hp->mla_kv_lora_rank > 65536 || hp->mla_q_lora_rank > 65536)
+        return TK_FAIL(TK_ERR_INVALID, "MLA hparams out of range (%d heads, dn %d, dr %d, dv %d, kv_lora_rank %d, q_lora_rank %d)",
+                       hp->n_head, hp->mla_dn, hp->mla_dr, hp->mla_dv, hp->mla_kv_lora_rank, hp->mla_q_lora_rank);
+    if (!(hp->mla_norm_eps >= 0) || !isfinite(hp->mla_norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "MLA norm eps %g invalid", hp->mla_norm_eps);
+    return TK_OK;
+}
+
+static tk_status mla_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
+    const int64_t H = hp->n_embd, h = hp->n_head, dn = hp->mla_dn, dr = hp->mla_dr, dv = hp->mla_dv;
+    const int64_t rkv = hp->mla_kv_lora_rank, rq = hp->mla_q_lora_rank;
+    char nm[128];
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    if (rq > 0) {
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_a.weight"), TK_SHAPE(H, rq), 1, &l->wq_a));
+        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_a_norm.weight"), TK_SHAPE(rq), 1, &l->q_a_norm));
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q_b.weight"), TK_SHAPE(rq, h * (dn + dr)), 1, &l->wq_b));
+    } else {
+        TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(H, h * (dn + dr)), 1, &l->wq));
+    }
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_kv_a_mqa.weight"), TK_SHAPE(H, rkv + dr), 1, &l->wkv_a));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_kv_a_norm.weight"), TK_SHAPE(rkv), 1, &l->kv_a_norm));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_b.weight"), TK_SHAPE(dn, rkv, h), 1, &l->wk_b));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_b.weight"), TK_SHAPE(rkv, dv, h), 1, &l->wv_b));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(h * dv, H), 1, &l->wo));
+#undef NAME
+    return TK_OK;
+}
+
+/* ---- forward ---- */
+
+typedef struct {
+    tk_context * ctx;
+    const tk_ubatch * ub;
+    tk_kv_view kv;
+    float scale;
+} mla_job;
+
+/* pairs [p0, p1) of (token t = p / h, head hh = p % h): a = softmax(qt . row * scale) over the
+ * cells the token sees, o = a . C (the rows' first rkv floats) into ctx->y; scores in the
+ * thread's row of ctx->vec; the same operations per pair whatever the split */
+static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
+    const mla_job * j = arg;
+    tk_context * ctx = j->ctx;
+    const tk_kv_view * kv = &j->kv;
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t h = hp->n_head, rkv = hp->mla_kv_lora_rank, w = kv->kv_dim;
+    float * score = ctx->vec + (size_t) thread * ctx->vec_n;
+    for (int64_t p = p0; p < p1; p++) {
+        const int32_t t = (int32_t) (p / h), hh = (int32_t) (p % h);
+        const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens];
+        const int32_t pos = j->ub->pos[t];
+        const float * qt = ctx->proj + ((size_t) t * h + hh) * (size_t) w;
+        float m = -FLT_MAX;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            const float * row = kv->k + (size_t) c * w;
+            float acc[8] = {0};
+            int32_t i = 0;
+            for (; i + 8 <= w; i += 8)
+                for (int e = 0; e < 8; e++) acc[e] += qt[i + e] * row[i + e];
+            float d = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < w; i++) d += qt[i] * row[i];
+            score[c] = d * j->scale;
+            if (score[c] > m) m = score[c];
+        }
+        float * o = ctx->y + ((size_t) t * h + hh) * (size_t) rkv;
+        for (int32_t i = 0; i < rkv; i++) o[i] = 0.0f;
+        double den = 0.0;
+        for (int32_t c = 0; c < kv->n_cells; c++) {
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            score[c] = expf(score[c] - m);
+            den += score[c];
+            const float * row = kv->k + (size_t) c * w;
+            for (int32_t i = 0; i < rkv; i++) o[i] += score[c] * row[i];
+        }
+        const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
+        for (int32_t i = 0; i < rkv; i++) o[i] *= inv;
+    }
+}
+
+static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
+    const tk_hparams * hp = &ctx->model->hp;
+    const int32_t U = ub->n_tokens, h = hp->n_head, dn = hp->mla_dn, dr = hp->mla_dr, dv = hp->mla_dv;
+    const int32_t rkv = hp->mla_kv_lora_rank, rq = hp->mla_q_lora_rank, qs = dn + dr, w = rkv + dr;
+    tk_kv_view kv;
+    TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
+    /* q [U, h (dn + dr)] */
+    if (rq > 0) {
+        TK_CHECK(tk_matmul(&l->wq_a, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
+        tk_rms_norm_rows(ctx, ctx->narrow, l->q_a_norm, hp->mla_norm_eps, rq, U, ctx->narrow);
+        TK_CHECK(tk_matmul(&l->wq_b, 0, ctx->narrow, U, ctx->q, &ctx->mm));
+    } else {
+        TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
+    }
+    /* the latent rows [c | k_rot], c normed, into the token's cell */
+    TK_CHECK(tk_matmul(&l->wkv_a, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    for (int32_t t = 0; t < U; t++) {
+        float * row = ctx->k + (int64_t) t * w;
+        tk_rms_norm(row, l->kv_a_norm, hp->mla_norm_eps, rkv, row);
+        memcpy(kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
+    }
+    /* absorbed queries: qt_h = [k_b_h q_nope_h | q_rot_h] into proj [U, h w] */
+    for (int32_t hh = 0; hh < h; hh++) {
+        for (int32_t t = 0; t < U; t++)
+            memcpy(ctx->conv + (int64_t) t * dn, ctx->q + ((int64_t) t * h + hh) * qs, (size_t) dn * sizeof(float));
+        TK_CHECK(tk_matmul(&l->wk_b, hh, ctx->conv, U, ctx->step, &ctx->mm));
+        for (int32_t t = 0; t < U; t++) {
+            float * qt = ctx->proj + ((int64_t) t * h + hh) * w;
+            memcpy(qt, ctx->step + (int64_t) t * rkv, (size_t) rkv * sizeof(float));
+            memcpy(qt + rkv, ctx->q + ((int64_t) t * h + hh) * qs + dn, (size_t) dr * sizeof(float));
+        }
+    }
+    mla_job mj = {ctx, ub, kv, (float) (1.0 / sqrt((double) qs))};
+    tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);
+    /* o_h = v_b_h (a_h . C) into att [U, h dv] */
+    for (int32_t hh = 0; hh < h; hh++) {
+        for (int32_t t = 0; t < U; t++)
+            memcpy(ctx->conv + (int64_t) t * rkv, ctx->y + ((int64_t) t * h + hh) * rkv, (size_t) rkv * sizeof(float));
+        TK_CHECK(tk_matmul(&l->wv_b, hh, ctx->conv, U, ctx->step, &ctx->mm));
+        for (int32_t t = 0; t < U; t++)
+            memcpy(ctx->att + ((int64_t) t * h + hh) * dv, ctx->step + (int64_t) t * dv, (size_t) dv * sizeof(float));
+    }
+    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
+}
+
+const tk_mixer_ops tk_mixer_mla = {
+    .name = "mla",
+    .check = mla_check,
+    .bind = mla_bind,
+    .kv_dim = mla_kv_dim,
+    .kv_v_dim = mla_kv_v_dim,
+    .scratch = mla_scratch,
+    .forward = mla_forward,
+};
