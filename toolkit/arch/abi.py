@@ -107,6 +107,8 @@ TK_HPARAMS: tuple[CField, ...] = (
     _i("dsa_kpool"), _i("dsa_select_tail"), _f("dsa_k_norm_eps"), _a("dsa_full"),
     # GLM-5-Next SwiGLU clamp (appended)
     _f("swiglu_clamp_exp"), _f("swiglu_clamp_shexp"),
+    # Ling 3 (appended)
+    _i("kda_a_positive"), _i("mla_rope"),
 )
 
 # HParams fields the C side does not take, and why

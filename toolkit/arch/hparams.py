@@ -156,6 +156,9 @@ class HParams:
     # GLM-5-Next SwiGLU clamp (swiglu_clamp_exp / swiglu_clamp_shexp; 0: none)
     swiglu_clamp_exp: float = 0.0
     swiglu_clamp_shexp: float = 0.0
+    # Ling 3 (read_bailingmoe3_extras): ssm_a = +exp(A_log); RoPE on MLA's dr dims
+    kda_a_positive: int = 0
+    mla_rope: int = 0
 
     @property
     def attention_layers(self) -> list[int]:

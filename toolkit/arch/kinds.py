@@ -43,3 +43,4 @@ class Residual(str, enum.Enum):
     MULTIPLIERS = "multipliers"              # Granite: embedding / residual / logit scales
     HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block
     NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x))
+    MHC = "mhc"                              # GLM-5-Next: hc streams, Sinkhorn-normalised mixing, mean at the end

@@ -63,7 +63,7 @@ typedef struct { size_t hd, r, hc, ep; } hc_widths;
 static hc_widths hc_widths_of(const tk_model * m) {
     const tk_hparams * hp = &m->hp;
     hc_widths w = {0, 0, 0, 0};
-    if (hp->hc_count <= 1) return w;
+    if (!tk_hc_on(hp)) return w;
     w.hc = (size_t) hp->hc_count;
     w.hd = w.hc * (size_t) hp->n_embd;
     w.r = (size_t) m->hc_rank;

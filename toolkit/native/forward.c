@@ -83,7 +83,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens;
-    if (hp->hc_count > 1) return tk_forward_ubatch_hc(ctx, ub, logits_out);   /* qwen4exp: residual_hc.c */
+    if (tk_hc_on(hp)) return tk_forward_ubatch_hc(ctx, ub, logits_out);   /* qwen4exp, GLM-5-Next: residual_hc.c */
 
     tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {

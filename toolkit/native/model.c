@@ -202,7 +202,7 @@ static tk_status check_hparams(const tk_hparams * hp) {
         !isfinite(hp->swiglu_clamp_shexp))
         return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->swiglu_clamp_exp,
                        hp->swiglu_clamp_shexp);
-    if (hp->attn_post_norm && hp->hc_count > 1) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
+    if (hp->attn_post_norm && tk_hc_on(hp)) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
     if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
         return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");
     return TK_OK;
@@ -222,7 +222,7 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     /* a post-norm block (OLMo-2 style attention): norms on the mixer's and the FFN's outputs */
     const int post = hp->attn_post_norm && l->kind == TK_LAYER_ATTENTION;
     /* hyper-connections: the block's mixers replace attn_norm and the FFN pre-norm */
-    if (hp->hc_count > 1) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
+    if (tk_hc_on(hp)) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
     else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->attn_post_norm));
     else TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
 
@@ -230,7 +230,7 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     if (m->ple_index && m->ple_index[il] >= 0) TK_CHECK(tk_ple_bind(m, tab, il, l));
 
     const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
-    if (ffn && hp->hc_count > 1) TK_CHECK(ffn->bind(m, tab, il, l));
+    if (ffn && tk_hc_on(hp)) TK_CHECK(ffn->bind(m, tab, il, l));
     else if (ffn) {
         /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
          * mixer (Nemotron-H) has one norm, attn_norm */
@@ -340,7 +340,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
     /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
     const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK && hp->hc_count > 1 && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
+    if (st == TK_OK && tk_hc_on(hp) && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */

@@ -120,6 +120,10 @@ typedef struct {
     int32_t n_ff_shexp;        /* shared expert width Fs (0 if none) */
 } tk_layer;
 
+/* hyper-connections in force: qwen4exp's (hc_count > 1) or GLM-5-Next's mHC (hc_sinkhorn_iters > 0,
+ * any count, 1 included: HF's mHC with one stream is not the plain residual) */
+static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc_count > 1 || hp->hc_sinkhorn_iters > 0; }
+
 struct tk_model {
     tk_hparams hp;             /* layer_kinds/ffn_kinds/n_head_kv point into the arrays below */
     int32_t * layer_kinds;     /* [n_layer] */

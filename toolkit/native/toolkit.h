@@ -114,6 +114,8 @@ typedef enum {
     TK_ARCH_MINIMAX_01 = 18,
     /* 19: TK_ARCH_RECURRENT_GEMMA */
     TK_ARCH_KIMI_LINEAR = 20,
+    TK_ARCH_GLM5_NEXT = 21,
+    TK_ARCH_BAILINGMOE3 = 22,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -244,6 +246,10 @@ typedef struct {
     /* GLM-5-Next SwiGLU clamp (appended; 0: none): routed experts / shared experts and dense MLPs */
     float   swiglu_clamp_exp;  /* swiglu_clamp_exp (llama.cpp's per-layer array; HF swiglu_limit) */
     float   swiglu_clamp_shexp;/* swiglu_clamp_shexp */
+    /* Ling 3 (appended): bailingmoe3 stores ssm_a = +exp(A_log) (kimi-linear, glm5-next: -exp), and
+     * its MLA rotates the dr dims (NORM RoPE: adjacent pairs, rope_freq_base) */
+    int32_t kda_a_positive;    /* 1: ssm_a holds +exp(A_log) */
+    int32_t mla_rope;          /* 1: RoPE on q_rot and k_rot (mixer_mla.c) */
 } tk_hparams;
 
 typedef struct {

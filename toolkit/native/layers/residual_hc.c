@@ -115,7 +115,7 @@ tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * l
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens, hc = hp->hc_count, HD = hc * D;
-    if (hp->hc_sinkhorn_iters > 0) return mhc_forward(ctx, ub, logits_out);
+    if (hp->hc_sinkhorn_iters > 0) return mhc_forward(ctx, ub, logits_out);   /* any hc_count */
 
     tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {
