@@ -31,7 +31,8 @@ pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
            "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
-           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "kimilinear-tiny"]
+           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "kimilinear-tiny",
+           "glm5next-tiny", "bailinghybrid-tiny"]
 UB = 16
 
 
