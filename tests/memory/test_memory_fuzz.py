@@ -181,7 +181,8 @@ def play(m: Model, ops, every: int) -> None:
                                         ("minimax-tiny", 3), ("minimax-tiny", 0),
                                         ("kimilinear-tiny", 3), ("kimilinear-var-tiny", 0),
                                         ("glm5next-tiny", 3), ("glm5next-tiny", 0),
-                                        ("bailinghybrid-tiny", 3), ("bailinghybrid-tiny", 0)])
+                                        ("bailinghybrid-tiny", 3), ("bailinghybrid-tiny", 0),
+                                        ("glm5next-var-tiny", 3), ("bailinghybrid-var-tiny", 0)])
 @settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

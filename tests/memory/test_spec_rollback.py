@@ -25,7 +25,8 @@ pytestmark = pytest.mark.native
 FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "qwen3next-tiny",
             "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny", "qwen4exp-ple2-tiny", "falconmamba-tiny",
             "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny", "kimilinear-tiny",
-            "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny"]
+            "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny",
+            "glm5next-var-tiny", "bailinghybrid-var-tiny"]
 K = 4
 
 

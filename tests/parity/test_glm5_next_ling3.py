@@ -18,6 +18,10 @@ F32_BOUND = 1e-5
 EOT = (0,)
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 NAMES = ["glm5next-tiny", "bailinghybrid-tiny"]
+# held-back-like variants (tools/make_glm_ling_fixtures.py): other hc counts, Sinkhorn iterations,
+# k-pools, budgets, gate bounds, the softplus gate, SwiGLU limits, no renormalisation, attention
+# first, a shared indexer, expert groups, no q-LoRA, rms_norm_eps 1e-5, a layer-group tail
+VARIANTS = ["glm5next-var-tiny", "glm5next-softplus-tiny", "bailinghybrid-var-tiny"]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +42,18 @@ def test_layout(hf_f32):
     assert hp.kda_gate_lower_bound == -5.0 and hp.kda_l2_eps == pytest.approx(1e-6) and hp.swiglu_clamp_exp == 1.0
     b = HParams.from_gguf(GGUFFile(str(hf_f32("bailinghybrid-tiny"))))
     assert b.attention_layers == [1, 3] and (b.mla_rope, b.attn_head_gate, b.kda_a_positive, b.mla_dr) == (1, 1, 1, 8)
+    v = HParams.from_gguf(GGUFFile(str(hf_f32("glm5next-var-tiny"))))
+    assert v.attention_layers == [0, 1, 4] and v.dsa_full == [1, 0, 1, 1, 1] and (v.hc_count, v.hc_sinkhorn_iters) == (3, 6)
+    assert (v.dsa_kpool, v.idx_top_k, v.kda_gate_lower_bound, v.swiglu_clamp_exp, v.moe_weights_norm) == (6, 12, -3.0, 
+        pytest.approx(0.3), False)
+    s = HParams.from_gguf(GGUFFile(str(hf_f32("glm5next-softplus-tiny"))))
+    assert s.kda_gate_lower_bound == 0.0 and s.hc_count == 2 and s.moe_n_group == 2
+    bv = HParams.from_gguf(GGUFFile(str(hf_f32("bailinghybrid-var-tiny"))))
+    assert bv.attention_layers == [1, 3] and bv.kda_gate_lower_bound == 0.0 and bv.mla_q_lora_rank == 0
+    assert bv.kda_l2_eps == pytest.approx(1e-6) and bv.mla_norm_eps == pytest.approx(1e-6) and bv.rms_eps == pytest.approx(1e-5)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", NAMES + VARIANTS)
 def test_converted_f32_matches_hf(hf_f32, report, name):
     check_against_hf(hf_f32(name), _ref(name), name, report, F32_BOUND, suppress=EOT)
 
@@ -57,7 +70,7 @@ def test_llama_cpp_file_runs(report, name):
 
 
 def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
-    for name in NAMES:
+    for name in NAMES + VARIANTS:
         diff = two_sequences_vs_separate(hf_f32(name), _ref(name)["tokens"])
         report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
         assert diff == 0.0

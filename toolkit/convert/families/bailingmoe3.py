@@ -212,9 +212,10 @@ class BailingMoe3Family(KDAMixin, Family):
 
     def build(self):
         self.read_hparams()
-        if self.n_mtp:
-            raise UnsupportedError(f"{self.cfg.path}: num_nextn_predict_layers = {self.n_mtp}: MTP layers are not "
-                                   f"supported (HF ignores them)")
+        mtp = [n for n in self.hf.tensors if n.startswith(f"model.layers.{self.n_layer}.")]
+        if self.n_mtp and mtp:   # HF's save writes num_mtp_layers 1 without MTP tensors: only real ones refused
+            raise UnsupportedError(f"{self.hf.tensors[mtp[0]].path}: tensor {mtp[0]!r}: MTP layers "
+                                   f"(num_nextn_predict_layers = {self.n_mtp}) are not supported (HF ignores them)")
         self._keys()
         H = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "model.word_embeddings.weight", (self.n_vocab, H))
