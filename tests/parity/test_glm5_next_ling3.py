@@ -74,3 +74,22 @@ def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
         diff = two_sequences_vs_separate(hf_f32(name), _ref(name)["tokens"])
         report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
         assert diff == 0.0
+
+
+def test_info_memory_counts_the_dsa_keys(hf_f32, monkeypatch, capsys):
+    """`info --memory`: the KV cache is the MLA latent of every attention layer plus the DSA
+    indexer's [k_I | gamma] (2 dI floats a token) on the full indexer layers only: the C
+    library's figure is their sum"""
+    import json
+
+    from cli_runner import cli
+    for name, full_layers in (("glm5next-tiny", 1), ("glm5next-var-tiny", 2)):
+        rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32(name)), "--memory", "--json", "-c", "1000")
+        assert rc == 0, err
+        d = json.loads(out)
+        m = d["mla_latent"]
+        assert m["dsa_layers"] == full_layers
+        assert d["memory"]["kv"] == m["bytes"] + m["dsa_bytes"]
+    rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("bailinghybrid-tiny")), "--memory", "--json", "-c", "100")
+    d = json.loads(out)
+    assert "dsa_layers" not in d["mla_latent"] and d["memory"]["kv"] == d["mla_latent"]["bytes"]
