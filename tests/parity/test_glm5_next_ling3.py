@@ -93,3 +93,30 @@ def test_info_memory_counts_the_dsa_keys(hf_f32, monkeypatch, capsys):
     rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("bailinghybrid-tiny")), "--memory", "--json", "-c", "100")
     d = json.loads(out)
     assert "dsa_layers" not in d["mla_latent"] and d["memory"]["kv"] == d["mla_latent"]["bytes"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_quantized_error_ordered_by_bits(hf_f32, tmp_path, report, name):
+    """Q8_0 and Q4_K_M by toolkit quantize (llama-quantize's rules: glm5-next keeps hc_*, the
+    indexer, the KDA gates, kv_a / k_b / v_b as they are, attn_q_a / attn_q_b at Q8_0 at least):
+    the error against HF grows as the bits shrink and the logits stay finite"""
+    from toolkit.gguf_io import GGMLType, GGUFFile
+    from toolkit.quantize import Options, quantize_file
+    ref = _ref(name)
+    src = hf_f32(name)
+    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
+    for qtype in ("Q8_0", "Q4_K_M"):
+        out = tmp_path / f"{name}.{qtype}.gguf"
+        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
+        f = GGUFFile(str(out))
+        if name.startswith("glm"):
+            for n, t in f.tensors.items():
+                if "hc_" in n or "indexer" in n or n.endswith(("attn_k_b.weight", "attn_v_b.weight")):
+                    assert t.type == GGMLType.F32, (qtype, n)
+                if n.endswith(("attn_q_a.weight", "attn_q_b.weight")):
+                    assert t.type in (GGMLType.Q8_0, GGMLType.F16, GGMLType.F32), (qtype, n)
+        lo = logits_of(out, ref["tokens"])
+        assert np.isfinite(lo).all()
+        errs[qtype] = rel_l2(lo, ref["logits"])
+    report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
