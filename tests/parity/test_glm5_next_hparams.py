@@ -54,3 +54,18 @@ def test_bad_keys(tmp_path, kv, needle):
     with pytest.raises(InputError) as e:
         _read(p)
     assert needle in str(e.value) and str(p) in str(e.value)
+
+
+@pytest.mark.parametrize("kv, needle", [
+    ({"glm5-next.attention.indexer.key_length": (8, U32, None)}, "blk.2.indexer.attn_q_b.weight"),
+    ({"glm5-next.attention.indexer.kpool": (0, U32, None)}, "kpool' = 0"),
+    ({"glm5-next.hyper_connection.count": (0, U32, None)}, "hyper_connection.count' = 0"),
+    ({"glm5-next.hyper_connection.count": (3, U32, None)}, "blk.0.hc_attn_fn.weight"),
+])
+def test_run_refuses_with_one_line(tmp_path, monkeypatch, capsys, kv, needle):
+    """toolkit run on a file whose keys disagree with its tensors (or are out of range): exit 2,
+    one line naming the key or tensor"""
+    from gguf_edit_util import run_error
+    p = tmp_path / "g.gguf"
+    rewrite(SRC, p, kv)
+    assert needle in run_error(monkeypatch, capsys, p)
