@@ -6,7 +6,7 @@ them, BF16; the tokenizer of ../shared/bench/qwen35moe-1.5b).
 
 The model: hidden 1024, 24 layers (MLA every 4th, 1-based 4, 8, ..., 24; KDA the others: 16 heads
 of 64, conv 4), MLA 16 heads (dn 64, dr 32, dv 64, kv_lora_rank 256, no q-LoRA), layer 0 dense
-(2816), then MoE: 64 experts of 288, top-6, one shared expert, sigmoid router with bias;
+(2816), then MoE: 72 experts of 256, top-6, one shared expert, sigmoid router with bias;
 vocab 32768.  About 1.5B parameters in all, 0.3B active per token (the parameter counts are
 printed).
 """
@@ -20,7 +20,7 @@ TOK = os.path.join(REPO, "..", "shared", "bench", "qwen35moe-1.5b")
 H, L, V = 1024, 24, 32768
 n, D, K = 16, 64, 4
 h, dn, dr, dv, rkv = 16, 64, 32, 64, 256
-F, E, Fe, k, S = 2816, 64, 288, 6, 1
+F, E, Fe, k, S = 2816, 72, 256, 6, 1
 FULL = [i for i in range(1, L + 1) if i % 4 == 0]
 
 CONFIG = {

@@ -118,3 +118,19 @@ def test_wrong_expert_shape(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "kimilinear-tiny")
     replace_tensor(d, "model.layers.1.block_sparse_moe.experts.3.w2.weight", np.zeros((64, 31), np.float32))
     expect_error(monkeypatch, capsys, tmp_path, d, "'model.layers.1.block_sparse_moe.experts.3.w2.weight'", "[64, 31]")
+
+
+def test_bf16_keeps_llama_cpps_f32_tensors(monkeypatch, capsys, tmp_path):
+    """--outtype bf16: the KDA convs stay F32 as llama.cpp's converter keeps them ("Kimi KDA conv
+    weights should be F32": ggml_ssm_conv asserts an F32 kernel, llama-bench aborts on a BF16 one),
+    with the router, norms, ssm_a and the biases; the matrices are BF16."""
+    out = tmp_path / "k.gguf"
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(FIX / "hf" / "kimilinear-tiny"), str(out), "--outtype", "bf16")
+    assert rc == 0, err
+    ts, _ = _read(out)
+    f32 = {n for n, t in ts.items() if t.tensor_type.name == "F32"}
+    for n in ("blk.0.ssm_conv1d_q.weight", "blk.0.ssm_conv1d_k.weight", "blk.0.ssm_conv1d_v.weight", "blk.1.ffn_gate_inp.weight",
+              "blk.0.ssm_a", "blk.0.ssm_dt.bias", "blk.1.exp_probs_b.bias", "blk.2.attn_kv_a_norm.weight"):
+        assert n in f32, n
+    for n in ("blk.0.attn_q.weight", "blk.0.ssm_f_a.weight", "blk.2.attn_k_b.weight", "blk.1.ffn_up_exps.weight"):
+        assert ts[n].tensor_type.name == "BF16", n

@@ -117,3 +117,34 @@ def test_info_memory_shows_the_latent_cache(hf_f32, monkeypatch, capsys):
         assert d["memory"]["kv"] == m["bytes"] == m["layers"] * lat * 1000 * 4   # the C library's figure
         rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32(name)), "--memory", "-c", "1000")
         assert "kv holds the MLA latent" in out and f"{full / lat:.1f}x less" in out, out
+
+
+@pytest.fixture
+def kda_threshold():
+    """Set tk_kda_threshold for one test (1: every KDA run takes the chunked form; 0: the
+    token-by-token recurrence), restored after it."""
+    from toolkit.binding import lib
+    before = lib.tk_kda_threshold()
+    yield lib.tk_kda_set_threshold
+    lib.tk_kda_set_threshold(before)
+
+
+@pytest.mark.parametrize("name", ["kimilinear-tiny", "kimilinear-var-tiny"])
+def test_chunked_and_recurrent_kda_agree(hf_f32, report, kda_threshold, name):
+    """KDA's chunked prefill (kernels/gdn.c, HF's form; forced for every run) and the recurrence:
+    logits to 1e-5 (relative L2) in one shot and in ubatches of 7, the same greedy continuation,
+    and the chunked runs within the bound of HF."""
+    from parity_util import greedy_of
+    ref = _ref(name)
+    path, tok = hf_f32(name), ref["tokens"]
+    res = {}
+    for label, th in (("recurrent", 0), ("chunked", 1)):
+        kda_threshold(th)
+        res[label] = (logits_of(path, tok), logits_of(path, tok, n_ubatch=7), greedy_of(path, tok, 16, EOT))
+    err = max(rel_l2(res["chunked"][i], res["recurrent"][i]) for i in (0, 1))
+    hf = max(rel_l2(res["chunked"][i], ref["logits"]) for i in (0, 1))
+    report.append(f"{name}: chunked vs recurrent KDA: rel L2 {err:.2e}, chunked vs HF {hf:.2e}; greedy "
+                  f"{'identical' if res['chunked'][2] == res['recurrent'][2] else 'DIFFERS'}")
+    assert 0 < err < 1e-5, f"chunked vs recurrent: {err:.3e} (0 would mean the chunked form did not run)"
+    assert hf < F32_BOUND
+    assert res["chunked"][2] == res["recurrent"][2] == ref["greedy"].tolist()

@@ -9,6 +9,8 @@ from llama-quantize's outputs (llama.cpp 0c1e570, no imatrix unless named, 2 thr
 - tests/fixtures/llamacpp/qwen35-tiny, qwen35moe-tiny, qwen3next-tiny.f32.gguf (widths 64 / 32:
   the fallbacks of the GDN, expert and tied-embedding tensors; 18 types), and
   tests/fixtures/quant/qwen35moe-tiny-mtp.f32.gguf (the same with an MTP block: blk.4.nextn.*);
+- tests/fixtures/llamacpp/kimilinear-tiny.f32.gguf (kimi-linear: KDA, MLA k_b / v_b, 8 experts; widths
+  64 / 32 / 16: fallbacks; llama-quantize built from llama.cpp 0c1e570, the 15 types);
 - the odd-width granitehybrid models (fallbacks); bamba-small and qwen35moe-small with a synthetic imatrix.
 """
 from __future__ import annotations
@@ -36,8 +38,8 @@ FULL_SET = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K
 WITH_S_L = FULL_SET | {"Q3_K_S", "Q3_K_L", "Q5_K_S"}
 REF_SETS = {"bamba-small": FULL_SET, "qwen35-small": FULL_SET, "qwen35moe-small": FULL_SET,
             "qwen3next-small": FULL_SET, "qwen35-tiny": WITH_S_L, "qwen35moe-tiny": WITH_S_L,
-            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L, "glm5next-tiny": WITH_S_L,
-            "bailinghybrid-tiny": WITH_S_L}
+            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L, "kimilinear-tiny": FULL_SET,
+            "glm5next-tiny": WITH_S_L, "bailinghybrid-tiny": WITH_S_L}
 
 
 def _refs(model: str) -> set[str]:

@@ -3,9 +3,10 @@ in gdn.c against a float64 numpy reference of the recurrence (tests/kda_util.py;
 kda-family.md section 2.1, transformers modeling_kimi_linear.py recurrent_kimi_delta_attention):
     S <- Diag(exp(g_t)) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
 
-The recurrent form runs at every CPU level the machine has.  Inputs are realistic: q, k
-l2-normed (q also scaled by 1/sqrt(Dk)), g in [-3, 0] per channel, beta in (0, 1).  Errors
-are max |got - ref| / max |ref| over the outputs and the final state.
+The recurrent form and the chunked form (spec section 2.2, chunks of 64 with sub-blocks of
+16, forced with tk_kda_set_threshold(1)) run at every CPU level the machine has.  Inputs are
+realistic: q, k l2-normed (q also scaled by 1/sqrt(Dk)), g in [-3, 0] per channel, beta in
+(0, 1).  Errors are max |got - ref| / max |ref| over the outputs and the final state.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from kda_util import make_inputs, reference, rel, run
 pytestmark = pytest.mark.native
 
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
-# float32 kernels against float64 (measured: see the commit adding this file)
+# float32 kernels against float64: measured up to 5.0e-7 (recurrent), 6.7e-7 (chunked)
 TOL = 3e-6
+# the chunked form against the recurrence at the same level: measured up to 7.7e-7
+TOL_FORMS = 2e-6
 
 
 @pytest.fixture
@@ -47,28 +50,55 @@ N_TOK = [1, 5, 63, 64, 65, 200]
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("dk,dv", DIMS)
 @pytest.mark.parametrize("n_tok", N_TOK)
-def test_kda_recurrent_matches_reference(n_tok, dk, dv, level, at_level):
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_kda_matches_reference(form, n_tok, dk, dv, level, at_level, threshold):
     at_level(level)
+    threshold(1 if form == "chunked" else 0)
     inp = make_inputs(np.random.default_rng(n_tok * 1000 + dk + dv), n_tok, dk, dv)
     o_ref, S_ref = reference(inp)
-    o, S = run(inp, lib.tk_gdn_recurrent)
+    o, S = run(inp, lib.tk_gdn_run)
     eo, es = rel(o, o_ref), rel(S, S_ref)
-    assert eo < TOL and es < TOL, f"n_tok={n_tok} {dk}x{dv} level {level}: o {eo:.2e}, S {es:.2e}"
+    assert eo < TOL and es < TOL, f"{form} n_tok={n_tok} {dk}x{dv} level {level}: o {eo:.2e}, S {es:.2e}"
 
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("regime", ["weak", "strong", "none", "mixed"])
-def test_kda_decay_regimes(regime, level, at_level):
-    """Weak decay (near 1), strong (the state's rows die within a few tokens), none (g = 0:
-    the plain delta rule), mixed (per channel: half never decay, half decay strongly; what a
-    scalar decay cannot express)."""
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_kda_decay_regimes(form, regime, level, at_level, threshold):
+    """Weak decay (near 1), strong (the state's rows die within a few tokens; the chunked
+    form's products far below float32's range, flushed to 0), none (g = 0: the plain delta
+    rule), mixed (per channel: half never decay, half decay strongly; what a scalar decay
+    cannot express)."""
     at_level(level)
+    threshold(1 if form == "chunked" else 0)
     g_range = {"weak": (-0.05, 0.0), "strong": (-30.0, -5.0), "none": (0.0, 0.0), "mixed": (0.0, 0.0)}[regime]
     inp = make_inputs(np.random.default_rng(11), 130, 48, 40, g_range=g_range, mixed=regime == "mixed")
     o_ref, S_ref = reference(inp)
     o, S = run(inp, lib.tk_gdn_run)
     eo, es = rel(o, o_ref), rel(S, S_ref)
-    assert eo < TOL and es < TOL, f"{regime} level {level}: o {eo:.2e}, S {es:.2e}"
+    assert eo < TOL and es < TOL, f"{form} {regime} level {level}: o {eo:.2e}, S {es:.2e}"
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("d", [16, 64, 128])
+@pytest.mark.parametrize("n_tok", [1, 63, 64, 65, 200])
+@pytest.mark.parametrize("regime", ["uniform", "mixed"])
+def test_kda_chunked_matches_recurrence(regime, n_tok, d, level, at_level, threshold):
+    """The chunked form against the recurrence at the same level, Dk = Dv = d; and over a
+    run split in three calls (chunks then start elsewhere: rounding only)."""
+    at_level(level)
+    inp = make_inputs(np.random.default_rng(n_tok + d), n_tok, d, d, mixed=regime == "mixed")
+    threshold(0)
+    o_rec, S_rec = run(inp, lib.tk_gdn_run)
+    threshold(1)
+    o_chk, S_chk = run(inp, lib.tk_gdn_run)
+    eo, es = rel(o_chk, o_rec), rel(S_chk, S_rec)
+    assert eo < TOL_FORMS and es < TOL_FORMS, f"{regime} n_tok={n_tok} d={d} level {level}: o {eo:.2e}, S {es:.2e}"
+    cuts = [0, n_tok // 3, n_tok // 3 + (n_tok + 1) // 2, n_tok]
+    S = inp["S"].copy()
+    o_split = np.concatenate([run(inp, lib.tk_gdn_run, a, b, S=S)[0] for a, b in zip(cuts, cuts[1:]) if b > a])
+    eo, es = rel(o_split, o_rec), rel(S, S_rec)
+    assert eo < TOL_FORMS and es < TOL_FORMS, f"split {cuts}: o {eo:.2e}, S {es:.2e}"
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -112,10 +142,12 @@ def test_kda_equals_gdn_for_a_channel_constant_decay(at_level):
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_kda_output_over_v(level, at_level):
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_kda_output_over_v(form, level, at_level, threshold):
     """o may be v itself: the outputs written over the value rows are those of separate
     buffers, bit for bit, and the other heads' value rows are untouched."""
     at_level(level)
+    threshold(1 if form == "chunked" else 0)
     inp = make_inputs(np.random.default_rng(9), 70, 24, 16)
     o_sep, S_sep = run(inp, lib.tk_gdn_run)
     n_head, h, dv = inp["n_head"], inp["head"], 16
@@ -156,3 +188,27 @@ def test_kda_work_floats():
     assert lib.tk_kda_work_floats(128, 128) >= 128 * 128 + 4 * 64 * 128
     assert lib.tk_kda_work_floats(32, 64) < lib.tk_kda_work_floats(64, 64)
     assert lib.tk_kda_work_floats(0, 64) == 0 and lib.tk_kda_work_floats(64, 0) == 0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_kda_threshold_picks_the_form(level, at_level, threshold):
+    """Below the threshold, without a workspace, or with the threshold 0, tk_gdn_run is the
+    recurrence bit for bit; from the threshold on it is the chunked form (not those bits);
+    GDN's threshold does not choose for KDA heads."""
+    at_level(level)
+    inp = make_inputs(np.random.default_rng(7), 70, 32, 64)
+    o_rec, S_rec = run(inp, lib.tk_gdn_recurrent)
+    gdn = lib.tk_gdn_threshold()
+    try:
+        lib.tk_gdn_set_threshold(1)
+        for thr, work in ((71, True), (0, True), (1, False)):
+            threshold(thr)
+            o, S = run(inp, lib.tk_gdn_run, work=work)
+            assert np.array_equal(o, o_rec) and np.array_equal(S, S_rec), (thr, work)
+    finally:
+        lib.tk_gdn_set_threshold(-1)
+    assert lib.tk_gdn_threshold() == gdn
+    threshold(70)
+    o, S = run(inp, lib.tk_gdn_run)
+    assert not np.array_equal(o, o_rec)
+    assert rel(o, o_rec) < TOL_FORMS and rel(S, S_rec) < TOL_FORMS

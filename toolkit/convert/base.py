@@ -31,14 +31,18 @@ FILE_TYPE = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY
 # GGUF tensors llama.cpp's converter always keeps in F32 (convert_hf_to_gguf.py, prepare_tensors:
 # "Some tensor types are always in float32"); 1-D tensors, "*_norm.weight" and names not
 # ending in ".weight" (ssm_a, ssm_d, biases) are F32 by the rules in :func:`pick_type`.
-_ALWAYS_F32 = tuple(t.split(".")[-1] + ".weight" for t in (T.FFN_GATE_INP, T.SSM_CONV1D, T.SHORTCONV_CONV))
+_ALWAYS_F32 = tuple(t.split(".")[-1] + ".weight" for t in (T.FFN_GATE_INP, T.SSM_CONV1D, T.SHORTCONV_CONV,
+                                                            # "Kimi KDA conv weights should be F32" (ggml_ssm_conv
+                                                            # asserts an F32 kernel); olmo-hybrid's too
+                                                            T.SSM_CONV1D_Q, T.SSM_CONV1D_K, T.SSM_CONV1D_V))
 
 
 def pick_type(name: str, np_shape: tuple[int, ...], outtype: str) -> GGMLType:
     """ggml type of one output tensor under ``--outtype`` (llama.cpp's converter rules).
 
     F32: 1-D tensors, ``*_norm.weight``, anything not ending in ``.weight`` (ssm_a, ssm_d,
-    biases), ``ffn_gate_inp`` (router), ``ssm_conv1d`` and LFM2's ``shortconv.conv``.  Otherwise the outtype's type;
+    biases), ``ffn_gate_inp`` (router), ``ssm_conv1d`` (and KDA's ``ssm_conv1d_{q,k,v}``) and LFM2's
+    ``shortconv.conv``.  Otherwise the outtype's type;
     Q8_0 needs rows that are a multiple of 32 elements, else F16 (llama.cpp's fallback).
     """
     if outtype == "f32" or len(np_shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):

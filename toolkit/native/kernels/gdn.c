@@ -297,6 +297,180 @@ GDN_AVX2 static void gdn_recurrent_avx2(const tk_gdn_head * h) {
         }
     }
 }
+
+/* ---- KDA (per-channel decay), AVX2+FMA ----
+ * Per token t and value row j: kv = S_j . kd with kd[i] = dec[i] k[i] (dec = exp(g_t), per
+ * channel), u = beta (v_j - kv), then S_j <- dec * S_j + k u, o_j = S_j . q (the scalar
+ * form's arithmetic with the decay folded into the key for the dot, as the AVX2 GDN folds
+ * its scalar decay).  dec and kd are computed once per token for a block of tokens; as for
+ * GDN the arithmetic of a token does not depend on the blocking or on the call's bounds. */
+
+/* Pass 2 over 8 lanes at S + i of NR rows: S_r <- k u_r + dec * S_r, acc[r] += S_r q. */
+GDN_AVX2 static inline __attribute__((always_inline)) void kda_rows_upd8_avx2(float * S, int32_t dk, int32_t i,
+                                                                                const float * q, const float * k,
+                                                                                const float * dec, const __m256 * u,
+                                                                                __m256 * acc, int full, __m256i tail,
+                                                                                const int NR) {
+    const __m256 kk = full ? _mm256_loadu_ps(k + i) : _mm256_maskload_ps(k + i, tail);
+    const __m256 qq = full ? _mm256_loadu_ps(q + i) : _mm256_maskload_ps(q + i, tail);
+    const __m256 dd = full ? _mm256_loadu_ps(dec + i) : _mm256_maskload_ps(dec + i, tail);
+    for (int r = 0; r < NR; r++) {
+        float * Sr = S + (int64_t) r * dk + i;
+        __m256 s = full ? _mm256_loadu_ps(Sr) : _mm256_maskload_ps(Sr, tail);
+        s = _mm256_fmadd_ps(kk, u[r], _mm256_mul_ps(s, dd));
+        if (full) _mm256_storeu_ps(Sr, s); else _mm256_maskstore_ps(Sr, tail, s);
+        acc[r] = _mm256_fmadd_ps(s, qq, acc[r]);
+    }
+}
+
+/* NR (1..4) value rows S_r = S + r*dk through one token; kd = dec * k; v, o at the rows' first value. */
+GDN_AVX2 static inline __attribute__((always_inline)) void kda_rows_avx2(float * S, int32_t dk, const float * q,
+                                                                           const float * k, const float * kd,
+                                                                           const float * dec, const float * v,
+                                                                           float beta, float * o, const int NR) {
+    const int32_t d8 = dk & ~7;
+    const __m256i tail = gdn_mask8(dk - d8 > 0 ? dk - d8 : 1);
+    __m256 a[4], b[4], u[4];
+    gdn_rows_dot_avx2(S, dk, kd, a, NR);
+    for (int r = 0; r < NR; r++) {
+        u[r] = _mm256_set1_ps(beta * (v[r] - tk_hsum8_avx2(a[r])));
+        a[r] = b[r] = _mm256_setzero_ps();
+    }
+    int32_t i = 0;
+    for (; i + 16 <= dk; i += 16) {
+        kda_rows_upd8_avx2(S, dk, i, q, k, dec, u, a, 1, tail, NR);
+        kda_rows_upd8_avx2(S, dk, i + 8, q, k, dec, u, b, 1, tail, NR);
+    }
+    for (; i < dk; i += 8) kda_rows_upd8_avx2(S, dk, i, q, k, dec, u, a, i < d8, tail, NR);
+    for (int r = 0; r < NR; r++) o[r] = tk_hsum8_avx2(_mm256_add_ps(a[r], b[r]));
+}
+
+/* floats of the per-token decays (dec, kd) the SIMD recurrences keep on the stack: blocks
+ * of min(GDN_TOK_BLOCK, KDA_SIMD_FLOATS / dk) tokens; wider heads than KDA_SIMD_FLOATS take
+ * the scalar recurrence */
+#define KDA_SIMD_FLOATS 4096
+
+/* dec[t][i] = expf(g_{t0+t}[i]), kd[t][i] = dec k for T tokens (the scalar form's expf) */
+static void kda_block_decays(const tk_gdn_head * h, int32_t t0, int32_t T, float * dec, float * kd) {
+    const int32_t dk = h->dk;
+    for (int32_t t = 0; t < T; t++) {
+        const float * g = h->gk + (t0 + t) * h->gk_stride, * k = h->k + (t0 + t) * h->k_stride;
+        float * d = dec + (int64_t) t * dk, * kk = kd + (int64_t) t * dk;
+        for (int32_t i = 0; i < dk; i++) { d[i] = expf(g[i]); kk[i] = d[i] * k[i]; }
+    }
+}
+
+GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
+    const int32_t dk = h->dk, dv = h->dv, TB = KDA_SIMD_FLOATS / dk < GDN_TOK_BLOCK ? KDA_SIMD_FLOATS / dk : GDN_TOK_BLOCK;
+    float dec[KDA_SIMD_FLOATS], kd[KDA_SIMD_FLOATS];
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += TB) {
+        const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
+        kda_block_decays(h, t0, T, dec, kd);
+        for (int32_t j = 0; j < dv;) {
+            const int NR = dv - j >= 4 ? 4 : 1;
+            float * Sj = h->S + (int64_t) j * dk;
+            for (int32_t t = 0; t < T; t++) {
+                const int64_t tt = t0 + t;
+                const float * q = h->q + tt * h->q_stride, * k = h->k + tt * h->k_stride;
+                const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
+                const float beta = h->beta[tt * h->gb_stride];
+                float * o = h->o + tt * h->o_stride + j;
+                if (NR == 4) kda_rows_avx2(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                else kda_rows_avx2(Sj, dk, q, k, kt, d, v, beta, o, 1);
+            }
+            j += NR;
+        }
+    }
+}
+
+/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 4 value rows with two
+ * accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
+ * (a fixed tree). ---- */
+#define GDN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+
+/* a[r] = S_r . kd over dk lanes, 32 at a time into two accumulators, then 16, then masked */
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_dot_avx512(const float * S, int32_t dk,
+                                                                                   const float * kd, __m512 * a,
+                                                                                   const int NR) {
+    __m512 b[4];
+    for (int r = 0; r < NR; r++) a[r] = b[r] = _mm512_setzero_ps();
+    int32_t i = 0;
+    for (; i + 32 <= dk; i += 32) {
+        const __m512 k0 = _mm512_loadu_ps(kd + i), k1 = _mm512_loadu_ps(kd + i + 16);
+        for (int r = 0; r < NR; r++) {
+            const float * Sr = S + (int64_t) r * dk + i;
+            a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(Sr), k0, a[r]);
+            b[r] = _mm512_fmadd_ps(_mm512_loadu_ps(Sr + 16), k1, b[r]);
+        }
+    }
+    for (; i < dk; i += 16) {
+        const __mmask16 m = dk - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (dk - i)) - 1);
+        const __m512 kk = _mm512_maskz_loadu_ps(m, kd + i);
+        for (int r = 0; r < NR; r++) a[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, S + (int64_t) r * dk + i), kk, a[r]);
+    }
+    for (int r = 0; r < NR; r++) a[r] = _mm512_add_ps(a[r], b[r]);
+}
+
+/* 16 lanes (under m) at S + i of NR rows: S_r <- k u_r + dec * S_r, acc[r] += S_r q */
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_upd16_avx512(float * S, int32_t dk, int32_t i,
+                                                                                     const float * q, const float * k,
+                                                                                     const float * dec, const __m512 * u,
+                                                                                     __m512 * acc, __mmask16 m,
+                                                                                     const int NR) {
+    const __m512 kk = _mm512_maskz_loadu_ps(m, k + i), qq = _mm512_maskz_loadu_ps(m, q + i);
+    const __m512 dd = _mm512_maskz_loadu_ps(m, dec + i);
+    for (int r = 0; r < NR; r++) {
+        float * Sr = S + (int64_t) r * dk + i;
+        __m512 s = _mm512_fmadd_ps(kk, u[r], _mm512_mul_ps(_mm512_maskz_loadu_ps(m, Sr), dd));
+        _mm512_mask_storeu_ps(Sr, m, s);
+        acc[r] = _mm512_fmadd_ps(s, qq, acc[r]);
+    }
+}
+
+GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_avx512(float * S, int32_t dk, const float * q,
+                                                                               const float * k, const float * kd,
+                                                                               const float * dec, const float * v,
+                                                                               float beta, float * o, const int NR) {
+    __m512 a[4], b[4], u[4];
+    kda_rows_dot_avx512(S, dk, kd, a, NR);
+    for (int r = 0; r < NR; r++) {
+        u[r] = _mm512_set1_ps(beta * (v[r] - _mm512_reduce_add_ps(a[r])));
+        a[r] = b[r] = _mm512_setzero_ps();
+    }
+    int32_t i = 0;
+    for (; i + 32 <= dk; i += 32) {
+        kda_rows_upd16_avx512(S, dk, i, q, k, dec, u, a, (__mmask16) 0xffff, NR);
+        kda_rows_upd16_avx512(S, dk, i + 16, q, k, dec, u, b, (__mmask16) 0xffff, NR);
+    }
+    for (; i < dk; i += 16) {
+        const __mmask16 m = dk - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (dk - i)) - 1);
+        kda_rows_upd16_avx512(S, dk, i, q, k, dec, u, a, m, NR);
+    }
+    for (int r = 0; r < NR; r++) o[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r], b[r]));
+}
+
+GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
+    const int32_t dk = h->dk, dv = h->dv, TB = KDA_SIMD_FLOATS / dk < GDN_TOK_BLOCK ? KDA_SIMD_FLOATS / dk : GDN_TOK_BLOCK;
+    float dec[KDA_SIMD_FLOATS], kd[KDA_SIMD_FLOATS];
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += TB) {
+        const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
+        kda_block_decays(h, t0, T, dec, kd);
+        for (int32_t j = 0; j < dv;) {
+            const int NR = dv - j >= 4 ? 4 : 1;
+            float * Sj = h->S + (int64_t) j * dk;
+            for (int32_t t = 0; t < T; t++) {
+                const int64_t tt = t0 + t;
+                const float * q = h->q + tt * h->q_stride, * k = h->k + tt * h->k_stride;
+                const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
+                const float beta = h->beta[tt * h->gb_stride];
+                float * o = h->o + tt * h->o_stride + j;
+                if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                else kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 1);
+            }
+            j += NR;
+        }
+    }
+}
 #endif
 
 static void gdn_recurrent_scalar(const tk_gdn_head * h) {
@@ -306,6 +480,10 @@ static void gdn_recurrent_scalar(const tk_gdn_head * h) {
 }
 
 void tk_gdn_recurrent(const tk_gdn_head * h) {
+#ifdef GDN_X86
+    if (h->gk && h->dk <= KDA_SIMD_FLOATS && tk_cpu_level() >= TK_CPU_AVX512) { kda_recurrent_avx512(h); return; }
+    if (h->gk && h->dk <= KDA_SIMD_FLOATS && tk_cpu_level() >= TK_CPU_AVX2) { kda_recurrent_avx2(h); return; }
+#endif
     if (h->gk) { kda_recurrent_scalar(h); return; }
 #ifdef GDN_X86
     if (tk_cpu_level() >= TK_CPU_AVX2) { gdn_recurrent_avx2(h); return; }
@@ -386,6 +564,50 @@ GDN_AVX2 static void gdn_gemm_avx2(float * out, int64_t ldo, const float * c, in
     if (n + 8 <= N) { gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 0, all); n += 8; }
     if (n < N) gdn_gemm_panel_avx2(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 1, gdn_mask8(N - n));
 }
+
+/* The AVX-512 instance: the AVX2 one's blocking on 16-float vectors (6 rows x 2 vectors of
+ * 16 columns in registers; the last vector's columns under a lane mask). */
+GDN_AVX512 static inline __attribute__((always_inline)) void gdn_gemm_block_avx512(
+    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t J, int acc,
+    const int NR, const int NV, __mmask16 last) {
+    __m512 a[6][2];
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++) {
+            const __mmask16 mk = v == NV - 1 ? last : (__mmask16) 0xffff;
+            a[r][v] = acc ? _mm512_maskz_loadu_ps(mk, out + r * ldo + 16 * v) : _mm512_setzero_ps();
+        }
+    for (int32_t j = 0; j < J; j++) {
+        __m512 mv[2];
+        for (int v = 0; v < NV; v++)
+            mv[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : (__mmask16) 0xffff, m + j * ldm + 16 * v);
+        for (int r = 0; r < NR; r++) {
+            const __m512 cr = _mm512_set1_ps(c[r * ldc + j]);
+            for (int v = 0; v < NV; v++) a[r][v] = _mm512_fmadd_ps(cr, mv[v], a[r][v]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(out + r * ldo + 16 * v, v == NV - 1 ? last : (__mmask16) 0xffff, a[r][v]);
+}
+
+GDN_AVX512 static inline __attribute__((always_inline)) void gdn_gemm_panel_avx512(
+    float * out, int64_t ldo, const float * c, int64_t ldc, const float * m, int64_t ldm, int32_t R, int32_t J,
+    int acc, const int NV, __mmask16 last) {
+    int32_t r = 0;
+    for (; r + 6 <= R; r += 6) gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 6, NV, last);
+    if (R - r >= 4) { gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 4, NV, last); r += 4; }
+    if (R - r >= 2) { gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 2, NV, last); r += 2; }
+    if (R - r >= 1) gdn_gemm_block_avx512(out + r * ldo, ldo, c + r * ldc, ldc, m, ldm, J, acc, 1, NV, last);
+}
+
+/* Column panels of 32, then 16, then a masked 1..15. */
+GDN_AVX512 static void gdn_gemm_avx512(float * out, int64_t ldo, const float * c, int64_t ldc, const float * m,
+                                       int64_t ldm, int32_t R, int32_t J, int32_t N, int acc) {
+    int32_t n = 0;
+    for (; n + 32 <= N; n += 32) gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 2, 0xffff);
+    if (n + 16 <= N) { gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, 0xffff); n += 16; }
+    if (n < N) gdn_gemm_panel_avx512(out + n, ldo, c, ldc, m + n, ldm, R, J, acc, 1, (__mmask16) ((1u << (N - n)) - 1));
+}
 #endif
 
 /* ==== the chunked form: workspace and stages =========================================== */
@@ -409,14 +631,15 @@ static int64_t gdn_ws_floats(int32_t dk, int32_t dv) {
 
 int64_t tk_gdn_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? gdn_ws_floats(dk, dv) : 0; }
 
-/* KDA's chunked workspace (chunk C = 64, sub-blocks of 16): the state transposed (Dk Dv);
- * K and Q rows raw and scaled by exp(gamma_t) (4 C Dk); a sub-block's rows scaled to its
- * first token (2 x 16 Dk); scaled key columns, transposed (Dk C); exp(g_t) per channel
- * (C Dk); the in-chunk coefficients (2 C C); the row products (2 C Dv); beta (C); two
- * double vectors of Dk running decay products (4 Dk, + 2 for alignment). */
+/* KDA's chunked workspace (chunk C = 64, sub-blocks of 16; layout: kda_ws_at): the state
+ * transposed (Dk Dv); K and Q rows raw and scaled by exp(Gamma_t) (4 C Dk); a sub-block's
+ * rows scaled to its first token (2 x 16 Dk); scaled key rows and their transpose
+ * (2 C Dk); exp(g_t) per channel (C Dk); the in-chunk coefficients (2 C C); the row products
+ * (2 C Dv); beta (C); a float row (Dk); three double rows of running decay products
+ * (6 Dk, + 1 for alignment). */
 static int64_t kda_ws_floats(int32_t dk, int32_t dv) {
     const int64_t C = TK_GDN_CHUNK;
-    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + C * dk + C * dk + 2 * C * C + 2 * C * dv + C + 4 * dk + 2;
+    return (int64_t) dk * dv + 4 * C * dk + 2 * 16 * dk + 3 * C * dk + 2 * C * C + 2 * C * dv + C + dk + 6 * dk + 2;
 }
 
 static gdn_ws gdn_ws_at(float * work, int32_t dk, int32_t dv) {
@@ -612,12 +835,291 @@ static void gdn_chunked(const tk_gdn_head * h, gdn_gemm_fn gemm) {
     gdn_transpose(w.Sn, dk, dv, h->S);
 }
 
+/* ==== KDA: the chunked form with per-channel decay ===================================== */
+/* Per chunk of L <= C = 64 tokens (K, Q: L x Dk rows, V: L x Dv, S the state entering the
+ * chunk, Gamma_t = sum_{u<=t} g_u in R^Dk within the chunk, E_ts = exp(Gamma_t - Gamma_s)
+ * per channel = prod_{s<u<=t} exp(g_u)):
+ *   A_ts = beta_t sum_c K_tc K_sc E_ts[c]  (s < t),   M_ts = sum_c Q_tc K_sc E_ts[c]  (s <= t)
+ *   V' = (I + A)^-1 beta (V - (K * exp(Gamma)) S)
+ *   O  = (Q * exp(Gamma)) S + M V'
+ *   S <- Diag(exp(Gamma_{L-1})) S + (K * exp(Gamma_{L-1} - Gamma))^T V'
+ * (spec kda-family.md 2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention,
+ * HFK:467-565, which pads to 64; here a partial last chunk is L < 64 rows).  The decay mask
+ * is C x C x Dk per chunk; it is never stored.  As fla's chunk_kda (fla/ops/kda/chunk_intra.py,
+ * chunk_kda_fwd_kernel_intra_sub_inter: sub-chunks of BC = 16 in chunks of BT = 64), the
+ * chunk is cut into sub-blocks of KDA_SUB tokens: for rows t of a sub-block starting at r
+ * and columns s < r,
+ *   E_ts = exp(Gamma_t - Gamma_r) exp(Gamma_r - Gamma_s),   both factors <= 1,
+ * so A and M there are products of scaled rows (K_t exp(Gamma_t - Gamma_r)) and scaled
+ * columns (K_s exp(Gamma_r - Gamma_s)): one gdn_gemm each.  Within a sub-block (s >= r) the
+ * pairs are summed one by one (a dot kernel per level) with E_ts a running product.  Every
+ * decay factor is a running product of the recurrence's own expf(g) values (double across
+ * sub-blocks, float within one; below GDN_TINY: 0, as GDN's stage 3), never exp of a
+ * difference of sums.  Stages (per chunk): kda_chunk_gather (K, Q, beta, exp(g), the rows
+ * scaled by exp(Gamma)), kda_chunk_gram (A, M), kda_chunk_project (K S, Q S; R, o), GDN's
+ * gdn_chunk_solve and gdn_chunk_output on the same workspace fields, kda_chunk_state. */
+#define KDA_SUB 16
+#define KDA_INLINE static inline __attribute__((always_inline))
+
+/* sa = sum_i a[i] (p[i] e[i]), sb = sum_i b[i] (p[i] e[i]), i < n */
+typedef void (*kda_dot2_fn)(const float * p, const float * e, const float * a, const float * b, int32_t n, float * sa,
+                            float * sb);
+
+static void kda_dot2_ref(const float * p, const float * e, const float * a, const float * b, int32_t n, float * sa,
+                         float * sb) {
+    float x = 0.0f, y = 0.0f;
+    for (int32_t i = 0; i < n; i++) { const float pe = p[i] * e[i]; x += a[i] * pe; y += b[i] * pe; }
+    *sa = x;
+    *sb = y;
+}
+
+#ifdef GDN_X86
+GDN_AVX2 static void kda_dot2_avx2(const float * p, const float * e, const float * a, const float * b, int32_t n,
+                                   float * sa, float * sb) {
+    __m256 x = _mm256_setzero_ps(), y = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pe = _mm256_mul_ps(_mm256_loadu_ps(p + i), _mm256_loadu_ps(e + i));
+        x = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), pe, x);
+        y = _mm256_fmadd_ps(_mm256_loadu_ps(b + i), pe, y);
+    }
+    if (i < n) {
+        const __m256i m = gdn_mask8(n - i);
+        const __m256 pe = _mm256_mul_ps(_mm256_maskload_ps(p + i, m), _mm256_maskload_ps(e + i, m));
+        x = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), pe, x);
+        y = _mm256_fmadd_ps(_mm256_maskload_ps(b + i, m), pe, y);
+    }
+    *sa = tk_hsum8_avx2(x);
+    *sb = tk_hsum8_avx2(y);
+}
+
+GDN_AVX512 static void kda_dot2_avx512(const float * p, const float * e, const float * a, const float * b, int32_t n,
+                                       float * sa, float * sb) {
+    __m512 x = _mm512_setzero_ps(), y = _mm512_setzero_ps();
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16) 0xffff : (__mmask16) ((1u << (n - i)) - 1);
+        const __m512 pe = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + i), _mm512_maskz_loadu_ps(m, e + i));
+        x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), pe, x);
+        y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, b + i), pe, y);
+    }
+    *sa = _mm512_reduce_add_ps(x);
+    *sb = _mm512_reduce_add_ps(y);
+}
+#endif
+
+/* The workspace, carved from tk_kda_work_floats(dk, dv) floats (sizes: kda_ws_floats).  In
+ * base: Sn, KQ (raw K rows, then raw Q rows), KT (scaled key columns, transposed), G (rows
+ * t: -A, rows C + t: M), X, bt. */
+typedef struct {
+    gdn_ws base;
+    float * KQe;               /* [2C][Dk] K_t * exp(Gamma_t), then Q_t * exp(Gamma_t) */
+    float * KI, * QI;          /* [KDA_SUB][Dk] a sub-block's rows * exp(Gamma_t - Gamma_r) */
+    float * KJ;                /* [C][Dk] scaled key rows, before their transpose into KT */
+    float * dec;               /* [C][Dk] exp(g_t) (float: the recurrence's expf) */
+    float * er;                /* [Dk] kda_chunk_diag's running E_ts */
+    double * e0, * e1, * e2;   /* [Dk] running decay products (e1: exp(Gamma_{L-1}) from stage 1 on) */
+} kda_ws;
+
+static kda_ws kda_ws_at(float * work, int32_t dk, int32_t dv) {
+    const int64_t C = TK_GDN_CHUNK;
+    kda_ws w;
+    memset(&w, 0, sizeof w);
+    w.base.Sn = work;
+    w.base.KQ = w.base.Sn + (int64_t) dk * dv;
+    w.KQe = w.base.KQ + 2 * C * dk;
+    w.KI = w.KQe + 2 * C * dk;
+    w.QI = w.KI + KDA_SUB * dk;
+    w.base.KT = w.QI + KDA_SUB * dk;
+    w.KJ = w.base.KT + C * dk;
+    w.dec = w.KJ + C * dk;
+    w.base.G = w.dec + C * dk;
+    w.base.X = w.base.G + 2 * C * C;
+    w.base.bt = w.base.X + 2 * C * dv;
+    w.er = w.base.bt + C;
+    float * d = w.er + dk;
+    w.e0 = (double *) (void *) (d + ((uintptr_t) d % 8 ? 1 : 0));
+    w.e1 = w.e0 + dk;
+    w.e2 = w.e1 + dk;
+    return w;
+}
+
+/* One chunk: tokens [t0, t0 + L); c.w is &kw->base (GDN's stages read it); the level's kernels. */
+typedef struct {
+    gdn_chunk c;
+    kda_ws * kw;
+    kda_dot2_fn dot2;
+} kda_chunk;
+
+/* e[i] <- e[i] d[i] (0 below GDN_TINY, and 1 instead when first), then y[i] = x[i] e[i]
+ * and, with x2, y2[i] = x2[i] e[i]: one step of a running decay product (i < n) */
+KDA_INLINE void kda_chain(double * restrict e, const float * restrict d, int first, const float * restrict x,
+                          float * restrict y, const float * restrict x2, float * restrict y2, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        const double p = first ? 1.0 : e[i] * d[i];
+        e[i] = p < GDN_TINY ? 0.0 : p;
+    }
+    for (int32_t i = 0; i < n; i++) y[i] = (float) (x[i] * e[i]);
+    if (x2)
+        for (int32_t i = 0; i < n; i++) y2[i] = (float) (x2[i] * e[i]);
+}
+
+/* ---- stage 1: KQ rows, beta, dec = expf(g); KQe = K, Q * exp(Gamma_t); e1 = exp(Gamma_{L-1}) ---- */
+KDA_INLINE void kda_chunk_gather(const kda_chunk * kc) {
+    const tk_gdn_head * h = kc->c.h;
+    const int32_t dk = h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    for (int32_t i = 0; i < dk; i++) w->e1[i] = 1.0;
+    for (int32_t t = 0; t < L; t++) {
+        const int64_t tt = kc->c.t0 + t;
+        const float * k = h->k + tt * h->k_stride, * q = h->q + tt * h->q_stride, * g = h->gk + tt * h->gk_stride;
+        float * d = w->dec + (int64_t) t * dk;
+        memcpy(w->base.KQ + (int64_t) t * dk, k, (size_t) dk * sizeof(float));
+        memcpy(w->base.KQ + (int64_t) (C + t) * dk, q, (size_t) dk * sizeof(float));
+        w->base.bt[t] = h->beta[tt * h->gb_stride];
+        for (int32_t i = 0; i < dk; i++) d[i] = expf(g[i]);
+        kda_chain(w->e1, d, 0, k, w->KQe + (int64_t) t * dk, q, w->KQe + (int64_t) (C + t) * dk, dk);
+    }
+}
+
+/* ---- stage 2 within a sub-block: G[t][s] = K_t.(K_s E_ts), G[C+t][s] = Q_t.(K_s E_ts) for
+ * r <= s <= t, E_ts a running product from s = t down; the rows' rest (s > t) zeroed ---- */
+KDA_INLINE void kda_chunk_diag(const kda_chunk * kc, int32_t r, int32_t R) {
+    const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * restrict e = w->er;
+    for (int32_t t = r; t < r + R; t++) {
+        const float * kt = w->base.KQ + (int64_t) t * dk, * qt = w->base.KQ + (int64_t) (C + t) * dk;
+        float * a = w->base.G + (int64_t) t * C, * m = w->base.G + (int64_t) (C + t) * C;
+        for (int32_t s = t; s < L; s++) a[s] = m[s] = 0.0f;
+        for (int32_t i = 0; i < dk; i++) e[i] = 1.0f;
+        for (int32_t s = t; s >= r; s--) {
+            float sa, sm;
+            kc->dot2(w->base.KQ + (int64_t) s * dk, e, kt, qt, dk, &sa, &sm);
+            if (s < t) a[s] = sa;
+            m[s] = sm;
+            if (s > r) {
+                const float * restrict d = w->dec + (int64_t) s * dk;
+                for (int32_t i = 0; i < dk; i++) { const float x = e[i] * d[i]; e[i] = x < (float) GDN_TINY ? 0.0f : x; }
+            }
+        }
+    }
+}
+
+/* ---- stage 2: the in-chunk coefficients, sub-block by sub-block: G rows t < L hold -A
+ * (-beta_t A'_ts for s < t, 0 from s = t on), rows C + t hold M (0 above the diagonal) ---- */
+KDA_INLINE void kda_chunk_gram(const kda_chunk * kc) {
+    const int32_t dk = kc->c.h->dk, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * G = w->base.G;
+    for (int32_t r = 0; r < L; r += KDA_SUB) {
+        const int32_t R = L - r < KDA_SUB ? L - r : KDA_SUB;
+        /* rows: K_t, Q_t * exp(Gamma_t - Gamma_r) */
+        for (int32_t t = r; t < r + R; t++)
+            kda_chain(w->e0, w->dec + (int64_t) t * dk, t == r, w->base.KQ + (int64_t) t * dk,
+                      w->KI + (int64_t) (t - r) * dk, w->base.KQ + (int64_t) (C + t) * dk,
+                      w->QI + (int64_t) (t - r) * dk, dk);
+        if (r > 0) {
+            /* columns s < r: K_s * exp(Gamma_r - Gamma_s) (KJ rows), then KT = KJ^T [Dk][r] */
+            for (int32_t i = 0; i < dk; i++) w->e2[i] = 1.0;
+            for (int32_t s = r - 1; s >= 0; s--)
+                kda_chain(w->e2, w->dec + (int64_t) (s + 1) * dk, 0, w->base.KQ + (int64_t) s * dk,
+                          w->KJ + (int64_t) s * dk, NULL, NULL, dk);
+            gdn_transpose(w->KJ, r, dk, w->base.KT);
+            kc->c.gemm(G + (int64_t) r * C, C, w->KI, dk, w->base.KT, r, R, dk, r, 0);
+            kc->c.gemm(G + (int64_t) (C + r) * C, C, w->QI, dk, w->base.KT, r, R, dk, r, 0);
+        }
+        kda_chunk_diag(kc, r, R);
+        for (int32_t t = r; t < r + R; t++) {
+            const float nb = -w->base.bt[t];
+            for (int32_t s = 0; s < t; s++) G[(int64_t) t * C + s] *= nb;
+        }
+    }
+}
+
+/* ---- stage 3: X[t] = KQe_t S, X[C + t] = KQe_{C+t} S; then X[t] <- beta_t (v_t - X[t]) (R),
+ * o_t = X[C + t] ---- */
+KDA_INLINE void kda_chunk_project(const kda_chunk * kc) {
+    const tk_gdn_head * h = kc->c.h;
+    const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    float * X = w->base.X;
+    if (L == C) {
+        kc->c.gemm(X, dv, w->KQe, dk, w->base.Sn, dv, 2 * C, dk, dv, 0);
+    } else {
+        kc->c.gemm(X, dv, w->KQe, dk, w->base.Sn, dv, L, dk, dv, 0);
+        kc->c.gemm(X + (int64_t) C * dv, dv, w->KQe + (int64_t) C * dk, dk, w->base.Sn, dv, L, dk, dv, 0);
+    }
+    for (int32_t t = 0; t < L; t++) {
+        const int64_t tt = kc->c.t0 + t;
+        const float * v = h->v + tt * h->v_stride;
+        float * x = X + (int64_t) t * dv, * o = h->o + tt * h->o_stride;
+        const float * xq = X + (int64_t) (C + t) * dv;
+        const float b = w->base.bt[t];
+        for (int32_t j = 0; j < dv; j++) { x[j] = b * (v[j] - x[j]); o[j] = xq[j]; }
+    }
+}
+
+/* ---- stage 6: Sn[i] <- exp(Gamma_{L-1}[i]) Sn[i] + sum_{s<L} K_s[i] exp(Gamma_{L-1} - Gamma_s)[i] V'_s ---- */
+KDA_INLINE void kda_chunk_state(const kda_chunk * kc) {
+    const int32_t dk = kc->c.h->dk, dv = kc->c.h->dv, L = kc->c.L;
+    kda_ws * w = kc->kw;
+    for (int32_t i = 0; i < dk; i++) {
+        const float eL = (float) w->e1[i];
+        float * restrict sn = w->base.Sn + (int64_t) i * dv;
+        for (int32_t j = 0; j < dv; j++) sn[j] *= eL;
+    }
+    for (int32_t s = L - 1; s >= 0; s--)
+        kda_chain(w->e2, w->dec + (s == L - 1 ? 0 : (int64_t) (s + 1) * dk), s == L - 1, w->base.KQ + (int64_t) s * dk,
+                  w->KJ + (int64_t) s * dk, NULL, NULL, dk);
+    gdn_transpose(w->KJ, L, dk, w->base.KT);
+    kc->c.gemm(w->base.Sn, dv, w->base.KT, L, w->base.X, dv, dk, L, dv, 1);
+}
+
+/* The whole run chunk by chunk; the state transposed into Sn on entry and back on exit.
+ * Instantiated per level (kda_chunked_*): the stages' element-wise loops are compiled for
+ * the level's vectors; the products go to its gdn_gemm, the in-sub-block dots to its dot2. */
+KDA_INLINE void kda_chunked_body(const tk_gdn_head * h, gdn_gemm_fn gemm, kda_dot2_fn dot2) {
+    const int32_t dk = h->dk, dv = h->dv, C = TK_GDN_CHUNK;
+    kda_ws w = kda_ws_at(h->work, dk, dv);
+    gdn_transpose(h->S, dv, dk, w.base.Sn);
+    for (int32_t t0 = 0; t0 < h->n_tok; t0 += C) {
+        const kda_chunk kc = {{h, t0, h->n_tok - t0 < C ? h->n_tok - t0 : C, &w.base, gemm}, &w, dot2};
+        kda_chunk_gather(&kc);
+        kda_chunk_gram(&kc);
+        kda_chunk_project(&kc);
+        gdn_chunk_solve(&kc.c);
+        gdn_chunk_output(&kc.c);
+        kda_chunk_state(&kc);
+    }
+    gdn_transpose(w.base.Sn, dk, dv, h->S);
+}
+
+static void kda_chunked_ref(const tk_gdn_head * h) { kda_chunked_body(h, gdn_gemm_ref, kda_dot2_ref); }
+#ifdef GDN_X86
+GDN_AVX2 static void kda_chunked_avx2(const tk_gdn_head * h) { kda_chunked_body(h, gdn_gemm_avx2, kda_dot2_avx2); }
+GDN_AVX512 static void kda_chunked_avx512(const tk_gdn_head * h) {
+    kda_chunked_body(h, gdn_gemm_avx512, kda_dot2_avx512);
+}
+#endif
+
 /* ==== dispatch ========================================================================= */
 
 int64_t tk_kda_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? kda_ws_floats(dk, dv) : 0; }
 
+/* KDA heads: the chunked form from tk_kda_threshold() tokens when work is given */
+static void kda_run(const tk_gdn_head * h) {
+    const int thr = tk_kda_threshold();
+    if (h->n_tok <= 0) return;
+    if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
+#ifdef GDN_X86
+    if (tk_cpu_level() >= TK_CPU_AVX512) { kda_chunked_avx512(h); return; }
+    if (tk_cpu_level() >= TK_CPU_AVX2) { kda_chunked_avx2(h); return; }
+#endif
+    kda_chunked_ref(h);
+}
+
 void tk_gdn_run(const tk_gdn_head * h) {
-    if (h->gk) { tk_gdn_recurrent(h); return; }     /* KDA: the chunked form is not written yet */
+    if (h->gk) { kda_run(h); return; }
     const int thr = tk_gdn_threshold();
     if (h->n_tok <= 0) return;
     /* no workspace: the recurrence (needs none) */
