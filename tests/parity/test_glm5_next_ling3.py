@@ -120,3 +120,19 @@ def test_quantized_error_ordered_by_bits(hf_f32, tmp_path, report, name):
         errs[qtype] = rel_l2(lo, ref["logits"])
     report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
     assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
+
+
+@pytest.mark.parametrize("name", NAMES + VARIANTS)
+def test_chunked_kda_matches_hf(hf_f32, report, name):
+    """the chunked KDA form (kernels/gdn.c, forced for every run of 1+ tokens) as the recurrence"""
+    from toolkit.binding import lib
+    before = lib.tk_kda_threshold()
+    lib.tk_kda_set_threshold(1)
+    try:
+        ref = _ref(name)
+        errs = {k: rel_l2(logits_of(hf_f32(name), ref["tokens"], **kw), ref["logits"])
+                for k, kw in (("one-shot", {}), ("ubatch 7", {"n_ubatch": 7}))}
+    finally:
+        lib.tk_kda_set_threshold(before)
+    report.append(f"{name} chunked KDA: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) < F32_BOUND
