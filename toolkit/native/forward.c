@@ -14,7 +14,7 @@
  *   x += rmsnorm(mixer(x)) * post_attention_norm;  x += rmsnorm(ffn(x)) * post_ffw_norm
  * MiniMax (hp.residual_normed): each branch joins as x = alpha * rmsnorm(x) + beta * branch, the
  * factors per branch (lightning, attention, FFN).
- * A model with hyper-connections (hc_count > 1, qwen4exp) runs residual_hc.c's skeleton instead.
+ * A model with hyper-connections (tk_hc_on: qwen4exp's, GLM-5-Next's mHC) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,

@@ -232,7 +232,7 @@ typedef struct {
     int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
     int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
     float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
-    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 with hc_count > 1:
+    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 (any hc_count >= 1):
      * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
     int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
     float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */

@@ -186,7 +186,7 @@ tk_status tk_dsa_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, 
 int32_t tk_dsa_idx_dim(const tk_model * m, int il);
 tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const float * x,
                            const float * qr, const tk_kv_view * kv, const uint8_t ** sel);
-/* residual_hc.c: hyper-connections (hp.hc_count > 1): qwen4exp's, GLM-5-Next's mHC */
+/* residual_hc.c: hyper-connections (tk_hc_on(hp)): qwen4exp's, GLM-5-Next's mHC */
 tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
 tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);

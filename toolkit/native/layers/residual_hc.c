@@ -31,6 +31,19 @@
 
 static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
 
+/* every stream of every token = its embedding row (both forms) */
+static tk_status hc_embed(tk_context * ctx, const tk_ubatch * ub) {
+    const tk_model * m = ctx->model;
+    const int32_t D = m->hp.n_embd, U = ub->n_tokens, hc = m->hp.hc_count, HD = hc * D;
+    tk_model_prefetch_rows(m, ub->token, U);
+    for (int32_t t = 0; t < U; t++) {
+        float * xt = ctx->hx + (size_t) t * HD;
+        TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], xt));
+        for (int32_t c = 1; c < hc; c++) memcpy(xt + (size_t) c * D, xt, (size_t) D * sizeof(float));
+    }
+    return TK_OK;
+}
+
 static tk_status hc_bind_set(tk_model * m, const tk_table * tab, const char * norm, const char * down, const char * up,
                              const char * inject, float ** w_norm, tk_weight * w_down, tk_weight * w_up, tk_weight * w_inj) {
     const tk_hparams * hp = &m->hp;
@@ -114,15 +127,10 @@ static void hc_combine(tk_context * ctx, int32_t U, const float * out) {
 tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
-    const int32_t D = hp->n_embd, U = ub->n_tokens, hc = hp->hc_count, HD = hc * D;
+    const int32_t D = hp->n_embd, U = ub->n_tokens;
     if (hp->hc_sinkhorn_iters > 0) return mhc_forward(ctx, ub, logits_out);   /* any hc_count */
 
-    tk_model_prefetch_rows(m, ub->token, U);
-    for (int32_t t = 0; t < U; t++) {
-        float * xt = ctx->hx + (size_t) t * HD;
-        TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], xt));
-        for (int32_t c = 1; c < hc; c++) memcpy(xt + (size_t) c * D, xt, (size_t) D * sizeof(float));
-    }
+    TK_CHECK(hc_embed(ctx, ub));
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
@@ -314,12 +322,7 @@ static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * log
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens, hc = hp->hc_count, HD = hc * D;
 
-    tk_model_prefetch_rows(m, ub->token, U);
-    for (int32_t t = 0; t < U; t++) {
-        float * xt = ctx->hx + (size_t) t * HD;
-        TK_CHECK(tk_weight_row(&m->tok_embd, ub->token[t], xt));
-        for (int32_t c = 1; c < hc; c++) memcpy(xt + (size_t) c * D, xt, (size_t) D * sizeof(float));
-    }
+    TK_CHECK(hc_embed(ctx, ub));
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
