@@ -123,10 +123,10 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
  * work: tk_gdn_work_floats(dk, dv) floats, used by the chunked form only (NULL: tk_gdn_run
  * takes the recurrence whatever n_tok).
  *
- * Kimi Delta Attention (KDA: the per-key-channel decay; ref: Kimi Team 2025, "Kimi Linear",
- * eq. (1); transformers modeling_kimi_linear.py recurrent_kimi_delta_attention (spec
- * kda-family.md section 2.1, HFK:449-462); llama.cpp ggml-cpu ops.cpp gated_delta_net, its
- * KDA branch ops.cpp:11231-11240): when gk != NULL, gk + t*gk_stride holds dk floats, the
+ * Kimi Delta Attention (KDA: the per-key-channel decay; ref: transformers
+ * modeling_kimi_linear.py recurrent_kimi_delta_attention, spec kda-family.md section 2.1,
+ * HFK:449-462; llama.cpp ggml-cpu ops.cpp gated_delta_net, its KDA branch
+ * ops.cpp:11231-11240): when gk != NULL, gk + t*gk_stride holds dk floats, the
  * log decay g_t[i] <= 0 of key channel i, and replaces the scalar g (then unread, may be
  * NULL):
  *   S <- Diag(exp(g_t)) S  (key row i of S scaled by exp(g_t[i]));  then as above
@@ -152,7 +152,8 @@ typedef struct {
 void tk_gdn_recurrent(const tk_gdn_head * h);
 /* The chunked form (chunks of 64) when n_tok >= the threshold > 0 (tk_gdn_threshold(), or
  * tk_kda_threshold() with gk) and work is given, else tk_gdn_recurrent.  The two agree to
- * float rounding (~1e-7 relative). */
+ * float rounding (GDN ~1e-7, KDA < 1e-6 relative); the chunked form's bits depend on where
+ * its chunks start, so on how a run is split over calls. */
 void tk_gdn_run(const tk_gdn_head * h);
 /* floats of work the chunked form needs for heads of these dims (0 if dk or dv <= 0):
  * the state transposed, Dk x Dv, plus 64-token chunk buffers (257 KiB at Dk = Dv = 128) */
@@ -164,8 +165,13 @@ int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
 /* KDA (gk != NULL): floats of work its chunked form needs for heads of these dims (0 if dk
- * or dv <= 0); and its own threshold, from the environment's TOOLKIT_KDA_MIN, else gdn.c's
- * measured TK_KDA_MIN_DEFAULT; set and reset like tk_gdn_set_threshold. */
+ * or dv <= 0): the state transposed plus 64-token chunk buffers (404 KiB at Dk = Dv = 128).
+ * Its own threshold: runs of at least tk_kda_threshold() tokens take the chunked form
+ * (spec kda-family.md 2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention);
+ * 0 = never.  The default is the environment's TOOLKIT_KDA_MIN (a decimal >= 0) if set,
+ * else gdn.c's measured TK_KDA_MIN_DEFAULT (0: the chunked form never won on the machine
+ * measured); tk_kda_set_threshold(n >= 0) overrides it and returns n; (n < 0) goes back to
+ * the default and returns it.  Independent of tk_gdn_threshold. */
 int64_t tk_kda_work_floats(int32_t dk, int32_t dv);
 int tk_kda_threshold(void);
 int tk_kda_set_threshold(int n);

@@ -1,5 +1,8 @@
 /* gdn.c: the gated delta rule, one value head of one sequence (contract: tk_testing.h,
- * tk_gdn_head).  Two forms of the same recurrence,
+ * tk_gdn_head), with a scalar decay per token (GDN) or, with tk_gdn_head.gk, a decay per
+ * key channel (Kimi Delta Attention, KDA: S <- Diag(exp(g_t)) S; its recurrence in
+ * scalar, AVX2+FMA and AVX-512, and its chunked form, are in the "KDA" sections below,
+ * the chunked form's math above kda_chunked_body).  Two forms of the same recurrence,
  *   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
  * (S: Dk x Dv, element (key i, value j) at S[j*dk + i], as llama.cpp keeps it):
  *   - recurrent: token by token, O(n_tok Dk Dv); the decode path and the reference
@@ -34,6 +37,8 @@
  * Every product in 2, 4, 5, 6, 7 is one kernel, gdn_gemm: out[r][0:N] += sum_j c[r][j]
  * m[j][0:N], with a plain reference (gdn_gemm_ref) and an AVX2+FMA instance
  * (gdn_gemm_avx2) chosen by tk_cpu_level(); the decays (stage 3) are scalar, in double.
+ * (KDA's chunked form uses the same kernel, and at the avx512 level an AVX-512 instance,
+ * gdn_gemm_avx512; GDN's stays on gdn_gemm_avx2 there, as measured above.)
  * During a chunked run the state is held transposed, Sn[i][j] (key row i of Dv values).
  */
 #include <math.h>
@@ -76,7 +81,29 @@
  * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
 #define TK_GDN_MIN_DEFAULT 0
 
-/* KDA heads (gk != NULL): not measured yet, never chunked. */
+/* KDA heads (gk != NULL): from this length the chunked form; 0: none.  Measured with
+ * `python bench/gdn_kernels.py --kda -r 9 --levels avx2,avx512` (as above, per level; g per
+ * channel in [-3, 0]; same machine, 2 cores shared with 5 other jobs, load 8.7-9.0, so
+ * single figures move by 20%):
+ *                avx2                                     avx512
+ *    n_tok  128x128 rec  chunked     x   64x64 x      128x128 rec  chunked     x   64x64 x
+ *        1       373982    38400  0.11      0.12           506860    42072  0.08      0.12
+ *        8       467929   192250  0.42      0.48           448257   239068  0.53      0.57
+ *       16       485647   306740  0.63      0.61           559695   301275  0.54      0.63
+ *       32       454173   359028  0.79      0.72           563887   370934  0.66      0.73
+ *       64       416847   315045  0.77      0.59           530451   373521  0.70      0.75
+ *      128       395694   308302  0.79      0.54           451088   388842  0.86      0.63
+ *      256       389507   379944  0.98      0.58           549436   413430  0.75      0.66
+ *      512       391322   400199  1.03      0.68           438303   410178  0.93      0.75
+ * (2, 4, 12, 24, 48, 96 tokens also measured: 0.18-0.98.)  The chunked form never wins
+ * beyond the noise, at either level or head size, for GDN's reason: per token it does the
+ * 3 Dk Dv multiply-adds of K S, Q S and K^T V' against the recurrence's 4 Dk Dv vector
+ * operations, plus the in-chunk work, which per-channel decay makes heavier (the decay
+ * mask applied in the scaled rows and columns of every sub-block, the in-sub-block pairs
+ * one by one).  A profile at 128 x 128, 512 tokens, avx512: products (gdn_gemm_avx512)
+ * 34%, the in-chunk coefficients 24% (scaled rows and columns 12%, in-sub-block pairs
+ * 12%), the state update's decays 7%, expf 7% (the recurrence pays it too).  So the
+ * default is 0 (never); TOOLKIT_KDA_MIN or tk_kda_set_threshold turn it on. */
 #define TK_KDA_MIN_DEFAULT 0
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -383,8 +410,8 @@ GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
     }
 }
 
-/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 4 value rows with two
- * accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
+/* ---- KDA, AVX-512 (F, VL): the AVX2 form's arithmetic on 16 lanes, 8 value rows (then 4,
+ * then 1) with two accumulators each; tails under a lane mask.  Sums of the 16 lanes: _mm512_reduce_add_ps
  * (a fixed tree). ---- */
 #define GDN_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
 
@@ -392,7 +419,7 @@ GDN_AVX2 static void kda_recurrent_avx2(const tk_gdn_head * h) {
 GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_dot_avx512(const float * S, int32_t dk,
                                                                                    const float * kd, __m512 * a,
                                                                                    const int NR) {
-    __m512 b[4];
+    __m512 b[8];
     for (int r = 0; r < NR; r++) a[r] = b[r] = _mm512_setzero_ps();
     int32_t i = 0;
     for (; i + 32 <= dk; i += 32) {
@@ -431,7 +458,7 @@ GDN_AVX512 static inline __attribute__((always_inline)) void kda_rows_avx512(flo
                                                                                const float * k, const float * kd,
                                                                                const float * dec, const float * v,
                                                                                float beta, float * o, const int NR) {
-    __m512 a[4], b[4], u[4];
+    __m512 a[8], b[8], u[8];
     kda_rows_dot_avx512(S, dk, kd, a, NR);
     for (int r = 0; r < NR; r++) {
         u[r] = _mm512_set1_ps(beta * (v[r] - _mm512_reduce_add_ps(a[r])));
@@ -456,7 +483,7 @@ GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
         const int32_t T = h->n_tok - t0 < TB ? h->n_tok - t0 : TB;
         kda_block_decays(h, t0, T, dec, kd);
         for (int32_t j = 0; j < dv;) {
-            const int NR = dv - j >= 4 ? 4 : 1;
+            const int NR = dv - j >= 8 ? 8 : dv - j >= 4 ? 4 : 1;
             float * Sj = h->S + (int64_t) j * dk;
             for (int32_t t = 0; t < T; t++) {
                 const int64_t tt = t0 + t;
@@ -464,7 +491,8 @@ GDN_AVX512 static void kda_recurrent_avx512(const tk_gdn_head * h) {
                 const float * v = h->v + tt * h->v_stride + j, * d = dec + (int64_t) t * dk, * kt = kd + (int64_t) t * dk;
                 const float beta = h->beta[tt * h->gb_stride];
                 float * o = h->o + tt * h->o_stride + j;
-                if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
+                if (NR == 8) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 8);
+                else if (NR == 4) kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 4);
                 else kda_rows_avx512(Sj, dk, q, k, kt, d, v, beta, o, 1);
             }
             j += NR;
