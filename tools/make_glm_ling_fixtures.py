@@ -7,6 +7,8 @@ bailinghybrid-tiny are ../shared/fixtures' (tools/make_fixtures3_kda.py there).
                            conv 3, SwiGLU limit 0.3, norm_topk_prob false, 2 shared experts, 2 leading dense
     glm5next-softplus-tiny the softplus KDA gate (linear_attn_config.gate_lower_bound null, safe_gate
                            false), 2 streams, k-pools of 4, budget 8, 2 groups of 3 experts (1 kept)
+    glm5next-notail-tiny   index_kpool_always_select_tail false: a query attends only its complete
+                           pools, the first 3 none at all (HF's sdpa: a zero output, spec §2.4, D18)
     bailinghybrid-var-tiny 5 layers in groups of 2 (HF: attention at 1 and 3, layer 4 KDA; llama.cpp's
                            converter would make 4 attention, D14), the softplus gate (kda_safe_gate false),
                            no q-LoRA, rms_norm_eps 1e-5, 2 shared experts, norm_topk_prob false, dr 4
@@ -55,6 +57,13 @@ VARIANTS = {
                                        "mlp_layer_types": ["dense", "sparse", "sparse", "sparse", "sparse"]},
                                {"num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4, "gate_lower_bound": None,
                                 "safe_gate": False}),
+    "glm5next-notail-tiny": ("glm", {**GLM_BASE, "hc_mult": 4, "index_kpool": 4, "index_topk": 8,
+                                     "index_kpool_always_select_tail": False, "swiglu_limit": 1.0,
+                                     "layer_types": ["linear_attention", "indexed_attention", "linear_attention",
+                                                     "indexed_attention", "linear_attention"],
+                                     "indexer_types": ["full"] * 5,
+                                     "mlp_layer_types": ["dense", "sparse", "sparse", "sparse", "sparse"]},
+                             {"num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4, "gate_lower_bound": -5.0}),
     "bailinghybrid-var-tiny": ("bailing", dict(
         vocab_size=512, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=5,
         num_attention_heads=4, num_key_value_heads=4, head_dim=16, q_lora_rank=None, kv_lora_rank=24,

@@ -21,7 +21,9 @@ NAMES = ["glm5next-tiny", "bailinghybrid-tiny"]
 # held-back-like variants (tools/make_glm_ling_fixtures.py): other hc counts, Sinkhorn iterations,
 # k-pools, budgets, gate bounds, the softplus gate, SwiGLU limits, no renormalisation, attention
 # first, a shared indexer, expert groups, no q-LoRA, rms_norm_eps 1e-5, a layer-group tail
-VARIANTS = ["glm5next-var-tiny", "glm5next-softplus-tiny", "bailinghybrid-var-tiny"]
+# glm5next-notail-tiny: index_kpool_always_select_tail false (the first kp - 1 queries attend
+# nothing: a zero attention output, as HF's sdpa gives; spec §2.4 / D18 calls it undefined)
+VARIANTS = ["glm5next-var-tiny", "glm5next-softplus-tiny", "glm5next-notail-tiny", "bailinghybrid-var-tiny"]
 
 
 @pytest.fixture(scope="module")
