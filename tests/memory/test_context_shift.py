@@ -31,7 +31,8 @@ pytestmark = pytest.mark.native
 
 HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
            "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
-           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "recurrentgemma-tiny", "kimilinear-tiny"]
+           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "recurrentgemma-tiny", "kimilinear-tiny",
+           "glm5next-tiny", "bailinghybrid-tiny"]
 UB = 16
 
 
@@ -316,3 +317,33 @@ def test_generate_interrupted_after_a_decode_holds_what_the_memory_holds(hf_f32,
         assert len(res.held_tokens) == ctx.memory.seq_pos_max(0) + 1
         assert res.held_tokens[-1] == res.tokens[-1]
         save_session(ctx, tmp_path / "s.session", res.held_tokens)
+
+
+def test_shift_equals_fresh_run_ling3_mla_rope(hf_f32, tmp_path):
+    """Ling 3 (bailingmoe3): MLA caches k_rot after its interleaved RoPE, so a shift rotates the
+    cached k_rot (memory_kv.c kv_seq_add, hp.mla_rope).  As attention_only() does for the other
+    families: every KDA layer's and every MLA layer's but the first one's attn_output zeroed, so
+    the shifted run must equal a fresh run of the kept tokens.  Seen failing with the k_rot
+    rotation turned off (max |diff| 0.15 against 1e-5)."""
+    import gguf
+    path = tmp_path / "ling.attn.gguf"
+    shutil.copyfile(hf_f32("bailinghybrid-tiny"), path)
+    r = gguf.GGUFReader(path, "r+")
+    for t in r.tensors:
+        if t.name.endswith("attn_output.weight") and t.name.split(".")[1] != "1":   # layer 1: the first MLA
+            t.data[...] = 0
+    del r
+    t, x = toks(40, 31), toks(6, 32)
+    n_keep = 4
+    d = n_discard_for(40, n_keep)
+    with Model(path) as m:
+        assert m.hparams.mla_rope == 1 and m.hparams.attention_layers == [1, 3]
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ctx.decode(t, logits="none")
+            assert context_shift(ctx, 0, n_keep, 40) == d == 18
+            got = ctx.decode(x, logits="all")
+        with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
+            ref = ctx.decode(np.concatenate([t[:n_keep], t[n_keep + d:], x]), logits="all")[-len(x):]
+    err = float(np.max(np.abs(got - ref)))
+    print(f"ling3 mla rope: max |shifted - fresh| = {err:.3g} (tolerance 1e-5)")
+    assert err <= 1e-5

@@ -29,7 +29,7 @@ CONVERTED = ["jamba-tiny", "falconh1-tiny", "lfm2-tiny", "nemotronh-tiny", "zamb
              "qwen4exp-tiny", "qwen4exp-ple2-tiny", "qwen4exp-hc3-tiny", "falconmamba-tiny", "zamba-tiny", "zamba-odd-tiny",
              "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny",
              "recurrentgemma-tiny", "recurrentgemma-odd-tiny", "kimilinear-tiny",
-             "kimilinear-var-tiny"]
+             "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny"]
 # lfm2-tiny with layer 3 a window-5 sliding layer (a full and a sliding KV cache), and with both
 # attention layers sliding (the full cache holds positions only)
 SLIDING = {"swa/lfm2": (False, False, False, True), "swa/lfm2-all": (False, True, False, True)}

@@ -26,7 +26,10 @@ attention, its [nh, d, d] state the only recurrent piece; residuals on the norme
 and RecurrentGemma (recurrentgemma-tiny: RG-LRU layers, the conv window and h their pieces, the
 position-0 reset, local MQA with window 16; recurrentgemma-odd-tiny: window 8, GQA with biases), and
 Kimi-Linear (kimilinear-tiny, kimilinear-var-tiny: KDA conv windows and per-channel-decay state, MLA
-with the latent cached and no V, q-LoRA, sigmoid MoE with groups).  Run under ASan/UBSan by CI (pytest -m native).
+with the latent cached and no V, q-LoRA, sigmoid MoE with groups), GLM-5-Next (glm5next-tiny: mHC
+streams, MLA with the DSA indexer's [k_I | gamma] cached per token in the KV cells, a shared indexer
+layer; sparse from 39 visible tokens) and Ling 3 (bailinghybrid-tiny: full-rank KDA gates, MLA
+with RoPE'd k_rot cached and the head gate).  Run under ASan/UBSan by CI (pytest -m native).
 """
 from __future__ import annotations
 
@@ -179,7 +182,10 @@ def play(m: Model, ops, every: int) -> None:
                                         ("laramini-tiny", 3), ("laramini-tiny", 0),
                                         ("minimax-tiny", 3), ("minimax-tiny", 0),
                                         ("recurrentgemma-tiny", 3), ("recurrentgemma-odd-tiny", 0),
-                                        ("kimilinear-tiny", 3), ("kimilinear-var-tiny", 0)])
+                                        ("kimilinear-tiny", 3), ("kimilinear-var-tiny", 0),
+                                        ("glm5next-tiny", 3), ("glm5next-tiny", 0),
+                                        ("bailinghybrid-tiny", 3), ("bailinghybrid-tiny", 0),
+                                        ("glm5next-var-tiny", 3), ("bailinghybrid-var-tiny", 0)])
 @settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

@@ -27,7 +27,7 @@ UB = 16
 
 @pytest.fixture(scope="module", params=["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny",
                                                  "nemotronh-tiny", "zamba2-tiny", "qwen4exp-tiny",
-                                                 "qwen4exp-ple2-tiny"])
+                                                 "qwen4exp-ple2-tiny", "glm5next-tiny", "bailinghybrid-tiny"])
 def model(request, tmp_path_factory):
     from toolkit.convert import convert
     out = tmp_path_factory.mktemp("mt") / f"{request.param}.f32.gguf"

@@ -26,7 +26,8 @@ FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tin
             "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny", "qwen4exp-ple2-tiny", "falconmamba-tiny",
             "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny",
             "recurrentgemma-tiny", "recurrentgemma-odd-tiny", "kimilinear-tiny",
-            "kimilinear-var-tiny"]
+            "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny",
+            "glm5next-var-tiny", "bailinghybrid-var-tiny"]
 K = 4
 
 

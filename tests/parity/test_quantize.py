@@ -38,7 +38,8 @@ FULL_SET = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K
 WITH_S_L = FULL_SET | {"Q3_K_S", "Q3_K_L", "Q5_K_S"}
 REF_SETS = {"bamba-small": FULL_SET, "qwen35-small": FULL_SET, "qwen35moe-small": FULL_SET,
             "qwen3next-small": FULL_SET, "qwen35-tiny": WITH_S_L, "qwen35moe-tiny": WITH_S_L,
-            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L, "kimilinear-tiny": FULL_SET}
+            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L, "kimilinear-tiny": FULL_SET,
+            "glm5next-tiny": WITH_S_L, "bailinghybrid-tiny": WITH_S_L}
 
 
 def _refs(model: str) -> set[str]:

@@ -74,7 +74,8 @@ def test_runtime_arches():
     assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
                               "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
                               "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01", "recurrent-gemma",
-                              "kimi-linear")
+                              "kimi-linear", "glm5-next",
+                              "bailingmoe3")
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -158,7 +159,7 @@ def test_filled_struct_holds_hparams(name):
             assert got == float(np.float32(want)), fld
         else:
             assert got == int(want), fld
-    assert len(arrays) == 3
+    assert len(arrays) == 3 + bool(hp.dsa_full)     # glm5-next: the DSA indexer types
 
 
 # ---- tensors --------------------------------------------------------------------------------

@@ -103,6 +103,14 @@ TK_HPARAMS: tuple[CField, ...] = (
     _f("rglru_logit_softcap"), _i("rglru_attn_bias"),
     _i("kda_n_head"), _i("kda_head_dim"), _f("kda_l2_eps"), _f("kda_gate_lower_bound"),
     _i("mla_q_lora_rank"), _i("mla_kv_lora_rank"), _i("mla_dn"), _i("mla_dr"), _i("mla_dv"), _f("mla_norm_eps"),
+    # GLM-5-Next mHC (appended)
+    _i("hc_sinkhorn_iters"), _f("hc_eps"),
+    # GLM-5-Next DSA k-pool indexer (appended)
+    _i("dsa_kpool"), _i("dsa_select_tail"), _f("dsa_k_norm_eps"), _a("dsa_full"),
+    # GLM-5-Next SwiGLU clamp (appended)
+    _f("swiglu_clamp_exp"), _f("swiglu_clamp_shexp"),
+    # Ling 3 (appended)
+    _i("kda_a_positive"), _i("mla_rope"),
 )
 
 # HParams fields the C side does not take, and why

@@ -148,6 +148,20 @@ class HParams:
     mla_dr: int = 0
     mla_dv: int = 0
     mla_norm_eps: float = 0.0
+    # GLM-5-Next mHC (hyper_connection.*): Sinkhorn-normalised mixing when > 0 (with hc_count > 1)
+    hc_sinkhorn_iters: int = 0
+    hc_eps: float = 0.0
+    # GLM-5-Next DSA k-pool indexer (attention.indexer.*): per-layer full (1) / shared (0)
+    dsa_kpool: int = 0
+    dsa_select_tail: int = 0
+    dsa_k_norm_eps: float = 0.0
+    dsa_full: list[int] = field(default_factory=list)
+    # GLM-5-Next SwiGLU clamp (swiglu_clamp_exp / swiglu_clamp_shexp; 0: none)
+    swiglu_clamp_exp: float = 0.0
+    swiglu_clamp_shexp: float = 0.0
+    # Ling 3 (read_bailingmoe3_extras): ssm_a = +exp(A_log); RoPE on MLA's dr dims
+    kda_a_positive: int = 0
+    mla_rope: int = 0
 
     @property
     def attention_layers(self) -> list[int]:

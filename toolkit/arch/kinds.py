@@ -45,3 +45,4 @@ class Residual(str, enum.Enum):
     HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block
     NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x))
     SOFTCAP = "softcap"                      # RecurrentGemma: embedding * bf16(sqrt D), logits soft-capped
+    MHC = "mhc"                              # GLM-5-Next: hc streams, Sinkhorn-normalised mixing, mean at the end

@@ -23,12 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
 # value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
 _FLOAT_KEYS = {Keys.KDA.L2_NORM_EPS, Keys.KDA.MLA_NORM_EPS, Keys.KDA.GATE_LOWER_BOUND, Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
                Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
-               Keys.LLM.EXPERT_WEIGHTS_SCALE, Keys.LLM.FINAL_LOGIT_SOFTCAPPING}
-_BOOL_KEYS = {Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
-             Keys.SSM.NORM_BEFORE_GATE}
+               Keys.LLM.EXPERT_WEIGHTS_SCALE, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, Keys.HyperConnection.EPSILON}
+_BOOL_KEYS = {Keys.KDA.SAFE_GATE, Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
+             Keys.SSM.NORM_BEFORE_GATE, Keys.Attention.Indexer.KPOOL_SELECT_TAIL}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
               Keys.LLM.FEED_FORWARD_LENGTH}
-_BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS, Keys.Attention.SLIDING_WINDOW_PATTERN}
+_BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS, Keys.Attention.SLIDING_WINDOW_PATTERN, Keys.Attention.Indexer.TYPES}
 
 
 class KeyReader:
@@ -744,3 +744,76 @@ def read_kda_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     read_moe_routing(r, hp, spec)
     hp.moe_sigmoid = True
     hp.moe_weights_norm = bool(r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, True))
+
+
+def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """What GLM-5-Next adds to the KDA family (spec kda-family.md §1.3, §2.4-2.6): mHC
+    (``hyper_connection.*``, any count; llama.cpp's loader accepts only 4), the DSA k-pool indexer
+    (``attention.indexer.*``: heads, key length, budget, k-pool, the tail, full / shared per layer;
+    ``attention.layer_norm_epsilon`` the indexer key LayerNorm's), the SwiGLU clamps (llama.cpp's
+    per-layer ``swiglu_clamp_exp`` / ``swiglu_clamp_shexp``: one value each, as HF's swiglu_limit).
+
+    Raises:
+        InputError: a missing key, a count, k-pool or iteration count below 1, a budget that is
+            not a multiple of the k-pool, per-layer lists of the wrong length, clamps that differ
+            between layers.
+    """
+    f, L, I, HC = r.f, hp.n_layer, Keys.Attention.Indexer, Keys.HyperConnection
+    hp.hc_count = int(r.req(HC.COUNT))
+    if not 1 <= hp.hc_count <= 64:
+        raise r.bad(HC.COUNT, f"= {hp.hc_count} must be in [1, 64]")
+    hp.hc_sinkhorn_iters = int(r.opt(HC.SINKHORN_ITERATIONS, 20))
+    if not 1 <= hp.hc_sinkhorn_iters <= 1000:
+        raise r.bad(HC.SINKHORN_ITERATIONS, f"= {hp.hc_sinkhorn_iters} must be in [1, 1000]")
+    hp.hc_eps = float(r.opt(HC.EPSILON, 1e-6))
+    if not hp.hc_eps >= 0:
+        raise r.bad(HC.EPSILON, f"= {hp.hc_eps} must be >= 0")
+    hp.idx_n_head = int(r.req(I.HEAD_COUNT))
+    hp.idx_head_dim = int(r.req(I.KEY_LENGTH))
+    hp.idx_top_k = int(r.req(I.TOP_K))
+    hp.dsa_kpool = int(r.req(I.KPOOL))
+    for key, v in ((I.HEAD_COUNT, hp.idx_n_head), (I.KEY_LENGTH, hp.idx_head_dim), (I.KPOOL, hp.dsa_kpool)):
+        if not 1 <= v <= 1 << 20:
+            raise r.bad(key, f"= {v} must be positive")
+    if hp.idx_top_k <= 0 or hp.idx_top_k % hp.dsa_kpool:
+        raise r.bad(I.TOP_K, f"= {hp.idx_top_k} must be a positive multiple of {k(I.KPOOL, r.arch)} = {hp.dsa_kpool}")
+    hp.dsa_select_tail = int(bool(r.opt(I.KPOOL_SELECT_TAIL, True)))
+    types = r.opt(I.TYPES, [True] * L)
+    if len(types) != L:
+        raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count)")
+    hp.dsa_full = [int(t) for t in types]
+    hp.dsa_k_norm_eps = float(r.opt(Keys.Attention.LAYERNORM_EPS, 1e-6))
+    if not bool(r.opt(Keys.KDA.SAFE_GATE, True)):     # ours: the softplus gate (HF linear_lower_bound null)
+        hp.kda_gate_lower_bound = 0.0
+    # the KDA q / k l2-norm: llama.cpp's glm5-next graph uses HF's 1e-6 (glm5-next.cpp:738), not rms_eps
+    hp.kda_l2_eps = float(r.opt(Keys.KDA.L2_NORM_EPS, 1e-6))
+    for key, attr in ((Keys.KDA.SWIGLU_CLAMP_EXP, "swiglu_clamp_exp"), (Keys.KDA.SWIGLU_CLAMP_SHEXP, "swiglu_clamp_shexp")):
+        v = f.get(k(key, r.arch), None)
+        if v is None:
+            continue
+        v = v if isinstance(v, list) else [v] * L
+        if len(v) != L or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v):
+            raise r.bad(key, f"= {str(v)[:60]} must list {L} non-negative numbers")
+        if len(set(v)) > 1:
+            raise r.bad(key, f"= {str(v)[:60]}: a clamp per layer is not supported (HF has one swiglu_limit)")
+        setattr(hp, attr, float(v[0]))
+
+
+def read_bailingmoe3_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
+    """What Ling 3 adds to the KDA family (spec kda-family.md §1.4, §2.1, §2.3): ssm_a holds
+    +exp(A_log); ``kda.safe_gate`` false is the softplus gate (llama.cpp refuses it, D3; true: the
+    bounded gate at ``kda.gate_lower_bound``); MLA rotates its dr dims (adjacent pairs at
+    ``rope.freq_base``) and gates each head's output (``attn_gate``)."""
+    hp.kda_a_positive = 1
+    if not bool(r.opt(Keys.KDA.SAFE_GATE, True)):
+        hp.kda_gate_lower_bound = 0.0
+    elif LayerKind.KDA in hp.layer_kinds and not hp.kda_gate_lower_bound < 0:
+        raise r.bad(Keys.KDA.GATE_LOWER_BOUND, f"= {hp.kda_gate_lower_bound}: the bounded gate (kda.safe_gate) needs "
+                    f"a negative bound")
+    if LayerKind.MLA in hp.layer_kinds:
+        hp.attn_head_gate = 1
+        hp.mla_rope = int(hp.mla_dr > 0)
+        hp.rope_freq_base = float(r.opt(Keys.Rope.FREQ_BASE, 10000.0))
+        if hp.mla_dr % 2 or not hp.rope_freq_base > 0:
+            raise r.bad(Keys.Rope.FREQ_BASE, f"= {hp.rope_freq_base} (rope.dimension_count {hp.mla_dr}): RoPE needs an "
+                        f"even dimension count and a positive base")

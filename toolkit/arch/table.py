@@ -36,7 +36,7 @@ from toolkit.arch.kinds import FFNKind, LayerKind, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
-    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_RECURRENT_GEMMA, ARCH_KIMI_LINEAR, ARCH_ZAMBA2,
+    ARCH_QWEN4EXP, ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, ARCH_FALCON_H1, ARCH_LFM2, ARCH_LFM2MOE, ARCH_LFM3, ARCH_LARA_MINI, ARCH_MINIMAX, ARCH_RECURRENT_GEMMA, ARCH_KIMI_LINEAR, ARCH_GLM5_NEXT, ARCH_BAILINGMOE3, ARCH_ZAMBA2,
     ARCH_ZAMBA, ARCH_OLMO_HYBRID,
 )
 
@@ -152,6 +152,18 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  LayerKind.MLA: TensorSet(required=tuple(_w(t) for t in (
                      T.ATTN_KV_A_MQA, T.ATTN_KV_A_NORM, T.ATTN_K_B, T.ATTN_V_B, T.ATTN_OUT)),
                      optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B))))}
+# GLM-5-Next: mHC around each block (residual_hc.c), MLA with the DSA indexer on its full layers
+MHC_BLOCK_TENSORS = TensorSet(required=(_w(T.ATTN_NORM),) + tuple(f"blk.{{bid}}.hc_{b}_{n}.weight"
+                                                                  for b in ("attn", "ffn") for n in ("fn", "base", "scale")))
+DSA_INDEXER = tuple(f"blk.{{bid}}.{n}" for n in (
+    "indexer.attn_q_b.weight", "indexer.attn_k.weight", "indexer.k_norm.weight", "indexer.k_norm.bias",
+    "indexer.proj.weight", "indexer_compressor_ape.weight", "indexer_compressor_gate.weight"))
+GLM5_NEXT_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
+    required=MIXER_TENSORS[LayerKind.MLA].required + tuple(_w(t) for t in (T.ATTN_Q_A, T.ATTN_Q_A_NORM, T.ATTN_Q_B)),
+    optional=(DSA_INDEXER,))}
+# Ling 3: MLA with the head-wise output gate
+BAILINGMOE3_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
+    required=MIXER_TENSORS[LayerKind.MLA].required + (_w(T.ATTN_GATE),), optional=MIXER_TENSORS[LayerKind.MLA].optional)}
 # Nemotron-H: a block is one mixer or one FFN under the block's attn_norm (no ffn_norm); ReLU²
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
@@ -242,6 +254,7 @@ class ArchSpec:
         if not self.runs:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
         hc = self.residual == Residual.HYPER_CONNECTIONS
+        block = HC_BLOCK_TENSORS if hc else MHC_BLOCK_TENSORS if self.residual == Residual.MHC else BLOCK_TENSORS
         out_norm = {_w(T.OUTPUT_NORM): _w(T.TOKEN_EMBD_NORM)} if self.output_norm_embd else {}
         glob = HC_GLOBAL_TENSORS if hc else GLOBAL_TENSORS
         req = {out_norm.get(t, t) for t in glob.required}
@@ -256,7 +269,7 @@ class ArchSpec:
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             # a post-norm block (attn_post_norm) has neither pre-norm: its mixer row lists its post-norms
             pre = {_w(T.ATTN_NORM), _w(T.FFN_NORM)} if self.attn_post_norm and kd == LayerKind.ATTENTION else set()
-            for ts in (HC_BLOCK_TENSORS if hc else BLOCK_TENSORS, self.mixer_tensors[kd], self.ffn_tensors[fk]):
+            for ts in (block, self.mixer_tensors[kd], self.ffn_tensors[fk]):
                 req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required
                         if not (hc and t == _w(T.FFN_NORM)) and t not in pre}
                 opt += [{t.format(bid=i) for t in g} for g in ts.optional]
@@ -421,6 +434,23 @@ ARCHES: tuple[ArchSpec, ...] = (
                       R.check_rms_eps),
              mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True, note="Kimi-Linear"),
+    # GLM-5-Next (llama.cpp's glm5-next; spec kda-family.md §1.3): kimi-linear's kinds with the
+    # bounded KDA gate, NoPE MLA with the DSA k-pool indexer (dsa.c), mHC residual streams
+    # (residual_hc.c), every SwiGLU clamped
+    ArchSpec(ARCH_GLM5_NEXT, c_id=21,
+             readers=(R.read_common, R.read_layer_kinds, R.read_kda, R.read_mla, R.read_ffn, R.read_kda_moe_routing,
+                      R.read_glm5_next_extras, R.check_rms_eps),
+             mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True, residual=Residual.MHC,
+             mixer_tensors=GLM5_NEXT_MIXER_TENSORS, note="GLM-5-Next"),
+    # Ling 3 (llama.cpp's bailingmoe3; §1.4): KDA with full-rank gates (bounded or softplus; ssm_a =
+    # +exp(A_log)), MLA with interleaved RoPE on the dr dims and a head-wise sigmoid output gate
+    ArchSpec(ARCH_BAILINGMOE3, c_id=22,
+             readers=(R.read_common, R.read_layer_kinds, R.read_kda, R.read_mla, R.read_ffn, R.read_kda_moe_routing,
+                      R.read_bailingmoe3_extras, R.check_rms_eps),
+             mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
+             ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True,
+             mixer_tensors=BAILINGMOE3_MIXER_TENSORS, note="Ling 3"),
 )
 
 _BY_NAME = {a.name: a for a in ARCHES}

@@ -18,7 +18,7 @@ app = typer.Typer(
     name="toolkit",
     help="Hybrid recurrent/attention language models (Mamba, Mamba-2, Bamba, Granite 4.0-H, Jamba, "
          "Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba, Zamba2, "
-         "FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear): convert Hugging Face checkpoints to GGUF, quantize, and run them on a CPU.",
+         "FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear, GLM-5-Next, Ling 3): convert Hugging Face checkpoints to GGUF, quantize, and run them on a CPU.",
     no_args_is_help=True,
     add_completion=True,      # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,

@@ -71,7 +71,8 @@ def convert(
 ) -> None:
     """Convert a Hugging Face checkpoint to GGUF, one band of rows resident at a time: Mamba,
     Mamba-2, Bamba, Granite 4.0-H, Jamba, Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5,
-    Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba, Zamba2, FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear (--list-archs: the architecture names)."""
+    Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba, Zamba2, FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear,
+    GLM-5-Next, Ling 3 (--list-archs: the architecture names)."""
     from toolkit.errors import InputError
 
     if list_archs:

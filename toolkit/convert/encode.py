@@ -47,6 +47,7 @@ def encode(raw: np.ndarray, dtype: str, out: GGMLType, op: str | None) -> np.nda
 
     op: None or "neg_exp" (A = -exp(A_log) in float64, rounded once to float32: bit-identical
     to llama.cpp's float32 torch result on the fixtures, where numpy's float32 exp is 1 ulp off),
+    "exp" (+exp(A_log) likewise: bailingmoe3),
     or "plus_one" (zero-centred RMSNorm gamma w -> 1 + w, added in float32 as llama.cpp's
     ``data_torch + 1`` does for a float32 checkpoint).
     """
@@ -55,6 +56,8 @@ def encode(raw: np.ndarray, dtype: str, out: GGMLType, op: str | None) -> np.nda
     x = widen(raw, dtype)
     if op == "neg_exp":
         x = (-np.exp(x.astype(np.float64))).astype(np.float32)
+    elif op == "exp":      # bailingmoe3's ssm_a = +exp(A_log), likewise
+        x = np.exp(x.astype(np.float64)).astype(np.float32)
     elif op == "plus_one":
         x = x.astype(np.float32) + np.float32(1)
     elif op is not None:

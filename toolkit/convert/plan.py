@@ -72,6 +72,10 @@ def kv_arr_f32(key: str, v: list[float]) -> KV:
     return KV(key, [float(x) for x in v], GGUFValueType.ARRAY, GGUFValueType.FLOAT32)
 
 
+def kv_arr_bool(key: str, v: list[bool]) -> KV:
+    return KV(key, [bool(x) for x in v], GGUFValueType.ARRAY, GGUFValueType.BOOL)
+
+
 def kv_arr_str(key: str, v: list[str]) -> KV:
     return KV(key, list(v), GGUFValueType.ARRAY, GGUFValueType.STRING)
 

@@ -77,6 +77,10 @@ class Keys:
             HEAD_COUNT = gguf.Keys.Attention.Indexer.HEAD_COUNT
             KEY_LENGTH = gguf.Keys.Attention.Indexer.KEY_LENGTH
             TOP_K = gguf.Keys.Attention.Indexer.TOP_K
+            # llama.cpp 0c1e570's glm5-next DSA k-pool keys (not in gguf 0.19)
+            KPOOL = "{arch}.attention.indexer.kpool"                      # tokens per pool
+            KPOOL_SELECT_TAIL = "{arch}.attention.indexer.kpool_select_tail"  # bool: the incomplete tail is attended
+            TYPES = "{arch}.attention.indexer.types"                      # bool [block_count]: full (own indexer) / shared
 
     class Rope:
         DIMENSION_COUNT = gguf.Keys.Rope.DIMENSION_COUNT
@@ -127,6 +131,10 @@ class Keys:
         cannot say the value (a file without them reads what llama.cpp assumes)."""
         HEAD_DIM = "{arch}.kda.head_dim"                      # llama.cpp: D
         GATE_LOWER_BOUND = "{arch}.kda.gate_lower_bound"      # llama.cpp (glm5-next, bailingmoe3): bounded gate
+        SAFE_GATE = "{arch}.kda.safe_gate"                    # llama.cpp (bailingmoe3): bool, the bounded gate;
+                                                              # ours on glm5-next: false = the softplus gate
+        SWIGLU_CLAMP_EXP = "{arch}.swiglu_clamp_exp"          # llama.cpp: float [block_count], routed experts
+        SWIGLU_CLAMP_SHEXP = "{arch}.swiglu_clamp_shexp"      # llama.cpp: float [block_count], shared / dense
         Q_LORA_RANK = "{arch}.attention.q_lora_rank"          # llama.cpp writes it (its kimi loader ignores it)
         KV_LORA_RANK = "{arch}.attention.kv_lora_rank"
         KEY_LENGTH_MLA = "{arch}.attention.key_length_mla"    # dn + dr
@@ -151,6 +159,9 @@ class Keys:
         (not in gguf 0.19)."""
         COUNT = "{arch}.hyper_connection.count"          # residual streams (hc_count)
         LOW_RANK = "{arch}.hyper_connection.low_rank"    # rank of the input mixer (hc_lowrank)
+        # llama.cpp 0c1e570's glm5-next mHC keys (not in gguf 0.19); its loader accepts only a count of 4
+        SINKHORN_ITERATIONS = "{arch}.hyper_connection.sinkhorn_iterations"
+        EPSILON = "{arch}.hyper_connection.epsilon"
 
     class Zamba2:
         """Zamba2's shared transformer blocks (ours: llama.cpp has no Zamba2; README "Zamba2 layout")."""
@@ -241,6 +252,8 @@ ARCH_MINIMAX = "minimax-01"       # llama.cpp's MiniMax-Text-01 (spec more-hybri
 MINIMAX_RESIDUAL_ALPHA = "{arch}.residual_alpha"
 MINIMAX_RESIDUAL_BETA = "{arch}.residual_beta"
 ARCH_KIMI_LINEAR = "kimi-linear"   # llama.cpp's Kimi-Linear (spec kda-family.md §1.2)
+ARCH_GLM5_NEXT = "glm5-next"       # llama.cpp's GLM-5-Next text model (spec kda-family.md §1.3)
+ARCH_BAILINGMOE3 = "bailingmoe3"   # llama.cpp's Ling 3 / BailingMoeV3 (spec kda-family.md §1.4)
 ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT

@@ -25,6 +25,7 @@ void tk_context_free(tk_context * c) {
                       c->pc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
+    free(c->dsa_sel);
     free(c->work);
     free(c->ub.token);
     free(c->ub.pos);
@@ -62,7 +63,7 @@ typedef struct { size_t hd, r, hc, ep; } hc_widths;
 static hc_widths hc_widths_of(const tk_model * m) {
     const tk_hparams * hp = &m->hp;
     hc_widths w = {0, 0, 0, 0};
-    if (hp->hc_count <= 1) return w;
+    if (!tk_hc_on(hp)) return w;
     w.hc = (size_t) hp->hc_count;
     w.hd = w.hc * (size_t) hp->n_embd;
     w.r = (size_t) m->hc_rank;
@@ -122,7 +123,7 @@ static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx
     if (hw.hd) {                             /* hyper-connections (qwen4exp) */
         PLAN(sp, hx, U * hw.hd);
         PLAN(sp, hn, U * hw.hd);
-        PLAN(sp, hg, U * hw.hd);
+        PLAN(sp, hg, U * zmax(hw.hd, hw.hc * hw.hc));   /* mHC: the comb matrices */
         PLAN(sp, hl, U * zmax(hw.r, hw.hc));
         PLAN(sp, hi, U * hw.hc);
         PLAN(sp, pe, U * zmax(hw.ep, 1));

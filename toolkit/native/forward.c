@@ -16,7 +16,7 @@
  * factors per branch (lightning, attention, FFN).
  * RecurrentGemma: embedding_scale = bf16(sqrt(D)) (the converter's key), logits soft-capped,
  *   logits = cap tanh(logits / cap) with cap = rglru_logit_softcap (final_logit_softcapping).
- * A model with hyper-connections (hc_count > 1, qwen4exp) runs residual_hc.c's skeleton instead.
+ * A model with hyper-connections (tk_hc_on: qwen4exp's, GLM-5-Next's mHC) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
  *       modeling_granitemoehybrid.py, modeling_jamba.py, modeling_qwen3_next.py,
@@ -88,7 +88,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens;
-    if (hp->hc_count > 1) return tk_forward_ubatch_hc(ctx, ub, logits_out);   /* qwen4exp: residual_hc.c */
+    if (tk_hc_on(hp)) return tk_forward_ubatch_hc(ctx, ub, logits_out);   /* qwen4exp, GLM-5-Next: residual_hc.c */
 
     tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {

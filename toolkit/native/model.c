@@ -167,6 +167,10 @@ static tk_status check_hparams(const tk_hparams * hp) {
     if (!(hp->rglru_logit_softcap >= 0) || !isfinite(hp->rglru_logit_softcap))
         return TK_FAIL(TK_ERR_INVALID, "rglru_logit_softcap = %g must be finite and >= 0", hp->rglru_logit_softcap);
     if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
+    if (hp->hc_sinkhorn_iters < 0 || hp->hc_sinkhorn_iters > 1000 || !(hp->hc_eps >= 0) || !isfinite(hp->hc_eps) ||
+        (hp->hc_sinkhorn_iters > 0 && (hp->hc_count < 1 || hp->ple_index)))
+        return TK_FAIL(TK_ERR_INVALID, "mHC: hc_count = %d, sinkhorn iterations = %d, epsilon = %g invalid",
+                       hp->hc_count, hp->hc_sinkhorn_iters, hp->hc_eps);
     if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
         if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);
         if (hp->ple_ngram_size < 2 || hp->ple_ngram_size > 32 || hp->ple_heads_per_ngram <= 0 ||
@@ -196,7 +200,11 @@ static tk_status check_hparams(const tk_hparams * hp) {
     }
     if (!(hp->gdn_beta_scale >= 0) || !isfinite(hp->gdn_beta_scale) || !(hp->gdn_norm_eps >= 0) || !isfinite(hp->gdn_norm_eps))
         return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn_beta_scale, hp->gdn_norm_eps);
-    if (hp->attn_post_norm && hp->hc_count > 1) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
+    if (!(hp->swiglu_clamp_exp >= 0) || !isfinite(hp->swiglu_clamp_exp) || !(hp->swiglu_clamp_shexp >= 0) ||
+        !isfinite(hp->swiglu_clamp_shexp))
+        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->swiglu_clamp_exp,
+                       hp->swiglu_clamp_shexp);
+    if (hp->attn_post_norm && tk_hc_on(hp)) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
     if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
         return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");
     return TK_OK;
@@ -216,7 +224,7 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     /* a post-norm block (OLMo-2 style attention): norms on the mixer's and the FFN's outputs */
     const int post = hp->attn_post_norm && l->kind == TK_LAYER_ATTENTION;
     /* hyper-connections: the block's mixers replace attn_norm and the FFN pre-norm */
-    if (hp->hc_count > 1) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
+    if (tk_hc_on(hp)) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
     else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->attn_post_norm));
     else TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
 
@@ -224,7 +232,7 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     if (m->ple_index && m->ple_index[il] >= 0) TK_CHECK(tk_ple_bind(m, tab, il, l));
 
     const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
-    if (ffn && hp->hc_count > 1) TK_CHECK(ffn->bind(m, tab, il, l));
+    if (ffn && tk_hc_on(hp)) TK_CHECK(ffn->bind(m, tab, il, l));
     else if (ffn) {
         /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
          * mixer (Nemotron-H) has one norm, attn_norm */
@@ -280,11 +288,12 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
     if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
     if (hp->swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
+    if (hp->dsa_full) m->dsa_full = malloc(nl * sizeof(int32_t));
     const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
         (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
     if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
     if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts) ||
-        (hp->swa_layers && !m->swa_layers)) {
+        (hp->swa_layers && !m->swa_layers) || (hp->dsa_full && !m->dsa_full)) {
         tk_model_free(m);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -296,6 +305,8 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.ple_consts = m->ple_consts;
     if (m->swa_layers) memcpy(m->swa_layers, hp->swa_layers, nl * sizeof(int32_t));
     m->hp.swa_layers = m->swa_layers;
+    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa_full, nl * sizeof(int32_t));
+    m->hp.dsa_full = m->dsa_full;
     if (!m->swa_layers) m->hp.n_swa = 0;
     m->conv_dim = hp->d_inner;
     for (int i = 0; i < hp->n_layer; i++)
@@ -331,7 +342,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
     /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
     const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK && hp->hc_count > 1) st = tk_hc_bind_output(m, &tab);     /* the final mixer, no output_norm */
+    if (st == TK_OK && tk_hc_on(hp) && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
@@ -365,6 +376,7 @@ void tk_model_free(tk_model * m) {
     free(m->ffn_kinds);
     free(m->n_head_kv);
     free(m->compress_ratios);
+    free(m->dsa_full);
     free(m->ple_index);
     free(m->swa_layers);
     free(m->ple_consts);

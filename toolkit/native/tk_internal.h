@@ -84,9 +84,18 @@ typedef struct {
     tk_weight hc_attn_down, hc_ffn_down;                 /* [hcD, R] */
     tk_weight hc_attn_up, hc_ffn_up;                     /* [R, hcD] */
     tk_weight hc_attn_inject, hc_ffn_inject;             /* [hcD, hc] */
+    /* GLM-5-Next: mHC (residual_hc.c; hcD = hc_count D, M = hc (2 + hc)) */
+    tk_weight hc_attn_fn, hc_ffn_fn;                     /* [hcD, M] */
+    float * hc_attn_base, * hc_ffn_base;                 /* [M] */
+    float * hc_attn_scale, * hc_ffn_scale;               /* [3] */
     /* qwen4exp: the QSA indexer (mixer_qsa.c) */
     tk_weight idx_q, idx_k;                              /* [D, Hi di], [D, di] */
     float * idx_q_norm, * idx_k_norm;                    /* [di] */
+    /* GLM-5-Next: the DSA indexer (dsa.c; idx_q is indexer.attn_q_b [rq, nI dI], idx_k indexer.attn_k
+     * [D, dI], idx_k_norm the LayerNorm's weight) */
+    float * idx_k_norm_b;                                /* [dI] the LayerNorm's bias */
+    tk_weight idx_proj, idx_gate;                        /* [D, nI], [D, dI] */
+    float * idx_ape;                                     /* [kp][dI] */
     /* qwen4exp: the per-layer n-gram embedding (ple.c; Ep = NH dh) */
     tk_weight ple_key, ple_value;                        /* [Ep, hcD], [Ep, D] */
     tk_weight ple_table;                                 /* [dh, rows] the n-gram table (stays in the mapping) */
@@ -120,6 +129,10 @@ typedef struct {
     int32_t n_ff_shexp;        /* shared expert width Fs (0 if none) */
 } tk_layer;
 
+/* hyper-connections in force: qwen4exp's (hc_count > 1) or GLM-5-Next's mHC (hc_sinkhorn_iters > 0,
+ * any count, 1 included: HF's mHC with one stream is not the plain residual) */
+static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc_count > 1 || hp->hc_sinkhorn_iters > 0; }
+
 struct tk_model {
     tk_hparams hp;             /* layer_kinds/ffn_kinds/n_head_kv point into the arrays below */
     int32_t * layer_kinds;     /* [n_layer] */
@@ -140,6 +153,7 @@ struct tk_model {
     int32_t * ple_index;       /* [n_layer] or NULL */
     uint64_t * ple_consts;     /* or NULL */
     int32_t * swa_layers;      /* [n_layer] or NULL */
+    int32_t * dsa_full;        /* [n_layer] or NULL */
     int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
                                   layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
@@ -279,6 +293,8 @@ struct tk_context {
     size_t work_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
+    uint8_t * dsa_sel;         /* [U, n_cells] the last full DSA layer's selection (dsa.c), grown as needed */
+    size_t dsa_sel_cap, dsa_sel_n;
     volatile int abort_requested; /* set by tk_context_abort from another thread */
     int32_t n_keep_tail;       /* split rule: the last n tokens of a sequence in a batch share a ubatch (0: none; context.c) */
     int32_t n_trace;           /* ubatches of the last tk_decode */

@@ -239,6 +239,30 @@ void tk_rglru_scan(const float * ga, const float * gi, int64_t g_stride, const f
                    const float * neg8sp, const uint8_t * reset, int32_t n_tok, int32_t c0, int32_t c1, float * h,
                    float * y, int64_t y_stride, float * const * snap);
 
+/* ==== mHC, GLM-5-Next's hyper-connections (residual_hc.c) ============================ */
+/* One token's coefficients from m = fn . f [hc (2 + hc)]: pre [hc], post [hc], comb [hc hc]
+ * (row i, column j at i hc + j; Sinkhorn columns first, iters column passes); formula and
+ * source in residual_hc.c. */
+void tk_mhc_coeffs(const float * mix, const float * scale, const float * base, int32_t hc, float hc_eps, int32_t iters,
+                   float * pre, float * post, float * comb);
+/* The mix before a block for U tokens: X [U, hc D] the streams, fn [hc (2 + hc), hc D] row-major
+ * float32, base [hc (2 + hc)], scale [3]; out xin [U, D], post [U, hc], comb [U, hc hc]. */
+tk_status tk_mhc_pre_rows(const float * X, int32_t U, int32_t hc, int32_t D, const float * fn, const float * base,
+                          const float * scale, float rms_eps, float hc_eps, int32_t iters, float * xin, float * post,
+                          float * comb);
+/* The combine after a block, in place: X_j <- post_j y + sum_i comb[i][j] X_i; y [U, D]. */
+void tk_mhc_post_rows(float * X, const float * y, const float * post, const float * comb, int32_t U, int32_t hc, int32_t D);
+
+/* ==== DSA k-pool selection, GLM-5-Next's indexer (layers/dsa.c) ======================= */
+/* The keys of one sequence j = 0 .. n - 1 in position order: row j = [k_I (dI) | gamma (dI)] at
+ * kg + rows[j] * stride (rows NULL: j); ape [kp][dI]; n_q queries: qI [n_q, nI dI], w [n_q, nI]
+ * (already times nI^-1/2), n_vis[i] the keys query i sees (a prefix).  sel + i * sel_stride:
+ * byte rows[j] = 1 for each selected key j, 0 for the other visible ones (formula in dsa.c).
+ * TK_ERR_INVALID: kp or top_k <= 0, top_k not a multiple of kp, bad sizes. */
+tk_status tk_dsa_select(const float * kg, const int32_t * rows, int64_t stride, int32_t n, const float * ape,
+                        const float * qI, const float * w, const int32_t * n_vis, int32_t n_q, int32_t nI, int32_t dI,
+                        int32_t kp, int32_t top_k, int32_t tail, uint8_t * sel, int64_t sel_stride);
+
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per
  * block, the activation type of its mat-mul (vec_dot_type: 0 = float32, 8 / 9 / 15 =

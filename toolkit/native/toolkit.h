@@ -115,6 +115,8 @@ typedef enum {
     TK_ARCH_MINIMAX_01 = 18,
     TK_ARCH_RECURRENT_GEMMA = 19,
     TK_ARCH_KIMI_LINEAR = 20,
+    TK_ARCH_GLM5_NEXT = 21,
+    TK_ARCH_BAILINGMOE3 = 22,
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
@@ -236,6 +238,24 @@ typedef struct {
     int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
     int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
     float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
+    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 (any hc_count >= 1):
+     * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
+    int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
+    float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */
+    /* GLM-5-Next DSA k-pool indexer (appended; spec kda-family.md §2.4; layers/dsa.c); the heads,
+     * head dim and budget are idx_n_head, idx_head_dim, idx_top_k */
+    int32_t dsa_kpool;         /* kp tokens per pool (attention.indexer.kpool) */
+    int32_t dsa_select_tail;   /* 1: the incomplete tail pool is always attended (attention.indexer.kpool_select_tail) */
+    float   dsa_k_norm_eps;    /* the indexer key LayerNorm's epsilon (attention.layer_norm_epsilon) */
+    const int32_t * dsa_full;  /* [n_layer] 1: the layer runs its own indexer, 0: it reuses the last one's
+                                  (attention.indexer.types); NULL: no DSA */
+    /* GLM-5-Next SwiGLU clamp (appended; 0: none): routed experts / shared experts and dense MLPs */
+    float   swiglu_clamp_exp;  /* swiglu_clamp_exp (llama.cpp's per-layer array; HF swiglu_limit) */
+    float   swiglu_clamp_shexp;/* swiglu_clamp_shexp */
+    /* Ling 3 (appended): bailingmoe3 stores ssm_a = +exp(A_log) (kimi-linear, glm5-next: -exp), and
+     * its MLA rotates the dr dims (NORM RoPE: adjacent pairs, rope_freq_base) */
+    int32_t kda_a_positive;    /* 1: ssm_a holds +exp(A_log) */
+    int32_t mla_rope;          /* 1: RoPE on q_rot and k_rot (mixer_mla.c) */
 } tk_hparams;
 
 typedef struct {

@@ -53,8 +53,12 @@ def mla_latent(hp, n_ctx: int) -> dict[str, int] | None:
         return None
     lat = hp.mla_kv_lora_rank + hp.mla_dr
     full = hp.n_head * (hp.mla_dn + hp.mla_dr + hp.mla_dv)
-    return {"layers": n, "floats_per_token": lat, "kv_floats_per_token": full,
-            "bytes": n * lat * n_ctx * 4, "kv_bytes": n * full * n_ctx * 4}
+    d = {"layers": n, "floats_per_token": lat, "kv_floats_per_token": full,
+         "bytes": n * lat * n_ctx * 4, "kv_bytes": n * full * n_ctx * 4}
+    if hp.dsa_full:            # GLM-5-Next: the DSA indexer's [k_I | gamma] beside the latent, on its full layers
+        nf = sum(1 for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.MLA and hp.dsa_full[i])
+        d.update(dsa_layers=nf, dsa_floats_per_token=2 * hp.idx_head_dim, dsa_bytes=nf * 2 * hp.idx_head_dim * n_ctx * 4)
+    return d
 
 
 def format_mla(d: dict[str, int]) -> str:
@@ -62,7 +66,9 @@ def format_mla(d: dict[str, int]) -> str:
     return (f"  kv holds the MLA latent: {d['layers']} layer(s) x {d['floats_per_token']} floats a token "
             f"(kv_lora_rank + qk_rope_head_dim), {_fmt(d['bytes'])}; caching K and V "
             f"({d['kv_floats_per_token']} floats a token) would take {_fmt(d['kv_bytes'])}: "
-            f"{d['kv_bytes'] / d['bytes']:.1f}x less")
+            f"{d['kv_bytes'] / d['bytes']:.1f}x less" +
+            (f"\n  kv also holds the DSA indexer's keys: {d['dsa_layers']} layer(s) x {d['dsa_floats_per_token']} floats "
+             f"a token ([k_I | gamma]), {_fmt(d['dsa_bytes'])}" if "dsa_layers" in d else ""))
 
 
 def format_brief(r: dict[str, int]) -> str:

@@ -20,12 +20,15 @@ from toolkit.convert.families.lara_mini import LaraMiniFamily
 from toolkit.convert.families.minimax import MiniMaxFamily
 from toolkit.convert.families.recurrent_gemma import RecurrentGemmaFamily
 from toolkit.convert.families.kimi_linear import KimiLinearFamily
+from toolkit.convert.families.glm5_next import Glm5NextFamily
+from toolkit.convert.families.bailingmoe3 import BailingMoe3Family
 
 FAMILIES: tuple[type[Family], ...] = (MambaFamily, FalconMambaFamily, Mamba2Family, GraniteHybridFamily, JambaFamily, Qwen4ExpFamily,
                                       Qwen3NextFamily, Qwen35Family, Qwen35MoeFamily, NemotronHFamily,
                                       FalconH1Family, LFM2Family, LFM2MoeFamily, LFM3Family, Zamba2Family, ZambaFamily,
                                       OlmoHybridFamily, LaraMiniFamily, MiniMaxFamily, RecurrentGemmaFamily,
-                                      KimiLinearFamily)
+                                      KimiLinearFamily,
+                                      Glm5NextFamily, BailingMoe3Family)
 
 REGISTRY: dict[str, type[Family]] = {name: fam for fam in FAMILIES for name in fam.hf_archs}
 

@@ -115,9 +115,12 @@ class KDAMixin:
     kv_lora_rank; n_expert, n_ff_exp, n_shared, n_ff (and self.mlp_name for the dense MLP)."""
 
     # ---- KDA ----
-    def kda_tensors(self, i: int, a: str, low_rank: bool = True, a_log_shape: tuple[int, ...] | None = None) -> None:
+    def kda_tensors(self, i: int, a: str, low_rank: bool = True, a_log_shape: tuple[int, ...] | None = None,
+                    a_log_op: str = "neg_exp", o_name: str = "o_proj") -> None:
         """Layer i's KDA tensors from prefix ``a`` (e.g. ``model.layers.i.self_attn.``).
-        a_log_shape: the GGUF (numpy order) shape of ssm_a (kimi: (1, 1, n, 1), llama.cpp ne [1, n, 1, 1])."""
+        a_log_shape: the GGUF (numpy order) shape of ssm_a (kimi: (1, 1, n, 1), llama.cpp ne [1, n, 1, 1]);
+        a_log_op: "neg_exp" (kimi-linear, glm5-next: -exp(A_log)) or "exp" (bailingmoe3: +exp(A_log));
+        o_name: the output projection's name (bailing_hybrid: ``dense``)."""
         H, n, D, K = self.n_embd, self.kda_n_head, self.kda_head_dim, self.d_conv
         C = n * D
         why = "linear_attn_config.num_heads x head_dim"
@@ -140,13 +143,13 @@ class KDAMixin:
             raise InputError(f"{t.path}: tensor {a + 'A_log'!r} has shape {list(t.shape)}, config.json implies {n} "
                              f"elements (linear_attn_config.num_heads)")
         self.copy(tn(T.SSM_A, i, suffix=""), a + "A_log", t.shape if t is not None else (n,),
-                  out_shape=a_log_shape or (n,), op="neg_exp", note="-exp(A_log)")
+                  out_shape=a_log_shape or (n,), op=a_log_op, note="-exp(A_log)" if a_log_op == "neg_exp" else "exp(A_log)")
         self.copy(tn(T.SSM_DT, i, suffix=".bias"), a + "dt_bias", (C,), why="one bias per channel")
         self.copy(tn(T.SSM_NORM, i), a + "o_norm.weight", (D,), why="head_dim")
-        self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (H, C), why=why)
+        self.copy(tn(T.ATTN_OUT, i), a + o_name + ".weight", (H, C), why=why)
 
     # ---- MLA ----
-    def mla_tensors(self, i: int, a: str) -> None:
+    def mla_tensors(self, i: int, a: str, o_name: str = "o_proj") -> None:
         """Layer i's MLA tensors; kv_b_proj split per head into attn_k_b (transposed) and attn_v_b,
         as llama.cpp's converter does (``k_b.transpose(1, 2)``)."""
         H, h, dn, dr, dv, rkv = self.n_embd, self.n_head, self.dn, self.dr, self.dv, self.kv_lora_rank
@@ -172,7 +175,7 @@ class KDAMixin:
                   note="kv_b_proj's k_nope rows per head, transposed")
         self.emit(tn(T.ATTN_V_B, i), (h, dv, rkv),
                   [Segment(kvb, hh * (dn + dv) + dn, dv) for hh in range(h)], note="kv_b_proj's v rows per head")
-        self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (H, h * dv), why="num_attention_heads x v_head_dim")
+        self.copy(tn(T.ATTN_OUT, i), a + o_name + ".weight", (H, h * dv), why="num_attention_heads x v_head_dim")
 
     # ---- FFN ----
     def dense_mlp(self, i: int, prefixes: tuple[str, ...]) -> None:

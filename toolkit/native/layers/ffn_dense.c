@@ -12,9 +12,17 @@
 /* SwiGLU: down(silu(gate(x)) * up(x)) for n tokens of x [n, D] into y [n, D]. */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y) {
+    return tk_swiglu_clamped(ctx, gate, up, down, mat, x, n, 0.0f, y);
+}
+
+/* The same with GLM-5-Next's clamp when limit > 0: gate <- min(gate, limit), up <- clamp(up,
+ * -limit, limit) before silu(gate) * up (transformers 5.24 modeling_glm5_next.py Glm5NextTextMLP
+ * :99-105, Glm5NextTextExperts._apply_gate :138-143; llama.cpp glm5-next swiglu_clamp_*). */
+tk_status tk_swiglu_clamped(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                            int64_t mat, const float * x, int32_t n, float limit, float * y) {
     const int64_t F = up->ne[1];
     TK_CHECK(tk_matmul2(gate, up, mat, x, n, ctx->g, ctx->u, &ctx->mm));
-    tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
+    tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, limit > 0.0f ? limit : 0.0f, 1};
     tk_par_rows(ctx->pool, n, F, tk_silu_mul_rows, &j);
     return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
 }
@@ -42,7 +50,9 @@ static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer
 }
 
 static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
-    return tk_swiglu(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
+    /* GLM-5-Next clamps the dense MLP with the shared experts' limit (llama-graph.cpp:1843-1860) */
+    return tk_swiglu_clamped(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->model->hp.swiglu_clamp_shexp,
+                             out);
 }
 
 const tk_ffn_ops tk_ffn_dense = {

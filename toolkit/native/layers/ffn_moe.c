@@ -111,9 +111,9 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
  * ReLU² with moe_relu2.  Every mat-mul gives each token the bits of its one-token call
  * (ops.c), so an expert's output for a token does not depend on the tokens it shares. */
 static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
-                        int64_t mat, const float * x, int32_t n, float * y) {
+                        int64_t mat, const float * x, int32_t n, float limit, float * y) {
     if (ctx->model->hp.moe_relu2) return tk_relu2_ffn(ctx, up, down, mat, x, n, y);
-    return tk_swiglu(ctx, gate, up, down, mat, x, n, y);
+    return tk_swiglu_clamped(ctx, gate, up, down, mat, x, n, limit, y);   /* limit 0: no clamp (GLM-5-Next's) */
 }
 
 /* The k experts of one token, sel [k], and their weights w [k] (the routing rules above),
@@ -221,11 +221,12 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
         if (!n) continue;
         j.li = list + start[e];
         tk_par_rows(ctx->pool, n, D, gather_rows, &j);
-        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, j.yg));
+        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, hp->swiglu_clamp_exp, j.yg));
         tk_par_rows(ctx->pool, n, D, scatter_rows, &j);
     }
     if (l->n_ff_shexp) {
-        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, j.yg));
+        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, hp->swiglu_clamp_shexp,
+                      j.yg));
         tk_par_rows(ctx->pool, U, D, shared_rows, &j);
     }
     return TK_OK;

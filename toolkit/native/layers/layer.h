@@ -175,7 +175,24 @@ tk_status tk_attention_check(const tk_hparams * hp, int il);
 tk_status tk_attention_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 int32_t tk_attention_kv_dim(const tk_model * m, int il);
 void tk_attention_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need);
-/* residual_hc.c: qwen4exp's hyper-connections (hp.hc_count > 1) */
+/* indexer_select.c: shared by the sparse indexers (mixer_qsa.c, dsa.c).  tk_kv_seq_cells: the
+ * cells of sequence `bit` with 0 <= pos <= pmax into cells[] in position order, returns how many;
+ * tk_topk_torch: keep[b] = 1 for the k best of score[0 .. n) as torch.topk on CPU picks them
+ * (equal scores included); work [n] */
+typedef struct { float v; int32_t i; } tk_topk_elem;
+int32_t tk_kv_seq_cells(const tk_kv_view * kv, uint64_t bit, int32_t pmax, int32_t * cells);
+void tk_topk_torch(const float * score, int32_t n, int32_t k, tk_topk_elem * work, uint8_t * keep);
+/* dsa.c: GLM-5-Next's DSA k-pool indexer, for the attention kind that runs it (contract in dsa.c).
+ * tk_dsa_check: its hparams for layer il; tk_dsa_bind: the indexer tensors of a full layer (rq the
+ * q-LoRA rank); tk_dsa_idx_dim: floats per KV cell of layer il's third array (2 dI on full layers);
+ * tk_dsa_selection: *sel [U, n_cells] the cells each ubatch token attends (x [U, D] the attention
+ * input, qr [U, rq] the q-LoRA latent; a shared layer gets the last full layer's selection) */
+tk_status tk_dsa_check(const tk_hparams * hp, int il);
+tk_status tk_dsa_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int64_t rq);
+int32_t tk_dsa_idx_dim(const tk_model * m, int il);
+tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const float * x,
+                           const float * qr, const tk_kv_view * kv, const uint8_t ** sel);
+/* residual_hc.c: hyper-connections (tk_hc_on(hp)): qwen4exp's, GLM-5-Next's mHC */
 tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
 tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
@@ -190,6 +207,9 @@ tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, i
  * selects the expert of 3-D weights */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y);
+/* the same with GLM-5-Next's clamp (limit > 0): gate <- min(gate, limit), up <- clamp(up, -limit, limit) */
+tk_status tk_swiglu_clamped(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
+                            int64_t mat, const float * x, int32_t n, float limit, float * y);
 /* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
 tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
                        const float * x, int32_t n, float * y);

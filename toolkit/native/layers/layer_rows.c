@@ -31,10 +31,20 @@ void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t i = t0 * j->n; i < t1 * j->n; i++) j->y[i] += j->a[i] * j->f;
 }
 
-/* y[t] = silu(y[t]) * a[t] */
+/* y[t] = silu(y[t]) * a[t]; with f > 0 (GLM-5-Next's SwiGLU clamp) first y <- min(y, f), a <- clamp(a, -f, f) */
 void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_rows_job * j = arg;
     (void) thread;
+    if (j->f > 0.0f) {
+        const float L = j->f;
+        for (int64_t t = t0; t < t1; t++) {
+            float * y = j->y + t * j->y_stride, * a = (float *) j->a + t * j->a_stride;
+            for (int64_t i = 0; i < j->n; i++) {
+                if (y[i] > L) y[i] = L;
+                a[i] = a[i] > L ? L : (a[i] < -L ? -L : a[i]);
+            }
+        }
+    }
     for (int64_t t = t0; t < t1; t++) tk_silu_mul_row(j->y + t * j->y_stride, j->a + t * j->a_stride, j->n);
 }
 

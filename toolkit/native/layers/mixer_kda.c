@@ -17,7 +17,8 @@
  *   q_h <- l2(q_h) / sqrt(D), k_h <- l2(k_h),  l2(x) = x (sum x^2 + kda_l2_eps)^-1/2
  *     (HF's 1e-6, HFK:402-410; llama.cpp's file reads rms_eps, spec D4)
  *   u = f_b(f_a(x)) + dt_bias  (per channel);  g[h, c] = ssm_a_h softplus(u[h, c])  (threshold 20),
- *     or with kda_gate_lower_bound lb < 0: g = lb sigmoid(-ssm_a_h u)   (HFK:332-344, HFG:360-362)
+ *     or with kda_gate_lower_bound lb < 0: g = lb sigmoid(-ssm_a_h u)   (HFK:332-344, HFG:360-362);
+ *     bailingmoe3 stores ssm_a = +exp(A_log) (hp.kda_a_positive): the same with -ssm_a (HFB:442-445)
  *   beta_h = sigmoid(ssm_beta x)_h
  *   S_h <- Diag(exp(g_h)) S_h (key row i by exp(g[h, i]));  u = beta_h (v_h - S_h^T k_h);
  *     S_h += k_h u^T;  o_h = S_h^T q_h     (kernels/gdn.c's tk_gdn_run with gk: the recurrence,
@@ -161,7 +162,7 @@ static void kda_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
         }
         float * g = j->g + t * C, * b = j->beta + t * n;
         for (int32_t h = 0; h < n; h++) {
-            const float a = j->l->ssm_a[h];
+            const float a = hp->kda_a_positive ? -j->l->ssm_a[h] : j->l->ssm_a[h];   /* -exp(A_log) either way */
             for (int32_t i = h * D; i < (h + 1) * D; i++) {
                 const float u = g[i] + j->l->ssm_dt_b[i];
                 g[i] = lb < 0 ? lb / (1.0f + expf(a * u)) : a * tk_softplus(u);

@@ -18,8 +18,12 @@
  *     a_h = softmax(qt_h . [c | k_rot]^T (dn + dr)^-1/2) over the cells of the token's sequence with
  *     pos <= its own, o_h = v_b_h (a_h . C)   (C: the cached c rows)
  *   out = attn_output [o_1 | ... | o_h]
- *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  A family with RoPE on the dr dims
- *   would rotate q_rot and k_rot here before the cache write (and kv_seq_add the cells' k_rot).
+ *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  Ling 3 (hp.mla_rope): q_rot and
+ *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (HFB:253-289; HF de-interleaves after,
+ *   which changes no dot product) before the cache write (memory_kv.c's kv_seq_add rotates the
+ *   cached k_rot on); the head-wise gate (hp.attn_head_gate): o_h *= sigmoid(attn_gate x)_h.
+ *   GLM-5-Next (hp.dsa_full): the softmax runs over the cells dsa.c's indexer selects (q_r the
+ *   q-LoRA latent), the indexer's [k_I | gamma] in the cells' third array (kv_idx_dim).
  * Scratch: narrow [U, rq] (q-LoRA), q [U, h max(dn + dr, dv)] q (then att: the heads' outputs),
  *   kv [U, rkv + dr] the latent rows, proj [U, h (rkv + dr)] the absorbed queries, y [U, h rkv]
  *   the attended latents, conv [U, max(dn, rkv)] one head's gathered rows, step [U, max(rkv, dv)]
@@ -50,10 +54,18 @@ static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->y, h * rkv);
     tk_scratch_need(&need->conv, mx(dn, rkv));
     tk_scratch_need(&need->step, mx(rkv, dv));
+    if (hp->attn_head_gate) tk_scratch_need(&need->gate, h);
 }
 
+static int32_t mla_idx_dim(const tk_model * m, int il) { return tk_dsa_idx_dim(m, il); }
+
 static tk_status mla_check(const tk_hparams * hp, int il) {
-    (void) il;
+    if (hp->dsa_full) {        /* GLM-5-Next: the DSA indexer reads the q-LoRA latent */
+        TK_CHECK(tk_dsa_check(hp, il));
+        if (hp->mla_q_lora_rank <= 0) return TK_FAIL(TK_ERR_INVALID, "layer %d: the DSA indexer needs q-LoRA (q_lora_rank 0)", il);
+    }
+    if (hp->mla_rope && (hp->mla_dr % 2 || !(hp->rope_freq_base > 0)))
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: MLA RoPE over %d dims at base %g invalid", il, hp->mla_dr, hp->rope_freq_base);
     if (hp->n_head <= 0 || hp->n_head > 65536 || hp->mla_dn <= 0 || hp->mla_dr < 0 || hp->mla_dv <= 0 ||
         hp->mla_kv_lora_rank <= 0 || hp->mla_q_lora_rank < 0 || hp->mla_dn > 65536 || hp->mla_dr > 65536 ||
         hp->mla_dv > 65536 || hp->mla_kv_lora_rank > 65536 || hp->mla_q_lora_rank > 65536)
@@ -82,7 +94,9 @@ static tk_status mla_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_b.weight"), TK_SHAPE(dn, rkv, h), 1, &l->wk_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_b.weight"), TK_SHAPE(rkv, dv, h), 1, &l->wv_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(h * dv, H), 1, &l->wo));
+    if (hp->attn_head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(H, h), 1, &l->w_head_gate));
 #undef NAME
+    if (hp->dsa_full) TK_CHECK(tk_dsa_bind(m, tab, il, l, rq));
     return TK_OK;
 }
 
@@ -93,6 +107,7 @@ typedef struct {
     const tk_ubatch * ub;
     tk_kv_view kv;
     float scale;
+    const uint8_t * sel;       /* [U, n_cells] the cells each token attends (GLM-5-Next's DSA), or NULL: all it sees */
 } mla_job;
 
 /* pairs [p0, p1) of (token t = p / h, head hh = p % h): a = softmax(qt . row * scale) over the
@@ -110,9 +125,10 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens];
         const int32_t pos = j->ub->pos[t];
         const float * qt = ctx->proj + ((size_t) t * h + hh) * (size_t) w;
+        const uint8_t * sel = j->sel ? j->sel + (size_t) t * (size_t) kv->n_cells : NULL;
         float m = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
             const float * row = kv->k + (size_t) c * w;
             float acc[8] = {0};
             int32_t i = 0;
@@ -127,7 +143,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         for (int32_t i = 0; i < rkv; i++) o[i] = 0.0f;
         double den = 0.0;
         for (int32_t c = 0; c < kv->n_cells; c++) {
-            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0) continue;
+            if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
             score[c] = expf(score[c] - m);
             den += score[c];
             const float * row = kv->k + (size_t) c * w;
@@ -157,8 +173,14 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     for (int32_t t = 0; t < U; t++) {
         float * row = ctx->k + (int64_t) t * w;
         tk_rms_norm(row, l->kv_a_norm, hp->mla_norm_eps, rkv, row);
+        if (hp->mla_rope) {    /* Ling 3: interleaved RoPE on k_rot (cached rotated) and each head's q_rot */
+            tk_rope_norm(row + rkv, 1, dr, dr, ub->pos[t], hp->rope_freq_base);
+            tk_rope_norm(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->rope_freq_base);
+        }
         memcpy(kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
     }
+    const uint8_t * sel = NULL;   /* GLM-5-Next: the DSA indexer's choice (the cells above are in place) */
+    if (hp->dsa_full) TK_CHECK(tk_dsa_selection(ctx, l, il, ub, ctx->cur, ctx->narrow, &kv, &sel));
     /* absorbed queries: qt_h = [k_b_h q_nope_h | q_rot_h] into proj [U, h w] */
     for (int32_t hh = 0; hh < h; hh++) {
         for (int32_t t = 0; t < U; t++)
@@ -170,7 +192,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
             memcpy(qt + rkv, ctx->q + ((int64_t) t * h + hh) * qs + dn, (size_t) dr * sizeof(float));
         }
     }
-    mla_job mj = {ctx, ub, kv, (float) (1.0 / sqrt((double) qs))};
+    mla_job mj = {ctx, ub, kv, (float) (1.0 / sqrt((double) qs)), sel};
     tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);
     /* o_h = v_b_h (a_h . C) into att [U, h dv] */
     for (int32_t hh = 0; hh < h; hh++) {
@@ -179,6 +201,15 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
         TK_CHECK(tk_matmul(&l->wv_b, hh, ctx->conv, U, ctx->step, &ctx->mm));
         for (int32_t t = 0; t < U; t++)
             memcpy(ctx->att + ((int64_t) t * h + hh) * dv, ctx->step + (int64_t) t * dv, (size_t) dv * sizeof(float));
+    }
+    if (hp->attn_head_gate) {  /* Ling 3: head hh's output * sigmoid(attn_gate x)_hh (HFB:417-418) */
+        TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
+        for (int32_t t = 0; t < U; t++)
+            for (int32_t hh = 0; hh < h; hh++) {
+                const float gt = 1.0f / (1.0f + expf(-ctx->gate[(int64_t) t * h + hh]));
+                float * o = ctx->att + ((int64_t) t * h + hh) * dv;
+                for (int32_t i = 0; i < dv; i++) o[i] *= gt;
+            }
     }
     return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
 }
@@ -191,4 +222,5 @@ const tk_mixer_ops tk_mixer_mla = {
     .kv_v_dim = mla_kv_v_dim,
     .scratch = mla_scratch,
     .forward = mla_forward,
+    .kv_idx_dim = mla_idx_dim,
 };

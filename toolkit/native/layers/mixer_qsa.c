@@ -18,7 +18,7 @@
  *   if n_blk <= B / r: every visible cell (dense attention, exactly)
  *   else: Kb = RoPE_{pos of the block's first cell}(rmsnorm(mean of the block's kraw) * k_norm),
  *     score_b = sum_h relu(qI_h . Kb) / sqrt(di); the cells of the B / r best blocks (equal
- *     scores resolved as torch.topk does, qsa_top_blocks) and of the tail
+ *     scores resolved as torch.topk does, tk_topk_torch) and of the tail
  *   then the attention of mixer_attention.c over those cells (softmax over the selected cells).
  * Below B + r - 1 visible tokens the layer is exactly the dense gated attention.
  * Scratch: proj [U, Hi di] the indexer queries, then [U, di] the raw keys; the selection
@@ -81,82 +81,6 @@ typedef struct {
     int32_t r, nb_top;
 } qsa_job;
 
-/* The B / r best blocks, chosen as torch.topk on CPU chooses them (HF's reference): the
- * queue of (score, block) pairs goes through libstdc++'s std::nth_element (introselect:
- * median-of-three pivot, unguarded partition, insertion sort of the last <= 3) with the
- * comparator "x > y", and the first k pairs are taken (aten TopKImpl.h topk_impl_loop, the
- * nth_element branch: k * 64 > n; the partial_sort branch, k * 64 <= n, is a heap select
- * whose choice among equal scores this does not reproduce).  Which of several blocks with
- * equal scores wins matters: the per-head ReLU makes exact zeros, so ties at the cut are
- * common.  keep[b] = 1 for the chosen blocks. */
-typedef struct { float v; int32_t i; } qsa_elem;
-
-static int qsa_gt(const qsa_elem * x, const qsa_elem * y) { return x->v > y->v; }
-static void qsa_swap(qsa_elem * a, qsa_elem * b) { const qsa_elem t = *a; *a = *b; *b = t; }
-
-static void qsa_median_to_first(qsa_elem * r, qsa_elem * a, qsa_elem * b, qsa_elem * c) {
-    if (qsa_gt(a, b)) {
-        if (qsa_gt(b, c)) qsa_swap(r, b);
-        else if (qsa_gt(a, c)) qsa_swap(r, c);
-        else qsa_swap(r, a);
-    } else if (qsa_gt(a, c)) qsa_swap(r, a);
-    else if (qsa_gt(b, c)) qsa_swap(r, c);
-    else qsa_swap(r, b);
-}
-
-static int32_t qsa_partition(qsa_elem * q, int32_t first, int32_t last, const qsa_elem * pivot) {
-    for (;;) {
-        while (qsa_gt(&q[first], pivot)) first++;
-        last--;
-        while (qsa_gt(pivot, &q[last])) last--;
-        if (!(first < last)) return first;
-        qsa_swap(&q[first], &q[last]);
-        first++;
-    }
-}
-
-static void qsa_insertion_sort(qsa_elem * q, int32_t first, int32_t last) {
-    if (first == last) return;
-    for (int32_t i = first + 1; i < last; i++) {
-        const qsa_elem v = q[i];
-        if (qsa_gt(&v, &q[first])) {
-            memmove(&q[first + 1], &q[first], (size_t) (i - first) * sizeof v);
-            q[first] = v;
-        } else {
-            int32_t j = i;
-            while (qsa_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
-            q[j] = v;
-        }
-    }
-}
-
-static void qsa_top_blocks(const float * score, int32_t n_blk, int32_t k, qsa_elem * q, uint8_t * keep) {
-    for (int32_t b = 0; b < n_blk; b++) { q[b] = (qsa_elem) {score[b], b}; keep[b] = 0; }
-    const int32_t nth = k - 1;
-    int32_t first = 0, last = n_blk, depth = 0;
-    for (int32_t n = n_blk; n > 1; n >>= 1) depth++;
-    depth *= 2;
-    while (last - first > 3) {
-        if (depth == 0) {      /* libstdc++'s heap-select fallback: a plain selection here */
-            for (int32_t i = first; i <= nth; i++) {
-                int32_t best = i;
-                for (int32_t j = i + 1; j < last; j++) if (qsa_gt(&q[j], &q[best])) best = j;
-                qsa_swap(&q[i], &q[best]);
-            }
-            first = last;
-            break;
-        }
-        depth--;
-        const int32_t mid = first + (last - first) / 2;
-        qsa_median_to_first(&q[first], &q[first + 1], &q[mid], &q[last - 1]);
-        const int32_t cut = qsa_partition(q, first + 1, last, &q[first]);
-        if (cut <= nth) first = cut;
-        else last = cut;
-    }
-    if (first < last) qsa_insertion_sort(q, first, last);
-    for (int32_t i = 0; i < k; i++) keep[q[i].i] = 1;
-}
-
 static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
     tk_context * ctx = j->ctx;
     const tk_hparams * hp = &ctx->model->hp;
@@ -168,20 +92,11 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
     /* the sequence's cells up to its last position in this ubatch, in position order */
     int32_t * cells = malloc((size_t) kv->n_cells * sizeof(int32_t));
     if (!cells) return TK_FAIL(TK_ERR_NOMEM, "out of memory (QSA cell list)");
-    int32_t n = 0;
-    for (int32_t c = 0; c < kv->n_cells; c++)
-        if ((kv->seqs[c] & bit) && kv->pos[c] >= 0 && kv->pos[c] <= pmax) cells[n++] = c;
-    /* cells are claimed in position order (memory_kv.c); sort defensively by position */
-    for (int32_t i = 1; i < n; i++) {
-        const int32_t c = cells[i];
-        int32_t k = i;
-        while (k > 0 && kv->pos[cells[k - 1]] > kv->pos[c]) { cells[k] = cells[k - 1]; k--; }
-        cells[k] = c;
-    }
+    const int32_t n = tk_kv_seq_cells(kv, bit, pmax, cells);
     const int32_t nb_all = n / r;
     float * pooled = malloc(((size_t) nb_all * di + 1) * sizeof(float));
     float * score = malloc(((size_t) nb_all + 1) * sizeof(float));
-    qsa_elem * order = malloc(((size_t) nb_all + 1) * sizeof(qsa_elem));
+    tk_topk_elem * order = malloc(((size_t) nb_all + 1) * sizeof(tk_topk_elem));
     uint8_t * keep = malloc((size_t) nb_all + 1);
     tk_status st = TK_OK;
     if (!pooled || !score || !order || !keep) { st = TK_FAIL(TK_ERR_NOMEM, "out of memory (QSA blocks)"); goto done; }
@@ -221,7 +136,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
             }
             score[b] = sum * isq;
         }
-        qsa_top_blocks(score, n_blk, j->nb_top, order, keep);
+        tk_topk_torch(score, n_blk, j->nb_top, order, keep);
         for (int32_t b = 0; b < n_blk; b++)
             if (keep[b]) for (int32_t k = 0; k < r; k++) row[cells[b * r + k]] = 1;
         for (int32_t k = n_blk * r; k < n_vis; k++) row[cells[k]] = 1;   /* the tail */

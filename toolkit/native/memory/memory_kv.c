@@ -179,6 +179,11 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
+        for (int32_t l = 0; hp->mla_rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c */
+            if (!kv->k[l] || hp->layer_kinds[l] != TK_LAYER_MLA) continue;
+            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l] + hp->mla_kv_lora_rank;
+            tk_rope_norm(k, 1, hp->mla_dr, hp->mla_dr, delta, hp->rope_freq_base);
+        }
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
             float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
@@ -589,7 +594,7 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
             kv_free(&kv->base);
             return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", n + nv);
         }
-        if (ops->kv_idx_dim) {
+        if (ops->kv_idx_dim && ops->kv_idx_dim(model, l) > 0) {   /* 0: none on this layer (DSA's shared layers) */
             kv->ik_dim[l] = ops->kv_idx_dim(model, l);
             kv->ik[l] = calloc((size_t) n_cells * (size_t) kv->ik_dim[l], sizeof(float));
             if (!kv->ik[l]) {

@@ -62,8 +62,9 @@ static uint64_t fingerprint(const tk_model * m) {
     h = fnv(h, dims, sizeof dims);
     /* hyper-connections (qwen4exp): the mixers' norms stand for the norms (and the stream count
      * is hashed); every other model hashes exactly what it did before */
-    const size_t hcd = hp->hc_count > 1 ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
+    const size_t hcd = hp->hc_count > 1 && m->output_hc_norm ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
     if (hcd) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);
+    if (hp->hc_sinkhorn_iters > 0) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);   /* GLM-5-Next's mHC */
     if (hp->swa_layers) {      /* sliding-window layers (their window and which ones); nothing for other models */
         h = fnv(h, &hp->n_swa, sizeof hp->n_swa);
         h = fnv(h, hp->swa_layers, (size_t) hp->n_layer * sizeof(int32_t));
