@@ -81,3 +81,18 @@ def test_remote_code_spellings(tmp_path):
     md = _convert(d, tmp_path / "out.gguf")
     assert md["minimax-01.attention.recurrent_layers"] == [True, True, False, True]
     assert abs(md["minimax-01.residual_scale"] - 1.7) < 1e-6 and "minimax-01.residual_alpha" not in md
+
+
+def test_slope_count_disagrees_with_heads(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "minimax-tiny")
+    nh = config(d)["num_attention_heads"]
+    replace_tensor(d, "model.layers.1.self_attn.slope_rate", np.ones((nh + 1, 1, 1), np.float32))
+    expect_error(monkeypatch, capsys, tmp_path, d, "'model.layers.1.self_attn.slope_rate'", f"{nh + 1} slopes",
+                 f"num_attention_heads = {nh}")
+
+
+def test_slopes_other_than_hf_s_are_refused(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "minimax-tiny")
+    nh = config(d)["num_attention_heads"]
+    replace_tensor(d, "model.layers.0.self_attn.slope_rate", np.full((nh, 1, 1), 0.5, np.float32))
+    expect_error(monkeypatch, capsys, tmp_path, d, "'model.layers.0.self_attn.slope_rate'", "is not HF's", code=3)

@@ -32,9 +32,12 @@ branches' α differ, or any β is not 1 (llama.cpp's single ``residual_scale`` c
 """
 from __future__ import annotations
 
+import numpy as np
+
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
+from toolkit.convert.st_reader import DTYPES, ShardReader
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_MINIMAX, MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, GGUFValueType
@@ -154,9 +157,43 @@ class MiniMaxFamily(Family):
         self.copy(tn(T.ATTN_GATE, i), a + "output_gate.weight", (W, D))
         self.copy(tn(T.ATTN_NORM_2, i), a + "norm.weight", (W,))
         self.copy(tn(T.ATTN_OUT, i), a + "out_proj.weight", (D, W))
+        self._check_slopes(i, a + "slope_rate")
         for b in ("slope_rate", "query_decay", "key_decay", "diagonal_decay"):
             if self.has(a + b):
                 self.omit(a + b, "a derived constant (the runtime computes the slopes)")
+
+    def _check_slopes(self, i: int, name: str) -> None:
+        """The checkpoint's ``slope_rate`` buffer of layer i, when saved, against the slopes the
+        runtime computes (HF modeling_minimax.py get_slope_rate, spec more-hybrids.md §5.4):
+        s_h = (2^(-8/nh))^(h+1) (1 - i/(L-1+1e-5) + 1e-5), one per head.
+
+        Raises:
+            InputError: a slope count other than num_attention_heads (names the tensor).
+            UnsupportedError: slopes other than HF's formula (the file has no key to carry them).
+        """
+        t = self.hf.tensors.get(name)
+        if t is None:
+            return
+        n = int(np.prod(t.shape))
+        if n != self.n_head:
+            raise InputError(f"{t.path}: tensor {name!r} has shape {list(t.shape)}: {n} slopes, but "
+                             f"num_attention_heads = {self.n_head} (one slope per head)")
+        if t.dtype not in ("F32", "F16", "BF16", "F64"):
+            raise InputError(f"{t.path}: tensor {name!r} has dtype {t.dtype}; slopes must be floats")
+        buf = bytearray(t.nbytes)
+        with ShardReader() as rd:
+            rd.read_into(t, 0, memoryview(buf))
+        raw = np.frombuffer(bytes(buf), dtype=DTYPES[t.dtype][0])
+        got = ((raw.astype(np.uint32) << 16).view(np.float32) if t.dtype == "BF16" else raw).astype(np.float64)
+        L, nh = len(self.layer_types), self.n_head
+        want = (2.0 ** (-8.0 / nh)) ** np.arange(1, nh + 1) * (1.0 - i / (L - 1 + 1e-5) + 1e-5)
+        tol = 1e-2 if t.dtype in ("F16", "BF16") else 1e-5
+        bad = np.flatnonzero(~(np.abs(got - want) <= tol * want))
+        if bad.size:
+            h = int(bad[0])
+            raise UnsupportedError(f"{t.path}: tensor {name!r}: head {h}'s slope {got[h]:.6g} is not HF's "
+                                   f"{want[h]:.6g} (the runtime computes the slopes from the head and layer "
+                                   f"index; a GGUF has no key for others)")
 
     def _attention(self, i: int, a: str) -> None:
         D, hd = self.n_embd, self.head_dim
