@@ -65,6 +65,8 @@ def test_residual_factors_llama_cpp_cannot_say_are_ours(tmp_path):
     md = _convert(d, tmp_path / "out.gguf")
     assert np.allclose(md["minimax-01.residual_alpha"], [1.7, 1.7, 1.0])
     assert np.allclose(md["minimax-01.residual_beta"], [1.0, 0.5, 1.0])
+    # llama.cpp's loader requires residual_scale: without it, it refuses a file it would run wrong
+    assert "minimax-01.residual_scale" not in md
 
 
 def test_remote_code_spellings(tmp_path):

@@ -28,7 +28,8 @@ loader otherwise assumes attention on every 8th layer).  ``rope.dimension_count`
 transformers 5.24 rotates: all ``head_dim`` channels, whatever ``rotary_dim`` says (README
 "MiniMax-Text-01").  Residual factors: h = α x + β y with x the NORMED input; when the three
 branches' α differ, or any β is not 1 (llama.cpp's single ``residual_scale`` cannot say so), ours
-``minimax-01.residual_alpha`` / ``residual_beta`` = [linear, full, mlp] are written too.
+``minimax-01.residual_alpha`` / ``residual_beta`` = [linear, full, mlp] are written instead of
+``residual_scale``, so that llama.cpp refuses the file rather than run another model.
 """
 from __future__ import annotations
 
@@ -143,13 +144,17 @@ class MiniMaxFamily(Family):
             kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),
             kv_u32(key(Keys.Attention.KEY_LENGTH), self.head_dim),
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.head_dim),
-            kv_f32(key(Keys.LLM.RESIDUAL_SCALE), self.alpha[0]),
             kv_u32(key(Keys.Rope.DIMENSION_COUNT), self.head_dim),   # what transformers 5.24 rotates
             KV(key(Keys.Attention.RECURRENT_LAYERS), [t == "linear_attention" for t in self.layer_types],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
         ]
         if len(set(self.alpha)) > 1 or any(b != 1.0 for b in self.beta):
+            # not residual_scale: llama.cpp would load the file and run another model (its one
+            # factor on both branches, beta 1: 0.25 / 0.58 from HF on minimax-ab / -wide-tiny,
+            # docs/llamacpp-crosscheck.md); without that required key it refuses the file
             p.kv += [kv_arr_f32(key(MINIMAX_RESIDUAL_ALPHA), self.alpha), kv_arr_f32(key(MINIMAX_RESIDUAL_BETA), self.beta)]
+        else:
+            p.kv.append(kv_f32(key(Keys.LLM.RESIDUAL_SCALE), self.alpha[0]))
 
     def _lightning(self, i: int, a: str) -> None:
         D, W = self.n_embd, self.n_head * self.head_dim
