@@ -15,6 +15,10 @@ no size of its own.  Kinds:
   compute      the forward pass's scratch for n_ubatch tokens and the threads
   draft        speculative decoding's window (--draft-max K) of recurrent snapshots; shown only
                when K > 0
+Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
+Q8_0 / Q4_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
+:func:`repack_estimate` sizes it from the tensor table, :func:`format_repack` prints what a
+load measured (Model.repack_info).
 """
 from __future__ import annotations
 
@@ -47,3 +51,33 @@ def format_brief(r: dict[str, int]) -> str:
     kv 192.00 MiB, compute 8.00 MiB``."""
     total = sum(r[k] for k in _kinds(r))
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
+
+
+# repack.h: bytes per group of 16 rows and block (Q8_0: 32 values, Q4_K: 256 values)
+_REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432)}
+
+
+def repack_estimate(gguf) -> dict[str, int]:
+    """Bytes and tensors `--repack` re-lays (at the avx512 level): the Q8_0 / Q4_K weights of two or
+    more dimensions, not the token embedding table unless the output is tied to it (model.c
+    repack_weights).  ``{"n_tensors", "bytes"}``."""
+    names = {t.name for t in gguf}
+    tied = "output.weight" not in names
+    n, total = 0, 0
+    for t in gguf:
+        typ = getattr(t.type, "name", str(t.type))
+        if typ not in _REPACK_BLOCK or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+            continue
+        blk, gb = _REPACK_BLOCK[typ]
+        ne = list(t.shape) + [1] * (4 - len(t.shape))
+        if ne[0] % blk:
+            continue
+        n += 1
+        total += (ne[1] + 15) // 16 * (ne[0] // blk) * gb * ne[2] * ne[3]
+    return {"n_tensors": n, "bytes": total}
+
+
+def format_repack(rp: dict) -> str:
+    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms)``"""
+    s = f"  {'repacked':<12}{_fmt(rp['bytes']):>12}  ({rp['bytes']} bytes, {rp['n_tensors']} tensors"
+    return s + (f", re-laid in {rp['ms']:.0f} ms)" if "ms" in rp else ")")
