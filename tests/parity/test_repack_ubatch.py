@@ -1,6 +1,7 @@
 """Repacked weights at load (TOOLKIT_REPACK=1; quants/repack.h): every mat-mul of a re-laid weight,
 generation included, runs the repacked kernel, so a token's logits still do not depend on its
-ubatch (-b 512 / 1 / 7 and two sequences in one batch: bit-identical), on Q8_0 and Q4_K_M files
+ubatch (-b 512 / 1 / 7 and two sequences in one batch: bit-identical), at avx512, avx2 and
+avx2 without AVX-VNNI, on Q8_0 and Q4_K_M (Q4_K + Q6_K) files
 of a small dense model (qwen35-small: 256-wide, Q4_K re-laid) and of a tiny MoE one (qwen35moe:
 the experts' GEMMs re-laid); what was re-laid matches `info --memory`'s estimate.
 
@@ -67,17 +68,18 @@ def test_repacked_logits_do_not_depend_on_the_ubatch(files, tmp_path):
     import numpy as np
 
     from toolkit.binding import lib
-    if lib.tk_cpu_detected() != 2:
-        pytest.skip("repacking at load needs the avx512 level")
-    for f in files:
-        on = _run(f, tmp_path / "on.npy", "1", "avx512")
+    best = lib.tk_cpu_detected()
+    if best not in (1, 2):
+        pytest.skip("repacking at load needs the avx2 or avx512 level")
+    for f, level in [(f, lv) for f in files for lv in ("avx2-novnni", "avx2", "avx512")[:best + 2]]:
+        on = _run(f, tmp_path / "on.npy", "1", level)
         assert on["info"]["n_tensors"] > 0 and on["info"]["n_tensors"] == on["estimate"]["n_tensors"], (f.name, on)
         assert on["info"]["bytes"] == on["estimate"]["bytes"], (f.name, on)
-        off = _run(f, tmp_path / "off.npy", "0", "avx512")
+        off = _run(f, tmp_path / "off.npy", "0", level)
         assert off["info"] == {"n_tensors": 0, "bytes": 0, "ms": 0.0}
         ref = _run(f, tmp_path / "ref.npy", "1", "scalar")   # no repacked kernel at scalar: not re-laid
         assert ref["info"]["n_tensors"] == 0
         a, b, s = (np.load(tmp_path / n).astype(np.float64) for n in ("on.npy", "off.npy", "ref.npy"))
         rel_on, rel_off = (np.linalg.norm(v - s) / np.linalg.norm(s) for v in (a, b))
-        assert rel_on <= rel_off + 1e-6, (f.name, rel_on, rel_off)
-        assert not np.array_equal(a, b), (f.name, "repacking changed nothing: was it on?")
+        assert rel_on <= rel_off + 1e-6, (f.name, level, rel_on, rel_off)
+        assert not np.array_equal(a, b), (f.name, level, "repacking changed nothing: was it on?")

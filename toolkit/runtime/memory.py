@@ -16,7 +16,7 @@ no size of its own.  Kinds:
   draft        speculative decoding's window (--draft-max K) of recurrent snapshots; shown only
                when K > 0
 Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
-Q8_0 / Q4_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
+Q8_0 / Q4_K / Q6_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
 :func:`repack_estimate` sizes it from the tensor table, :func:`format_repack` prints what a
 load measured (Model.repack_info).
 """
@@ -53,12 +53,12 @@ def format_brief(r: dict[str, int]) -> str:
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
 
 
-# repack.h: bytes per group of 16 rows and block (Q8_0: 32 values, Q4_K: 256 values)
-_REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432)}
+# repack.h: bytes per group of 16 rows and block (Q8_0: 32 values, Q4_K / Q6_K: 256 values)
+_REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432), "Q6_K": (256, 4416)}
 
 
 def repack_estimate(gguf) -> dict[str, int]:
-    """Bytes and tensors `--repack` re-lays (at the avx512 level): the Q8_0 / Q4_K weights of two or
+    """Bytes and tensors `--repack` re-lays (at the avx2 and avx512 levels): the Q8_0 / Q4_K / Q6_K weights of two or
     more dimensions, not the token embedding table unless the output is tied to it (model.c
     repack_weights).  ``{"n_tensors", "bytes"}``."""
     names = {t.name for t in gguf}

@@ -15,12 +15,16 @@
  *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (floats), sc[j][r] and mn[k][r][2] (the
  *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
  *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
+ *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
+ *           6-bit value 4g + i of row r as a byte, q + 32 in [0, 63] (unpacked: 21% more bytes
+ *           than the file's 210 per row; the 32 * sum(a) this adds is taken off per sub-block).
  *
  * The float order (per output y[t][r], every level, every n_tok, r0/r1, tile position):
  *   acc = 0; per block b, in order:
  *     Q8_0: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
  *     Q4_K: is = sum_j sc_j sum_l q_l a_l, ms = sum_j m_j bsum_j (exact int32);
  *           acc = fma(d_w * d_a, (float) is, acc);  acc = fma(-(dmin_w * d_a), (float) ms, acc)
+ *     Q6_K: is = sum_j sc_j sum_l q_l a_l (exact int32);  acc = fma(d_w * d_a, (float) is, acc)
  *   y = acc
  * so the scalar tiles here and the SIMD ones give the same bits, and so does a token alone
  * (generation) or in any ubatch.  It is not the order of the row kernels (qdot.h: 8 float
@@ -48,7 +52,13 @@ typedef struct {
     uint8_t mn[4][TK_RP_ROWS][2];
     uint8_t q[4][8][TK_RP_ROWS][4];
 } tk_rp_q4_K;                                   /* 2432 bytes per 16 x 256 values */
-_Static_assert(sizeof(tk_rp_q8_0) == 576 && sizeof(tk_rp_q4_K) == 2432, "repacked block sizes");
+typedef struct {
+    float d[TK_RP_ROWS];
+    int8_t sc[16][TK_RP_ROWS];
+    uint8_t q[64][TK_RP_ROWS][4];
+} tk_rp_q6_K;                                   /* 4416 bytes per 16 x 256 values */
+_Static_assert(sizeof(tk_rp_q8_0) == 576 && sizeof(tk_rp_q4_K) == 2432 && sizeof(tk_rp_q6_K) == 4416,
+               "repacked block sizes");
 
 /* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the
  * type has no repacked form (or K is not a multiple of its block). */
@@ -68,7 +78,8 @@ int tk_repack_fast(int type, int level);
 
 /* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
  * Q8_0: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of each block;
- * Q4_K: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks).
+ * Q4_K: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks);
+ * Q6_K: float daf[n_tok nb], then int16 bs[n_tok nb 16] (Q8_K's bsums: the 16 sub-blocks').
  * tk_rp_prep fills tokens [t0, t1) of n_tok; tk_rp_prep_bytes: the size for any type. */
 size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K);
 void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t n_tok, int64_t t0, int64_t t1,
@@ -79,6 +90,10 @@ typedef void (*tk_rp_q8_tile_fn)(const tk_rp_q8_0 * wg, int64_t nb, const uint8_
                                  const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy);
 typedef void (*tk_rp_q4k_tile_fn)(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                                   const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_q6k_tile_fn)(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                  const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
@@ -89,5 +104,18 @@ void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* x86/repack_avx2.c (tk_rp_avx2_rows_*), x86/repack_avxvnni.c (tk_rp_avxvnni_rows_*) */
+#define TK_RP_DECLARE(prefix)                                                                                 \
+    void prefix##rows_q8_0(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_q4_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_q6_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);
+TK_RP_DECLARE(tk_rp_avx2_)
+TK_RP_DECLARE(tk_rp_avxvnni_)
 
 #endif

@@ -118,6 +118,46 @@ RPZ_INLINE void rpz_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uin
     for (int t = 0; t < T; t++) rpz_store(y + t * ldy, acc[t], nr);
 }
 
+/* Q6_K: per sub-block of 16 (4 groups), the lane starts at -32 * bsum (the stored q + 32) */
+RPZ_INLINE void rpz_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                             const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q6_K * w = wg + i;
+        const int8_t * q[8];
+        const int16_t * s[8];
+        __m512i is[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            s[t] = bs + (t * nb + i) * 16;
+            is[t] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 16; j++) {
+            __m512i p[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) p[t] = _mm512_set1_epi32(-32 * (int32_t) s[t][j]);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_loadu_si512((const void *) w->q[4 * j + g]);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], v, rpz_bcast4(q[t] + 16 * j + 4 * g));
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[j]));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
+        }
+        const __m512 d = _mm512_loadu_ps(w->d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rpz_store(y + t * ldy, acc[t], nr);
+}
+
 /* one function per token count (T a constant in each, so the tiles unroll) */
 #define RPZ_CASES(F, ...)                                                                   \
     switch (T) {                                                                           \
@@ -139,6 +179,16 @@ RPZ static void rpz_q8_tiles(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * 
 RPZ static void rpz_q4k_tiles(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
                               const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
     RPZ_CASES(rpz_q4k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+RPZ static void rpz_q6k_tiles(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                              const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rpz_q6k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q6_K(rpz_q6k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
