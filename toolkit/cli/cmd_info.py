@@ -243,4 +243,4 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
         typer.echo(format_report(r, n_ctx, n_seq))
         if rp["n_tensors"]:
-            typer.echo("with --repack (avx2 / avx512 levels), besides the total:\n" + format_repack(rp))
+            typer.echo(f"with --repack (at the {rp['level']} kernel level), besides the total:\n" + format_repack(rp))

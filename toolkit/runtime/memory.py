@@ -57,16 +57,31 @@ def format_brief(r: dict[str, int]) -> str:
 _REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432), "Q6_K": (256, 4416)}
 
 
-def repack_estimate(gguf) -> dict[str, int]:
-    """Bytes and tensors `--repack` re-lays (at the avx2 and avx512 levels): the Q8_0 / Q4_K / Q6_K weights of two or
-    more dimensions, not the token embedding table unless the output is tied to it (model.c
-    repack_weights).  ``{"n_tensors", "bytes"}``."""
+def repack_types(level: int | None = None) -> tuple[str, ...]:
+    """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
+    avx512 Q8_0 / Q4_K / Q6_K; avx2 Q8_0 / Q4_K; none elsewhere."""
+    from toolkit.binding import lib
+    level = lib.tk_cpu_level() if level is None else level
+    if level == lib.TK_CPU_AVX512:
+        return ("Q8_0", "Q4_K", "Q6_K")
+    if level == lib.TK_CPU_AVX2:
+        return ("Q8_0", "Q4_K")
+    return ()
+
+
+def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
+    """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
+    the weights of two or more dimensions, not the token embedding table unless the output is tied
+    to it (model.c repack_weights).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel level's
+    name, the one in force)."""
+    from toolkit.binding import ffi, lib
+    types = repack_types() if types is None else types
     names = {t.name for t in gguf}
     tied = "output.weight" not in names
     n, total = 0, 0
     for t in gguf:
         typ = getattr(t.type, "name", str(t.type))
-        if typ not in _REPACK_BLOCK or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+        if typ not in _REPACK_BLOCK or typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
             continue
         blk, gb = _REPACK_BLOCK[typ]
         ne = list(t.shape) + [1] * (4 - len(t.shape))
@@ -74,7 +89,7 @@ def repack_estimate(gguf) -> dict[str, int]:
             continue
         n += 1
         total += (ne[1] + 15) // 16 * (ne[0] // blk) * gb * ne[2] * ne[3]
-    return {"n_tensors": n, "bytes": total}
+    return {"n_tensors": n, "bytes": total, "level": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_level())).decode()}
 
 
 def format_repack(rp: dict) -> str:

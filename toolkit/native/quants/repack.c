@@ -287,10 +287,15 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
     tk_rp_drive_q4_K(rp_q4k_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
+/* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
+ * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
+ * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
+ * and token against the row kernel's int16 sums). */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (level == TK_CPU_AVX512 || level == TK_CPU_AVX2)
-        return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K;
+    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K;
 #endif
     (void) type;
     (void) level;

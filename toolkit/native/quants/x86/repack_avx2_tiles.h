@@ -102,15 +102,29 @@ RPY_INLINE void RPY_NAME(q4k)(int T, int h, const tk_rp_q4_K * wg, int64_t nb, c
                 const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
+#if RPY_VNNI
                     lo[t] = RPY_DOT(lo[t], vl, RPY_NAME(bc4)(q[t] + 64 * c + 4 * k));
                     hi[t] = RPY_DOT(hi[t], vh, RPY_NAME(bc4)(q[t] + 64 * c + 32 + 4 * k));
+#else
+                    /* int16 pair sums over the sub-block: 8 x 2 x 15 x 128 = 30720 < 32768 */
+                    lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(vl, RPY_NAME(bc4)(q[t] + 64 * c + 4 * k)));
+                    hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(vh, RPY_NAME(bc4)(q[t] + 64 * c + 32 + 4 * k)));
+#endif
                 }
             }
             const __m256i sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[2 * c] + 8 * h)));
             const __m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[2 * c + 1] + 8 * h)));
+#if RPY_VNNI
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++)
                 is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], sl), _mm256_mullo_epi32(hi[t], sh)));
+#else
+            /* the scale in both int16 halves of the row's lane: vpmaddwd gives sc * (pair sums) */
+            const __m256i sl2 = _mm256_or_si256(sl, _mm256_slli_epi32(sl, 16)), sh2 = _mm256_or_si256(sh, _mm256_slli_epi32(sh, 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(lo[t], sl2), _mm256_madd_epi16(hi[t], sh2)));
+#endif
         }
         __m256i mn[4];
 #pragma GCC unroll 4

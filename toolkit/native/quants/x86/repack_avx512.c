@@ -24,18 +24,18 @@
 #define RPZ TK_AVX512_TARGET
 #define RPZ_INLINE RPZ TK_AVX512_INLINE
 
-RPZ_INLINE __m512i rpz_bcast4(const void * p) {
+RPZ_INLINE __m512i rp_avx512_bcast4(const void * p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
 }
 
-RPZ_INLINE void rpz_store(float * y, __m512 v, int nr) {
+RPZ_INLINE void rp_avx512_store(float * y, __m512 v, int nr) {
     if (nr == TK_RP_ROWS) _mm512_storeu_ps(y, v);
     else _mm512_mask_storeu_ps(y, (__mmask16) ((1u << nr) - 1), v);
 }
 
-RPZ_INLINE void rpz_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                             const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -52,18 +52,18 @@ RPZ_INLINE void rpz_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint
             __m512i s0 = _mm512_set1_epi32(neg[t * nb + b]), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 8; k += 2) {
-                s0 = _mm512_dpbusd_epi32(s0, wq[k], rpz_bcast4(q + 4 * k));
-                s1 = _mm512_dpbusd_epi32(s1, wq[k + 1], rpz_bcast4(q + 4 * k + 4));
+                s0 = _mm512_dpbusd_epi32(s0, wq[k], rp_avx512_bcast4(q + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, wq[k + 1], rp_avx512_bcast4(q + 4 * k + 4));
             }
             const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(daf[t * nb + b])), p, acc[t]);
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) rpz_store(y + t * ldy, acc[t], nr);
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
 }
 
-RPZ_INLINE void rpz_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+RPZ_INLINE void rp_avx512_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[8];
@@ -88,8 +88,8 @@ RPZ_INLINE void rpz_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uin
                 const __m512i vl = _mm512_and_si512(v, m4), vh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
 #pragma GCC unroll 8
                 for (int t = 0; t < T; t++) {
-                    lo[t] = _mm512_dpbusd_epi32(lo[t], vl, rpz_bcast4(q[t] + 64 * c + 4 * k));
-                    hi[t] = _mm512_dpbusd_epi32(hi[t], vh, rpz_bcast4(q[t] + 64 * c + 32 + 4 * k));
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], vl, rp_avx512_bcast4(q[t] + 64 * c + 4 * k));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], vh, rp_avx512_bcast4(q[t] + 64 * c + 32 + 4 * k));
                 }
             }
             const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[2 * c]));
@@ -105,21 +105,21 @@ RPZ_INLINE void rpz_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uin
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const int16_t * s = bs + (t * nb + i) * 8;
-            __m512i ms = _mm512_madd_epi16(mn[0], rpz_bcast4(s));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[1], rpz_bcast4(s + 2)));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[2], rpz_bcast4(s + 4)));
-            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[3], rpz_bcast4(s + 6)));
+            __m512i ms = _mm512_madd_epi16(mn[0], rp_avx512_bcast4(s));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[1], rp_avx512_bcast4(s + 2)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[2], rp_avx512_bcast4(s + 4)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[3], rp_avx512_bcast4(s + 6)));
             const __m512 da = _mm512_set1_ps(daf[t * nb + i]);
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(is[t]), acc[t]);
             acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(ms), acc[t]);
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) rpz_store(y + t * ldy, acc[t], nr);
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
 }
 
 /* Q6_K: per sub-block of 16 (4 groups), the lane starts at -32 * bsum (the stored q + 32) */
-RPZ_INLINE void rpz_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
     __m512 acc[8];
 #pragma GCC unroll 8
@@ -143,7 +143,7 @@ RPZ_INLINE void rpz_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uin
             for (int g = 0; g < 4; g++) {
                 const __m512i v = _mm512_loadu_si512((const void *) w->q[4 * j + g]);
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], v, rpz_bcast4(q[t] + 16 * j + 4 * g));
+                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], v, rp_avx512_bcast4(q[t] + 16 * j + 4 * g));
             }
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[j]));
 #pragma GCC unroll 8
@@ -155,7 +155,7 @@ RPZ_INLINE void rpz_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uin
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) rpz_store(y + t * ldy, acc[t], nr);
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
 }
 
 /* one function per token count (T a constant in each, so the tiles unroll) */
@@ -171,34 +171,34 @@ RPZ_INLINE void rpz_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uin
         default: F(1, __VA_ARGS__); break;                                                 \
     }
 
-RPZ static void rpz_q8_tiles(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+RPZ static void rp_avx512_q8_tiles(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
                              const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
-    RPZ_CASES(rpz_q8_tile, wg, nb, a, a_bytes, daf, neg, nr, y, ldy)
+    RPZ_CASES(rp_avx512_q8_tile, wg, nb, a, a_bytes, daf, neg, nr, y, ldy)
 }
 
-RPZ static void rpz_q4k_tiles(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+RPZ static void rp_avx512_q4k_tiles(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
                               const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
-    RPZ_CASES(rpz_q4k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+    RPZ_CASES(rp_avx512_q4k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
 }
 
-RPZ static void rpz_q6k_tiles(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+RPZ static void rp_avx512_q6k_tiles(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
                               const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
-    RPZ_CASES(rpz_q6k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+    RPZ_CASES(rp_avx512_q6k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
 }
 
 void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    tk_rp_drive_q6_K(rpz_q6k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+    tk_rp_drive_q6_K(rp_avx512_q6k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    tk_rp_drive_q8_0(rpz_q8_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+    tk_rp_drive_q8_0(rp_avx512_q8_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    tk_rp_drive_q4_K(rpz_q4k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+    tk_rp_drive_q4_K(rp_avx512_q4k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 #endif /* __x86_64__ && __GNUC__ */
