@@ -31,8 +31,13 @@ RPZ_INLINE __m512i rp_avx512_bcast4(const void * p) {
 }
 
 RPZ_INLINE void rp_avx512_store(float * y, __m512 v, int nr) {
-    if (nr == TK_RP_ROWS) _mm512_storeu_ps(y, v);
-    else _mm512_mask_storeu_ps(y, (__mmask16) ((1u << nr) - 1), v);
+    if (nr == TK_RP_ROWS) {
+        _mm512_storeu_ps(y, v);
+        return;
+    }
+    float tmp[TK_RP_ROWS];   /* a matrix's last group: its rows only */
+    _mm512_storeu_ps(tmp, v);
+    memcpy(y, tmp, (size_t) nr * sizeof(float));
 }
 
 RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
