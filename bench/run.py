@@ -41,10 +41,10 @@ def find_llama_bench(arg: str | None) -> str | None:
     return None
 
 
-def run_toolkit(model: str, p: int, n: int, threads: int) -> float:
+def run_toolkit(model: str, p: int, n: int, threads: int, env: dict | None = None) -> float:
     cmd = [sys.executable, "-m", "toolkit", "bench", "-m", model, "-p", str(p), "-n", str(n), "-r", "1",
            "-t", str(threads), "--no-warmup", "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env)
     if r.returncode != 0:
         raise SystemExit(f"toolkit bench failed: {r.stderr.strip()}")
     return float(json.loads(r.stdout)[0]["avg_ts"])
@@ -98,18 +98,21 @@ def side_by_side(args) -> int:
         bpt = bytes_per_token(model)
         for p, n in tests:
             name = f"pp{p}" if p else f"tg{n}"
-            ours, theirs = [], []
+            ours, theirs, base = [], [], []
             # warm-up: page the weights in for both
             run_toolkit(model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
             if exe:
                 run_llama(exe, model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
             for k in range(args.r):
-                order = (0, 1) if k % 2 == 0 else (1, 0)
+                # --baseline-env: a third runner, toolkit with that environment (before / after)
+                order = (0, 1, 2) if k % 2 == 0 else (2, 1, 0)
                 for who in order:
                     if who == 0:
                         ours.append(run_toolkit(model, p, n, args.t))
-                    elif exe:
+                    elif who == 1 and exe:
                         theirs.append(run_llama(exe, model, p, n, args.t))
+                    elif who == 2 and args.baseline_env:
+                        base.append(run_toolkit(model, p, n, args.t, env=dict(os.environ, **args.baseline_env)))
             mo, so = mean_sd(ours)
             row = {"model": os.path.basename(model), "test": name, "threads": args.t, "toolkit_ts": mo, "toolkit_sd": so,
                    "toolkit_samples": ours, "load_after": loadavg()}
@@ -118,6 +121,10 @@ def side_by_side(args) -> int:
                 ml, sl = mean_sd(theirs)
                 row.update(llama_ts=ml, llama_sd=sl, llama_samples=theirs, ratio=mo / ml)
                 line += f"   llama.cpp {ml:8.2f} ± {sl:6.2f}   ratio {mo / ml:5.2f}x"
+            if base:
+                mb, sb = mean_sd(base)
+                row.update(baseline_ts=mb, baseline_sd=sb, baseline_samples=base, speedup=mo / mb)
+                line += f"   baseline {mb:8.2f} ± {sb:6.2f} (x{mo / mb:4.2f})"
             if n:
                 row.update(bytes_per_token=bpt, toolkit_gbs=bpt * mo / 1e9)
                 line += f"   {bpt / 2**20:.0f} MiB/token -> {bpt * mo / 1e9:.2f} GB/s"
@@ -197,12 +204,18 @@ def main() -> int:
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--llama-bench")
+    ap.add_argument("--baseline-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="also run toolkit with this environment (repeatable), alternating with the others: "
+                         "before/after figures, e.g. --baseline-env TOOLKIT_REPACK=0 with TOOLKIT_REPACK=1 set")
     ap.add_argument("--llama-args", default="", help="extra llama-bench flags, e.g. '--poll 0'")
     ap.add_argument("--json")
     ap.add_argument("--ssd", action="store_true")
     ap.add_argument("--bandwidth", action="store_true")
     args = ap.parse_args()
     LLAMA_EXTRA.extend(args.llama_args.split())
+    if any("=" not in e for e in args.baseline_env):
+        ap.error("--baseline-env takes NAME=VALUE")
+    args.baseline_env = dict(e.split("=", 1) for e in args.baseline_env)
     if args.ssd:
         return ssd_crossover(args)
     if args.bandwidth:

@@ -221,7 +221,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
     the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
     from toolkit.runtime import Model, memory_estimate
-    from toolkit.runtime.memory import format_mla, format_report, mla_latent
+    from toolkit.runtime.memory import format_mla, format_repack, format_report, mla_latent, repack_estimate
 
     bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
@@ -235,13 +235,16 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
         # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
         r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
+        rp = repack_estimate(m.gguf)   # what `run --repack` would add (heap, besides the mapped file)
     mla = mla_latent(hp, n_ctx)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
-                               "memory": r, "total": sum(r.values()), **({"mla_latent": mla} if mla else {})},
-                              indent=1))
+                               "memory": r, "total": sum(r.values()), "repack": rp,
+                               **({"mla_latent": mla} if mla else {})}, indent=1))
     else:
         typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
         typer.echo(format_report(r, n_ctx, n_seq))
         if mla:
             typer.echo(format_mla(mla))
+        if rp["n_tensors"]:
+            typer.echo(f"with --repack (at the {rp['level']} kernel level), besides the total:\n" + format_repack(rp))

@@ -89,6 +89,7 @@ def run(
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Tokens per micro-batch when decoding the prompt."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
+    repack: bool = typer.Option(False, "--repack", help="Re-lay the Q8_0 / Q4_K / Q6_K mat-mul weights at load for the prompt GEMM kernels (avx2 and avx512 levels; costs heap memory and load time, -v says how much; same as TOOLKIT_REPACK=1)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
@@ -110,6 +111,8 @@ def run(
     from toolkit.runtime.sampling import SamplerParams
 
     _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
+    if repack:   # read by the C library when the model loads (tk_model_load)
+        os.environ["TOOLKIT_REPACK"] = "1"
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)

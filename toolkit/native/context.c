@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "layers/layer.h"
+#include "quants/repack.h"
 
 /* ==== lifecycle ====================================================================== */
 
@@ -26,6 +27,7 @@ void tk_context_free(tk_context * c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->dsa_sel);
+    free(c->mm.rp_prep);
     free(c->work);
     free(c->ub.token);
     free(c->ub.pos);
@@ -173,7 +175,12 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         c->scratch_bytes += c->work_bytes;
         if (!c->work) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of workspace)", c->work_bytes);
     }
-    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, sp.act_bytes};
+    c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, sp.act_bytes, NULL, 0};
+    if (c->model->rp_buf) {    /* repacked weights (TOOLKIT_REPACK=1): their per-token terms, counted with the repacking */
+        c->mm.rp_prep_bytes = tk_rp_prep_bytes((int64_t) U, (int64_t) sp.row_n);
+        c->mm.rp_prep = malloc(c->mm.rp_prep_bytes);
+        if (!c->mm.rp_prep) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes for repacked weights)", c->mm.rp_prep_bytes);
+    }
     c->ub.token = malloc(U * sizeof(int32_t));
     c->ub.pos = malloc(U * sizeof(int32_t));
     c->ub.seq = malloc(U * sizeof(int32_t));

@@ -15,9 +15,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "layers/layer.h"
+#include "quants/repack.h"
 
 /* ==== tensor table validation ======================================================== */
 
@@ -82,6 +84,18 @@ static void shape_str(char * buf, size_t n, const int64_t * ne, int nd) {
 
 /* Bind a matrix-like weight (stays in the mapping).  exp: expected ggml shape (n_exp dims).
  * A missing optional tensor leaves w->data NULL. */
+static tk_status remember(tk_model * m, tk_weight * w) {
+    if (m->n_bound == m->cap_bound) {
+        int32_t cap = m->cap_bound ? 2 * m->cap_bound : 64;
+        tk_weight ** q = realloc(m->bound, (size_t) cap * sizeof *q);
+        if (!q) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+        m->bound = q;
+        m->cap_bound = cap;
+    }
+    m->bound[m->n_bound++] = w;
+    return TK_OK;
+}
+
 tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, int n_exp, const int64_t * exp,
                          int required, tk_weight * w) {
     memset(w, 0, sizeof *w);
@@ -105,7 +119,13 @@ tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, 
     w->type = t->type;
     for (int d = 0; d < 4; d++) w->ne[d] = t->ne[d];
     w->row_bytes = (size_t) (t->ne[0] / tt->blck_size * tt->type_size);
-    (void) m;
+    /* a repacking candidate: a weight kept in the model (not tk_bind_vec's copy source), not a
+     * gather-only table (token_embd: added at load when tied to the output) */
+    const int kept = ((const uint8_t *) w >= (const uint8_t *) m->layers &&
+                      (const uint8_t *) w < (const uint8_t *) (m->layers + m->hp.n_layer)) ||
+                     ((const uint8_t *) w >= (const uint8_t *) m && (const uint8_t *) w < (const uint8_t *) (m + 1));
+    if (kept && !strstr(name, "embd") && !strstr(name, "ple_table") && tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]))
+        TK_CHECK(remember(m, w));
     return TK_OK;
 }
 
@@ -258,6 +278,53 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
 
 /* ==== load / free ==================================================================== */
 
+/* TOOLKIT_REPACK=1: the bound mat-mul weights whose type has a repacked kernel at this level
+ * re-laid into one heap buffer (quants/repack.h); a matrix bound twice (tied output) once.
+ * The mmap'd bytes stay (gathers, other levels read them); the pages re-laid are advised
+ * away (MADV_DONTNEED on a read-only private map: dropped, read again if touched). */
+static tk_status repack_weights(tk_model * m) {
+    const char * e = getenv("TOOLKIT_REPACK");
+    if (!e || strcmp(e, "1") != 0) return TK_OK;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int level = tk_cpu_level();
+    size_t total = 0;
+    for (int32_t i = 0; i < m->n_bound; i++) {
+        const tk_weight * w = m->bound[i];
+        if (!tk_repack_fast(w->type, level)) continue;
+        total += tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]) * (size_t) (w->ne[2] * w->ne[3]);
+    }
+    if (!total) return TK_OK;
+    if (posix_memalign((void **) &m->rp_buf, 64, total) != 0) return TK_FAIL(TK_ERR_NOMEM, "repack: out of memory (%zu bytes)", total);
+    size_t off = 0;
+    const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
+    for (int32_t i = 0; i < m->n_bound; i++) {
+        tk_weight * w = m->bound[i];
+        if (!tk_repack_fast(w->type, level)) continue;
+        const int64_t n_mat = w->ne[2] * w->ne[3];
+        w->rp_mat = tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]);
+        w->rp = m->rp_buf + off;
+        for (int64_t k = 0; k < n_mat; k++)
+            tk_repack_matrix(w->type, w->data + (size_t) k * (size_t) w->ne[1] * w->row_bytes, w->row_bytes, w->ne[0],
+                             w->ne[1], m->rp_buf + off + (size_t) k * w->rp_mat);
+        off += w->rp_mat * (size_t) n_mat;
+        m->rp_info.n_tensors++;
+        uintptr_t a = ((uintptr_t) w->data + pg - 1) & ~(pg - 1);
+        const uintptr_t z = ((uintptr_t) w->data + (size_t) n_mat * (size_t) w->ne[1] * w->row_bytes) & ~(pg - 1);
+        if (z > a && w->data != m->tok_embd.data) madvise((void *) a, z - a, MADV_DONTNEED);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    m->rp_info.bytes = (int64_t) total;
+    m->rp_info.ms = (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    return TK_OK;
+}
+
+void tk_model_repack_info(const tk_model * m, tk_repack_info * out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (m) *out = m->rp_info;
+}
+
 tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
                         int64_t n_tensors, tk_model ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
@@ -345,8 +412,13 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK && tk_hc_on(hp) && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
-    if (st == TK_OK && !m->output.data) m->output = m->tok_embd;   /* tied embeddings */
+    const int tied = st == TK_OK && !m->output.data;
+    if (tied) m->output = m->tok_embd;   /* tied embeddings */
     for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);
+    /* a tied output is a mat-mul weight: re-laid (as m->output; the gathers read tok_embd) */
+    if (st == TK_OK && tied && tk_repack_matrix_bytes(m->output.type, m->output.ne[0], m->output.ne[1]))
+        st = remember(m, &m->output);
+    if (st == TK_OK) st = repack_weights(m);
     if (st != TK_OK) {
         tk_model_free(m);
         return st;
@@ -371,6 +443,8 @@ void tk_model_free(tk_model * m) {
     if (m->map && m->map != MAP_FAILED) munmap(m->map, m->map_size);
     for (int32_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    free(m->bound);
+    free(m->rp_buf);
     free(m->layers);
     free(m->layer_kinds);
     free(m->ffn_kinds);

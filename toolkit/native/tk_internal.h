@@ -32,6 +32,10 @@ typedef struct {
     int32_t type;              /* ggml type */
     int64_t ne[4];             /* ggml order */
     size_t  row_bytes;         /* bytes of one row of ne[0] elements */
+    /* the matrices re-laid for the prompt GEMM (quants/repack.h; model.c, TOOLKIT_REPACK=1),
+     * rp_mat bytes apart, or NULL: then the mat-muls read `data` */
+    const uint8_t * rp;
+    size_t  rp_mat;
 } tk_weight;
 
 typedef struct {
@@ -160,6 +164,12 @@ struct tk_model {
     int embd_random;           /* token_embd is a large gather-only table (random-access advice) */
     float ** owned;            /* float arrays copied at load, freed with the model */
     int32_t n_owned, cap_owned;
+    /* repacking (TOOLKIT_REPACK=1, model.c): the mat-mul weights bound (candidates), the one
+     * buffer of their re-laid matrices, what it cost */
+    tk_weight ** bound;
+    int32_t n_bound, cap_bound;
+    uint8_t * rp_buf;
+    tk_repack_info rp_info;
 };
 
 /* ---- model.c ----------------------------------------------------------------------- */
@@ -185,6 +195,9 @@ typedef struct {
     size_t row_stride;         /* >= ne0 of any weight */
     uint8_t * act;             /* act_bytes bytes: n_tok rows of the weight type's vec_dot_type */
     size_t act_bytes;
+    uint8_t * rp_prep;         /* repacked weights only: the activations' per-token terms (quants/repack.h
+                                  tk_rp_prep_bytes), else NULL */
+    size_t rp_prep_bytes;
 } tk_mm_work;
 /* Bytes of `act` that n_tok rows of width K need, whatever the weight type. */
 size_t tk_mm_act_bytes(int64_t n_tok, int64_t K);

@@ -23,6 +23,9 @@ float tk_fp16_to_fp32(uint16_t h);
 float tk_bf16_to_fp32(uint16_t h);
 /* y[t][r] = sum_k W[r][k] x[t][k]; W: M rows of K elements of ggml `type` at w; x: [n_tok, K]; y: [n_tok, M] */
 tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
+/* tk_mat_mul with W re-laid first (quants/repack.h: Q8_0, Q4_K and Q6_K; another type:
+ * TK_ERR_UNSUPPORTED), the repacked kernel of the current level (scalar: the reference) */
+tk_status tk_mat_mul_repacked(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
 void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
 /* y[i] = y[i] / (1 + exp(-y[i])) in place, n floats, at the current kernel level
  * (scalar: expf; AVX2: a vector exp within a few ulp of it). */

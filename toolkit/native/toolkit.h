@@ -273,6 +273,17 @@ typedef struct tk_model tk_model;
 tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
                         int64_t n_tensors, tk_model ** out);
 void tk_model_free(tk_model * model);
+/* Weights re-laid for the prompt GEMM at load (quants/repack.h), which tk_model_load does
+ * when the environment has TOOLKIT_REPACK=1 (`toolkit run --repack`) for the Q8_0 / Q4_K / Q6_K
+ * mat-mul weights where the kernel level has a repacked kernel: the tensors re-laid, the
+ * bytes they take (heap, besides the mmap'd file) and the milliseconds re-laying took.
+ * All 0 without repacking. */
+typedef struct {
+    int32_t n_tensors;
+    int64_t bytes;
+    double  ms;
+} tk_repack_info;
+void tk_model_repack_info(const tk_model * model, tk_repack_info * out);
 
 /* ==== runtime: context, batches, decode ============================================== */
 

@@ -15,6 +15,10 @@ no size of its own.  Kinds:
   compute      the forward pass's scratch for n_ubatch tokens and the threads
   draft        speculative decoding's window (--draft-max K) of recurrent snapshots; shown only
                when K > 0
+Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
+Q8_0 / Q4_K / Q6_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
+:func:`repack_estimate` sizes it from the tensor table, :func:`format_repack` prints what a
+load measured (Model.repack_info).
 """
 from __future__ import annotations
 
@@ -76,3 +80,48 @@ def format_brief(r: dict[str, int]) -> str:
     kv 192.00 MiB, compute 8.00 MiB``."""
     total = sum(r[k] for k in _kinds(r))
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
+
+
+# repack.h: bytes per group of 16 rows and block (Q8_0: 32 values, Q4_K / Q6_K: 256 values)
+_REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432), "Q6_K": (256, 4416)}
+
+
+def repack_types(level: int | None = None) -> tuple[str, ...]:
+    """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
+    avx512 Q8_0 / Q4_K / Q6_K; avx2 Q8_0 / Q4_K; none elsewhere."""
+    from toolkit.binding import lib
+    level = lib.tk_cpu_level() if level is None else level
+    if level == lib.TK_CPU_AVX512:
+        return ("Q8_0", "Q4_K", "Q6_K")
+    if level == lib.TK_CPU_AVX2:
+        return ("Q8_0", "Q4_K")
+    return ()
+
+
+def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
+    """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
+    the weights of two or more dimensions, not the token embedding table unless the output is tied
+    to it (model.c repack_weights).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel level's
+    name, the one in force)."""
+    from toolkit.binding import ffi, lib
+    types = repack_types() if types is None else types
+    names = {t.name for t in gguf}
+    tied = "output.weight" not in names
+    n, total = 0, 0
+    for t in gguf:
+        typ = getattr(t.type, "name", str(t.type))
+        if typ not in _REPACK_BLOCK or typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+            continue
+        blk, gb = _REPACK_BLOCK[typ]
+        ne = list(t.shape) + [1] * (4 - len(t.shape))
+        if ne[0] % blk:
+            continue
+        n += 1
+        total += (ne[1] + 15) // 16 * (ne[0] // blk) * gb * ne[2] * ne[3]
+    return {"n_tensors": n, "bytes": total, "level": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_level())).decode()}
+
+
+def format_repack(rp: dict) -> str:
+    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms)``"""
+    s = f"  {'repacked':<12}{_fmt(rp['bytes']):>12}  ({rp['bytes']} bytes, {rp['n_tensors']} tensors"
+    return s + (f", re-laid in {rp['ms']:.0f} ms)" if "ms" in rp else ")")

@@ -88,6 +88,14 @@ class Model(NativeHandle):
             raise
 
     @property
+    def repack_info(self) -> dict:
+        """What re-laying the weights at load cost (TOOLKIT_REPACK=1; toolkit.h tk_repack_info):
+        ``{"n_tensors", "bytes", "ms"}``, all 0 without it."""
+        info = ffi.new("tk_repack_info *")
+        lib.tk_model_repack_info(self.ptr, info)
+        return {"n_tensors": int(info.n_tensors), "bytes": int(info.bytes), "ms": float(info.ms)}
+
+    @property
     def ptr(self):
         if self._ptr == ffi.NULL:
             raise InputError(f"{self.path}: model is closed")

@@ -305,6 +305,10 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
             mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
                                   draft_window=opts.draft_max if speculative else 0, keep_last=False)
             on_report(format_report(mem, opts.ctx_size, 1))
+            rp = m.repack_info
+            if rp["n_tensors"]:
+                from toolkit.runtime.memory import format_repack
+                on_report(format_repack(rp))
         if opts.draft_model is not None or opts.lookup:
             # the drafter (and its checks: vocabulary, --context-shift) before any output
             if on_report is not None:

@@ -12,6 +12,7 @@
 #include "tk_internal.h"
 #include "tk_cpu.h"
 #include "quants/qdot.h"
+#include "quants/repack.h"
 
 /* ==== type conversion ================================================================ */
 
@@ -92,6 +93,9 @@ typedef struct {
     tk_from_float_fn act_quant;  /* the activation quantizer */
     const uint8_t * act;
     size_t act_row;
+    tk_rp_rows_fn rprows;      /* repacked weights (w->rp): the kernel, base its matrix; the
+                                  parallel loop runs over groups of TK_RP_ROWS rows */
+    uint8_t * prep;            /* its per-token terms (filled with the activations) */
 } matmul_job;
 
 /* The scalar float kernel (the type table's scalar slot of F32 / F16 / BF16).  F32 rows
@@ -111,6 +115,10 @@ static void matmul_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     const matmul_job * j = arg;
     const tk_weight * w = j->w;
     const int64_t K = w->ne[0], M = w->ne[1];
+    if (j->rprows) {
+        j->rprows(j->base, K, M, j->act, j->act_row, j->n_tok, j->prep, j->y, M, r0, r1);
+        return;
+    }
     if (j->qrows) {
         j->qrows(j->base, w->row_bytes, K, j->act, j->act_row, j->n_tok, j->y, M, r0, r1);
         return;
@@ -125,6 +133,7 @@ static void quantize_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     (void) thread;
     const int64_t K = j->w->ne[0];
     for (int64_t t = t0; t < t1; t++) j->act_quant(j->x + t * K, (uint8_t *) j->act + (size_t) t * j->act_row, K);
+    if (j->rprows) tk_rp_prep(j->w->type, j->act, j->act_row, K, j->n_tok, t0, t1, j->prep);
 }
 
 size_t tk_mm_act_bytes(int64_t n_tok, int64_t K) {
@@ -145,7 +154,7 @@ static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * 
     const int vdt = tt ? tk_type_vec_dot_type(tt, level) : -1;
     const tk_type_traits * at = vdt > TK_GGML_F32 ? tk_type_traits_get(vdt) : NULL;
     *j = (matmul_job) {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
-                       NULL, NULL, NULL, 0};
+                       NULL, NULL, NULL, 0, NULL, NULL};
     *quant = at != NULL;
     if (at) {
         j->act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
@@ -153,6 +162,14 @@ static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * 
             return TK_FAIL(TK_ERR_INVALID, "matmul: %lld activation rows of %zu bytes > scratch of %zu", (long long) n_tok, j->act_row, wk->act_bytes);
         j->act = wk->act;
         j->qrows = tk_type_qdot_rows(tt, level);
+        /* repacked: every n_tok at every level takes the repacked kernel (one order, repack.h) */
+        if (w->rp && (j->rprows = tk_repack_rows(w->type, level)) != NULL) {
+            if (!wk->rp_prep || wk->rp_prep_bytes < tk_rp_prep_bytes(n_tok, K))
+                return TK_FAIL(TK_ERR_INVALID, "matmul: repacked weights need %zu bytes of per-token scratch, have %zu",
+                               tk_rp_prep_bytes(n_tok, K), wk->rp_prep_bytes);
+            j->base = w->rp + (size_t) mat * w->rp_mat;
+            j->prep = wk->rp_prep;
+        }
         j->act_quant = tk_type_act_from_float(at, level);
     } else if (!tt || tt->vec_dot_type != TK_GGML_F32) {
         return TK_FAIL(TK_ERR_UNSUPPORTED, "matmul: no kernel for type %s", tk_type_name(w->type));
@@ -178,7 +195,7 @@ tk_status tk_matmul(const tk_weight * w, int64_t mat, const float * x, int64_t n
     /* threads only pay off past ~64k multiply-adds */
     const int small = K * M * n_tok < 65536;
     if (quant) matmul_quantize(wk->pool, &j, small);
-    tk_pool_run(small ? NULL : wk->pool, M, matmul_rows, &j);
+    tk_pool_run(small ? NULL : wk->pool, j.rprows ? (M + TK_RP_ROWS - 1) / TK_RP_ROWS : M, matmul_rows, &j);
     return TK_OK;
 }
 
@@ -187,7 +204,8 @@ typedef struct { matmul_job a, b; } matmul_pair;
 
 static void matmul_pair_rows(void * arg, int64_t r0, int64_t r1, int thread) {
     matmul_pair * p = arg;
-    const int64_t M1 = p->a.w->ne[1];
+    /* repacked pairs: items are groups, [0, G1) the first job's */
+    const int64_t M1 = p->a.rprows ? (p->a.w->ne[1] + TK_RP_ROWS - 1) / TK_RP_ROWS : p->a.w->ne[1];
     if (r0 < M1) matmul_rows(&p->a, r0, r1 < M1 ? r1 : M1, thread);
     if (r1 > M1) matmul_rows(&p->b, (r0 > M1 ? r0 : M1) - M1, r1 - M1, thread);
 }
@@ -201,29 +219,57 @@ tk_status tk_matmul2(const tk_weight * w1, const tk_weight * w2, int64_t mat, co
     TK_CHECK(matmul_prepare(w2, mat, x, n_tok, y2, wk, level, &p.b, &q2));
     const int64_t K = w1->ne[0], M = w1->ne[1] + w2->ne[1];
     /* one activation quantization serves both only for the same activation type and width */
-    if (w2->ne[0] != K || q1 != q2 || (q1 && (p.a.act_quant != p.b.act_quant || p.a.act_row != p.b.act_row))) {
+    if (w2->ne[0] != K || q1 != q2 || (q1 && (p.a.act_quant != p.b.act_quant || p.a.act_row != p.b.act_row)) ||
+        !p.a.rprows != !p.b.rprows) {
         TK_CHECK(tk_matmul(w1, mat, x, n_tok, y1, wk));
         return tk_matmul(w2, mat, x, n_tok, y2, wk);
     }
     const int small = K * M * n_tok < 65536;
     if (q1) matmul_quantize(wk->pool, &p.a, small);
-    tk_pool_run(small ? NULL : wk->pool, M, matmul_pair_rows, &p);
+    const int64_t items = p.a.rprows ? (w1->ne[1] + TK_RP_ROWS - 1) / TK_RP_ROWS + (w2->ne[1] + TK_RP_ROWS - 1) / TK_RP_ROWS : M;
+    tk_pool_run(small ? NULL : wk->pool, items, matmul_pair_rows, &p);
     return TK_OK;
 }
 
-/* Public form of tk_matmul for kernel tests: W is M rows of K elements of `type`. */
-tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y) {
+/* tk_mat_mul and tk_mat_mul_repacked: W is M rows of K elements of `type`, re-laid first
+ * when `repack` (quants/repack.h). */
+static tk_status mat_mul_test(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y,
+                              int repack) {
     int64_t blck, bytes;
     if (!w || !x || !y || K <= 0 || M <= 0 || n_tok < 0) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: bad arguments");
     if (!tk_type_block(type, &blck, &bytes)) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: unknown ggml type %d", type);
     if (K % blck) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: K = %lld is not a multiple of the %s block", (long long) K, tk_type_name(type));
-    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes)};
-    tk_mm_work wk = {NULL, malloc((size_t) K * sizeof(float)), (size_t) K, NULL, tk_mm_act_bytes(n_tok, K)};
+    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes), NULL, 0};
+    uint8_t * rp = NULL;
+    if (repack) {
+        wt.rp_mat = tk_repack_matrix_bytes(type, K, M);
+        if (!wt.rp_mat) return TK_FAIL(TK_ERR_UNSUPPORTED, "tk_mat_mul_repacked: no repacked form of %s", tk_type_name(type));
+        rp = malloc(wt.rp_mat);
+        if (!rp) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+        tk_repack_matrix(type, wt.data, wt.row_bytes, K, M, rp);
+        wt.rp = rp;
+    }
+    tk_mm_work wk = {NULL, malloc((size_t) K * sizeof(float)), (size_t) K, NULL, tk_mm_act_bytes(n_tok, K), NULL, 0};
     wk.act = malloc(wk.act_bytes ? wk.act_bytes : 1);
-    tk_status st = wk.row && wk.act ? tk_matmul(&wt, 0, x, n_tok, y, &wk) : TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    if (repack) {
+        wk.rp_prep_bytes = tk_rp_prep_bytes(n_tok, K);
+        wk.rp_prep = malloc(wk.rp_prep_bytes);
+    }
+    tk_status st = wk.row && wk.act && (!repack || wk.rp_prep) ? tk_matmul(&wt, 0, x, n_tok, y, &wk) : TK_FAIL(TK_ERR_NOMEM, "out of memory");
     free(wk.row);
     free(wk.act);
+    free(wk.rp_prep);
+    free(rp);
     return st;
+}
+
+/* Public form of tk_matmul for kernel tests: W is M rows of K elements of `type`. */
+tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y) {
+    return mat_mul_test(type, w, K, M, x, n_tok, y, 0);
+}
+
+tk_status tk_mat_mul_repacked(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y) {
+    return mat_mul_test(type, w, K, M, x, n_tok, y, 1);
 }
 
 /* One row (of the flattened ne1*ne2*ne3 rows) as float32. */

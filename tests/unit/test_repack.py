@@ -1,0 +1,121 @@
+"""Repacked weights (toolkit/native/quants/repack.c, x86/repack_avx512.c): Q8_0, Q4_K and Q6_K re-laid
+in groups of 16 interleaved rows, through tk_mat_mul_repacked at each kernel level this machine has.
+
+- the scalar tiles (the reference order, repack.h) equal the float64 product
+  dequant(W) @ dequant(act) to 1e-6 of sum |w| |x| per output, as the row kernels do;
+- every level's repacked kernel gives the scalar tiles' bits (the AVX-512 VNNI tiles, the AVX2
+  tiles plain and with AVX-VNNI, where the machine has them: the same float order, exact
+  integer sums);
+- a token's result is bit-identical alone (generation), in a batch of 21 (tiles of 8 + 5) and in a
+  batch split at another token, with row counts that leave a part-filled last group;
+- repacked and plain kernels agree to the same 1e-6 bound (another float order: one rounding per
+  block against eight lanes' partial sums, so not bit for bit);
+- a type without a repacked form is refused.
+"""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+import qref
+from toolkit.binding import ffi, lib
+
+pytestmark = pytest.mark.native
+
+T = gguf.GGMLQuantizationType
+RTYPES = [T.Q8_0, T.Q4_K, T.Q6_K]
+LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
+# (level, AVX-VNNI on): at avx2 both the plain (vpmaddubsw) and, where the machine has it, the VNNI tiles
+VARIANTS = [(lv, 0) for lv in LEVELS] + ([(lib.TK_CPU_AVX2, 1)] if lib.tk_cpu_has_avxvnni() else [])
+
+
+def _name(v):
+    return ffi.string(lib.tk_cpu_level_name(v[0])).decode() + ("-vnni" if v[1] else "")
+
+
+@pytest.fixture
+def at_variant(at_level):
+    def set_variant(v):
+        lib.tk_cpu_set_avxvnni(v[1])
+        return at_level(v[0])
+    yield set_variant
+    lib.tk_cpu_set_avxvnni(1)
+N_TOK = 21
+REL = 1e-6
+
+
+def _mm_repacked(qtype, raw, K, x):
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
+    st = lib.tk_mat_mul_repacked(int(qtype), ffi.from_buffer(np.ascontiguousarray(raw)), K, raw.shape[0],
+                                 ffi.cast("float *", ffi.from_buffer(x)), x.shape[0], ffi.cast("float *", ffi.from_buffer(y)))
+    assert st == 0, ffi.string(lib.tk_last_error()).decode()
+    return y
+
+
+def _case(qtype, K: int, M: int):
+    rng = np.random.default_rng(100 * int(qtype) + K + M)
+    w = rng.standard_normal((M, K)).astype(np.float32) * 0.1
+    w[3] *= 8.0
+    w[7] = 0.5 + 0.01 * w[7]      # near-constant row: large mins (Q4_K)
+    x = rng.standard_normal((N_TOK, K)).astype(np.float32)
+    x[2] *= 1e-3
+    x[5, :256] = 0.0              # an all-zero block / super-block
+    x[9, ::7] *= 30.0
+    raw = qref.quantize_rows(qtype, w)
+    return raw, qref.dequantize_rows(qtype, raw, K), x
+
+
+def _bound(qtype, wf, x):
+    return REL * (np.abs(qref.act_values(qtype, x)).astype(np.float64) @ np.abs(wf.astype(np.float64)).T) + 1e-30
+
+
+CASES = [(t, K, M) for t in RTYPES for K, M in ((256, 13), (512, 16), (768, 37), (2048, 50))]
+IDS = [f"{t.name}-K{K}-M{M}" for t, K, M in CASES]
+
+
+@pytest.mark.parametrize("qtype,K,M", CASES, ids=IDS)
+def test_scalar_tiles_match_float64_reference(qtype, K, M, at_level):
+    raw, wf, x = _case(qtype, K, M)
+    at_level(lib.TK_CPU_SCALAR)
+    y = _mm_repacked(qtype, raw, K, x)
+    ref = qref.act_values(qtype, x).astype(np.float64) @ wf.astype(np.float64).T
+    assert np.all(np.abs(y - ref) <= _bound(qtype, wf, x))
+    if K == 256:
+        assert np.all(y[5] == 0.0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_name)
+@pytest.mark.parametrize("qtype,K,M", CASES, ids=IDS)
+def test_levels_equal_scalar_bits_and_ubatch_invariant(qtype, K, M, variant, at_variant):
+    raw, _, x = _case(qtype, K, M)
+    at_variant((lib.TK_CPU_SCALAR, 0))
+    ref = _mm_repacked(qtype, raw, K, x)
+    assert at_variant(variant) == variant[0]
+    y = _mm_repacked(qtype, raw, K, x)
+    np.testing.assert_array_equal(y, ref)
+    alone = np.stack([_mm_repacked(qtype, raw, K, x[t:t + 1])[0] for t in range(N_TOK)])
+    np.testing.assert_array_equal(alone, y)
+    split = np.concatenate([_mm_repacked(qtype, raw, K, x[:11]), _mm_repacked(qtype, raw, K, x[11:])])
+    np.testing.assert_array_equal(split, y)
+
+
+@pytest.mark.parametrize("qtype,K,M", CASES, ids=IDS)
+def test_repacked_and_plain_agree_to_the_bound(qtype, K, M, at_variant):
+    raw, wf, x = _case(qtype, K, M)
+    for level in VARIANTS:
+        at_variant(level)
+        y, plain = _mm_repacked(qtype, raw, K, x), qref.mat_mul(qtype, raw, K, x)
+        assert np.all(np.abs(y.astype(np.float64) - plain) <= 2 * _bound(qtype, wf, x)), level
+
+
+def test_type_without_repacked_form_is_refused():
+    K, M = 256, 16
+    raw = qref.quantize_rows(T.Q5_K, np.ones((M, K), np.float32))
+    x = np.ones((1, K), np.float32)
+    y = np.zeros((1, M), np.float32)
+    st = lib.tk_mat_mul_repacked(int(T.Q5_K), ffi.from_buffer(raw), K, M, ffi.cast("float *", ffi.from_buffer(x)), 1,
+                                 ffi.cast("float *", ffi.from_buffer(y)))
+    assert st == lib.TK_ERR_UNSUPPORTED
+    assert "no repacked form of q5_k" in ffi.string(lib.tk_last_error()).decode().lower()

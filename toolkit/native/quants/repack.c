@@ -1,0 +1,322 @@
+/* repack.c: the repacked weight formats (repack.h): re-laying at load, the drives, and the
+ * scalar tiles, the reference every SIMD tile must equal bit for bit. */
+#include <math.h>
+#include <string.h>
+
+#include "quants/repack.h"
+#include "tk_testing.h"
+
+/* ---- re-laying ---------------------------------------------------------------------- */
+size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M) {
+    const size_t ng = (size_t) ((M + TK_RP_ROWS - 1) / TK_RP_ROWS);
+    if (K <= 0 || M <= 0) return 0;
+    if (type == TK_GGML_Q8_0 && K % QK32 == 0) return ng * (size_t) (K / QK32) * sizeof(tk_rp_q8_0);
+    if (type == TK_GGML_Q4_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q4_K);
+    if (type == TK_GGML_Q6_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q6_K);
+    return 0;
+}
+
+static void repack_q8_0(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK32, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_q8_0 * o = (tk_rp_q8_0 *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++, o++) {
+            memset(o, 0, sizeof *o);
+            for (int r = 0; r < TK_RP_ROWS; r++) {
+                const int64_t row = g * TK_RP_ROWS + r;
+                if (row >= M) {   /* padding: d = 0 and q = 128 (the value 0) */
+                    for (int k = 0; k < 8; k++) memset(o->q[k][r], 128, 4);
+                    continue;
+                }
+                const blk_q8_0 * x = (const blk_q8_0 *) (const void *) (src + (size_t) row * row_bytes) + b;
+                o->d[r] = tkq_fp16_to_fp32(x->d);
+                for (int k = 0; k < 8; k++)
+                    for (int i = 0; i < 4; i++) o->q[k][r][i] = (uint8_t) (x->qs[4 * k + i] + 128);
+            }
+        }
+}
+
+static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_q4_K * o = (tk_rp_q4_K *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t i = 0; i < nb; i++, o++) {
+            memset(o, 0, sizeof *o);
+            for (int r = 0; r < TK_RP_ROWS; r++) {
+                const int64_t row = g * TK_RP_ROWS + r;
+                if (row >= M) continue;   /* padding: all zero */
+                const blk_q4_K * x = (const blk_q4_K *) (const void *) (src + (size_t) row * row_bytes) + i;
+                uint32_t u[4];
+                uint8_t sm[16];
+                tk_scales_k4(x->scales, u);
+                memcpy(sm, u, 16);
+                o->d[r] = tkq_fp16_to_fp32(x->d);
+                o->dmin[r] = tkq_fp16_to_fp32(x->dmin);
+                for (int j = 0; j < 8; j++) o->sc[j][r] = sm[j];
+                for (int k = 0; k < 4; k++) {
+                    o->mn[k][r][0] = sm[8 + 2 * k];
+                    o->mn[k][r][1] = sm[8 + 2 * k + 1];
+                }
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 8; k++) memcpy(o->q[c][k][r], x->qs + 32 * c + 4 * k, 4);
+            }
+        }
+}
+
+static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_q6_K * o = (tk_rp_q6_K *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t i = 0; i < nb; i++, o++) {
+            memset(o, 0, sizeof *o);
+            for (int r = 0; r < TK_RP_ROWS; r++) {
+                const int64_t row = g * TK_RP_ROWS + r;
+                if (row >= M) continue;   /* padding: d = 0 */
+                const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
+                o->d[r] = tkq_fp16_to_fp32(x->d);
+                for (int j = 0; j < 16; j++) o->sc[j][r] = x->scales[j];
+                /* element 128 h + 32 s + l: low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high),
+                 * bits 2s, 2s + 1 of qh[32 h + l] (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
+                for (int h = 0; h < 2; h++)
+                    for (int sb = 0; sb < 4; sb++)
+                        for (int l = 0; l < 32; l++) {
+                            const int e = 128 * h + 32 * sb + l;
+                            const int q = ((x->ql[64 * h + 32 * (sb & 1) + l] >> (4 * (sb >> 1))) & 0xF) |
+                                          (((x->qh[32 * h + l] >> (2 * sb)) & 3) << 4);
+                            o->q[e / 4][r][e % 4] = (uint8_t) q;   /* the value + 32 */
+                        }
+            }
+        }
+}
+
+void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    if (type == TK_GGML_Q8_0) repack_q8_0(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_Q4_K) repack_q4_K(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_Q6_K) repack_q6_K(src, row_bytes, K, M, dst);
+}
+
+/* ---- per-token terms (once per mat-mul, tk_matmul: in the activation scratch) ---------- */
+size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K) { return (size_t) n_tok * (size_t) (K / QK32) * 8 + 64; }
+
+void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t n_tok, int64_t t0, int64_t t1,
+                uint8_t * prep) {
+    if (type == TK_GGML_Q8_0) {
+        const int64_t nb = K / QK32;
+        float * daf = (float *) (void *) prep;
+        int32_t * neg = (int32_t *) (void *) (daf + n_tok * nb);
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const blk_q8_0 * x = (const blk_q8_0 *) (const void *) (a + (size_t) t * a_bytes) + b;
+                int32_t s = 0;
+                for (int i = 0; i < QK32; i++) s += x->qs[i];
+                daf[t * nb + b] = tkq_fp16_to_fp32(x->d);
+                neg[t * nb + b] = -128 * s;
+            }
+    } else if (type == TK_GGML_Q4_K) {
+        const int64_t nb = K / QK_K;
+        float * daf = (float *) (void *) prep;
+        int16_t * bs = (int16_t *) (void *) (daf + n_tok * nb);
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t i = 0; i < nb; i++) {
+                const blk_q8_K * x = (const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i;
+                daf[t * nb + i] = x->d;
+                for (int j = 0; j < 8; j++) bs[(t * nb + i) * 8 + j] = (int16_t) (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+            }
+    } else if (type == TK_GGML_Q6_K) {
+        const int64_t nb = K / QK_K;
+        float * daf = (float *) (void *) prep;
+        int16_t * bs = (int16_t *) (void *) (daf + n_tok * nb);
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t i = 0; i < nb; i++) {
+                const blk_q8_K * x = (const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i;
+                daf[t * nb + i] = x->d;
+                memcpy(bs + (t * nb + i) * 16, x->bsums, 16 * sizeof(int16_t));
+            }
+    }
+}
+
+/* ---- drives ------------------------------------------------------------------------- */
+/* Token blocks of about 192 KiB of activations (a multiple of 8 tokens); in a block, each
+ * group against the tokens 8 at a time (the group's weights stay cached while the tokens
+ * pass). */
+static int64_t rp_token_block(size_t a_bytes) {
+    int64_t tb = (int64_t) 196608 / (int64_t) (a_bytes ? a_bytes : 1);
+    return tb < 8 ? (tb < 1 ? 1 : tb) : tb - tb % 8;
+}
+
+void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int64_t nb = K / QK32, tb = rp_token_block(a_bytes);
+    const float * daf = (const float *) (const void *) prep;
+    const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);
+    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q8_0);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
+        for (int64_t g = g0; g < g1; g++) {
+            const tk_rp_q8_0 * wg = (const tk_rp_q8_0 *) (const void *) (wp + (size_t) g * gbytes);
+            const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
+            for (int64_t t = t0; t < t0 + n; t += 8) {
+                const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
+                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, neg + t * nb, T, nr,
+                     y + t * ldy + g * TK_RP_ROWS, ldy);
+            }
+        }
+    }
+}
+
+void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int64_t nb = K / QK_K, tb = rp_token_block(a_bytes);
+    const float * daf = (const float *) (const void *) prep;
+    const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);
+    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q4_K);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
+        for (int64_t g = g0; g < g1; g++) {
+            const tk_rp_q4_K * wg = (const tk_rp_q4_K *) (const void *) (wp + (size_t) g * gbytes);
+            const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
+            for (int64_t t = t0; t < t0 + n; t += 8) {
+                const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
+                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, bs + t * nb * 8, T, nr,
+                     y + t * ldy + g * TK_RP_ROWS, ldy);
+            }
+        }
+    }
+}
+
+void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int64_t nb = K / QK_K, tb = rp_token_block(a_bytes);
+    const float * daf = (const float *) (const void *) prep;
+    const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);
+    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q6_K);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
+        for (int64_t g = g0; g < g1; g++) {
+            const tk_rp_q6_K * wg = (const tk_rp_q6_K *) (const void *) (wp + (size_t) g * gbytes);
+            const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
+            for (int64_t t = t0; t < t0 + n; t += 8) {
+                const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
+                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, bs + t * nb * 16, T, nr,
+                     y + t * ldy + g * TK_RP_ROWS, ldy);
+            }
+        }
+    }
+}
+
+/* ---- scalar tiles (the reference order, repack.h) ----------------------------------- */
+static void rp_q8_tile_scalar(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                              const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t * q = ((const blk_q8_0 *) (const void *) (a + (size_t) t * a_bytes) + b)->qs;
+                int32_t p = neg[t * nb + b];
+                for (int k = 0; k < 8; k++)
+                    for (int i = 0; i < 4; i++) p += (int32_t) wg[b].q[k][r][i] * q[4 * k + i];
+                acc = fmaf(wg[b].d[r] * daf[t * nb + b], (float) p, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void rp_q4k_tile_scalar(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                               const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                const tk_rp_q4_K * w = wg + i;
+                const int8_t * q = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+                const int16_t * s = bs + (t * nb + i) * 8;
+                int32_t is = 0, ms = 0;
+                for (int c = 0; c < 4; c++) {
+                    int32_t lo = 0, hi = 0;
+                    for (int k = 0; k < 8; k++)
+                        for (int l = 0; l < 4; l++) {
+                            const uint8_t v = w->q[c][k][r][l];
+                            lo += (v & 15) * q[64 * c + 4 * k + l];
+                            hi += (v >> 4) * q[64 * c + 32 + 4 * k + l];
+                        }
+                    is += lo * w->sc[2 * c][r] + hi * w->sc[2 * c + 1][r];
+                }
+                for (int k = 0; k < 4; k++) ms += w->mn[k][r][0] * s[2 * k] + w->mn[k][r][1] * s[2 * k + 1];
+                const float da = daf[t * nb + i];
+                acc = fmaf(w->d[r] * da, (float) is, acc);
+                acc = fmaf(-(w->dmin[r] * da), (float) ms, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                               const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                const tk_rp_q6_K * w = wg + i;
+                const int8_t * q = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+                const int16_t * s = bs + (t * nb + i) * 16;
+                int32_t is = 0;
+                for (int j = 0; j < 16; j++) {
+                    int32_t p = -32 * s[j];
+                    for (int g = 4 * j; g < 4 * j + 4; g++)
+                        for (int l = 0; l < 4; l++) p += w->q[g][r][l] * q[4 * g + l];
+                    is += w->sc[j][r] * p;
+                }
+                acc = fmaf(w->d[r] * daf[t * nb + i], (float) is, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void rp_rows_q6_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q6_K(rp_q6k_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+static void rp_rows_q8_0_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q8_0(rp_q8_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_K(rp_q4k_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+/* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
+ * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
+ * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
+ * and token against the row kernel's int16 sums). */
+int tk_repack_fast(int type, int level) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K;
+#endif
+    (void) type;
+    (void) level;
+    return 0;
+}
+
+tk_rp_rows_fn tk_repack_rows(int type, int level) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (level == TK_CPU_AVX512 && type == TK_GGML_Q8_0) return tk_rp_rows_q8_0_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_K) return tk_rp_rows_q4_K_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
+    if (level == TK_CPU_AVX2) {
+        const int vnni = tk_cpu_avxvnni();
+        if (type == TK_GGML_Q8_0) return vnni ? tk_rp_avxvnni_rows_q8_0 : tk_rp_avx2_rows_q8_0;
+        if (type == TK_GGML_Q4_K) return vnni ? tk_rp_avxvnni_rows_q4_K : tk_rp_avx2_rows_q4_K;
+        if (type == TK_GGML_Q6_K) return vnni ? tk_rp_avxvnni_rows_q6_K : tk_rp_avx2_rows_q6_K;
+    }
+#endif
+    (void) level;
+    if (type == TK_GGML_Q8_0) return rp_rows_q8_0_scalar;
+    if (type == TK_GGML_Q4_K) return rp_rows_q4_K_scalar;
+    if (type == TK_GGML_Q6_K) return rp_rows_q6_K_scalar;
+    return NULL;
+}

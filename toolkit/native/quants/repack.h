@@ -1,0 +1,121 @@
+/* repack.h: weights re-laid at load for the prompt GEMM (internal; optional, TOOLKIT_REPACK=1
+ * or `toolkit run --repack`: model.c).  Without it the mmap'd file is used as it is.
+ *
+ * The idea is llama.cpp's ggml-cpu/repack.cpp (block_q4_Kx8, block_q8_0x4): groups of rows
+ * interleaved block by block, so that one vector register holds the same 4 bytes of 16 rows
+ * and a VNNI instruction (vpdpbusd) adds 4 products into each of 16 row lanes, against one
+ * token's 4 activation bytes broadcast.  A register then sums a whole block of one row in
+ * one lane: no horizontal sums, one float step per block and 16 rows.
+ *
+ * Formats (16 rows per group, TK_RP_ROWS; a matrix's last group padded with zero rows; the
+ * groups of a matrix one after the other, the blocks of a group in order):
+ *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale as float: exact), q[k][r][i] =
+ *           (uint8) (qs[4k + i] + 128) of row r (vpdpbusd's unsigned operand; the 128 * sum(a)
+ *           this adds is taken off exactly, from the activation block's sum).
+ *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (floats), sc[j][r] and mn[k][r][2] (the
+ *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
+ *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
+ *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
+ *           6-bit value 4g + i of row r as a byte, q + 32 in [0, 63] (unpacked: 21% more bytes
+ *           than the file's 210 per row; the 32 * sum(a) this adds is taken off per sub-block).
+ *
+ * The float order (per output y[t][r], every level, every n_tok, r0/r1, tile position):
+ *   acc = 0; per block b, in order:
+ *     Q8_0: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
+ *     Q4_K: is = sum_j sc_j sum_l q_l a_l, ms = sum_j m_j bsum_j (exact int32);
+ *           acc = fma(d_w * d_a, (float) is, acc);  acc = fma(-(dmin_w * d_a), (float) ms, acc)
+ *     Q6_K: is = sum_j sc_j sum_l q_l a_l (exact int32);  acc = fma(d_w * d_a, (float) is, acc)
+ *   y = acc
+ * so the scalar tiles here and the SIMD ones give the same bits, and so does a token alone
+ * (generation) or in any ubatch.  It is not the order of the row kernels (qdot.h: 8 float
+ * lanes per token then a horizontal sum), so outputs with repacking on differ from outputs
+ * with it off by float rounding: one rounding per block instead of eight lanes' partial
+ * sums; the bound is in tests/unit/test_repack.py.
+ */
+#ifndef TK_REPACK_H
+#define TK_REPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quants/qdot.h"
+
+#define TK_RP_ROWS 16
+
+typedef struct {
+    float d[TK_RP_ROWS];
+    uint8_t q[8][TK_RP_ROWS][4];
+} tk_rp_q8_0;                                   /* 576 bytes per 16 x 32 values */
+typedef struct {
+    float d[TK_RP_ROWS], dmin[TK_RP_ROWS];
+    uint8_t sc[8][TK_RP_ROWS];
+    uint8_t mn[4][TK_RP_ROWS][2];
+    uint8_t q[4][8][TK_RP_ROWS][4];
+} tk_rp_q4_K;                                   /* 2432 bytes per 16 x 256 values */
+typedef struct {
+    float d[TK_RP_ROWS];
+    int8_t sc[16][TK_RP_ROWS];
+    uint8_t q[64][TK_RP_ROWS][4];
+} tk_rp_q6_K;                                   /* 4416 bytes per 16 x 256 values */
+_Static_assert(sizeof(tk_rp_q8_0) == 576 && sizeof(tk_rp_q4_K) == 2432 && sizeof(tk_rp_q6_K) == 4416,
+               "repacked block sizes");
+
+/* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the
+ * type has no repacked form (or K is not a multiple of its block). */
+size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M);
+/* M rows of `type` (row_bytes apart from src) re-laid into dst (tk_repack_matrix_bytes). */
+void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst);
+
+/* Repacked row kernel: y[t * ldy + r] for t < n_tok and the rows r of groups [g0, g1)
+ * (r < M) of the repacked matrix wp; activations as for the type's row kernel (qdot.h),
+ * their per-token terms in prep (tk_rp_prep, all n_tok tokens). */
+typedef void (*tk_rp_rows_fn)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                              int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+/* The kernel for `type` at `level` (scalar: the reference tiles below); NULL: none. */
+tk_rp_rows_fn tk_repack_rows(int type, int level);
+/* 1 when `level` has a SIMD repacked kernel for `type` (what load-time repacking needs). */
+int tk_repack_fast(int type, int level);
+
+/* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
+ * Q8_0: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of each block;
+ * Q4_K: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks);
+ * Q6_K: float daf[n_tok nb], then int16 bs[n_tok nb 16] (Q8_K's bsums: the 16 sub-blocks').
+ * tk_rp_prep fills tokens [t0, t1) of n_tok; tk_rp_prep_bytes: the size for any type. */
+size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K);
+void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t n_tok, int64_t t0, int64_t t1,
+                uint8_t * prep);
+
+/* ---- the drives, shared by the levels (tile: 16 rows x T <= 8 tokens) ---------------- */
+typedef void (*tk_rp_q8_tile_fn)(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                 const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_q4k_tile_fn)(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                  const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_q6k_tile_fn)(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                  const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* x86/repack_avx512.c */
+void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* x86/repack_avx2.c (tk_rp_avx2_rows_*), x86/repack_avxvnni.c (tk_rp_avxvnni_rows_*) */
+#define TK_RP_DECLARE(prefix)                                                                                 \
+    void prefix##rows_q8_0(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_q4_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_q6_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);
+TK_RP_DECLARE(tk_rp_avx2_)
+TK_RP_DECLARE(tk_rp_avxvnni_)
+
+#endif

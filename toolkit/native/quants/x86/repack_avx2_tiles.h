@@ -1,0 +1,222 @@
+/* repack_avx2_tiles.h: the AVX2 tiles of the repacked formats (repack.h), included by
+ * repack_avx2.c (plain AVX2: vpmaddubsw + vpmaddwd) and repack_avxvnni.c (AVX-VNNI: vpdpbusd on
+ * ymm), with RPY (the target attribute), RPY_NAME(x) (the names) and RPY_VNNI (0 / 1) set.
+ *
+ * A group's 16 rows are two ymm halves (rows 0-7, 8-15: the first and second 32 bytes of each
+ * 4-byte-group line); a tile is 8 rows x up to 4 tokens, run over the halves and the token
+ * quads of the drive's 16 x T tile.  The integer sums are exact and each output's float steps
+ * are the scalar tiles' (repack.c), so both files give the scalar bits:
+ *   RPY_DOT(acc, u, s): acc + per int32 lane the 4 products u8 * s8.  VNNI: vpdpbusd.  Plain:
+ *   vpmaddubsw then vpmaddwd by 1; vpmaddubsw saturates its int16 pair sums, which the Q4_K
+ *   (u <= 15) and Q6_K (u <= 63) values with |s| <= 128 never reach.  Q8_0 (u = w + 128 up to
+ *   255) takes the sign form instead in the plain file: vpmaddubsw(|w|, sign(a, w)), |w| <= 128,
+ *   |a| <= 127 (as qdot_legacy_avx2.c), from 0 rather than from -128 sum(a).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "quants/repack.h"
+
+#define RPY_INLINE RPY static inline __attribute__((always_inline))
+
+RPY_INLINE __m256i RPY_NAME(bc4)(const void * p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+#if RPY_VNNI
+#define RPY_DOT(acc, u, s) TK_DPBUSD256((acc), (u), (s))
+#else
+#define RPY_DOT(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
+#endif
+
+RPY_INLINE void RPY_NAME(store)(float * y, __m256 v, int nr) {
+    if (nr >= 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float tmp[8];
+    _mm256_storeu_ps(tmp, v);
+    for (int r = 0; r < nr; r++) y[r] = tmp[r];
+}
+
+/* ---- Q8_0: 8 rows (half h) x T <= 4 tokens ---- */
+RPY_INLINE void RPY_NAME(q8)(int T, int h, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                             const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const tk_rp_q8_0 * w = wg + b;
+        __m256i p[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) p[t] = RPY_VNNI ? _mm256_set1_epi32(neg[t * nb + b]) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            const __m256i u = _mm256_loadu_si256((const __m256i *) (const void *) (w->q[k][8 * h]));
+#if RPY_VNNI
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) p[t] = RPY_DOT(p[t], u, RPY_NAME(bc4)(a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2 + 4 * k));
+#else
+            const __m256i ws = _mm256_xor_si256(u, _mm256_set1_epi8((char) 0x80)), wa = _mm256_abs_epi8(ws);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const __m256i s = _mm256_sign_epi8(RPY_NAME(bc4)(a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2 + 4 * k), ws);
+                p[t] = RPY_DOT(p[t], wa, s);
+            }
+#endif
+        }
+        const __m256 dw = _mm256_loadu_ps(w->d + 8 * h);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(daf[t * nb + b])), _mm256_cvtepi32_ps(p[t]), acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
+}
+
+/* ---- Q4_K ---- */
+RPY_INLINE void RPY_NAME(q4k)(int T, int h, const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q4_K * w = wg + i;
+        const int8_t * q[4];
+        __m256i is[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            is[t] = _mm256_setzero_si256();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[c][k][8 * h]);
+                const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+#if RPY_VNNI
+                    lo[t] = RPY_DOT(lo[t], vl, RPY_NAME(bc4)(q[t] + 64 * c + 4 * k));
+                    hi[t] = RPY_DOT(hi[t], vh, RPY_NAME(bc4)(q[t] + 64 * c + 32 + 4 * k));
+#else
+                    /* int16 pair sums over the sub-block: 8 x 2 x 15 x 128 = 30720 < 32768 */
+                    lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(vl, RPY_NAME(bc4)(q[t] + 64 * c + 4 * k)));
+                    hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(vh, RPY_NAME(bc4)(q[t] + 64 * c + 32 + 4 * k)));
+#endif
+                }
+            }
+            const __m256i sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[2 * c] + 8 * h)));
+            const __m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[2 * c + 1] + 8 * h)));
+#if RPY_VNNI
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], sl), _mm256_mullo_epi32(hi[t], sh)));
+#else
+            /* the scale in both int16 halves of the row's lane: vpmaddwd gives sc * (pair sums) */
+            const __m256i sl2 = _mm256_or_si256(sl, _mm256_slli_epi32(sl, 16)), sh2 = _mm256_or_si256(sh, _mm256_slli_epi32(sh, 16));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(lo[t], sl2), _mm256_madd_epi16(hi[t], sh2)));
+#endif
+        }
+        __m256i mn[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mn[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *) (const void *) w->mn[k][8 * h]));
+        const __m256 d = _mm256_loadu_ps(w->d + 8 * h), dm = _mm256_loadu_ps(w->dmin + 8 * h);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 8;
+            __m256i ms = _mm256_madd_epi16(mn[0], RPY_NAME(bc4)(s));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[1], RPY_NAME(bc4)(s + 2)));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[2], RPY_NAME(bc4)(s + 4)));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mn[3], RPY_NAME(bc4)(s + 6)));
+            const __m256 da = _mm256_set1_ps(daf[t * nb + i]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(is[t]), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
+}
+
+/* ---- Q6_K ---- */
+RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q6_K * w = wg + i;
+        const int8_t * q[4];
+        const int16_t * s[4];
+        __m256i is[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            s[t] = bs + (t * nb + i) * 16;
+            is[t] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 16; j++) {
+            __m256i p[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) p[t] = _mm256_set1_epi32(-32 * (int32_t) s[t][j]);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[4 * j + g][8 * h]);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) p[t] = RPY_DOT(p[t], v, RPY_NAME(bc4)(q[t] + 16 * j + 4 * g));
+            }
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[j] + 8 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
+        }
+        const __m256 d = _mm256_loadu_ps(w->d + 8 * h);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(daf[t * nb + i])), _mm256_cvtepi32_ps(is[t]), acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
+}
+
+/* the drive's 16 x T tile: the halves holding rows, token quads (a constant T in each call) */
+#define RPY_TILES(KIND, WT, ST)                                                                            \
+    RPY static void RPY_NAME(KIND##_tiles)(const WT * wg, int64_t nb, const uint8_t * a, size_t a_bytes,    \
+                                           const float * daf, const ST * s, int T, int nr, float * y, int64_t ldy) { \
+        const int per = (int) (sizeof *s == 4 ? 1 : (sizeof(WT) == sizeof(tk_rp_q6_K) ? 16 : 8));            \
+        for (int h = 0; h < 2 && 8 * h < nr; h++)                                                         \
+            for (int t = 0; t < T; t += 4) {                                                               \
+                const uint8_t * at = a + (size_t) t * a_bytes;                                             \
+                const float * dt = daf + t * nb;                                                           \
+                const ST * st = s + t * nb * per;                                                          \
+                switch (T - t < 4 ? T - t : 4) {                                                           \
+                    case 4: RPY_NAME(KIND)(4, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    case 3: RPY_NAME(KIND)(3, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    case 2: RPY_NAME(KIND)(2, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    default: RPY_NAME(KIND)(1, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                }                                                                                          \
+            }                                                                                              \
+    }
+RPY_TILES(q8, tk_rp_q8_0, int32_t)
+RPY_TILES(q4k, tk_rp_q4_K, int16_t)
+RPY_TILES(q6k, tk_rp_q6_K, int16_t)
+
+void RPY_NAME(rows_q8_0)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                         const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q8_0(RPY_NAME(q8_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+void RPY_NAME(rows_q4_K)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                         const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_K(RPY_NAME(q4k_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+void RPY_NAME(rows_q6_K)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                         const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q6_K(RPY_NAME(q6k_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}

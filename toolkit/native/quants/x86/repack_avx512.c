@@ -1,0 +1,209 @@
+/* repack_avx512.c: AVX-512 VNNI tiles of the repacked formats (repack.h), 16 rows x T <= 8
+ * tokens, in the reference order of repack.c's scalar tiles (the same bits).
+ *
+ * One zmm holds 4 bytes of each of the 16 rows; vpdpbusd adds, into each row's int32 lane,
+ * the 4 products with the token's 4 activation bytes broadcast (an embedded-broadcast load):
+ * 8 such instructions sum a Q8_0 block for 16 rows, then one conversion and one fma finish
+ * the block for 16 rows.  vpdpbusd multiplies unsigned by signed bytes:
+ *   Q8_0: the weights are stored + 128 (unsigned); the lane starts at -128 * sum(a) of the
+ *         block (the drive's `neg`), so it ends at the exact sum of w * a;
+ *   Q4_K: the nibbles are unsigned already; per sub-block pair one vpmulld by the scales,
+ *         the mins by vpmaddwd of (m_2k, m_2k+1) pairs with the token's sub-block sums.
+ * Handed out at TK_CPU_AVX512 only (repack.c tk_repack_rows).
+ * ref: Intel SDM vol. 2 VPDPBUSD; llama.cpp ggml/src/ggml-cpu/arch/x86/repack.cpp
+ * (ggml_gemm_q4_K_8x8_q8_K: interleaved rows, the mins from bsums).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "quants/repack.h"
+#include "quants/x86/tk_avx512.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#define RPZ TK_AVX512_TARGET
+#define RPZ_INLINE RPZ TK_AVX512_INLINE
+
+RPZ_INLINE __m512i rp_avx512_bcast4(const void * p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+RPZ_INLINE void rp_avx512_store(float * y, __m512 v, int nr) {
+    if (nr == TK_RP_ROWS) {
+        _mm512_storeu_ps(y, v);
+        return;
+    }
+    float tmp[TK_RP_ROWS];   /* a matrix's last group: its rows only */
+    _mm512_storeu_ps(tmp, v);
+    memcpy(y, tmp, (size_t) nr * sizeof(float));
+}
+
+RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                            const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const tk_rp_q8_0 * w = wg + b;
+        __m512i wq[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *) w->q[k]);
+        const __m512 dw = _mm512_loadu_ps(w->d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const uint8_t * q = a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2;
+            __m512i s0 = _mm512_set1_epi32(neg[t * nb + b]), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, wq[k], rp_avx512_bcast4(q + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, wq[k + 1], rp_avx512_bcast4(q + 4 * k + 4));
+            }
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(daf[t * nb + b])), p, acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
+}
+
+RPZ_INLINE void rp_avx512_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                             const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q4_K * w = wg + i;
+        const int8_t * q[8];
+        __m512i is[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            is[t] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < 4; c++) {
+            __m512i lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *) w->q[c][k]);
+                const __m512i vl = _mm512_and_si512(v, m4), vh = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], vl, rp_avx512_bcast4(q[t] + 64 * c + 4 * k));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], vh, rp_avx512_bcast4(q[t] + 64 * c + 32 + 4 * k));
+                }
+            }
+            const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[2 * c]));
+            const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[2 * c + 1]));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                is[t] = _mm512_add_epi32(is[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sl), _mm512_mullo_epi32(hi[t], sh)));
+        }
+        __m512i mn[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mn[k] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (const void *) w->mn[k]));
+        const __m512 d = _mm512_loadu_ps(w->d), dm = _mm512_loadu_ps(w->dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 8;
+            __m512i ms = _mm512_madd_epi16(mn[0], rp_avx512_bcast4(s));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[1], rp_avx512_bcast4(s + 2)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[2], rp_avx512_bcast4(s + 4)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mn[3], rp_avx512_bcast4(s + 6)));
+            const __m512 da = _mm512_set1_ps(daf[t * nb + i]);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(is[t]), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
+}
+
+/* Q6_K: per sub-block of 16 (4 groups), the lane starts at -32 * bsum (the stored q + 32) */
+RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                             const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q6_K * w = wg + i;
+        const int8_t * q[8];
+        const int16_t * s[8];
+        __m512i is[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            s[t] = bs + (t * nb + i) * 16;
+            is[t] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 16; j++) {
+            __m512i p[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) p[t] = _mm512_set1_epi32(-32 * (int32_t) s[t][j]);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                const __m512i v = _mm512_loadu_si512((const void *) w->q[4 * j + g]);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], v, rp_avx512_bcast4(q[t] + 16 * j + 4 * g));
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[j]));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
+        }
+        const __m512 d = _mm512_loadu_ps(w->d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
+}
+
+/* one function per token count (T a constant in each, so the tiles unroll) */
+#define RPZ_CASES(F, ...)                                                                   \
+    switch (T) {                                                                           \
+        case 8: F(8, __VA_ARGS__); break;                                                  \
+        case 7: F(7, __VA_ARGS__); break;                                                  \
+        case 6: F(6, __VA_ARGS__); break;                                                  \
+        case 5: F(5, __VA_ARGS__); break;                                                  \
+        case 4: F(4, __VA_ARGS__); break;                                                  \
+        case 3: F(3, __VA_ARGS__); break;                                                  \
+        case 2: F(2, __VA_ARGS__); break;                                                  \
+        default: F(1, __VA_ARGS__); break;                                                 \
+    }
+
+RPZ static void rp_avx512_q8_tiles(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                             const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rp_avx512_q8_tile, wg, nb, a, a_bytes, daf, neg, nr, y, ldy)
+}
+
+RPZ static void rp_avx512_q4k_tiles(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                              const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rp_avx512_q4k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+RPZ static void rp_avx512_q6k_tiles(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                              const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rp_avx512_q6k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q6_K(rp_avx512_q6k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q8_0(rp_avx512_q8_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_K(rp_avx512_q4k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+#endif /* __x86_64__ && __GNUC__ */
