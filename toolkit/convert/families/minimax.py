@@ -101,6 +101,8 @@ class MiniMaxFamily(Family):
         if c.d.get("sliding_window") is not None:
             raise UnsupportedError(f"{c.path}: sliding_window = {c.d['sliding_window']!r} is not supported "
                                    f"(MiniMax attention is full)")
+        if c.d.get("hidden_act", "silu") != "silu":
+            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.alpha = [c.float(*k, default=1.0) for k in _ALPHA]
         self.beta = [c.float(*k, default=1.0) for k in _BETA]
         self.layer_types = self._layer_types()
