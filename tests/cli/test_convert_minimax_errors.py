@@ -16,6 +16,14 @@ def test_qkv_proj_of_the_wrong_width(monkeypatch, capsys, tmp_path):
                  "config.json implies [192, 64]")
 
 
+def test_slope_count_disagrees_with_the_heads(monkeypatch, capsys, tmp_path):
+    """slope_rate is dropped (the runtime derives the slopes from the heads), but a checkpoint
+    with 3 slopes for 4 heads is not the model config.json describes."""
+    d = copy(tmp_path, "minimax-tiny")
+    replace_tensor(d, "model.layers.1.self_attn.slope_rate", np.full((3, 1, 1), 0.25, np.float32))
+    expect_error(monkeypatch, capsys, tmp_path, d, "'model.layers.1.self_attn.slope_rate'", "[3, 1, 1]",
+                 "config.json implies [4, 1, 1]")
+
 def test_missing_output_gate(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "minimax-tiny")
     drop_tensor(d, "model.layers.0.self_attn.output_gate.weight")

@@ -159,6 +159,8 @@ class MiniMaxFamily(Family):
         self.copy(tn(T.ATTN_GATE, i), a + "output_gate.weight", (W, D))
         self.copy(tn(T.ATTN_NORM_2, i), a + "norm.weight", (W,))
         self.copy(tn(T.ATTN_OUT, i), a + "out_proj.weight", (D, W))
+        if self.has(a + "slope_rate"):      # dropped, but one per head: else not the model config.json says
+            self.take(a + "slope_rate", (self.n_head, 1, 1), why="one slope per head: num_attention_heads")
         for b in ("slope_rate", "query_decay", "key_decay", "diagonal_decay"):
             if self.has(a + b):
                 self.omit(a + b, "a derived constant (the runtime computes the slopes)")
