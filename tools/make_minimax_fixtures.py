@@ -12,6 +12,9 @@
                         0.9, full 1.0, mlp 0.5, β: linear 1.6, full 1, mlp 1.5; block_size 40;
                         rms_norm_eps 1e-6, rope_theta 1e4 (tied embeddings were tried: the greedy
                         continuation repeats one token, 16 times, whatever the factors)
+    minimax-linear-tiny 2 layers [linear, linear] (no attention layer: the heads come from
+                        attention.head_count alone), hidden 32, 2 heads of 16, MoE 2 top-1 of
+                        width 16; α 1.2 / β 0.9 on every branch; block_size 16
 
 Runs only where torch and transformers 5.24 are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -55,6 +58,14 @@ SPECS = {
         full_attn_alpha_factor=1.0, full_attn_beta_factor=1.0,
         mlp_alpha_factor=0.5, mlp_beta_factor=1.5,
         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e4}, tie_word_embeddings=False)),
+    "minimax-linear-tiny": dict(seed=65, text=dict(
+        COMMON, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=16, layer_types=["linear_attention"] * 2,
+        num_local_experts=2, num_experts_per_tok=1, block_size=16,
+        linear_attn_alpha_factor=1.2, linear_attn_beta_factor=0.9,
+        full_attn_alpha_factor=1.2, full_attn_beta_factor=0.9,
+        mlp_alpha_factor=1.2, mlp_beta_factor=0.9,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
 }
 
 

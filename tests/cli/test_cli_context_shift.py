@@ -106,6 +106,21 @@ def test_chat_turns_go_on_after_a_shift(monkeypatch, capsys, tmp_path, hf_f32):
     assert "the conversation has" in err and "--context-shift" in err
 
 
+
+def test_chat_first_message_over_the_context_with_context_shift(monkeypatch, capsys, tmp_path):
+    """A first message longer than the context under --context-shift: one line that does not
+    tell the user to add the --context-shift they gave (a shift only makes room for new text
+    after a history)."""
+    import pathlib
+    from toolkit.runtime.chat import CHATML
+    tpl = tmp_path / "chatml.jinja"
+    tpl.write_text(CHATML)
+    demo = pathlib.Path(__file__).resolve().parents[2] / "toolkit" / "data" / "default.gguf"
+    rc, out, err = cli(monkeypatch, capsys, "run", "-cnv", "-m", str(demo), "--chat-template", str(tpl),
+                       "--temp", "0", "-n", "4", "-c", "24", "--context-shift", stdin="Hello there\n")
+    assert rc == 2 and "the conversation has" in err and "raise --ctx-size" in err, err
+    assert "--context-shift" not in err and "Traceback" not in err, err
+
 def test_chat_memory_stays_contiguous_after_shifts(hf_f32):
     """Chat (the library): after turns with shifts, the sequence holds exactly the tokens Chat
     says it holds, at positions 0 .. len - 1."""

@@ -52,6 +52,27 @@ def test_rope_type_is_unsupported(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "rope_type = 'yarn' is not supported", code=3)
 
 
+def test_hidden_act_other_than_silu_is_unsupported(monkeypatch, capsys, tmp_path):
+    """The experts' activation is ACT2FN[hidden_act] in HF; the runtime runs SwiGLU only."""
+    d = copy(tmp_path, "minimax-tiny")
+    edit_config(d, hidden_act="gelu")
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'hidden_act' = 'gelu' is not supported", code=3)
+
+
+def test_remote_code_postnorm_false_is_unsupported(monkeypatch, capsys, tmp_path):
+    """The remote code's postnorm false joins each branch to the un-normed residual; transformers
+    5.24 (and the runtime) always join it to the normed one (MiniMax-Text-01 has postnorm true)."""
+    d = copy(tmp_path, "minimax-tiny")
+    edit_config(d, postnorm=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'postnorm' = False is not supported", code=3)
+
+def test_residual_factor_beyond_float32(monkeypatch, capsys, tmp_path):
+    """Stored as float32: 1e39 is named, not an internal OverflowError."""
+    d = copy(tmp_path, "minimax-tiny")
+    edit_config(d, mlp_beta_factor=1e39)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'mlp_beta_factor' = 1e+39")
+
+
 def _convert(d, out):
     from toolkit.convert import convert
     from toolkit.gguf_io import GGUFFile

@@ -7,7 +7,8 @@ channels; MoE on every layer (4 experts, top-2, renormalised); residual factors 
 every branch; block_size 16 (HF's prompt chunking).  Held back (tools/make_minimax_fixtures.py):
 minimax-ab-tiny (5 layers, attention at 0 and 3, MQA, every α and β distinct and β != 1,
 block_size 24) and minimax-wide-tiny (5 layers, attention at 4 only, 2 heads of 40,
-top-1 of 3 experts, block_size 40, ε 1e-6, θ 1e4).  Each is checked with the prompt through
+top-1 of 3 experts, block_size 40, ε 1e-6, θ 1e4) and minimax-linear-tiny (2 lightning layers, no
+attention layer: the heads come from attention.head_count alone).  Each is checked with the prompt through
 the block form (threshold 1: every run, the 1- and 7-token ubatches too) and through the
 recurrence (threshold 0), and the two forms against each other.
 
@@ -62,7 +63,8 @@ def test_layout(hf_f32):
 
 @pytest.mark.parametrize("name,pattern,alpha,beta", [
     ("minimax-ab-tiny", [False, True, True, False, True], [1.3, 0.6, 1.1], [0.8, 1.25, 0.7]),
-    ("minimax-wide-tiny", [True, True, True, True, False], [0.9, 1.0, 0.5], [1.6, 1.0, 1.5])])
+    ("minimax-wide-tiny", [True, True, True, True, False], [0.9, 1.0, 0.5], [1.6, 1.0, 1.5]),
+    ("minimax-linear-tiny", [True, True], [1.2, 1.2, 1.2], [0.9, 0.9, 0.9])])
 def test_layout_held_back(hf_f32, name, pattern, alpha, beta):
     """The pattern written explicitly; our residual keys [linear, full, mlp] where a factor differs."""
     from toolkit.gguf_io import GGUFFile
@@ -85,7 +87,7 @@ def test_file_equals_llama_cpp_converters(hf_f32):
         np.testing.assert_array_equal(np.asarray(a.array(n)), np.asarray(b.array(n)), err_msg=n)
 
 
-HELD_BACK = ["minimax-ab-tiny", "minimax-wide-tiny"]
+HELD_BACK = ["minimax-ab-tiny", "minimax-wide-tiny", "minimax-linear-tiny"]
 FORMS = {"block": 1, "recurrent": 0}      # tk_lightning_threshold: 1 = every run by blocks, 0 = never
 
 

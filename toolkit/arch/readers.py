@@ -580,8 +580,17 @@ def check_sliding_window_keys(f) -> None:
 def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """MiniMax-Text-01 (spec more-hybrids.md §5): every branch joins as x = alpha * rmsnorm(x) +
     beta * branch; alpha = ``residual_scale`` (llama.cpp's one key) unless ours
-    ``residual_alpha`` / ``residual_beta`` ([lightning, attention, FFN]) say otherwise (beta 1)."""
+    ``residual_alpha`` / ``residual_beta`` ([lightning, attention, FFN]) say otherwise (beta 1).
+    The lightning heads are ``attention.head_count`` of ``attention.key_length``, read here when
+    the file has no attention layer (read_attention then reads nothing)."""
     import math as _m
+    if not hp.attention_layers:
+        hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
+        if hp.n_head <= 0 or hp.n_embd % hp.n_head:
+            raise r.bad(Keys.Attention.HEAD_COUNT, f"= {hp.n_head} does not divide embedding_length {hp.n_embd}")
+        hp.head_dim = int(r.opt(Keys.Attention.KEY_LENGTH, hp.n_embd // hp.n_head))
+        if not 0 < hp.head_dim <= 4096:
+            raise r.bad(Keys.Attention.KEY_LENGTH, f"= {hp.head_dim} is out of range")
     hp.residual_normed = 1
     a = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0))
     if not _m.isfinite(a):

@@ -91,6 +91,8 @@ class Config:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(f"{self.path}: key {n!r} = {v!r} is not a finite number")
+            if abs(v) > 3.4028234663852886e38:      # written as float32 (GGUF f32 keys)
+                raise InputError(f"{self.path}: key {n!r} = {v!r} is out of the float32 range")
             return float(v)
         if default is not None:
             return float(default)

@@ -241,7 +241,7 @@ class Chat:
             if self.ctx.n_ctx and len(ids) >= self.ctx.n_ctx:
                 self.messages.pop()
                 raise InputError(f"the conversation has {len(ids)} tokens, the context {self.ctx.n_ctx}: "
-                                 f"/reset, --context-shift, or raise --ctx-size")
+                                 + ("raise --ctx-size" if shift else "/reset, --context-shift, or raise --ctx-size"))
             n_reused = self._sync(ids)
         self.sampler.reset()
         if self.drafter is not None:

@@ -105,6 +105,11 @@ class MiniMaxFamily(Family):
         if c.d.get("sliding_window") is not None:
             raise UnsupportedError(f"{c.path}: sliding_window = {c.d['sliding_window']!r} is not supported "
                                    f"(MiniMax attention is full)")
+        if c.d.get("postnorm", True) is not True:     # remote code: false joins the un-normed residual
+            raise UnsupportedError(f"{c.path}: key 'postnorm' = {c.d.get('postnorm')!r} is not supported (the branches "
+                                   f"join the normed input, as transformers 5.24 and MiniMax-Text-01's postnorm true)")
+        if c.d.get("hidden_act", "silu") != "silu":
+            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.alpha = [c.float(*k, default=1.0) for k in _ALPHA]
         self.beta = [c.float(*k, default=1.0) for k in _BETA]
         self.layer_types = self._layer_types()
