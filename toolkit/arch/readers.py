@@ -786,6 +786,10 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
     if len(types) != L:
         raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count)")
     hp.dsa_full = [int(t) for t in types]
+    mla = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.MLA]
+    if mla and not hp.dsa_full[mla[0]]:
+        raise r.bad(I.TYPES, f"marks layer {mla[0]}, the first attention layer, shared: a shared DSA layer reuses the "
+                             f"choice of a full one before it")
     hp.dsa_k_norm_eps = float(r.opt(Keys.Attention.LAYERNORM_EPS, 1e-6))
     if LayerKind.MLA in hp.layer_kinds and any(hp.dsa_full) and hp.mla_q_lora_rank <= 0:
         raise r.bad(Keys.KDA.Q_LORA_RANK, f"= {hp.mla_q_lora_rank}: the DSA indexer reads the q-LoRA latent (needs a rank > 0)")
