@@ -67,6 +67,7 @@ def test_bad_keys(tmp_path, kv, needle):
     ({"glm5-next.attention.q_lora_rank": (0, U32, None)}, "attention.q_lora_rank' = 0"),   # names the file and key
     ({"glm5-next.attention.indexer.types": ([True, True, False, False, True], ARR, B)}, "marks layer 2, the first attention"),
     ({"glm5-next.attention.indexer.types": ([False] * 5, ARR, B)}, "attention.indexer.types' marks layer 2"),
+    ({"glm5-next.attention.layer_norm_epsilon": (-1.0, F32, None)}, "attention.layer_norm_epsilon' = -1.0 is not a valid"),
 ])
 def test_run_refuses_with_one_line(tmp_path, monkeypatch, capsys, kv, needle):
     """toolkit run on a file whose keys disagree with its tensors (or are out of range): exit 2,

@@ -791,6 +791,8 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
         raise r.bad(I.TYPES, f"marks layer {mla[0]}, the first attention layer, shared: a shared DSA layer reuses the "
                              f"choice of a full one before it")
     hp.dsa_k_norm_eps = float(r.opt(Keys.Attention.LAYERNORM_EPS, 1e-6))
+    if not math.isfinite(hp.dsa_k_norm_eps) or hp.dsa_k_norm_eps < 0:
+        raise r.bad(Keys.Attention.LAYERNORM_EPS, f"= {hp.dsa_k_norm_eps} is not a valid epsilon (the indexer key LayerNorm's)")
     if LayerKind.MLA in hp.layer_kinds and any(hp.dsa_full) and hp.mla_q_lora_rank <= 0:
         raise r.bad(Keys.KDA.Q_LORA_RANK, f"= {hp.mla_q_lora_rank}: the DSA indexer reads the q-LoRA latent (needs a rank > 0)")
     if not bool(r.opt(Keys.KDA.SAFE_GATE, True)):     # ours: the softplus gate (HF linear_lower_bound null)
