@@ -91,6 +91,13 @@ def test_shared_expert_width_follows_hf(monkeypatch, capsys, tmp_path, caplog):
     assert any("following HF" in r.getMessage() for r in caplog.records)
 
 
+def test_more_experts_per_token_than_the_kept_groups_hold(monkeypatch, capsys, tmp_path):
+    """wrote a file (exit 0) that toolkit run then refused: 2 of 4 groups of 2 experts hold 4 < 5"""
+    d = copy(tmp_path, "bailinghybrid-tiny")
+    edit_config(d, num_experts_per_tok=5)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "num_experts_per_tok 5 is more than the 4 experts")
+
+
 def test_layer_group_size_of_zero(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "bailinghybrid-tiny")
     edit_config(d, layer_group_size=0)

@@ -83,6 +83,18 @@ def test_kpool_of_zero(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "index_kpool = 0")
 
 
+@pytest.mark.parametrize("kw, needle", [
+    ({"num_experts_per_tok": 7}, "num_experts_per_tok 7 is more than the 6 experts"),          # > the experts
+    ({"n_group": 3, "topk_group": 1, "num_experts_per_tok": 3}, "num_experts_per_tok 3 is more than the 2 experts"),
+    ({"n_group": 6, "topk_group": 6}, "n_group 6 must divide the 6 experts into groups of at least 2"),  # HF: topk(2)
+])
+def test_routing_the_run_would_refuse(monkeypatch, capsys, tmp_path, kw, needle):
+    """these wrote a file (exit 0) that toolkit run then refused (expert_used_count out of range)"""
+    d = copy(tmp_path, "glm5next-tiny")
+    edit_text(d, **kw)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle)
+
+
 def test_hc_of_zero(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "glm5next-tiny")
     edit_text(d, hc_mult=0)

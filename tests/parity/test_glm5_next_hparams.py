@@ -61,6 +61,13 @@ def test_bad_keys(tmp_path, kv, needle):
     ({"glm5-next.attention.indexer.kpool": (0, U32, None)}, "kpool' = 0"),
     ({"glm5-next.hyper_connection.count": (0, U32, None)}, "hyper_connection.count' = 0"),
     ({"glm5-next.hyper_connection.count": (3, U32, None)}, "blk.0.hc_attn_fn.weight"),
+    # the stored value, not its negation; 0 is not run as the softplus gate (that is kda.safe_gate false)
+    ({"glm5-next.kda.gate_lower_bound": (1.0, F32, None)}, "kda.gate_lower_bound' = 1.0 must be a negative"),
+    ({"glm5-next.kda.gate_lower_bound": (0.0, F32, None)}, "kda.gate_lower_bound' = 0.0 must be a negative"),
+    ({"glm5-next.attention.q_lora_rank": (0, U32, None)}, "attention.q_lora_rank' = 0"),   # names the file and key
+    ({"glm5-next.attention.indexer.types": ([True, True, False, False, True], ARR, B)}, "marks layer 2, the first attention"),
+    ({"glm5-next.attention.indexer.types": ([False] * 5, ARR, B)}, "attention.indexer.types' marks layer 2"),
+    ({"glm5-next.attention.layer_norm_epsilon": (-1.0, F32, None)}, "attention.layer_norm_epsilon' = -1.0 is not a valid"),
 ])
 def test_run_refuses_with_one_line(tmp_path, monkeypatch, capsys, kv, needle):
     """toolkit run on a file whose keys disagree with its tensors (or are out of range): exit 2,
@@ -68,4 +75,5 @@ def test_run_refuses_with_one_line(tmp_path, monkeypatch, capsys, kv, needle):
     from gguf_edit_util import run_error
     p = tmp_path / "g.gguf"
     rewrite(SRC, p, kv)
-    assert needle in run_error(monkeypatch, capsys, p)
+    err = run_error(monkeypatch, capsys, p)
+    assert needle in err and str(p) in err, err

@@ -157,6 +157,10 @@ def test_chunked_and_recurrent_kda_agree(hf_f32, report, kda_threshold, name):
      ("expert_group_used_count", "[1, 2]")),
     ({}, ("kimi-linear.expert_gating_func",), ("expert_gating_func",)),
     ({"kimi-linear.kda.l2_norm_epsilon": (-1.0, "FLOAT32")}, (), ("kda.l2_norm_epsilon",)),
+    # a stored bound is the value the file holds (the message said "= -1.0" for 1.0), and a stored 0
+    # is refused rather than run as the softplus gate its absence means
+    ({"kimi-linear.kda.gate_lower_bound": (1.0, "FLOAT32")}, (), ("kda.gate_lower_bound' = 1.0 must be a negative",)),
+    ({"kimi-linear.kda.gate_lower_bound": (0.0, "FLOAT32")}, (), ("kda.gate_lower_bound' = 0.0 must be a negative",)),
 ])
 def test_run_refuses_bad_files(monkeypatch, capsys, tmp_path, hf_f32, kv, drop, needles):
     """A file whose keys disagree with its tensors or with each other: one line naming the key or

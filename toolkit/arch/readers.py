@@ -702,10 +702,14 @@ def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if not 0 < hp.kda_n_head <= 65536:
         raise r.bad(Keys.KDA.HEAD_COUNT, f"= {hp.kda_n_head} is out of range")
     hp.kda_l2_eps = float(r.opt(Keys.KDA.L2_NORM_EPS, hp.rms_eps))
-    hp.kda_gate_lower_bound = float(r.opt(Keys.KDA.GATE_LOWER_BOUND, 0.0))
-    for key, v in ((Keys.KDA.L2_NORM_EPS, hp.kda_l2_eps), (Keys.KDA.GATE_LOWER_BOUND, -hp.kda_gate_lower_bound)):
-        if not math.isfinite(v) or v < 0:
-            raise r.bad(key, f"= {v} is out of range")
+    if not math.isfinite(hp.kda_l2_eps) or hp.kda_l2_eps < 0:
+        raise r.bad(Keys.KDA.L2_NORM_EPS, f"= {hp.kda_l2_eps} is out of range")
+    # 0.0 stands for "no bound" (the softplus gate), so a stored bound must be < 0: a stored 0 would be
+    # HF's bounded gate with lb 0 (no decay at all), which the softplus gate is not
+    lb = r.opt(Keys.KDA.GATE_LOWER_BOUND, None)
+    hp.kda_gate_lower_bound = 0.0 if lb is None else float(lb)
+    if lb is not None and not (math.isfinite(hp.kda_gate_lower_bound) and hp.kda_gate_lower_bound < 0):
+        raise r.bad(Keys.KDA.GATE_LOWER_BOUND, f"= {hp.kda_gate_lower_bound} must be a negative number")
 
 
 def read_mla(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -791,7 +795,15 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
     if len(types) != L:
         raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count)")
     hp.dsa_full = [int(t) for t in types]
+    mla = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.MLA]
+    if mla and not hp.dsa_full[mla[0]]:
+        raise r.bad(I.TYPES, f"marks layer {mla[0]}, the first attention layer, shared: a shared DSA layer reuses the "
+                             f"choice of a full one before it")
     hp.dsa_k_norm_eps = float(r.opt(Keys.Attention.LAYERNORM_EPS, 1e-6))
+    if not math.isfinite(hp.dsa_k_norm_eps) or hp.dsa_k_norm_eps < 0:
+        raise r.bad(Keys.Attention.LAYERNORM_EPS, f"= {hp.dsa_k_norm_eps} is not a valid epsilon (the indexer key LayerNorm's)")
+    if LayerKind.MLA in hp.layer_kinds and any(hp.dsa_full) and hp.mla_q_lora_rank <= 0:
+        raise r.bad(Keys.KDA.Q_LORA_RANK, f"= {hp.mla_q_lora_rank}: the DSA indexer reads the q-LoRA latent (needs a rank > 0)")
     if not bool(r.opt(Keys.KDA.SAFE_GATE, True)):     # ours: the softplus gate (HF linear_lower_bound null)
         hp.kda_gate_lower_bound = 0.0
     # the KDA q / k l2-norm: llama.cpp's glm5-next graph uses HF's 1e-6 (glm5-next.cpp:738), not rms_eps

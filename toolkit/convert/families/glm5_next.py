@@ -171,8 +171,12 @@ class Glm5NextFamily(KDAMixin, Family):
         self.topk_group = c.int("topk_group", default=1)
         if self.topk_group > self.n_group:
             raise InputError(f"{c.path}: topk_group {self.topk_group} is larger than n_group {self.n_group}")
-        if self.n_expert % self.n_group:
-            raise InputError(f"{c.path}: n_group {self.n_group} does not divide the {self.n_expert} experts")
+        if self.n_expert % self.n_group or self.n_expert // self.n_group < 2:   # HF: topk(2) per group (modeling_glm5_next.py:166)
+            raise InputError(f"{c.path}: n_group {self.n_group} must divide the {self.n_expert} experts into groups of "
+                             f"at least 2 (a group's score is its two best experts)")
+        if self.n_expert_used > self.topk_group * (self.n_expert // self.n_group):
+            raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} is more than the "
+                             f"{self.topk_group * (self.n_expert // self.n_group)} experts of the topk_group groups kept")
         self.norm_topk = read_flag(c, "norm_topk_prob", True)
         self.scale = c.float("routed_scaling_factor", default=2.5)
         self.swiglu_limit = c.float("swiglu_limit", default=10.0)
