@@ -66,9 +66,18 @@ def ssd_threshold() -> int:
     return int(lib.tk_ssd_threshold())
 
 
+def chunk_thresholds() -> dict:
+    """Tokens from which one sequence's run in a ubatch takes each chunked form instead of its
+    recurrence (0: never): Mamba-2's SSD, the gated delta rule, KDA and lightning attention
+    (tk_ssd_threshold, tk_gdn_threshold, tk_kda_threshold, tk_lightning_threshold)."""
+    return {"ssd": int(lib.tk_ssd_threshold()), "gdn": int(lib.tk_gdn_threshold()),
+            "kda": int(lib.tk_kda_threshold()), "lightning": int(lib.tk_lightning_threshold())}
+
+
 def cpu_info() -> dict:
     """{"cpu_level": name in force, "cpu_level_detected": the machine's best name,
-    "cpu_features": str, "ssd_threshold": int} (the fields ``toolkit bench`` reports).
+    "cpu_features": str, "ssd_threshold": int, "chunk_thresholds": :func:`chunk_thresholds`}
+    (the fields ``toolkit bench`` reports).
     The name in force is "avx2-novnni" where the level is avx2 on an AVX-VNNI machine whose
     AVX-VNNI kernels are off (``TOOLKIT_CPU=avx2-novnni``), so A/B runs tell themselves apart."""
     lv = level()
@@ -80,6 +89,7 @@ def cpu_info() -> dict:
         "cpu_level_detected": level_name(detected()),
         "cpu_features": features(),
         "ssd_threshold": ssd_threshold(),
+        "chunk_thresholds": chunk_thresholds(),
     }
 
 

@@ -313,6 +313,8 @@ def bench(
     if fmt == "md":
         from toolkit.runtime import cpu_info
         info = cpu_info()
+        chunked = ", ".join(f"{k.upper() if k != 'lightning' else k} {v or 'never'}"
+                            for k, v in info["chunk_thresholds"].items())
         typer.echo(f"\ncpu: {_cpu_name() or 'unknown'}; kernels: {info['cpu_level']} (machine: "
-                   f"{info['cpu_level_detected']}; {info['cpu_features']}); Mamba-2 SSD from "
-                   f"{info['ssd_threshold']} tokens; build {_git_commit()}")
+                   f"{info['cpu_level_detected']}; {info['cpu_features']}); chunked forms from (tokens): "
+                   f"{chunked}; build {_git_commit()}")
