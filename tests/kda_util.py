@@ -1,5 +1,6 @@
 """Kimi Delta Attention (KDA) kernel helpers for tests: random heads, a float64 reference of
-the recurrence, and a caller of gdn.c's entry points with per-channel decay (tk_gdn_head.gk).
+the recurrence, and a caller of gdn.c's entry points with per-channel decay (tk_gdn_head.gk);
+the shared code is tests/gdn_util.py's (inputs with ``gk`` take its per-channel paths).
 
 The operator (spec kda-family.md section 2.1; transformers modeling_kimi_linear.py
 recurrent_kimi_delta_attention, HFK:449-462), per head, S in R^{Dk x Dv}:
@@ -9,9 +10,8 @@ does: element (key i, value j) at S[j*dk + i], i.e. S^T row-major, shape [Dv, Dk
 """
 from __future__ import annotations
 
-import numpy as np
-
-from toolkit.binding import ffi, lib
+import gdn_util
+from gdn_util import reference, rel, run  # noqa: F401  (this module's API, as before)
 
 
 def make_inputs(rng, n_tok, dk, dv, n_head=3, g_range=(-3.0, 0.0), mixed=False):
@@ -19,69 +19,4 @@ def make_inputs(rng, n_tok, dk, dv, n_head=3, g_range=(-3.0, 0.0), mixed=False):
     n_head heads), gk [n_tok, n_head, dk] uniform in g_range (mixed: each channel either
     no decay, g = 0, or strong, g in [-30, -5], half of each), beta [n_tok, n_head]; q, k
     l2-normed (q also scaled by 1/sqrt(Dk)); this head is head 1."""
-    def l2(x):
-        return x / np.linalg.norm(x, axis=-1, keepdims=True)
-    q = l2(rng.standard_normal((n_tok, n_head, dk))) / np.sqrt(dk)
-    k = l2(rng.standard_normal((n_tok, n_head, dk)))
-    v = rng.standard_normal((n_tok, n_head, dv))
-    gk = rng.uniform(*g_range, (n_tok, n_head, dk))
-    if mixed:
-        strong = rng.random(dk) < 0.5
-        gk = np.where(strong, rng.uniform(-30.0, -5.0, gk.shape), 0.0)
-    beta = rng.uniform(0.01, 0.99, (n_tok, n_head))
-    S = rng.standard_normal((dv, dk)) * 0.5            # S^T: row j = S[:, j]
-    f = lambda a: np.ascontiguousarray(a, np.float32)  # noqa: E731
-    return dict(q=f(q), k=f(k), v=f(v), gk=f(gk), beta=f(beta), S=f(S), n_head=n_head, head=1)
-
-
-def reference(inp, t0=0, t1=None, S=None):
-    """float64 recurrence over tokens [t0, t1) of the head: (o [n, Dv], S^T [Dv, Dk])."""
-    h = inp["head"]
-    t1 = inp["q"].shape[0] if t1 is None else t1
-    St = (inp["S"] if S is None else S).astype(np.float64).T.copy()      # [Dk, Dv]
-    out = []
-    for t in range(t0, t1):
-        q, k, v, g = (inp[x][t, h].astype(np.float64) for x in ("q", "k", "v", "gk"))
-        St *= np.exp(g)[:, None]                       # key row i scaled by exp(g_t[i])
-        u = np.float64(inp["beta"][t, h]) * (v - St.T @ k)
-        St += np.outer(k, u)
-        out.append(St.T @ q)
-    return np.array(out).reshape(-1, St.shape[1]), St.T.copy()
-
-
-def run(inp, fn, t0=0, t1=None, S=None, work=True):
-    """Call fn (lib.tk_gdn_run / lib.tk_gdn_recurrent) on tokens [t0, t1) of the head with
-    gk set, on the state S (default: a copy of inp's; updated in place).  The scalar g is
-    NULL (gk replaces it).  Returns (o, S); asserts no other head's output row was written."""
-    n_head, h = inp["n_head"], inp["head"]
-    t1 = inp["q"].shape[0] if t1 is None else t1
-    n = t1 - t0
-    dk, dv = inp["k"].shape[2], inp["v"].shape[2]
-    S = inp["S"].copy() if S is None else S
-    o = np.full((max(n, 1), n_head, dv), np.nan, np.float32)     # other heads' rows: untouched
-    ws = np.full(lib.tk_kda_work_floats(dk, dv), np.nan, np.float32) if work else None
-    keep = []
-
-    def ptr(a, off):
-        keep.append(a)
-        return ffi.cast("float *", ffi.from_buffer(a)) + off
-
-    hd = ffi.new("tk_gdn_head *")
-    hd.n_tok, hd.dk, hd.dv = n, dk, dv
-    hd.q, hd.q_stride = ptr(inp["q"], (t0 * n_head + h) * dk), n_head * dk
-    hd.k, hd.k_stride = ptr(inp["k"], (t0 * n_head + h) * dk), n_head * dk
-    hd.v, hd.v_stride = ptr(inp["v"], (t0 * n_head + h) * dv), n_head * dv
-    hd.g, hd.beta, hd.gb_stride = ffi.NULL, ptr(inp["beta"], t0 * n_head + h), n_head
-    hd.gk, hd.gk_stride = ptr(inp["gk"], (t0 * n_head + h) * dk), n_head * dk
-    hd.S = ptr(S, 0)
-    hd.o, hd.o_stride = ptr(o, h * dv), n_head * dv
-    hd.work = ptr(ws, 0) if work else ffi.NULL
-    fn(hd)
-    others = np.delete(o, h, axis=1)
-    assert np.isnan(others).all(), "a kernel wrote outside its head's output rows"
-    return o[:n, h].copy(), S
-
-
-def rel(got, ref):
-    """max |got - ref| / max |ref|"""
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
+    return gdn_util.make_inputs(rng, n_tok, dk, dv, n_head=n_head, g_range=g_range, per_channel=True, mixed=mixed)

@@ -17,78 +17,13 @@ import numpy as np
 import pytest
 
 from toolkit.binding import ffi, lib
+from gdn_util import make_inputs, reference, rel, run
 
 pytestmark = pytest.mark.native
 
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2) if lv <= lib.tk_cpu_detected()]
 # float32 kernels against float64: measured 0.5e-7 .. 5e-7 (all forms, levels, shapes here)
 TOL = 3e-6
-
-
-def make_inputs(rng, n_tok, dk, dv, n_head=3, g_range=(-3.0, 0.0)):
-    """Token rows as the GDN layer holds them: q, k, v of n_head heads side by side in one
-    buffer (strides of n_head heads), g (uniform in g_range) and beta [n_tok, n_head]; this
-    head is head 1."""
-    def l2(x):
-        return x / np.linalg.norm(x, axis=-1, keepdims=True)
-    q = l2(rng.standard_normal((n_tok, n_head, dk))) / np.sqrt(dk)
-    k = l2(rng.standard_normal((n_tok, n_head, dk)))
-    v = rng.standard_normal((n_tok, n_head, dv))
-    g = rng.uniform(*g_range, (n_tok, n_head))
-    beta = rng.uniform(0.01, 0.99, (n_tok, n_head))
-    S = rng.standard_normal((dv, dk)) * 0.5            # S^T: row j = S[:, j]
-    f = lambda a: np.ascontiguousarray(a, np.float32)  # noqa: E731
-    return dict(q=f(q), k=f(k), v=f(v), g=f(g), beta=f(beta), S=f(S), n_head=n_head, head=1)
-
-
-def reference(inp, t0=0, t1=None, S=None):
-    """float64 recurrence over tokens [t0, t1) of the head: (o [n, Dv], S^T [Dv, Dk])."""
-    h = inp["head"]
-    t1 = inp["q"].shape[0] if t1 is None else t1
-    St = (inp["S"] if S is None else S).astype(np.float64).T.copy()      # [Dk, Dv]
-    out = []
-    for t in range(t0, t1):
-        q, k, v = (inp[x][t, h].astype(np.float64) for x in ("q", "k", "v"))
-        St *= np.exp(np.float64(inp["g"][t, h]))
-        u = np.float64(inp["beta"][t, h]) * (v - St.T @ k)
-        St += np.outer(k, u)
-        out.append(St.T @ q)
-    return np.array(out).reshape(-1, St.shape[1]), St.T.copy()
-
-
-def run(inp, fn, t0=0, t1=None, S=None, work=True):
-    """Call fn (lib.tk_gdn_run / lib.tk_gdn_recurrent) on tokens [t0, t1) of the head, on the
-    state S (default: a copy of inp's; updated in place).  Returns (o, S)."""
-    n_head, h = inp["n_head"], inp["head"]
-    t1 = inp["q"].shape[0] if t1 is None else t1
-    n = t1 - t0
-    dk, dv = inp["k"].shape[2], inp["v"].shape[2]
-    S = inp["S"].copy() if S is None else S
-    o = np.full((max(n, 1), n_head, dv), np.nan, np.float32)     # other heads' rows: untouched
-    ws = np.full(lib.tk_gdn_work_floats(dk, dv), np.nan, np.float32) if work else None
-    keep = []
-
-    def ptr(a, off):
-        keep.append(a)
-        return ffi.cast("float *", ffi.from_buffer(a)) + off
-
-    hd = ffi.new("tk_gdn_head *")
-    hd.n_tok, hd.dk, hd.dv = n, dk, dv
-    hd.q, hd.q_stride = ptr(inp["q"], (t0 * n_head + h) * dk), n_head * dk
-    hd.k, hd.k_stride = ptr(inp["k"], (t0 * n_head + h) * dk), n_head * dk
-    hd.v, hd.v_stride = ptr(inp["v"], (t0 * n_head + h) * dv), n_head * dv
-    hd.g, hd.beta, hd.gb_stride = ptr(inp["g"], t0 * n_head + h), ptr(inp["beta"], t0 * n_head + h), n_head
-    hd.S = ptr(S, 0)
-    hd.o, hd.o_stride = ptr(o, h * dv), n_head * dv
-    hd.work = ptr(ws, 0) if work else ffi.NULL
-    fn(hd)
-    others = np.delete(o, h, axis=1)
-    assert np.isnan(others).all(), "a kernel wrote outside its head's output rows"
-    return o[:n, h].copy(), S
-
-
-def rel(got, ref):
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
 @pytest.fixture

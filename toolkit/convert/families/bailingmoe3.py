@@ -38,7 +38,7 @@ import logging
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDAMixin, layer_list, read_flag, read_int, spelled
-from toolkit.convert.plan import kv_bool, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_BAILINGMOE3
@@ -173,20 +173,8 @@ class BailingMoe3Family(KDAMixin, Family):
     def _keys(self) -> None:
         key, p, KD = self.key, self.plan, Keys.KDA
         _, ctx = spelled(self.cfg, "max_position_embeddings")
+        p.kv += self.kda_leading_keys(int(ctx) if ctx is not None else 262144, rope_base=self.rope_theta)
         p.kv += [
-            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), int(ctx) if ctx is not None else 262144),
-            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
-            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
-            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
-            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [1 if t == "full_attention" else 0 for t in self.layer_types]),
-            kv_f32(key(Keys.Rope.FREQ_BASE), self.rope_theta),
-            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
-            kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
-            kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),
-            kv_u32(key(Keys.LLM.EXPERT_GROUP_COUNT), self.n_group),
-            kv_u32(key(Keys.LLM.EXPERT_GROUP_USED_COUNT), self.topk_group),
-            kv_u32(key(Keys.LLM.EXPERT_GATING_FUNC), 2),   # sigmoid
             kv_u32(key(Keys.Attention.KEY_LENGTH), self.kv_lora_rank + self.dr),
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.kda_head_dim),   # llama.cpp: head_dim of config.json (unused)
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),

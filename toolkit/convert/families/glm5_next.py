@@ -42,7 +42,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDAMixin, layer_list, read_flag, read_int
 from toolkit.convert.families.qwen_gdn import text_config
-from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_arr_i32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGMLType, Keys
 from toolkit.gguf_io.constants import ARCH_GLM5_NEXT
@@ -119,20 +119,7 @@ class Glm5NextFamily(KDAMixin, Family):
         self._read_dsa_mhc(c)
 
     def _read_kda(self, c) -> None:
-        lac = c.d.get("linear_attn_config") or {}
-        if not isinstance(lac, dict):
-            raise InputError(f"{c.path}: key 'linear_attn_config' must be an object")
-
-        def lin(sub: str, flat: str, default: int) -> int:
-            v = lac.get(sub)
-            if v is None:
-                return c.int(flat, default=default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{c.path}: linear_attn_config.{sub} = {v!r} must be a positive integer")
-            return v
-        self.kda_head_dim = lin("head_dim", "linear_head_dim", 128)
-        self.kda_n_head = lin("num_heads", "linear_num_heads", 64)
-        self.d_conv = lin("short_conv_kernel_size", "linear_conv_kernel_dim", 4)
+        lac = self.read_kda_dims(c, n_head_default=64)
         # the gate bound (configuration_glm5_next.py:188-196): linear_attn_config.gate_lower_bound
         # over linear_lower_bound (default -5); null with safe_gate (default true) -> -5
         if "gate_lower_bound" in lac:
@@ -221,19 +208,8 @@ class Glm5NextFamily(KDAMixin, Family):
     def _keys(self) -> None:
         key, p, KD, I, HC = self.key, self.plan, Keys.KDA, Keys.Attention.Indexer, Keys.HyperConnection
         L = self.n_layer
+        p.kv += self.kda_leading_keys(self.cfg.int("max_position_embeddings", default=1048576))
         p.kv += [
-            kv_u32(key(Keys.LLM.BLOCK_COUNT), L),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), self.cfg.int("max_position_embeddings", default=1048576)),
-            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
-            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
-            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
-            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [0 if t == "linear_attention" else 1 for t in self.layer_types]),
-            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
-            kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
-            kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),
-            kv_u32(key(Keys.LLM.EXPERT_GROUP_COUNT), self.n_group),
-            kv_u32(key(Keys.LLM.EXPERT_GROUP_USED_COUNT), self.topk_group),
-            kv_u32(key(Keys.LLM.EXPERT_GATING_FUNC), 2),   # sigmoid
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
             kv_f32(key(Keys.Attention.LAYERNORM_EPS), INDEXER_LN_EPS),
             kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),

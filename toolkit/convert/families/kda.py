@@ -38,8 +38,9 @@ MLP  mlp.{gate,up,down}_proj (or HF 5.24's       blk.i.ffn_{gate,up,down}
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.plan import Segment
+from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError
+from toolkit.gguf_io import Keys
 
 # every config spelling of one value: the checkpoint's and transformers' attribute-map name
 # (configuration_kimi_linear.py attribute_map; bailing_hybrid's is the same)
@@ -113,6 +114,57 @@ class KDAMixin:
     """Tensor helpers for a :class:`toolkit.convert.base.Family` subclass; the family reads its
     hparams into: n_embd, kda_n_head, kda_head_dim, d_conv; n_head, dn, dr, dv, q_lora_rank,
     kv_lora_rank; n_expert, n_ff_exp, n_shared, n_ff (and self.mlp_name for the dense MLP)."""
+
+    # ---- config / keys ----
+    def read_kda_dims(self, c, n_head_default: int) -> dict:
+        """self.kda_head_dim / kda_n_head / d_conv from ``linear_attn_config`` (head_dim, num_heads,
+        short_conv_kernel_size), which wins over the flat ``linear_head_dim`` / ``linear_num_heads``
+        / ``linear_conv_kernel_dim`` (configuration_kimi_linear.py __post_init__); returns
+        linear_attn_config ({} when absent)."""
+        lac = c.d.get("linear_attn_config") or {}
+        if not isinstance(lac, dict):
+            raise InputError(f"{c.path}: key 'linear_attn_config' must be an object")
+
+        def lin(sub: str, flat: str, default: int) -> int:
+            v = lac.get(sub)
+            if v is None:
+                return c.int(flat, default=default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InputError(f"{c.path}: linear_attn_config.{sub} = {v!r} must be a positive integer")
+            return v
+        self.kda_head_dim = lin("head_dim", "linear_head_dim", 128)
+        self.kda_n_head = lin("num_heads", "linear_num_heads", n_head_default)
+        self.d_conv = lin("short_conv_kernel_size", "linear_conv_kernel_dim", 4)
+        return lac
+
+    def kda_leading_keys(self, ctx: int, rope_base: float | None = None, group_count: bool = True) -> list:
+        """The keys every KDA family writes first, in llama.cpp's order: block_count ..
+        expert_gating_func (sigmoid); rope.freq_base after head_count_kv when given (bailingmoe3),
+        expert_group_count only with ``group_count`` (kimi-linear leaves it to a key written last).
+        head_count_kv per layer: 0 on KDA layers, 1 on attention layers."""
+        key = self.key
+        kv = [
+            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
+            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), ctx),
+            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
+            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
+            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
+            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [0 if t == "linear_attention" else 1 for t in self.layer_types]),
+        ]
+        if rope_base is not None:
+            kv.append(kv_f32(key(Keys.Rope.FREQ_BASE), rope_base))
+        kv += [
+            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
+            kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
+            kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),
+        ]
+        if group_count:
+            kv.append(kv_u32(key(Keys.LLM.EXPERT_GROUP_COUNT), self.n_group))
+        kv += [
+            kv_u32(key(Keys.LLM.EXPERT_GROUP_USED_COUNT), self.topk_group),
+            kv_u32(key(Keys.LLM.EXPERT_GATING_FUNC), 2),   # sigmoid
+        ]
+        return kv
 
     # ---- KDA ----
     def kda_tensors(self, i: int, a: str, low_rank: bool = True, a_log_shape: tuple[int, ...] | None = None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDAMixin, layer_list, one_based_layers, read_flag, read_int, spelled
-from toolkit.convert.plan import kv_arr_i32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_KIMI_LINEAR
@@ -62,20 +62,7 @@ class KimiLinearFamily(KDAMixin, Family):
         if c.d.get("attention_bias"):
             raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's layout has no MLA biases)")
         # ---- KDA (linear_attn_config wins over linear_*, configuration_kimi_linear.py __post_init__) ----
-        lac = c.d.get("linear_attn_config") or {}
-        if not isinstance(lac, dict):
-            raise InputError(f"{c.path}: key 'linear_attn_config' must be an object")
-
-        def lin(sub: str, flat: str, default: int) -> int:
-            v = lac.get(sub)
-            if v is None:
-                return c.int(flat, default=default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InputError(f"{c.path}: linear_attn_config.{sub} = {v!r} must be a positive integer")
-            return v
-        self.kda_head_dim = lin("head_dim", "linear_head_dim", 128)
-        self.kda_n_head = lin("num_heads", "linear_num_heads", 32)
-        self.d_conv = lin("short_conv_kernel_size", "linear_conv_kernel_dim", 4)
+        lac = self.read_kda_dims(c, n_head_default=32)
         # ---- MLA ----
         self.n_head = c.int("num_attention_heads", default=32)
         n_kv = c.int("num_key_value_heads", default=self.n_head)
@@ -129,19 +116,9 @@ class KimiLinearFamily(KDAMixin, Family):
     def _keys(self) -> None:
         key, p, KD = self.key, self.plan, Keys.KDA
         _, ctx = spelled(self.cfg, "max_position_embeddings")
+        p.kv += self.kda_leading_keys(self.cfg.int(spelled(self.cfg, "max_position_embeddings")[0])
+                                      if ctx is not None else 1048576, group_count=False)
         p.kv += [
-            kv_u32(key(Keys.LLM.BLOCK_COUNT), self.n_layer),
-            kv_u32(key(Keys.LLM.CONTEXT_LENGTH), self.cfg.int(spelled(self.cfg, "max_position_embeddings")[0])
-                   if ctx is not None else 1048576),
-            kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), self.n_embd),
-            kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), self.n_ff),
-            kv_u32(key(Keys.Attention.HEAD_COUNT), self.n_head),
-            kv_arr_i32(key(Keys.Attention.HEAD_COUNT_KV), [1 if t == "full_attention" else 0 for t in self.layer_types]),
-            kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
-            kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
-            kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),
-            kv_u32(key(Keys.LLM.EXPERT_GROUP_USED_COUNT), self.topk_group),
-            kv_u32(key(Keys.LLM.EXPERT_GATING_FUNC), 2),   # sigmoid
             kv_u32(key(Keys.Attention.KEY_LENGTH), self.kv_lora_rank + self.dr),
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.dr),   # llama.cpp: head_dim, which HF sets to dr (unused)
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
