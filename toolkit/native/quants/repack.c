@@ -144,64 +144,54 @@ static int64_t rp_token_block(size_t a_bytes) {
     return tb < 8 ? (tb < 1 ? 1 : tb) : tb - tb % 8;
 }
 
-void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
-                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int64_t nb = K / QK32, tb = rp_token_block(a_bytes);
+/* One loop for the three types: `type` picks the block (QK32 / QK_K elements, the group's bytes)
+ * and the per-token terms that follow daf in prep (Q8_0: one int32 per block; Q4_K: 8 int16;
+ * Q6_K: 16 int16), and casts `tile` back to its own signature for the call. */
+typedef void (*rp_any_fn)(void);
+static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                     size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int64_t nb = K / (type == TK_GGML_Q8_0 ? QK32 : QK_K), tb = rp_token_block(a_bytes);
+    const size_t gbytes = (size_t) nb * (type == TK_GGML_Q8_0 ? sizeof(tk_rp_q8_0)
+                                         : type == TK_GGML_Q4_K ? sizeof(tk_rp_q4_K) : sizeof(tk_rp_q6_K));
     const float * daf = (const float *) (const void *) prep;
-    const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);
-    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q8_0);
+    const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);     /* Q8_0 */
+    const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);      /* Q4_K, Q6_K */
+    const int64_t nbs = type == TK_GGML_Q4_K ? 8 : 16;                              /* bsums per block */
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
         for (int64_t g = g0; g < g1; g++) {
-            const tk_rp_q8_0 * wg = (const tk_rp_q8_0 *) (const void *) (wp + (size_t) g * gbytes);
+            const void * wg = wp + (size_t) g * gbytes;
             const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
             for (int64_t t = t0; t < t0 + n; t += 8) {
                 const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
-                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, neg + t * nb, T, nr,
-                     y + t * ldy + g * TK_RP_ROWS, ldy);
+                const uint8_t * at = a + (size_t) t * a_bytes;
+                float * yt = y + t * ldy + g * TK_RP_ROWS;
+                if (type == TK_GGML_Q8_0)
+                    ((tk_rp_q8_tile_fn) tile)((const tk_rp_q8_0 *) wg, nb, at, a_bytes, daf + t * nb, neg + t * nb, T, nr, yt, ldy);
+                else if (type == TK_GGML_Q4_K)
+                    ((tk_rp_q4k_tile_fn) tile)((const tk_rp_q4_K *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T, nr,
+                                               yt, ldy);
+                else
+                    ((tk_rp_q6k_tile_fn) tile)((const tk_rp_q6_K *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T, nr,
+                                               yt, ldy);
             }
         }
     }
+}
+
+void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    rp_drive(TK_GGML_Q8_0, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int64_t nb = K / QK_K, tb = rp_token_block(a_bytes);
-    const float * daf = (const float *) (const void *) prep;
-    const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);
-    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q4_K);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
-        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
-        for (int64_t g = g0; g < g1; g++) {
-            const tk_rp_q4_K * wg = (const tk_rp_q4_K *) (const void *) (wp + (size_t) g * gbytes);
-            const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
-            for (int64_t t = t0; t < t0 + n; t += 8) {
-                const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
-                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, bs + t * nb * 8, T, nr,
-                     y + t * ldy + g * TK_RP_ROWS, ldy);
-            }
-        }
-    }
+    rp_drive(TK_GGML_Q4_K, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int64_t nb = K / QK_K, tb = rp_token_block(a_bytes);
-    const float * daf = (const float *) (const void *) prep;
-    const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);
-    const size_t gbytes = (size_t) nb * sizeof(tk_rp_q6_K);
-    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
-        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
-        for (int64_t g = g0; g < g1; g++) {
-            const tk_rp_q6_K * wg = (const tk_rp_q6_K *) (const void *) (wp + (size_t) g * gbytes);
-            const int nr = (int) (M - g * TK_RP_ROWS < TK_RP_ROWS ? M - g * TK_RP_ROWS : TK_RP_ROWS);
-            for (int64_t t = t0; t < t0 + n; t += 8) {
-                const int T = (int) (t0 + n - t < 8 ? t0 + n - t : 8);
-                tile(wg, nb, a + (size_t) t * a_bytes, a_bytes, daf + t * nb, bs + t * nb * 16, T, nr,
-                     y + t * ldy + g * TK_RP_ROWS, ldy);
-            }
-        }
-    }
+    rp_drive(TK_GGML_Q6_K, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 /* ---- scalar tiles (the reference order, repack.h) ----------------------------------- */
