@@ -118,6 +118,36 @@ def _f32_round_exact(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return s.astype(np.float32)
 
 
+def _bf16_daz(b: np.ndarray) -> np.ndarray:
+    """bf16 bits -> float64 values, inputs below 2^-126 flushed to signed zero (DAZ)."""
+    v = (b.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return np.where(np.abs(v) < 2.0**-126, np.copysign(0.0, v), v)
+
+
+def _dpbf16_add(acc: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """One VDPBF16PS half-step per fp32 lane: acc (float32) + p (an exact product, float64),
+    rounded once to fp32 (nearest even), the result flushed to zero below 2^-126 (FTZ)."""
+    x = acc.astype(np.float64)
+    s = x + p
+    bb = s - x
+    e = (x - (s - bb)) + (p - bb)                                  # TwoSum: s + e == x + p
+    r = _f32_round_exact(s, e)
+    return np.where(np.abs(r) < np.float32(2.0**-126), np.copysign(np.float32(0), r), r)
+
+
+def vdpbf16ps_pairs(wb: np.ndarray, ab: np.ndarray) -> np.ndarray:
+    """The repacked BF16 kernel's result per (token, row) (repack_bf16_avx512.c): one fp32
+    accumulator per output over the column pairs j in order, each a VDPBF16PS lane step (odd
+    product first, then the even one, each add rounded once, DAZ / FTZ).  wb: [M, K], ab: [T, K]
+    bf16 bits, K even; returns float32 [T, M]."""
+    w, a = _bf16_daz(wb), _bf16_daz(ab)
+    acc = np.zeros((a.shape[0], w.shape[0]), np.float32)
+    for j in range(0, w.shape[1], 2):
+        for k in (j + 1, j):
+            acc = _dpbf16_add(acc, a[:, None, k] * w[None, :, k])
+    return acc
+
+
 def vdpbf16ps(wb: np.ndarray, ab: np.ndarray) -> np.ndarray:
     """The kernel's result per (token, row) from the instruction's definition, in float64
     (Intel SDM vol. 2 VDPBF16PS): 16 fp32 lanes over 32-value chunks (the last zero-padded);
@@ -128,21 +158,12 @@ def vdpbf16ps(wb: np.ndarray, ab: np.ndarray) -> np.ndarray:
     K = wb.shape[1]
     pad = (-K) % 32
     def val(b):
-        b = np.pad(b, ((0, 0), (0, pad))).astype(np.uint32)
-        v = (b << 16).view(np.float32).astype(np.float64)
-        v = np.where(np.abs(v) < 2.0**-126, np.copysign(0.0, v), v)   # DAZ
-        return v.reshape(b.shape[0], -1, 16, 2)                        # [rows, chunk, lane, pair]
+        return _bf16_daz(np.pad(b, ((0, 0), (0, pad)))).reshape(b.shape[0], -1, 16, 2)   # [rows, chunk, lane, pair]
     w, a = val(wb), val(ab)
     acc = np.zeros((a.shape[0], w.shape[0], 16), np.float32)
     for c in range(w.shape[1]):
         for half in (1, 0):
-            p = a[:, None, c, :, half] * w[None, :, c, :, half]            # exact in float64
-            x = acc.astype(np.float64)
-            s = x + p
-            bb = s - x
-            e = (x - (s - bb)) + (p - bb)                                  # TwoSum: s + e == x + p
-            r = _f32_round_exact(s, e)
-            acc = np.where(np.abs(r) < np.float32(2.0**-126), np.copysign(np.float32(0), r), r)   # FTZ
+            acc = _dpbf16_add(acc, a[:, None, c, :, half] * w[None, :, c, :, half])
     l = acc[..., :8] + acc[..., 8:]
     return ((l[..., 0] + l[..., 4]) + (l[..., 2] + l[..., 6])) + ((l[..., 1] + l[..., 5]) + (l[..., 3] + l[..., 7]))
 

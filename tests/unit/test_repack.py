@@ -119,3 +119,106 @@ def test_type_without_repacked_form_is_refused():
                                  ffi.cast("float *", ffi.from_buffer(y)))
     assert st == lib.TK_ERR_UNSUPPORTED
     assert "no repacked form of q5_k" in ffi.string(lib.tk_last_error()).decode().lower()
+
+
+# ---- BF16 (x86/repack_bf16_avx512.c, _avx2.c): FMA on widened weights, or VDPBF16PS ---------
+NO_BF16 = pytest.mark.skipif(not lib.tk_cpu_has_avx512bf16(),
+                             reason="no AVX512_BF16 on this machine: the VDPBF16PS kernel cannot run here")
+BF16_CASES = [(64, 13), (70, 16), (512, 37), (1000, 50), (2048, 83)]
+BF16_IDS = [f"K{K}-M{M}" for K, M in BF16_CASES]
+FMA_LEVELS = [lv for lv in (lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
+
+
+@pytest.fixture
+def bf16dot():
+    """Set the BF16 GEMM's instruction (tk_cpu_set_bf16dot) for a test; the machine's choice after."""
+    before = lib.tk_cpu_bf16dot()
+    yield lib.tk_cpu_set_bf16dot
+    lib.tk_cpu_set_bf16dot(before)
+
+
+def _bf16_case(K, M):
+    rng = np.random.default_rng(K * 7 + M)
+    w = (rng.standard_normal((M, K)) * rng.uniform(0.01, 3.0, (M, 1))).astype(np.float32)
+    x = (rng.standard_normal((N_TOK, K)) * rng.uniform(0.1, 10.0, (N_TOK, 1))).astype(np.float32)
+    x[4] = 0.0
+    return qref.quantize_rows(T.BF16, w), x
+
+
+def _sum_bound(raw, xv, K):
+    """K * 2^-24 * sum |w||x| (recursive summation in fp32) and the float64 product."""
+    wf = qref.bf16_float(raw.view(np.uint16)).astype(np.float64)
+    xv = np.asarray(xv, np.float64)
+    return K * 2.0**-24 * (np.abs(xv) @ np.abs(wf).T) + 1e-30, xv @ wf.T
+
+
+def _same_in_every_ubatch(raw, K, x, y):
+    alone = np.stack([_mm_repacked(T.BF16, raw, K, x[t:t + 1])[0] for t in range(N_TOK)])
+    np.testing.assert_array_equal(alone, y)
+    split = np.concatenate([_mm_repacked(T.BF16, raw, K, x[:11]), _mm_repacked(T.BF16, raw, K, x[11:])])
+    np.testing.assert_array_equal(split, y)
+
+
+@pytest.mark.parametrize("K,M", BF16_CASES, ids=BF16_IDS)
+def test_bf16_fma_scalar_reference_within_the_summation_bound(K, M, at_level):
+    """The scalar reference of the FMA order (repack.c rp_bf16_tile_scalar, fp32 activations as
+    they are): within K 2^-24 sum |w||x| of the float64 product."""
+    raw, x = _bf16_case(K, M)
+    at_level(lib.TK_CPU_SCALAR)
+    y = _mm_repacked(T.BF16, raw, K, x)
+    bound, exact = _sum_bound(raw, x, K)
+    assert np.all(np.abs(y - exact) <= bound)
+    assert np.all(y[4] == 0.0)
+
+
+@pytest.mark.parametrize("level", FMA_LEVELS, ids=lambda lv: ffi.string(lib.tk_cpu_level_name(lv)).decode())
+@pytest.mark.parametrize("K,M", BF16_CASES, ids=BF16_IDS)
+def test_bf16_fma_tiles_equal_scalar_bits_in_every_ubatch(K, M, level, at_level, bf16dot):
+    """The AVX2 (16 rows x 5 tokens) and AVX-512 (32 x 12) FMA tiles give the scalar reference's
+    bits, alone (generation), in 21 tokens and split at 11."""
+    raw, x = _bf16_case(K, M)
+    bf16dot(0)
+    at_level(lib.TK_CPU_SCALAR)
+    ref = _mm_repacked(T.BF16, raw, K, x)
+    assert at_level(level) == level and lib.tk_repack_fast(int(T.BF16), level) == 1
+    y = _mm_repacked(T.BF16, raw, K, x)
+    np.testing.assert_array_equal(y, ref)
+    _same_in_every_ubatch(raw, K, x, y)
+
+
+@NO_BF16
+@pytest.mark.parametrize("K,M", BF16_CASES, ids=BF16_IDS)
+def test_bf16_dpbf16_bits_match_the_pair_model_in_every_ubatch(K, M, at_level, bf16dot):
+    """At avx512 with VDPBF16PS chosen, the repacked GEMM (4 groups x 6 tokens per tile, masked
+    last group) gives qref.vdpbf16ps_pairs' bits on the bf16-rounded activations: one fp32 chain
+    over the column pairs, each step one VDPBF16PS lane.  The same bits in every ubatch; within
+    the summation bound, and not the row kernel's bits (another order)."""
+    raw, x = _bf16_case(K, M)
+    assert at_level(lib.TK_CPU_AVX512) == lib.TK_CPU_AVX512
+    assert bf16dot(1) == 1
+    y = _mm_repacked(T.BF16, raw, K, x)
+    xb = qref.bf16_bits(x)
+    want = qref.vdpbf16ps_pairs(raw.view(np.uint16), xb)
+    bad = np.argwhere(y.view(np.uint32) != want.view(np.uint32))
+    assert not len(bad), f"{len(bad)} of {y.size} outputs differ from the pair model, first {bad[:3].tolist()}"
+    _same_in_every_ubatch(raw, K, x, y)
+    bound, exact = _sum_bound(raw, qref.bf16_float(xb), K)
+    plain = qref.mat_mul(T.BF16, raw, K, x)
+    assert np.all(np.abs(y - exact) <= bound) and np.all(np.abs(plain - exact) <= bound)
+    assert not np.array_equal(y, plain)
+
+
+def test_bf16_repack_levels_and_sizes(bf16dot):
+    """BF16 is re-laid at avx512 and avx2, not at scalar; the FMA kernels read fp32 activations, the
+    VDPBF16PS one bf16 (tk_repack_act_f32); a matrix of odd width has no repacked form."""
+    assert lib.tk_repack_fast(int(T.BF16), lib.TK_CPU_SCALAR) == 0
+    assert lib.tk_repack_fast(int(T.BF16), lib.TK_CPU_AVX2) == 1
+    assert lib.tk_repack_fast(int(T.BF16), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_matrix_bytes(int(T.BF16), 70, 17) == 2 * 70 * 2 * 16
+    assert lib.tk_repack_matrix_bytes(int(T.BF16), 71, 17) == 0
+    assert bf16dot(0) == 0
+    assert lib.tk_repack_act_f32(int(T.BF16), lib.TK_CPU_AVX512) == 1
+    if lib.tk_cpu_has_avx512bf16():
+        assert bf16dot(1) == 1
+        assert lib.tk_repack_act_f32(int(T.BF16), lib.TK_CPU_AVX512) == 0
+        assert lib.tk_repack_act_f32(int(T.BF16), lib.TK_CPU_AVX2) == 1

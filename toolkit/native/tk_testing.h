@@ -23,9 +23,15 @@ float tk_fp16_to_fp32(uint16_t h);
 float tk_bf16_to_fp32(uint16_t h);
 /* y[t][r] = sum_k W[r][k] x[t][k]; W: M rows of K elements of ggml `type` at w; x: [n_tok, K]; y: [n_tok, M] */
 tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
-/* tk_mat_mul with W re-laid first (quants/repack.h: Q8_0, Q4_K and Q6_K; another type:
+/* tk_mat_mul with W re-laid first (quants/repack.h: Q8_0, Q4_K, Q6_K and BF16; another type:
  * TK_ERR_UNSUPPORTED), the repacked kernel of the current level (scalar: the reference) */
 tk_status tk_mat_mul_repacked(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
+/* quants/repack.h: 1 when `level` re-laid `type` at load (TOOLKIT_REPACK=1), and the bytes of one
+ * re-laid matrix of M rows of K values (0: no repacked form) */
+int tk_repack_fast(int type, int level);
+size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M);
+/* 1 when that level's repacked kernel of `type` reads fp32 activations (BF16's FMA kernels) */
+int tk_repack_act_f32(int type, int level);
 void tk_rms_norm(const float * x, const float * w, float eps, int64_t n, float * y);
 /* y[i] = y[i] / (1 + exp(-y[i])) in place, n floats, at the current kernel level
  * (scalar: expf; AVX2: a vector exp within a few ulp of it). */
@@ -87,6 +93,13 @@ int tk_cpu_set_avxvnni(int on);
 /* 1 when the AVX-VNNI kernels are on (the machine has them, not turned off); they run while
  * the level is TK_CPU_AVX2. */
 int tk_cpu_avxvnni(void);
+/* The repacked BF16 GEMM's instruction (repack.h: TOOLKIT_REPACK=1, BF16 weights at avx512):
+ * 1 = VDPBF16PS on bf16 activations (default on AMD CPUs with AVX512_BF16), 0 = FMA on the
+ * weights widened to fp32 against fp32 activations (default elsewhere; also what avx2 runs).
+ * TOOLKIT_BF16_GEMM=dpbf16 / fma chooses; tk_cpu_set_bf16dot too (tests; 1 only with
+ * AVX512_BF16), returning the choice now in force.  Not while another thread decodes. */
+int tk_cpu_set_bf16dot(int on);
+int tk_cpu_bf16dot(void);
 /* The activation type (ggml type id) a mat-mul with `type` weights uses at kernel level
  * `level` (ggml_types.c tk_type_vec_dot_type): F32 (0) for the float kernels, BF16 (30)
  * for BF16 weights at TK_CPU_AVX512 with AVX512_BF16, the integer types' Q8_*; -1: none. */

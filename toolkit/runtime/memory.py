@@ -82,20 +82,15 @@ def format_brief(r: dict[str, int]) -> str:
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
 
 
-# repack.h: bytes per group of 16 rows and block (Q8_0: 32 values, Q4_K / Q6_K: 256 values)
-_REPACK_BLOCK = {"Q8_0": (32, 576), "Q4_K": (256, 2432), "Q6_K": (256, 4416)}
-
-
 def repack_types(level: int | None = None) -> tuple[str, ...]:
     """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
-    avx512 Q8_0 / Q4_K / Q6_K; avx2 Q8_0 / Q4_K; none elsewhere."""
+    avx512 Q8_0 / Q4_K / Q6_K, and BF16 where the CPU has AVX512_BF16; avx2 Q8_0 / Q4_K; none
+    elsewhere."""
+    import gguf as _gguf
+
     from toolkit.binding import lib
     level = lib.tk_cpu_level() if level is None else level
-    if level == lib.TK_CPU_AVX512:
-        return ("Q8_0", "Q4_K", "Q6_K")
-    if level == lib.TK_CPU_AVX2:
-        return ("Q8_0", "Q4_K")
-    return ()
+    return tuple(t.name for t in _gguf.GGMLQuantizationType if lib.tk_repack_fast(int(t), level))
 
 
 def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -110,14 +105,13 @@ def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int
     n, total = 0, 0
     for t in gguf:
         typ = getattr(t.type, "name", str(t.type))
-        if typ not in _REPACK_BLOCK or typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+        if typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
             continue
-        blk, gb = _REPACK_BLOCK[typ]
         ne = list(t.shape) + [1] * (4 - len(t.shape))
-        if ne[0] % blk:
-            continue
-        n += 1
-        total += (ne[1] + 15) // 16 * (ne[0] // blk) * gb * ne[2] * ne[3]
+        size = int(lib.tk_repack_matrix_bytes(int(t.type), ne[0], ne[1]))   # repack.h's layout
+        if size:
+            n += 1
+            total += size * ne[2] * ne[3]
     return {"n_tensors": n, "bytes": total, "level": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_level())).decode()}
 
 

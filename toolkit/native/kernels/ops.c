@@ -156,6 +156,15 @@ static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * 
     *j = (matmul_job) {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
                        NULL, NULL, NULL, 0, NULL, NULL};
     *quant = at != NULL;
+    if (w->rp && tk_repack_act_f32(w->type, level) && (j->rprows = tk_repack_rows(w->type, level)) != NULL) {
+        /* a repacked kernel on fp32 activations (BF16's FMA kernels): x as it is, nothing to quantize */
+        *quant = 0;
+        j->act = (const uint8_t *) x;
+        j->act_row = (size_t) K * sizeof(float);
+        j->base = w->rp + (size_t) mat * w->rp_mat;
+        j->prep = wk->rp_prep;
+        return TK_OK;
+    }
     if (at) {
         j->act_row = (size_t) (K / at->blck_size) * (size_t) at->type_size;
         if ((size_t) n_tok * j->act_row > wk->act_bytes)

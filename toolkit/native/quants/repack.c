@@ -13,6 +13,7 @@ size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M) {
     if (type == TK_GGML_Q8_0 && K % QK32 == 0) return ng * (size_t) (K / QK32) * sizeof(tk_rp_q8_0);
     if (type == TK_GGML_Q4_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q4_K);
     if (type == TK_GGML_Q6_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q6_K);
+    if (type == TK_GGML_BF16 && K % 2 == 0) return ng * (size_t) K * 2 * TK_RP_ROWS;
     return 0;
 }
 
@@ -89,10 +90,24 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
         }
 }
 
+static void repack_bf16(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t np = K / 2, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    uint32_t * o = (uint32_t *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t j = 0; j < np; j++, o += TK_RP_ROWS)
+            for (int r = 0; r < TK_RP_ROWS; r++) {
+                const int64_t row = g * TK_RP_ROWS + r;
+                uint32_t v = 0;   /* padding: +0 */
+                if (row < M) memcpy(&v, src + (size_t) row * row_bytes + (size_t) j * 4, 4);
+                o[r] = v;
+            }
+}
+
 void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     if (type == TK_GGML_Q8_0) repack_q8_0(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q4_K) repack_q4_K(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q6_K) repack_q6_K(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_BF16) repack_bf16(src, row_bytes, K, M, dst);
 }
 
 /* ---- per-token terms (once per mat-mul, tk_matmul: in the activation scratch) ---------- */
@@ -194,7 +209,55 @@ void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int
     rp_drive(TK_GGML_Q6_K, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
+void tk_rp_drive_bf16(tk_rp_bf16_tile_fn tile, int gmax, int tmax, const uint8_t * wp, int64_t K, int64_t M,
+                      const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    const int64_t np = K / 2;
+    const size_t gsz = (size_t) np * 4 * TK_RP_ROWS;
+    int64_t tb = (int64_t) 196608 / (int64_t) (a_bytes ? a_bytes : 1);
+    tb = tb < tmax ? tmax : tb - tb % tmax;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+        const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
+        for (int64_t g = g0; g < g1; g += gmax) {
+            const int G = (int) (g1 - g < gmax ? g1 - g : gmax);
+            const int64_t last = (g + G - 1) * TK_RP_ROWS;
+            const int nr = (int) (M - last < TK_RP_ROWS ? M - last : TK_RP_ROWS);
+            for (int64_t t = t0; t < t0 + n; t += tmax) {
+                const int T = (int) (t0 + n - t < tmax ? t0 + n - t : tmax);
+                tile(G, T, wp + (size_t) g * gsz, gsz, np, a + (size_t) t * a_bytes, a_bytes, y + t * ldy + g * TK_RP_ROWS,
+                     ldy, nr);
+            }
+        }
+    }
+}
+
 /* ---- scalar tiles (the reference order, repack.h) ----------------------------------- */
+/* BF16, the FMA kernels' order: fp32 activations, one fma chain per output over the columns */
+static void rp_bf16_tile_scalar(int G, int T, const uint8_t * wg, size_t gsz, int64_t np, const uint8_t * a,
+                                size_t a_bytes, float * y, int64_t ldy, int nr) {
+    for (int g = 0; g < G; g++) {
+        const uint32_t * w = (const uint32_t *) (const void *) (wg + (size_t) g * gsz);
+        for (int t = 0; t < T; t++) {
+            const float * x = (const float *) (const void *) (a + (size_t) t * a_bytes);
+            for (int r = 0; r < (g == G - 1 ? nr : TK_RP_ROWS); r++) {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < np; j++) {
+                    const uint32_t v = w[j * TK_RP_ROWS + r];
+                    union { uint32_t u; float f; } e = {v << 16}, o = {v & 0xffff0000u};
+                    acc = fmaf(e.f, x[2 * j], acc);
+                    acc = fmaf(o.f, x[2 * j + 1], acc);
+                }
+                y[t * ldy + g * TK_RP_ROWS + r] = acc;
+            }
+        }
+    }
+}
+
+static void rp_rows_bf16_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    (void) prep;
+    tk_rp_drive_bf16(rp_bf16_tile_scalar, 1, 8, wp, K, M, a, a_bytes, n_tok, y, ldy, g0, g1);
+}
+
 static void rp_q8_tile_scalar(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                               const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
     for (int t = 0; t < T; t++)
@@ -284,8 +347,8 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
  * and token against the row kernel's int16 sums). */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K;
-    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K;
+    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16;
 #endif
     (void) type;
     (void) level;
@@ -297,16 +360,23 @@ tk_rp_rows_fn tk_repack_rows(int type, int level) {
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q8_0) return tk_rp_rows_q8_0_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_K) return tk_rp_rows_q4_K_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return tk_cpu_bf16dot() ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
     if (level == TK_CPU_AVX2) {
         const int vnni = tk_cpu_avxvnni();
         if (type == TK_GGML_Q8_0) return vnni ? tk_rp_avxvnni_rows_q8_0 : tk_rp_avx2_rows_q8_0;
         if (type == TK_GGML_Q4_K) return vnni ? tk_rp_avxvnni_rows_q4_K : tk_rp_avx2_rows_q4_K;
         if (type == TK_GGML_Q6_K) return vnni ? tk_rp_avxvnni_rows_q6_K : tk_rp_avx2_rows_q6_K;
+        if (type == TK_GGML_BF16) return tk_rp_avx2_rows_bf16;
     }
 #endif
     (void) level;
     if (type == TK_GGML_Q8_0) return rp_rows_q8_0_scalar;
     if (type == TK_GGML_Q4_K) return rp_rows_q4_K_scalar;
     if (type == TK_GGML_Q6_K) return rp_rows_q6_K_scalar;
+    if (type == TK_GGML_BF16) return rp_rows_bf16_scalar;
     return NULL;
+}
+
+int tk_repack_act_f32(int type, int level) {
+    return type == TK_GGML_BF16 && !(level == TK_CPU_AVX512 && tk_cpu_bf16dot());
 }

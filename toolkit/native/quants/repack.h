@@ -18,6 +18,13 @@
  *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
  *           6-bit value 4g + i of row r as a byte, q + 32 in [0, 63] (unpacked: 21% more bytes
  *           than the file's 210 per row; the 32 * sum(a) this adds is taken off per sub-block).
+ *   BF16 -> per pair of columns j (K even): 16 uint32, row r's (bf16 w[2j] | w[2j + 1] << 16): the
+ *           operand of one VDPBF16PS against a token's bf16 pair broadcast, or, widened (<< 16,
+ *           & 0xffff0000), of two FMAs against its fp32 values (x86/repack_bf16_avx512.c, _avx2.c).
+ *           The FMA kernels (avx512 by default except on AMD, and avx2: cpu.c tk_cpu_bf16dot)
+ *           take fp32 activations (tk_repack_act_f32) and, per output, acc = 0; for each j in
+ *           order acc = fma(w_2j, a_2j, acc); acc = fma(w_2j+1, a_2j+1, acc) (rp_bf16_tile_scalar);
+ *           the VDPBF16PS kernel has the instruction's order (repack_bf16_avx512.c).
  *
  * The float order (per output y[t][r], every level, every n_tok, r0/r1, tile position):
  *   acc = 0; per block b, in order:
@@ -98,6 +105,27 @@ void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int6
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* 1 when the repacked kernel of `type` at `level` reads fp32 activations as they are (the
+ * BF16 FMA kernels) instead of the type's activation rows (tk_matmul skips quantizing). */
+int tk_repack_act_f32(int type, int level);
+
+/* BF16 drive: groups [g0, g1) x all tokens in token blocks of about 192 KiB of activations (a
+ * multiple of tmax tokens); in a block, gmax groups at a time against the tokens tmax at a time.
+ * tile(G, T, ...): G <= gmax groups (gsz bytes apart) x T <= tmax tokens; nr: rows of the
+ * tile's last group. */
+typedef void (*tk_rp_bf16_tile_fn)(int G, int T, const uint8_t * wg, size_t gsz, int64_t np, const uint8_t * a,
+                                   size_t a_bytes, float * y, int64_t ldy, int nr);
+void tk_rp_drive_bf16(tk_rp_bf16_tile_fn tile, int gmax, int tmax, const uint8_t * wp, int64_t K, int64_t M,
+                      const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* x86/repack_bf16_avx512.c (VDPBF16PS; FMA), x86/repack_bf16_avx2.c (FMA) */
+void tk_rp_rows_bf16_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_bf16_fma_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_avx2_rows_bf16(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                          int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 
 /* x86/repack_avx512.c */
 void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
