@@ -84,6 +84,14 @@ def test_mistyped_toolkit_cpu_is_an_error(monkeypatch, capsys):
     assert run_json(monkeypatch, capsys, "hi")["tokens"]
 
 
+def test_mistyped_toolkit_bf16_gemm_is_an_error(monkeypatch, capsys):
+    monkeypatch.setenv("TOOLKIT_BF16_GEMM", "bf16")
+    rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi")
+    assert rc == 2 and "TOOLKIT_BF16_GEMM='bf16'" in err and "fma, dpbf16" in err
+    monkeypatch.setenv("TOOLKIT_BF16_GEMM", "fma")
+    assert run_json(monkeypatch, capsys, "hi")["tokens"]
+
+
 def test_session_unwritable_for_root_checked_before_work(monkeypatch, capsys, tmp_path):
     """access() says yes to root where no file can be made (/sys, a read-only mount): the
     check makes one, so the error comes before any text (it came after generation)."""
