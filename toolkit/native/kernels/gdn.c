@@ -37,8 +37,8 @@
  * Every product in 2, 4, 5, 6, 7 is one kernel, gdn_gemm: out[r][0:N] += sum_j c[r][j]
  * m[j][0:N], with a plain reference (gdn_gemm_ref) and an AVX2+FMA instance
  * (gdn_gemm_avx2) chosen by tk_cpu_level(); the decays (stage 3) are scalar, in double.
- * (KDA's chunked form uses the same kernel, and at the avx512 level an AVX-512 instance,
- * gdn_gemm_avx512; GDN's stays on gdn_gemm_avx2 there, as measured above.)
+ * (at the avx512 level both GDN's and KDA's chunked forms use an AVX-512 instance,
+ * gdn_gemm_avx512; measured below.)
  * During a chunked run the state is held transposed, Sn[i][j] (key row i of Dv values).
  */
 #include <math.h>
@@ -78,7 +78,22 @@
  * the state in L1 for 32 tokens at a time, is as fast or faster.  (Chunks of 32 halve the
  * in-chunk term: 1.06-1.08x at 512 tokens of 128 x 128 in a C harness timing both forms
  * alternately; the 64 of the spec and of fla is kept.)  So the default is 0 (never);
- * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on. */
+ * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on.
+ * At avx512 the chunked form's products run on gdn_gemm_avx512 (16-wide FMA).  Measured
+ * (issue 36) with `python bench/gdn_kernels.py -r 5 --levels avx2,avx512 --dims
+ * 128x128,64x64 --tokens 16,64,128,256,512 --no-steps` on the same Xeon, quiet (load 1.2):
+ *            avx2: chunked / recurrent          avx512: chunked / recurrent
+ *    n_tok   128x128   64x64                    128x128   64x64
+ *       16    0.68     0.70                      0.71     0.59
+ *       64    0.99     0.70                      1.07     0.70
+ *      128    0.90     0.71                      1.12     0.93
+ *      256    0.93     0.73                      1.21     0.77
+ *      512    0.96     0.75                      1.24     0.95
+ * At avx512 the chunked form wins on 128 x 128 heads (Qwen3.5, Qwen3-Next) from 64 tokens,
+ * by 7-24%, and loses on 64 x 64.  The default stays 0 at every level: the GDN heads are
+ * 8-10% of a Qwen3.5 pp512 profile, so the gain is 1-2% of a prompt, while a threshold makes
+ * a ubatch's arithmetic depend on its length (a prompt taken whole and the same tokens one
+ * by one, or a speculative verify, would no longer give the same bits). */
 #define TK_GDN_MIN_DEFAULT 0
 
 /* KDA heads (gk != NULL): from this length the chunked form; 0: none.  Measured with
@@ -1153,6 +1168,7 @@ void tk_gdn_run(const tk_gdn_head * h) {
     /* no workspace: the recurrence (needs none) */
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
 #ifdef GDN_X86
+    if (tk_cpu_level() >= TK_CPU_AVX512) { gdn_chunked(h, gdn_gemm_avx512); return; }
     if (tk_cpu_level() >= TK_CPU_AVX2) { gdn_chunked(h, gdn_gemm_avx2); return; }
 #endif
     gdn_chunked(h, gdn_gemm_ref);
