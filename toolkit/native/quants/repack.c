@@ -92,15 +92,19 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
 
 static void repack_bf16(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     const int64_t np = K / 2, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
-    uint32_t * o = (uint32_t *) (void *) dst;
-    for (int64_t g = 0; g < ng; g++)
-        for (int64_t j = 0; j < np; j++, o += TK_RP_ROWS)
-            for (int r = 0; r < TK_RP_ROWS; r++) {
-                const int64_t row = g * TK_RP_ROWS + r;
+    /* row by row (the source read in order; a group's K * 32 bytes stay cached while written) */
+    for (int64_t g = 0; g < ng; g++) {
+        uint32_t * o = (uint32_t *) (void *) dst + (size_t) g * (size_t) np * TK_RP_ROWS;
+        for (int r = 0; r < TK_RP_ROWS; r++) {
+            const int64_t row = g * TK_RP_ROWS + r;
+            const uint8_t * s = src + (size_t) row * row_bytes;
+            for (int64_t j = 0; j < np; j++) {
                 uint32_t v = 0;   /* padding: +0 */
-                if (row < M) memcpy(&v, src + (size_t) row * row_bytes + (size_t) j * 4, 4);
-                o[r] = v;
+                if (row < M) memcpy(&v, s + (size_t) j * 4, 4);
+                o[j * TK_RP_ROWS + r] = v;
             }
+        }
+    }
 }
 
 void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
