@@ -22,6 +22,8 @@ load measured (Model.repack_info).
 """
 from __future__ import annotations
 
+import re
+
 KINDS = ("weights", "kv", "recurrent", "checkpoints", "compute")
 
 
@@ -93,6 +95,13 @@ def repack_types(level: int | None = None) -> tuple[str, ...]:
     return tuple(t.name for t in _gguf.GGMLQuantizationType if lib.tk_repack_fast(int(t), level))
 
 
+# matrices a layer reads as a dequantized fp32 copy (model.c tk_bind_vec: the conv1d kernels,
+# RG-LRU's per-head gate blocks, MambaV1's ssm_a, the DSA compressor's ape): never re-laid,
+# though BF16 (re-laid from K even up) gives them a repacked size
+_COPIED = re.compile(r"(conv1d(_[qkv])?\.weight|shortconv\.conv\.weight|rglru_gate_[ia]\.weight|\.ssm_a"
+                     r"|indexer_compressor_ape\.weight)$")
+
+
 def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
     """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
     the weights of two or more dimensions, not the token embedding table unless the output is tied
@@ -105,7 +114,7 @@ def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int
     n, total = 0, 0
     for t in gguf:
         typ = getattr(t.type, "name", str(t.type))
-        if typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+        if typ not in types or len(t.shape) < 2 or _COPIED.search(t.name) or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
             continue
         ne = list(t.shape) + [1] * (4 - len(t.shape))
         size = int(lib.tk_repack_matrix_bytes(int(t.type), ne[0], ne[1]))   # repack.h's layout
