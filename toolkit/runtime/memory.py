@@ -86,8 +86,8 @@ def format_brief(r: dict[str, int]) -> str:
 
 def repack_types(level: int | None = None) -> tuple[str, ...]:
     """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
-    avx512 Q8_0 / Q4_K / Q6_K, and BF16 where the CPU has AVX512_BF16; avx2 Q8_0 / Q4_K; none
-    elsewhere."""
+    avx512 Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16 (BF16 with K even; its FMA kernels
+    need no AVX512_BF16); none elsewhere."""
     import gguf as _gguf
 
     from toolkit.binding import lib
