@@ -22,6 +22,8 @@ load measured (Model.repack_info).
 """
 from __future__ import annotations
 
+import re
+
 KINDS = ("weights", "kv", "recurrent", "checkpoints", "compute")
 
 
@@ -84,13 +86,20 @@ def format_brief(r: dict[str, int]) -> str:
 
 def repack_types(level: int | None = None) -> tuple[str, ...]:
     """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
-    avx512 Q8_0 / Q4_K / Q6_K, and BF16 where the CPU has AVX512_BF16; avx2 Q8_0 / Q4_K; none
-    elsewhere."""
+    avx512 Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16 (BF16 with K even; its FMA kernels
+    need no AVX512_BF16); none elsewhere."""
     import gguf as _gguf
 
     from toolkit.binding import lib
     level = lib.tk_cpu_level() if level is None else level
     return tuple(t.name for t in _gguf.GGMLQuantizationType if lib.tk_repack_fast(int(t), level))
+
+
+# matrices a layer reads as a dequantized fp32 copy (model.c tk_bind_vec: the conv1d kernels,
+# RG-LRU's per-head gate blocks, MambaV1's ssm_a, the DSA compressor's ape): never re-laid,
+# though BF16 (re-laid from K even up) gives them a repacked size
+_COPIED = re.compile(r"(conv1d(_[qkv])?\.weight|shortconv\.conv\.weight|rglru_gate_[ia]\.weight|\.ssm_a"
+                     r"|indexer_compressor_ape\.weight)$")
 
 
 def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
@@ -105,7 +114,7 @@ def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int
     n, total = 0, 0
     for t in gguf:
         typ = getattr(t.type, "name", str(t.type))
-        if typ not in types or len(t.shape) < 2 or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+        if typ not in types or len(t.shape) < 2 or _COPIED.search(t.name) or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
             continue
         ne = list(t.shape) + [1] * (4 - len(t.shape))
         size = int(lib.tk_repack_matrix_bytes(int(t.type), ne[0], ne[1]))   # repack.h's layout

@@ -1,0 +1,44 @@
+"""`toolkit info --memory`'s repacked bytes (runtime/memory.py repack_estimate) against what
+--repack re-lays at load (model.c repack_weights, Model.repack_info) on BF16 files.
+
+BF16 is re-laid from K even up (repack.c tk_repack_matrix_bytes), so small matrices that a
+layer reads as a dequantized fp32 copy (model.c tk_bind_vec: RG-LRU's per-head gate blocks
+rglru_gate_{i,a}, Qwen4-exp's ple_conv1d) became candidates by shape; they are never re-laid.
+Measured before the fix: recurrentgemma-tiny estimate 32 tensors / 319488 bytes against 26 /
+307200 re-laid; qwen4exp-ple2-tiny 76 / 277504 against 74 / 275456."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.convert import convert
+
+HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+CHECK = """
+import sys, json
+from toolkit.runtime import Model
+from toolkit.runtime.memory import repack_estimate
+m = Model(sys.argv[1])
+e = repack_estimate(m.gguf)
+print(json.dumps({"info": [m.repack_info["n_tensors"], m.repack_info["bytes"]], "estimate": [e["n_tensors"], e["bytes"]]}))
+"""
+
+
+@pytest.mark.parametrize("name", ["recurrentgemma-tiny", "recurrentgemma-odd-tiny", "qwen4exp-ple2-tiny", "qwen4exp-tiny"])
+def test_bf16_repack_estimate_matches_load(name, tmp_path):
+    from toolkit.binding import lib
+    if lib.tk_cpu_detected() not in (1, 2):
+        pytest.skip("repacking at load needs the avx2 or avx512 level")
+    out = tmp_path / f"{name}.bf16.gguf"
+    convert(str(HF / name), str(out), outtype="bf16")
+    r = subprocess.run([sys.executable, "-c", CHECK, str(out)], capture_output=True, text=True,
+                       env=dict(os.environ, TOOLKIT_CPU="avx2", TOOLKIT_REPACK="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["info"][0] > 0
+    assert d["estimate"] == d["info"], d
