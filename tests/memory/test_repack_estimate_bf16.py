@@ -1,5 +1,6 @@
 """`toolkit info --memory`'s repacked bytes (runtime/memory.py repack_estimate) against what
---repack re-lays at load (model.c repack_weights, Model.repack_info) on BF16 files.
+--repack re-lays at load (model.c repack_weights, Model.repack_info) on BF16 files, and on
+Zamba's shared blocks.
 
 BF16 is re-laid from K even up (repack.c tk_repack_matrix_bytes), so small matrices that a
 layer reads as a dequantized fp32 copy (model.c tk_bind_vec: RG-LRU's per-head gate blocks
@@ -29,13 +30,20 @@ print(json.dumps({"info": [m.repack_info["n_tensors"], m.repack_info["bytes"]], 
 """
 
 
-@pytest.mark.parametrize("name", ["recurrentgemma-tiny", "recurrentgemma-odd-tiny", "qwen4exp-ple2-tiny", "qwen4exp-tiny"])
-def test_bf16_repack_estimate_matches_load(name, tmp_path):
+CASES = [(n, "bf16") for n in ("recurrentgemma-tiny", "recurrentgemma-odd-tiny", "qwen4exp-ple2-tiny", "qwen4exp-tiny")]
+# Zamba's shared blocks are bound once per layer that runs them: re-laid once (model.c
+# repack_twin); before, each binding was re-laid again (zamba-tiny Q8_0: 32 tensors re-laid
+# against the 25 the file has).
+CASES += [("zamba-tiny", "q8_0"), ("zamba2-tiny", "q8_0")]
+
+
+@pytest.mark.parametrize("name,outtype", CASES)
+def test_repack_estimate_matches_load(name, outtype, tmp_path):
     from toolkit.binding import lib
     if lib.tk_cpu_detected() not in (1, 2):
         pytest.skip("repacking at load needs the avx2 or avx512 level")
-    out = tmp_path / f"{name}.bf16.gguf"
-    convert(str(HF / name), str(out), outtype="bf16")
+    out = tmp_path / f"{name}.{outtype}.gguf"
+    convert(str(HF / name), str(out), outtype=outtype)
     r = subprocess.run([sys.executable, "-c", CHECK, str(out)], capture_output=True, text=True,
                        env=dict(os.environ, TOOLKIT_CPU="avx2", TOOLKIT_REPACK="1"))
     assert r.returncode == 0, r.stderr[-2000:]

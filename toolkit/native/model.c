@@ -282,6 +282,14 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
  * re-laid into one heap buffer (quants/repack.h); a matrix bound twice (tied output) once.
  * The mmap'd bytes stay (gathers, other levels read them); the pages re-laid are advised
  * away (MADV_DONTNEED on a read-only private map: dropped, read again if touched). */
+/* an earlier bound weight with the same bytes (Zamba's shared blocks are bound once per layer
+ * that runs them): re-laid once, its copy shared */
+static const tk_weight * repack_twin(const tk_model * m, int32_t i) {
+    for (int32_t j = 0; j < i; j++)
+        if (m->bound[j]->data == m->bound[i]->data && m->bound[j]->type == m->bound[i]->type) return m->bound[j];
+    return NULL;
+}
+
 static tk_status repack_weights(tk_model * m) {
     const char * e = getenv("TOOLKIT_REPACK");
     if (!e || strcmp(e, "1") != 0) return TK_OK;
@@ -291,7 +299,7 @@ static tk_status repack_weights(tk_model * m) {
     size_t total = 0;
     for (int32_t i = 0; i < m->n_bound; i++) {
         const tk_weight * w = m->bound[i];
-        if (!tk_repack_fast(w->type, level)) continue;
+        if (!tk_repack_fast(w->type, level) || repack_twin(m, i)) continue;
         total += tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]) * (size_t) (w->ne[2] * w->ne[3]);
     }
     if (!total) return TK_OK;
@@ -301,6 +309,12 @@ static tk_status repack_weights(tk_model * m) {
     for (int32_t i = 0; i < m->n_bound; i++) {
         tk_weight * w = m->bound[i];
         if (!tk_repack_fast(w->type, level)) continue;
+        const tk_weight * twin = repack_twin(m, i);
+        if (twin) {
+            w->rp = twin->rp;
+            w->rp_mat = twin->rp_mat;
+            continue;
+        }
         const int64_t n_mat = w->ne[2] * w->ne[3];
         w->rp_mat = tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]);
         w->rp = m->rp_buf + off;
