@@ -274,7 +274,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
                         int64_t n_tensors, tk_model ** out);
 void tk_model_free(tk_model * model);
 /* Weights re-laid for the prompt GEMM at load (quants/repack.h), which tk_model_load does
- * when the environment has TOOLKIT_REPACK=1 (`toolkit run --repack`) for the Q8_0 / Q4_K / Q6_K
+ * when the environment has TOOLKIT_REPACK=1 (`toolkit run --repack`) for the Q8_0 / Q4_K / Q6_K / BF16
  * mat-mul weights where the kernel level has a repacked kernel: the tensors re-laid, the
  * bytes they take (heap, besides the mmap'd file) and the milliseconds re-laying took.
  * All 0 without repacking. */
