@@ -88,3 +88,45 @@ def test_reader_errors_name_the_file(tmp_path):
         GGUFFile(bad)
     with pytest.raises(InputError, match="no such file"):
         GGUFFile(tmp_path / "missing.gguf")
+
+
+def test_atomic_output_interrupted_while_creating_leaves_no_temp(tmp_path, monkeypatch):
+    """A SIGINT that arrives just after the temp file is created (before the block that removes
+    it is entered) is held until that block runs, so the KeyboardInterrupt removes the temp.
+    Before, it was raised between mkstemp and the try (tests/reliability/test_sigterm_decode.py
+    once left a session's .part file that way)."""
+    import os
+    import signal
+    import tempfile
+
+    from toolkit.gguf_io import writer
+    real = tempfile.mkstemp
+
+    def mkstemp_then_signal(*a, **k):
+        r = real(*a, **k)
+        os.kill(os.getpid(), signal.SIGINT)   # pending until atomic_output enters its cleanup
+        return r
+
+    monkeypatch.setattr(writer.tempfile, "mkstemp", mkstemp_then_signal)
+    out = tmp_path / "x.bin"
+    with pytest.raises(KeyboardInterrupt):
+        with writer.atomic_output(str(out)) as tmp:
+            open(tmp, "wb").write(b"x")
+    assert sorted(os.listdir(tmp_path)) == []
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])   # the mask is restored
+
+
+def test_atomic_output_failure_before_the_block_leaves_no_temp(tmp_path, monkeypatch):
+    """An exception while the temp file is set up (fchmod) removes it too."""
+    import os
+
+    from toolkit.gguf_io import writer
+
+    def boom(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer.os, "fchmod", boom)
+    with pytest.raises(KeyboardInterrupt):
+        with writer.atomic_output(str(tmp_path / "y.bin")):
+            pass
+    assert os.listdir(tmp_path) == []

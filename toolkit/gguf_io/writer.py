@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -91,16 +92,27 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     path = os.fspath(path)
     check_output(path, inputs, probe=False)
     d = os.path.dirname(os.path.abspath(path))
+    mode = 0o666 & ~_umask()   # mkstemp creates 0600; the result gets the mode any new file gets
+    # SIGINT / SIGTERM held from creating the temp file until the block that removes it is
+    # entered: a KeyboardInterrupt raised in between (reading the umask took long enough to be
+    # hit by tests/reliability/test_sigterm_decode.py) left the .part file behind.
+    held = _hold_signals()
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
-    except OSError as e:   # EACCES, EROFS, ...: the output location is unusable, say which
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ResourceError(f"{path}: no space left on device") from None
-        raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
-    # mkstemp creates 0600; the result should get the mode any new file gets (0666 & ~umask)
-    os.fchmod(fd, 0o666 & ~_umask())
-    os.close(fd)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+        except OSError as e:   # EACCES, EROFS, ...: the output location is unusable, say which
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ResourceError(f"{path}: no space left on device") from None
+            raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
+    except BaseException:
+        _release_signals(held)
+        raise
     try:
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+            _release_signals(held)   # a signal held until now is raised here, inside the cleanup
         yield tmp
         os.replace(tmp, path)
     except OSError as e:
@@ -111,6 +123,23 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     except BaseException:
         _unlink(tmp)
         raise
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _hold_signals():
+    """Block SIGINT / SIGTERM for this thread (the previous mask, or None where it cannot)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _release_signals(old) -> None:
+    """Restore the mask _hold_signals saved: a signal that came meanwhile is delivered now."""
+    if old is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _umask() -> int:
