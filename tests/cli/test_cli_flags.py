@@ -96,11 +96,12 @@ def test_session_unwritable_for_root_checked_before_work(monkeypatch, capsys, tm
     """access() says yes to root where no file can be made (/sys, a read-only mount): the
     check makes one, so the error comes before any text (it came after generation)."""
     import errno
-    import tempfile
+
+    from toolkit.gguf_io import writer
 
     def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
-    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(writer, "_create_temp", refuse)
     for flag, name in (("--session", "s.bin"), ("--logits-out", "l.npy")):
         rc, out, err = cli(monkeypatch, capsys, "run", *G, "hi", flag, str(tmp_path / name))
         assert rc == 2 and out == "" and f"{flag} " in err and "cannot create a file" in err, err

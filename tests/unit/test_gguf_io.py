@@ -91,42 +91,49 @@ def test_reader_errors_name_the_file(tmp_path):
 
 
 def test_atomic_output_interrupted_while_creating_leaves_no_temp(tmp_path, monkeypatch):
-    """A SIGINT that arrives just after the temp file is created (before the block that removes
-    it is entered) is held until that block runs, so the KeyboardInterrupt removes the temp.
-    Before, it was raised between mkstemp and the try (tests/reliability/test_sigterm_decode.py
-    once left a session's .part file that way)."""
+    """A SIGINT that arrives just after the temp file is created (the KeyboardInterrupt raised
+    before its name is back from the call that made it) leaves no temp: the name is listed
+    before the file exists.  With mkstemp it was not (tests/reliability/test_sigterm_decode.py
+    once left a session's .part file that way).  Blocking the signal in this thread instead did
+    not help: another thread takes it and the main thread raises anyway (pytest-xdist's worker)."""
     import os
     import signal
-    import tempfile
 
     from toolkit.gguf_io import writer
-    real = tempfile.mkstemp
+    real = os.open
 
-    def mkstemp_then_signal(*a, **k):
-        r = real(*a, **k)
-        os.kill(os.getpid(), signal.SIGINT)   # pending until atomic_output enters its cleanup
-        return r
+    def open_then_signal(*a, **k):
+        fd = real(*a, **k)
+        os.kill(os.getpid(), signal.SIGINT)
+        return fd
 
-    monkeypatch.setattr(writer.tempfile, "mkstemp", mkstemp_then_signal)
+    monkeypatch.setattr(writer.os, "open", open_then_signal)
     out = tmp_path / "x.bin"
     with pytest.raises(KeyboardInterrupt):
         with writer.atomic_output(str(out)) as tmp:
             open(tmp, "wb").write(b"x")
-    assert sorted(os.listdir(tmp_path)) == []
-    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])   # the mask is restored
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == []
 
 
-def test_atomic_output_failure_before_the_block_leaves_no_temp(tmp_path, monkeypatch):
-    """An exception while the temp file is set up (fchmod) removes it too."""
+def test_atomic_output_temp_name_taken_is_not_removed(tmp_path, monkeypatch):
+    """A temp name another file already has is skipped, and that file is left alone."""
     import os
 
     from toolkit.gguf_io import writer
+    names = iter(["aaaaaaaa", "aaaaaaaa", "bbbbbbbb"])
+    monkeypatch.setattr(writer.secrets, "token_hex", lambda n: next(names))
+    (tmp_path / ".y.bin.aaaaaaaa.part").write_bytes(b"theirs")
+    with writer.atomic_output(str(tmp_path / "y.bin")) as tmp:
+        assert tmp.endswith(".y.bin.bbbbbbbb.part")
+        open(tmp, "wb").write(b"ours")
+    assert (tmp_path / ".y.bin.aaaaaaaa.part").read_bytes() == b"theirs"
+    assert (tmp_path / "y.bin").read_bytes() == b"ours"
+    assert oct(os.stat(tmp_path / "y.bin").st_mode & 0o777) == oct(0o666 & ~_current_umask())
 
-    def boom(*a):
-        raise KeyboardInterrupt
 
-    monkeypatch.setattr(writer.os, "fchmod", boom)
-    with pytest.raises(KeyboardInterrupt):
-        with writer.atomic_output(str(tmp_path / "y.bin")):
-            pass
-    assert os.listdir(tmp_path) == []
+def _current_umask() -> int:
+    import os
+    m = os.umask(0o022)
+    os.umask(m)
+    return m

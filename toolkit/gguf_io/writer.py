@@ -17,9 +17,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import signal
+import secrets
 import stat
-import tempfile
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -70,12 +69,14 @@ def check_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = (), pro
         if src and _same_file(src, path):
             raise InputError(f"{path}: output would overwrite the input {src}")
     if probe:   # create and remove a temp file: EACCES, EROFS, /proc... show up now, not at the end
+        made: list[str] = []
         try:
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+            _create_temp(path, d, made)
         except OSError as e:
             raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
-        os.close(fd)
-        _unlink(tmp)
+        finally:
+            for t in made:
+                _unlink(t)
 
 
 @contextmanager
@@ -92,69 +93,49 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
     path = os.fspath(path)
     check_output(path, inputs, probe=False)
     d = os.path.dirname(os.path.abspath(path))
-    mode = 0o666 & ~_umask()   # mkstemp creates 0600; the result gets the mode any new file gets
-    # SIGINT / SIGTERM held from creating the temp file until the block that removes it is
-    # entered: a KeyboardInterrupt raised in between (reading the umask took long enough to be
-    # hit by tests/reliability/test_sigterm_decode.py) left the .part file behind.
-    held = _hold_signals()
+    # The temp's name is chosen before the file exists and the file is made inside the block
+    # that removes it: a KeyboardInterrupt at any point (SIGINT / SIGTERM come between any two
+    # bytecodes, on whichever thread) finds the name to unlink.  With mkstemp the name came back
+    # only after the file existed, and an interrupt in between left the .part file (seen once in
+    # tests/reliability/test_sigterm_decode.py).  O_CREAT's 0o666 takes the umask, as any new file.
+    made: list[str] = []   # the temp's name, listed before the file is created
     try:
         try:
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".part", dir=d)
+            _create_temp(path, d, made)
         except OSError as e:   # EACCES, EROFS, ...: the output location is unusable, say which
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise ResourceError(f"{path}: no space left on device") from None
             raise InputError(f"{path}: cannot create a file in {d} ({e.strerror})") from None
-    except BaseException:
-        _release_signals(held)
-        raise
-    try:
-        try:
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
-            _release_signals(held)   # a signal held until now is raised here, inside the cleanup
-        yield tmp
-        os.replace(tmp, path)
+        yield made[-1]
+        os.replace(made[-1], path)
     except OSError as e:
-        _unlink(tmp)
+        for t in made:
+            _unlink(t)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ResourceError(f"{path}: no space left on device while writing") from None
         raise
     except BaseException:
-        _unlink(tmp)
+        for t in made:
+            _unlink(t)
         raise
 
 
-_HELD = (signal.SIGINT, signal.SIGTERM)
-
-
-def _hold_signals():
-    """Block SIGINT / SIGTERM for this thread (the previous mask, or None where it cannot)."""
-    try:
-        return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _release_signals(old) -> None:
-    """Restore the mask _hold_signals saved: a signal that came meanwhile is delivered now."""
-    if old is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where /proc allows (no race with other threads)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    m = os.umask(0o022)
-    os.umask(m)
-    return m
-
+def _create_temp(path: str, d: str, made: list[str]) -> None:
+    """Create an empty ``.NAME.XXXXXXXX.part`` next to ``path`` in ``d`` (O_EXCL, mode 0o666 less
+    the umask, as any new file), its name appended to ``made`` *before* the file exists, so that
+    a caller's cleanup always knows it; a name taken by another file is dropped from ``made``
+    and another is tried.  Raises OSError (FileExistsError after 100 names)."""
+    base = "." + os.path.basename(path) + "."
+    for _ in range(100):
+        made.append(os.path.join(d, base + secrets.token_hex(4) + ".part"))
+        try:
+            fd = os.open(made[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            made.pop()   # someone else's file: never ours to remove
+            continue
+        os.close(fd)
+        return
+    raise FileExistsError(errno.EEXIST, "no unused temp name", d)
 
 def _unlink(p: str) -> None:
     try:
