@@ -155,12 +155,13 @@ void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t 
 }
 
 /* ---- drives ------------------------------------------------------------------------- */
-/* Token blocks of about 192 KiB of activations (a multiple of 8 tokens); in a block, each
- * group against the tokens 8 at a time (the group's weights stay cached while the tokens
- * pass). */
-static int64_t rp_token_block(size_t a_bytes) {
-    int64_t tb = (int64_t) 196608 / (int64_t) (a_bytes ? a_bytes : 1);
-    return tb < 8 ? (tb < 1 ? 1 : tb) : tb - tb % 8;
+/* Token blocks of about 192 KiB of activations, a multiple of the tile's tmax tokens (at
+ * least one tile); in a block, each group against the tokens tmax at a time (the group's
+ * weights stay cached while the tokens pass).  Only the speed depends on it: every output's
+ * order is the same in any block. */
+static int64_t rp_token_block(size_t a_bytes, int tmax) {
+    const int64_t tb = (int64_t) 196608 / (int64_t) (a_bytes ? a_bytes : 1);
+    return tb < tmax ? tmax : tb - tb % tmax;
 }
 
 /* One loop for the three types: `type` picks the block (QK32 / QK_K elements, the group's bytes)
@@ -169,7 +170,7 @@ static int64_t rp_token_block(size_t a_bytes) {
 typedef void (*rp_any_fn)(void);
 static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int64_t nb = K / (type == TK_GGML_Q8_0 ? QK32 : QK_K), tb = rp_token_block(a_bytes);
+    const int64_t nb = K / (type == TK_GGML_Q8_0 ? QK32 : QK_K), tb = rp_token_block(a_bytes, 8);
     const size_t gbytes = (size_t) nb * (type == TK_GGML_Q8_0 ? sizeof(tk_rp_q8_0)
                                          : type == TK_GGML_Q4_K ? sizeof(tk_rp_q4_K) : sizeof(tk_rp_q6_K));
     const float * daf = (const float *) (const void *) prep;
@@ -217,8 +218,7 @@ void tk_rp_drive_bf16(tk_rp_bf16_tile_fn tile, int gmax, int tmax, const uint8_t
                       const uint8_t * a, size_t a_bytes, int64_t n_tok, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     const int64_t np = K / 2;
     const size_t gsz = (size_t) np * 4 * TK_RP_ROWS;
-    int64_t tb = (int64_t) 196608 / (int64_t) (a_bytes ? a_bytes : 1);
-    tb = tb < tmax ? tmax : tb - tb % tmax;
+    const int64_t tb = rp_token_block(a_bytes, tmax);
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
         for (int64_t g = g0; g < g1; g += gmax) {

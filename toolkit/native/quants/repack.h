@@ -114,6 +114,10 @@ int tk_repack_act_f32(int type, int level);
  * multiple of tmax tokens); in a block, gmax groups at a time against the tokens tmax at a time.
  * tile(G, T, ...): G <= gmax groups (gsz bytes apart) x T <= tmax tokens; nr: rows of the
  * tile's last group. */
+/* the store mask of group g of a tile of G groups: all 16 rows, or the nr of the last group */
+static inline uint16_t tk_rp_rows_mask(int g, int G, int nr) {
+    return g == G - 1 && nr < TK_RP_ROWS ? (uint16_t) ((1u << nr) - 1) : (uint16_t) 0xFFFF;
+}
 typedef void (*tk_rp_bf16_tile_fn)(int G, int T, const uint8_t * wg, size_t gsz, int64_t np, const uint8_t * a,
                                    size_t a_bytes, float * y, int64_t ldy, int nr);
 void tk_rp_drive_bf16(tk_rp_bf16_tile_fn tile, int gmax, int tmax, const uint8_t * wp, int64_t K, int64_t M,

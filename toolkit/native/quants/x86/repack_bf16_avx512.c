@@ -64,7 +64,7 @@ RB_INLINE void dp_avx512_tile(int G, int T, const uint8_t * wg, size_t gsz, int6
     }
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
-        const __mmask16 m = g == G - 1 && nr < TK_RP_ROWS ? (__mmask16) ((1u << nr) - 1) : (__mmask16) 0xFFFF;
+        const __mmask16 m = tk_rp_rows_mask(g, G, nr);
 #pragma GCC unroll 6
         for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + g * TK_RP_ROWS, m, acc[g][t]);
     }
@@ -133,7 +133,7 @@ RF_INLINE void fma_avx512_tile(int G, int T, const uint8_t * wg, size_t gsz, int
     }
 #pragma GCC unroll 2
     for (int g = 0; g < G; g++) {
-        const __mmask16 m = g == G - 1 && nr < TK_RP_ROWS ? (__mmask16) ((1u << nr) - 1) : (__mmask16) 0xFFFF;
+        const __mmask16 m = tk_rp_rows_mask(g, G, nr);
 #pragma GCC unroll 12
         for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(y + t * ldy + g * TK_RP_ROWS, m, acc[g][t]);
     }
