@@ -252,8 +252,12 @@ def _run_app() -> int:
         return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
-            if _is(e, "NoArgsIsHelpError") or not _is(e, "UsageError"):
-                e.show()              # `toolkit` alone: the help
+            if _is(e, "NoArgsIsHelpError"):   # `toolkit` alone: the help (rich printed it on stdout
+                if e.format_message().strip():   # while click built the message: a blank line else)
+                    e.show()
+                return 2
+            if not _is(e, "UsageError"):
+                e.show()
                 return e.exit_code
             print_error(usage_line(e, sys.argv[1:]))
             return 2
