@@ -37,3 +37,42 @@ def test_native_error_prefix_said_once(monkeypatch, what, c_msg, want):
     with pytest.raises(b.ToolkitError) as ei:
         b.check(b.lib.TK_ERR_NOMEM if what == "context" else b.lib.TK_ERR_INVALID, what)
     assert str(ei.value) == want
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("cmd", ["convert", "quantize"])
+def test_json_wall_s_counts_the_whole_command(monkeypatch, capsys, tmp_path, cmd):
+    """convert --json's wall_s counted only the writing, quantize's only the driver (issue 44
+    §2 item 10): here a step before that takes 0.3 s more, and wall_s must include it."""
+    import json
+    import time
+
+    import toolkit.cli.cmd_quantize as cq
+    import toolkit.convert as conv
+    mod, name = (conv, "make_plan") if cmd == "convert" else (cq, "_check_keys")
+    real = getattr(mod, name)
+
+    def slow(*a, **k):
+        time.sleep(0.3)
+        return real(*a, **k)
+    monkeypatch.setattr(mod, name, slow)
+    out = tmp_path / "o.gguf"
+    args = (["convert", str(FIX / "hf" / "mamba-tiny"), str(out)] if cmd == "convert"
+            else ["quantize", str(MODEL), str(out), "Q8_0"])
+    rc, stdout, err = cli(monkeypatch, capsys, *args, "--json")
+    assert rc == 0, err
+    assert json.loads(stdout)["wall_s"] >= 0.3, stdout
+
+
+def test_wall_s_counts_from_the_process_start(tmp_path):
+    """The toolkit command's wall_s starts with the process (Python's start-up and imports
+    count), not at the CLI's entry: 2 s spent before it are in it (the command alone takes
+    about 0.5 s)."""
+    import json
+    import subprocess
+    import sys
+    code = ("import sys, time; time.sleep(2.0); sys.argv = ['toolkit', 'info', sys.argv[1], '--json'];"
+            "import toolkit.__main__ as m; m.main()")
+    r = subprocess.run([sys.executable, "-c", code, str(MODEL)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["wall_s"] >= 2.0, r.stdout

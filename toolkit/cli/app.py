@@ -201,7 +201,7 @@ def main(early_signals: list[int] | None = None) -> None:
     recorded by toolkit/__main__.py before the imports (the process's own entry point; without
     it, as when tests call main() in-process, the previous handlers are restored on return)."""
     from toolkit.cli import report
-    report.T0 = report.time.perf_counter()   # wall_s in --json counts from here
+    report.mark_start(process=early_signals is not None)   # wall_s in --json counts from here
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
     import toolkit

@@ -124,7 +124,7 @@ def quantize(
     d = s.to_dict()
     if as_json:
         from toolkit.cli.report import common_fields
-        d["peak_rss_bytes"] = common_fields()["peak_rss_bytes"]     # README's shared name (peak_rss_mb stays)
+        d.update(common_fields())   # wall_s: the command's, not the driver's; peak_rss_bytes: README's name (peak_rss_mb stays)
         typer.echo(json.dumps(d, indent=1))
         return
     out = report.console()
