@@ -76,3 +76,38 @@ def test_wall_s_counts_from_the_process_start(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(MODEL)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["wall_s"] >= 2.0, r.stdout
+
+
+def _compute_bytes(monkeypatch, capsys, *args) -> int:
+    import json
+    rc, out, err = cli(monkeypatch, capsys, "info", str(MODEL), "--memory", "--json", *args)
+    assert rc == 0, err
+    return json.loads(out)["memory"]["compute"]
+
+
+@pytest.mark.native
+def test_batch_and_ubatch_are_llama_cpp_s(monkeypatch, capsys):
+    """-b is the logical batch and -ub the micro-batch (issue 44 §2 item 5): they were one
+    option, the last given winning, so `-ub 64 -b 2048` sized the compute buffers for 2048
+    tokens.  Now the micro-batch is min(-b, -ub), as in llama.cpp."""
+    ub64 = _compute_bytes(monkeypatch, capsys, "-ub", "64")
+    assert _compute_bytes(monkeypatch, capsys, "-ub", "64", "-b", "2048") == ub64
+    assert _compute_bytes(monkeypatch, capsys, "-b", "2048", "-ub", "64") == ub64
+    assert _compute_bytes(monkeypatch, capsys, "-b", "64") == ub64          # -ub 512 capped by -b
+    assert _compute_bytes(monkeypatch, capsys, "-b", "2048") == _compute_bytes(monkeypatch, capsys)
+    rc, _, err = cli(monkeypatch, capsys, "run", "-m", str(MODEL), "hi", "-n", "1", "-v", "-ub", "64", "-b", "2048")
+    assert rc == 0, err
+    assert f"({ub64} bytes)" in err, err
+
+
+def test_batch_and_ubatch_are_two_options_everywhere():
+    """Every command with -b / -ub reads them as two options (help included)."""
+    from toolkit.cli.app import _option_names
+    import typer.main
+    from toolkit.cli.app import app
+    names = _option_names()
+    group = typer.main.get_command(app)
+    for cmd in ("run", "chat", "serve", "perplexity", "info"):
+        params = {o: p.name for p in group.commands[cmd].params for o in p.opts}
+        assert params["-b"] == params["--batch-size"] != params["-ub"] == params["--ubatch-size"], cmd
+        assert names[cmd]["-b"] and names[cmd]["-ub"]

@@ -194,6 +194,11 @@ def _check_data_layout(path: str, infos: list, data_start: int, alignment: int, 
     file that ends before its last tensors' data is "truncated".
 
     ``infos``: (name, dims, ggml type, relative offset, nbytes) in file order.  Raises InputError."""
+    for name, _, _, off, nbytes in infos:   # first: a claim beyond the file names its bytes
+        if data_start + off + nbytes > size:
+            raise InputError(f"{path}: tensor {name!r} claims {nbytes} bytes of data at [{data_start + off}, "
+                             f"{data_start + off + nbytes}), beyond the end of the file ({size} bytes): a truncated "
+                             f"file or a corrupt header")
     if not infos:   # a vocabulary-only file: no data section
         return
     expect = 0
@@ -203,10 +208,6 @@ def _check_data_layout(path: str, infos: list, data_start: int, alignment: int, 
                              f"(the end of the tensor before it, padded to {alignment} bytes)")
         expect = off + nbytes + (-(off + nbytes) % alignment)
     end = data_start + infos[-1][3] + infos[-1][4]   # the last tensor's padding is optional
-    if end > size:
-        name, _, _, off, nbytes = infos[-1]
-        raise InputError(f"{path}: tensor {name!r} claims {nbytes} bytes of data at [{data_start + off}, "
-                         f"{data_start + off + nbytes}), beyond the end of the file ({size} bytes; truncated?)")
     if size - end >= alignment:
         raise InputError(f"{path}: corrupt header: its {len(infos)} tensor infos describe {end - data_start} bytes of "
                          f"data from offset {data_start}, but the file has {size - data_start} bytes there "
