@@ -111,3 +111,83 @@ def test_batch_and_ubatch_are_two_options_everywhere():
         params = {o: p.name for p in group.commands[cmd].params for o in p.opts}
         assert params["-b"] == params["--batch-size"] != params["-ub"] == params["--ubatch-size"], cmd
         assert names[cmd]["-b"] and names[cmd]["-ub"]
+
+
+@pytest.mark.native
+def test_harmless_llama_cpp_habits_are_no_ops(monkeypatch, capsys):
+    """--no-warmup, --log-disable, --no-perf, --simple-io change nothing (issue 44 §2 item 7)."""
+    import json
+    base = ["run", "-m", str(MODEL), "hi", "-n", "2", "--temp", "0", "--json"]
+    rc, plain, err = cli(monkeypatch, capsys, *base)
+    assert rc == 0, err
+    rc, out, err = cli(monkeypatch, capsys, *base, "--no-warmup", "--log-disable", "--no-perf", "--simple-io")
+    assert rc == 0, err
+    assert json.loads(out)["tokens"] == json.loads(plain)["tokens"]
+
+
+def test_serve_cb_is_a_no_op_and_nocb_refused():
+    from toolkit.cli.app import _option_names
+    from toolkit.cli.argv import check_argv
+    from toolkit.errors import InputError
+    known = _option_names()
+    assert check_argv(["serve", "-m", "x.gguf", "-cb", "--cont-batching", "-c", "64"], known) == \
+        ["serve", "-m", "x.gguf", "-c", "64"]
+    with pytest.raises(InputError, match=r"not supported: -nocb \(toolkit serve always batches continuously\)"):
+        check_argv(["serve", "-nocb"], known)
+    # a no-op spelling given as a value stays a value
+    assert check_argv(["run", "-p", "--no-perf"], known) == ["run", "-p", "--no-perf"]
+
+
+@pytest.mark.parametrize("args,why", [
+    (["run", "hi", "-cb"], "not supported: -cb (continuous batching is the server's"),
+    (["chat", "--cont-batching"], "not supported: --cont-batching (continuous batching"),
+    (["run", "hi", "--color"], "not supported: --color (toolkit prints plain text"),
+])
+def test_llama_cpp_flags_refused_by_name(monkeypatch, capsys, args, why):
+    """-cb got "did you mean -c?", a harmful hint; --color was an unknown option."""
+    rc, out, err = cli(monkeypatch, capsys, *args)
+    assert rc == 2 and why in err and "did you mean" not in err, err
+
+
+@pytest.mark.parametrize("cmd", ["run", "chat", "serve", "bench", "perplexity", "quantize", "convert", "info"])
+def test_version_on_every_command(monkeypatch, capsys, cmd):
+    from toolkit import __version__
+    rc, out, err = cli(monkeypatch, capsys, cmd, "--version")
+    assert rc == 0 and out.startswith(f"toolkit {__version__} (commit "), (out, err)
+
+
+@pytest.mark.native
+def test_quantize_positional_nthreads(monkeypatch, capsys, tmp_path):
+    """llama-quantize IN OUT TYPE NTHREADS (and IN TYPE NTHREADS)."""
+    import json
+    import shutil
+    src = tmp_path / "m.gguf"
+    shutil.copy(MODEL, src)
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / "o.gguf"), "Q8_0", "1", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["threads"] == 1
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), "Q8_0", "2", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["threads"] == 2 and d["output"] == str(tmp_path / "ggml-model-Q8_0.gguf")
+    rc, _, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / "p.gguf"), "Q8_0", "2", "-t", "3")
+    assert rc == 2 and "give the threads once" in err, err
+    rc, _, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / "p.gguf"), "Q8_0", "two")
+    assert rc == 2 and "NTHREADS 'two'" in err, err
+
+
+@pytest.mark.native
+def test_bench_pg(monkeypatch, capsys):
+    """llama-bench's -pg PP,TG: one test, the prompt then the generation, column ppPP+tgTG."""
+    import json
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "0", "-n", "0", "-pg", "8,4",
+                       "-r", "1", "-o", "jsonl")
+    assert rc == 0, err
+    row = json.loads(out)
+    assert (row["n_prompt"], row["n_gen"]) == (8, 4)
+    assert abs(row["avg_ts"] - 12e9 / row["avg_ns"]) < 1e-6 * row["avg_ts"]
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "4", "-pg", "8,4", "-r", "1")
+    assert rc == 0, err
+    assert [ln.split("|")[-3].strip() for ln in out.splitlines()[2:5]] == ["pp8", "tg4", "pp8+tg4"], out
+    rc, _, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-pg", "8")
+    assert rc == 2 and "-pg '8': expected PP,TG" in err, err
