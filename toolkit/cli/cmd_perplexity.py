@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from toolkit.cli.app import app
+from toolkit.cli.runtime_opts import repack_option, runtime_options
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,7 @@ def perplexity(
     kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Threads (default: TOOLKIT_THREADS or all cores)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
+    repack: Optional[bool] = repack_option(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
@@ -50,6 +52,7 @@ def perplexity(
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
         raise InputError(f"-c/--ctx-size {ctx}: must be an even number >= 4")
+    options = runtime_options(repack)
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()
@@ -73,7 +76,7 @@ def perplexity(
             bar.start()
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                                  threads=threads, progress=progress, mmap=not no_mmap)
+                                  threads=threads, progress=progress, mmap=not no_mmap, options=options)
     finally:
         if bar is not None:
             bar.stop()

@@ -269,6 +269,11 @@ static tk_status check_params(const tk_context_params * p) {
     if (p->n_ubatch <= 0 || p->n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p->n_ubatch);
     if (p->n_ctx <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p->n_ctx);
     if (p->n_threads < 0 || p->n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p->n_threads);
+    const int32_t mins[] = {p->ssd_min, p->gdn_min, p->kda_min, p->lightning_min};
+    static const char * const names[] = {"ssd_min", "gdn_min", "kda_min", "lightning_min"};
+    for (int i = 0; i < 4; i++)
+        if (mins[i] < TK_CHUNK_NEVER)
+            return TK_FAIL(TK_ERR_INVALID, "%s = %d must be >= 0 (0: the default) or TK_CHUNK_NEVER", names[i], mins[i]);
     return TK_OK;
 }
 #define TK_MAX_CTX (1 << 24)

@@ -15,8 +15,9 @@ no size of its own.  Kinds:
   compute      the forward pass's scratch for n_ubatch tokens and the threads
   draft        speculative decoding's window (--draft-max K) of recurrent snapshots; shown only
                when K > 0
-Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
-Q8_0 / Q4_K / Q6_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
+Repacking (RuntimeOptions.repack: ``toolkit run``'s default "auto", ``--repack`` "all",
+``--no-repack`` "off") is outside the kinds: a heap copy of the Q8_0 / Q4_K / Q6_K / BF16 mat-mul
+weights, re-laid at load (quants/repack.h), whose pages of the mapped file are then released;
 :func:`repack_estimate` sizes it from the tensor table, :func:`format_repack` prints what a
 load measured (Model.repack_info).
 """
@@ -84,15 +85,17 @@ def format_brief(r: dict[str, int]) -> str:
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
 
 
-def repack_types(level: int | None = None) -> tuple[str, ...]:
-    """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
-    avx512 Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16 (BF16 with K even; its FMA kernels
-    need no AVX512_BF16); none elsewhere."""
+def repack_types(level: int | None = None, mode: str = "all") -> tuple[str, ...]:
+    """The types re-laid at a kernel level (default: the level in force) in a repack mode
+    (RuntimeOptions.repack): "all" those with a repacked kernel (repack.c tk_repack_fast: avx512
+    Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16, BF16 with K even; none elsewhere), "auto"
+    those whose re-laid form wins (tk_repack_auto), "off" none."""
     import gguf as _gguf
 
     from toolkit.binding import lib
     level = lib.tk_cpu_level() if level is None else level
-    return tuple(t.name for t in _gguf.GGMLQuantizationType if lib.tk_repack_fast(int(t), level))
+    test = {"all": lib.tk_repack_fast, "auto": lib.tk_repack_auto}.get(mode)
+    return tuple(t.name for t in _gguf.GGMLQuantizationType if test and test(int(t), level))
 
 
 # matrices a layer reads as a dequantized fp32 copy (model.c tk_bind_vec: the conv1d kernels,
@@ -102,13 +105,13 @@ _COPIED = re.compile(r"(conv1d(_[qkv])?\.weight|shortconv\.conv\.weight|rglru_ga
                      r"|indexer_compressor_ape\.weight)$")
 
 
-def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
+def repack_estimate(gguf, types: tuple[str, ...] | None = None, mode: str = "auto") -> dict[str, int]:
+    """Bytes and tensors a load re-lays (`types`, default repack_types() of `mode` at the level in force):
     the weights of two or more dimensions, not the token embedding table unless the output is tied
     to it (model.c repack_weights).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel level's
     name, the one in force)."""
     from toolkit.binding import ffi, lib
-    types = repack_types() if types is None else types
+    types = repack_types(mode=mode) if types is None else types
     names = {t.name for t in gguf}
     tied = "output.weight" not in names
     n, total = 0, 0
@@ -125,6 +128,18 @@ def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int
 
 
 def format_repack(rp: dict) -> str:
-    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms)``"""
+    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms; 11.00 MiB of the file released)``
+    (the time and the release when ``rp`` has them: Model.repack_info)"""
     s = f"  {'repacked':<12}{_fmt(rp['bytes']):>12}  ({rp['bytes']} bytes, {rp['n_tensors']} tensors"
-    return s + (f", re-laid in {rp['ms']:.0f} ms)" if "ms" in rp else ")")
+    if "ms" in rp:
+        s += f", re-laid in {rp['ms']:.0f} ms"
+    if "released" in rp:
+        s += f"; {_fmt(rp['released'])} of the file released"
+    return s + ")"
+
+
+def format_repack_brief(rp: dict) -> str:
+    """``repacked 12.34 MiB (T tensors) in X ms``, or ``no repacking`` (Model.repack_info)."""
+    if not rp.get("n_tensors"):
+        return "no repacking"
+    return f"repacked {_fmt(rp['bytes'])} ({rp['n_tensors']} tensors) in {rp['ms']:.0f} ms"

@@ -118,7 +118,8 @@
  * one by one).  A profile at 128 x 128, 512 tokens, avx512: products (gdn_gemm_avx512)
  * 34%, the in-chunk coefficients 24% (scaled rows and columns 12%, in-sub-block pairs
  * 12%), the state update's decays 7%, expf 7% (the recurrence pays it too).  So the
- * default is 0 (never); TOOLKIT_KDA_MIN or tk_kda_set_threshold turn it on. */
+ * default is 0 (never); a context's kda_min (`--kda-min`, TOOLKIT_KDA_MIN) or
+ * tk_kda_set_threshold turn it on. */
 #define TK_KDA_MIN_DEFAULT 0
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -129,26 +130,16 @@
 
 /* ==== thresholds (as ssd.c's tk_ssd_threshold) ======================================= */
 
-static int g_gdn_min = -1;     /* run length from which the chunked form is used; -1: not read yet */
+static int g_gdn_min = -1;     /* run length from which the chunked form is used; -1: the default */
 static int g_kda_min = -1;     /* the same for KDA heads (gk != NULL) */
 
-/* *slot, read once from the environment variable `env` (a decimal >= 0), else dflt */
-static int gdn_threshold_of(int * slot, const char * env, int dflt) {
-    int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char * e = getenv(env);
-        v = dflt;
-        if (e && *e) {
-            char * end;
-            long l = strtol(e, &end, 10);
-            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
-        }
-        __atomic_store_n(slot, v, __ATOMIC_RELAXED);
-    }
-    return v;
+/* *slot, or dflt while it is not set */
+static int gdn_threshold_of(const int * slot, int dflt) {
+    const int v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    return v < 0 ? dflt : v;
 }
 
-int tk_gdn_threshold(void) { return gdn_threshold_of(&g_gdn_min, "TOOLKIT_GDN_MIN", TK_GDN_MIN_DEFAULT); }
+int tk_gdn_threshold(void) { return gdn_threshold_of(&g_gdn_min, TK_GDN_MIN_DEFAULT); }
 
 int tk_gdn_set_threshold(int n) {
     if (n < 0) { __atomic_store_n(&g_gdn_min, -1, __ATOMIC_RELAXED); return tk_gdn_threshold(); }
@@ -156,7 +147,7 @@ int tk_gdn_set_threshold(int n) {
     return n;
 }
 
-int tk_kda_threshold(void) { return gdn_threshold_of(&g_kda_min, "TOOLKIT_KDA_MIN", TK_KDA_MIN_DEFAULT); }
+int tk_kda_threshold(void) { return gdn_threshold_of(&g_kda_min, TK_KDA_MIN_DEFAULT); }
 
 int tk_kda_set_threshold(int n) {
     if (n < 0) { __atomic_store_n(&g_kda_min, -1, __ATOMIC_RELAXED); return tk_kda_threshold(); }
@@ -1151,7 +1142,7 @@ int64_t tk_kda_work_floats(int32_t dk, int32_t dv) { return dk > 0 && dv > 0 ? k
 
 /* KDA heads: the chunked form from tk_kda_threshold() tokens when work is given */
 static void kda_run(const tk_gdn_head * h) {
-    const int thr = tk_kda_threshold();
+    const int thr = tk_chunk_min(h->min_chunk, tk_kda_threshold());
     if (h->n_tok <= 0) return;
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
 #ifdef GDN_X86
@@ -1163,7 +1154,7 @@ static void kda_run(const tk_gdn_head * h) {
 
 void tk_gdn_run(const tk_gdn_head * h) {
     if (h->gk) { kda_run(h); return; }
-    const int thr = tk_gdn_threshold();
+    const int thr = tk_chunk_min(h->min_chunk, tk_gdn_threshold());
     if (h->n_tok <= 0) return;
     /* no workspace: the recurrence (needs none) */
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }

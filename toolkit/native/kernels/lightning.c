@@ -68,21 +68,11 @@
 
 /* ==== threshold (as gdn.c's tk_gdn_threshold) ========================================= */
 
-static int g_lt_min = -1;      /* run length from which the block form is used; -1: not read yet */
+static int g_lt_min = -1;      /* run length from which the block form is used; -1: the default */
 
 int tk_lightning_threshold(void) {
-    int v = __atomic_load_n(&g_lt_min, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char * e = getenv("TOOLKIT_LIGHTNING_MIN");
-        v = TK_LIGHTNING_MIN_DEFAULT;
-        if (e && *e) {
-            char * end;
-            long l = strtol(e, &end, 10);
-            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
-        }
-        __atomic_store_n(&g_lt_min, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    const int v = __atomic_load_n(&g_lt_min, __ATOMIC_RELAXED);
+    return v < 0 ? TK_LIGHTNING_MIN_DEFAULT : v;
 }
 
 int tk_lightning_set_threshold(int n) {
@@ -445,7 +435,7 @@ void tk_lightning_block(const tk_lightning_head * h) {
 /* ==== dispatch ========================================================================= */
 
 void tk_lightning_run(const tk_lightning_head * h) {
-    const int thr = tk_lightning_threshold();
+    const int thr = tk_chunk_min(h->min_chunk, tk_lightning_threshold());
     if (h->n_tok <= 0) return;
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_lightning_recurrent(h); return; }
     tk_lightning_block(h);

@@ -59,21 +59,11 @@
 #include <immintrin.h>
 #endif
 
-static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
+static int g_ssd_min = -1;     /* run length from which SSD is used; -1: the default */
 
 int tk_ssd_threshold(void) {
-    int v = __atomic_load_n(&g_ssd_min, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char * e = getenv("TOOLKIT_SSD_MIN");
-        v = TK_SSD_MIN_DEFAULT;
-        if (e && *e) {
-            char * end;
-            long l = strtol(e, &end, 10);
-            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
-        }
-        __atomic_store_n(&g_ssd_min, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    const int v = __atomic_load_n(&g_ssd_min, __ATOMIC_RELAXED);
+    return v < 0 ? TK_SSD_MIN_DEFAULT : v;
 }
 
 int tk_ssd_set_threshold(int n) {

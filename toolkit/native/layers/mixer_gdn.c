@@ -203,7 +203,7 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
                                 gb + Hv + h, gb + h, 2 * Hv,
                                 S,
                                 j->ctx->y + t0 * hp->d_inner + (int64_t) h * Dv, hp->d_inner,
-                                work};
+                                work, NULL, 0, j->ctx->params.gdn_min};
         if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_gdn_run(&hd); continue; }
         /* speculative window: one token at a time (the recurrence's bits do not depend on
          * the split), the head's S copied after each token that keeps a snapshot */

@@ -359,12 +359,19 @@ int tk_repack_fast(int type, int level) {
     return 0;
 }
 
-tk_rp_rows_fn tk_repack_rows(int type, int level) {
+/* What TK_REPACK_AUTO re-lays: where the re-laid form measured faster for prompts (pp512) and
+ * not slower for generation (tg128), toolkit against toolkit (bench/README.md "Repacked
+ * weights by default"). */
+int tk_repack_auto(int type, int level) {
+    return tk_repack_fast(type, level);
+}
+
+tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q8_0) return tk_rp_rows_q8_0_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_K) return tk_rp_rows_q4_K_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
-    if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return tk_cpu_bf16dot() ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return bf16dot ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
     if (level == TK_CPU_AVX2) {
         const int vnni = tk_cpu_avxvnni();
         if (type == TK_GGML_Q8_0) return vnni ? tk_rp_avxvnni_rows_q8_0 : tk_rp_avx2_rows_q8_0;
@@ -381,6 +388,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level) {
     return NULL;
 }
 
-int tk_repack_act_f32(int type, int level) {
-    return type == TK_GGML_BF16 && !(level == TK_CPU_AVX512 && tk_cpu_bf16dot());
+int tk_repack_act_f32_with(int type, int level, int bf16dot) {
+    return type == TK_GGML_BF16 && !(level == TK_CPU_AVX512 && bf16dot);
 }
+
+int tk_repack_act_f32(int type, int level) { return tk_repack_act_f32_with(type, level, tk_cpu_bf16dot()); }

@@ -78,10 +78,14 @@ void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K
  * their per-token terms in prep (tk_rp_prep, all n_tok tokens). */
 typedef void (*tk_rp_rows_fn)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                               int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
-/* The kernel for `type` at `level` (scalar: the reference tiles below); NULL: none. */
-tk_rp_rows_fn tk_repack_rows(int type, int level);
-/* 1 when `level` has a SIMD repacked kernel for `type` (what load-time repacking needs). */
+/* The kernel for `type` at `level` (scalar: the reference tiles below); NULL: none.  bf16dot:
+ * BF16 at avx512 runs the VDPBF16PS kernel (else the FMA one; tk_weight.rp_bf16dot). */
+tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot);
+/* 1 when `level` has a SIMD repacked kernel for `type` (what TK_REPACK_ALL re-lays). */
 int tk_repack_fast(int type, int level);
+/* 1 when the re-laid form of `type` wins at `level`, prompt and generation both (what
+ * TK_REPACK_AUTO re-lays; the measurements in repack.c). */
+int tk_repack_auto(int type, int level);
 
 /* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
  * Q8_0: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of each block;
@@ -108,7 +112,8 @@ void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int
 
 /* 1 when the repacked kernel of `type` at `level` reads fp32 activations as they are (the
  * BF16 FMA kernels) instead of the type's activation rows (tk_matmul skips quantizing). */
-int tk_repack_act_f32(int type, int level);
+int tk_repack_act_f32(int type, int level);   /* with the process default tk_cpu_bf16dot() */
+int tk_repack_act_f32_with(int type, int level, int bf16dot);
 
 /* BF16 drive: groups [g0, g1) x all tokens in token blocks of about 192 KiB of activations (a
  * multiple of tmax tokens); in a block, gmax groups at a time against the tokens tmax at a time.
