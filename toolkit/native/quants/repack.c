@@ -30,7 +30,7 @@ static void repack_q8_0(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                     continue;
                 }
                 const blk_q8_0 * x = (const blk_q8_0 *) (const void *) (src + (size_t) row * row_bytes) + b;
-                o->d[r] = tkq_fp16_to_fp32(x->d);
+                o->d[r] = x->d;
                 for (int k = 0; k < 8; k++)
                     for (int i = 0; i < 4; i++) o->q[k][r][i] = (uint8_t) (x->qs[4 * k + i] + 128);
             }
@@ -51,8 +51,8 @@ static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                 uint8_t sm[16];
                 tk_scales_k4(x->scales, u);
                 memcpy(sm, u, 16);
-                o->d[r] = tkq_fp16_to_fp32(x->d);
-                o->dmin[r] = tkq_fp16_to_fp32(x->dmin);
+                o->d[r] = x->d;
+                o->dmin[r] = x->dmin;
                 for (int j = 0; j < 8; j++) o->sc[j][r] = sm[j];
                 for (int k = 0; k < 4; k++) {
                     o->mn[k][r][0] = sm[8 + 2 * k];
@@ -74,7 +74,7 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                 const int64_t row = g * TK_RP_ROWS + r;
                 if (row >= M) continue;   /* padding: d = 0 */
                 const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
-                o->d[r] = tkq_fp16_to_fp32(x->d);
+                o->d[r] = x->d;
                 for (int j = 0; j < 16; j++) o->sc[j][r] = x->scales[j];
                 /* element 128 h + 32 s + l: low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high),
                  * bits 2s, 2s + 1 of qh[32 h + l] (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
@@ -272,7 +272,7 @@ static void rp_q8_tile_scalar(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t *
                 int32_t p = neg[t * nb + b];
                 for (int k = 0; k < 8; k++)
                     for (int i = 0; i < 4; i++) p += (int32_t) wg[b].q[k][r][i] * q[4 * k + i];
-                acc = fmaf(wg[b].d[r] * daf[t * nb + b], (float) p, acc);
+                acc = fmaf(tkq_fp16_to_fp32(wg[b].d[r]) * daf[t * nb + b], (float) p, acc);
             }
             y[t * ldy + r] = acc;
         }
@@ -300,8 +300,8 @@ static void rp_q4k_tile_scalar(const tk_rp_q4_K * wg, int64_t nb, const uint8_t 
                 }
                 for (int k = 0; k < 4; k++) ms += w->mn[k][r][0] * s[2 * k] + w->mn[k][r][1] * s[2 * k + 1];
                 const float da = daf[t * nb + i];
-                acc = fmaf(w->d[r] * da, (float) is, acc);
-                acc = fmaf(-(w->dmin[r] * da), (float) ms, acc);
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * da, (float) is, acc);
+                acc = fmaf(-(tkq_fp16_to_fp32(w->dmin[r]) * da), (float) ms, acc);
             }
             y[t * ldy + r] = acc;
         }
@@ -323,7 +323,7 @@ static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t 
                         for (int l = 0; l < 4; l++) p += w->q[g][r][l] * q[4 * g + l];
                     is += w->sc[j][r] * p;
                 }
-                acc = fmaf(w->d[r] * daf[t * nb + i], (float) is, acc);
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * daf[t * nb + i], (float) is, acc);
             }
             y[t * ldy + r] = acc;
         }

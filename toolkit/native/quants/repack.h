@@ -9,10 +9,13 @@
  *
  * Formats (16 rows per group, TK_RP_ROWS; a matrix's last group padded with zero rows; the
  * groups of a matrix one after the other, the blocks of a group in order):
- *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale as float: exact), q[k][r][i] =
+ * The scales stay the file's f16 (d[r], dmin[r]: converted to float in the tiles, exactly, so
+ * the bits are those of float scales; a Q8_0 group takes the bytes of its 16 blocks, so
+ * generation, which reads every weight once per token, reads no more than the row kernels).
+ *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale), q[k][r][i] =
  *           (uint8) (qs[4k + i] + 128) of row r (vpdpbusd's unsigned operand; the 128 * sum(a)
  *           this adds is taken off exactly, from the activation block's sum).
- *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (floats), sc[j][r] and mn[k][r][2] (the
+ *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (f16), sc[j][r] and mn[k][r][2] (the
  *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
  *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
  *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
@@ -50,21 +53,21 @@
 #define TK_RP_ROWS 16
 
 typedef struct {
-    float d[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS];
     uint8_t q[8][TK_RP_ROWS][4];
-} tk_rp_q8_0;                                   /* 576 bytes per 16 x 32 values */
+} tk_rp_q8_0;                                   /* 544 bytes per 16 x 32 values: 16 Q8_0 blocks' */
 typedef struct {
-    float d[TK_RP_ROWS], dmin[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS], dmin[TK_RP_ROWS];
     uint8_t sc[8][TK_RP_ROWS];
     uint8_t mn[4][TK_RP_ROWS][2];
     uint8_t q[4][8][TK_RP_ROWS][4];
-} tk_rp_q4_K;                                   /* 2432 bytes per 16 x 256 values */
+} tk_rp_q4_K;                                   /* 2368 bytes per 16 x 256 values (Q4_K: 2304) */
 typedef struct {
-    float d[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS];
     int8_t sc[16][TK_RP_ROWS];
     uint8_t q[64][TK_RP_ROWS][4];
-} tk_rp_q6_K;                                   /* 4416 bytes per 16 x 256 values */
-_Static_assert(sizeof(tk_rp_q8_0) == 576 && sizeof(tk_rp_q4_K) == 2432 && sizeof(tk_rp_q6_K) == 4416,
+} tk_rp_q6_K;                                   /* 4384 bytes per 16 x 256 values */
+_Static_assert(sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
                "repacked block sizes");
 
 /* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the
