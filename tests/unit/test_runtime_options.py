@@ -117,3 +117,24 @@ def test_model_params_out_of_range_are_refused():
         assert "repack = 7" in ffi.string(lib.tk_last_error()).decode()
     finally:
         m.close()
+
+
+def test_auto_re_lays_the_types_that_win(tmp_path):
+    """RuntimeOptions(repack="auto") (the CLI's default) re-lays the library's list of the types
+    whose re-laid form wins (repack.c tk_repack_auto; today every type with a kernel), and each
+    load matches its estimate (`info --memory`); "off" re-lays nothing."""
+    from toolkit.binding import lib
+    from toolkit.quantize import quantize_file
+    from toolkit.runtime import Model
+    from toolkit.runtime.memory import repack_estimate, repack_types
+    if lib.tk_cpu_level() not in (lib.TK_CPU_AVX2, lib.TK_CPU_AVX512):
+        pytest.skip("repacking at load needs the avx2 or avx512 level")
+    auto = repack_types(mode="auto")
+    assert auto and set(auto) <= set(repack_types(mode="all")) and repack_types(mode="off") == ()
+    f = tmp_path / "q4km.gguf"
+    quantize_file(str(FIX / "qwen35-small.f32.gguf"), str(f), "Q4_K_M", n_threads=2)
+    for mode in ("auto", "all", "off"):
+        with Model(f, options=RuntimeOptions(repack=mode)) as m:
+            info, est = m.repack_info, repack_estimate(m.gguf, mode=mode)
+        assert (info["n_tensors"], info["bytes"]) == (est["n_tensors"], est["bytes"]), mode
+        assert (info["n_tensors"] > 0) == (mode != "off"), (mode, info)

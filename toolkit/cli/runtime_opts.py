@@ -8,11 +8,11 @@ from typing import Optional
 
 import typer
 
-REPACK_HELP = ("Re-lay the mat-mul weights at load for the repacked kernels (Q8_0, Q4_K, Q6_K, BF16 at the "
-               "avx512 level; Q8_0, Q4_K, BF16 at avx2). Default: the types whose re-laid form wins at this "
-               "kernel level (TOOLKIT_REPACK=auto); --repack: every type with a repacked kernel "
-               "(TOOLKIT_REPACK=1); --no-repack: none, every mat-mul reads the mapped file (TOOLKIT_REPACK=0). "
-               "-v prints the bytes re-laid and the time it took.")
+REPACK_HELP = ("Re-lay the mat-mul weights at load for the repacked GEMM kernels: Q8_0, Q4_K, BF16 at the avx2 "
+               "and avx512 levels, Q6_K at avx512. Default (TOOLKIT_REPACK=auto): the types whose re-laid form "
+               "measured faster for prompts and generation (avx512: all four; avx2: Q4_K, BF16); --repack (TOOLKIT_REPACK=1): every type with a repacked "
+               "kernel; --no-repack (TOOLKIT_REPACK=0): none, every mat-mul reads the mapped file. -v prints the "
+               "bytes re-laid and the time it took.")
 
 
 def repack_option(help: str = REPACK_HELP):

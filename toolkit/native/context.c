@@ -176,7 +176,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         if (!c->work) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of workspace)", c->work_bytes);
     }
     c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, sp.act_bytes, NULL, 0};
-    if (c->model->rp_buf) {    /* repacked weights (TOOLKIT_REPACK=1): their per-token terms, counted with the repacking */
+    if (c->model->rp_buf) {    /* repacked weights (tk_model_params.repack): their per-token terms, counted with the repacking */
         c->mm.rp_prep_bytes = tk_rp_prep_bytes((int64_t) U, (int64_t) sp.row_n);
         c->mm.rp_prep = malloc(c->mm.rp_prep_bytes);
         if (!c->mm.rp_prep) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes for repacked weights)", c->mm.rp_prep_bytes);

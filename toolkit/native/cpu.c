@@ -123,7 +123,7 @@ static int clamp_level(int want) {
  * zmm VFMADD231PS (16) every 0.149 ns, so FMA on widened bf16 does twice the work per cycle; on
  * AMD Zen 4 both issue once per cycle (512-bit ops on two 256-bit pipes), so VDPBF16PS does
  * twice FMA's.  So: VDPBF16PS on AMD, FMA elsewhere (the process default; a model's
- * tk_model_params.bf16_gemm, `--bf16-gemm` / TOOLKIT_BF16_GEMM, chooses for its weights). */
+ * tk_model_params.bf16_gemm, the CLI's TOOLKIT_BF16_GEMM, chooses for its weights). */
 static void choose_bf16_gemm(void) {
 #ifdef TK_CPUID
     unsigned a, b, c, d;

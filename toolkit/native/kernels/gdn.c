@@ -78,7 +78,7 @@
  * the state in L1 for 32 tokens at a time, is as fast or faster.  (Chunks of 32 halve the
  * in-chunk term: 1.06-1.08x at 512 tokens of 128 x 128 in a C harness timing both forms
  * alternately; the 64 of the spec and of fla is kept.)  So the default is 0 (never);
- * TOOLKIT_GDN_MIN or tk_gdn_set_threshold turn it on.
+ * a context's gdn_min (the CLI's TOOLKIT_GDN_MIN) or tk_gdn_set_threshold turn it on.
  * At avx512 the chunked form's products run on gdn_gemm_avx512 (16-wide FMA).  Measured
  * (issue 36) with `python bench/gdn_kernels.py -r 5 --levels avx2,avx512 --dims
  * 128x128,64x64 --tokens 16,64,128,256,512 --no-steps` on the same Xeon, quiet (load 1.2):
@@ -118,7 +118,7 @@
  * one by one).  A profile at 128 x 128, 512 tokens, avx512: products (gdn_gemm_avx512)
  * 34%, the in-chunk coefficients 24% (scaled rows and columns 12%, in-sub-block pairs
  * 12%), the state update's decays 7%, expf 7% (the recurrence pays it too).  So the
- * default is 0 (never); a context's kda_min (`--kda-min`, TOOLKIT_KDA_MIN) or
+ * default is 0 (never); a context's kda_min (the CLI's TOOLKIT_KDA_MIN) or
  * tk_kda_set_threshold turn it on. */
 #define TK_KDA_MIN_DEFAULT 0
 

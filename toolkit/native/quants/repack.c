@@ -359,10 +359,19 @@ int tk_repack_fast(int type, int level) {
     return 0;
 }
 
-/* What TK_REPACK_AUTO re-lays: where the re-laid form measured faster for prompts (pp512) and
- * not slower for generation (tg128), toolkit against toolkit (bench/README.md "Repacked
- * weights by default"). */
+/* What TK_REPACK_AUTO re-lays: the types whose re-laid form is faster for prompts and not
+ * slower for generation, toolkit against toolkit (bench/README.md "Repacked weights by
+ * default", Bamba 430M, 2 threads, under load 12-17): at avx512 pp512 2.5x Q8_0, 2.6x Q4_K_M,
+ * 1.7x BF16; tg128 1.11x Q8_0, 1.34x Q4_K_M, BF16 tg32 0.99-1.27x in three pairs; Q4_K_M with
+ * Q6_K re-laid against without it: tg64 in three pairs 1.24x, 1.84x, 0.76x (Q6_K's re-laid form
+ * is 30% larger than the file's, but its row kernel is compute-bound).  At avx2 Q8_0's tiles
+ * lost generation: without AVX-VNNI tg128 0.44x (pp512 1.31x) and tg32 0.70x, 1.03x, 0.93x in
+ * three pairs; with AVX-VNNI tg32 0.84x, 0.94x, 0.84x.  A token must take the same kernel alone
+ * and in a ubatch (repack.h), so there Q8_0 stays on the row kernels for prompts too, until a
+ * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
+ * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x. */
 int tk_repack_auto(int type, int level) {
+    if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
     return tk_repack_fast(type, level);
 }
 

@@ -1,5 +1,5 @@
-/* repack.h: weights re-laid at load for the prompt GEMM (internal; optional, TOOLKIT_REPACK=1
- * or `toolkit run --repack`: model.c).  Without it the mmap'd file is used as it is.
+/* repack.h: weights re-laid at load for the GEMM kernels (internal; tk_model_params.repack:
+ * model.c; the CLI's default TK_REPACK_AUTO).  Without it the mmap'd file is used as it is.
  *
  * The idea is llama.cpp's ggml-cpu/repack.cpp (block_q4_Kx8, block_q8_0x4): groups of rows
  * interleaved block by block, so that one vector register holds the same 4 bytes of 16 rows
