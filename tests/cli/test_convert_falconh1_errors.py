@@ -39,7 +39,7 @@ def test_unsupported_option(monkeypatch, capsys, tmp_path, key, value):
 def test_scaled_rope_is_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, NAME)
     edit_rope(d, rope_type="linear", factor=2.0)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type 'linear'", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"linear\"", code=3)
 
 
 def test_missing_mamba_tensor(monkeypatch, capsys, tmp_path):

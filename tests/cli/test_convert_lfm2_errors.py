@@ -65,7 +65,7 @@ def test_conv_kernel_out_of_range(monkeypatch, capsys, tmp_path):
 def test_conv_bias_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "lfm2-tiny")
     edit_config(d, conv_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "conv_bias = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "key 'conv_bias' = true is not supported", code=3)
 
 
 def test_ff_dim_rule_disagrees_with_tensors(monkeypatch, capsys, tmp_path):

@@ -64,8 +64,8 @@ def test_missing_expert(monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("key, value, needle, code", [
-    ("moe_latent_size", 16, "moe_latent_size = 16", 3),          # unsupported: exit 3
-    ("mlp_hidden_act", "silu", "mlp_hidden_act = 'silu'", 3),
+    ("moe_latent_size", 16, "key 'moe_latent_size' = 16", 3),          # unsupported: exit 3
+    ("mlp_hidden_act", "silu", "key 'mlp_hidden_act' = \"silu\"", 3),
     ("time_step_limit", [0.0, 0.1], "time_step_limit", 3),
     ("n_group", 3, "n_group 3 must divide n_routed_experts 4", 2),  # inconsistent input: exit 2
 ])

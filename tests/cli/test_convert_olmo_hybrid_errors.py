@@ -60,7 +60,7 @@ def test_missing_conv_piece(monkeypatch, capsys, tmp_path):
 def test_attention_bias_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "olmohybrid-tiny")
     edit_config(d, attention_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "attention_bias = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'attention_bias' = true is not supported", code=3)
 
 
 def test_norms_under_their_module_names_convert(tmp_path):

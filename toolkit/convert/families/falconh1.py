@@ -56,6 +56,8 @@ import math
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.base import SSM_PROJ_BIAS
+from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_FALCON_H1
@@ -65,6 +67,21 @@ _L = r"model\.layers\.\d+\."
 
 class FalconH1Family(Family):
     hf_archs = ("FalconH1ForCausalLM",)
+    hf_configs = ("FalconH1Config",)
+    config_keys = ConfigKeys.of(
+        "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
+        "num_key_value_heads rms_norm_eps max_position_embeddings mamba_d_ssm mamba_n_heads mamba_d_head mamba_n_groups "
+        "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
+        "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
+        "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
+        "mamba_conv_bias",   # honoured through the tensors: conv1d.bias is written when the checkpoint has it
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
+                 "mamba_proj_bias": SSM_PROJ_BIAS,
+                 "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
+                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the falcon-h1 GGUF layout"),
+                 "mlp_bias": Refused((False,), "MLP biases: not in the falcon-h1 GGUF layout"),
+                 "time_step_limit": DT_LIMIT},
+        rope_types=("default",), aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
     known = (
@@ -99,15 +116,6 @@ class FalconH1Family(Family):
         self._read_mamba()
         self._read_attention()
         self.n_ff = c.int("intermediate_size")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: hidden_act = {c.d['hidden_act']!r}: only 'silu' is supported")
-        for key in ("mamba_proj_bias", "projectors_bias", "attention_bias", "mlp_bias"):
-            if c.d.get(key):
-                raise UnsupportedError(f"{c.path}: {key} = true is not supported by the falcon-h1 GGUF layout")
-        limit = c.d.get("time_step_limit")
-        if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or limit[0] not in (0, 0.0)
-                                  or not (limit[1] == {"__float__": "Infinity"} or limit[1] == float("inf"))):
-            raise UnsupportedError(f"{c.path}: time_step_limit = {str(limit)[:60]}: only (0, inf) (no dt clamp) is supported")
         # muP multipliers (FalconH1Config defaults when absent)
         self.mult = {k: self._multiplier(k) for k in (
             "embedding_multiplier", "lm_head_multiplier", "key_multiplier", "attention_in_multiplier",

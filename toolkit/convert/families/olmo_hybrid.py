@@ -54,7 +54,8 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_OLMO_HYBRID, GGUFValueType
 
@@ -66,6 +67,16 @@ _LAYER_TYPES = ("linear_attention", "full_attention")
 
 class OlmoHybridFamily(Family):
     hf_archs = ("OlmoHybridForCausalLM",)
+    hf_configs = ("OlmoHybridConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters layer_types linear_num_key_heads "
+        "linear_num_value_heads linear_key_head_dim linear_value_head_dim linear_conv_kernel_dim linear_allow_neg_eigval",
+        irrelevant={k: "A_log / dt_bias initialisation only" for k in (
+            "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")},
+        refused={"attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's attention"),
+                 "hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
+        rope_types=("default",))
     families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from the spec)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -114,10 +125,6 @@ class OlmoHybridFamily(Family):
             raise InputError(f"{c.path}: num_attention_heads {self.n_head} must divide hidden_size {D}, and "
                              f"num_key_value_heads {self.n_head_kv} must divide num_attention_heads")
         self.head_dim = D // self.n_head
-        if c.flag("attention_bias", False):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (the runtime's attention has no biases)")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.n_k = c.int("linear_num_key_heads", default=self.n_head)
         self.n_v = c.int("linear_num_value_heads", default=self.n_head)
         self.d_k = c.int("linear_key_head_dim", default=int(0.75 * D / self.n_k))
@@ -131,9 +138,6 @@ class OlmoHybridFamily(Family):
             raise InputError(f"{c.path}: key 'rope_parameters' = {str(rp)[:60]} is not an object")
         self.rope_theta = (rp or {}).get("rope_theta")
         if self.rope_theta is not None:
-            if (rp.get("rope_type") or "default") != "default":
-                raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rp.get('rope_type')!r} is not supported "
-                                       f"(only 'default')")
             if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
                 raise InputError(f"{c.path}: rope_parameters.rope_theta = {self.rope_theta!r} must be a positive number or null")
             self.rope_theta = float(self.rope_theta)
