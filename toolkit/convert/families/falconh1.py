@@ -74,7 +74,7 @@ class FalconH1Family(Family):
         "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
         "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
         "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
-        "mamba_conv_bias",   # honoured through the tensors: conv1d.bias is written when the checkpoint has it
+        "mamba_conv_bias",
         refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
                  "mamba_proj_bias": SSM_PROJ_BIAS,
                  "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
@@ -144,6 +144,7 @@ class FalconH1Family(Family):
         if self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: mamba_n_groups {self.n_group} does not divide mamba_n_heads {self.ssm_n_head}")
         self.rms_norm = c.flag("mamba_rms_norm", False)
+        self.conv_bias = c.flag("mamba_conv_bias", True)   # false: no conv1d.bias (a stored one is a leftover)
         self.norm_before_gate = c.flag("mamba_norm_before_gate", True)
 
     def _read_attention(self) -> None:
@@ -242,8 +243,8 @@ class FalconH1Family(Family):
         self.emit(tn(T.SSM_IN, i), (2 * DI + 2 * G * N + H, D), segs,
                   note=f"x ssm_in_multiplier {ssm_in:g}, then ssm_multipliers on the z, x, B, C, dt rows")
         self.copy(tn(T.SSM_CONV1D, i), s + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
-        if self.has(s + "conv1d.bias"):
-            self.copy(tn(T.SSM_CONV1D, i, ".bias"), s + "conv1d.bias", (C,))
+        if self.conv_bias:
+            self.copy(tn(T.SSM_CONV1D, i, ".bias"), s + "conv1d.bias", (C,), why="mamba_conv_bias is true")
         self.copy(tn(T.SSM_DT, i, ".bias"), s + "dt_bias", (H,))
         self.copy(tn(T.SSM_A, i, ""), s + "A_log", (H,), (H, 1), op="neg_exp", note="A = -exp(A_log), [H] -> [H,1]")
         self.copy(tn(T.SSM_D, i, ""), s + "D", (H,), (H, 1), note="[H] -> [H,1]")

@@ -86,12 +86,13 @@ class Glm5NextFamily(KDAMixin, Family):
     hf_archs = ("Glm5NextForConditionalGeneration",)
     hf_configs = ("Glm5NextTextConfig", "Glm5NextConfig")
     config_keys = ConfigKeys.of(
-        KDA_READ + " n_routed_experts index_topk index_head_dim index_n_heads head_dim indexer_types swiglu_limit "
+        KDA_READ + " n_routed_experts index_topk index_head_dim index_n_heads indexer_types swiglu_limit "
         "linear_head_dim linear_num_heads linear_conv_kernel_dim linear_lower_bound hc_mult hc_eps hc_sinkhorn_iters "
         "index_kpool index_kpool_always_select_tail",
-        irrelevant={k: "vision input only: the text model does not read it" for k in (
+        irrelevant={**{k: "vision input only: the text model does not read it" for k in (
             "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id", "video_start_token_id",
             "video_end_token_id")},
+            "head_dim": "not read by HF's model (MLA: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)"},
         refused={**KDA_REFUSED, "tie_word_embeddings": KDA_UNTIED}, aliases={"num_local_experts": "n_routed_experts"})
     families = ("GLM-5-Next",)
     arch = ARCH_GLM5_NEXT
