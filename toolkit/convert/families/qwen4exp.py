@@ -129,15 +129,14 @@ class Qwen4ExpFamily(QwenGDNFamily):
     hf_archs = ("Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration")
     hf_configs = ("Qwen4ExpTextConfig", "Qwen4ExpConfig")
     config_keys = ConfigKeys.of(
+        # (no intermediate_size: Qwen4ExpTextConfig has none, the text model has no dense MLP)
         " ".join(k for k in QWEN_READ.split() if k != "intermediate_size") + " " + QWEN_MOE_READ + " hidden_act hc_count hc_lowrank ple_layer_ids ple_embed_dim ple_conv_kernel_size "
         "ngram_size heads_per_ngram split_ngram_parts indexer_n_heads indexer_kv_heads indexer_head_dim indexer_budget "
         "indexer_compress_ratio output_gate_type image_token_id eos_token_id full_attention_interval",
         irrelevant={**{k: v for k, v in VL_IRRELEVANT.items() if k != "image_token_id"},
                     **{k: "the n-gram hash's sizes and multipliers it sets are stored in the checkpoint (hash-constant "
                           "buffers, the n-gram table's shape), which convert reads" for k in (
-                        "seed", "ngram_vocab_size_base", "make_ngram_vocab_size_divisible_by")},
-                    "intermediate_size": "no dense MLP in the text model: its one MLP class is the shared expert, sized "
-                                         "by shared_expert_intermediate_size"},
+                        "seed", "ngram_vocab_size_base", "make_ngram_vocab_size_divisible_by")}},
         refused={"attention_bias": QWEN_REFUSED["attention_bias"], "norm_topk_prob": NORM_TOPK},
         rope_types=("default",))
     families = ("Qwen3.8-Flash-Next (qwen4exp)",)
