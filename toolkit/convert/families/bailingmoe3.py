@@ -37,7 +37,7 @@ import logging
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDA_UNTIED, KDAMixin, layer_list, read_flag, read_int, spelled
+from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int, spelled
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
@@ -58,7 +58,8 @@ class BailingMoe3Family(KDAMixin, Family):
     config_keys = ConfigKeys.of(
         KDA_READ + " first_k_dense_replace rope_parameters num_mtp_layers num_local_experts rope_theta head_dim "
         "short_conv_kernel_size layer_group_size kda_safe_gate kda_lower_bound",
-        refused={**KDA_REFUSED, "tie_word_embeddings": KDA_UNTIED}, rope_types=("default",))
+        irrelevant={"tie_word_embeddings": "HF's model ties nothing (_tied_weights_keys = {}): the saved lm_head is the output"},
+        refused=KDA_REFUSED, rope_types=("default",))
     families = ("Ling 3",)
     arch = ARCH_BAILINGMOE3
     known = (r"model\.word_embeddings\.weight", r"model\.norm\.weight", r"lm_head\.weight",

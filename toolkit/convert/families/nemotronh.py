@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family, head_perm
-from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError
@@ -101,10 +101,11 @@ class NemotronHFamily(Family):
                     "mamba_ssm_cache_dtype": "HF's state cache dtype: the runtime keeps float32",
                     "moe_shared_expert_overlap": "an execution overlap in HF: the same sum",
                     "num_nextn_predict_layers": "HF's model builds no MTP layers (MTP tensors are refused as unknown)",
-                    "mtp_layers_block_type": "HF's model builds no MTP layers (MTP tensors are refused as unknown)"},
-        refused={"use_conv_bias": SSM_CONV_BIAS, "use_bias": SSM_PROJ_BIAS, "mamba_proj_bias": SSM_PROJ_BIAS,
-                 "time_step_limit": DT_LIMIT,
-                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's nemotron_h attention"),
+                    "mtp_layers_block_type": "HF's model builds no MTP layers (MTP tensors are refused as unknown)",
+                    "mamba_proj_bias": "not read by HF's model (use_bias sets the in/out projection biases)",
+                    "time_step_limit": "not read by HF's model: its mixer never clamps dt",
+                    "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
+        refused={"use_conv_bias": SSM_CONV_BIAS, "use_bias": SSM_PROJ_BIAS,
                  "mlp_bias": Refused((False,), "MLP biases: not in the runtime's nemotron_h FFN"),
                  "mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
                  "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU"),
