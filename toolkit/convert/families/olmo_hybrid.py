@@ -71,11 +71,11 @@ class OlmoHybridFamily(Family):
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters layer_types linear_num_key_heads "
-        "linear_num_value_heads linear_key_head_dim linear_value_head_dim linear_conv_kernel_dim linear_allow_neg_eigval",
+        "linear_num_value_heads linear_key_head_dim linear_value_head_dim linear_conv_kernel_dim linear_allow_neg_eigval "
+        "attention_bias",
         irrelevant={k: "A_log / dt_bias initialisation only" for k in (
             "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")},
-        refused={"attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's attention"),
-                 "hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
+        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
         rope_types=("default",))
     families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from the spec)
@@ -83,7 +83,7 @@ class OlmoHybridFamily(Family):
     arch = ARCH_OLMO_HYBRID
     known = (
         r"model\.embed_tokens\.weight", r"model\.norm\.weight", r"lm_head\.weight",
-        _L + _NORMS, _L + _GDN, _L + r"self_attn\.(q|k|v|o)_proj\.weight", _L + r"self_attn\.(q|k)_norm\.weight",
+        _L + _NORMS, _L + _GDN, _L + r"self_attn\.(q|k|v|o)_proj\.(weight|bias)", _L + r"self_attn\.(q|k)_norm\.weight",
         _L + r"mlp\.(gate|up|down)_proj\.weight", r"(model\.)?mtp\..*",
     )
 
@@ -141,6 +141,7 @@ class OlmoHybridFamily(Family):
             if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
                 raise InputError(f"{c.path}: rope_parameters.rope_theta = {self.rope_theta!r} must be a positive number or null")
             self.rope_theta = float(self.rope_theta)
+        self.attn_bias = c.flag("attention_bias", False)   # q/k/v/o_proj biases (OlmoHybridAttention)
         self.layer_types = self._layer_types()
 
     def n_vocab_rows(self) -> int:
@@ -220,6 +221,10 @@ class OlmoHybridFamily(Family):
         self.copy(tn(T.ATTN_K, i), a + "k_proj.weight", (nkv * hd, D))
         self.copy(tn(T.ATTN_V, i), a + "v_proj.weight", (nkv * hd, D))
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, nq * hd))
+        if self.attn_bias:   # llama.cpp's bq / bk / bv / bo; added before q/k norm, as HF's q_proj(x) holds it
+            for out, src, n in ((T.ATTN_Q, "q_proj", nq * hd), (T.ATTN_K, "k_proj", nkv * hd), (T.ATTN_V, "v_proj", nkv * hd),
+                                (T.ATTN_OUT, "o_proj", D)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true")
         self.copy(tn(T.ATTN_Q_NORM, i), a + "q_norm.weight", (nq * hd,), note="over all heads at once")
         self.copy(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (nkv * hd,), note="over all heads at once")
 
