@@ -5,6 +5,7 @@ tools/make_*_fixtures.py.
 
     fixture               family        flag
     olmohybrid-bias-tiny  OLMo-Hybrid   attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
+    falconh1-attnbias-tiny  Falcon-H1   attention_bias, with key_multiplier / attention_out_multiplier on k's / o's
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.native
 # (fixture, what it flips, bound on the relative L2 error of the logits, ids never chosen greedily)
 VARIANTS = [
     ("olmohybrid-bias-tiny", "attention_bias", 1e-5, (0,)),
+    ("falconh1-attnbias-tiny", "attention_bias", 1e-5, ()),
 ]
 
 

@@ -19,6 +19,7 @@ layers.i.input_layernorm.weight [D]            blk.i.attn_norm.weight
   self_attn.k_proj.weight [Hkv hd, D]          blk.i.attn_k.weight             key_multiplier, then attention_in_multiplier
   self_attn.v_proj.weight [Hkv hd, D]          blk.i.attn_v.weight             attention_in_multiplier
   self_attn.o_proj.weight [D, Hq hd]           blk.i.attn_output.weight        attention_out_multiplier
+  self_attn.{q,k,v,o}_proj.bias (attention_bias) blk.i.attn_{q,k,v,output}.bias  k: key_multiplier, o: attention_out_multiplier
   mamba.in_proj.weight [W, D]                  blk.i.ssm_in.weight             ssm_in_multiplier, then ssm_multipliers[0..4]
                                                                                on the z, x, B, C, dt row blocks
   mamba.conv1d.weight [DI+2GN, 1, K] / .bias   blk.i.ssm_conv1d.weight [DI+2GN, K] / .bias
@@ -74,11 +75,10 @@ class FalconH1Family(Family):
         "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
         "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
         "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
-        "mamba_conv_bias",
+        "mamba_conv_bias attention_bias",
         refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
                  "mamba_proj_bias": SSM_PROJ_BIAS,
                  "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
-                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the falcon-h1 GGUF layout"),
                  "mlp_bias": Refused((False,), "MLP biases: not in the falcon-h1 GGUF layout"),
                  "time_step_limit": DT_LIMIT},
         rope_types=("default",), aliases={"layers_block_type": "layer_types"})
@@ -88,7 +88,7 @@ class FalconH1Family(Family):
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm)\.weight",
         _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
-        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.weight",
+        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.(weight|bias)",
         _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.weight",
     )
 
@@ -145,6 +145,7 @@ class FalconH1Family(Family):
             raise InputError(f"{c.path}: mamba_n_groups {self.n_group} does not divide mamba_n_heads {self.ssm_n_head}")
         self.rms_norm = c.flag("mamba_rms_norm", False)
         self.conv_bias = c.flag("mamba_conv_bias", True)   # false: no conv1d.bias (a stored one is a leftover)
+        self.attn_bias = c.flag("attention_bias", False)   # q/k/v/o_proj biases
         self.norm_before_gate = c.flag("mamba_norm_before_gate", True)
 
     def _read_attention(self) -> None:
@@ -229,6 +230,12 @@ class FalconH1Family(Family):
         self.scaled(tn(T.ATTN_K, i), a + "k_proj.weight", (self.n_head_kv * hd, D), [m["key_multiplier"], ain])
         self.scaled(tn(T.ATTN_V, i), a + "v_proj.weight", (self.n_head_kv * hd, D), [ain])
         self.scaled(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd), [m["attention_out_multiplier"]])
+        if self.attn_bias:   # added after the projection: attention_in_multiplier (on its input) leaves it alone
+            for out, src, n, sc in ((T.ATTN_Q, "q_proj", self.n_head * hd, []),
+                                    (T.ATTN_K, "k_proj", self.n_head_kv * hd, [m["key_multiplier"]]),
+                                    (T.ATTN_V, "v_proj", self.n_head_kv * hd, []),
+                                    (T.ATTN_OUT, "o_proj", D, [m["attention_out_multiplier"]])):
+                self.scaled(tn(out, i, ".bias"), a + src + ".bias", (n,), sc or [1.0])
 
     def _mamba(self, i: int, s: str) -> None:
         D, DI, N, G, H, K = self.n_embd, self.d_inner, self.d_state, self.n_group, self.ssm_n_head, self.d_conv
