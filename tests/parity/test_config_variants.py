@@ -6,6 +6,7 @@ tools/make_*_fixtures.py.
     fixture               family        flag
     olmohybrid-bias-tiny  OLMo-Hybrid   attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
     falconh1-attnbias-tiny  Falcon-H1   attention_bias, with key_multiplier / attention_out_multiplier on k's / o's
+    lfm2-convbias-tiny    LFM2          conv_bias: short-conv in_proj / conv / out_proj biases (blk.i.shortconv.*.bias)
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.native
 VARIANTS = [
     ("olmohybrid-bias-tiny", "attention_bias", 1e-5, (0,)),
     ("falconh1-attnbias-tiny", "attention_bias", 1e-5, ()),
+    ("lfm2-convbias-tiny", "conv_bias", 1e-5, ()),
 ]
 
 
@@ -35,7 +37,8 @@ def test_variant_matches_hf(fixtures, hf_f32, report, name, flag, bound, suppres
 
 
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint
-FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias"}
+FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias",
+                "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias"}
 
 
 @pytest.mark.parametrize("name,flag,bound,suppress", VARIANTS, ids=[v[0] for v in VARIANTS])

@@ -98,8 +98,10 @@ FFN_TENSORS = {
                                      (_w(T.FFN_GATE_INP_SHEXP),),     # shared expert scaled by sigmoid(w . x)
                                      (_b(T.FFN_EXP_PROBS_B),))),      # selection bias (moe_sigmoid only)
 }
-# LFM2's gated short conv: in_proj [D, 3D] (B | C | x), the depthwise conv [K, D] (no bias), out_proj
-SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_CONV), _w(T.SHORTCONV_OUTPROJ)))
+# LFM2's gated short conv: in_proj [D, 3D] (B | C | x), the depthwise conv [K, D], out_proj; with HF
+# conv_bias the three biases (together; ours: llama.cpp's lfm2 has none)
+SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_CONV), _w(T.SHORTCONV_OUTPROJ)),
+                              optional=((_b(T.SHORTCONV_INPROJ), _b(T.SHORTCONV_CONV), _b(T.SHORTCONV_OUTPROJ)),))
 # zamba2 hybrid layer: its Mamba-2 block, its LoRA adapters and linear projection; the shared
 # block (shared.{bid}.*, bid = the block it runs) is ZAMBA2_SHARED_BLOCK_TENSORS
 ZAMBA2_LAYER_TENSORS = TensorSet(

@@ -45,14 +45,15 @@ from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LFM2, ARCH_LFM2MOE, GGUFValueType
 
-# the short conv's biases (HF conv_bias, in_proj / out_proj / conv): not in llama.cpp's lfm2 layout
-CONV_BIAS = Refused((False,), "short-conv biases: not in llama.cpp's lfm2 layout nor the runtime")
+# the short conv's biases (HF conv_bias, in_proj / conv / out_proj): LFM2 and LFM2-MoE convert them (our
+# names: llama.cpp's lfm2 layout has none); LFM3 refuses them (no fixture shows its runtime with them)
+CONV_BIAS = Refused((False,), "short-conv biases: converted for LFM2 only, not verified for LFM3")
 
 _L = r"model\.layers\.\d+\."
 _CONV_TYPE, _ATTN_TYPE = "conv", "full_attention"
 _COMMON = (r"model\.embed_tokens\.weight", r"model\.embedding_norm\.weight", r"lm_head\.weight",
            _L + r"(?:operator_norm|ffn_norm)\.weight",
-           _L + r"conv\.(?:in_proj|conv|out_proj)\.weight",
+           _L + r"conv\.(?:in_proj|conv|out_proj)\.(?:weight|bias)",
            _L + r"self_attn\.(?:q_proj|k_proj|v_proj|out_proj|q_layernorm|k_layernorm)\.weight",
            _L + r"feed_forward\.w[123]\.weight")
 _MOE = (_L + r"feed_forward\.gate\.weight", _L + r"feed_forward\.expert_bias",
@@ -68,8 +69,8 @@ class LFM2Family(Family):
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache block_multiple_of "
-        "block_ffn_dim_multiplier block_auto_adjust_ff_dim full_attn_idxs layer_types block_ff_dim",
-        refused={"conv_bias": CONV_BIAS}, rope_types=("default",))
+        "block_ffn_dim_multiplier block_auto_adjust_ff_dim full_attn_idxs layer_types block_ff_dim conv_bias",
+        rope_types=("default",))
     families = ("LFM2",)
     arch = ARCH_LFM2
     known = _COMMON
@@ -84,6 +85,7 @@ class LFM2Family(Family):
         self.n_ctx = c.int("max_position_embeddings", default=128000)
         self.eps = c.eps("norm_eps", default=1e-5)
         self.d_conv = c.int("conv_L_cache", default=3)
+        self.conv_bias = c.flag("conv_bias", False)   # in_proj / conv / out_proj biases
         if not 2 <= self.d_conv <= 64:
             raise InputError(f"{c.path}: key 'conv_L_cache' = {self.d_conv} must be in [2, 64]")
         self.n_head = c.int("num_attention_heads")
@@ -196,6 +198,10 @@ class LFM2Family(Family):
         self.copy(tn(T.SHORTCONV_CONV, i), s + "conv.weight", (D, 1, K), (D, K), note="squeeze [D,1,K] -> [D,K]",
                   why="conv_L_cache")
         self.copy(tn(T.SHORTCONV_OUTPROJ, i), s + "out_proj.weight", (D, D))
+        if getattr(self, "conv_bias", False):   # HF conv_bias (LFM2, LFM2-MoE); our names: llama.cpp's lfm2 has none
+            for out, src, n in ((T.SHORTCONV_INPROJ, "in_proj", 3 * D), (T.SHORTCONV_CONV, "conv", D),
+                                (T.SHORTCONV_OUTPROJ, "out_proj", D)):
+                self.copy(tn(out, i, ".bias"), s + src + ".bias", (n,), why="conv_bias is true")
 
     def ffn(self, i: int, f: str) -> None:
         self.dense(i, f, self.n_ff)
@@ -219,8 +225,8 @@ class LFM2MoeFamily(LFM2Family):
         "vocab_size hidden_size intermediate_size moe_intermediate_size num_hidden_layers tie_word_embeddings "
         "rope_parameters max_position_embeddings norm_eps num_attention_heads num_key_value_heads conv_L_cache "
         "num_dense_layers num_experts_per_tok num_experts use_expert_bias routed_scaling_factor norm_topk_prob "
-        "layer_types full_attn_idxs",
-        refused={"conv_bias": CONV_BIAS}, rope_types=("default",))
+        "layer_types full_attn_idxs conv_bias",
+        rope_types=("default",))
     arch = ARCH_LFM2MOE
     known = _COMMON + _MOE
     has_moe = True
