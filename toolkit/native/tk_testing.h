@@ -233,6 +233,13 @@ int64_t tk_lightning_work_floats(int32_t d);
 int tk_lightning_threshold(void);
 int tk_lightning_set_threshold(int n);
 
+/* ==== attention over the KV cache (kernels/attn.c) ==================================== */
+/* on = 1: the attention kinds (mixer_attention.c, mixer_mla.c) run their reference kernel (per
+ * (token, head) pair, every cell, float scores; the form before the blocked one), 0: the
+ * blocked kernel (kernels/attn.h), -1: back to the default, the blocked one unless the
+ * environment has TOOLKIT_ATTN=reference (read once). */
+void tk_attn_set_reference(int on);
+
 /* ==== RG-LRU (rglru.c) ================================================================ */
 /* RecurrentGemma's RG-LRU gates for heads [h0, h1) of n_tok tokens: out[t][h bw + j] =
  * b[h bw + j] + sum_i x[t][h bw + i] W[(h bw + i) bw + j] (W [nh][bw in][bw out], HF's layout:
