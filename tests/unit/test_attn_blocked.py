@@ -99,3 +99,19 @@ def test_ubatch_invariant(name, fixtures, reference_off):
     base = _logits(path, False, n_ubatch=512)
     for ub in (1, 7):
         assert np.array_equal(_logits(path, False, n_ubatch=ub), base), f"{name} -ub {ub}"
+
+
+@pytest.mark.parametrize("name", ["qwen35-tiny", "kimilinear-tiny"])
+def test_cell_placement_does_not_matter(name, fixtures, reference_off):
+    """Sequence 1's cells behind sequence 0's (from cell 100, so a 128-cell boundary would fall
+    at its position 28): its logits are the bits of sequence 1 decoded alone from cell 0
+    (chunks go by position, not by cell index: attn.h)."""
+    path = str(fixtures / "llamacpp" / f"{name}.f32.gguf")
+    toks = (np.arange(150, dtype=np.int32) * 29 + 3) % 200
+    with Model(path, n_threads=2) as m:
+        with Context(m, n_ctx=256, n_seq_max=2, n_ubatch=64, n_threads=2) as c:
+            c.decode(toks[:100], seq_id=0)
+            got = c.decode(toks, seq_id=1, logits="all")
+        with Context(m, n_ctx=256, n_seq_max=1, n_ubatch=64, n_threads=2) as c:
+            want = c.decode(toks, logits="all")
+    assert np.array_equal(got, want)

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "kernels/attn.h"
-#include "layers/layer.h"
 #include "tk_cpu.h"
 
 #define ATTN_VL 4              /* 16-byte vectors: SSE2 / NEON without a target */
@@ -247,6 +246,34 @@ static void attn_split_fold(void * arg, int64_t p0, int64_t p1, int thread) {
     }
 }
 
+/* cells[0 .. n) sorted by pos[cell] (heapsort: in place, n log n whatever the order the cells
+ * were claimed in; tk_kv_seq_cells' insertion sort is quadratic on a displaced block) */
+static void attn_sift(int32_t * c, const int32_t * pos, int32_t i, int32_t n) {
+    for (;;) {
+        int32_t k = 2 * i + 1;
+        if (k >= n) return;
+        if (k + 1 < n && pos[c[k + 1]] > pos[c[k]]) k++;
+        if (pos[c[k]] <= pos[c[i]]) return;
+        const int32_t t = c[i];
+        c[i] = c[k];
+        c[k] = t;
+        i = k;
+    }
+}
+
+static void attn_sort_cells(int32_t * c, const int32_t * pos, int32_t n) {
+    int32_t i = 1;
+    while (i < n && pos[c[i - 1]] <= pos[c[i]]) i++;
+    if (i >= n) return;        /* already in order: the usual case */
+    for (i = n / 2 - 1; i >= 0; i--) attn_sift(c, pos, i, n);
+    for (i = n - 1; i > 0; i--) {
+        const int32_t t = c[0];
+        c[0] = c[i];
+        c[i] = t;
+        attn_sift(c, pos, 0, i);
+    }
+}
+
 /* ubatch row s: its sequence's cells in position order into the list; 0 when two share a position */
 static int attn_row_list(tk_context * ctx, const tk_attn_args * a, int32_t s, attn_run_job * j) {
     const tk_ubatch * ub = a->ub;
@@ -254,7 +281,12 @@ static int attn_row_list(tk_context * ctx, const tk_attn_args * a, int32_t s, at
     int32_t pmax = -1;
     for (int32_t i = 0; i < nst; i++) pmax = ub->pos[s * nst + i] > pmax ? ub->pos[s * nst + i] : pmax;
     int32_t * list = (int32_t *) ctx->attn;
-    j->n_list = tk_kv_seq_cells(a->kv, UINT64_C(1) << ub->seq[s], pmax, list);
+    const tk_kv_view * kv = a->kv;
+    const uint64_t bit = UINT64_C(1) << ub->seq[s];
+    j->n_list = 0;
+    for (int32_t c = 0; c < kv->n_cells; c++)
+        if ((kv->seqs[c] & bit) && kv->pos[c] >= 0 && kv->pos[c] <= pmax) list[j->n_list++] = c;
+    attn_sort_cells(list, kv->pos, j->n_list);
     for (int32_t i = 1; i < j->n_list; i++)
         if (a->kv->pos[list[i]] == a->kv->pos[list[i - 1]]) return 0;
     j->list = list;
