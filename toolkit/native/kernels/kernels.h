@@ -37,6 +37,18 @@ void tk_transpose(const float * src, int32_t rows, int32_t cols, float * dst);
 int tk_threshold_get(int * slot, const char * env, int dflt);
 int tk_threshold_set(int * slot, int n, const char * env, int dflt);
 
+/* ---- Mamba-2 ----
+ * The fields of one sequence's Mamba-2 run, first in ssm.c's recurrence job and ssd.c's SSD
+ * job (positional initializers in this order): the state s [H, P, N] (updated in place);
+ * token rows xBC, dt, y with their strides; A, D [H]; n_tok tokens, H heads of P, N state, G
+ * groups, DI = H P (contract: tk_internal.h, tk_ssm_mamba2_run). */
+#define TK_M2_RUN_FIELDS                                                                                      \
+    float * s;                                                                                                \
+    const float * xBC, * dt, * A, * D;                                                                        \
+    int64_t xbc_stride, dt_stride, y_stride;                                                                  \
+    int32_t n_tok, H, P, N, G, DI;                                                                            \
+    float * y;
+
 /* ---- the recurrences' shared pieces ---- */
 /* Tokens the SIMD recurrences take through the state while it sits in L1 (x86/) */
 #define TK_REC_TOK_BLOCK 32

@@ -15,7 +15,7 @@
  *       O     = (lambda^(i+1) Q_i) S + ((Q K^T) * M) V          (query_decay: inter + intra)
  *       S    <- lambda^L S + (lambda^(L-1-j) K_j)^T V           (key_decay, block_decay)
  *     which is the recurrence unrolled over the block.  HF's block_size (config) only picks
- *     where the blocks end: the sums are the same whatever B (verified in the spec §5.1),
+ *     where the blocks end: the sums are the same whatever B (verified in docs/specs/more-hybrids.md §5.1),
  *     so B here is ours (a partial last block is L < B rows: nothing is padded).
  * Every product of the block form is one kernel, the panel GEMM (gemm.c, tk_gemm_at: the
  * reference, AVX2 or AVX-512 instance of the level).  The decay powers are computed in double.  During a

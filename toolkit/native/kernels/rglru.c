@@ -2,7 +2,7 @@
  * (contracts in tk_testing.h: tk_rglru_gates, tk_rglru_scan), scalar and AVX2+FMA, chosen by
  * tk_cpu_level().
  *
- * The scan, per channel c and token t (spec more-hybrids.md §6.4; transformers 5.24
+ * The scan, per channel c and token t (docs/specs/more-hybrids.md §6.4; transformers 5.24
  * modeling_recurrent_gemma.py RecurrentGemmaRglru.forward and _rnn_scan, HFR:301-366):
  *   r = sigmoid(ga), i = sigmoid(gi), log a = -8 softplus(Lambda_c) r   (neg8sp[c] = -8 softplus(Lambda_c))
  *   a = exp(log a), m = sqrt(1 - exp(2 log a))          (HF: two exps, not a * a)

@@ -112,11 +112,7 @@ size_t tk_ssd_workspace_bytes(int32_t n_tok, int32_t n_head, int32_t head_dim, i
 }
 
 typedef struct {
-    float * s;
-    const float * xBC, * dt, * A, * D;
-    int64_t xbc_stride, dt_stride, y_stride;
-    int32_t n_tok, H, P, N, G, DI;
-    float * y;
+    TK_M2_RUN_FIELDS
     float * ws;                /* per-thread scratch, ws_stride floats per thread */
     size_t ws_stride;
     float * pre;               /* per (chunk, group): CB [LC][LC], C [LC][N], B^T [N][LC] */
