@@ -387,7 +387,7 @@ tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint
  * reading one, a context shift (seq_add) or a removal inside the history drops the ring of
  * the sequences it touches.  k = 0 frees it; TK_ERR_INVALID unless 0 <= k <= 256;
  * TK_ERR_UNSUPPORTED for a model with a recurrent piece its kind does not snapshot per token
- * (memory_rs.c SNAP_PIECES).  A model without recurrent layers accepts any k and keeps nothing. */
+ * (tk_rs_piece.snap 0).  A model without recurrent layers accepts any k and keeps nothing. */
 tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
 /* tk_context_set_spec_window with flags.  TK_SPEC_NO_LAST: no snapshot of the state after the
  * last token a decode call gives a sequence (the sequence's cell holds that state), for a
