@@ -284,6 +284,10 @@ typedef struct {
     double  ms;
 } tk_repack_info;
 void tk_model_repack_info(const tk_model * model, tk_repack_info * out);
+/* What the load would re-lay at kernel `level` (tk_cpu_level()'s values) with TOOLKIT_REPACK=1,
+ * whatever this model's load did: the tensors and their bytes (ms 0), by the rule the load
+ * applies (model.c repack_plan, over the model's bound weights). */
+void tk_model_repack_plan(const tk_model * model, int level, tk_repack_info * out);
 
 /* ==== runtime: context, batches, decode ============================================== */
 
