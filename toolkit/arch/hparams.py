@@ -11,7 +11,7 @@ Glossary (Mamba's symbols, llama.cpp's keys):
     n_group   G, Mamba-2 B/C groups               {arch}.ssm.group_count
     head_dim  P = d_inner / H (Mamba-2)           {arch}.ssm.head_dim (ours) or derived
 
-Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
+Gated delta net (Qwen3-Next / Qwen3.5; docs/specs/gdn-family.md) on the same fields:
     d_state = Dk key head dim, ssm_head_dim = Dv value head dim ({arch}.ssm.value_head_dim, ours,
     else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
     d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).
@@ -95,7 +95,7 @@ class HParams:
     # zamba2: shared blocks (the j-th hybrid layer runs block j % n_shared_block), Mamba-2 dt floor
     n_shared_block: int = 0
     ssm_dt_min: float = 0.0
-    # qwen4exp (readers.read_qwen4exp; spec gdn-family.md §1.8): hyper-connection streams, the
+    # qwen4exp (readers.read_qwen4exp; docs/specs/gdn-family.md §1.8): hyper-connection streams, the
     # QSA indexer, the PLE n-gram embedding (ple_index[i]: PLE module of layer i or -1;
     # ple_consts: per module the multipliers [n], head offsets [NH], head vocab sizes [NH])
     hc_count: int = 0
@@ -133,7 +133,7 @@ class HParams:
     # RecurrentGemma (read_recurrent_gemma): logits = cap tanh(logits / cap) (0: none); attention biases
     rglru_logit_softcap: float = 0.0
     rglru_attn_bias: int = 0
-    # KDA (read_kda; spec kda-family.md §2.1): heads n, head dim D (key = value), the q/k l2-norm
+    # KDA (read_kda; docs/specs/kda-family.md §2.1): heads n, head dim D (key = value), the q/k l2-norm
     # epsilon (HF 1e-6; a file without ours reads rms_eps as llama.cpp), the gate's lower bound
     # (0: kimi's unbounded -exp(A_log) softplus(u); < 0: lb sigmoid(exp(A_log) u), glm5-next / Ling 3)
     kda_n_head: int = 0

@@ -183,7 +183,7 @@ typedef struct {
     /* zamba2 (appended) */
     int32_t n_shared_block;    /* M shared blocks: the j-th hybrid layer (TK_LAYER_ZAMBA2_SHARED / ZAMBA_SHARED) runs shared.{j % M} */
     float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
-    /* qwen4exp (appended; spec gdn-family.md §1.8, §2.5).  hc_count > 1: the residual is
+    /* qwen4exp (appended; docs/specs/gdn-family.md §1.8, §2.5).  hc_count > 1: the residual is
      * hc_count streams of n_embd (residual_hc.c), no attn_norm / ffn_norm / output_norm. */
     int32_t hc_count;          /* hyper-connection streams (0: the plain residual) */
     int32_t idx_n_head;        /* QSA indexer query heads (attention.indexer.head_count) */
@@ -226,7 +226,7 @@ typedef struct {
     float   rglru_logit_softcap; /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
     int32_t rglru_attn_bias;   /* 1: attention layers have attn_output.bias (required) and attn_q/k/v.bias
                                   (optional, the three together); 0: attention biases refused */
-    /* Kimi Delta Attention (appended; mixer_kda.c, spec kda-family.md §2.1).  A KDA layer reads
+    /* Kimi Delta Attention (appended; mixer_kda.c, docs/specs/kda-family.md §2.1).  A KDA layer reads
      * d_conv = K and these: n heads of D (key dim = value dim = D), C = n D channels */
     int32_t kda_n_head;        /* n */
     int32_t kda_head_dim;      /* D */
@@ -238,11 +238,11 @@ typedef struct {
     int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
     int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
     float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
-    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 (any hc_count >= 1):
+    /* GLM-5-Next mHC (appended; docs/specs/kda-family.md §2.5).  hc_sinkhorn_iters > 0 (any hc_count >= 1):
      * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
     int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
     float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */
-    /* GLM-5-Next DSA k-pool indexer (appended; spec kda-family.md §2.4; layers/dsa.c); the heads,
+    /* GLM-5-Next DSA k-pool indexer (appended; docs/specs/kda-family.md §2.4; layers/dsa.c); the heads,
      * head dim and budget are idx_n_head, idx_head_dim, idx_top_k */
     int32_t dsa_kpool;         /* kp tokens per pool (attention.indexer.kpool) */
     int32_t dsa_select_tail;   /* 1: the incomplete tail pool is always attended (attention.indexer.kpool_select_tail) */
