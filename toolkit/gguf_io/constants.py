@@ -111,7 +111,7 @@ class Keys:
         NORM_BEFORE_GATE = "{arch}.ssm.norm_before_gate"
         # ours (not in llama.cpp): the gated delta net's output gate activation, "silu" or
         # "sigmoid" (HF qwen4_exp ``output_gate_type or hidden_act``); llama.cpp's qwen4exp
-        # hard-codes sigmoid (spec B3), so a file without the key is read as sigmoid
+        # hard-codes sigmoid (docs/specs/gdn-family.md B3), so a file without the key is read as sigmoid
         OUTPUT_GATE_TYPE = "{arch}.ssm.output_gate_type"
         # ours (not in llama.cpp): the epsilon of FalconMamba's weightless dt / B / C RMSNorms
         # (HF mixer_rms_eps), written only when it differs from layer_norm_rms_epsilon, which
