@@ -6,7 +6,7 @@ that change between releases; this module replaces it through typer's documented
 ``cls=`` command / group class (:class:`HelpCommand`, :class:`HelpGroup`, whose ``format_help``
 and ``collect_usage_pieces`` are click's public methods).  It draws the layout typer 0.29 draws
 (usage line, help text, Arguments / Options / Commands panels, the same styles and highlighters,
-taken from rich-click as typer takes them) with three differences of ours:
+taken from rich-click as typer takes them) with these differences of ours:
 
 - each option is one cell, as llama.cpp's help writes it (``-p, --prompt <str>``,
   ``-e, --escape / --no-escape``), its help beside it on a terminal of 100 columns or more and on
@@ -18,6 +18,10 @@ taken from rich-click as typer takes them) with three differences of ours:
 - in the command list a docstring's first paragraph is reflowed (its line breaks are not the
   terminal's);
 - ``{families}`` in a help text is the converter registry's family list (:func:`expand`).
+
+The type cell comes from the command function's annotations (``<int>``, ``<list[str]>``) and the
+commands are listed in the order they were registered, so the screens read the same under every
+typer of the range pyproject pins (compared byte for byte under 0.24.2 and 0.29.2).
 """
 from __future__ import annotations
 
