@@ -12,7 +12,7 @@
  * A post-norm block (hp.attn_post_norm: OLMo-Hybrid's attention layers, OLMo-2's form) has no
  * pre-norms (attn_norm / ffn_norm NULL: the branch reads x) and norms its branch outputs instead:
  *   x += rmsnorm(mixer(x)) * post_attention_norm;  x += rmsnorm(ffn(x)) * post_ffw_norm
- * MiniMax (hp.residual_normed): each branch joins as x = alpha * rmsnorm(x) + beta * branch, the
+ * MiniMax (hp.res.normed): each branch joins as x = alpha * rmsnorm(x) + beta * branch, the
  * factors per branch (lightning, attention, FFN).
  * RecurrentGemma: embedding_scale = bf16(sqrt(D)) (the converter's key), logits soft-capped,
  *   logits = cap tanh(logits / cap) with cap = rglru_logit_softcap (final_logit_softcapping).
@@ -70,13 +70,13 @@ const tk_ffn_ops * tk_ffn_ops_of(int32_t kind) {
 static void block_input(tk_context * ctx, const float * w, int32_t D, int32_t U) {
     if (w) tk_rms_norm_rows(ctx, ctx->x, w, ctx->model->hp.rms_eps, D, U, ctx->cur);
     else memcpy(ctx->cur, ctx->x, (size_t) U * (size_t) D * sizeof(float));
-    if (w && ctx->model->hp.residual_normed) memcpy(ctx->x, ctx->cur, (size_t) U * (size_t) D * sizeof(float));
+    if (w && ctx->model->hp.res.normed) memcpy(ctx->x, ctx->cur, (size_t) U * (size_t) D * sizeof(float));
 }
 
-/* x += out * residual_scale; MiniMax (hp.residual_normed): x = alpha * x + beta * out, x holding the
+/* x += out * residual_scale; MiniMax (hp.res.normed): x = alpha * x + beta * out, x holding the
  * branch's normed input (block_input copied it there) */
 static void residual_add(tk_context * ctx, int32_t D, int32_t U, float alpha, float beta) {
-    if (!ctx->model->hp.residual_normed) {
+    if (!ctx->model->hp.res.normed) {
         tk_rows_job j = {ctx->out, NULL, ctx->x, D, D, D, ctx->model->hp.residual_scale, 1};
         tk_par_rows(ctx->pool, U, D, tk_add_rows, &j);
         return;
@@ -107,7 +107,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
             if (l->post_attn_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_attn_norm, hp->rms_eps, D, U, ctx->out);   /* LFM3 sandwich */
             if (l->attn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->attn_post_norm, hp->rms_eps, D, U, ctx->out);
             const int lin = l->kind == TK_LAYER_LIGHTNING;
-            residual_add(ctx, D, U, lin ? hp->res_alpha_lin : hp->res_alpha_full, lin ? hp->res_beta_lin : hp->res_beta_full);
+            residual_add(ctx, D, U, lin ? hp->res.alpha_lin : hp->res.alpha_full, lin ? hp->res.beta_lin : hp->res.beta_full);
         }
         const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
         if (!ffn) continue;
@@ -115,7 +115,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         TK_CHECK(ffn->forward(ctx, l, U, ctx->out));
         if (l->post_ffw_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_ffw_norm, hp->rms_eps, D, U, ctx->out);
         if (l->ffn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->ffn_post_norm, hp->rms_eps, D, U, ctx->out);
-        residual_add(ctx, D, U, hp->res_alpha_mlp, hp->res_beta_mlp);
+        residual_add(ctx, D, U, hp->res.alpha_mlp, hp->res.beta_mlp);
     }
     /* logits only for the tokens that asked for them */
     for (int32_t t = 0; t < U; t++) {

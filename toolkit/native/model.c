@@ -182,48 +182,48 @@ static tk_status check_hparams(const tk_hparams * hp) {
         TK_CHECK(ops->check(hp, i));
         if (f == TK_FFN_MOE) has_moe = 1;
     }
-    if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
-        return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
+    if (has_moe && (hp->moe.n_expert <= 0 || hp->moe.n_expert_used <= 0 || hp->moe.n_expert_used > hp->moe.n_expert || hp->moe.n_expert > 4096))
+        return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->moe.n_expert, hp->moe.n_expert_used);
     if (!(hp->rglru_logit_softcap >= 0) || !isfinite(hp->rglru_logit_softcap))
         return TK_FAIL(TK_ERR_INVALID, "rglru_logit_softcap = %g must be finite and >= 0", hp->rglru_logit_softcap);
-    if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
-    if (hp->hc_sinkhorn_iters < 0 || hp->hc_sinkhorn_iters > 1000 || !(hp->hc_eps >= 0) || !isfinite(hp->hc_eps) ||
-        (hp->hc_sinkhorn_iters > 0 && (hp->hc_count < 1 || hp->ple_index)))
+    if (hp->hc.count < 0 || hp->hc.count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc.count);
+    if (hp->hc.sinkhorn_iters < 0 || hp->hc.sinkhorn_iters > 1000 || !(hp->hc.eps >= 0) || !isfinite(hp->hc.eps) ||
+        (hp->hc.sinkhorn_iters > 0 && (hp->hc.count < 1 || hp->ple.index)))
         return TK_FAIL(TK_ERR_INVALID, "mHC: hc_count = %d, sinkhorn iterations = %d, epsilon = %g invalid",
-                       hp->hc_count, hp->hc_sinkhorn_iters, hp->hc_eps);
-    if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
-        if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);
-        if (hp->ple_ngram_size < 2 || hp->ple_ngram_size > 32 || hp->ple_heads_per_ngram <= 0 ||
-            hp->ple_heads_per_ngram > 4096 || hp->ple_conv_kernel < 1 || hp->ple_conv_kernel > 64 || !hp->ple_consts ||
-            hp->ple_n_module <= 0 || hp->ple_eos_token < 0 || hp->ple_eos_token >= hp->n_vocab)
+                       hp->hc.count, hp->hc.sinkhorn_iters, hp->hc.eps);
+    if (hp->ple.index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
+        if (hp->hc.count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc.count);
+        if (hp->ple.ngram_size < 2 || hp->ple.ngram_size > 32 || hp->ple.heads_per_ngram <= 0 ||
+            hp->ple.heads_per_ngram > 4096 || hp->ple.conv_kernel < 1 || hp->ple.conv_kernel > 64 || !hp->ple.consts ||
+            hp->ple.n_module <= 0 || hp->ple.eos_token < 0 || hp->ple.eos_token >= hp->n_vocab)
             return TK_FAIL(TK_ERR_INVALID, "PLE hparams out of range (ngram_size %d, heads_per_ngram %d, conv_kernel %d, "
-                           "eos_token_id %d)", hp->ple_ngram_size, hp->ple_heads_per_ngram, hp->ple_conv_kernel, hp->ple_eos_token);
+                           "eos_token_id %d)", hp->ple.ngram_size, hp->ple.heads_per_ngram, hp->ple.conv_kernel, hp->ple.eos_token);
         for (int i = 0; i < hp->n_layer; i++) {
-            const int32_t k = hp->ple_index[i];
-            if (k < -1 || k >= hp->ple_n_module) return TK_FAIL(TK_ERR_INVALID, "layer %d: PLE module %d out of range", i, k);
+            const int32_t k = hp->ple.index[i];
+            if (k < -1 || k >= hp->ple.n_module) return TK_FAIL(TK_ERR_INVALID, "layer %d: PLE module %d out of range", i, k);
             if (k >= 0 && hp->layer_kinds[i] != TK_LAYER_GDN)
                 return TK_FAIL(TK_ERR_INVALID, "layer %d: a PLE layer must be a gated-delta-net layer", i);
         }
     }
     if (!(hp->rms_eps >= 0) || !isfinite(hp->logit_scale) || hp->logit_scale == 0)
         return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
-    if (!(hp->ssm_dt_b_c_eps >= 0) || !isfinite(hp->ssm_dt_b_c_eps))
-        return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm_dt_b_c_eps);
-    if (hp->swa_layers) {      /* sliding-window layers: attention kinds (a KV cache), a window of at least 1 */
-        if (hp->n_swa <= 0 || hp->n_swa > (1 << 24))
-            return TK_FAIL(TK_ERR_INVALID, "sliding window n_swa = %d must be in [1, 2^24]", hp->n_swa);
+    if (!(hp->ssm.dt_b_c_eps >= 0) || !isfinite(hp->ssm.dt_b_c_eps))
+        return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm.dt_b_c_eps);
+    if (hp->attn.swa_layers) {      /* sliding-window layers: attention kinds (a KV cache), a window of at least 1 */
+        if (hp->attn.n_swa <= 0 || hp->attn.n_swa > (1 << 24))
+            return TK_FAIL(TK_ERR_INVALID, "sliding window n_swa = %d must be in [1, 2^24]", hp->attn.n_swa);
         for (int i = 0; i < hp->n_layer; i++) {
             const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-            if (hp->swa_layers[i] && (hp->layer_kinds[i] != TK_LAYER_ATTENTION || !ops->kv_dim))
+            if (hp->attn.swa_layers[i] && (hp->layer_kinds[i] != TK_LAYER_ATTENTION || !ops->kv_dim))
                 return TK_FAIL(TK_ERR_INVALID, "layer %d: only an attention layer can be sliding-window", i);
         }
     }
-    if (!(hp->gdn_beta_scale >= 0) || !isfinite(hp->gdn_beta_scale) || !(hp->gdn_norm_eps >= 0) || !isfinite(hp->gdn_norm_eps))
-        return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn_beta_scale, hp->gdn_norm_eps);
-    if (!(hp->swiglu_clamp_exp >= 0) || !isfinite(hp->swiglu_clamp_exp) || !(hp->swiglu_clamp_shexp >= 0) ||
-        !isfinite(hp->swiglu_clamp_shexp))
-        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->swiglu_clamp_exp,
-                       hp->swiglu_clamp_shexp);
+    if (!(hp->gdn.beta_scale >= 0) || !isfinite(hp->gdn.beta_scale) || !(hp->gdn.norm_eps >= 0) || !isfinite(hp->gdn.norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn.beta_scale, hp->gdn.norm_eps);
+    if (!(hp->ffn.swiglu_clamp_exp >= 0) || !isfinite(hp->ffn.swiglu_clamp_exp) || !(hp->ffn.swiglu_clamp_shexp >= 0) ||
+        !isfinite(hp->ffn.swiglu_clamp_shexp))
+        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->ffn.swiglu_clamp_exp,
+                       hp->ffn.swiglu_clamp_shexp);
     if (hp->attn_post_norm && tk_hc_on(hp)) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
     if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
         return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");
@@ -366,34 +366,34 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.ffn_kinds = m->ffn_kinds;
     m->hp.n_head_kv = m->n_head_kv;
     /* qwen4exp's arrays (NULL elsewhere) */
-    if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
-    if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
-    if (hp->swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
-    if (hp->dsa_full) m->dsa_full = malloc(nl * sizeof(int32_t));
-    const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
-        (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
+    if (hp->idx.compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
+    if (hp->ple.index) m->ple_index = malloc(nl * sizeof(int32_t));
+    if (hp->attn.swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
+    if (hp->dsa.full) m->dsa_full = malloc(nl * sizeof(int32_t));
+    const size_t n_consts = hp->ple.index ? (size_t) hp->ple.n_module *
+        (size_t) (hp->ple.ngram_size + 2 * (hp->ple.ngram_size - 1) * hp->ple.heads_per_ngram) : 0;
     if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
-    if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts) ||
-        (hp->swa_layers && !m->swa_layers) || (hp->dsa_full && !m->dsa_full)) {
+    if ((hp->idx.compress_ratios && !m->compress_ratios) || (hp->ple.index && !m->ple_index) || (n_consts && !m->ple_consts) ||
+        (hp->attn.swa_layers && !m->swa_layers) || (hp->dsa.full && !m->dsa_full)) {
         tk_model_free(m);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
-    if (m->compress_ratios) memcpy(m->compress_ratios, hp->compress_ratios, nl * sizeof(int32_t));
-    if (m->ple_index) memcpy(m->ple_index, hp->ple_index, nl * sizeof(int32_t));
-    if (m->ple_consts) memcpy(m->ple_consts, hp->ple_consts, n_consts * sizeof(uint64_t));
-    m->hp.compress_ratios = m->compress_ratios;
-    m->hp.ple_index = m->ple_index;
-    m->hp.ple_consts = m->ple_consts;
-    if (m->swa_layers) memcpy(m->swa_layers, hp->swa_layers, nl * sizeof(int32_t));
-    m->hp.swa_layers = m->swa_layers;
-    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa_full, nl * sizeof(int32_t));
-    m->hp.dsa_full = m->dsa_full;
-    if (!m->swa_layers) m->hp.n_swa = 0;
-    m->conv_dim = hp->d_inner;
+    if (m->compress_ratios) memcpy(m->compress_ratios, hp->idx.compress_ratios, nl * sizeof(int32_t));
+    if (m->ple_index) memcpy(m->ple_index, hp->ple.index, nl * sizeof(int32_t));
+    if (m->ple_consts) memcpy(m->ple_consts, hp->ple.consts, n_consts * sizeof(uint64_t));
+    m->hp.idx.compress_ratios = m->compress_ratios;
+    m->hp.ple.index = m->ple_index;
+    m->hp.ple.consts = m->ple_consts;
+    if (m->swa_layers) memcpy(m->swa_layers, hp->attn.swa_layers, nl * sizeof(int32_t));
+    m->hp.attn.swa_layers = m->swa_layers;
+    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa.full, nl * sizeof(int32_t));
+    m->hp.dsa.full = m->dsa_full;
+    if (!m->swa_layers) m->hp.attn.n_swa = 0;
+    m->conv_dim = hp->ssm.d_inner;
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kinds[i] == TK_LAYER_MAMBA2 || hp->layer_kinds[i] == TK_LAYER_PARALLEL ||
-            hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED) m->conv_dim = hp->d_inner + 2 * hp->n_group * hp->d_state;
-        else if (hp->layer_kinds[i] == TK_LAYER_GDN) m->conv_dim = 2 * hp->n_group * hp->d_state + hp->d_inner;
+            hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED) m->conv_dim = hp->ssm.d_inner + 2 * hp->ssm.n_group * hp->ssm.d_state;
+        else if (hp->layer_kinds[i] == TK_LAYER_GDN) m->conv_dim = 2 * hp->ssm.n_group * hp->ssm.d_state + hp->ssm.d_inner;
         else if (hp->layer_kinds[i] == TK_LAYER_SHORTCONV) m->conv_dim = hp->n_embd;
 
     int fd = open(path, O_RDONLY);
@@ -423,7 +423,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
     /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
     const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK && tk_hc_on(hp) && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
+    if (st == TK_OK && tk_hc_on(hp) && hp->hc.sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     const int tied = st == TK_OK && !m->output.data;

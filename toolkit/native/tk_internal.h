@@ -106,7 +106,7 @@ typedef struct {
     float * ple_norm_key, * ple_norm_query, * ple_norm_conv;  /* [hcD] */
     float * ple_conv1d;                                  /* [hcD][Kp] (ggml [Kp, hcD]) */
     /* LFM3: the per-head output gate and the sandwich norms (NULL / absent elsewhere) */
-    tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn_head_gate) */
+    tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn.head_gate) */
     float * post_attn_norm, * post_ffw_norm;             /* [D] (hp.sandwich_norm) */
     /* RecurrentGemma (mixer_rglru.c, ffn_geglu.c, attention biases; lru = d_inner, bw = lru / n_head) */
     tk_weight rglru_x, rglru_y;                          /* linear_x, linear_y [D, lru] */
@@ -135,7 +135,7 @@ typedef struct {
 
 /* hyper-connections in force: qwen4exp's (hc_count > 1) or GLM-5-Next's mHC (hc_sinkhorn_iters > 0,
  * any count, 1 included: HF's mHC with one stream is not the plain residual) */
-static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc_count > 1 || hp->hc_sinkhorn_iters > 0; }
+static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc.count > 1 || hp->hc.sinkhorn_iters > 0; }
 
 struct tk_model {
     tk_hparams hp;             /* layer_kinds/ffn_kinds/n_head_kv point into the arrays below */

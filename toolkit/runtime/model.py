@@ -138,7 +138,7 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
             v = int(v)
         else:
             v = float(v)
-        setattr(c, fld.name, v)
+        fld.set(c, v)
     return c, arrays
 
 
