@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pytest
 
-from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Residual, arch_spec
+from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Norm, Residual, arch_spec
 from toolkit.arch import readers as R
 from toolkit.arch import fields as F
 from toolkit.arch.abi import PYTHON_ONLY, TK_HPARAMS, CField, flat_fields, struct_mismatches
@@ -52,6 +52,12 @@ def _c_enum(c_enum: str, count: str) -> dict[str, int]:
     n = c.pop(count)
     assert sorted(c.values()) == list(range(n)), (c_enum, count, n)
     return c
+
+
+def test_recipe_enums_equal_c():
+    assert {m.name: m.value for m in Norm} == {k[len("TK_NORM_"):]: v for k, v in ffi.typeof("tk_norm_place").relements.items()}
+    assert {r.c_id for r in Residual} == set(ffi.typeof("tk_residual").relements.values())
+    assert Residual.NORMED_FACTORS.c_id == lib.TK_RESIDUAL_NORMED and Residual.MHC.c_id == lib.TK_RESIDUAL_HC
 
 
 @pytest.mark.parametrize("enum, c_enum, prefix, count", [(LayerKind, "tk_layer_kind", "TK_LAYER_", "TK_LAYER_KIND_COUNT"),
@@ -178,13 +184,16 @@ def test_filled_struct_holds_hparams(name):
         want = fld.value(hp, spec)
         if fld.kind in ("int32[]", "uint64[]") and not len(want):
             assert got == ffi.NULL, fld          # a family without the array (qwen4exp's)
+        elif fld.kind == "str":
+            assert ffi.string(got).decode() == want, fld
         elif fld.kind == "int32[]":
             assert list(ffi.unpack(got, hp.n_layer)) == [int(x) for x in want], fld
         elif fld.kind == "float":
             assert got == float(np.float32(want)), fld
         else:
             assert got == int(want), fld
-    assert len(arrays) == 3 + bool(hp.dsa_full)     # glm5-next: the DSA indexer types
+    assert len(arrays) == 3 + bool(hp.dsa_full) + 2     # glm5-next: the DSA indexer types; the two norm names
+    assert ffi.string(c.block.ffn_norm).decode() == spec.ffn_norm and c.block.residual == spec.residual.c_id
 
 
 # ---- tensors --------------------------------------------------------------------------------

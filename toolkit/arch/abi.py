@@ -17,7 +17,7 @@ from toolkit.arch.table import ArchSpec
 
 # C type spelling (as cffi reports it: ffi.typeof(...).fields[i][1].type.cname) -> value kind
 C_KINDS = {"int32_t": "int32", "float": "float", "int32_t *": "int32[]", "int32_t const *": "int32[]",
-           "uint64_t *": "uint64[]", "uint64_t const *": "uint64[]"}
+           "uint64_t *": "uint64[]", "uint64_t const *": "uint64[]", "char *": "str", "char const *": "str"}
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class CField:
     """One ``tk_hparams`` field: its C path (``member`` or ``group.member``), value kind and source.
 
     ``kind``: ``"int32"``, ``"float"``, ``"int32[]"`` (a per-layer array of n_layer ints; an
-    empty list is passed as NULL) or ``"uint64[]"`` (exact unsigned 64-bit values; empty: NULL).
+    empty list is passed as NULL), ``"uint64[]"`` (exact unsigned 64-bit values; empty: NULL) or
+    ``"str"`` (a NUL-terminated name).
     ``source``: an :class:`HParams` attribute, or ``"spec.ATTR"`` for an :class:`ArchSpec` one.
     """
 
@@ -97,7 +98,8 @@ def struct_mismatches(c_fields: Iterable[tuple[str, str]], py_fields: Iterable[s
     python_only = PYTHON_ONLY if python_only is None else python_only
     c = dict(c_fields)
     py = set(py_fields)
-    spec_attrs = {f.name for f in dataclasses.fields(ArchSpec)}
+    spec_attrs = {f.name for f in dataclasses.fields(ArchSpec)} | {n for n, v in vars(ArchSpec).items()
+                                                                  if isinstance(v, property)}
     rows = {f.name: f for f in table}
     out = [f"tk_hparams.{n} ({t}) is not filled from Python" for n, t in c.items() if n not in rows]
     for f in rows.values():

@@ -31,11 +31,13 @@ REQUIRED: Any = object()   # default of the fields every HParams is built with (
 
 # value type -> (C spelling, Python type)
 TYPES = {"int32": ("int32_t", int), "bool": ("int32_t", bool), "float": ("float", float),
-         "int32[]": ("const int32_t *", list), "uint64[]": ("const uint64_t *", list)}
+         "int32[]": ("const int32_t *", list), "uint64[]": ("const uint64_t *", list), "str": ("const char *", str)}
 
 # the C sub-structs of tk_hparams, in struct order, with what they hold ("" is the top level)
 GROUPS: dict[str, str] = {
     "": "the model",
+    "block": "the block recipe (the architecture row's, toolkit/arch/table.py): where the norms sit, how a "
+             "branch joins the residual, the norm tensors' names (model.c binds, forward.c runs them)",
     "ssm": "recurrent sizes: Mamba-1/2, and the conv / width of the gated delta net, short conv, RG-LRU and KDA "
            "(a GDN layer reads d_state = Dk, head_dim = Dv, n_group = Hk, n_head = Hv, d_inner = Hv Dv, d_conv = K)",
     "gdn": "gated delta net (mixer_gdn.c)",
@@ -50,7 +52,8 @@ GROUPS: dict[str, str] = {
     "kda": "Kimi Delta Attention (mixer_kda.c): n heads of D (key dim = value dim), C = n D channels; "
            "d_conv is ssm's",
     "mla": "multi-head latent attention (mixer_mla.c), attn.n_head heads",
-    "res": "MiniMax-Text-01's residual: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch",
+    "res": "block.residual 1 (MiniMax-Text-01): x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)), the factors "
+           "per branch kind: a recurrent mixer (no KV cache), an attention mixer, the FFN",
 }
 
 
@@ -128,6 +131,7 @@ def _a(name, doc, **kw) -> HParam:
 
 
 def _spec(name, group, doc, attr=None, c="") -> HParam:
+    """A 0 / 1 field C takes from the architecture row's attribute (``attr``, default ``name``)."""
     return HParam(name, "bool", False, doc, group=group, c=c, source=f"spec.{attr or name}")
 
 
@@ -238,24 +242,19 @@ HPARAMS: tuple[HParam, ...] = (
        "(i, i + n_rot/2), i < rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair", group="attn"),
     _i("attn_head_gate", 0, "attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required)",
        group="attn"),
-    _i("sandwich_norm", 0, "post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required)"),
     # Lara-Mini
     _i("rope_swa_only", 0, "RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE",
        group="attn"),
     # MiniMax-Text-01
-    _i("residual_normed", 0, "x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch", group="res",
-       c="normed"),
-    _f("res_alpha_lin", 1.0, "alpha of the lightning branch", group="res"),
-    _f("res_alpha_full", 1.0, "alpha of the attention branch", group="res"),
-    _f("res_alpha_mlp", 1.0, "alpha of the FFN branch", group="res"),
-    _f("res_beta_lin", 1.0, "beta of the lightning branch", group="res"),
-    _f("res_beta_full", 1.0, "beta of the attention branch", group="res"),
-    _f("res_beta_mlp", 1.0, "beta of the FFN branch", group="res"),
-    # RecurrentGemma
-    _f("rglru_logit_softcap", 0.0, "> 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none",
+    _f("res_alpha_lin", 1.0, "alpha of a recurrent mixer's branch (MiniMax: lightning)", group="res", c="alpha_rec"),
+    _f("res_alpha_full", 1.0, "alpha of an attention mixer's branch", group="res", c="alpha_attn"),
+    _f("res_alpha_mlp", 1.0, "alpha of the FFN branch", group="res", c="alpha_ffn"),
+    _f("res_beta_lin", 1.0, "beta of a recurrent mixer's branch", group="res", c="beta_rec"),
+    _f("res_beta_full", 1.0, "beta of an attention mixer's branch", group="res", c="beta_attn"),
+    _f("res_beta_mlp", 1.0, "beta of the FFN branch", group="res", c="beta_ffn"),
+    # the logits' post-processing (after logit_scale)
+    _f("logit_softcap", 0.0, "> 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none",
        key=_K.LLM.FINAL_LOGIT_SOFTCAPPING),
-    _i("rglru_attn_bias", 0, "attention layers have attn_output.bias (required) and attn_q/k/v.bias (optional, "
-       "the three together); 0: attention biases refused"),
     # KDA
     _i("kda_n_head", 0, "n", group="kda", kinds=(LayerKind.KDA,)),
     _i("kda_head_dim", 0, "D", group="kda", key=_K.KDA.HEAD_DIM, lo=1, hi=4096, kinds=(LayerKind.KDA,)),
@@ -311,11 +310,18 @@ HPARAMS: tuple[HParam, ...] = (
     _spec("attn_q_gate", "attn", "attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate)"),
     _spec("attn_qk_norm", "attn", "attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head"),
     _spec("attn_qk_norm_full", "attn", "with qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd])"),
-    _spec("ffn_norm_post_attn", "", "the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm"),
-    _spec("ffn_norm_bare", "", "the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name)"),
-    _spec("output_norm_embd", "", "the final RMSNorm weight is token_embd_norm (LFM2), else output_norm"),
-    _spec("attn_post_norm", "", "attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm; x += "
-          "rmsnorm(attn(x)) * post_attention_norm; x += rmsnorm(ffn(x)) * post_ffw_norm"),
+    _spec("attn_bias", "attn", "attention layers have attn_output.bias (required) and attn_q/k/v.bias (optional, "
+          "the three together); 0: attention biases refused", c="bias"),
+    # the block recipe: the row's, the norm placement the file's (read_common, read_lfm3)
+    _i("norm_place", 0, "tk_norm_place: 0 pre-norm blocks; 1 attention blocks post-norm (x += norm(f(x)): "
+       "post_attention_norm, post_ffw_norm), the others pre-norm; 2 sandwich (both); 3 hyper-connections",
+       group="block", c="norm"),
+    HParam("residual", "int32", 0, "tk_residual: 0 x += residual_scale f(x); 1 alpha / beta per branch kind (res); "
+           "2 hyper-connections (hc)", group="block", source="spec.c_residual"),
+    HParam("ffn_norm", "str", "", "the FFN pre-norm's tensor after blk.N. (ffn_norm.weight; Qwen "
+           "post_attention_norm.weight; llama.cpp's falcon-h1 ffn_norm)", group="block", source="spec.ffn_norm"),
+    HParam("output_norm", "str", "", "the final RMSNorm's tensor (output_norm.weight; LFM2 token_embd_norm.weight)",
+           group="block", source="spec.output_norm"),
 )
 
 

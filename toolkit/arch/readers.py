@@ -13,7 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from toolkit.arch import fields as F
-from toolkit.arch.kinds import FFNKind, LayerKind
+from toolkit.arch.kinds import FFNKind, LayerKind, Norm
 from toolkit.errors import InputError
 from toolkit.gguf_io.constants import MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, Keys, k
 
@@ -119,6 +119,7 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if not 0 < n_vocab < 2**31:
         raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
     hp.n_vocab, hp.n_embd, hp.n_layer = int(n_vocab), n_embd, n_layer
+    hp.norm_place = int(spec.norm)      # the row's; a file may lack optional norms (read_lfm3)
     hp.n_ctx_train = int(r.opt(Keys.LLM.CONTEXT_LENGTH, 0))
     eps = r.opt(Keys.Attention.LAYERNORM_RMS_EPS, None)
     if eps is None and r.f.get(k(Keys.Attention.LAYERNORM_EPS, r.arch)) is not None:
@@ -575,7 +576,6 @@ def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         hp.head_dim = int(r.opt(Keys.Attention.KEY_LENGTH, hp.n_embd // hp.n_head))
         if not 0 < hp.head_dim <= 4096:
             raise r.bad(Keys.Attention.KEY_LENGTH, f"= {hp.head_dim} is out of range")
-    hp.residual_normed = 1
     a = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0))
     if not _m.isfinite(a):
         raise r.bad(Keys.LLM.RESIDUAL_SCALE, f"= {a} is not finite")
@@ -608,7 +608,8 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     layers' base; default rope.freq_base), ``rope.proportional_dimension_count`` (ours: the full
     layers' rotated dims, even, at most rope.dimension_count; default all), and from the tensors
     present the per-head output gate (``blk.N.attn_gate``) and the sandwich norms
-    (``blk.N.post_attention_norm`` / ``post_ffw_norm``).  ref: specs/more-hybrids.md §4."""
+    (``blk.N.post_attention_norm`` / ``post_ffw_norm``: the row's sandwich placement, else pre-norm
+    blocks).  ref: specs/more-hybrids.md §4."""
     f = r.f
     base = r.opt(Keys.Rope.FREQ_BASE_SWA, None)
     hp.rope_freq_base_swa = float(hp.rope_freq_base if base is None else base)
@@ -620,7 +621,8 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.rope_prop_rot = prop if prop < hp.n_rot else 0
     attn = hp.attention_layers
     hp.attn_head_gate = int(bool(attn) and f"blk.{attn[0]}.attn_gate.weight" in f.tensors)
-    hp.sandwich_norm = int("blk.0.post_attention_norm.weight" in f.tensors)
+    if "blk.0.post_attention_norm.weight" not in f.tensors:
+        hp.norm_place = int(Norm.PRE)
 
 
 def read_rglru(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -642,8 +644,8 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     sliding-window (local) layer of window ``attention.sliding_window`` (required, >= 1; no
     pattern key: HF has no global layers), the RG-LRU gates' head count ``attention.head_count``
     (read here too when the file has no attention layer) dividing ``rglru.width``, the logit soft
-    cap ``final_logit_softcapping`` (absent: none), the embedding scale ``embedding_scale``
-    (bf16(sqrt(n_embd)), HF's bfloat16 normalizer; absent: 1), attention biases (o_proj always has one)."""
+    cap ``final_logit_softcapping`` (the row's ``logit_softcap``; absent: none), the embedding scale ``embedding_scale``
+    (bf16(sqrt(n_embd)), HF's bfloat16 normalizer; absent: 1) (attention biases: the row's ``attn_bias``)."""
     if not hp.n_head:
         hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
     if hp.n_head <= 0 or hp.d_inner % hp.n_head:
@@ -659,14 +661,13 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if attn:
         hp.n_swa = int(w)
         hp.swa_layers = [int(i in set(attn)) for i in range(hp.n_layer)]
-    cap = r.opt(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, None)
+    cap = r.opt(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, None) if spec.logit_softcap else None
     if cap is not None and not (math.isfinite(cap) and cap > 0):
         raise r.bad(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, f"= {cap} must be finite and > 0")
-    hp.rglru_logit_softcap = float(cap or 0.0)
+    hp.logit_softcap = float(cap or 0.0)
     hp.embedding_scale = float(r.opt(Keys.LLM.EMBEDDING_SCALE, 1.0))
     if not (math.isfinite(hp.embedding_scale) and hp.embedding_scale > 0):
         raise r.bad(Keys.LLM.EMBEDDING_SCALE, f"= {hp.embedding_scale} must be finite and > 0")
-    hp.rglru_attn_bias = 1
 
 
 def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -120,7 +120,36 @@ typedef enum {
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
+typedef enum {                 /* == toolkit.arch.Norm: where a block's RMSNorms sit (tk_hparams.block.norm) */
+    TK_NORM_PRE = 0,           /* x += f(norm(x)) */
+    TK_NORM_POST = 1,          /* attention blocks x += norm(f(x)) (post_attention_norm, post_ffw_norm); others PRE */
+    TK_NORM_SANDWICH = 2,      /* x += norm(f(norm(x))) */
+    TK_NORM_HYPER = 3          /* hyper-connections (residual_hc.c): the block's mixers stand for the norms */
+} tk_norm_place;
+
+typedef enum {                 /* == toolkit.arch.Residual.c_id: how a branch joins (tk_hparams.block.residual) */
+    TK_RESIDUAL_PLAIN = 0,     /* x += residual_scale f */
+    TK_RESIDUAL_NORMED = 1,    /* x = alpha rmsnorm(x) + beta f(rmsnorm(x)), the factors per branch kind (hp.res) */
+    TK_RESIDUAL_HC = 2         /* hyper-connection streams (residual_hc.c) */
+} tk_residual;
+
 /* HPARAMS-BEGIN: generated from toolkit/arch/fields.py by tools/gen_hparams.py; edit there */
+/* tk_hparams.block: the block recipe (the architecture row's, toolkit/arch/table.py): where the norms sit,
+ * how a branch joins the residual, the norm tensors' names (model.c binds, forward.c runs them) */
+typedef struct {
+    /* tk_norm_place: 0 pre-norm blocks; 1 attention blocks post-norm (x += norm(f(x)):
+     * post_attention_norm, post_ffw_norm), the others pre-norm; 2 sandwich (both); 3 hyper-connections */
+    int32_t norm;
+    /* tk_residual: 0 x += residual_scale f(x); 1 alpha / beta per branch kind (res); 2 hyper-connections
+     * (hc) [spec.c_residual] */
+    int32_t residual;
+    /* the FFN pre-norm's tensor after blk.N. (ffn_norm.weight; Qwen post_attention_norm.weight;
+     * llama.cpp's falcon-h1 ffn_norm) [spec.ffn_norm] */
+    const char * ffn_norm;
+    /* the final RMSNorm's tensor (output_norm.weight; LFM2 token_embd_norm.weight) [spec.output_norm] */
+    const char * output_norm;
+} tk_hparams_block;
+
 /* tk_hparams.ssm: recurrent sizes: Mamba-1/2, and the conv / width of the gated delta net, short conv,
  * RG-LRU and KDA (a GDN layer reads d_state = Dk, head_dim = Dv, n_group = Hk, n_head = Hv, d_inner = Hv
  * Dv, d_conv = K) */
@@ -185,6 +214,9 @@ typedef struct {
     /* with qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd])
      * [spec.attn_qk_norm_full] */
     int32_t qk_norm_full;
+    /* attention layers have attn_output.bias (required) and attn_q/k/v.bias (optional, the three
+     * together); 0: attention biases refused [spec.attn_bias] */
+    int32_t bias;
 } tk_hparams_attn;
 
 /* tk_hparams.moe: routed experts (ffn_moe.c) */
@@ -283,16 +315,15 @@ typedef struct {
     int32_t rope;                  /* RoPE on q_rot and k_rot (NORM: adjacent pairs, attn.rope_freq_base) */
 } tk_hparams_mla;
 
-/* tk_hparams.res: MiniMax-Text-01's residual: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per
- * branch */
+/* tk_hparams.res: block.residual 1 (MiniMax-Text-01): x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)),
+ * the factors per branch kind: a recurrent mixer (no KV cache), an attention mixer, the FFN */
 typedef struct {
-    int32_t normed;                /* x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch */
-    float alpha_lin;               /* alpha of the lightning branch */
-    float alpha_full;              /* alpha of the attention branch */
-    float alpha_mlp;               /* alpha of the FFN branch */
-    float beta_lin;                /* beta of the lightning branch */
-    float beta_full;               /* beta of the attention branch */
-    float beta_mlp;                /* beta of the FFN branch */
+    float alpha_rec;               /* alpha of a recurrent mixer's branch (MiniMax: lightning) */
+    float alpha_attn;              /* alpha of an attention mixer's branch */
+    float alpha_ffn;               /* alpha of the FFN branch */
+    float beta_rec;                /* beta of a recurrent mixer's branch */
+    float beta_attn;               /* beta of an attention mixer's branch */
+    float beta_ffn;                /* beta of the FFN branch */
 } tk_hparams_res;
 
 typedef struct {
@@ -307,21 +338,8 @@ typedef struct {
     float embedding_scale;         /* embeddings * this */
     float residual_scale;          /* each branch * this before it joins the residual */
     float logit_scale;             /* logits are divided by this */
-    /* post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required) */
-    int32_t sandwich_norm;
-    float rglru_logit_softcap;     /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
-    /* attention layers have attn_output.bias (required) and attn_q/k/v.bias (optional, the three
-     * together); 0: attention biases refused */
-    int32_t rglru_attn_bias;
-    /* the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm [spec.ffn_norm_post_attn] */
-    int32_t ffn_norm_post_attn;
-    /* the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) [spec.ffn_norm_bare] */
-    int32_t ffn_norm_bare;
-    /* the final RMSNorm weight is token_embd_norm (LFM2), else output_norm [spec.output_norm_embd] */
-    int32_t output_norm_embd;
-    /* attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm; x += rmsnorm(attn(x)) *
-     * post_attention_norm; x += rmsnorm(ffn(x)) * post_ffw_norm [spec.attn_post_norm] */
-    int32_t attn_post_norm;
+    float logit_softcap;           /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
+    tk_hparams_block block;
     tk_hparams_ssm ssm;
     tk_hparams_gdn gdn;
     tk_hparams_attn attn;

@@ -13,7 +13,7 @@
  *   q = wq cur, k = wk cur, v = wv cur
  *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps);
  *     attn_qk_norm_full: q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm over all heads
- *   (a post-norm block, hp.attn_post_norm, is forward.c's: this mixer is the same)
+ *   (a post-norm block, hp.block.norm TK_NORM_POST, is forward.c's: this mixer is the same)
  *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
  *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
@@ -26,7 +26,7 @@
  *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
  *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
  * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (HFA:258-260).
- * RecurrentGemma (rglru_attn_bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
+ * RecurrentGemma (hp.attn.bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
  *   bias always, HFR:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
@@ -89,7 +89,7 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(nk), 1, &l->attn_k_norm));
     }
     static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
-    if (hp->rglru_attn_bias) {  /* RecurrentGemma: o_proj's bias always, q/k/v's with attention_bias (the three together) */
+    if (hp->attn.bias) {  /* RecurrentGemma: o_proj's bias always, q/k/v's with attention_bias (the three together) */
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(D), 1, &l->attn_out_b));
         const int qkv = tk_table_find(tab, NAME("attn_q.bias")) != NULL;
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * HD), qkv, &l->attn_q_b));

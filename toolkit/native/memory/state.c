@@ -74,8 +74,8 @@ static uint64_t fingerprint(const tk_model * m) {
         const tk_layer * L = &m->layers[l];
         const int32_t ld[] = {L->kind, L->ffn_kind, L->n_head_kv, L->ssm_in.type, L->wq.type};
         h = fnv(h, ld, sizeof ld);
-        /* a post-norm block (attn_post_norm) has no attn_norm: its attention output norm stands for it */
-        const float * norm = L->attn_norm ? L->attn_norm : L->attn_post_norm;
+        /* a post-norm block (TK_NORM_POST) has no attn_norm: its attention output norm stands for it */
+        const float * norm = L->attn_norm ? L->attn_norm : L->mixer_post_norm;
         h = hcd ? fnv(h, L->hc_attn_norm, hcd * sizeof(float)) : fnv(h, norm, (size_t) hp->n_embd * sizeof(float));
     }
     return h;
