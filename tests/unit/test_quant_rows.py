@@ -36,3 +36,21 @@ def test_a_rows_q8_0_floor_is_read(monkeypatch):
     assert choose() == GGMLType.Q4_0
     monkeypatch.setitem(table._BY_NAME, "mamba2", dataclasses.replace(arch_spec("mamba2"), quant_min_q8_0=("ssm_out",)))
     assert choose() == GGMLType.Q8_0
+
+
+def test_a_rows_no_fallback_list_is_read(monkeypatch):
+    """recurrent-gemma's RG-LRU gate blocks keep their type where llama.cpp takes a fallback; a row
+    without the list takes the fallback."""
+    from toolkit.quantize.rules import ModelInfo, Options, TypeChooser
+    from toolkit.quantize.types import file_type
+    ft = file_type("Q4_K_M")
+    name, shape = "blk.0.rglru_gate_i.weight", (20, 20, 4)     # rows of 20: not a k-block
+
+    def choose():
+        return TypeChooser(ModelInfo("recurrent-gemma", 2), ft.ftype, ft.default, Options(), [name]).choose(
+            name, shape, GGMLType.F32).type
+
+    assert choose() == GGMLType.F32
+    monkeypatch.setitem(table._BY_NAME, "recurrent-gemma",
+                        dataclasses.replace(arch_spec("recurrent-gemma"), quant_no_fallback=()))
+    assert choose() not in (GGMLType.F32, GGMLType.Q4_K)

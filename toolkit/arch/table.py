@@ -25,8 +25,8 @@ A family is data, not branches (DESIGN.md).  A row says:
   ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
   RMSNorm of q and k per head);
 - the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`;
-- ``quant_keep`` / ``quant_min_q8_0``: llama-quantize's exceptions for the architecture
-  (:mod:`toolkit.quantize.rules`).
+- ``quant_keep`` / ``quant_min_q8_0``: llama-quantize's exceptions for the architecture, and
+  ``quant_no_fallback`` ours (:mod:`toolkit.quantize.rules`).
 
 Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
 ``tk_hparams`` filling (:mod:`toolkit.arch.abi`).
@@ -243,6 +243,7 @@ class ArchSpec:
     # kept as they are beyond its common list, and tensors never quantized below Q8_0
     quant_keep: tuple[str, ...] = ()
     quant_min_q8_0: tuple[str, ...] = ()
+    quant_no_fallback: tuple[str, ...] = ()   # ours: kept as they are where llama.cpp would take a fallback type
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
     note: str = ""
@@ -439,6 +440,8 @@ ARCHES: tuple[ArchSpec, ...] = (
                       R.read_recurrent_gemma, R.check_rms_eps),
              mixers=(LayerKind.RGLRU, LayerKind.ATTENTION), recurrent=LayerKind.RGLRU, attention_from_file=True,
              ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, rope_neox=True, attn_bias=True, logit_softcap=True,
+             # the per-head RG-LRU gate blocks, expanded to float32 at load: a fallback type only loses precision
+             quant_no_fallback=(".rglru_gate_i.weight", ".rglru_gate_a.weight"),
              mixer_tensors=RECURRENT_GEMMA_MIXER_TENSORS, note="RecurrentGemma"),
     # Kimi-Linear (llama.cpp's kimi-linear; spec kda-family.md): KDA layers (mixer_kda.c) and MLA
     # layers (per-layer head_count_kv 1; mixer_mla.c, the latent cached), leading dense SwiGLU

@@ -34,7 +34,7 @@ qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.m
   ``rglru_x`` / ``rglru_y`` / ``ssm_out`` and the 3-D per-head gate blocks ``rglru_gate_i`` /
   ``rglru_gate_a`` are category OTHER (the file type's default), the attention and GeGLU
   tensors their categories, ``ssm_conv1d`` / ``rglru_param`` / norms / biases F32.  One rule of
-  ours: a gate block whose rows (bw = lru / n_head values) are not a whole block of the target
+  ours (the row's ``quant_no_fallback``): a gate block whose rows (bw = lru / n_head values) are not a whole block of the target
   type keeps its type (F32) instead of llama.cpp's F16 / Q5_0 fallback: the runtime expands the
   gate blocks to float32 at load anyway (mixer_rglru.c), so a fallback would only lose precision;
 - glm5-next has llama-quant.cpp branches of its own, which its architecture row holds
@@ -97,8 +97,6 @@ def _is_attn_v(cat: Category) -> bool:
 
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
-# RecurrentGemma's per-head RG-LRU gate blocks: kept as they are when their rows are not a block
-_RGLRU_GATE = re.compile(r"^blk\.\d+\.rglru_gate_[ia]\.weight$")
 
 
 def layer_of(name: str) -> int:
@@ -235,7 +233,8 @@ class TypeChooser:
             if not manual and not self.o.pure:
                 new_type = self._impl(new_type, name, shape, cat)
             new_type, fb = self._fallback(name, shape, new_type)
-            if fb is not None and _RGLRU_GATE.search(name):   # ours (module docstring): no fallback type
+            row = _row(self.m.arch)       # ours (module docstring): the row's tensors take no fallback type
+            if fb is not None and row is not None and any(s in name for s in row.quant_no_fallback):
                 self.n_fallback -= 1
                 return Choice(name, cur_type)
         return Choice(name, new_type, fb)
