@@ -151,7 +151,7 @@ HPARAMS: tuple[HParam, ...] = (
     _i("n_embd", REQUIRED, "D, model width", kinds=("all",)),
     _i("n_layer", REQUIRED, "L, blocks run (block_count - nextn_predict_layers)", kinds=("all",)),
     _i("n_ctx_train", REQUIRED, "training context", c=None, why="informational (info, default context size)",
-       kinds=("all",)),
+       key=_K.LLM.CONTEXT_LENGTH, absent=0, lo=0, kinds=("all",)),
     _f("rms_eps", REQUIRED, "epsilon of the RMSNorms", key=_K.Attention.LAYERNORM_RMS_EPS, kinds=("all",)),
     HParam("layer_kinds", "int32[]", REQUIRED, "[n_layer] tk_layer_kind", kinds=("all",)),
     HParam("ffn_kinds", "int32[]", REQUIRED, "[n_layer] tk_ffn_kind", kinds=("all",)),

@@ -120,7 +120,7 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
     hp.n_vocab, hp.n_embd, hp.n_layer = int(n_vocab), n_embd, n_layer
     hp.norm_place = int(spec.norm)      # the row's; a file may lack optional norms (read_lfm3)
-    hp.n_ctx_train = int(r.opt(Keys.LLM.CONTEXT_LENGTH, 0))
+    r.fill(hp, "n_ctx_train")
     eps = r.opt(Keys.Attention.LAYERNORM_RMS_EPS, None)
     if eps is None and r.f.get(k(Keys.Attention.LAYERNORM_EPS, r.arch)) is not None:
         # llama.cpp's Nemotron-H files carry only layer_norm_epsilon (its loader falls back too)
