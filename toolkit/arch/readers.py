@@ -462,8 +462,8 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """
     f, L = r.f, hp.n_layer
     hp.layer_kinds = [LayerKind.QSA if kd == LayerKind.ATTENTION else kd for kd in hp.layer_kinds]
-    hp.hc_count = int(r.req(Keys.HyperConnection.COUNT))
-    if not 2 <= hp.hc_count <= 64:
+    r.fill(hp, "hc_count")
+    if hp.hc_count < 2:
         raise r.bad(Keys.HyperConnection.COUNT, f"= {hp.hc_count} must be in [2, 64]")
     act = f.get(k(Keys.SSM.OUTPUT_GATE_TYPE, r.arch), "sigmoid")
     if not isinstance(act, str) or act not in _GATE_ACTS:
@@ -471,9 +471,7 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.gdn_gate_act = _GATE_ACTS[act]
     qsa = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.QSA]
     if qsa:
-        hp.idx_n_head = int(r.req(Keys.Attention.Indexer.HEAD_COUNT))
-        hp.idx_head_dim = int(r.req(Keys.Attention.Indexer.KEY_LENGTH))
-        hp.idx_top_k = int(r.req(Keys.Attention.Indexer.TOP_K))
+        r.fill(hp, "idx_n_head", "idx_head_dim", "idx_top_k")
         ratios = f.get(k(Keys.Attention.COMPRESS_RATIOS, r.arch), None)
         if not isinstance(ratios, list) or len(ratios) < L or not all(isinstance(x, int) and 0 <= x < 2**31 for x in ratios):
             raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"= {str(ratios)[:60]} must list {L} non-negative ints")
@@ -746,18 +744,9 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
             not a multiple of the k-pool, per-layer lists of the wrong length, clamps that differ
             between layers.
     """
-    f, L, I, HC = r.f, hp.n_layer, Keys.Attention.Indexer, Keys.HyperConnection
-    hp.hc_count = int(r.req(HC.COUNT))
-    if not 1 <= hp.hc_count <= 64:
-        raise r.bad(HC.COUNT, f"= {hp.hc_count} must be in [1, 64]")
-    r.fill(hp, "hc_sinkhorn_iters", "hc_eps")
-    hp.idx_n_head = int(r.req(I.HEAD_COUNT))
-    hp.idx_head_dim = int(r.req(I.KEY_LENGTH))
-    hp.idx_top_k = int(r.req(I.TOP_K))
-    hp.dsa_kpool = int(r.req(I.KPOOL))
-    for key, v in ((I.HEAD_COUNT, hp.idx_n_head), (I.KEY_LENGTH, hp.idx_head_dim), (I.KPOOL, hp.dsa_kpool)):
-        if not 1 <= v <= 1 << 20:
-            raise r.bad(key, f"= {v} must be positive")
+    f, L, I = r.f, hp.n_layer, Keys.Attention.Indexer
+    r.fill(hp, "hc_count", "hc_sinkhorn_iters", "hc_eps")
+    r.fill(hp, "idx_n_head", "idx_head_dim", "idx_top_k", "dsa_kpool")
     if hp.idx_top_k <= 0 or hp.idx_top_k % hp.dsa_kpool:
         raise r.bad(I.TOP_K, f"= {hp.idx_top_k} must be a positive multiple of {k(I.KPOOL, r.arch)} = {hp.dsa_kpool}")
     r.fill(hp, "dsa_select_tail")
