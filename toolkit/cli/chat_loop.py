@@ -104,9 +104,9 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
                                 if p is not None and os.path.isfile(p))
             drafter, dm = None, None
             try:
-                if opts.draft_model is not None or opts.lookup:   # speculative decoding
-                    from toolkit.runtime.run import make_drafter
-                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed)
+                from toolkit.runtime.run import make_drafter, speculative
+                if speculative(opts):
+                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed, model=m, ctx=ctx)
                     chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
                 return _loop(chat, opts, as_json, verbose, single_turn)
             finally:

@@ -105,16 +105,21 @@ _COPIED = re.compile(r"(conv1d(_[qkv])?\.weight|shortconv\.conv\.weight|rglru_ga
 def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
     """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
     the weights of two or more dimensions, not the token embedding table unless the output is tied
-    to it (model.c repack_weights).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel level's
-    name, the one in force)."""
+    to it (model.c repack_weights), nor the NextN (MTP) blocks' tensors, which the model does not
+    load (toolkit.runtime.mtp; ``--mtp`` loads them as a model of their own: pass its table,
+    ``MtpModel.tensors``, for what that adds).  ``{"n_tensors", "bytes", "level"}`` (level: the
+    kernel level's name, the one in force)."""
     from toolkit.binding import ffi, lib
+    from toolkit.runtime.mtp import nextn_tensor_names
     types = repack_types() if types is None else types
     names = {t.name for t in gguf}
     tied = "output.weight" not in names
+    skip = nextn_tensor_names(gguf) if hasattr(gguf, "arch") else set()
     n, total = 0, 0
     for t in gguf:
         typ = getattr(t.type, "name", str(t.type))
-        if typ not in types or len(t.shape) < 2 or _COPIED.search(t.name) or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
+        if typ not in types or len(t.shape) < 2 or _COPIED.search(t.name) or t.name in skip \
+                or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
             continue
         ne = list(t.shape) + [1] * (4 - len(t.shape))
         size = int(lib.tk_repack_matrix_bytes(int(t.type), ne[0], ne[1]))   # repack.h's layout

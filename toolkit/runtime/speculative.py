@@ -44,6 +44,7 @@ import numpy as np
 from toolkit.errors import InputError
 from toolkit.runtime.generate import GenerationResult, check_args, finish, n_held_after, start
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.shift import context_shift as context_shift_, shift_tokens
 from toolkit.runtime.step import TokenStep, Verifier, speculative_accept  # noqa: F401  (speculative_accept: this module's API too)
 from toolkit.runtime.tokenizer import Tokenizer
 
@@ -312,7 +313,8 @@ class DraftModel:
 class SeqSpeculation:
     """Speculative decoding for the sequences of one target context (``toolkit serve``'s slots):
     a :class:`~toolkit.runtime.step.Verifier` on the target (its window set to ``draft_max``),
-    and the drafts, prompt lookup (``draft_ngram``), or ``draft_model``'s: one context of it
+    and the drafts, prompt lookup (``draft_ngram``), the target's MTP head (``mtp``:
+    toolkit.runtime.mtp, one sequence per target sequence), or ``draft_model``'s: one context of it
     with the target's ``sizes`` (Context's keyword arguments), sequence i drafting for target
     sequence i, closed with the model by :meth:`close`.  A failing draft model costs speed
     only: its sequences are emptied, re-fed at their next draft, and ``n_errors`` counts it.
@@ -321,10 +323,15 @@ class SeqSpeculation:
         InputError / ResourceError / UnsupportedError: as Verifier.attach and Context."""
 
     def __init__(self, ctx, draft_max: int, draft_min: int = 0, draft_ngram: int = 3, draft_model=None,
-                 sizes: dict | None = None):
+                 sizes: dict | None = None, mtp: bool = False):
         self.verifier = Verifier.attach(ctx, draft_max, draft_min)
         self.model = draft_model
-        self.draft = open_draft_context(draft_model, draft_max, **(sizes or {})) if draft_model is not None else None
+        if mtp:       # the target's own MTP head (toolkit.runtime.mtp), closed with the target
+            from toolkit.runtime.mtp import open_mtp_draft
+            self.draft = open_mtp_draft(ctx.model, ctx, **{k: v for k, v in (sizes or {}).items()
+                                                           if k in ("n_ctx", "n_seq_max", "n_ubatch", "n_threads")})
+        else:
+            self.draft = open_draft_context(draft_model, draft_max, **(sizes or {})) if draft_model is not None else None
         self.drafter = self.draft if self.draft is not None else PromptLookup(draft_ngram)
         self.n_errors = 0
 
@@ -357,7 +364,8 @@ class SeqSpeculation:
     def close(self) -> None:
         if self.draft is not None:
             self.draft.close()
-            self.model.close()
+            if self.model is not None:
+                self.model.close()
             self.draft = None
 
     def _guard(self, f, *args) -> bool:
@@ -377,7 +385,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
                          draft_max: int = 16, draft_min: int = 0, n_reused: int = 0, split_last: bool = False,
                          prompt_logits: bool = False,
                          ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0,
-                         grammar=None) -> GenerationResult:
+                         grammar=None, context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
     """:func:`toolkit.runtime.generate.generate` with drafts from ``drafter`` (``draft(history,
     k) -> (tokens, q)``, q None for a deterministic draft, else per token (ids, probs)).
 
@@ -385,6 +393,9 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     A draft shorter than ``draft_min`` is not sent (the step decodes one token).  Returns the
     GenerationResult with ``spec`` (:class:`SpecStats`) added.  Greedy output equals
     ``generate``'s token for token; sampled output has the same distribution.
+    ``context_shift`` / ``n_keep``: as ``generate``'s: when the sequence holds n_ctx tokens, the
+    shift is made (where plain decoding makes it) and the drafter told (its ``shift(seq, n_keep,
+    n_discard)`` when it has one; else it follows the new history as after any rollback).
 
     Raises:
         InputError: as ``generate``; draft_max outside [1, the context's window] or draft_min < 0.
@@ -407,13 +418,15 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             history += step.tokens[len(history) - len(prompt):]
         while reason is None:
             n_held = len(history) - 1            # the memory holds history[:-1]
+            if n_held + 1 > n_ctx and context_shift:
+                n_held = _shift(ctx, drafter, seq_id, n_keep, history, res)
             if n_held + 1 > n_ctx:
                 reason = "ctx_full"
                 break
             k = verifier.room(n_ctx - n_held - 1, n_predict - len(res.tokens) - 1 if n_predict >= 0 else None)
             drafts, qs = [], None
             if k > 0:
-                under = grammar is not None and isinstance(drafter, DraftModel)   # drafts under a fork of it
+                under = grammar is not None and hasattr(drafter, "draft_batch") and not isinstance(drafter, PromptLookup)
                 drafts, qs = drafter.draft(history, k, grammar) if under else drafter.draft(history, k)
                 drafts, qs = verifier.cut(drafts, qs, k, grammar)
             toks = [history[-1]] + drafts
@@ -440,3 +453,17 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     finish(res, step)
     res.held_tokens = history[:n_held_after(ctx, seq_id, len(history))]
     return res
+
+
+def _shift(ctx, drafter, seq_id: int, n_keep: int, history: list[int], res: GenerationResult) -> int:
+    """A context shift of the full sequence (toolkit.runtime.shift), ``history`` (held tokens
+    plus the next one) updated in place, the drafter told; returns the tokens now held."""
+    n_held = len(history) - 1
+    n_keep = min(max(int(n_keep), 0), n_held)
+    d = context_shift_(ctx, seq_id, n_keep, n_held)
+    if d > 0:
+        history[:] = shift_tokens(history[:-1], n_keep, d) + history[-1:]
+        res.n_shifts += 1
+        if hasattr(drafter, "shift"):
+            drafter.shift(seq_id, n_keep, d)
+    return len(history) - 1
