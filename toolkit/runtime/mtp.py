@@ -172,7 +172,7 @@ class MtpDraft:
         self.hid: list[dict[int, np.ndarray]] = [{} for _ in range(n)]   # main position -> h [D]
         self.sampler = draft_sampler(params, seed) if params is not None else None
         self.n_ctx_seq = int(ctx.n_ctx) // n
-        self.pick = None   # tests: pick(seq, i, row, sampler) -> a token, instead of sampling
+        self.pick = None   # tests: pick(history, j) -> the j-th draft after history, instead of the block's
 
     # ---- the main context's hidden states ----------------------------------------------------
     def take_hidden(self, seq: int, pos0: int, hidden: np.ndarray) -> None:
@@ -254,9 +254,11 @@ class MtpDraft:
         """Up to ``k`` drafts after ``history`` for sequence 0 (see DraftModel.draft)."""
         return self.draft_batch([(0, history, k, self.sampler, grammar)])[0]
 
-    def _choose(self, seq: int, i: int, row: np.ndarray, sampler) -> tuple[int, tuple]:
+    def _choose(self, item, j: int, row: np.ndarray) -> tuple[int, tuple]:
+        """The j-th draft of ``item`` from the block's logits ``row``: (token, q as (ids, probs))."""
+        sampler = item[3]
         if self.pick is not None:
-            d = int(self.pick(seq, i, row, sampler))
+            d = int(self.pick(item[1], j))
             return d, (np.array([d]), np.array([1.0]))
         ids, probs = sampler.candidates(row)
         if ids.size == 1:
@@ -306,7 +308,7 @@ class MtpDraft:
                     row[i] = g.mask(row[i])
                     if not np.isfinite(row[i]).any():
                         continue
-                d, q = self._choose(items[i][0], len(out[i][0]), row[i], items[i][3])
+                d, q = self._choose(items[i], len(out[i][0]), row[i])
                 out[i][0].append(d)
                 out[i][1].append(q)
                 if g is not None:
