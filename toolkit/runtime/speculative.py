@@ -408,6 +408,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     res = GenerationResult(prompt_tokens=prompt, tokens=step.tokens, probs=step.probs)
     res.spec = SpecStats()
     history = list(prompt)       # every token of the sequence; the memory holds all but the last
+    n_shifted = 0                # tokens context shifts dropped from history (history = prompt + tokens less them)
     t0 = time.perf_counter()
     try:
         logits = start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
@@ -415,11 +416,12 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         reason = "n_predict" if n_predict == 0 else None
         if reason is None:
             tok, reason = step(logits[-1])
-            history += step.tokens[len(history) - len(prompt):]
+            history += step.tokens[len(history) + n_shifted - len(prompt):]
         while reason is None:
             n_held = len(history) - 1            # the memory holds history[:-1]
             if n_held + 1 > n_ctx and context_shift:
-                n_held = _shift(ctx, drafter, seq_id, n_keep, history, res)
+                d = _shift(ctx, drafter, seq_id, n_keep, history, res)
+                n_held, n_shifted = n_held - d, n_shifted + d
             if n_held + 1 > n_ctx:
                 reason = "ctx_full"
                 break
@@ -432,7 +434,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             toks = [history[-1]] + drafts
             rows = ctx.decode(toks, seq_id=seq_id, logits="all", snapshots=True)
             v = verifier.verify(step, seq_id, n_held, toks, rows, qs)
-            history += step.tokens[len(history) - len(prompt):]
+            history += step.tokens[len(history) + n_shifted - len(prompt):]
             res.spec.n_verify += 1
             res.spec.n_drafted += len(drafts)
             res.spec.n_accepted += v.n_accepted
@@ -447,7 +449,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         # interrupted between a verify call's decode and its rollback: the memory still holds
         # the call's drafts past what history says.  Keep history, with the tokens the verify
         # took before the interrupt (accepted drafts, all fed), and drop the rest.
-        history += step.tokens[len(history) - len(prompt):]
+        history += step.tokens[len(history) + n_shifted - len(prompt):]
         if n_held_after(ctx, seq_id, len(history) + draft_max + 1) > len(history):
             ctx.memory.rollback(seq_id, len(history))
     finish(res, step)
@@ -457,7 +459,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
 
 def _shift(ctx, drafter, seq_id: int, n_keep: int, history: list[int], res: GenerationResult) -> int:
     """A context shift of the full sequence (toolkit.runtime.shift), ``history`` (held tokens
-    plus the next one) updated in place, the drafter told; returns the tokens now held."""
+    plus the next one) updated in place, the drafter told; returns the tokens dropped."""
     n_held = len(history) - 1
     n_keep = min(max(int(n_keep), 0), n_held)
     d = context_shift_(ctx, seq_id, n_keep, n_held)
@@ -466,4 +468,4 @@ def _shift(ctx, drafter, seq_id: int, n_keep: int, history: list[int], res: Gene
         res.n_shifts += 1
         if hasattr(drafter, "shift"):
             drafter.shift(seq_id, n_keep, d)
-    return len(history) - 1
+    return d
