@@ -342,14 +342,15 @@ def open_mtp_draft(model: Model, main_ctx, *, n_ctx: int, n_seq_max: int = 1, n_
                    n_threads: int | None = None, params=None, seed: int = 0, **_ignored) -> MtpDraft:
     """An :class:`MtpDraft` on a new context of ``model``'s NextN block (:class:`MtpModel`),
     hooked to ``main_ctx``'s decodes (its ``on_hidden``).  The caller closes it; its MtpModel
-    is closed with ``model``.
+    (one per main model, made on first use) is closed with ``model``.
 
     Raises:
         InputError: as :func:`check_mtp`; NativeError / ResourceError: as Context."""
     from toolkit.runtime.context import Context
 
-    mm = MtpModel(model)
-    model._mtp = mm   # freed with the main model (Model.close)
+    mm = getattr(model, "_mtp", None)
+    if mm is None or mm._ptr == ffi.NULL:
+        mm = model._mtp = MtpModel(model)   # one per main model, freed with it (Model.close)
     dctx = Context(mm, n_ctx=n_ctx, n_seq_max=n_seq_max, n_ubatch=n_ubatch, n_threads=n_threads)
     draft = MtpDraft(dctx, params, seed)
     main_ctx.on_hidden = draft.take_hidden
