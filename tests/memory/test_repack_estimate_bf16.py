@@ -35,6 +35,19 @@ CASES = [(n, "bf16") for n in ("recurrentgemma-tiny", "recurrentgemma-odd-tiny",
 # repack_twin); before, each binding was re-laid again (zamba-tiny Q8_0: 32 tensors re-laid
 # against the 25 the file has).
 CASES += [("zamba-tiny", "q8_0"), ("zamba2-tiny", "q8_0")]
+# A NextN (MTP) block is not loaded without --mtp: before, qwen35-mtp-tiny Q8_0's estimate counted
+# its tensors (40 against 32 re-laid).  With --mtp its model re-lays its own (MTP_CHECK).
+CASES += [("qwen35-mtp-tiny", "q8_0"), ("qwen3next-mtp-tiny", "q8_0")]
+MTP_CHECK = """
+import sys, json
+from toolkit.runtime import Model
+from toolkit.runtime.memory import repack_estimate
+from toolkit.runtime.mtp import MtpModel
+m = Model(sys.argv[1])
+mm = MtpModel(m)
+e = repack_estimate(mm.tensors)
+print(json.dumps({"info": [mm.repack_info["n_tensors"], mm.repack_info["bytes"]], "estimate": [e["n_tensors"], e["bytes"]]}))
+"""
 
 
 @pytest.mark.parametrize("name,outtype", CASES)
@@ -50,3 +63,9 @@ def test_repack_estimate_matches_load(name, outtype, tmp_path):
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["info"][0] > 0
     assert d["estimate"] == d["info"], d
+    if "mtp" in name:          # --mtp: the block's model
+        r = subprocess.run([sys.executable, "-c", MTP_CHECK, str(out)], capture_output=True, text=True,
+                           env=dict(os.environ, TOOLKIT_CPU="avx2", TOOLKIT_REPACK="1"))
+        assert r.returncode == 0, r.stderr[-2000:]
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        assert d["info"][0] > 0 and d["estimate"] == d["info"], d
