@@ -109,3 +109,8 @@ def test_chat_with_mtp_answers_as_without(monkeypatch, capsys, hf_f32, shift):
     assert len(ref) == 4
     assert answers("--mtp") == ref
     assert answers("--mtp", "--draft-max", "1") == ref
+
+
+def test_serve_mtp_without_a_head_exit_2(monkeypatch, capsys, hf_f32):
+    rc, out, err = cli(monkeypatch, capsys, "serve", "-m", str(hf_f32("qwen35-tiny")), "--port", "0", "--mtp")
+    assert rc == 2 and "has no MTP / NextN head" in err.strip().splitlines()[-1], err
