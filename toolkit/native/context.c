@@ -426,8 +426,6 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         return TK_FAIL(TK_ERR_INVALID, "batch: tk_batch.embd is set but the model is not an MTP block");
     if (b->hidden_out && tk_hc_on(&ctx->model->hp))
         return TK_FAIL(TK_ERR_UNSUPPORTED, "batch: hidden_out is not supported with hyper-connections");
-    ctx->embd_in = b->embd;
-    ctx->hidden_out = b->hidden_out;
     TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
     __atomic_store_n(&ctx->abort_requested, 0, __ATOMIC_RELAXED);
 
@@ -446,6 +444,8 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     }
     sp.idx = idx;
 
+    ctx->embd_in = b->embd;    /* for this call's forward passes only (cleared at its end) */
+    ctx->hidden_out = b->hidden_out;
     tk_status st = TK_OK;
     tk_ubatch * ub = &ctx->ub;
     ctx->n_trace = 0;
