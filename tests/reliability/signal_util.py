@@ -23,13 +23,13 @@ LONG_PROMPT = "The quick brown fox jumps over the lazy dog. " * 80
 
 def one_trial(model: str, sig: int, delay: float, session_dir: str | None, long_prompt: bool = False,
               threads: int = 2) -> tuple[int, str, list]:
-    """Start `toolkit run` (endless: --ignore-eos, -n -1), send ``sig`` after ``delay`` seconds.
+    """Start `toolkit run` (endless: --ignore-eos, -n -1, --context-shift), send ``sig`` after ``delay`` seconds.
 
     Returns (exit status, stderr tail, files left in ``session_dir`` besides the session file).
     The run must still be going when the signal is sent (otherwise the trial proves nothing).
     """
     cmd = [sys.executable, "-m", "toolkit", "run", "-m", model, "-" if long_prompt else "Once upon a time",
-           "-n", "-1", "--ignore-eos", "-c", "4096", "-t", str(threads), "--seed", "1"]
+           "-n", "-1", "--ignore-eos", "--context-shift", "-c", "4096", "-t", str(threads), "--seed", "1"]
     if session_dir is not None:
         cmd += ["--session", os.path.join(session_dir, "s.bin")]
     p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)

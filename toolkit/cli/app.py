@@ -227,10 +227,34 @@ def main(early_signals: list[int] | None = None) -> None:
                 _quiet_stdout()
             except ValueError:        # stdout closed
                 pass
+            if early_signals is not None:
+                _exit_process(rc)
     finally:
         if early_signals is None:
             interrupt.uninstall()
     sys.exit(rc)
+
+
+def _exit_process(rc: int) -> None:
+    """End the process now with ``rc`` (128 + n where SIGINT / SIGTERM came, up to the last
+    moment), skipping the interpreter's shutdown.  Called inside interrupt.deferred(), where a
+    signal is recorded, never raised.  The shutdown put the default handlers back before the
+    process was gone, so a signal landing in it killed the process (status -15 where 143 is
+    due).  The command's own cleanup (temp files, the C context) has run by now."""
+    from toolkit.runtime import interrupt
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    sig = interrupt.received()
+    if sig and rc != 128 + sig:
+        rc = _exit_status(rc)
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 def _run_app() -> int:
