@@ -182,3 +182,17 @@ def test_save_never_overwrites_an_input(monkeypatch, capsys, tmp_path, template_
         assert f"error: {target}: output would overwrite the input" in " ".join(err.split()), err
         assert [p.read_bytes() for p in files] == before
         assert json.loads((tmp_path / "ok.json").read_text())["messages"][0]["content"] == "Hi"
+
+
+def test_verbose_prints_the_memory_report(monkeypatch, capsys, template_file):
+    """chat -v prints the memory report chat -h promises (issue 44 §2 item 4): the figures of
+    the context the chat made, before the first answer, and run -v's lines for the same flags."""
+    args = ["--chat-template", template_file, "-m", str(DEMO), "--temp", "0", "-n", "2", "-c", "256", "-t", "1"]
+    rc, out, err = cli(monkeypatch, capsys, "chat", *args, "-v", stdin="Hello\n")
+    assert rc == 0, err
+    lines = err.splitlines()
+    assert lines[0] == "memory (n_ctx = 256, n_seq_max = 1):", err
+    kinds = [ln.split()[0] for ln in lines[1:] if ln.startswith("  ")]
+    assert {"weights", "kv", "recurrent", "checkpoints", "compute", "total"} <= set(kinds), err
+    rc, _, quiet = cli(monkeypatch, capsys, "chat", *args, stdin="Hello\n")
+    assert rc == 0 and "memory" not in quiet, quiet

@@ -121,7 +121,8 @@ def test_non_utf8_prompt_subprocess(tmp_path):
 @pytest.mark.parametrize("args,flag", [
     (["run", "-m", str(MODEL), "hi", "-t", "100000"], "--threads"),
     (["run", "-m", str(MODEL), "hi", "-c", "-1"], "--ctx-size"),
-    (["run", "-m", str(MODEL), "hi", "-b", "100000"], "--ubatch"),
+    (["run", "-m", str(MODEL), "hi", "-ub", "100000"], "-ub/--ubatch-size"),
+    (["run", "-m", str(MODEL), "hi", "-b", "0"], "-b/--batch-size"),
     (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "0"], "--ctx"),
     (["perplexity", "-m", str(MODEL), str(MODEL), "--ctx", "2"], "-c/--ctx-size 2: must be an even number >= 4"),  # said [2, ...]
 ])

@@ -177,7 +177,7 @@ def test_info_lists_only_the_hparams_the_architecture_uses(monkeypatch, capsys, 
     assert not [k for k in absent if f" {k} " in table], table
 
 
-USAGE = {"run": "[PROMPT]", "chat": "[PROMPT]", "info": "FILE.gguf", "quantize": "IN.gguf [OUT.gguf] TYPE",
+USAGE = {"run": "[PROMPT]", "chat": "[PROMPT]", "info": "FILE.gguf", "quantize": "IN.gguf [OUT.gguf] TYPE [NTHREADS]",
          "convert": "HF_DIR [OUT.gguf]", "perplexity": "[FILE]"}
 
 

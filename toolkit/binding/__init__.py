@@ -54,8 +54,15 @@ def check(status: int, what: str = "") -> None:
         ResourceError / UnsupportedError / NativeError: see :func:`exception_for`.
     """
     if status != lib.TK_OK:
-        msg = last_error()
-        raise exception_for(status, f"{what}: {msg}" if what else msg)
+        raise exception_for(status, prefixed(what, last_error()))
+
+
+def prefixed(what: str, msg: str) -> str:
+    """``what: msg``, or ``msg`` alone when it already starts with ``what`` as a word
+    ("context needs 3 GiB", "state: bad tag", "checkpoints = -1 ..."): never "context: context"."""
+    if not what or re.match(re.escape(what) + r"(?![\w-])", msg, re.IGNORECASE):
+        return msg
+    return f"{what}: {msg}"
 
 
 class NativeHandle:

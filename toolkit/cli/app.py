@@ -201,7 +201,7 @@ def main(early_signals: list[int] | None = None) -> None:
     recorded by toolkit/__main__.py before the imports (the process's own entry point; without
     it, as when tests call main() in-process, the previous handlers are restored on return)."""
     from toolkit.cli import report
-    report.T0 = report.time.perf_counter()   # wall_s in --json counts from here
+    report.mark_start(process=early_signals is not None)   # wall_s in --json counts from here
     logging.basicConfig(level=os.environ.get("TOOLKIT_LOG", "WARNING"), format="%(levelname)s: %(message)s",
                         stream=sys.stderr)
     import toolkit
@@ -276,8 +276,12 @@ def _run_app() -> int:
         return 0
     except Exception as e:  # click's usage errors (typer vendors click) and the unexpected
         if hasattr(e, "show") and hasattr(e, "exit_code"):  # a click ClickException
-            if _is(e, "NoArgsIsHelpError") or not _is(e, "UsageError"):
-                e.show()              # `toolkit` alone: the help
+            if _is(e, "NoArgsIsHelpError"):   # `toolkit` alone: the help (rich printed it on stdout
+                if e.format_message().strip():   # while click built the message: a blank line else)
+                    e.show()
+                return 2
+            if not _is(e, "UsageError"):
+                e.show()
                 return e.exit_code
             print_error(usage_line(e, sys.argv[1:]))
             return 2

@@ -48,6 +48,20 @@ UNSUPPORTED: dict[str, str] = {
                     "use -cnv/--conversation (toolkit chat)"),
     **dict.fromkeys(("-ps", "--prompt-cache", "--prompt-cache-all", "--prompt-cache-ro"),
                     "use --session FILE"),
+    **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching"),
+                    "continuous batching is the server's: toolkit serve always does it"),
+    **dict.fromkeys(("--color", "-co"), "toolkit prints plain text: the prompt and the answer are not coloured"),
+}
+
+# llama.cpp habits that change nothing here, accepted and dropped before click parses the line
+# (command -> spellings; a command's own declared option of the same name wins): warm-up runs,
+# logging and the performance printout are llama.cpp's; toolkit's output is already what
+# --simple-io asks for (plain reads and writes, for subprocesses); serve always batches
+# continuously (llama-server's -cb)
+_NOOPS = ("--no-warmup", "--log-disable", "--no-perf", "--simple-io")
+NOOPS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("run", "chat", "bench", "perplexity"), _NOOPS),
+    "serve": _NOOPS + ("-cb", "--cont-batching"),
 }
 
 # the commands that run a model and so take llama.cpp's model flags
@@ -58,7 +72,8 @@ _MODEL_COMMANDS = ("run", "chat", "bench", "perplexity", "serve")
 # these get the server's reason
 _INTERACTIVE = {f for f, why in UNSUPPORTED.items() if why.startswith(("use -cnv", "use --session"))}
 _SERVE_REASONS = {**dict.fromkeys(("-kvu", "--kv-unified"), "the slots already share one KV cache of -c cells"),
-                  **dict.fromkeys(("-dt", "--defrag-thold"), "no defragmentation: cells are reused in place")}
+                  **dict.fromkeys(("-dt", "--defrag-thold"), "no defragmentation: cells are reused in place"),
+                  **dict.fromkeys(("-nocb", "--no-cont-batching"), "toolkit serve always batches continuously")}
 
 
 def unsupported(flag: str, cmd: str, declared) -> str | None:
@@ -77,7 +92,8 @@ BF16_GEMMS = ("fma", "dpbf16")   # the repacked BF16 GEMM's instruction (cpu.c c
 
 
 def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
-    """``argv`` (without the program name) as click should see it.
+    """``argv`` (without the program name) as click should see it: the no-op habits of
+    :data:`NOOPS` dropped, and ``--version`` given to any command as the root's ``--version``.
 
     Raises InputError
     ``not supported: FLAG (why)`` for a llama.cpp flag toolkit does not have, given to a
@@ -93,20 +109,29 @@ def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None)
     cmd = argv[cmd_at]
     opts = (known or {}).get(cmd)
     skip = False
-    for a in argv[cmd_at + 1:]:
+    out = argv[:cmd_at + 1]
+    for i, a in enumerate(argv[cmd_at + 1:], cmd_at + 1):
         if skip:
             skip = False
+            out.append(a)
             continue
         if a == "--":
+            out += argv[i:]
             break
         flag = a.split("=", 1)[0]
         skip = bool(opts and opts.get(flag) and "=" not in a)
+        if opts is not None and flag not in opts:
+            if a == "--version":   # every command: toolkit's version (the root option prints it)
+                return ["--version"]
+            if a in NOOPS.get(cmd, ()):
+                continue
         why = unsupported(flag, cmd, opts)
         if why is not None:
             raise InputError(f"not supported: {flag} ({why})")
         if opts is not None and _MULTI_SHORT.match(flag) and flag not in opts:
             raise InputError(no_such_option(flag, cmd, opts))
-    return argv
+        out.append(a)
+    return out
 
 
 def no_such_option(flag: str, cmd: str | None, opts) -> str:

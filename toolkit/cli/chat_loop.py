@@ -12,7 +12,8 @@ User turns are lines of stdin (a terminal or a pipe); answers stream to stdout. 
 On a terminal the prompt has line editing and history (Python's readline).  Ctrl-C during an
 answer ends that answer; at the prompt it leaves (exit 130), as Ctrl-D does (exit 0).  The
 commands say what they did on stderr; piped, the answers are separated by a blank line.  With -v the
-prompt-cache figures go to stderr after each answer ("reused N of M prompt tokens"); with
+memory report goes to stderr before the first turn (as ``run -v`` prints it), and the
+prompt-cache figures after each answer ("reused N of M prompt tokens"); with
 --json each answer is one JSON line on stdout: turn, text, tokens, stop_reason, n_prompt,
 n_reused, n_decoded, timings (and probs with --n-probs).
 """
@@ -106,8 +107,11 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
             try:
                 if opts.draft_model is not None or opts.lookup:   # speculative decoding
                     from toolkit.runtime.run import make_drafter
-                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed)
+                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed, _note if verbose else None)
                     chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
+                if verbose:   # what this context allocated (its draft window included), as run -v prints
+                    from toolkit.runtime.run import report_memory
+                    report_memory(_note, m, ctx.memory_report(), ctx.n_ctx)
                 return _loop(chat, opts, as_json, verbose, single_turn)
             finally:
                 if drafter is not None:

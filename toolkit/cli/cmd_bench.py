@@ -4,6 +4,8 @@ Tests (one row each, llama-bench's names):
     ppN   N random prompt tokens decoded as one batch (ubatches of ``--ubatch``) into an
           empty context; tokens/s = N / wall time of the decode.
     tgN   N tokens decoded one at a time into an empty context; tokens/s = N / wall time.
+    ppN+tgM  (-pg N,M) the N-token prompt then M tokens one at a time, in one timing;
+          tokens/s = (N + M) / wall time.
 Each test runs once unmeasured (warm-up: page the weights in, as llama-bench does), then
 ``-r`` times; the memory is cleared before every run.  avg_ts / stddev_ts are the mean and
 sample standard deviation of the per-run tokens/s (llama-bench's definition).
@@ -48,6 +50,14 @@ def _counts(text: str, flag: str) -> list[int]:
             raise InputError(f"{flag} {text!r}: values must be >= 0")
         out.append(v)
     return out
+
+
+def _pair(text: str) -> tuple[int, int]:
+    """-pg 'PP,TG' -> (PP, TG), both >= 1 (InputError naming the flag otherwise)."""
+    v = _counts(text, "-pg")
+    if len(v) != 2 or min(v) < 1:
+        raise InputError(f"-pg {text!r}: expected PP,TG, two integers >= 1 (e.g. -pg 512,128)")
+    return v[0], v[1]
 
 
 def _size_label(n_params: int) -> str:
@@ -98,12 +108,13 @@ def model_desc(f) -> str:
 
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
               ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
-              mmap: bool = True) -> Iterator[dict]:
+              mmap: bool = True, pg: list[tuple[int, int]] = ()) -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
     per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
     split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the weights are read into
-    memory (llama-bench's -mmp 0).
+    memory (llama-bench's -mmp 0).  ``pg``: (PP, TG) tests (llama-bench's -pg): a PP-token prompt
+    then TG generated tokens in one timing, tokens/s = (PP + TG) / its wall time.
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
@@ -118,8 +129,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
         ftype = m.gguf.get("general.file_type")
         model_type = model_desc(m.gguf)
         rng = np.random.default_rng(seed)
-        n_ctx = max([1] + [p for p in n_prompt] + [g for g in n_gen]) + 1
-        tests = [(p, 0) for p in n_prompt if p > 0] + [(0, g) for g in n_gen if g > 0]
+        tests = bench_tests(n_prompt, n_gen, pg)
+        n_ctx = max([1] + [p + g for p, g in tests]) + 1
         batch = n_batch or max(n_prompt + [1])
         with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=n_threads) as ctx:
             for p, g in tests:
@@ -137,7 +148,7 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                 if warmup:
                     one_run()
                 samples_ns = [one_run() for _ in range(reps)]
-                n = p or g
+                n = p + g
                 samples_ts = [n * 1e9 / s for s in samples_ns]
                 yield {
                     "build_commit": _git_commit(), "build_number": 0,
@@ -179,17 +190,27 @@ MD_COLUMNS = [("model", 30, "<"), ("size", 10, ">"), ("params", 10, ">"), ("back
               ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("mmap", 4, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
 
 
+def bench_tests(pp: list[int], tg: list[int], pg=()) -> list[tuple[int, int]]:
+    """(n_prompt, n_gen) of every test, in llama-bench's order: the -p tests, the -n tests, the -pg tests."""
+    return [(p, 0) for p in pp if p > 0] + [(0, g) for g in tg if g > 0] + [(p, g) for p, g in pg]
+
+
+def test_name(p: int, g: int) -> str:
+    """llama-bench's test column: ``pp512``, ``tg128``, ``pp512+tg128``."""
+    return "+".join(([f"pp{p}"] if p else []) + ([f"tg{g}"] if g else []))
+
+
 def md_cells(r: dict) -> dict[str, str]:
     """A result row's cells in llama-bench's markdown table."""
     return {"model": r["model_type"], "size": f"{r['model_size'] / 2**20:.2f} MiB",
             "params": f"{r['model_n_params'] / 1e6:.2f} M", "backend": f"CPU ({r['cpu_level']})",
             "threads": str(r["n_threads"]), "n_batch": str(r["n_batch"]), "n_ubatch": str(r["n_ubatch"]),
-            "mmap": str(int(r["use_mmap"])), "test": f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}",
+            "mmap": str(int(r["use_mmap"])), "test": test_name(r["n_prompt"], r["n_gen"]),
             "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
 
 
 def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int], mmps: list[int],
-                  pp: list[int], tg: list[int]) -> list[dict[str, str]]:
+                  pp: list[int], tg: list[int], pg=()) -> list[dict[str, str]]:
     """The markdown cells of every row the bench will print, known before it runs (t/s as the
     widest a typical value needs), so the columns can be as wide as their content."""
     from toolkit.gguf_io import GGUFHeader
@@ -204,7 +225,7 @@ def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int
                 "model_n_params": sum(t.n_elements for t in tensors), "cpu_level": level,
                 "avg_ts": 99999.99, "stddev_ts": 9999.99}
         for t, b, u, mp in itertools.product(ts, bs, ubs, mmps):
-            for p, g in [(p, 0) for p in pp if p > 0] + [(0, g) for g in tg if g > 0]:
+            for p, g in bench_tests(pp, tg, pg):
                 rows.append(md_cells({**base, "n_threads": t or default_threads(), "n_batch": b or max(pp + [1]),
                                       "n_ubatch": u, "use_mmap": bool(mp), "n_prompt": p, "n_gen": g}))
     return rows
@@ -264,6 +285,7 @@ def bench(
     model: list[str] = typer.Option(..., "-m", "--model", help="GGUF model file (repeat -m for several)."),
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="Prompt lengths to test (comma-separated; 0: none)."),
     n_gen: str = typer.Option("128", "-n", "--n-gen", help="Generation lengths to test (comma-separated; 0: none)."),
+    prompt_gen: list[str] = typer.Option([], "-pg", help="PP,TG: a PP-token prompt then TG generated tokens, timed together (test pp512+tg128; repeatable; llama-bench's -pg)."),
     reps: int = typer.Option(5, "-r", "--repetitions", help="Measured runs per test."),
     threads: str = typer.Option("0", "-t", "--threads", help="CPU threads, comma-separated (0: TOOLKIT_THREADS, else all cores)."),
     n_batch: str = typer.Option("0", "-b", "--batch-size", help="Prompt tokens per decode call, comma-separated (0: the whole prompt)."),
@@ -275,10 +297,12 @@ def bench(
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
 ) -> None:
-    """Prompt-processing (ppN) and generation (tgN) tokens/s, like llama-bench: every
-    combination of -m, -t, -b and -ub runs the -p and -n tests; rows print as they finish."""
+    """Prompt-processing (ppN), generation (tgN) and prompt + generation (ppN+tgM, -pg)
+    tokens/s, like llama-bench: every combination of -m, -t, -b and -ub runs the -p, -n and
+    -pg tests; rows print as they finish."""
     from toolkit.cli.limits import MAX_UBATCH, check_range
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
+    pg = [_pair(v) for v in prompt_gen]
     ts, bs, ubs = _counts(threads, "-t"), _counts(n_batch, "-b"), _counts(ubatch, "-ub")
     mmps = [0] if no_mmap else _counts(mmap, "-mmp")
     if any(v > 1 for v in mmps):
@@ -295,18 +319,18 @@ def bench(
     for m in model:
         if not os.path.isfile(m):
             raise InputError(f"{m}: no such file")
-    if not any(pp) and not any(tg):
+    if not any(pp) and not any(tg) and not pg:
         raise InputError("nothing to run: every -p and -n value is 0")
     cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap")
             or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
             or (c == "mmap" and mmps != [1])]
-    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg) if fmt == "md" else ())
+    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg, pg) if fmt == "md" else ())
     pr.header()
     from toolkit.runtime import interrupt
     try:
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             for m, t, b, u, mp in itertools.product(model, ts, bs, ubs, mmps):
-                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp)):
+                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp), pg=pg):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted

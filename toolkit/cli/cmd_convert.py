@@ -120,7 +120,9 @@ def convert(
     if s.outtype_reason and not as_json:   # what the default picked, and why (stderr: stdout stays the summary)
         _err.print(Text(f"outtype {s.outtype} ({s.outtype_reason}; --outtype names another)"), highlight=False)
     if as_json:   # README's shared names: `architecture` (as --dry-run and the other commands say)
+        from toolkit.cli.report import common_fields
         d = s.to_dict()
+        d["wall_s"] = common_fields()["wall_s"]   # the command's, not only the writing's
         typer.echo(json.dumps({"architecture": d.pop("arch"), **d}, indent=1))
         return
     console().print(Text.assemble("wrote ", (str(s.out), "bold"), f": {s.arch}, {s.outtype}, {s.n_tensors} tensors, "

@@ -141,16 +141,19 @@ def info(
     ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help="With --memory: context size in tokens (KV cells); 0: the model's context length \\[default: 4096]."),
     parallel: Optional[int] = typer.Option(None, "-np", "--parallel", help="With --memory: sequences decoded in parallel (recurrent states) \\[default: 1]."),
     checkpoints: Optional[int] = typer.Option(None, "--checkpoints", help="With --memory: recurrent checkpoints per sequence \\[default: 4, toolkit run's]."),
-    ubatch: Optional[int] = typer.Option(None, "-b", "--ubatch", "-ub", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
+    batch: Optional[int] = typer.Option(None, "-b", "--batch-size", help="With --memory: logical batch (llama.cpp's n_batch); the micro-batch is at most this \\[default: 2048]."),
+    ubatch: Optional[int] = typer.Option(None, "-ub", "--ubatch-size", "--ubatch", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run / serve --draft-max): K recurrent states per sequence \\[default: 0, none]."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
     given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
-                            ("--ubatch", ubatch), ("--draft-max", draft_max)) if v is not None]
+                            ("--batch-size", batch), ("--ubatch-size", ubatch), ("--draft-max", draft_max)) if v is not None]
     if memory:
+        from toolkit.cli.limits import DEFAULT_BATCH, DEFAULT_UBATCH, micro_batch
+        ub = micro_batch(DEFAULT_BATCH if batch is None else batch, DEFAULT_UBATCH if ubatch is None else ubatch)
         _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
-                4 if checkpoints is None else checkpoints, 512 if ubatch is None else ubatch, draft_max or 0)
+                4 if checkpoints is None else checkpoints, ub, draft_max or 0)
         return
     if given:
         from toolkit.errors import InputError

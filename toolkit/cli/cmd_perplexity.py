@@ -27,6 +27,8 @@ def perplexity(
     kld_base: Optional[str] = typer.Option(None, "--kld-base", help="Base model: a GGUF, or a logits file from --kld-out. Adds KL divergence and top-1 agreement."),
     kld_out: Optional[str] = typer.Option(None, "--kld-out", help="Write this model's scored log-probabilities here (.npz), for a later --kld-base."),
     threads: Optional[int] = typer.Option(None, "--threads", "-t", help="Threads (default: TOOLKIT_THREADS or all cores)."),
+    batch: int = typer.Option(2048, "-b", "--batch-size", help="Logical batch (llama.cpp's n_batch): the micro-batch is at most this."),
+    ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): tokens decoded at once (at most --ctx-size); the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
@@ -44,8 +46,9 @@ def perplexity(
 
     if kld_base and kld_out:
         raise InputError("--kld-base and --kld-out: give one or the other")
-    from toolkit.cli.limits import check_threads
+    from toolkit.cli.limits import check_threads, micro_batch
     check_threads("--threads", threads)
+    ubatch = micro_batch(batch, ubatch)
     if chunks < 0:
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
@@ -73,7 +76,7 @@ def perplexity(
             bar.start()
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                                  threads=threads, progress=progress, mmap=not no_mmap)
+                                  threads=threads, progress=progress, mmap=not no_mmap, n_ubatch=ubatch)
     finally:
         if bar is not None:
             bar.stop()

@@ -46,6 +46,18 @@ def _check_keys(path: str) -> None:
     check_sliding_window_keys(f)
 
 
+def _nthreads(positional: Optional[str], threads: int) -> int:
+    """llama-quantize's positional NTHREADS (``quantize IN OUT TYPE 4``), or -t/--threads;
+    InputError when it is not an integer or both are given."""
+    if positional is None:
+        return threads
+    if not positional.isdigit():
+        raise InputError(f"NTHREADS {positional!r}: not an integer (toolkit quantize IN.gguf [OUT.gguf] TYPE [NTHREADS])")
+    if threads:
+        raise InputError(f"NTHREADS {positional} and -t/--threads {threads}: give the threads once")
+    return int(positional)
+
+
 def default_output(input: str, type: str) -> str:
     """llama-quantize's name for ``quantize IN TYPE``: IN's folder, ``ggml-model-TYPE.gguf``
     (TYPE as llama-quantize spells it: upper case, an alias kept as typed).  An unknown TYPE
@@ -65,6 +77,8 @@ def quantize(
                                            "from the input). Omitted: IN's folder, ggml-model-TYPE.gguf, as llama-quantize names it."),
     type: Optional[str] = typer.Argument(None, metavar="TYPE", help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
                                          "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K)."),
+    nthreads: Optional[str] = typer.Argument(None, metavar="[NTHREADS]", help="Threads, as llama-quantize's last "
+                                             "argument (the same as -t)."),
     tensor_type: Optional[List[str]] = typer.Option(None, "--tensor-type", help="REGEX=TYPE: tensors whose name matches "
                                                     "REGEX get ggml type TYPE (repeatable; first match wins)."),
     token_embedding_type: Optional[str] = typer.Option(None, "--token-embedding-type", help="ggml type of token_embd "
@@ -85,10 +99,13 @@ def quantize(
     from toolkit.quantize import Options, quantize_file
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
+    if nthreads is None and type is not None and type.isdigit() and output is not None:
+        nthreads, type = type, None   # `quantize IN TYPE NTHREADS`: no output name, as llama-quantize allows
     if type is None:   # `quantize IN TYPE`: llama-quantize's default output name
         if output is None:
             raise InputError("missing argument TYPE (toolkit quantize -h shows the usage)")
         type, output = output, default_output(input, output)
+    threads = _nthreads(nthreads, threads)
     file_type(type)  # unknown type -> InputError listing the valid ones, before opening anything
     from toolkit.cli.limits import check_threads
     check_threads("--threads", threads, zero_is_auto=True)
@@ -124,7 +141,7 @@ def quantize(
     d = s.to_dict()
     if as_json:
         from toolkit.cli.report import common_fields
-        d["peak_rss_bytes"] = common_fields()["peak_rss_bytes"]     # README's shared name (peak_rss_mb stays)
+        d.update(common_fields())   # wall_s: the command's, not the driver's; peak_rss_bytes: README's name (peak_rss_mb stays)
         typer.echo(json.dumps(d, indent=1))
         return
     out = report.console()

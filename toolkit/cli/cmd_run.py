@@ -87,7 +87,8 @@ def run(
     seed: int = typer.Option(-1, "--seed", "-s", help="Random seed (-1: random; the seed used is in --json)."),
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens (0: the model's training context length)."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
-    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Tokens per micro-batch when decoding the prompt."),
+    batch: int = typer.Option(2048, "-b", "--batch-size", help="Logical batch (llama.cpp's n_batch): the micro-batch is at most this."),
+    ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): prompt tokens decoded at once; the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     repack: bool = typer.Option(False, "--repack", help="Re-lay the Q8_0 / Q4_K / Q6_K mat-mul weights at load for the prompt GEMM kernels (avx2 and avx512 levels; costs heap memory and load time, -v says how much; same as TOOLKIT_REPACK=1)."),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
@@ -110,7 +111,9 @@ def run(
     from toolkit.runtime.run import RunOptions
     from toolkit.runtime.sampling import SamplerParams
 
-    _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
+    from toolkit.cli.limits import micro_batch
+    ubatch = micro_batch(batch, ubatch)
+    _check_numbers(ctx_size, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
     if repack:   # read by the C library when the model loads (tk_model_load)
         os.environ["TOOLKIT_REPACK"] = "1"
     if keep < -1:
@@ -198,12 +201,11 @@ def check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min,
     return draft_max, draft_min
 
 
-def _check_numbers(ctx_size, ubatch, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:
+def _check_numbers(ctx_size, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs) -> None:
     """The numeric flags' ranges (InputError naming the flag)."""
-    from toolkit.cli.limits import MAX_CTX, MAX_UBATCH, check_range, check_threads
+    from toolkit.cli.limits import MAX_CTX, check_threads
     if ctx_size < 0:   # too large: the C library names the memory it would need (exit 4)
         raise InputError(f"--ctx-size {ctx_size}: must be in [0, {MAX_CTX}] (0: the model's context length)")
-    check_range("--ubatch", ubatch, 1, MAX_UBATCH)
     check_threads("--threads", threads, zero_is_auto=True)
     if n_predict < -1:
         raise InputError(f"--n-predict must be >= -1, got {n_predict}")

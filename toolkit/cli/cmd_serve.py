@@ -27,7 +27,8 @@ def serve(
     port: int = typer.Option(8080, "--port", help="TCP port (0: any free port; the one chosen is printed)."),
     parallel: int = typer.Option(4, "-np", "--parallel", help="Slots: requests decoded at once, one sequence each."),
     ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context size in tokens, shared: each slot gets ctx-size / parallel (0: the model's training length per slot)."),
-    ubatch: int = typer.Option(512, "-b", "--ubatch", "-ub", "--batch-size", help="Most prompt tokens decoded per step (a prompt chunk)."),
+    batch: int = typer.Option(2048, "-b", "--batch-size", help="Logical batch (llama.cpp's n_batch): the micro-batch is at most this."),
+    ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): most prompt tokens decoded per step (a prompt chunk); the compute buffers follow it."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
@@ -46,11 +47,11 @@ def serve(
 ) -> None:
     """Serve a GGUF model over the OpenAI API: /v1/chat/completions, /v1/completions, /v1/models,
     /health, /metrics, /tokenize, /detokenize (streaming with server-sent events)."""
-    from toolkit.cli.limits import MAX_CTX, MAX_UBATCH, check_range, check_threads
+    from toolkit.cli.limits import MAX_CTX, check_range, check_threads, micro_batch
     check_range("--port", port, 0, 65535)
     check_range("-np/--parallel", parallel, 1, 64)
     check_range("-c/--ctx-size", ctx_size, 0, MAX_CTX)
-    check_range("--ubatch", ubatch, 1, MAX_UBATCH)
+    ubatch = micro_batch(batch, ubatch)
     check_threads("--threads", threads, zero_is_auto=True)
     check_range("--checkpoints", checkpoints, 0, 1024)
     check_range("--checkpoint-every", checkpoint_every, 0, MAX_CTX)

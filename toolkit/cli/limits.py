@@ -22,6 +22,20 @@ def check_range(flag: str, value: float, lo: float, hi: float, note: str = "") -
         raise InputError(f"{flag} {value}: must be in [{lo}, {hi}]" + (f" ({note})" if note else ""))
 
 
+DEFAULT_BATCH = 2048    # llama.cpp's n_batch
+DEFAULT_UBATCH = 512    # llama.cpp's n_ubatch
+
+
+def micro_batch(batch: int, ubatch: int) -> int:
+    """The micro-batch of ``-b/--batch-size`` (llama.cpp's logical batch, n_batch) and
+    ``-ub/--ubatch-size`` (the micro-batch, n_ubatch), by llama.cpp's rule (llama_context:
+    n_ubatch = min(n_batch, n_ubatch)): the tokens the C library decodes at once, which size
+    the compute buffers.  InputError naming the flag outside [1, 65536]."""
+    check_range("-b/--batch-size", batch, 1, 2**31 - 1)
+    check_range("-ub/--ubatch-size", ubatch, 1, MAX_UBATCH)
+    return min(batch, ubatch)
+
+
 def check_threads(flag: str, value: int | None, zero_is_auto: bool = False) -> None:
     """--threads: 1..256, or 0 meaning "all CPUs" where ``zero_is_auto``; None passes."""
     if value is None or (zero_is_auto and value == 0):

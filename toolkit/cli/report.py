@@ -3,20 +3,45 @@
 Fields (README.md, "JSON output", lists them; a command adds its own beside them):
 
     architecture     the GGUF's general.architecture ("granitehybrid", "mamba2", ...)
-    wall_s           seconds from the command's start to its result (float)
+    wall_s           seconds from the command's start (the process's, for the toolkit command) to
+                     its result (float); every command's --json takes it from common_fields()
     peak_rss_bytes   the process's peak resident memory (getrusage ru_maxrss, bytes)
     n_params         parameters: elements of every tensor of the file
     file_type        {"id": general.file_type, "name": llama.cpp's LLAMA_FTYPE name} or null
 """
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import time
 
 from rich.console import Console
 
-T0 = time.perf_counter()
+T0 = time.perf_counter()   # the command's start (perf_counter seconds); main() sets it: mark_start()
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc/self/stat's starttime against
+    /proc/uptime, clock-tick resolution, 10 ms), or None where that is not known."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        start_ticks = int(stat[stat.rindex(")") + 2:].split()[19])   # field 22, starttime
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def mark_start(process: bool) -> None:
+    """Start the ``wall_s`` clock: at the process's start when ``process`` (the ``toolkit``
+    command itself: Python's start-up and the imports count, as ``time`` would show them), else
+    now (main() called in-process, as the tests do)."""
+    global T0
+    age = process_age_s() if process else None
+    T0 = time.perf_counter() - (age or 0.0)
 
 
 def common_fields(architecture: str | None = None) -> dict:

@@ -19,8 +19,11 @@ The rules are llama.cpp's (ggml/src/gguf.cpp ``gguf_init_from_file_impl``): GGUF
 shorter than GGML_MAX_NAME (64) bytes, 1..4 dims (0 allowed: a scalar), a known ggml
 type, rows a multiple of the type's block size, an element count that fits in int64 (and,
 stricter than gguf.cpp, is not zero: no model has an empty tensor),
-``general.alignment`` a UINT32 power of two, every data offset a multiple of it, and all
-data inside the file.  Only little-endian files are read (the C runtime maps the data as
+``general.alignment`` a UINT32 power of two, every data offset a multiple of it and equal to
+the end of the tensor before it padded to it (gguf.cpp's "tensor X has offset N, expected M"),
+and all data inside the file, which ends with the last tensor's data (its padding optional):
+a tensor count, dims or type that a flipped byte changed is a "corrupt header", not a weight
+read from the wrong bytes.  Only little-endian files are read (the C runtime maps the data as
 little-endian), so a byte-swapped header is an UnsupportedError.  Every count and length is
 checked against the bytes left in the file before anything is allocated for it, and all
 size arithmetic is on Python ints (no uint64 wrap-around).
@@ -182,6 +185,35 @@ def _read_value(c: _Cursor, vt: int, key: str) -> tuple[Any, gguf.GGUFValueType 
     raise InputError(f"{c.path}: key {key!r} has unknown GGUF value type {vt}")
 
 
+def _check_data_layout(path: str, infos: list, data_start: int, alignment: int, size: int) -> None:
+    """The tensor infos and the data section agree, as gguf.cpp requires: each tensor's data
+    follows the previous one's, padded to ``alignment`` (offsets 0, pad(nbytes_0), ...), and the
+    data section fills the file up to the last tensor's padding.  A flipped byte in the tensor
+    count, a dims or a type shifts this, and the weights would be read from the wrong bytes (a
+    non-finite weight at ``run``, a NaN scale at ``quantize``): "corrupt header" instead.  Only a
+    file that ends before its last tensors' data is "truncated".
+
+    ``infos``: (name, dims, ggml type, relative offset, nbytes) in file order.  Raises InputError."""
+    for name, _, _, off, nbytes in infos:   # first: a claim beyond the file names its bytes
+        if data_start + off + nbytes > size:
+            raise InputError(f"{path}: tensor {name!r} claims {nbytes} bytes of data at [{data_start + off}, "
+                             f"{data_start + off + nbytes}), beyond the end of the file ({size} bytes): a truncated "
+                             f"file or a corrupt header")
+    if not infos:   # a vocabulary-only file: no data section
+        return
+    expect = 0
+    for name, _, _, off, nbytes in infos:
+        if off != expect:
+            raise InputError(f"{path}: corrupt header: tensor {name!r} has data offset {off}, expected {expect} "
+                             f"(the end of the tensor before it, padded to {alignment} bytes)")
+        expect = off + nbytes + (-(off + nbytes) % alignment)
+    end = data_start + infos[-1][3] + infos[-1][4]   # the last tensor's padding is optional
+    if size - end >= alignment:
+        raise InputError(f"{path}: corrupt header: its {len(infos)} tensor infos describe {end - data_start} bytes of "
+                         f"data from offset {data_start}, but the file has {size - data_start} bytes there "
+                         f"(a wrong tensor count, dims or type?)")
+
+
 class GGUFHeader:
     """Metadata and tensor table of a GGUF file, parsed and checked in one walk; the file is
     then closed (nothing stays mapped).
@@ -287,10 +319,7 @@ class GGUFHeader:
             infos.append((name, tuple(dims), ttype, off, n_el // blck * tsize))
 
         data_start = c.pos + (-c.pos % alignment)
-        for name, _, _, off, nbytes in infos:
-            if data_start + off + nbytes > size:
-                raise InputError(f"{path}: tensor {name!r} claims {nbytes} bytes of data at [{data_start + off}, "
-                                 f"{data_start + off + nbytes}), beyond the end of the file ({size} bytes; truncated?)")
+        _check_data_layout(path, infos, data_start, alignment, size)
         self.tensors: dict[str, TensorInfo] = {}
         for name, dims, ttype, off, nbytes in infos:
             try:

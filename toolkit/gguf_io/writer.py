@@ -113,6 +113,8 @@ def atomic_output(path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) ->
             _unlink(t)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise ResourceError(f"{path}: no space left on device while writing") from None
+        if e.filename in made:   # the hidden temp is ours, not the user's: errors name the output
+            e.filename = path
         raise
     except BaseException:
         for t in made:
@@ -133,15 +135,23 @@ def _create_temp(path: str, d: str, made: list[str]) -> None:
         except FileExistsError:
             made.pop()   # someone else's file: never ours to remove
             continue
+        except OSError:
+            made.pop()   # not created (EROFS, EACCES, ...): nothing to remove, and on a read-only
+            raise        # file system unlinking the name would fail with EROFS in turn
         os.close(fd)
         return
     raise FileExistsError(errno.EEXIST, "no unused temp name", d)
 
+
 def _unlink(p: str) -> None:
+    """Remove our temp ``p``; a failure is logged, never raised (it would replace the error
+    being handled by its own)."""
     try:
         os.unlink(p)
     except FileNotFoundError:
         pass
+    except OSError as e:
+        log.warning("could not remove the temp file %s (%s)", p, e.strerror or e)
 
 
 def tensor_nbytes(np_shape: tuple[int, ...], ggml_type: int) -> int:

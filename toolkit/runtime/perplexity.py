@@ -319,11 +319,13 @@ def evaluate(source: LogitsSource, tokens: Sequence[int], n_ctx: int, *, bos_id:
 
 def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_chunks: int | None = None,
                     kld_base: str | None = None, kld_out: str | None = None, threads: int | None = None,
-                    progress: Callable[[int, int, float], None] | None = None, mmap: bool = True) -> PerplexityResult:
+                    progress: Callable[[int, int, float], None] | None = None, mmap: bool = True,
+                    n_ubatch: int = 512) -> PerplexityResult:
     """``toolkit perplexity``: load ``model_path`` (GGUF), score ``text_path`` (UTF-8 text).
 
     kld_base: a base GGUF (decoded alongside) or a ``.npz`` logits file from ``kld_out``;
-    kld_out:  write this model's scored log-probabilities there (atomic), for a later kld_base.
+    kld_out:  write this model's scored log-probabilities there (atomic), for a later kld_base;
+    n_ubatch: tokens per micro-batch (at most n_ctx), for the model and a base GGUF alike.
 
     Raises InputError (unreadable / non-UTF-8 text, too short for one chunk, mismatched base,
     kld_out equal to an input), plus what the runtime raises for a bad model file.
@@ -347,14 +349,14 @@ def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_ch
         if not os.path.isdir(d):
             raise InputError(f"{kld_out}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
 
-    src = RuntimeLogits(model_path, n_ctx, threads=threads, mmap=mmap)
+    src = RuntimeLogits(model_path, n_ctx, n_ubatch, threads=threads, mmap=mmap)
     tok = src.tokenizer()
     tokens = tok.encode(text, add_special=True)
     bos = tok.bos_id if (tok.add_bos and tok.bos_id is not None) else None
 
     base = None
     if kld_base:
-        base = RuntimeLogits(kld_base, n_ctx, threads=threads, mmap=mmap) if _is_gguf(kld_base) else LogitsFileSource(kld_base)
+        base = RuntimeLogits(kld_base, n_ctx, n_ubatch, threads=threads, mmap=mmap) if _is_gguf(kld_base) else LogitsFileSource(kld_base)
     writer = None
     if kld_out:
         n_chunks = len(tokens) // n_ctx

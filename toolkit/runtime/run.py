@@ -242,6 +242,17 @@ def run(opts: RunOptions, *, on_text: Callable[[str], None] | None = None,
         return _run(opts, on_text, on_prompt, on_report)
 
 
+def report_memory(on_report: Callable[[str], None], m: Model, mem: dict[str, int], n_ctx: int) -> None:
+    """Hand ``on_report`` the memory report of ``mem`` (bytes by kind: ``memory_estimate`` or
+    ``Context.memory_report``) for one sequence of ``n_ctx`` tokens, then ``m``'s re-laid
+    weights when it has any (``run -v``, ``chat -v``)."""
+    from toolkit.runtime.memory import format_repack, format_report
+    on_report(format_report(mem, n_ctx, 1))
+    rp = m.repack_info
+    if rp["n_tensors"]:
+        on_report(format_repack(rp))
+
+
 def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
     """(drafter, draft Model or None) for ``opts.draft_model`` / ``opts.lookup``
     (toolkit.runtime.speculative); the caller closes both.
@@ -300,15 +311,10 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
             Verifier.attach(ctx, opts.draft_max, opts.draft_min)   # the window before the report: its draft line
         if on_report is not None:   # the C estimate for these parameters (== ctx.memory_report())
             from toolkit.runtime.context import memory_estimate
-            from toolkit.runtime.memory import format_report
             speculative = opts.draft_model is not None or opts.lookup
             mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
                                   draft_window=opts.draft_max if speculative else 0, keep_last=False)
-            on_report(format_report(mem, opts.ctx_size, 1))
-            rp = m.repack_info
-            if rp["n_tensors"]:
-                from toolkit.runtime.memory import format_repack
-                on_report(format_repack(rp))
+            report_memory(on_report, m, mem, opts.ctx_size)
         if opts.draft_model is not None or opts.lookup:
             # the drafter (and its checks: vocabulary, --context-shift) before any output
             if on_report is not None:
