@@ -41,7 +41,7 @@ def test_other_hc_counts_are_read(tmp_path):
 
 
 @pytest.mark.parametrize("kv, needle", [
-    ({"glm5-next.attention.indexer.kpool": (0, U32, None)}, "'glm5-next.attention.indexer.kpool' = 0 must be positive"),
+    ({"glm5-next.attention.indexer.kpool": (0, U32, None)}, "'glm5-next.attention.indexer.kpool' = 0 must be in [1, 1048576]"),
     ({"glm5-next.hyper_connection.count": (0, U32, None)}, "'glm5-next.hyper_connection.count' = 0 must be in [1, 64]"),
     ({"glm5-next.attention.indexer.top_k": (30, U32, None)}, "must be a positive multiple of"),
     ({"glm5-next.hyper_connection.sinkhorn_iterations": (0, U32, None)}, "sinkhorn_iterations' = 0"),

@@ -36,14 +36,14 @@ def ref():
 
 
 def test_layout(hf_f32):
-    from toolkit.arch import HParams
+    from toolkit.arch import HParams, Norm
     from toolkit.gguf_io import GGUFFile
     f = GGUFFile(str(hf_f32(NAME)))
     hp = HParams.from_gguf(f)
     assert hp.arch == "lfm3" and hp.attention_layers == [2, 4] and hp.recurrent_layers == [0, 1, 3]
     assert hp.n_swa == 16 and hp.swa_layers == [0, 0, 0, 0, 1]
     assert hp.rope_freq_base == 1e6 and hp.rope_freq_base_swa == 1e4 and hp.n_rot == 16 and hp.rope_prop_rot == 8
-    assert hp.attn_head_gate == 1 and hp.sandwich_norm == 1
+    assert hp.attn_head_gate == 1 and hp.norm_place == Norm.SANDWICH
     assert tuple(f.tensors["blk.2.attn_gate.weight"].shape) == (64, 4)          # ne: [D, H]
     assert "blk.0.post_attention_norm.weight" in f.tensors and "blk.0.post_ffw_norm.weight" in f.tensors
     assert "output.weight" not in f.tensors                                      # tied

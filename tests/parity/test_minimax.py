@@ -45,13 +45,13 @@ def ref():
 
 
 def test_layout(hf_f32):
-    from toolkit.arch import HParams
+    from toolkit.arch import HParams, arch_spec
     from toolkit.gguf_io import GGUFFile
     f = GGUFFile(str(hf_f32(NAME)))
     hp = HParams.from_gguf(f)
     assert hp.arch == "minimax-01" and hp.attention_layers == [2] and hp.recurrent_layers == [0, 1, 3]
     assert hp.n_rot == 16 and hp.rope_freq_base == 1e6 and hp.n_expert == 4 and hp.n_expert_used == 2
-    assert hp.residual_normed == 1 and abs(hp.res_alpha_lin - 1.7) < 1e-6 and hp.res_beta_mlp == 1.0
+    assert arch_spec(hp.arch).residual.c_id == 1 and abs(hp.res_alpha_lin - 1.7) < 1e-6 and hp.res_beta_mlp == 1.0
     md = f.metadata()
     assert md["minimax-01.attention.recurrent_layers"] == [True, True, False, True]
     assert "minimax-01.residual_alpha" not in md          # one α, every β 1: llama.cpp's key says it all

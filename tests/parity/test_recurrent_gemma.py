@@ -41,14 +41,14 @@ def _ref(name):
 
 
 def test_layout(hf_f32):
-    from toolkit.arch import FFNKind, HParams, LayerKind
+    from toolkit.arch import FFNKind, HParams, LayerKind, arch_spec
     from toolkit.gguf_io import GGUFFile
     hp = HParams.from_gguf(GGUFFile(str(hf_f32("recurrentgemma-odd-tiny"))))
     assert hp.arch == "recurrent-gemma" and hp.attention_layers == [1, 3] and hp.recurrent_layers == [0, 2, 4]
     assert hp.layer_kinds[0] == LayerKind.RGLRU and set(hp.ffn_kinds) == {FFNKind.GEGLU}
     assert hp.d_inner == 80 and hp.d_conv == 3 and hp.n_head == 4 and hp.n_head_kv[1] == 2 and hp.head_dim == 24
     assert hp.n_rot == 6 and hp.rope_freq_base == 500.0 and hp.n_swa == 8 and hp.swa_layers == [0, 1, 0, 1, 0]
-    assert hp.embedding_scale == 9.8125 and hp.rglru_logit_softcap == 12.0 and hp.rglru_attn_bias == 1
+    assert hp.embedding_scale == 9.8125 and hp.logit_softcap == 12.0 and arch_spec(hp.arch).attn_bias
 
 
 @pytest.mark.parametrize("name", NAMES)

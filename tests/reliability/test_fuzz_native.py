@@ -14,6 +14,7 @@ import pathlib
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from toolkit.arch.abi import CField
 from toolkit.errors import ToolkitError
 from toolkit.runtime import Model
 from toolkit.binding import ffi, lib, last_error
@@ -147,10 +148,10 @@ def test_file_is_not_the_one_described(base, tmp_path):
 
 HP_EDITS = [
     ("n_layer", 0), ("n_layer", -3), ("n_layer", 2**31 - 1), ("n_embd", 0), ("n_embd", 65), ("n_vocab", -1),
-    ("n_vocab", 513), ("d_conv", 0), ("d_conv", 2**20), ("d_state", 0), ("d_inner", -8), ("dt_rank", 0),
-    ("n_group", 0), ("n_group", 3), ("ssm_n_head", 7), ("ssm_head_dim", 0), ("n_head", 0), ("n_head", 3),
-    ("head_dim", 0), ("head_dim", 2**30), ("n_rot", 3), ("n_rot", -2), ("rope_freq_base", 0.0),
-    ("rope_freq_base", float("nan")), ("logit_scale", 0.0), ("logit_scale", float("inf")), ("rms_eps", float("nan")),
+    ("n_vocab", 513), ("ssm.d_conv", 0), ("ssm.d_conv", 2**20), ("ssm.d_state", 0), ("ssm.d_inner", -8), ("ssm.dt_rank", 0),
+    ("ssm.n_group", 0), ("ssm.n_group", 3), ("ssm.n_head", 7), ("ssm.head_dim", 0), ("attn.n_head", 0), ("attn.n_head", 3),
+    ("attn.head_dim", 0), ("attn.head_dim", 2**30), ("attn.n_rot", 3), ("attn.n_rot", -2), ("attn.rope_freq_base", 0.0),
+    ("attn.rope_freq_base", float("nan")), ("logit_scale", 0.0), ("logit_scale", float("inf")), ("rms_eps", float("nan")),
     ("arch", 99), ("arch", -1),   # (the id at TK_ARCH_COUNT: the sentinel test below)
 ]
 
@@ -159,7 +160,7 @@ HP_EDITS = [
 def test_inconsistent_hparams_are_rejected(base, field, value):
     hp = ffi.new("tk_hparams *")
     ffi.buffer(hp)[:] = ffi.buffer(base._c_hparams)[:]   # pointers to the per-layer arrays stay valid
-    setattr(hp, field, value)
+    CField(field, "").set(hp, value)     # a sub-struct member by its path (ssm.d_conv)
     descs, n, _keep = _table(base)
     st_, msg = _load_status(base, descs, n, hp=hp)
     assert st_ != lib.TK_OK and msg, (field, value)

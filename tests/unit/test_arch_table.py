@@ -18,9 +18,10 @@ import re
 import numpy as np
 import pytest
 
-from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Residual, arch_spec
+from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Norm, Residual, arch_spec
 from toolkit.arch import readers as R
-from toolkit.arch.abi import PYTHON_ONLY, TK_HPARAMS, CField, struct_mismatches
+from toolkit.arch import fields as F
+from toolkit.arch.abi import PYTHON_ONLY, TK_HPARAMS, CField, flat_fields, struct_mismatches
 from toolkit.arch.table import RUNTIME_ARCHES
 from toolkit.errors import NativeError
 from toolkit.gguf_io import GGUFFile
@@ -35,7 +36,7 @@ LLAMACPP = sorted(p.name for p in (FIX / "llamacpp").glob("*.gguf"))
 
 
 def _c_fields() -> list[tuple[str, str]]:
-    return [(n, f.type.cname) for n, f in ffi.typeof("tk_hparams").fields]
+    return flat_fields(ffi.typeof("tk_hparams"))
 
 
 def _py_fields() -> list[str]:
@@ -51,6 +52,12 @@ def _c_enum(c_enum: str, count: str) -> dict[str, int]:
     n = c.pop(count)
     assert sorted(c.values()) == list(range(n)), (c_enum, count, n)
     return c
+
+
+def test_recipe_enums_equal_c():
+    assert {m.name: m.value for m in Norm} == {k[len("TK_NORM_"):]: v for k, v in ffi.typeof("tk_norm_place").relements.items()}
+    assert {r.c_id for r in Residual} == set(ffi.typeof("tk_residual").relements.values())
+    assert Residual.NORMED_FACTORS.c_id == lib.TK_RESIDUAL_NORMED and Residual.MHC.c_id == lib.TK_RESIDUAL_HC
 
 
 @pytest.mark.parametrize("enum, c_enum, prefix, count", [(LayerKind, "tk_layer_kind", "TK_LAYER_", "TK_LAYER_KIND_COUNT"),
@@ -130,15 +137,39 @@ def test_struct_checker_reports_disagreements():
         ["field list fills tk_hparams.logit_scale, which the C struct lacks"]
     assert struct_mismatches(c, py + ["not_a_field_yet"]) == \
         ["HParams.not_a_field_yet is not passed to C (nor listed as Python-only)"]
-    assert struct_mismatches([(n, "float" if n == "n_rot" else t) for n, t in c], py) == \
-        ["tk_hparams.n_rot is float in C, int32 in the field list"]
+    assert struct_mismatches([(n, "float" if n == "attn.n_rot" else t) for n, t in c], py) == \
+        ["tk_hparams.attn.n_rot is float in C, int32 in the field list"]
     assert struct_mismatches(c, [p for p in py if p != "n_ff"]) == ["Python-only 'n_ff' is not an HParams field"]
     assert struct_mismatches(c, py, python_only={**PYTHON_ONLY, "n_head": "?"}) == \
         ["HParams.n_head is listed as Python-only but also passed to C"]
-    table = [f if f.name != "n_expert" else CField("n_expert", "int32", "spec.n_experts") for f in TK_HPARAMS]
+    table = [f if f.name != "moe.n_expert" else CField("moe.n_expert", "int32", "spec.n_experts") for f in TK_HPARAMS]
     assert struct_mismatches(c, py, table=table) == [
-        "tk_hparams.n_expert: source 'spec.n_experts' is not a field of ArchSpec",
+        "tk_hparams.moe.n_expert: source 'spec.n_experts' is not a field of ArchSpec",
         "HParams.n_expert is not passed to C (nor listed as Python-only)"]
+
+
+def test_header_struct_is_generated_from_the_declarations(monkeypatch):
+    """toolkit.h's tk_hparams block is what toolkit/arch/fields.py gives (tools/gen_hparams.py
+    writes it): one declaration per hparam, and the header cannot drift from it."""
+    header = (pathlib.Path(F.__file__).parents[1] / "native" / "toolkit.h").read_text()
+    assert F.header_with_struct(header) == header
+    assert "(appended)" not in header
+    # a field added to the declarations (or a C member edited by hand) is a difference
+    monkeypatch.setattr(F, "HPARAMS", F.HPARAMS + (F.HParam("n_new", "int32", 0, "a new field", group="kda"),))
+    assert F.header_with_struct(header) != header
+
+
+def test_declarations_are_consistent():
+    """Each GGUF key has one value type; names, C paths unique; a kind-less C group is not declared."""
+    types: dict[str, str] = {}
+    for h in F.HPARAMS:
+        if h.key:
+            assert types.setdefault(h.key, h.key_type or h.type) == (h.key_type or h.type), h.key
+        assert h.group in F.GROUPS, h
+        assert h.absent is F.REQUIRED or h.key, h       # an absent value is the value of a missing key
+    paths = [h.c_path for h in F.c_fields()]
+    assert len(paths) == len(set(paths))
+    assert {h.group for h in F.c_fields()} == set(F.GROUPS)
 
 
 @pytest.mark.parametrize("name", LLAMACPP)
@@ -147,19 +178,22 @@ def test_filled_struct_holds_hparams(name):
     hp = HParams.from_gguf(f)
     spec = arch_spec(hp.arch)
     c, arrays = c_hparams(hp)
-    assert c.arch == spec.c_id and c.moe_softmax_topk == int(spec.moe_softmax_topk)
+    assert c.arch == spec.c_id and c.moe.softmax_topk == int(spec.moe_softmax_topk)
     for fld in TK_HPARAMS:
-        got = getattr(c, fld.name)
+        got = fld.get(c)
         want = fld.value(hp, spec)
         if fld.kind in ("int32[]", "uint64[]") and not len(want):
             assert got == ffi.NULL, fld          # a family without the array (qwen4exp's)
+        elif fld.kind == "str":
+            assert ffi.string(got).decode() == want, fld
         elif fld.kind == "int32[]":
             assert list(ffi.unpack(got, hp.n_layer)) == [int(x) for x in want], fld
         elif fld.kind == "float":
             assert got == float(np.float32(want)), fld
         else:
             assert got == int(want), fld
-    assert len(arrays) == 3 + bool(hp.dsa_full)     # glm5-next: the DSA indexer types
+    assert len(arrays) == 3 + bool(hp.dsa_full) + 2     # glm5-next: the DSA indexer types; the two norm names
+    assert ffi.string(c.block.ffn_norm).decode() == spec.ffn_norm and c.block.residual == spec.residual.c_id
 
 
 # ---- tensors --------------------------------------------------------------------------------

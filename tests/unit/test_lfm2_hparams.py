@@ -56,14 +56,14 @@ def test_c_loader_checks_the_short_conv(fixtures):
     from toolkit.runtime import Model
     from toolkit.runtime.model import _load
     with Model(fixtures / "llamacpp" / "lfm2-tiny.f32.gguf") as m:
-        m._c_hparams.d_conv = 1
+        m._c_hparams.ssm.d_conv = 1
         with pytest.raises(NativeError, match="short conv kernel d_conv = 1 must be in"):
             _load(m.path, m._c_hparams, list(m.gguf))
-        m._c_hparams.d_conv = 3
-        m._c_hparams.d_inner = 32
+        m._c_hparams.ssm.d_conv = 3
+        m._c_hparams.ssm.d_inner = 32
         with pytest.raises(NativeError, match="short conv d_inner = 32 must equal n_embd = 64"):
             _load(m.path, m._c_hparams, list(m.gguf))
     with Model(fixtures / "llamacpp" / "lfm2moe-tiny.f32.gguf") as m:
-        m._c_hparams.moe_sigmoid = 0
+        m._c_hparams.moe.sigmoid = 0
         with pytest.raises(UnsupportedError, match="exp_probs_b.bias': an expert selection bias needs sigmoid routing"):
             _load(m.path, m._c_hparams, list(m.gguf))

@@ -1,9 +1,10 @@
 """``tk_hparams`` (toolkit/native/toolkit.h): where each C field's value comes from.
 
-The runtime fills the struct from this list alone (``toolkit.runtime.model``), and
-tests/unit/test_arch_table.py holds it equal to the cffi layout with :func:`struct_mismatches`:
-every C field is filled, every :class:`toolkit.arch.HParams` field reaches C or is listed in
-:data:`PYTHON_ONLY` with the reason, and the value kinds agree.
+Generated from the declarations of :mod:`toolkit.arch.fields` (as the C struct is).  The runtime
+fills the struct from this list alone (``toolkit.runtime.model``), and tests/unit/test_arch_table.py
+holds it equal to the cffi layout with :func:`struct_mismatches`: every C field is filled, every
+:class:`toolkit.arch.HParams` field reaches C or is listed in :data:`PYTHON_ONLY` with the reason,
+and the value kinds agree.  C fields are named by their path (``kda.head_dim``: ``hp->kda.head_dim``).
 """
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from toolkit.arch import fields as F
 from toolkit.arch.table import ArchSpec
 
 # C type spelling (as cffi reports it: ffi.typeof(...).fields[i][1].type.cname) -> value kind
 C_KINDS = {"int32_t": "int32", "float": "float", "int32_t *": "int32[]", "int32_t const *": "int32[]",
-           "uint64_t *": "uint64[]", "uint64_t const *": "uint64[]"}
+           "uint64_t *": "uint64[]", "uint64_t const *": "uint64[]", "char *": "str", "char const *": "str"}
 
 
 @dataclass(frozen=True)
 class CField:
-    """One ``tk_hparams`` field: its C name, value kind and source.
+    """One ``tk_hparams`` field: its C path (``member`` or ``group.member``), value kind and source.
 
     ``kind``: ``"int32"``, ``"float"``, ``"int32[]"`` (a per-layer array of n_layer ints; an
-    empty list is passed as NULL) or ``"uint64[]"`` (exact unsigned 64-bit values; empty: NULL).
+    empty list is passed as NULL), ``"uint64[]"`` (exact unsigned 64-bit values; empty: NULL) or
+    ``"str"`` (a NUL-terminated name).
     ``source``: an :class:`HParams` attribute, or ``"spec.ATTR"`` for an :class:`ArchSpec` one.
     """
 
@@ -35,6 +38,19 @@ class CField:
     def src(self) -> str:
         return self.source or self.name
 
+    def set(self, c: Any, v: Any) -> None:
+        """Store ``v`` in this field of the cffi ``tk_hparams`` ``c`` (walking its sub-struct)."""
+        *grp, name = self.name.split(".")
+        for g in grp:
+            c = getattr(c, g)
+        setattr(c, name, v)
+
+    def get(self, c: Any) -> Any:
+        """This field of the cffi ``tk_hparams`` ``c``."""
+        for part in self.name.split("."):
+            c = getattr(c, part)
+        return c
+
     def value(self, hp: Any, spec: ArchSpec) -> Any:
         """The raw value for this field from ``hp`` (HParams) and its row ``spec``."""
         if self.src.startswith("spec."):
@@ -42,84 +58,28 @@ class CField:
         return getattr(hp, self.src)
 
 
-def _i(name: str, source: str = "") -> CField:
-    return CField(name, "int32", source)
+def _cfield(h: F.HParam) -> CField:
+    kind = "int32" if h.type == "bool" else h.type
+    return CField(h.c_path, kind, h.source or h.name)
 
 
-def _f(name: str) -> CField:
-    return CField(name, "float")
-
-
-def _a(name: str) -> CField:
-    return CField(name, "int32[]")
-
-
-TK_HPARAMS: tuple[CField, ...] = (
-    _i("arch", "spec.c_id"),
-    _i("n_vocab"), _i("n_embd"), _i("n_layer"), _f("rms_eps"),
-    # recurrent
-    _i("d_conv"), _i("d_inner"), _i("d_state"), _i("dt_rank"), _i("n_group"), _i("ssm_n_head"),
-    _i("ssm_head_dim"), _i("dt_b_c_rms"), _i("ssm_dt_b_c_norms", "spec.ssm_dt_b_c_norms"),
-    # attention
-    _i("n_head"), _i("head_dim"), _i("n_rot"), _f("rope_freq_base"), _i("use_rope"), _f("attention_scale"),
-    # ffn
-    _i("n_expert"), _i("n_expert_used"), _i("moe_softmax_topk", "spec.moe_softmax_topk"),
-    # granite multipliers
-    _f("embedding_scale"), _f("residual_scale"), _f("logit_scale"),
-    # per layer
-    _a("layer_kinds"), _a("ffn_kinds"), _a("n_head_kv"),
-    # gated delta net families (appended: the fields above keep their offsets)
-    _i("gdn_head_tiled", "spec.gdn_head_tiled"), _i("gdn_gate_act"), _i("rope_neox", "spec.rope_neox"),
-    _i("attn_q_gate", "spec.attn_q_gate"), _i("attn_qk_norm", "spec.attn_qk_norm"),
-    _i("ffn_norm_post_attn", "spec.ffn_norm_post_attn"), _i("moe_renorm", "spec.moe_renorm"),
-    # Nemotron-H MoE routing (appended)
-    _i("moe_sigmoid"), _i("moe_relu2", "spec.moe_relu2"), _i("moe_n_group"),
-    _i("moe_topk_group"), _i("moe_weights_norm"), _f("moe_weights_scale"),
-    # Falcon-H1 (appended)
-    _i("ssm_norm_before_gate"), _i("ffn_norm_bare", "spec.ffn_norm_bare"),
-    # LFM2 / LFM2-MoE (appended); the sigmoid routing fields above are shared with it
-    _i("output_norm_embd", "spec.output_norm_embd"), _f("moe_weights_norm_eps"),
-    # zamba2 (appended)
-    _i("n_shared_block"), _f("ssm_dt_min"),
-    # qwen4exp (appended)
-    _i("hc_count"), _i("idx_n_head"), _i("idx_head_dim"), _i("idx_top_k"), _a("compress_ratios"), _a("ple_index"),
-    _i("ple_ngram_size"), _i("ple_heads_per_ngram"), _i("ple_conv_kernel"), _i("ple_eos_token"), _i("ple_n_module"),
-    CField("ple_consts", "uint64[]"),
-    # FalconMamba (appended)
-    _f("ssm_dt_b_c_eps"),
-    # OLMo-Hybrid (appended)
-    _f("gdn_beta_scale"), _f("gdn_norm_eps"), _i("attn_post_norm", "spec.attn_post_norm"),
-    _i("attn_qk_norm_full", "spec.attn_qk_norm_full"), _i("gdn_qkv_apart", "spec.gdn_qkv_apart"),
-    # sliding-window attention (appended)
-    _i("n_swa"), _a("swa_layers"),
-    # LFM3 (appended)
-    _f("rope_freq_base_swa"), _i("rope_prop_rot"), _i("attn_head_gate"), _i("sandwich_norm"),
-    # Lara-Mini (appended)
-    _i("rope_swa_only"),
-    # MiniMax-Text-01 (appended)
-    _i("residual_normed"), _f("res_alpha_lin"), _f("res_alpha_full"), _f("res_alpha_mlp"),
-    _f("res_beta_lin"), _f("res_beta_full"), _f("res_beta_mlp"),
-    # RecurrentGemma (appended)
-    _f("rglru_logit_softcap"), _i("rglru_attn_bias"),
-    _i("kda_n_head"), _i("kda_head_dim"), _f("kda_l2_eps"), _f("kda_gate_lower_bound"),
-    _i("mla_q_lora_rank"), _i("mla_kv_lora_rank"), _i("mla_dn"), _i("mla_dr"), _i("mla_dv"), _f("mla_norm_eps"),
-    # GLM-5-Next mHC (appended)
-    _i("hc_sinkhorn_iters"), _f("hc_eps"),
-    # GLM-5-Next DSA k-pool indexer (appended)
-    _i("dsa_kpool"), _i("dsa_select_tail"), _f("dsa_k_norm_eps"), _a("dsa_full"),
-    # GLM-5-Next SwiGLU clamp (appended)
-    _f("swiglu_clamp_exp"), _f("swiglu_clamp_shexp"),
-    # Ling 3 (appended)
-    _i("kda_a_positive"), _i("mla_rope"),
-)
+# generated from the declarations (toolkit.arch.fields), in the C struct's order
+TK_HPARAMS: tuple[CField, ...] = tuple(_cfield(h) for h in F.c_fields())
 
 # HParams fields the C side does not take, and why
-PYTHON_ONLY: dict[str, str] = {
-    "arch": "the name; C gets the row's tk_arch id (spec.c_id)",
-    "n_ctx_train": "informational (info, default context size)",
-    "n_ff": "C reads FFN widths from the ffn_up / ffn_up_exps tensors",
-    "n_ff_shexp": "C reads the shared expert width from ffn_up_shexp",
-}
+PYTHON_ONLY: dict[str, str] = {h.name: h.why for h in F.hparams_fields() if h.c_name is None}
+
+
+def flat_fields(ctype: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """(``group.member`` path, C type spelling) of every leaf field of a cffi struct type
+    (``ffi.typeof("tk_hparams")``), sub-structs walked in order."""
+    out = []
+    for n, f in ctype.fields:
+        if f.type.kind == "struct":
+            out += flat_fields(f.type, f"{prefix}{n}.")
+        else:
+            out.append((prefix + n, f.type.cname))
+    return out
 
 
 def struct_mismatches(c_fields: Iterable[tuple[str, str]], py_fields: Iterable[str],
@@ -138,7 +98,8 @@ def struct_mismatches(c_fields: Iterable[tuple[str, str]], py_fields: Iterable[s
     python_only = PYTHON_ONLY if python_only is None else python_only
     c = dict(c_fields)
     py = set(py_fields)
-    spec_attrs = {f.name for f in dataclasses.fields(ArchSpec)}
+    spec_attrs = {f.name for f in dataclasses.fields(ArchSpec)} | {n for n, v in vars(ArchSpec).items()
+                                                                  if isinstance(v, property)}
     rows = {f.name: f for f in table}
     out = [f"tk_hparams.{n} ({t}) is not filled from Python" for n, t in c.items() if n not in rows]
     for f in rows.values():

@@ -1,7 +1,7 @@
-"""The vocabulary of the architecture table: mixer and FFN kinds of a block, residual schemes.
+"""The vocabulary of the architecture table: mixer and FFN kinds of a block, norm placements, residual schemes.
 
-``LayerKind`` and ``FFNKind`` mirror C enums of ``toolkit/native/toolkit.h`` value for value
-(tests/unit/test_arch_table.py holds them equal); ``Residual`` is Python-only (descriptive).
+``LayerKind``, ``FFNKind`` and ``Norm`` mirror C enums of ``toolkit/native/toolkit.h`` value for value
+(tests/unit/test_arch_table.py holds them equal); ``Residual`` maps onto C's tk_residual (``c_id``).
 """
 from __future__ import annotations
 
@@ -37,12 +37,25 @@ class FFNKind(enum.IntEnum):
     GEGLU = 4   # down(gelu_tanh(gate x + bg) * (up x + bu)) + bd (RecurrentGemma): ffn_geglu.c
 
 
+class Norm(enum.IntEnum):
+    """Where a block's RMSNorms sit.  Values are shared with the C runtime (tk_norm_place)."""
+
+    PRE = 0         # x += f(norm(x)): attn_norm before the mixer, the FFN pre-norm before the FFN
+    POST = 1        # OLMo-2's attention blocks: x += norm(f(x)) (post_attention_norm, post_ffw_norm); others PRE
+    SANDWICH = 2    # LFM3: x += norm(f(norm(x))): the pre-norms and the post-norms
+    HYPER = 3       # hyper-connections: the block's mixers stand for the norms (residual_hc.c)
+
+
 class Residual(str, enum.Enum):
-    """How a block's output joins the residual stream (no C counterpart: descriptive)."""
+    """How a block's output joins the residual stream; :attr:`c_id` is the C runtime's tk_residual."""
 
     PLAIN = "plain"                          # x + f(x)
-    MULTIPLIERS = "multipliers"              # Granite: embedding / residual / logit scales
+    MULTIPLIERS = "multipliers"              # Granite: x + residual_scale f(x) (and embedding / logit scales)
     HYPER_CONNECTIONS = "hyper_connections"  # qwen4exp: several streams mixed per block
-    NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x))
-    SOFTCAP = "softcap"                      # RecurrentGemma: embedding * bf16(sqrt D), logits soft-capped
+    NORMED_FACTORS = "normed_factors"        # MiniMax: x = alpha * rmsnorm(x) + beta * f(rmsnorm(x)), per branch kind
     MHC = "mhc"                              # GLM-5-Next: hc streams, Sinkhorn-normalised mixing, mean at the end
+
+    @property
+    def c_id(self) -> int:
+        """tk_residual: 0 plain (x += residual_scale f), 1 normed (alpha / beta per branch kind), 2 hyper-connections."""
+        return {Residual.NORMED_FACTORS: 1, Residual.HYPER_CONNECTIONS: 2, Residual.MHC: 2}.get(self, 0)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from toolkit.arch.kinds import FFNKind, LayerKind
+from toolkit.arch import fields as F
+from toolkit.arch.kinds import FFNKind, LayerKind, Norm
 from toolkit.errors import InputError
 from toolkit.gguf_io.constants import MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, Keys, k
 
@@ -20,12 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.arch.hparams import HParams
     from toolkit.arch.table import ArchSpec
 
-# value kinds of the hparam keys that are not int32 (for the type check in KeyReader.typed)
-_FLOAT_KEYS = {Keys.KDA.L2_NORM_EPS, Keys.KDA.MLA_NORM_EPS, Keys.KDA.GATE_LOWER_BOUND, Keys.Rope.FREQ_BASE_SWA, Keys.SSM.BETA_SCALE, Keys.Zamba2.SSM_DT_MIN, Keys.SSM.DT_B_C_RMS_EPS, Keys.Attention.LAYERNORM_RMS_EPS, Keys.Attention.LAYERNORM_EPS, Keys.Rope.FREQ_BASE, Keys.Attention.SCALE,
-               Keys.LLM.EMBEDDING_SCALE, Keys.LLM.RESIDUAL_SCALE, Keys.LLM.LOGIT_SCALE,
-               Keys.LLM.EXPERT_WEIGHTS_SCALE, Keys.LLM.FINAL_LOGIT_SOFTCAPPING, Keys.HyperConnection.EPSILON}
-_BOOL_KEYS = {Keys.KDA.SAFE_GATE, Keys.SSM.DT_B_C_RMS, Keys.Rope.SCALING_FINETUNED, Keys.LLM.EXPERT_WEIGHTS_NORM,
-             Keys.SSM.NORM_BEFORE_GATE, Keys.Attention.Indexer.KPOOL_SELECT_TAIL}
+# value types of the keys: a declared field's (toolkit.arch.fields), and those of the keys no one
+# field is read from
+_KEY_TYPES = {h.key: h.key_type or h.type for h in F.HPARAMS if h.key}
+_FLOAT_KEYS = {k_ for k_, t in _KEY_TYPES.items() if t == "float"} | {Keys.Attention.LAYERNORM_EPS}
+_BOOL_KEYS = {k_ for k_, t in _KEY_TYPES.items() if t == "bool"} | {Keys.KDA.SAFE_GATE, Keys.Rope.SCALING_FINETUNED}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
               Keys.LLM.FEED_FORWARD_LENGTH}
 _BOOL_LIST_KEYS = {Keys.Attention.RECURRENT_LAYERS, Keys.Attention.SLIDING_WINDOW_PATTERN, Keys.Attention.Indexer.TYPES}
@@ -77,6 +77,21 @@ class KeyReader:
         """The typed value of an optional key, ``default`` when absent; InputError when mistyped."""
         return self.typed(key, self.f.get(k(key, self.arch), default))
 
+    def fill(self, hp: "HParams", *names: str) -> None:
+        """Read each named field from its declared key (:data:`toolkit.arch.fields.HPARAMS`): the
+        declared ``absent`` value when the key is not there (InputError naming the key when it is
+        required), then its type and range checked (InputError naming the key and the range)."""
+        for name in names:
+            h = F.BY_NAME[name]
+            v = self.req(h.key) if h.absent is F.REQUIRED else self.opt(h.key, h.absent)
+            if h.zero_is_absent and not v:
+                v = h.absent
+            v = F.python_type(h)(v)
+            why = F.check_value(h, v)
+            if why:
+                raise self.bad(h.key, why)
+            setattr(hp, name, v)
+
 
 # ---- readers (in the order a row runs them) ------------------------------------------------
 
@@ -104,7 +119,8 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if not 0 < n_vocab < 2**31:
         raise InputError(f"{f.path}: vocabulary size {n_vocab} (token_embd.weight / vocab_size) is out of range")
     hp.n_vocab, hp.n_embd, hp.n_layer = int(n_vocab), n_embd, n_layer
-    hp.n_ctx_train = int(r.opt(Keys.LLM.CONTEXT_LENGTH, 0))
+    hp.norm_place = int(spec.norm)      # the row's; a file may lack optional norms (read_lfm3)
+    r.fill(hp, "n_ctx_train")
     eps = r.opt(Keys.Attention.LAYERNORM_RMS_EPS, None)
     if eps is None and r.f.get(k(Keys.Attention.LAYERNORM_EPS, r.arch)) is not None:
         # llama.cpp's Nemotron-H files carry only layer_norm_epsilon (its loader falls back too)
@@ -155,24 +171,12 @@ def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """The recurrent sizes every Mamba layer has: conv kernel, inner size, state size, dt rank."""
-    hp.d_conv = int(r.req(Keys.SSM.CONV_KERNEL))
-    hp.d_inner = int(r.req(Keys.SSM.INNER_SIZE))
-    hp.d_state = int(r.req(Keys.SSM.STATE_SIZE))
-    hp.dt_rank = int(r.req(Keys.SSM.TIME_STEP_RANK))
-    hp.dt_b_c_rms = bool(r.opt(Keys.SSM.DT_B_C_RMS, False))
+    r.fill(hp, "d_conv", "d_inner", "d_state", "dt_rank", "dt_b_c_rms")
     # FalconMamba: HF's epsilon of the dt/B/C norms where it differs from rms_eps (our key)
     eps = r.opt(Keys.SSM.DT_B_C_RMS_EPS, None)
     hp.ssm_dt_b_c_eps = hp.rms_eps if eps is None else float(eps)
     if not math.isfinite(hp.ssm_dt_b_c_eps) or hp.ssm_dt_b_c_eps < 0:
         raise r.bad(Keys.SSM.DT_B_C_RMS_EPS, f"= {hp.ssm_dt_b_c_eps} is not a valid epsilon")
-    for key, v in ((Keys.SSM.CONV_KERNEL, hp.d_conv), (Keys.SSM.INNER_SIZE, hp.d_inner),
-                   (Keys.SSM.STATE_SIZE, hp.d_state), (Keys.SSM.TIME_STEP_RANK, hp.dt_rank)):
-        if v <= 0 or v > (1 << 24):
-            raise r.bad(key, f"= {v} is out of range")
-    if hp.d_conv > 64:      # the C kinds' bound (mixer_mamba1/2.c, mixer_gdn.c check): said here with the key
-        raise r.bad(Keys.SSM.CONV_KERNEL, f"= {hp.d_conv} is out of range (at most 64)")
-    if hp.d_state > 4096:
-        raise r.bad(Keys.SSM.STATE_SIZE, f"= {hp.d_state} is out of range (at most 4096)")
 
 
 def read_shortconv(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -224,7 +228,7 @@ def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 def read_norm_before_gate(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """Falcon-H1's ``ssm.norm_before_gate`` (ours; HF ``mamba_norm_before_gate``, absent = false):
     the Mamba-2 gated norm is rmsnorm(y) w * silu(z) instead of rmsnorm(y * silu(z)) w."""
-    hp.ssm_norm_before_gate = bool(r.opt(Keys.SSM.NORM_BEFORE_GATE, False))
+    r.fill(hp, "ssm_norm_before_gate")
 
 
 def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -269,9 +273,7 @@ def read_olmo_hybrid(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.SSM.INNER_SIZE, f"= {hp.d_inner} is not time_step_rank {hp.ssm_n_head} x a value head dim "
                                          f"in [1, 4096]")
     hp.ssm_head_dim = hp.d_inner // hp.ssm_n_head
-    hp.gdn_beta_scale = float(r.opt(Keys.SSM.BETA_SCALE, 1.0))
-    if not (math.isfinite(hp.gdn_beta_scale) and hp.gdn_beta_scale > 0):
-        raise r.bad(Keys.SSM.BETA_SCALE, f"= {hp.gdn_beta_scale} must be finite and > 0")
+    r.fill(hp, "gdn_beta_scale")
     hp.gdn_norm_eps = OLMO_HYBRID_GDN_NORM_EPS
 
 
@@ -316,8 +318,7 @@ def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.n_rot = int(r.opt(Keys.Rope.DIMENSION_COUNT, hp.head_dim)) if hp.use_rope else 0
     if hp.n_rot < 0 or hp.n_rot > hp.head_dim or hp.n_rot % 2:
         raise r.bad(Keys.Rope.DIMENSION_COUNT, f"= {hp.n_rot} must be even and at most the head dim {hp.head_dim}")
-    hp.rope_freq_base = float(r.opt(Keys.Rope.FREQ_BASE, 10000.0))
-    hp.attention_scale = float(r.opt(Keys.Attention.SCALE, 0.0))
+    r.fill(hp, "rope_freq_base", "attention_scale")
 
 
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -325,9 +326,7 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     f = r.f
     ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0)
     hp.n_ff = int(max(ff, default=0) if isinstance(ff, list) else ff)
-    hp.n_expert = int(r.opt(Keys.LLM.EXPERT_COUNT, 0))
-    hp.n_expert_used = int(r.opt(Keys.LLM.EXPERT_USED_COUNT, 0))
-    hp.n_ff_shexp = int(r.opt(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 0))
+    r.fill(hp, "n_expert", "n_expert_used", "n_ff_shexp")
     if hp.n_expert and not (0 < hp.n_expert_used <= hp.n_expert):
         raise r.bad(Keys.LLM.EXPERT_USED_COUNT, f"= {hp.n_expert_used} must be in [1, expert_count={hp.n_expert}]")
     hp.ffn_kinds = []
@@ -367,9 +366,7 @@ def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if bmap != want:
         raise r.bad(Keys.Zamba2.SHARED_BLOCK_MAP, f"= {bmap[:16]} disagrees with attention.layer_indices {hybrid[:16]} "
                     f"and shared_block_count {hp.n_shared_block} (expected {want[:16]})")
-    hp.ssm_dt_min = float(r.opt(Keys.Zamba2.SSM_DT_MIN, 0.0))
-    if not (math.isfinite(hp.ssm_dt_min) and hp.ssm_dt_min >= 0):
-        raise r.bad(Keys.Zamba2.SSM_DT_MIN, f"= {hp.ssm_dt_min} must be finite and >= 0")
+    r.fill(hp, "ssm_dt_min")
     kind = _ZAMBA_HYBRID[spec.recurrent]
     hp.layer_kinds = [kind if i in set(hybrid) else spec.recurrent for i in range(n_layer)]
 
@@ -433,16 +430,12 @@ def read_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.LLM.EXPERT_GROUP_USED_COUNT, f"= {hp.moe_topk_group} groups of {hp.n_expert // hp.moe_n_group} "
                                                       f"experts hold fewer than expert_used_count {hp.n_expert_used}")
     hp.moe_weights_norm = bool(r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, False))
-    hp.moe_weights_scale = float(r.opt(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.0))
-    if not math.isfinite(hp.moe_weights_scale):
-        raise r.bad(Keys.LLM.EXPERT_WEIGHTS_SCALE, f"= {hp.moe_weights_scale} is not finite")
+    r.fill(hp, "moe_weights_scale")
 
 
 def read_multipliers(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """Granite's embedding / residual / logit multipliers (0 or absent -> 1)."""
-    hp.embedding_scale = float(r.opt(Keys.LLM.EMBEDDING_SCALE, 1.0)) or 1.0
-    hp.residual_scale = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0)) or 1.0
-    hp.logit_scale = float(r.opt(Keys.LLM.LOGIT_SCALE, 1.0)) or 1.0
+    r.fill(hp, "embedding_scale", "residual_scale", "logit_scale")
 
 
 def check_rms_eps(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -469,8 +462,8 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """
     f, L = r.f, hp.n_layer
     hp.layer_kinds = [LayerKind.QSA if kd == LayerKind.ATTENTION else kd for kd in hp.layer_kinds]
-    hp.hc_count = int(r.req(Keys.HyperConnection.COUNT))
-    if not 2 <= hp.hc_count <= 64:
+    r.fill(hp, "hc_count")
+    if hp.hc_count < 2:
         raise r.bad(Keys.HyperConnection.COUNT, f"= {hp.hc_count} must be in [2, 64]")
     act = f.get(k(Keys.SSM.OUTPUT_GATE_TYPE, r.arch), "sigmoid")
     if not isinstance(act, str) or act not in _GATE_ACTS:
@@ -478,9 +471,7 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.gdn_gate_act = _GATE_ACTS[act]
     qsa = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.QSA]
     if qsa:
-        hp.idx_n_head = int(r.req(Keys.Attention.Indexer.HEAD_COUNT))
-        hp.idx_head_dim = int(r.req(Keys.Attention.Indexer.KEY_LENGTH))
-        hp.idx_top_k = int(r.req(Keys.Attention.Indexer.TOP_K))
+        r.fill(hp, "idx_n_head", "idx_head_dim", "idx_top_k")
         ratios = f.get(k(Keys.Attention.COMPRESS_RATIOS, r.arch), None)
         if not isinstance(ratios, list) or len(ratios) < L or not all(isinstance(x, int) and 0 <= x < 2**31 for x in ratios):
             raise r.bad(Keys.Attention.COMPRESS_RATIOS, f"= {str(ratios)[:60]} must list {L} non-negative ints")
@@ -507,17 +498,9 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     for j, i in enumerate(layers):
         hp.ple_index[i] = j
     hp.ple_n_module = len(layers)
-    hp.ple_ngram_size = int(r.req(Keys.PerLayerEmbedding.NGRAM_SIZE))
-    hp.ple_heads_per_ngram = int(r.req(Keys.PerLayerEmbedding.HEADS_PER_NGRAM))
-    hp.ple_conv_kernel = int(r.req(Keys.PerLayerEmbedding.CONV_KERNEL))
-    hp.ple_eos_token = int(r.req(Keys.PerLayerEmbedding.EOS_TOKEN_ID))
+    r.fill(hp, "ple_ngram_size", "ple_heads_per_ngram", "ple_conv_kernel")
     n = hp.ple_ngram_size
-    if not 2 <= n <= 32:
-        raise r.bad(Keys.PerLayerEmbedding.NGRAM_SIZE, f"= {n} must be in [2, 32]")
-    if hp.ple_heads_per_ngram <= 0:
-        raise r.bad(Keys.PerLayerEmbedding.HEADS_PER_NGRAM, f"= {hp.ple_heads_per_ngram} must be > 0")
-    if not 1 <= hp.ple_conv_kernel <= 64:
-        raise r.bad(Keys.PerLayerEmbedding.CONV_KERNEL, f"= {hp.ple_conv_kernel} must be in [1, 64]")
+    hp.ple_eos_token = int(r.req(Keys.PerLayerEmbedding.EOS_TOKEN_ID))
     if not 0 <= hp.ple_eos_token < hp.n_vocab:
         raise r.bad(Keys.PerLayerEmbedding.EOS_TOKEN_ID, f"= {hp.ple_eos_token} is outside the vocabulary of {hp.n_vocab}")
     nh = (n - 1) * hp.ple_heads_per_ngram
@@ -591,7 +574,6 @@ def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         hp.head_dim = int(r.opt(Keys.Attention.KEY_LENGTH, hp.n_embd // hp.n_head))
         if not 0 < hp.head_dim <= 4096:
             raise r.bad(Keys.Attention.KEY_LENGTH, f"= {hp.head_dim} is out of range")
-    hp.residual_normed = 1
     a = float(r.opt(Keys.LLM.RESIDUAL_SCALE, 1.0))
     if not _m.isfinite(a):
         raise r.bad(Keys.LLM.RESIDUAL_SCALE, f"= {a} is not finite")
@@ -624,7 +606,8 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     layers' base; default rope.freq_base), ``rope.proportional_dimension_count`` (ours: the full
     layers' rotated dims, even, at most rope.dimension_count; default all), and from the tensors
     present the per-head output gate (``blk.N.attn_gate``) and the sandwich norms
-    (``blk.N.post_attention_norm`` / ``post_ffw_norm``).  ref: specs/more-hybrids.md §4."""
+    (``blk.N.post_attention_norm`` / ``post_ffw_norm``: the row's sandwich placement, else pre-norm
+    blocks).  ref: specs/more-hybrids.md §4."""
     f = r.f
     base = r.opt(Keys.Rope.FREQ_BASE_SWA, None)
     hp.rope_freq_base_swa = float(hp.rope_freq_base if base is None else base)
@@ -636,7 +619,8 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.rope_prop_rot = prop if prop < hp.n_rot else 0
     attn = hp.attention_layers
     hp.attn_head_gate = int(bool(attn) and f"blk.{attn[0]}.attn_gate.weight" in f.tensors)
-    hp.sandwich_norm = int("blk.0.post_attention_norm.weight" in f.tensors)
+    if "blk.0.post_attention_norm.weight" not in f.tensors:
+        hp.norm_place = int(Norm.PRE)
 
 
 def read_rglru(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -658,8 +642,8 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     sliding-window (local) layer of window ``attention.sliding_window`` (required, >= 1; no
     pattern key: HF has no global layers), the RG-LRU gates' head count ``attention.head_count``
     (read here too when the file has no attention layer) dividing ``rglru.width``, the logit soft
-    cap ``final_logit_softcapping`` (absent: none), the embedding scale ``embedding_scale``
-    (bf16(sqrt(n_embd)), HF's bfloat16 normalizer; absent: 1), attention biases (o_proj always has one)."""
+    cap ``final_logit_softcapping`` (the row's ``logit_softcap``; absent: none), the embedding scale ``embedding_scale``
+    (bf16(sqrt(n_embd)), HF's bfloat16 normalizer; absent: 1) (attention biases: the row's ``attn_bias``)."""
     if not hp.n_head:
         hp.n_head = int(r.req(Keys.Attention.HEAD_COUNT))
     if hp.n_head <= 0 or hp.d_inner % hp.n_head:
@@ -675,14 +659,13 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if attn:
         hp.n_swa = int(w)
         hp.swa_layers = [int(i in set(attn)) for i in range(hp.n_layer)]
-    cap = r.opt(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, None)
+    cap = r.opt(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, None) if spec.logit_softcap else None
     if cap is not None and not (math.isfinite(cap) and cap > 0):
         raise r.bad(Keys.LLM.FINAL_LOGIT_SOFTCAPPING, f"= {cap} must be finite and > 0")
-    hp.rglru_logit_softcap = float(cap or 0.0)
+    hp.logit_softcap = float(cap or 0.0)
     hp.embedding_scale = float(r.opt(Keys.LLM.EMBEDDING_SCALE, 1.0))
     if not (math.isfinite(hp.embedding_scale) and hp.embedding_scale > 0):
         raise r.bad(Keys.LLM.EMBEDDING_SCALE, f"= {hp.embedding_scale} must be finite and > 0")
-    hp.rglru_attn_bias = 1
 
 
 def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -692,12 +675,7 @@ def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     lower bound (kda.gate_lower_bound; absent: kimi's unbounded softplus gate)."""
     if LayerKind.KDA not in hp.layer_kinds:
         return
-    hp.d_conv = int(r.req(Keys.SSM.CONV_KERNEL))
-    if not 1 <= hp.d_conv <= 64:
-        raise r.bad(Keys.SSM.CONV_KERNEL, f"= {hp.d_conv} must be in [1, 64]")
-    hp.kda_head_dim = int(r.req(Keys.KDA.HEAD_DIM))
-    if not 0 < hp.kda_head_dim <= 4096:
-        raise r.bad(Keys.KDA.HEAD_DIM, f"= {hp.kda_head_dim} is out of range")
+    r.fill(hp, "d_conv", "kda_head_dim")
     hp.kda_n_head = int(r.opt(Keys.KDA.HEAD_COUNT, 0)) or int(r.req(Keys.Attention.HEAD_COUNT))
     if not 0 < hp.kda_n_head <= 65536:
         raise r.bad(Keys.KDA.HEAD_COUNT, f"= {hp.kda_n_head} is out of range")
@@ -725,17 +703,12 @@ def read_mla(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if not 0 < hp.n_head <= 65536:
         raise r.bad(Keys.Attention.HEAD_COUNT, f"= {hp.n_head} is out of range")
     hp.n_head_kv = [1 if kd == LayerKind.MLA else 0 for kd in hp.layer_kinds]
-    hp.mla_kv_lora_rank = int(r.req(Keys.KDA.KV_LORA_RANK))
+    r.fill(hp, "mla_kv_lora_rank", "mla_dv", "mla_q_lora_rank")
     hp.mla_dr = int(r.opt(Keys.Rope.DIMENSION_COUNT, 0))
-    kl = int(r.req(Keys.KDA.KEY_LENGTH_MLA))
-    hp.mla_dn = kl - hp.mla_dr
-    hp.mla_dv = int(r.req(Keys.KDA.VALUE_LENGTH_MLA))
-    hp.mla_q_lora_rank = int(r.opt(Keys.KDA.Q_LORA_RANK, 0))
-    for key, v in ((Keys.KDA.KV_LORA_RANK, hp.mla_kv_lora_rank), (Keys.KDA.KEY_LENGTH_MLA, hp.mla_dn),
-                   (Keys.KDA.VALUE_LENGTH_MLA, hp.mla_dv)):
-        if not 0 < v <= 65536:
-            raise r.bad(key, f"= {v} is out of range" + (" (key_length_mla - rope.dimension_count)" if key == Keys.KDA.KEY_LENGTH_MLA else ""))
-    if not 0 <= hp.mla_dr <= 65536 or not 0 <= hp.mla_q_lora_rank <= 65536:
+    hp.mla_dn = int(r.req(Keys.KDA.KEY_LENGTH_MLA)) - hp.mla_dr
+    if not 0 < hp.mla_dn <= 65536:
+        raise r.bad(Keys.KDA.KEY_LENGTH_MLA, f"= {hp.mla_dn + hp.mla_dr} is out of range (key_length_mla - rope.dimension_count must be in [1, 65536])")
+    if not 0 <= hp.mla_dr <= 65536:
         raise r.bad(Keys.Rope.DIMENSION_COUNT, f"= {hp.mla_dr} is out of range")
     hp.head_dim = hp.mla_dn + hp.mla_dr
     hp.use_rope, hp.n_rot = False, 0
@@ -771,26 +744,12 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
             not a multiple of the k-pool, per-layer lists of the wrong length, clamps that differ
             between layers.
     """
-    f, L, I, HC = r.f, hp.n_layer, Keys.Attention.Indexer, Keys.HyperConnection
-    hp.hc_count = int(r.req(HC.COUNT))
-    if not 1 <= hp.hc_count <= 64:
-        raise r.bad(HC.COUNT, f"= {hp.hc_count} must be in [1, 64]")
-    hp.hc_sinkhorn_iters = int(r.opt(HC.SINKHORN_ITERATIONS, 20))
-    if not 1 <= hp.hc_sinkhorn_iters <= 1000:
-        raise r.bad(HC.SINKHORN_ITERATIONS, f"= {hp.hc_sinkhorn_iters} must be in [1, 1000]")
-    hp.hc_eps = float(r.opt(HC.EPSILON, 1e-6))
-    if not hp.hc_eps >= 0:
-        raise r.bad(HC.EPSILON, f"= {hp.hc_eps} must be >= 0")
-    hp.idx_n_head = int(r.req(I.HEAD_COUNT))
-    hp.idx_head_dim = int(r.req(I.KEY_LENGTH))
-    hp.idx_top_k = int(r.req(I.TOP_K))
-    hp.dsa_kpool = int(r.req(I.KPOOL))
-    for key, v in ((I.HEAD_COUNT, hp.idx_n_head), (I.KEY_LENGTH, hp.idx_head_dim), (I.KPOOL, hp.dsa_kpool)):
-        if not 1 <= v <= 1 << 20:
-            raise r.bad(key, f"= {v} must be positive")
+    f, L, I = r.f, hp.n_layer, Keys.Attention.Indexer
+    r.fill(hp, "hc_count", "hc_sinkhorn_iters", "hc_eps")
+    r.fill(hp, "idx_n_head", "idx_head_dim", "idx_top_k", "dsa_kpool")
     if hp.idx_top_k <= 0 or hp.idx_top_k % hp.dsa_kpool:
         raise r.bad(I.TOP_K, f"= {hp.idx_top_k} must be a positive multiple of {k(I.KPOOL, r.arch)} = {hp.dsa_kpool}")
-    hp.dsa_select_tail = int(bool(r.opt(I.KPOOL_SELECT_TAIL, True)))
+    r.fill(hp, "dsa_select_tail")
     types = r.opt(I.TYPES, [True] * L)
     if len(types) != L:
         raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count)")

@@ -12,16 +12,21 @@ A family is data, not branches (DESIGN.md).  A row says:
 - ``rope`` (attention layers rotate q/k), ``rope_neox`` (pairs (i, i + n_rot/2) instead of
   adjacent ones), ``moe_softmax_topk`` / ``moe_renorm`` (routing rule), ``ssm_dt_b_c_norms``
   (Mamba-1's dt/B/C RMSNorms have weights: Jamba), ``residual``;
-- ``output_norm_embd``: the final RMSNorm is ``token_embd_norm`` (LFM2: llama.cpp's
-  LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name"), else ``output_norm``;
+- the block recipe, which model.c binds and forward.c runs: ``norm`` (where the RMSNorms sit:
+  :class:`toolkit.arch.kinds.Norm`), ``residual`` (how a branch joins: plain, scaled, alpha / beta
+  per branch kind, hyper-connections), the norm tensors' names ``ffn_norm`` (the FFN pre-norm:
+  ``ffn_norm.weight``; Qwen3-Next / Qwen3.5 ``post_attention_norm.weight``; llama.cpp's falcon-h1
+  converter maps ``pre_ff_layernorm.weight`` whole to ``ffn_norm`` and its loader asks for that
+  name) and ``output_norm`` (the final norm; LFM2: ``token_embd_norm.weight``, llama.cpp's
+  LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name"), ``attn_bias`` (attention biases),
+  ``logit_softcap`` (the logits may be soft-capped, final_logit_softcapping);
 - the gated-delta-net families' choices: ``gdn_head_tiled`` (v-head h reads K-head h % Hk, the
   tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; spec §1.4.2, B19),
   ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
-  RMSNorm of q and k per head), ``ffn_norm_post_attn`` (the FFN pre-norm is
-  ``blk.N.post_attention_norm``, not ``blk.N.ffn_norm``), ``ffn_norm_bare`` (it is ``blk.N.ffn_norm``
-  without ``.weight``: llama.cpp's falcon-h1 converter maps ``pre_ff_layernorm.weight`` whole and
-  its loader asks for that name);
-- the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`.
+  RMSNorm of q and k per head);
+- the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`;
+- ``quant_keep`` / ``quant_min_q8_0``: llama-quantize's exceptions for the architecture, and
+  ``quant_no_fallback`` ours (:mod:`toolkit.quantize.rules`).
 
 Used by :meth:`toolkit.arch.HParams.from_gguf`, ``toolkit info`` and the runtime's
 ``tk_hparams`` filling (:mod:`toolkit.arch.abi`).
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from toolkit.arch import readers as R
-from toolkit.arch.kinds import FFNKind, LayerKind, Residual
+from toolkit.arch.kinds import FFNKind, LayerKind, Norm, Residual
 from toolkit.arch.tensor_names import T
 from toolkit.gguf_io.constants import (
     ARCH_GRANITE_HYBRID, ARCH_JAMBA, ARCH_MAMBA, ARCH_MAMBA2, ARCH_QWEN3NEXT, ARCH_QWEN35, ARCH_QWEN35MOE,
@@ -179,7 +184,7 @@ QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS
 # LFM2: attention with q/k RMSNorms (no output gate)
 LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 # LFM3: LFM2's, plus the per-head output gate attn_gate [D, H] (use_attention_gate) and the
-# sandwich norms on every block (use_sandwich_norm), each all-or-none
+# sandwich norms on every block (use_sandwich_norm; the row's Norm.SANDWICH), each all-or-none
 _SANDWICH = ((_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),)
 LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
@@ -192,7 +197,7 @@ RECURRENT_GEMMA_MIXER_TENSORS = {
                                    optional=((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)),)),
 }
 # OLMo-Hybrid: GDN with separate q / k / v projections and conv pieces (no attn_qkv / ssm_conv1d);
-# post-norm attention (attn_post_norm: the block's attn_norm / ffn_norm replaced by the norms of
+# post-norm attention (Norm.POST: the block's attn_norm / ffn_norm replaced by the norms of
 # the attention and FFN outputs) with q / k RMSNorms over all heads
 OLMO_HYBRID_MIXER_TENSORS = {
     **MIXER_TENSORS,
@@ -222,20 +227,31 @@ class ArchSpec:
     gdn_head_tiled: bool = False        # GDN v-head h reads K-head h % Hk (tiled), else h // (Hv/Hk)
     attn_q_gate: bool = False           # attn_q rows per head [q_h | gate_h]; output * sigmoid(gate)
     attn_qk_norm: bool = False          # attn_q_norm / attn_k_norm: RMSNorm of q and k per head
-    ffn_norm_post_attn: bool = False    # the FFN pre-norm is blk.N.post_attention_norm
     dense_ffn: FFNKind = FFNKind.DENSE  # the kind of a layer with blk.N.ffn_up (RELU2: Nemotron-H)
     moe_sigmoid: bool = False           # sigmoid router scores, choice biased by exp_probs_b, groups (Nemotron-H)
     moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
-    ffn_norm_bare: bool = False         # the FFN pre-norm is blk.N.ffn_norm, no .weight (llama.cpp's falcon-h1)
-    output_norm_embd: bool = False      # the final norm is token_embd_norm (LFM2), not output_norm
-    attn_post_norm: bool = False        # attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm,
-                                        # post_attention_norm / post_ffw_norm on the attention / FFN output
     attn_qk_norm_full: bool = False     # with attn_qk_norm: one RMSNorm over all heads ([H hd] / [Hkv hd] weights)
     gdn_qkv_apart: bool = False         # GDN q / k / v: attn_q, attn_k, attn_v + ssm_conv1d_{q,k,v} (not attn_qkv, ssm_conv1d)
+    # the block recipe
+    norm: Norm = Norm.PRE               # where the RMSNorms sit (POST: attention blocks; the file may drop SANDWICH's)
     residual: Residual = Residual.PLAIN
+    ffn_norm: str = _w("ffn_norm")      # the FFN pre-norm's tensor after blk.N.
+    output_norm: str = _w(T.OUTPUT_NORM)
+    attn_bias: bool = False             # attention biases: o_proj's required, q / k / v's optional (RecurrentGemma)
+    logit_softcap: bool = False         # logits = cap tanh(logits / cap) when the file has final_logit_softcapping
+    # llama-quantize's exceptions for the architecture (toolkit.quantize.rules): tensors (name substrings)
+    # kept as they are beyond its common list, and tensors never quantized below Q8_0
+    quant_keep: tuple[str, ...] = ()
+    quant_min_q8_0: tuple[str, ...] = ()
+    quant_no_fallback: tuple[str, ...] = ()   # ours: kept as they are where llama.cpp would take a fallback type
     mixer_tensors: dict[LayerKind, TensorSet] = field(default_factory=lambda: dict(MIXER_TENSORS))
     ffn_tensors: dict[FFNKind, TensorSet] = field(default_factory=lambda: dict(FFN_TENSORS))
     note: str = ""
+
+    @property
+    def c_residual(self) -> int:
+        """The residual scheme as C's tk_residual."""
+        return self.residual.c_id
 
     @property
     def runs(self) -> bool:
@@ -255,20 +271,19 @@ class ArchSpec:
             raise ValueError(f"architecture {self.name!r} is convert/info only: no tensors are bound")
         hc = self.residual == Residual.HYPER_CONNECTIONS
         block = HC_BLOCK_TENSORS if hc else MHC_BLOCK_TENSORS if self.residual == Residual.MHC else BLOCK_TENSORS
-        out_norm = {_w(T.OUTPUT_NORM): _w(T.TOKEN_EMBD_NORM)} if self.output_norm_embd else {}
+        out_norm = {_w(T.OUTPUT_NORM): self.output_norm}
         glob = HC_GLOBAL_TENSORS if hc else GLOBAL_TENSORS
         req = {out_norm.get(t, t) for t in glob.required}
         opt = [set(g) for g in glob.optional]
         for j, i in enumerate(ple_layers):
             req |= {t.format(bid=i) for t in PLE_TENSORS.required}
             req.add(_w(T.PER_LAYER_TOKEN_EMBD) if j == 0 else f"blk.{i}.{_w(T.PER_LAYER_TOKEN_EMBD)}")
-        ffn_norm = ({_w(T.FFN_NORM): _w(T.ATTN_POST_NORM)} if self.ffn_norm_post_attn
-                    else {_w(T.FFN_NORM): T.FFN_NORM} if self.ffn_norm_bare else {})
+        ffn_norm = {_w(T.FFN_NORM): "blk.{bid}." + self.ffn_norm}
         hybrid = [i for i, kd in enumerate(layer_kinds) if kd in (LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED)]
         req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
-            # a post-norm block (attn_post_norm) has neither pre-norm: its mixer row lists its post-norms
-            pre = {_w(T.ATTN_NORM), _w(T.FFN_NORM)} if self.attn_post_norm and kd == LayerKind.ATTENTION else set()
+            # a post-norm block (Norm.POST) has neither pre-norm: its mixer row lists its post-norms
+            pre = {_w(T.ATTN_NORM), _w(T.FFN_NORM)} if self.norm == Norm.POST and kd == LayerKind.ATTENTION else set()
             for ts in (block, self.mixer_tensors[kd], self.ffn_tensors[fk]):
                 req |= {ffn_norm.get(t, t).format(bid=i) for t in ts.required
                         if not (hc and t == _w(T.FFN_NORM)) and t not in pre}
@@ -282,10 +297,10 @@ _BASE_READERS = (R.read_common, R.read_layer_kinds, R.read_ssm)
 _QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
 # Qwen3-Next / Qwen3.5 gated attention (q/k RMSNorm, sigmoid gate, NEOX partial RoPE: text
 # M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
-_QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm_post_attn=True)
+_QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm="post_attention_norm.weight")
 # LFM2 / LFM2-MoE: no ssm.* keys (read_shortconv instead of read_ssm)
 _LFM2_READERS = (R.read_common, R.read_layer_kinds, R.read_shortconv, R.read_attention, R.read_sliding_window, R.read_ffn)
-_LFM2_FLAGS = dict(rope_neox=True, attn_qk_norm=True, output_norm_embd=True, mixer_tensors=LFM2_MIXER_TENSORS)
+_LFM2_FLAGS = dict(rope_neox=True, attn_qk_norm=True, output_norm=_w(T.TOKEN_EMBD_NORM), mixer_tensors=LFM2_MIXER_TENSORS)
 
 # Nemotron-H: attention layers as every hybrid's, then the FFN-only ones from the per-layer
 # feed_forward_length (read_nemotron_layers)
@@ -358,14 +373,14 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_ffn, R.read_norm_before_gate,
                                         R.check_rms_eps),
              mixers=(LayerKind.PARALLEL,), recurrent=LayerKind.PARALLEL, ffns=(FFNKind.DENSE,),
-             rope_neox=True, ffn_norm_bare=True, note="Falcon-H1"),
+             rope_neox=True, ffn_norm="ffn_norm", note="Falcon-H1"),
     # qwen4exp: qwen35moe's gated delta net (output gate from the file) and MoE, QSA attention,
     # hyper-connections in place of the norms, PLE n-gram embeddings (read_qwen4exp)
     ArchSpec(ARCH_QWEN4EXP, c_id=13,
              readers=_QWEN_READERS + (R.read_qwen4exp, R.check_rope_sections, R.check_rms_eps),
              mixers=(LayerKind.GDN, LayerKind.QSA), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_q_gate=True,
-             attn_qk_norm=True, gdn_head_tiled=True, residual=Residual.HYPER_CONNECTIONS,
+             attn_qk_norm=True, gdn_head_tiled=True, residual=Residual.HYPER_CONNECTIONS, norm=Norm.HYPER,
              mixer_tensors=QWEN35_MIXER_TENSORS,
              note="Qwen3.8-Flash-Next: gated delta net + QSA attention, hyper-connections, PLE"),
     # Zamba2 (our layout, README "Zamba2 layout"): Mamba-2 layers; the hybrid ones
@@ -389,7 +404,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=(R.read_common, R.read_layer_kinds, R.read_ssm, R.read_olmo_hybrid, R.read_attention, R.read_ffn,
                       R.check_rms_eps),
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
-             ffns=(FFNKind.DENSE,), rope_neox=True, attn_qk_norm=True, attn_qk_norm_full=True, attn_post_norm=True,
+             ffns=(FFNKind.DENSE,), rope_neox=True, attn_qk_norm=True, attn_qk_norm_full=True, norm=Norm.POST,
              gdn_qkv_apart=True,
              gdn_head_tiled=False, mixer_tensors=OLMO_HYBRID_MIXER_TENSORS, note="OLMo-Hybrid"),
     # LFM3 (no llama.cpp architecture: lfm2's layout + the keys of README "LFM3 layout"): LFM2's
@@ -398,7 +413,7 @@ ARCHES: tuple[ArchSpec, ...] = (
     ArchSpec(ARCH_LFM3, c_id=16,
              readers=_LFM2_READERS + (R.read_lfm3, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
              recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,),
-             **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
+             norm=Norm.SANDWICH, **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
     # Lara-Mini (spec more-hybrids.md §8; qwen35moe's names): gated delta net (v-heads grouped,
     # plain norm weights, gated-norm epsilon rms_eps), attention with per-head q / k norms and no
     # output gate, NEOX RoPE on the sliding-window layers and NoPE on the full ones (read_lara_mini),
@@ -424,7 +439,9 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=(R.read_common, R.read_layer_kinds, R.read_rglru, R.read_attention, R.read_ffn,
                       R.read_recurrent_gemma, R.check_rms_eps),
              mixers=(LayerKind.RGLRU, LayerKind.ATTENTION), recurrent=LayerKind.RGLRU, attention_from_file=True,
-             ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, rope_neox=True, residual=Residual.SOFTCAP,
+             ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, rope_neox=True, attn_bias=True, logit_softcap=True,
+             # the per-head RG-LRU gate blocks, expanded to float32 at load: a fallback type only loses precision
+             quant_no_fallback=(".rglru_gate_i.weight", ".rglru_gate_a.weight"),
              mixer_tensors=RECURRENT_GEMMA_MIXER_TENSORS, note="RecurrentGemma"),
     # Kimi-Linear (llama.cpp's kimi-linear; spec kda-family.md): KDA layers (mixer_kda.c) and MLA
     # layers (per-layer head_count_kv 1; mixer_mla.c, the latent cached), leading dense SwiGLU
@@ -442,7 +459,14 @@ ARCHES: tuple[ArchSpec, ...] = (
                       R.read_glm5_next_extras, R.check_rms_eps),
              mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True, residual=Residual.MHC,
-             mixer_tensors=GLM5_NEXT_MIXER_TENSORS, note="GLM-5-Next"),
+             mixer_tensors=GLM5_NEXT_MIXER_TENSORS, note="GLM-5-Next",
+             # llama-quant.cpp:332-347 (the mHC weights, the indexer, the KDA gates and beta, MLA's latent
+             # projections stay as they are) and :472-485 (the q-LoRA projections, an MTP eh_proj)
+             quant_keep=("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
+                         "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight",
+                         "ssm_g_b.weight", "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight",
+                         "attn_v_b.weight"),
+             quant_min_q8_0=("attn_q_a", "attn_q_b", "nextn.eh_proj")),
     # Ling 3 (llama.cpp's bailingmoe3; §1.4): KDA with full-rank gates (bounded or softplus; ssm_a =
     # +exp(A_log)), MLA with interleaved RoPE on the dr dims and a head-wise sigmoid output gate
     ArchSpec(ARCH_BAILINGMOE3, c_id=22,

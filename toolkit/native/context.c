@@ -56,7 +56,7 @@ static size_t moe_width(const tk_model * m) {
     int has_moe = 0;
     for (int i = 0; i < hp->n_layer; i++) has_moe |= hp->ffn_kinds[i] == TK_FFN_MOE;
     if (!has_moe) return 0;
-    return 2 * (size_t) hp->n_embd + (size_t) hp->n_expert + 3 * (size_t) hp->n_expert_used;
+    return 2 * (size_t) hp->n_embd + (size_t) hp->moe.n_expert + 3 * (size_t) hp->moe.n_expert_used;
 }
 
 /* hyper-connection widths (all 0 without them): hcD, the low rank R, hc, the PLE row Ep */
@@ -66,10 +66,10 @@ static hc_widths hc_widths_of(const tk_model * m) {
     const tk_hparams * hp = &m->hp;
     hc_widths w = {0, 0, 0, 0};
     if (!tk_hc_on(hp)) return w;
-    w.hc = (size_t) hp->hc_count;
+    w.hc = (size_t) hp->hc.count;
     w.hd = w.hc * (size_t) hp->n_embd;
     w.r = (size_t) m->hc_rank;
-    if (m->ple_row_dim) w.ep = (size_t) m->ple_row_dim * (size_t) ((hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram);
+    if (m->ple_row_dim) w.ep = (size_t) m->ple_row_dim * (size_t) ((hp->ple.ngram_size - 1) * hp->ple.heads_per_ngram);
     return w;
 }
 
@@ -93,15 +93,15 @@ typedef struct {
 
 static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx, int n_threads, scratch_plan * sp) {
     const tk_hparams * hp = &model->hp;
-    const size_t U = (size_t) n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->d_inner;
+    const size_t U = (size_t) n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->ssm.d_inner;
     const tk_scratch sc = scratch_of(model, n_ubatch, n_threads);
     const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
     const hc_widths hw = hc_widths_of(model);
     memset(sp, 0, sizeof *sp);
-    sp->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->dt_rank)) + 1;
+    sp->row_n = zmax(zmax(D, DI), zmax(zmax(q_w, ff_w), (size_t) hp->ssm.dt_rank)) + 1;
     sp->row_n = zmax(sp->row_n, zmax(hw.hd, zmax(hw.ep, hw.r)) + 1);
     sp->row_n = zmax(sp->row_n, zmax(sc.y, sc.narrow) + 1);   /* out-projections of y, low-rank second halves */
-    sp->vec_n = zmax(zmax((size_t) n_ctx, (size_t) hp->n_expert), zmax((size_t) hp->ssm_n_head, 1));
+    sp->vec_n = zmax(zmax((size_t) n_ctx, (size_t) hp->moe.n_expert), zmax((size_t) hp->ssm.n_head, 1));
     PLAN(sp, x, U * D);
     PLAN(sp, cur, U * D);
     PLAN(sp, out, U * D);
@@ -159,7 +159,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     }
     if (c->moe_x) {            /* the MoE block (moe_width), carved */
         const tk_hparams * hp = &c->model->hp;
-        const size_t D = (size_t) hp->n_embd, E = (size_t) hp->n_expert, k = (size_t) hp->n_expert_used;
+        const size_t D = (size_t) hp->n_embd, E = (size_t) hp->moe.n_expert, k = (size_t) hp->moe.n_expert_used;
         c->moe_y = c->moe_x + U * D;
         c->moe_r = c->moe_y + U * D;
         c->moe_wt = c->moe_r + U * E;
@@ -243,7 +243,7 @@ static tk_status check_memory(const tk_model * m, const tk_context_params * p) {
 static tk_status new_memory(const tk_model * model, const tk_context_params * p, int has_attn, int has_rec, tk_memory ** out) {
     tk_memory * kv = NULL, * rs = NULL;
     *out = NULL;
-    if (has_attn && model->hp.swa_layers) {   /* sliding-window layers: a full and a sliding-window cache */
+    if (has_attn && model->hp.attn.swa_layers) {   /* sliding-window layers: a full and a sliding-window cache */
         tk_memory * full = NULL, * swa = NULL;
         TK_CHECK(tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_FULL, &full));
         tk_status st = tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_SWA, &swa);

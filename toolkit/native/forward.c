@@ -4,18 +4,20 @@
  *   for each layer:  x += rs * mixer(rmsnorm(x));  x += rs * ffn(rmsnorm(x))   (ffn may be none)
  *   logits = output(rmsnorm(x)) / logit_scale          (only for tokens that ask)
  *
- * rs, embedding_scale, logit_scale: Granite's multipliers (1 elsewhere).  The FFN's rmsnorm
- * weight is ffn_norm, or post_attention_norm in Qwen3-Next / Qwen3.5, or attn_norm in a block with no
- * mixer (Nemotron-H's MLP / MoE layers, TK_LAYER_NONE) (model.c binds it).  The mixer and FFN
+ * rs, embedding_scale, logit_scale: Granite's multipliers (1 elsewhere).  The mixer and FFN
  * of each layer come from the model (tk_layer.kind / ffn_kind) through the tables below;
- * each kind is a file of its own (layer.h lists them).
- * A post-norm block (hp.attn_post_norm: OLMo-Hybrid's attention layers, OLMo-2's form) has no
- * pre-norms (attn_norm / ffn_norm NULL: the branch reads x) and norms its branch outputs instead:
- *   x += rmsnorm(mixer(x)) * post_attention_norm;  x += rmsnorm(ffn(x)) * post_ffw_norm
- * MiniMax (hp.residual_normed): each branch joins as x = alpha * rmsnorm(x) + beta * branch, the
- * factors per branch (lightning, attention, FFN).
- * RecurrentGemma: embedding_scale = bf16(sqrt(D)) (the converter's key), logits soft-capped,
- *   logits = cap tanh(logits / cap) with cap = rglru_logit_softcap (final_logit_softcapping).
+ * each kind is a file of its own (layer.h lists them).  The block recipe (hp.block: model.c
+ * binds the norms it names) decides the rest, never the family:
+ * - where the norms sit (block.norm): a pre-norm is applied when the layer has one (attn_norm,
+ *   ffn_norm; a block with no mixer, TK_LAYER_NONE, runs its FFN under attn_norm), a post-norm
+ *   on the branch output when it has one (mixer_post_norm, ffn_post_norm: TK_NORM_POST's
+ *   attention blocks, which have no pre-norms: x += rmsnorm(mixer(x)) * post_attention_norm;
+ *   TK_NORM_SANDWICH's blocks, which have both);
+ * - how a branch joins (block.residual): x += residual_scale * branch, or (TK_RESIDUAL_NORMED,
+ *   MiniMax) x = alpha * rmsnorm(x) + beta * branch, the factors by the branch's kind (tk_layer's
+ *   res_alpha / res_beta for the mixer, hp.res's FFN ones);
+ * - the logits: divided by logit_scale, then soft-capped when logit_softcap > 0:
+ *   logits = cap tanh(logits / cap) (final_logit_softcapping; RecurrentGemma).
  * A model with hyper-connections (tk_hc_on: qwen4exp's, GLM-5-Next's mHC) runs residual_hc.c's skeleton instead.
  * Glossary: U tokens in the ubatch (n_seqs rows x n_seq_tokens), D n_embd.
  * refs: transformers modeling_mamba.py, modeling_mamba2.py, modeling_bamba.py,
@@ -70,13 +72,13 @@ const tk_ffn_ops * tk_ffn_ops_of(int32_t kind) {
 static void block_input(tk_context * ctx, const float * w, int32_t D, int32_t U) {
     if (w) tk_rms_norm_rows(ctx, ctx->x, w, ctx->model->hp.rms_eps, D, U, ctx->cur);
     else memcpy(ctx->cur, ctx->x, (size_t) U * (size_t) D * sizeof(float));
-    if (w && ctx->model->hp.residual_normed) memcpy(ctx->x, ctx->cur, (size_t) U * (size_t) D * sizeof(float));
+    if (w && ctx->model->hp.block.residual == TK_RESIDUAL_NORMED) memcpy(ctx->x, ctx->cur, (size_t) U * (size_t) D * sizeof(float));
 }
 
-/* x += out * residual_scale; MiniMax (hp.residual_normed): x = alpha * x + beta * out, x holding the
+/* x += out * residual_scale; TK_RESIDUAL_NORMED: x = alpha * x + beta * out, x holding the
  * branch's normed input (block_input copied it there) */
 static void residual_add(tk_context * ctx, int32_t D, int32_t U, float alpha, float beta) {
-    if (!ctx->model->hp.residual_normed) {
+    if (ctx->model->hp.block.residual != TK_RESIDUAL_NORMED) {
         tk_rows_job j = {ctx->out, NULL, ctx->x, D, D, D, ctx->model->hp.residual_scale, 1};
         tk_par_rows(ctx->pool, U, D, tk_add_rows, &j);
         return;
@@ -104,18 +106,15 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (mixer->forward) {      /* TK_LAYER_NONE has none: the block is its FFN alone */
             block_input(ctx, l->attn_norm, D, U);
             TK_CHECK(mixer->forward(ctx, l, il, ub, ctx->out));
-            if (l->post_attn_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_attn_norm, hp->rms_eps, D, U, ctx->out);   /* LFM3 sandwich */
-            if (l->attn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->attn_post_norm, hp->rms_eps, D, U, ctx->out);
-            const int lin = l->kind == TK_LAYER_LIGHTNING;
-            residual_add(ctx, D, U, lin ? hp->res_alpha_lin : hp->res_alpha_full, lin ? hp->res_beta_lin : hp->res_beta_full);
+            if (l->mixer_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->mixer_post_norm, hp->rms_eps, D, U, ctx->out);
+            residual_add(ctx, D, U, l->res_alpha, l->res_beta);
         }
         const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
         if (!ffn) continue;
         block_input(ctx, l->ffn_norm, D, U);
         TK_CHECK(ffn->forward(ctx, l, U, ctx->out));
-        if (l->post_ffw_norm) tk_rms_norm_rows(ctx, ctx->out, l->post_ffw_norm, hp->rms_eps, D, U, ctx->out);
         if (l->ffn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->ffn_post_norm, hp->rms_eps, D, U, ctx->out);
-        residual_add(ctx, D, U, hp->res_alpha_mlp, hp->res_beta_mlp);
+        residual_add(ctx, D, U, hp->res.alpha_ffn, hp->res.beta_ffn);
     }
     /* logits only for the tokens that asked for them */
     for (int32_t t = 0; t < U; t++) {
@@ -125,8 +124,8 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
-        if (hp->rglru_logit_softcap > 0.0f) {      /* RecurrentGemma: cap tanh(logits / cap), HFR:744-746 */
-            const float cap = hp->rglru_logit_softcap;
+        if (hp->logit_softcap > 0.0f) {      /* cap tanh(logits / cap) (RecurrentGemma, HFR:744-746) */
+            const float cap = hp->logit_softcap;
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] = cap * tanhf(lo[i] / cap);
         }
     }

@@ -182,51 +182,58 @@ static tk_status check_hparams(const tk_hparams * hp) {
         TK_CHECK(ops->check(hp, i));
         if (f == TK_FFN_MOE) has_moe = 1;
     }
-    if (has_moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert || hp->n_expert > 4096))
-        return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->n_expert, hp->n_expert_used);
-    if (!(hp->rglru_logit_softcap >= 0) || !isfinite(hp->rglru_logit_softcap))
-        return TK_FAIL(TK_ERR_INVALID, "rglru_logit_softcap = %g must be finite and >= 0", hp->rglru_logit_softcap);
-    if (hp->hc_count < 0 || hp->hc_count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc_count);
-    if (hp->hc_sinkhorn_iters < 0 || hp->hc_sinkhorn_iters > 1000 || !(hp->hc_eps >= 0) || !isfinite(hp->hc_eps) ||
-        (hp->hc_sinkhorn_iters > 0 && (hp->hc_count < 1 || hp->ple_index)))
+    if (has_moe && (hp->moe.n_expert <= 0 || hp->moe.n_expert_used <= 0 || hp->moe.n_expert_used > hp->moe.n_expert || hp->moe.n_expert > 4096))
+        return TK_FAIL(TK_ERR_INVALID, "n_expert = %d, n_expert_used = %d invalid", hp->moe.n_expert, hp->moe.n_expert_used);
+    if (!(hp->logit_softcap >= 0) || !isfinite(hp->logit_softcap))
+        return TK_FAIL(TK_ERR_INVALID, "logit_softcap = %g must be finite and >= 0", hp->logit_softcap);
+    if (hp->hc.count < 0 || hp->hc.count > 64) return TK_FAIL(TK_ERR_INVALID, "hc_count = %d out of range", hp->hc.count);
+    if (hp->hc.sinkhorn_iters < 0 || hp->hc.sinkhorn_iters > 1000 || !(hp->hc.eps >= 0) || !isfinite(hp->hc.eps) ||
+        (hp->hc.sinkhorn_iters > 0 && (hp->hc.count < 1 || hp->ple.index)))
         return TK_FAIL(TK_ERR_INVALID, "mHC: hc_count = %d, sinkhorn iterations = %d, epsilon = %g invalid",
-                       hp->hc_count, hp->hc_sinkhorn_iters, hp->hc_eps);
-    if (hp->ple_index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
-        if (hp->hc_count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc_count);
-        if (hp->ple_ngram_size < 2 || hp->ple_ngram_size > 32 || hp->ple_heads_per_ngram <= 0 ||
-            hp->ple_heads_per_ngram > 4096 || hp->ple_conv_kernel < 1 || hp->ple_conv_kernel > 64 || !hp->ple_consts ||
-            hp->ple_n_module <= 0 || hp->ple_eos_token < 0 || hp->ple_eos_token >= hp->n_vocab)
+                       hp->hc.count, hp->hc.sinkhorn_iters, hp->hc.eps);
+    if (hp->ple.index) {       /* qwen4exp PLE: hyper-connections, and only on gated-delta-net layers */
+        if (hp->hc.count < 2) return TK_FAIL(TK_ERR_INVALID, "PLE layers need hyper-connections (hc_count = %d)", hp->hc.count);
+        if (hp->ple.ngram_size < 2 || hp->ple.ngram_size > 32 || hp->ple.heads_per_ngram <= 0 ||
+            hp->ple.heads_per_ngram > 4096 || hp->ple.conv_kernel < 1 || hp->ple.conv_kernel > 64 || !hp->ple.consts ||
+            hp->ple.n_module <= 0 || hp->ple.eos_token < 0 || hp->ple.eos_token >= hp->n_vocab)
             return TK_FAIL(TK_ERR_INVALID, "PLE hparams out of range (ngram_size %d, heads_per_ngram %d, conv_kernel %d, "
-                           "eos_token_id %d)", hp->ple_ngram_size, hp->ple_heads_per_ngram, hp->ple_conv_kernel, hp->ple_eos_token);
+                           "eos_token_id %d)", hp->ple.ngram_size, hp->ple.heads_per_ngram, hp->ple.conv_kernel, hp->ple.eos_token);
         for (int i = 0; i < hp->n_layer; i++) {
-            const int32_t k = hp->ple_index[i];
-            if (k < -1 || k >= hp->ple_n_module) return TK_FAIL(TK_ERR_INVALID, "layer %d: PLE module %d out of range", i, k);
+            const int32_t k = hp->ple.index[i];
+            if (k < -1 || k >= hp->ple.n_module) return TK_FAIL(TK_ERR_INVALID, "layer %d: PLE module %d out of range", i, k);
             if (k >= 0 && hp->layer_kinds[i] != TK_LAYER_GDN)
                 return TK_FAIL(TK_ERR_INVALID, "layer %d: a PLE layer must be a gated-delta-net layer", i);
         }
     }
     if (!(hp->rms_eps >= 0) || !isfinite(hp->logit_scale) || hp->logit_scale == 0)
         return TK_FAIL(TK_ERR_INVALID, "rms_eps = %g / logit_scale = %g invalid", hp->rms_eps, hp->logit_scale);
-    if (!(hp->ssm_dt_b_c_eps >= 0) || !isfinite(hp->ssm_dt_b_c_eps))
-        return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm_dt_b_c_eps);
-    if (hp->swa_layers) {      /* sliding-window layers: attention kinds (a KV cache), a window of at least 1 */
-        if (hp->n_swa <= 0 || hp->n_swa > (1 << 24))
-            return TK_FAIL(TK_ERR_INVALID, "sliding window n_swa = %d must be in [1, 2^24]", hp->n_swa);
+    if (!(hp->ssm.dt_b_c_eps >= 0) || !isfinite(hp->ssm.dt_b_c_eps))
+        return TK_FAIL(TK_ERR_INVALID, "ssm_dt_b_c_eps = %g invalid", hp->ssm.dt_b_c_eps);
+    if (hp->attn.swa_layers) {      /* sliding-window layers: attention kinds (a KV cache), a window of at least 1 */
+        if (hp->attn.n_swa <= 0 || hp->attn.n_swa > (1 << 24))
+            return TK_FAIL(TK_ERR_INVALID, "sliding window n_swa = %d must be in [1, 2^24]", hp->attn.n_swa);
         for (int i = 0; i < hp->n_layer; i++) {
             const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[i]);
-            if (hp->swa_layers[i] && (hp->layer_kinds[i] != TK_LAYER_ATTENTION || !ops->kv_dim))
+            if (hp->attn.swa_layers[i] && (hp->layer_kinds[i] != TK_LAYER_ATTENTION || !ops->kv_dim))
                 return TK_FAIL(TK_ERR_INVALID, "layer %d: only an attention layer can be sliding-window", i);
         }
     }
-    if (!(hp->gdn_beta_scale >= 0) || !isfinite(hp->gdn_beta_scale) || !(hp->gdn_norm_eps >= 0) || !isfinite(hp->gdn_norm_eps))
-        return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn_beta_scale, hp->gdn_norm_eps);
-    if (!(hp->swiglu_clamp_exp >= 0) || !isfinite(hp->swiglu_clamp_exp) || !(hp->swiglu_clamp_shexp >= 0) ||
-        !isfinite(hp->swiglu_clamp_shexp))
-        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->swiglu_clamp_exp,
-                       hp->swiglu_clamp_shexp);
-    if (hp->attn_post_norm && tk_hc_on(hp)) return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with hyper-connections");
-    if (hp->attn_post_norm && hp->sandwich_norm)   /* both bind post_attention_norm / post_ffw_norm */
-        return TK_FAIL(TK_ERR_INVALID, "attn_post_norm with sandwich_norm");
+    if (!(hp->gdn.beta_scale >= 0) || !isfinite(hp->gdn.beta_scale) || !(hp->gdn.norm_eps >= 0) || !isfinite(hp->gdn.norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "gdn_beta_scale = %g / gdn_norm_eps = %g invalid", hp->gdn.beta_scale, hp->gdn.norm_eps);
+    if (!(hp->ffn.swiglu_clamp_exp >= 0) || !isfinite(hp->ffn.swiglu_clamp_exp) || !(hp->ffn.swiglu_clamp_shexp >= 0) ||
+        !isfinite(hp->ffn.swiglu_clamp_shexp))
+        return TK_FAIL(TK_ERR_INVALID, "SwiGLU clamp %g / %g invalid (must be >= 0; 0: none)", hp->ffn.swiglu_clamp_exp,
+                       hp->ffn.swiglu_clamp_shexp);
+    /* the block recipe: a placement and a residual scheme this runtime has, the hyper-connection residual exactly
+     * when hc says so (qwen4exp's with their placement, GLM-5-Next's mHC with pre-norms), the norms' tensor names */
+    if (hp->block.norm < TK_NORM_PRE || hp->block.norm > TK_NORM_HYPER || hp->block.residual < TK_RESIDUAL_PLAIN ||
+        hp->block.residual > TK_RESIDUAL_HC)
+        return TK_FAIL(TK_ERR_INVALID, "block recipe: norm placement %d / residual %d unknown", hp->block.norm, hp->block.residual);
+    if ((hp->block.residual == TK_RESIDUAL_HC) != tk_hc_on(hp) || (hp->block.norm == TK_NORM_HYPER && !tk_hc_on(hp)))
+        return TK_FAIL(TK_ERR_INVALID, "block recipe: norm placement %d / residual %d disagree with hc_count = %d",
+                       hp->block.norm, hp->block.residual, hp->hc.count);
+    if (!hp->block.ffn_norm || !hp->block.output_norm || strlen(hp->block.ffn_norm) > 64 || strlen(hp->block.output_norm) > 64)
+        return TK_FAIL(TK_ERR_INVALID, "block recipe: the FFN / output norm tensor names are missing or too long");
     return TK_OK;
 }
 
@@ -237,37 +244,33 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
     tk_layer * l = &m->layers[il];
     const int64_t D = hp->n_embd;
     char nm[128];
-#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%d.%s", il, (s)), nm)
     l->kind = hp->layer_kinds[il];
     l->ffn_kind = hp->ffn_kinds[il];
     l->n_head_kv = hp->n_head_kv[il];
-    /* a post-norm block (OLMo-2 style attention): norms on the mixer's and the FFN's outputs */
-    const int post = hp->attn_post_norm && l->kind == TK_LAYER_ATTENTION;
-    /* hyper-connections: the block's mixers replace attn_norm and the FFN pre-norm */
+    const tk_mixer_ops * mixer = tk_mixer_ops_of(l->kind);
+    /* the block recipe (hp.block): the pre-norms unless the layer is post-norm (TK_NORM_POST: OLMo-2's attention
+     * blocks), the post-norms on a post-norm or sandwich block; hyper-connections bind their own */
+    const int post = hp->block.norm == TK_NORM_POST && l->kind == TK_LAYER_ATTENTION;
+    const int post_norms = post || hp->block.norm == TK_NORM_SANDWICH;
+    /* the factors of a normed residual: a mixer branch by its kind (a KV cache: attention, else recurrent) */
+    l->res_alpha = mixer->kv_dim ? hp->res.alpha_attn : hp->res.alpha_rec;
+    l->res_beta = mixer->kv_dim ? hp->res.beta_attn : hp->res.beta_rec;
     if (tk_hc_on(hp)) TK_CHECK(tk_hc_bind_layer(m, tab, il, l));
-    else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->attn_post_norm));
-    else TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
+    else if (!post) TK_CHECK(tk_bind_vec(m, tab, NAME("attn_norm.weight"), TK_SHAPE(D), 1, &l->attn_norm));
+    if (post_norms) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->mixer_post_norm));
 
-    TK_CHECK(tk_mixer_ops_of(l->kind)->bind(m, tab, il, l));
+    TK_CHECK(mixer->bind(m, tab, il, l));
     if (m->ple_index && m->ple_index[il] >= 0) TK_CHECK(tk_ple_bind(m, tab, il, l));
 
     const tk_ffn_ops * ffn = tk_ffn_ops_of(l->ffn_kind);
-    if (ffn && tk_hc_on(hp)) TK_CHECK(ffn->bind(m, tab, il, l));
-    else if (ffn) {
-        /* the FFN pre-norm: Qwen3-Next / Qwen3.5 call it post_attention_norm; a block with no
-         * mixer (Nemotron-H) has one norm, attn_norm */
+    if (ffn && !tk_hc_on(hp)) {
+        /* the FFN pre-norm, by the recipe's name; a block with no mixer (Nemotron-H) has one norm, attn_norm */
         if (l->kind == TK_LAYER_NONE) l->ffn_norm = l->attn_norm;
-        else if (post) TK_CHECK(tk_bind_vec(m, tab, NAME("post_ffw_norm.weight"), TK_SHAPE(D), 1, &l->ffn_post_norm));
-        else if (hp->ffn_norm_post_attn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
-        /* llama.cpp's falcon-h1 files name it blk.N.ffn_norm, without .weight (hp.ffn_norm_bare) */
-        else if (hp->ffn_norm_bare) TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm"), TK_SHAPE(D), 1, &l->ffn_norm));
-        else TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
-        TK_CHECK(ffn->bind(m, tab, il, l));
+        else if (!post) TK_CHECK(tk_bind_vec(m, tab, NAME(hp->block.ffn_norm), TK_SHAPE(D), 1, &l->ffn_norm));
+        if (post_norms) TK_CHECK(tk_bind_vec(m, tab, NAME("post_ffw_norm.weight"), TK_SHAPE(D), 1, &l->ffn_post_norm));
     }
-    if (hp->sandwich_norm) {   /* LFM3: RMSNorms of the mixer's and the FFN's outputs */
-        TK_CHECK(tk_bind_vec(m, tab, NAME("post_attention_norm.weight"), TK_SHAPE(D), 1, &l->post_attn_norm));
-        if (ffn) TK_CHECK(tk_bind_vec(m, tab, NAME("post_ffw_norm.weight"), TK_SHAPE(D), 1, &l->post_ffw_norm));
-    }
+    if (ffn) TK_CHECK(ffn->bind(m, tab, il, l));
 #undef NAME
     int32_t w = l->n_ff;
     if (l->n_ff_exp > w) w = l->n_ff_exp;
@@ -366,34 +369,38 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     m->hp.ffn_kinds = m->ffn_kinds;
     m->hp.n_head_kv = m->n_head_kv;
     /* qwen4exp's arrays (NULL elsewhere) */
-    if (hp->compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
-    if (hp->ple_index) m->ple_index = malloc(nl * sizeof(int32_t));
-    if (hp->swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
-    if (hp->dsa_full) m->dsa_full = malloc(nl * sizeof(int32_t));
-    const size_t n_consts = hp->ple_index ? (size_t) hp->ple_n_module *
-        (size_t) (hp->ple_ngram_size + 2 * (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram) : 0;
+    if (hp->idx.compress_ratios) m->compress_ratios = malloc(nl * sizeof(int32_t));
+    if (hp->ple.index) m->ple_index = malloc(nl * sizeof(int32_t));
+    if (hp->attn.swa_layers) m->swa_layers = malloc(nl * sizeof(int32_t));
+    if (hp->dsa.full) m->dsa_full = malloc(nl * sizeof(int32_t));
+    const size_t n_consts = hp->ple.index ? (size_t) hp->ple.n_module *
+        (size_t) (hp->ple.ngram_size + 2 * (hp->ple.ngram_size - 1) * hp->ple.heads_per_ngram) : 0;
     if (n_consts) m->ple_consts = malloc(n_consts * sizeof(uint64_t));
-    if ((hp->compress_ratios && !m->compress_ratios) || (hp->ple_index && !m->ple_index) || (n_consts && !m->ple_consts) ||
-        (hp->swa_layers && !m->swa_layers) || (hp->dsa_full && !m->dsa_full)) {
+    if ((hp->idx.compress_ratios && !m->compress_ratios) || (hp->ple.index && !m->ple_index) || (n_consts && !m->ple_consts) ||
+        (hp->attn.swa_layers && !m->swa_layers) || (hp->dsa.full && !m->dsa_full)) {
         tk_model_free(m);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
-    if (m->compress_ratios) memcpy(m->compress_ratios, hp->compress_ratios, nl * sizeof(int32_t));
-    if (m->ple_index) memcpy(m->ple_index, hp->ple_index, nl * sizeof(int32_t));
-    if (m->ple_consts) memcpy(m->ple_consts, hp->ple_consts, n_consts * sizeof(uint64_t));
-    m->hp.compress_ratios = m->compress_ratios;
-    m->hp.ple_index = m->ple_index;
-    m->hp.ple_consts = m->ple_consts;
-    if (m->swa_layers) memcpy(m->swa_layers, hp->swa_layers, nl * sizeof(int32_t));
-    m->hp.swa_layers = m->swa_layers;
-    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa_full, nl * sizeof(int32_t));
-    m->hp.dsa_full = m->dsa_full;
-    if (!m->swa_layers) m->hp.n_swa = 0;
-    m->conv_dim = hp->d_inner;
+    if (m->compress_ratios) memcpy(m->compress_ratios, hp->idx.compress_ratios, nl * sizeof(int32_t));
+    if (m->ple_index) memcpy(m->ple_index, hp->ple.index, nl * sizeof(int32_t));
+    if (m->ple_consts) memcpy(m->ple_consts, hp->ple.consts, n_consts * sizeof(uint64_t));
+    m->hp.idx.compress_ratios = m->compress_ratios;
+    m->hp.ple.index = m->ple_index;
+    m->hp.ple.consts = m->ple_consts;
+    if (m->swa_layers) memcpy(m->swa_layers, hp->attn.swa_layers, nl * sizeof(int32_t));
+    m->hp.attn.swa_layers = m->swa_layers;
+    if (m->dsa_full) memcpy(m->dsa_full, hp->dsa.full, nl * sizeof(int32_t));
+    m->hp.dsa.full = m->dsa_full;
+    snprintf(m->ffn_norm_name, sizeof m->ffn_norm_name, "%s", hp->block.ffn_norm);
+    snprintf(m->output_norm_name, sizeof m->output_norm_name, "%s", hp->block.output_norm);
+    m->hp.block.ffn_norm = m->ffn_norm_name;
+    m->hp.block.output_norm = m->output_norm_name;
+    if (!m->swa_layers) m->hp.attn.n_swa = 0;
+    m->conv_dim = hp->ssm.d_inner;
     for (int i = 0; i < hp->n_layer; i++)
         if (hp->layer_kinds[i] == TK_LAYER_MAMBA2 || hp->layer_kinds[i] == TK_LAYER_PARALLEL ||
-            hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED) m->conv_dim = hp->d_inner + 2 * hp->n_group * hp->d_state;
-        else if (hp->layer_kinds[i] == TK_LAYER_GDN) m->conv_dim = 2 * hp->n_group * hp->d_state + hp->d_inner;
+            hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED) m->conv_dim = hp->ssm.d_inner + 2 * hp->ssm.n_group * hp->ssm.d_state;
+        else if (hp->layer_kinds[i] == TK_LAYER_GDN) m->conv_dim = 2 * hp->ssm.n_group * hp->ssm.d_state + hp->ssm.d_inner;
         else if (hp->layer_kinds[i] == TK_LAYER_SHORTCONV) m->conv_dim = hp->n_embd;
 
     int fd = open(path, O_RDONLY);
@@ -421,9 +428,8 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path};
     tk_status st = validate_table(&tab);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
-    /* the final norm: LFM2's file calls it token_embd_norm (llama.cpp LLM_TENSOR_OUTPUT_NORM_LFM2) */
-    const char * out_norm = hp->output_norm_embd ? "token_embd_norm.weight" : "output_norm.weight";
-    if (st == TK_OK && tk_hc_on(hp) && hp->hc_sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
+    const char * out_norm = m->hp.block.output_norm;   /* the recipe's name (LFM2: token_embd_norm.weight) */
+    if (st == TK_OK && tk_hc_on(hp) && hp->hc.sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
     const int tied = st == TK_OK && !m->output.data;

@@ -66,10 +66,11 @@ typedef struct {
     tk_weight wq, wk, wv, wo;  /* [D, H*hd] ([D, 2*H*hd] with attn_q_gate), [D, Hkv*hd], [D, Hkv*hd], [H*hd, D] */
     float * attn_q_norm, * attn_k_norm;   /* [hd] each (attn_qk_norm), [H hd] / [Hkv hd] (attn_qk_norm_full), else NULL */
     /* ffn */
-    float * ffn_norm;          /* [D]: ffn_norm, or post_attention_norm (hp.ffn_norm_post_attn); NULL: post-norm block */
-    /* a post-norm block (hp.attn_post_norm, attention layers): attn_norm and ffn_norm NULL */
-    float * attn_post_norm;    /* [D] post_attention_norm: x += rmsnorm(mixer(x)) * this */
-    float * ffn_post_norm;     /* [D] post_ffw_norm: x += rmsnorm(ffn(x)) * this */
+    float * ffn_norm;          /* [D] the FFN pre-norm (hp.block.ffn_norm names it); NULL: a post-norm block */
+    /* the post-norms (hp.block.norm POST on attention layers, where attn_norm / ffn_norm are NULL; SANDWICH) */
+    float * mixer_post_norm;   /* [D] post_attention_norm: x += rmsnorm(mixer(.)) * this */
+    float * ffn_post_norm;     /* [D] post_ffw_norm: x += rmsnorm(ffn(.)) * this */
+    float res_alpha, res_beta; /* hp.block.residual NORMED: the mixer branch's factors (by its kind: hp.res) */
     tk_weight ffn_gate, ffn_up, ffn_down;               /* [D, F], [D, F], [F, D] */
     tk_weight ffn_gate_inp;                             /* [D, E] */
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
@@ -105,9 +106,8 @@ typedef struct {
     tk_weight ple_table;                                 /* [dh, rows] the n-gram table (stays in the mapping) */
     float * ple_norm_key, * ple_norm_query, * ple_norm_conv;  /* [hcD] */
     float * ple_conv1d;                                  /* [hcD][Kp] (ggml [Kp, hcD]) */
-    /* LFM3: the per-head output gate and the sandwich norms (NULL / absent elsewhere) */
-    tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn_head_gate) */
-    float * post_attn_norm, * post_ffw_norm;             /* [D] (hp.sandwich_norm) */
+    /* LFM3: the per-head output gate (absent elsewhere) */
+    tk_weight w_head_gate;                               /* attn_gate [D, H] (hp.attn.head_gate) */
     /* RecurrentGemma (mixer_rglru.c, ffn_geglu.c, attention biases; lru = d_inner, bw = lru / n_head) */
     tk_weight rglru_x, rglru_y;                          /* linear_x, linear_y [D, lru] */
     float * rglru_x_b, * rglru_y_b;                      /* [lru] */
@@ -115,7 +115,7 @@ typedef struct {
     float * rglru_gate_i_b, * rglru_gate_a_b;            /* [nh][bw] */
     float * rglru_neg8_sp;                               /* [lru]: -8 softplus(Lambda) (so log a = r * this) */
     float * ssm_out_b;                                   /* linear_out's bias [D] */
-    float * attn_q_b, * attn_k_b, * attn_v_b, * attn_out_b;   /* [H hd], [Hkv hd], [Hkv hd], [D] (rglru_attn_bias), else NULL */
+    float * attn_q_b, * attn_k_b, * attn_v_b, * attn_out_b;   /* [H hd], [Hkv hd], [Hkv hd], [D] (hp.attn.bias), else NULL */
     float * ffn_gate_b, * ffn_up_b, * ffn_down_b;        /* GeGLU biases [F], [F], [D] */
     /* KDA (mixer_kda.c; wq, wk, wv, wo, ssm_beta, ssm_a, ssm_dt_b, ssm_norm, ssm_conv1d as named there) */
     tk_weight ssm_f_a, ssm_f_b, ssm_g_a, ssm_g_b;       /* [D, r], [r, C] (or [D, C] and absent: full rank) */
@@ -135,10 +135,11 @@ typedef struct {
 
 /* hyper-connections in force: qwen4exp's (hc_count > 1) or GLM-5-Next's mHC (hc_sinkhorn_iters > 0,
  * any count, 1 included: HF's mHC with one stream is not the plain residual) */
-static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc_count > 1 || hp->hc_sinkhorn_iters > 0; }
+static inline int tk_hc_on(const tk_hparams * hp) { return hp->hc.count > 1 || hp->hc.sinkhorn_iters > 0; }
 
 struct tk_model {
     tk_hparams hp;             /* layer_kinds/ffn_kinds/n_head_kv point into the arrays below */
+    char ffn_norm_name[72], output_norm_name[72];   /* hp.block's names (the caller's strings are not kept) */
     int32_t * layer_kinds;     /* [n_layer] */
     int32_t * ffn_kinds;       /* [n_layer] */
     int32_t * n_head_kv;       /* [n_layer] */

@@ -120,143 +120,241 @@ typedef enum {
     TK_ARCH_COUNT              /* not an architecture: how many there are (a new one goes above it) */
 } tk_arch;
 
+typedef enum {                 /* == toolkit.arch.Norm: where a block's RMSNorms sit (tk_hparams.block.norm) */
+    TK_NORM_PRE = 0,           /* x += f(norm(x)) */
+    TK_NORM_POST = 1,          /* attention blocks x += norm(f(x)) (post_attention_norm, post_ffw_norm); others PRE */
+    TK_NORM_SANDWICH = 2,      /* x += norm(f(norm(x))) */
+    TK_NORM_HYPER = 3          /* hyper-connections (residual_hc.c): the block's mixers stand for the norms */
+} tk_norm_place;
+
+typedef enum {                 /* == toolkit.arch.Residual.c_id: how a branch joins (tk_hparams.block.residual) */
+    TK_RESIDUAL_PLAIN = 0,     /* x += residual_scale f */
+    TK_RESIDUAL_NORMED = 1,    /* x = alpha rmsnorm(x) + beta f(rmsnorm(x)), the factors per branch kind (hp.res) */
+    TK_RESIDUAL_HC = 2         /* hyper-connection streams (residual_hc.c) */
+} tk_residual;
+
+/* HPARAMS-BEGIN: generated from toolkit/arch/fields.py by tools/gen_hparams.py; edit there */
+/* tk_hparams.block: the block recipe (the architecture row's, toolkit/arch/table.py): where the norms sit,
+ * how a branch joins the residual, the norm tensors' names (model.c binds, forward.c runs them) */
 typedef struct {
-    int32_t arch;              /* tk_arch */
-    int32_t n_vocab;
-    int32_t n_embd;            /* D */
-    int32_t n_layer;           /* L */
-    float   rms_eps;
-    /* recurrent */
-    int32_t d_conv;
-    int32_t d_inner;
-    int32_t d_state;           /* N */
-    int32_t dt_rank;           /* Mamba-1 dt rank; Mamba-2 number of heads H */
-    int32_t n_group;           /* G (Mamba-2) */
-    int32_t ssm_n_head;        /* H (Mamba-2); Mamba-1: heads with their own x_proj / dt_proj (Zamba; 0 or 1: one) */
-    int32_t ssm_head_dim;      /* P (Mamba-2) */
-    int32_t dt_b_c_rms;        /* 1: weightless RMS norm of dt, B, C (Falcon-Mamba style) */
-    int32_t ssm_dt_b_c_norms;  /* 1: Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors) */
-    /* attention */
+    /* tk_norm_place: 0 pre-norm blocks; 1 attention blocks post-norm (x += norm(f(x)):
+     * post_attention_norm, post_ffw_norm), the others pre-norm; 2 sandwich (both); 3 hyper-connections */
+    int32_t norm;
+    /* tk_residual: 0 x += residual_scale f(x); 1 alpha / beta per branch kind (res); 2 hyper-connections
+     * (hc) [spec.c_residual] */
+    int32_t residual;
+    /* the FFN pre-norm's tensor after blk.N. (ffn_norm.weight; Qwen post_attention_norm.weight;
+     * llama.cpp's falcon-h1 ffn_norm) [spec.ffn_norm] */
+    const char * ffn_norm;
+    /* the final RMSNorm's tensor (output_norm.weight; LFM2 token_embd_norm.weight) [spec.output_norm] */
+    const char * output_norm;
+} tk_hparams_block;
+
+/* tk_hparams.ssm: recurrent sizes: Mamba-1/2, and the conv / width of the gated delta net, short conv,
+ * RG-LRU and KDA (a GDN layer reads d_state = Dk, head_dim = Dv, n_group = Hk, n_head = Hv, d_inner = Hv
+ * Dv, d_conv = K) */
+typedef struct {
+    int32_t d_conv;                /* causal conv kernel width K */
+    int32_t d_inner;               /* recurrent width (expand * D) */
+    int32_t d_state;               /* N, SSM state size */
+    int32_t dt_rank;               /* Mamba-1 dt rank; Mamba-2 number of heads H */
+    int32_t n_group;               /* G, Mamba-2 B/C groups */
+    /* H (Mamba-2); Mamba-1: heads with their own x_proj / dt_proj (Zamba; 0 or 1: one) */
     int32_t n_head;
-    int32_t head_dim;
-    int32_t n_rot;             /* rotated dims per head (NORM mode: adjacent pairs); 0 = none */
-    float   rope_freq_base;
-    int32_t use_rope;
-    float   attention_scale;   /* 0 -> 1/sqrt(head_dim) */
-    /* ffn */
-    int32_t n_expert;
-    int32_t n_expert_used;
-    int32_t moe_softmax_topk;  /* 1: softmax over all experts then top-k, weights not renormalised (Jamba)
-                                  unless moe_renorm; 0: top-k of the logits then softmax over the k (Granite) */
-    /* granite multipliers */
-    float   embedding_scale;
-    float   residual_scale;
-    float   logit_scale;       /* logits are divided by this */
+    int32_t head_dim;              /* P (Mamba-2) */
+    int32_t dt_b_c_rms;            /* weightless RMS norm of dt, B, C (Falcon-Mamba) */
+    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, dt_b_c_norms); 0: rms_eps */
+    float dt_b_c_eps;
+    /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate); 0 y = rmsnorm(y *
+     * silu(z)) w */
+    int32_t norm_before_gate;
+    float dt_min;                  /* Mamba-2 dt = max(softplus(dt + dt_bias), dt_min); 0 = no floor */
+    /* Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors)
+     * [spec.ssm_dt_b_c_norms] */
+    int32_t dt_b_c_norms;
+} tk_hparams_ssm;
+
+/* tk_hparams.gdn: gated delta net (mixer_gdn.c) */
+typedef struct {
+    int32_t gate_act;              /* GDN gated norm's act(z): 0 silu, 1 sigmoid */
+    float beta_scale;              /* GDN beta = sigmoid(b) * this (2: beta in (0, 2)); 0: 1 */
+    float norm_eps;                /* epsilon of the GDN gated norm; 0: rms_eps */
+    /* v-head h reads K-head h % Hk (tiled, qwen35 GGUFs); 0: h / (Hv/Hk) (grouped, qwen3next)
+     * [spec.gdn_head_tiled] */
+    int32_t head_tiled;
+    /* GDN q / k / v from attn_q, attn_k, attn_v and ssm_conv1d_{q,k,v}; 0: attn_qkv, ssm_conv1d
+     * [spec.gdn_qkv_apart] */
+    int32_t qkv_apart;
+} tk_hparams_gdn;
+
+/* tk_hparams.attn: attention: heads, RoPE, gates, norms, sliding window (mixer_attention.c, memory_iswa.c) */
+typedef struct {
+    int32_t n_head;                /* query heads (also the RG-LRU gates' blocks and the lightning heads) */
+    int32_t head_dim;              /* head dim */
+    int32_t n_rot;                 /* rotated dims per head (NORM mode: adjacent pairs); 0 = none */
+    float rope_freq_base;          /* RoPE base */
+    int32_t use_rope;              /* RoPE on q / k */
+    float scale;                   /* 0 -> 1/sqrt(head_dim) */
+    /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
+    int32_t n_swa;
+    /* [n_layer] 1 = sliding (an attention layer; its KV cells keep only the window), or NULL */
+    const int32_t * swa_layers;
+    float rope_freq_base_swa;      /* RoPE base of the sliding-window layers; 0: rope_freq_base */
+    /* > 0: the other attention layers' proportional NEOX RoPE rotates only the pairs (i, i + n_rot/2), i <
+     * rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
+    int32_t rope_prop_rot;
+    int32_t head_gate;             /* attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
+    /* RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
+    int32_t rope_swa_only;
+    int32_t rope_neox;             /* RoPE pairs (i, i + n_rot/2) (NEOX); 0: adjacent pairs (NORM) [spec.rope_neox] */
+    /* attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate) [spec.attn_q_gate] */
+    int32_t q_gate;
+    /* attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head [spec.attn_qk_norm] */
+    int32_t qk_norm;
+    /* with qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd])
+     * [spec.attn_qk_norm_full] */
+    int32_t qk_norm_full;
+    /* attention layers have attn_output.bias (required) and attn_q/k/v.bias (optional, the three
+     * together); 0: attention biases refused [spec.attn_bias] */
+    int32_t bias;
+} tk_hparams_attn;
+
+/* tk_hparams.moe: routed experts (ffn_moe.c) */
+typedef struct {
+    int32_t n_expert;              /* experts */
+    int32_t n_expert_used;         /* experts per token */
+    int32_t n_group;               /* expert groups (expert_group_count; <= 1: none) */
+    int32_t topk_group;            /* groups kept per token (expert_group_used_count) */
+    int32_t sigmoid;               /* s = sigmoid(logits); choose top-k of s + exp_probs_b; weights = s */
+    /* with moe.sigmoid: weights / (sum of the k + weights_norm_eps) (expert_weights_norm) */
+    int32_t weights_norm;
+    /* added to the sum of the k weights before renormalising (HF: 1e-20 Nemotron-H, 1e-6 LFM2-MoE) */
+    float weights_norm_eps;
+    /* with moe.sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
+    float weights_scale;
+    /* softmax over all experts then top-k, weights not renormalised (Jamba) unless moe.renorm; 0: top-k of
+     * the logits then softmax over the k (Granite) [spec.moe_softmax_topk] */
+    int32_t softmax_topk;
+    /* with softmax_topk: the k weights renormalised to sum 1 (Qwen) [spec.moe_renorm] */
+    int32_t renorm;
+    /* experts and shared expert are down(relu(up(x))^2), no gate tensors [spec.moe_relu2] */
+    int32_t relu2;
+} tk_hparams_moe;
+
+/* tk_hparams.ffn: SwiGLU clamps (GLM-5-Next; 0: none) */
+typedef struct {
+    float swiglu_clamp_exp;        /* routed experts (llama.cpp's per-layer swiglu_clamp_exp; HF swiglu_limit) */
+    float swiglu_clamp_shexp;      /* shared experts and dense MLPs (swiglu_clamp_shexp) */
+} tk_hparams_ffn;
+
+/* tk_hparams.zamba: Zamba / Zamba2 shared blocks (mixer_zamba.c, mixer_zamba2.c) */
+typedef struct {
+    int32_t n_shared_block;        /* M shared blocks: the j-th hybrid layer runs shared.{j % M} */
+} tk_hparams_zamba;
+
+/* tk_hparams.idx: sparse attention indexer: QSA (mixer_qsa.c) and DSA (dsa.c) */
+typedef struct {
+    int32_t n_head;                /* indexer query heads (attention.indexer.head_count) */
+    int32_t head_dim;              /* indexer head dim (attention.indexer.key_length) */
+    int32_t top_k;                 /* indexer budget B in tokens (attention.indexer.top_k) */
+    const int32_t * compress_ratios; /* [n_layer] QSA block size r per layer (attention.compress_ratios), or NULL */
+} tk_hparams_idx;
+
+/* tk_hparams.dsa: GLM-5-Next's DSA k-pool indexer (dsa.c); heads, head dim and budget are idx's */
+typedef struct {
+    int32_t kpool;                 /* kp tokens per pool (attention.indexer.kpool) */
+    /* the incomplete tail pool is always attended (attention.indexer.kpool_select_tail) */
+    int32_t select_tail;
+    float k_norm_eps;              /* the indexer key LayerNorm's epsilon (attention.layer_norm_epsilon) */
+    /* [n_layer] 1: the layer runs its own indexer, 0: it reuses the last one's (attention.indexer.types);
+     * NULL: no DSA */
+    const int32_t * full;
+} tk_hparams_dsa;
+
+/* tk_hparams.ple: qwen4exp's per-layer n-gram embedding (ple.c) */
+typedef struct {
+    /* [n_layer] PLE module of the layer (0, 1, ... in layer order) or -1; NULL: no PLE */
+    const int32_t * index;
+    int32_t ngram_size;            /* n (ple.ngram_size) */
+    int32_t heads_per_ngram;       /* ple.heads_per_ngram; NH = (n - 1) heads_per_ngram table heads */
+    int32_t conv_kernel;           /* Kp (ple.conv_kernel) */
+    int32_t eos_token;             /* ple.eos_token_id: cuts the n-gram context */
+    int32_t n_module;              /* PLE layers (modules) */
+    const uint64_t * consts;       /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
+} tk_hparams_ple;
+
+/* tk_hparams.hc: hyper-connections (residual_hc.c): count > 1 qwen4exp's low-rank mix, sinkhorn_iters > 0
+ * GLM-5-Next's mHC */
+typedef struct {
+    int32_t count;                 /* hyper-connection streams (0: the plain residual) */
+    /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
+    int32_t sinkhorn_iters;
+    float eps;                     /* HF hc_eps (hyper_connection.epsilon) */
+} tk_hparams_hc;
+
+/* tk_hparams.kda: Kimi Delta Attention (mixer_kda.c): n heads of D (key dim = value dim), C = n D
+ * channels; d_conv is ssm's */
+typedef struct {
+    int32_t n_head;                /* n */
+    int32_t head_dim;              /* D */
+    float l2_eps;                  /* epsilon of the q / k l2-norm: x (sum x^2 + eps)^-1/2 (HF 1e-6) */
+    /* 0: g = ssm_a softplus(u) (kimi; ssm_a = -exp(A_log)); < 0: the bounded gate g = lb sigmoid(-ssm_a u)
+     * (glm5-next's storage of ssm_a) */
+    float gate_lower_bound;
+    int32_t a_positive;            /* ssm_a holds +exp(A_log) (bailingmoe3; kimi-linear, glm5-next: -exp) */
+} tk_hparams_kda;
+
+/* tk_hparams.mla: multi-head latent attention (mixer_mla.c), attn.n_head heads */
+typedef struct {
+    int32_t q_lora_rank;           /* rq: q = attn_q_b rmsnorm(attn_q_a x); 0: q = attn_q x */
+    int32_t kv_lora_rank;          /* rkv: the latent c cached per token */
+    int32_t dn;                    /* nope head dim */
+    int32_t dr;                    /* rope head dim (the rope part shared by the heads) */
+    int32_t dv;                    /* value head dim */
+    float norm_eps;                /* epsilon of the q_a / kv_a RMSNorms */
+    int32_t rope;                  /* RoPE on q_rot and k_rot (NORM: adjacent pairs, attn.rope_freq_base) */
+} tk_hparams_mla;
+
+/* tk_hparams.res: block.residual 1 (MiniMax-Text-01): x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)),
+ * the factors per branch kind: a recurrent mixer (no KV cache), an attention mixer, the FFN */
+typedef struct {
+    float alpha_rec;               /* alpha of a recurrent mixer's branch (MiniMax: lightning) */
+    float alpha_attn;              /* alpha of an attention mixer's branch */
+    float alpha_ffn;               /* alpha of the FFN branch */
+    float beta_rec;                /* beta of a recurrent mixer's branch */
+    float beta_attn;               /* beta of an attention mixer's branch */
+    float beta_ffn;                /* beta of the FFN branch */
+} tk_hparams_res;
+
+typedef struct {
+    int32_t arch;                  /* tk_arch (the row's c_id) [spec.c_id] */
+    int32_t n_vocab;               /* vocabulary size */
+    int32_t n_embd;                /* D, model width */
+    int32_t n_layer;               /* L, blocks run (block_count - nextn_predict_layers) */
+    float rms_eps;                 /* epsilon of the RMSNorms */
     const int32_t * layer_kinds;   /* [n_layer] tk_layer_kind */
     const int32_t * ffn_kinds;     /* [n_layer] tk_ffn_kind */
-    const int32_t * n_head_kv;     /* [n_layer], 0 on recurrent layers */
-    /* gated delta net families (Qwen3-Next, Qwen3.5).  A GDN layer reads: d_state = Dk,
-     * ssm_head_dim = Dv, n_group = Hk, ssm_n_head = Hv, d_inner = Hv Dv, d_conv = K. */
-    int32_t gdn_head_tiled;    /* 1: v-head h reads K-head h % Hk (tiled, qwen35 GGUFs); 0: h / (Hv/Hk) (grouped, qwen3next) */
-    int32_t gdn_gate_act;      /* GDN gated norm's act(z): 0 silu, 1 sigmoid */
-    int32_t rope_neox;         /* 1: RoPE pairs (i, i + n_rot/2) (NEOX); 0: adjacent pairs (NORM) */
-    int32_t attn_q_gate;       /* 1: attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate) */
-    int32_t attn_qk_norm;      /* 1: attn_q_norm / attn_k_norm [hd] (required): RMSNorm of q, k per head */
-    int32_t ffn_norm_post_attn;/* 1: the FFN pre-norm is blk.N.post_attention_norm; 0: blk.N.ffn_norm */
-    int32_t moe_renorm;        /* with moe_softmax_topk: the k weights renormalised to sum 1 (Qwen) */
-    /* Nemotron-H MoE routing (appended): sigmoid scores, bias-corrected choice, groups */
-    int32_t moe_sigmoid;       /* 1: s = sigmoid(logits); choose top-k of s + exp_probs_b (required); weights = s */
-    int32_t moe_relu2;         /* 1: experts and shared expert are down(relu(up(x))^2), no gate tensors */
-    int32_t moe_n_group;       /* expert groups (expert_group_count; <= 1: none) */
-    int32_t moe_topk_group;    /* groups kept per token (expert_group_used_count) */
-    int32_t moe_weights_norm;  /* with moe_sigmoid: weights / (sum of the k + moe_weights_norm_eps) (expert_weights_norm) */
-    float   moe_weights_scale; /* with moe_sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
-    /* Falcon-H1 (appended) */
-    int32_t ssm_norm_before_gate; /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate);
-                                     0 y = rmsnorm(y * silu(z)) w (Mamba-2, llama.cpp) */
-    int32_t ffn_norm_bare;     /* 1: the FFN pre-norm is blk.N.ffn_norm (no .weight: llama.cpp's falcon-h1 name) */
-    /* LFM2 / LFM2-MoE (appended).  A SHORTCONV layer reads d_conv = K (shortconv.l_cache) and runs over
-     * the n_embd channels. */
-    int32_t output_norm_embd;  /* 1: the final RMSNorm weight is token_embd_norm (LFM2), else output_norm */
-    float   moe_weights_norm_eps; /* added to the sum of the k weights before renormalising (HF: 1e-20
-                                    Nemotron-H, 1e-6 LFM2-MoE) */
-    /* zamba2 (appended) */
-    int32_t n_shared_block;    /* M shared blocks: the j-th hybrid layer (TK_LAYER_ZAMBA2_SHARED / ZAMBA_SHARED) runs shared.{j % M} */
-    float   ssm_dt_min;        /* Mamba-2 dt = max(softplus(dt + dt_bias), ssm_dt_min); 0 = no floor */
-    /* qwen4exp (appended; spec gdn-family.md §1.8, §2.5).  hc_count > 1: the residual is
-     * hc_count streams of n_embd (residual_hc.c), no attn_norm / ffn_norm / output_norm. */
-    int32_t hc_count;          /* hyper-connection streams (0: the plain residual) */
-    int32_t idx_n_head;        /* QSA indexer query heads (attention.indexer.head_count) */
-    int32_t idx_head_dim;      /* QSA indexer head dim (attention.indexer.key_length) */
-    int32_t idx_top_k;         /* QSA budget B in tokens (attention.indexer.top_k) */
-    const int32_t * compress_ratios; /* [n_layer] QSA block size r per layer (attention.compress_ratios), or NULL */
-    const int32_t * ple_index; /* [n_layer] PLE module of the layer (0, 1, ... in layer order) or -1; NULL: no PLE */
-    int32_t ple_ngram_size;    /* n (ple.ngram_size) */
-    int32_t ple_heads_per_ngram; /* ple.heads_per_ngram; NH = (n - 1) heads_per_ngram table heads */
-    int32_t ple_conv_kernel;   /* Kp (ple.conv_kernel) */
-    int32_t ple_eos_token;     /* ple.eos_token_id: cuts the n-gram context */
-    int32_t ple_n_module;      /* PLE layers (modules) */
-    const uint64_t * ple_consts; /* per module: multipliers [n], head offsets [NH], head vocab sizes [NH] */
-    /* FalconMamba (appended) */
-    float   ssm_dt_b_c_eps;    /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, ssm_dt_b_c_norms); 0: rms_eps */
-    /* OLMo-Hybrid (appended) */
-    float   gdn_beta_scale;    /* GDN beta = sigmoid(b) * this (2: beta in (0, 2)); 0: 1 */
-    float   gdn_norm_eps;      /* epsilon of the GDN gated norm; 0: rms_eps */
-    int32_t attn_post_norm;    /* 1: attention blocks are post-norm (OLMo-2): no attn_norm / ffn_norm;
-                                  x += rmsnorm(attn(x)) * post_attention_norm; x += rmsnorm(ffn(x)) * post_ffw_norm */
-    int32_t attn_qk_norm_full; /* with attn_qk_norm: q / k RMSNorm over all heads at once (weights [H hd] / [Hkv hd]) */
-    int32_t gdn_qkv_apart;     /* 1: GDN q / k / v from attn_q, attn_k, attn_v and ssm_conv1d_{q,k,v}; 0: attn_qkv, ssm_conv1d */
-    /* sliding-window attention (appended; memory_kv.c, memory_iswa.c) */
-    int32_t n_swa;             /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
-    const int32_t * swa_layers;/* [n_layer] 1 = sliding (an attention layer; its KV cells keep only the window), or NULL */
-    /* LFM3 (appended) */
-    float   rope_freq_base_swa;/* RoPE base of the sliding-window layers; 0: rope_freq_base */
-    int32_t rope_prop_rot;     /* > 0: the other attention layers' "proportional" NEOX RoPE rotates only the pairs
-                                  (i, i + n_rot/2), i < rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
-    int32_t attn_head_gate;    /* 1: attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
-    int32_t sandwich_norm;     /* 1: post_attention_norm / post_ffw_norm [D] on the mixer's / FFN's output (required) */
-    /* Lara-Mini (appended) */
-    int32_t rope_swa_only;     /* 1: RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
-    /* MiniMax-Text-01 (appended) */
-    int32_t residual_normed;   /* 1: x = alpha * rmsnorm(x) + beta * branch(rmsnorm(x)) per branch (the factors below) */
-    float   res_alpha_lin, res_alpha_full, res_alpha_mlp;   /* alpha of the lightning, attention and FFN branches */
-    float   res_beta_lin, res_beta_full, res_beta_mlp;      /* beta likewise */
-    /* RecurrentGemma (appended).  An RG-LRU layer reads d_inner = lru (rglru.width), d_conv = K
-     * (ssm.conv_kernel) and n_head (the gates' diagonal blocks of lru / n_head). */
-    float   rglru_logit_softcap; /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
-    int32_t rglru_attn_bias;   /* 1: attention layers have attn_output.bias (required) and attn_q/k/v.bias
-                                  (optional, the three together); 0: attention biases refused */
-    /* Kimi Delta Attention (appended; mixer_kda.c, spec kda-family.md §2.1).  A KDA layer reads
-     * d_conv = K and these: n heads of D (key dim = value dim = D), C = n D channels */
-    int32_t kda_n_head;        /* n */
-    int32_t kda_head_dim;      /* D */
-    float   kda_l2_eps;        /* epsilon of the q / k l2-norm: x (sum x^2 + eps)^-1/2 (HF 1e-6) */
-    float   kda_gate_lower_bound; /* 0: g = ssm_a softplus(u) (kimi; ssm_a = -exp(A_log)); < 0: the bounded
-                                  gate g = lb sigmoid(-ssm_a u) (glm5-next's storage of ssm_a) */
-    /* multi-head latent attention (appended; mixer_mla.c, §2.3): n_head heads */
-    int32_t mla_q_lora_rank;   /* rq: q = attn_q_b rmsnorm(attn_q_a x); 0: q = attn_q x */
-    int32_t mla_kv_lora_rank;  /* rkv: the latent c cached per token */
-    int32_t mla_dn, mla_dr, mla_dv;   /* nope / rope / value head dims (rope part shared by the heads) */
-    float   mla_norm_eps;      /* epsilon of the q_a / kv_a RMSNorms */
-    /* GLM-5-Next mHC (appended; spec kda-family.md §2.5).  hc_sinkhorn_iters > 0 (any hc_count >= 1):
-     * manifold-constrained hyper-connections (residual_hc.c) instead of qwen4exp's low-rank mix */
-    int32_t hc_sinkhorn_iters; /* Sinkhorn iterations (hyper_connection.sinkhorn_iterations, HF hc_sinkhorn_iters) */
-    float   hc_eps;            /* HF hc_eps (hyper_connection.epsilon) */
-    /* GLM-5-Next DSA k-pool indexer (appended; spec kda-family.md §2.4; layers/dsa.c); the heads,
-     * head dim and budget are idx_n_head, idx_head_dim, idx_top_k */
-    int32_t dsa_kpool;         /* kp tokens per pool (attention.indexer.kpool) */
-    int32_t dsa_select_tail;   /* 1: the incomplete tail pool is always attended (attention.indexer.kpool_select_tail) */
-    float   dsa_k_norm_eps;    /* the indexer key LayerNorm's epsilon (attention.layer_norm_epsilon) */
-    const int32_t * dsa_full;  /* [n_layer] 1: the layer runs its own indexer, 0: it reuses the last one's
-                                  (attention.indexer.types); NULL: no DSA */
-    /* GLM-5-Next SwiGLU clamp (appended; 0: none): routed experts / shared experts and dense MLPs */
-    float   swiglu_clamp_exp;  /* swiglu_clamp_exp (llama.cpp's per-layer array; HF swiglu_limit) */
-    float   swiglu_clamp_shexp;/* swiglu_clamp_shexp */
-    /* Ling 3 (appended): bailingmoe3 stores ssm_a = +exp(A_log) (kimi-linear, glm5-next: -exp), and
-     * its MLA rotates the dr dims (NORM RoPE: adjacent pairs, rope_freq_base) */
-    int32_t kda_a_positive;    /* 1: ssm_a holds +exp(A_log) */
-    int32_t mla_rope;          /* 1: RoPE on q_rot and k_rot (mixer_mla.c) */
+    const int32_t * n_head_kv;     /* [n_layer] KV heads, 0 on recurrent layers */
+    float embedding_scale;         /* embeddings * this */
+    float residual_scale;          /* each branch * this before it joins the residual */
+    float logit_scale;             /* logits are divided by this */
+    float logit_softcap;           /* > 0: logits = cap tanh(logits / cap) (final_logit_softcapping); 0: none */
+    tk_hparams_block block;
+    tk_hparams_ssm ssm;
+    tk_hparams_gdn gdn;
+    tk_hparams_attn attn;
+    tk_hparams_moe moe;
+    tk_hparams_ffn ffn;
+    tk_hparams_zamba zamba;
+    tk_hparams_idx idx;
+    tk_hparams_dsa dsa;
+    tk_hparams_ple ple;
+    tk_hparams_hc hc;
+    tk_hparams_kda kda;
+    tk_hparams_mla mla;
+    tk_hparams_res res;
 } tk_hparams;
+/* HPARAMS-END */
 
 typedef struct {
     const char * name;         /* GGUF tensor name, NUL-terminated */

@@ -34,12 +34,13 @@ qwen35-small, qwen35moe-small and qwen3next-small, tests/fixtures/quant/README.m
   ``rglru_x`` / ``rglru_y`` / ``ssm_out`` and the 3-D per-head gate blocks ``rglru_gate_i`` /
   ``rglru_gate_a`` are category OTHER (the file type's default), the attention and GeGLU
   tensors their categories, ``ssm_conv1d`` / ``rglru_param`` / norms / biases F32.  One rule of
-  ours: a gate block whose rows (bw = lru / n_head values) are not a whole block of the target
+  ours (the row's ``quant_no_fallback``): a gate block whose rows (bw = lru / n_head values) are not a whole block of the target
   type keeps its type (F32) instead of llama.cpp's F16 / Q5_0 fallback: the runtime expands the
   gate blocks to float32 at load anyway (mixer_rglru.c), so a fallback would only lose precision;
-- glm5-next has llama-quant.cpp branches of its own: the never-quantized list
-  ``_NEVER_GLM5_NEXT`` (mHC, indexer, KDA gates and beta, MLA's kv_a / k_b / v_b) and its q-LoRA
-  projections (``attn_q_a`` / ``attn_q_b``) at Q8_0 unless F32/F16/BF16; bailingmoe3 has none
+- glm5-next has llama-quant.cpp branches of its own, which its architecture row holds
+  (:class:`toolkit.arch.table.ArchSpec` ``quant_keep``, ``quant_min_q8_0``): the never-quantized
+  list (mHC, indexer, KDA gates and beta, MLA's kv_a / k_b / v_b) and its q-LoRA projections
+  (``attn_q_a`` / ``attn_q_b``) at Q8_0 unless F32/F16/BF16; bailingmoe3 has none
   but for MXFP4 (not handled); both checked byte for byte on their tiny fixtures, 18 types;
 - ``ffn_*_exps`` (3-D) and ``ffn_*_shexp`` are FFN_UP / FFN_GATE / FFN_DOWN; with more than one
   expert the layer comes from the name; exactly 8 experts raise attn_v / attn_qkv / attn_k to
@@ -53,6 +54,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Iterable, Sequence
 
+from toolkit.arch import arch_spec
 from toolkit.errors import InputError
 from toolkit.gguf_io import GGMLType
 from toolkit.quantize.types import QUANTIZED, FileType, block_size
@@ -95,8 +97,6 @@ def _is_attn_v(cat: Category) -> bool:
 
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
-# RecurrentGemma's per-head RG-LRU gate blocks: kept as they are when their rows are not a block
-_RGLRU_GATE = re.compile(r"^blk\.\d+\.rglru_gate_[ia]\.weight$")
 
 
 def layer_of(name: str) -> int:
@@ -127,18 +127,16 @@ _NEVER = ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "alt
           "time_mix_first.weight")
 
 
-# glm5-next's own list (llama-quant.cpp:332-347): the mHC weights, the indexer, the KDA gates and
-# beta, MLA's latent projections stay as they are
-_NEVER_GLM5_NEXT = ("hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
-                    "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight", "ssm_g_b.weight",
-                    "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight", "attn_v_b.weight")
+def _row(arch: str):
+    """The architecture row of ``arch`` (its quantization exceptions), or None."""
+    return arch_spec(arch) if arch else None
 
 
 def allows_quantization(name: str, shape: Sequence[int], quantize_output_tensor: bool = True, arch: str = "") -> bool:
     """llama.cpp's tensor_allows_quantization: 2-D/3-D tensors named ``*weight`` that are not
     norms, router gates, conv1d kernels (ssm_conv1d), position embeddings, ...  So ``ssm_a``,
-    ``ssm_d``, biases and every 1-D tensor keep their type (F32).  glm5-next keeps more (its list
-    above)."""
+    ``ssm_d``, biases and every 1-D tensor keep their type (F32).  An architecture row may keep
+    more (``ArchSpec.quant_keep``: glm5-next's list)."""
     if n_dims(shape) < 2:
         return False
     if not name.endswith("weight"):
@@ -147,7 +145,8 @@ def allows_quantization(name: str, shape: Sequence[int], quantize_output_tensor:
         return False
     if name in ("position_embd.weight", "token_types.weight"):
         return False
-    if arch == "glm5-next" and any(s in name for s in _NEVER_GLM5_NEXT):
+    row = _row(arch)
+    if row is not None and any(s in name for s in row.quant_keep):
         return False
     return not any(s in name for s in _NEVER)
 
@@ -234,7 +233,8 @@ class TypeChooser:
             if not manual and not self.o.pure:
                 new_type = self._impl(new_type, name, shape, cat)
             new_type, fb = self._fallback(name, shape, new_type)
-            if fb is not None and _RGLRU_GATE.search(name):   # ours (module docstring): no fallback type
+            row = _row(self.m.arch)       # ours (module docstring): the row's tensors take no fallback type
+            if fb is not None and row is not None and any(s in name for s in row.quant_no_fallback):
                 self.n_fallback -= 1
                 return Choice(name, cur_type)
         return Choice(name, new_type, fb)
@@ -274,8 +274,9 @@ class TypeChooser:
                 return li, n_layer
             return i_layer, n_layer
 
-        # glm5-next: its q-LoRA projections (and an MTP eh_proj) never below Q8_0 (llama-quant.cpp:472-485)
-        if self.m.arch == "glm5-next" and any(s in name for s in ("attn_q_a", "attn_q_b", "nextn.eh_proj")):
+        # the row's tensors never below Q8_0 (glm5-next: its q-LoRA projections and an MTP eh_proj)
+        row = _row(self.m.arch)
+        if row is not None and any(s in name for s in row.quant_min_q8_0):
             return new_type if new_type in (T.F32, T.BF16, T.F16) else T.Q8_0
         if cat == Category.OUTPUT or (self.has_tied_embeddings and cat == Category.TOKEN_EMBD):
             if self.o.output_tensor_type is not None:

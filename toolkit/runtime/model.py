@@ -116,7 +116,7 @@ class Model(NativeHandle):
 def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     """A ``tk_hparams *`` filled from ``hp`` by the field list :data:`toolkit.arch.abi.TK_HPARAMS`
     (HParams fields, and the architecture row's tk_arch id and MoE routing rule), and the
-    per-layer int32 arrays it points to (keep them alive as long as the struct is used).
+    per-layer int32 arrays and names it points to (keep them alive as long as the struct is used).
 
     Raises:
         UnsupportedError: ``hp.arch`` has no runtime row (HParams.from_gguf refuses it first).
@@ -134,11 +134,14 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
                 arrays.append(v)
             else:
                 v = ffi.NULL      # the family has none (qwen4exp's arrays elsewhere)
+        elif fld.kind == "str":
+            v = ffi.new("char[]", v.encode())
+            arrays.append(v)
         elif fld.kind == "int32":
             v = int(v)
         else:
             v = float(v)
-        setattr(c, fld.name, v)
+        fld.set(c, v)
     return c, arrays
 
 

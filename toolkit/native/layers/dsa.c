@@ -4,9 +4,9 @@
  *
  * Shapes (U ubatch tokens, D n_embd, rq q_lora_rank, nI = idx_n_head heads of dI = idx_head_dim,
  * kp = dsa_kpool tokens per pool, B = idx_top_k budget in tokens, B % kp == 0):
- *   on "full" indexer layers (hp.dsa_full[il]):
+ *   on "full" indexer layers (hp.dsa.full[il]):
  *     indexer.attn_q_b [rq, nI dI] (l->idx_q), indexer.attn_k [D, dI] (l->idx_k),
- *     indexer.k_norm.weight / .bias [dI] (a LayerNorm, eps hp.dsa_k_norm_eps),
+ *     indexer.k_norm.weight / .bias [dI] (a LayerNorm, eps hp.dsa.k_norm_eps),
  *     indexer.proj [D, nI] (l->idx_proj), indexer_compressor_gate [D, dI] (l->idx_gate),
  *     indexer_compressor_ape [dI, kp] (l->idx_ape: row j = the j-th token of a pool)
  *   "shared" layers have none and reuse the selection of the last full layer before them.
@@ -33,21 +33,21 @@
 
 int32_t tk_dsa_idx_dim(const tk_model * m, int il) {
     const tk_hparams * hp = &m->hp;
-    return hp->dsa_full && hp->dsa_full[il] ? 2 * hp->idx_head_dim : 0;
+    return hp->dsa.full && hp->dsa.full[il] ? 2 * hp->idx.head_dim : 0;
 }
 
 tk_status tk_dsa_check(const tk_hparams * hp, int il) {
-    if (!hp->dsa_full) return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA indexer types missing", il);
-    if (hp->idx_n_head <= 0 || hp->idx_n_head > 4096 || hp->idx_head_dim <= 0 || hp->idx_head_dim > 4096)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA indexer heads %d of %d out of range", il, hp->idx_n_head, hp->idx_head_dim);
-    if (hp->dsa_kpool <= 0 || hp->idx_top_k <= 0 || hp->idx_top_k % hp->dsa_kpool)
+    if (!hp->dsa.full) return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA indexer types missing", il);
+    if (hp->idx.n_head <= 0 || hp->idx.n_head > 4096 || hp->idx.head_dim <= 0 || hp->idx.head_dim > 4096)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA indexer heads %d of %d out of range", il, hp->idx.n_head, hp->idx.head_dim);
+    if (hp->dsa.kpool <= 0 || hp->idx.top_k <= 0 || hp->idx.top_k % hp->dsa.kpool)
         return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA k-pool %d and budget %d (a positive multiple of it) invalid", il,
-                       hp->dsa_kpool, hp->idx_top_k);
-    if (!(hp->dsa_k_norm_eps >= 0) || !isfinite(hp->dsa_k_norm_eps))
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA key norm epsilon %g invalid", il, hp->dsa_k_norm_eps);
-    if (!hp->dsa_full[il]) {   /* shared: some full indexer layer before it */
+                       hp->dsa.kpool, hp->idx.top_k);
+    if (!(hp->dsa.k_norm_eps >= 0) || !isfinite(hp->dsa.k_norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: DSA key norm epsilon %g invalid", il, hp->dsa.k_norm_eps);
+    if (!hp->dsa.full[il]) {   /* shared: some full indexer layer before it */
         int found = 0;
-        for (int i = il - 1; i >= 0 && !found; i--) found = hp->dsa_full[i] && hp->layer_kinds[i] == hp->layer_kinds[il];
+        for (int i = il - 1; i >= 0 && !found; i--) found = hp->dsa.full[i] && hp->layer_kinds[i] == hp->layer_kinds[il];
         if (!found) return TK_FAIL(TK_ERR_INVALID, "layer %d: a shared DSA layer needs a full indexer layer before it", il);
     }
     return TK_OK;
@@ -55,8 +55,8 @@ tk_status tk_dsa_check(const tk_hparams * hp, int il) {
 
 tk_status tk_dsa_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int64_t rq) {
     const tk_hparams * hp = &m->hp;
-    if (!hp->dsa_full[il]) return TK_OK;
-    const int64_t D = hp->n_embd, nI = hp->idx_n_head, dI = hp->idx_head_dim, kp = hp->dsa_kpool;
+    if (!hp->dsa.full[il]) return TK_OK;
+    const int64_t D = hp->n_embd, nI = hp->idx.n_head, dI = hp->idx.head_dim, kp = hp->dsa.kpool;
     char nm[128];
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d." s, il), nm)
     TK_CHECK(tk_bind_weight(m, tab, NAME("indexer.attn_q_b.weight"), TK_SHAPE(rq, nI * dI), 1, &l->idx_q));
@@ -156,7 +156,7 @@ static void dsa_layer_norm(float * x, const float * w, const float * b, float ep
 static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, const tk_ubatch * ub, const float * x,
                                  const float * qr, const tk_kv_view * kv) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t U = ub->n_tokens, nI = hp->idx_n_head, dI = hp->idx_head_dim, nst = ub->n_seq_tokens;
+    const int32_t U = ub->n_tokens, nI = hp->idx.n_head, dI = hp->idx.head_dim, nst = ub->n_seq_tokens;
     float * qI = malloc((size_t) U * ((size_t) nI * dI + 2 * (size_t) dI + nI) * sizeof(float));
     int32_t * cells = malloc(((size_t) kv->n_cells + (size_t) nst + 1) * sizeof(int32_t));
     tk_status st = TK_OK;
@@ -169,7 +169,7 @@ static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, const tk_
     const float wscale = (float) (1.0 / sqrt((double) nI));
     for (int32_t t = 0; t < U; t++) {
         float * kt = k + (size_t) t * dI, * row = kv->ik + (size_t) kv->ub_cells[t] * kv->ik_dim;
-        dsa_layer_norm(kt, l->idx_k_norm, l->idx_k_norm_b, hp->dsa_k_norm_eps, dI);
+        dsa_layer_norm(kt, l->idx_k_norm, l->idx_k_norm_b, hp->dsa.k_norm_eps, dI);
         memcpy(row, kt, (size_t) dI * sizeof(float));
         memcpy(row + dI, g + (size_t) t * dI, (size_t) dI * sizeof(float));
         for (int32_t h = 0; h < nI; h++) w[(size_t) t * nI + h] *= wscale;
@@ -186,7 +186,7 @@ static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, const tk_
             n_vis[i] = v;
         }
         st = tk_dsa_select(kv->ik, cells, kv->ik_dim, n, l->idx_ape, qI + (size_t) t0 * nI * dI, w + (size_t) t0 * nI,
-                           n_vis, nst, nI, dI, hp->dsa_kpool, hp->idx_top_k, hp->dsa_select_tail,
+                           n_vis, nst, nI, dI, hp->dsa.kpool, hp->idx.top_k, hp->dsa.select_tail,
                            ctx->dsa_sel + (size_t) t0 * kv->n_cells, kv->n_cells);
     }
 done:
@@ -200,12 +200,12 @@ tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const t
     const tk_hparams * hp = &ctx->model->hp;
     const size_t need = (size_t) ub->n_tokens * (size_t) kv->n_cells;
     *sel = NULL;
-    if (!hp->dsa_full[il]) {   /* shared: the last full layer's selection of this ubatch (tk_dsa_check) */
+    if (!hp->dsa.full[il]) {   /* shared: the last full layer's selection of this ubatch (tk_dsa_check) */
         if (!ctx->dsa_sel || ctx->dsa_sel_n < need) return TK_FAIL(TK_ERR_STATE, "layer %d: no DSA selection to share", il);
         *sel = ctx->dsa_sel;
         return TK_OK;
     }
-    if (!kv->ik || kv->ik_dim != 2 * hp->idx_head_dim) return TK_FAIL(TK_ERR_STATE, "layer %d has no DSA key cache", il);
+    if (!kv->ik || kv->ik_dim != 2 * hp->idx.head_dim) return TK_FAIL(TK_ERR_STATE, "layer %d has no DSA key cache", il);
     if (ctx->dsa_sel_cap < need) {
         uint8_t * p = realloc(ctx->dsa_sel, need);
         if (!p) return TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA selection, %d x %d)", ub->n_tokens, kv->n_cells);

@@ -51,7 +51,7 @@ static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer
 
 static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     /* GLM-5-Next clamps the dense MLP with the shared experts' limit (llama-graph.cpp:1843-1860) */
-    return tk_swiglu_clamped(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->model->hp.swiglu_clamp_shexp,
+    return tk_swiglu_clamped(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->model->hp.ffn.swiglu_clamp_shexp,
                              out);
 }
 

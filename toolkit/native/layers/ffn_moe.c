@@ -35,30 +35,30 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     const int64_t D = hp->n_embd;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    const int64_t E = hp->n_expert;
+    const int64_t E = hp->moe.n_expert;
     const tk_tensor_desc * up = tk_table_find(tab, NAME("ffn_up_exps.weight"));
     if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
     const int64_t F = up->ne[1];
     l->n_ff_exp = (int32_t) F;
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_inp.weight"), TK_SHAPE(D, E), 1, &l->ffn_gate_inp));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_up_exps));
-    if (!hp->moe_relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_gate_exps));
+    if (!hp->moe.relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_gate_exps));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_exps.weight"), TK_SHAPE(F, D, E), 1, &l->ffn_down_exps));
     const tk_tensor_desc * sh = tk_table_find(tab, NAME("ffn_up_shexp.weight"));
     if (sh) {
         const int64_t Fs = sh->ne[1];
         l->n_ff_shexp = (int32_t) Fs;
         TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_up_shexp));
-        if (!hp->moe_relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
+        if (!hp->moe.relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_shexp.weight"), TK_SHAPE(D, Fs), 1, &l->ffn_gate_shexp));
         TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_shexp.weight"), TK_SHAPE(Fs, D), 1, &l->ffn_down_shexp));
         TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_gate_inp_shexp.weight"), TK_SHAPE(D), 0, &l->ffn_gate_inp_shexp));
     }
-    if (hp->moe_sigmoid && (hp->moe_n_group > 64 || (hp->moe_n_group > 1 && (E % hp->moe_n_group ||
-        hp->moe_topk_group < 1 || hp->moe_topk_group > hp->moe_n_group))))
-        return TK_FAIL(TK_ERR_INVALID, "expert groups %d (keeping %d) do not divide the %d experts", hp->moe_n_group,
-                       hp->moe_topk_group, (int) E);
+    if (hp->moe.sigmoid && (hp->moe.n_group > 64 || (hp->moe.n_group > 1 && (E % hp->moe.n_group ||
+        hp->moe.topk_group < 1 || hp->moe.topk_group > hp->moe.n_group))))
+        return TK_FAIL(TK_ERR_INVALID, "expert groups %d (keeping %d) do not divide the %d experts", hp->moe.n_group,
+                       hp->moe.topk_group, (int) E);
     TK_CHECK(tk_bind_vec(m, tab, NAME("exp_probs_b.bias"), TK_SHAPE(E), 0, &l->ffn_exp_probs_b));
-    if (l->ffn_exp_probs_b && !hp->moe_sigmoid)
+    if (l->ffn_exp_probs_b && !hp->moe.sigmoid)
         return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': an expert selection bias needs sigmoid routing", tab->path, nm);
 #undef NAME
     return TK_OK;
@@ -81,9 +81,9 @@ static void top_k(const float * c, int32_t E, int32_t k, int32_t * sel) {
 /* The k experts of one token by moe_sigmoid routing (see the formula above): r [E] holds the
  * router logits and is overwritten with the choice scores c; sel [k], w [k] out. */
 static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, float * s, int32_t * sel, float * w) {
-    const int32_t E = hp->n_expert, k = hp->n_expert_used, G = hp->moe_n_group > 1 ? hp->moe_n_group : 1;
+    const int32_t E = hp->moe.n_expert, k = hp->moe.n_expert_used, G = hp->moe.n_group > 1 ? hp->moe.n_group : 1;
     for (int32_t e = 0; e < E; e++) { s[e] = 1.0f / (1.0f + expf(-r[e])); r[e] = bias ? s[e] + bias[e] : s[e]; }
-    if (G > 1 && hp->moe_topk_group < G) {
+    if (G > 1 && hp->moe.topk_group < G) {
         const int32_t per = E / G;
         float gs[64];
         for (int32_t g = 0; g < G; g++) {      /* group score: the sum of its two best choices */
@@ -93,7 +93,7 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
             }
             gs[g] = a + (per > 1 ? b : 0.0f);
         }
-        for (int32_t j = 0; j < hp->moe_topk_group; j++) {   /* mark the kept groups with +inf */
+        for (int32_t j = 0; j < hp->moe.topk_group; j++) {   /* mark the kept groups with +inf */
             int32_t best = -1;
             for (int32_t g = 0; g < G; g++) if (gs[g] != INFINITY && (best < 0 || gs[g] > gs[best])) best = g;
             gs[best] = INFINITY;
@@ -102,9 +102,9 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
     }
     top_k(r, E, k, sel);                     /* top-k of c */
     for (int32_t j = 0; j < k; j++) w[j] = s[sel[j]];
-    double sum = hp->moe_weights_norm_eps;
+    double sum = hp->moe.weights_norm_eps;
     for (int32_t j = 0; j < k; j++) sum += w[j];
-    for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe_weights_norm ? w[j] / sum : w[j]) * hp->moe_weights_scale);
+    for (int32_t j = 0; j < k; j++) w[j] = (float) ((hp->moe.weights_norm ? w[j] / sum : w[j]) * hp->moe.weights_scale);
 }
 
 /* one expert (or the shared expert, mat 0) on n tokens x [n, D] into y [n, D]: SwiGLU, or
@@ -112,16 +112,16 @@ static void route_sigmoid(const tk_hparams * hp, const float * bias, float * r, 
  * (ops.c), so an expert's output for a token does not depend on the tokens it shares. */
 static tk_status expert(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                         int64_t mat, const float * x, int32_t n, float limit, float * y) {
-    if (ctx->model->hp.moe_relu2) return tk_relu2_ffn(ctx, up, down, mat, x, n, y);
+    if (ctx->model->hp.moe.relu2) return tk_relu2_ffn(ctx, up, down, mat, x, n, y);
     return tk_swiglu_clamped(ctx, gate, up, down, mat, x, n, limit, y);   /* limit 0: no clamp (GLM-5-Next's) */
 }
 
 /* The k experts of one token, sel [k], and their weights w [k] (the routing rules above),
  * from the router logits r [E] (overwritten with the scores); s: [E] scratch. */
 static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, float * s, int32_t * sel, float * w) {
-    const int32_t E = hp->n_expert, k = hp->n_expert_used;
-    if (hp->moe_sigmoid) { route_sigmoid(hp, l->ffn_exp_probs_b, r, s, sel, w); return; }
-    if (hp->moe_softmax_topk) {
+    const int32_t E = hp->moe.n_expert, k = hp->moe.n_expert_used;
+    if (hp->moe.sigmoid) { route_sigmoid(hp, l->ffn_exp_probs_b, r, s, sel, w); return; }
+    if (hp->moe.softmax_topk) {
         float mx = -FLT_MAX;
         for (int32_t e = 0; e < E; e++) mx = r[e] > mx ? r[e] : mx;
         double sum = 0.0;
@@ -130,11 +130,11 @@ static void moe_route(const tk_hparams * hp, const tk_layer * l, float * r, floa
     }
     top_k(r, E, k, sel);
     for (int32_t j = 0; j < k; j++) w[j] = r[sel[j]];
-    if (hp->moe_softmax_topk && hp->moe_renorm) {
+    if (hp->moe.softmax_topk && hp->moe.renorm) {
         double sum = 0.0;
         for (int32_t j = 0; j < k; j++) sum += w[j];
         for (int32_t j = 0; j < k; j++) w[j] = (float) (w[j] / sum);
-    } else if (!hp->moe_softmax_topk) {
+    } else if (!hp->moe.softmax_topk) {
         const float mx = w[0];
         double sum = 0.0;
         for (int32_t j = 0; j < k; j++) { w[j] = expf(w[j] - mx); sum += w[j]; }
@@ -199,7 +199,7 @@ static void shared_rows(void * arg, int64_t t0, int64_t t1, int thread) {
  * mat-muls' per-token bits a token's result never depends on its ubatch. */
 static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t D = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    const int32_t D = hp->n_embd, E = hp->moe.n_expert, k = hp->moe.n_expert_used;
     float * R = ctx->moe_r, * wt = ctx->moe_wt;
     int32_t * sel = ctx->moe_sel, * list = ctx->moe_list;
     float sig[4096];           /* sigmoid scores (moe_sigmoid); n_expert <= 4096 (model.c) */
@@ -221,11 +221,11 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
         if (!n) continue;
         j.li = list + start[e];
         tk_par_rows(ctx->pool, n, D, gather_rows, &j);
-        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, hp->swiglu_clamp_exp, j.yg));
+        TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, hp->ffn.swiglu_clamp_exp, j.yg));
         tk_par_rows(ctx->pool, n, D, scatter_rows, &j);
     }
     if (l->n_ff_shexp) {
-        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, hp->swiglu_clamp_shexp,
+        TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, hp->ffn.swiglu_clamp_shexp,
                       j.yg));
         tk_par_rows(ctx->pool, U, D, shared_rows, &j);
     }

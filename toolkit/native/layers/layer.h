@@ -196,7 +196,7 @@ tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const t
 tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
 tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
-/* ple.c: qwen4exp's per-layer n-gram embedding on layer il (hp.ple_index[il] >= 0) */
+/* ple.c: qwen4exp's per-layer n-gram embedding on layer il (hp.ple.index[il] >= 0) */
 tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out);   /* appended to the layer's own */
 tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, int first_piece);

@@ -13,7 +13,7 @@
  *   q = wq cur, k = wk cur, v = wv cur
  *   attn_qk_norm: q_h = rmsnorm(q_h) * q_norm, k_g = rmsnorm(k_g) * k_norm (per head, rms_eps);
  *     attn_qk_norm_full: q = rmsnorm(q) * q_norm, k = rmsnorm(k) * k_norm over all heads
- *   (a post-norm block, hp.attn_post_norm, is forward.c's: this mixer is the same)
+ *   (a post-norm block, hp.block.norm TK_NORM_POST, is forward.c's: this mixer is the same)
  *   RoPE on the first n_rot dims per head of q, k: NORM mode (adjacent pairs), or NEOX mode
  *     (pairs (i, i + n_rot/2)) with rope_neox
  *   o_h = softmax(q_h . K_g^T * scale) V_g over the cells of the token's sequence with
@@ -26,7 +26,7 @@
  *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
  *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
  * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (HFA:258-260).
- * RecurrentGemma (rglru_attn_bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
+ * RecurrentGemma (hp.attn.bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
  *   bias always, HFR:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
@@ -41,33 +41,33 @@
 #include "layers/layer.h"
 #include "tk_cpu.h"
 
-static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
+static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.attn.head_dim; }
 
 /* floats of one head's rows in q: hd, or [q_h | gate_h] with attn_q_gate */
-static int32_t attn_q_stride(const tk_hparams * hp) { return hp->attn_q_gate ? 2 * hp->head_dim : hp->head_dim; }
+static int32_t attn_q_stride(const tk_hparams * hp) { return hp->attn.q_gate ? 2 * hp->attn.head_dim : hp->attn.head_dim; }
 
 /* q, att [H qs]; k, v [Hkv hd] */
 static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->q, (size_t) m->hp.n_head * (size_t) attn_q_stride(&m->hp));
+    tk_scratch_need(&need->q, (size_t) m->hp.attn.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
-    if (m->hp.attn_head_gate) tk_scratch_need(&need->gate, (size_t) m->hp.n_head);   /* the per-head gate */
+    if (m->hp.attn.head_gate) tk_scratch_need(&need->gate, (size_t) m->hp.attn.n_head);   /* the per-head gate */
 }
 
 /* ---- load: hparams and tensors ---- */
 
 static tk_status attn_check(const tk_hparams * hp, int il) {
-    if (hp->n_head_kv[il] <= 0 || hp->n_head <= 0 || hp->n_head % hp->n_head_kv[il])
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: n_head_kv = %d must divide n_head = %d", il, hp->n_head_kv[il], hp->n_head);
-    if (hp->head_dim <= 0 || hp->head_dim > 4096) return TK_FAIL(TK_ERR_INVALID, "head_dim = %d out of range", hp->head_dim);
-    if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2))
-        return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->n_rot, hp->head_dim);
-    if (hp->use_rope && !(hp->rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->rope_freq_base);
-    if (!(hp->rope_freq_base_swa >= 0) || hp->rope_prop_rot < 0 || hp->rope_prop_rot > hp->n_rot || hp->rope_prop_rot % 2 ||
-        (hp->rope_prop_rot && !hp->rope_neox))
-        return TK_FAIL(TK_ERR_INVALID, "rope_freq_base_swa = %g / rope_prop_rot = %d invalid (n_rot %d)", hp->rope_freq_base_swa,
-                       hp->rope_prop_rot, hp->n_rot);
-    if (hp->attn_qk_norm_full && (!hp->attn_qk_norm || hp->attn_q_gate))
+    if (hp->n_head_kv[il] <= 0 || hp->attn.n_head <= 0 || hp->attn.n_head % hp->n_head_kv[il])
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: n_head_kv = %d must divide n_head = %d", il, hp->n_head_kv[il], hp->attn.n_head);
+    if (hp->attn.head_dim <= 0 || hp->attn.head_dim > 4096) return TK_FAIL(TK_ERR_INVALID, "head_dim = %d out of range", hp->attn.head_dim);
+    if (hp->attn.use_rope && (hp->attn.n_rot < 0 || hp->attn.n_rot > hp->attn.head_dim || hp->attn.n_rot % 2))
+        return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->attn.n_rot, hp->attn.head_dim);
+    if (hp->attn.use_rope && !(hp->attn.rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->attn.rope_freq_base);
+    if (!(hp->attn.rope_freq_base_swa >= 0) || hp->attn.rope_prop_rot < 0 || hp->attn.rope_prop_rot > hp->attn.n_rot || hp->attn.rope_prop_rot % 2 ||
+        (hp->attn.rope_prop_rot && !hp->attn.rope_neox))
+        return TK_FAIL(TK_ERR_INVALID, "rope_freq_base_swa = %g / rope_prop_rot = %d invalid (n_rot %d)", hp->attn.rope_freq_base_swa,
+                       hp->attn.rope_prop_rot, hp->attn.n_rot);
+    if (hp->attn.qk_norm_full && (!hp->attn.qk_norm || hp->attn.q_gate))
         return TK_FAIL(TK_ERR_INVALID, "attn_qk_norm_full needs attn_qk_norm and no attn_q_gate");
     return TK_OK;
 }
@@ -77,25 +77,25 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
     const int64_t D = hp->n_embd;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    const int64_t HD = hp->head_dim, Hq = hp->n_head, Hkv = l->n_head_kv;
+    const int64_t HD = hp->attn.head_dim, Hq = hp->attn.n_head, Hkv = l->n_head_kv;
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, Hq * attn_q_stride(hp)), 1, &l->wq));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wk));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, Hkv * HD), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(Hq * HD, D), 1, &l->wo));
-    if (hp->attn_head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, Hq), 1, &l->w_head_gate));
-    if (hp->attn_qk_norm) {
-        const int64_t nq = hp->attn_qk_norm_full ? Hq * HD : HD, nk = hp->attn_qk_norm_full ? Hkv * HD : HD;
+    if (hp->attn.head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(D, Hq), 1, &l->w_head_gate));
+    if (hp->attn.qk_norm) {
+        const int64_t nq = hp->attn.qk_norm_full ? Hq * HD : HD, nk = hp->attn.qk_norm_full ? Hkv * HD : HD;
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(nq), 1, &l->attn_q_norm));
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(nk), 1, &l->attn_k_norm));
     }
     static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
-    if (hp->rglru_attn_bias) {  /* RecurrentGemma: o_proj's bias always, q/k/v's with attention_bias (the three together) */
+    if (hp->attn.bias) {  /* RecurrentGemma: o_proj's bias always, q/k/v's with attention_bias (the three together) */
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(D), 1, &l->attn_out_b));
         const int qkv = tk_table_find(tab, NAME("attn_q.bias")) != NULL;
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * HD), qkv, &l->attn_q_b));
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_k_b));
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_v.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_v_b));
-        if (hp->attn_q_gate) return TK_FAIL(TK_ERR_INVALID, "attention biases with attn_q_gate are not supported");
+        if (hp->attn.q_gate) return TK_FAIL(TK_ERR_INVALID, "attention biases with attn_q_gate are not supported");
     } else for (int b = 0; b < 4; b++) {
         NAME(biases[b]);
         if (tk_table_find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported", tab->path, nm);
@@ -257,8 +257,8 @@ static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
 
 /* q, k of token t (rows at q [H qs], k [Hkv hd]): per-head RMSNorm (attn_qk_norm), then RoPE */
 static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, float * q, float * k, int32_t Hkv, int32_t pos) {
-    const int32_t H = hp->n_head, hd = hp->head_dim, qs = attn_q_stride(hp);
-    if (l->attn_q_norm && hp->attn_qk_norm_full) {   /* one norm over all heads (qs = hd: no gate) */
+    const int32_t H = hp->attn.n_head, hd = hp->attn.head_dim, qs = attn_q_stride(hp);
+    if (l->attn_q_norm && hp->attn.qk_norm_full) {   /* one norm over all heads (qs = hd: no gate) */
         tk_rms_norm(q, l->attn_q_norm, hp->rms_eps, (int64_t) H * hd, q);
         tk_rms_norm(k, l->attn_k_norm, hp->rms_eps, (int64_t) Hkv * hd, k);
     } else if (l->attn_q_norm) {
@@ -270,15 +270,15 @@ static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, floa
 }
 
 void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos) {
-    if (!hp->use_rope || hp->n_rot <= 0) return;
-    const int sliding = hp->swa_layers && hp->swa_layers[il];
-    if (hp->rope_swa_only && !sliding) return;        /* Lara-Mini's full layers: NoPE */
-    if (sliding && hp->rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
-        tk_rope_neox(x, n_head, head_stride, hp->n_rot, pos, hp->rope_freq_base_swa);
-    else if (!sliding && hp->rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
-        tk_rope_neox_pairs(x, n_head, head_stride, hp->n_rot, hp->rope_prop_rot / 2, pos, hp->rope_freq_base);
-    else if (hp->rope_neox) tk_rope_neox(x, n_head, head_stride, hp->n_rot, pos, hp->rope_freq_base);
-    else tk_rope_norm(x, n_head, hp->head_dim, hp->n_rot, pos, hp->rope_freq_base);
+    if (!hp->attn.use_rope || hp->attn.n_rot <= 0) return;
+    const int sliding = hp->attn.swa_layers && hp->attn.swa_layers[il];
+    if (hp->attn.rope_swa_only && !sliding) return;        /* Lara-Mini's full layers: NoPE */
+    if (sliding && hp->attn.rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
+        tk_rope_neox(x, n_head, head_stride, hp->attn.n_rot, pos, hp->attn.rope_freq_base_swa);
+    else if (!sliding && hp->attn.rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
+        tk_rope_neox_pairs(x, n_head, head_stride, hp->attn.n_rot, hp->attn.rope_prop_rot / 2, pos, hp->attn.rope_freq_base);
+    else if (hp->attn.rope_neox) tk_rope_neox(x, n_head, head_stride, hp->attn.n_rot, pos, hp->attn.rope_freq_base);
+    else tk_rope_norm(x, n_head, hp->attn.head_dim, hp->attn.n_rot, pos, hp->attn.rope_freq_base);
 }
 
 /* attn_q_gate: att[t][h] *= sigmoid(gate_h of token t) over tokens [t0, t1) */
@@ -312,7 +312,7 @@ static void attn_head_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) 
 tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out,
                                    const uint8_t * sel) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t U = ub->n_tokens, H = hp->n_head, hd = hp->head_dim;
+    const int32_t U = ub->n_tokens, H = hp->attn.n_head, hd = hp->attn.head_dim;
     TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
@@ -322,11 +322,11 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
         tk_bias_rows(ctx, ctx->v, l->attn_v_b, (int64_t) l->n_head_kv * hd, U, 0);
     }
     TK_CHECK(tk_attention_core_sel(ctx, l, il, ub, sel));
-    if (hp->attn_q_gate) {
+    if (hp->attn.q_gate) {
         gate_job gj = {ctx->q, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_gate_rows, &gj);
     }
-    if (hp->attn_head_gate) {  /* LFM3: one sigmoid gate per head and token, from x (ctx->cur), in ctx->gate [U, H] */
+    if (hp->attn.head_gate) {  /* LFM3: one sigmoid gate per head and token, from x (ctx->cur), in ctx->gate [U, H] */
         TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
         head_gate_job gj = {ctx->gate, ctx->att, H, hd};
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_head_gate_rows, &gj);
@@ -347,9 +347,9 @@ tk_status tk_attention_core(tk_context * ctx, const tk_layer * l, int il, const 
 tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const uint8_t * sel) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens;
-    const int32_t H = hp->n_head, Hkv = l->n_head_kv, hd = hp->head_dim, kvd = Hkv * hd, grp = H / Hkv;
+    const int32_t H = hp->attn.n_head, Hkv = l->n_head_kv, hd = hp->attn.head_dim, kvd = Hkv * hd, grp = H / Hkv;
     const int32_t qs = attn_q_stride(hp);
-    const float scale = hp->attention_scale != 0.0f ? hp->attention_scale : (float) (1.0 / sqrt((double) hd));
+    const float scale = hp->attn.scale != 0.0f ? hp->attn.scale : (float) (1.0 / sqrt((double) hd));
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     for (int32_t t = 0; t < U; t++) {

@@ -48,18 +48,18 @@
 #define GDN_L2_EPS 1e-6f
 
 /* C: channels of the causal conv (q, k, v) */
-static int32_t gdn_conv_dim(const tk_hparams * hp) { return 2 * hp->n_group * hp->d_state + hp->d_inner; }
+static int32_t gdn_conv_dim(const tk_hparams * hp) { return 2 * hp->ssm.n_group * hp->ssm.d_state + hp->ssm.d_inner; }
 
 static int32_t gdn_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) gdn_conv_dim(hp)};
-    out[1] = (tk_rs_piece) {"S", (size_t) hp->ssm_n_head * (size_t) hp->d_state * (size_t) hp->ssm_head_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) gdn_conv_dim(hp)};
+    out[1] = (tk_rs_piece) {"S", (size_t) hp->ssm.n_head * (size_t) hp->ssm.d_state * (size_t) hp->ssm.head_dim};
     return 2 + tk_ple_rs_pieces(m, il, out + 2);   /* qwen4exp's PLE layer keeps its conv window and history too (ple.c) */
 }
 
 static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t C = (size_t) gdn_conv_dim(hp), Hv = (size_t) hp->ssm_n_head, HvDv = (size_t) hp->d_inner;
+    const size_t C = (size_t) gdn_conv_dim(hp), Hv = (size_t) hp->ssm.n_head, HvDv = (size_t) hp->ssm.d_inner;
     (void) il; (void) n_ubatch;
     tk_scratch_need(&need->proj, C);
     tk_scratch_need(&need->conv, C);
@@ -68,23 +68,23 @@ static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->gate, HvDv);
     tk_scratch_need(&need->y, HvDv);
     tk_scratch_need(&need->work_bytes,
-                    (size_t) n_threads * (size_t) tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim) * sizeof(float));
+                    (size_t) n_threads * (size_t) tk_gdn_work_floats(hp->ssm.d_state, hp->ssm.head_dim) * sizeof(float));
 }
 
 /* ---- load: hparams and tensors ---- */
 
 static tk_status gdn_check(const tk_hparams * hp, int il) {
     (void) il;
-    if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_state <= 0 || hp->d_state > 4096 || hp->ssm_head_dim <= 0 ||
-        hp->ssm_head_dim > 4096)
+    if (hp->ssm.d_conv < 1 || hp->ssm.d_conv > 64 || hp->ssm.d_state <= 0 || hp->ssm.d_state > 4096 || hp->ssm.head_dim <= 0 ||
+        hp->ssm.head_dim > 4096)
         return TK_FAIL(TK_ERR_INVALID, "gated delta net hparams out of range (d_conv %d, key head dim %d, value head dim %d)",
-                       hp->d_conv, hp->d_state, hp->ssm_head_dim);
-    if (hp->n_group <= 0 || hp->ssm_n_head <= 0 || hp->ssm_n_head > 65536 || hp->ssm_n_head % hp->n_group ||
-        hp->d_inner != hp->ssm_n_head * hp->ssm_head_dim)
+                       hp->ssm.d_conv, hp->ssm.d_state, hp->ssm.head_dim);
+    if (hp->ssm.n_group <= 0 || hp->ssm.n_head <= 0 || hp->ssm.n_head > 65536 || hp->ssm.n_head % hp->ssm.n_group ||
+        hp->ssm.d_inner != hp->ssm.n_head * hp->ssm.head_dim)
         return TK_FAIL(TK_ERR_INVALID, "gated delta net heads inconsistent: %d K heads, %d V heads of %d, d_inner %d",
-                       hp->n_group, hp->ssm_n_head, hp->ssm_head_dim, hp->d_inner);
-    if (hp->gdn_gate_act != 0 && hp->gdn_gate_act != 1)
-        return TK_FAIL(TK_ERR_INVALID, "gdn_gate_act = %d (0 silu, 1 sigmoid)", hp->gdn_gate_act);
+                       hp->ssm.n_group, hp->ssm.n_head, hp->ssm.head_dim, hp->ssm.d_inner);
+    if (hp->gdn.gate_act != 0 && hp->gdn.gate_act != 1)
+        return TK_FAIL(TK_ERR_INVALID, "gdn_gate_act = %d (0 silu, 1 sigmoid)", hp->gdn.gate_act);
     return TK_OK;
 }
 
@@ -92,21 +92,21 @@ static tk_status gdn_check(const tk_hparams * hp, int il) {
  * and ssm_conv1d; beta / alpha: ssm_beta + ssm_alpha when either is in the file, else ssm_ba */
 static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, C = gdn_conv_dim(hp), Hv = hp->ssm_n_head, HvDv = hp->d_inner;
+    const int64_t D = hp->n_embd, C = gdn_conv_dim(hp), Hv = hp->ssm.n_head, HvDv = hp->ssm.d_inner;
     char nm[128], nm2[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    if (hp->gdn_qkv_apart) {   /* OLMo-Hybrid: q / k / v and their convs apart */
-        const int64_t HkDk = (int64_t) hp->n_group * hp->d_state;
+    if (hp->gdn.qkv_apart) {   /* OLMo-Hybrid: q / k / v and their convs apart */
+        const int64_t HkDk = (int64_t) hp->ssm.n_group * hp->ssm.d_state;
         TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(D, HkDk), 1, &l->wq));
         TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k.weight"), TK_SHAPE(D, HkDk), 1, &l->wk));
         TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v.weight"), TK_SHAPE(D, HvDv), 1, &l->wv));
         static const char * convs[3] = {"ssm_conv1d_q.weight", "ssm_conv1d_k.weight", "ssm_conv1d_v.weight"};
         float * part[3];
         for (int p = 0; p < 3; p++)
-            TK_CHECK(tk_bind_vec(m, tab, NAME(convs[p]), TK_SHAPE(hp->d_conv, p < 2 ? HkDk : HvDv), 1, &part[p]));
-        float * w = tk_model_alloc(m, (size_t) C * (size_t) hp->d_conv);
+            TK_CHECK(tk_bind_vec(m, tab, NAME(convs[p]), TK_SHAPE(hp->ssm.d_conv, p < 2 ? HkDk : HvDv), 1, &part[p]));
+        float * w = tk_model_alloc(m, (size_t) C * (size_t) hp->ssm.d_conv);
         if (!w) return TK_FAIL(TK_ERR_NOMEM, "out of memory joining layer %d's conv", il);
-        const size_t kk = (size_t) hp->d_conv;   /* [channel][K] rows, q | k | v */
+        const size_t kk = (size_t) hp->ssm.d_conv;   /* [channel][K] rows, q | k | v */
         memcpy(w, part[0], (size_t) HkDk * kk * sizeof(float));
         memcpy(w + (size_t) HkDk * kk, part[1], (size_t) HkDk * kk * sizeof(float));
         memcpy(w + (size_t) 2 * HkDk * kk, part[2], (size_t) HvDv * kk * sizeof(float));
@@ -121,12 +121,12 @@ static tk_status gdn_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     } else {
         TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_ba.weight"), TK_SHAPE(D, 2 * Hv), 1, &l->ssm_ba));
     }
-    if (!l->ssm_conv1d) TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, C), 1, &l->ssm_conv1d));
+    if (!l->ssm_conv1d) TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->ssm.d_conv, C), 1, &l->ssm_conv1d));
     if (tk_table_find(tab, NAME("ssm_conv1d.bias")))
         return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': a gated delta net conv bias is not supported", tab->path, nm);
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(Hv), 1, &l->ssm_dt_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(Hv), 1, &l->ssm_a));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(hp->ssm_head_dim), 1, &l->ssm_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(hp->ssm.head_dim), 1, &l->ssm_norm));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_out.weight"), TK_SHAPE(HvDv, D), 1, &l->ssm_out));
 #undef NAME
     return TK_OK;
@@ -156,9 +156,9 @@ static void l2_norm(float * x, int32_t n, float scale) {
 static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const gdn_prep_job * j = arg;
     const tk_hparams * hp = j->hp;
-    const int32_t Hk = hp->n_group, Hv = hp->ssm_n_head, Dk = hp->d_state, r = Hv / Hk, C = gdn_conv_dim(hp);
+    const int32_t Hk = hp->ssm.n_group, Hv = hp->ssm.n_head, Dk = hp->ssm.d_state, r = Hv / Hk, C = gdn_conv_dim(hp);
     const float qscale = (float) (1.0 / sqrt((double) Dk));
-    const float bscale = hp->gdn_beta_scale > 0 ? hp->gdn_beta_scale : 1.0f;
+    const float bscale = hp->gdn.beta_scale > 0 ? hp->gdn.beta_scale : 1.0f;
     (void) thread;
     for (int64_t t = t0; t < t1; t++) {
         float * c = j->conv + t * C;
@@ -187,11 +187,11 @@ typedef struct {
 static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const gdn_rule_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
-    const int32_t Hk = hp->n_group, Hv = hp->ssm_n_head, Dk = hp->d_state, Dv = hp->ssm_head_dim, r = Hv / Hk;
+    const int32_t Hk = hp->ssm.n_group, Hv = hp->ssm.n_head, Dk = hp->ssm.d_state, Dv = hp->ssm.head_dim, r = Hv / Hk;
     const int32_t C = gdn_conv_dim(hp), nst = j->ub->n_seq_tokens;
     float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
-        const int32_t s = (int32_t) (p / Hv), h = (int32_t) (p % Hv), kh = hp->gdn_head_tiled ? h % Hk : h / r;
+        const int32_t s = (int32_t) (p / Hv), h = (int32_t) (p % Hv), kh = hp->gdn.head_tiled ? h % Hk : h / r;
         const int64_t t0 = (int64_t) s * nst;
         const float * c = j->ctx->conv + t0 * C;
         const float * gb = j->ctx->step + t0 * 2 * Hv;
@@ -202,7 +202,7 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
                                 c + (int64_t) 2 * Hk * Dk + (int64_t) h * Dv, C,
                                 gb + Hv + h, gb + h, 2 * Hv,
                                 S,
-                                j->ctx->y + t0 * hp->d_inner + (int64_t) h * Dv, hp->d_inner,
+                                j->ctx->y + t0 * hp->ssm.d_inner + (int64_t) h * Dv, hp->ssm.d_inner,
                                 work};
         if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_gdn_run(&hd); continue; }
         /* speculative window: one token at a time (the recurrence's bits do not depend on
@@ -246,7 +246,7 @@ static void gdn_sigmoid_norm_rows(void * arg, int64_t t0, int64_t t1, int thread
  * q, then k, then [U, Hv Dv] v, U C floats in all), then interleaved into proj rows [q | k | v] */
 static tk_status gdn_project_apart(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int64_t HkDk = (int64_t) hp->n_group * hp->d_state, HvDv = hp->d_inner, C = gdn_conv_dim(hp);
+    const int64_t HkDk = (int64_t) hp->ssm.n_group * hp->ssm.d_state, HvDv = hp->ssm.d_inner, C = gdn_conv_dim(hp);
     float * q = ctx->conv, * k = q + U * HkDk, * v = k + U * HkDk;
     TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, q, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, k, &ctx->mm));
@@ -262,7 +262,7 @@ static tk_status gdn_project_apart(tk_context * ctx, const tk_layer * l, int32_t
 
 static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t Hv = hp->ssm_n_head, HvDv = hp->d_inner, C = gdn_conv_dim(hp), K = hp->d_conv;
+    const int32_t Hv = hp->ssm.n_head, HvDv = hp->ssm.d_inner, C = gdn_conv_dim(hp), K = hp->ssm.d_conv;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
@@ -290,11 +290,11 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
     tk_par_rows(ctx->pool, U, C, gdn_prep_rows, &pj);
 
     /* the delta rule per (sequence, v-head), heads over the threads */
-    gdn_rule_job rj = {ctx, ub, rv, tk_gdn_work_floats(hp->d_state, hp->ssm_head_dim)};
-    tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * Hv, (int64_t) nst * hp->d_state * hp->ssm_head_dim, gdn_rule_heads, &rj);
+    gdn_rule_job rj = {ctx, ub, rv, tk_gdn_work_floats(hp->ssm.d_state, hp->ssm.head_dim)};
+    tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * Hv, (int64_t) nst * hp->ssm.d_state * hp->ssm.head_dim, gdn_rule_heads, &rj);
 
-    tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->gdn_norm_eps > 0 ? hp->gdn_norm_eps : hp->rms_eps, Hv};
-    tk_par_rows(ctx->pool, U, HvDv, hp->gdn_gate_act ? gdn_sigmoid_norm_rows : gdn_gated_norm_rows, &gj);
+    tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, HvDv, HvDv, HvDv, hp->gdn.norm_eps > 0 ? hp->gdn.norm_eps : hp->rms_eps, Hv};
+    tk_par_rows(ctx->pool, U, HvDv, hp->gdn.gate_act ? gdn_sigmoid_norm_rows : gdn_gated_norm_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }
 

@@ -18,7 +18,7 @@
  *     (HF's 1e-6, HFK:402-410; llama.cpp's file reads rms_eps, spec D4)
  *   u = f_b(f_a(x)) + dt_bias  (per channel);  g[h, c] = ssm_a_h softplus(u[h, c])  (threshold 20),
  *     or with kda_gate_lower_bound lb < 0: g = lb sigmoid(-ssm_a_h u)   (HFK:332-344, HFG:360-362);
- *     bailingmoe3 stores ssm_a = +exp(A_log) (hp.kda_a_positive): the same with -ssm_a (HFB:442-445)
+ *     bailingmoe3 stores ssm_a = +exp(A_log) (hp.kda.a_positive): the same with -ssm_a (HFB:442-445)
  *   beta_h = sigmoid(ssm_beta x)_h
  *   S_h <- Diag(exp(g_h)) S_h (key row i by exp(g[h, i]));  u = beta_h (v_h - S_h^T k_h);
  *     S_h += k_h u^T;  o_h = S_h^T q_h     (kernels/gdn.c's tk_gdn_run with gk: the recurrence,
@@ -39,13 +39,13 @@
 
 #include "layers/layer.h"
 
-static int32_t kda_C(const tk_hparams * hp) { return hp->kda_n_head * hp->kda_head_dim; }
+static int32_t kda_C(const tk_hparams * hp) { return hp->kda.n_head * hp->kda.head_dim; }
 
 static int32_t kda_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * 3 * (size_t) kda_C(hp)};
-    out[1] = (tk_rs_piece) {"S", (size_t) hp->kda_n_head * (size_t) hp->kda_head_dim * (size_t) hp->kda_head_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * 3 * (size_t) kda_C(hp)};
+    out[1] = (tk_rs_piece) {"S", (size_t) hp->kda.n_head * (size_t) hp->kda.head_dim * (size_t) hp->kda.head_dim};
     return 2;
 }
 
@@ -57,7 +57,7 @@ static int64_t kda_rank(const tk_model * m, int il) {
 
 static void kda_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t C = (size_t) kda_C(hp), n = (size_t) hp->kda_n_head;
+    const size_t C = (size_t) kda_C(hp), n = (size_t) hp->kda.n_head;
     (void) n_ubatch;
     tk_scratch_need(&need->proj, 3 * C);
     tk_scratch_need(&need->conv, 3 * C);
@@ -66,20 +66,20 @@ static void kda_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->gate, C);
     tk_scratch_need(&need->y, C);
     tk_scratch_need(&need->work_bytes, (size_t) n_threads *
-                    (size_t) tk_kda_work_floats(hp->kda_head_dim, hp->kda_head_dim) * sizeof(float));
+                    (size_t) tk_kda_work_floats(hp->kda.head_dim, hp->kda.head_dim) * sizeof(float));
 }
 
 /* ---- load ---- */
 
 static tk_status kda_check(const tk_hparams * hp, int il) {
     (void) il;
-    if (hp->d_conv < 1 || hp->d_conv > 64 || hp->kda_head_dim <= 0 || hp->kda_head_dim > 4096 || hp->kda_n_head <= 0 ||
-        hp->kda_n_head > 65536)
-        return TK_FAIL(TK_ERR_INVALID, "KDA hparams out of range (d_conv %d, %d heads of %d)", hp->d_conv, hp->kda_n_head,
-                       hp->kda_head_dim);
-    if (!(hp->kda_l2_eps >= 0) || !isfinite(hp->kda_l2_eps) || !(hp->kda_gate_lower_bound <= 0) ||
-        !isfinite(hp->kda_gate_lower_bound))
-        return TK_FAIL(TK_ERR_INVALID, "KDA l2 eps %g / gate lower bound %g invalid", hp->kda_l2_eps, hp->kda_gate_lower_bound);
+    if (hp->ssm.d_conv < 1 || hp->ssm.d_conv > 64 || hp->kda.head_dim <= 0 || hp->kda.head_dim > 4096 || hp->kda.n_head <= 0 ||
+        hp->kda.n_head > 65536)
+        return TK_FAIL(TK_ERR_INVALID, "KDA hparams out of range (d_conv %d, %d heads of %d)", hp->ssm.d_conv, hp->kda.n_head,
+                       hp->kda.head_dim);
+    if (!(hp->kda.l2_eps >= 0) || !isfinite(hp->kda.l2_eps) || !(hp->kda.gate_lower_bound <= 0) ||
+        !isfinite(hp->kda.gate_lower_bound))
+        return TK_FAIL(TK_ERR_INVALID, "KDA l2 eps %g / gate lower bound %g invalid", hp->kda.l2_eps, hp->kda.gate_lower_bound);
     return TK_OK;
 }
 
@@ -100,7 +100,7 @@ static tk_status kda_bind_gate(tk_model * m, const tk_table * tab, int il, const
 
 static tk_status kda_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t H = hp->n_embd, C = kda_C(hp), n = hp->kda_n_head, K = hp->d_conv;
+    const int64_t H = hp->n_embd, C = kda_C(hp), n = hp->kda.n_head, K = hp->ssm.d_conv;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_q.weight"), TK_SHAPE(H, C), 1, &l->wq));
@@ -123,7 +123,7 @@ static tk_status kda_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_beta.weight"), TK_SHAPE(H, n), 1, &l->ssm_beta));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(n), 1, &l->ssm_a));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(C), 1, &l->ssm_dt_b));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(hp->kda_head_dim), 1, &l->ssm_norm));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_norm.weight"), TK_SHAPE(hp->kda.head_dim), 1, &l->ssm_norm));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(C, H), 1, &l->wo));
 #undef NAME
     return TK_OK;
@@ -151,8 +151,8 @@ static void l2_norm(float * x, int32_t n, float eps, float scale) {
 static void kda_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const kda_prep_job * j = arg;
     const tk_hparams * hp = j->hp;
-    const int32_t n = hp->kda_n_head, D = hp->kda_head_dim, C = n * D;
-    const float qscale = (float) (1.0 / sqrt((double) D)), eps = hp->kda_l2_eps, lb = hp->kda_gate_lower_bound;
+    const int32_t n = hp->kda.n_head, D = hp->kda.head_dim, C = n * D;
+    const float qscale = (float) (1.0 / sqrt((double) D)), eps = hp->kda.l2_eps, lb = hp->kda.gate_lower_bound;
     (void) thread;
     for (int64_t t = t0; t < t1; t++) {
         float * c = j->conv + t * 3 * C;
@@ -162,7 +162,7 @@ static void kda_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
         }
         float * g = j->g + t * C, * b = j->beta + t * n;
         for (int32_t h = 0; h < n; h++) {
-            const float a = hp->kda_a_positive ? -j->l->ssm_a[h] : j->l->ssm_a[h];   /* -exp(A_log) either way */
+            const float a = hp->kda.a_positive ? -j->l->ssm_a[h] : j->l->ssm_a[h];   /* -exp(A_log) either way */
             for (int32_t i = h * D; i < (h + 1) * D; i++) {
                 const float u = g[i] + j->l->ssm_dt_b[i];
                 g[i] = lb < 0 ? lb / (1.0f + expf(a * u)) : a * tk_softplus(u);
@@ -183,7 +183,7 @@ typedef struct {
 static void kda_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const kda_rule_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
-    const int32_t n = hp->kda_n_head, D = hp->kda_head_dim, C = n * D, nst = j->ub->n_seq_tokens, U = j->ub->n_tokens;
+    const int32_t n = hp->kda.n_head, D = hp->kda.head_dim, C = n * D, nst = j->ub->n_seq_tokens, U = j->ub->n_tokens;
     float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / n), h = (int32_t) (p % n);
@@ -237,7 +237,7 @@ static tk_status kda_gate_proj(tk_context * ctx, const tk_weight * a, const tk_w
 
 static tk_status kda_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t n = hp->kda_n_head, D = hp->kda_head_dim, C = n * D, K = hp->d_conv;
+    const int32_t n = hp->kda.n_head, D = hp->kda.head_dim, C = n * D, K = hp->ssm.d_conv;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));

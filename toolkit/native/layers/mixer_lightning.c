@@ -32,30 +32,30 @@
 static int32_t lightning_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"S", (size_t) hp->n_head * (size_t) hp->head_dim * (size_t) hp->head_dim};
+    out[0] = (tk_rs_piece) {"S", (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim * (size_t) hp->attn.head_dim};
     return 1;
 }
 
 static void lightning_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t W = (size_t) hp->n_head * (size_t) hp->head_dim;
+    const size_t W = (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim;
     (void) il; (void) n_ubatch;
     tk_scratch_need(&need->proj, 3 * W);
     tk_scratch_need(&need->gate, W);
     tk_scratch_need(&need->y, W);
-    tk_scratch_need(&need->work_bytes, (size_t) n_threads * (size_t) tk_lightning_work_floats(hp->head_dim) * sizeof(float));
+    tk_scratch_need(&need->work_bytes, (size_t) n_threads * (size_t) tk_lightning_work_floats(hp->attn.head_dim) * sizeof(float));
 }
 
 static tk_status lightning_check(const tk_hparams * hp, int il) {
     (void) il;
-    if (hp->n_head <= 0 || hp->n_head > 65536 || hp->head_dim <= 0 || hp->head_dim > 4096)
-        return TK_FAIL(TK_ERR_INVALID, "lightning attention hparams out of range (%d heads of %d)", hp->n_head, hp->head_dim);
+    if (hp->attn.n_head <= 0 || hp->attn.n_head > 65536 || hp->attn.head_dim <= 0 || hp->attn.head_dim > 4096)
+        return TK_FAIL(TK_ERR_INVALID, "lightning attention hparams out of range (%d heads of %d)", hp->attn.n_head, hp->attn.head_dim);
     return TK_OK;
 }
 
 static tk_status lightning_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, W = (int64_t) hp->n_head * hp->head_dim;
+    const int64_t D = hp->n_embd, W = (int64_t) hp->attn.n_head * hp->attn.head_dim;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_qkv.weight"), TK_SHAPE(D, 3 * W), 1, &l->wqkv));
@@ -68,7 +68,7 @@ static tk_status lightning_bind(tk_model * m, const tk_table * tab, int il, tk_l
 
 /* HF's slope rate of head h in layer il */
 static float lightning_slope(const tk_hparams * hp, int il, int32_t h) {
-    const double base = pow(2.0, -8.0 / (double) hp->n_head);
+    const double base = pow(2.0, -8.0 / (double) hp->attn.n_head);
     const double factor = 1.0 - (double) il / ((double) hp->n_layer - 1.0 + 1e-5) + 1e-5;
     return (float) (pow(base, (double) (h + 1)) * factor);
 }
@@ -85,7 +85,7 @@ typedef struct {
 static void lightning_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const lightning_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
-    const int32_t nh = hp->n_head, d = hp->head_dim, W = nh * d, nst = j->ub->n_seq_tokens;
+    const int32_t nh = hp->attn.n_head, d = hp->attn.head_dim, W = nh * d, nst = j->ub->n_seq_tokens;
     float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / nh), h = (int32_t) (p % nh);
@@ -123,14 +123,14 @@ static void lightning_norm_gate_rows(void * arg, int64_t t0, int64_t t1, int thr
 
 static tk_status lightning_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t W = hp->n_head * hp->head_dim, U = ub->n_tokens;
+    const int32_t W = hp->attn.n_head * hp->attn.head_dim, U = ub->n_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
     TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = ctx->proj[i] / (1.0f + expf(-ctx->proj[i]));
     TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
-    lightning_job j = {ctx, ub, rv, il, tk_lightning_work_floats(hp->head_dim)};
-    tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * hp->n_head, (int64_t) ub->n_seq_tokens * hp->head_dim * hp->head_dim,
+    lightning_job j = {ctx, ub, rv, il, tk_lightning_work_floats(hp->attn.head_dim)};
+    tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * hp->attn.n_head, (int64_t) ub->n_seq_tokens * hp->attn.head_dim * hp->attn.head_dim,
                 lightning_heads, &j);
     tk_rows_job gj = {ctx->gate, l->ssm_norm, ctx->y, W, W, W, LIGHTNING_NORM_EPS, 1};
     tk_par_rows(ctx->pool, U, W, lightning_norm_gate_rows, &gj);

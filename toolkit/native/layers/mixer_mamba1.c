@@ -22,13 +22,13 @@
 #include "layers/layer.h"
 
 /* M, the Mamba heads (1 unless ssm_n_head > 1) */
-static int32_t m1_heads(const tk_hparams * hp) { return hp->ssm_n_head > 1 ? hp->ssm_n_head : 1; }
+static int32_t m1_heads(const tk_hparams * hp) { return hp->ssm.n_head > 1 ? hp->ssm.n_head : 1; }
 
 static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) hp->d_inner};
-    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->d_state * (size_t) hp->d_inner};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) hp->ssm.d_inner};
+    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->ssm.d_state * (size_t) hp->ssm.d_inner};
     return 2;
 }
 
@@ -37,7 +37,7 @@ static int32_t m1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
  * y [DI] (with M > 1 also a head's gathered x_n, then its dt_proj output, before the scan) */
 static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, R = (size_t) hp->dt_rank, M = (size_t) m1_heads(hp);
+    const size_t DI = (size_t) hp->ssm.d_inner, N = (size_t) hp->ssm.d_state, R = (size_t) hp->ssm.dt_rank, M = (size_t) m1_heads(hp);
     (void) il; (void) n_ubatch; (void) n_threads;
     tk_scratch_need(&need->proj, 2 * DI);
     tk_scratch_need(&need->conv, DI);
@@ -51,22 +51,22 @@ static void m1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
 
 static tk_status m1_check(const tk_hparams * hp, int il) {
     (void) il;
-    if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_inner <= 0 || hp->d_state <= 0 || hp->d_state > 4096 || hp->dt_rank <= 0)
+    if (hp->ssm.d_conv < 1 || hp->ssm.d_conv > 64 || hp->ssm.d_inner <= 0 || hp->ssm.d_state <= 0 || hp->ssm.d_state > 4096 || hp->ssm.dt_rank <= 0)
         return TK_FAIL(TK_ERR_INVALID, "recurrent hparams out of range (d_conv %d, d_inner %d, d_state %d, dt_rank %d)",
-                       hp->d_conv, hp->d_inner, hp->d_state, hp->dt_rank);
-    if (hp->ssm_n_head < 0 || hp->d_inner % m1_heads(hp))
-        return TK_FAIL(TK_ERR_INVALID, "Mamba-1 heads %d do not divide d_inner %d", hp->ssm_n_head, hp->d_inner);
+                       hp->ssm.d_conv, hp->ssm.d_inner, hp->ssm.d_state, hp->ssm.dt_rank);
+    if (hp->ssm.n_head < 0 || hp->ssm.d_inner % m1_heads(hp))
+        return TK_FAIL(TK_ERR_INVALID, "Mamba-1 heads %d do not divide d_inner %d", hp->ssm.n_head, hp->ssm.d_inner);
     return TK_OK;
 }
 
 static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
+    const int64_t D = hp->n_embd, DI = hp->ssm.d_inner, N = hp->ssm.d_state;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    const int64_t R = hp->dt_rank;
+    const int64_t R = hp->ssm.dt_rank;
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_in.weight"), TK_SHAPE(D, 2 * DI), 1, &l->ssm_in));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, DI), 1, &l->ssm_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->ssm.d_conv, DI), 1, &l->ssm_conv1d));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.bias"), TK_SHAPE(DI), 0, &l->ssm_conv1d_b));
     const int64_t M = m1_heads(hp), Dm = DI / M;
     if (M == 1) {
@@ -79,7 +79,7 @@ static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(DI), 0, &l->ssm_dt_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(N, DI), 1, &l->ssm_a));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_d"), TK_SHAPE(DI), 1, &l->ssm_d));
-    const int norms = hp->ssm_dt_b_c_norms;   /* Jamba: the dt/B/C norms have weights, required */
+    const int norms = hp->ssm.dt_b_c_norms;   /* Jamba: the dt/B/C norms have weights, required */
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt_norm.weight"), TK_SHAPE(R), norms, &l->ssm_dt_norm));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_b_norm.weight"), TK_SHAPE(N), norms, &l->ssm_b_norm));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_c_norm.weight"), TK_SHAPE(N), norms, &l->ssm_c_norm));
@@ -92,11 +92,11 @@ static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
  * for dt_proj */
 static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N;
-    const float eps = hp->ssm_dt_b_c_eps > 0 ? hp->ssm_dt_b_c_eps : hp->rms_eps;   /* FalconMamba: mixer_rms_eps */
+    const int32_t N = hp->ssm.d_state, R = hp->ssm.dt_rank, XD = R + 2 * N;
+    const float eps = hp->ssm.dt_b_c_eps > 0 ? hp->ssm.dt_b_c_eps : hp->rms_eps;   /* FalconMamba: mixer_rms_eps */
     for (int32_t t = 0; t < U; t++) {   /* U: tokens x heads */
         float * xd = ctx->narrow + (int64_t) t * XD;
-        if (l->ssm_dt_norm || hp->dt_b_c_rms) {
+        if (l->ssm_dt_norm || hp->ssm.dt_b_c_rms) {
             tk_rms_norm(xd, l->ssm_dt_norm, eps, R, xd);
             tk_rms_norm(xd + R, l->ssm_b_norm, eps, N, xd + R);
             tk_rms_norm(xd + R + N, l->ssm_c_norm, eps, N, xd + R + N);
@@ -110,7 +110,7 @@ static void m1_dt_b_c(tk_context * ctx, const tk_layer * l, int32_t U) {
  * into y [U, Dm] and its dt_proj output goes through y into dt's columns. */
 static tk_status m1_project(tk_context * ctx, const tk_layer * l, int32_t U) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t DI = hp->d_inner, N = hp->d_state, R = hp->dt_rank, XD = R + 2 * N, M = m1_heads(hp), Dm = DI / M;
+    const int32_t DI = hp->ssm.d_inner, N = hp->ssm.d_state, R = hp->ssm.dt_rank, XD = R + 2 * N, M = m1_heads(hp), Dm = DI / M;
     if (M == 1) {
         TK_CHECK(tk_matmul(&l->ssm_x, 0, ctx->conv, U, ctx->narrow, &ctx->mm));
         m1_dt_b_c(ctx, l, U);
@@ -132,7 +132,7 @@ static tk_status m1_project(tk_context * ctx, const tk_layer * l, int32_t U) {
 
 static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t DI = hp->d_inner, N = hp->d_state, R = hp->dt_rank, K = hp->d_conv, M = m1_heads(hp), Dm = DI / M;
+    const int32_t DI = hp->ssm.d_inner, N = hp->ssm.d_state, R = hp->ssm.dt_rank, K = hp->ssm.d_conv, M = m1_heads(hp), Dm = DI / M;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens, XD = R + 2 * N;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));

@@ -13,7 +13,7 @@
  *   speculative window (memory_rs.c): a row that keeps per-token snapshots takes the recurrence
  *     and copies "conv" (tk_rs_snap_conv) and "ssm" after each token
  *   Falcon-H1 variants: no ssm_norm tensor (mamba_rms_norm false): y = y * silu(z);
- *   hp.ssm_norm_before_gate (mamba_norm_before_gate): y = grouped RMSNorm(y) * w * silu(z)
+ *   hp.ssm.norm_before_gate (mamba_norm_before_gate): y = grouped RMSNorm(y) * w * silu(z)
  * ref: transformers modeling_mamba2.py Mamba2Mixer.torch_forward, MambaRMSNormGated;
  *      modeling_falcon_h1.py FalconH1Mixer, FalconH1RMSNormGated; llama.cpp build_mamba2_layer.
  */
@@ -22,52 +22,52 @@
 #include <math.h>
 
 /* CD: channels of the causal conv (x, B, C) */
-static int32_t m2_conv_dim(const tk_hparams * hp) { return hp->d_inner + 2 * hp->n_group * hp->d_state; }
+static int32_t m2_conv_dim(const tk_hparams * hp) { return hp->ssm.d_inner + 2 * hp->ssm.n_group * hp->ssm.d_state; }
 
 static int32_t m2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->d_conv - 1) * (size_t) m2_conv_dim(hp)};
-    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->d_state * (size_t) hp->d_inner};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) m2_conv_dim(hp)};
+    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->ssm.d_state * (size_t) hp->ssm.d_inner};
     return 2;
 }
 
 /* proj [W] (z | xBC | dt), conv [CD], y [DI] and the SSD workspace */
 static void m2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t DI = (size_t) hp->d_inner, N = (size_t) hp->d_state, G = (size_t) hp->n_group;
-    const size_t H = (size_t) hp->ssm_n_head;
+    const size_t DI = (size_t) hp->ssm.d_inner, N = (size_t) hp->ssm.d_state, G = (size_t) hp->ssm.n_group;
+    const size_t H = (size_t) hp->ssm.n_head;
     (void) il;
     tk_scratch_need(&need->proj, 2 * DI + 2 * G * N + H);
     tk_scratch_need(&need->conv, (size_t) m2_conv_dim(hp));
     tk_scratch_need(&need->y, DI);
-    tk_scratch_need(&need->work_bytes, tk_ssd_workspace_bytes(n_ubatch, hp->ssm_n_head, hp->ssm_head_dim, hp->d_state,
-                                                              hp->n_group, n_threads));
+    tk_scratch_need(&need->work_bytes, tk_ssd_workspace_bytes(n_ubatch, hp->ssm.n_head, hp->ssm.head_dim, hp->ssm.d_state,
+                                                              hp->ssm.n_group, n_threads));
 }
 
 /* ---- load: hparams and tensors ---- */
 
 static tk_status m2_check(const tk_hparams * hp, int il) {
     (void) il;
-    if (hp->d_conv < 1 || hp->d_conv > 64 || hp->d_inner <= 0 || hp->d_state <= 0 || hp->d_state > 4096 || hp->dt_rank <= 0)
+    if (hp->ssm.d_conv < 1 || hp->ssm.d_conv > 64 || hp->ssm.d_inner <= 0 || hp->ssm.d_state <= 0 || hp->ssm.d_state > 4096 || hp->ssm.dt_rank <= 0)
         return TK_FAIL(TK_ERR_INVALID, "recurrent hparams out of range (d_conv %d, d_inner %d, d_state %d, dt_rank %d)",
-                       hp->d_conv, hp->d_inner, hp->d_state, hp->dt_rank);
-    if (hp->ssm_n_head <= 0 || hp->n_group <= 0 || hp->ssm_n_head % hp->n_group ||
-        hp->ssm_head_dim * hp->ssm_n_head != hp->d_inner || hp->d_inner % hp->n_group)
+                       hp->ssm.d_conv, hp->ssm.d_inner, hp->ssm.d_state, hp->ssm.dt_rank);
+    if (hp->ssm.n_head <= 0 || hp->ssm.n_group <= 0 || hp->ssm.n_head % hp->ssm.n_group ||
+        hp->ssm.head_dim * hp->ssm.n_head != hp->ssm.d_inner || hp->ssm.d_inner % hp->ssm.n_group)
         return TK_FAIL(TK_ERR_INVALID, "Mamba-2 hparams inconsistent: n_head %d, head_dim %d, n_group %d, d_inner %d",
-                       hp->ssm_n_head, hp->ssm_head_dim, hp->n_group, hp->d_inner);
+                       hp->ssm.n_head, hp->ssm.head_dim, hp->ssm.n_group, hp->ssm.d_inner);
     return TK_OK;
 }
 
 tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int norm_required) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, DI = hp->d_inner, N = hp->d_state;
+    const int64_t D = hp->n_embd, DI = hp->ssm.d_inner, N = hp->ssm.d_state;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
-    const int64_t H = hp->ssm_n_head, G = hp->n_group;
+    const int64_t H = hp->ssm.n_head, G = hp->ssm.n_group;
     const int64_t conv_dim = DI + 2 * G * N;
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_in.weight"), TK_SHAPE(D, 2 * DI + 2 * G * N + H), 1, &l->ssm_in));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, conv_dim), 1, &l->ssm_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->ssm.d_conv, conv_dim), 1, &l->ssm_conv1d));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.bias"), TK_SHAPE(conv_dim), 0, &l->ssm_conv1d_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_dt.bias"), TK_SHAPE(H), 1, &l->ssm_dt_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_a"), TK_SHAPE(1, H), 1, &l->ssm_a));
@@ -98,8 +98,8 @@ static void norm_then_gate_rows(void * arg, int64_t t0, int64_t t1, int thread) 
 
 static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t DI = hp->d_inner, N = hp->d_state, H = hp->ssm_n_head, P = hp->ssm_head_dim, G = hp->n_group;
-    const int32_t K = hp->d_conv, CD = m2_conv_dim(hp), W = 2 * DI + 2 * G * N + H;
+    const int32_t DI = hp->ssm.d_inner, N = hp->ssm.d_state, H = hp->ssm.n_head, P = hp->ssm.head_dim, G = hp->ssm.n_group;
+    const int32_t K = hp->ssm.d_conv, CD = m2_conv_dim(hp), W = 2 * DI + 2 * G * N + H;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
@@ -118,8 +118,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t t = 0; t < U; t++) {
         float * dtr = ctx->proj + (int64_t) t * W + DI + CD;
         for (int32_t h = 0; h < H; h++) dtr[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
-        if (hp->ssm_dt_min > 0.0f)   /* zamba2: the chunked scan's dt_limit floor */
-            for (int32_t h = 0; h < H; h++) dtr[h] = fmaxf(dtr[h], hp->ssm_dt_min);
+        if (hp->ssm.dt_min > 0.0f)   /* zamba2: the chunked scan's dt_limit floor */
+            for (int32_t h = 0; h < H; h++) dtr[h] = fmaxf(dtr[h], hp->ssm.dt_min);
     }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
@@ -135,7 +135,7 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
                                    l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->work, ctx->work_bytes));
     }
     tk_rows_job gj = {ctx->proj, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
-    const int gate_first = l->ssm_norm && !hp->ssm_norm_before_gate;
+    const int gate_first = l->ssm_norm && !hp->ssm.norm_before_gate;
     tk_par_rows(ctx->pool, U, DI, gate_first ? tk_gated_norm_rows : norm_then_gate_rows, &gj);
     return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
 }

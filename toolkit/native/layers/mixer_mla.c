@@ -18,11 +18,11 @@
  *     a_h = softmax(qt_h . [c | k_rot]^T (dn + dr)^-1/2) over the cells of the token's sequence with
  *     pos <= its own, o_h = v_b_h (a_h . C)   (C: the cached c rows)
  *   out = attn_output [o_1 | ... | o_h]
- *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  Ling 3 (hp.mla_rope): q_rot and
+ *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  Ling 3 (hp.mla.rope): q_rot and
  *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (HFB:253-289; HF de-interleaves after,
  *   which changes no dot product) before the cache write (memory_kv.c's kv_seq_add rotates the
- *   cached k_rot on); the head-wise gate (hp.attn_head_gate): o_h *= sigmoid(attn_gate x)_h.
- *   GLM-5-Next (hp.dsa_full): the softmax runs over the cells dsa.c's indexer selects (q_r the
+ *   cached k_rot on); the head-wise gate (hp.attn.head_gate): o_h *= sigmoid(attn_gate x)_h.
+ *   GLM-5-Next (hp.dsa.full): the softmax runs over the cells dsa.c's indexer selects (q_r the
  *   q-LoRA latent), the indexer's [k_I | gamma] in the cells' third array (kv_idx_dim).
  * Scratch: narrow [U, rq] (q-LoRA), q [U, h max(dn + dr, dv)] q (then att: the heads' outputs),
  *   kv [U, rkv + dr] the latent rows, proj [U, h (rkv + dr)] the absorbed queries, y [U, h rkv]
@@ -37,49 +37,49 @@
 
 #include "layers/layer.h"
 
-static int32_t mla_kv_dim(const tk_model * m, int il) { (void) il; return m->hp.mla_kv_lora_rank + m->hp.mla_dr; }
+static int32_t mla_kv_dim(const tk_model * m, int il) { (void) il; return m->hp.mla.kv_lora_rank + m->hp.mla.dr; }
 static int32_t mla_kv_v_dim(const tk_model * m, int il) { (void) m; (void) il; return 0; }
 
 static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
 
 static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
-    const size_t h = (size_t) hp->n_head, dn = (size_t) hp->mla_dn, dr = (size_t) hp->mla_dr, dv = (size_t) hp->mla_dv;
-    const size_t rkv = (size_t) hp->mla_kv_lora_rank;
+    const size_t h = (size_t) hp->attn.n_head, dn = (size_t) hp->mla.dn, dr = (size_t) hp->mla.dr, dv = (size_t) hp->mla.dv;
+    const size_t rkv = (size_t) hp->mla.kv_lora_rank;
     (void) il; (void) n_ubatch; (void) n_threads;
-    tk_scratch_need(&need->narrow, (size_t) hp->mla_q_lora_rank);
+    tk_scratch_need(&need->narrow, (size_t) hp->mla.q_lora_rank);
     tk_scratch_need(&need->q, h * mx(dn + dr, dv));
     tk_scratch_need(&need->kv, rkv + dr);
     tk_scratch_need(&need->proj, h * (rkv + dr));
     tk_scratch_need(&need->y, h * rkv);
     tk_scratch_need(&need->conv, mx(dn, rkv));
     tk_scratch_need(&need->step, mx(rkv, dv));
-    if (hp->attn_head_gate) tk_scratch_need(&need->gate, h);
+    if (hp->attn.head_gate) tk_scratch_need(&need->gate, h);
 }
 
 static int32_t mla_idx_dim(const tk_model * m, int il) { return tk_dsa_idx_dim(m, il); }
 
 static tk_status mla_check(const tk_hparams * hp, int il) {
-    if (hp->dsa_full) {        /* GLM-5-Next: the DSA indexer reads the q-LoRA latent */
+    if (hp->dsa.full) {        /* GLM-5-Next: the DSA indexer reads the q-LoRA latent */
         TK_CHECK(tk_dsa_check(hp, il));
-        if (hp->mla_q_lora_rank <= 0) return TK_FAIL(TK_ERR_INVALID, "layer %d: the DSA indexer needs q-LoRA (q_lora_rank 0)", il);
+        if (hp->mla.q_lora_rank <= 0) return TK_FAIL(TK_ERR_INVALID, "layer %d: the DSA indexer needs q-LoRA (q_lora_rank 0)", il);
     }
-    if (hp->mla_rope && (hp->mla_dr % 2 || !(hp->rope_freq_base > 0)))
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: MLA RoPE over %d dims at base %g invalid", il, hp->mla_dr, hp->rope_freq_base);
-    if (hp->n_head <= 0 || hp->n_head > 65536 || hp->mla_dn <= 0 || hp->mla_dr < 0 || hp->mla_dv <= 0 ||
-        hp->mla_kv_lora_rank <= 0 || hp->mla_q_lora_rank < 0 || hp->mla_dn > 65536 || hp->mla_dr > 65536 ||
-        hp->mla_dv > 65536 || hp->mla_kv_lora_rank > 65536 || hp->mla_q_lora_rank > 65536)
+    if (hp->mla.rope && (hp->mla.dr % 2 || !(hp->attn.rope_freq_base > 0)))
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: MLA RoPE over %d dims at base %g invalid", il, hp->mla.dr, hp->attn.rope_freq_base);
+    if (hp->attn.n_head <= 0 || hp->attn.n_head > 65536 || hp->mla.dn <= 0 || hp->mla.dr < 0 || hp->mla.dv <= 0 ||
+        hp->mla.kv_lora_rank <= 0 || hp->mla.q_lora_rank < 0 || hp->mla.dn > 65536 || hp->mla.dr > 65536 ||
+        hp->mla.dv > 65536 || hp->mla.kv_lora_rank > 65536 || hp->mla.q_lora_rank > 65536)
         return TK_FAIL(TK_ERR_INVALID, "MLA hparams out of range (%d heads, dn %d, dr %d, dv %d, kv_lora_rank %d, q_lora_rank %d)",
-                       hp->n_head, hp->mla_dn, hp->mla_dr, hp->mla_dv, hp->mla_kv_lora_rank, hp->mla_q_lora_rank);
-    if (!(hp->mla_norm_eps >= 0) || !isfinite(hp->mla_norm_eps))
-        return TK_FAIL(TK_ERR_INVALID, "MLA norm eps %g invalid", hp->mla_norm_eps);
+                       hp->attn.n_head, hp->mla.dn, hp->mla.dr, hp->mla.dv, hp->mla.kv_lora_rank, hp->mla.q_lora_rank);
+    if (!(hp->mla.norm_eps >= 0) || !isfinite(hp->mla.norm_eps))
+        return TK_FAIL(TK_ERR_INVALID, "MLA norm eps %g invalid", hp->mla.norm_eps);
     return TK_OK;
 }
 
 static tk_status mla_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t H = hp->n_embd, h = hp->n_head, dn = hp->mla_dn, dr = hp->mla_dr, dv = hp->mla_dv;
-    const int64_t rkv = hp->mla_kv_lora_rank, rq = hp->mla_q_lora_rank;
+    const int64_t H = hp->n_embd, h = hp->attn.n_head, dn = hp->mla.dn, dr = hp->mla.dr, dv = hp->mla.dv;
+    const int64_t rkv = hp->mla.kv_lora_rank, rq = hp->mla.q_lora_rank;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     if (rq > 0) {
@@ -94,9 +94,9 @@ static tk_status mla_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_k_b.weight"), TK_SHAPE(dn, rkv, h), 1, &l->wk_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_b.weight"), TK_SHAPE(rkv, dv, h), 1, &l->wv_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(h * dv, H), 1, &l->wo));
-    if (hp->attn_head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(H, h), 1, &l->w_head_gate));
+    if (hp->attn.head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(H, h), 1, &l->w_head_gate));
 #undef NAME
-    if (hp->dsa_full) TK_CHECK(tk_dsa_bind(m, tab, il, l, rq));
+    if (hp->dsa.full) TK_CHECK(tk_dsa_bind(m, tab, il, l, rq));
     return TK_OK;
 }
 
@@ -118,7 +118,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     tk_context * ctx = j->ctx;
     const tk_kv_view * kv = &j->kv;
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t h = hp->n_head, rkv = hp->mla_kv_lora_rank, w = kv->kv_dim;
+    const int32_t h = hp->attn.n_head, rkv = hp->mla.kv_lora_rank, w = kv->kv_dim;
     float * score = ctx->vec + (size_t) thread * ctx->vec_n;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t t = (int32_t) (p / h), hh = (int32_t) (p % h);
@@ -156,14 +156,14 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
 
 static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t U = ub->n_tokens, h = hp->n_head, dn = hp->mla_dn, dr = hp->mla_dr, dv = hp->mla_dv;
-    const int32_t rkv = hp->mla_kv_lora_rank, rq = hp->mla_q_lora_rank, qs = dn + dr, w = rkv + dr;
+    const int32_t U = ub->n_tokens, h = hp->attn.n_head, dn = hp->mla.dn, dr = hp->mla.dr, dv = hp->mla.dv;
+    const int32_t rkv = hp->mla.kv_lora_rank, rq = hp->mla.q_lora_rank, qs = dn + dr, w = rkv + dr;
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     /* q [U, h (dn + dr)] */
     if (rq > 0) {
         TK_CHECK(tk_matmul(&l->wq_a, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
-        tk_rms_norm_rows(ctx, ctx->narrow, l->q_a_norm, hp->mla_norm_eps, rq, U, ctx->narrow);
+        tk_rms_norm_rows(ctx, ctx->narrow, l->q_a_norm, hp->mla.norm_eps, rq, U, ctx->narrow);
         TK_CHECK(tk_matmul(&l->wq_b, 0, ctx->narrow, U, ctx->q, &ctx->mm));
     } else {
         TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
@@ -172,15 +172,15 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     TK_CHECK(tk_matmul(&l->wkv_a, 0, ctx->cur, U, ctx->k, &ctx->mm));
     for (int32_t t = 0; t < U; t++) {
         float * row = ctx->k + (int64_t) t * w;
-        tk_rms_norm(row, l->kv_a_norm, hp->mla_norm_eps, rkv, row);
-        if (hp->mla_rope) {    /* Ling 3: interleaved RoPE on k_rot (cached rotated) and each head's q_rot */
-            tk_rope_norm(row + rkv, 1, dr, dr, ub->pos[t], hp->rope_freq_base);
-            tk_rope_norm(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->rope_freq_base);
+        tk_rms_norm(row, l->kv_a_norm, hp->mla.norm_eps, rkv, row);
+        if (hp->mla.rope) {    /* Ling 3: interleaved RoPE on k_rot (cached rotated) and each head's q_rot */
+            tk_rope_norm(row + rkv, 1, dr, dr, ub->pos[t], hp->attn.rope_freq_base);
+            tk_rope_norm(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->attn.rope_freq_base);
         }
         memcpy(kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
     }
     const uint8_t * sel = NULL;   /* GLM-5-Next: the DSA indexer's choice (the cells above are in place) */
-    if (hp->dsa_full) TK_CHECK(tk_dsa_selection(ctx, l, il, ub, ctx->cur, ctx->narrow, &kv, &sel));
+    if (hp->dsa.full) TK_CHECK(tk_dsa_selection(ctx, l, il, ub, ctx->cur, ctx->narrow, &kv, &sel));
     /* absorbed queries: qt_h = [k_b_h q_nope_h | q_rot_h] into proj [U, h w] */
     for (int32_t hh = 0; hh < h; hh++) {
         for (int32_t t = 0; t < U; t++)
@@ -202,7 +202,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
         for (int32_t t = 0; t < U; t++)
             memcpy(ctx->att + ((int64_t) t * h + hh) * dv, ctx->step + (int64_t) t * dv, (size_t) dv * sizeof(float));
     }
-    if (hp->attn_head_gate) {  /* Ling 3: head hh's output * sigmoid(attn_gate x)_hh (HFB:417-418) */
+    if (hp->attn.head_gate) {  /* Ling 3: head hh's output * sigmoid(attn_gate x)_hh (HFB:417-418) */
         TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
         for (int32_t t = 0; t < U; t++)
             for (int32_t hh = 0; hh < h; hh++) {

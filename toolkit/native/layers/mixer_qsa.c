@@ -36,30 +36,30 @@
 
 static int32_t qsa_idx_dim(const tk_model * m, int il) {
     (void) il;
-    return m->hp.idx_head_dim;
+    return m->hp.idx.head_dim;
 }
 
 static void qsa_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     tk_attention_scratch(m, il, n_ubatch, n_threads, need);
-    tk_scratch_need(&need->proj, ((size_t) m->hp.idx_n_head + 1) * (size_t) m->hp.idx_head_dim);   /* queries, keys */
+    tk_scratch_need(&need->proj, ((size_t) m->hp.idx.n_head + 1) * (size_t) m->hp.idx.head_dim);   /* queries, keys */
 }
 
 static tk_status qsa_check(const tk_hparams * hp, int il) {
     TK_CHECK(tk_attention_check(hp, il));
-    const int32_t r = hp->compress_ratios ? hp->compress_ratios[il] : 0;
-    if (hp->idx_n_head <= 0 || hp->idx_n_head > 4096 || hp->idx_head_dim <= 0 || hp->idx_head_dim > 4096)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: QSA indexer heads %d of %d out of range", il, hp->idx_n_head, hp->idx_head_dim);
-    if (r <= 0 || hp->idx_top_k <= 0 || hp->idx_top_k % r)
+    const int32_t r = hp->idx.compress_ratios ? hp->idx.compress_ratios[il] : 0;
+    if (hp->idx.n_head <= 0 || hp->idx.n_head > 4096 || hp->idx.head_dim <= 0 || hp->idx.head_dim > 4096)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: QSA indexer heads %d of %d out of range", il, hp->idx.n_head, hp->idx.head_dim);
+    if (r <= 0 || hp->idx.top_k <= 0 || hp->idx.top_k % r)
         return TK_FAIL(TK_ERR_INVALID, "layer %d: QSA compress ratio %d and budget %d (a positive multiple of it) invalid",
-                       il, r, hp->idx_top_k);
-    if (hp->n_rot > hp->idx_head_dim)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: n_rot %d > indexer head dim %d", il, hp->n_rot, hp->idx_head_dim);
+                       il, r, hp->idx.top_k);
+    if (hp->attn.n_rot > hp->idx.head_dim)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: n_rot %d > indexer head dim %d", il, hp->attn.n_rot, hp->idx.head_dim);
     return TK_OK;
 }
 
 static tk_status qsa_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, Hi = hp->idx_n_head, di = hp->idx_head_dim;
+    const int64_t D = hp->n_embd, Hi = hp->idx.n_head, di = hp->idx.head_dim;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_attention_bind(m, tab, il, l));
@@ -86,7 +86,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
     const tk_hparams * hp = &ctx->model->hp;
     const tk_ubatch * ub = j->ub;
     const tk_kv_view * kv = &j->kv;
-    const int32_t nst = ub->n_seq_tokens, r = j->r, di = hp->idx_head_dim, Hi = hp->idx_n_head;
+    const int32_t nst = ub->n_seq_tokens, r = j->r, di = hp->idx.head_dim, Hi = hp->idx.n_head;
     const uint64_t bit = UINT64_C(1) << ub->seq[s];
     const int32_t t0 = s * nst, pmax = ub->pos[t0 + nst - 1];
     /* the sequence's cells up to its last position in this ubatch, in position order */
@@ -111,7 +111,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
         }
         for (int32_t i = 0; i < di; i++) pk[i] /= (float) r;
         tk_rms_norm(pk, j->l->idx_k_norm, hp->rms_eps, di, pk);
-        if (hp->use_rope && hp->n_rot > 0) tk_rope_neox(pk, 1, di, hp->n_rot, kv->pos[cells[b * r]], hp->rope_freq_base);
+        if (hp->attn.use_rope && hp->attn.n_rot > 0) tk_rope_neox(pk, 1, di, hp->attn.n_rot, kv->pos[cells[b * r]], hp->attn.rope_freq_base);
     }
     const float isq = (float) (1.0 / sqrt((double) di));
     for (int32_t i = 0; i < nst; i++) {
@@ -152,7 +152,7 @@ done:
 
 static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t U = ub->n_tokens, Hi = hp->idx_n_head, di = hp->idx_head_dim;
+    const int32_t U = ub->n_tokens, Hi = hp->idx.n_head, di = hp->idx.head_dim;
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     if (!kv.ik || kv.ik_dim != di) return TK_FAIL(TK_ERR_STATE, "layer %d has no indexer key cache", il);
@@ -163,15 +163,15 @@ static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const
     for (int32_t t = 0; t < U; t++) {
         float * q = ctx->proj + (size_t) t * Hi * di;
         for (int32_t h = 0; h < Hi; h++) tk_rms_norm(q + (size_t) h * di, l->idx_q_norm, hp->rms_eps, di, q + (size_t) h * di);
-        if (hp->use_rope && hp->n_rot > 0) tk_rope_neox(q, Hi, di, hp->n_rot, ub->pos[t], hp->rope_freq_base);
+        if (hp->attn.use_rope && hp->attn.n_rot > 0) tk_rope_neox(q, Hi, di, hp->attn.n_rot, ub->pos[t], hp->attn.rope_freq_base);
         memcpy(kv.ik + (size_t) kv.ub_cells[t] * di, keys + (size_t) t * di, (size_t) di * sizeof(float));
     }
     /* the cells a token sees are claimed before the forward (prepare), so the raw keys of the
      * whole ubatch are in place before any selection */
     uint8_t * sel = malloc((size_t) U * (size_t) kv.n_cells);
     if (!sel) return TK_FAIL(TK_ERR_NOMEM, "out of memory (QSA selection, %d x %d)", U, kv.n_cells);
-    const int32_t r = hp->compress_ratios[il];
-    qsa_job j = {ctx, ub, l, kv, sel, r, hp->idx_top_k / r};
+    const int32_t r = hp->idx.compress_ratios[il];
+    qsa_job j = {ctx, ub, l, kv, sel, r, hp->idx.top_k / r};
     tk_status st = TK_OK;
     for (int32_t s = 0; s < ub->n_seqs && st == TK_OK; s++) st = qsa_select_seq(&j, s);
     if (st == TK_OK) st = tk_attention_forward_sel(ctx, l, il, ub, out, sel);

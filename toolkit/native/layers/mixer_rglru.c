@@ -31,15 +31,15 @@
 #include "layers/layer.h"
 
 static int32_t rglru_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
-    const size_t lru = (size_t) m->hp.d_inner;
+    const size_t lru = (size_t) m->hp.ssm.d_inner;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.d_conv - 1) * lru};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * lru};
     out[1] = (tk_rs_piece) {"ssm", lru};
     return 2;
 }
 
 static void rglru_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
-    const size_t lru = (size_t) m->hp.d_inner;
+    const size_t lru = (size_t) m->hp.ssm.d_inner;
     (void) il; (void) n_ubatch; (void) n_threads;
     tk_scratch_need(&need->proj, lru);
     tk_scratch_need(&need->conv, lru);
@@ -48,24 +48,24 @@ static void rglru_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_th
 }
 
 static tk_status rglru_check(const tk_hparams * hp, int il) {
-    if (hp->d_conv < 2 || hp->d_conv > 64)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: RG-LRU conv kernel d_conv = %d must be in [2, 64]", il, hp->d_conv);
-    if (hp->d_inner <= 0 || hp->d_inner > (1 << 20) || hp->n_head <= 0 || hp->d_inner % hp->n_head)
+    if (hp->ssm.d_conv < 2 || hp->ssm.d_conv > 64)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: RG-LRU conv kernel d_conv = %d must be in [2, 64]", il, hp->ssm.d_conv);
+    if (hp->ssm.d_inner <= 0 || hp->ssm.d_inner > (1 << 20) || hp->attn.n_head <= 0 || hp->ssm.d_inner % hp->attn.n_head)
         return TK_FAIL(TK_ERR_INVALID, "layer %d: RG-LRU width d_inner = %d must be a positive multiple of n_head = %d", il,
-                       hp->d_inner, hp->n_head);
+                       hp->ssm.d_inner, hp->attn.n_head);
     return TK_OK;
 }
 
 static tk_status rglru_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, lru = hp->d_inner, nh = hp->n_head, bw = lru / nh;
+    const int64_t D = hp->n_embd, lru = hp->ssm.d_inner, nh = hp->attn.n_head, bw = lru / nh;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_bind_weight(m, tab, NAME("rglru_x.weight"), TK_SHAPE(D, lru), 1, &l->rglru_x));
     TK_CHECK(tk_bind_vec(m, tab, NAME("rglru_x.bias"), TK_SHAPE(lru), 1, &l->rglru_x_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("rglru_y.weight"), TK_SHAPE(D, lru), 1, &l->rglru_y));
     TK_CHECK(tk_bind_vec(m, tab, NAME("rglru_y.bias"), TK_SHAPE(lru), 1, &l->rglru_y_b));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->d_conv, lru), 1, &l->ssm_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.weight"), TK_SHAPE(hp->ssm.d_conv, lru), 1, &l->ssm_conv1d));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_conv1d.bias"), TK_SHAPE(lru), 1, &l->ssm_conv1d_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("rglru_gate_i.weight"), TK_SHAPE(bw, bw, nh), 1, &l->rglru_gate_i));
     TK_CHECK(tk_bind_vec(m, tab, NAME("rglru_gate_i.bias"), TK_SHAPE(bw, nh), 1, &l->rglru_gate_i_b));
@@ -135,7 +135,7 @@ static void rglru_scan_task(void * arg, int64_t p0, int64_t p1, int thread) {
 
 static tk_status rglru_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t lru = hp->d_inner, K = hp->d_conv, U = ub->n_tokens, nst = ub->n_seq_tokens;
+    const int32_t lru = hp->ssm.d_inner, K = hp->ssm.d_conv, U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
@@ -149,7 +149,7 @@ static tk_status rglru_forward(tk_context * ctx, const tk_layer * l, int il, con
         tk_conv_rows(ctx, ctx->proj + t0 * lru, lru, nst, lru, K, l->ssm_conv1d, l->ssm_conv1d_b,
                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + t0 * lru, lru);
     }
-    rglru_job j = {ctx, l, ub, rv, lru, hp->n_head, lru / hp->n_head, (lru + RGLRU_CHUNK - 1) / RGLRU_CHUNK};
+    rglru_job j = {ctx, l, ub, rv, lru, hp->attn.n_head, lru / hp->attn.n_head, (lru + RGLRU_CHUNK - 1) / RGLRU_CHUNK};
     tk_par_rows(ctx->pool, (int64_t) ((U + 3) / 4) * j.nh, (int64_t) 8 * j.bw * j.bw, rglru_gate_task, &j);
     tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * j.n_chunk, (int64_t) nst * RGLRU_CHUNK * 8, rglru_scan_task, &j);
     TK_CHECK(tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm));

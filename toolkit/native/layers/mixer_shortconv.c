@@ -22,7 +22,7 @@
 
 static int32_t sc_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.d_conv - 1) * (size_t) m->hp.n_embd};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * (size_t) m->hp.n_embd};
     return 1;
 }
 
@@ -37,10 +37,10 @@ static void sc_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
 /* ---- load: hparams and tensors ---- */
 
 static tk_status sc_check(const tk_hparams * hp, int il) {
-    if (hp->d_conv < 2 || hp->d_conv > 64)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: short conv kernel d_conv = %d must be in [2, 64]", il, hp->d_conv);
-    if (hp->d_inner != hp->n_embd)
-        return TK_FAIL(TK_ERR_INVALID, "layer %d: short conv d_inner = %d must equal n_embd = %d", il, hp->d_inner, hp->n_embd);
+    if (hp->ssm.d_conv < 2 || hp->ssm.d_conv > 64)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: short conv kernel d_conv = %d must be in [2, 64]", il, hp->ssm.d_conv);
+    if (hp->ssm.d_inner != hp->n_embd)
+        return TK_FAIL(TK_ERR_INVALID, "layer %d: short conv d_inner = %d must equal n_embd = %d", il, hp->ssm.d_inner, hp->n_embd);
     return TK_OK;
 }
 
@@ -49,7 +49,7 @@ static tk_status sc_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_bind_weight(m, tab, NAME("shortconv.in_proj.weight"), TK_SHAPE(D, 3 * D), 1, &l->ssm_in));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.conv.weight"), TK_SHAPE(m->hp.d_conv, D), 1, &l->ssm_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.conv.weight"), TK_SHAPE(m->hp.ssm.d_conv, D), 1, &l->ssm_conv1d));
     TK_CHECK(tk_bind_weight(m, tab, NAME("shortconv.out_proj.weight"), TK_SHAPE(D, D), 1, &l->ssm_out));
     static const char * biases[] = {"shortconv.in_proj.bias", "shortconv.conv.bias", "shortconv.out_proj.bias"};
     for (int b = 0; b < 3; b++) {
@@ -63,7 +63,7 @@ static tk_status sc_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 /* ---- forward ---- */
 
 static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, float * out) {
-    const int32_t D = ctx->model->hp.n_embd, K = ctx->model->hp.d_conv, W = 3 * D;
+    const int32_t D = ctx->model->hp.n_embd, K = ctx->model->hp.ssm.d_conv, W = 3 * D;
     const int32_t U = ub->n_tokens, nst = ub->n_seq_tokens;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));

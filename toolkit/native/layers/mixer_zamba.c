@@ -22,7 +22,7 @@
  */
 #include "layers/layer.h"
 
-static int32_t z1_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
+static int32_t z1_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.attn.head_dim; }
 
 static int32_t z1_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return tk_mixer_mamba1.rs_pieces(m, il, out);
@@ -33,19 +33,19 @@ static void z1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     const tk_hparams * hp = &m->hp;
     tk_mixer_mamba1.scratch(m, il, n_ubatch, n_threads, need);
     tk_scratch_need(&need->proj, 2 * (size_t) hp->n_embd);
-    tk_scratch_need(&need->y, (size_t) hp->n_head * (size_t) hp->head_dim);
-    tk_scratch_need(&need->q, (size_t) hp->n_head * (size_t) hp->head_dim);
+    tk_scratch_need(&need->y, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
+    tk_scratch_need(&need->q, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->kv, (size_t) z1_kv_dim(m, il));
 }
 
 static tk_status z1_check(const tk_hparams * hp, int il) {
     TK_CHECK(tk_mixer_mamba1.check(hp, il));
-    if (hp->n_shared_block <= 0) return TK_FAIL(TK_ERR_INVALID, "n_shared_block = %d must be > 0", hp->n_shared_block);
-    if (hp->n_head <= 0 || hp->n_head_kv[il] <= 0 || hp->n_head % hp->n_head_kv[il] || hp->head_dim <= 0)
+    if (hp->zamba.n_shared_block <= 0) return TK_FAIL(TK_ERR_INVALID, "n_shared_block = %d must be > 0", hp->zamba.n_shared_block);
+    if (hp->attn.n_head <= 0 || hp->n_head_kv[il] <= 0 || hp->attn.n_head % hp->n_head_kv[il] || hp->attn.head_dim <= 0)
         return TK_FAIL(TK_ERR_INVALID, "layer %d: zamba attention needs n_head > 0 divisible by n_head_kv, head_dim > 0 "
-                       "(n_head %d, n_head_kv %d, head_dim %d)", il, hp->n_head, hp->n_head_kv[il], hp->head_dim);
-    if (hp->use_rope && hp->n_rot != 0)
-        return TK_FAIL(TK_ERR_INVALID, "zamba's shared attention has no RoPE (n_rot = %d)", hp->n_rot);
+                       "(n_head %d, n_head_kv %d, head_dim %d)", il, hp->attn.n_head, hp->n_head_kv[il], hp->attn.head_dim);
+    if (hp->attn.use_rope && hp->attn.n_rot != 0)
+        return TK_FAIL(TK_ERR_INVALID, "zamba's shared attention has no RoPE (n_rot = %d)", hp->attn.n_rot);
     return TK_OK;
 }
 

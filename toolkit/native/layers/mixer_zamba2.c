@@ -31,10 +31,10 @@
 int32_t tk_zamba_block(const tk_hparams * hp, int il) {
     int32_t j = 0;
     for (int i = 0; i < il; i++) j += hp->layer_kinds[i] == TK_LAYER_ZAMBA2_SHARED || hp->layer_kinds[i] == TK_LAYER_ZAMBA_SHARED;
-    return j % hp->n_shared_block;
+    return j % hp->zamba.n_shared_block;
 }
 
-static int32_t z2_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.head_dim; }
+static int32_t z2_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.attn.head_dim; }
 
 static int32_t z2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     return tk_mixer_mamba2.rs_pieces(m, il, out);
@@ -48,21 +48,21 @@ static void z2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     tk_mixer_mamba2.scratch(m, il, n_ubatch, n_threads, need);
     tk_scratch_need(&need->proj, 2 * (size_t) hp->n_embd);
     tk_scratch_need(&need->narrow, (size_t) l->ffn_lora_a.ne[1]);
-    tk_scratch_need(&need->y, (size_t) hp->n_head * (size_t) hp->head_dim);
+    tk_scratch_need(&need->y, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->y, (size_t) l->n_ff);
-    tk_scratch_need(&need->q, (size_t) hp->n_head * (size_t) hp->head_dim);
+    tk_scratch_need(&need->q, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->kv, (size_t) z2_kv_dim(m, il));
 }
 
 static tk_status z2_check(const tk_hparams * hp, int il) {
     TK_CHECK(tk_mixer_mamba2.check(hp, il));
-    if (hp->n_shared_block <= 0) return TK_FAIL(TK_ERR_INVALID, "n_shared_block = %d must be > 0", hp->n_shared_block);
-    if (hp->n_head <= 0 || hp->n_head_kv[il] <= 0 || hp->n_head % hp->n_head_kv[il] || hp->head_dim <= 0 ||
-        hp->n_head * hp->head_dim != 2 * hp->n_embd)
+    if (hp->zamba.n_shared_block <= 0) return TK_FAIL(TK_ERR_INVALID, "n_shared_block = %d must be > 0", hp->zamba.n_shared_block);
+    if (hp->attn.n_head <= 0 || hp->n_head_kv[il] <= 0 || hp->attn.n_head % hp->n_head_kv[il] || hp->attn.head_dim <= 0 ||
+        hp->attn.n_head * hp->attn.head_dim != 2 * hp->n_embd)
         return TK_FAIL(TK_ERR_INVALID, "layer %d: zamba2 attention needs n_head x head_dim = 2 n_embd (n_head %d, n_head_kv %d, "
-                       "head_dim %d, n_embd %d)", il, hp->n_head, hp->n_head_kv[il], hp->head_dim, hp->n_embd);
-    if (hp->use_rope && (hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || !(hp->rope_freq_base > 0)))
-        return TK_FAIL(TK_ERR_INVALID, "n_rot = %d / rope_freq_base = %g invalid", hp->n_rot, hp->rope_freq_base);
+                       "head_dim %d, n_embd %d)", il, hp->attn.n_head, hp->n_head_kv[il], hp->attn.head_dim, hp->n_embd);
+    if (hp->attn.use_rope && (hp->attn.n_rot < 0 || hp->attn.n_rot > hp->attn.head_dim || hp->attn.n_rot % 2 || !(hp->attn.rope_freq_base > 0)))
+        return TK_FAIL(TK_ERR_INVALID, "n_rot = %d / rope_freq_base = %g invalid", hp->attn.n_rot, hp->attn.rope_freq_base);
     return TK_OK;
 }
 
@@ -74,7 +74,7 @@ static const char * shared_name(char * buf, size_t n, int32_t b, const char * su
 
 tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, A = 2 * D, HD = (int64_t) hp->n_head * hp->head_dim, KV = (int64_t) l->n_head_kv * hp->head_dim;
+    const int64_t D = hp->n_embd, A = 2 * D, HD = (int64_t) hp->attn.n_head * hp->attn.head_dim, KV = (int64_t) l->n_head_kv * hp->attn.head_dim;
     char nm[128];
 #define SNAME(s) shared_name(nm, sizeof nm, b, s)
     TK_CHECK(tk_bind_vec(m, tab, SNAME("attn_norm.weight"), TK_SHAPE(A), 1, &l->shared_attn_norm));
@@ -89,7 +89,7 @@ tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk
 
 static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int64_t D = hp->n_embd, A = 2 * D, HD = (int64_t) hp->n_head * hp->head_dim, KV = (int64_t) l->n_head_kv * hp->head_dim;
+    const int64_t D = hp->n_embd, A = 2 * D, HD = (int64_t) hp->attn.n_head * hp->attn.head_dim, KV = (int64_t) l->n_head_kv * hp->attn.head_dim;
     char nm[128];
 #define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
     TK_CHECK(tk_mixer_mamba2.bind(m, tab, il, l));

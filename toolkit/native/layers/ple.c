@@ -1,5 +1,5 @@
 /* ple.c: qwen4exp's per-layer n-gram embedding (PLE) on a gated-delta-net layer il with
- * hp.ple_index[il] = k >= 0 (PLE module k), run by residual_hc.c before the layer's mixer.
+ * hp.ple.index[il] = k >= 0 (PLE module k), run by residual_hc.c before the layer's mixer.
  *
  * Shapes (U ubatch tokens, D n_embd, hc streams, hcD = hc D, n = ple_ngram_size, hpn =
  * ple_heads_per_ngram, NH = (n - 1) hpn table heads of dh (the table's row width),
@@ -9,7 +9,7 @@
  *     its own table); any row type tk_weight_row reads, gathered row by row from the mapping
  *   blk.<il>.ple_key [Ep, hcD], ple_value [Ep, D], ple_norm_{key,query,conv} [hcD] ((1 + w)
  *     folded in), ple_conv1d [Kp, hcD]
- *   hp.ple_consts, module k at k (n + 2 NH): multipliers m [n], head offsets [NH], head
+ *   hp.ple.consts, module k at k (n + 2 NH): multipliers m [n], head offsets [NH], head
  *     vocab sizes [NH] (uint64, exact)
  *   state per sequence (recurrent pieces after the layer's own): "ple_conv" [(Kp-1) n, hcD]
  *     the last (Kp - 1) n conv inputs (oldest first), "ple_hist" [n] the n - 1 previous
@@ -39,21 +39,21 @@
 
 #include "layers/layer.h"
 
-static int32_t ple_nh(const tk_hparams * hp) { return (hp->ple_ngram_size - 1) * hp->ple_heads_per_ngram; }
+static int32_t ple_nh(const tk_hparams * hp) { return (hp->ple.ngram_size - 1) * hp->ple.heads_per_ngram; }
 
 int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     if (!m->ple_index || m->ple_index[il] < 0) return 0;
-    const size_t HD = (size_t) hp->hc_count * (size_t) hp->n_embd;
-    out[0] = (tk_rs_piece) {"ple_conv", (size_t) (hp->ple_conv_kernel - 1) * (size_t) hp->ple_ngram_size * HD};
-    out[1] = (tk_rs_piece) {"ple_hist", (size_t) hp->ple_ngram_size};
+    const size_t HD = (size_t) hp->hc.count * (size_t) hp->n_embd;
+    out[0] = (tk_rs_piece) {"ple_conv", (size_t) (hp->ple.conv_kernel - 1) * (size_t) hp->ple.ngram_size * HD};
+    out[1] = (tk_rs_piece) {"ple_hist", (size_t) hp->ple.ngram_size};
     return 2;
 }
 
 tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
     const tk_hparams * hp = &m->hp;
-    const int32_t k = m->ple_index[il], n = hp->ple_ngram_size, NH = ple_nh(hp);
-    const int64_t D = hp->n_embd, HD = (int64_t) hp->hc_count * D;
+    const int32_t k = m->ple_index[il], n = hp->ple.ngram_size, NH = ple_nh(hp);
+    const int64_t D = hp->n_embd, HD = (int64_t) hp->hc.count * D;
     char nm[128];
     const char * tname = k == 0 ? "per_layer_token_embd.weight" : tk_blk_name(nm, sizeof nm, il, "per_layer_token_embd.weight");
     const tk_tensor_desc * td = tk_table_find(tab, tname);
@@ -80,7 +80,7 @@ tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) 
     TK_CHECK(tk_bind_vec(m, tab, NAME("ple_norm_key.weight"), TK_SHAPE(HD), 1, &l->ple_norm_key));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ple_norm_query.weight"), TK_SHAPE(HD), 1, &l->ple_norm_query));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ple_norm_conv.weight"), TK_SHAPE(HD), 1, &l->ple_norm_conv));
-    TK_CHECK(tk_bind_vec(m, tab, NAME("ple_conv1d.weight"), TK_SHAPE(hp->ple_conv_kernel, HD), 1, &l->ple_conv1d));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ple_conv1d.weight"), TK_SHAPE(hp->ple.conv_kernel, HD), 1, &l->ple_conv1d));
 #undef NAME
     /* gather-only: random-access advice (harmless when refused) */
     const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
@@ -94,8 +94,8 @@ tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) 
 static tk_status ple_gather(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const tk_rs_view * rv, int hp_i) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
-    const int32_t n = hp->ple_ngram_size, hpn = hp->ple_heads_per_ngram, NH = ple_nh(hp), dh = m->ple_row_dim;
-    const int32_t nst = ub->n_seq_tokens, eos = hp->ple_eos_token;
+    const int32_t n = hp->ple.ngram_size, hpn = hp->ple.heads_per_ngram, NH = ple_nh(hp), dh = m->ple_row_dim;
+    const int32_t nst = ub->n_seq_tokens, eos = hp->ple.eos_token;
     const uint64_t * c = m->ple_consts + (size_t) m->ple_index[il] * (size_t) (n + 2 * NH);
     const uint64_t * mul = c, * off = c + n, * voc = c + n + NH;
     int64_t * rows = malloc((size_t) ub->n_tokens * (size_t) NH * sizeof(int64_t));
@@ -150,8 +150,8 @@ static tk_status ple_gather(tk_context * ctx, const tk_layer * l, int il, const 
 tk_status tk_ple_forward(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, int first_piece) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
-    const int32_t U = ub->n_tokens, D = hp->n_embd, hc = hp->hc_count, HD = hc * D, nst = ub->n_seq_tokens;
-    const int32_t n = hp->ple_ngram_size, Kp = hp->ple_conv_kernel, hist = (Kp - 1) * n;
+    const int32_t U = ub->n_tokens, D = hp->n_embd, hc = hp->hc.count, HD = hc * D, nst = ub->n_seq_tokens;
+    const int32_t n = hp->ple.ngram_size, Kp = hp->ple.conv_kernel, hist = (Kp - 1) * n;
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
     if (rv.n_pieces < first_piece + 2) return TK_FAIL(TK_ERR_STATE, "layer %d: no PLE state pieces", il);

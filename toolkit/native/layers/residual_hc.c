@@ -1,7 +1,7 @@
 /* residual_hc.c: hyper-connections, the block skeleton of a model whose residual is
- * hc = hc_count streams of D (hp.hc_count > 1; forward.c hands the ubatch here), in two forms:
+ * hc = hc_count streams of D (hp.hc.count > 1; forward.c hands the ubatch here), in two forms:
  * qwen4exp's low-rank mix (below) and GLM-5-Next's manifold-constrained hyper-connections (mHC,
- * hp.hc_sinkhorn_iters > 0; further down, "mHC").  Both start every stream as the token embedding
+ * hp.hc.sinkhorn_iters > 0; further down, "mHC").  Both start every stream as the token embedding
  * and wrap the mixer and the FFN of each layer in a mix before and a combine after.
  *
  * Shapes (U ubatch tokens, D n_embd, hcD = hc D, stream c at [c D, (c + 1) D) of a row,
@@ -34,7 +34,7 @@ static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * log
 /* every stream of every token = its embedding row (both forms) */
 static tk_status hc_embed(tk_context * ctx, const tk_ubatch * ub) {
     const tk_model * m = ctx->model;
-    const int32_t D = m->hp.n_embd, U = ub->n_tokens, hc = m->hp.hc_count, HD = hc * D;
+    const int32_t D = m->hp.n_embd, U = ub->n_tokens, hc = m->hp.hc.count, HD = hc * D;
     tk_model_prefetch_rows(m, ub->token, U);
     for (int32_t t = 0; t < U; t++) {
         float * xt = ctx->hx + (size_t) t * HD;
@@ -47,7 +47,7 @@ static tk_status hc_embed(tk_context * ctx, const tk_ubatch * ub) {
 static tk_status hc_bind_set(tk_model * m, const tk_table * tab, const char * norm, const char * down, const char * up,
                              const char * inject, float ** w_norm, tk_weight * w_down, tk_weight * w_up, tk_weight * w_inj) {
     const tk_hparams * hp = &m->hp;
-    const int64_t HD = (int64_t) hp->hc_count * hp->n_embd;
+    const int64_t HD = (int64_t) hp->hc.count * hp->n_embd;
     const tk_tensor_desc * d = tk_table_find(tab, down);
     if (!d) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, down);
     if (d->n_dims != 2 || d->ne[0] != HD)
@@ -58,7 +58,7 @@ static tk_status hc_bind_set(tk_model * m, const tk_table * tab, const char * no
     TK_CHECK(tk_bind_vec(m, tab, norm, TK_SHAPE(HD), 1, w_norm));
     TK_CHECK(tk_bind_weight(m, tab, down, TK_SHAPE(HD, R), 1, w_down));
     TK_CHECK(tk_bind_weight(m, tab, up, TK_SHAPE(R, HD), 1, w_up));
-    if (inject) TK_CHECK(tk_bind_weight(m, tab, inject, TK_SHAPE(HD, hp->hc_count), 1, w_inj));
+    if (inject) TK_CHECK(tk_bind_weight(m, tab, inject, TK_SHAPE(HD, hp->hc.count), 1, w_inj));
     if (R > m->hc_rank) m->hc_rank = (int32_t) R;
     return TK_OK;
 }
@@ -66,7 +66,7 @@ static tk_status hc_bind_set(tk_model * m, const tk_table * tab, const char * no
 static tk_status mhc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 
 tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    if (m->hp.hc_sinkhorn_iters > 0) return mhc_bind_layer(m, tab, il, l);
+    if (m->hp.hc.sinkhorn_iters > 0) return mhc_bind_layer(m, tab, il, l);
     char a[8][128];
     const char * sfx[8] = {"hc_attn_norm.weight", "hc_attn_down.weight", "hc_attn_up.weight", "hc_attn_inject.weight",
                            "hc_ffn_norm.weight", "hc_ffn_down.weight", "hc_ffn_up.weight", "hc_ffn_inject.weight"};
@@ -76,7 +76,7 @@ tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer 
 }
 
 tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab) {
-    if (m->hp.hc_sinkhorn_iters > 0) return TK_OK;     /* mHC: the mean of the streams, then output_norm */
+    if (m->hp.hc.sinkhorn_iters > 0) return TK_OK;     /* mHC: the mean of the streams, then output_norm */
     return hc_bind_set(m, tab, "output_hc_norm.weight", "output_hc_down.weight", "output_hc_up.weight", NULL,
                        &m->output_hc_norm, &m->output_hc_down, &m->output_hc_up, NULL);
 }
@@ -86,7 +86,7 @@ tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab) {
 static tk_status hc_mix(tk_context * ctx, int32_t U, const float * norm, const tk_weight * down, const tk_weight * up,
                         const tk_weight * inject, float * xin) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t hc = hp->hc_count, D = hp->n_embd, HD = hc * D, R = (int32_t) down->ne[1];
+    const int32_t hc = hp->hc.count, D = hp->n_embd, HD = hc * D, R = (int32_t) down->ne[1];
     const float fhc = (float) hc;   /* HF divides (and its mean divides the sum) by hc */
     for (int32_t t = 0; t < U; t++)
         for (int32_t c = 0; c < hc; c++) {
@@ -115,7 +115,7 @@ static tk_status hc_mix(tk_context * ctx, int32_t U, const float * norm, const t
 /* X_c += inj_c * out */
 static void hc_combine(tk_context * ctx, int32_t U, const float * out) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t hc = hp->hc_count, D = hp->n_embd, HD = hc * D;
+    const int32_t hc = hp->hc.count, D = hp->n_embd, HD = hc * D;
     for (int32_t t = 0; t < U; t++)
         for (int32_t c = 0; c < hc; c++) {
             float * x = ctx->hx + (size_t) t * HD + (size_t) c * D;
@@ -128,7 +128,7 @@ tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * l
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
     const int32_t D = hp->n_embd, U = ub->n_tokens;
-    if (hp->hc_sinkhorn_iters > 0) return mhc_forward(ctx, ub, logits_out);   /* any hc_count */
+    if (hp->hc.sinkhorn_iters > 0) return mhc_forward(ctx, ub, logits_out);   /* any hc_count */
 
     TK_CHECK(hc_embed(ctx, ub));
     for (int il = 0; il < hp->n_layer; il++) {
@@ -183,7 +183,7 @@ tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * l
 static tk_status mhc_bind_set(tk_model * m, const tk_table * tab, int il, const char * blk, tk_weight * fn, float ** base,
                               float ** scale) {
     const tk_hparams * hp = &m->hp;
-    const int64_t hc = hp->hc_count, HD = hc * hp->n_embd, M = hc * (2 + hc);
+    const int64_t hc = hp->hc.count, HD = hc * hp->n_embd, M = hc * (2 + hc);
     char a[128];
     snprintf(a, sizeof a, "blk.%d.hc_%s_fn.weight", il, blk);
     TK_CHECK(tk_bind_weight(m, tab, a, TK_SHAPE(HD, M), 1, fn));
@@ -194,7 +194,7 @@ static tk_status mhc_bind_set(tk_model * m, const tk_table * tab, int il, const 
 }
 
 static tk_status mhc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    const int64_t D = m->hp.n_embd, M = (int64_t) m->hp.hc_count * (2 + m->hp.hc_count);
+    const int64_t D = m->hp.n_embd, M = (int64_t) m->hp.hc.count * (2 + m->hp.hc.count);
     char a[128];
     TK_CHECK(mhc_bind_set(m, tab, il, "attn", &l->hc_attn_fn, &l->hc_attn_base, &l->hc_attn_scale));
     TK_CHECK(mhc_bind_set(m, tab, il, "ffn", &l->hc_ffn_fn, &l->hc_ffn_base, &l->hc_ffn_scale));
@@ -309,10 +309,10 @@ void tk_mhc_post_rows(float * X, const float * y, const float * post, const floa
 static tk_status mhc_pre(tk_context * ctx, int32_t U, const tk_weight * fn, const float * base, const float * scale,
                          const float * norm) {
     const tk_hparams * hp = &ctx->model->hp;
-    const int32_t hc = hp->hc_count, D = hp->n_embd, HD = hc * D;
+    const int32_t hc = hp->hc.count, D = hp->n_embd, HD = hc * D;
     for (int32_t t = 0; t < U; t++) tk_rms_norm(ctx->hx + (size_t) t * HD, NULL, hp->rms_eps, HD, ctx->hn + (size_t) t * HD);
     TK_CHECK(tk_matmul(fn, 0, ctx->hn, U, ctx->hl, &ctx->mm));
-    mhc_apply_pre(ctx->hx, ctx->hl, U, hc, D, base, scale, hp->hc_eps, hp->hc_sinkhorn_iters, ctx->out, ctx->hi, ctx->hg);
+    mhc_apply_pre(ctx->hx, ctx->hl, U, hc, D, base, scale, hp->hc.eps, hp->hc.sinkhorn_iters, ctx->out, ctx->hi, ctx->hg);
     tk_rms_norm_rows(ctx, ctx->out, norm, hp->rms_eps, D, U, ctx->cur);
     return TK_OK;
 }
@@ -320,7 +320,7 @@ static tk_status mhc_pre(tk_context * ctx, int32_t U, const tk_weight * fn, cons
 static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * logits_out) {
     const tk_model * m = ctx->model;
     const tk_hparams * hp = &m->hp;
-    const int32_t D = hp->n_embd, U = ub->n_tokens, hc = hp->hc_count, HD = hc * D;
+    const int32_t D = hp->n_embd, U = ub->n_tokens, hc = hp->hc.count, HD = hc * D;
 
     TK_CHECK(hc_embed(ctx, ub));
     for (int il = 0; il < hp->n_layer; il++) {

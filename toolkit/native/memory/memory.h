@@ -168,7 +168,7 @@ struct tk_memory {
  * the layers whose kind has rs_pieces (layer.h). */
 tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out);
 /* sel TK_KV_ALL: every layer with a kv_dim (tk_memory_kv_new); TK_KV_FULL: those not sliding;
- * TK_KV_SWA: the sliding-window layers (hp.swa_layers), cells holding only each sequence's
+ * TK_KV_SWA: the sliding-window layers (hp.attn.swa_layers), cells holding only each sequence's
  * window (memory_kv.c: tk_kv_swa_cells) */
 enum { TK_KV_ALL = 0, TK_KV_FULL = 1, TK_KV_SWA = 2 };
 tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out);
@@ -185,7 +185,7 @@ tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk
 
 /* What such a memory would hold, without allocating it: the figures its `report` gives once it
  * is made, computed from the layer kinds as its constructor sizes them (a hybrid: both).
- * kv: kv_bytes of n_ctx cells per attention layer, or on a sliding-window layer (hp.swa_layers)
+ * kv: kv_bytes of n_ctx cells per attention layer, or on a sliding-window layer (hp.attn.swa_layers)
  * the sliding cache's tk_kv_swa_cells(n_swa, n_ctx, n_seq, n_ubatch, k, n_ckpt).  rs:
  * recurrent_bytes of n_cells sequences, checkpoint_bytes with n_ckpt per sequence and
  * draft_bytes with a speculative window k (flags TK_SPEC_NO_LAST), n_ckpt and k refused as

@@ -1,6 +1,6 @@
 /* memory_iswa.c: a full KV cache and a sliding-window KV cache as one (tk_memory_iswa).
  *
- * A model with sliding-window attention layers (hp.swa_layers) keeps their K and V in a
+ * A model with sliding-window attention layers (hp.attn.swa_layers) keeps their K and V in a
  * sliding-window cache (memory_kv.c, TK_KV_SWA: each sequence's last W + k positions) and
  * every other attention layer's in a full one (n_ctx cells; with no such layer it holds
  * positions only).  Every sequence operation goes to both; a tail removal is refused when the
@@ -166,9 +166,9 @@ tk_status tk_memory_iswa_new(const tk_model * model, tk_memory * full, tk_memory
     h->base = IS_METHODS;
     h->full = full;
     h->swa = swa;
-    h->swa_layers = model->hp.swa_layers;
+    h->swa_layers = model->hp.attn.swa_layers;
     h->n_layer = model->hp.n_layer;
-    h->n_swa = model->hp.n_swa;
+    h->n_swa = model->hp.attn.n_swa;
     *out = &h->base;
     return TK_OK;
 }

@@ -9,7 +9,7 @@
  * attention sums over them in the same order however the prompt was split.
  * ref: llama.cpp src/llama-kv-cache.{h,cpp} (cells with pos + seq set).
  *
- * Sliding-window cache (TK_KV_SWA: the layers hp.swa_layers marks, window W = hp.n_swa; a
+ * Sliding-window cache (TK_KV_SWA: the layers hp.attn.swa_layers marks, window W = hp.attn.n_swa; a
  * token at p sees the cells with p - W < pos <= p): after each ubatch a sequence keeps only
  * its last n_keep = W + k positions (k: the speculative window, 0 without one) and the
  * W - 1 positions before each of its recurrent checkpoints (the window the token after a
@@ -175,19 +175,19 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     p1 = clamp_p1(p1);
     const uint64_t bit = UINT64_C(1) << seq;
     const tk_hparams * hp = &kv->model->hp;
-    const int rotate = hp->use_rope && hp->n_rot > 0;
+    const int rotate = hp->attn.use_rope && hp->attn.n_rot > 0;
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
-        for (int32_t l = 0; hp->mla_rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c */
+        for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c */
             if (!kv->k[l] || hp->layer_kinds[l] != TK_LAYER_MLA) continue;
-            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l] + hp->mla_kv_lora_rank;
-            tk_rope_norm(k, 1, hp->mla_dr, hp->mla_dr, delta, hp->rope_freq_base);
+            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l] + hp->mla.kv_lora_rank;
+            tk_rope_norm(k, 1, hp->mla.dr, hp->mla.dr, delta, hp->attn.rope_freq_base);
         }
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
             float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
-            tk_attention_rope(hp, l, k, kv->kv_dim[l] / hp->head_dim, hp->head_dim, delta);   /* the layer's RoPE */
+            tk_attention_rope(hp, l, k, kv->kv_dim[l] / hp->attn.head_dim, hp->attn.head_dim, delta);   /* the layer's RoPE */
         }
     }
 }
@@ -527,11 +527,11 @@ void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubat
     const tk_hparams * hp = &model->hp;
     /* a sliding-window layer's cells: the sliding cache's, as tk_memory_kv_new_sel makes it and
      * kv_set_checkpoints / kv_set_spec_window grow it (memory_iswa.c holds both caches) */
-    const int32_t swa_cells = hp->swa_layers ? tk_kv_swa_cells(hp->n_swa, n_ctx, n_seq, n_ubatch, k, n_ckpt) : 0;
+    const int32_t swa_cells = hp->attn.swa_layers ? tk_kv_swa_cells(hp->attn.n_swa, n_ctx, n_seq, n_ubatch, k, n_ckpt) : 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {   /* K and V of kv_dim, and the third array of kv_idx_dim */
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
         if (!ops || !ops->kv_dim) continue;
-        const int32_t n_cells = hp->swa_layers && hp->swa_layers[l] ? swa_cells : n_ctx;
+        const int32_t n_cells = hp->attn.swa_layers && hp->attn.swa_layers[l] ? swa_cells : n_ctx;
         const uint64_t per_cell = (uint64_t) ops->kv_dim(model, l) +
                                   (uint64_t) (ops->kv_v_dim ? ops->kv_v_dim(model, l) : ops->kv_dim(model, l)) +
                                   (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
@@ -548,8 +548,8 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     *out = NULL;
     const int32_t n_ctx = n_cells;
     if (sel == TK_KV_SWA) {
-        if (!hp->swa_layers || hp->n_swa <= 0) return TK_FAIL(TK_ERR_INVALID, "sliding-window KV cache for a model without a window");
-        n_cells = tk_kv_swa_cells(hp->n_swa, n_cells, n_seq, n_ubatch, 0, 0);
+        if (!hp->attn.swa_layers || hp->attn.n_swa <= 0) return TK_FAIL(TK_ERR_INVALID, "sliding-window KV cache for a model without a window");
+        n_cells = tk_kv_swa_cells(hp->attn.n_swa, n_cells, n_seq, n_ubatch, 0, 0);
     }
     if (n_cells <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be > 0 for a model with attention layers", n_cells);
     tk_memory_kv * kv = calloc(1, sizeof *kv);
@@ -562,8 +562,8 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     kv->n_ctx = n_ctx;
     if (sel == TK_KV_SWA) {
         kv->base.set_spec_window = kv_set_spec_window;
-        kv->window = hp->n_swa;
-        kv->n_keep = hp->n_swa;
+        kv->window = hp->attn.n_swa;
+        kv->n_keep = hp->attn.n_swa;
     }
     kv->n_cells = n_cells;
     kv->n_layer = hp->n_layer;
@@ -583,7 +583,7 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
         if (!ops || !ops->kv_dim) continue;
-        const int sliding = hp->swa_layers && hp->swa_layers[l];
+        const int sliding = hp->attn.swa_layers && hp->attn.swa_layers[l];
         if ((sel == TK_KV_FULL && sliding) || (sel == TK_KV_SWA && !sliding)) continue;
         kv->kv_dim[l] = ops->kv_dim(model, l);
         kv->v_dim[l] = ops->kv_v_dim ? ops->kv_v_dim(model, l) : kv->kv_dim[l];

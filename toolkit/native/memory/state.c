@@ -56,26 +56,26 @@ static uint64_t fnv(uint64_t h, const void * p, size_t n) {
 static uint64_t fingerprint(const tk_model * m) {
     const tk_hparams * hp = &m->hp;
     uint64_t h = UINT64_C(14695981039346656037);
-    const int32_t dims[] = {hp->arch, hp->n_vocab, hp->n_embd, hp->n_layer, hp->d_conv, hp->d_inner, hp->d_state,
-                            hp->dt_rank, hp->n_group, hp->ssm_n_head, hp->ssm_head_dim, hp->n_head, hp->head_dim,
-                            hp->n_rot, hp->use_rope, m->conv_dim, m->tok_embd.type};
+    const int32_t dims[] = {hp->arch, hp->n_vocab, hp->n_embd, hp->n_layer, hp->ssm.d_conv, hp->ssm.d_inner, hp->ssm.d_state,
+                            hp->ssm.dt_rank, hp->ssm.n_group, hp->ssm.n_head, hp->ssm.head_dim, hp->attn.n_head, hp->attn.head_dim,
+                            hp->attn.n_rot, hp->attn.use_rope, m->conv_dim, m->tok_embd.type};
     h = fnv(h, dims, sizeof dims);
     /* hyper-connections (qwen4exp): the mixers' norms stand for the norms (and the stream count
      * is hashed); every other model hashes exactly what it did before */
-    const size_t hcd = hp->hc_count > 1 && m->output_hc_norm ? (size_t) hp->hc_count * (size_t) hp->n_embd : 0;
-    if (hcd) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);
-    if (hp->hc_sinkhorn_iters > 0) h = fnv(h, &hp->hc_count, sizeof hp->hc_count);   /* GLM-5-Next's mHC */
-    if (hp->swa_layers) {      /* sliding-window layers (their window and which ones); nothing for other models */
-        h = fnv(h, &hp->n_swa, sizeof hp->n_swa);
-        h = fnv(h, hp->swa_layers, (size_t) hp->n_layer * sizeof(int32_t));
+    const size_t hcd = hp->hc.count > 1 && m->output_hc_norm ? (size_t) hp->hc.count * (size_t) hp->n_embd : 0;
+    if (hcd) h = fnv(h, &hp->hc.count, sizeof hp->hc.count);
+    if (hp->hc.sinkhorn_iters > 0) h = fnv(h, &hp->hc.count, sizeof hp->hc.count);   /* GLM-5-Next's mHC */
+    if (hp->attn.swa_layers) {      /* sliding-window layers (their window and which ones); nothing for other models */
+        h = fnv(h, &hp->attn.n_swa, sizeof hp->attn.n_swa);
+        h = fnv(h, hp->attn.swa_layers, (size_t) hp->n_layer * sizeof(int32_t));
     }
     h = hcd ? fnv(h, m->output_hc_norm, hcd * sizeof(float)) : fnv(h, m->output_norm, (size_t) hp->n_embd * sizeof(float));
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const tk_layer * L = &m->layers[l];
         const int32_t ld[] = {L->kind, L->ffn_kind, L->n_head_kv, L->ssm_in.type, L->wq.type};
         h = fnv(h, ld, sizeof ld);
-        /* a post-norm block (attn_post_norm) has no attn_norm: its attention output norm stands for it */
-        const float * norm = L->attn_norm ? L->attn_norm : L->attn_post_norm;
+        /* a post-norm block (TK_NORM_POST) has no attn_norm: its attention output norm stands for it */
+        const float * norm = L->attn_norm ? L->attn_norm : L->mixer_post_norm;
         h = hcd ? fnv(h, L->hc_attn_norm, hcd * sizeof(float)) : fnv(h, norm, (size_t) hp->n_embd * sizeof(float));
     }
     return h;
