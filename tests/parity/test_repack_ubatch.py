@@ -41,7 +41,7 @@ with Context(m, n_ctx=128, n_seq_max=2, n_ubatch=512, n_threads=2) as c:
 assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2]), "ubatch"
 assert np.array_equal(r[0], outs[0][:17]), "two sequences"
 np.save(sys.argv[2], outs[0])
-print(json.dumps({"info": m.repack_info, "estimate": repack_estimate(m.gguf)}))
+print(json.dumps({"info": m.repack_info, "estimate": repack_estimate(m)}))
 """
 
 

@@ -238,7 +238,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
         # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
         r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
-        rp = repack_estimate(m.gguf)   # what `run --repack` would add (heap, besides the mapped file)
+        rp = repack_estimate(m)   # what `run --repack` would add (heap, besides the mapped file)
     mla = mla_latent(hp, n_ctx)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,

@@ -293,18 +293,36 @@ static const tk_weight * repack_twin(const tk_model * m, int32_t i) {
     return NULL;
 }
 
+/* The repack rule over the model's table of bound weights (the candidates tk_bind_weight
+ * remembered, the tied output): a weight is re-laid at `level` when its type has a repacked
+ * kernel there (tk_repack_fast), a weight bound twice once.  Its tensors and bytes into out
+ * (ms 0).  The load (repack_weights) and the estimate (tk_model_repack_plan: `toolkit info
+ * --memory`) both read it. */
+static void repack_plan(const tk_model * m, int level, tk_repack_info * out) {
+    memset(out, 0, sizeof *out);
+    for (int32_t i = 0; i < m->n_bound; i++) {
+        const tk_weight * w = m->bound[i];
+        if (!tk_repack_fast(w->type, level) || repack_twin(m, i)) continue;
+        out->n_tensors++;
+        out->bytes += (int64_t) (tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]) * (size_t) (w->ne[2] * w->ne[3]));
+    }
+}
+
+void tk_model_repack_plan(const tk_model * m, int level, tk_repack_info * out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (m) repack_plan(m, level, out);
+}
+
 static tk_status repack_weights(tk_model * m) {
     const char * e = getenv("TOOLKIT_REPACK");
     if (!e || strcmp(e, "1") != 0) return TK_OK;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const int level = tk_cpu_level();
-    size_t total = 0;
-    for (int32_t i = 0; i < m->n_bound; i++) {
-        const tk_weight * w = m->bound[i];
-        if (!tk_repack_fast(w->type, level) || repack_twin(m, i)) continue;
-        total += tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]) * (size_t) (w->ne[2] * w->ne[3]);
-    }
+    tk_repack_info plan;
+    repack_plan(m, level, &plan);
+    const size_t total = (size_t) plan.bytes;
     if (!total) return TK_OK;
     if (posix_memalign((void **) &m->rp_buf, 64, total) != 0) return TK_FAIL(TK_ERR_NOMEM, "repack: out of memory (%zu bytes)", total);
     size_t off = 0;

@@ -1,4 +1,4 @@
-/* tk_cpu.h: the SIMD kernel entry points (kernels/ops_avx2.c, act_avx2.c, ops_neon.c), called
+/* tk_cpu.h: the SIMD kernel entry points (kernels/x86/ops_avx2.c, x86/act_avx2.c, arm/ops_neon.c), called
  * by the dispatchers at the level tk_cpu_level() gives.  Internal: not part of the cffi
  * module.  The levels and the dispatch hooks (cpu.c) are in tk_testing.h, included here. */
 #ifndef TK_CPU_H
@@ -49,7 +49,7 @@ void tk_mul_silu_row_avx2(float * y, const float * z, int64_t n);
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define TK_HAVE_NEON 1
-/* kernels/ops_neon.c, called only when tk_cpu_level() == TK_CPU_NEON: the float mat-mul (same
+/* kernels/arm/ops_neon.c, called only when tk_cpu_level() == TK_CPU_NEON: the float mat-mul (same
  * contract as tk_matmul_rows_avx2) */
 void tk_matmul_rows_neon(int type, const uint8_t * base, size_t row_bytes, int64_t K, int64_t M,
                          const float * x, int64_t n_tok, float * y, float * scratch, int64_t r0, int64_t r1);

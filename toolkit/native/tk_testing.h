@@ -59,7 +59,7 @@ typedef enum {
     TK_CPU_AVX512 = 2,         /* x86-64 AVX-512 F + BW + VL + VNNI (kernels: the AVX2 ones but
                                   for Q8_0 / k-quant prompts, qdot_*avx512.c: the same bits;
                                   BF16 weights with AVX512_BF16: qdot_bf16_avx512.c) */
-    TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels/ops_neon.c, quants/arm/qdot_neon.c) */
+    TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels/arm/ops_neon.c, quants/arm/qdot_neon.c) */
 } tk_cpu_level_t;
 
 /* The level kernels run at now: the highest the machine supports, capped by the

@@ -382,6 +382,10 @@ typedef struct {
     double  ms;
 } tk_repack_info;
 void tk_model_repack_info(const tk_model * model, tk_repack_info * out);
+/* What the load would re-lay at kernel `level` (tk_cpu_level()'s values) with TOOLKIT_REPACK=1,
+ * whatever this model's load did: the tensors and their bytes (ms 0), by the rule the load
+ * applies (model.c repack_plan, over the model's bound weights). */
+void tk_model_repack_plan(const tk_model * model, int level, tk_repack_info * out);
 
 /* ==== runtime: context, batches, decode ============================================== */
 
@@ -485,7 +489,7 @@ tk_status tk_state_read(tk_context * ctx, int32_t seq, const uint8_t * buf, uint
  * reading one, a context shift (seq_add) or a removal inside the history drops the ring of
  * the sequences it touches.  k = 0 frees it; TK_ERR_INVALID unless 0 <= k <= 256;
  * TK_ERR_UNSUPPORTED for a model with a recurrent piece its kind does not snapshot per token
- * (memory_rs.c SNAP_PIECES).  A model without recurrent layers accepts any k and keeps nothing. */
+ * (tk_rs_piece.snap 0).  A model without recurrent layers accepts any k and keeps nothing. */
 tk_status tk_context_set_spec_window(tk_context * ctx, int32_t k);
 /* tk_context_set_spec_window with flags.  TK_SPEC_NO_LAST: no snapshot of the state after the
  * last token a decode call gives a sequence (the sequence's cell holds that state), for a

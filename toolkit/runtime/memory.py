@@ -17,12 +17,10 @@ no size of its own.  Kinds:
                when K > 0
 Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
 Q8_0 / Q4_K / Q6_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
-:func:`repack_estimate` sizes it from the tensor table, :func:`format_repack` prints what a
-load measured (Model.repack_info).
+:func:`repack_estimate` asks the C library what a load would re-lay, :func:`format_repack` prints
+it or what a load measured (Model.repack_info).
 """
 from __future__ import annotations
-
-import re
 
 KINDS = ("weights", "kv", "recurrent", "checkpoints", "compute")
 
@@ -84,44 +82,18 @@ def format_brief(r: dict[str, int]) -> str:
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
 
 
-def repack_types(level: int | None = None) -> tuple[str, ...]:
-    """The types re-laid at a kernel level (repack.c tk_repack_fast; default: the level in force):
-    avx512 Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16 (BF16 with K even; its FMA kernels
-    need no AVX512_BF16); none elsewhere."""
-    import gguf as _gguf
-
-    from toolkit.binding import lib
-    level = lib.tk_cpu_level() if level is None else level
-    return tuple(t.name for t in _gguf.GGMLQuantizationType if lib.tk_repack_fast(int(t), level))
-
-
-# matrices a layer reads as a dequantized fp32 copy (model.c tk_bind_vec: the conv1d kernels,
-# RG-LRU's per-head gate blocks, MambaV1's ssm_a, the DSA compressor's ape): never re-laid,
-# though BF16 (re-laid from K even up) gives them a repacked size
-_COPIED = re.compile(r"(conv1d(_[qkv])?\.weight|shortconv\.conv\.weight|rglru_gate_[ia]\.weight|\.ssm_a"
-                     r"|indexer_compressor_ape\.weight)$")
-
-
-def repack_estimate(gguf, types: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Bytes and tensors `--repack` re-lays (`types`, default repack_types() at the level in force):
-    the weights of two or more dimensions, not the token embedding table unless the output is tied
-    to it (model.c repack_weights).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel level's
-    name, the one in force)."""
+def repack_estimate(model, level: int | None = None) -> dict:
+    """Tensors and bytes ``--repack`` re-lays when ``model`` (a :class:`toolkit.runtime.Model`)
+    is loaded at kernel ``level`` (default: the level in force), as the C library's load decides
+    (toolkit.h tk_model_repack_plan: the bound mat-mul weights whose type has a repacked kernel
+    there, a weight bound twice once).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel
+    level's name)."""
     from toolkit.binding import ffi, lib
-    types = repack_types() if types is None else types
-    names = {t.name for t in gguf}
-    tied = "output.weight" not in names
-    n, total = 0, 0
-    for t in gguf:
-        typ = getattr(t.type, "name", str(t.type))
-        if typ not in types or len(t.shape) < 2 or _COPIED.search(t.name) or ("embd" in t.name and not (tied and t.name == "token_embd.weight")):
-            continue
-        ne = list(t.shape) + [1] * (4 - len(t.shape))
-        size = int(lib.tk_repack_matrix_bytes(int(t.type), ne[0], ne[1]))   # repack.h's layout
-        if size:
-            n += 1
-            total += size * ne[2] * ne[3]
-    return {"n_tensors": n, "bytes": total, "level": ffi.string(lib.tk_cpu_level_name(lib.tk_cpu_level())).decode()}
+    level = lib.tk_cpu_level() if level is None else level
+    info = ffi.new("tk_repack_info *")
+    lib.tk_model_repack_plan(model.ptr, level, info)
+    return {"n_tensors": int(info.n_tensors), "bytes": int(info.bytes),
+            "level": ffi.string(lib.tk_cpu_level_name(level)).decode()}
 
 
 def format_repack(rp: dict) -> str:

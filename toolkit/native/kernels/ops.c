@@ -2,8 +2,8 @@
  *
  * Every kernel is a plain loop with a fixed accumulation order, so a token's result does
  * not depend on how many other tokens share its micro-batch (chunked prefill is
- * bit-identical to one-shot prefill).  The SIMD paths (ops_avx2.c, chosen at run time by
- * cpu.c) keep that property per level; see ops_avx2.c for their accumulation order.
+ * bit-identical to one-shot prefill).  The SIMD paths (x86/ops_avx2.c, chosen at run time by
+ * cpu.c) keep that property per level; see x86/ops_avx2.c for their accumulation order.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -2,13 +2,13 @@
  * (contracts in tk_testing.h: tk_rglru_gates, tk_rglru_scan), scalar and AVX2+FMA, chosen by
  * tk_cpu_level().
  *
- * The scan, per channel c and token t (spec more-hybrids.md §6.4; transformers 5.24
+ * The scan, per channel c and token t (docs/specs/more-hybrids.md §6.4; transformers 5.24
  * modeling_recurrent_gemma.py RecurrentGemmaRglru.forward and _rnn_scan, HFR:301-366):
  *   r = sigmoid(ga), i = sigmoid(gi), log a = -8 softplus(Lambda_c) r   (neg8sp[c] = -8 softplus(Lambda_c))
  *   a = exp(log a), m = sqrt(1 - exp(2 log a))          (HF: two exps, not a * a)
  *   position 0 (reset[t]): a = 0, m = 1                 (HF keys the reset on position_ids == 0)
  *   h <- a h + (x i) m;  y = h yb                       (float32 accumulator, as HF's acc_dtype)
- * The AVX2 form runs 8 channels per vector with kernels/exp_avx2.h's exp (a few ulp from
+ * The AVX2 form runs 8 channels per vector with kernels/x86/exp_avx2.h's exp (a few ulp from
  * expf: the two levels agree to float rounding, not bit for bit); a channel range's tail
  * (c1 - c0) % 8 goes through a zero-padded vector, so a channel's bits do not depend on the
  * range it sits in, and a token's do not depend on how a run is split over calls.
@@ -62,7 +62,7 @@ static void scan_scalar(const float * ga, const float * gi, int64_t g_stride, co
 
 /* ---- AVX2 + FMA ---- */
 #ifdef TK_HAVE_X86
-#include "kernels/exp_avx2.h"
+#include "kernels/x86/exp_avx2.h"
 
 #define TK_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
 #define TK_AVX2 __attribute__((target("avx2,fma")))

@@ -44,43 +44,23 @@
 
 #include "tk_internal.h"
 #include "tk_cpu.h"
+#include "kernels/kernels.h"
 
 #define TK_SSD_CHUNK 64
-/* Runs from this length take SSD.  Measured crossover (bench/run.py --ssd, Bamba-430m
- * shapes H=32 P=64 N=128, 1 thread), with the AVX2 recurrence and the two-pass SSD:
- * SSD/recurrence speed-up 0.24x at 2 tokens, 0.53x at 8, 0.91x at 16, 1.20x at 32,
- * 1.5-2.2x from 64 on (us/token/layer: recurrence 40-70, SSD 28-34 from 64 tokens).
- * So the default is 32: shorter ubatches take the recurrence, the path generation takes
- * (a short prompt split into single-token ubatches then gives the same bits). */
+/* Runs from this length take SSD.  Why 32: the recurrence reads and writes the whole state
+ * (H P N floats: 1 MiB per layer at Bamba-430m's H=32 P=64 N=128) once per token, SSD once per
+ * chunk, at the price of per-chunk work (the C.B products, the chunk's own state) that a
+ * short run does not amortize.  Measured (bench/run.py --ssd, those shapes, 1 thread): 0.91x
+ * at 16 tokens, 1.20x at 32, 1.5-2.2x from 64 on (bench/README.md, "Kernel thresholds").
+ * Shorter ubatches take the recurrence, the path generation takes (a short prompt split
+ * into single-token ubatches then gives the same bits). */
 #define TK_SSD_MIN_DEFAULT 32
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define SSD_X86 1
-#include <immintrin.h>
-#endif
 
 static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
 
-int tk_ssd_threshold(void) {
-    int v = __atomic_load_n(&g_ssd_min, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char * e = getenv("TOOLKIT_SSD_MIN");
-        v = TK_SSD_MIN_DEFAULT;
-        if (e && *e) {
-            char * end;
-            long l = strtol(e, &end, 10);
-            if (*end == '\0' && l >= 0) v = l > INT32_MAX ? INT32_MAX : (int) l;
-        }
-        __atomic_store_n(&g_ssd_min, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
+int tk_ssd_threshold(void) { return tk_threshold_get(&g_ssd_min, "TOOLKIT_SSD_MIN", TK_SSD_MIN_DEFAULT); }
 
-int tk_ssd_set_threshold(int n) {
-    if (n < 0) { __atomic_store_n(&g_ssd_min, -1, __ATOMIC_RELAXED); return tk_ssd_threshold(); }
-    __atomic_store_n(&g_ssd_min, n, __ATOMIC_RELAXED);
-    return n;
-}
+int tk_ssd_set_threshold(int n) { return tk_threshold_set(&g_ssd_min, n, "TOOLKIT_SSD_MIN", TK_SSD_MIN_DEFAULT); }
 
 /* ==== workspace ====================================================================== */
 
@@ -132,11 +112,7 @@ size_t tk_ssd_workspace_bytes(int32_t n_tok, int32_t n_head, int32_t head_dim, i
 }
 
 typedef struct {
-    float * s;
-    const float * xBC, * dt, * A, * D;
-    int64_t xbc_stride, dt_stride, y_stride;
-    int32_t n_tok, H, P, N, G, DI;
-    float * y;
+    TK_M2_RUN_FIELDS
     float * ws;                /* per-thread scratch, ws_stride floats per thread */
     size_t ws_stride;
     float * pre;               /* per (chunk, group): CB [LC][LC], C [LC][N], B^T [N][LC] */
@@ -157,7 +133,7 @@ static inline float dot8(const float * a, const float * b, int32_t n) {
     return s;
 }
 
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
 /* out[0:P] += sum_j c[j] * M[j*ldm + 0:P], j in [0, J): P a multiple of 8, at most 64;
  * the P outputs stay in registers across j (one broadcast, P/8 loads and FMAs per j). */
 __attribute__((target("avx2,fma"))) static void acc_rows_avx2(float * out, const float * c, const float * M,
@@ -266,7 +242,7 @@ static void ssd_bmm_chunk_ref(const float * Cc, const float * BT, const float * 
     ssd_bmm_chunk_body(Cc, B, stride, L, N, CB);
 }
 
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
 /* N % 8 == 0: whole rows of 8-aligned length, each as acc_rows_avx2 over B^T (one FMA
  * chain over n per product); else the reference loops. */
 __attribute__((target("avx2,fma")))
@@ -293,7 +269,7 @@ static void ssd_bmm_task(void * arg, int64_t i0, int64_t i1, int thread) {
         float * CB = j->pre + (size_t) it * j->pre_stride, * Cc = CB + LC * LC, * BT = Cc + (size_t) LC * N;
         const float * B = j->xBC + t0 * j->xbc_stride + j->DI + (int64_t) g * N;
         ssd_gather_cb(B, j->xbc_stride, G, L, N, Cc, BT);
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
         if (j->level >= TK_CPU_AVX2) { ssd_bmm_chunk_avx2(Cc, BT, B, j->xbc_stride, L, N, CB); continue; }
 #endif
         ssd_bmm_chunk_ref(Cc, BT, B, j->xbc_stride, L, N, CB);
@@ -350,7 +326,7 @@ static inline __attribute__((always_inline)) void ssd_chunk_scan_body(const ssd_
 
 static void ssd_chunk_scan_ref(const ssd_head_chunk * hc) { ssd_chunk_scan_body(hc); }
 
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
 /* P % 8 == 0, P <= 64: the same products, accumulated in registers: the carried state of 4
  * tokens at a time (acc_rows4_avx2, P % 16 == 0) or one (acc_rows_avx2), then the
  * intra-chunk sum of each token as one acc_rows_avx2 over k; else the reference loops. */
@@ -433,7 +409,7 @@ static inline __attribute__((always_inline)) void ssd_state_passing_body(const s
 
 static void ssd_state_passing_ref(const ssd_head_chunk * hc) { ssd_state_passing_body(hc); }
 
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
 /* P % 8 == 0, P <= 64: the sum over k of each sT row as one acc_rows_avx2 over xw (one FMA
  * chain per element, k ascending); else the reference loops. */
 __attribute__((target("avx2,fma"))) static void ssd_state_passing_avx2(const ssd_head_chunk * hc) {
@@ -469,7 +445,7 @@ static void ssd_heads_task(void * arg, int64_t h0, int64_t h1, int thread) {
             ssd_gather_x(j->xBC + t0 * j->xbc_stride + (int64_t) h * P, j->xbc_stride, L, P, w.xh);
             const ssd_head_chunk hc = {L, P, N, j->D[h], CB, Cc, Cc + (size_t) LC * N, w.xh, w.dth, w.cum, w.da,
                                        w.sT, j->y + t0 * j->y_stride + (int64_t) h * P, j->y_stride, &w};
-#ifdef SSD_X86
+#ifdef TK_HAVE_X86
             if (j->level >= TK_CPU_AVX2) {
                 ssd_chunk_scan_avx2(&hc);
                 ssd_state_passing_avx2(&hc);

@@ -11,6 +11,7 @@
 
 #include "tk_internal.h"
 #include "tk_cpu.h"
+#include "kernels/kernels.h"
 
 /* ==== ssm_conv: causal depthwise conv1d with carried state ========================== */
 /* Contract:
@@ -231,11 +232,7 @@ void tk_ssm_scan_mamba2(float * s, const float * x, const float * dt, const floa
  * Same result as n_tok calls of tk_ssm_scan_mamba2 (bit for bit when n_tok < the SSD
  * threshold, tk_ssd_threshold(); to float rounding otherwise). */
 typedef struct {
-    float * s;
-    const float * xBC, * dt, * A, * D;
-    int64_t xbc_stride, dt_stride, y_stride;
-    int32_t n_tok, H, P, N, G, DI;
-    float * y;
+    TK_M2_RUN_FIELDS
     int level;                 /* tk_cpu_level() */
     float * const * snap;      /* [n_tok] NULL, or per token the whole state's snapshot (or NULL) */
 } m2_job;

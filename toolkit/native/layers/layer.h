@@ -76,6 +76,22 @@ typedef struct {
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
 
+/* A chunked (or block) form's workspace for the scratch plan: n_threads x per_thread floats,
+ * in bytes, when a run of up to n_ubatch tokens can reach the form's threshold thr (0 <
+ * thr <= n_ubatch), else 0 (the recurrence, which needs none, takes every run). */
+static inline size_t tk_chunked_work_bytes(int thr, int32_t n_ubatch, int n_threads, int64_t per_thread) {
+    return thr > 0 && thr <= n_ubatch ? (size_t) n_threads * (size_t) per_thread * sizeof(float) : 0;
+}
+
+/* Thread `thread`'s part of the context's workspace, per_thread floats each, or NULL when
+ * the context has none that large (tk_chunked_work_bytes gave 0 at its creation: the kernel
+ * then runs its recurrence). */
+static inline float * tk_chunked_work(const tk_context * ctx, int thread, int64_t per_thread) {
+    const size_t need = (size_t) tk_pool_size(ctx->pool) * (size_t) per_thread * sizeof(float);
+    return per_thread > 0 && ctx->work && ctx->work_bytes >= need ? (float *) ctx->work + (int64_t) thread * per_thread
+                                                                  : NULL;
+}
+
 typedef struct {
     const char * name;
     /* hparams this kind needs, for layer il (at load, before any tensor is read) */
@@ -161,6 +177,7 @@ void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
 void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act);
 /* gelu_pytorch_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (HF ACT2FN["gelu_pytorch_tanh"]) */
 float tk_gelu_tanh(float x);
+void tk_l2_norm(float * x, int32_t n, float eps, float scale);   /* x <- scale x / sqrt(|x|^2 + eps) */
 /* mixer_attention.c: with q [U, H qs], k, v [U, Hkv hd] projected into ctx->q, k, v: per-head
  * q/k norm and RoPE (in place), K and V into layer il's cache cells, and softmax(q K^T scale) V
  * into ctx->att [U, H hd] (the attention mixer's formula between its projections) */

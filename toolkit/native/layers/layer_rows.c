@@ -125,6 +125,16 @@ static void bias_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
+/* x <- scale x / sqrt(sum x^2 + eps) over n floats, the sum in double: the q / k l2 norm of
+ * the gated delta net (mixer_gdn.c) and of KDA (mixer_kda.c), eps inside the root as fla's
+ * l2norm */
+void tk_l2_norm(float * x, int32_t n, float eps, float scale) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
+    const float inv = (float) (1.0 / sqrt(ss + (double) eps));
+    for (int32_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
+}
+
 /* gelu_pytorch_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 float tk_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));

@@ -52,23 +52,23 @@ static int32_t gdn_conv_dim(const tk_hparams * hp) { return 2 * hp->ssm.n_group 
 
 static int32_t gdn_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) gdn_conv_dim(hp)};
-    out[1] = (tk_rs_piece) {"S", (size_t) hp->ssm.n_head * (size_t) hp->ssm.d_state * (size_t) hp->ssm.head_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) gdn_conv_dim(hp), 1};
+    out[1] = (tk_rs_piece) {"S", (size_t) hp->ssm.n_head * (size_t) hp->ssm.d_state * (size_t) hp->ssm.head_dim, 1};
     return 2 + tk_ple_rs_pieces(m, il, out + 2);   /* qwen4exp's PLE layer keeps its conv window and history too (ple.c) */
 }
 
 static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t C = (size_t) gdn_conv_dim(hp), Hv = (size_t) hp->ssm.n_head, HvDv = (size_t) hp->ssm.d_inner;
-    (void) il; (void) n_ubatch;
+    (void) il;
     tk_scratch_need(&need->proj, C);
     tk_scratch_need(&need->conv, C);
     tk_scratch_need(&need->narrow, 2 * Hv);
     tk_scratch_need(&need->step, 2 * Hv);
     tk_scratch_need(&need->gate, HvDv);
     tk_scratch_need(&need->y, HvDv);
-    tk_scratch_need(&need->work_bytes,
-                    (size_t) n_threads * (size_t) tk_gdn_work_floats(hp->ssm.d_state, hp->ssm.head_dim) * sizeof(float));
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_gdn_threshold(), n_ubatch, n_threads,
+                                                             tk_gdn_work_floats(hp->ssm.d_state, hp->ssm.head_dim)));
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -146,13 +146,6 @@ typedef struct {
     float * gb;                /* [U, 2 Hv] out: beta | g */
 } gdn_prep_job;
 
-static void l2_norm(float * x, int32_t n, float scale) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
-    const float inv = (float) (1.0 / sqrt(ss + (double) GDN_L2_EPS));
-    for (int32_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
-}
-
 static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const gdn_prep_job * j = arg;
     const tk_hparams * hp = j->hp;
@@ -163,8 +156,8 @@ static void gdn_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float * c = j->conv + t * C;
         for (int32_t g = 0; g < Hk; g++) {
-            l2_norm(c + (int64_t) g * Dk, Dk, qscale);
-            l2_norm(c + (int64_t) (Hk + g) * Dk, Dk, 1.0f);
+            tk_l2_norm(c + (int64_t) g * Dk, Dk, GDN_L2_EPS, qscale);
+            tk_l2_norm(c + (int64_t) (Hk + g) * Dk, Dk, GDN_L2_EPS, 1.0f);
         }
         float * gb = j->gb + t * 2 * Hv;
         for (int32_t h = 0; h < Hv; h++) {
@@ -189,7 +182,7 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t Hk = hp->ssm.n_group, Hv = hp->ssm.n_head, Dk = hp->ssm.d_state, Dv = hp->ssm.head_dim, r = Hv / Hk;
     const int32_t C = gdn_conv_dim(hp), nst = j->ub->n_seq_tokens;
-    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
+    float * work = tk_chunked_work(j->ctx, thread, j->work_floats);
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / Hv), h = (int32_t) (p % Hv), kh = hp->gdn.head_tiled ? h % Hk : h / r;
         const int64_t t0 = (int64_t) s * nst;

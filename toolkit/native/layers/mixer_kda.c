@@ -44,8 +44,8 @@ static int32_t kda_C(const tk_hparams * hp) { return hp->kda.n_head * hp->kda.he
 static int32_t kda_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * 3 * (size_t) kda_C(hp)};
-    out[1] = (tk_rs_piece) {"S", (size_t) hp->kda.n_head * (size_t) hp->kda.head_dim * (size_t) hp->kda.head_dim};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * 3 * (size_t) kda_C(hp), 1};
+    out[1] = (tk_rs_piece) {"S", (size_t) hp->kda.n_head * (size_t) hp->kda.head_dim * (size_t) hp->kda.head_dim, 1};
     return 2;
 }
 
@@ -58,15 +58,14 @@ static int64_t kda_rank(const tk_model * m, int il) {
 static void kda_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t C = (size_t) kda_C(hp), n = (size_t) hp->kda.n_head;
-    (void) n_ubatch;
     tk_scratch_need(&need->proj, 3 * C);
     tk_scratch_need(&need->conv, 3 * C);
     tk_scratch_need(&need->narrow, (size_t) kda_rank(m, il));
     tk_scratch_need(&need->step, C + n);
     tk_scratch_need(&need->gate, C);
     tk_scratch_need(&need->y, C);
-    tk_scratch_need(&need->work_bytes, (size_t) n_threads *
-                    (size_t) tk_kda_work_floats(hp->kda.head_dim, hp->kda.head_dim) * sizeof(float));
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_kda_threshold(), n_ubatch, n_threads,
+                                                             tk_kda_work_floats(hp->kda.head_dim, hp->kda.head_dim)));
 }
 
 /* ---- load ---- */
@@ -141,13 +140,6 @@ typedef struct {
     float * beta;              /* [U, n]: b in, sigmoid(b) out */
 } kda_prep_job;
 
-static void l2_norm(float * x, int32_t n, float eps, float scale) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double) x[i] * (double) x[i];
-    const float inv = (float) (1.0 / sqrt(ss + (double) eps));
-    for (int32_t i = 0; i < n; i++) x[i] = x[i] * inv * scale;
-}
-
 static void kda_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const kda_prep_job * j = arg;
     const tk_hparams * hp = j->hp;
@@ -157,8 +149,8 @@ static void kda_prep_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t t = t0; t < t1; t++) {
         float * c = j->conv + t * 3 * C;
         for (int32_t h = 0; h < n; h++) {
-            l2_norm(c + (int64_t) h * D, D, eps, qscale);
-            l2_norm(c + C + (int64_t) h * D, D, eps, 1.0f);
+            tk_l2_norm(c + (int64_t) h * D, D, eps, qscale);
+            tk_l2_norm(c + C + (int64_t) h * D, D, eps, 1.0f);
         }
         float * g = j->g + t * C, * b = j->beta + t * n;
         for (int32_t h = 0; h < n; h++) {
@@ -184,7 +176,7 @@ static void kda_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const kda_rule_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t n = hp->kda.n_head, D = hp->kda.head_dim, C = n * D, nst = j->ub->n_seq_tokens, U = j->ub->n_tokens;
-    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
+    float * work = tk_chunked_work(j->ctx, thread, j->work_floats);
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / n), h = (int32_t) (p % n);
         const int64_t t0 = (int64_t) s * nst;

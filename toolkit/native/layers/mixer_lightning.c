@@ -32,18 +32,19 @@
 static int32_t lightning_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"S", (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim * (size_t) hp->attn.head_dim};
+    out[0] = (tk_rs_piece) {"S", (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim * (size_t) hp->attn.head_dim, 1};
     return 1;
 }
 
 static void lightning_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
     const tk_hparams * hp = &m->hp;
     const size_t W = (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim;
-    (void) il; (void) n_ubatch;
+    (void) il;
     tk_scratch_need(&need->proj, 3 * W);
     tk_scratch_need(&need->gate, W);
     tk_scratch_need(&need->y, W);
-    tk_scratch_need(&need->work_bytes, (size_t) n_threads * (size_t) tk_lightning_work_floats(hp->attn.head_dim) * sizeof(float));
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_lightning_threshold(), n_ubatch, n_threads,
+                                                             tk_lightning_work_floats(hp->attn.head_dim)));
 }
 
 static tk_status lightning_check(const tk_hparams * hp, int il) {
@@ -86,7 +87,7 @@ static void lightning_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const lightning_job * j = arg;
     const tk_hparams * hp = &j->ctx->model->hp;
     const int32_t nh = hp->attn.n_head, d = hp->attn.head_dim, W = nh * d, nst = j->ub->n_seq_tokens;
-    float * work = j->work_floats ? (float *) j->ctx->work + (int64_t) thread * j->work_floats : NULL;
+    float * work = tk_chunked_work(j->ctx, thread, j->work_floats);
     for (int64_t p = p0; p < p1; p++) {
         const int32_t s = (int32_t) (p / nh), h = (int32_t) (p % nh);
         const int64_t t0 = (int64_t) s * nst;

@@ -27,8 +27,8 @@ static int32_t m2_conv_dim(const tk_hparams * hp) { return hp->ssm.d_inner + 2 *
 static int32_t m2_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) m2_conv_dim(hp)};
-    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->ssm.d_state * (size_t) hp->ssm.d_inner};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (hp->ssm.d_conv - 1) * (size_t) m2_conv_dim(hp), 1};
+    out[1] = (tk_rs_piece) {"ssm", (size_t) hp->ssm.d_state * (size_t) hp->ssm.d_inner, 1};
     return 2;
 }
 

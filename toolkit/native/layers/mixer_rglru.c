@@ -33,8 +33,8 @@
 static int32_t rglru_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const size_t lru = (size_t) m->hp.ssm.d_inner;
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * lru};
-    out[1] = (tk_rs_piece) {"ssm", lru};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * lru, 1};
+    out[1] = (tk_rs_piece) {"ssm", lru, 1};
     return 2;
 }
 

@@ -22,7 +22,7 @@
 
 static int32_t sc_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     (void) il;
-    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * (size_t) m->hp.n_embd};
+    out[0] = (tk_rs_piece) {"conv", (size_t) (m->hp.ssm.d_conv - 1) * (size_t) m->hp.n_embd, 1};
     return 1;
 }
 

@@ -45,8 +45,8 @@ int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) {
     const tk_hparams * hp = &m->hp;
     if (!m->ple_index || m->ple_index[il] < 0) return 0;
     const size_t HD = (size_t) hp->hc.count * (size_t) hp->n_embd;
-    out[0] = (tk_rs_piece) {"ple_conv", (size_t) (hp->ple.conv_kernel - 1) * (size_t) hp->ple.ngram_size * HD};
-    out[1] = (tk_rs_piece) {"ple_hist", (size_t) hp->ple.ngram_size};
+    out[0] = (tk_rs_piece) {"ple_conv", (size_t) (hp->ple.conv_kernel - 1) * (size_t) hp->ple.ngram_size * HD, 1};
+    out[1] = (tk_rs_piece) {"ple_hist", (size_t) hp->ple.ngram_size, 1};
     return 2;
 }
 

@@ -82,6 +82,9 @@ static inline int tk_rs_snaps_row(const tk_rs_view * v, int32_t s, int32_t n_seq
 typedef struct {
     const char * name;         /* "conv", "ssm", ... */
     size_t n;                  /* floats per sequence */
+    int snap;                  /* 1: the kind writes the piece's per-token snapshots (tk_rs_snap,
+                                  tk_rs_snap_conv) in a speculative window; 0: a window is refused
+                                  for the model (a rollback would restore the piece stale) */
 } tk_rs_piece;
 
 /* ---- state blobs: section writer and reader (state.c) ---- */

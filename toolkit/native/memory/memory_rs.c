@@ -254,18 +254,11 @@ static void ring_free(tk_memory_rs * rs) {
     rs->n_snap = 0;
 }
 
-/* The pieces whose layer kinds write their per-token snapshots (tk_rs_snap, tk_rs_snap_conv):
- * a kind that adds a piece names it here once it writes them.  Any other piece would be
- * restored stale, so a window is refused for such a model. */
-static const char * const SNAP_PIECES[] = {"conv", "ssm", "S", "ple_conv", "ple_hist"};
-
-/* the name of the first of the n pieces pc[] not in SNAP_PIECES, or NULL */
+/* the name of the first of the n pieces pc[] whose kind writes no per-token snapshots
+ * (tk_rs_piece.snap 0: it would be restored stale, so a window is refused), or NULL */
 static const char * unsnapped_piece(const tk_rs_piece * pc, int32_t n) {
-    for (int32_t j = 0; j < n; j++) {
-        int ok = 0;
-        for (size_t i = 0; i < sizeof SNAP_PIECES / sizeof SNAP_PIECES[0]; i++) ok |= strcmp(pc[j].name, SNAP_PIECES[i]) == 0;
-        if (!ok) return pc[j].name;
-    }
+    for (int32_t j = 0; j < n; j++)
+        if (!pc[j].snap) return pc[j].name;
     return NULL;
 }
 

@@ -1,6 +1,6 @@
 /* act_avx2.c: AVX2 + FMA element-wise activations (x86-64 only): SiLU and the SiLU gates.
  *
- * exp is evaluated 8 lanes at a time (kernels/exp_avx2.h, shared with rglru.c).  Error about
+ * exp is evaluated 8 lanes at a time (kernels/x86/exp_avx2.h, shared with rglru.c).  Error about
  * 2 ulp against a correctly rounded exp (checked in tests/unit/test_kernels.py), so these
  * kernels agree with the scalar path's expf to a few ulp, not bit for bit.
  * Every element is computed by the same lane operations wherever it sits in a row: the
@@ -16,12 +16,12 @@
 #ifdef TK_HAVE_X86
 #include <immintrin.h>
 
-#include "kernels/exp_avx2.h"
+#include "kernels/x86/exp_avx2.h"
 
 #define TK_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
 #define TK_AVX2 __attribute__((target("avx2,fma")))
 
-#define exp_ps tk_exp8_avx2   /* kernels/exp_avx2.h */
+#define exp_ps tk_exp8_avx2   /* kernels/x86/exp_avx2.h */
 
 TK_AVX2_INLINE __m256 silu_ps(__m256 x) {
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), x));

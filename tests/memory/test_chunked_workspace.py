@@ -1,0 +1,94 @@
+"""The chunked forms' workspace (GDN, KDA, lightning's block form) is planned and allocated only
+when a run of up to n_ubatch tokens can reach the form's threshold (layers/layer.h,
+tk_chunked_work_bytes): at threshold 0 ("never", GDN's and KDA's default) or above n_ubatch
+the context holds none, the estimate says so, and the kernels run their recurrence.  With the
+form on, the compute figure grows by exactly n_threads x the per-thread workspace (the kinds'
+other scratch is the same), and the estimate still equals what the context allocates."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from toolkit.binding import lib
+from toolkit.runtime import Context, Model, memory_estimate
+
+pytestmark = pytest.mark.native
+
+FIX = pathlib.Path(__file__).parent.parent / "fixtures"
+N_CTX, N_SEQ, N_THR = 128, 1, 2
+
+# name, (threshold getter, setter), per-thread workspace floats from the model's hparams
+KINDS = {
+    "qwen35-tiny": (lib.tk_gdn_threshold, lib.tk_gdn_set_threshold,
+                    lambda hp: lib.tk_gdn_work_floats(hp.d_state, hp.ssm_head_dim)),
+    "kimilinear-tiny": (lib.tk_kda_threshold, lib.tk_kda_set_threshold,
+                        lambda hp: lib.tk_kda_work_floats(hp.kda_head_dim, hp.kda_head_dim)),
+    "minimax-tiny": (lib.tk_lightning_threshold, lib.tk_lightning_set_threshold,
+                     lambda hp: lib.tk_lightning_work_floats(hp.head_dim)),
+}
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    from toolkit.convert import convert
+    d = tmp_path_factory.mktemp("chunked_ws")
+    out = {"qwen35-tiny": FIX / "llamacpp" / "qwen35-tiny.f32.gguf"}
+    for n in ("kimilinear-tiny", "minimax-tiny"):
+        out[n] = d / f"{n}.f32.gguf"
+        convert(str(FIX / "hf" / n), str(out[n]), "f32")
+    return out
+
+
+def compute_bytes(m, n_ub):
+    """(estimate, allocated) compute bytes of a context of n_ubatch n_ub"""
+    est = memory_estimate(m, N_CTX, N_SEQ, n_ub, N_THR)
+    with Context(m, n_ctx=N_CTX, n_seq_max=N_SEQ, n_ubatch=n_ub, n_threads=N_THR) as ctx:
+        got = ctx.memory_report()
+    assert est == got
+    return est["compute"]
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_workspace_only_when_the_threshold_can_use_it(paths, name):
+    get, set_, per_thread = KINDS[name]
+    before = get()
+    try:
+        with Model(paths[name]) as m:
+            ws = N_THR * per_thread(m.hparams) * 4
+            assert ws > 0
+            set_(0)
+            never = compute_bytes(m, 64)
+            set_(1)
+            on = compute_bytes(m, 64)
+            set_(65)                    # above n_ubatch: no run can reach it
+            unreachable = compute_bytes(m, 64)
+            set_(64)
+            reachable = compute_bytes(m, 64)
+        assert on - never == ws, (name, on, never, ws)
+        assert unreachable == never and reachable == on
+    finally:
+        set_(before)
+
+
+def test_the_recurrence_runs_without_the_workspace(paths):
+    """A threshold turned on after the context was made (so it holds no workspace) leaves the
+    recurrence in force: the same logits as at threshold 0, bit for bit (with the workspace,
+    threshold 1 would run the chunked form: other bits)."""
+    name = "qwen35-tiny"
+    get, set_, _ = KINDS[name]
+    before = get()
+    tok = list(range(1, 40))
+    try:
+        with Model(paths[name]) as m:
+            res = []
+            for late in (False, True):
+                set_(0)
+                with Context(m, n_ctx=N_CTX, n_seq_max=N_SEQ, n_ubatch=64, n_threads=N_THR) as ctx:
+                    if late:
+                        set_(1)
+                    res.append(ctx.decode(tok, logits="all"))
+        assert np.array_equal(res[0], res[1])
+    finally:
+        set_(before)
