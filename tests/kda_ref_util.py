@@ -1,10 +1,10 @@
 """A float64 numpy forward of GLM-5-Next (glm5-next) and Ling 3 (bailingmoe3) read from a GGUF
-file in llama.cpp's layout (spec kda-family.md §2), for tests: it checks the layout our converter
+file in llama.cpp's layout (docs/specs/kda-family.md §2), for tests: it checks the layout our converter
 writes against HF's logits, and runs the C pieces this branch owns (mHC: tk_mhc_pre_rows /
 tk_mhc_post_rows; the DSA selection: tk_dsa_select) inside a whole model when asked (``use_c``).
 
 Formulas: transformers 5.24 modeling_glm5_next.py / modeling_bailing_hybrid.py (KDA recurrence
-HFK:449-462, the bounded / softplus gates, MLA, DSA HFG:772-1061, mHC HFG:266-340, MoE HFK:719-781).
+modeling_kimi_linear.py:449-462, the bounded / softplus gates, MLA, DSA modeling_glm5_next.py:772-1061, mHC modeling_glm5_next.py:266-340, MoE modeling_kimi_linear.py:719-781).
 One sequence, the whole prompt at once (HF's one-shot call).
 """
 from __future__ import annotations

@@ -2,8 +2,8 @@
 the recurrence, and a caller of gdn.c's entry points with per-channel decay (tk_gdn_head.gk);
 the shared code is tests/gdn_util.py's (inputs with ``gk`` take its per-channel paths).
 
-The operator (spec kda-family.md section 2.1; transformers modeling_kimi_linear.py
-recurrent_kimi_delta_attention, HFK:449-462), per head, S in R^{Dk x Dv}:
+The operator (docs/specs/kda-family.md §2.1; transformers modeling_kimi_linear.py
+recurrent_kimi_delta_attention, modeling_kimi_linear.py:449-462), per head, S in R^{Dk x Dv}:
     S <- Diag(exp(g_t)) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
 with g_t in R^{Dk} the per-key-channel log decay (<= 0).  The C buffer holds S as llama.cpp
 does: element (key i, value j) at S[j*dk + i], i.e. S^T row-major, shape [Dv, Dk].

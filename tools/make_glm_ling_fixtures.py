@@ -8,7 +8,7 @@ bailinghybrid-tiny are ../shared/fixtures' (tools/make_fixtures3_kda.py there).
     glm5next-softplus-tiny the softplus KDA gate (linear_attn_config.gate_lower_bound null, safe_gate
                            false), 2 streams, k-pools of 4, budget 8, 2 groups of 3 experts (1 kept)
     glm5next-notail-tiny   index_kpool_always_select_tail false: a query attends only its complete
-                           pools, the first 3 none at all (HF's sdpa: a zero output, spec §2.4, D18)
+                           pools, the first 3 none at all (HF's sdpa: a zero output, docs/specs/kda-family.md §2.4, D18)
     bailinghybrid-var-tiny 5 layers in groups of 2 (HF: attention at 1 and 3, layer 4 KDA; llama.cpp's
                            converter would make 4 attention, D14), the softplus gate (kda_safe_gate false),
                            no q-LoRA, rms_norm_eps 1e-5, 2 shared experts, norm_topk_prob false, dr 4
@@ -20,7 +20,7 @@ Runs only where torch and transformers are installed (here /tmp/devenv_m1), neve
 Parameters redrawn as tools/make_kimi_fixtures.py does; the seed is the first from 1 up whose
 reference pass has a routing gap of at least 1e-4 at every position of every MoE layer and (GLM) a
 relative gap of at least 1e-3 between the last kept and the first dropped pool of every indexer
-selection that drops one (as ../shared's glm5next-tiny: no reference depends on ties, spec §2.4).
+selection that drops one (as ../shared's glm5next-tiny: no reference depends on ties, docs/specs/kda-family.md §2.4).
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def _min_gap(torch, model, ids, cls: str) -> float:
 def _min_dsa_gap(torch, model, ids) -> float:
     """the smallest relative gap, over every position of every full indexer layer that has more
     candidate pools than it keeps, between the last kept and the first dropped pool score (so no
-    reference depends on how torch.topk orders equal scores, spec §2.4)"""
+    reference depends on how torch.topk orders equal scores, docs/specs/kda-family.md §2.4)"""
     F = torch.nn.functional
     gaps = []
 

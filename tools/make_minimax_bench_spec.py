@@ -42,7 +42,7 @@ def main(argv):
     with torch.device("meta"):
         model = transformers.MiniMaxForCausalLM(cfg)
     shapes = {}
-    for k, v in model.state_dict().items():      # the module's names -> the saved ones (spec §5.2)
+    for k, v in model.state_dict().items():      # the module's names -> the saved ones (docs/specs/more-hybrids.md §5.2)
         if ".mlp.experts.gate_up_proj" in k:       # [E, 2F, H] fused: saved as w1 (gate), w3 (up)
             for e in range(v.shape[0]):
                 for w in ("w1", "w3"):

@@ -3,7 +3,7 @@
 copied here as it is) does not cover:
 
     zamba-odd-tiny    tie_word_embeddings false, so transformers unties the shared blocks: hybrid
-                      layers 0 and 3 of 4 each save their own (spec more-hybrids.md §7.2); the hub
+                      layers 0 and 3 of 4 each save their own (docs/specs/more-hybrids.md §7.2); the hub
                       form of ``layers_block_type`` ("mamba" / "hybrid"); hidden 48, 3 Mamba heads of
                       32 (expand 2), d_state 8, d_conv 3, dt_rank 5, 4 attention heads of 24 over 2
                       KV heads, intermediate_size 80, no conv bias

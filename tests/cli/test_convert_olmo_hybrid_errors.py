@@ -64,7 +64,7 @@ def test_attention_bias_is_unsupported(monkeypatch, capsys, tmp_path):
 
 
 def test_norms_under_their_module_names_convert(tmp_path):
-    """The load-time names (input_layernorm / post_attention_layernorm, CM:1303-1304) are accepted
+    """The load-time names (input_layernorm / post_attention_layernorm, conversion_mapping.py:1303-1304) are accepted
     for the renamed norms: the same file as from the saved names."""
     import json
     from safetensors.numpy import load_file, save_file

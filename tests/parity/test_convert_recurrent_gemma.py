@@ -1,6 +1,6 @@
 """RecurrentGemma (RecurrentGemmaForCausalLM -> recurrent-gemma): the converter.
 
-Checked, against the checkpoint and spec more-hybrids.md §6.3 (the runtime's parity with HF is
+Checked, against the checkpoint and docs/specs/more-hybrids.md §6.3 (the runtime's parity with HF is
 test_recurrent_gemma.py): every tensor's values (norms with 1 + w folded, the conv squeezed,
 the RG-LRU gate matrices as stored), the keys (block_types cycled, MLP width F / 2, partial
 RoPE dims, window, soft cap, rglru.width, embedding_scale = bf16(sqrt H)), bad input refused
@@ -101,7 +101,7 @@ def test_tensors_match_the_checkpoint(converted):
 
 @pytest.mark.parametrize("n_embd, want", [(64, 8.0), (96, 9.8125), (2560, 50.5), (2048, 45.25)])
 def test_embedding_scale_is_sqrt_rounded_to_bfloat16(n_embd, want):
-    # spec more-hybrids.md §6.4: HF's normalizer is a bfloat16 buffer (2560 -> 50.5, not 50.596)
+    # docs/specs/more-hybrids.md §6.4: HF's normalizer is a bfloat16 buffer (2560 -> 50.5, not 50.596)
     assert embedding_normalizer(n_embd) == want
 
 
@@ -135,7 +135,7 @@ def test_bad_input_one_error_nothing_at_out(tmp_path, edit, err, msg):
 
 
 # ---- the file is sufficient: a float64 NumPy forward that reads only the GGUF ------------------
-# (the contract the runtime's RG-LRU kind implements; spec more-hybrids.md §6.4)
+# (the contract the runtime's RG-LRU kind implements; docs/specs/more-hybrids.md §6.4)
 
 def _rms(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w      # w already 1 + gamma

@@ -1,7 +1,7 @@
 """GLM-5-Next (glm5-next) and Ling 3 (bailingmoe3) run: our f32 conversion against HF's logits at
 one shot and ubatches of 1 and 7, greedy identical; llama.cpp's own files run here; two
 sequences in one batch equal separate runs; deliberate breaks of this branch's pieces seen
-failing (spec kda-family.md; fixtures ../shared/fixtures/hf/{glm5next,bailinghybrid}-tiny:
+failing (docs/specs/kda-family.md; fixtures ../shared/fixtures/hf/{glm5next,bailinghybrid}-tiny:
 glm5next-tiny 160 tokens, sparse from position 39, hc 4, k-pools of 8, budget 32, SwiGLU limit
 1.0; bailinghybrid-tiny 64 tokens, KDA at 0 and 2, MLA with q-LoRA, dr 8, head gate at 1 and 3)."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ NAMES = ["glm5next-tiny", "bailinghybrid-tiny"]
 # k-pools, budgets, gate bounds, the softplus gate, SwiGLU limits, no renormalisation, attention
 # first, a shared indexer, expert groups, no q-LoRA, rms_norm_eps 1e-5, a layer-group tail
 # glm5next-notail-tiny: index_kpool_always_select_tail false (the first kp - 1 queries attend
-# nothing: a zero attention output, as HF's sdpa gives; spec §2.4 / D18 calls it undefined)
+# nothing: a zero attention output, as HF's sdpa gives; docs/specs/kda-family.md §2.4 / D18 calls it undefined)
 VARIANTS = ["glm5next-var-tiny", "glm5next-softplus-tiny", "glm5next-notail-tiny", "bailinghybrid-var-tiny"]
 
 
@@ -63,7 +63,7 @@ def test_converted_f32_matches_hf(hf_f32, report, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_llama_cpp_file_runs(report, name):
     """llama.cpp's files (= ours byte for byte) run here as ours do; llama.cpp's own logits (F16
-    cache) are ~1e-4 away (spec §5)"""
+    cache) are ~1e-4 away (docs/specs/kda-family.md §5)"""
     ref = _ref(name)
     lo = logits_of(FIX / "llamacpp" / f"{name}.f32.gguf", ref["tokens"])
     err, lc = rel_l2(lo, ref["logits"]), rel_l2(lo, np.load(FIX / "llamacpp" / f"{name}.logits.npy"))

@@ -32,7 +32,7 @@ def rel(a, b):
 @pytest.mark.parametrize("name", ["glm5next-tiny", "bailinghybrid-tiny"])
 def test_numpy_forward_matches_hf(name):
     lo, ref = _run(name)
-    # measured 1.6e-6 (glm5next-tiny) and 4.6e-6 (bailinghybrid-tiny: HF float32's own floor, spec §7)
+    # measured 1.6e-6 (glm5next-tiny) and 4.6e-6 (bailinghybrid-tiny: HF float32's own floor, docs/specs/kda-family.md §7)
     assert rel(lo, ref) < 1e-5
     assert (lo.argmax(1) == ref.argmax(1)).all()
 
@@ -45,7 +45,7 @@ def test_c_mhc_and_dsa_selection_in_the_model():
 
 def test_dense_attention_is_seen_failing_from_position_39():
     """the fixture is sparse from position 39 (B 32 + kp 8 - 1): attending every earlier key
-    instead of the selection moves the logits from there on (spec §2.4)"""
+    instead of the selection moves the logits from there on (docs/specs/kda-family.md §2.4)"""
     lo, ref = _run("glm5next-tiny", sel_break=lambda s: np.tril(np.ones_like(s)))
     e = np.linalg.norm(lo - ref, axis=1) / np.linalg.norm(ref, axis=1)
     assert e[:39].max() < 1e-5 and e[39:].max() > 1e-2

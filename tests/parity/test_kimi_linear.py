@@ -11,7 +11,7 @@ experts, routed_scaling_factor 1.7.
 
 Checked: f32 logits < 1e-5 relative L2 in one shot and in ubatches of 1 and 7, greedy
 continuation identical (end-of-text, id 0, suppressed as HF's reference did); llama.cpp's own file
-runs here at its own l2 / MLA epsilon (rms_norm_eps, spec D4 / D5): 2.9e-4 from HF, as llama.cpp
+runs here at its own l2 / MLA epsilon (rms_norm_eps, docs/specs/kda-family.md D4 / D5): 2.9e-4 from HF, as llama.cpp
 itself with an F32 cache, and near llama.cpp's own F16-cache logits; two sequences in one batch
 give each its own run's logits; Q8_0 / Q4_K_M ordered by bits.
 """
@@ -61,7 +61,7 @@ def test_converted_f32_matches_hf(hf_f32, report, name):
 
 def test_llama_cpp_file_runs(report):
     """llama.cpp's file has none of our keys: it runs with llama.cpp's epsilons (rms_norm_eps for
-    the l2-norm and the MLA norms), 2.9e-4 from HF as llama.cpp with an F32 cache (spec §5), and
+    the l2-norm and the MLA norms), 2.9e-4 from HF as llama.cpp with an F32 cache (docs/specs/kda-family.md §5), and
     1e-4 from llama.cpp's own logits (its F16 cache)."""
     ref = _ref("kimilinear-tiny")
     lo = logits_of(LLAMACPP, ref["tokens"])

@@ -56,7 +56,7 @@ def test_layout(hf_f32):
 
 
 def test_norms_are_written_as_stored(hf_f32):
-    """Plain multipliers (HFA:52-68): every norm weight equals the checkpoint's, no +1."""
+    """Plain multipliers (modeling_lara_mini.py:52-68): every norm weight equals the checkpoint's, no +1."""
     from safetensors.numpy import load_file
     from toolkit.gguf_io import GGUFFile
     d = pathlib.Path(__file__).parent.parent / "fixtures" / "hf" / NAME

@@ -15,7 +15,7 @@ recurrence (threshold 0), and the two forms against each other.
 Checked: f32 logits < 1e-5 relative L2 in one shot and in ubatches of 1 and 7 (64 tokens: four
 of HF's blocks), greedy continuation identical (end-of-text, id 0, suppressed as HF's reference
 did); the file equals llama.cpp's converter's (keys but its name / chat template, every tensor);
-llama.cpp's own file runs here at its own ε / slope (2.4e-5 from HF, spec §5.6); two sequences
+llama.cpp's own file runs here at its own ε / slope (2.4e-5 from HF, docs/specs/more-hybrids.md §5.6); two sequences
 in one batch give each its own run's logits; Q8_0 / Q4_K_M ordered by bits.
 """
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_block_and_recurrent_prefill_agree(hf_f32, report, lightning_threshold, 
 
 def test_llama_cpp_file_runs(ref, report):
     """llama.cpp's file runs here with HF's ε and slope (ours), so within our bound of HF; llama.cpp
-    itself, with its own ε / slope, is 2.4e-5 from HF (spec §5.6)."""
+    itself, with its own ε / slope, is 2.4e-5 from HF (docs/specs/more-hybrids.md §5.6)."""
     err = rel_l2(logits_of(LLAMACPP, ref["tokens"]), ref["logits"])
     report.append(f"{NAME}: llama.cpp's file run here vs HF {err:.2e}")
     assert err < F32_BOUND

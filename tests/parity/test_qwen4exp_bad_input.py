@@ -3,7 +3,7 @@ never a traceback or a crash.  Each case is our f32 conversion of qwen4exp-tiny 
 changed (rewritten with gguf-py):
 
 - attention.compress_ratios all zero while the indexer tensors are present (what llama.cpp
-  0c1e570's converter writes under transformers 5.24, spec B1);
+  0c1e570's converter writes under transformers 5.24, docs/specs/gdn-family.md B1);
 - a PLE hash constant missing (ple.head_offsets);
 - a PLE layer that is not a gated delta net layer (ple.layers names the attention layer 3);
 - hyper-connection tensors of the wrong width (hyper_connection.count 3 for tensors of 2 streams).

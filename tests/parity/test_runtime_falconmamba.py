@@ -10,7 +10,7 @@ Checked: f32 conversion within F32_BOUND relative L2 one-shot and in ubatches of
 identical; the file is the one llama.cpp's mamba loader reads (its keys, tensor names, shapes;
 our ``mamba.ssm.dt_b_c_rms_epsilon`` written only where HF's epsilon differs from
 ``layer_norm_rms_epsilon``), and dropping that key gives llama.cpp's arithmetic, off by 3e-4
-(spec more-hybrids.md F1); ``toolkit quantize`` Q8_0 / Q4_K_M with error ordered by bits.
+(docs/specs/more-hybrids.md F1); ``toolkit quantize`` Q8_0 / Q4_K_M with error ordered by bits.
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_file_is_what_llamacpp_mamba_loader_reads(fixtures, hf_f32, name):
 
 def test_without_hf_epsilon_is_llamacpp_arithmetic(fixtures, hf_f32, tmp_path, report):
     """The same file without our key runs the dt/B/C norms at layer_norm_rms_epsilon, as llama.cpp
-    does: 1e-5 instead of HF's 1e-6 moves the logits by ~3e-4, far above F32_BOUND (spec F1).  The
+    does: 1e-5 instead of HF's 1e-6 moves the logits by ~3e-4, far above F32_BOUND (docs/specs/more-hybrids.md F1).  The
     key is what brings the file to HF's figures."""
     from gguf_edit_util import rewrite
     from toolkit.gguf_io import GGUFFile

@@ -1,4 +1,4 @@
-"""Parity of olmo-hybrid, OLMo-Hybrid (spec more-hybrids.md §3; names and keys proposed there), with
+"""Parity of olmo-hybrid, OLMo-Hybrid (docs/specs/more-hybrids.md §3; names and keys proposed there), with
 the HF reference.
 
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits and its

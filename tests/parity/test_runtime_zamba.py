@@ -57,7 +57,7 @@ def test_fixtures_cover_the_layout(hf_f32):
 
 def test_first_block_everywhere_is_wrong_for_untied(fixtures, hf_f32, tmp_path, report):
     """zamba-odd-tiny's second block differs: running block 0 on both hybrid layers (the tied
-    reading, shared_block_count 1) is far off (spec §7.2: 2e-2 on its fixture)."""
+    reading, shared_block_count 1) is far off (docs/specs/more-hybrids.md §7.2: 2e-2 on its fixture)."""
     import gguf
     from gguf_edit_util import rewrite
     src = hf_f32("zamba-odd-tiny")

@@ -6,7 +6,7 @@ lfm2-tiny's conversion with llama.cpp's ``attention.sliding_window`` and
 forward pass (HF Lfm2ForCausalLM: gated short conv, q/k-normed NEOX-RoPE attention, SwiGLU,
 tied output after ``embedding_norm``) read from the HF checkpoint; a sliding layer's query i
 sees the keys j with i - W < j <= i (W tokens including itself: HF
-``create_sliding_window_causal_mask``; specs/more-hybrids.md "Sliding window W").  Without a
+``create_sliding_window_causal_mask``; docs/specs/more-hybrids.md "Sliding window W").  Without a
 window it equals HF's logits (reference.npz), which checks the reference itself.
 
 Each model: relative L2 of all 64 positions' logits < 1e-5 in one shot and in ubatches of 1 and 7

@@ -1,6 +1,6 @@
 """GLM-5-Next's DSA k-pool selection (layers/dsa.c, tk_dsa_select) against a float64 numpy
 transcription of transformers 5.24 modeling_glm5_next.py Glm5NextTextIndexer (:811-1061; spec
-kda-family.md §2.4), one sequence without padding, every key in the cache (HF's one-shot call):
+docs/specs/kda-family.md §2.4), one sequence without padding, every key in the cache (HF's one-shot call):
 
     pools of kp keys from position 0, complete pools only; P_p = sum_j softmax_j(gamma + ape[j]) k_I
     score(t, p) = sum_h w_h relu(dI^-1/2 q_h . P_p), pools whose last key <= t are candidates

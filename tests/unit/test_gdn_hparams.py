@@ -1,4 +1,4 @@
-"""Reading the gated-delta-net families' hparams (toolkit/arch/readers.py, spec gdn-family.md
+"""Reading the gated-delta-net families' hparams (toolkit/arch/readers.py, docs/specs/gdn-family.md
 §1.3 and §8.1) from llama.cpp's files, with keys edited in memory: layer kinds from
 ``attention.recurrent_layers`` (before ``full_attention_interval``), n_layer = block_count -
 nextn_predict_layers, the head sizes and their checks, each bad value one InputError naming

@@ -1,6 +1,6 @@
 """The gated-delta-net families' forward (mixer_gdn.c, the gated attention of
-mixer_attention.c, the Qwen MoE) against a float64 numpy reference written from the spec
-(../shared/specs/gdn-family.md §2), on llama.cpp's f32 files.
+mixer_attention.c, the Qwen MoE) against a float64 numpy reference written from docs/specs/gdn-family.md
+(docs/specs/gdn-family.md §2), on llama.cpp's f32 files.
 
 The reference reads the GGUF tensors as they are (no HF in the loop), so it also checks the
 parts the HF parity cannot reach: the sigmoid output gate of the gated norm (gdn_gate_act = 1,
@@ -35,7 +35,7 @@ def silu(x):
 
 
 class Ref:
-    """float64 forward of one GGUF file (spec §2.1-2.4)."""
+    """float64 forward of one GGUF file (docs/specs/gdn-family.md §2.1-2.4)."""
 
     def __init__(self, path, act: int):
         self.f = GGUFFile(str(path))

@@ -1,9 +1,9 @@
 """Kimi Delta Attention (the gated delta rule with a per-key-channel decay, tk_gdn_head.gk)
 in gdn.c against a float64 numpy reference of the recurrence (tests/kda_util.py; spec
-kda-family.md section 2.1, transformers modeling_kimi_linear.py recurrent_kimi_delta_attention):
+docs/specs/kda-family.md §2.1, transformers modeling_kimi_linear.py recurrent_kimi_delta_attention):
     S <- Diag(exp(g_t)) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t
 
-The recurrent form and the chunked form (spec section 2.2, chunks of 64 with sub-blocks of
+The recurrent form and the chunked form (docs/specs/kda-family.md §2.2, chunks of 64 with sub-blocks of
 16, forced with tk_kda_set_threshold(1)) run at every CPU level the machine has.  Inputs are
 realistic: q, k l2-normed (q also scaled by 1/sqrt(Dk)), g in [-3, 0] per channel, beta in
 (0, 1).  Errors are max |got - ref| / max |ref| over the outputs and the final state.

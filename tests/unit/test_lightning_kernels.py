@@ -5,7 +5,7 @@ attention with the per-head decay lambda = exp(-s):
     S <- lambda S + k_t v_t^T;  o_t = S^T q_t
 S is d x d, stored as llama.cpp stores it: element (k, v) at S[v*d + k], i.e. the C buffer is
 S^T row-major, shape [d(v), d(k)].  ref: transformers 5.24 modeling_minimax.py
-MiniMaxLightningAttention (spec more-hybrids.md §5.4).
+MiniMaxLightningAttention (docs/specs/more-hybrids.md §5.4).
 
 Two references: the recurrence token by token, and HF's block form written out in NumPy
 (its query_decay / key_decay / diagonal_decay / block_decay, blocks of any size), which the

@@ -1,7 +1,7 @@
 """GLM-5-Next's manifold-constrained hyper-connections (residual_hc.c, mHC) against a float64
 numpy reference written from transformers 5.24 modeling_glm5_next.py
 (Glm5NextTextHyperConnection.forward, :294-319; the decoder layer's combine, :1338-1340;
-spec kda-family.md §2.5):
+docs/specs/kda-family.md §2.5):
 
     f = X / sqrt(mean(X^2) + rms_eps)          over all hc D values of a token, no weight
     m = fn f = [m_pre | m_post | m_comb]

@@ -4,7 +4,7 @@ machine has (scalar, AVX2+FMA).
 Contracts (tk_testing.h): tk_rglru_gates, out[t][h bw + j] = b[h][j] + sum_i x[t][h bw + i] W[h][i][j];
 tk_rglru_scan, r = sigmoid(ga), i = sigmoid(gi), log a = neg8sp r, a = exp(log a),
 m = sqrt(1 - exp(2 log a)) (a = 0, m = 1 where reset), h <- a h + (x i) m, y = h yb
-(spec more-hybrids.md §6.4; HF RecurrentGemmaRglru).  Also: a channel's bits do not depend on
+(docs/specs/more-hybrids.md §6.4; HF RecurrentGemmaRglru).  Also: a channel's bits do not depend on
 the channel range it is scanned in or on how a run is split over calls, and a token's gates do
 not depend on the tokens beside it (what rollback and the ubatch splits need); the snapshots
 are the state after each token.

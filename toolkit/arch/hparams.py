@@ -11,7 +11,7 @@ Glossary (Mamba's symbols, llama.cpp's keys):
     n_group   G, Mamba-2 B/C groups               {arch}.ssm.group_count
     head_dim  P = d_inner / H (Mamba-2)           {arch}.ssm.head_dim (ours) or derived
 
-Gated delta net (Qwen3-Next / Qwen3.5; spec gdn-family.md) on the same fields:
+Gated delta net (Qwen3-Next / Qwen3.5; docs/specs/gdn-family.md) on the same fields:
     d_state = Dk key head dim, ssm_head_dim = Dv value head dim ({arch}.ssm.value_head_dim, ours,
     else Dk), n_group = Hk key heads, ssm_n_head = dt_rank = Hv value heads, d_inner = Hv Dv,
     d_conv = K; gdn_gate_act: the gated norm's activation of z (0 silu, 1 sigmoid).

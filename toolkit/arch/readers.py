@@ -103,7 +103,7 @@ def read_common(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if n_layer <= 0 or n_layer > 4096:
         raise r.bad(Keys.LLM.BLOCK_COUNT, f"= {n_layer} is out of range")
     # MTP / NextN blocks come after the main ones and run only as a draft head: the runtime
-    # runs block_count - nextn_predict_layers layers (llama-hparams.cpp; spec §1.3, B16)
+    # runs block_count - nextn_predict_layers layers (llama-hparams.cpp; docs/specs/gdn-family.md §1.3, B16)
     n_nextn = int(r.opt(Keys.LLM.NEXTN_PREDICT_LAYERS, 0))
     if not 0 <= n_nextn < n_layer:
         raise r.bad(Keys.LLM.NEXTN_PREDICT_LAYERS, f"= {n_nextn} must be in [0, block_count = {n_layer})")
@@ -232,7 +232,7 @@ def read_norm_before_gate(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
 
 
 def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Gated delta net heads (spec gdn-family.md §1.3, §8.1), onto the recurrent fields:
+    """Gated delta net heads (docs/specs/gdn-family.md §1.3, §8), onto the recurrent fields:
 
     Dk = ``ssm.state_size`` (d_state), Dv = ``ssm.value_head_dim`` (ours) else Dk (ssm_head_dim),
     Hk = ``ssm.group_count`` (n_group), Hv = ``ssm.time_step_rank`` (ssm_n_head, = dt_rank),
@@ -253,12 +253,12 @@ def read_gdn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
                                          f"{hp.ssm_n_head} x {hp.ssm_head_dim}")
 
 
-# OLMo-Hybrid's gated norm epsilon: a constant in HF (FusedRMSNormGated's default, HFO:631), not rms_norm_eps
+# OLMo-Hybrid's gated norm epsilon: a constant in HF (FusedRMSNormGated's default, modeling_olmo_hybrid.py:631), not rms_norm_eps
 OLMO_HYBRID_GDN_NORM_EPS = 1e-5
 
 
 def read_olmo_hybrid(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """OLMo-Hybrid's gated delta net (spec more-hybrids.md §3.3), onto read_gdn's fields:
+    """OLMo-Hybrid's gated delta net (docs/specs/more-hybrids.md §3.3), onto read_gdn's fields:
 
     Dk = ``ssm.state_size``, Hk = ``ssm.group_count``, Hv = ``ssm.time_step_rank``, Dv =
     ``ssm.inner_size`` / Hv (OLMo's default Dv is 2 Dk; llama.cpp's GDN assumes Dv = Dk), beta
@@ -280,7 +280,7 @@ def read_olmo_hybrid(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 def check_rope_sections(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """``rope.dimension_sections`` (M-RoPE t/h/w/e sections, optional): their sum must be at most
     n_rot / 2.  Text positions are (p, p, p, 0), so within that bound interleaved M-RoPE is NEOX
-    RoPE on n_rot dims (spec §2.2, B15); nothing else is read from them."""
+    RoPE on n_rot dims (docs/specs/gdn-family.md §2.2, B15); nothing else is read from them."""
     sec = r.opt(Keys.Rope.DIMENSION_SECTIONS, None)
     if sec is None or not hp.attention_layers:
         return
@@ -448,7 +448,7 @@ _GATE_ACTS = {"silu": 0, "swish": 0, "sigmoid": 1}
 
 
 def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """qwen4exp (spec gdn-family.md §1.8): its attention layers are QSA layers; hyper-connection
+    """qwen4exp (docs/specs/gdn-family.md §1.8): its attention layers are QSA layers; hyper-connection
     streams; the QSA indexer; the gated delta net's output gate (``ssm.output_gate_type``, ours;
     absent: sigmoid, what llama.cpp hard-codes); the PLE layers and their uint64 hash constants.
 
@@ -457,7 +457,7 @@ def read_qwen4exp(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
     Raises:
         InputError: a missing or inconsistent key; indexer tensors with every compress ratio 0
-            (llama.cpp's converter wrote such files, spec B1); a PLE layer that is not a gated
+            (llama.cpp's converter wrote such files, docs/specs/gdn-family.md B1); a PLE layer that is not a gated
             delta net layer; constant arrays of the wrong length.
     """
     f, L = r.f, hp.n_layer
@@ -561,7 +561,7 @@ def check_sliding_window_keys(f) -> None:
 
 
 def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """MiniMax-Text-01 (spec more-hybrids.md §5): every branch joins as x = alpha * rmsnorm(x) +
+    """MiniMax-Text-01 (docs/specs/more-hybrids.md §5): every branch joins as x = alpha * rmsnorm(x) +
     beta * branch; alpha = ``residual_scale`` (llama.cpp's one key) unless ours
     ``residual_alpha`` / ``residual_beta`` ([lightning, attention, FFN]) say otherwise (beta 1).
     The lightning heads are ``attention.head_count`` of ``attention.key_length``, read here when
@@ -594,8 +594,8 @@ def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_lara_mini(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Lara-Mini (after read_sliding_window; spec more-hybrids.md §8): RoPE on the sliding-window
-    layers only, fixed by the architecture (the full layers are NoPE, HFA:258-260, 975-976; a file
+    """Lara-Mini (after read_sliding_window; docs/specs/more-hybrids.md §8): RoPE on the sliding-window
+    layers only, fixed by the architecture (the full layers are NoPE, modeling_lara_mini.py:258-260, 975-976; a file
     without sliding layers is NoPE throughout, as HF is); the gated norm's epsilon is rms_norm_eps
     (gdn_norm_eps 0, the default)."""
     hp.rope_swa_only = 1
@@ -607,7 +607,7 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     layers' rotated dims, even, at most rope.dimension_count; default all), and from the tensors
     present the per-head output gate (``blk.N.attn_gate``) and the sandwich norms
     (``blk.N.post_attention_norm`` / ``post_ffw_norm``: the row's sandwich placement, else pre-norm
-    blocks).  ref: specs/more-hybrids.md §4."""
+    blocks).  ref: docs/specs/more-hybrids.md §4."""
     f = r.f
     base = r.opt(Keys.Rope.FREQ_BASE_SWA, None)
     hp.rope_freq_base_swa = float(hp.rope_freq_base if base is None else base)
@@ -624,7 +624,7 @@ def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_rglru(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """RecurrentGemma's RG-LRU sizes (in place of :func:`read_ssm`: spec more-hybrids.md §6.3):
+    """RecurrentGemma's RG-LRU sizes (in place of :func:`read_ssm`: docs/specs/more-hybrids.md §6.3):
     ``rglru.width`` (ours; lru_width) into d_inner and ``ssm.conv_kernel`` (K, in [2, 64]) into
     d_conv; d_state = dt_rank = 0 (the state per layer is the conv window, (K - 1) x lru floats,
     and h, lru floats)."""
@@ -638,7 +638,7 @@ def read_rglru(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """RecurrentGemma (after read_attention; spec more-hybrids.md §6): every attention layer is a
+    """RecurrentGemma (after read_attention; docs/specs/more-hybrids.md §6): every attention layer is a
     sliding-window (local) layer of window ``attention.sliding_window`` (required, >= 1; no
     pattern key: HF has no global layers), the RG-LRU gates' head count ``attention.head_count``
     (read here too when the file has no attention layer) dividing ``rglru.width``, the logit soft
@@ -669,9 +669,9 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """KDA layers (spec kda-family.md §1.2, §2.1): the conv kernel (ssm.conv_kernel), head dim
+    """KDA layers (docs/specs/kda-family.md §1.2, §2.1): the conv kernel (ssm.conv_kernel), head dim
     (kda.head_dim), heads (ours kda.head_count, else attention.head_count as llama.cpp), the q/k
-    l2-norm epsilon (ours kda.l2_norm_epsilon, else rms_eps as llama.cpp, spec D4) and the gate's
+    l2-norm epsilon (ours kda.l2_norm_epsilon, else rms_eps as llama.cpp, docs/specs/kda-family.md D4) and the gate's
     lower bound (kda.gate_lower_bound; absent: kimi's unbounded softplus gate)."""
     if LayerKind.KDA not in hp.layer_kinds:
         return
@@ -733,7 +733,7 @@ def read_kda_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """What GLM-5-Next adds to the KDA family (spec kda-family.md §1.3, §2.4-2.6): mHC
+    """What GLM-5-Next adds to the KDA family (docs/specs/kda-family.md §1.3, §2.4-2.6): mHC
     (``hyper_connection.*``, any count; llama.cpp's loader accepts only 4), the DSA k-pool indexer
     (``attention.indexer.*``: heads, key length, budget, k-pool, the tail, full / shared per layer;
     ``attention.layer_norm_epsilon`` the indexer key LayerNorm's), the SwiGLU clamps (llama.cpp's
@@ -780,7 +780,7 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
 
 
 def read_bailingmoe3_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """What Ling 3 adds to the KDA family (spec kda-family.md §1.4, §2.1, §2.3): ssm_a holds
+    """What Ling 3 adds to the KDA family (docs/specs/kda-family.md §1.4, §2.1, §2.3): ssm_a holds
     +exp(A_log); ``kda.safe_gate`` false is the softplus gate (llama.cpp refuses it, D3; true: the
     bounded gate at ``kda.gate_lower_bound``); MLA rotates its dr dims (adjacent pairs at
     ``rope.freq_base``) and gates each head's output (``attn_gate``)."""

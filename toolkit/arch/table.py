@@ -1,6 +1,6 @@
 """The architecture table: one :class:`ArchSpec` row per GGUF ``general.architecture``.
 
-A family is data, not branches (DESIGN.md).  A row says:
+A family is data, not branches (docs/design.md).  A row says:
 
 - ``c_id``: its ``tk_arch`` id in the C runtime (None: convert/info only, the runtime refuses
   it with the "not supported" message);
@@ -21,7 +21,7 @@ A family is data, not branches (DESIGN.md).  A row says:
   LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name"), ``attn_bias`` (attention biases),
   ``logit_softcap`` (the logits may be soft-capped, final_logit_softcapping);
 - the gated-delta-net families' choices: ``gdn_head_tiled`` (v-head h reads K-head h % Hk, the
-  tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; spec §1.4.2, B19),
+  tiled order of qwen35 GGUFs, else h // (Hv/Hk), qwen3next's grouped order; docs/specs/gdn-family.md §1.4.2, B19),
   ``attn_q_gate`` / ``attn_qk_norm`` (gated attention: attn_q rows per head [q_h | gate_h],
   RMSNorm of q and k per head);
 - the tensors the C loader (``toolkit/native/model.c``) binds: :meth:`ArchSpec.expected_tensors`;
@@ -296,7 +296,7 @@ class ArchSpec:
 _BASE_READERS = (R.read_common, R.read_layer_kinds, R.read_ssm)
 _QWEN_READERS = _BASE_READERS + (R.read_gdn, R.read_attention, R.read_ffn)
 # Qwen3-Next / Qwen3.5 gated attention (q/k RMSNorm, sigmoid gate, NEOX partial RoPE: text
-# M-RoPE is NEOX, spec §2.2, B15) and the post_attention_norm FFN pre-norm
+# M-RoPE is NEOX, docs/specs/gdn-family.md §2.2, B15) and the post_attention_norm FFN pre-norm
 _QWEN_FLAGS = dict(rope_neox=True, attn_q_gate=True, attn_qk_norm=True, ffn_norm="post_attention_norm.weight")
 # LFM2 / LFM2-MoE: no ssm.* keys (read_shortconv instead of read_ssm)
 _LFM2_READERS = (R.read_common, R.read_layer_kinds, R.read_shortconv, R.read_attention, R.read_sliding_window, R.read_ffn)
@@ -330,7 +330,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              # JambaSparseMoeBlock: softmax over all experts, then top-k, not renormalised
              moe_softmax_topk=True, ssm_dt_b_c_norms=True,
              mixer_tensors={**MIXER_TENSORS, LayerKind.MAMBA1: JAMBA_MAMBA1_TENSORS}),
-    # gated delta net + gated attention (spec gdn-family.md): attention layers from
+    # gated delta net + gated attention (docs/specs/gdn-family.md): attention layers from
     # attention.recurrent_layers or full_attention_interval; MoE: softmax, top-k, renormalised
     ArchSpec(ARCH_QWEN3NEXT, c_id=4,
              readers=_QWEN_READERS + (R.check_rms_eps,),
@@ -397,7 +397,7 @@ ARCHES: tuple[ArchSpec, ...] = (
                                         R.check_rms_eps),
              mixers=(LayerKind.MAMBA1, LayerKind.ZAMBA_SHARED), recurrent=LayerKind.MAMBA1, attention_from_file=True,
              rope=False, note="Zamba (v1)"),
-    # OLMo-Hybrid (spec more-hybrids.md §3; names proposed there): gated delta net layers (v-heads
+    # OLMo-Hybrid (docs/specs/more-hybrids.md §3; names proposed there): gated delta net layers (v-heads
     # grouped, beta x ssm.beta_scale, gated-norm epsilon 1e-5) and post-norm attention layers with
     # q / k norms over all heads, NoPE (rope.dimension_count 0) or NEOX RoPE over the whole head
     ArchSpec(ARCH_OLMO_HYBRID, c_id=15,
@@ -414,7 +414,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_LFM2_READERS + (R.read_lfm3, R.check_rms_eps), mixers=(LayerKind.SHORTCONV, LayerKind.ATTENTION),
              recurrent=LayerKind.SHORTCONV, attention_from_file=True, ffns=(FFNKind.DENSE,),
              norm=Norm.SANDWICH, **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
-    # Lara-Mini (spec more-hybrids.md §8; qwen35moe's names): gated delta net (v-heads grouped,
+    # Lara-Mini (docs/specs/more-hybrids.md §8; qwen35moe's names): gated delta net (v-heads grouped,
     # plain norm weights, gated-norm epsilon rms_eps), attention with per-head q / k norms and no
     # output gate, NEOX RoPE on the sliding-window layers and NoPE on the full ones (read_lara_mini),
     # MoE (softmax, top-k, renormalised) with an ungated shared expert (no ffn_gate_inp_shexp)
@@ -423,7 +423,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_qk_norm=True,
              gdn_head_tiled=False, mixer_tensors=QWEN35_MIXER_TENSORS, note="Lara-Mini"),
-    # MiniMax-Text-01 (llama.cpp's minimax-01; spec more-hybrids.md §5): lightning attention
+    # MiniMax-Text-01 (llama.cpp's minimax-01; docs/specs/more-hybrids.md §5): lightning attention
     # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
     # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)
     ArchSpec(ARCH_MINIMAX, c_id=18,
@@ -431,7 +431,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
              residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),
-    # RecurrentGemma (spec more-hybrids.md §6.3's proposed names): RG-LRU blocks (mixer_rglru.c) and
+    # RecurrentGemma (docs/specs/more-hybrids.md §6.3's proposed names): RG-LRU blocks (mixer_rglru.c) and
     # local MQA (every attention layer sliding, NEOX RoPE on rope.dimension_count < head_dim dims,
     # o_proj bias), GeGLU MLPs with biases (ffn_geglu.c); norms (1 + w) folded by the converter;
     # embedding * bf16(sqrt D), logits soft-capped (read_recurrent_gemma)
@@ -443,7 +443,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              # the per-head RG-LRU gate blocks, expanded to float32 at load: a fallback type only loses precision
              quant_no_fallback=(".rglru_gate_i.weight", ".rglru_gate_a.weight"),
              mixer_tensors=RECURRENT_GEMMA_MIXER_TENSORS, note="RecurrentGemma"),
-    # Kimi-Linear (llama.cpp's kimi-linear; spec kda-family.md): KDA layers (mixer_kda.c) and MLA
+    # Kimi-Linear (llama.cpp's kimi-linear; docs/specs/kda-family.md): KDA layers (mixer_kda.c) and MLA
     # layers (per-layer head_count_kv 1; mixer_mla.c, the latent cached), leading dense SwiGLU
     # layers, then MoE with sigmoid routing, choice bias, groups, renormalisation, scale, shared expert
     ArchSpec(ARCH_KIMI_LINEAR, c_id=20,
@@ -451,7 +451,7 @@ ARCHES: tuple[ArchSpec, ...] = (
                       R.check_rms_eps),
              mixers=(LayerKind.KDA, LayerKind.MLA), recurrent=LayerKind.KDA, attention_from_file=True,
              ffns=(FFNKind.DENSE, FFNKind.MOE), rope=False, moe_sigmoid=True, note="Kimi-Linear"),
-    # GLM-5-Next (llama.cpp's glm5-next; spec kda-family.md §1.3): kimi-linear's kinds with the
+    # GLM-5-Next (llama.cpp's glm5-next; docs/specs/kda-family.md §1.3): kimi-linear's kinds with the
     # bounded KDA gate, NoPE MLA with the DSA k-pool indexer (dsa.c), mHC residual streams
     # (residual_hc.c), every SwiGLU clamped
     ArchSpec(ARCH_GLM5_NEXT, c_id=21,

@@ -74,7 +74,7 @@ class T:
     ATTN_KV_A_NORM = gguf.TENSOR_NAMES[_M.ATTN_KV_A_NORM]
     ATTN_K_B = gguf.TENSOR_NAMES[_M.ATTN_K_B]
     ATTN_V_B = gguf.TENSOR_NAMES[_M.ATTN_V_B]
-    # recurrent-gemma's RG-LRU (spec more-hybrids.md §6.3's proposed names)
+    # recurrent-gemma's RG-LRU (docs/specs/more-hybrids.md §6.3's proposed names)
     RGLRU_X = "blk.{bid}.rglru_x"              # linear_x: the conv's input branch
     RGLRU_Y = "blk.{bid}.rglru_y"              # linear_y: the GeLU output gate branch
     RGLRU_GATE_I = "blk.{bid}.rglru_gate_i"    # input gate, per head x_h . W_h (HF layout [nh, in, out])

@@ -12,13 +12,13 @@ import sys
 import typer
 from rich.console import Console
 
+from toolkit.cli.help import Typer
 from toolkit.errors import ToolkitError
 
-app = typer.Typer(
+app = Typer(
     name="toolkit",
-    help="Hybrid recurrent/attention language models (Mamba, Mamba-2, Bamba, Granite 4.0-H, Jamba, "
-         "Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5, Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba, Zamba2, "
-         "FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear, GLM-5-Next, Ling 3): convert Hugging Face checkpoints to GGUF, quantize, and run them on a CPU.",
+    help="Hybrid recurrent/attention language models ({families}): convert Hugging Face checkpoints to GGUF, "
+         "quantize, and run them on a CPU.",   # {families}: the converter registry's list (cli/help.py)
     no_args_is_help=True,
     add_completion=True,      # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
@@ -33,129 +33,6 @@ def print_error(msg: str, label: str = "error") -> None:
     """``LABEL: MSG`` on stderr, one line; MSG printed as it is (never as markup)."""
     from rich.text import Text
     err_console.print(Text.assemble((f"{label}:", "bold red"), " ", str(msg)), highlight=False, soft_wrap=True)
-
-
-def _plain_flags_in_help() -> None:
-    """typer's help gives every option a type column; an on/off flag (``--ignore-eos``,
-    ``--escape/--no-escape``) takes no value, so it gets none (not ``<bool>``)."""
-    try:
-        from typer.core import TyperOption
-    except ImportError:
-        return
-    orig = getattr(TyperOption, "display_type_rich", None)
-    if orig is None or getattr(orig, "_toolkit", False):
-        return
-
-    def display_type_rich(self, ctx):
-        if getattr(self, "is_flag", False) or getattr(self, "count", False):
-            return None
-        return orig(self, ctx)
-    display_type_rich._toolkit = True
-    TyperOption.display_type_rich = display_type_rich
-
-
-_plain_flags_in_help()
-
-
-def _usage_names_as_written() -> None:
-    """typer writes an argument in the usage line as its lower-case parameter name, in braces
-    when required (``{model}``, ``[prompt]``); ours are written as the README writes them: an
-    explicit metavar verbatim (``HF_DIR``, ``[OUT.gguf]``), else the name in capitals,
-    bracketed when optional (``[PROMPT]``)."""
-    try:
-        from typer.core import TyperArgument
-    except ImportError:
-        return
-    if getattr(getattr(TyperArgument, "_usage_display_name", None), "_toolkit", False):
-        return
-
-    def _usage_display_name(self) -> str:
-        if self.metavar is not None:
-            name = self.metavar
-        else:
-            name = (self.name or "").upper()
-            name = name if self.required else f"[{name}]"
-        return name + ("..." if self.nargs != 1 else "")
-    _usage_display_name._toolkit = True
-    TyperArgument._usage_display_name = _usage_display_name
-
-
-_usage_names_as_written()
-
-
-def _readable_options_panel() -> None:
-    """typer's options panel has six columns (long, short, negative long, negative short,
-    type, help); at 80 columns the help is squeezed into a 15-character strip and long flags are
-    cut (``--system-prom…``).  Here each option is one cell, as llama.cpp's help writes it
-    (``-p, --prompt <str>``, ``-e, --escape / --no-escape``), with its help beside it on a wide
-    terminal (100 columns or more) and on the lines below it, indented, on a narrower one."""
-    try:
-        from rich import box
-        from rich.padding import Padding
-        from rich.panel import Panel
-        from rich.table import Table
-        from rich.text import Text
-        from typer import rich_utils as ru
-        from typer.core import TyperArgument
-    except ImportError:
-        return
-    if getattr(getattr(ru, "_print_options_panel", None), "_toolkit", False):
-        return
-
-    def names(param, ctx) -> Text:
-        t = Text()
-        if isinstance(param, TyperArgument):
-            # the name as the usage line writes it, without its brackets
-            t.append(param._usage_display_name().strip("[]"), style=ru.STYLE_OPTION)
-        else:
-            opts = sorted(param.opts, key=lambda o: (o.startswith("--"), len(o)))
-            t.append(", ".join(opts), style=ru.STYLE_OPTION)
-            neg = sorted(getattr(param, "secondary_opts", ()), key=lambda o: (o.startswith("--"), len(o)))
-            if neg:
-                t.append(" / ")
-                t.append(", ".join(neg), style=ru.STYLE_NEGATIVE_OPTION)
-        kind = param.display_type_rich(ctx=ctx)
-        if kind:
-            t.append(" " + kind, style=ru.STYLE_TYPES)
-        if param.required and not isinstance(param, TyperArgument):
-            t.append(" *", style=ru.STYLE_REQUIRED_SHORT)
-        return t
-
-    def _print_options_panel(*, name, params, ctx, markup_mode, console) -> None:
-        if not params:
-            return
-        wide = console.width >= 100
-        table = Table(show_header=False, expand=True, box=None, pad_edge=False, padding=(0, 1))
-        if wide:
-            cells = [names(p, ctx) for p in params]
-            table.add_column(no_wrap=False, max_width=max(20, min(max(c.cell_len for c in cells), console.width * 2 // 5)))
-            table.add_column(ratio=1)
-            for p, c in zip(params, cells):
-                table.add_row(c, ru._get_parameter_help(param=p, ctx=ctx, markup_mode=markup_mode))
-        else:
-            table.add_column(ratio=1)
-            for p in params:
-                table.add_row(names(p, ctx))
-                table.add_row(Padding(ru._get_parameter_help(param=p, ctx=ctx, markup_mode=markup_mode), (0, 0, 0, 4)))
-        console.print(Panel(table, border_style=ru.STYLE_OPTIONS_PANEL_BORDER, title=name,
-                            title_align=ru.ALIGN_OPTIONS_PANEL, box=box.ROUNDED))
-
-    _print_options_panel._toolkit = True
-    ru._print_options_panel = _print_options_panel
-
-    # the command list (toolkit -h): a docstring's line breaks are not the terminal's, so the
-    # first paragraph is reflowed (typer keeps them, giving ragged half-empty lines)
-    orig_command_help = ru._make_command_help
-
-    def _make_command_help(*, help_text: str, markup_mode):
-        import inspect
-        first, _, rest = inspect.cleandoc(help_text).partition("\n\n")
-        return orig_command_help(help_text=" ".join(first.split()) + ("\n\n" + rest if rest else ""),
-                                 markup_mode=markup_mode)
-    ru._make_command_help = _make_command_help
-
-
-_readable_options_panel()
 
 
 def _version(value: bool) -> None:
@@ -312,8 +189,8 @@ def usage_line(e, argv: list[str]) -> str:
 
     def spell(p) -> str:
         if getattr(p, "param_type_name", "") != "option":   # as the usage line writes it (IN.gguf)
-            show = getattr(p, "_usage_display_name", None)
-            return show().strip("[]") if show else (p.name or "").upper()
+            from toolkit.cli.help import usage_name
+            return usage_name(p).strip("[]")
         return "/".join(sorted(p.opts, key=lambda o: (o.startswith("--"), len(o))))
 
     def by_flag(flag: str):

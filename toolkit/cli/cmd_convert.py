@@ -69,10 +69,8 @@ def convert(
     list_archs: bool = typer.Option(False, "--list-archs", help="List each HF architecture, its family, the GGUF "
                                     "architecture it becomes and whether llama.cpp loads the result, then exit."),
 ) -> None:
-    """Convert a Hugging Face checkpoint to GGUF, one band of rows resident at a time: Mamba,
-    Mamba-2, Bamba, Granite 4.0-H, Jamba, Qwen3.8-Flash-Next (qwen4exp), Qwen3-Next, Qwen3.5,
-    Nemotron-H, Falcon-H1, LFM2, LFM3, Zamba, Zamba2, FalconMamba, OLMo-Hybrid, Lara-Mini, MiniMax-Text-01, RecurrentGemma, Kimi-Linear,
-    GLM-5-Next, Ling 3 (--list-archs: the architecture names)."""
+    """Convert a Hugging Face checkpoint to GGUF, one band of rows resident at a time:
+    {families} (--list-archs: the architecture names)."""
     from toolkit.errors import InputError
 
     if list_archs:

@@ -111,22 +111,22 @@ class Keys:
         NORM_BEFORE_GATE = "{arch}.ssm.norm_before_gate"
         # ours (not in llama.cpp): the gated delta net's output gate activation, "silu" or
         # "sigmoid" (HF qwen4_exp ``output_gate_type or hidden_act``); llama.cpp's qwen4exp
-        # hard-codes sigmoid (spec B3), so a file without the key is read as sigmoid
+        # hard-codes sigmoid (docs/specs/gdn-family.md B3), so a file without the key is read as sigmoid
         OUTPUT_GATE_TYPE = "{arch}.ssm.output_gate_type"
         # ours (not in llama.cpp): the epsilon of FalconMamba's weightless dt / B / C RMSNorms
         # (HF mixer_rms_eps), written only when it differs from layer_norm_rms_epsilon, which
-        # llama.cpp uses there (spec more-hybrids.md F1); a file without it reads rms_eps
+        # llama.cpp uses there (docs/specs/more-hybrids.md F1); a file without it reads rms_eps
         DT_B_C_RMS_EPS = "{arch}.ssm.dt_b_c_rms_epsilon"
         # ours (not in llama.cpp): Mamba-1 heads with their own x_proj / dt_proj (Zamba v1
-        # n_mamba_heads; spec more-hybrids.md §7.3)
+        # n_mamba_heads; docs/specs/more-hybrids.md §7.3)
         HEAD_COUNT = "{arch}.ssm.head_count"
         # ours (not in llama.cpp): the gated delta net's beta = sigmoid(b) * beta_scale (OLMo-Hybrid's
-        # linear_allow_neg_eigval: 2.0, beta in (0, 2); spec more-hybrids.md §3.3), written only
+        # linear_allow_neg_eigval: 2.0, beta in (0, 2); docs/specs/more-hybrids.md §3.3), written only
         # when it is not 1, llama.cpp's GDN value; a file without it reads 1
         BETA_SCALE = "{arch}.ssm.beta_scale"
 
     class KDA:
-        """Kimi Delta Attention and its MLA / MoE neighbours (spec kda-family.md §1.2).  llama.cpp
+        """Kimi Delta Attention and its MLA / MoE neighbours (docs/specs/kda-family.md §1.2).  llama.cpp
         0c1e570's keys (not in gguf 0.19), then ours, each written only where llama.cpp's file
         cannot say the value (a file without them reads what llama.cpp assumes)."""
         HEAD_DIM = "{arch}.kda.head_dim"                      # llama.cpp: D
@@ -147,7 +147,7 @@ class Keys:
         MLA_NORM_EPS = "{arch}.attention.mla_norm_epsilon"
 
     class RGLRU:
-        """RecurrentGemma's RG-LRU (spec more-hybrids.md §6.3's proposed key)."""
+        """RecurrentGemma's RG-LRU (docs/specs/more-hybrids.md §6.3's proposed key)."""
         WIDTH = "{arch}.rglru.width"                   # lru_width: the recurrence's channel count
 
     class ShortConv:
@@ -243,18 +243,18 @@ ARCH_LFM2 = "lfm2"
 ARCH_LFM2MOE = "lfm2moe"
 ARCH_ZAMBA2 = "zamba2"           # no llama.cpp architecture: our layout (README "Zamba2 layout")
 ARCH_ZAMBA = "zamba"             # Zamba v1; no llama.cpp architecture: our layout (README "Zamba layout")
-ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: spec more-hybrids.md §3.3's proposed names
+ARCH_OLMO_HYBRID = "olmo-hybrid" # no llama.cpp architecture: docs/specs/more-hybrids.md §3.3's proposed names
 ARCH_LFM3 = "lfm3"               # no llama.cpp architecture: llama.cpp's lfm2 layout + sliding window (README "LFM3 layout")
-ARCH_RECURRENT_GEMMA = "recurrent-gemma"  # no llama.cpp architecture: spec more-hybrids.md §6.3's proposed names
-ARCH_MINIMAX = "minimax-01"       # llama.cpp's MiniMax-Text-01 (spec more-hybrids.md §5)
+ARCH_RECURRENT_GEMMA = "recurrent-gemma"  # no llama.cpp architecture: docs/specs/more-hybrids.md §6.3's proposed names
+ARCH_MINIMAX = "minimax-01"       # llama.cpp's MiniMax-Text-01 (docs/specs/more-hybrids.md §5)
 # ours (minimax-01): [lightning, attention, FFN] residual factors, written only when llama.cpp's one
 # residual_scale (alpha, every beta 1) cannot say them
 MINIMAX_RESIDUAL_ALPHA = "{arch}.residual_alpha"
 MINIMAX_RESIDUAL_BETA = "{arch}.residual_beta"
-ARCH_KIMI_LINEAR = "kimi-linear"   # llama.cpp's Kimi-Linear (spec kda-family.md §1.2)
-ARCH_GLM5_NEXT = "glm5-next"       # llama.cpp's GLM-5-Next text model (spec kda-family.md §1.3)
-ARCH_BAILINGMOE3 = "bailingmoe3"   # llama.cpp's Ling 3 / BailingMoeV3 (spec kda-family.md §1.4)
-ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: spec more-hybrids.md §8.3's proposed names (qwen35moe's layout)
+ARCH_KIMI_LINEAR = "kimi-linear"   # llama.cpp's Kimi-Linear (docs/specs/kda-family.md §1.2)
+ARCH_GLM5_NEXT = "glm5-next"       # llama.cpp's GLM-5-Next text model (docs/specs/kda-family.md §1.3)
+ARCH_BAILINGMOE3 = "bailingmoe3"   # llama.cpp's Ling 3 / BailingMoeV3 (docs/specs/kda-family.md §1.4)
+ARCH_LARA_MINI = "lara-mini"       # no llama.cpp architecture: docs/specs/more-hybrids.md §8.3's proposed names (qwen35moe's layout)
 
 GGUF_DEFAULT_ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 

@@ -124,7 +124,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;
-        if (hp->logit_softcap > 0.0f) {      /* cap tanh(logits / cap) (RecurrentGemma, HFR:744-746) */
+        if (hp->logit_softcap > 0.0f) {      /* RecurrentGemma: cap tanh(logits / cap), modeling_recurrent_gemma.py:744-746 */
             const float cap = hp->logit_softcap;
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] = cap * tanhf(lo[i] / cap);
         }

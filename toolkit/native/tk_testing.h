@@ -140,8 +140,8 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
  * takes the recurrence whatever n_tok).
  *
  * Kimi Delta Attention (KDA: the per-key-channel decay; ref: transformers
- * modeling_kimi_linear.py recurrent_kimi_delta_attention, spec kda-family.md section 2.1,
- * HFK:449-462; llama.cpp ggml-cpu ops.cpp gated_delta_net, its KDA branch
+ * modeling_kimi_linear.py recurrent_kimi_delta_attention, docs/specs/kda-family.md §2.1,
+ * modeling_kimi_linear.py:449-462; llama.cpp ggml-cpu ops.cpp gated_delta_net, its KDA branch
  * ops.cpp:11231-11240): when gk != NULL, gk + t*gk_stride holds dk floats, the
  * log decay g_t[i] <= 0 of key channel i, and replaces the scalar g (then unread, may be
  * NULL):
@@ -183,7 +183,7 @@ int tk_gdn_set_threshold(int n);
 /* KDA (gk != NULL): floats of work its chunked form needs for heads of these dims (0 if dk
  * or dv <= 0): the state transposed plus 64-token chunk buffers (404 KiB at Dk = Dv = 128).
  * Its own threshold: runs of at least tk_kda_threshold() tokens take the chunked form
- * (spec kda-family.md 2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention);
+ * (docs/specs/kda-family.md §2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention);
  * 0 = never.  The default is the environment's TOOLKIT_KDA_MIN (a decimal >= 0) if set,
  * else gdn.c's measured TK_KDA_MIN_DEFAULT (0: the chunked form never won on the machine
  * measured); tk_kda_set_threshold(n >= 0) overrides it and returns n; (n < 0) goes back to
@@ -193,7 +193,7 @@ int tk_kda_threshold(void);
 int tk_kda_set_threshold(int n);
 
 /* ==== lightning attention (lightning.c) ============================================== */
-/* One head of one sequence over n_tok tokens (spec more-hybrids.md §5.4; transformers 5.24
+/* One head of one sequence over n_tok tokens (docs/specs/more-hybrids.md §5.4; transformers 5.24
  * modeling_minimax.py MiniMaxLightningAttention; llama.cpp minimax-01.cpp):
  *   S <- exp(-slope) S + k_t v_t^T;  o_t = S^T q_t        (no scaling, no softmax)
  * S is d x d (key index k, value index v), stored as llama.cpp stores it: element (k, v)
@@ -236,12 +236,12 @@ int tk_lightning_set_threshold(int n);
 /* ==== RG-LRU (rglru.c) ================================================================ */
 /* RecurrentGemma's RG-LRU gates for heads [h0, h1) of n_tok tokens: out[t][h bw + j] =
  * b[h bw + j] + sum_i x[t][h bw + i] W[(h bw + i) bw + j] (W [nh][bw in][bw out], HF's layout:
- * torch.baddbmm(b, x_h, W[h]), HFR:312-316).  Rows of x / out at + t * x_stride / out_stride.
+ * torch.baddbmm(b, x_h, W[h]), modeling_recurrent_gemma.py:312-316).  Rows of x / out at + t * x_stride / out_stride.
  * At a given level a token's bits do not depend on n_tok (each output one chain over i). */
 void tk_rglru_gates(const float * x, int64_t x_stride, int32_t n_tok, const float * W, const float * b, int32_t h0,
                     int32_t h1, int32_t bw, float * out, int64_t out_stride);
 /* The RG-LRU scan of one sequence's n_tok tokens over channels [c0, c1) at the current CPU
- * level (scalar, AVX2+FMA; spec more-hybrids.md §6.4, HFR:301-366):
+ * level (scalar, AVX2+FMA; docs/specs/more-hybrids.md §6.4, modeling_recurrent_gemma.py:301-366):
  *   r = sigmoid(ga), i = sigmoid(gi), log a = neg8sp * r (neg8sp = -8 softplus(Lambda)),
  *   a = exp(log a), m = sqrt(1 - exp(2 log a)); reset[t] != 0 (position 0): a = 0, m = 1;
  *   h <- a h + (x i) m;  y = h * yb

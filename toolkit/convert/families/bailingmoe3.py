@@ -1,5 +1,5 @@
 """BailingMoeV3ForCausalLM / BailingHybridForCausalLM (Ling 3) -> GGUF ``bailingmoe3``
-(llama.cpp's names, keys and transformations; spec kda-family.md §1.4, KDA / MLA / MoE tensors
+(llama.cpp's names, keys and transformations; docs/specs/kda-family.md §1.4, KDA / MLA / MoE tensors
 in :mod:`toolkit.convert.families.kda`).
 
 Sources: transformers 5.24 ``models/bailing_hybrid`` (configuration_bailing_hybrid.py: keys,

@@ -5,7 +5,7 @@ adds a weightless RMSNorm on each of dt, B and C after ``x_proj`` (HF ``rms_forw
 modeling_falcon_mamba.py FalconMambaMixer.slow_forward), which llama.cpp turns on with
 ``mamba.ssm.dt_b_c_rms = true``.
 
-Epsilon (spec more-hybrids.md §10 F1): HF takes those norms' epsilon from ``mixer_rms_eps``
+Epsilon (docs/specs/more-hybrids.md §10 F1): HF takes those norms' epsilon from ``mixer_rms_eps``
 (default 1e-6), llama.cpp from ``layer_norm_rms_epsilon`` (HF ``layer_norm_epsilon``, 1e-5):
 3.4e-4 relative on a tiny model.  We write HF's value under our own key
 ``mamba.ssm.dt_b_c_rms_epsilon`` only when it differs, so every key llama.cpp reads keeps its

@@ -1,5 +1,5 @@
 """Glm5NextForConditionalGeneration (its text model) -> GGUF ``glm5-next`` (llama.cpp's names,
-keys and transformations; spec kda-family.md §1.3, KDA / MLA / MoE tensors in
+keys and transformations; docs/specs/kda-family.md §1.3, KDA / MLA / MoE tensors in
 :mod:`toolkit.convert.families.kda`).
 
 Sources: transformers 5.24 ``models/glm5_next`` (configuration_glm5_next.py: the text config's

@@ -1,6 +1,6 @@
 """What the Kimi-Delta-Attention hybrids share (kimi_linear, glm5_next, bailing_hybrid): config
 spellings, the KDA layer's tensors, MLA's tensors (with llama.cpp's k_b / v_b split), the
-sigmoid-router MoE with shared experts, and the dense MLP (spec kda-family.md §1).
+sigmoid-router MoE with shared experts, and the dense MLP (docs/specs/kda-family.md §1).
 
 Sources: transformers 5.24 ``models/kimi_linear`` (configuration_kimi_linear.py: attribute map
 and __post_init__; modeling_kimi_linear.py), llama.cpp 0c1e570 ``conversion/kimi_linear.py`` and

@@ -1,5 +1,5 @@
 """KimiLinearForCausalLM -> GGUF ``kimi-linear`` (llama.cpp's names, keys and transformations;
-spec kda-family.md §1.1-1.2, tensors in :mod:`toolkit.convert.families.kda`).
+docs/specs/kda-family.md §1.1-1.2, tensors in :mod:`toolkit.convert.families.kda`).
 
 Sources: transformers 5.24 ``models/kimi_linear`` (config keys, attribute-map spellings, the
 layer / MLP schedules of ``__post_init__``, saved names); llama.cpp 0c1e570

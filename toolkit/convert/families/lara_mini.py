@@ -1,5 +1,5 @@
 """LaraMiniForCausalLM -> GGUF ``lara-mini`` (llama.cpp 0c1e570 has no Lara-Mini: the names and keys
-proposed by ../shared/specs/more-hybrids.md §8.3, i.e. llama.cpp's ``qwen35moe`` layout).
+proposed by docs/specs/more-hybrids.md §8.3, i.e. llama.cpp's ``qwen35moe`` layout).
 
 Glossary: D = hidden_size, V = vocab rows, hd = head_dim, Hq / Hkv = num_attention_heads /
 num_key_value_heads; gated delta net: Hk / Hv = linear_num_key_heads / linear_num_value_heads,
@@ -15,7 +15,7 @@ Layers (``layer_types``; default period 5: linear, sliding, linear, full, slidin
 - ``full_attention``: the same without RoPE (NoPE; the arch fixes "RoPE on the sliding layers only").
 Every layer: MoE FFN (softmax router, top-k, renormalised: ``norm_topk_prob`` must be true) plus a
 shared SwiGLU expert added without a gate (no ffn_gate_inp_shexp).
-Every norm weight is a plain multiplier (HFA:52-68): written as stored, no +1 (unlike qwen35).
+Every norm weight is a plain multiplier (modeling_lara_mini.py:52-68): written as stored, no +1 (unlike qwen35).
 
 HF tensor (saved name; numpy shape)                    GGUF tensor
 model.embed_tokens.weight [V, D]                       token_embd.weight
@@ -58,7 +58,7 @@ _DEFAULT_PERIOD = ("linear_attention", "sliding_attention", "linear_attention", 
 class LaraMiniFamily(QwenGDNFamily):
     hf_archs = ("LaraMiniForCausalLM",)
     families = ("Lara-Mini",)
-    llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (spec §8.6)
+    llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (docs/specs/more-hybrids.md §8.6)
     vllm = False        # not in vLLM's supported-models list as we read it
     arch = ARCH_LARA_MINI
     reorder_v = False   # HF's grouped v-heads kept (gdn_head_tiled = 0)

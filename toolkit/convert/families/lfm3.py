@@ -1,5 +1,5 @@
 """Lfm3ForCausalLM -> GGUF ``lfm3`` (no llama.cpp architecture: llama.cpp's ``lfm2`` keys and
-names, plus what LFM3 adds; README "LFM3 layout", specs/more-hybrids.md §4).
+names, plus what LFM3 adds; README "LFM3 layout", docs/specs/more-hybrids.md §4).
 
 Sources: transformers 5.24 ``models/lfm3`` (config, parameter names, forward); llama.cpp
 ``conversion/lfm2.py`` (the lfm2 keys and names followed here).
@@ -26,7 +26,7 @@ Keys: lfm2's (per-layer head_count_kv with 0 on conv layers, shortconv.l_cache, 
 ``rope.freq_base`` (the full layers' θ), ``rope.freq_base_swa`` (the sliding layers', llama.cpp's
 gemma name), ``rope.dimension_count`` = hd, and ours ``rope.proportional_dimension_count`` =
 2 int(prf hd / 2): the full layers' "proportional" RoPE rotates the NEOX pairs (i, i + hd/2),
-i < that / 2, at θ^(-2i/hd) (written only when it is not hd).  The spec's proposal of a
+i < that / 2, at θ^(-2i/hd) (written only when it is not hd).  docs/specs/more-hybrids.md's proposal of a
 ``rope_freqs`` tensor (llama.cpp's Gemma-4 encoding) is not followed: this writer streams source
 tensors only.
 """

@@ -1,5 +1,5 @@
 """MiniMaxForCausalLM (and the remote-code MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM) ->
-GGUF ``minimax-01`` (llama.cpp's names and keys; specs/more-hybrids.md §5).
+GGUF ``minimax-01`` (llama.cpp's names and keys; docs/specs/more-hybrids.md §5).
 
 Sources: transformers 5.24 ``models/minimax`` (config keys, saved names, forward); llama.cpp
 0c1e570 ``conversion/minimax.py`` and ``src/models/minimax-01.cpp`` (names and keys followed).
@@ -174,7 +174,7 @@ class MiniMaxFamily(Family):
 
     def _check_slopes(self, i: int, name: str) -> None:
         """The checkpoint's ``slope_rate`` buffer of layer i, when saved, against the slopes the
-        runtime computes (HF modeling_minimax.py get_slope_rate, spec more-hybrids.md §5.4):
+        runtime computes (HF modeling_minimax.py get_slope_rate, docs/specs/more-hybrids.md §5.4):
         s_h = (2^(-8/nh))^(h+1) (1 - i/(L-1+1e-5) + 1e-5), one per head.
 
         Raises:

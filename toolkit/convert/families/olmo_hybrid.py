@@ -1,18 +1,18 @@
 """OlmoHybridForCausalLM -> GGUF ``olmo-hybrid`` (llama.cpp 0c1e570 has no OLMo-Hybrid: the names and
-keys proposed by ../shared/specs/more-hybrids.md §3.3, llama.cpp's where it has them).
+keys proposed by docs/specs/more-hybrids.md §3.3, llama.cpp's where it has them).
 
 Glossary: D = hidden_size, L = num_hidden_layers, V = vocab rows, F = intermediate_size; attention:
 Hq / Hkv = num_attention_heads / num_key_value_heads, hd = D / Hq (there is no head_dim key,
-HFO:175); gated delta net: Hk / Hv = linear_num_key_heads / linear_num_value_heads, Dk / Dv =
+modeling_olmo_hybrid.py:175); gated delta net: Hk / Hv = linear_num_key_heads / linear_num_value_heads, Dk / Dv =
 linear_key_head_dim / linear_value_head_dim (defaults int(0.75 D / Hk) and 2 Dk), K =
 linear_conv_kernel_dim.
 
-Layers (``layer_types``; default full attention at i % 4 == 3, HFOC:120-149):
+Layers (``layer_types``; default full attention at i % 4 == 3, configuration_olmo_hybrid.py:120-149):
 - ``linear_attention``: pre-norm gated delta net block, then a pre-norm SwiGLU FFN; v-head h
   reads k-head h // (Hv / Hk) (HF's grouped order, kept: the runtime's gdn_head_tiled = 0);
   beta = sigmoid(b) x 2 when ``linear_allow_neg_eigval`` (our key ``ssm.beta_scale``, written only
   when it is not 1, llama.cpp's GDN value); the gated norm's epsilon is HF's constant 1e-5
-  (HFO:631), the runtime's for this architecture.
+  (modeling_olmo_hybrid.py:631), the runtime's for this architecture.
 - ``full_attention``: post-norm (OLMo-2): no input norm; h += rms(attn(h)); h += rms(ffn(h)); q / k
   RMSNorm over all heads at once; NoPE when ``rope_parameters.rope_theta`` is null (the released
   checkpoints: ``rope.dimension_count`` 0, no ``rope.freq_base``), else NeoX RoPE over hd.
@@ -36,18 +36,18 @@ attention layer i, model.layers.i.:
   self_attn.{q,k,v,o}_proj.weight                      blk.i.attn_{q,k,v,output}.weight
   self_attn.{q,k}_norm.weight [Hq hd] / [Hkv hd]       blk.i.attn_{q,k}_norm.weight (full width, as llama.cpp's olmo2)
   feedforward_layer_norm.weight [D] (attention         blk.i.post_attention_norm.weight (olmo2's name)
-    output norm: HF post_attention_layernorm, CM:1304)
+    output norm: HF post_attention_layernorm, conversion_mapping.py:1304)
   post_feedforward_layernorm.weight [D]                blk.i.post_ffw_norm.weight (olmo2's name)
 every layer: mlp.{gate,up,down}_proj.weight            blk.i.ffn_{gate,up,down}.weight
 model.norm.weight [D]                                  output_norm.weight
 lm_head.weight [V, D]                                  output.weight (omitted when tied)
 
-Both spellings of the renamed norms are accepted (spec §3.2): ``feedforward_layer_norm`` /
+Both spellings of the renamed norms are accepted (docs/specs/more-hybrids.md §3.2): ``feedforward_layer_norm`` /
 ``post_attention_layernorm``, ``attention_layer_norm`` / ``input_layernorm``.  The conv pieces
 ``{q,k,v}_conv1d`` are concatenated and cut at the q / k / v boundaries (see ``_gdn``: transformers
-5.24 saves them as three equal chunks, not [Hk Dk, 1, K] / [Hk Dk, 1, K] / [Hv Dv, 1, K] as the
-spec's table says); a fused ``linear_attn.conv1d.weight`` (the module's own name) is cut the same way.
-``mtp.*`` tensors are left out (transformers ignores them on load, HFO:857).
+5.24 saves them as three equal chunks, not [Hk Dk, 1, K] / [Hk Dk, 1, K] / [Hv Dv, 1, K] by the
+head sizes); a fused ``linear_attn.conv1d.weight`` (the module's own name) is cut the same way.
+``mtp.*`` tensors are left out (transformers ignores them on load, modeling_olmo_hybrid.py:857).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ _LAYER_TYPES = ("linear_attention", "full_attention")
 class OlmoHybridFamily(Family):
     hf_archs = ("OlmoHybridForCausalLM",)
     families = ("OLMo-Hybrid",)
-    llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from the spec)
+    llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from docs/specs/more-hybrids.md)
     vllm = False        # not in vLLM's supported-models list as we read it
     arch = ARCH_OLMO_HYBRID
     known = (
@@ -77,11 +77,11 @@ class OlmoHybridFamily(Family):
     )
 
     def _layer_types(self) -> list[str]:
-        """``layer_types``, or HF's default pattern when absent (HFOC:120-129).
+        """``layer_types``, or HF's default pattern when absent (configuration_olmo_hybrid.py:120-129).
 
         Raises:
             InputError: a list of the wrong length or with another value, or one without a layer
-                of each kind (HF refuses that config, HFOC:144-149).
+                of each kind (HF refuses that config, configuration_olmo_hybrid.py:144-149).
         """
         c, L = self.cfg, self.n_layer
         lt = c.d.get("layer_types")
@@ -180,7 +180,7 @@ class OlmoHybridFamily(Family):
             self.copy(tn(out, i), g + src + ".weight", (rows, D))
         # The conv's channels are [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)] of the module's one conv1d.
         # transformers 5.24 saves it as three pieces, but splits it into three EQUAL chunks of
-        # C / 3 rows (the reverse of its load-time Concatenate, CM:1305-1312), not at the q / k / v
+        # C / 3 rows (the reverse of its load-time Concatenate, conversion_mapping.py:1305-1312), not at the q / k / v
         # boundaries: q_conv1d of olmohybrid-tiny is [64, 1, 4] with Hk Dk = 32.  So the pieces are
         # concatenated in order (any split; the fused conv1d.weight too) and cut at the q / k / v
         # boundaries.
@@ -238,7 +238,7 @@ class OlmoHybridFamily(Family):
             self.copy(tn(T.FFN_UP, i), pre + "mlp.up_proj.weight", (F, D))
             self.copy(tn(T.FFN_DOWN, i), pre + "mlp.down_proj.weight", (D, F))
         for name in [n for n in self.hf.tensors if n.startswith(("mtp.", "model.mtp."))]:
-            self.omit(name, "MTP head: transformers ignores it on load (HFO:857)")
+            self.omit(name, "MTP head: transformers ignores it on load (modeling_olmo_hybrid.py:857)")
         self.copy(tn(T.OUTPUT_NORM), "model.norm.weight", (D,))
         self.tied_output("model.embed_tokens.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
         self.check_leftovers()

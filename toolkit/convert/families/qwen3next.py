@@ -4,7 +4,7 @@
 Sources: see :mod:`toolkit.convert.families.qwen_gdn` (transformers 5.24, llama.cpp 0c1e570's
 ``conversion/qwen.py`` class chain ``Qwen3_5TextModel -> _Qwen35MRopeMixin ->
 _LinearAttentionVReorderBase -> Qwen3NextModel -> _QwenMtpMixin -> Qwen2MoeModel -> TextModel``)
-and ../shared/specs/gdn-family.md sections 1.2-1.7.  Our f32 files of the tiny fixtures equal
+and docs/specs/gdn-family.md §1.2-1.7.  Our f32 files of the tiny fixtures equal
 llama.cpp's in every tensor and key (tests/parity/test_convert_gdn.py), except as listed below.
 
 HF tensor (numpy shape)                                  GGUF tensor

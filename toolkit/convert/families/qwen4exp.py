@@ -217,7 +217,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
         if self.ple_layers != sorted(self.ple_layers):
             raise InputError(f"{c.path}: key 'ple_layer_ids' = {ple_ids!r} must be ascending")
         # the gated delta net's output gate: HF Qwen4ExpTextRMSNormGated(activation=output_gate_type
-        # or hidden_act); llama.cpp hard-codes sigmoid and writes nothing (spec B3), we write the key
+        # or hidden_act); llama.cpp hard-codes sigmoid and writes nothing (docs/specs/gdn-family.md B3), we write the key
         gate = c.get("output_gate_type") or c.get("hidden_act", "silu")
         if gate not in ("silu", "swish", "sigmoid"):
             raise UnsupportedError(f"{c.path}: output_gate_type / hidden_act = {gate!r}: the gated delta net's output "

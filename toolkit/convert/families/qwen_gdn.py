@@ -5,7 +5,7 @@ Sources: transformers 5.24 ``models/qwen3_next``, ``qwen3_5``, ``qwen3_5_moe`` (
 parameter names) and llama.cpp 0c1e570's converter (llama-cpp-python 0.3.36 sdist,
 ``vendor/llama.cpp/conversion/qwen.py``: ``Qwen2MoeModel``, ``_QwenMtpMixin``,
 ``Qwen3NextModel``, ``_LinearAttentionVReorderBase``, ``_Qwen35MRopeMixin``;
-``conversion/base.py`` ``TextModel``).  ../shared/specs/gdn-family.md sections 1.2-1.7 list
+``conversion/base.py`` ``TextModel``).  docs/specs/gdn-family.md §1.2-1.7 list
 the keys and tensors with line references.
 
 Glossary: D = hidden_size; attention: Hq, Hkv heads of hd = head_dim; gated delta net: Hk =

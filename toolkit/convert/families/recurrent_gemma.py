@@ -1,11 +1,11 @@
-"""RecurrentGemmaForCausalLM -> GGUF ``recurrent-gemma`` (no llama.cpp architecture: spec
-more-hybrids.md §6.3's proposed names and keys).
+"""RecurrentGemmaForCausalLM -> GGUF ``recurrent-gemma`` (no llama.cpp architecture:
+docs/specs/more-hybrids.md §6.3's proposed names and keys).
 
-Sources: transformers 5.24 ``models/recurrent_gemma`` (config HFRC:57-105, parameter names,
-forward HFR); spec more-hybrids.md §6.
+Sources: transformers 5.24 ``models/recurrent_gemma`` (config configuration_recurrent_gemma.py:57-105, parameter names,
+forward modeling_recurrent_gemma.py); docs/specs/more-hybrids.md §6.
 
-Glossary: H = hidden_size, F = intermediate_size (the MLP is F/2 wide, HFR:480), nh / nkv
-attention heads of D = H / nh (HFRC:85 forces it), lru = lru_width, bw = lru / nh, K =
+Glossary: H = hidden_size, F = intermediate_size (the MLP is F/2 wide, modeling_recurrent_gemma.py:480), nh / nkv
+attention heads of D = H / nh (configuration_recurrent_gemma.py:85 forces it), lru = lru_width, bw = lru / nh, K =
 conv1d_width, W = attention_window_size.
 
 HF tensor (numpy shape)                                GGUF tensor
@@ -25,16 +25,16 @@ recurrent: temporal_block.linear_x / linear_y [lru, H] + bias
 attention: temporal_block.{q,k,v}_proj (+ bias)        blk.i.attn_q / attn_k / attn_v (+ .bias), rows
                                                        as stored (HF rotates NEOX halves of the
                                                        first rot channels: no reorder)
-           o_proj [H, nh D] + bias (always, HFR:217)   blk.i.attn_output (+ .bias)
+           o_proj [H, nh D] + bias (always, modeling_recurrent_gemma.py:217)   blk.i.attn_output (+ .bias)
 
 Keys: block / context / embedding counts, feed_forward_length = F / 2, head_count, head_count_kv,
 key/value_length = D, rope.dimension_count = int(D partial_rotary_factor), rope.freq_base,
 layernorm_rms_epsilon, attention.sliding_window = W, attention.recurrent_layers (block_types
-cycled over the layers, HFRC:98-103), ssm.conv_kernel = K, final_logit_softcapping =
+cycled over the layers, configuration_recurrent_gemma.py:98-103), ssm.conv_kernel = K, final_logit_softcapping =
 logits_soft_cap (Gemma-2's key; absent when null), ours rglru.width = lru, and embedding_scale =
 bf16(sqrt(H)) (Granite's key, which the runtime's forward already multiplies the embedding by):
-HF's normalizer is a bfloat16 buffer (HFR:624, 671), and sqrt(H) unrounded puts a 96-wide model
-at 1.9e-3 relative error (spec §6.4's trap; 2560 -> 50.5, 96 -> 9.8125).
+HF's normalizer is a bfloat16 buffer (modeling_recurrent_gemma.py:624, 671), and sqrt(H) unrounded puts a 96-wide model
+at 1.9e-3 relative error (docs/specs/more-hybrids.md §6.4's trap; 2560 -> 50.5, 96 -> 9.8125).
 
 The gate matrices are not transposed: the plan writes rows of source tensors and cannot swap
 the last two axes, so a kernel reads W[h] as [in, out] (out_j = sum_i x_i W[h][i][j]).
@@ -95,7 +95,7 @@ class RecurrentGemmaFamily(Family):
         if self.n_embd % self.n_head:
             raise InputError(f"{c.path}: hidden_size {self.n_embd} must be a multiple of num_attention_heads "
                              f"{self.n_head} (head_dim is hidden_size / num_attention_heads)")
-        self.head_dim = self.n_embd // self.n_head    # HFRC:85 ignores a saved head_dim
+        self.head_dim = self.n_embd // self.n_head    # configuration_recurrent_gemma.py:85 ignores a saved head_dim
         self.lru = c.int("lru_width", default=self.n_embd)
         if self.lru % self.n_head:
             raise InputError(f"{c.path}: lru_width {self.lru} must be a multiple of num_attention_heads "

@@ -7,8 +7,8 @@ num_attention_heads / num_key_value_heads, hd = attention_head_dim, F = intermed
 
 Every layer is a multi-head Mamba-1 block; the "hybrid" layers (``layers_block_type``) first run
 a shared attention + MLP block, then their own linear projection, and add the result to the
-Mamba input only (transformers modeling_zamba.py ZambaHybridLayer; spec more-hybrids.md §7).
-Sharing (spec §7.2): transformers ties every hybrid layer's ``shared_transf`` to the first
+Mamba input only (transformers modeling_zamba.py ZambaHybridLayer; docs/specs/more-hybrids.md §7).
+Sharing (docs/specs/more-hybrids.md §7.2): transformers ties every hybrid layer's ``shared_transf`` to the first
 one's only when ``tie_word_embeddings`` is true; then one block is stored (``shared.0.*``, any
 later copies are ties and left out).  With ``tie_word_embeddings`` false each hybrid layer has,
 and saves, its own block: block j (``shared.j.*``) is the j-th hybrid layer's, and a hybrid
@@ -106,7 +106,7 @@ class ZambaFamily(Family):
             if c.d.get(key_, want) != want:
                 raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)!r} is not supported (only {want!r})")
         self.tied = c.flag("tie_word_embeddings", True)
-        # tied: one block (the first hybrid layer's); untied: one per hybrid layer (spec §7.2)
+        # tied: one block (the first hybrid layer's); untied: one per hybrid layer (docs/specs/more-hybrids.md §7.2)
         self.n_mem = 1 if self.tied or not self.hybrid else len(self.hybrid)
 
     def n_vocab_rows(self) -> int:

@@ -3,7 +3,7 @@
  * tk_cpu_level().
  *
  * The scan, per channel c and token t (docs/specs/more-hybrids.md §6.4; transformers 5.24
- * modeling_recurrent_gemma.py RecurrentGemmaRglru.forward and _rnn_scan, HFR:301-366):
+ * modeling_recurrent_gemma.py RecurrentGemmaRglru.forward and _rnn_scan, lines 301-366):
  *   r = sigmoid(ga), i = sigmoid(gi), log a = -8 softplus(Lambda_c) r   (neg8sp[c] = -8 softplus(Lambda_c))
  *   a = exp(log a), m = sqrt(1 - exp(2 log a))          (HF: two exps, not a * a)
  *   position 0 (reset[t]): a = 0, m = 1                 (HF keys the reset on position_ids == 0)
@@ -14,7 +14,7 @@
  * range it sits in, and a token's do not depend on how a run is split over calls.
  *
  * The gates: out[t][h bw + j] = b[h][j] + sum_i x[t][h bw + i] W[h][i][j] (torch.baddbmm with
- * the activations as the left operand, HFR:312-316: W[h] is [in, out], the transpose of a
+ * the activations as the left operand, modeling_recurrent_gemma.py:312-316: W[h] is [in, out], the transpose of a
  * Linear's).  Each output is one chain over i in order (the AVX2 form: fused multiply-adds,
  * 4 tokens x 16 outputs per register tile; its j tail by fmaf, the same operation), so a
  * token's gates do not depend on the ubatch it is in.

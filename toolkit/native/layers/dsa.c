@@ -12,7 +12,7 @@
  *   "shared" layers have none and reuse the selection of the last full layer before them.
  *   KV cache per cell, full layers: [k_I (dI) | gamma (dI)] in the cache's third array (kv_idx_dim).
  * Formula (transformers 5.24 models/glm5_next/modeling_glm5_next.py Glm5NextTextIndexer
- * :772-1061; spec kda-family.md §2.4; llama.cpp 0c1e570 glm5-next.cpp:766-919):
+ * :772-1061; docs/specs/kda-family.md §2.4; llama.cpp 0c1e570 glm5-next.cpp:766-919):
  *   x the attention input, q_r = rmsnorm(W_qa x) * q_a_norm (the MLA's q-LoRA latent)
  *   q_I[h] = (W_Iqb q_r)_h;  k_I = LayerNorm(W_Ik x);  gamma = W_gate x;  w = (W_proj x) nI^-1/2
  *   the sequence's cells in position order j = 0, 1, ...; pool p = cells [p kp, (p + 1) kp),
@@ -21,7 +21,7 @@
  *   s(p) = sum_h w_h relu(dI^-1/2 q_I[h] . P_p); the min(B / kp, n_blk) best (torch.topk's choice
  *   among equal scores, tk_topk_torch), all their cells, and with dsa_select_tail the tail
  *   cells [n_blk kp, n_vis).  Without the tail a query before the first complete pool selects
- *   nothing (HF: undefined, spec D18).
+ *   nothing (HF: undefined, docs/specs/kda-family.md D18).
  * The pooled keys are recomputed from the cached [k_I | gamma] at every call (per sequence).
  */
 #include <math.h>

@@ -1,11 +1,11 @@
 /* ffn_geglu.c: the GeGLU feed-forward with biases (TK_FFN_GEGLU: RecurrentGemma's MLP).
  *
- * Shapes (U tokens, D n_embd, F = n_ff of the layer: intermediate_size / 2, HFR:480):
+ * Shapes (U tokens, D n_embd, F = n_ff of the layer: intermediate_size / 2, modeling_recurrent_gemma.py:480):
  *   in ctx->cur [U, D], out [U, D]; ffn_gate, ffn_up [D, F] + .bias [F], ffn_down [F, D] + .bias [D];
  *   scratch ctx->g, ctx->u [U, F].
  * Formula: out = down(gelu_tanh(gate x + b_g) * (up x + b_u)) + b_d   (gelu_pytorch_tanh).
- * ref: transformers 5.24 modeling_recurrent_gemma.py RecurrentGemmaMlp (HFR:476-492); spec
- *      more-hybrids.md §6.4.
+ * ref: transformers 5.24 modeling_recurrent_gemma.py RecurrentGemmaMlp (modeling_recurrent_gemma.py:476-492);
+ *      docs/specs/more-hybrids.md §6.4.
  */
 #include "layers/layer.h"
 

@@ -27,7 +27,7 @@
  * y = sum_k w_k * SwiGLU_k(x)  (+ shared expert SwiGLU(x) when present, times
  *     sigmoid(ffn_gate_inp_shexp . x) when that gate is present).
  * ref: transformers JambaSparseMoeBlock, GraniteMoeHybridTopKGating / GraniteMoeHybridMoE,
- *      Qwen3NextSparseMoeBlock (spec gdn-family.md §2.4), NemotronHTopkRouter / NemotronHMoE,
+ *      Qwen3NextSparseMoeBlock (docs/specs/gdn-family.md §2.4), NemotronHTopkRouter / NemotronHMoE,
  *      Lfm2MoeTopKRouter; llama.cpp build_moe_ffn (LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID,
  *      exp_probs_b, expert groups; it clamps the renormalising sum at 2^-14 instead). */
 static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {

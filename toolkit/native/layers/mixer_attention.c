@@ -24,12 +24,12 @@
  *   out = wo o
  * LFM3's RoPE per layer (tk_attention_rope): a sliding layer NEOX at rope_freq_base_swa; the
  *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
- *   rope_freq_base^(-2i/n_rot) (spec more-hybrids.md §4.4).
- * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (HFA:258-260).
+ *   rope_freq_base^(-2i/n_rot) (docs/specs/more-hybrids.md §4.4).
+ * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (modeling_lara_mini.py:258-260).
  * RecurrentGemma (hp.attn.bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
- *   bias always, HFR:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
+ *   bias always, modeling_recurrent_gemma.py:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
- *      modeling_qwen3_next.py Qwen3NextAttention (gated; spec gdn-family.md §2.2),
+ *      modeling_qwen3_next.py Qwen3NextAttention (gated; docs/specs/gdn-family.md §2.2),
  *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention,
  *      modeling_olmo_hybrid.py OlmoHybridAttention (q/k norm over all heads, NoPE or RoPE); llama.cpp
  *      build_attn, qwen3next.cpp / qwen35.cpp build_layer_attn.

@@ -8,7 +8,7 @@
  *   attn_qkv [D, C]: rows [q (Hk x Dk) | k (Hk x Dk) | v (Hv x Dv)];  attn_gate [D, Hv Dv]: z
  *   ssm_beta, ssm_alpha [D, Hv] (qwen35, qwen35moe), or ssm_ba [D, 2 Hv] (qwen3next): per
  *     K-head g the rows [b (r) | a (r)], so v-head h = g r + j has b at row 2 g r + j and a at
- *     row 2 g r + r + j (spec gdn-family.md §1.4.1)
+ *     row 2 g r + r + j (docs/specs/gdn-family.md §1.4.1)
  *   ssm_conv1d [K, C] (no bias), ssm_dt.bias [Hv], ssm_a [Hv] (A = -exp(A_log)),
  *   ssm_norm [Dv] (shared by the heads, no +1), ssm_out [Hv Dv, D]
  *   OLMo-Hybrid: attn_q, attn_k [D, Hk Dk], attn_v [D, Hv Dv] in place of attn_qkv, and
@@ -18,15 +18,15 @@
  *     S (Dk x Dv) with element (i, j) at h Dk Dv + j Dk + i (llama.cpp's layout); on a qwen4exp
  *     PLE layer also ple.c's "ple_conv" and "ple_hist" (ple.c runs them, before this mixer)
  * (qwen4exp's linear layers are this kind too: gdn_gate_act from the file, tiled heads.)
- * Formula, per token (spec gdn-family.md §2.1):
+ * Formula, per token (docs/specs/gdn-family.md §2.1):
  *   m = attn_qkv x;  z = attn_gate x;  b, a = ssm_beta x, ssm_alpha x (or ssm_ba x)
  *   c = silu(causal_conv1d(m))  (tap K-1 on the current token; window carried, zero at start)
  *   q_g, k_g, v_h = the parts of c;  q_g <- l2(q_g) / sqrt(Dk), k_g <- l2(k_g),
- *     l2(x) = x (sum x^2 + 1e-6)^-1/2  (HF's fixed eps; llama.cpp uses rms_eps, spec B14)
+ *     l2(x) = x (sum x^2 + 1e-6)^-1/2  (HF's fixed eps; llama.cpp uses rms_eps, docs/specs/gdn-family.md B14)
  *   beta_h = sigmoid(b_h) * gdn_beta_scale (0: 1; OLMo-Hybrid's 2: beta in (0, 2), I - beta k k^T
  *     may have a negative eigenvalue);  g_h = A_h softplus(a_h + dt_bias_h)  (softplus threshold 20)
  *   v-head h reads K-head kh(h) = h % Hk (gdn_head_tiled: qwen35 GGUFs' tiled order) or
- *     h / r (qwen3next's grouped order) (spec §1.4.2, B19)
+ *     h / r (qwen3next's grouped order) (docs/specs/gdn-family.md §1.4.2, B19)
  *   S_h <- exp(g_h) S_h;  u = beta_h (v_h - S_h^T k);  S_h += k u^T;  o_h = S_h^T q  (tk_gdn_run)
  *   y_h = rmsnorm(o_h) * ssm_norm * act(z_h)  (eps gdn_norm_eps, 0: rms_eps (OLMo-Hybrid: 1e-5); act
  *     silu, or sigmoid by gdn_gate_act)
@@ -37,7 +37,7 @@
  *   [U, 2 Hv] beta | g, y [U, Hv Dv]; the workspace: tk_gdn_work_floats per thread.
  * ref: transformers modeling_qwen3_next.py Qwen3NextGatedDeltaNet, Qwen3NextRMSNormGated,
  *      modeling_qwen3_5.py Qwen3_5GatedDeltaNet, modeling_olmo_hybrid.py OlmoHybridGatedDeltaNet
- *      (spec more-hybrids.md §3.4); llama.cpp qwen3next.cpp / qwen35.cpp
+ *      (docs/specs/more-hybrids.md §3.4); llama.cpp qwen3next.cpp / qwen35.cpp
  *      build_layer_attn_linear.
  */
 #include <math.h>

@@ -11,19 +11,19 @@
  *   ssm_norm [D] (shared by the heads, no +1);  attn_output [C, H]
  *   state per sequence: "conv" [3C, K-1] (the last K-1 conv inputs), "S" [n, D, D]: head h's
  *     S (Dk x Dv) with element (i, j) at h D D + j D + i (llama.cpp's layout, as mixer_gdn.c)
- * Formula, per token (spec kda-family.md §2.1):
+ * Formula, per token (docs/specs/kda-family.md §2.1):
  *   m = [attn_q x | attn_k x | attn_v x];  c = silu(causal_conv1d(m))  (tap K-1 on the current
  *     token; window carried, zero at start);  q_h, k_h, v_h = the parts of c
  *   q_h <- l2(q_h) / sqrt(D), k_h <- l2(k_h),  l2(x) = x (sum x^2 + kda_l2_eps)^-1/2
- *     (HF's 1e-6, HFK:402-410; llama.cpp's file reads rms_eps, spec D4)
+ *     (HF's 1e-6, modeling_kimi_linear.py:402-410; llama.cpp's file reads rms_eps, docs/specs/kda-family.md D4)
  *   u = f_b(f_a(x)) + dt_bias  (per channel);  g[h, c] = ssm_a_h softplus(u[h, c])  (threshold 20),
- *     or with kda_gate_lower_bound lb < 0: g = lb sigmoid(-ssm_a_h u)   (HFK:332-344, HFG:360-362);
- *     bailingmoe3 stores ssm_a = +exp(A_log) (hp.kda.a_positive): the same with -ssm_a (HFB:442-445)
+ *     or with kda_gate_lower_bound lb < 0: g = lb sigmoid(-ssm_a_h u)   (modeling_kimi_linear.py:332-344, modeling_glm5_next.py:360-362);
+ *     bailingmoe3 stores ssm_a = +exp(A_log) (hp.kda.a_positive): the same with -ssm_a (modeling_bailing_hybrid.py:442-445)
  *   beta_h = sigmoid(ssm_beta x)_h
  *   S_h <- Diag(exp(g_h)) S_h (key row i by exp(g[h, i]));  u = beta_h (v_h - S_h^T k_h);
  *     S_h += k_h u^T;  o_h = S_h^T q_h     (kernels/gdn.c's tk_gdn_run with gk: the recurrence,
  *     or HF's chunked form past tk_kda_threshold())
- *   z = g_b(g_a(x));  y_h = rmsnorm(o_h; rms_eps) * ssm_norm * sigmoid(z_h)   (HFK:75-95, 712-714)
+ *   z = g_b(g_a(x));  y_h = rmsnorm(o_h; rms_eps) * ssm_norm * sigmoid(z_h)   (modeling_kimi_linear.py:75-95, 712-714)
  *   out = attn_output y
  *   speculative window (memory_rs.c): a row that keeps per-token snapshots runs one-token
  *     recurrence calls and copies "conv" and "S" after each token that keeps one

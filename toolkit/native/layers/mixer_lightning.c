@@ -6,7 +6,7 @@
  *   attn_gate [D, W], attn_norm_2 [W] (the output norm over all heads at once), attn_output [W, D]
  *   state per sequence: "S" [nh, d(v), d(k)]: head h's S (d x d, indexed [k][v]) with element
  *     (k, v) at h d d + v d + k (llama.cpp's layout, ne = [d(k), d(v), nh])
- * Formula, per token (spec more-hybrids.md §5.4; HF MiniMaxLightningAttention):
+ * Formula, per token (docs/specs/more-hybrids.md §5.4; HF MiniMaxLightningAttention):
  *   q, k, v = thirds of silu(attn_qkv x) per head
  *   s_h = (2^(-8/nh))^(h+1) (1 - il / (L - 1 + 1e-5) + 1e-5)        (HF's slope rate)
  *   S_h <- exp(-s_h) S_h + k_h v_h^T;  o_h = S_h^T q_h               (no scaling, no softmax)

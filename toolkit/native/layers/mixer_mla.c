@@ -10,7 +10,7 @@
  *   attn_output [h dv, H]
  *   KV cache per cell: one row [c (rkv) | k_rot (dr)], no V (kv_v_dim 0): rkv + dr floats a token
  *     where caching K and V would take h (dn + dr + dv)
- * Formula (spec kda-family.md §2.3; HF's expanded form, HFK:276-315):
+ * Formula (docs/specs/kda-family.md §2.3; HF's expanded form, modeling_kimi_linear.py:276-315):
  *   q_h = [q_nope_h (dn) | q_rot_h (dr)] = (attn_q x)_h, or (attn_q_b rmsnorm(attn_q_a x))_h
  *   [c | k_rot] = attn_kv_a_mqa x;  c <- rmsnorm(c) * attn_kv_a_norm   (q_a / kv_a eps mla_norm_eps)
  *   HF: k_h = [kv_b_k,h c | k_rot], v_h = kv_b_v,h c,  o_h = softmax(q_h . k_h^T (dn + dr)^-1/2) V_h
@@ -18,8 +18,8 @@
  *     a_h = softmax(qt_h . [c | k_rot]^T (dn + dr)^-1/2) over the cells of the token's sequence with
  *     pos <= its own, o_h = v_b_h (a_h . C)   (C: the cached c rows)
  *   out = attn_output [o_1 | ... | o_h]
- *   No RoPE: kimi-linear shares k_rot unrotated (HFK:191-193).  Ling 3 (hp.mla.rope): q_rot and
- *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (HFB:253-289; HF de-interleaves after,
+ *   No RoPE: kimi-linear shares k_rot unrotated (modeling_kimi_linear.py:191-193).  Ling 3 (hp.mla.rope): q_rot and
+ *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (modeling_bailing_hybrid.py:253-289; HF de-interleaves after,
  *   which changes no dot product) before the cache write (memory_kv.c's kv_seq_add rotates the
  *   cached k_rot on); the head-wise gate (hp.attn.head_gate): o_h *= sigmoid(attn_gate x)_h.
  *   GLM-5-Next (hp.dsa.full): the softmax runs over the cells dsa.c's indexer selects (q_r the
@@ -202,7 +202,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
         for (int32_t t = 0; t < U; t++)
             memcpy(ctx->att + ((int64_t) t * h + hh) * dv, ctx->step + (int64_t) t * dv, (size_t) dv * sizeof(float));
     }
-    if (hp->attn.head_gate) {  /* Ling 3: head hh's output * sigmoid(attn_gate x)_hh (HFB:417-418) */
+    if (hp->attn.head_gate) {  /* Ling 3: head hh's output * sigmoid(attn_gate x)_hh (modeling_bailing_hybrid.py:417-418) */
         TK_CHECK(tk_matmul(&l->w_head_gate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
         for (int32_t t = 0; t < U; t++)
             for (int32_t hh = 0; hh < h; hh++) {

@@ -10,7 +10,7 @@
  *   indexer.q_norm, indexer.k_norm [di] (HF's (1 + w) folded in)
  *   KV cache per cell: K, V as the attention kind, plus the raw indexer key kraw [di] (no norm,
  *     no RoPE) in the cache's third array (memory_kv.c: same cells as K and V)
- * Formula (HF Qwen4ExpTextQSAIndexer / Qwen4ExpTextAttention; spec gdn-family.md §2.5.3):
+ * Formula (HF Qwen4ExpTextQSAIndexer / Qwen4ExpTextAttention; docs/specs/gdn-family.md §2.5.3):
  *   qI_h = RoPE_pos(rmsnorm(q_proj x)_h * q_norm) over the first n_rot dims (NEOX), kraw = k_proj x
  *   for a token at position p of sequence s: the visible cells are s's cells with pos <= p, in
  *   position order, j = 0 .. n_vis - 1; n_blk = n_vis / r whole blocks (j in [b r, b r + r)), the

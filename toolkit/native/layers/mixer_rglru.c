@@ -11,8 +11,8 @@
  *   ssm_out [lru, D] + .bias [D]                 (linear_out)
  *   state per sequence: "conv" [lru, K-1] (the last K-1 conv inputs, oldest first) and
  *     "ssm" [lru] (the RG-LRU's h, float32 as HF keeps it); both zero at a new sequence
- * Formula, per sequence, tokens in order (spec more-hybrids.md §6.4; transformers 5.24
- * modeling_recurrent_gemma.py RecurrentGemmaRecurrentBlock.forward, HFR:392-461):
+ * Formula, per sequence, tokens in order (docs/specs/more-hybrids.md §6.4; transformers 5.24
+ * modeling_recurrent_gemma.py RecurrentGemmaRecurrentBlock.forward, modeling_recurrent_gemma.py:392-461):
  *   yb = gelu_tanh(rglru_y x + b_y)
  *   u  = causal_conv_K(rglru_x x + b_x) + b_conv          (no activation)
  *   ga = u_h . Wa_h + ba_h, gi = u_h . Wi_h + bi_h per head (block-diagonal)

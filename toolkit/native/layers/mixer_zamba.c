@@ -10,7 +10,7 @@
  *   this layer's blk.il.shared_linear [D, D]
  *   KV cache per cell: K [Hkv hd], V [Hkv hd] (no RoPE); recurrent state: Mamba-1's
  * Formula (transformers modeling_zamba.py ZambaHybridLayer / ZambaAttentionDecoderLayer /
- * ZambaMambaDecoderLayer; spec more-hybrids.md §7.4):
+ * ZambaMambaDecoderLayer; docs/specs/more-hybrids.md §7.4):
  *   h = rmsnorm([x | E]) * shared.attn_norm                                   [U, A]
  *   o = Wo softmax(q k^T * scale + causal) v,  q = Wq h, k = Wk h, v = Wv h
  *       (scale = attention.scale = (hd/2)^-1/2, no RoPE; tk_attention_core)

@@ -14,7 +14,7 @@
  *   state per sequence (recurrent pieces after the layer's own): "ple_conv" [(Kp-1) n, hcD]
  *     the last (Kp - 1) n conv inputs (oldest first), "ple_hist" [n] the n - 1 previous
  *     context ids (most recent first) and a set flag (int32 bits; unset = a fresh sequence)
- * Formula (HF Qwen4ExpTextNGramEmbedding / Qwen4ExpTextPLELayer; spec gdn-family.md §2.5.4):
+ * Formula (HF Qwen4ExpTextNGramEmbedding / Qwen4ExpTextPLELayer; docs/specs/gdn-family.md §2.5.4):
  *   context of the token x at position p: t_0 = x, t_s = the token s back, or eos before the
  *     sequence start or when an eos lies in [p - s, p - 1] (an eos hides what precedes it;
  *     its own context is not cut): kept as the history h, h <- [x, h[0..n-3]], or all eos

@@ -10,7 +10,7 @@
  *     hc_*_down [hcD, R], hc_*_up [R, hcD], hc_*_inject [hcD, hc];
  *   the final mixer: output_hc_norm [hcD], output_hc_down [hcD, R], output_hc_up [R, hcD]
  *   (no output_norm, no attn_norm, no post_attention_norm)
- * Formula (HF Qwen4ExpTextGatedResidual / Qwen4ExpTextDecoderLayer; spec gdn-family.md §2.5.1):
+ * Formula (HF Qwen4ExpTextGatedResidual / Qwen4ExpTextDecoderLayer; docs/specs/gdn-family.md §2.5.1):
  *   X_c = embed(token) for every stream c
  *   mix(X):  Xn_c = rmsnorm(X_c) * norm_c  (per stream over D, rms_eps)
  *            l = silu((down Xn) / hc);  G = sigmoid(up l)  [hcD]
@@ -168,7 +168,7 @@ tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * l
  *   as in the plain skeleton.
  * Formula (transformers 5.24 models/glm5_next/modeling_glm5_next.py Glm5NextTextHyperConnection
  * (:266-319), Glm5NextTextDecoderLayer.forward (:1302-1351), Glm5NextTextHyperHead (:322-326);
- * spec kda-family.md §2.5; llama.cpp 0c1e570 glm5-next.cpp build_hc_pre / build_hc_post):
+ * docs/specs/kda-family.md §2.5; llama.cpp 0c1e570 glm5-next.cpp build_hc_pre / build_hc_post):
  *   X_c = embed(token) for every stream c
  *   pre/post of a block: f = X / sqrt(mean(X^2) + rms_eps) over all hcD values (no weight)
  *     m = fn f  [M] = [m_pre (hc) | m_post (hc) | m_comb (hc hc)]
