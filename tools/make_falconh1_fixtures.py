@@ -51,6 +51,14 @@ SPECS = {
         embedding_multiplier=0.3, lm_head_multiplier=1.5, key_multiplier=0.8, attention_in_multiplier=1.1,
         attention_out_multiplier=0.9, ssm_in_multiplier=1.2, ssm_out_multiplier=0.6,
         mlp_multipliers=[0.9, 1.1], ssm_multipliers=[0.7, 1.2, 1.1, 0.8, 1.3])),
+    # issue 43: attention_bias (q/k/v/o_proj biases), with key / attention_out multipliers that scale them
+    "falconh1-attnbias-tiny": dict(seed=43, config=dict(
+        _BASE, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=6, mamba_d_head=16, mamba_n_groups=1, mamba_d_conv=4,
+        mamba_rms_norm=True, mamba_norm_before_gate=True, tie_word_embeddings=False, attention_bias=True,
+        embedding_multiplier=1.5, lm_head_multiplier=0.8, key_multiplier=1.7, attention_in_multiplier=0.6,
+        attention_out_multiplier=1.4, ssm_in_multiplier=1.1, ssm_out_multiplier=0.9,
+        mlp_multipliers=[1.1, 0.9], ssm_multipliers=[1.2, 0.8, 1.0, 1.1, 0.9])),
 }
 
 

@@ -6,6 +6,7 @@
                         ``layer_types`` in config.json), block_auto_adjust_ff_dim with
                         block_ffn_dim_multiplier 1.5 / block_multiple_of 32 (F = 160 from
                         intermediate_size 160), untied lm_head, 4 heads / 1 KV head
+    lfm2-convbias-tiny  Lfm2ForCausalLM, conv_bias true (short-conv in_proj / conv / out_proj biases), 4 layers
     lfm2moe-bias-tiny   Lfm2MoeForCausalLM, 2 dense layers then MoE (8 experts, top 3), a
                         non-zero expert_bias (N(0, 0.2): it changes which experts are chosen),
                         conv_L_cache 2, attention at 1 and 4 of 5
@@ -65,6 +66,12 @@ SPECS = {
                  routed_scaling_factor=2.5, conv_L_cache=3, tie_word_embeddings=True,
                  num_attention_heads=2, num_key_value_heads=2,
                  layer_types=["full_attention", "conv", "conv", "conv"])),
+    # issue 43: conv_bias true (in_proj, conv and out_proj biases of every short conv)
+    "lfm2-convbias-tiny": dict(
+        cls="Lfm2ForCausalLM", conf="Lfm2Config", seed=43,
+        cfg=dict(_BASE, hidden_size=48, num_hidden_layers=4, intermediate_size=96, block_auto_adjust_ff_dim=False,
+                 conv_L_cache=3, conv_bias=True, tie_word_embeddings=False, num_attention_heads=4, num_key_value_heads=2,
+                 layer_types=["conv", "full_attention", "conv", "conv"])),
 }
 
 
@@ -72,7 +79,9 @@ def _redraw(torch, model, g) -> None:
     """Every parameter (and the expert_bias buffers) redrawn (see the module docstring)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.ndim == 1:
+            if name.endswith(".bias"):         # conv_bias's (lfm2-convbias-tiny; no other fixture has one)
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(0.08 * torch.randn(p.shape, generator=g))

@@ -6,6 +6,9 @@ is ../shared/fixtures' (GDN at 0, 1, 3 with Hk 2, Hv 4, Dk 16, Dv 32, beta x2; R
                           (``rope_theta`` null, as the released checkpoints), GDN Hk 3, Hv 6, Dk 8,
                           Dv 12 (neither Dk nor 2 Dk), conv kernel 3, linear_allow_neg_eigval false
                           (beta = sigmoid, x1), rms_norm_eps 1e-5, tied embeddings
+    olmohybrid-bias-tiny  olmohybrid-tiny's layout (GDN at 0, 1, 3; RoPE attention at 2, GQA 4/2) with
+                          attention_bias true (q/k/v/o_proj biases, N(0, 0.1)), hidden 32, untied
+                          (the config audit's first supported flag, issue 43)
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -35,6 +38,13 @@ SPECS = {
         linear_num_key_heads=3, linear_num_value_heads=6, linear_key_head_dim=8, linear_value_head_dim=12,
         linear_conv_kernel_dim=3, linear_allow_neg_eigval=False, rms_norm_eps=1e-5, tie_word_embeddings=True,
         max_position_embeddings=4096)),
+    "olmohybrid-bias-tiny": dict(seed=52, rope=True, text=dict(
+        vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+        hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=True,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096)),
 }
 
 
@@ -46,6 +56,8 @@ def _redraw(torch, named, g) -> None:
             elif name.endswith("dt_bias"):
                 dt = torch.exp(torch.empty(p.shape).uniform_(math.log(1e-3), math.log(0.1), generator=g))
                 p.copy_(dt + torch.log(-torch.expm1(-dt)))          # inverse softplus
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             else:
@@ -61,12 +73,13 @@ def make(name: str, out_root: str) -> None:
     cfg = transformers.OlmoHybridConfig(**spec["text"])
     cfg.architectures = ["OlmoHybridForCausalLM"]
     model = transformers.OlmoHybridForCausalLM._from_config(cfg).eval()
-    assert model.model.rotary_emb is None, "the variant is meant to be NoPE"
+    rope = spec.get("rope", False)
+    assert (model.model.rotary_emb is None) != rope, "NoPE / RoPE not as the spec says"
     _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
 
     def reload(out):
         re = transformers.OlmoHybridForCausalLM.from_pretrained(out).eval()
-        assert re.model.rotary_emb is None, "NoPE did not survive save / reload"
+        assert (re.model.rotary_emb is None) != rope, "NoPE / RoPE did not survive save / reload"
         return re
 
     write_fixture(model, os.path.join(out_root, name), reload)

@@ -121,4 +121,4 @@ def test_head_gate_shape(monkeypatch, capsys, tmp_path):
 def test_other_rope_types_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "bailinghybrid-tiny")
     edit_config(d, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0})
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type = 'yarn'", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"yarn\"", code=3)

@@ -282,8 +282,8 @@ def test_tokenizer_values_of_the_wrong_kind_are_clean_errors(tmp_path, fname):
 
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny"])
-@pytest.mark.parametrize("key,value,needle", [("use_conv_bias", False, "use_conv_bias = false"),
-                                              ("use_bias", True, "use_bias = true")])
+@pytest.mark.parametrize("key,value,needle", [("use_conv_bias", False, "key 'use_conv_bias' = false"),
+                                              ("use_bias", True, "key 'use_bias' = true")])
 def test_unsupported_ssm_biases(monkeypatch, capsys, tmp_path, name, key, value, needle):
     d = copy(tmp_path, name)
     edit_config(d, **{key: value})

@@ -28,18 +28,25 @@ def test_bad_config_value(monkeypatch, capsys, tmp_path, key, value, needle):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle)
 
 
-@pytest.mark.parametrize("key, value", [("mamba_proj_bias", True), ("attention_bias", True), ("hidden_act", "gelu"),
-                                        ("time_step_limit", [0.0, 8.0])])
+@pytest.mark.parametrize("key, value", [("mamba_proj_bias", True), ("hidden_act", "gelu"), ("time_step_limit", [0.0, 8.0])])
 def test_unsupported_option(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", key, code=3)
 
 
+def test_attention_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """attention_bias true (converted since issue 43: tests/parity/test_config_variants.py) on a
+    checkpoint without the biases: the first one is named, exit 2."""
+    d = copy(tmp_path, NAME)
+    edit_config(d, attention_bias=True)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "'model.layers.0.self_attn.q_proj.bias'")
+
+
 def test_scaled_rope_is_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, NAME)
     edit_rope(d, rope_type="linear", factor=2.0)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type 'linear'", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"linear\"", code=3)
 
 
 def test_missing_mamba_tensor(monkeypatch, capsys, tmp_path):

@@ -156,7 +156,7 @@ def test_mtp_missing_fc(monkeypatch, capsys, tmp_path):
 def test_rope_scaling_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "qwen3next-tiny")
     edit_rope(d, rope_type="yarn", factor=4.0)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type = 'yarn'", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"yarn\"", code=3)
 
 
 def test_config_values_of_the_wrong_kind(tmp_path):

@@ -43,7 +43,7 @@ def test_layer_types_disagree_with_tensors(monkeypatch, capsys, tmp_path):
 def test_norm_topk_prob_false_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "laramini-tiny")
     edit_config(d, norm_topk_prob=False)
-    expect_error(monkeypatch, capsys, tmp_path, d, "norm_topk_prob = false is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'norm_topk_prob' = false is not supported", code=3)
 
 
 def test_sliding_window_of_zero(monkeypatch, capsys, tmp_path):

@@ -62,10 +62,18 @@ def test_conv_kernel_out_of_range(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'conv_L_cache' = 1 must be in [2, 64]")
 
 
-def test_conv_bias_refused(monkeypatch, capsys, tmp_path):
+def test_conv_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """conv_bias true (converted since issue 43: tests/parity/test_config_variants.py) on a
+    checkpoint without the biases: the first one is named, exit 2."""
     d = copy(tmp_path, "lfm2-tiny")
     edit_config(d, conv_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "conv_bias = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", ".conv.in_proj.bias'", "conv_bias is true")
+
+
+def test_conv_biases_the_config_turns_off_are_leftovers(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "lfm2-convbias-tiny")
+    edit_config(d, conv_bias=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, ".bias", "was not converted")
 
 
 def test_ff_dim_rule_disagrees_with_tensors(monkeypatch, capsys, tmp_path):

@@ -33,14 +33,14 @@ def test_unknown_rope_type(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "lfm3-tiny")
     rp = config(d)["rope_parameters"]
     edit_config(d, rope_parameters={**rp, "full_attention": {**rp["full_attention"], "rope_type": "yarn"}})
-    expect_error(monkeypatch, capsys, tmp_path, d, "rope_parameters.full_attention.rope_type = 'yarn' is not supported",
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'rope_parameters.full_attention.rope_type' = \"yarn\" is not supported",
                  code=3)
 
 
 def test_conv_bias_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "lfm3-tiny")
     edit_config(d, conv_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "conv_bias = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'conv_bias' = true is not supported", code=3)
 
 
 def test_missing_sandwich_norm(monkeypatch, capsys, tmp_path):

@@ -43,20 +43,20 @@ def test_layer_types_disagree_with_tensors(monkeypatch, capsys, tmp_path):
 def test_sliding_window_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "minimax-tiny")
     edit_config(d, sliding_window=8)
-    expect_error(monkeypatch, capsys, tmp_path, d, "sliding_window = 8 is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'sliding_window' = 8 is not supported", code=3)
 
 
 def test_rope_type_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "minimax-tiny")
     edit_config(d, rope_parameters={"rope_theta": 1e6, "rope_type": "yarn"})
-    expect_error(monkeypatch, capsys, tmp_path, d, "rope_type = 'yarn' is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "rope_type' = \"yarn\" is not supported", code=3)
 
 
 def test_hidden_act_other_than_silu_is_unsupported(monkeypatch, capsys, tmp_path):
     """The experts' activation is ACT2FN[hidden_act] in HF; the runtime runs SwiGLU only."""
     d = copy(tmp_path, "minimax-tiny")
     edit_config(d, hidden_act="gelu")
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'hidden_act' = 'gelu' is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'hidden_act' = \"gelu\" is not supported", code=3)
 
 
 def test_remote_code_postnorm_false_is_unsupported(monkeypatch, capsys, tmp_path):

@@ -64,12 +64,21 @@ def test_missing_expert(monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("key, value, needle, code", [
-    ("moe_latent_size", 16, "moe_latent_size = 16", 3),          # unsupported: exit 3
-    ("mlp_hidden_act", "silu", "mlp_hidden_act = 'silu'", 3),
-    ("time_step_limit", [0.0, 0.1], "time_step_limit", 3),
+    ("moe_latent_size", 16, "key 'moe_latent_size' = 16", 3),          # unsupported: exit 3
+    ("mlp_hidden_act", "silu", "key 'mlp_hidden_act' = \"silu\"", 3),
     ("n_group", 3, "n_group 3 must divide n_routed_experts 4", 2),  # inconsistent input: exit 2
 ])
 def test_unsupported_or_inconsistent_config(monkeypatch, capsys, tmp_path, key, value, needle, code):
     d = copy(tmp_path, "nemotronh-tiny")
     edit_config(d, **{key: value})
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle, code=code)
+
+
+@pytest.mark.parametrize("key, value", [("time_step_limit", [0.0, 0.1]), ("attention_bias", True), ("mamba_proj_bias", True)])
+def test_keys_hf_does_not_read_convert(tmp_path, key, value):
+    """HF's NemotronH model reads none of these (no dt clamp, no attention biases; use_bias sets
+    the Mamba projection biases): the checkpoint converts as HF runs it (they were refused)."""
+    from toolkit.convert import make_plan
+    d = copy(tmp_path, "nemotronh-tiny")
+    edit_config(d, **{key: value})
+    assert make_plan(str(d)).tensors

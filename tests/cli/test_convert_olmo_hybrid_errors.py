@@ -57,10 +57,19 @@ def test_missing_conv_piece(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "'model.layers.3.linear_attn.v_conv1d.weight'")
 
 
-def test_attention_bias_is_unsupported(monkeypatch, capsys, tmp_path):
+def test_attention_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """attention_bias true (converted since issue 43: tests/parity/test_config_variants.py) on a
+    checkpoint without the biases: the first one is named."""
     d = copy(tmp_path, "olmohybrid-tiny")
     edit_config(d, attention_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "attention_bias = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "'model.layers.2.self_attn.q_proj.bias'",
+                 "attention_bias is true")
+
+
+def test_attention_biases_the_config_turns_off_are_leftovers(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "olmohybrid-bias-tiny")
+    edit_config(d, attention_bias=False)
+    expect_error(monkeypatch, capsys, tmp_path, d, "self_attn", "_proj.bias", "was not converted")
 
 
 def test_norms_under_their_module_names_convert(tmp_path):

@@ -81,7 +81,9 @@ JAMBA_MAMBA1_TENSORS = TensorSet(required=_MAMBA1_CORE + _DT_B_C_NORMS,  # Jamba
 MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT), T.SSM_A, T.SSM_D,
                                      _w(T.SSM_NORM), _w(T.SSM_OUT)),
                            optional=((_b(T.SSM_CONV1D),),))
-ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)))  # biases refused
+ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)))
+# HF attention_bias (the families whose converter writes them: OLMo-Hybrid, Falcon-H1): q / k / v's together, o's
+ATTENTION_BIASES = ((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)), (_b(T.ATTN_OUT),))
 # gated attention (attn_qk_norm): the same plus the per-head q / k RMSNorm weights [head_dim]
 GATED_ATTENTION_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + (_w(T.ATTN_Q_NORM), _w(T.ATTN_K_NORM)))
 # gated delta net: fused q|k|v, the output gate z, beta / alpha (qwen35: two matrices; qwen3next:
@@ -101,8 +103,10 @@ FFN_TENSORS = {
                                      (_w(T.FFN_GATE_INP_SHEXP),),     # shared expert scaled by sigmoid(w . x)
                                      (_b(T.FFN_EXP_PROBS_B),))),      # selection bias (moe_sigmoid only)
 }
-# LFM2's gated short conv: in_proj [D, 3D] (B | C | x), the depthwise conv [K, D] (no bias), out_proj
-SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_CONV), _w(T.SHORTCONV_OUTPROJ)))
+# LFM2's gated short conv: in_proj [D, 3D] (B | C | x), the depthwise conv [K, D], out_proj; with HF
+# conv_bias the three biases (together; ours: llama.cpp's lfm2 has none)
+SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_CONV), _w(T.SHORTCONV_OUTPROJ)),
+                              optional=((_b(T.SHORTCONV_INPROJ), _b(T.SHORTCONV_CONV), _b(T.SHORTCONV_OUTPROJ)),))
 # zamba2 hybrid layer: its Mamba-2 block, its LoRA adapters and linear projection; the shared
 # block (shared.{bid}.*, bid = the block it runs) is ZAMBA2_SHARED_BLOCK_TENSORS
 ZAMBA2_LAYER_TENSORS = TensorSet(
@@ -119,7 +123,7 @@ ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
 # parallel (Falcon-H1): attention and Mamba-2 in one block; ssm_norm absent when mamba_rms_norm is false
 PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t in MAMBA2_TENSORS.required
                                                                          if t != _w(T.SSM_NORM)),
-                             optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),))
+                             optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES)
 # qwen4exp: gated attention plus the QSA indexer's projections and norms
 QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
     T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
@@ -204,7 +208,8 @@ OLMO_HYBRID_MIXER_TENSORS = {
     LayerKind.GDN: TensorSet(required=tuple(_w(t) for t in (
         T.ATTN_Q, T.ATTN_K, T.ATTN_V, T.ATTN_GATE, T.SSM_CONV1D_Q, T.SSM_CONV1D_K, T.SSM_CONV1D_V, T.SSM_BETA,
         T.SSM_ALPHA, T.SSM_NORM, T.SSM_OUT)) + (_b(T.SSM_DT), T.SSM_A)),
-    LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required + (_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM))),
+    LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required + (_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),
+                                   optional=ATTENTION_BIASES),
 }
 
 

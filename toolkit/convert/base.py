@@ -15,6 +15,7 @@ import gguf
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.hfdir import HFDir
 from toolkit.convert.plan import KV, OutTensor, Plan, Segment, kv_u32
 from toolkit.convert.st_reader import FLOAT_DTYPES, STTensor
@@ -56,17 +57,10 @@ def pick_type(name: str, np_shape: tuple[int, ...], outtype: str) -> GGMLType:
 
 
 
-def refuse_ssm_biases(cfg, arch: str) -> None:
-    """Mamba-1/Mamba-2 configs: llama.cpp's layout has a conv bias and no in/out projection
-    biases, so ``use_conv_bias = false`` and ``use_bias = true`` are refused.
-
-    Raises:
-        UnsupportedError: naming config.json and the key.
-    """
-    if cfg.d.get("use_conv_bias") is False:
-        raise UnsupportedError(f"{cfg.path}: use_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
-    if cfg.d.get("use_bias"):
-        raise UnsupportedError(f"{cfg.path}: use_bias = true (in/out projection biases) is not supported by the {arch} GGUF layout")
+# the Mamba-1 / Mamba-2 mixer's bias switches (llama.cpp's layout: a conv bias, no in/out
+# projection biases); the hybrids' spellings take a prefix
+SSM_CONV_BIAS = Refused((True,), "llama.cpp's layout needs ssm_conv1d.bias")
+SSM_PROJ_BIAS = Refused((False,), "in/out projection biases: not in llama.cpp's layout")
 
 def head_perm(n_head: int, head_dim: int, n_rot: int) -> np.ndarray:
     """Row order that turns HF's half-split RoPE layout into llama.cpp's NORM (adjacent pairs).
@@ -102,12 +96,19 @@ class Family:
     int_known: ClassVar[tuple[str, ...]] = ()
     # ``toolkit convert --no-mtp``: leave out an MTP / NextN draft head (families that write one)
     no_mtp: bool = False
+    # the HF configuration classes this family converts (as transformers names them) and what it
+    # does with each of their attributes (toolkit/convert/config_keys.py; docs/config-audit.md)
+    hf_configs: ClassVar[tuple[str, ...]] = ()
+    config_keys: ClassVar[ConfigKeys | None] = None
 
     def __init__(self, hf: HFDir, outtype: str):
         if outtype not in OUTTYPES:
             raise InputError(f"--outtype {outtype!r}: must be one of {', '.join(OUTTYPES)}")
         self.hf = hf
         self.cfg = hf.config
+        if self.config_keys is not None:   # before the tensors: a refused setting names its key, not a bias tensor
+            d = self.cfg.d
+            self.config_keys.enforce(self.cfg.path, {**d, **d["text_config"]} if isinstance(d.get("text_config"), dict) else d)
         self.outtype = self._resolve_outtype(outtype)
         self.plan = Plan(arch=self.arch, hf_arch=hf.arch_name)
         self._taken: set[str] = set()

@@ -114,7 +114,8 @@ typedef struct {
     float * rglru_gate_i, * rglru_gate_a;                /* [nh][bw in][bw out]: out_j = sum_i x_i W[h][i][j] (HF's layout) */
     float * rglru_gate_i_b, * rglru_gate_a_b;            /* [nh][bw] */
     float * rglru_neg8_sp;                               /* [lru]: -8 softplus(Lambda) (so log a = r * this) */
-    float * ssm_out_b;                                   /* linear_out's bias [D] */
+    float * ssm_out_b;                                   /* linear_out's bias [D] (LFM2: shortconv.out_proj's) */
+    float * ssm_in_b;                                    /* LFM2 conv_bias: shortconv.in_proj's bias [3D], else NULL */
     float * attn_q_b, * attn_k_b, * attn_v_b, * attn_out_b;   /* [H hd], [Hkv hd], [Hkv hd], [D] (hp.attn.bias), else NULL */
     float * ffn_gate_b, * ffn_up_b, * ffn_down_b;        /* GeGLU biases [F], [F], [D] */
     /* KDA (mixer_kda.c; wq, wk, wv, wo, ssm_beta, ssm_a, ssm_dt_b, ssm_norm, ssm_conv1d as named there) */

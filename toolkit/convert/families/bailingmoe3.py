@@ -37,8 +37,9 @@ import logging
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.kda import KDAMixin, layer_list, read_flag, read_int, spelled
+from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int, spelled
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_BAILINGMOE3
@@ -53,6 +54,12 @@ class BailingMoe3Family(KDAMixin, Family):
     head-wise sigmoid output gate, a dense SwiGLU on the leading layers, then a sigmoid-routed MoE."""
 
     hf_archs = ("BailingMoeV3ForCausalLM", "BailingHybridForCausalLM")
+    hf_configs = ("BailingHybridConfig",)
+    config_keys = ConfigKeys.of(
+        KDA_READ + " first_k_dense_replace rope_parameters num_mtp_layers num_local_experts rope_theta head_dim "
+        "short_conv_kernel_size layer_group_size kda_safe_gate kda_lower_bound",
+        irrelevant={"tie_word_embeddings": "HF's model ties nothing (_tied_weights_keys = {}): the saved lm_head is the output"},
+        refused=KDA_REFUSED, rope_types=("default",))
     families = ("Ling 3",)
     arch = ARCH_BAILINGMOE3
     known = (r"model\.word_embeddings\.weight", r"model\.norm\.weight", r"lm_head\.weight",
@@ -75,10 +82,6 @@ class BailingMoe3Family(KDAMixin, Family):
         for key in ("score_function", "scoring_func"):
             if c.d.get(key, "sigmoid") != "sigmoid":
                 raise UnsupportedError(f"{c.path}: {key} = {c.d[key]!r} is not supported (only 'sigmoid')")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: hidden_act = {c.d['hidden_act']!r} is not supported (only 'silu')")
-        if c.d.get("attention_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's layout has no MLA biases)")
         self.n_mtp = c.int("num_nextn_predict_layers", "num_mtp_layers", default=0, min_value=0)
         # ---- KDA: n = num_attention_heads, D = head_dim of config.json (HF's linear_head_dim) ----
         self.n_head = c.int("num_attention_heads", default=32)
@@ -107,9 +110,6 @@ class BailingMoe3Family(KDAMixin, Family):
         rp = c.d.get("rope_parameters") or {}
         if not isinstance(rp, dict):
             raise InputError(f"{c.path}: key 'rope_parameters' must be an object")
-        rtype = rp.get("rope_type", rp.get("type", "default"))
-        if rtype != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rtype!r} is not supported (only 'default')")
         theta = rp.get("rope_theta", c.d.get("rope_theta", 6e6))
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise InputError(f"{c.path}: rope_theta = {theta!r} must be a positive number")

@@ -19,6 +19,7 @@ layers.i.input_layernorm.weight [D]            blk.i.attn_norm.weight
   self_attn.k_proj.weight [Hkv hd, D]          blk.i.attn_k.weight             key_multiplier, then attention_in_multiplier
   self_attn.v_proj.weight [Hkv hd, D]          blk.i.attn_v.weight             attention_in_multiplier
   self_attn.o_proj.weight [D, Hq hd]           blk.i.attn_output.weight        attention_out_multiplier
+  self_attn.{q,k,v,o}_proj.bias (attention_bias) blk.i.attn_{q,k,v,output}.bias  k: key_multiplier, o: attention_out_multiplier
   mamba.in_proj.weight [W, D]                  blk.i.ssm_in.weight             ssm_in_multiplier, then ssm_multipliers[0..4]
                                                                                on the z, x, B, C, dt row blocks
   mamba.conv1d.weight [DI+2GN, 1, K] / .bias   blk.i.ssm_conv1d.weight [DI+2GN, K] / .bias
@@ -56,6 +57,8 @@ import math
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.base import SSM_PROJ_BIAS
+from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_FALCON_H1
@@ -65,13 +68,27 @@ _L = r"model\.layers\.\d+\."
 
 class FalconH1Family(Family):
     hf_archs = ("FalconH1ForCausalLM",)
+    hf_configs = ("FalconH1Config",)
+    config_keys = ConfigKeys.of(
+        "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
+        "num_key_value_heads rms_norm_eps max_position_embeddings mamba_d_ssm mamba_n_heads mamba_d_head mamba_n_groups "
+        "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
+        "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
+        "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
+        "mamba_conv_bias attention_bias",
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
+                 "mamba_proj_bias": SSM_PROJ_BIAS,
+                 "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
+                 "mlp_bias": Refused((False,), "MLP biases: not in the falcon-h1 GGUF layout"),
+                 "time_step_limit": DT_LIMIT},
+        rope_types=("default",), aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm)\.weight",
         _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
-        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.weight",
+        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.(weight|bias)",
         _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.weight",
     )
 
@@ -99,15 +116,6 @@ class FalconH1Family(Family):
         self._read_mamba()
         self._read_attention()
         self.n_ff = c.int("intermediate_size")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: hidden_act = {c.d['hidden_act']!r}: only 'silu' is supported")
-        for key in ("mamba_proj_bias", "projectors_bias", "attention_bias", "mlp_bias"):
-            if c.d.get(key):
-                raise UnsupportedError(f"{c.path}: {key} = true is not supported by the falcon-h1 GGUF layout")
-        limit = c.d.get("time_step_limit")
-        if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or limit[0] not in (0, 0.0)
-                                  or not (limit[1] == {"__float__": "Infinity"} or limit[1] == float("inf"))):
-            raise UnsupportedError(f"{c.path}: time_step_limit = {str(limit)[:60]}: only (0, inf) (no dt clamp) is supported")
         # muP multipliers (FalconH1Config defaults when absent)
         self.mult = {k: self._multiplier(k) for k in (
             "embedding_multiplier", "lm_head_multiplier", "key_multiplier", "attention_in_multiplier",
@@ -136,6 +144,8 @@ class FalconH1Family(Family):
         if self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: mamba_n_groups {self.n_group} does not divide mamba_n_heads {self.ssm_n_head}")
         self.rms_norm = c.flag("mamba_rms_norm", False)
+        self.conv_bias = c.flag("mamba_conv_bias", True)   # false: no conv1d.bias (a stored one is a leftover)
+        self.attn_bias = c.flag("attention_bias", False)   # q/k/v/o_proj biases
         self.norm_before_gate = c.flag("mamba_norm_before_gate", True)
 
     def _read_attention(self) -> None:
@@ -220,6 +230,12 @@ class FalconH1Family(Family):
         self.scaled(tn(T.ATTN_K, i), a + "k_proj.weight", (self.n_head_kv * hd, D), [m["key_multiplier"], ain])
         self.scaled(tn(T.ATTN_V, i), a + "v_proj.weight", (self.n_head_kv * hd, D), [ain])
         self.scaled(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd), [m["attention_out_multiplier"]])
+        if self.attn_bias:   # added after the projection: attention_in_multiplier (on its input) leaves it alone
+            for out, src, n, sc in ((T.ATTN_Q, "q_proj", self.n_head * hd, []),
+                                    (T.ATTN_K, "k_proj", self.n_head_kv * hd, [m["key_multiplier"]]),
+                                    (T.ATTN_V, "v_proj", self.n_head_kv * hd, []),
+                                    (T.ATTN_OUT, "o_proj", D, [m["attention_out_multiplier"]])):
+                self.scaled(tn(out, i, ".bias"), a + src + ".bias", (n,), sc or [1.0])
 
     def _mamba(self, i: int, s: str) -> None:
         D, DI, N, G, H, K = self.n_embd, self.d_inner, self.d_state, self.n_group, self.ssm_n_head, self.d_conv
@@ -234,8 +250,8 @@ class FalconH1Family(Family):
         self.emit(tn(T.SSM_IN, i), (2 * DI + 2 * G * N + H, D), segs,
                   note=f"x ssm_in_multiplier {ssm_in:g}, then ssm_multipliers on the z, x, B, C, dt rows")
         self.copy(tn(T.SSM_CONV1D, i), s + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
-        if self.has(s + "conv1d.bias"):
-            self.copy(tn(T.SSM_CONV1D, i, ".bias"), s + "conv1d.bias", (C,))
+        if self.conv_bias:
+            self.copy(tn(T.SSM_CONV1D, i, ".bias"), s + "conv1d.bias", (C,), why="mamba_conv_bias is true")
         self.copy(tn(T.SSM_DT, i, ".bias"), s + "dt_bias", (H,))
         self.copy(tn(T.SSM_A, i, ""), s + "A_log", (H,), (H, 1), op="neg_exp", note="A = -exp(A_log), [H] -> [H,1]")
         self.copy(tn(T.SSM_D, i, ""), s + "D", (H,), (H, 1), note="[H] -> [H,1]")

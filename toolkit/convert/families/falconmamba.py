@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.mamba import MambaFamily
 from toolkit.convert.plan import kv_f32
 from toolkit.gguf_io import Keys
@@ -24,6 +25,9 @@ class FalconMambaFamily(MambaFamily):
     hf_archs = ("FalconMambaForCausalLM",)
     families = ("FalconMamba",)
     dt_b_c_rms = True
+    hf_configs = ("FalconMambaConfig",)
+    config_keys = ConfigKeys.of(" ".join(MambaFamily.config_keys.read) + " mixer_rms_eps",
+                                refused=MambaFamily.config_keys.refused)
 
     def read_hparams(self) -> None:
         super().read_hparams()

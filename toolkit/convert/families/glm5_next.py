@@ -40,9 +40,10 @@ import logging
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.kda import KDAMixin, layer_list, read_flag, read_int
+from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDA_UNTIED, KDAMixin, layer_list, read_flag, read_int
 from toolkit.convert.families.qwen_gdn import text_config
 from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGMLType, Keys
 from toolkit.gguf_io.constants import ARCH_GLM5_NEXT
@@ -83,6 +84,16 @@ class Glm5NextFamily(KDAMixin, Family):
     MoE, every SwiGLU clamped."""
 
     hf_archs = ("Glm5NextForConditionalGeneration",)
+    hf_configs = ("Glm5NextTextConfig", "Glm5NextConfig")
+    config_keys = ConfigKeys.of(
+        KDA_READ + " n_routed_experts index_topk index_head_dim index_n_heads indexer_types swiglu_limit "
+        "linear_head_dim linear_num_heads linear_conv_kernel_dim linear_lower_bound hc_mult hc_eps hc_sinkhorn_iters "
+        "index_kpool index_kpool_always_select_tail",
+        irrelevant={**{k: "vision input only: the text model does not read it" for k in (
+            "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id", "video_start_token_id",
+            "video_end_token_id")},
+            "head_dim": "not read by HF's model (MLA: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)"},
+        refused={**KDA_REFUSED, "tie_word_embeddings": KDA_UNTIED}, aliases={"num_local_experts": "n_routed_experts"})
     families = ("GLM-5-Next",)
     arch = ARCH_GLM5_NEXT
     vllm = False
@@ -107,12 +118,8 @@ class Glm5NextFamily(KDAMixin, Family):
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.eps = c.eps("rms_norm_eps", default=1e-5)
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: hidden_act = {c.d['hidden_act']!r} is not supported (only 'silu')")
         if c.d.get("scoring_func", "sigmoid") != "sigmoid":
             raise UnsupportedError(f"{c.path}: scoring_func = {c.d['scoring_func']!r} is not supported (only 'sigmoid')")
-        if c.d.get("attention_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's layout has no MLA biases)")
         self._read_kda(c)
         self._read_mla(c)
         self._read_ffn(c)

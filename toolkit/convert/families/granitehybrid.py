@@ -35,7 +35,8 @@ match; the data then equals llama.cpp's file, whose converter also leaves them, 
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family, head_perm
+from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family, head_perm
+from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
@@ -48,6 +49,19 @@ class GraniteHybridFamily(Family):
     hf_archs = ("BambaForCausalLM", "GraniteMoeHybridForCausalLM")
     families = ("Bamba", "Granite 4.0-H")
     arch = ARCH_GRANITE_HYBRID
+    hf_configs = ("BambaConfig", "GraniteMoeHybridConfig")
+    config_keys = ConfigKeys.of(
+        "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
+        "num_key_value_heads rms_norm_eps max_position_embeddings attn_layer_indices layer_types mamba_n_heads "
+        "mamba_d_head mamba_n_groups mamba_d_state mamba_d_conv mamba_expand rope_parameters embedding_multiplier "
+        "logits_scaling residual_multiplier attention_multiplier num_local_experts num_experts_per_tok "
+        "shared_intermediate_size position_embedding_type",
+        refused={"mamba_proj_bias": SSM_PROJ_BIAS, "mamba_conv_bias": SSM_CONV_BIAS,
+                 "hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
+                 "time_step_limit": DT_LIMIT,
+                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's granitehybrid attention"),
+                 "mlp_bias": Refused((False,), "MLP biases: not in the runtime's granitehybrid FFN")},
+        rope_types=("default",), aliases={"layers_block_type": "layer_types"})
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm|post_attention_layernorm)\.weight",
@@ -81,8 +95,6 @@ class GraniteHybridFamily(Family):
                              f"mamba_expand x hidden_size = {self.d_inner}")
         if self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: mamba_n_groups {self.n_group} does not divide mamba_n_heads {self.ssm_n_head}")
-        if c.d.get("mamba_proj_bias"):
-            raise UnsupportedError(f"{c.path}: mamba_proj_bias = true is not supported by the granitehybrid GGUF layout")
         # ---- which layers are attention ----
         attn = c.layer_list(self.n_layer, indices_key="attn_layer_indices", period_key="attn_layer_period",
                             offset_key="attn_layer_offset")
@@ -183,7 +195,7 @@ class GraniteHybridFamily(Family):
                 self._granite_ffn(i, pre)
         self.copy(tn(T.OUTPUT_NORM), "model.final_layernorm.weight" if self.bamba else "model.norm.weight", (D,))
         self.tied_output("model.embed_tokens.weight", "lm_head.weight", self.n_vocab, D,
-                         tie_default=not self.bamba)
+                         tie_default=False)
         self.check_leftovers()
         return p
 

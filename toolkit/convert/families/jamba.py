@@ -29,7 +29,8 @@ model.final_layernorm [D] / lm_head [V, D]         output_norm.weight / output.w
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family
+from toolkit.convert.base import SSM_PROJ_BIAS, Family
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba import ceil_div
 from toolkit.convert.plan import kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError
@@ -40,6 +41,15 @@ _L = r"model\.layers\.\d+\."
 
 class JambaFamily(Family):
     hf_archs = ("JambaForCausalLM",)
+    hf_configs = ("JambaConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
+        "num_key_value_heads rms_norm_eps max_position_embeddings num_experts_per_tok num_experts expert_layer_period "
+        "expert_layer_offset attn_layer_period attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank "
+        "mamba_conv_bias",
+        refused={"mamba_proj_bias": SSM_PROJ_BIAS,
+                 "hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
+        aliases={"num_local_experts": "num_experts"})
     families = ("Jamba",)
     arch = ARCH_JAMBA
     known = (
@@ -64,9 +74,6 @@ class JambaFamily(Family):
         r = c.d.get("mamba_dt_rank", "auto")
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("mamba_dt_rank")
         self.conv_bias = c.flag("mamba_conv_bias", True)
-        if c.d.get("mamba_proj_bias"):
-            from toolkit.errors import UnsupportedError
-            raise UnsupportedError(f"{c.path}: mamba_proj_bias = true is not supported by the jamba GGUF layout")
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads", default=self.n_head)
         if self.n_embd % self.n_head or self.n_head % self.n_head_kv:

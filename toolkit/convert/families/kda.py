@@ -39,11 +39,23 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.config_keys import Refused
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 
 # every config spelling of one value: the checkpoint's and transformers' attribute-map name
 # (configuration_kimi_linear.py attribute_map; bailing_hybrid's is the same)
+# what the KDA families (kimi-linear, glm5-next, Ling 3) read of their configs, and refuse
+KDA_READ = ("vocab_size hidden_size intermediate_size moe_intermediate_size num_hidden_layers num_attention_heads "
+            "num_key_value_heads n_shared_experts routed_scaling_factor kv_lora_rank q_lora_rank qk_rope_head_dim "
+            "v_head_dim qk_nope_head_dim n_group topk_group num_experts_per_tok norm_topk_prob max_position_embeddings "
+            "rms_norm_eps mlp_layer_types layer_types")
+KDA_REFUSED = {
+    "hidden_act": Refused(("silu",), "the runtime's KDA and MLP activations are SiLU"),
+    "attention_bias": Refused((False,), "MLA biases: not in llama.cpp's layout nor the runtime"),
+}
+KDA_UNTIED = Refused((False,), "the output is the checkpoint's lm_head.weight; a tied head is not converted")
+
 SPELLINGS = {
     "n_routed_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "num_experts_per_tok": ("num_experts_per_tok", "num_experts_per_token"),

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.kda import KDAMixin, layer_list, one_based_layers, read_flag, read_int, spelled
+from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, one_based_layers, read_flag, read_int, spelled
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_KIMI_LINEAR
@@ -38,6 +39,11 @@ class KimiLinearFamily(KDAMixin, Family):
     sigmoid-routed MoE with shared experts."""
 
     hf_archs = ("KimiLinearForCausalLM",)
+    hf_configs = ("KimiLinearConfig",)
+    config_keys = ConfigKeys.of(
+        KDA_READ + " num_local_experts linear_head_dim linear_num_heads linear_conv_kernel_dim",
+        irrelevant={"tie_word_embeddings": "ignored by HF's kimi_linear: the saved lm_head is the output"},
+        refused=KDA_REFUSED)
     families = ("Kimi-Linear",)
     arch = ARCH_KIMI_LINEAR
     known = (r"model\.embed_tokens\.weight", r"model\.norm\.weight", r"lm_head\.weight",
@@ -56,11 +62,9 @@ class KimiLinearFamily(KDAMixin, Family):
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.eps = c.eps("rms_norm_eps", default=1e-5)
-        for key, want in (("hidden_act", "silu"), ("moe_router_activation_func", "sigmoid")):
-            if c.d.get(key, want) != want:
-                raise UnsupportedError(f"{c.path}: {key} = {c.d[key]!r} is not supported (only {want!r})")
-        if c.d.get("attention_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's layout has no MLA biases)")
+        if c.d.get("moe_router_activation_func", "sigmoid") != "sigmoid":   # remote code's key, no HF field
+            raise UnsupportedError(f"{c.path}: moe_router_activation_func = {c.d['moe_router_activation_func']!r} is not "
+                                   f"supported (only 'sigmoid')")
         # ---- KDA (linear_attn_config wins over linear_*, configuration_kimi_linear.py __post_init__) ----
         lac = self.read_kda_dims(c, n_head_default=32)
         # ---- MLA ----

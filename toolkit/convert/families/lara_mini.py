@@ -46,7 +46,8 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.families.qwen_gdn import MOE, QwenGDNFamily
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LARA_MINI, GGUFValueType
 
@@ -57,6 +58,17 @@ _DEFAULT_PERIOD = ("linear_attention", "sliding_attention", "linear_attention", 
 
 class LaraMiniFamily(QwenGDNFamily):
     hf_archs = ("LaraMiniForCausalLM",)
+    hf_configs = ("LaraMiniConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size num_hidden_layers num_attention_heads num_key_value_heads max_position_embeddings "
+        "rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim linear_key_head_dim "
+        "linear_value_head_dim linear_num_key_heads linear_num_value_heads moe_intermediate_size "
+        "shared_expert_intermediate_size num_experts_per_tok num_experts layer_types sliding_window",
+        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU"),
+                 "attention_bias": Refused((False,), "q/k/v/o biases: not in llama.cpp's layout nor the runtime"),
+                 "norm_topk_prob": Refused((True,), "the runtime always renormalises the top-k weights, as llama.cpp's "
+                                                     "qwen MoE graphs do")},
+        rope_types=("default",))
     families = ("Lara-Mini",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (docs/specs/more-hybrids.md §8.6)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -89,18 +101,11 @@ class LaraMiniFamily(QwenGDNFamily):
         self.head_dim = c.int("head_dim", default=128)
         if self.n_head % self.n_head_kv:
             raise InputError(f"{c.path}: num_key_value_heads {self.n_head_kv} must divide num_attention_heads {self.n_head}")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.read_gdn(c)
         self.read_moe(c)
-        if not c.flag("norm_topk_prob", True):
-            raise UnsupportedError(f"{c.path}: norm_topk_prob = false is not supported (lara-mini always renormalises "
-                                   f"the top-k weights, as llama.cpp's qwen MoE graphs do)")
         rp = c.d.get("rope_parameters") or {}
         if not isinstance(rp, dict):
             raise InputError(f"{c.path}: key 'rope_parameters' must be an object")
-        if (rp.get("rope_type") or "default") != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rp.get('rope_type')!r} is not supported (only 'default')")
         theta = rp.get("rope_theta", 10000.0)
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise InputError(f"{c.path}: rope_parameters.rope_theta = {theta!r} must be a positive number")

@@ -40,15 +40,20 @@ from typing import ClassVar
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import KV, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LFM2, ARCH_LFM2MOE, GGUFValueType
+
+# the short conv's biases (HF conv_bias, in_proj / conv / out_proj): LFM2 and LFM2-MoE convert them (our
+# names: llama.cpp's lfm2 layout has none); LFM3 refuses them (no fixture shows its runtime with them)
+CONV_BIAS = Refused((False,), "short-conv biases: converted for LFM2 only, not verified for LFM3")
 
 _L = r"model\.layers\.\d+\."
 _CONV_TYPE, _ATTN_TYPE = "conv", "full_attention"
 _COMMON = (r"model\.embed_tokens\.weight", r"model\.embedding_norm\.weight", r"lm_head\.weight",
            _L + r"(?:operator_norm|ffn_norm)\.weight",
-           _L + r"conv\.(?:in_proj|conv|out_proj)\.weight",
+           _L + r"conv\.(?:in_proj|conv|out_proj)\.(?:weight|bias)",
            _L + r"self_attn\.(?:q_proj|k_proj|v_proj|out_proj|q_layernorm|k_layernorm)\.weight",
            _L + r"feed_forward\.w[123]\.weight")
 _MOE = (_L + r"feed_forward\.gate\.weight", _L + r"feed_forward\.expert_bias",
@@ -60,6 +65,12 @@ class LFM2Family(Family):
     ``full_attn_idxs`` list), a dense SwiGLU FFN on every layer."""
 
     hf_archs = ("Lfm2ForCausalLM", "LFM2ForCausalLM")
+    hf_configs = ("Lfm2Config",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache block_multiple_of "
+        "block_ffn_dim_multiplier block_auto_adjust_ff_dim full_attn_idxs layer_types block_ff_dim conv_bias",
+        rope_types=("default",))
     families = ("LFM2",)
     arch = ARCH_LFM2
     known = _COMMON
@@ -74,11 +85,9 @@ class LFM2Family(Family):
         self.n_ctx = c.int("max_position_embeddings", default=128000)
         self.eps = c.eps("norm_eps", default=1e-5)
         self.d_conv = c.int("conv_L_cache", default=3)
+        self.conv_bias = c.flag("conv_bias", False)   # in_proj / conv / out_proj biases
         if not 2 <= self.d_conv <= 64:
             raise InputError(f"{c.path}: key 'conv_L_cache' = {self.d_conv} must be in [2, 64]")
-        if c.d.get("conv_bias"):
-            raise UnsupportedError(f"{c.path}: conv_bias = true is not supported (llama.cpp's {self.arch} has no "
-                                   f"short conv biases)")
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads")
         if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
@@ -86,9 +95,6 @@ class LFM2Family(Family):
                              f"a multiple of num_key_value_heads {self.n_head_kv}")
         self.head_dim = self.n_embd // self.n_head
         self.rope_theta = c.rope_theta(1000000.0)
-        rt = c.rope("rope_type", "default")
-        if rt != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported (only 'default')")
         self.attn_layers = self._attention_layers()
         self.n_ff = self._ff_dim()
 
@@ -192,6 +198,10 @@ class LFM2Family(Family):
         self.copy(tn(T.SHORTCONV_CONV, i), s + "conv.weight", (D, 1, K), (D, K), note="squeeze [D,1,K] -> [D,K]",
                   why="conv_L_cache")
         self.copy(tn(T.SHORTCONV_OUTPROJ, i), s + "out_proj.weight", (D, D))
+        if getattr(self, "conv_bias", False):   # HF conv_bias (LFM2, LFM2-MoE); our names: llama.cpp's lfm2 has none
+            for out, src, n in ((T.SHORTCONV_INPROJ, "in_proj", 3 * D), (T.SHORTCONV_CONV, "conv", D),
+                                (T.SHORTCONV_OUTPROJ, "out_proj", D)):
+                self.copy(tn(out, i, ".bias"), s + src + ".bias", (n,), why="conv_bias is true")
 
     def ffn(self, i: int, f: str) -> None:
         self.dense(i, f, self.n_ff)
@@ -210,6 +220,13 @@ class LFM2MoeFamily(LFM2Family):
     expert_bias, weights renormalised (norm_topk_prob) and scaled (routed_scaling_factor)."""
 
     hf_archs = ("Lfm2MoeForCausalLM",)
+    hf_configs = ("Lfm2MoeConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size moe_intermediate_size num_hidden_layers tie_word_embeddings "
+        "rope_parameters max_position_embeddings norm_eps num_attention_heads num_key_value_heads conv_L_cache "
+        "num_dense_layers num_experts_per_tok num_experts use_expert_bias routed_scaling_factor norm_topk_prob "
+        "layer_types full_attn_idxs conv_bias",
+        rope_types=("default",))
     arch = ARCH_LFM2MOE
     known = _COMMON + _MOE
     has_moe = True

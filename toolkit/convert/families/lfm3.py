@@ -33,8 +33,10 @@ tensors only.
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.families.lfm2 import LFM2Family
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.families.lfm2 import CONV_BIAS, LFM2Family
 from toolkit.convert.plan import KV, kv_f32, kv_u32
+
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LFM3, GGUFValueType
@@ -48,6 +50,14 @@ class LFM3Family(LFM2Family):
     RMSNorm, an optional per-head sigmoid gate), optional sandwich norms, dense SwiGLU."""
 
     hf_archs = ("Lfm3ForCausalLM",)
+    hf_configs = ("Lfm3Config",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache layer_types head_dim "
+        "sliding_window use_sandwich_norm use_attention_gate",
+        refused={"conv_bias": CONV_BIAS,
+                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's lfm3 attention")},
+        rope_types=("default", "proportional"), aliases={"rms_norm_eps": "norm_eps"})
     families = ("LFM3",)
     llama_cpp = False   # llama.cpp 0c1e570 has no lfm3 (nor does it load this file as lfm2: sliding window, gates)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -68,9 +78,6 @@ class LFM3Family(LFM2Family):
         self.d_conv = c.int("conv_L_cache", default=7)
         if not 2 <= self.d_conv <= 64:
             raise InputError(f"{c.path}: key 'conv_L_cache' = {self.d_conv} must be in [2, 64]")
-        for flag in ("conv_bias", "attention_bias"):
-            if c.d.get(flag):
-                raise UnsupportedError(f"{c.path}: {flag} = true is not supported (the runtime's {self.arch} has no biases)")
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads", default=self.n_head)
         if self.n_head % self.n_head_kv:

@@ -20,7 +20,8 @@ lm_head.weight [V, D]                       output.weight (omitted when tied)
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family, refuse_ssm_biases
+from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.gguf_io import ARCH_MAMBA, Keys
 
@@ -36,6 +37,12 @@ class MambaFamily(Family):
     families = ("Mamba",)
     arch = ARCH_MAMBA
     dt_b_c_rms = False      # FalconMamba: weightless RMSNorms on dt, B, C (falconmamba.py)
+    hf_configs = ("MambaConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel time_step_rank "
+        "tie_word_embeddings",
+        refused={"use_bias": SSM_PROJ_BIAS, "use_conv_bias": SSM_CONV_BIAS,
+                 "hidden_act": Refused(("silu",), "the mixer's activation is SiLU in the runtime and llama.cpp")})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -48,14 +55,14 @@ class MambaFamily(Family):
         self.n_embd = c.int("hidden_size", "d_model")
         self.n_layer = self.layer_count("num_hidden_layers", "n_layer")
         self.n_vocab = c.int("vocab_size")
-        self.d_inner = c.int("intermediate_size", "d_inner", default=2 * self.n_embd)
+        # MambaConfig sets intermediate_size = int(expand * hidden_size)
+        self.d_inner = c.int("intermediate_size", "d_inner", default=int(c.float("expand", default=2) * self.n_embd))
         self.d_conv = c.int("conv_kernel", "d_conv", default=4)
         self.d_state = c.int("state_size", "d_state", default=16)
         r = c.get("time_step_rank", "dt_rank")
         # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
         self.eps = c.eps("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
-        refuse_ssm_biases(c, "mamba")
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab

@@ -19,7 +19,8 @@ lm_head.weight [V, D]                           output.weight (omitted when tied
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family, refuse_ssm_biases
+from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family
+from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
@@ -31,6 +32,14 @@ class Mamba2Family(Family):
     hf_archs = ("Mamba2ForCausalLM",)
     families = ("Mamba-2",)
     arch = ARCH_MAMBA2
+    hf_configs = ("Mamba2Config",)
+    config_keys = ConfigKeys.of(
+        "num_heads head_dim vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel "
+        "n_groups tie_word_embeddings",
+        irrelevant={"time_step_rank": "not used by HF's Mamba-2 mixer"},
+        refused={"use_bias": SSM_PROJ_BIAS, "use_conv_bias": SSM_CONV_BIAS,
+                 "hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp"),
+                 "time_step_limit": DT_LIMIT})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -56,7 +65,6 @@ class Mamba2Family(Family):
             raise InputError(f"{c.path}: num_heads {self.n_head} x head_dim {self.head_dim} != expand x hidden_size = {self.d_inner}")
         if self.n_head % self.n_group:
             raise InputError(f"{c.path}: n_groups {self.n_group} does not divide num_heads {self.n_head}")
-        refuse_ssm_biases(c, "mamba2")
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab
@@ -88,7 +96,7 @@ class Mamba2Family(Family):
             emit_mamba2_mixer(self, i, pre + "mixer.", D, self.d_inner, self.d_state, self.n_group,
                               self.n_head, self.d_conv)
         self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))
-        self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)
+        self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
         self.check_leftovers()
         return p
 

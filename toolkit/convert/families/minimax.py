@@ -39,6 +39,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
 from toolkit.convert.st_reader import DTYPES, ShardReader
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_MINIMAX, MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, GGUFValueType
@@ -59,6 +60,16 @@ class MiniMaxFamily(Family):
     softmax top-k MoE FFN on every layer, residuals on the normed input scaled by α / β."""
 
     hf_archs = ("MiniMaxForCausalLM", "MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM")
+    hf_configs = ("MiniMaxConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
+        "max_position_embeddings rms_norm_eps tie_word_embeddings num_experts_per_tok num_local_experts rope_parameters "
+        "layer_types full_attn_alpha_factor full_attn_beta_factor linear_attn_alpha_factor linear_attn_beta_factor "
+        "mlp_alpha_factor mlp_beta_factor",
+        irrelevant={"block_size": "the block length of HF's lightning-attention form: an evaluation order, the same math"},
+        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU"),
+                 "sliding_window": Refused((None,), "MiniMax attention is full in the runtime", bad=4096)},
+        rope_types=("default",), aliases={"num_experts": "num_local_experts"})
     families = ("MiniMax-Text-01",)
     vllm = True          # vLLM lists MiniMaxText01ForCausalLM
     arch = ARCH_MINIMAX
@@ -95,21 +106,13 @@ class MiniMaxFamily(Family):
             rp = {"rope_theta": c.d.get("rope_theta", 1e6)}
         if not isinstance(rp, dict):
             raise InputError(f"{c.path}: key 'rope_parameters' must be an object")
-        if (rp.get("rope_type") or "default") != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rp.get('rope_type')!r} is not supported "
-                                   f"(only 'default')")
         theta = rp.get("rope_theta", 1e6)
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise InputError(f"{c.path}: rope_parameters.rope_theta = {theta!r} must be a positive number")
         self.rope_theta = float(theta)
-        if c.d.get("sliding_window") is not None:
-            raise UnsupportedError(f"{c.path}: sliding_window = {c.d['sliding_window']!r} is not supported "
-                                   f"(MiniMax attention is full)")
         if c.d.get("postnorm", True) is not True:     # remote code: false joins the un-normed residual
             raise UnsupportedError(f"{c.path}: key 'postnorm' = {c.d.get('postnorm')!r} is not supported (the branches "
                                    f"join the normed input, as transformers 5.24 and MiniMax-Text-01's postnorm true)")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.alpha = [c.float(*k, default=1.0) for k in _ALPHA]
         self.beta = [c.float(*k, default=1.0) for k in _BETA]
         self.layer_types = self._layer_types()

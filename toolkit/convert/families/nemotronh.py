@@ -38,10 +38,11 @@ is in config.json, which transformers 5 always writes).  Ours besides: ``attenti
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family, head_perm, refuse_ssm_biases
+from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family, head_perm
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.errors import InputError
 from toolkit.gguf_io import ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, Keys
 
 _L = r"backbone\.layers\.\d+\.mixer\."
@@ -88,6 +89,30 @@ def layer_types(cfg) -> list[str]:
 
 class NemotronHFamily(Family):
     hf_archs = ("NemotronHForCausalLM",)
+    hf_configs = ("NemotronHConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size layers_block_type num_attention_heads num_key_value_heads head_dim "
+        "max_position_embeddings intermediate_size ssm_state_size mamba_num_heads mamba_head_dim n_groups conv_kernel "
+        "n_routed_experts n_shared_experts moe_intermediate_size moe_shared_expert_intermediate_size num_experts_per_tok "
+        "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon",
+        irrelevant={"tie_word_embeddings": "NemotronHForCausalLM ties nothing: a saved lm_head is the output",
+                    "expand": "not read by HF's model (d_inner = mamba_num_heads x mamba_head_dim)",
+                    "sliding_window": "not read by HF's model",
+                    "mamba_ssm_cache_dtype": "HF's state cache dtype: the runtime keeps float32",
+                    "moe_shared_expert_overlap": "an execution overlap in HF: the same sum",
+                    "num_nextn_predict_layers": "HF's model builds no MTP layers (MTP tensors are refused as unknown)",
+                    "mtp_layers_block_type": "HF's model builds no MTP layers (MTP tensors are refused as unknown)",
+                    "mamba_proj_bias": "not read by HF's model (use_bias sets the in/out projection biases)",
+                    "time_step_limit": "not read by HF's model: its mixer never clamps dt",
+                    "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
+        refused={"use_conv_bias": SSM_CONV_BIAS, "use_bias": SSM_PROJ_BIAS,
+                 "mlp_bias": Refused((False,), "MLP biases: not in the runtime's nemotron_h FFN"),
+                 "mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
+                 "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU"),
+                 "moe_latent_size": Refused((None,), "latent MoE projections: not in the runtime", bad=64)},
+        # mamba_conv_bias: the spelling of older NemotronH configs
+        aliases={"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
+                 "mamba_conv_bias": "use_conv_bias"})
     families = ("Nemotron-H",)
     gguf_archs = "nemotron_h, nemotron_h_moe when a layer is MoE"
     arch = ARCH_NEMOTRON_H
@@ -119,26 +144,12 @@ class NemotronHFamily(Family):
         self.d_inner = self.ssm_n_head * self.ssm_head_dim
         if self.ssm_n_head % self.n_group:
             raise InputError(f"{c.path}: n_groups {self.n_group} does not divide mamba_num_heads {self.ssm_n_head}")
-        if c.d.get("mamba_conv_bias") is False:
-            raise UnsupportedError(f"{c.path}: mamba_conv_bias = false is not supported (llama.cpp's layout needs ssm_conv1d.bias)")
-        refuse_ssm_biases(c, "nemotron_h")
-        if c.d.get("mamba_proj_bias"):
-            raise UnsupportedError(f"{c.path}: mamba_proj_bias = true is not supported by the nemotron_h GGUF layout")
-        lim = c.d.get("time_step_limit")
-        if lim is not None and (not isinstance(lim, list) or len(lim) != 2 or lim[0] not in (0, 0.0)
-                                or not (lim[1] == float("inf") or lim[1] == {"__float__": "Infinity"})):
-            raise UnsupportedError(f"{c.path}: time_step_limit = {lim!r}: only (0, inf) (no dt clamp) is supported")
         # ---- attention ----
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads", default=self.n_head)
         self.head_dim = c.int("head_dim", "attention_head_dim", default=self.n_embd // self.n_head)
         if self.n_head % self.n_head_kv:
             raise InputError(f"{c.path}: num_key_value_heads {self.n_head_kv} does not divide num_attention_heads {self.n_head}")
-        if c.d.get("attention_bias") or c.d.get("mlp_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias / mlp_bias = true is not supported (no bias tensors are run)")
-        for key, want in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
-            if c.d.get(key, want) != want:
-                raise UnsupportedError(f"{c.path}: {key} = {c.d[key]!r} is not supported (only {want!r})")
         # ---- MLP / MoE ----
         self.is_moe = "moe" in self.types
         self.n_ff = c.int("intermediate_size") if "mlp" in self.types else 0
@@ -146,8 +157,6 @@ class NemotronHFamily(Family):
             self._read_moe(c)
 
     def _read_moe(self, c) -> None:
-        if c.d.get("moe_latent_size") is not None:
-            raise UnsupportedError(f"{c.path}: moe_latent_size = {c.d['moe_latent_size']} (latent MoE projections) is not supported")
         self.n_expert = c.int("n_routed_experts", "num_local_experts")
         self.n_expert_used = c.int("num_experts_per_tok")
         self.n_ff_exp = c.int("moe_intermediate_size")

@@ -54,7 +54,8 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_OLMO_HYBRID, GGUFValueType
 
@@ -66,13 +67,23 @@ _LAYER_TYPES = ("linear_attention", "full_attention")
 
 class OlmoHybridFamily(Family):
     hf_archs = ("OlmoHybridForCausalLM",)
+    hf_configs = ("OlmoHybridConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+        "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters layer_types linear_num_key_heads "
+        "linear_num_value_heads linear_key_head_dim linear_value_head_dim linear_conv_kernel_dim linear_allow_neg_eigval "
+        "attention_bias",
+        irrelevant={k: "A_log / dt_bias initialisation only" for k in (
+            "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")},
+        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
+        rope_types=("default",))
     families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from docs/specs/more-hybrids.md)
     vllm = False        # not in vLLM's supported-models list as we read it
     arch = ARCH_OLMO_HYBRID
     known = (
         r"model\.embed_tokens\.weight", r"model\.norm\.weight", r"lm_head\.weight",
-        _L + _NORMS, _L + _GDN, _L + r"self_attn\.(q|k|v|o)_proj\.weight", _L + r"self_attn\.(q|k)_norm\.weight",
+        _L + _NORMS, _L + _GDN, _L + r"self_attn\.(q|k|v|o)_proj\.(weight|bias)", _L + r"self_attn\.(q|k)_norm\.weight",
         _L + r"mlp\.(gate|up|down)_proj\.weight", r"(model\.)?mtp\..*",
     )
 
@@ -114,10 +125,6 @@ class OlmoHybridFamily(Family):
             raise InputError(f"{c.path}: num_attention_heads {self.n_head} must divide hidden_size {D}, and "
                              f"num_key_value_heads {self.n_head_kv} must divide num_attention_heads")
         self.head_dim = D // self.n_head
-        if c.flag("attention_bias", False):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (the runtime's attention has no biases)")
-        if c.d.get("hidden_act", "silu") != "silu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'silu')")
         self.n_k = c.int("linear_num_key_heads", default=self.n_head)
         self.n_v = c.int("linear_num_value_heads", default=self.n_head)
         self.d_k = c.int("linear_key_head_dim", default=int(0.75 * D / self.n_k))
@@ -131,12 +138,10 @@ class OlmoHybridFamily(Family):
             raise InputError(f"{c.path}: key 'rope_parameters' = {str(rp)[:60]} is not an object")
         self.rope_theta = (rp or {}).get("rope_theta")
         if self.rope_theta is not None:
-            if (rp.get("rope_type") or "default") != "default":
-                raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rp.get('rope_type')!r} is not supported "
-                                       f"(only 'default')")
             if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or not self.rope_theta > 0:
                 raise InputError(f"{c.path}: rope_parameters.rope_theta = {self.rope_theta!r} must be a positive number or null")
             self.rope_theta = float(self.rope_theta)
+        self.attn_bias = c.flag("attention_bias", False)   # q/k/v/o_proj biases (OlmoHybridAttention)
         self.layer_types = self._layer_types()
 
     def n_vocab_rows(self) -> int:
@@ -216,6 +221,10 @@ class OlmoHybridFamily(Family):
         self.copy(tn(T.ATTN_K, i), a + "k_proj.weight", (nkv * hd, D))
         self.copy(tn(T.ATTN_V, i), a + "v_proj.weight", (nkv * hd, D))
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, nq * hd))
+        if self.attn_bias:   # llama.cpp's bq / bk / bv / bo; added before q/k norm, as HF's q_proj(x) holds it
+            for out, src, n in ((T.ATTN_Q, "q_proj", nq * hd), (T.ATTN_K, "k_proj", nkv * hd), (T.ATTN_V, "v_proj", nkv * hd),
+                                (T.ATTN_OUT, "o_proj", D)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true")
         self.copy(tn(T.ATTN_Q_NORM, i), a + "q_norm.weight", (nq * hd,), note="over all heads at once")
         self.copy(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (nkv * hd,), note="over all heads at once")
 

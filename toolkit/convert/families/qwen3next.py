@@ -45,7 +45,8 @@ import re
 from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.families.qwen_gdn import (DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
+from toolkit.convert.config_keys import ConfigKeys
+from toolkit.convert.families.qwen_gdn import (NORM_TOPK, QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
                                                QwenGDNFamily, text_config)
 from toolkit.convert.plan import KV, kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
@@ -71,6 +72,10 @@ class Qwen3NextFamily(QwenGDNFamily):
     ``mlp_only_layers`` / ``decoder_sparse_step`` make a layer dense, NEOX partial RoPE."""
 
     hf_archs = ("Qwen3NextForCausalLM",)
+    hf_configs = ("Qwen3NextConfig",)
+    config_keys = ConfigKeys.of(
+        QWEN_READ + " " + QWEN_MOE_READ + " decoder_sparse_step mlp_only_layers",
+        refused={**QWEN_REFUSED, "norm_topk_prob": NORM_TOPK}, rope_types=("default",))
     families = ("Qwen3-Next",)
     arch = ARCH_QWEN3NEXT
     known = _known(GDN_FUSED, MOE + DENSE)
@@ -297,6 +302,8 @@ class Qwen35Family(Qwen3NextFamily):
     SwiGLU FFN, interleaved M-RoPE (dimension_sections always written)."""
 
     hf_archs = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+    hf_configs = ("Qwen3_5TextConfig", "Qwen3_5Config")
+    config_keys = ConfigKeys.of(QWEN_READ, irrelevant=VL_IRRELEVANT, refused=QWEN_REFUSED, rope_types=("default",))
     families = ("Qwen3.5",)
     arch = ARCH_QWEN35
     known = _known(GDN_SPLIT, DENSE)
@@ -310,6 +317,9 @@ class Qwen35MoeFamily(Qwen3NextFamily):
     """Qwen3.5-MoE: as Qwen3.5 with routed experts and a gated shared expert on every layer."""
 
     hf_archs = ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+    hf_configs = ("Qwen3_5MoeTextConfig", "Qwen3_5MoeConfig")
+    config_keys = ConfigKeys.of(QWEN_READ + " " + QWEN_MOE_READ, irrelevant=VL_IRRELEVANT, refused=QWEN_REFUSED,
+                                rope_types=("default",))
     families = ("Qwen3.5",)
     arch = ARCH_QWEN35MOE
     known = _known(GDN_SPLIT, MOE)

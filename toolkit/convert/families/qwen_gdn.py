@@ -37,7 +37,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.hfdir import Config
 from toolkit.convert.plan import KV, Segment, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import GGMLType, Keys
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,21 @@ def v_head_segments(t, row0: int, n_k: int, n_v: int, head_dim: int, reorder: bo
         return [Segment(t, row0, n_v * head_dim)]
     r = n_v // n_k
     return [Segment(t, row0 + (k * r + j) * head_dim, head_dim) for j in range(r) for k in range(n_k)]
+
+
+# what the gated-delta-net Qwen families read of their text configs, and refuse
+QWEN_READ = ("vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+             "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim "
+             "linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads layer_types")
+QWEN_MOE_READ = "moe_intermediate_size shared_expert_intermediate_size num_experts_per_tok num_experts"
+QWEN_REFUSED = {
+    "attention_bias": Refused((False,), "q/k/v/o biases: not in llama.cpp's qwen layouts nor the runtime"),
+    "hidden_act": Refused(("silu",), "the runtime's MLP and gated-norm activations are SiLU"),
+}
+NORM_TOPK = Refused((True,), "the runtime's qwen MoE always renormalises the top-k weights, as llama.cpp's graph does")
+# the composite (ForConditionalGeneration) class's own fields
+VL_IRRELEVANT = {k: "vision input only: the text model does not read it" for k in (
+    "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
 
 
 def text_config(cfg: Config) -> Config:
@@ -139,14 +155,11 @@ class QwenGDNFamily(Family):
         """Gated attention heads (num_attention_heads, num_key_value_heads, head_dim default 256
         as the HF configs have it).  ``what`` names the family in the attention_bias error.
 
-        Raises:
-            UnsupportedError: attention_bias = true (llama.cpp's layout has no attention biases).
+        attention_bias is refused before (:data:`QWEN_REFUSED`).
         """
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads")
         self.head_dim = c.int("head_dim", default=256)
-        if c.d.get("attention_bias"):
-            raise UnsupportedError(f"{c.path}: attention_bias = true is not supported (llama.cpp's {what} has no attention biases)")
 
     def gdn_kv(self) -> list[KV]:
         """The ``{arch}.ssm.*`` keys (Qwen3NextModel.set_gguf_parameters); plus our

@@ -49,7 +49,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.encode import f32_to_bf16
 from toolkit.convert.plan import KV, kv_f32, kv_u32
-from toolkit.errors import InputError, UnsupportedError
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_RECURRENT_GEMMA, GGUFValueType
 
@@ -68,6 +69,14 @@ class RecurrentGemmaFamily(Family):
     recurrence, a GeLU gate) and local multi-query attention, GeGLU MLPs with biases."""
 
     hf_archs = ("RecurrentGemmaForCausalLM",)
+    hf_configs = ("RecurrentGemmaConfig",)
+    config_keys = ConfigKeys.of(
+        "num_hidden_layers vocab_size hidden_size intermediate_size num_attention_heads lru_width attention_window_size "
+        "conv1d_width logits_soft_cap rms_norm_eps rope_parameters block_types num_key_value_heads attention_bias "
+        "tie_word_embeddings max_position_embeddings",
+        irrelevant={"w_init_variance_scale": "weight initialisation only"},
+        refused={"hidden_activation": Refused(("gelu_pytorch_tanh",), "the runtime's MLP and gate branch are GeLU-tanh")},
+        rope_types=("default",), aliases={"sliding_window": "attention_window_size", "layer_types": "layers_block_type"})
     families = ("RecurrentGemma",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model RecurrentGemmaForCausalLM is not supported"
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -108,18 +117,12 @@ class RecurrentGemmaFamily(Family):
         if ff % 2:
             raise InputError(f"{c.path}: key 'intermediate_size' = {ff} must be even (the MLP is half as wide)")
         self.n_ff = ff // 2
-        act = c.get("hidden_activation", default="gelu_pytorch_tanh")
-        if act != "gelu_pytorch_tanh":
-            raise UnsupportedError(f"{c.path}: hidden_activation = {act!r} is not supported (gelu_pytorch_tanh)")
         cap = c.d.get("logits_soft_cap", 30.0)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
             raise InputError(f"{c.path}: key 'logits_soft_cap' = {cap!r} must be a positive number or null")
         self.cap = None if cap is None else float(cap)
         self.attn_bias = c.flag("attention_bias", False)
         self.theta = c.rope_theta(10000.0)
-        rt = c.rope("rope_type", "default")
-        if rt != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported (default)")
         prf = c.rope("partial_rotary_factor", 0.5)
         if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
             raise InputError(f"{c.path}: rope_parameters.partial_rotary_factor = {prf!r} must be in (0, 1]")

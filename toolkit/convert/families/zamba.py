@@ -47,6 +47,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
 from toolkit.convert.plan import kv_arr_i32, kv_u32
+from toolkit.convert.base import SSM_PROJ_BIAS
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA
@@ -58,6 +60,16 @@ _ST = _L + r"shared_transf\."
 
 class ZambaFamily(Family):
     hf_archs = ("ZambaForCausalLM",)
+    hf_configs = ("ZambaConfig",)
+    config_keys = ConfigKeys.of(
+        "vocab_size tie_word_embeddings hidden_size attention_hidden_size intermediate_size num_hidden_layers "
+        "num_attention_heads attention_head_dim num_key_value_heads n_mamba_heads rms_norm_eps attn_layer_period "
+        "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type",
+        irrelevant={"max_position_embeddings": "Zamba has no RoPE; no context limit is written (llama.cpp's converter neither)"},
+        refused={"mamba_proj_bias": SSM_PROJ_BIAS,
+                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU"),
+                 "hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
+        aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba",)
     llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
     vllm = False        # vLLM implements Zamba2, not Zamba v1
@@ -100,11 +112,6 @@ class ZambaFamily(Family):
             raise UnsupportedError(f"{c.path}: attention_hidden_size {self.attn_in} must be 2 x hidden_size, and "
                                    f"num_key_value_heads {self.n_head_kv} must divide num_attention_heads {self.n_head}")
         self.n_ff = c.int("intermediate_size")
-        if c.flag("mamba_proj_bias", False):
-            raise UnsupportedError(f"{c.path}: mamba_proj_bias = true (in/out projection biases) is not supported by the zamba GGUF layout")
-        for key_, want in (("hidden_act", "gelu"), ("hidden_mamba_act", "silu")):
-            if c.d.get(key_, want) != want:
-                raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)!r} is not supported (only {want!r})")
         self.tied = c.flag("tie_word_embeddings", True)
         # tied: one block (the first hybrid layer's); untied: one per hybrid layer (docs/specs/more-hybrids.md §7.2)
         self.n_mem = 1 if self.tied or not self.hybrid else len(self.hybrid)

@@ -42,6 +42,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.base import SSM_CONV_BIAS
+from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA2
@@ -96,6 +98,17 @@ def copy_shared_attention(fam: Family, b: int, st: str) -> None:
 
 class Zamba2Family(Family):
     hf_archs = ("Zamba2ForCausalLM",)
+    hf_configs = ("Zamba2Config",)
+    config_keys = ConfigKeys.of(
+        "vocab_size max_position_embeddings hidden_size num_hidden_layers layers_block_type mamba_d_state mamba_d_conv "
+        "mamba_expand mamba_ngroups n_mamba_heads intermediate_size num_attention_heads num_key_value_heads "
+        "num_mem_blocks use_shared_attention_adapter adapter_rank use_mem_rope rope_parameters rms_norm_eps "
+        "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min",
+        refused={"use_conv_bias": SSM_CONV_BIAS,
+                 "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout"),
+                 "use_long_context": Refused((False,), "HF's long-context RoPE base rescale: not converted"),
+                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU")},
+        rope_types=("default",), aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)
     llama_cpp = False   # our layout: llama.cpp has no Zamba2
     arch = ARCH_ZAMBA2
@@ -152,11 +165,6 @@ class Zamba2Family(Family):
         if self.n_mem <= 0:
             raise InputError(f"{c.path}: key 'num_mem_blocks' = {self.n_mem} must be > 0")
         self.attn_adapters = c.flag("use_shared_attention_adapter", False)
-        for key_, ok in (("add_bias_linear", False), ("use_long_context", False)):
-            if c.flag(key_, ok) != ok:
-                raise UnsupportedError(f"{c.path}: key {key_!r} = {c.d.get(key_)} is not supported")
-        if c.d.get("hidden_act", "gelu") != "gelu":
-            raise UnsupportedError(f"{c.path}: key 'hidden_act' = {c.d.get('hidden_act')!r} is not supported (only 'gelu')")
         self.use_rope = c.flag("use_mem_rope", False)
         rp = c.d.get("rope_parameters") or {}
         theta = rp.get("rope_theta", c.d.get("rope_theta", 10000.0)) if isinstance(rp, dict) else None

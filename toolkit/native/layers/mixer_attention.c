@@ -26,8 +26,9 @@
  *   others "proportional": NEOX pairs (i, i + n_rot/2) for i < rope_prop_rot/2 only, at
  *   rope_freq_base^(-2i/n_rot) (docs/specs/more-hybrids.md §4.4).
  * Lara-Mini (rope_swa_only): NEOX RoPE on the sliding layers, none on the full ones (modeling_lara_mini.py:258-260).
- * RecurrentGemma (hp.attn.bias): q, k, v + their biases (attention_bias), out = wo o + b_o (o_proj's
- *   bias always, modeling_recurrent_gemma.py:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
+ * Biases, where the file has them (HF attention_bias; llama.cpp's optional bq / bk / bv / bo): q, k, v + theirs
+ *   right after the projections (before q/k norm and RoPE), out = wo o + b_o.  RecurrentGemma (hp.attn.bias):
+ *   o_proj's bias always (modeling_recurrent_gemma.py:217); its local attention is a sliding layer, NEOX RoPE on n_rot < hd dims.
  * ref: transformers modeling_bamba.py / modeling_jamba.py attention (eager),
  *      modeling_qwen3_next.py Qwen3NextAttention (gated; docs/specs/gdn-family.md §2.2),
  *      modeling_lfm2.py Lfm2Attention (q/k layernorm, no gate), modeling_lfm3.py Lfm3Attention,
@@ -88,18 +89,15 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_norm.weight"), TK_SHAPE(nq), 1, &l->attn_q_norm));
         TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k_norm.weight"), TK_SHAPE(nk), 1, &l->attn_k_norm));
     }
-    static const char * biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
-    if (hp->attn.bias) {  /* RecurrentGemma: o_proj's bias always, q/k/v's with attention_bias (the three together) */
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(D), 1, &l->attn_out_b));
-        const int qkv = tk_table_find(tab, NAME("attn_q.bias")) != NULL;
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * HD), qkv, &l->attn_q_b));
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_k_b));
-        TK_CHECK(tk_bind_vec(m, tab, NAME("attn_v.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_v_b));
-        if (hp->attn.q_gate) return TK_FAIL(TK_ERR_INVALID, "attention biases with attn_q_gate are not supported");
-    } else for (int b = 0; b < 4; b++) {
-        NAME(biases[b]);
-        if (tk_table_find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported", tab->path, nm);
-    }
+    /* q/k/v biases (HF attention_bias: the three together) and the output bias where the file has them
+     * (llama.cpp's optional bq / bk / bv / bo); RecurrentGemma (hp.attn.bias) always has the output's */
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(D), hp->attn.bias, &l->attn_out_b));
+    const int qkv = tk_table_find(tab, NAME("attn_q.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * HD), qkv, &l->attn_q_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_k_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_v.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_v_b));
+    if ((l->attn_q_b || l->attn_out_b) && hp->attn.q_gate)
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: layer %d: attention biases with attn_q_gate are not supported", tab->path, il);
 #undef NAME
     return TK_OK;
 }
@@ -316,7 +314,7 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
     TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
-    if (l->attn_q_b) {         /* RecurrentGemma with attention_bias (no q gate: checked at bind) */
+    if (l->attn_q_b) {         /* attention_bias (no q gate: checked at bind) */
         tk_bias_rows(ctx, ctx->q, l->attn_q_b, (int64_t) H * hd, U, 0);
         tk_bias_rows(ctx, ctx->k, l->attn_k_b, (int64_t) l->n_head_kv * hd, U, 0);
         tk_bias_rows(ctx, ctx->v, l->attn_v_b, (int64_t) l->n_head_kv * hd, U, 0);
@@ -332,7 +330,7 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
         tk_par_rows(ctx->pool, U, (int64_t) H * hd, attn_head_gate_rows, &gj);
     }
     TK_CHECK(tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm));
-    if (l->attn_out_b) tk_bias_rows(ctx, out, l->attn_out_b, hp->n_embd, U, 0);   /* RecurrentGemma's o_proj bias */
+    if (l->attn_out_b) tk_bias_rows(ctx, out, l->attn_out_b, hp->n_embd, U, 0);   /* o_proj's bias */
     return TK_OK;
 }
 

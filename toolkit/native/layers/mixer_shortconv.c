@@ -4,7 +4,9 @@
  * Shapes (U ubatch tokens, D n_embd = the conv channels, K d_conv = shortconv.l_cache):
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   shortconv.in_proj [D, 3D]: output rows [B (D) | C (D) | x (D)]   (l->ssm_in)
- *   shortconv.conv [K, D]: the depthwise kernel, no bias              (l->ssm_conv1d, [D][K])
+ *   shortconv.conv [K, D]: the depthwise kernel                       (l->ssm_conv1d, [D][K])
+ *   with HF conv_bias (ours: llama.cpp's lfm2 has none): shortconv.{in_proj,conv,out_proj}.bias
+ *     [3D], [D], [D], added after the in_proj / conv / out_proj products
  *   shortconv.out_proj [D, D]                                         (l->ssm_out)
  *   state per sequence: "conv" [D, K-1] (the last K-1 values of B*x, oldest first; zero at
  *     position 0)
@@ -51,11 +53,11 @@ static tk_status sc_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     TK_CHECK(tk_bind_weight(m, tab, NAME("shortconv.in_proj.weight"), TK_SHAPE(D, 3 * D), 1, &l->ssm_in));
     TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.conv.weight"), TK_SHAPE(m->hp.ssm.d_conv, D), 1, &l->ssm_conv1d));
     TK_CHECK(tk_bind_weight(m, tab, NAME("shortconv.out_proj.weight"), TK_SHAPE(D, D), 1, &l->ssm_out));
-    static const char * biases[] = {"shortconv.in_proj.bias", "shortconv.conv.bias", "shortconv.out_proj.bias"};
-    for (int b = 0; b < 3; b++) {
-        NAME(biases[b]);
-        if (tk_table_find(tab, nm)) return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s': short conv biases are not supported", tab->path, nm);
-    }
+    /* HF conv_bias: in_proj, conv and out_proj biases, the three together (absent: none) */
+    const int cb = tk_table_find(tab, NAME("shortconv.in_proj.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.in_proj.bias"), TK_SHAPE(3 * D), cb, &l->ssm_in_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.conv.bias"), TK_SHAPE(D), cb, &l->ssm_conv1d_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("shortconv.out_proj.bias"), TK_SHAPE(D), cb, &l->ssm_out_b));
 #undef NAME
     return TK_OK;
 }
@@ -69,6 +71,7 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
     TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    if (l->ssm_in_b) tk_bias_rows(ctx, ctx->proj, l->ssm_in_b, W, U, 0);
     for (int32_t t = 0; t < U; t++) {           /* bx = B * x */
         const float * bt = ctx->proj + (int64_t) t * W, * xt = bt + 2 * D;
         float * o = ctx->conv + (int64_t) t * D;
@@ -77,7 +80,7 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int64_t t0 = (int64_t) s * nst;
         tk_rs_snap_conv(&rv, 0, s, ctx->conv + t0 * D, D, nst, D, K);
-        tk_conv_rows(ctx, ctx->conv + t0 * D, D, nst, D, K, l->ssm_conv1d, NULL,
+        tk_conv_rows(ctx, ctx->conv + t0 * D, D, nst, D, K, l->ssm_conv1d, l->ssm_conv1d_b,
                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->y + t0 * D, D);
     }
     for (int32_t t = 0; t < U; t++) {           /* y = C * conv */
@@ -85,7 +88,9 @@ static tk_status sc_forward(tk_context * ctx, const tk_layer * l, int il, const 
         float * yt = ctx->y + (int64_t) t * D;
         for (int32_t i = 0; i < D; i++) yt[i] *= ct[i];
     }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
+    TK_CHECK(tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm));
+    if (l->ssm_out_b) tk_bias_rows(ctx, out, l->ssm_out_b, D, U, 0);
+    return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_shortconv = {

@@ -1,0 +1,87 @@
+"""Every refused row of the config audit (docs/config-audit.md, from each family's
+``config_keys``) gives the one-line error: a copy of the family's fixture whose config.json
+sets the refused key to a value HF accepts and this version does not convert, or a RoPE type
+it does not convert, exits 3 with one line naming config.json and the key; nothing is written.
+
+The cases are generated from the declarations, so a refusal declared later is tested here
+without a new test."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cli_runner import cli as run_cli
+from convert_error_util import HF
+from toolkit.convert.families import FAMILIES
+
+# one shared fixture per family (tests/fixtures/hf), the one refusal cases are made from
+FIXTURE = {
+    "MambaFamily": "mamba-tiny", "FalconMambaFamily": "falconmamba-tiny", "Mamba2Family": "mamba2-tiny",
+    "GraniteHybridFamily": "bamba-tiny", "JambaFamily": "jamba-tiny", "Qwen4ExpFamily": "qwen4exp-tiny",
+    "Qwen3NextFamily": "qwen3next-tiny", "Qwen35Family": "qwen35-tiny", "Qwen35MoeFamily": "qwen35moe-tiny",
+    "NemotronHFamily": "nemotronh-tiny", "FalconH1Family": "falconh1-tiny", "LFM2Family": "lfm2-tiny",
+    "LFM2MoeFamily": "lfm2moe-tiny", "LFM3Family": "lfm3-tiny", "Zamba2Family": "zamba2-tiny",
+    "ZambaFamily": "zamba-tiny", "OlmoHybridFamily": "olmohybrid-tiny", "LaraMiniFamily": "laramini-tiny",
+    "MiniMaxFamily": "minimax-tiny", "RecurrentGemmaFamily": "recurrentgemma-tiny",
+    "KimiLinearFamily": "kimilinear-tiny", "Glm5NextFamily": "glm5next-tiny", "BailingMoe3Family": "bailinghybrid-tiny",
+}
+# what a refused RoPE type is set to (HF's yarn, with the parameters it needs)
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def refusal_cases() -> list[tuple[str, str, object]]:
+    """(family class name, key, value) for every refused key and, for a family with RoPE, a
+    RoPE type it does not convert (key ``rope_parameters.rope_type``)."""
+    cases = []
+    for fam in FAMILIES:
+        ck = fam.config_keys
+        cases += [(fam.__name__, key, ref.example()) for key, ref in ck.refused.items()]
+        if ck.rope_types:
+            cases.append((fam.__name__, "rope_parameters.rope_type", "yarn"))
+    return cases
+
+
+def case_id(fam: str, key: str) -> str:
+    return f"{fam}-{key}"
+
+
+def test_every_family_has_a_fixture():
+    assert set(FIXTURE) == {f.__name__ for f in FAMILIES}
+
+
+def _edited(tmp_path, fixture: str, key: str, value) -> str:
+    """tmp copy of ``fixture``: config.json edited (into ``text_config`` where the fixture has
+    one), every other file a symlink to the fixture's (inputs are never written)."""
+    src, d = HF / fixture, tmp_path / fixture
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    if key == "rope_parameters.rope_type":
+        rp = c.get("rope_parameters") or {}
+        if any(isinstance(v, dict) for v in rp.values()):    # one per layer type (LFM3): scale the full layers
+            rp = {**rp, "full_attention": {**rp["full_attention"], **YARN}}
+        else:
+            rp = {**rp, **YARN}
+        c["rope_parameters"] = rp
+    else:
+        c[key] = value
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+@pytest.mark.parametrize("fam,key,value", refusal_cases(), ids=[case_id(f, k) for f, k, _ in refusal_cases()])
+def test_refused(monkeypatch, capsys, tmp_path, fam, key, value):
+    d = _edited(tmp_path, FIXTURE[fam], key, value)
+    out = tmp_path / "out.gguf"
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", d, str(out))
+    line = " ".join(err.split())          # rich may wrap the one line on a narrow terminal
+    assert rc == 3, err
+    assert line.startswith("error:") and "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
+    shown = key if key != "rope_parameters.rope_type" or fam != "LFM3Family" else "rope_parameters.full_attention.rope_type"
+    assert "config.json" in line and f"key '{shown}' = " in line and "is not supported" in line, line
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]

@@ -1,0 +1,99 @@
+"""Record the attributes of every HF configuration class toolkit converts, as data for the
+config audit (``tests/fixtures/hf_config_attrs.json``; read by tests/unit/test_config_audit.py
+and tools/config_audit_doc.py).
+
+Run it in a scratch venv outside the repository that has transformers (no torch needed, the
+configuration classes import without it), never in the project's venv:
+
+    python3 -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install transformers==5.24.0
+    /tmp/tfvenv/bin/python tools/hf_config_attrs.py > tests/fixtures/hf_config_attrs.json
+
+For each class (by ``model_type``, below) it writes the dataclass fields the class adds to
+``PreTrainedConfig`` (name -> the annotation and the value of ``Config()``), its
+``attribute_map`` (alias -> field), and once the fields of ``PreTrainedConfig`` itself.
+A composite class (``text_config`` / ``vision_config``) lists only its own fields; its text
+class is listed under its own model_type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+
+# model_type of every configuration class a toolkit family converts (toolkit/convert/families/*:
+# ``hf_configs``); a composite's text class follows it
+MODEL_TYPES = (
+    "bailing_hybrid", "bamba", "falcon_h1", "falcon_mamba", "glm5_next", "glm5_next_text", "granitemoehybrid",
+    "jamba", "kimi_linear", "lara_mini", "lfm2", "lfm2_moe", "lfm3", "mamba", "mamba2", "minimax", "nemotron_h",
+    "olmo_hybrid", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp",
+    "qwen4_exp_text", "recurrent_gemma", "zamba", "zamba2",
+)
+
+
+def plain(v):
+    """``v`` as JSON can hold it: tuples as lists, inf / nan as strings, objects by repr."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return repr(v)
+
+
+def type_name(t) -> str:
+    s = t if isinstance(t, str) else getattr(t, "__name__", None) or str(t)
+    return s.replace("typing.", "")
+
+
+def describe(cls, skip: set[str]) -> dict:
+    try:
+        inst = cls()
+    except Exception:   # a class whose defaults do not validate alone: field defaults then
+        inst = None
+    attrs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        if inst is not None:
+            v = getattr(inst, f.name, None)
+        elif f.default is not dataclasses.MISSING:
+            v = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            v = f.default_factory()
+        else:
+            v = None
+        attrs[f.name] = {"type": type_name(f.type), "default": plain(v)}
+    return attrs
+
+
+def main() -> int:
+    import transformers
+    from transformers import CONFIG_MAPPING, PreTrainedConfig
+
+    base = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    out = {
+        "transformers": transformers.__version__,
+        "generated_by": "tools/hf_config_attrs.py (python with transformers, no torch)",
+        "base": describe(PreTrainedConfig, set()),
+        "classes": {},
+    }
+    for mt in MODEL_TYPES:
+        cls = CONFIG_MAPPING[mt]
+        subs = set(getattr(cls, "sub_configs", {}) or {})
+        out["classes"][cls.__name__] = {
+            "model_type": mt,
+            "sub_configs": sorted(subs),
+            "attribute_map": dict(getattr(cls, "attribute_map", {}) or {}),
+            "attrs": describe(cls, base | subs),
+        }
+    json.dump(out, sys.stdout, indent=1, sort_keys=False)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
