@@ -17,9 +17,9 @@ Generation is bounded by memory traffic: for tgN it also prints the bytes read p
 (every weight tensor except the token embedding table, of which one row is read, plus the
 recurrent state and KV cache, read and written) and the GB/s that implies.
 
-toolkit runs with its repacked weights (TOOLKIT_REPACK=1, as `toolkit run --repack`) unless
---no-repack is given or TOOLKIT_REPACK is already set: llama-bench re-lays its weights at load by
-default too (its CPU_REPACK buffer), so that is the like-for-like comparison.
+toolkit runs with its default, the weights re-laid where that wins (TOOLKIT_REPACK=auto), unless
+--no-repack is given (TOOLKIT_REPACK=0) or TOOLKIT_REPACK is already set: llama-bench re-lays its
+weights at load by default too (its CPU_REPACK buffer), so that is the like-for-like comparison.
 
 llama-bench is looked for at --llama-bench, $LLAMA_BENCH, /tmp/lcpp/build/bin/llama-bench
 and on PATH; without it only toolkit's figures are printed.
@@ -213,7 +213,8 @@ def main() -> int:
                          "before/after figures, e.g. --baseline-env TOOLKIT_REPACK=0 with TOOLKIT_REPACK=1 set")
     ap.add_argument("--llama-args", default="", help="extra llama-bench flags, e.g. '--poll 0'")
     ap.add_argument("--no-repack", action="store_true",
-                    help="run toolkit on the mapped file as it is (default: TOOLKIT_REPACK=1 unless set)")
+                    help="run toolkit on the mapped file as it is (TOOLKIT_REPACK=0; default: toolkit's, "
+                         "re-laying the types that win, or TOOLKIT_REPACK when set)")
     ap.add_argument("--json")
     ap.add_argument("--ssd", action="store_true")
     ap.add_argument("--bandwidth", action="store_true")
@@ -222,8 +223,8 @@ def main() -> int:
     if any("=" not in e for e in args.baseline_env):
         ap.error("--baseline-env takes NAME=VALUE")
     args.baseline_env = dict(e.split("=", 1) for e in args.baseline_env)
-    if not args.no_repack:
-        os.environ.setdefault("TOOLKIT_REPACK", "1")
+    if args.no_repack:
+        os.environ["TOOLKIT_REPACK"] = "0"
     if args.ssd:
         return ssd_crossover(args)
     if args.bandwidth:

@@ -92,6 +92,23 @@ def test_mistyped_toolkit_bf16_gemm_is_an_error(monkeypatch, capsys):
     assert run_json(monkeypatch, capsys, "hi")["tokens"]
 
 
+@pytest.mark.parametrize("var,val,msg", [("TOOLKIT_REPACK", "yes", "is not 0, 1 or auto"),
+                                         ("TOOLKIT_SSD_MIN", "32k", "is not a token count"),
+                                         ("TOOLKIT_GDN_MIN", "-1", "is not a token count"),
+                                         ("TOOLKIT_KDA_MIN", "x", "is not a token count"),
+                                         ("TOOLKIT_LIGHTNING_MIN", "1.5", "is not a token count")])
+def test_mistyped_runtime_option_variable_is_an_error(monkeypatch, capsys, var, val, msg):
+    """Every TOOLKIT_* variable the runtime options read is checked: one line naming it, exit 2
+    (TOOLKIT_REPACK=yes was silently ignored by the C library; the thresholds fell back to the
+    default)."""
+    monkeypatch.setenv(var, val)
+    for cmd in (("run", *G, "hi"), ("info", "--memory", str(MODEL))):
+        rc, out, err = cli(monkeypatch, capsys, *cmd)
+        assert rc == 2 and f"{var}={val!r}" in err and msg in err and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setenv(var, "0")
+    assert run_json(monkeypatch, capsys, "hi")["tokens"]
+
+
 def test_session_unwritable_for_root_checked_before_work(monkeypatch, capsys, tmp_path):
     """access() says yes to root where no file can be made (/sys, a read-only mount): the
     check makes one, so the error comes before any text (it came after generation)."""

@@ -226,3 +226,21 @@ def test_command_list_is_reflowed(monkeypatch, capsys):
     assert len(entries) >= 8
     for e in entries:
         assert all(len(ln) >= 60 for ln in e[:-1]), "\n".join(e)
+
+
+@pytest.mark.parametrize("cmd", ["run", "chat", "serve", "bench", "perplexity"])
+def test_repack_help_names_every_type_and_the_default(monkeypatch, capsys, cmd):
+    """`--repack/--no-repack` in every command that loads a model, its help naming every type a
+    level re-lays (the library's list, tk_repack_fast: `run -h` left BF16 out) and the default."""
+    from toolkit.binding import lib
+    from toolkit.runtime.memory import repack_types
+    rc, out, err = cli(monkeypatch, capsys, cmd, "-h")
+    assert rc == 0
+    text = _flat(out)
+    assert "--repack" in text and "--no-repack" in text, text
+    i = text.index("--no-repack")
+    helptext = text[i:i + 700]
+    for lv in (lib.TK_CPU_AVX2, lib.TK_CPU_AVX512):
+        for t in repack_types(lv, "all"):
+            assert t in helptext, (cmd, t, helptext)
+    assert "TOOLKIT_REPACK" in helptext and "Default" in helptext, helptext

@@ -92,3 +92,28 @@ def test_the_recurrence_runs_without_the_workspace(paths):
         assert np.array_equal(res[0], res[1])
     finally:
         set_(before)
+
+
+@pytest.mark.parametrize("name,field", [("qwen35-tiny", "gdn_min"), ("kimilinear-tiny", "kda_min"),
+                                        ("minimax-tiny", "lightning_min")])
+def test_the_contexts_own_threshold_plans_the_workspace(paths, name, field):
+    """A context's threshold (RuntimeOptions -> tk_context_params, the CLI's TOOLKIT_*_MIN) plans
+    the workspace as the process default does: with the default at 0 ("never"), options that turn
+    the form on from 1 token give the context (and its estimate) the workspace, 0 ("never")
+    none.  Failed before: the plan read only the process default, so such a context had no
+    workspace and silently ran the recurrence."""
+    from toolkit.runtime.options import RuntimeOptions
+    get, set_, per_thread = KINDS[name]
+    before = get()
+    try:
+        set_(0)
+        with Model(paths[name]) as m:
+            ws = N_THR * per_thread(m.hparams) * 4
+            never = compute_bytes(m, 64)
+        with Model(paths[name], options=RuntimeOptions(**{field: 1})) as m:
+            on = compute_bytes(m, 64)
+        with Model(paths[name], options=RuntimeOptions(**{field: 0})) as m:
+            off = compute_bytes(m, 64)
+        assert on - never == ws and off == never, (name, on, never, off, ws)
+    finally:
+        set_(before)

@@ -22,10 +22,11 @@ from toolkit.convert import convert
 HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 CHECK = """
 import sys, json
-from toolkit.runtime import Model
+from toolkit.runtime import Model, RuntimeOptions
 from toolkit.runtime.memory import repack_estimate
-m = Model(sys.argv[1])
-e = repack_estimate(m)
+o = RuntimeOptions.from_env()   # TOOLKIT_REPACK, as the CLI reads it
+m = Model(sys.argv[1], options=o)
+e = repack_estimate(m, mode=o.repack)
 print(json.dumps({"info": [m.repack_info["n_tensors"], m.repack_info["bytes"]], "estimate": [e["n_tensors"], e["bytes"]]}))
 """
 

@@ -1,4 +1,4 @@
-"""Repacked weights at load (TOOLKIT_REPACK=1; quants/repack.h): every mat-mul of a re-laid weight,
+"""Repacked weights at load (TOOLKIT_REPACK=1, RuntimeOptions(repack="all"); quants/repack.h): every mat-mul of a re-laid weight,
 generation included, runs the repacked kernel, so a token's logits still do not depend on its
 ubatch (-b 512 / 1 / 7 and two sequences in one batch: bit-identical), at avx512, avx2 and
 avx2 without AVX-VNNI, on Q8_0 and Q4_K_M (Q4_K + Q6_K) files
@@ -28,9 +28,10 @@ from toolkit.quantize import quantize_file
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp"
 CHECK = """
 import sys, json, numpy as np
-from toolkit.runtime import Context, Model
+from toolkit.runtime import Context, Model, RuntimeOptions
 from toolkit.runtime.memory import repack_estimate
-m = Model(sys.argv[1])
+o = RuntimeOptions.from_env()   # TOOLKIT_REPACK, TOOLKIT_BF16_GEMM, as the CLI reads them
+m = Model(sys.argv[1], options=o)
 p = np.random.default_rng(0).integers(0, m.n_vocab, 40).astype(np.int32)
 outs = []
 for ub in (512, 1, 7):
@@ -41,7 +42,10 @@ with Context(m, n_ctx=128, n_seq_max=2, n_ubatch=512, n_threads=2) as c:
 assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2]), "ubatch"
 assert np.array_equal(r[0], outs[0][:17]), "two sequences"
 np.save(sys.argv[2], outs[0])
-print(json.dumps({"info": m.repack_info, "estimate": repack_estimate(m)}))
+info = m.repack_info
+assert info["released"] > 0 or not info["n_tensors"], info
+info.pop("released")
+print(json.dumps({"info": info, "estimate": repack_estimate(m, mode=o.repack)}))
 """
 
 

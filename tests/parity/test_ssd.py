@@ -94,14 +94,20 @@ def test_ssd_threads_and_chunk_splits_bit_identical(ssd_threshold):
 
 
 def test_threshold_env(tmp_path):
+    """TOOLKIT_SSD_MIN is read by toolkit.runtime.options (the CLI), not by the library: the
+    process default stays the measured one, and the options carry the variable's value."""
     import os
     import subprocess
     import sys
-    code = "from toolkit.binding import lib; print(lib.tk_ssd_threshold())"
+    code = ("from toolkit.binding import lib; from toolkit.runtime import RuntimeOptions; "
+            "print(lib.tk_ssd_threshold(), RuntimeOptions.from_env().ssd_min)")
+    default = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in os.environ.items() if k != "TOOLKIT_SSD_MIN"},
+                             cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    assert default[1] == "None"
     for val, want in (("0", 0), ("17", 17)):
         out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TOOLKIT_SSD_MIN=val), cwd=tmp_path,
-                             capture_output=True, text=True, check=True).stdout
-        assert int(out) == want
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert out == [default[0], str(want)]
 
 
 # ---- through the model ---------------------------------------------------------------------
@@ -137,3 +143,19 @@ def test_model_ssd_prefill_matches_recurrence(model, ssd_threshold):
     assert np.array_equal(_logits(model, toks, n_ubatch=128), got)
     ssd_threshold(1)
     assert np.array_equal(_logits(model, toks, n_ubatch=64, n_threads=2), got)
+
+
+def test_context_ssd_min_overrides_the_process_default(model, ssd_threshold):
+    """A context's own threshold (tk_context_params.ssd_min, RuntimeOptions.ssd_min: the CLI's
+    TOOLKIT_SSD_MIN) wins over the process default: 64 gives the SSD path's bits with the process
+    default at 0 (never), and 0 (never) the recurrence's with the default at 64."""
+    from toolkit.runtime import RuntimeOptions
+    toks = np.random.default_rng(3).integers(0, 512, 200).astype(np.int32)
+    ssd_threshold(0)
+    rec = _logits(model, toks, n_ubatch=256)
+    ssd_threshold(64)
+    ssd = _logits(model, toks, n_ubatch=256)
+    assert not np.array_equal(rec, ssd)
+    assert np.array_equal(_logits(model, toks, n_ubatch=256, options=RuntimeOptions(ssd_min=0)), rec)
+    ssd_threshold(0)
+    assert np.array_equal(_logits(model, toks, n_ubatch=256, options=RuntimeOptions(ssd_min=64)), ssd)

@@ -57,7 +57,7 @@ def _table(m: Model, extra=()):
 
 def _load_status(m: Model, descs, n: int, hp=None, path=None) -> tuple[int, str]:
     out = ffi.new("tk_model **")
-    st_ = lib.tk_model_load((path or m.path).encode(), hp or m._c_hparams, descs, n, out)
+    st_ = lib.tk_model_load((path or m.path).encode(), hp or m._c_hparams, descs, n, ffi.NULL, out)
     if st_ == lib.TK_OK:
         lib.tk_model_free(out[0])
         return st_, ""

@@ -143,3 +143,9 @@ def test_announce_says_1_slot(monkeypatch):
         cmd_serve._announce(server, svc, "m.gguf", "127.0.0.1", False)
         asyncio.run(server.startup())
         assert want in lines[-1], lines
+    # the start-up line says what re-laying the weights took (issue 44)
+    server = SimpleNamespace(startup=startup, started=True, servers=[SimpleNamespace(sockets=[sock])])
+    cmd_serve._announce(server, svc, "m.gguf", "127.0.0.1", False,
+                        repack={"n_tensors": 3, "bytes": 3 << 20, "ms": 41.6, "released": 1 << 20})
+    asyncio.run(server.startup())
+    assert "repacked 3.00 MiB (3 tensors) in 42 ms" in lines[-1], lines

@@ -83,3 +83,9 @@ class NativeHandle:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
+
+
+# TOOLKIT_CPU, the process-wide kernel level cap, applied once (the C library reads no environment)
+from toolkit.binding.cpu import apply_env as _apply_cpu_env  # noqa: E402
+
+_apply_cpu_env()

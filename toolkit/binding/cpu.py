@@ -3,7 +3,9 @@ its SIMD features, the Mamba-2 SSD threshold; and the default thread count.
 
 Levels are ``tk_cpu_level_t`` ints (``lib.TK_CPU_SCALAR``, ``TK_CPU_AVX2``, ...), named by
 :func:`level_name` ("scalar", "avx2", ...).  ``TOOLKIT_CPU`` caps the level in force
-(``avx2-novnni``: avx2 without its AVX-VNNI kernels).
+(``avx2-novnni``: avx2 without its AVX-VNNI kernels): the C library reads no environment, so
+:func:`apply_env` sets it through tk_cpu_set_level / tk_cpu_set_avxvnni when this package loads
+the library (a process-wide setting, for the CLI, the tests' child processes and any user).
 """
 from __future__ import annotations
 
@@ -11,6 +13,22 @@ import os
 
 from toolkit.binding import ffi, lib
 from toolkit.errors import InputError
+
+
+LEVELS = {"scalar": lib.TK_CPU_SCALAR, "avx2": lib.TK_CPU_AVX2, "avx2-novnni": lib.TK_CPU_AVX2,
+          "avx512": lib.TK_CPU_AVX512, "neon": lib.TK_CPU_NEON}   # TOOLKIT_CPU's values
+
+
+def apply_env(environ=None) -> None:
+    """Cap the kernel level at ``TOOLKIT_CPU`` when it is set (``avx2-novnni``: avx2 with its
+    AVX-VNNI kernels off).  A value that is not a level means scalar, the safe choice (the CLI
+    refuses it first: toolkit.cli.argv.check_cpu_env)."""
+    v = (os.environ if environ is None else environ).get("TOOLKIT_CPU")
+    if not v:
+        return
+    lib.tk_cpu_set_level(LEVELS.get(v, lib.TK_CPU_SCALAR))
+    if v == "avx2-novnni":
+        lib.tk_cpu_set_avxvnni(0)
 
 
 def level() -> int:
@@ -66,18 +84,24 @@ def ssd_threshold() -> int:
     return int(lib.tk_ssd_threshold())
 
 
-def chunk_thresholds() -> dict:
+def chunk_thresholds(options=None) -> dict:
     """Tokens from which one sequence's run in a ubatch takes each chunked form instead of its
-    recurrence (0: never): Mamba-2's SSD, the gated delta rule, KDA and lightning attention
-    (tk_ssd_threshold, tk_gdn_threshold, tk_kda_threshold, tk_lightning_threshold)."""
-    return {"ssd": int(lib.tk_ssd_threshold()), "gdn": int(lib.tk_gdn_threshold()),
-            "kda": int(lib.tk_kda_threshold()), "lightning": int(lib.tk_lightning_threshold())}
+    recurrence (0: never): Mamba-2's SSD, the gated delta rule, KDA and lightning attention:
+    ``options``' ``ssd_min`` ... (toolkit.runtime.options.RuntimeOptions) where not None, else the
+    process defaults (tk_ssd_threshold, tk_gdn_threshold, tk_kda_threshold, tk_lightning_threshold)."""
+    out = {"ssd": int(lib.tk_ssd_threshold()), "gdn": int(lib.tk_gdn_threshold()),
+           "kda": int(lib.tk_kda_threshold()), "lightning": int(lib.tk_lightning_threshold())}
+    for k in out:
+        v = getattr(options, f"{k}_min", None)
+        if v is not None:
+            out[k] = int(v)
+    return out
 
 
-def cpu_info() -> dict:
+def cpu_info(options=None) -> dict:
     """{"cpu_level": name in force, "cpu_level_detected": the machine's best name,
     "cpu_features": str, "ssd_threshold": int, "chunk_thresholds": :func:`chunk_thresholds`}
-    (the fields ``toolkit bench`` reports).
+    (the fields ``toolkit bench`` reports; the thresholds of ``options`` where it sets them).
     The name in force is "avx2-novnni" where the level is avx2 on an AVX-VNNI machine whose
     AVX-VNNI kernels are off (``TOOLKIT_CPU=avx2-novnni``), so A/B runs tell themselves apart."""
     lv = level()
@@ -88,8 +112,8 @@ def cpu_info() -> dict:
         "cpu_level": name,
         "cpu_level_detected": level_name(detected()),
         "cpu_features": features(),
-        "ssd_threshold": ssd_threshold(),
-        "chunk_thresholds": chunk_thresholds(),
+        "ssd_threshold": chunk_thresholds(options)["ssd"],
+        "chunk_thresholds": chunk_thresholds(options),
     }
 
 

@@ -88,7 +88,6 @@ def unsupported(flag: str, cmd: str, declared) -> str | None:
     return UNSUPPORTED[flag]
 
 CPU_LEVELS = ("scalar", "avx2", "avx2-novnni", "avx512", "neon")   # avx2-novnni: avx2 without AVX-VNNI
-BF16_GEMMS = ("fma", "dpbf16")   # the repacked BF16 GEMM's instruction (cpu.c choose_bf16_gemm)
 
 
 def check_argv(argv: list[str], known: dict[str, dict[str, bool]] | None = None) -> list[str]:
@@ -144,17 +143,16 @@ def no_such_option(flag: str, cmd: str | None, opts) -> str:
 
 
 def check_cpu_env(environ) -> None:
-    """``TOOLKIT_CPU`` (the kernel level cap) must name a level: the C library would take a
-    mistyped one as "scalar", a silent 3-5x slowdown; ``TOOLKIT_BF16_GEMM`` must be fma or
-    dpbf16 (the C library would ignore another).  Raises InputError naming the variable."""
+    """``TOOLKIT_CPU`` (the kernel level cap) must name a level: the binding would take a
+    mistyped one as "scalar", a silent 3-5x slowdown; the runtime options' variables
+    (``TOOLKIT_REPACK``, ``TOOLKIT_BF16_GEMM``, ``TOOLKIT_*_MIN``: toolkit.runtime.options) must
+    have one of their values.  Raises InputError naming the variable."""
     v = environ.get("TOOLKIT_CPU")
     if v and v not in CPU_LEVELS:
         raise InputError(f"TOOLKIT_CPU={v!r} is not a kernel level; use one of {', '.join(CPU_LEVELS)} "
                          f"(or unset it for the best this machine runs)")
-    g = environ.get("TOOLKIT_BF16_GEMM")
-    if g and g not in BF16_GEMMS:
-        raise InputError(f"TOOLKIT_BF16_GEMM={g!r} is not a BF16 GEMM; use one of {', '.join(BF16_GEMMS)} "
-                         f"(or unset it for this machine's choice)")
+    from toolkit.runtime.options import RuntimeOptions
+    RuntimeOptions.from_env(environ)
 
 
 def process_escapes(text: str, what: str = "prompt") -> str:

@@ -91,7 +91,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
     from toolkit.runtime.tokenizer import Tokenizer
 
     with interrupt.deferred():
-        m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap)
+        m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap, options=opts.options)
         try:
             tok = Tokenizer.from_gguf(m.gguf)
             tpl, note = chat_template_for(m.gguf, opts.chat_template)

@@ -35,6 +35,7 @@ import typer
 
 from toolkit.cli.app import app
 from toolkit.cli.limits import check_threads
+from toolkit.cli.runtime_opts import repack_option, runtime_options
 from toolkit.errors import InputError
 
 
@@ -108,19 +109,22 @@ def model_desc(f) -> str:
 
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
               ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
-              mmap: bool = True, pg: list[tuple[int, int]] = ()) -> Iterator[dict]:
+              mmap: bool = True, pg: list[tuple[int, int]] = (), options=None) -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
     per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
     split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the weights are read into
     memory (llama-bench's -mmp 0).  ``pg``: (PP, TG) tests (llama-bench's -pg): a PP-token prompt
     then TG generated tokens in one timing, tokens/s = (PP + TG) / its wall time.
+    ``options``: the model's
+    :class:`toolkit.runtime.options.RuntimeOptions` (None: the defaults, no repacking); each
+    object has ``repack`` (the mode) and ``repack_info`` (Model.repack_info).
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
     from toolkit.runtime import Context, Model, cpu_info
 
-    m = Model(path, n_threads=threads, mmap=mmap)
+    m = Model(path, n_threads=threads, mmap=mmap, options=options)
     try:
         n_threads = m.n_threads
         tensors = list(m.gguf)
@@ -164,7 +168,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                     "avg_ts": statistics.fmean(samples_ts),
                     "stddev_ts": statistics.stdev(samples_ts) if reps > 1 else 0.0,
                     "samples_ns": [int(s) for s in samples_ns], "samples_ts": samples_ts,
-                    "file_type": ftype, "architecture": m.hparams.arch, **cpu_info(),
+                    "file_type": ftype, "architecture": m.hparams.arch, **cpu_info(m.options),
+                    "repack": m.options.repack, "repack_info": m.repack_info,
                 }
     finally:
         m.close()
@@ -293,6 +298,7 @@ def bench(
     mmap: str = typer.Option("1", "-mmp", "--mmap", help="Map the model file (1) or read it into memory (0); "
                              "comma-separated to test both (llama-bench's -mmp)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Same as -mmp 0."),
+    repack: Optional[bool] = repack_option(),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
@@ -321,6 +327,7 @@ def bench(
             raise InputError(f"{m}: no such file")
     if not any(pp) and not any(tg) and not pg:
         raise InputError("nothing to run: every -p and -n value is 0")
+    options = runtime_options(repack)
     cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap")
             or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
             or (c == "mmap" and mmps != [1])]
@@ -330,15 +337,16 @@ def bench(
     try:
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             for m, t, b, u, mp in itertools.product(model, ts, bs, ubs, mmps):
-                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp), pg=pg):
+                for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp), pg=pg,
+                                     options=options):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted
     if fmt == "md":
         from toolkit.runtime import cpu_info
-        info = cpu_info()
+        info = cpu_info(options)
         chunked = ", ".join(f"{k.upper() if k != 'lightning' else k} {v or 'never'}"
                             for k, v in info["chunk_thresholds"].items())
         typer.echo(f"\ncpu: {_cpu_name() or 'unknown'}; kernels: {info['cpu_level']} (machine: "
                    f"{info['cpu_level_detected']}; {info['cpu_features']}); chunked forms from (tokens): "
-                   f"{chunked}; build {_git_commit()}")
+                   f"{chunked}; repack {options.repack}; build {_git_commit()}")

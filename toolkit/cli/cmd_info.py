@@ -238,7 +238,10 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
         # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
         r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
-        rp = repack_estimate(m)   # what `run --repack` would add (heap, besides the mapped file)
+        # what a load re-lays with the default (or TOOLKIT_REPACK) mode: heap, besides the mapped file
+        from toolkit.cli.runtime_opts import runtime_options
+        mode = runtime_options(None).repack
+        rp = dict(repack_estimate(m, mode=mode), mode=mode)
     mla = mla_latent(hp, n_ctx)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
@@ -250,4 +253,5 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         if mla:
             typer.echo(format_mla(mla))
         if rp["n_tensors"]:
-            typer.echo(f"with --repack (at the {rp['level']} kernel level), besides the total:\n" + format_repack(rp))
+            typer.echo(f"re-laid at load (repack {mode}, at the {rp['level']} kernel level; --no-repack: none), besides "
+                       f"the total (their pages of the mapped file are released):\n" + format_repack(rp))

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from toolkit.cli.app import app
+from toolkit.cli.runtime_opts import repack_option, runtime_options
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ def perplexity(
     batch: int = typer.Option(2048, "-b", "--batch-size", help="Logical batch (llama.cpp's n_batch): the micro-batch is at most this."),
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): tokens decoded at once (at most --ctx-size); the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
+    repack: Optional[bool] = repack_option(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
@@ -53,6 +55,7 @@ def perplexity(
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
         raise InputError(f"-c/--ctx-size {ctx}: must be an even number >= 4")
+    options = runtime_options(repack)
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()
@@ -76,7 +79,8 @@ def perplexity(
             bar.start()
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             res = perplexity_file(model, file, ctx, max_chunks=chunks or None, kld_base=kld_base, kld_out=kld_out,
-                                  threads=threads, progress=progress, mmap=not no_mmap, n_ubatch=ubatch)
+                                  threads=threads, progress=progress, mmap=not no_mmap, n_ubatch=ubatch,
+                                  options=options)
     finally:
         if bar is not None:
             bar.stop()

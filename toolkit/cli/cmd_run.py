@@ -17,6 +17,7 @@ import typer
 
 from toolkit.cli.app import app, err_console
 from toolkit.cli.argv import process_escapes
+from toolkit.cli.runtime_opts import repack_option, runtime_options
 from toolkit.errors import InputError
 
 DEFAULT_MODEL = pathlib.Path(__file__).resolve().parent.parent / "data" / "default.gguf"
@@ -90,7 +91,7 @@ def run(
     batch: int = typer.Option(2048, "-b", "--batch-size", help="Logical batch (llama.cpp's n_batch): the micro-batch is at most this."),
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): prompt tokens decoded at once; the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
-    repack: bool = typer.Option(False, "--repack", help="Re-lay the Q8_0 / Q4_K / Q6_K mat-mul weights at load for the prompt GEMM kernels (avx2 and avx512 levels; costs heap memory and load time, -v says how much; same as TOOLKIT_REPACK=1)."),
+    repack: Optional[bool] = repack_option(),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
@@ -114,8 +115,7 @@ def run(
     from toolkit.cli.limits import micro_batch
     ubatch = micro_batch(batch, ubatch)
     _check_numbers(ctx_size, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
-    if repack:   # read by the C library when the model loads (tk_model_load)
-        os.environ["TOOLKIT_REPACK"] = "1"
+    options = runtime_options(repack)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
@@ -135,7 +135,8 @@ def run(
     params.validate()
     _check_outputs(logits_out, session, conversation)
     opts = RunOptions(model=resolve_model(model), prompt=text, tokens=tokens, n_predict=n_predict, sampling=params,
-                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, mmap=not no_mmap, logits_out=logits_out,
+                      ctx_size=ctx_size, threads=threads or None, ubatch=ubatch, mmap=not no_mmap, options=options,
+                      logits_out=logits_out,
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
                       system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,

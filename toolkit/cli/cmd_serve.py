@@ -17,6 +17,7 @@ import typer
 
 from toolkit.cli.app import app, err_console
 from toolkit.cli.cmd_run import resolve_model
+from toolkit.cli.runtime_opts import repack_option, runtime_options
 from toolkit.errors import InputError
 
 
@@ -31,6 +32,8 @@ def serve(
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): most prompt tokens decoded per step (a prompt chunk); the compute buffers follow it."),
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
+    repack: Optional[bool] = repack_option(),
+    repack_draft: Optional[bool] = typer.Option(None, "--repack-draft/--no-repack-draft", show_default=False, help="The same choice for the --draft-model's weights (default: as --repack/--no-repack)."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY' (also read from TOOLKIT_API_KEY)."),
@@ -64,6 +67,8 @@ def serve(
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: empty key")
     path = resolve_model(model)
+    options = runtime_options(repack)
+    draft_options = runtime_options(repack_draft) if repack_draft is not None else options
     import uvicorn
 
     from toolkit.serve import create_app, load, stop_jobs_on_shutdown
@@ -74,7 +79,7 @@ def serve(
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
                    chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
                    draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model,
-                   mmap=not no_mmap)
+                   mmap=not no_mmap, options=options, draft_options=draft_options)
     except BaseException:
         sock.close()
         raise
@@ -88,7 +93,7 @@ def serve(
         raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json, draft_model, memory)
+    _announce(server, svc, path, host, as_json, draft_model, memory, svc.engine.model.repack_info)
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -121,11 +126,12 @@ def _memory(engine, n_checkpoints: int) -> dict[str, int]:
 
 
 def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None,
-              memory: Optional[dict] = None) -> None:
+              memory: Optional[dict] = None, repack: Optional[dict] = None) -> None:
     """Print the address once uvicorn listens (its startup hook), to stderr or as --json, with
-    the memory of the context (``memory``: bytes by kind)."""
+    the memory of the context (``memory``: bytes by kind) and what re-laying the weights took
+    (``repack``: Model.repack_info)."""
     from toolkit.cli import report
-    from toolkit.runtime.memory import format_brief
+    from toolkit.runtime.memory import format_brief, format_repack_brief
     orig = server.startup
 
     async def startup(sockets=None):
@@ -139,6 +145,8 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
             info["draft_model"] = draft_model
         if memory is not None:
             info["memory"] = memory
+        if repack is not None:
+            info["repack"] = repack
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
@@ -146,5 +154,6 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
                               f"chat template: {info['chat_template']}"
                               + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
                               + (f"; {format_brief(memory)}" if memory is not None else "")
+                              + (f"; {format_repack_brief(repack)}" if repack is not None else "")
                               + "); Ctrl-C stops", highlight=False)
     server.startup = startup

@@ -38,9 +38,12 @@ void tk_context_free(tk_context * c) {
 }
 
 /* The scratch the model's layers need: the largest of what each layer's kind declares. */
-static tk_scratch scratch_of(const tk_model * m, int32_t n_ubatch, int n_threads) {
+static tk_scratch scratch_of(const tk_model * m, const tk_context_params * p, int32_t n_ubatch, int n_threads) {
     tk_scratch sc;
     memset(&sc, 0, sizeof sc);
+    sc.gdn_min = p->gdn_min;
+    sc.kda_min = p->kda_min;
+    sc.lightning_min = p->lightning_min;
     for (int i = 0; i < m->hp.n_layer; i++) {
         const tk_mixer_ops * ops = tk_mixer_ops_of(m->hp.layer_kinds[i]);
         if (ops && ops->scratch) ops->scratch(m, i, n_ubatch, n_threads, &sc);
@@ -91,10 +94,11 @@ typedef struct {
 #define PLAN(sp, fieldname, floats) \
     ((sp)->buf[(sp)->n_buf].field = offsetof(tk_context, fieldname), (sp)->buf[(sp)->n_buf++].n = (floats))
 
-static void plan_scratch(const tk_model * model, int32_t n_ubatch, int32_t n_ctx, int n_threads, scratch_plan * sp) {
+static void plan_scratch(const tk_model * model, const tk_context_params * p, int n_threads, scratch_plan * sp) {
     const tk_hparams * hp = &model->hp;
+    const int32_t n_ubatch = p->n_ubatch, n_ctx = p->n_ctx;
     const size_t U = (size_t) n_ubatch, D = (size_t) hp->n_embd, DI = (size_t) hp->ssm.d_inner;
-    const tk_scratch sc = scratch_of(model, n_ubatch, n_threads);
+    const tk_scratch sc = scratch_of(model, p, n_ubatch, n_threads);
     const size_t ff_w = (size_t) model->max_ff, q_w = sc.q;
     const hc_widths hw = hc_widths_of(model);
     memset(sp, 0, sizeof *sp);
@@ -148,7 +152,7 @@ static uint64_t plan_bytes(const scratch_plan * sp) {
 static tk_status alloc_scratch(tk_context * c, int n_threads) {
     const size_t U = (size_t) c->params.n_ubatch;
     scratch_plan sp;
-    plan_scratch(c->model, c->params.n_ubatch, c->params.n_ctx, n_threads, &sp);
+    plan_scratch(c->model, &c->params, n_threads, &sp);
     c->row_n = sp.row_n;
     c->vec_n = sp.vec_n;
     for (int i = 0; i < sp.n_buf; i++) {
@@ -176,7 +180,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         if (!c->work) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes of workspace)", c->work_bytes);
     }
     c->mm = (tk_mm_work) {c->pool, c->row, c->row_n, c->act, sp.act_bytes, NULL, 0};
-    if (c->model->rp_buf) {    /* repacked weights (TOOLKIT_REPACK=1): their per-token terms, counted with the repacking */
+    if (c->model->rp_buf) {    /* repacked weights (tk_model_params.repack): their per-token terms, counted with the repacking */
         c->mm.rp_prep_bytes = tk_rp_prep_bytes((int64_t) U, (int64_t) sp.row_n);
         c->mm.rp_prep = malloc(c->mm.rp_prep_bytes);
         if (!c->mm.rp_prep) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes for repacked weights)", c->mm.rp_prep_bytes);
@@ -215,7 +219,7 @@ static tk_status estimate(const tk_model * model, const tk_context_params * p, i
     if (nd.has_attn) tk_memory_kv_estimate(model, p->n_ctx, p->n_ubatch, p->n_seq_max, n_ckpt, k, r);
     if (nd.has_rec) TK_CHECK(tk_memory_rs_estimate(model, p->n_seq_max, n_ckpt, k, flags, r));
     scratch_plan sp;
-    plan_scratch(model, p->n_ubatch, p->n_ctx, p->n_threads > 0 ? p->n_threads : 1, &sp);
+    plan_scratch(model, p, p->n_threads > 0 ? p->n_threads : 1, &sp);
     r->compute_bytes = plan_bytes(&sp);
     return TK_OK;
 }
@@ -269,6 +273,11 @@ static tk_status check_params(const tk_context_params * p) {
     if (p->n_ubatch <= 0 || p->n_ubatch > 65536) return TK_FAIL(TK_ERR_INVALID, "n_ubatch = %d must be in [1, 65536]", p->n_ubatch);
     if (p->n_ctx <= 0) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p->n_ctx);
     if (p->n_threads < 0 || p->n_threads > 256) return TK_FAIL(TK_ERR_INVALID, "n_threads = %d must be in [0, 256]", p->n_threads);
+    const int32_t mins[] = {p->ssd_min, p->gdn_min, p->kda_min, p->lightning_min};
+    static const char * const names[] = {"ssd_min", "gdn_min", "kda_min", "lightning_min"};
+    for (int i = 0; i < 4; i++)
+        if (mins[i] < TK_CHUNK_NEVER)
+            return TK_FAIL(TK_ERR_INVALID, "%s = %d must be >= 0 (0: the default) or TK_CHUNK_NEVER", names[i], mins[i]);
     return TK_OK;
 }
 #define TK_MAX_CTX (1 << 24)

@@ -117,40 +117,27 @@ static int clamp_level(int want) {
 #endif
 }
 
-static int parse_level(const char * s) {
-    if (!strcmp(s, "scalar")) return TK_CPU_SCALAR;
-    if (!strcmp(s, "avx2") || !strcmp(s, "avx2-novnni")) return TK_CPU_AVX2;
-    if (!strcmp(s, "avx512")) return TK_CPU_AVX512;
-    if (!strcmp(s, "neon")) return TK_CPU_NEON;
-    return TK_CPU_SCALAR;     /* unknown: the safe choice */
-}
-
 /* Which instruction the repacked BF16 GEMM runs on (repack.h, x86/repack_bf16_avx512.c).
  * Measured with a register-bound loop of 12 independent chains: on this project's Intel Xeon
  * (Sapphire Rapids class) one zmm VDPBF16PS (32 multiply-adds) issues every 0.60 ns and one
  * zmm VFMADD231PS (16) every 0.149 ns, so FMA on widened bf16 does twice the work per cycle; on
  * AMD Zen 4 both issue once per cycle (512-bit ops on two 256-bit pipes), so VDPBF16PS does
- * twice FMA's.  So: VDPBF16PS on AMD, FMA elsewhere; TOOLKIT_BF16_GEMM=dpbf16 / fma overrides. */
+ * twice FMA's.  So: VDPBF16PS on AMD, FMA elsewhere (the process default; a model's
+ * tk_model_params.bf16_gemm, the CLI's TOOLKIT_BF16_GEMM, chooses for its weights). */
 static void choose_bf16_gemm(void) {
 #ifdef TK_CPUID
     unsigned a, b, c, d;
     if (__get_cpuid(0, &a, &b, &c, &d)) g_amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
 #endif
     g_bf16dot_on = g_bf16 && g_amd;
-    const char * env = getenv("TOOLKIT_BF16_GEMM");
-    if (env && !strcmp(env, "dpbf16")) g_bf16dot_on = g_bf16;
-    if (env && !strcmp(env, "fma")) g_bf16dot_on = 0;
 }
 
+/* The library reads no environment: TOOLKIT_CPU is applied by its caller (toolkit.binding.cpu)
+ * through tk_cpu_set_level and tk_cpu_set_avxvnni. */
 static void init(void) {
     g_detected = detect();
     g_level = g_detected;
     g_avxvnni_on = g_avxvnni;
-    const char * env = getenv("TOOLKIT_CPU");
-    if (env && *env) {
-        g_level = clamp_level(parse_level(env));
-        if (!strcmp(env, "avx2-novnni")) g_avxvnni_on = 0;   /* the plain AVX2 kernels, for A/B runs */
-    }
     choose_bf16_gemm();
 }
 

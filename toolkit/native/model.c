@@ -281,10 +281,13 @@ static tk_status bind_layer(tk_model * m, const tk_table * tab, int il) {
 
 /* ==== load / free ==================================================================== */
 
-/* TOOLKIT_REPACK=1: the bound mat-mul weights whose type has a repacked kernel at this level
- * re-laid into one heap buffer (quants/repack.h); a matrix bound twice (tied output) once.
- * The mmap'd bytes stay (gathers, other levels read them); the pages re-laid are advised
- * away (MADV_DONTNEED on a read-only private map: dropped, read again if touched). */
+/* tk_model_params.repack: the bound mat-mul weights whose type the mode re-lays at this kernel
+ * level (TK_REPACK_AUTO: tk_repack_auto; TK_REPACK_ALL: tk_repack_fast) re-laid into one heap
+ * buffer (quants/repack.h); a matrix bound twice (tied output) once.  Afterwards the whole
+ * pages of the mapped file that only re-laid tensors cover are released (MADV_DONTNEED on a
+ * read-only private map: dropped, read again if touched), so the resident set holds the
+ * re-laid copy and the rest of the file, not both; a tied output's pages stay (the gathers
+ * read tok_embd). */
 /* an earlier bound weight with the same bytes (Zamba's shared blocks are bound once per layer
  * that runs them): re-laid once, its copy shared */
 static const tk_weight * repack_twin(const tk_model * m, int32_t i) {
@@ -293,43 +296,82 @@ static const tk_weight * repack_twin(const tk_model * m, int32_t i) {
     return NULL;
 }
 
+typedef struct { uintptr_t a, z; } byte_range;
+
+static int range_cmp(const void * x, const void * y) {
+    const byte_range * p = x, * q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* MADV_DONTNEED on the whole pages inside [a, z); returns the bytes released */
+static int64_t release_range(uintptr_t a, uintptr_t z) {
+    const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
+    a = (a + pg - 1) & ~(pg - 1);
+    z &= ~(pg - 1);
+    return z > a && madvise((void *) a, z - a, MADV_DONTNEED) == 0 ? (int64_t) (z - a) : 0;
+}
+
+/* release_range on the union of the n ranges (the pages two adjacent ranges share too) */
+static int64_t release_union(byte_range * r, int32_t n) {
+    qsort(r, (size_t) n, sizeof *r, range_cmp);
+    int64_t released = 0;
+    for (int32_t i = 0; i < n;) {
+        const uintptr_t a = r[i].a;
+        uintptr_t z = r[i].z;
+        for (i++; i < n && r[i].a <= z; i++)
+            if (r[i].z > z) z = r[i].z;
+        released += release_range(a, z);
+    }
+    return released;
+}
+
+static int repack_wanted(int mode, int type, int level) {
+    return mode == TK_REPACK_ALL ? tk_repack_fast(type, level) : mode == TK_REPACK_AUTO ? tk_repack_auto(type, level) : 0;
+}
+
 /* The repack rule over the model's table of bound weights (the candidates tk_bind_weight
- * remembered, the tied output): a weight is re-laid at `level` when its type has a repacked
- * kernel there (tk_repack_fast), a weight bound twice once.  Its tensors and bytes into out
- * (ms 0).  The load (repack_weights) and the estimate (tk_model_repack_plan: `toolkit info
+ * remembered, the tied output): a weight is re-laid at `level` in `mode` (tk_repack_mode) when
+ * repack_wanted says so, a weight bound twice once.  Its tensors and bytes into out (ms and
+ * released 0).  The load (repack_weights) and the estimate (tk_model_repack_plan: `toolkit info
  * --memory`) both read it. */
-static void repack_plan(const tk_model * m, int level, tk_repack_info * out) {
+static void repack_plan(const tk_model * m, int mode, int level, tk_repack_info * out) {
     memset(out, 0, sizeof *out);
     for (int32_t i = 0; i < m->n_bound; i++) {
         const tk_weight * w = m->bound[i];
-        if (!tk_repack_fast(w->type, level) || repack_twin(m, i)) continue;
+        if (!repack_wanted(mode, w->type, level) || repack_twin(m, i)) continue;
         out->n_tensors++;
         out->bytes += (int64_t) (tk_repack_matrix_bytes(w->type, w->ne[0], w->ne[1]) * (size_t) (w->ne[2] * w->ne[3]));
     }
 }
 
-void tk_model_repack_plan(const tk_model * m, int level, tk_repack_info * out) {
+void tk_model_repack_plan(const tk_model * m, int mode, int level, tk_repack_info * out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
-    if (m) repack_plan(m, level, out);
+    if (m) repack_plan(m, mode, level, out);
 }
 
-static tk_status repack_weights(tk_model * m) {
-    const char * e = getenv("TOOLKIT_REPACK");
-    if (!e || strcmp(e, "1") != 0) return TK_OK;
+static tk_status repack_weights(tk_model * m, const tk_model_params * params) {
+    if (!params || params->repack == TK_REPACK_OFF) return TK_OK;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    const int level = tk_cpu_level();
+    const int level = tk_cpu_level(), mode = params->repack;
+    const int bf16dot = params->bf16_gemm == TK_BF16_GEMM_DEFAULT ? tk_cpu_bf16dot()
+                        : params->bf16_gemm == TK_BF16_GEMM_DPBF16 && tk_cpu_has_avx512bf16();
     tk_repack_info plan;
-    repack_plan(m, level, &plan);
+    repack_plan(m, mode, level, &plan);
     const size_t total = (size_t) plan.bytes;
     if (!total) return TK_OK;
-    if (posix_memalign((void **) &m->rp_buf, 64, total) != 0) return TK_FAIL(TK_ERR_NOMEM, "repack: out of memory (%zu bytes)", total);
+    byte_range * ranges = malloc((size_t) m->n_bound * sizeof *ranges);
+    if (!ranges || posix_memalign((void **) &m->rp_buf, 64, total) != 0) {
+        free(ranges);
+        return TK_FAIL(TK_ERR_NOMEM, "repack: out of memory (%zu bytes)", total);
+    }
+    int32_t n_ranges = 0;
     size_t off = 0;
-    const uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
     for (int32_t i = 0; i < m->n_bound; i++) {
         tk_weight * w = m->bound[i];
-        if (!tk_repack_fast(w->type, level)) continue;
+        if (!repack_wanted(mode, w->type, level)) continue;
+        w->rp_bf16dot = bf16dot;
         const tk_weight * twin = repack_twin(m, i);
         if (twin) {
             w->rp = twin->rp;
@@ -344,10 +386,15 @@ static tk_status repack_weights(tk_model * m) {
                              w->ne[1], m->rp_buf + off + (size_t) k * w->rp_mat);
         off += w->rp_mat * (size_t) n_mat;
         m->rp_info.n_tensors++;
-        uintptr_t a = ((uintptr_t) w->data + pg - 1) & ~(pg - 1);
-        const uintptr_t z = ((uintptr_t) w->data + (size_t) n_mat * (size_t) w->ne[1] * w->row_bytes) & ~(pg - 1);
-        if (z > a && w->data != m->tok_embd.data) madvise((void *) a, z - a, MADV_DONTNEED);
+        if (w->data != m->tok_embd.data) {
+            /* released now, so that the source and its copy are not both resident */
+            const byte_range r = {(uintptr_t) w->data, (uintptr_t) w->data + (size_t) n_mat * (size_t) w->ne[1] * w->row_bytes};
+            release_range(r.a, r.z);
+            ranges[n_ranges++] = r;
+        }
     }
+    m->rp_info.released = release_union(ranges, n_ranges);   /* and the pages adjacent tensors share */
+    free(ranges);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     m->rp_info.bytes = (int64_t) total;
     m->rp_info.ms = (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) * 1e-6;
@@ -361,10 +408,14 @@ void tk_model_repack_info(const tk_model * m, tk_repack_info * out) {
 }
 
 tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
-                        int64_t n_tensors, tk_model ** out) {
+                        int64_t n_tensors, const tk_model_params * params, tk_model ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
     *out = NULL;
     if (!path || !hp || (!tensors && n_tensors) || n_tensors < 0) return TK_FAIL(TK_ERR_INVALID, "bad arguments");
+    if (params && (params->repack < TK_REPACK_OFF || params->repack > TK_REPACK_ALL))
+        return TK_FAIL(TK_ERR_INVALID, "repack = %d is not a tk_repack_mode", params->repack);
+    if (params && (params->bf16_gemm < TK_BF16_GEMM_DEFAULT || params->bf16_gemm > TK_BF16_GEMM_DPBF16))
+        return TK_FAIL(TK_ERR_INVALID, "bf16_gemm = %d is not a tk_bf16_gemm", params->bf16_gemm);
     TK_CHECK(check_hparams(hp));
 
     tk_model * m = calloc(1, sizeof *m);
@@ -456,7 +507,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     /* a tied output is a mat-mul weight: re-laid (as m->output; the gathers read tok_embd) */
     if (st == TK_OK && tied && tk_repack_matrix_bytes(m->output.type, m->output.ne[0], m->output.ne[1]))
         st = remember(m, &m->output);
-    if (st == TK_OK) st = repack_weights(m);
+    if (st == TK_OK) st = repack_weights(m, params);
     if (st != TK_OK) {
         tk_model_free(m);
         return st;

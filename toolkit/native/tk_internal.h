@@ -32,10 +32,11 @@ typedef struct {
     int32_t type;              /* ggml type */
     int64_t ne[4];             /* ggml order */
     size_t  row_bytes;         /* bytes of one row of ne[0] elements */
-    /* the matrices re-laid for the prompt GEMM (quants/repack.h; model.c, TOOLKIT_REPACK=1),
+    /* the matrices re-laid for the GEMM kernels (quants/repack.h; model.c, tk_model_params.repack),
      * rp_mat bytes apart, or NULL: then the mat-muls read `data` */
     const uint8_t * rp;
     size_t  rp_mat;
+    int32_t rp_bf16dot;        /* BF16 re-laid: 1 the VDPBF16PS kernel reads it, 0 the FMA one */
 } tk_weight;
 
 typedef struct {
@@ -166,7 +167,7 @@ struct tk_model {
     int embd_random;           /* token_embd is a large gather-only table (random-access advice) */
     float ** owned;            /* float arrays copied at load, freed with the model */
     int32_t n_owned, cap_owned;
-    /* repacking (TOOLKIT_REPACK=1, model.c): the mat-mul weights bound (candidates), the one
+    /* repacking (tk_model_params.repack, model.c): the mat-mul weights bound (candidates), the one
      * buffer of their re-laid matrices, what it cost */
     tk_weight ** bound;
     int32_t n_bound, cap_bound;
@@ -231,13 +232,19 @@ void tk_rope_neox_pairs(float * x, int32_t n_head, int64_t head_stride, int32_t 
 void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in tk_testing.h ------- */
+/* A chunk threshold parameter (tk_context_params.ssd_min, tk_gdn_head.min_chunk, ...) as the
+ * run length from which the chunked form runs (0: never): 0 -> the process default `dflt`,
+ * TK_CHUNK_NEVER (or any negative) -> 0 */
+static inline int tk_chunk_min(int32_t p, int dflt) { return p == 0 ? dflt : p < 0 ? 0 : (int) p; }
+
 /* Mamba-2 over n_tok tokens of one sequence (contract in ssm.c): the recurrence, or from
- * tk_ssd_threshold() tokens the chunked SSD (ssd.c, tk_ssd_scan) in `ws` (ws_bytes, at least
- * tk_ssd_workspace_bytes for n_tok and the pool's threads; smaller: TK_ERR_INVALID). */
+ * tk_chunk_min(min_chunk, tk_ssd_threshold()) tokens the chunked SSD (ssd.c, tk_ssd_scan) in
+ * `ws` (ws_bytes, at least tk_ssd_workspace_bytes for n_tok and the pool's threads; smaller:
+ * TK_ERR_INVALID). */
 tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                             int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                             int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
-                            size_t ws_bytes);
+                            size_t ws_bytes, int32_t min_chunk);
 /* the same recurrence, never the SSD, with snap[t] (when not NULL) the state after token t (ssm.c) */
 tk_status tk_ssm_mamba2_run_snap(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                                  int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,

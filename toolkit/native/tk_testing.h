@@ -26,9 +26,11 @@ tk_status tk_mat_mul(int type, const void * w, int64_t K, int64_t M, const float
 /* tk_mat_mul with W re-laid first (quants/repack.h: Q8_0, Q4_K, Q6_K and BF16; another type:
  * TK_ERR_UNSUPPORTED), the repacked kernel of the current level (scalar: the reference) */
 tk_status tk_mat_mul_repacked(int type, const void * w, int64_t K, int64_t M, const float * x, int64_t n_tok, float * y);
-/* quants/repack.h: 1 when `level` re-laid `type` at load (TOOLKIT_REPACK=1), and the bytes of one
- * re-laid matrix of M rows of K values (0: no repacked form) */
+/* quants/repack.h: 1 when `level` has a repacked kernel for `type` (re-laid at load with
+ * TK_REPACK_ALL), 1 when its re-laid form wins at that level (re-laid with TK_REPACK_AUTO),
+ * and the bytes of one re-laid matrix of M rows of K values (0: no repacked form) */
 int tk_repack_fast(int type, int level);
+int tk_repack_auto(int type, int level);
 size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M);
 /* 1 when that level's repacked kernel of `type` reads fp32 activations (BF16's FMA kernels) */
 int tk_repack_act_f32(int type, int level);
@@ -62,12 +64,11 @@ typedef enum {
     TK_CPU_NEON = 3            /* aarch64 Advanced SIMD (kernels/arm/ops_neon.c, quants/arm/qdot_neon.c) */
 } tk_cpu_level_t;
 
-/* The level kernels run at now: the highest the machine supports, capped by the
- * environment variable TOOLKIT_CPU=scalar|avx2|avx512|neon (read once; an unknown value,
- * or another architecture's level, means scalar; avx2-novnni: avx2 without its AVX-VNNI
- * kernels) and by tk_cpu_set_level. */
+/* The level kernels run at now: the highest the machine supports, capped by tk_cpu_set_level
+ * (the library reads no environment: toolkit.binding.cpu applies TOOLKIT_CPU through
+ * tk_cpu_set_level and tk_cpu_set_avxvnni when it loads the library). */
 int tk_cpu_level(void);
-/* Highest level this machine supports (ignores TOOLKIT_CPU). */
+/* Highest level this machine supports (ignores tk_cpu_set_level). */
 int tk_cpu_detected(void);
 /* Cap the level (tests, benchmarks): returns the level now in force: on x86-64
  * min(level, detected) for an x86-64 level; on aarch64 NEON if asked for and detected;
@@ -77,14 +78,14 @@ int tk_cpu_set_level(int level);
 /* "scalar", "avx2", "avx512", "neon"; "?" for anything else. */
 const char * tk_cpu_level_name(int level);
 /* 1 when the machine has AVX512_BF16 with the OS's ZMM state (cpuid.(7,1):EAX bit 5; ignores
- * TOOLKIT_CPU).  The BF16 x BF16 kernel (qdot_bf16_avx512.c) runs only at the level
- * TK_CPU_AVX512 on such a machine, so TOOLKIT_CPU=avx2 turns it off with the rest. */
+ * the level cap).  The BF16 x BF16 kernel (qdot_bf16_avx512.c) runs only at the level
+ * TK_CPU_AVX512 on such a machine, so capping the level at avx2 turns it off with the rest. */
 int tk_cpu_has_avx512bf16(void);
 /* 1 when the machine has AVX-VNNI (cpuid.(7,1):EAX bit 4: VEX-encoded vpdpbusd / vpdpwssd on
- * 256 bits, e.g. Alder Lake, Zen 5) with the avx2 level (ignores TOOLKIT_CPU).  A sub-feature
+ * 256 bits, e.g. Alder Lake, Zen 5) with the avx2 level (ignores the level cap).  A sub-feature
  * of the avx2 level: there the Q8_0 / k-quant prompt kernels of qdot_avxvnni.c replace
  * the AVX2 ones (the same bits).  In force while the level is TK_CPU_AVX2 and it is not
- * turned off by TOOLKIT_CPU=avx2-novnni or tk_cpu_set_avxvnni(0); at avx512 the AVX-512
+ * turned off by tk_cpu_set_avxvnni(0) (TOOLKIT_CPU=avx2-novnni); at avx512 the AVX-512
  * kernels run instead. */
 int tk_cpu_has_avxvnni(void);
 /* Turn the AVX-VNNI kernels on (on != 0, where the machine has them) or off (tests, A/B
@@ -93,11 +94,12 @@ int tk_cpu_set_avxvnni(int on);
 /* 1 when the AVX-VNNI kernels are on (the machine has them, not turned off); they run while
  * the level is TK_CPU_AVX2. */
 int tk_cpu_avxvnni(void);
-/* The repacked BF16 GEMM's instruction (repack.h: TOOLKIT_REPACK=1, BF16 weights at avx512):
- * 1 = VDPBF16PS on bf16 activations (default on AMD CPUs with AVX512_BF16), 0 = FMA on the
- * weights widened to fp32 against fp32 activations (default elsewhere; also what avx2 runs).
- * TOOLKIT_BF16_GEMM=dpbf16 / fma chooses; tk_cpu_set_bf16dot too (tests; 1 only with
- * AVX512_BF16), returning the choice now in force.  Not while another thread decodes. */
+/* The process default of the repacked BF16 GEMM's instruction (repack.h, BF16 weights at
+ * avx512; a model loaded with tk_model_params.bf16_gemm TK_BF16_GEMM_DEFAULT takes it):
+ * 1 = VDPBF16PS on bf16 activations (the machine's choice on AMD CPUs with AVX512_BF16), 0 =
+ * FMA on the weights widened to fp32 against fp32 activations (elsewhere; also what avx2 runs).
+ * tk_cpu_set_bf16dot sets it (tests; 1 only with AVX512_BF16), returning the choice now in
+ * force.  Not while another thread decodes. */
 int tk_cpu_set_bf16dot(int on);
 int tk_cpu_bf16dot(void);
 /* The activation type (ggml type id) a mat-mul with `type` weights uses at kernel level
@@ -110,10 +112,10 @@ const char * tk_cpu_features(void);
 
 /* ==== Mamba-2 chunked scan (ssd.c) =================================================== */
 /* Runs of at least this many tokens of one sequence in a ubatch take the chunked SSD form
- * (chunks of 64 tokens) instead of the token-by-token recurrence; 0 = never.  Default: the
- * measured crossover (ssd.c TK_SSD_MIN_DEFAULT), or the environment variable
- * TOOLKIT_SSD_MIN (read once).  tk_ssd_set_threshold(n >= 0) overrides it; n < 0 re-reads
- * the default.  Returns the threshold in force.
+ * (chunks of 64 tokens) instead of the token-by-token recurrence; 0 = never.  This is the
+ * process default a context takes when its tk_context_params.ssd_min is 0: the measured
+ * crossover (ssd.c TK_SSD_MIN_DEFAULT).  tk_ssd_set_threshold(n >= 0) overrides it; n < 0
+ * goes back to TK_SSD_MIN_DEFAULT.  Returns the threshold in force.
  * The path changes float rounding: results are bit-identical across ubatch splits when
  * every split takes the same path (and, for SSD, splits at multiples of 64 tokens). */
 int tk_ssd_threshold(void);
@@ -161,6 +163,9 @@ typedef struct {
     float * o; int64_t o_stride;
     float * work;
     const float * gk; int64_t gk_stride;    /* KDA: [n_tok][dk] log decays at gk + t*gk_stride, or NULL */
+    int32_t min_chunk;         /* tk_gdn_run's threshold: 0 the process default (tk_gdn_threshold(),
+                                  tk_kda_threshold() with gk), TK_CHUNK_NEVER never, else n >= 1
+                                  (the context's tk_context_params.gdn_min / kda_min) */
 } tk_gdn_head;
 /* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA; with gk also
  * AVX-512).  At a given level its bits do not depend on how a run is split over calls (n
@@ -174,20 +179,20 @@ void tk_gdn_run(const tk_gdn_head * h);
 /* floats of work the chunked form needs for heads of these dims (0 if dk or dv <= 0):
  * the state transposed, Dk x Dv, plus 64-token chunk buffers (257 KiB at Dk = Dv = 128) */
 int64_t tk_gdn_work_floats(int32_t dk, int32_t dv);
-/* Runs of at least this many tokens take the chunked form; 0 = never.  The default is the
- * environment's TOOLKIT_GDN_MIN (a decimal >= 0) if set, else gdn.c's measured
+/* Runs of at least this many tokens take the chunked form; 0 = never.  The process default
+ * (a context with tk_context_params.gdn_min 0 takes it) is gdn.c's measured
  * TK_GDN_MIN_DEFAULT; tk_gdn_set_threshold(n >= 0) overrides it and returns n; (n < 0)
- * goes back to the default and returns it.  Like tk_ssd_*. */
+ * goes back to TK_GDN_MIN_DEFAULT and returns it.  Like tk_ssd_*. */
 int tk_gdn_threshold(void);
 int tk_gdn_set_threshold(int n);
 /* KDA (gk != NULL): floats of work its chunked form needs for heads of these dims (0 if dk
  * or dv <= 0): the state transposed plus 64-token chunk buffers (404 KiB at Dk = Dv = 128).
  * Its own threshold: runs of at least tk_kda_threshold() tokens take the chunked form
  * (docs/specs/kda-family.md §2.2; transformers modeling_kimi_linear.py chunk_kimi_delta_attention);
- * 0 = never.  The default is the environment's TOOLKIT_KDA_MIN (a decimal >= 0) if set,
- * else gdn.c's measured TK_KDA_MIN_DEFAULT (0: the chunked form never won on the machine
- * measured); tk_kda_set_threshold(n >= 0) overrides it and returns n; (n < 0) goes back to
- * the default and returns it.  Independent of tk_gdn_threshold. */
+ * 0 = never.  The process default (tk_context_params.kda_min 0) is gdn.c's measured
+ * TK_KDA_MIN_DEFAULT (0: the chunked form never won on the machine measured);
+ * tk_kda_set_threshold(n >= 0) overrides it and returns n; (n < 0) goes back to
+ * TK_KDA_MIN_DEFAULT and returns it.  Independent of tk_gdn_threshold. */
 int64_t tk_kda_work_floats(int32_t dk, int32_t dv);
 int tk_kda_threshold(void);
 int tk_kda_set_threshold(int n);
@@ -210,6 +215,8 @@ typedef struct {
     float * S;
     float * o; int64_t o_stride;
     float * work;
+    int32_t min_chunk;         /* tk_lightning_run's threshold: 0 the process default
+                                  (tk_lightning_threshold()), TK_CHUNK_NEVER never, else n >= 1 */
 } tk_lightning_head;
 /* The token-by-token recurrence at the current CPU level (scalar, AVX2+FMA, AVX-512).  At a
  * given level its bits do not depend on how a run is split over calls. */
@@ -226,10 +233,10 @@ void tk_lightning_run(const tk_lightning_head * h);
 /* floats of work the block form needs for heads of dim d (0 if d <= 0): the state
  * transposed, d x d, plus K^T (d x 64), the masked Q K^T (64 x 64) and 65 decay powers */
 int64_t tk_lightning_work_floats(int32_t d);
-/* Runs of at least this many tokens take the block form; 0 = never.  The default is the
- * environment's TOOLKIT_LIGHTNING_MIN (a decimal >= 0) if set, else lightning.c's measured
- * TK_LIGHTNING_MIN_DEFAULT; tk_lightning_set_threshold(n >= 0) overrides it and returns n;
- * (n < 0) goes back to the default and returns it.  Like tk_gdn_*. */
+/* Runs of at least this many tokens take the block form; 0 = never.  The process default
+ * (tk_context_params.lightning_min 0) is lightning.c's measured TK_LIGHTNING_MIN_DEFAULT;
+ * tk_lightning_set_threshold(n >= 0) overrides it and returns n; (n < 0) goes back to
+ * TK_LIGHTNING_MIN_DEFAULT and returns it.  Like tk_gdn_*. */
 int tk_lightning_threshold(void);
 int tk_lightning_set_threshold(int n);
 

@@ -366,26 +366,50 @@ typedef struct {
 
 typedef struct tk_model tk_model;
 
-/* mmap `path` read-only and bind/validate the tensors the architecture needs.
- * TK_ERR_INVALID names a missing/misshaped/out-of-range tensor; TK_ERR_UNSUPPORTED a type. */
+/* tk_model_params.repack: which mat-mul weights tk_model_load re-lays for the repacked GEMM
+ * kernels (quants/repack.h) */
+typedef enum {
+    TK_REPACK_OFF = 0,         /* none: every mat-mul reads the mapped file */
+    TK_REPACK_AUTO = 1,        /* the types whose re-laid form wins at this kernel level, prompt and
+                                  generation both (repack.c tk_repack_auto; `toolkit run`'s default) */
+    TK_REPACK_ALL = 2,         /* every type with a repacked kernel at this level (tk_repack_fast) */
+} tk_repack_mode;
+
+/* tk_model_params.bf16_gemm: the instruction of the re-laid BF16 GEMM at the avx512 level */
+typedef enum {
+    TK_BF16_GEMM_DEFAULT = 0,  /* the process default: the machine's choice (cpu.c), or tk_cpu_set_bf16dot's */
+    TK_BF16_GEMM_FMA = 1,      /* FMA on weights widened to fp32 */
+    TK_BF16_GEMM_DPBF16 = 2,   /* VDPBF16PS (AVX512_BF16 machines; FMA elsewhere) */
+} tk_bf16_gemm;
+
+/* What a load does besides binding the tensors; all zero (or params NULL): no repacking. */
+typedef struct {
+    int32_t repack;            /* tk_repack_mode */
+    int32_t bf16_gemm;         /* tk_bf16_gemm */
+} tk_model_params;
+
+/* mmap `path` read-only and bind/validate the tensors the architecture needs; then re-lay
+ * the weights `params` asks for (NULL: none).
+ * TK_ERR_INVALID names a missing/misshaped/out-of-range tensor or a bad parameter;
+ * TK_ERR_UNSUPPORTED a type. */
 tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
-                        int64_t n_tensors, tk_model ** out);
+                        int64_t n_tensors, const tk_model_params * params, tk_model ** out);
 void tk_model_free(tk_model * model);
-/* Weights re-laid for the prompt GEMM at load (quants/repack.h), which tk_model_load does
- * when the environment has TOOLKIT_REPACK=1 (`toolkit run --repack`) for the Q8_0 / Q4_K / Q6_K / BF16
- * mat-mul weights where the kernel level has a repacked kernel: the tensors re-laid, the
- * bytes they take (heap, besides the mmap'd file) and the milliseconds re-laying took.
- * All 0 without repacking. */
+/* Weights re-laid for the GEMM kernels at load (quants/repack.h; tk_model_params.repack): the
+ * tensors re-laid, the bytes they take (heap, besides the mmap'd file), the milliseconds
+ * re-laying took, and the bytes of the mapped file released after it (whole pages that only
+ * re-laid tensors cover, MADV_DONTNEED).  All 0 without repacking. */
 typedef struct {
     int32_t n_tensors;
     int64_t bytes;
     double  ms;
+    int64_t released;
 } tk_repack_info;
 void tk_model_repack_info(const tk_model * model, tk_repack_info * out);
-/* What the load would re-lay at kernel `level` (tk_cpu_level()'s values) with TOOLKIT_REPACK=1,
- * whatever this model's load did: the tensors and their bytes (ms 0), by the rule the load
- * applies (model.c repack_plan, over the model's bound weights). */
-void tk_model_repack_plan(const tk_model * model, int level, tk_repack_info * out);
+/* What a load would re-lay in repack `mode` (tk_repack_mode) at kernel `level` (tk_cpu_level()'s
+ * values), whatever this model's load did: the tensors and their bytes (ms and released 0), by
+ * the rule the load applies (model.c repack_plan, over the model's bound weights). */
+void tk_model_repack_plan(const tk_model * model, int mode, int level, tk_repack_info * out);
 
 /* ==== runtime: context, batches, decode ============================================== */
 
@@ -394,7 +418,14 @@ typedef struct {
     int32_t n_seq_max;         /* sequences, 1..64 */
     int32_t n_ubatch;          /* max tokens per micro-batch */
     int32_t n_threads;         /* 0 = default */
+    /* Tokens from which one sequence's run in a ubatch takes a chunked form instead of the
+     * recurrence: Mamba-2's SSD (ssd.c), the gated delta rule (gdn.c), KDA (gdn.c) and
+     * lightning attention (lightning.c).  0: the process default (tk_ssd_threshold() ...,
+     * tk_testing.h); TK_CHUNK_NEVER: always the recurrence; else at least 1. */
+    int32_t ssd_min, gdn_min, kda_min, lightning_min;
 } tk_context_params;
+
+enum { TK_CHUNK_NEVER = -1 };
 
 typedef struct tk_context tk_context;
 

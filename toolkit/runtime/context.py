@@ -23,6 +23,7 @@ from toolkit.binding import NativeHandle, check, exception_for, ffi, last_error,
 from toolkit.errors import InputError, ResourceError
 from toolkit.runtime import interrupt
 from toolkit.runtime.model import Model, as_tokens
+from toolkit.runtime.options import RuntimeOptions
 
 _LOGITS_MODES = ("last", "all", "none")
 
@@ -230,6 +231,7 @@ def memory_estimate(model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatc
                  n_checkpoints=int(n_checkpoints), draft_window=int(draft_window))
     p = ffi.new("tk_context_params *")
     p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = int(n_ctx), int(n_seq_max), int(n_ubatch), n_threads
+    model.options.fill_context(p)
     r = ffi.new("tk_memory_report *")
     flags = 0 if keep_last else lib.TK_SPEC_NO_LAST
     check(lib.tk_context_memory_estimate(model.ptr, p, int(n_checkpoints), int(draft_window), flags, r), "memory estimate")
@@ -245,13 +247,16 @@ class Context(NativeHandle):
         n_ubatch:  most tokens per micro-batch (a batch is split into equal-length
                    per-sequence micro-batches).
         n_threads: worker threads (None: the model's).
+        options:   :class:`toolkit.runtime.options.RuntimeOptions` whose chunk thresholds
+                   (``ssd_min`` ...) the context runs with (None: the model's ``options``).
 
     Raises:
         NativeError / ResourceError: bad parameters, out of memory.
     """
 
     def __init__(self, model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
-                 n_threads: int | None = None, n_checkpoints: int = 0, checkpoint_every: int = 0):
+                 n_threads: int | None = None, n_checkpoints: int = 0, checkpoint_every: int = 0,
+                 options: RuntimeOptions | None = None):
         self.model = model
         self.n_ctx, self.n_seq_max, self.n_ubatch = int(n_ctx), int(n_seq_max), int(n_ubatch)
         self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
@@ -260,6 +265,7 @@ class Context(NativeHandle):
         _check_int32(model, n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
         p = ffi.new("tk_context_params *")
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = self.n_ctx, self.n_seq_max, self.n_ubatch, self.n_threads
+        (options if options is not None else model.options).fill_context(p)
         out = ffi.new("tk_context **")
         check(lib.tk_context_new(model.ptr, p, out), "context")
         self._ptr = out[0]

@@ -15,8 +15,9 @@ no size of its own.  Kinds:
   compute      the forward pass's scratch for n_ubatch tokens and the threads
   draft        speculative decoding's window (--draft-max K) of recurrent snapshots; shown only
                when K > 0
-Repacking (``toolkit run --repack``, TOOLKIT_REPACK=1) is outside the kinds: a heap copy of the
-Q8_0 / Q4_K / Q6_K mat-mul weights, re-laid at load (quants/repack.h), besides the mapped file;
+Repacking (RuntimeOptions.repack: ``toolkit run``'s default "auto", ``--repack`` "all",
+``--no-repack`` "off") is outside the kinds: a heap copy of the Q8_0 / Q4_K / Q6_K / BF16 mat-mul
+weights, re-laid at load (quants/repack.h), whose pages of the mapped file are then released;
 :func:`repack_estimate` asks the C library what a load would re-lay, :func:`format_repack` prints
 it or what a load measured (Model.repack_info).
 """
@@ -82,21 +83,51 @@ def format_brief(r: dict[str, int]) -> str:
     return f"memory {_fmt(total)}: " + ", ".join(f"{k} {_fmt(r[k])}" for k in _kinds(r) if r[k])
 
 
-def repack_estimate(model, level: int | None = None) -> dict:
-    """Tensors and bytes ``--repack`` re-lays when ``model`` (a :class:`toolkit.runtime.Model`)
-    is loaded at kernel ``level`` (default: the level in force), as the C library's load decides
-    (toolkit.h tk_model_repack_plan: the bound mat-mul weights whose type has a repacked kernel
-    there, a weight bound twice once).  ``{"n_tensors", "bytes", "level"}`` (level: the kernel
-    level's name)."""
+def repack_types(level: int | None = None, mode: str = "all") -> tuple[str, ...]:
+    """The types re-laid at a kernel level (default: the level in force) in a repack mode
+    (RuntimeOptions.repack): "all" those with a repacked kernel (repack.c tk_repack_fast: avx512
+    Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16, BF16 with K even; none elsewhere), "auto"
+    those whose re-laid form wins (tk_repack_auto), "off" none."""
+    import gguf as _gguf
+
+    from toolkit.binding import lib
+    level = lib.tk_cpu_level() if level is None else level
+    test = {"all": lib.tk_repack_fast, "auto": lib.tk_repack_auto}.get(mode)
+    return tuple(t.name for t in _gguf.GGMLQuantizationType if test and test(int(t), level))
+
+
+_REPACK_MODES = {"off": 0, "auto": 1, "all": 2}   # toolkit.h tk_repack_mode
+
+
+def repack_estimate(model, mode: str = "auto", level: int | None = None) -> dict:
+    """Tensors and bytes a load of ``model`` (a :class:`toolkit.runtime.Model`) re-lays in repack
+    ``mode`` ("off", "auto", "all": RuntimeOptions.repack) at kernel ``level`` (default: the level
+    in force), as the C library's load decides (toolkit.h tk_model_repack_plan: the bound mat-mul
+    weights the mode re-lays there, a weight bound twice once).  ``{"n_tensors", "bytes",
+    "level"}`` (level: the kernel level's name).  Raises ValueError for another mode."""
     from toolkit.binding import ffi, lib
+    if mode not in _REPACK_MODES:
+        raise ValueError(f"repack mode {mode!r}: expected one of {', '.join(_REPACK_MODES)}")
     level = lib.tk_cpu_level() if level is None else level
     info = ffi.new("tk_repack_info *")
-    lib.tk_model_repack_plan(model.ptr, level, info)
+    lib.tk_model_repack_plan(model.ptr, _REPACK_MODES[mode], level, info)
     return {"n_tensors": int(info.n_tensors), "bytes": int(info.bytes),
             "level": ffi.string(lib.tk_cpu_level_name(level)).decode()}
 
 
 def format_repack(rp: dict) -> str:
-    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms)``"""
+    """``repacked    12.34 MiB  (N bytes, T tensors, re-laid in X ms; 11.00 MiB of the file released)``
+    (the time and the release when ``rp`` has them: Model.repack_info)"""
     s = f"  {'repacked':<12}{_fmt(rp['bytes']):>12}  ({rp['bytes']} bytes, {rp['n_tensors']} tensors"
-    return s + (f", re-laid in {rp['ms']:.0f} ms)" if "ms" in rp else ")")
+    if "ms" in rp:
+        s += f", re-laid in {rp['ms']:.0f} ms"
+    if "released" in rp:
+        s += f"; {_fmt(rp['released'])} of the file released"
+    return s + ")"
+
+
+def format_repack_brief(rp: dict) -> str:
+    """``repacked 12.34 MiB (T tensors) in X ms``, or ``no repacking`` (Model.repack_info)."""
+    if not rp.get("n_tensors"):
+        return "no repacking"
+    return f"repacked {_fmt(rp['bytes'])} ({rp['n_tensors']} tensors) in {rp['ms']:.0f} ms"

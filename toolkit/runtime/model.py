@@ -21,6 +21,7 @@ from toolkit.binding import NativeHandle, check, ffi, lib
 from toolkit.binding.cpu import default_threads  # noqa: F401  (re-exported: runtime's thread default)
 from toolkit.errors import InputError, NativeError, ResourceError, UnsupportedError
 from toolkit.gguf_io import GGUFFile
+from toolkit.runtime.options import RuntimeOptions
 
 
 def _check_weights_fit(path: str, f: GGUFFile) -> None:
@@ -48,6 +49,9 @@ class Model(NativeHandle):
         gguf:     :class:`toolkit.gguf_io.GGUFFile` (metadata, tokenizer keys)
         hparams:  :class:`toolkit.arch.HParams`
         n_vocab:  logits width
+        options:  :class:`toolkit.runtime.options.RuntimeOptions`: repacking and the BF16 GEMM at
+                  load, the chunk thresholds its contexts take (default: no repacking, the
+                  library's thresholds; the CLI's are ``RuntimeOptions.from_env()``)
 
     Raises:
         InputError: not a GGUF file, missing/malformed key (from the Python parser).
@@ -59,9 +63,10 @@ class Model(NativeHandle):
     """
 
     def __init__(self, path: str | os.PathLike[str], n_threads: int | None = None, check_ram: bool = True,
-                 mmap: bool = True):
+                 mmap: bool = True, options: RuntimeOptions | None = None):
         self.path = os.fspath(path)
         self.mmap = mmap
+        self.options = options if options is not None else RuntimeOptions()
         self.gguf = GGUFFile(self.path)
         self.hparams = HParams.from_gguf(self.gguf)
         if check_ram:
@@ -76,7 +81,8 @@ class Model(NativeHandle):
         self._c_hparams, self._c_arrays = c_hparams(hp)
 
         try:
-            self._ptr = _load(self.path, self._c_hparams, list(self.gguf), mmap=mmap)
+            self._ptr = _load(self.path, self._c_hparams, list(self.gguf), mmap=mmap,
+                              params=self.options.model_params())
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
             # meant as an attention layer points at its layer indices / head_count_kv keys
@@ -89,11 +95,13 @@ class Model(NativeHandle):
 
     @property
     def repack_info(self) -> dict:
-        """What re-laying the weights at load cost (TOOLKIT_REPACK=1; toolkit.h tk_repack_info):
-        ``{"n_tensors", "bytes", "ms"}``, all 0 without it."""
+        """What re-laying the weights at load cost (``options.repack``; toolkit.h tk_repack_info):
+        ``{"n_tensors", "bytes", "ms", "released"}`` (released: bytes of the mapped file given
+        back after it), all 0 without it."""
         info = ffi.new("tk_repack_info *")
         lib.tk_model_repack_info(self.ptr, info)
-        return {"n_tensors": int(info.n_tensors), "bytes": int(info.bytes), "ms": float(info.ms)}
+        return {"n_tensors": int(info.n_tensors), "bytes": int(info.bytes), "ms": float(info.ms),
+                "released": int(info.released)}
 
     @property
     def ptr(self):
@@ -145,8 +153,9 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     return c, arrays
 
 
-def _load(path: str, c_hparams, infos, mmap: bool = True) -> "ffi.CData":
-    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`).
+def _load(path: str, c_hparams, infos, mmap: bool = True, params=ffi.NULL) -> "ffi.CData":
+    """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`) and
+    ``params`` (a ``tk_model_params *``, NULL: no repacking).
 
     ``mmap=False`` (llama.cpp's ``--no-mmap``): the whole file is first read into memory the
     process owns (an anonymous memory file, ``memfd_create``), and the C side maps that copy, so
@@ -169,12 +178,12 @@ def _load(path: str, c_hparams, infos, mmap: bool = True) -> "ffi.CData":
             d.ne[j] = int(ne[j])
     out = ffi.new("tk_model **")
     if mmap:
-        check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), out))  # message names the file
+        check(lib.tk_model_load(path.encode(), c_hparams, descs, len(infos), params, out))  # message names the file
         return out[0]
     fd = _read_into_memory(path)
     mem = f"/proc/self/fd/{fd}"
     try:
-        check(lib.tk_model_load(mem.encode(), c_hparams, descs, len(infos), out))
+        check(lib.tk_model_load(mem.encode(), c_hparams, descs, len(infos), params, out))
     except (NativeError, InputError, UnsupportedError, ResourceError) as e:
         raise type(e)(str(e).replace(mem, path)) from None   # the message names the file, not the copy
     finally:

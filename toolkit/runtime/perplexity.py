@@ -146,11 +146,12 @@ class RuntimeLogits:
     UnsupportedError, NativeError), ResourceError when the context cannot be allocated.
     """
 
-    def __init__(self, path: str, n_ctx: int, n_ubatch: int = 512, threads: int | None = None, mmap: bool = True):
+    def __init__(self, path: str, n_ctx: int, n_ubatch: int = 512, threads: int | None = None, mmap: bool = True,
+                 options=None):
         from toolkit.runtime import Context, Model
 
         self.path = path
-        self.model = Model(path, n_threads=threads, mmap=mmap)
+        self.model = Model(path, n_threads=threads, mmap=mmap, options=options)
         self.n_vocab = int(self.model.n_vocab)
         self.n_ctx = n_ctx
         self.ctx = Context(self.model, n_ctx=n_ctx, n_seq_max=1, n_ubatch=min(n_ubatch, n_ctx))
@@ -320,8 +321,10 @@ def evaluate(source: LogitsSource, tokens: Sequence[int], n_ctx: int, *, bos_id:
 def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_chunks: int | None = None,
                     kld_base: str | None = None, kld_out: str | None = None, threads: int | None = None,
                     progress: Callable[[int, int, float], None] | None = None, mmap: bool = True,
-                    n_ubatch: int = 512) -> PerplexityResult:
-    """``toolkit perplexity``: load ``model_path`` (GGUF), score ``text_path`` (UTF-8 text).
+                    n_ubatch: int = 512, options=None) -> PerplexityResult:
+    """``toolkit perplexity``: load ``model_path`` (GGUF), score ``text_path`` (UTF-8 text);
+    ``options`` (:class:`toolkit.runtime.options.RuntimeOptions`, None: the defaults) for both
+    models.
 
     kld_base: a base GGUF (decoded alongside) or a ``.npz`` logits file from ``kld_out``;
     kld_out:  write this model's scored log-probabilities there (atomic), for a later kld_base;
@@ -349,14 +352,15 @@ def perplexity_file(model_path: str, text_path: str, n_ctx: int = 512, *, max_ch
         if not os.path.isdir(d):
             raise InputError(f"{kld_out}: output directory {d} " + ("is not a directory" if os.path.exists(d) else "does not exist"))
 
-    src = RuntimeLogits(model_path, n_ctx, n_ubatch, threads=threads, mmap=mmap)
+    src = RuntimeLogits(model_path, n_ctx, n_ubatch, threads=threads, mmap=mmap, options=options)
     tok = src.tokenizer()
     tokens = tok.encode(text, add_special=True)
     bos = tok.bos_id if (tok.add_bos and tok.bos_id is not None) else None
 
     base = None
     if kld_base:
-        base = RuntimeLogits(kld_base, n_ctx, n_ubatch, threads=threads, mmap=mmap) if _is_gguf(kld_base) else LogitsFileSource(kld_base)
+        base = (RuntimeLogits(kld_base, n_ctx, n_ubatch, threads=threads, mmap=mmap, options=options) if _is_gguf(kld_base)
+                else LogitsFileSource(kld_base))
     writer = None
     if kld_out:
         n_chunks = len(tokens) // n_ctx

@@ -22,6 +22,7 @@ from toolkit.runtime import interrupt
 from toolkit.runtime.context import Context
 from toolkit.runtime.generate import GenerationResult, generate
 from toolkit.runtime.model import Model
+from toolkit.runtime.options import RuntimeOptions
 from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.step import Verifier
 from toolkit.runtime.tokenizer import Tokenizer
@@ -61,6 +62,9 @@ class RunOptions:
     lookup:           speculative decoding with prompt-lookup drafts (n-grams of the context)
     draft_ngram:      the longest n-gram a lookup draft matches (toolkit.runtime.speculative)
     draft_max, draft_min: tokens drafted per step at most / at least (a shorter draft is not sent)
+    options:          :class:`toolkit.runtime.options.RuntimeOptions` of the model (repacking, BF16
+                      GEMM, chunk thresholds); default: none of them (the CLI's: from_env())
+    draft_options:    the draft model's (None: ``options``)
     ctx_size 0 means the model's training context length (``n_ctx_train``).
     """
 
@@ -73,6 +77,8 @@ class RunOptions:
     threads: int | None = None
     ubatch: int = 512
     mmap: bool = True           # False: read the weights into memory (--no-mmap)
+    options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    draft_options: RuntimeOptions | None = None
     logits_out: str | None = None
     session: str | None = None
     checkpoints: int = 4
@@ -268,7 +274,8 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
         raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
     if opts.draft_model is None:
         return PromptLookup(opts.draft_ngram), None
-    dm = open_draft_model(opts.draft_model, tok, opts.threads)
+    dm = open_draft_model(opts.draft_model, tok, opts.threads,
+                          opts.draft_options if opts.draft_options is not None else opts.options)
     try:
         draft = open_draft_context(dm, opts.draft_max, n_ctx=opts.ctx_size, n_ubatch=opts.ubatch,
                                    n_threads=opts.threads, params=opts.sampling, seed=seed)
@@ -295,7 +302,7 @@ def _speculative(opts: RunOptions, ctx, tok: Tokenizer, prompt_ids, sampler, gra
 
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
     """The body of :func:`run`, in a deferred-interrupt scope."""
-    m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap)
+    m = Model(opts.model, n_threads=opts.threads, mmap=opts.mmap, options=opts.options)
     drafter, dm = None, None
     try:
         tok = Tokenizer.from_gguf(m.gguf)

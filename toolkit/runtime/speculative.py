@@ -123,8 +123,9 @@ def draft_sampler(params: SamplerParams, seed: int) -> Sampler:
     return Sampler(p)
 
 
-def open_draft_model(path: str, target_tok: Tokenizer, n_threads: int | None = None):
-    """Load the draft GGUF at ``path`` (a toolkit.runtime.Model) and check that it shares
+def open_draft_model(path: str, target_tok: Tokenizer, n_threads: int | None = None, options=None):
+    """Load the draft GGUF at ``path`` (a toolkit.runtime.Model, with its own ``options``:
+    :class:`toolkit.runtime.options.RuntimeOptions`, None the defaults) and check that it shares
     ``target_tok``'s vocabulary (:func:`check_same_vocab`); the caller closes it.
 
     Raises:
@@ -132,7 +133,7 @@ def open_draft_model(path: str, target_tok: Tokenizer, n_threads: int | None = N
     """
     from toolkit.runtime.model import Model
 
-    dm = Model(path, n_threads=n_threads)
+    dm = Model(path, n_threads=n_threads, options=options)
     try:
         check_same_vocab(target_tok, Tokenizer.from_gguf(dm.gguf), path)
     except BaseException:

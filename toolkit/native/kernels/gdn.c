@@ -34,8 +34,8 @@
  * 64 x 64; the default stays 0 at every level: the GDN heads are 8-10% of a Qwen3.5 pp512
  * profile, so the gain is 1-2% of a prompt, while a threshold makes a ubatch's arithmetic
  * depend on its length (a prompt taken whole and the same tokens one by one, or a
- * speculative verify, would no longer give the same bits).  TOOLKIT_GDN_MIN or
- * tk_gdn_set_threshold turn it on.  The measurements (bench/gdn_kernels.py): bench/README.md,
+ * speculative verify, would no longer give the same bits).  A context's gdn_min (the CLI's
+ * TOOLKIT_GDN_MIN) or tk_gdn_set_threshold turn it on.  The measurements (bench/gdn_kernels.py): bench/README.md,
  * "Kernel thresholds". */
 #define TK_GDN_MIN_DEFAULT 0
 
@@ -46,19 +46,19 @@
  * every sub-block, the in-sub-block pairs one by one; in a profile at 128 x 128, 512
  * tokens, avx512: products 34%, the in-chunk coefficients 24%, the state update's decays 7%).
  * Measured: never a win beyond the noise, at either level or head size (bench/README.md,
- * "Kernel thresholds").  TOOLKIT_KDA_MIN or tk_kda_set_threshold turn it on. */
+ * "Kernel thresholds").  A context's kda_min (the CLI's TOOLKIT_KDA_MIN) or tk_kda_set_threshold turn it on. */
 #define TK_KDA_MIN_DEFAULT 0
 
-static int g_gdn_min = -1;     /* run length from which the chunked form is used; -1: not read yet */
+static int g_gdn_min = -1;     /* run length from which the chunked form is used; -1: the default */
 static int g_kda_min = -1;     /* the same for KDA heads (gk != NULL) */
 
-int tk_gdn_threshold(void) { return tk_threshold_get(&g_gdn_min, "TOOLKIT_GDN_MIN", TK_GDN_MIN_DEFAULT); }
+int tk_gdn_threshold(void) { return tk_threshold_get(&g_gdn_min, TK_GDN_MIN_DEFAULT); }
 
-int tk_gdn_set_threshold(int n) { return tk_threshold_set(&g_gdn_min, n, "TOOLKIT_GDN_MIN", TK_GDN_MIN_DEFAULT); }
+int tk_gdn_set_threshold(int n) { return tk_threshold_set(&g_gdn_min, n, TK_GDN_MIN_DEFAULT); }
 
-int tk_kda_threshold(void) { return tk_threshold_get(&g_kda_min, "TOOLKIT_KDA_MIN", TK_KDA_MIN_DEFAULT); }
+int tk_kda_threshold(void) { return tk_threshold_get(&g_kda_min, TK_KDA_MIN_DEFAULT); }
 
-int tk_kda_set_threshold(int n) { return tk_threshold_set(&g_kda_min, n, "TOOLKIT_KDA_MIN", TK_KDA_MIN_DEFAULT); }
+int tk_kda_set_threshold(int n) { return tk_threshold_set(&g_kda_min, n, TK_KDA_MIN_DEFAULT); }
 
 /* ==== recurrent form =================================================================== */
 /* S (Dv rows of Dk: row j = S[:, j]) through one token; o = S^T q after the update.  The
@@ -126,10 +126,10 @@ void tk_gdn_recurrent(const tk_gdn_head * h) {
 
 /* ==== dispatch ========================================================================= */
 
-/* the chunked form from the threshold's run length on, when work is given; else the
- * recurrence (needs none) */
+/* the chunked form from the threshold's run length on (the head's min_chunk, else the process
+ * default), when work is given; else the recurrence (needs none) */
 void tk_gdn_run(const tk_gdn_head * h) {
-    const int thr = h->gk ? tk_kda_threshold() : tk_gdn_threshold();
+    const int thr = tk_chunk_min(h->min_chunk, h->gk ? tk_kda_threshold() : tk_gdn_threshold());
     if (h->n_tok <= 0) return;
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_gdn_recurrent(h); return; }
     if (h->gk) tk_kda_chunked(h, tk_cpu_level());

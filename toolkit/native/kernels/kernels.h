@@ -31,11 +31,11 @@ tk_gemm_fn tk_gemm_at(int level);
 void tk_transpose(const float * src, int32_t rows, int32_t cols, float * dst);
 
 /* ---- run-length thresholds (threshold.c) ----
- * *slot (-1: not read yet), read once from the environment variable `env` (a decimal >= 0;
- * anything else is ignored), else dflt.  tk_threshold_set: n >= 0 sets it; n < 0 forgets it
- * and reads it again.  Both return the threshold in force. */
-int tk_threshold_get(int * slot, const char * env, int dflt);
-int tk_threshold_set(int * slot, int n, const char * env, int dflt);
+ * The process default of a form's threshold: *slot, or dflt while it is -1 (not set).
+ * tk_threshold_set: n >= 0 sets it; n < 0 goes back to dflt.  Both return the threshold in
+ * force.  No environment is read (a context's own threshold: tk_context_params). */
+int tk_threshold_get(const int * slot, int dflt);
+int tk_threshold_set(int * slot, int n, int dflt);
 
 /* ---- Mamba-2 ----
  * The fields of one sequence's Mamba-2 run, first in ssm.c's recurrence job and ssd.c's SSD

@@ -42,14 +42,14 @@
 
 /* ==== threshold ======================================================================= */
 
-static int g_lt_min = -1;      /* run length from which the block form is used; -1: not read yet */
+static int g_lt_min = -1;      /* run length from which the block form is used; -1: the default */
 
 int tk_lightning_threshold(void) {
-    return tk_threshold_get(&g_lt_min, "TOOLKIT_LIGHTNING_MIN", TK_LIGHTNING_MIN_DEFAULT);
+    return tk_threshold_get(&g_lt_min, TK_LIGHTNING_MIN_DEFAULT);
 }
 
 int tk_lightning_set_threshold(int n) {
-    return tk_threshold_set(&g_lt_min, n, "TOOLKIT_LIGHTNING_MIN", TK_LIGHTNING_MIN_DEFAULT);
+    return tk_threshold_set(&g_lt_min, n, TK_LIGHTNING_MIN_DEFAULT);
 }
 
 int64_t tk_lightning_work_floats(int32_t d) {
@@ -159,7 +159,7 @@ void tk_lightning_block(const tk_lightning_head * h) {
 /* ==== dispatch ========================================================================= */
 
 void tk_lightning_run(const tk_lightning_head * h) {
-    const int thr = tk_lightning_threshold();
+    const int thr = tk_chunk_min(h->min_chunk, tk_lightning_threshold());
     if (h->n_tok <= 0) return;
     if (thr <= 0 || h->n_tok < thr || !h->work) { tk_lightning_recurrent(h); return; }
     tk_lightning_block(h);

@@ -156,7 +156,8 @@ static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * 
     *j = (matmul_job) {w, w->data + (size_t) mat * (size_t) M * w->row_bytes, x, n_tok, y, wk->row, wk->row_stride, NULL,
                        NULL, NULL, NULL, 0, NULL, NULL};
     *quant = at != NULL;
-    if (w->rp && tk_repack_act_f32(w->type, level) && (j->rprows = tk_repack_rows(w->type, level)) != NULL) {
+    if (w->rp && tk_repack_act_f32_with(w->type, level, w->rp_bf16dot) &&
+        (j->rprows = tk_repack_rows(w->type, level, w->rp_bf16dot)) != NULL) {
         /* a repacked kernel on fp32 activations (BF16's FMA kernels): x as it is, nothing to quantize */
         *quant = 0;
         j->act = (const uint8_t *) x;
@@ -172,7 +173,7 @@ static tk_status matmul_prepare(const tk_weight * w, int64_t mat, const float * 
         j->act = wk->act;
         j->qrows = tk_type_qdot_rows(tt, level);
         /* repacked: every n_tok at every level takes the repacked kernel (one order, repack.h) */
-        if (w->rp && (j->rprows = tk_repack_rows(w->type, level)) != NULL) {
+        if (w->rp && (j->rprows = tk_repack_rows(w->type, level, w->rp_bf16dot)) != NULL) {
             if (!wk->rp_prep || wk->rp_prep_bytes < tk_rp_prep_bytes(n_tok, K))
                 return TK_FAIL(TK_ERR_INVALID, "matmul: repacked weights need %zu bytes of per-token scratch, have %zu",
                                tk_rp_prep_bytes(n_tok, K), wk->rp_prep_bytes);
@@ -248,7 +249,7 @@ static tk_status mat_mul_test(int type, const void * w, int64_t K, int64_t M, co
     if (!w || !x || !y || K <= 0 || M <= 0 || n_tok < 0) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: bad arguments");
     if (!tk_type_block(type, &blck, &bytes)) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: unknown ggml type %d", type);
     if (K % blck) return TK_FAIL(TK_ERR_INVALID, "tk_mat_mul: K = %lld is not a multiple of the %s block", (long long) K, tk_type_name(type));
-    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes), NULL, 0};
+    tk_weight wt = {(const uint8_t *) w, type, {K, M, 1, 1}, (size_t) (K / blck * bytes), NULL, 0, tk_cpu_bf16dot()};
     uint8_t * rp = NULL;
     if (repack) {
         wt.rp_mat = tk_repack_matrix_bytes(type, K, M);

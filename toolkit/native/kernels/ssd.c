@@ -56,11 +56,11 @@
  * into single-token ubatches then gives the same bits). */
 #define TK_SSD_MIN_DEFAULT 32
 
-static int g_ssd_min = -1;     /* run length from which SSD is used; -1: not read yet */
+static int g_ssd_min = -1;     /* run length from which SSD is used; -1: the default */
 
-int tk_ssd_threshold(void) { return tk_threshold_get(&g_ssd_min, "TOOLKIT_SSD_MIN", TK_SSD_MIN_DEFAULT); }
+int tk_ssd_threshold(void) { return tk_threshold_get(&g_ssd_min, TK_SSD_MIN_DEFAULT); }
 
-int tk_ssd_set_threshold(int n) { return tk_threshold_set(&g_ssd_min, n, "TOOLKIT_SSD_MIN", TK_SSD_MIN_DEFAULT); }
+int tk_ssd_set_threshold(int n) { return tk_threshold_set(&g_ssd_min, n, TK_SSD_MIN_DEFAULT); }
 
 /* ==== workspace ====================================================================== */
 

@@ -259,9 +259,9 @@ static void m2_heads(void * arg, int64_t h0, int64_t h1, int thread) {
 tk_status tk_ssm_mamba2_run(tk_pool * pool, float * s, const float * xBC, int64_t xbc_stride, const float * dt,
                             int64_t dt_stride, const float * A, const float * D, int32_t n_tok, int32_t n_head,
                             int32_t head_dim, int32_t d_state, int32_t n_group, float * y, int64_t y_stride, void * ws,
-                            size_t ws_bytes) {
+                            size_t ws_bytes, int32_t min_chunk) {
     if (n_tok <= 0) return TK_OK;
-    const int thr = tk_ssd_threshold();
+    const int thr = tk_chunk_min(min_chunk, tk_ssd_threshold());
     /* one token of a small model: not worth waking the workers */
     if ((int64_t) n_tok * n_head * head_dim * d_state < 32768) pool = NULL;
     if (thr > 0 && n_tok >= thr)
@@ -301,7 +301,7 @@ tk_status tk_ssm_mamba2_seq(float * s, const float * xBC, int64_t xbc_stride, co
     void * ws = ws_bytes ? malloc(ws_bytes) : NULL;
     tk_status st = ws_bytes && !ws ? TK_FAIL(TK_ERR_NOMEM, "tk_ssm_mamba2_seq: no memory for %zu bytes of SSD workspace", ws_bytes)
                                    : tk_ssm_mamba2_run(pool, s, xBC, xbc_stride, dt, dt_stride, A, D, n_tok, n_head, head_dim,
-                                                       d_state, n_group, y, y_stride, ws, ws_bytes);
+                                                       d_state, n_group, y, y_stride, ws, ws_bytes, 0);
     free(ws);
     tk_pool_free(pool);
     return st;

@@ -73,6 +73,9 @@ typedef struct {
     size_t q, kv;              /* attention: q (and att) width, k (and v) width */
     size_t mix;                /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
     size_t work_bytes;
+    /* input, set by the context's scratch plan: its run-length thresholds (tk_context_params:
+     * 0 the process default, < 0 never), for the chunked forms' workspace (tk_chunked_work_bytes) */
+    int32_t gdn_min, kda_min, lightning_min;
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
 

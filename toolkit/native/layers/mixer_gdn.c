@@ -67,7 +67,7 @@ static void gdn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->step, 2 * Hv);
     tk_scratch_need(&need->gate, HvDv);
     tk_scratch_need(&need->y, HvDv);
-    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_gdn_threshold(), n_ubatch, n_threads,
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_chunk_min(need->gdn_min, tk_gdn_threshold()), n_ubatch, n_threads,
                                                              tk_gdn_work_floats(hp->ssm.d_state, hp->ssm.head_dim)));
 }
 
@@ -196,7 +196,7 @@ static void gdn_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
                                 gb + Hv + h, gb + h, 2 * Hv,
                                 S,
                                 j->ctx->y + t0 * hp->ssm.d_inner + (int64_t) h * Dv, hp->ssm.d_inner,
-                                work};
+                                work, NULL, 0, j->ctx->params.gdn_min};
         if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_gdn_run(&hd); continue; }
         /* speculative window: one token at a time (the recurrence's bits do not depend on
          * the split), the head's S copied after each token that keeps a snapshot */

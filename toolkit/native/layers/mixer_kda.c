@@ -64,7 +64,7 @@ static void kda_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->step, C + n);
     tk_scratch_need(&need->gate, C);
     tk_scratch_need(&need->y, C);
-    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_kda_threshold(), n_ubatch, n_threads,
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_chunk_min(need->kda_min, tk_kda_threshold()), n_ubatch, n_threads,
                                                              tk_kda_work_floats(hp->kda.head_dim, hp->kda.head_dim)));
 }
 
@@ -194,6 +194,7 @@ static void kda_rule_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         hd.o = j->ctx->y + t0 * C + (int64_t) h * D; hd.o_stride = C;
         hd.work = work;
         hd.gk = g; hd.gk_stride = C;
+        hd.min_chunk = j->ctx->params.kda_min;
         if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_gdn_run(&hd); continue; }
         for (int32_t i = 0; i < nst; i++) {   /* speculative window: one token at a time, S kept after each */
             tk_gdn_head h1 = hd;

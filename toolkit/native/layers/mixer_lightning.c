@@ -43,7 +43,7 @@ static void lightning_scratch(const tk_model * m, int il, int32_t n_ubatch, int 
     tk_scratch_need(&need->proj, 3 * W);
     tk_scratch_need(&need->gate, W);
     tk_scratch_need(&need->y, W);
-    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_lightning_threshold(), n_ubatch, n_threads,
+    tk_scratch_need(&need->work_bytes, tk_chunked_work_bytes(tk_chunk_min(need->lightning_min, tk_lightning_threshold()), n_ubatch, n_threads,
                                                              tk_lightning_work_floats(hp->attn.head_dim)));
 }
 
@@ -95,7 +95,7 @@ static void lightning_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         const float * qkv = j->ctx->proj + t0 * 3 * W + (int64_t) h * 3 * d;
         const tk_lightning_head hd = {nst, d, qkv, 3 * W, qkv + d, 3 * W, qkv + 2 * d, 3 * W,
                                       lightning_slope(hp, j->il, h), S,
-                                      j->ctx->y + t0 * W + (int64_t) h * d, W, work};
+                                      j->ctx->y + t0 * W + (int64_t) h * d, W, work, j->ctx->params.lightning_min};
         if (!tk_rs_snaps_row(&j->rv, s, nst)) { tk_lightning_run(&hd); continue; }
         /* speculative window: one token at a time (the recurrence's bits do not depend on
          * the split), the head's S copied after each token that keeps a snapshot */

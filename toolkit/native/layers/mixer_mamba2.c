@@ -132,7 +132,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
             continue;
         }
         TK_CHECK(tk_ssm_mamba2_run(ctx->pool, state, ctx->conv + t * CD, CD, ctx->proj + t * W + DI + CD, W, l->ssm_a,
-                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->work, ctx->work_bytes));
+                                   l->ssm_d, nst, H, P, N, G, ctx->y + t * DI, DI, ctx->work, ctx->work_bytes,
+                                   ctx->params.ssd_min));
     }
     tk_rows_job gj = {ctx->proj, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
     const int gate_first = l->ssm_norm && !hp->ssm.norm_before_gate;

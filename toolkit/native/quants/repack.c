@@ -30,7 +30,7 @@ static void repack_q8_0(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                     continue;
                 }
                 const blk_q8_0 * x = (const blk_q8_0 *) (const void *) (src + (size_t) row * row_bytes) + b;
-                o->d[r] = tkq_fp16_to_fp32(x->d);
+                o->d[r] = x->d;
                 for (int k = 0; k < 8; k++)
                     for (int i = 0; i < 4; i++) o->q[k][r][i] = (uint8_t) (x->qs[4 * k + i] + 128);
             }
@@ -51,8 +51,8 @@ static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                 uint8_t sm[16];
                 tk_scales_k4(x->scales, u);
                 memcpy(sm, u, 16);
-                o->d[r] = tkq_fp16_to_fp32(x->d);
-                o->dmin[r] = tkq_fp16_to_fp32(x->dmin);
+                o->d[r] = x->d;
+                o->dmin[r] = x->dmin;
                 for (int j = 0; j < 8; j++) o->sc[j][r] = sm[j];
                 for (int k = 0; k < 4; k++) {
                     o->mn[k][r][0] = sm[8 + 2 * k];
@@ -74,7 +74,7 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                 const int64_t row = g * TK_RP_ROWS + r;
                 if (row >= M) continue;   /* padding: d = 0 */
                 const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
-                o->d[r] = tkq_fp16_to_fp32(x->d);
+                o->d[r] = x->d;
                 for (int j = 0; j < 16; j++) o->sc[j][r] = x->scales[j];
                 /* element 128 h + 32 s + l: low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high),
                  * bits 2s, 2s + 1 of qh[32 h + l] (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
@@ -272,7 +272,7 @@ static void rp_q8_tile_scalar(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t *
                 int32_t p = neg[t * nb + b];
                 for (int k = 0; k < 8; k++)
                     for (int i = 0; i < 4; i++) p += (int32_t) wg[b].q[k][r][i] * q[4 * k + i];
-                acc = fmaf(wg[b].d[r] * daf[t * nb + b], (float) p, acc);
+                acc = fmaf(tkq_fp16_to_fp32(wg[b].d[r]) * daf[t * nb + b], (float) p, acc);
             }
             y[t * ldy + r] = acc;
         }
@@ -300,8 +300,8 @@ static void rp_q4k_tile_scalar(const tk_rp_q4_K * wg, int64_t nb, const uint8_t 
                 }
                 for (int k = 0; k < 4; k++) ms += w->mn[k][r][0] * s[2 * k] + w->mn[k][r][1] * s[2 * k + 1];
                 const float da = daf[t * nb + i];
-                acc = fmaf(w->d[r] * da, (float) is, acc);
-                acc = fmaf(-(w->dmin[r] * da), (float) ms, acc);
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * da, (float) is, acc);
+                acc = fmaf(-(tkq_fp16_to_fp32(w->dmin[r]) * da), (float) ms, acc);
             }
             y[t * ldy + r] = acc;
         }
@@ -323,7 +323,7 @@ static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t 
                         for (int l = 0; l < 4; l++) p += w->q[g][r][l] * q[4 * g + l];
                     is += w->sc[j][r] * p;
                 }
-                acc = fmaf(w->d[r] * daf[t * nb + i], (float) is, acc);
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * daf[t * nb + i], (float) is, acc);
             }
             y[t * ldy + r] = acc;
         }
@@ -359,12 +359,28 @@ int tk_repack_fast(int type, int level) {
     return 0;
 }
 
-tk_rp_rows_fn tk_repack_rows(int type, int level) {
+/* What TK_REPACK_AUTO re-lays: the types whose re-laid form is faster for prompts and not
+ * slower for generation, toolkit against toolkit (bench/README.md "Repacked weights by
+ * default", Bamba 430M, 2 threads, under load 12-17): at avx512 pp512 2.5x Q8_0, 2.6x Q4_K_M,
+ * 1.7x BF16; tg128 1.11x Q8_0, 1.34x Q4_K_M, BF16 tg32 0.99-1.27x in three pairs; Q4_K_M with
+ * Q6_K re-laid against without it: tg64 in three pairs 1.24x, 1.84x, 0.76x (Q6_K's re-laid form
+ * is 30% larger than the file's, but its row kernel is compute-bound).  At avx2 Q8_0's tiles
+ * lost generation: without AVX-VNNI tg128 0.44x (pp512 1.31x) and tg32 0.70x, 1.03x, 0.93x in
+ * three pairs; with AVX-VNNI tg32 0.84x, 0.94x, 0.84x.  A token must take the same kernel alone
+ * and in a ubatch (repack.h), so there Q8_0 stays on the row kernels for prompts too, until a
+ * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
+ * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x. */
+int tk_repack_auto(int type, int level) {
+    if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
+    return tk_repack_fast(type, level);
+}
+
+tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q8_0) return tk_rp_rows_q8_0_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_K) return tk_rp_rows_q4_K_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
-    if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return tk_cpu_bf16dot() ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return bf16dot ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
     if (level == TK_CPU_AVX2) {
         const int vnni = tk_cpu_avxvnni();
         if (type == TK_GGML_Q8_0) return vnni ? tk_rp_avxvnni_rows_q8_0 : tk_rp_avx2_rows_q8_0;
@@ -381,6 +397,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level) {
     return NULL;
 }
 
-int tk_repack_act_f32(int type, int level) {
-    return type == TK_GGML_BF16 && !(level == TK_CPU_AVX512 && tk_cpu_bf16dot());
+int tk_repack_act_f32_with(int type, int level, int bf16dot) {
+    return type == TK_GGML_BF16 && !(level == TK_CPU_AVX512 && bf16dot);
 }
+
+int tk_repack_act_f32(int type, int level) { return tk_repack_act_f32_with(type, level, tk_cpu_bf16dot()); }

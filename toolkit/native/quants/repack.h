@@ -1,5 +1,5 @@
-/* repack.h: weights re-laid at load for the prompt GEMM (internal; optional, TOOLKIT_REPACK=1
- * or `toolkit run --repack`: model.c).  Without it the mmap'd file is used as it is.
+/* repack.h: weights re-laid at load for the GEMM kernels (internal; tk_model_params.repack:
+ * model.c; the CLI's default TK_REPACK_AUTO).  Without it the mmap'd file is used as it is.
  *
  * The idea is llama.cpp's ggml-cpu/repack.cpp (block_q4_Kx8, block_q8_0x4): groups of rows
  * interleaved block by block, so that one vector register holds the same 4 bytes of 16 rows
@@ -9,10 +9,13 @@
  *
  * Formats (16 rows per group, TK_RP_ROWS; a matrix's last group padded with zero rows; the
  * groups of a matrix one after the other, the blocks of a group in order):
- *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale as float: exact), q[k][r][i] =
+ * The scales stay the file's f16 (d[r], dmin[r]: converted to float in the tiles, exactly, so
+ * the bits are those of float scales; a Q8_0 group takes the bytes of its 16 blocks, so
+ * generation, which reads every weight once per token, reads no more than the row kernels).
+ *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale), q[k][r][i] =
  *           (uint8) (qs[4k + i] + 128) of row r (vpdpbusd's unsigned operand; the 128 * sum(a)
  *           this adds is taken off exactly, from the activation block's sum).
- *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (floats), sc[j][r] and mn[k][r][2] (the
+ *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (f16), sc[j][r] and mn[k][r][2] (the
  *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
  *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
  *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
@@ -50,21 +53,21 @@
 #define TK_RP_ROWS 16
 
 typedef struct {
-    float d[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS];
     uint8_t q[8][TK_RP_ROWS][4];
-} tk_rp_q8_0;                                   /* 576 bytes per 16 x 32 values */
+} tk_rp_q8_0;                                   /* 544 bytes per 16 x 32 values: 16 Q8_0 blocks' */
 typedef struct {
-    float d[TK_RP_ROWS], dmin[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS], dmin[TK_RP_ROWS];
     uint8_t sc[8][TK_RP_ROWS];
     uint8_t mn[4][TK_RP_ROWS][2];
     uint8_t q[4][8][TK_RP_ROWS][4];
-} tk_rp_q4_K;                                   /* 2432 bytes per 16 x 256 values */
+} tk_rp_q4_K;                                   /* 2368 bytes per 16 x 256 values (Q4_K: 2304) */
 typedef struct {
-    float d[TK_RP_ROWS];
+    tk_half d[TK_RP_ROWS];
     int8_t sc[16][TK_RP_ROWS];
     uint8_t q[64][TK_RP_ROWS][4];
-} tk_rp_q6_K;                                   /* 4416 bytes per 16 x 256 values */
-_Static_assert(sizeof(tk_rp_q8_0) == 576 && sizeof(tk_rp_q4_K) == 2432 && sizeof(tk_rp_q6_K) == 4416,
+} tk_rp_q6_K;                                   /* 4384 bytes per 16 x 256 values */
+_Static_assert(sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
                "repacked block sizes");
 
 /* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the
@@ -78,10 +81,14 @@ void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K
  * their per-token terms in prep (tk_rp_prep, all n_tok tokens). */
 typedef void (*tk_rp_rows_fn)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                               int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
-/* The kernel for `type` at `level` (scalar: the reference tiles below); NULL: none. */
-tk_rp_rows_fn tk_repack_rows(int type, int level);
-/* 1 when `level` has a SIMD repacked kernel for `type` (what load-time repacking needs). */
+/* The kernel for `type` at `level` (scalar: the reference tiles below); NULL: none.  bf16dot:
+ * BF16 at avx512 runs the VDPBF16PS kernel (else the FMA one; tk_weight.rp_bf16dot). */
+tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot);
+/* 1 when `level` has a SIMD repacked kernel for `type` (what TK_REPACK_ALL re-lays). */
 int tk_repack_fast(int type, int level);
+/* 1 when the re-laid form of `type` wins at `level`, prompt and generation both (what
+ * TK_REPACK_AUTO re-lays; the measurements in repack.c). */
+int tk_repack_auto(int type, int level);
 
 /* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
  * Q8_0: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of each block;
@@ -108,7 +115,8 @@ void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int
 
 /* 1 when the repacked kernel of `type` at `level` reads fp32 activations as they are (the
  * BF16 FMA kernels) instead of the type's activation rows (tk_matmul skips quantizing). */
-int tk_repack_act_f32(int type, int level);
+int tk_repack_act_f32(int type, int level);   /* with the process default tk_cpu_bf16dot() */
+int tk_repack_act_f32_with(int type, int level, int bf16dot);
 
 /* BF16 drive: groups [g0, g1) x all tokens in token blocks of about 192 KiB of activations (a
  * multiple of tmax tokens); in a block, gmax groups at a time against the tokens tmax at a time.

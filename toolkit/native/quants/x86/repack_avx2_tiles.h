@@ -31,6 +31,11 @@ RPY_INLINE __m256i RPY_NAME(bc4)(const void * p) {
 #define RPY_DOT(acc, u, s) _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1)))
 #endif
 
+/* 8 f16 scales as floats (exact; F16C) */
+RPY_INLINE __m256 RPY_NAME(f16x8)(const tk_half * d) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (const void *) d));
+}
+
 RPY_INLINE void RPY_NAME(store)(float * y, __m256 v, int nr) {
     if (nr >= 8) {
         _mm256_storeu_ps(y, v);
@@ -74,7 +79,7 @@ RPY_INLINE void RPY_NAME(q8)(int T, int h, const tk_rp_q8_0 * wg, int64_t nb, co
             }
 #endif
         }
-        const __m256 dw = _mm256_loadu_ps(w->d + 8 * h);
+        const __m256 dw = RPY_NAME(f16x8)(w->d + 8 * h);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(daf[t * nb + b])), _mm256_cvtepi32_ps(p[t]), acc[t]);
@@ -147,7 +152,7 @@ RPY_INLINE void RPY_NAME(q4k)(int T, int h, const tk_rp_q4_K * wg, int64_t nb, c
         __m256i mn[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) mn[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *) (const void *) w->mn[k][8 * h]));
-        const __m256 d = _mm256_loadu_ps(w->d + 8 * h), dm = _mm256_loadu_ps(w->dmin + 8 * h);
+        const __m256 d = RPY_NAME(f16x8)(w->d + 8 * h), dm = RPY_NAME(f16x8)(w->dmin + 8 * h);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             const int16_t * s = bs + (t * nb + i) * 8;
@@ -195,7 +200,7 @@ RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, c
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
         }
-        const __m256 d = _mm256_loadu_ps(w->d + 8 * h);
+        const __m256 d = RPY_NAME(f16x8)(w->d + 8 * h);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(daf[t * nb + i])), _mm256_cvtepi32_ps(is[t]), acc[t]);

@@ -40,6 +40,11 @@ RPZ_INLINE void rp_avx512_store(float * y, __m512 v, int nr) {
     memcpy(y, tmp, (size_t) nr * sizeof(float));
 }
 
+/* 16 f16 scales as floats (exact) */
+RPZ_INLINE __m512 rp_avx512_f16x16(const tk_half * d) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (const void *) d));
+}
+
 RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                             const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
     __m512 acc[8];
@@ -50,7 +55,7 @@ RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, cons
         __m512i wq[8];
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *) w->q[k]);
-        const __m512 dw = _mm512_loadu_ps(w->d);
+        const __m512 dw = rp_avx512_f16x16(w->d);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const uint8_t * q = a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2;
@@ -106,7 +111,7 @@ RPZ_INLINE void rp_avx512_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, con
         __m512i mn[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) mn[k] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (const void *) w->mn[k]));
-        const __m512 d = _mm512_loadu_ps(w->d), dm = _mm512_loadu_ps(w->dmin);
+        const __m512 d = rp_avx512_f16x16(w->d), dm = rp_avx512_f16x16(w->dmin);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const int16_t * s = bs + (t * nb + i) * 8;
@@ -154,7 +159,7 @@ RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, con
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
         }
-        const __m512 d = _mm512_loadu_ps(w->d);
+        const __m512 d = rp_avx512_f16x16(w->d);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++)
             acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
