@@ -2,12 +2,13 @@
 """Speed, side by side: `toolkit bench` and llama.cpp's llama-bench on the same GGUF files,
 same threads, alternating run by run so that both see the same machine load.
 
-    python bench/run.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-r 3] [-t 2]
-        [--llama-bench PATH] [--llama-args '--poll 0'] [--json OUT.json]
+    python bench/run.py MODEL.gguf [MODEL.gguf ...] [-p 512] [-n 128] [-d 0,4096] [-r 3] [-t 2]
+        [-ctk f16 -ctv f16] [--llama-bench PATH] [--llama-args '--poll 0'] [--json OUT.json]
     python bench/run.py --ssd          # Mamba-2 scan: recurrence vs chunked SSD per run length
     python bench/run.py --bandwidth    # plain read bandwidth (numpy max over 1 GiB, 1 and -t threads)
 
-For each model and each test (ppP, tgN) it runs, R times, one unmeasured warm-up and then
+For each model, each depth (-d, llama-bench's n_depth: tokens put in the memory before the
+timed part; passed to both sides) and each test (ppP, tgN) it runs, R times, one unmeasured warm-up and then
 toolkit and llama-bench (order swapped every round), each with `-r 1 --no-warmup`, and
 prints the mean t/s of each, their sample spread and the ratio toolkit / llama.cpp.  The
 load average before and after is printed too: on a shared machine only the ratio of runs
@@ -45,9 +46,21 @@ def find_llama_bench(arg: str | None) -> str | None:
     return None
 
 
+# -d and the cache types, for both sides (set by main)
+DEPTH_ARGS: dict = {"d": 0, "ctk": None, "ctv": None}
+
+
+def _common_args() -> list[str]:
+    out = ["-d", str(DEPTH_ARGS["d"])] if DEPTH_ARGS["d"] else []
+    for flag in ("ctk", "ctv"):
+        if DEPTH_ARGS[flag]:
+            out += [f"-{flag}", DEPTH_ARGS[flag]]
+    return out
+
+
 def run_toolkit(model: str, p: int, n: int, threads: int, env: dict | None = None) -> float:
     cmd = [sys.executable, "-m", "toolkit", "bench", "-m", model, "-p", str(p), "-n", str(n), "-r", "1",
-           "-t", str(threads), "--no-warmup", "--json"]
+           "-t", str(threads), "--no-warmup", "--json", *_common_args()]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env)
     if r.returncode != 0:
         raise SystemExit(f"toolkit bench failed: {r.stderr.strip()}")
@@ -59,7 +72,7 @@ LLAMA_EXTRA: list[str] = []
 
 def run_llama(exe: str, model: str, p: int, n: int, threads: int) -> float:
     cmd = [exe, "-m", model, "-p", str(p), "-n", str(n), "-r", "1", "-t", str(threads), "--no-warmup", "-o", "json",
-           *LLAMA_EXTRA]
+           *_common_args(), *LLAMA_EXTRA]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"llama-bench failed ({r.returncode}): {r.stderr.strip()[-500:]}")
@@ -95,18 +108,20 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
 def side_by_side(args) -> int:
     exe = find_llama_bench(args.llama_bench)
     args.models = [os.path.abspath(m) for m in args.models]
-    tests = [(p, 0) for p in args.p if p > 0] + [(0, n) for n in args.n if n > 0]
+    tests = [(p, 0, d) for d in args.d for p in args.p if p > 0] + [(0, n, d) for d in args.d for n in args.n if n > 0]
     results = []
     print(f"load average at start: {loadavg()}  (nproc {os.cpu_count()}); threads {args.t}; llama-bench: {exe or 'not found'}")
     for model in args.models:
         bpt = bytes_per_token(model)
-        for p, n in tests:
-            name = f"pp{p}" if p else f"tg{n}"
+        for p, n, d in tests:
+            name = (f"pp{p}" if p else f"tg{n}") + (f"@d{d}" if d else "")
             ours, theirs, base = [], [], []
-            # warm-up: page the weights in for both
+            # warm-up: page the weights in for both (at depth 0: a fill is long)
+            DEPTH_ARGS["d"] = 0
             run_toolkit(model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
             if exe:
                 run_llama(exe, model, min(p, 32) if p else 0, min(n, 4) if n else 0, args.t)
+            DEPTH_ARGS["d"] = d
             for k in range(args.r):
                 # --baseline-env: a third runner, toolkit with that environment (before / after)
                 order = (0, 1, 2) if k % 2 == 0 else (2, 1, 0)
@@ -118,9 +133,9 @@ def side_by_side(args) -> int:
                     elif who == 2 and args.baseline_env:
                         base.append(run_toolkit(model, p, n, args.t, env=dict(os.environ, **args.baseline_env)))
             mo, so = mean_sd(ours)
-            row = {"model": os.path.basename(model), "test": name, "threads": args.t, "toolkit_ts": mo, "toolkit_sd": so,
+            row = {"model": os.path.basename(model), "test": name, "n_depth": d, "threads": args.t, "toolkit_ts": mo, "toolkit_sd": so,
                    "toolkit_samples": ours, "load_after": loadavg()}
-            line = f"{os.path.basename(model):32s} {name:>6s}  toolkit {mo:8.2f} ± {so:6.2f}"
+            line = f"{os.path.basename(model):32s} {name:>12s}  toolkit {mo:8.2f} ± {so:6.2f}"
             if theirs:
                 ml, sl = mean_sd(theirs)
                 row.update(llama_ts=ml, llama_sd=sl, llama_samples=theirs, ratio=mo / ml)
@@ -205,6 +220,10 @@ def main() -> int:
     ap.add_argument("models", nargs="*")
     ap.add_argument("-p", type=lambda s: [int(x) for x in s.split(",")], default=[512])
     ap.add_argument("-n", type=lambda s: [int(x) for x in s.split(",")], default=[128])
+    ap.add_argument("-d", type=lambda s: [int(x) for x in s.split(",")], default=[0],
+                    help="depths (llama-bench's -d, comma-separated), passed to both sides")
+    ap.add_argument("-ctk", help="KV cache type of K, passed to both sides (llama.cpp's default: f16, ours: f32)")
+    ap.add_argument("-ctv", help="KV cache type of V, passed to both sides")
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("--llama-bench")
@@ -220,6 +239,7 @@ def main() -> int:
     ap.add_argument("--bandwidth", action="store_true")
     args = ap.parse_args()
     LLAMA_EXTRA.extend(args.llama_args.split())
+    DEPTH_ARGS.update(ctk=args.ctk, ctv=args.ctv)
     if any("=" not in e for e in args.baseline_env):
         ap.error("--baseline-env takes NAME=VALUE")
     args.baseline_env = dict(e.split("=", 1) for e in args.baseline_env)

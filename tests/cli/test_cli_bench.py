@@ -94,3 +94,42 @@ def test_bench_md_type_names_and_column_widths(monkeypatch, capsys, tmp_path):
     assert "| mmap |" in table[0]
     rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(q), "-p", "8", "-n", "0", "-r", "1", "-t", "1", "-o", "json")
     assert json.loads(out)[0]["model_type"] == "granitehybrid 0.25M Q4_K - Medium"
+
+
+def test_bench_depth(monkeypatch, capsys):
+    """-d D (llama-bench's n_depth): D tokens in the memory before the timed part, filled once
+    (decoded) and loaded from the saved state for the later runs; rows carry n_depth and the
+    table's test column says `pp8 @ d24`."""
+    from toolkit.runtime import Context
+    seen = []   # (tokens decoded, the sequence's last position before the call)
+    real_decode, real_load = Context.decode, Context.load_state
+
+    def decode(self, tokens, *a, **k):
+        seen.append((len(tokens), self.memory.seq_pos_max(0)))
+        return real_decode(self, tokens, *a, **k)
+
+    loads = []
+    monkeypatch.setattr(Context, "decode", decode)
+    monkeypatch.setattr(Context, "load_state", lambda self, blob, seq_id=-1: (loads.append(seq_id),
+                                                                              real_load(self, blob, seq_id)))
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "2", "-d", "0,24", "-r", "2",
+                       "-t", "1", "-b", "16", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["n_prompt"], r["n_gen"], r["n_depth"]) for r in rows] == [(8, 0, 0), (0, 2, 0), (8, 0, 24), (0, 2, 24)]
+    # depth 0: every timed call starts on an empty memory; depth 24: pp8 is one call after
+    # position 23 (the fill: 16 + 8 tokens in calls of -b 16, once), tg2 two calls after 23 and 24
+    assert seen[:3] == [(8, -1)] * 3 and seen[3:9] == [(1, -1), (1, 0)] * 3
+    assert seen[9:11] == [(16, -1), (8, 15)]
+    assert seen[11:14] == [(8, 23)] * 3
+    assert seen[14:] == [(1, 23), (1, 24)] * 3   # tg2 loads pp8's saved state: no second fill
+    assert len(loads) == 2 + 3 and set(loads) == {0}
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-p", "8", "-n", "0", "-d", "24", "-r", "1", "-t", "1")
+    assert rc == 0, err
+    assert " pp8 @ d24 |" in out and "type_k" not in out
+
+
+@pytest.mark.parametrize("args", [["-d", "x"], ["-d", "-4"], ["-ctk", "q9_9"], ["-ctv", "f32,nope"]])
+def test_bench_depth_and_cache_type_bad_args(monkeypatch, capsys, args):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), *args)
+    assert rc == 2 and ("-d" in err or "-ct" in err) and "Traceback" not in err

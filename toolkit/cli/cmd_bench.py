@@ -6,12 +6,16 @@ Tests (one row each, llama-bench's names):
     tgN   N tokens decoded one at a time into an empty context; tokens/s = N / wall time.
     ppN+tgM  (-pg N,M) the N-token prompt then M tokens one at a time, in one timing;
           tokens/s = (N + M) / wall time.
+    ``-d D`` (llama-bench's n_depth): D random tokens are decoded into the memory first,
+          untimed, and the test runs on top of them (``pp512 @ d4096``); as llama-bench does,
+          the memory after the first fill at a depth is saved (the context's state) and
+          loaded again before each later run instead of decoding the D tokens again.
 Each test runs once unmeasured (warm-up: page the weights in, as llama-bench does), then
 ``-r`` times; the memory is cleared before every run.  avg_ts / stddev_ts are the mean and
 sample standard deviation of the per-run tokens/s (llama-bench's definition).
 
-Every combination of ``-m`` (repeatable), ``-t``, ``-b`` and ``-ub`` (comma lists) runs the
-tests; each row prints as soon as its test finishes (``-o md|csv|json|jsonl``, llama-bench's
+Every combination of ``-m`` (repeatable), ``-t``, ``-b``, ``-ub``, ``-ctk`` / ``-ctv`` and ``-d``
+(comma lists) runs the tests; each row prints as soon as its test finishes (``-o md|csv|json|jsonl``, llama-bench's
 printers and field names), so Ctrl-C keeps what was measured.
 
 ``-o json`` / ``--json`` prints llama-bench's ``-o json`` schema: a list of objects with model_filename,
@@ -59,6 +63,18 @@ def _pair(text: str) -> tuple[int, int]:
     if len(v) != 2 or min(v) < 1:
         raise InputError(f"-pg {text!r}: expected PP,TG, two integers >= 1 (e.g. -pg 512,128)")
     return v[0], v[1]
+
+
+KV_TYPES = ("f32",)   # the KV cache types the runtime has (llama.cpp's names)
+
+
+def _kv_types(text: str, flag: str) -> list[str]:
+    """'f32' or 'f32,f16' -> the list; each must be one of KV_TYPES."""
+    out = [v.strip().lower() for v in text.split(",")]
+    for v in out:
+        if v not in KV_TYPES:
+            raise InputError(f"{flag} {text!r}: KV cache type {v!r} is not supported (supported: {', '.join(KV_TYPES)})")
+    return out
 
 
 def _size_label(n_params: int) -> str:
@@ -109,16 +125,19 @@ def model_desc(f) -> str:
 
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
               ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
-              mmap: bool = True, pg: list[tuple[int, int]] = (), options=None) -> Iterator[dict]:
+              mmap: bool = True, pg: list[tuple[int, int]] = (), options=None, depths: list[int] = (0,),
+              type_k: str = "f32", type_v: str = "f32") -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
-    per decode call of a ppN test (llama-bench's -b; None: the whole prompt in one call),
-    split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the weights are read into
-    memory (llama-bench's -mmp 0).  ``pg``: (PP, TG) tests (llama-bench's -pg): a PP-token prompt
-    then TG generated tokens in one timing, tokens/s = (PP + TG) / its wall time.
-    ``options``: the model's
-    :class:`toolkit.runtime.options.RuntimeOptions` (None: the defaults, no repacking); each
-    object has ``repack`` (the mode) and ``repack_info`` (Model.repack_info).
+    per decode call of a ppN test and of the depth fill (llama-bench's -b; None: the whole
+    prompt in one call), split into ubatches of ``ubatch`` tokens (-ub).  ``mmap=False``: the
+    weights are read into memory (llama-bench's -mmp 0).  ``pg``: (PP, TG) tests (llama-bench's
+    -pg): a PP-token prompt then TG generated tokens in one timing, tokens/s = (PP + TG) / its
+    wall time.  ``options``: the model's :class:`toolkit.runtime.options.RuntimeOptions` (None:
+    the defaults, no repacking); each object has ``repack`` (the mode) and ``repack_info``
+    (Model.repack_info).  ``depths``: each test runs once per depth D (tokens in the memory
+    before the timed part; llama-bench's -d).  ``type_k`` / ``type_v``: the KV cache types
+    (llama-bench's -ctk / -ctv), reported in the rows.
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
@@ -133,15 +152,19 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
         ftype = m.gguf.get("general.file_type")
         model_type = model_desc(m.gguf)
         rng = np.random.default_rng(seed)
-        tests = bench_tests(n_prompt, n_gen, pg)
-        n_ctx = max([1] + [p + g for p, g in tests]) + 1
+        pairs = bench_tests(n_prompt, n_gen, pg)
+        n_ctx = max(depths) + max([1] + [p + g for p, g in pairs]) + 1
+        tests = [(p, g, d) for d in depths for p, g in pairs]
         batch = n_batch or max(n_prompt + [1])
         with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=n_threads) as ctx:
-            for p, g in tests:
+            filled: dict[int, bytes] = {}   # depth -> the memory's state after the fill
+            for p, g, d in tests:
                 toks = rng.integers(0, m.n_vocab, max(p, g)).astype(np.int32)
 
                 def one_run() -> float:
                     ctx.memory.clear()
+                    if d:
+                        _fill(ctx, d, batch, filled, rng, m.n_vocab)
                     t0 = time.perf_counter_ns()
                     for i in range(0, p, batch):
                         ctx.decode(toks[i:min(i + batch, p)], logits="last")
@@ -160,8 +183,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                     "model_filename": os.path.abspath(path), "model_type": model_type,
                     "model_size": size, "model_n_params": n_params,
                     "n_batch": batch, "n_ubatch": ubatch, "n_threads": n_threads,
-                    "type_k": "f32", "type_v": "f32", "n_gpu_layers": 0, "use_mmap": mmap,
-                    "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": 0,
+                    "type_k": type_k, "type_v": type_v, "n_gpu_layers": 0, "use_mmap": mmap,
+                    "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": d,
                     "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "avg_ns": int(statistics.fmean(samples_ns)),
                     "stddev_ns": int(statistics.stdev(samples_ns)) if reps > 1 else 0,
@@ -173,6 +196,19 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                 }
     finally:
         m.close()
+
+
+def _fill(ctx, depth: int, batch: int, filled: dict, rng, n_vocab: int) -> None:
+    """Put ``depth`` tokens into the (cleared) memory of sequence 0, untimed: decoded in calls of
+    ``batch`` tokens the first time, the saved state loaded after that (llama-bench's cstate)."""
+    if depth in filled:
+        ctx.load_state(filled[depth], 0)
+        return
+    toks = rng.integers(0, n_vocab, depth).astype(np.int32)
+    for i in range(0, depth, batch):
+        ctx.decode(toks[i:min(i + batch, depth)], logits="last")
+    filled.clear()   # one depth's state kept at a time (tests run depth by depth)
+    filled[depth] = ctx.state_bytes(0)
 
 
 def _git_commit() -> str:
@@ -192,7 +228,8 @@ def _cpu_name() -> str:
 
 
 MD_COLUMNS = [("model", 30, "<"), ("size", 10, ">"), ("params", 10, ">"), ("backend", 14, "<"),
-              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("mmap", 4, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
+              ("threads", 7, ">"), ("n_batch", 7, ">"), ("n_ubatch", 8, ">"), ("type_k", 6, ">"), ("type_v", 6, ">"),
+              ("mmap", 4, ">"), ("test", 13, ">"), ("t/s", 20, ">")]
 
 
 def bench_tests(pp: list[int], tg: list[int], pg=()) -> list[tuple[int, int]]:
@@ -200,22 +237,25 @@ def bench_tests(pp: list[int], tg: list[int], pg=()) -> list[tuple[int, int]]:
     return [(p, 0) for p in pp if p > 0] + [(0, g) for g in tg if g > 0] + [(p, g) for p, g in pg]
 
 
-def test_name(p: int, g: int) -> str:
-    """llama-bench's test column: ``pp512``, ``tg128``, ``pp512+tg128``."""
-    return "+".join(([f"pp{p}"] if p else []) + ([f"tg{g}"] if g else []))
-
-
 def md_cells(r: dict) -> dict[str, str]:
     """A result row's cells in llama-bench's markdown table."""
     return {"model": r["model_type"], "size": f"{r['model_size'] / 2**20:.2f} MiB",
             "params": f"{r['model_n_params'] / 1e6:.2f} M", "backend": f"CPU ({r['cpu_level']})",
             "threads": str(r["n_threads"]), "n_batch": str(r["n_batch"]), "n_ubatch": str(r["n_ubatch"]),
-            "mmap": str(int(r["use_mmap"])), "test": test_name(r["n_prompt"], r["n_gen"]),
+            "mmap": str(int(r["use_mmap"])), "type_k": r["type_k"], "type_v": r["type_v"], "test": test_name(r),
             "t/s": f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}"}
 
 
+def test_name(r: dict) -> str:
+    """llama-bench's test column: ``pp512``, ``tg128``, ``pp512+tg128``, with `` @ d4096`` at a depth."""
+    p, g = r["n_prompt"], r["n_gen"]
+    name = "+".join(([f"pp{p}"] if p else []) + ([f"tg{g}"] if g else []))
+    return name + (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
+
+
 def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int], mmps: list[int],
-                  pp: list[int], tg: list[int], pg=()) -> list[dict[str, str]]:
+                  pp: list[int], tg: list[int], pg=(), depths: list[int] = (0,),
+                  kv_types: list[tuple[str, str]] = (("f32", "f32"),)) -> list[dict[str, str]]:
     """The markdown cells of every row the bench will print, known before it runs (t/s as the
     widest a typical value needs), so the columns can be as wide as their content."""
     from toolkit.gguf_io import GGUFHeader
@@ -229,10 +269,11 @@ def planned_cells(models: list[str], ts: list[int], bs: list[int], ubs: list[int
         base = {"model_type": model_desc(f), "model_size": sum(t.nbytes for t in tensors),
                 "model_n_params": sum(t.n_elements for t in tensors), "cpu_level": level,
                 "avg_ts": 99999.99, "stddev_ts": 9999.99}
-        for t, b, u, mp in itertools.product(ts, bs, ubs, mmps):
+        for t, b, u, mp, (tk, tv), d in itertools.product(ts, bs, ubs, mmps, kv_types, depths):
             for p, g in bench_tests(pp, tg, pg):
                 rows.append(md_cells({**base, "n_threads": t or default_threads(), "n_batch": b or max(pp + [1]),
-                                      "n_ubatch": u, "use_mmap": bool(mp), "n_prompt": p, "n_gen": g}))
+                                      "n_ubatch": u, "use_mmap": bool(mp), "n_prompt": p, "n_gen": g,
+                                      "n_depth": d, "type_k": tk, "type_v": tv}))
     return rows
 
 
@@ -299,17 +340,25 @@ def bench(
                              "comma-separated to test both (llama-bench's -mmp)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Same as -mmp 0."),
     repack: Optional[bool] = repack_option(),
+    n_depth: str = typer.Option("0", "-d", "--n-depth", help="Tokens decoded into the memory before each test, "
+                                "untimed (comma-separated; llama-bench's -d)."),
+    cache_type_k: str = typer.Option("f32", "-ctk", "--cache-type-k", help="KV cache type of K, comma-separated "
+                                     "(f32)."),
+    cache_type_v: str = typer.Option("f32", "-ctv", "--cache-type-v", help="KV cache type of V, comma-separated "
+                                     "(f32)."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
 ) -> None:
     """Prompt-processing (ppN), generation (tgN) and prompt + generation (ppN+tgM, -pg)
-    tokens/s, like llama-bench: every combination of -m, -t, -b and -ub runs the -p, -n and
-    -pg tests; rows print as they finish."""
+    tokens/s, like llama-bench: every combination of -m, -t, -b, -ub, -ctk / -ctv and -d runs
+    the -p, -n and -pg tests; rows print as they finish."""
     from toolkit.cli.limits import MAX_UBATCH, check_range
     pp, tg = _counts(n_prompt, "-p"), _counts(n_gen, "-n")
     pg = [_pair(v) for v in prompt_gen]
     ts, bs, ubs = _counts(threads, "-t"), _counts(n_batch, "-b"), _counts(ubatch, "-ub")
+    depths = _counts(n_depth, "-d")
+    kv_types = list(itertools.product(_kv_types(cache_type_k, "-ctk"), _kv_types(cache_type_v, "-ctv")))
     mmps = [0] if no_mmap else _counts(mmap, "-mmp")
     if any(v > 1 for v in mmps):
         raise InputError(f"-mmp {mmap!r}: expected 0 or 1 (comma-separated)")
@@ -328,17 +377,19 @@ def bench(
     if not any(pp) and not any(tg) and not pg:
         raise InputError("nothing to run: every -p and -n value is 0")
     options = runtime_options(repack)
-    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap")
+    cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap", "type_k", "type_v")
             or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
-            or (c == "mmap" and mmps != [1])]
-    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg, pg) if fmt == "md" else ())
+            or (c == "mmap" and mmps != [1])
+            or (c in ("type_k", "type_v") and kv_types != [("f32", "f32")])]
+    pr = Printer(fmt, sys.stdout, cols, planned_cells(model, ts, bs, ubs, mmps, pp, tg, pg, depths, kv_types)
+                 if fmt == "md" else ())
     pr.header()
     from toolkit.runtime import interrupt
     try:
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
-            for m, t, b, u, mp in itertools.product(model, ts, bs, ubs, mmps):
+            for m, t, b, u, mp, (tk, tv) in itertools.product(model, ts, bs, ubs, mmps, kv_types):
                 for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp), pg=pg,
-                                     options=options):
+                                     options=options, depths=depths, type_k=tk, type_v=tv):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted

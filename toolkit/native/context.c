@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/attn.h"
 #include "layers/layer.h"
 #include "quants/repack.h"
 
@@ -23,7 +24,7 @@ void tk_context_free(tk_context * c) {
     tk_pool_free(c->pool);
     float * bufs[] = {c->x, c->cur, c->out, c->proj, c->conv, c->narrow, c->step, c->dt, c->gate, c->y, c->q, c->k,
                       c->v, c->att, c->g, c->u, c->moe_x, c->row, c->vec, c->mix, c->hx, c->hn, c->hg, c->hl, c->hi, c->pe,
-                      c->pc};
+                      c->pc, c->attn};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->dsa_sel);
@@ -125,6 +126,7 @@ static void plan_scratch(const tk_model * model, const tk_context_params * p, in
     PLAN(sp, row, sp->row_n * (size_t) n_threads);
     PLAN(sp, vec, sp->vec_n * (size_t) n_threads);
     if (sc.mix) PLAN(sp, mix, U * sc.mix);   /* only models with a parallel layer have it */
+    if (sc.attn_part) PLAN(sp, attn, tk_attn_buffer_floats(sc.attn_part, n_ctx, n_threads));   /* attention models */
     if (moe_width(model)) PLAN(sp, moe_x, U * moe_width(model));   /* MoE models only: one block, carved */
     if (hw.hd) {                             /* hyper-connections (qwen4exp) */
         PLAN(sp, hx, U * hw.hd);
@@ -138,6 +140,13 @@ static void plan_scratch(const tk_model * model, const tk_context_params * p, in
     for (int i = 0; i < sp->n_buf; i++) sp->buf[i].n = zmax(sp->buf[i].n, 1);   /* a kind's unused buffer: 1 float */
     sp->act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) sp->row_n);
     sp->work_bytes = sc.work_bytes;
+}
+
+/* floats of the plan's attention buffer (0: none) */
+static size_t sc_attn_floats(const scratch_plan * sp) {
+    for (int i = 0; i < sp->n_buf; i++)
+        if (sp->buf[i].field == offsetof(tk_context, attn)) return sp->buf[i].n;
+    return 0;
 }
 
 /* bytes of the plan (the report's compute_bytes) */
@@ -155,6 +164,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     plan_scratch(c->model, &c->params, n_threads, &sp);
     c->row_n = sp.row_n;
     c->vec_n = sp.vec_n;
+    c->attn_n = sc_attn_floats(&sp);
     for (int i = 0; i < sp.n_buf; i++) {
         float ** slot = (float **) (void *) ((char *) c + sp.buf[i].field);
         *slot = malloc(sp.buf[i].n * sizeof(float));

@@ -309,6 +309,9 @@ struct tk_context {
     tk_pool * pool;            /* worker threads (params.n_threads) */
     tk_mm_work mm;             /* pool, row, act: what tk_matmul works in */
     float * vec;               /* [n_threads, vec_n] per-token work (scores over cells, router logits) */
+    float * attn;              /* [attn_n] the blocked attention's sequence cells and split-K partials (kernels/attn.h
+                                  tk_attn_buffer_floats), or NULL (no attention layer) */
+    size_t attn_n;
     size_t row_n, vec_n;
     void * work;               /* a kind's workspace (Mamba-2: the SSD's, tk_ssd_workspace_bytes for n_ubatch; GDN:
                                   tk_gdn_work_floats per thread), the largest over the layers, or NULL */

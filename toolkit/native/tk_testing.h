@@ -240,6 +240,16 @@ int64_t tk_lightning_work_floats(int32_t d);
 int tk_lightning_threshold(void);
 int tk_lightning_set_threshold(int n);
 
+/* ==== attention over the KV cache (kernels/attn.c) ==================================== */
+/* on = 1: the attention kinds (mixer_attention.c, mixer_mla.c) run their reference kernel (per
+ * (token, head) pair, every cell, float scores; the form before the blocked one), 0: the
+ * blocked kernel (kernels/attn.h), -1: back to the default, the blocked one. */
+void tk_attn_set_reference(int on);
+/* bytes of the context's workspace (ctx->work, which the chunked recurrent forms share: the
+ * larger is planned) the blocked attention needs for H query heads over Hkv KV heads of key
+ * width dk and value width dv on n_threads threads; 0 when H or Hkv <= 0 */
+size_t tk_attn_work_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_threads);
+
 /* ==== RG-LRU (rglru.c) ================================================================ */
 /* RecurrentGemma's RG-LRU gates for heads [h0, h1) of n_tok tokens: out[t][h bw + j] =
  * b[h bw + j] + sum_i x[t][h bw + i] W[(h bw + i) bw + j] (W [nh][bw in][bw out], HF's layout:

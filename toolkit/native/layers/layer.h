@@ -72,6 +72,8 @@ typedef struct {
     size_t y;                  /* the mixer's output before out_proj (scan output, adapter rows) */
     size_t q, kv;              /* attention: q (and att) width, k (and v) width */
     size_t mix;                /* a second mixer output (ctx->mix): D for a parallel layer, else 0 */
+    size_t attn_part;          /* floats of one split-K partial of the blocked attention (kernels/attn.h
+                                * tk_attn_part_floats; ctx->attn), 0: no attention layer */
     size_t work_bytes;
     /* input, set by the context's scratch plan: its run-length thresholds (tk_context_params:
      * 0 the process default, < 0 never), for the chunked forms' workspace (tk_chunked_work_bytes) */

@@ -39,6 +39,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attn.h"
 #include "layers/layer.h"
 #include "tk_cpu.h"
 
@@ -47,12 +48,15 @@ static int32_t attn_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[
 /* floats of one head's rows in q: hd, or [q_h | gate_h] with attn_q_gate */
 static int32_t attn_q_stride(const tk_hparams * hp) { return hp->attn.q_gate ? 2 * hp->attn.head_dim : hp->attn.head_dim; }
 
-/* q, att [H qs]; k, v [Hkv hd] */
+/* q, att [H qs]; k, v [Hkv hd]; the blocked kernel's workspace */
 static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threads, tk_scratch * need) {
-    (void) n_ubatch; (void) n_threads;
+    (void) n_ubatch;
     tk_scratch_need(&need->q, (size_t) m->hp.attn.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
     if (m->hp.attn.head_gate) tk_scratch_need(&need->gate, (size_t) m->hp.attn.n_head);   /* the per-head gate */
+    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes(m->hp.attn.n_head, m->hp.n_head_kv[il], m->hp.attn.head_dim,
+                                                           m->hp.attn.head_dim, n_threads));   /* the blocked kernel's */
+    tk_scratch_need(&need->attn_part, tk_attn_part_floats(m->hp.attn.n_head, m->hp.n_head_kv[il], m->hp.attn.head_dim));
 }
 
 /* ---- load: hparams and tensors ---- */
@@ -356,8 +360,11 @@ tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, co
         memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
         memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
     }
+    const tk_attn_args a = {ctx->q, (int64_t) H * qs, qs, ctx->att, (int64_t) H * hd, hd, kv.k, kv.v, kvd, hd, kvd, hd,
+                            hd, hd, H, Hkv, scale, &kv, ub, sel};
+    if (!tk_attn_reference() && tk_attn_run(ctx, &a)) return TK_OK;   /* kernels/attn.h: the blocked form */
     attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel};
-    /* (token, head) pairs over the threads; each thread scores into its own row of vec */
+    /* the reference: (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
     return TK_OK;
 }

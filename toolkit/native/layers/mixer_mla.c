@@ -35,6 +35,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/attn.h"
 #include "layers/layer.h"
 
 static int32_t mla_kv_dim(const tk_model * m, int il) { (void) il; return m->hp.mla.kv_lora_rank + m->hp.mla.dr; }
@@ -46,7 +47,7 @@ static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     const tk_hparams * hp = &m->hp;
     const size_t h = (size_t) hp->attn.n_head, dn = (size_t) hp->mla.dn, dr = (size_t) hp->mla.dr, dv = (size_t) hp->mla.dv;
     const size_t rkv = (size_t) hp->mla.kv_lora_rank;
-    (void) il; (void) n_ubatch; (void) n_threads;
+    (void) il; (void) n_ubatch;
     tk_scratch_need(&need->narrow, (size_t) hp->mla.q_lora_rank);
     tk_scratch_need(&need->q, h * mx(dn + dr, dv));
     tk_scratch_need(&need->kv, rkv + dr);
@@ -55,6 +56,8 @@ static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->conv, mx(dn, rkv));
     tk_scratch_need(&need->step, mx(rkv, dv));
     if (hp->attn.head_gate) tk_scratch_need(&need->gate, h);
+    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes((int32_t) h, 1, (int32_t) (rkv + dr), (int32_t) rkv, n_threads));
+    tk_scratch_need(&need->attn_part, tk_attn_part_floats((int32_t) h, 1, (int32_t) rkv));
 }
 
 static int32_t mla_idx_dim(const tk_model * m, int il) { return tk_dsa_idx_dim(m, il); }
@@ -192,8 +195,14 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
             memcpy(qt + rkv, ctx->q + ((int64_t) t * h + hh) * qs + dn, (size_t) dr * sizeof(float));
         }
     }
-    mla_job mj = {ctx, ub, kv, (float) (1.0 / sqrt((double) qs)), sel};
-    tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);
+    const float scale = (float) (1.0 / sqrt((double) qs));
+    /* kernels/attn.h: one KV head whose keys are the latent rows and values their first rkv floats */
+    const tk_attn_args a = {ctx->proj, (int64_t) h * w, w, ctx->y, (int64_t) h * rkv, rkv, kv.k, kv.k, w, 0, w, 0,
+                            w, rkv, h, 1, scale, &kv, ub, sel};
+    if (tk_attn_reference() || !tk_attn_run(ctx, &a)) {   /* the reference */
+        mla_job mj = {ctx, ub, kv, scale, sel};
+        tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);
+    }
     /* o_h = v_b_h (a_h . C) into att [U, h dv] */
     for (int32_t hh = 0; hh < h; hh++) {
         for (int32_t t = 0; t < U; t++)

@@ -20,6 +20,7 @@
  * The block skeleton (forward.c) then adds out to x: t enters the Mamba input only.
  * The shared block is mixer_zamba2.c's (tk_zamba_shared_block) without LoRA adapters.
  */
+#include "kernels/attn.h"
 #include "layers/layer.h"
 
 static int32_t z1_kv_dim(const tk_model * m, int il) { return m->hp.n_head_kv[il] * m->hp.attn.head_dim; }
@@ -36,6 +37,9 @@ static void z1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     tk_scratch_need(&need->y, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->q, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->kv, (size_t) z1_kv_dim(m, il));
+    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes(hp->attn.n_head, z1_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim,
+                                                           hp->attn.head_dim, n_threads));   /* the blocked attention's */
+    tk_scratch_need(&need->attn_part, tk_attn_part_floats(hp->attn.n_head, z1_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim));
 }
 
 static tk_status z1_check(const tk_hparams * hp, int il) {

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/attn.h"
 #include "layers/layer.h"
 
 /* the shared block this hybrid layer runs: its rank among the hybrid layers (of either Zamba
@@ -52,6 +53,9 @@ static void z2_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     tk_scratch_need(&need->y, (size_t) l->n_ff);
     tk_scratch_need(&need->q, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->kv, (size_t) z2_kv_dim(m, il));
+    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes(hp->attn.n_head, z2_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim,
+                                                           hp->attn.head_dim, n_threads));   /* the blocked attention's */
+    tk_scratch_need(&need->attn_part, tk_attn_part_floats(hp->attn.n_head, z2_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim));
 }
 
 static tk_status z2_check(const tk_hparams * hp, int il) {

@@ -1,0 +1,347 @@
+/* attn.c: the blocked attention's driver (tiles, split-K, the folds in order, the output
+ * rows) and its plain instance (attn_body.h on 4 lanes of GCC's vector extension); the
+ * contract and the blocked form are attn.h's.  The AVX2 and AVX-512 instances are
+ * x86/attn_avx2.c and x86/attn_avx512.c, chosen by tk_cpu_level().
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attn.h"
+#include "tk_cpu.h"
+
+#define ATTN_VL 4              /* 16-byte vectors: SSE2 / NEON without a target */
+#define ATTN_NB 4
+#define ATTN_NAME(x) x##_plain
+#include "kernels/attn_body.h"
+
+/* ---- which kernel: tk_attn_set_reference (tests, bench/attn_depth.py); the library reads no
+ * environment ---- */
+
+static int attn_ref = 0;   /* 1: the reference kernels */
+
+int tk_attn_reference(void) { return __atomic_load_n(&attn_ref, __ATOMIC_RELAXED); }
+
+void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0, __ATOMIC_RELAXED); }
+
+/* ---- sizes ---- */
+
+/* tokens per tile: TK_ATTN_ROWS rows, or one token when a group alone has more heads */
+static int32_t attn_tile_tokens(int32_t grp) { return grp >= TK_ATTN_ROWS ? 1 : TK_ATTN_ROWS / grp; }
+
+static int32_t attn_rows_max(int32_t grp) { return (attn_tile_tokens(grp) * grp + 3) / 4 * 4; }
+
+/* floats of one thread's workspace: S [Rp, CH], cell [CH] (int32), vis + any (bytes,
+ * [T + 1, CH]), the chunk's, the super-chunk's and the total's (m, l, O) [Rp] [Rp] [Rp, dv] */
+static size_t attn_ws_floats(int32_t grp, int32_t dv) {
+    const size_t Rp = (size_t) attn_rows_max(grp), CH = TK_ATTN_CHUNK;
+    const size_t vis = ((size_t) (attn_tile_tokens(grp) + 1) * CH + 3) / 4;
+    return Rp * CH + CH + vis + 3 * Rp * ((size_t) dv + 2);
+}
+
+size_t tk_attn_work_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_threads) {
+    (void) dk;
+    if (H <= 0 || Hkv <= 0) return 0;
+    return (size_t) (n_threads > 0 ? n_threads : 1) * attn_ws_floats(H / Hkv, dv) * sizeof(float);
+}
+
+size_t tk_attn_part_floats(int32_t H, int32_t Hkv, int32_t dv) {
+    if (H <= 0 || Hkv <= 0) return 0;
+    return (size_t) attn_rows_max(H / Hkv) * ((size_t) dv + 2);
+}
+
+/* the cell list (n_ctx), and the partials of split-K's largest case: fewer than 2 n_threads
+ * (tile, group) items, each over the super-chunks of n_ctx positions */
+size_t tk_attn_buffer_floats(size_t part, int32_t n_ctx, int n_threads) {
+    const size_t n_super = (size_t) n_ctx / (TK_ATTN_SUPER * TK_ATTN_CHUNK) + 2;
+    return (size_t) n_ctx + n_super * (size_t) (2 * (n_threads > 0 ? n_threads : 1)) * part;
+}
+
+/* ---- the driver ---- */
+
+typedef struct {
+    const tk_attn_args * a;
+    tk_attn_chunk_fn chunk;
+    tk_attn_fold_fn fold;
+    float * work;              /* [n_threads, ws] */
+    size_t ws;
+    int32_t grp, T;
+    int32_t row, n_tiles;      /* the ubatch row (sequence) and its tiles */
+    const int32_t * list;      /* [n_list] the row's sequence's cells in position order */
+    int32_t n_list;
+    int32_t sid0, n_sid;       /* split-K: super-chunk ids sid0 .. sid0 + n_sid - 1 */
+    float * part;              /* split-K: [n_tiles Hkv n_sid, part_n] the super-chunk partials, or NULL */
+    size_t part_n;
+} attn_run_job;
+
+typedef struct {
+    float * S, * mc, * lc, * Oc, * ms, * ls, * Os, * mt, * lt, * Ot;
+    int32_t * cell;
+    uint8_t * vis, * any;
+} attn_ws;
+
+static attn_ws attn_ws_at(const attn_run_job * j, int thread) {
+    const size_t Rp = (size_t) attn_rows_max(j->grp), CH = TK_ATTN_CHUNK, dv = (size_t) j->a->dv;
+    float * w = j->work + (size_t) thread * j->ws;
+    attn_ws s;
+    s.S = w;
+    w += Rp * CH;
+    s.cell = (int32_t *) w;
+    w += CH;
+    s.vis = (uint8_t *) w;
+    s.any = s.vis + (size_t) j->T * CH;
+    w += ((size_t) (attn_tile_tokens(j->grp) + 1) * CH + 3) / 4;
+    float ** tri[3][3] = {{&s.mc, &s.lc, &s.Oc}, {&s.ms, &s.ls, &s.Os}, {&s.mt, &s.lt, &s.Ot}};
+    for (int k = 0; k < 3; k++) {
+        *tri[k][0] = w;
+        *tri[k][1] = w + Rp;
+        *tri[k][2] = w + 2 * Rp;
+        w += Rp * (dv + 2);
+    }
+    return s;
+}
+
+/* the row's tile `tile` for KV group g */
+static tk_attn_tile attn_tile_at(const attn_run_job * j, int64_t tile, int32_t g) {
+    const int32_t nst = j->a->ub->n_seq_tokens, i0 = (int32_t) tile * j->T;
+    tk_attn_tile tl;
+    tl.t0 = j->row * nst + i0;
+    tl.grp = j->grp;
+    tl.g = g;
+    tl.R = (nst - i0 < j->T ? nst - i0 : j->T) * j->grp;
+    tl.Rp = (tl.R + 3) / 4 * 4;
+    return tl;
+}
+
+#define ATTN_SPAN (TK_ATTN_SUPER * TK_ATTN_CHUNK)   /* positions per super-chunk */
+
+/* the first index of the list whose position is >= p */
+static int32_t attn_lower(const attn_run_job * j, int64_t p) {
+    const int32_t * pos = j->a->kv->pos;
+    int32_t lo = 0, hi = j->n_list;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (pos[j->list[mid]] < p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* the chunk of list entries [i0, i1) (one chunk's positions, from k CH): cell per slot, the
+ * tile's vis / any; returns whether any token sees a slot */
+static int attn_fill_chunk(const attn_run_job * j, const tk_attn_tile * tl, int32_t i0, int32_t i1, int64_t k,
+                           const attn_ws * w) {
+    const tk_attn_args * a = j->a;
+    const tk_kv_view * kv = a->kv;
+    const int32_t nt = tl->R / tl->grp;
+    memset(w->any, 0, TK_ATTN_CHUNK);
+    for (int32_t i = i0; i < i1; i++) w->cell[kv->pos[j->list[i]] - k * TK_ATTN_CHUNK] = j->list[i];
+    int seen = 0;
+    for (int32_t jt = 0; jt < nt; jt++) {
+        const int32_t t = tl->t0 + jt, pt = a->ub->pos[t];
+        const uint8_t * sel = a->sel ? a->sel + (size_t) t * (size_t) kv->n_cells : NULL;
+        uint8_t * v = w->vis + (size_t) jt * TK_ATTN_CHUNK;
+        memset(v, 0, TK_ATTN_CHUNK);
+        for (int32_t i = i0; i < i1; i++) {
+            const int32_t c = j->list[i], pc = kv->pos[c];
+            const uint8_t see = pc <= pt && (!kv->window || pc > pt - kv->window) && (!sel || sel[c]);
+            v[pc - k * TK_ATTN_CHUNK] = see;
+            w->any[pc - k * TK_ATTN_CHUNK] |= see;
+            seen |= see;
+        }
+    }
+    return seen;
+}
+
+/* the tile's super-chunk over list entries [i0, i1): (ms, ls, Os) of rows [0, R), folded from
+ * its chunks in position order */
+static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t i0, int32_t i1, const attn_ws * w,
+                       float * ms, float * ls, float * Os) {
+    const tk_attn_args * a = j->a;
+    const int32_t dv = a->dv, * pos = a->kv->pos;
+    for (int32_t r = 0; r < tl->R; r++) {
+        ms[r] = -INFINITY;
+        ls[r] = 0.0f;
+    }
+    for (int32_t i = i0; i < i1;) {
+        const int64_t k = pos[j->list[i]] / TK_ATTN_CHUNK;
+        int32_t e = i;
+        while (e < i1 && pos[j->list[e]] / TK_ATTN_CHUNK == k) e++;
+        const int seen = attn_fill_chunk(j, tl, i, e, k, w);
+        i = e;
+        if (!seen) continue;
+        j->chunk(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+        for (int32_t r = 0; r < tl->R; r++)
+            j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
+    }
+}
+
+/* the tile's output rows: O / l (0 where the row saw no cell) */
+static void attn_write(const tk_attn_args * a, const tk_attn_tile * tl, const float * l, const float * O) {
+    for (int32_t r = 0; r < tl->R; r++) {
+        float * o = a->o + (int64_t) (tl->t0 + r / tl->grp) * a->o_ts + (int64_t) (tl->g * tl->grp + r % tl->grp) * a->o_hs;
+        const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+        for (int32_t i = 0; i < a->dv; i++) o[i] = O[(size_t) r * a->dv + i] * inv;
+    }
+}
+
+static void attn_total_init(const tk_attn_tile * tl, const attn_ws * w) {
+    for (int32_t r = 0; r < tl->R; r++) {
+        w->mt[r] = -INFINITY;
+        w->lt[r] = 0.0f;
+    }
+}
+
+/* item p = (tile, group): every super-chunk in order, folded into the total, written */
+static void attn_items(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_run_job * j = arg;
+    const attn_ws w = attn_ws_at(j, thread);
+    const int32_t dv = j->a->dv, * pos = j->a->kv->pos;
+    for (int64_t p = p0; p < p1; p++) {
+        const tk_attn_tile tl = attn_tile_at(j, p / j->a->Hkv, (int32_t) (p % j->a->Hkv));
+        attn_total_init(&tl, &w);
+        for (int32_t i = 0; i < j->n_list;) {
+            const int32_t e = attn_lower(j, (int64_t) (pos[j->list[i]] / ATTN_SPAN + 1) * ATTN_SPAN);
+            attn_super(j, &tl, i, e, &w, w.ms, w.ls, w.Os);
+            for (int32_t r = 0; r < tl.R; r++)
+                j->fold(dv, &w.mt[r], &w.lt[r], w.Ot + (size_t) r * dv, w.ms[r], w.ls[r], w.Os + (size_t) r * dv);
+            i = e;
+        }
+        attn_write(j->a, &tl, w.lt, w.Ot);
+    }
+}
+
+/* split-K: the partial of item p = (tile, group) n_sid + s at part + p part_n: m [Rp], l [Rp], O [Rp, dv] */
+static void attn_split_items(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_run_job * j = arg;
+    const attn_ws w = attn_ws_at(j, thread);
+    const size_t Rp = (size_t) attn_rows_max(j->grp);
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t tg = p / j->n_sid, sid = j->sid0 + p % j->n_sid;
+        const tk_attn_tile tl = attn_tile_at(j, tg / j->a->Hkv, (int32_t) (tg % j->a->Hkv));
+        float * pt = j->part + (size_t) p * j->part_n;
+        attn_super(j, &tl, attn_lower(j, sid * ATTN_SPAN), attn_lower(j, (sid + 1) * ATTN_SPAN), &w, pt, pt + Rp, pt + 2 * Rp);
+    }
+}
+
+/* split-K: the partials of item (tile, group) folded in super-chunk order, written */
+static void attn_split_fold(void * arg, int64_t p0, int64_t p1, int thread) {
+    const attn_run_job * j = arg;
+    const attn_ws w = attn_ws_at(j, thread);
+    const size_t Rp = (size_t) attn_rows_max(j->grp), dv = (size_t) j->a->dv;
+    for (int64_t p = p0; p < p1; p++) {
+        const tk_attn_tile tl = attn_tile_at(j, p / j->a->Hkv, (int32_t) (p % j->a->Hkv));
+        attn_total_init(&tl, &w);
+        for (int32_t s = 0; s < j->n_sid; s++) {
+            const float * pt = j->part + (size_t) (p * j->n_sid + s) * j->part_n;
+            for (int32_t r = 0; r < tl.R; r++)
+                j->fold((int32_t) dv, &w.mt[r], &w.lt[r], w.Ot + (size_t) r * dv, pt[r], pt[Rp + r], pt + 2 * Rp + (size_t) r * dv);
+        }
+        attn_write(j->a, &tl, w.lt, w.Ot);
+    }
+}
+
+/* cells[0 .. n) sorted by pos[cell] (heapsort: in place, n log n whatever the order the cells
+ * were claimed in; tk_kv_seq_cells' insertion sort is quadratic on a displaced block) */
+static void attn_sift(int32_t * c, const int32_t * pos, int32_t i, int32_t n) {
+    for (;;) {
+        int32_t k = 2 * i + 1;
+        if (k >= n) return;
+        if (k + 1 < n && pos[c[k + 1]] > pos[c[k]]) k++;
+        if (pos[c[k]] <= pos[c[i]]) return;
+        const int32_t t = c[i];
+        c[i] = c[k];
+        c[k] = t;
+        i = k;
+    }
+}
+
+static void attn_sort_cells(int32_t * c, const int32_t * pos, int32_t n) {
+    int32_t i = 1;
+    while (i < n && pos[c[i - 1]] <= pos[c[i]]) i++;
+    if (i >= n) return;        /* already in order: the usual case */
+    for (i = n / 2 - 1; i >= 0; i--) attn_sift(c, pos, i, n);
+    for (i = n - 1; i > 0; i--) {
+        const int32_t t = c[0];
+        c[0] = c[i];
+        c[i] = t;
+        attn_sift(c, pos, 0, i);
+    }
+}
+
+/* ubatch row s: its sequence's cells in position order into the list; 0 when two share a position */
+static int attn_row_list(tk_context * ctx, const tk_attn_args * a, int32_t s, attn_run_job * j) {
+    const tk_ubatch * ub = a->ub;
+    const int32_t nst = ub->n_seq_tokens;
+    int32_t pmax = -1;
+    for (int32_t i = 0; i < nst; i++) pmax = ub->pos[s * nst + i] > pmax ? ub->pos[s * nst + i] : pmax;
+    int32_t * list = (int32_t *) ctx->attn;
+    const tk_kv_view * kv = a->kv;
+    const uint64_t bit = UINT64_C(1) << ub->seq[s];
+    j->n_list = 0;
+    for (int32_t c = 0; c < kv->n_cells; c++)
+        if ((kv->seqs[c] & bit) && kv->pos[c] >= 0 && kv->pos[c] <= pmax) list[j->n_list++] = c;
+    attn_sort_cells(list, kv->pos, j->n_list);
+    for (int32_t i = 1; i < j->n_list; i++)
+        if (a->kv->pos[list[i]] == a->kv->pos[list[i - 1]]) return 0;
+    j->list = list;
+    j->row = s;
+    j->n_tiles = (nst + j->T - 1) / j->T;
+    return 1;
+}
+
+int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
+    attn_run_job j;
+    memset(&j, 0, sizeof j);
+    j.a = a;
+    j.chunk = tk_attn_chunk_plain;
+    j.fold = tk_attn_fold_plain;
+#ifdef TK_HAVE_X86
+    const int level = tk_cpu_level();
+    if (level >= TK_CPU_AVX512) {
+        j.chunk = tk_attn_chunk_avx512;
+        j.fold = tk_attn_fold_avx512;
+    } else if (level >= TK_CPU_AVX2) {
+        j.chunk = tk_attn_chunk_avx2;
+        j.fold = tk_attn_fold_avx2;
+    }
+#endif
+    const int n_threads = tk_pool_size(ctx->pool);
+    j.grp = a->H / a->Hkv;
+    j.work = (float *) ctx->work;
+    j.ws = attn_ws_floats(j.grp, a->dv);
+    j.part_n = tk_attn_part_floats(a->H, a->Hkv, a->dv);
+    if (ctx->work_bytes < tk_attn_work_bytes(a->H, a->Hkv, a->dk, a->dv, n_threads) || ctx->attn_n < (size_t) a->kv->n_cells)
+        return 0;
+    j.T = attn_tile_tokens(j.grp);
+    if (j.T > a->ub->n_seq_tokens) j.T = a->ub->n_seq_tokens;
+    for (int32_t s = 0; s < a->ub->n_seqs; s++)   /* every list checked before any output is written */
+        if (!attn_row_list(ctx, a, s, &j)) return 0;
+    for (int32_t s = 0; s < a->ub->n_seqs; s++) {
+        attn_row_list(ctx, a, s, &j);
+        if (!j.n_list) {       /* nothing to see: zeros */
+            for (int32_t g = 0; g < a->Hkv; g++)
+                for (int64_t tile = 0; tile < j.n_tiles; tile++) {
+                    const attn_ws w = attn_ws_at(&j, 0);
+                    const tk_attn_tile tl = attn_tile_at(&j, tile, g);
+                    attn_total_init(&tl, &w);
+                    attn_write(a, &tl, w.lt, w.Ot);
+                }
+            continue;
+        }
+        const int64_t items = (int64_t) j.n_tiles * a->Hkv;
+        j.sid0 = a->kv->pos[j.list[0]] / ATTN_SPAN;
+        j.n_sid = a->kv->pos[j.list[j.n_list - 1]] / ATTN_SPAN - j.sid0 + 1;
+        /* split-K when the (tile, group) items leave threads idle and the partials fit; the
+         * folds are the same either way (attn.h), so the choice changes no bit */
+        const size_t room = ctx->attn_n - (size_t) j.n_list;
+        if (n_threads > 1 && j.n_sid > 1 && items < 2 * n_threads && (size_t) items * (size_t) j.n_sid * j.part_n <= room) {
+            j.part = ctx->attn + j.n_list;
+            tk_pool_run(ctx->pool, items * j.n_sid, attn_split_items, &j);
+            tk_pool_run(ctx->pool, items, attn_split_fold, &j);
+        } else {
+            tk_pool_run(ctx->pool, items, attn_items, &j);
+        }
+    }
+    return 1;
+}

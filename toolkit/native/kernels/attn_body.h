@@ -1,0 +1,189 @@
+/* attn_body.h: one level's instance of the blocked attention's chunk and fold (contract:
+ * attn.h).  Included by attn.c (plain: 4 lanes of GCC's vector extension, no target),
+ * attn_avx2.c (8 lanes under avx2 + fma) and attn_avx512.c (16 lanes under AVX-512), each
+ * after defining ATTN_VL (float lanes), ATTN_NB (value vectors per register block) and
+ * ATTN_NAME(x) (x's name in that instance).
+ *
+ * Per row r and cell c of the chunk (slot i = pos[c] - the chunk's first position: the same
+ * slot of S whatever the tile and wherever the cell lies in the cache):
+ *   s = scale (hsum(sum_d q_r[d-vector] * k_c[d-vector]) + the scalar tail), hsum one fixed
+ *   tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) after folding 16 lanes to 8 (l_i + l_{i+8});
+ *   -INFINITY where r's token does not see c;  m = max s;  p = exp(s - m) (0 where s is
+ *   -INFINITY);  l = hsum of the p vectors summed in slot order;  O = sum_c p v_c, one
+ *   multiply-add chain per output float in slot (position) order.
+ * Rows are computed in fours and value vectors in blocks of ATTN_NB; each row's and float's
+ * chain is the same whichever block it falls in, so a row's results do not depend on its tile.
+ */
+#include <math.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(ATTN_VL * 4)));
+typedef int32_t vi __attribute__((vector_size(ATTN_VL * 4)));
+typedef float vfu __attribute__((vector_size(ATTN_VL * 4), aligned(4)));   /* unaligned loads / stores */
+#if ATTN_VL > 4
+typedef float v8 __attribute__((vector_size(32)));
+#endif
+typedef float v4 __attribute__((vector_size(16)));
+
+#define ATTN_INL static inline __attribute__((always_inline))
+
+ATTN_INL vf v_load(const float * p) { return *(const vfu *) p; }
+ATTN_INL void v_store(float * p, vf x) { *(vfu *) p = x; }
+ATTN_INL vf v_set1(float x) { return (vf) {0} + x; }
+ATTN_INL vf v_sel(vi m, vf a, vf b) { return (vf) ((m & (vi) a) | (~m & (vi) b)); }
+
+ATTN_INL float v_hsum(vf v) {
+#if ATTN_VL == 4
+    const v4 x = v;
+#else
+#if ATTN_VL == 16
+    const v8 h = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+#else
+    const v8 h = v;
+#endif
+    const v4 x = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#endif
+    return (x[0] + x[2]) + (x[1] + x[3]);
+}
+
+ATTN_INL float v_hmax(vf v) {
+    float mx = v[0];
+    for (int i = 1; i < ATTN_VL; i++) mx = v[i] > mx ? v[i] : mx;
+    return mx;
+}
+
+/* e^x for x <= 0 (clamped at -87.3): exp_avx2.h's Cephes form (n = round(x log2 e) by the
+ * 1.5 2^23 shift, r = x - n ln2 in two parts, the degree-6 Taylor polynomial, 2^n in two
+ * factors) */
+ATTN_INL vf v_exp(vf x) {
+    const vf lo = v_set1(-87.3f);
+    x = v_sel(x < lo, lo, x);
+    const vf t = x * 1.44269504088896341f + 12582912.0f;
+    const vf n = t - 12582912.0f;
+    vf r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    vf p = v_set1(1.0f / 720.0f);
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const vi ni = (vi) t - 0x4B400000;
+    const vi h = ni >> 1;
+    const vf s1 = (vf) ((h + 127) << 23), s2 = (vf) ((ni - h + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* S[r][i] for the 4 rows r0.. and cell c (key kc): q . k scaled, or -INFINITY where unseen */
+ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const float * kc, const uint8_t * const see[4],
+                         int32_t i, float * S, int32_t r0) {
+    const int32_t dk = a->dk, nv = dk / ATTN_VL;
+    vf acc[4] = {{0}, {0}, {0}, {0}};
+    for (int32_t d = 0; d < nv; d++) {
+        const vf kv = v_load(kc + d * ATTN_VL);
+        for (int u = 0; u < 4; u++) acc[u] += v_load(q[u] + d * ATTN_VL) * kv;
+    }
+    for (int u = 0; u < 4; u++) {
+        float s = v_hsum(acc[u]);
+        for (int32_t d = nv * ATTN_VL; d < dk; d++) s += q[u][d] * kc[d];
+        S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i] = see[u][i] ? s * a->scale : -INFINITY;
+    }
+}
+
+/* row r's probabilities in place of its scores; returns m, *l the sum */
+ATTN_INL float attn_softmax_row(float * S, float * l) {
+    vf mv = v_set1(-INFINITY);
+    for (int32_t i = 0; i < TK_ATTN_CHUNK; i += ATTN_VL) {
+        const vf s = v_load(S + i);
+        mv = v_sel(s > mv, s, mv);
+    }
+    const float m = v_hmax(mv);
+    if (m == -INFINITY) {      /* the row sees none of the chunk */
+        memset(S, 0, TK_ATTN_CHUNK * sizeof(float));
+        *l = 0.0f;
+        return m;
+    }
+    vf sum = {0};
+    for (int32_t i = 0; i < TK_ATTN_CHUNK; i += ATTN_VL) {
+        const vf s = v_load(S + i);
+        const vf p = v_sel(s == v_set1(-INFINITY), v_set1(0.0f), v_exp(s - m));
+        v_store(S + i, p);
+        sum += p;
+    }
+    *l = v_hsum(sum);
+    return m;
+}
+
+/* O[r][j..] for 4 rows, value floats [j, j + NBV ATTN_VL): one chain per float over the seen cells */
+ATTN_INL void attn_pv4(const tk_attn_args * a, const float * vb, const int32_t * cell, const int32_t * cl, int32_t ncl,
+                       const float * S, int32_t r0, float * O, int32_t j, const int NBV) {
+    vf acc[4][4];
+    for (int u = 0; u < 4; u++)
+        for (int b = 0; b < NBV; b++) acc[u][b] = (vf) {0};
+    for (int32_t x = 0; x < ncl; x++) {
+        const int32_t i = cl[x];
+        const float * vc = vb + (int64_t) cell[i] * a->v_cs + j;
+        vf vv[4];
+        for (int b = 0; b < NBV; b++) vv[b] = v_load(vc + b * ATTN_VL);
+        for (int u = 0; u < 4; u++) {
+            const vf p = v_set1(S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i]);
+            for (int b = 0; b < NBV; b++) acc[u][b] += p * vv[b];
+        }
+    }
+    for (int u = 0; u < 4; u++)
+        for (int b = 0; b < NBV; b++) v_store(O + (size_t) (r0 + u) * a->dv + j + b * ATTN_VL, acc[u][b]);
+}
+
+void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                              const uint8_t * any, float * m, float * l, float * O, float * ws) {
+    const int32_t Rp = tl->Rp, dv = a->dv;
+    float * S = ws;                          /* [Rp, TK_ATTN_CHUNK] */
+    int32_t cl[TK_ATTN_CHUNK], ncl = 0;      /* the chunk's slots some row sees, in order */
+    for (int32_t i = 0; i < TK_ATTN_CHUNK; i++)
+        if (any[i]) cl[ncl++] = i;
+    for (int32_t r = 0; r < Rp; r++)
+        for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) S[(size_t) r * TK_ATTN_CHUNK + i] = -INFINITY;
+    const float * kb = a->k + (int64_t) tl->g * a->k_gs;
+    for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
+        const float * q[4];
+        const uint8_t * see[4];
+        for (int u = 0; u < 4; u++) {
+            q[u] = tk_attn_qrow(a, tl, r0 + u);
+            see[u] = vis + (size_t) (tk_attn_row(tl, r0 + u) / tl->grp) * TK_ATTN_CHUNK;
+        }
+        for (int32_t x = 0; x < ncl; x++) attn_dots4(a, q, kb + (int64_t) cell[cl[x]] * a->k_cs, see, cl[x], S, r0);
+    }
+    for (int32_t r = 0; r < Rp; r++) m[r] = attn_softmax_row(S + (size_t) r * TK_ATTN_CHUNK, &l[r]);
+    const float * vb = a->v + (int64_t) tl->g * a->v_gs;
+    const int32_t nv = dv / ATTN_VL;
+    for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
+        int32_t j = 0;
+        for (; j + ATTN_NB * ATTN_VL <= nv * ATTN_VL; j += ATTN_NB * ATTN_VL) attn_pv4(a, vb, cell, cl, ncl, S, r0, O, j, ATTN_NB);
+        for (; j < nv * ATTN_VL; j += ATTN_VL) attn_pv4(a, vb, cell, cl, ncl, S, r0, O, j, 1);
+        for (; j < dv; j++)                  /* the scalar tail of dv */
+            for (int u = 0; u < 4; u++) {
+                float acc = 0.0f;
+                for (int32_t x = 0; x < ncl; x++)
+                    acc += S[(size_t) (r0 + u) * TK_ATTN_CHUNK + cl[x]] * vb[(int64_t) cell[cl[x]] * a->v_cs + j];
+                O[(size_t) (r0 + u) * dv + j] = acc;
+            }
+    }
+}
+
+void ATTN_NAME(tk_attn_fold)(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2) {
+    if (m2 == -INFINITY) return;
+    if (*m == -INFINITY) {
+        *m = m2;
+        *l = l2;
+        memcpy(O, O2, (size_t) dv * sizeof(float));
+        return;
+    }
+    const float M = *m > m2 ? *m : m2, fa = expf(*m - M), fb = expf(m2 - M);
+    int32_t j = 0;
+    for (; j + ATTN_VL <= dv; j += ATTN_VL) v_store(O + j, v_load(O + j) * fa + v_load(O2 + j) * fb);
+    for (; j < dv; j++) O[j] = O[j] * fa + O2[j] * fb;
+    *l = *l * fa + l2 * fb;
+    *m = M;
+}
