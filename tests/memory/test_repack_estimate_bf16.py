@@ -37,11 +37,24 @@ CASES = [(n, "bf16") for n in ("recurrentgemma-tiny", "recurrentgemma-odd-tiny",
 # against the 25 the file has).
 CASES += [("zamba-tiny", "q8_0"), ("zamba2-tiny", "q8_0")]
 # The estimate is the load's own rule (toolkit.h tk_model_repack_plan), not a restatement over
-# the file's tensor names: the file's MTP block (qwen35-mtp) and layers the runtime does not
-# bind (qwen35moe-vl's) are not re-laid.  The name rule of runtime/memory.py counted them:
-# qwen35-mtp-tiny Q8_0 estimate 40 tensors / 311040 bytes against 32 / 241920 re-laid,
-# qwen35moe-vl-tiny 49 / 269568 against 39 / 216576.
-CASES += [("qwen35-mtp-tiny", "q8_0"), ("qwen35moe-vl-tiny", "q8_0"), ("qwen35-mtp-tiny", "bf16")]
+# the file's tensor names: the file's MTP block (qwen35-mtp, qwen3next-mtp: not loaded without
+# --mtp) and layers the runtime does not bind (qwen35moe-vl's) are not re-laid.  The name rule of
+# runtime/memory.py counted them: qwen35-mtp-tiny Q8_0 estimate 40 tensors / 311040 bytes against
+# 32 / 241920 re-laid, qwen35moe-vl-tiny 49 / 269568 against 39 / 216576.  With --mtp the block's
+# model re-lays its own (MTP_CHECK).
+CASES += [("qwen35-mtp-tiny", "q8_0"), ("qwen3next-mtp-tiny", "q8_0"), ("qwen35moe-vl-tiny", "q8_0"),
+          ("qwen35-mtp-tiny", "bf16")]
+MTP_CHECK = """
+import sys, json
+from toolkit.runtime import Model, RuntimeOptions
+from toolkit.runtime.memory import repack_estimate
+from toolkit.runtime.mtp import MtpModel
+o = RuntimeOptions.from_env()
+m = Model(sys.argv[1], options=o)
+mm = MtpModel(m)
+e = repack_estimate(mm, mode=o.repack)
+print(json.dumps({"info": [mm.repack_info["n_tensors"], mm.repack_info["bytes"]], "estimate": [e["n_tensors"], e["bytes"]]}))
+"""
 
 
 @pytest.mark.parametrize("name,outtype", CASES)
@@ -57,3 +70,9 @@ def test_repack_estimate_matches_load(name, outtype, tmp_path):
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["info"][0] > 0
     assert d["estimate"] == d["info"], d
+    if "mtp" in name:          # --mtp: the block's model
+        r = subprocess.run([sys.executable, "-c", MTP_CHECK, str(out)], capture_output=True, text=True,
+                           env=dict(os.environ, TOOLKIT_CPU="avx2", TOOLKIT_REPACK="1"))
+        assert r.returncode == 0, r.stderr[-2000:]
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        assert d["info"][0] > 0 and d["estimate"] == d["info"], d

@@ -131,7 +131,7 @@ def test_cli_draft_model_flags(monkeypatch, capsys, hf_f32):
     assert "listening" not in err and len(err.strip().splitlines()) == 2, err   # "loading ...", the error
     for args, msg in ((["-md", str(DEMO), "--lookup"], "choose one draft source"),
                       (["-md", "/nonexistent.gguf"], "--draft-model /nonexistent.gguf: no such file"),
-                      (["--draft-max", "4"], "--draft-max needs a draft source: --lookup or --draft-model FILE")):
+                      (["--draft-max", "4"], "--draft-max needs a draft source: --lookup, --mtp or --draft-model FILE")):
         rc, _, err = cli(monkeypatch, capsys, "serve", "--port", "0", *args)
         assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (args, err)
 

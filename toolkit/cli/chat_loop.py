@@ -105,9 +105,9 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
                                 if p is not None and os.path.isfile(p))
             drafter, dm = None, None
             try:
-                if opts.draft_model is not None or opts.lookup:   # speculative decoding
-                    from toolkit.runtime.run import make_drafter
-                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed, _note if verbose else None)
+                from toolkit.runtime.run import make_drafter, speculative
+                if speculative(opts):
+                    drafter, dm = make_drafter(opts, tok, chat.sampler.seed, _note if verbose else None, model=m, ctx=ctx)
                     chat.set_speculative(drafter, opts.draft_max, opts.draft_min)
                 if verbose:   # what this context allocated (its draft window included), as run -v prints
                     from toolkit.runtime.run import report_memory

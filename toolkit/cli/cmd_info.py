@@ -65,12 +65,22 @@ def describe(path: str) -> dict[str, Any]:
         "layers": [{"index": i, "mixer": kd.name.lower(), "ffn": fk.name.lower()}
                    for i, (kd, fk) in enumerate(zip(hp.layer_kinds, hp.ffn_kinds))] if hp else [],
         "ple": _ple(f),
+        "mtp": _mtp(f, hp),
         "metadata": meta,
         "tokenizer": tok,
         "tensors": tensors,
         "n_tensors": len(tensors),
         "n_bytes": sum(t["bytes"] for t in tensors),
     }
+
+
+def _mtp(f, hp) -> str:
+    """Whether the file has an MTP / NextN head (toolkit.runtime.mtp.describe): "none", or its
+    blocks and whether --mtp runs them."""
+    from toolkit.runtime.mtp import describe as describe_mtp
+    if hp is None:
+        return "none" if not any(".nextn." in t.name for t in f) else "present (the architecture is not run here)"
+    return describe_mtp(f, hp)
 
 
 def _hparams(hp) -> dict[str, Any]:
@@ -144,16 +154,19 @@ def info(
     batch: Optional[int] = typer.Option(None, "-b", "--batch-size", help="With --memory: logical batch (llama.cpp's n_batch); the micro-batch is at most this \\[default: 2048]."),
     ubatch: Optional[int] = typer.Option(None, "-ub", "--ubatch-size", "--ubatch", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run / serve --draft-max): K recurrent states per sequence \\[default: 0, none]."),
+    mtp: bool = typer.Option(False, "--mtp", help="With --memory: also what --mtp loads and allocates (the MTP head's weights, its KV cache and buffers)."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
     given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
-                            ("--batch-size", batch), ("--ubatch-size", ubatch), ("--draft-max", draft_max)) if v is not None]
+                            ("--batch-size", batch), ("--ubatch-size", ubatch), ("--draft-max", draft_max),
+                            ("--mtp", mtp or None)) if v is not None]
     if memory:
         from toolkit.cli.limits import DEFAULT_BATCH, DEFAULT_UBATCH, micro_batch
         ub = micro_batch(DEFAULT_BATCH if batch is None else batch, DEFAULT_UBATCH if ubatch is None else ubatch)
         _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
-                4 if checkpoints is None else checkpoints, ub, draft_max or 0)
+                4 if checkpoints is None else checkpoints, ub,
+                draft_max if draft_max is not None else (3 if mtp else 0), mtp)
         return
     if given:
         from toolkit.errors import InputError
@@ -171,6 +184,7 @@ def info(
                             f"file type {ft}"), highlight=False)
     if d["cannot_run"]:
         out.print(f"cannot run: {d['cannot_run']}", highlight=False)
+    out.print(f"MTP head: {d['mtp']}", highlight=False)
     if d["hparams"]:
         hp = Table(title="hparams", show_header=False)
         for key, v in d["hparams"].items():
@@ -219,7 +233,8 @@ def info(
         out.print(tt)
 
 
-def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0) -> None:
+def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0,
+            mtp: bool = False) -> None:
     """`info --memory`: the bytes by kind a context would allocate (toolkit.runtime.memory_estimate,
     the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
@@ -242,14 +257,24 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
         from toolkit.cli.runtime_opts import runtime_options
         mode = runtime_options(None).repack
         rp = dict(repack_estimate(m, mode=mode), mode=mode)
+        rm = None
+        if mtp:                        # the MTP head as --mtp loads it: a model and a context of its own
+            from toolkit.runtime.mtp import MtpModel
+            with MtpModel(m) as mm:
+                rm = memory_estimate(mm, n_ctx, n_seq, n_ubatch)
+                rp_m = repack_estimate(mm, mode=mode)
+            rp = {**rp, "n_tensors": rp["n_tensors"] + rp_m["n_tensors"], "bytes": rp["bytes"] + rp_m["bytes"]}
     mla = mla_latent(hp, n_ctx)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
                                "memory": r, "total": sum(r.values()), "repack": rp,
+                               **({"mtp": rm, "mtp_total": sum(rm.values())} if rm else {}),
                                **({"mla_latent": mla} if mla else {})}, indent=1))
     else:
         typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
         typer.echo(format_report(r, n_ctx, n_seq))
+        if rm:
+            typer.echo("with --mtp, besides the total: the MTP head's " + format_report(rm, n_ctx, n_seq))
         if mla:
             typer.echo(format_mla(mla))
         if rp["n_tensors"]:

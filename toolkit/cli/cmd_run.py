@@ -103,6 +103,7 @@ def run(
     context_shift: bool = typer.Option(False, "--context-shift/--no-context-shift", help="When the context is full, drop half of the tokens after --keep and go on (llama-cli's --context-shift)."),
     keep: int = typer.Option(0, "--keep", help="Prompt tokens a context shift keeps (-1: all; a BOS is always kept)."),
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding: draft with this smaller GGUF (same vocabulary); the output is what the model alone gives (greedy: token for token)."),
+    mtp: bool = typer.Option(False, "--mtp", help="Speculative decoding with the model's own MTP / NextN head as the draft (Qwen3-Next, Qwen3.5 files converted with it; --draft-max default 3); the output is what the model alone gives (greedy: token for token)."),
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding with prompt-lookup drafts: the tokens that followed the context's last n-gram earlier on (no second model; helps most when the output copies the input)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence) \\[default: 16]."),
@@ -118,7 +119,7 @@ def run(
     options = runtime_options(repack)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
-    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
+    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min, mtp=mtp)
     if single_turn and not conversation:
         raise InputError("-st/--single-turn: only in a conversation (toolkit chat, -cnv)")
     esc = (lambda x, what: process_escapes(x, what)) if escape else (lambda x, what: x)
@@ -140,7 +141,7 @@ def run(
                       session=session, checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                       ignore_eos=ignore_eos, stop=stops, n_probs=n_probs if as_json else 0,
                       system=system, chat_template=chat_template, context_shift=context_shift, keep=keep,
-                      draft_model=draft_model, lookup=lookup or draft_ngram is not None,
+                      draft_model=draft_model, mtp=mtp, lookup=lookup or draft_ngram is not None,
                       draft_ngram=3 if draft_ngram is None else draft_ngram, draft_max=draft_max, draft_min=draft_min,
                       **_grammar_args(grammar, grammar_file, json_schema, json_schema_file))
     if conversation:
@@ -174,15 +175,17 @@ chat.__annotations__ = {p.name: p.annotation for p in chat.__signature__.paramet
 app.command("chat", context_settings={"ignore_unknown_options": False})(chat)
 
 def check_draft(draft_model, lookup: bool, draft_ngram, draft_max, draft_min,
-                sources: str = "--lookup or --draft-model FILE") -> tuple[int, int]:
+                sources: str = "--lookup, --mtp or --draft-model FILE", mtp: bool = False) -> tuple[int, int]:
     """The speculative flags: ranges, one draft source, the draft file exists, a window flag
     without a draft source (exit 2 otherwise; ``sources``: the command's draft flags, for that
-    message).  Returns (draft_max, draft_min) with defaults."""
-    source = draft_model is not None or lookup or draft_ngram is not None
+    message).  Returns (draft_max, draft_min) with defaults (draft_max 16, 3 with ``mtp``)."""
+    source = draft_model is not None or lookup or draft_ngram is not None or mtp
     if not source and (draft_max is not None or draft_min is not None):
         flag = "--draft-max" if draft_max is not None else "--draft-min"
         raise InputError(f"{flag} needs a draft source: {sources}")
-    draft_max = 16 if draft_max is None else draft_max
+    if mtp and (draft_model is not None or lookup or draft_ngram is not None):
+        raise InputError("--mtp and --draft-model/--lookup/--draft-ngram: choose one draft source")
+    draft_max = (3 if mtp else 16) if draft_max is None else draft_max
     draft_min = 0 if draft_min is None else draft_min
     from toolkit.cli.limits import check_range
 

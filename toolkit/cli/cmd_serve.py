@@ -42,6 +42,7 @@ def serve(
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding in every slot with prompt-lookup drafts: the tokens that followed the slot's last n-gram earlier on (helps most when answers copy the prompt); the output is what plain decoding gives (greedy: token for token)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding in every slot with drafts from this smaller GGUF (same vocabulary; its weights loaded once, one sequence per slot, the slots' draft steps batched); the output is what the model alone gives (greedy: token for token)."),
+    mtp: bool = typer.Option(False, "--mtp", help="Speculative decoding in every slot with the model's own MTP / NextN head as the draft (Qwen3-Next, Qwen3.5 files converted with it; one sequence per slot, the slots' draft steps batched; --draft-max default 3); the output is what the model alone gives (greedy: token for token)."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per slot and step at most (1-256; the recurrent state keeps that many snapshots per slot, the draft model's that many + 1) \\[default: 16]."),
     draft_min: Optional[int] = typer.Option(None, "--draft-min", "--draft-n-min", help="Speculative decoding: a draft shorter than this is not sent (the slot decodes one token plainly)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="Chat template: a Jinja file, chatml, or NAME of a tokenizer.chat_template.NAME key (default: the GGUF's, else chatml, as llama.cpp; a note says so)."),
@@ -61,8 +62,8 @@ def serve(
     check_range("--queue", queue, 0, 1 << 20)
     check_range("--max-body", max_body, 1, 1 << 34)
     from toolkit.cli.cmd_run import check_draft
-    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min)
-    speculative = lookup or draft_ngram is not None or draft_model is not None
+    draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min, mtp=mtp)
+    speculative = lookup or draft_ngram is not None or draft_model is not None or mtp
     api_key = api_key if api_key is not None else os.environ.get("TOOLKIT_API_KEY") or None
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: empty key")
@@ -79,7 +80,7 @@ def serve(
                    checkpoint_every=checkpoint_every, queue=queue, api_key=api_key, max_body=max_body,
                    chat_template=chat_template, n_threads=threads or None, draft_max=draft_max if speculative else 0,
                    draft_min=draft_min, draft_ngram=3 if draft_ngram is None else draft_ngram, draft_model=draft_model,
-                   mmap=not no_mmap, options=options, draft_options=draft_options)
+                   mmap=not no_mmap, options=options, draft_options=draft_options, mtp=mtp)
     except BaseException:
         sock.close()
         raise

@@ -35,6 +35,7 @@ void tk_context_free(tk_context * c) {
     free(c->ub.seq);
     free(c->ub.out_row);
     free(c->ub.snap_skip_last);
+    free(c->ub.bidx);
     free(c);
 }
 
@@ -127,6 +128,10 @@ static void plan_scratch(const tk_model * model, const tk_context_params * p, in
     PLAN(sp, vec, sp->vec_n * (size_t) n_threads);
     if (sc.mix) PLAN(sp, mix, U * sc.mix);   /* only models with a parallel layer have it */
     if (sc.attn_part) PLAN(sp, attn, tk_attn_buffer_floats(sc.attn_part, n_ctx, n_threads));   /* attention models */
+    if (model->nextn_eh_proj.data) {         /* an MTP block (layers/mtp.c): [enorm(e); hnorm(h)] rows */
+        PLAN(sp, mtp_in, U * 2 * D);
+        sp->row_n = zmax(sp->row_n, 2 * D + 1);
+    }
     if (moe_width(model)) PLAN(sp, moe_x, U * moe_width(model));   /* MoE models only: one block, carved */
     if (hw.hd) {                             /* hyper-connections (qwen4exp) */
         PLAN(sp, hx, U * hw.hd);
@@ -200,7 +205,8 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     c->ub.seq = malloc(U * sizeof(int32_t));
     c->ub.out_row = malloc(U * sizeof(int32_t));
     c->ub.snap_skip_last = calloc(U, 1);
-    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row || !c->ub.snap_skip_last)
+    c->ub.bidx = malloc(U * sizeof(int32_t));
+    if (!c->ub.token || !c->ub.pos || !c->ub.seq || !c->ub.out_row || !c->ub.snap_skip_last || !c->ub.bidx)
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     return TK_OK;
 }
@@ -433,6 +439,12 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     int32_t n_out;
     TK_CHECK(batch_check(ctx, b, &sp, &n_out));
     if (n_out && !logits_out) return TK_FAIL(TK_ERR_INVALID, "logits_out is NULL but %d tokens want logits", n_out);
+    if (ctx->model->nextn_eh_proj.data && !b->embd)
+        return TK_FAIL(TK_ERR_INVALID, "batch: an MTP block needs each token's hidden state (tk_batch.embd is NULL)");
+    if (!ctx->model->nextn_eh_proj.data && b->embd)
+        return TK_FAIL(TK_ERR_INVALID, "batch: tk_batch.embd is set but the model is not an MTP block");
+    if (b->hidden_out && tk_hc_on(&ctx->model->hp))
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "batch: hidden_out is not supported with hyper-connections");
     TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
     __atomic_store_n(&ctx->abort_requested, 0, __ATOMIC_RELAXED);
 
@@ -451,6 +463,8 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
     }
     sp.idx = idx;
 
+    ctx->embd_in = b->embd;    /* for this call's forward passes only (cleared at its end) */
+    ctx->hidden_out = b->hidden_out;
     tk_status st = TK_OK;
     tk_ubatch * ub = &ctx->ub;
     ctx->n_trace = 0;
@@ -471,6 +485,7 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
                 ub->token[j * len + t] = b->token[bi];
                 ub->pos[j * len + t] = b->pos[bi];
                 ub->out_row[j * len + t] = out_row[bi];
+                ub->bidx[j * len + t] = bi;
             }
             sp.done[s] += len;
         }
@@ -493,6 +508,8 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
         for (int32_t j = 0; j < sp.n_order; j++) ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);
     }
+    ctx->embd_in = NULL;
+    ctx->hidden_out = NULL;
     free(idx);
     free(out_row);
     return st;

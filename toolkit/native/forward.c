@@ -99,6 +99,7 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (hp->embedding_scale != 1.0f)
             for (int32_t i = 0; i < D; i++) xt[i] *= hp->embedding_scale;
     }
+    if (m->nextn_eh_proj.data) TK_CHECK(tk_mtp_input(ctx, ub));   /* an MTP block: x = eh_proj [enorm(e); hnorm(h)] */
     for (int il = 0; il < hp->n_layer; il++) {
         const tk_layer * l = &m->layers[il];
         if (__atomic_load_n(&ctx->abort_requested, __ATOMIC_RELAXED)) return TK_FAIL(TK_ERR_STATE, "decode aborted");
@@ -116,11 +117,13 @@ tk_status tk_forward_ubatch(tk_context * ctx, const tk_ubatch * ub, float * logi
         if (l->ffn_post_norm) tk_rms_norm_rows(ctx, ctx->out, l->ffn_post_norm, hp->rms_eps, D, U, ctx->out);
         residual_add(ctx, D, U, hp->res.alpha_ffn, hp->res.beta_ffn);
     }
-    /* logits only for the tokens that asked for them */
+    /* logits only for the tokens that asked for them; the normed state of every token when asked (MTP) */
     for (int32_t t = 0; t < U; t++) {
+        if (ub->out_row[t] < 0 && !ctx->hidden_out) continue;
+        tk_rms_norm(ctx->x + (int64_t) t * D, m->output_norm, hp->rms_eps, D, ctx->cur);
+        if (ctx->hidden_out) memcpy(ctx->hidden_out + (int64_t) ub->bidx[t] * D, ctx->cur, (size_t) D * sizeof(float));
         if (ub->out_row[t] < 0) continue;
         float * lo = logits_out + (int64_t) ub->out_row[t] * hp->n_vocab;
-        tk_rms_norm(ctx->x + (int64_t) t * D, m->output_norm, hp->rms_eps, D, ctx->cur);
         TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
         if (hp->logit_scale != 1.0f)
             for (int32_t i = 0; i < hp->n_vocab; i++) lo[i] /= hp->logit_scale;

@@ -501,6 +501,7 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
     if (st == TK_OK && tk_hc_on(hp) && hp->hc.sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
     else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
     if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
+    if (st == TK_OK) st = tk_mtp_bind(m, &tab);   /* an MTP block run as a draft (layers/mtp.c) */
     const int tied = st == TK_OK && !m->output.data;
     if (tied) m->output = m->tok_embd;   /* tied embeddings */
     for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);

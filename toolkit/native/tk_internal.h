@@ -161,6 +161,10 @@ struct tk_model {
     uint64_t * ple_consts;     /* or NULL */
     int32_t * swa_layers;      /* [n_layer] or NULL */
     int32_t * dsa_full;        /* [n_layer] or NULL */
+    /* an MTP / NextN block run as a model of its own (layers/mtp.c; the table names them
+     * nextn.eh_proj / nextn.enorm / nextn.hnorm): x = eh_proj [enorm(embd(token)); hnorm(h)] */
+    tk_weight nextn_eh_proj;   /* [2D, D]; data NULL: not an MTP block */
+    float * nextn_enorm, * nextn_hnorm;   /* [D] */
     int32_t conv_dim;          /* d_inner, or d_inner + 2*G*N with a Mamba-2 layer, 2 Hk Dk + Hv Dv with a GDN
                                   layer: only in the state fingerprint (state.c) */
     int32_t max_ff;            /* widest FFN hidden width of any layer */
@@ -287,6 +291,9 @@ struct tk_context {
     float * v;                 /* [U, Hkv_max*hd] */
     float * att;               /* [U, H*hd] (sized like q) */
     float * mix;               /* [U, D] a parallel layer's second mixer output, or NULL (no such layer) */
+    float * mtp_in;            /* [U, 2D] an MTP block's [enorm(e); hnorm(h)] (layers/mtp.c), or NULL (not one) */
+    const float * embd_in;     /* during tk_decode: tk_batch.embd (rows by ubatch bidx), or NULL */
+    float * hidden_out;        /* during tk_decode: tk_batch.hidden_out, or NULL */
     /* hyper-connections (hc_count > 1 only, else NULL): hcD = hc_count D */
     float * hx;                /* [U, hcD] the residual streams */
     float * hn;                /* [U, hcD] the normed streams (PLE: query, then the conv input) */

@@ -180,9 +180,8 @@ class Chat:
         self.draft_max, self.draft_min = 0, 0   # and ctx's draft window set to draft_max (set_speculative)
 
     def set_speculative(self, drafter, draft_max: int, draft_min: int = 0) -> None:
-        """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel),
-        at most ``draft_max`` per step (the context's draft window is set to it).  Not with a
-        context shift."""
+        """Answer with speculative decoding: drafts from ``drafter`` (PromptLookup, DraftModel,
+        MtpDraft), at most ``draft_max`` per step (the context's draft window is set to it)."""
         from toolkit.runtime.step import Verifier
         Verifier.attach(self.ctx, draft_max, draft_min)   # the window of a verifying target
         self.drafter, self.draft_max, self.draft_min = drafter, int(draft_max), int(draft_min)
@@ -246,7 +245,6 @@ class Chat:
         self.sampler.reset()
         if self.drafter is not None:
             from toolkit.runtime.speculative import generate_speculative
-            gen = {k: v for k, v in gen.items() if k not in ("context_shift", "n_keep")}
             res = generate_speculative(self.ctx, self.tok, ids, n_predict, self.sampler, self.drafter, on_text,
                                        seq_id=self.seq_id, n_reused=n_reused, split_last=True,
                                        draft_max=self.draft_max, draft_min=self.draft_min, **gen)

@@ -207,8 +207,9 @@ def _check_int32(model: Model, **params: int) -> None:
 
 
 def _report_dict(model: Model, r) -> dict[str, int]:
-    """A tk_memory_report as the bytes by kind (+ ``weights``, the model's tensor bytes)."""
-    return {"weights": int(sum(t.nbytes for t in model.gguf)), "kv": int(r.kv_bytes),
+    """A tk_memory_report as the bytes by kind (+ ``weights``, the bytes of the tensors the model
+    loads, ``Model.weight_bytes``)."""
+    return {"weights": int(model.weight_bytes), "kv": int(r.kv_bytes),
             "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
             "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
 
@@ -262,6 +263,7 @@ class Context(NativeHandle):
         self.n_threads = int(n_threads if n_threads is not None else model.n_threads)
         self._ptr = ffi.NULL
         self.draft_window = 0
+        self.on_hidden = None   # MTP drafts: on_hidden(seq, pos0, h [T, D]) after each decode (toolkit.runtime.mtp)
         _check_int32(model, n_ctx=self.n_ctx, n_seq_max=self.n_seq_max, n_ubatch=self.n_ubatch, n_threads=self.n_threads)
         p = ffi.new("tk_context_params *")
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = self.n_ctx, self.n_seq_max, self.n_ubatch, self.n_threads
@@ -392,10 +394,16 @@ class Context(NativeHandle):
         """
         return self.decode_batch([(tokens, seq_id)], logits=logits, snapshots=snapshots)[0]
 
-    def decode_batch(self, items, logits: str = "last", *, snapshots: bool = False) -> list[np.ndarray]:
+    def decode_batch(self, items, logits: str = "last", *, snapshots: bool = False, embd=None,
+                     hidden: bool = False):
         """Several sequences in one batch: ``items`` = [(tokens, seq_id), ...].
 
         Returns one float32 array per item, shaped as in :meth:`decode` (``snapshots`` too).
+        ``embd`` (an MTP block's context, toolkit.runtime.mtp; required there): per item float32
+        [T, D], the hidden state h each token's step reads.  ``hidden``: return (logits arrays,
+        hidden arrays), the latter per item float32 [T, D], each token's final hidden state
+        (output_norm'd, what the output head reads).  ``on_hidden`` set: it is called per item
+        with (seq_id, first position, hidden [T, D]) after the call.
         """
         if logits not in _LOGITS_MODES:
             raise InputError(f"logits={logits!r}: expected one of {', '.join(_LOGITS_MODES)}")
@@ -432,10 +440,24 @@ class Context(NativeHandle):
         b.seq_id = ffi.cast("const int32_t *", ffi.from_buffer(seq))
         b.logits = ffi.cast("const int8_t *", ffi.from_buffer(want))
         b.flags = lib.TK_BATCH_SNAPSHOTS if snapshots else 0
+        if embd is not None:
+            e = np.ascontiguousarray(np.concatenate([np.asarray(x, np.float32) for x in embd]), dtype=np.float32)
+            if e.shape != (tok.size, self.model.hparams.n_embd):
+                raise InputError(f"decode: embd has shape {e.shape}, expected ({tok.size}, {self.model.hparams.n_embd})")
+            b.embd = ffi.cast("const float *", ffi.from_buffer(e))
+        want_h = hidden or self.on_hidden is not None
+        if want_h:
+            hid = np.empty((tok.size, self.model.hparams.n_embd), np.float32)
+            b.hidden_out = ffi.cast("float *", ffi.from_buffer(hid, require_writable=True))
         out_ptr = ffi.cast("float *", ffi.from_buffer(out, require_writable=True)) if out.size else ffi.NULL
         self._run_interruptible(lambda: lib.tk_decode(self.ptr, b, out_ptr), "decode")
-        res, r = [], 0
-        for c in counts:
+        res, hs, r, o = [], [], 0, 0
+        for c, (t, s) in zip(counts, items):
             res.append(out[r:r + c])
             r += c
-        return res
+            if want_h:
+                hs.append(hid[o:o + t.size])
+                if self.on_hidden is not None:
+                    self.on_hidden(s, int(pos[o]), hs[-1])
+            o += t.size
+        return (res, hs) if hidden else res

@@ -103,7 +103,9 @@ def repack_estimate(model, mode: str = "auto", level: int | None = None) -> dict
     """Tensors and bytes a load of ``model`` (a :class:`toolkit.runtime.Model`) re-lays in repack
     ``mode`` ("off", "auto", "all": RuntimeOptions.repack) at kernel ``level`` (default: the level
     in force), as the C library's load decides (toolkit.h tk_model_repack_plan: the bound mat-mul
-    weights the mode re-lays there, a weight bound twice once).  ``{"n_tensors", "bytes",
+    weights the mode re-lays there, a weight bound twice once; a NextN (MTP) block's tensors are
+    not bound by the main model: ``--mtp`` loads them as a model of their own, toolkit.runtime.mtp
+    MtpModel, which this takes too).  ``{"n_tensors", "bytes",
     "level"}`` (level: the kernel level's name).  Raises ValueError for another mode."""
     from toolkit.binding import ffi, lib
     if mode not in _REPACK_MODES:

@@ -81,8 +81,8 @@ class Model(NativeHandle):
         self._c_hparams, self._c_arrays = c_hparams(hp)
 
         try:
-            self._ptr = _load(self.path, self._c_hparams, list(self.gguf), mmap=mmap,
-                              params=self.options.model_params())
+            self._ptr = load_table(self.path, self._c_hparams, list(self.gguf), mmap=mmap,
+                                   params=self.options.model_params())
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file
             # meant as an attention layer points at its layer indices / head_count_kv keys
@@ -92,6 +92,14 @@ class Model(NativeHandle):
                 raise type(e)(f"{e} (layer {i} is {hp.layer_kinds[i].name.lower()} per the file's "
                               f"attention.layer_indices / attention.head_count_kv)") from None
             raise
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the tensors the model loads: the file's, less the NextN (MTP) blocks', which
+        only ``--mtp`` loads (toolkit.runtime.mtp.MtpModel counts those)."""
+        from toolkit.runtime.mtp import nextn_tensor_names
+        skip = nextn_tensor_names(self.gguf)
+        return int(sum(t.nbytes for t in self.gguf if t.name not in skip))
 
     @property
     def repack_info(self) -> dict:
@@ -111,6 +119,10 @@ class Model(NativeHandle):
 
     def close(self) -> None:
         """Free the C model (unmaps the file); closes the contexts made from it first."""
+        mtp = getattr(self, "_mtp", None)   # its NextN block's model (toolkit.runtime.mtp), if one was made
+        if mtp is not None:
+            self._mtp = None
+            mtp.close()
         for c in list(getattr(self, "_contexts", ())):
             c.close()
         if self._ptr != ffi.NULL:
@@ -153,7 +165,7 @@ def c_hparams(hp: HParams) -> tuple["ffi.CData", list]:
     return c, arrays
 
 
-def _load(path: str, c_hparams, infos, mmap: bool = True, params=ffi.NULL) -> "ffi.CData":
+def load_table(path: str, c_hparams, infos, mmap: bool = True, params=ffi.NULL) -> "ffi.CData":
     """tk_model_load with the tensor table of ``infos`` (:class:`toolkit.gguf_io.TensorInfo`) and
     ``params`` (a ``tk_model_params *``, NULL: no repacking).
 
@@ -224,3 +236,6 @@ def as_tokens(tokens) -> np.ndarray:
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise InputError(f"tokens must be integers, got dtype {arr.dtype}")
     return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+_load = load_table   # the name the tests call it by

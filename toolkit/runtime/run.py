@@ -59,6 +59,8 @@ class RunOptions:
     keep:             prompt tokens the shift keeps (llama-cli --keep: -1 or more than the
                       prompt = the whole prompt; else keep + 1 when the model adds a BOS)
     draft_model:      speculative decoding with this GGUF as the draft (same vocabulary), or None
+    mtp:              speculative decoding with the model's own MTP / NextN head as the draft
+                      (toolkit.runtime.mtp; the file must have one)
     lookup:           speculative decoding with prompt-lookup drafts (n-grams of the context)
     draft_ngram:      the longest n-gram a lookup draft matches (toolkit.runtime.speculative)
     draft_max, draft_min: tokens drafted per step at most / at least (a shorter draft is not sent)
@@ -93,6 +95,7 @@ class RunOptions:
     context_shift: bool = False
     keep: int = 0
     draft_model: str | None = None
+    mtp: bool = False
     lookup: bool = False
     draft_ngram: int = 3
     draft_max: int = 16
@@ -259,19 +262,32 @@ def report_memory(on_report: Callable[[str], None], m: Model, mem: dict[str, int
         on_report(format_repack(rp))
 
 
-def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None):
-    """(drafter, draft Model or None) for ``opts.draft_model`` / ``opts.lookup``
-    (toolkit.runtime.speculative); the caller closes both.
+def speculative(opts: RunOptions) -> bool:
+    """Whether ``opts`` asks for speculative decoding (a draft model, lookup or the MTP head)."""
+    return opts.draft_model is not None or opts.lookup or opts.mtp
+
+
+def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None, model=None, ctx=None):
+    """(drafter, draft Model or None) for ``opts.draft_model`` / ``opts.lookup`` / ``opts.mtp``
+    (toolkit.runtime.speculative, toolkit.runtime.mtp: the MTP head of ``model`` drafting for
+    ``ctx``, whose decodes it follows); the caller closes both.
 
     Raises:
-        InputError: --context-shift asked too; the draft model's vocabulary differs.
+        InputError: the draft model's vocabulary differs; --mtp on a file without an MTP head.
     """
     from toolkit.runtime.context import memory_estimate
     from toolkit.runtime.memory import format_report
     from toolkit.runtime.speculative import PromptLookup, open_draft_context, open_draft_model
 
-    if opts.context_shift:
-        raise InputError("--context-shift cannot be combined with --draft-model / --lookup")
+    if opts.mtp:
+        from toolkit.runtime.mtp import open_mtp_draft
+        draft = open_mtp_draft(model, ctx, n_ctx=opts.ctx_size, n_ubatch=opts.ubatch, n_threads=opts.threads,
+                               params=opts.sampling, seed=seed)
+        if on_report is not None:
+            r = draft.ctx.memory_report()
+            r["weights"] = draft.ctx.model.weight_bytes
+            on_report("MTP head " + format_report(r, opts.ctx_size, 1))
+        return draft, None
     if opts.draft_model is None:
         return PromptLookup(opts.draft_ngram), None
     dm = open_draft_model(opts.draft_model, tok, opts.threads,
@@ -297,7 +313,8 @@ def _speculative(opts: RunOptions, ctx, tok: Tokenizer, prompt_ids, sampler, gra
     return generate_speculative(ctx, tok, prompt_ids, opts.n_predict, sampler, drafter, on_text=on_text,
                                 draft_max=opts.draft_max, draft_min=opts.draft_min, n_reused=n_reused,
                                 split_last=opts.session is not None, prompt_logits=opts.logits_out is not None,
-                                ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs, grammar=grammar)
+                                ignore_eos=opts.ignore_eos, stop=opts.stop, n_probs=opts.n_probs, grammar=grammar,
+                                context_shift=opts.context_shift, n_keep=n_keep_of(opts.keep, len(prompt_ids), tok.add_bos))
 
 
 def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
@@ -314,19 +331,21 @@ def _run(opts: RunOptions, on_text, on_prompt, on_report) -> RunResult:
         ctx = Context(m, n_ctx=opts.ctx_size, n_seq_max=1, n_ubatch=opts.ubatch, n_threads=opts.threads,
                       n_checkpoints=opts.checkpoints, checkpoint_every=opts.checkpoint_every)
         sampler = Sampler(opts.sampling)
-        if opts.draft_model is not None or opts.lookup:
+        if speculative(opts):
+            if opts.mtp:
+                from toolkit.runtime.mtp import check_mtp
+                check_mtp(m)                                        # one line, exit 2, before any work
             Verifier.attach(ctx, opts.draft_max, opts.draft_min)   # the window before the report: its draft line
         if on_report is not None:   # the C estimate for these parameters (== ctx.memory_report())
             from toolkit.runtime.context import memory_estimate
-            speculative = opts.draft_model is not None or opts.lookup
             mem = memory_estimate(m, opts.ctx_size, 1, opts.ubatch, opts.threads, opts.checkpoints,
-                                  draft_window=opts.draft_max if speculative else 0, keep_last=False)
+                                  draft_window=opts.draft_max if speculative(opts) else 0, keep_last=False)
             report_memory(on_report, m, mem, opts.ctx_size)
-        if opts.draft_model is not None or opts.lookup:
-            # the drafter (and its checks: vocabulary, --context-shift) before any output
+        if speculative(opts):
+            # the drafter (and its checks: vocabulary) before any output
             if on_report is not None:
                 on_report(f"speculative window: {opts.draft_max} tokens, draft {mem['draft']} bytes")
-            drafter, dm = make_drafter(opts, tok, sampler.seed, on_report)
+            drafter, dm = make_drafter(opts, tok, sampler.seed, on_report, model=m, ctx=ctx)
         n_reused, note = 0, ""
         if opts.session is not None:
             from toolkit.runtime.session import restore_session

@@ -44,6 +44,7 @@ import numpy as np
 from toolkit.errors import InputError
 from toolkit.runtime.generate import GenerationResult, check_args, finish, n_held_after, start
 from toolkit.runtime.sampling import Sampler, SamplerParams
+from toolkit.runtime.shift import context_shift as context_shift_, shift_tokens
 from toolkit.runtime.step import TokenStep, Verifier, speculative_accept  # noqa: F401  (speculative_accept: this module's API too)
 from toolkit.runtime.tokenizer import Tokenizer
 
@@ -313,7 +314,8 @@ class DraftModel:
 class SeqSpeculation:
     """Speculative decoding for the sequences of one target context (``toolkit serve``'s slots):
     a :class:`~toolkit.runtime.step.Verifier` on the target (its window set to ``draft_max``),
-    and the drafts, prompt lookup (``draft_ngram``), or ``draft_model``'s: one context of it
+    and the drafts, prompt lookup (``draft_ngram``), the target's MTP head (``mtp``:
+    toolkit.runtime.mtp, one sequence per target sequence), or ``draft_model``'s: one context of it
     with the target's ``sizes`` (Context's keyword arguments), sequence i drafting for target
     sequence i, closed with the model by :meth:`close`.  A failing draft model costs speed
     only: its sequences are emptied, re-fed at their next draft, and ``n_errors`` counts it.
@@ -322,10 +324,15 @@ class SeqSpeculation:
         InputError / ResourceError / UnsupportedError: as Verifier.attach and Context."""
 
     def __init__(self, ctx, draft_max: int, draft_min: int = 0, draft_ngram: int = 3, draft_model=None,
-                 sizes: dict | None = None):
+                 sizes: dict | None = None, mtp: bool = False):
         self.verifier = Verifier.attach(ctx, draft_max, draft_min)
         self.model = draft_model
-        self.draft = open_draft_context(draft_model, draft_max, **(sizes or {})) if draft_model is not None else None
+        if mtp:       # the target's own MTP head (toolkit.runtime.mtp), closed with the target
+            from toolkit.runtime.mtp import open_mtp_draft
+            self.draft = open_mtp_draft(ctx.model, ctx, **{k: v for k, v in (sizes or {}).items()
+                                                           if k in ("n_ctx", "n_seq_max", "n_ubatch", "n_threads")})
+        else:
+            self.draft = open_draft_context(draft_model, draft_max, **(sizes or {})) if draft_model is not None else None
         self.drafter = self.draft if self.draft is not None else PromptLookup(draft_ngram)
         self.n_errors = 0
 
@@ -358,7 +365,8 @@ class SeqSpeculation:
     def close(self) -> None:
         if self.draft is not None:
             self.draft.close()
-            self.model.close()
+            if self.model is not None:
+                self.model.close()
             self.draft = None
 
     def _guard(self, f, *args) -> bool:
@@ -378,7 +386,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
                          draft_max: int = 16, draft_min: int = 0, n_reused: int = 0, split_last: bool = False,
                          prompt_logits: bool = False,
                          ignore_eos: bool = False, stop: Sequence[str] = (), n_probs: int = 0,
-                         grammar=None) -> GenerationResult:
+                         grammar=None, context_shift: bool = False, n_keep: int = 0) -> GenerationResult:
     """:func:`toolkit.runtime.generate.generate` with drafts from ``drafter`` (``draft(history,
     k) -> (tokens, q)``, q None for a deterministic draft, else per token (ids, probs)).
 
@@ -386,6 +394,9 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     A draft shorter than ``draft_min`` is not sent (the step decodes one token).  Returns the
     GenerationResult with ``spec`` (:class:`SpecStats`) added.  Greedy output equals
     ``generate``'s token for token; sampled output has the same distribution.
+    ``context_shift`` / ``n_keep``: as ``generate``'s: when the sequence holds n_ctx tokens, the
+    shift is made (where plain decoding makes it) and the drafter told (its ``shift(seq, n_keep,
+    n_discard)`` when it has one; else it follows the new history as after any rollback).
 
     Raises:
         InputError: as ``generate``; draft_max outside [1, the context's window] or draft_min < 0.
@@ -398,6 +409,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
     res = GenerationResult(prompt_tokens=prompt, tokens=step.tokens, probs=step.probs)
     res.spec = SpecStats()
     history = list(prompt)       # every token of the sequence; the memory holds all but the last
+    n_shifted = 0                # tokens context shifts dropped from history (history = prompt + tokens less them)
     t0 = time.perf_counter()
     try:
         logits = start(ctx, res, n_reused, seq_id, prompt_logits, split_last, sampler, t0)
@@ -405,22 +417,25 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         reason = "n_predict" if n_predict == 0 else None
         if reason is None:
             tok, reason = step(logits[-1])
-            history += step.tokens[len(history) - len(prompt):]
+            history += step.tokens[len(history) + n_shifted - len(prompt):]
         while reason is None:
             n_held = len(history) - 1            # the memory holds history[:-1]
+            if n_held + 1 > n_ctx and context_shift:
+                d = _shift(ctx, drafter, seq_id, n_keep, history, res)
+                n_held, n_shifted = n_held - d, n_shifted + d
             if n_held + 1 > n_ctx:
                 reason = "ctx_full"
                 break
             k = verifier.room(n_ctx - n_held - 1, n_predict - len(res.tokens) - 1 if n_predict >= 0 else None)
             drafts, qs = [], None
             if k > 0:
-                under = grammar is not None and isinstance(drafter, DraftModel)   # drafts under a fork of it
+                under = grammar is not None and hasattr(drafter, "draft_batch") and not isinstance(drafter, PromptLookup)
                 drafts, qs = drafter.draft(history, k, grammar) if under else drafter.draft(history, k)
                 drafts, qs = verifier.cut(drafts, qs, k, grammar)
             toks = [history[-1]] + drafts
             rows = ctx.decode(toks, seq_id=seq_id, logits="all", snapshots=True)
             v = verifier.verify(step, seq_id, n_held, toks, rows, qs)
-            history += step.tokens[len(history) - len(prompt):]
+            history += step.tokens[len(history) + n_shifted - len(prompt):]
             res.spec.n_verify += 1
             res.spec.n_drafted += len(drafts)
             res.spec.n_accepted += v.n_accepted
@@ -435,9 +450,23 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
         # interrupted between a verify call's decode and its rollback: the memory still holds
         # the call's drafts past what history says.  Keep history, with the tokens the verify
         # took before the interrupt (accepted drafts, all fed), and drop the rest.
-        history += step.tokens[len(history) - len(prompt):]
+        history += step.tokens[len(history) + n_shifted - len(prompt):]
         if n_held_after(ctx, seq_id, len(history) + draft_max + 1) > len(history):
             ctx.memory.rollback(seq_id, len(history))
     finish(res, step)
     res.held_tokens = history[:n_held_after(ctx, seq_id, len(history))]
     return res
+
+
+def _shift(ctx, drafter, seq_id: int, n_keep: int, history: list[int], res: GenerationResult) -> int:
+    """A context shift of the full sequence (toolkit.runtime.shift), ``history`` (held tokens
+    plus the next one) updated in place, the drafter told; returns the tokens dropped."""
+    n_held = len(history) - 1
+    n_keep = min(max(int(n_keep), 0), n_held)
+    d = context_shift_(ctx, seq_id, n_keep, n_held)
+    if d > 0:
+        history[:] = shift_tokens(history[:-1], n_keep, d) + history[-1:]
+        res.n_shifts += 1
+        if hasattr(drafter, "shift"):
+            drafter.shift(seq_id, n_keep, d)
+    return d

@@ -21,15 +21,16 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
          checkpoint_every: int = 256, queue: int = 64, api_key: str | None = None, max_body: int = 1 << 20,
          chat_template: str | None = None, n_threads: int | None = None, draft_max: int = 0, draft_min: int = 0,
          draft_ngram: int = 3, draft_model: str | None = None, mmap: bool = True, options=None,
-         draft_options=None) -> Service:
+         draft_options=None, mtp: bool = False) -> Service:
     """Load the model and start the decode thread.  The chat template is the GGUF's
     (``tokenizer.chat_template``), else ``chat_template`` (a file, ``chatml``, or NAME of a
     ``tokenizer.chat_template.NAME`` key), else ChatML, as llama-server falls back to
     (``Service.template_note`` then says so; toolkit.runtime.chat.chat_template_for).
     ``draft_max`` > 0: speculative decoding per slot (Engine), with drafts from the GGUF
-    ``draft_model`` (its weights loaded once; one context, one sequence per slot), else prompt
-    lookup.  ``mmap=False``: the weights are read into memory (``--no-mmap``).  ``options``: the
-    model's :class:`toolkit.runtime.options.RuntimeOptions` (repacking, BF16 GEMM, chunk thresholds;
+    ``draft_model`` (its weights loaded once; one context, one sequence per slot), the model's
+    MTP head (``mtp``: toolkit.runtime.mtp), else prompt lookup.  ``mmap=False``: the weights are
+    read into memory (``--no-mmap``).  ``options``: the model's
+    :class:`toolkit.runtime.options.RuntimeOptions` (repacking, BF16 GEMM, chunk thresholds;
     None: the defaults), ``draft_options`` the draft model's (None: ``options``).
 
     Raises:
@@ -50,9 +51,12 @@ def load(model_path: str, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 5
         template, template_note = chat_template_for(model.gguf, chat_template)
         if draft_model is not None:
             dm = open_draft_model(draft_model, tok, n_threads, draft_options if draft_options is not None else options)
+        if mtp:
+            from toolkit.runtime.mtp import check_mtp
+            check_mtp(model)
         engine = Engine(model, tok, n_slots=n_slots, n_ctx=n_ctx, n_ubatch=n_ubatch, n_checkpoints=n_checkpoints,
                         checkpoint_every=checkpoint_every, queue=queue, n_threads=n_threads, draft_max=draft_max,
-                        draft_min=draft_min, draft_ngram=draft_ngram, draft_model=dm)
+                        draft_min=draft_min, draft_ngram=draft_ngram, draft_model=dm, mtp=mtp)
     except BaseException:
         if dm is not None:
             dm.close()

@@ -41,7 +41,7 @@ class Engine:
     each (llama-server's ``-c`` / ``-np``); ``n_ubatch``: most tokens per prompt chunk;
     ``n_checkpoints`` / ``checkpoint_every``: recurrent snapshots per slot; ``queue``: jobs that
     may wait beyond the free slots (QueueFull beyond).  ``draft_max`` > 0: speculative decoding
-    with prompt lookup (``draft_ngram``) or ``draft_model`` (a Model with the same vocabulary,
+    with prompt lookup (``draft_ngram``), the model's MTP head (``mtp``) or ``draft_model`` (a Model with the same vocabulary,
     one context of its own, closed by :meth:`close`); ``draft_min``: a shorter draft is not sent.
 
     Raises:
@@ -51,7 +51,7 @@ class Engine:
 
     def __init__(self, model, tok, n_slots: int = 4, n_ctx: int = 4096, n_ubatch: int = 512,
                  n_checkpoints: int = 4, checkpoint_every: int = 256, queue: int = 64, n_threads: int | None = None,
-                 draft_max: int = 0, draft_min: int = 0, draft_ngram: int = 3, draft_model=None):
+                 draft_max: int = 0, draft_min: int = 0, draft_ngram: int = 3, draft_model=None, mtp: bool = False):
         if n_slots < 1 or n_slots > 64:
             raise InputError(f"-np/--parallel = {n_slots}: must be in [1, 64]")
         if n_ctx < n_slots * 8:
@@ -65,7 +65,7 @@ class Engine:
         self.n_ctx_slot = n_ctx // n_slots
         self.draft_max = int(draft_max)
         try:
-            self.spec = (SeqSpeculation(self.ctx, draft_max, draft_min, draft_ngram, draft_model, sizes)
+            self.spec = (SeqSpeculation(self.ctx, draft_max, draft_min, draft_ngram, draft_model, sizes, mtp=mtp)
                          if draft_max > 0 else None)
         except BaseException:
             self.ctx.close()

@@ -218,6 +218,11 @@ tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const t
 tk_status tk_hc_bind_layer(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 tk_status tk_hc_bind_output(tk_model * m, const tk_table * tab);
 tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * logits_out);
+/* mtp.c: an MTP / NextN block's input (m->nextn_eh_proj bound: the model is one).  tk_mtp_bind:
+ * the optional nextn.eh_proj and, with it, nextn.enorm / nextn.hnorm; tk_mtp_input: ctx->x [U, D]
+ * from embd(token) to eh_proj [enorm(e); hnorm(h)], h the ubatch's rows of ctx->embd_in */
+tk_status tk_mtp_bind(tk_model * m, const tk_table * tab);
+tk_status tk_mtp_input(tk_context * ctx, const tk_ubatch * ub);
 /* ple.c: qwen4exp's per-layer n-gram embedding on layer il (hp.ple.index[il] >= 0) */
 tk_status tk_ple_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l);
 int32_t tk_ple_rs_pieces(const tk_model * m, int il, tk_rs_piece * out);   /* appended to the layer's own */

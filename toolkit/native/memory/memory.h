@@ -34,6 +34,7 @@ typedef struct {
     uint8_t * snap_skip_last;  /* [n_seqs] 1: row s ends with its sequence's last token of the batch and the
                                 * context asked for no snapshot there (TK_SPEC_NO_LAST; memory_rs.c) */
     int32_t keep_snaps;        /* the batch asked for the speculative window's snapshots (TK_BATCH_SNAPSHOTS) */
+    int32_t * bidx;            /* [n_tokens] the token's index in the batch (tk_batch.embd / hidden_out rows) */
 } tk_ubatch;
 
 /* What an attention layer sees of the KV cache during a ubatch (after prepare). */
