@@ -28,6 +28,7 @@ void tk_context_free(tk_context * c) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(c->act);
     free(c->dsa_sel);
+    tk_dsa_cache_free(c);
     free(c->mm.rp_prep);
     free(c->work);
     free(c->ub.token);
@@ -90,6 +91,7 @@ typedef struct {
     int n_buf;
     size_t row_n, vec_n;       /* widest weight row a matmul dequantizes (+ 1); per-thread vector floats */
     size_t act_bytes;          /* quantized activation rows: tk_mm_act_bytes(n_ubatch, row_n) */
+    size_t dsa_bytes;          /* the DSA selection rows and kept pools (tk_dsa_cache_bytes; 0 without DSA) */
     size_t work_bytes;         /* the kinds' workspace (0: none) */
 } scratch_plan;
 
@@ -145,6 +147,7 @@ static void plan_scratch(const tk_model * model, const tk_context_params * p, in
     for (int i = 0; i < sp->n_buf; i++) sp->buf[i].n = zmax(sp->buf[i].n, 1);   /* a kind's unused buffer: 1 float */
     sp->act_bytes = tk_mm_act_bytes((int64_t) U, (int64_t) sp->row_n);
     sp->work_bytes = sc.work_bytes;
+    sp->dsa_bytes = tk_dsa_cache_bytes(model, n_ctx, p->n_seq_max, n_ubatch);
 }
 
 /* floats of the plan's attention buffer (0: none) */
@@ -156,7 +159,7 @@ static size_t sc_attn_floats(const scratch_plan * sp) {
 
 /* bytes of the plan (the report's compute_bytes) */
 static uint64_t plan_bytes(const scratch_plan * sp) {
-    uint64_t b = tk_sat_add(zmax(sp->act_bytes, 1), sp->work_bytes);
+    uint64_t b = tk_sat_add(tk_sat_add(zmax(sp->act_bytes, 1), sp->work_bytes), sp->dsa_bytes);
     for (int i = 0; i < sp->n_buf; i++) b = tk_sat_add(b, tk_sat_mul(sp->buf[i].n, sizeof(float)));
     return b;
 }
@@ -200,6 +203,7 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
         c->mm.rp_prep = malloc(c->mm.rp_prep_bytes);
         if (!c->mm.rp_prep) return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating scratch (%zu bytes for repacked weights)", c->mm.rp_prep_bytes);
     }
+    TK_CHECK(tk_dsa_cache_alloc(c));   /* counts its bytes (sp.dsa_bytes) in scratch_bytes */
     c->ub.token = malloc(U * sizeof(int32_t));
     c->ub.pos = malloc(U * sizeof(int32_t));
     c->ub.seq = malloc(U * sizeof(int32_t));
@@ -506,7 +510,10 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         if (sp.count[sp.order[j]] > covered) ctx->mem->checkpoint(ctx->mem, sp.order[j]);
     if (st != TK_OK) {
         /* a half-run ubatch leaves states and cells inconsistent: drop the batch's sequences */
-        for (int32_t j = 0; j < sp.n_order; j++) ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);
+        for (int32_t j = 0; j < sp.n_order; j++) {
+            ctx->mem->seq_rm(ctx->mem, sp.order[j], 0, -1);
+            tk_dsa_forget(ctx, sp.order[j], 0);
+        }
     }
     ctx->embd_in = NULL;
     ctx->hidden_out = NULL;
@@ -559,7 +566,10 @@ tk_status tk_memory_seq_rm(tk_context * ctx, int32_t seq, int32_t p0, int32_t p1
     TK_CHECK(tk_check_seq(ctx, seq, 1));
     if (!removed) return TK_FAIL(TK_ERR_INVALID, "removed is NULL");
     *removed = ctx->mem->can_seq_rm(ctx->mem, seq, p0, p1);
-    if (*removed) ctx->mem->seq_rm(ctx->mem, seq, p0, p1);
+    if (*removed) {
+        ctx->mem->seq_rm(ctx->mem, seq, p0, p1);
+        tk_dsa_forget(ctx, seq, p0);
+    }
     return TK_OK;
 }
 
@@ -567,12 +577,15 @@ tk_status tk_memory_seq_cp(tk_context * ctx, int32_t src, int32_t dst, int32_t p
     TK_CHECK(tk_check_seq(ctx, src, 0));
     TK_CHECK(tk_check_seq(ctx, dst, 0));
     ctx->mem->seq_cp(ctx->mem, src, dst, p0, p1);
+    tk_dsa_forget(ctx, dst, 0);
     return TK_OK;
 }
 
 tk_status tk_memory_seq_keep(tk_context * ctx, int32_t seq) {
     TK_CHECK(tk_check_seq(ctx, seq, 0));
     ctx->mem->seq_keep(ctx->mem, seq);
+    for (int32_t s = 0; s < ctx->params.n_seq_max; s++)
+        if (s != seq) tk_dsa_forget(ctx, s, 0);
     return TK_OK;
 }
 
@@ -589,5 +602,7 @@ tk_status tk_memory_seq_pos_max(tk_context * ctx, int32_t seq, int32_t * pos) {
 }
 
 void tk_memory_clear(tk_context * ctx) {
-    if (ctx) ctx->mem->clear(ctx->mem);
+    if (!ctx) return;
+    ctx->mem->clear(ctx->mem);
+    tk_dsa_forget(ctx, -1, 0);
 }

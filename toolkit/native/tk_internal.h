@@ -325,8 +325,12 @@ struct tk_context {
     size_t work_bytes;
     size_t scratch_bytes;      /* bytes of the float scratch above (memory report) */
     tk_ubatch ub;
-    uint8_t * dsa_sel;         /* [U, n_cells] the last full DSA layer's selection (dsa.c), grown as needed */
+    uint8_t * dsa_sel;         /* [U, n_cells] the last full DSA layer's selection (dsa.c; n_ubatch x n_ctx at
+                                  creation, in scratch_bytes; grown if a view has more cells) */
     size_t dsa_sel_cap, dsa_sel_n;
+    struct tk_dsa_pools * dsa_pools; /* [n_layer * n_seq_max] the pooled keys DSA layers keep across calls
+                                  (dsa.c; NULL without DSA), in scratch_bytes */
+    int64_t dsa_pooled;        /* pools pooled so far (tk_context_dsa_pooled) */
     volatile int abort_requested; /* set by tk_context_abort from another thread */
     int32_t n_keep_tail;       /* split rule: the last n tokens of a sequence in a batch share a ubatch (0: none; context.c) */
     int32_t n_trace;           /* ubatches of the last tk_decode */

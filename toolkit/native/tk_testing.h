@@ -295,6 +295,9 @@ void tk_mhc_post_rows(float * X, const float * y, const float * post, const floa
 tk_status tk_dsa_select(const float * kg, const int32_t * rows, int64_t stride, int32_t n, const float * ape,
                         const float * qI, const float * w, const int32_t * n_vis, int32_t n_q, int32_t nI, int32_t dI,
                         int32_t kp, int32_t top_k, int32_t tail, uint8_t * sel, int64_t sel_stride);
+/* pools the context's DSA layers have pooled since it was made (dsa.c keeps them across calls:
+ * a decode pools only the pools completed since the last one); 0 without DSA */
+int64_t tk_context_dsa_pooled(const tk_context * ctx);
 
 /* ==== ggml type traits (ggml_types.c) ================================================ */
 /* The type table's row of ggml type `type`: its name, block size (elements), bytes per

@@ -22,7 +22,12 @@
  *   among equal scores, tk_topk_torch), all their cells, and with dsa_select_tail the tail
  *   cells [n_blk kp, n_vis).  Without the tail a query before the first complete pool selects
  *   nothing (HF: undefined, docs/specs/kda-family.md D18).
- * The pooled keys are recomputed from the cached [k_I | gamma] at every call (per sequence).
+ * Pooled keys are kept across calls, per full layer and sequence (struct tk_dsa_pools): a pool is
+ * final once its kp cells are in place, so a decode at depth pools only the pools completed since
+ * the last call, and its cost grows with the pools it scores, not with the cells it pools.  A kept
+ * pool is used while its kp cells are still the sequence's cells at its place (checked at every
+ * call) and no sequence op removed or moved them since (tk_dsa_forget, from context.c); it holds
+ * the bits a recomputation gives (the same arithmetic on the same rows).
  */
 #include <math.h>
 #include <stdio.h>
@@ -93,19 +98,17 @@ static void dsa_pool(const float * kg, const int32_t * rows, int64_t stride, int
     }
 }
 
-tk_status tk_dsa_select(const float * kg, const int32_t * rows, int64_t stride, int32_t n, const float * ape,
-                        const float * qI, const float * w, const int32_t * n_vis, int32_t n_q, int32_t nI, int32_t dI,
-                        int32_t kp, int32_t top_k, int32_t tail, uint8_t * sel, int64_t sel_stride) {
-    if (n < 0 || n_q < 0 || nI <= 0 || dI <= 0 || kp <= 0 || top_k <= 0 || top_k % kp)
-        return TK_FAIL(TK_ERR_INVALID, "DSA selection: bad sizes (kpool %d, top_k %d)", kp, top_k);
+/* the selection rows of n_q queries from the pooled keys of the sequence's n / kp complete pools
+ * (pooled [n / kp, dI]): the scoring half of tk_dsa_select */
+static tk_status dsa_select_pooled(const float * pooled, const int32_t * rows, int32_t n, const float * qI,
+                                   const float * w, const int32_t * n_vis, int32_t n_q, int32_t nI, int32_t dI,
+                                   int32_t kp, int32_t top_k, int32_t tail, uint8_t * sel, int64_t sel_stride) {
     const int32_t n_pool = n / kp, nb_top = top_k / kp;
-    float * pooled = malloc(((size_t) n_pool * dI + 1) * sizeof(float));
     float * score = malloc(((size_t) n_pool + 1) * sizeof(float));
     tk_topk_elem * order = malloc(((size_t) n_pool + 1) * sizeof(tk_topk_elem));
     uint8_t * keep = malloc((size_t) n_pool + 1);
     tk_status st = TK_OK;
-    if (!pooled || !score || !order || !keep) { st = TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA pools)"); goto done; }
-    dsa_pool(kg, rows, stride, n_pool, ape, dI, kp, pooled);
+    if (!score || !order || !keep) { st = TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA pools)"); goto done; }
     const float isq = (float) (1.0 / sqrt((double) dI));
     for (int32_t i = 0; i < n_q; i++) {
         uint8_t * row = sel + (size_t) i * sel_stride;
@@ -135,11 +138,141 @@ tk_status tk_dsa_select(const float * kg, const int32_t * rows, int64_t stride, 
 #undef ROW
     }
 done:
-    free(pooled);
     free(score);
     free(order);
     free(keep);
     return st;
+}
+
+tk_status tk_dsa_select(const float * kg, const int32_t * rows, int64_t stride, int32_t n, const float * ape,
+                        const float * qI, const float * w, const int32_t * n_vis, int32_t n_q, int32_t nI, int32_t dI,
+                        int32_t kp, int32_t top_k, int32_t tail, uint8_t * sel, int64_t sel_stride) {
+    if (n < 0 || n_q < 0 || nI <= 0 || dI <= 0 || kp <= 0 || top_k <= 0 || top_k % kp)
+        return TK_FAIL(TK_ERR_INVALID, "DSA selection: bad sizes (kpool %d, top_k %d)", kp, top_k);
+    const int32_t n_pool = n / kp;
+    float * pooled = malloc(((size_t) n_pool * dI + 1) * sizeof(float));
+    if (!pooled) return TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA pools)");
+    dsa_pool(kg, rows, stride, n_pool, ape, dI, kp, pooled);
+    const tk_status st = dsa_select_pooled(pooled, rows, n, qI, w, n_vis, n_q, nI, dI, kp, top_k, tail, sel, sel_stride);
+    free(pooled);
+    return st;
+}
+
+/* ---- the pooled keys kept across calls ---- */
+
+struct tk_dsa_pools {          /* one full layer's pools of one sequence, in the sequence's order */
+    int32_t n_valid;           /* pools [0, n_valid) hold their pooled key */
+    int32_t cap;               /* pools room: n_ctx / kp */
+    float * pooled;            /* [cap, dI] */
+    int32_t * cells;           /* [cap, kp] the cells each was pooled from */
+    int32_t * pos_hi;          /* [cap] the last position among them */
+};
+
+/* one region per cache: pooled, cells and pos_hi of cap pools */
+static size_t dsa_pools_bytes(int32_t cap, int32_t dI, int32_t kp) {
+    return (size_t) cap * ((size_t) dI * sizeof(float) + (size_t) kp * sizeof(int32_t) + sizeof(int32_t));
+}
+
+/* layer il runs an indexer of its own (the MLA kind calls dsa.c on glm5-next's attention layers) */
+static int dsa_runs(const tk_hparams * hp, int il) {
+    return hp->dsa.full && hp->dsa.full[il] && hp->layer_kinds[il] == TK_LAYER_MLA;
+}
+
+static int dsa_has(const tk_hparams * hp) {
+    for (int i = 0; i < hp->n_layer; i++)
+        if (dsa_runs(hp, i)) return 1;
+    return 0;
+}
+
+size_t tk_dsa_cache_bytes(const tk_model * m, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch) {
+    const tk_hparams * hp = &m->hp;
+    if (!dsa_has(hp) || hp->dsa.kpool <= 0) return 0;
+    size_t n_full = 0;
+    for (int i = 0; i < hp->n_layer; i++) n_full += dsa_runs(hp, i);
+    const int32_t cap = n_ctx / hp->dsa.kpool;
+    return (size_t) n_ubatch * (size_t) n_ctx                                   /* the selection rows */
+           + n_full * (size_t) n_seq * dsa_pools_bytes(cap, hp->idx.head_dim, hp->dsa.kpool)
+           + (size_t) hp->n_layer * (size_t) n_seq * sizeof(struct tk_dsa_pools);
+}
+
+tk_status tk_dsa_cache_alloc(tk_context * ctx) {
+    const tk_hparams * hp = &ctx->model->hp;
+    if (!dsa_has(hp) || hp->dsa.kpool <= 0) return TK_OK;
+    const int32_t n_seq = ctx->params.n_seq_max, n_ctx = ctx->params.n_ctx, kp = hp->dsa.kpool, dI = hp->idx.head_dim;
+    const int32_t cap = n_ctx / kp;
+    const size_t need = (size_t) ctx->params.n_ubatch * (size_t) n_ctx;
+    ctx->dsa_sel = malloc(need ? need : 1);
+    ctx->dsa_sel_cap = need;
+    ctx->dsa_pools = calloc((size_t) hp->n_layer * (size_t) n_seq, sizeof(struct tk_dsa_pools));
+    if (!ctx->dsa_sel || !ctx->dsa_pools) return TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA selection and pools)");
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!dsa_runs(hp, il)) continue;
+        for (int32_t s = 0; s < n_seq; s++) {
+            struct tk_dsa_pools * c = &ctx->dsa_pools[(size_t) il * n_seq + s];
+            char * region = malloc(dsa_pools_bytes(cap, dI, kp) + 1);
+            if (!region) return TK_FAIL(TK_ERR_NOMEM, "out of memory (DSA pools)");
+            c->cap = cap;
+            c->pooled = (float *) (void *) region;
+            c->cells = (int32_t *) (void *) (region + (size_t) cap * dI * sizeof(float));
+            c->pos_hi = c->cells + (size_t) cap * kp;
+        }
+    }
+    ctx->scratch_bytes += tk_dsa_cache_bytes(ctx->model, n_ctx, n_seq, ctx->params.n_ubatch);
+    return TK_OK;
+}
+
+void tk_dsa_cache_free(tk_context * ctx) {
+    if (!ctx->dsa_pools) return;
+    const size_t n = (size_t) ctx->model->hp.n_layer * (size_t) ctx->params.n_seq_max;
+    for (size_t i = 0; i < n; i++) free(ctx->dsa_pools[i].pooled);   /* the region's start */
+    free(ctx->dsa_pools);
+    ctx->dsa_pools = NULL;
+}
+
+int64_t tk_context_dsa_pooled(const tk_context * ctx) { return ctx ? ctx->dsa_pooled : 0; }
+
+void tk_dsa_forget(tk_context * ctx, int32_t seq, int32_t p0) {
+    if (!ctx || !ctx->dsa_pools) return;
+    const int32_t n_seq = ctx->params.n_seq_max;
+    for (int il = 0; il < ctx->model->hp.n_layer; il++)
+        for (int32_t s = 0; s < n_seq; s++) {
+            struct tk_dsa_pools * c = &ctx->dsa_pools[(size_t) il * n_seq + s];
+            if (seq >= 0 && s != seq) continue;
+            int32_t p = 0;
+            while (p0 > 0 && p < c->n_valid && c->pos_hi[p] < p0) p++;   /* pools wholly before p0 stay */
+            c->n_valid = p;
+        }
+}
+
+/* the pooled keys of the sequence's first n_pool pools (rows: its cells in position order), kept
+ * ones checked and reused, the others pooled and kept; returns the [n_pool, dI] array (the
+ * cache's), or NULL where the context keeps none (the caller pools them itself) */
+static const float * dsa_pools_of(tk_context * ctx, int il, int32_t seq, const tk_kv_view * kv, const int32_t * rows,
+                                  int32_t n_pool, const float * ape) {
+    if (!ctx->dsa_pools || seq < 0 || seq >= ctx->params.n_seq_max) return NULL;
+    const tk_hparams * hp = &ctx->model->hp;
+    struct tk_dsa_pools * c = &ctx->dsa_pools[(size_t) il * ctx->params.n_seq_max + seq];
+    const int32_t kp = hp->dsa.kpool, dI = hp->idx.head_dim;
+    if (n_pool > c->cap) return NULL;
+    int32_t p = 0;
+    while (p < c->n_valid && p < n_pool && !memcmp(c->cells + (size_t) p * kp, rows + (size_t) p * kp, (size_t) kp * sizeof(int32_t)))
+        p++;
+    c->n_valid = p;            /* the first pool whose cells changed, and all after it, are pooled again */
+    if (p < n_pool) {
+        dsa_pool(kv->ik, rows + (size_t) p * kp, kv->ik_dim, n_pool - p, ape, dI, kp, c->pooled + (size_t) p * dI);
+        ctx->dsa_pooled += n_pool - p;
+        for (int32_t q = p; q < n_pool; q++) {
+            int32_t hi = 0;
+            for (int32_t j = 0; j < kp; j++) {
+                const int32_t cell = rows[(size_t) q * kp + j];
+                c->cells[(size_t) q * kp + j] = cell;
+                if (kv->pos[cell] > hi) hi = kv->pos[cell];
+            }
+            c->pos_hi[q] = hi;
+        }
+        c->n_valid = n_pool;
+    }
+    return c->pooled;
 }
 
 /* LayerNorm over n: (x - mean) / sqrt(var + eps) * w + b (biased variance, torch's) */
@@ -153,7 +286,7 @@ static void dsa_layer_norm(float * x, const float * w, const float * b, float ep
 }
 
 /* the selection of a full layer: ctx->dsa_sel [U, n_cells] */
-static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, const tk_ubatch * ub, const float * x,
+static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const float * x,
                                  const float * qr, const tk_kv_view * kv) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t U = ub->n_tokens, nI = hp->idx.n_head, dI = hp->idx.head_dim, nst = ub->n_seq_tokens;
@@ -185,9 +318,15 @@ static tk_status dsa_full_select(tk_context * ctx, const tk_layer * l, const tk_
             while (v < n && kv->pos[cells[v]] <= ub->pos[t0 + i]) v++;
             n_vis[i] = v;
         }
-        st = tk_dsa_select(kv->ik, cells, kv->ik_dim, n, l->idx_ape, qI + (size_t) t0 * nI * dI, w + (size_t) t0 * nI,
-                           n_vis, nst, nI, dI, hp->dsa.kpool, hp->idx.top_k, hp->dsa.select_tail,
-                           ctx->dsa_sel + (size_t) t0 * kv->n_cells, kv->n_cells);
+        const float * pooled = dsa_pools_of(ctx, il, ub->seq[s], kv, cells, n / hp->dsa.kpool, l->idx_ape);
+        if (pooled)
+            st = dsa_select_pooled(pooled, cells, n, qI + (size_t) t0 * nI * dI, w + (size_t) t0 * nI, n_vis, nst, nI,
+                                   dI, hp->dsa.kpool, hp->idx.top_k, hp->dsa.select_tail,
+                                   ctx->dsa_sel + (size_t) t0 * kv->n_cells, kv->n_cells);
+        else
+            st = tk_dsa_select(kv->ik, cells, kv->ik_dim, n, l->idx_ape, qI + (size_t) t0 * nI * dI, w + (size_t) t0 * nI,
+                               n_vis, nst, nI, dI, hp->dsa.kpool, hp->idx.top_k, hp->dsa.select_tail,
+                               ctx->dsa_sel + (size_t) t0 * kv->n_cells, kv->n_cells);
     }
 done:
     free(qI);
@@ -213,7 +352,7 @@ tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const t
         ctx->dsa_sel_cap = need;
     }
     ctx->dsa_sel_n = need;
-    TK_CHECK(dsa_full_select(ctx, l, ub, x, qr, kv));
+    TK_CHECK(dsa_full_select(ctx, l, il, ub, x, qr, kv));
     *sel = ctx->dsa_sel;
     return TK_OK;
 }

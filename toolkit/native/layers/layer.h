@@ -210,6 +210,14 @@ void tk_topk_torch(const float * score, int32_t n, int32_t k, tk_topk_elem * wor
  * tk_dsa_selection: *sel [U, n_cells] the cells each ubatch token attends (x [U, D] the attention
  * input, qr [U, rq] the q-LoRA latent; a shared layer gets the last full layer's selection) */
 tk_status tk_dsa_check(const tk_hparams * hp, int il);
+/* the pooled-key cache of the DSA layers (dsa.c): tk_dsa_cache_bytes what tk_dsa_cache_alloc
+ * allocates for n_ctx cells, n_seq sequences and n_ubatch tokens (the selection rows included;
+ * 0 without DSA); tk_dsa_forget: the sequence ops that remove, move or rewrite cells drop the
+ * pools they may change, sequence seq (-1: all) from position p0 on (p0 <= 0: all its pools) */
+size_t tk_dsa_cache_bytes(const tk_model * m, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch);
+tk_status tk_dsa_cache_alloc(tk_context * ctx);
+void tk_dsa_cache_free(tk_context * ctx);
+void tk_dsa_forget(tk_context * ctx, int32_t seq, int32_t p0);
 tk_status tk_dsa_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l, int64_t rq);
 int32_t tk_dsa_idx_dim(const tk_model * m, int il);
 tk_status tk_dsa_selection(tk_context * ctx, const tk_layer * l, int il, const tk_ubatch * ub, const float * x,

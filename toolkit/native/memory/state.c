@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/layer.h"
 #include "tk_internal.h"
 
 #define STATE_VERSION 1u
@@ -105,7 +106,10 @@ tk_status tk_memory_seq_add(tk_context * ctx, int32_t seq, int32_t p0, int32_t p
     TK_CHECK(tk_check_seq(ctx, seq, 0));
     if (!done) return TK_FAIL(TK_ERR_INVALID, "done is NULL");
     *done = ctx->mem->can_seq_add(ctx->mem, seq, p0, p1, delta);
-    if (*done) ctx->mem->seq_add(ctx->mem, seq, p0, p1, delta);
+    if (*done) {
+        ctx->mem->seq_add(ctx->mem, seq, p0, p1, delta);
+        tk_dsa_forget(ctx, seq, p0);
+    }
     return TK_OK;
 }
 
@@ -203,6 +207,7 @@ static tk_status parse(tk_context * ctx, int32_t seq, const uint8_t * buf, uint6
     if (apply) {
         if (seq < 0) ctx->mem->clear(ctx->mem);
         else ctx->mem->seq_rm(ctx->mem, seq, 0, -1);   /* whole removal: always allowed */
+        tk_dsa_forget(ctx, seq, 0);
     }
     while (r.off < r.n) {
         uint32_t tag, zero;
