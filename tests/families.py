@@ -10,8 +10,8 @@ A row says what the fixture is and which table-driven checks run on it:
   its logits, or a summary of its file when the file is too large to keep);
 - ``suppress``: the token ids the HF reference's greedy continuation never chose (its
   ``min_new_tokens``: end-of-text masked), ``bound``: the f32 relative L2 bound against HF;
-- ``keep_f32``: substrings of the tensor names (besides every 1-D tensor) that `toolkit quantize`
-  keeps F32 at Q8_0 / Q4_K_M (llama.cpp's name rules for the architecture);
+- ``keep_f32``: glob patterns (fnmatch) of the tensor names (besides every 1-D tensor) that
+  `toolkit quantize` keeps F32 at Q8_0 / Q4_K_M (llama.cpp's name rules for the architecture);
 - ``quant_refs``: the llama-quantize types with a byte reference in tests/fixtures/quant/;
 - ``caps``: properties of the model (checked against the converted file by
   tests/unit/test_families_table.py) and the checks run on it:
@@ -83,7 +83,7 @@ def _row(name, family, arch, layers, ffn, caps="", **kw) -> Fixture:
 LC_GGUF = ("f32.gguf",)
 LC_LOGITS = ("f32.gguf", "logits.npy")
 LC_SUMMARY = ("f32.summary.json",)
-MAMBA_F32 = ("ssm_conv1d", "ssm_a", "ssm_d")
+MAMBA_F32 = ("*.ssm_conv1d.weight", "*.ssm_a", "*.ssm_d")
 
 FIXTURES: tuple[Fixture, ...] = (
     _row("mamba-tiny", "MambaFamily", "mamba", "MAMBA1", "NONE",
@@ -146,7 +146,7 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("lfm2moe-scale-tiny", "LFM2MoeFamily", "lfm2moe", "ATTENTION SHORTCONV", "DENSE MOE", "moe parity",
          llamacpp=LC_SUMMARY),
     _row("lfm3-tiny", "LFM3Family", "lfm3", "ATTENTION SHORTCONV", "DENSE",
-         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("shortconv.conv.weight",)),
+         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("*.shortconv.conv.weight",)),
     _row("zamba2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE",
          "parity two_seq rollback spec shift estimate"),
     _row("zamba2-mem2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE", "parity two_seq"),
@@ -157,26 +157,26 @@ FIXTURES: tuple[Fixture, ...] = (
          "parity two_seq rollback estimate", suppress=EOT),
     _row("zamba-1head-tiny", "ZambaFamily", "zamba", "MAMBA1 ZAMBA_SHARED", "NONE", "parity", suppress=EOT),
     _row("olmohybrid-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE",
-         "parity two_seq quant rollback estimate", suppress=EOT, keep_f32=("ssm_conv1d", "ssm_a", "ssm_dt.bias")),
+         "parity two_seq quant rollback estimate", suppress=EOT, keep_f32=("*ssm_conv1d*", "*.ssm_a", "*.ssm_dt.bias")),
     _row("olmohybrid-nope-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE",
          "parity two_seq", suppress=EOT),
     _row("olmohybrid-bias-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE", "parity", suppress=EOT),
     _row("laramini-tiny", "LaraMiniFamily", "lara-mini", "ATTENTION GDN", "MOE",
          "swa moe parity two_seq quant rollback shift estimate", suppress=EOT,
-         keep_f32=("ssm_conv1d.weight", "ffn_gate_inp.weight")),
+         keep_f32=("*.ssm_conv1d.weight", "*.ffn_gate_inp.weight")),
     _row("minimax-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE",
          "moe two_seq quant rollback shift estimate", llamacpp=LC_GGUF, suppress=EOT,
-         keep_f32=("ffn_gate_inp.weight",)),
+         keep_f32=("*.ffn_gate_inp.weight",)),
     _row("minimax-ab-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe"),
     _row("minimax-wide-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe"),
     _row("minimax-linear-tiny", "MiniMaxFamily", "minimax-01", "LIGHTNING", "MOE", "moe"),
     _row("recurrentgemma-tiny", "RecurrentGemmaFamily", "recurrent-gemma", "ATTENTION RGLRU", "GEGLU",
-         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("rglru_gate", "ssm_conv1d")),
+         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("*rglru_gate*", "*ssm_conv1d*")),
     _row("recurrentgemma-odd-tiny", "RecurrentGemmaFamily", "recurrent-gemma", "ATTENTION RGLRU", "GEGLU",
          "swa parity two_seq rollback estimate", suppress=EOT),
     _row("kimilinear-tiny", "KimiLinearFamily", "kimi-linear", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq quant rollback shift estimate", llamacpp=LC_LOGITS, suppress=EOT,
-         keep_f32=("ffn_gate_inp.weight", "ssm_a", "ssm_conv1d"), quant_refs=FULL_SET),
+         keep_f32=("*.ffn_gate_inp.weight", "*.ssm_a", "*ssm_conv1d*"), quant_refs=FULL_SET),
     _row("kimilinear-var-tiny", "KimiLinearFamily", "kimi-linear", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq rollback estimate", suppress=EOT),
     _row("glm5next-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE",

@@ -1,9 +1,10 @@
 """tests/families.py against the fixtures it lists: every fixture has one row and every row a
 fixture, the llama.cpp and llama-quantize artefacts a row names exist (and no other), and what
 a row says of the model (family, GGUF architecture, layer and FFN kinds, sliding window, MLA,
-MoE, MTP) is what converting the checkpoint gives."""
+MoE, MTP, the tensors ``keep_f32`` names) is what converting the checkpoint gives."""
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -51,3 +52,5 @@ def test_model_columns_are_the_converted_file(hf_f32):
         have = {"swa": bool(hp.n_swa), "mla": "MLA" in f.layers, "moe": "MOE" in f.ffn,
                 "mtp": bool(g.get(f"{g.arch}.nextn_predict_layers"))}
         assert {c for c, v in have.items() if v} == f.caps & MODEL_CAPS, f.name
+        for k in f.keep_f32:      # a pattern that names no tensor would check nothing
+            assert any(fnmatch.fnmatchcase(n, k) for n in g.tensors), (f.name, k)
