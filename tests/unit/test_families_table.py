@@ -1,7 +1,8 @@
 """tests/families.py against the fixtures it lists: every fixture has one row and every row a
-fixture, the llama.cpp and llama-quantize artefacts a row names exist (and no other), and what
-a row says of the model (family, GGUF architecture, layer and FFN kinds, sliding window, MLA,
-MoE, MTP, the tensors ``keep_f32`` names) is what converting the checkpoint gives."""
+fixture, the llama.cpp and llama-quantize artefacts a row names exist (and no other), the
+tokenizer files equal to tests/fixtures/tokenizer's are links to them, and what a row says of
+the model (family, GGUF architecture, layer and FFN kinds, sliding window, MLA, MoE, MTP, the
+tensors ``keep_f32`` names) is what converting the checkpoint gives."""
 from __future__ import annotations
 
 import fnmatch
@@ -20,6 +21,16 @@ def test_one_row_per_fixture_directory():
     for f in FIXTURES:
         assert f.caps <= MODEL_CAPS | CHECK_CAPS, (f.name, f.caps - MODEL_CAPS - CHECK_CAPS)
         assert (f.hf / "reference.npz").is_file() or not f.caps & {"parity", "two_seq", "quant"}, f.name
+
+
+def test_identical_tokenizer_files_are_the_shared_ones():
+    """tests/fixtures/tokenizer/README.md: a fixture's tokenizer file equal to the shared one is a
+    link to it, not a copy."""
+    for f in FIXTURES:
+        for n in ("tokenizer.json", "tokenizer_config.json"):
+            p, shared = f.hf / n, FIX / "tokenizer" / n
+            if p.read_bytes() == shared.read_bytes():
+                assert p.is_symlink() and p.resolve() == shared.resolve(), f"{p}: link it to {shared}"
 
 
 def test_llamacpp_artefacts_are_the_rows():
