@@ -31,9 +31,11 @@ A row says what the fixture is and which table-driven checks run on it:
   estimate   the C memory estimate equals what a context allocates (memory/test_memory_estimate.py);
              ``estimate_lc``: the same on llama.cpp's file rather than our conversion
   sessions   state saved to a file and loaded again (memory/test_state_files.py)
+  cli_session  `toolkit run --session`: an extended prompt reuses the saved state (memory/test_session_cli.py)
   ========== ====================================================================================
 
-A fixture carries a check's cap when the check runs on it: each family's first fixture, and a
+A family's first row is its main fixture (main_fixture: the one the config refusal cases are made
+from, tests/cli/test_config_refusals.py).  A fixture carries a check's cap when the check runs on it: each family's first fixture, and a
 variant where it exercises a path the first does not (another kind mix, shape or option).  A new
 family is one row here and its fixture directory.
 """
@@ -89,18 +91,18 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("mamba-tiny", "MambaFamily", "mamba", "MAMBA1", "NONE",
          "parity rollback spec estimate_lc", llamacpp=LC_GGUF),
     _row("falconmamba-tiny", "FalconMambaFamily", "mamba", "MAMBA1", "NONE",
-         "parity rollback estimate", suppress=EOT),
+         "parity rollback estimate cli_session", suppress=EOT),
     _row("falconmamba-odd-tiny", "FalconMambaFamily", "mamba", "MAMBA1", "NONE", "parity", suppress=EOT),
     _row("mamba2-tiny", "Mamba2Family", "mamba2", "MAMBA2", "NONE",
-         "parity rollback spec cli_shift estimate_lc sessions", llamacpp=LC_GGUF),
+         "parity rollback spec cli_shift estimate_lc sessions cli_session", llamacpp=LC_GGUF),
     _row("bamba-tiny", "GraniteHybridFamily", "granitehybrid", "ATTENTION MAMBA2", "DENSE",
-         "parity rollback spec shift cli_shift estimate_lc sessions", llamacpp=LC_LOGITS),
+         "parity rollback spec shift cli_shift estimate_lc sessions cli_session", llamacpp=LC_LOGITS),
     _row("bamba-small", "GraniteHybridFamily", "granitehybrid", "ATTENTION MAMBA2", "DENSE",
          "parity", llamacpp=LC_GGUF, quant_refs=FULL_SET),
     _row("granitehybrid-moe-tiny", "GraniteHybridFamily", "granitehybrid", "ATTENTION MAMBA2", "MOE",
          "moe parity spec shift cli_shift estimate sessions", llamacpp=LC_GGUF),
     _row("jamba-tiny", "JambaFamily", "jamba", "ATTENTION MAMBA1", "DENSE MOE",
-         "moe parity rollback spec shift cli_shift estimate sessions"),
+         "moe parity rollback spec shift cli_shift estimate sessions cli_session"),
     _row("qwen4exp-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE",
          "moe parity two_seq spec estimate", llamacpp=LC_SUMMARY),
     _row("qwen4exp-hc3-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity estimate"),
@@ -124,7 +126,7 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("qwen35moe-vl-tiny", "Qwen35MoeFamily", "qwen35moe", "ATTENTION GDN", "MOE", "moe mtp parity",
          llamacpp=LC_SUMMARY),
     _row("nemotronh-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE RELU2",
-         "moe two_seq rollback spec shift cli_shift estimate", llamacpp=("f32.summary.json", "quant.json")),
+         "moe two_seq rollback spec shift cli_shift estimate cli_session", llamacpp=("f32.summary.json", "quant.json")),
     _row("nemotronh-pattern-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE", "moe"),
     _row("nemotronh-dense-tiny", "NemotronHFamily", "nemotron_h", "ATTENTION MAMBA2 NONE", "NONE RELU2",
          "shift cli_shift"),
@@ -136,33 +138,33 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("falconh1-nonorm-tiny", "FalconH1Family", "falcon-h1", "PARALLEL", "DENSE", "parity", llamacpp=LC_SUMMARY),
     _row("falconh1-attnbias-tiny", "FalconH1Family", "falcon-h1", "PARALLEL", "DENSE", "parity"),
     _row("lfm2-tiny", "LFM2Family", "lfm2", "ATTENTION SHORTCONV", "DENSE",
-         "parity two_seq rollback spec shift cli_shift estimate", llamacpp=LC_LOGITS, quant_refs=LFM2_SET),
+         "parity two_seq rollback spec shift cli_shift estimate cli_session", llamacpp=LC_LOGITS, quant_refs=LFM2_SET),
     _row("lfm2-k4-tiny", "LFM2Family", "lfm2", "ATTENTION SHORTCONV", "DENSE", "parity two_seq", llamacpp=LC_SUMMARY),
     _row("lfm2-convbias-tiny", "LFM2Family", "lfm2", "ATTENTION SHORTCONV", "DENSE", "parity"),
     _row("lfm2moe-tiny", "LFM2MoeFamily", "lfm2moe", "ATTENTION SHORTCONV", "DENSE MOE",
-         "moe parity two_seq shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=LFM2_SET),
+         "moe parity two_seq shift cli_shift estimate_lc cli_session", llamacpp=LC_LOGITS, quant_refs=LFM2_SET),
     _row("lfm2moe-bias-tiny", "LFM2MoeFamily", "lfm2moe", "ATTENTION SHORTCONV", "DENSE MOE", "moe parity",
          llamacpp=LC_SUMMARY),
     _row("lfm2moe-scale-tiny", "LFM2MoeFamily", "lfm2moe", "ATTENTION SHORTCONV", "DENSE MOE", "moe parity",
          llamacpp=LC_SUMMARY),
     _row("lfm3-tiny", "LFM3Family", "lfm3", "ATTENTION SHORTCONV", "DENSE",
-         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("*.shortconv.conv.weight",)),
+         "swa parity two_seq quant rollback shift estimate cli_session", suppress=EOT, keep_f32=("*.shortconv.conv.weight",)),
     _row("zamba2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE",
-         "parity two_seq rollback spec shift estimate"),
+         "parity two_seq rollback spec shift estimate cli_session"),
     _row("zamba2-mem2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE", "parity two_seq"),
     _row("zamba2-dtfloor-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE", "parity"),
     _row("zamba-tiny", "ZambaFamily", "zamba", "MAMBA1 ZAMBA_SHARED", "NONE",
          "parity two_seq quant estimate", suppress=EOT, keep_f32=MAMBA_F32),
     _row("zamba-odd-tiny", "ZambaFamily", "zamba", "MAMBA1 ZAMBA_SHARED", "NONE",
-         "parity two_seq rollback estimate", suppress=EOT),
+         "parity two_seq rollback estimate cli_session", suppress=EOT),
     _row("zamba-1head-tiny", "ZambaFamily", "zamba", "MAMBA1 ZAMBA_SHARED", "NONE", "parity", suppress=EOT),
     _row("olmohybrid-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE",
-         "parity two_seq quant rollback estimate", suppress=EOT, keep_f32=("*ssm_conv1d*", "*.ssm_a", "*.ssm_dt.bias")),
+         "parity two_seq quant rollback estimate cli_session", suppress=EOT, keep_f32=("*ssm_conv1d*", "*.ssm_a", "*.ssm_dt.bias")),
     _row("olmohybrid-nope-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE",
          "parity two_seq", suppress=EOT),
     _row("olmohybrid-bias-tiny", "OlmoHybridFamily", "olmo-hybrid", "ATTENTION GDN", "DENSE", "parity", suppress=EOT),
     _row("laramini-tiny", "LaraMiniFamily", "lara-mini", "ATTENTION GDN", "MOE",
-         "swa moe parity two_seq quant rollback shift estimate", suppress=EOT,
+         "swa moe parity two_seq quant rollback shift estimate cli_session", suppress=EOT,
          keep_f32=("*.ssm_conv1d.weight", "*.ffn_gate_inp.weight")),
     _row("minimax-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE",
          "moe two_seq quant rollback shift estimate", llamacpp=LC_GGUF, suppress=EOT,
@@ -171,7 +173,7 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("minimax-wide-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe"),
     _row("minimax-linear-tiny", "MiniMaxFamily", "minimax-01", "LIGHTNING", "MOE", "moe"),
     _row("recurrentgemma-tiny", "RecurrentGemmaFamily", "recurrent-gemma", "ATTENTION RGLRU", "GEGLU",
-         "swa parity two_seq quant rollback shift estimate", suppress=EOT, keep_f32=("*rglru_gate*", "*ssm_conv1d*")),
+         "swa parity two_seq quant rollback shift estimate cli_session", suppress=EOT, keep_f32=("*rglru_gate*", "*ssm_conv1d*")),
     _row("recurrentgemma-odd-tiny", "RecurrentGemmaFamily", "recurrent-gemma", "ATTENTION RGLRU", "GEGLU",
          "swa parity two_seq rollback estimate", suppress=EOT),
     _row("kimilinear-tiny", "KimiLinearFamily", "kimi-linear", "KDA MLA", "DENSE MOE",
@@ -197,7 +199,7 @@ FIXTURES: tuple[Fixture, ...] = (
 BY_NAME: dict[str, Fixture] = {f.name: f for f in FIXTURES}
 MODEL_CAPS = frozenset({"swa", "mla", "moe", "mtp"})
 CHECK_CAPS = frozenset({"parity", "two_seq", "quant", "rollback", "spec", "shift", "cli_shift", "estimate",
-                        "estimate_lc", "sessions"})
+                        "estimate_lc", "sessions", "cli_session"})
 
 
 def having(cap: str) -> list[Fixture]:
@@ -209,3 +211,11 @@ def having(cap: str) -> list[Fixture]:
 def names(cap: str) -> list[str]:
     """The names of the rows carrying ``cap``, in table order (a pytest parametrize list)."""
     return [f.name for f in having(cap)]
+
+
+def main_fixture() -> dict[str, str]:
+    """Converter class name -> the name of the family's first row."""
+    out: dict[str, str] = {}
+    for f in FIXTURES:
+        out.setdefault(f.family, f.name)
+    return out
