@@ -13,6 +13,8 @@ A row says what the fixture is and which table-driven checks run on it:
 - ``keep_f32``: glob patterns (fnmatch) of the tensor names (besides every 1-D tensor) that
   `toolkit quantize` keeps F32 at Q8_0 / Q4_K_M (llama.cpp's name rules for the architecture);
 - ``quant_refs``: the llama-quantize types with a byte reference in tests/fixtures/quant/;
+- ``slow``: its table-driven parity check is marked slow (`-m "not slow"`, CI, skips it: the
+  gated-delta-net fixtures, whose llama.cpp files are checked against HF in the fast tier);
 - ``caps``: properties of the model (checked against the converted file by
   tests/unit/test_families_table.py) and the checks run on it:
 
@@ -66,6 +68,7 @@ class Fixture:
     bound: float = 1e-5
     keep_f32: tuple[str, ...] = ()
     quant_refs: frozenset[str] = frozenset()
+    slow: bool = False
 
     @property
     def hf(self) -> pathlib.Path:
@@ -109,22 +112,22 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("qwen4exp-ple2-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE",
          "moe parity two_seq rollback estimate sessions"),
     _row("qwen3next-tiny", "Qwen3NextFamily", "qwen3next", "ATTENTION GDN", "MOE",
-         "moe parity rollback shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L),
+         "moe parity rollback shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L, slow=True),
     _row("qwen3next-dkdv-tiny", "Qwen3NextFamily", "qwen3next", "ATTENTION GDN", "MOE", "moe parity",
-         llamacpp=LC_SUMMARY),
+         llamacpp=LC_SUMMARY, slow=True),
     _row("qwen3next-mtp-tiny", "Qwen3NextFamily", "qwen3next", "ATTENTION GDN", "MOE", "moe mtp"),
     _row("qwen35-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE",
-         "parity rollback spec shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L),
+         "parity rollback spec shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L, slow=True),
     _row("qwen35-small", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", bound=2e-5,
-         llamacpp=("f32.gguf", "logits.npy", "f32.summary.json"), quant_refs=FULL_SET),
-    _row("qwen35-dkdv-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", llamacpp=LC_SUMMARY),
-    _row("qwen35-mtp-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "mtp parity", llamacpp=LC_SUMMARY),
+         llamacpp=("f32.gguf", "logits.npy", "f32.summary.json"), quant_refs=FULL_SET, slow=True),
+    _row("qwen35-dkdv-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", llamacpp=LC_SUMMARY, slow=True),
+    _row("qwen35-mtp-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "mtp parity", llamacpp=LC_SUMMARY, slow=True),
     _row("qwen35moe-tiny", "Qwen35MoeFamily", "qwen35moe", "ATTENTION GDN", "MOE",
-         "moe parity shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L),
+         "moe parity shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L, slow=True),
     _row("qwen35moe-pattern-tiny", "Qwen35MoeFamily", "qwen35moe", "ATTENTION GDN", "MOE", "moe parity",
-         llamacpp=LC_SUMMARY),
+         llamacpp=LC_SUMMARY, slow=True),
     _row("qwen35moe-vl-tiny", "Qwen35MoeFamily", "qwen35moe", "ATTENTION GDN", "MOE", "moe mtp parity",
-         llamacpp=LC_SUMMARY),
+         llamacpp=LC_SUMMARY, slow=True),
     _row("nemotronh-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE RELU2",
          "moe two_seq rollback spec shift cli_shift estimate cli_session", llamacpp=("f32.summary.json", "quant.json")),
     _row("nemotronh-pattern-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE", "moe"),
@@ -219,3 +222,9 @@ def main_fixture() -> dict[str, str]:
     for f in FIXTURES:
         out.setdefault(f.family, f.name)
     return out
+
+
+def params(cap: str) -> list:
+    """names(cap) as pytest parameters, a row with ``slow`` marked slow."""
+    import pytest
+    return [pytest.param(f.name, marks=pytest.mark.slow) if f.slow else f.name for f in having(cap)]

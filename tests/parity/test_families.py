@@ -19,7 +19,7 @@ import fnmatch
 import numpy as np
 import pytest
 
-from families import BY_NAME, names
+from families import BY_NAME, names, params
 from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
@@ -34,7 +34,7 @@ def _ref(name):
     return np.load(BY_NAME[name].hf / "reference.npz")
 
 
-@pytest.mark.parametrize("name", names("parity"))
+@pytest.mark.parametrize("name", params("parity"))
 def test_converted_f32_matches_hf(hf_f32, report, name):
     row = BY_NAME[name]
     check_against_hf(hf_f32(name), _ref(name), f"{name} (toolkit convert f32)", report, row.bound,
