@@ -9,12 +9,11 @@ import json
 import pytest
 
 from cli_runner import cli
+from families import names
 
 pytestmark = pytest.mark.native
 
-FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny",
-            "qwen35moe-tiny", "nemotronh-tiny", "nemotronh-dense-tiny", "mamba2-tiny", "falconh1-tiny",
-            "lfm2-tiny", "lfm2moe-tiny"]
+FAMILIES = names("cli_shift")
 PROMPT = "3,14,15,92,65,35,89,79"
 
 

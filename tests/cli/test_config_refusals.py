@@ -16,17 +16,10 @@ from cli_runner import cli as run_cli
 from convert_error_util import HF
 from toolkit.convert.families import FAMILIES
 
+from families import main_fixture
+
 # one shared fixture per family (tests/fixtures/hf), the one refusal cases are made from
-FIXTURE = {
-    "MambaFamily": "mamba-tiny", "FalconMambaFamily": "falconmamba-tiny", "Mamba2Family": "mamba2-tiny",
-    "GraniteHybridFamily": "bamba-tiny", "JambaFamily": "jamba-tiny", "Qwen4ExpFamily": "qwen4exp-tiny",
-    "Qwen3NextFamily": "qwen3next-tiny", "Qwen35Family": "qwen35-tiny", "Qwen35MoeFamily": "qwen35moe-tiny",
-    "NemotronHFamily": "nemotronh-tiny", "FalconH1Family": "falconh1-tiny", "LFM2Family": "lfm2-tiny",
-    "LFM2MoeFamily": "lfm2moe-tiny", "LFM3Family": "lfm3-tiny", "Zamba2Family": "zamba2-tiny",
-    "ZambaFamily": "zamba-tiny", "OlmoHybridFamily": "olmohybrid-tiny", "LaraMiniFamily": "laramini-tiny",
-    "MiniMaxFamily": "minimax-tiny", "RecurrentGemmaFamily": "recurrentgemma-tiny",
-    "KimiLinearFamily": "kimilinear-tiny", "Glm5NextFamily": "glm5next-tiny", "BailingMoe3Family": "bailinghybrid-tiny",
-}
+FIXTURE = main_fixture()
 # what a refused RoPE type is set to (HF's yarn, with the parameters it needs)
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 

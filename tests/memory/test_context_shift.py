@@ -26,13 +26,11 @@ import pytest
 
 from toolkit.runtime import Context, Model
 from toolkit.runtime.shift import context_shift, n_discard_for, shift_tokens
+from families import names
 
 pytestmark = pytest.mark.native
 
-HYBRIDS = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny",
-           "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny", "zamba2-tiny",
-           "lfm3-tiny", "laramini-tiny", "minimax-tiny", "recurrentgemma-tiny", "kimilinear-tiny",
-           "glm5next-tiny", "bailinghybrid-tiny"]
+HYBRIDS = names("shift")
 UB = 16
 
 

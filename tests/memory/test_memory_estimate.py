@@ -20,16 +20,13 @@ import pytest
 
 from toolkit.errors import NativeError, UnsupportedError
 from toolkit.runtime import Context, Model, memory_estimate
+from families import names
 
 pytestmark = pytest.mark.native
 
 FIX = pathlib.Path(__file__).parent.parent / "fixtures"
-LLAMACPP = ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny", "lfm2moe-tiny"]
-CONVERTED = ["jamba-tiny", "falconh1-tiny", "lfm2-tiny", "nemotronh-tiny", "zamba2-tiny", "granitehybrid-moe-tiny",
-             "qwen4exp-tiny", "qwen4exp-ple2-tiny", "qwen4exp-hc3-tiny", "falconmamba-tiny", "zamba-tiny", "zamba-odd-tiny",
-             "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny",
-             "recurrentgemma-tiny", "recurrentgemma-odd-tiny", "kimilinear-tiny",
-             "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny"]
+LLAMACPP = names("estimate_lc")
+CONVERTED = names("estimate")
 # lfm2-tiny with layer 3 a window-5 sliding layer (a full and a sliding KV cache), and with both
 # attention layers sliding (the full cache holds positions only)
 SLIDING = {"swa/lfm2": (False, False, False, True), "swa/lfm2-all": (False, True, False, True)}

@@ -14,6 +14,7 @@ import pathlib
 import pytest
 
 from cli_runner import cli
+from families import names
 
 pytestmark = pytest.mark.native
 
@@ -21,16 +22,9 @@ HF = pathlib.Path(__file__).parent.parent / "fixtures" / "hf"
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    from toolkit.convert import convert
-    out = {}
-    d = tmp_path_factory.mktemp("sess")
-    for name in ("bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "falconh1-tiny", "lfm2-tiny", "lfm2moe-tiny",
-                 "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny",
-                 "recurrentgemma-tiny"):
-        out[name] = d / f"{name}.f32.gguf"
-        convert(str(HF / name), str(out[name]), "f32")
-    return out
+def models(hf_f32):
+    """name -> our f32 conversion of each fixture with the cli_session cap (tests/families.py)."""
+    return {name: hf_f32(name) for name in names("cli_session")}
 
 
 
@@ -46,9 +40,7 @@ P1 = [5, 17, 99, 3, 250, 41, 7, 7, 300, 12, 64, 1]
 P2 = P1 + [77, 401, 9, 18, 200]
 
 
-@pytest.mark.parametrize("name", ["bamba-tiny", "jamba-tiny", "mamba2-tiny", "nemotronh-tiny", "lfm2-tiny", "lfm2moe-tiny",
-                                  "zamba2-tiny", "falconmamba-tiny", "zamba-odd-tiny", "olmohybrid-tiny",
-                                  "lfm3-tiny", "laramini-tiny", "recurrentgemma-tiny"])
+@pytest.mark.parametrize("name", names("cli_session"))
 def test_extended_prompt_reuses_and_matches_scratch(monkeypatch, capsys, tmp_path, models, name):
     m, sess = models[name], str(tmp_path / "s.session")
     first, err = run(monkeypatch, capsys, m, P1, "--session", sess)

@@ -18,16 +18,12 @@ import numpy as np
 import pytest
 
 from toolkit.runtime import Context, Model
+from families import names
 
 pytestmark = pytest.mark.native
 
 # one fixture per recurrent layer kind (and the hybrids that mix them with attention)
-FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "qwen3next-tiny",
-            "lfm2-tiny", "falconh1-tiny", "zamba2-tiny", "nemotronh-tiny", "qwen4exp-ple2-tiny", "falconmamba-tiny",
-            "zamba-odd-tiny", "olmohybrid-tiny", "lfm3-tiny", "laramini-tiny", "minimax-tiny",
-            "recurrentgemma-tiny", "recurrentgemma-odd-tiny", "kimilinear-tiny",
-            "kimilinear-var-tiny", "glm5next-tiny", "bailinghybrid-tiny",
-            "glm5next-var-tiny", "bailinghybrid-var-tiny"]
+FAMILIES = names("rollback")   # tests/families.py
 K = 4
 
 

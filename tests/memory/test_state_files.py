@@ -17,10 +17,11 @@ import pytest
 
 from toolkit.errors import NativeError, ResourceError
 from toolkit.runtime import Context, Model
+from families import names
 
 pytestmark = pytest.mark.native
 
-FAMILIES = ["bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "mamba2-tiny", "qwen4exp-ple2-tiny"]
+FAMILIES = names("sessions")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

@@ -7,13 +7,15 @@ tools/make_*_fixtures.py.
     olmohybrid-bias-tiny  OLMo-Hybrid   attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
     falconh1-attnbias-tiny  Falcon-H1   attention_bias, with key_multiplier / attention_out_multiplier on k's / o's
     lfm2-convbias-tiny    LFM2          conv_bias: short-conv in_proj / conv / out_proj biases (blk.i.shortconv.*.bias)
+
+The f32 parity of the variant fixtures is a table row now (tests/families.py),
+run by tests/parity/test_families.py.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from parity_util import check_against_hf, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -23,17 +25,6 @@ VARIANTS = [
     ("falconh1-attnbias-tiny", "attention_bias", 1e-5, ()),
     ("lfm2-convbias-tiny", "conv_bias", 1e-5, ()),
 ]
-
-
-@pytest.fixture(scope="module")
-def report(request):
-    yield from terminal_report(request, "config variants parity")
-
-
-@pytest.mark.parametrize("name,flag,bound,suppress", VARIANTS, ids=[v[0] for v in VARIANTS])
-def test_variant_matches_hf(fixtures, hf_f32, report, name, flag, bound, suppress):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name} ({flag})", report, bound, suppress=suppress)
 
 
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint

@@ -14,6 +14,9 @@ continuation identical (end-of-text, id 0, suppressed as HF's reference did); ll
 runs here at its own l2 / MLA epsilon (rms_norm_eps, docs/specs/kda-family.md D4 / D5): 2.9e-4 from HF, as llama.cpp
 itself with an F32 cache, and near llama.cpp's own F16-cache logits; two sequences in one batch
 give each its own run's logits; Q8_0 / Q4_K_M ordered by bits.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -54,11 +57,6 @@ def test_layout(hf_f32):
     assert (var.moe_n_group, var.moe_topk_group, var.moe_weights_norm) == (4, 2, False)
 
 
-@pytest.mark.parametrize("name", ["kimilinear-tiny", "kimilinear-var-tiny"])
-def test_converted_f32_matches_hf(hf_f32, report, name):
-    check_against_hf(hf_f32(name), _ref(name), name, report, F32_BOUND, suppress=EOT)
-
-
 def test_llama_cpp_file_runs(report):
     """llama.cpp's file has none of our keys: it runs with llama.cpp's epsilons (rms_norm_eps for
     the l2-norm and the MLA norms), 2.9e-4 from HF as llama.cpp with an F32 cache (docs/specs/kda-family.md §5), and
@@ -69,37 +67,6 @@ def test_llama_cpp_file_runs(report):
     report.append(f"kimilinear-tiny: llama.cpp's file run here vs HF {err:.2e}, vs llama.cpp's logits {lc:.2e}")
     assert 1e-4 < err < 5e-4 and lc < 2e-4
     assert (lo.argmax(-1) == ref["logits"].argmax(-1)).all()
-
-
-def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
-    for name in ("kimilinear-tiny", "kimilinear-var-tiny"):
-        diff = two_sequences_vs_separate(hf_f32(name), _ref(name)["tokens"])
-        report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-        assert diff == 0.0
-
-
-def test_quantize_error_ordered_by_bits(hf_f32, tmp_path, report):
-    """Q8_0 and Q4_K_M: norms, the router and the KDA gates' small tensors stay F32; the error
-    against HF grows as the bits shrink."""
-    from toolkit.gguf_io import GGMLType, GGUFFile
-    from toolkit.quantize import Options, quantize_file
-    name = "kimilinear-tiny"
-    ref = _ref(name)
-    src = hf_f32(name)
-    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
-    for qtype in ("Q8_0", "Q4_K_M"):
-        out = tmp_path / f"{name}.{qtype}.gguf"
-        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
-        f = GGUFFile(str(out))
-        for n, t in f.tensors.items():
-            if len(t.shape) == 1 or n.endswith(("ffn_gate_inp.weight", "ssm_a")) or "ssm_conv1d" in n:
-                assert t.type == GGMLType.F32, (qtype, n)
-        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
-        lo = logits_of(out, ref["tokens"])
-        assert np.isfinite(lo).all()
-        errs[qtype] = rel_l2(lo, ref["logits"])
-    report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
 
 
 def test_info_memory_shows_the_latent_cache(hf_f32, monkeypatch, capsys):

@@ -12,6 +12,9 @@ sliding layers' window is passed), greedy continuation identical (end-of-text, i
 as HF's reference did); two sequences in one batch give each its own run's logits; `toolkit
 quantize` Q8_0 / Q4_K_M (qwen35moe's rules) with the error ordered by bits; a file without its
 sliding-window keys is refused at load, one line.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
@@ -19,23 +22,10 @@ import pathlib
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
 
 pytestmark = pytest.mark.native
 
 NAME = "laramini-tiny"
-F32_BOUND = 1e-5
-EOT = (0,)
-
-
-@pytest.fixture(scope="module")
-def report(request):
-    yield from terminal_report(request, "lara-mini parity")
-
-
-@pytest.fixture(scope="module")
-def ref():
-    return np.load(pathlib.Path(__file__).parent.parent / "fixtures" / "hf" / NAME / "reference.npz")
 
 
 def test_layout(hf_f32):
@@ -72,38 +62,6 @@ def test_norms_are_written_as_stored(hf_f32):
              "output_norm.weight": "model.norm.weight"}
     for g, h in pairs.items():
         np.testing.assert_array_equal(np.asarray(f.array(g)).reshape(-1), hf[h].reshape(-1), err_msg=g)
-
-
-def test_converted_f32_matches_hf(hf_f32, ref, report):
-    check_against_hf(hf_f32(NAME), ref, NAME, report, F32_BOUND, suppress=EOT)
-
-
-def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, ref, report):
-    diff = two_sequences_vs_separate(hf_f32(NAME), ref["tokens"])
-    report.append(f"{NAME}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
-
-
-def test_quantize_error_ordered_by_bits(hf_f32, ref, tmp_path, report):
-    """Q8_0 and Q4_K_M by qwen35moe's (llama.cpp's name-based) rules: norms, the conv kernel,
-    ssm_a / ssm_dt and the router stay F32; the error against HF grows as the bits shrink."""
-    from toolkit.gguf_io import GGMLType, GGUFFile
-    from toolkit.quantize import Options, quantize_file
-    src = hf_f32(NAME)
-    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
-    for qtype in ("Q8_0", "Q4_K_M"):
-        out = tmp_path / f"{NAME}.{qtype}.gguf"
-        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
-        f = GGUFFile(str(out))
-        for n, t in f.tensors.items():
-            if len(t.shape) == 1 or n.endswith(("ssm_conv1d.weight", "ffn_gate_inp.weight")):
-                assert t.type == GGMLType.F32, (qtype, n)
-        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
-        lo = logits_of(out, ref["tokens"])
-        assert np.isfinite(lo).all()
-        errs[qtype] = rel_l2(lo, ref["logits"])
-    report.append(f"{NAME} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
 
 
 def test_run_refuses_a_sliding_pattern_marking_a_gdn_layer(monkeypatch, capsys, tmp_path, hf_f32):

@@ -20,6 +20,9 @@ References:
 
 Each run: relative L2 of all 64 positions' logits < 1e-5 in one shot and in ubatches of 1 and 7
 tokens, greedy continuation identical.  Measured figures are written to the terminal.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import gguf
 import numpy as np
 import pytest
 
-from parity_util import check_against_hf, terminal_report, two_sequences_vs_separate
+from parity_util import check_against_hf, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -40,7 +43,6 @@ FIX = pathlib.Path(__file__).parent.parent / "fixtures"
 TINY = ["lfm2-tiny", "lfm2moe-tiny"]
 HELD = ["lfm2-k4-tiny", "lfm2moe-bias-tiny", "lfm2moe-scale-tiny"]
 ARCH = {"lfm2-tiny": "lfm2", "lfm2moe-tiny": "lfm2moe"}
-F32_BOUND = 1e-5
 GENERAL_MAY_DIFFER = {"general.name", "general.type", "general.size_label", "general.basename",
                       "general.quantization_version"}
 
@@ -134,20 +136,6 @@ def test_held_back_shapes(hf_f32):
 def test_llamacpp_f32_matches_hf(fixtures, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     check_against_hf(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report)
-
-
-@pytest.mark.parametrize("name", TINY + HELD)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report)
-
-
-@pytest.mark.parametrize("name", TINY + ["lfm2-k4-tiny"])
-def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
-    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    diff = two_sequences_vs_separate(hf_f32(name), tok)
-    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
 
 
 def test_logits_do_not_depend_on_the_thread_count(fixtures, hf_f32):

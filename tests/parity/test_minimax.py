@@ -17,6 +17,9 @@ of HF's blocks), greedy continuation identical (end-of-text, id 0, suppressed as
 did); the file equals llama.cpp's converter's (keys but its name / chat template, every tensor);
 llama.cpp's own file runs here at its own ε / slope (2.4e-5 from HF, docs/specs/more-hybrids.md §5.6); two sequences
 in one batch give each its own run's logits; Q8_0 / Q4_K_M ordered by bits.
+
+The two-sequence and quantize-order checks of minimax-tiny are a table row now (tests/families.py),
+run by tests/parity/test_families.py.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from parity_util import MODES, check_against_hf, greedy_of, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import MODES, check_against_hf, greedy_of, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -139,33 +142,6 @@ def test_llama_cpp_file_runs(ref, report):
     err = rel_l2(logits_of(LLAMACPP, ref["tokens"]), ref["logits"])
     report.append(f"{NAME}: llama.cpp's file run here vs HF {err:.2e}")
     assert err < F32_BOUND
-
-
-def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, ref, report):
-    diff = two_sequences_vs_separate(hf_f32(NAME), ref["tokens"])
-    report.append(f"{NAME}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
-
-
-def test_quantize_error_ordered_by_bits(hf_f32, ref, tmp_path, report):
-    """Q8_0 and Q4_K_M: norms and the router stay F32; the error against HF grows as the bits shrink."""
-    from toolkit.gguf_io import GGMLType, GGUFFile
-    from toolkit.quantize import Options, quantize_file
-    src = hf_f32(NAME)
-    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
-    for qtype in ("Q8_0", "Q4_K_M"):
-        out = tmp_path / f"{NAME}.{qtype}.gguf"
-        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
-        f = GGUFFile(str(out))
-        for n, t in f.tensors.items():
-            if len(t.shape) == 1 or n.endswith("ffn_gate_inp.weight"):
-                assert t.type == GGMLType.F32, (qtype, n)
-        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
-        lo = logits_of(out, ref["tokens"])
-        assert np.isfinite(lo).all()
-        errs[qtype] = rel_l2(lo, ref["logits"])
-    report.append(f"{NAME} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
 
 
 def test_run_refuses_residual_factors_not_three(monkeypatch, capsys, tmp_path, hf_f32):

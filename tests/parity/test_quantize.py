@@ -30,16 +30,15 @@ from toolkit.quantize import Options, make_plan, quantize_file
 from toolkit.quantize.rules import ModelInfo, TypeChooser, allows_quantization, llama_tensor_order, n_dims
 from toolkit.quantize.types import FILE_TYPES, FileType, file_type
 
+from families import FIXTURES, FULL_SET, WITH_S_L
+
 FIX = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 SRC = os.path.join(FIX, "llamacpp", "bamba-small.f32.gguf")
 REF_FILES = sorted(f for f in os.listdir(os.path.join(FIX, "quant")) if f.endswith(".json"))
-FULL_SET = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_S", "Q4_K_M", "Q5_K_M",
-            "Q6_K", "IQ4_NL", "IQ4_XS"}
-WITH_S_L = FULL_SET | {"Q3_K_S", "Q3_K_L", "Q5_K_S"}
-REF_SETS = {"bamba-small": FULL_SET, "qwen35-small": FULL_SET, "qwen35moe-small": FULL_SET,
-            "qwen3next-small": FULL_SET, "qwen35-tiny": WITH_S_L, "qwen35moe-tiny": WITH_S_L,
-            "qwen3next-tiny": WITH_S_L, "qwen35moe-tiny-mtp": WITH_S_L, "kimilinear-tiny": FULL_SET,
-            "glm5next-tiny": WITH_S_L, "bailinghybrid-tiny": WITH_S_L}
+# the fixtures' reference sets are their rows' quant_refs (tests/families.py); these three inputs
+# live in tests/fixtures/quant/ only (tests/fixtures/quant/README.md)
+REF_SETS = {f.name: f.quant_refs for f in FIXTURES if f.quant_refs} | {
+    "qwen35moe-small": FULL_SET, "qwen3next-small": FULL_SET, "qwen35moe-tiny-mtp": WITH_S_L}
 
 
 def _refs(model: str) -> set[str]:

@@ -15,6 +15,9 @@ llama.cpp 0c1e570's converter writes for the same checkpoints (its config read n
 ``head_dim`` key and a non-null ``mamba_d_ssm``, which were added for it; see the summary
 files' ``source``): our tensors equal its names, shapes and bytes (``ssm_a`` within 1 ulp), our
 keys hold its values.  Measured figures are written to the terminal.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
@@ -22,23 +25,11 @@ import json
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_pairs
+from parity_util import logits_of, rel_l2, two_sequences_pairs
 
 pytestmark = pytest.mark.native
 
 NAMES = ["falconh1-tiny", "falconh1-gates-tiny", "falconh1-nonorm-tiny"]
-F32_BOUND = 1e-5
-
-
-@pytest.fixture(scope="module")
-def report(request):
-    yield from terminal_report(request, "falcon-h1 parity")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name}", report, F32_BOUND)
 
 
 def test_every_layer_is_parallel(hf_f32):

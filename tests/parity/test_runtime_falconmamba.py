@@ -11,17 +11,19 @@ identical; the file is the one llama.cpp's mamba loader reads (its keys, tensor 
 our ``mamba.ssm.dt_b_c_rms_epsilon`` written only where HF's epsilon differs from
 ``layer_norm_rms_epsilon``), and dropping that key gives llama.cpp's arithmetic, off by 3e-4
 (docs/specs/more-hybrids.md F1); ``toolkit quantize`` Q8_0 / Q4_K_M with error ordered by bits.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
 NAMES = ["falconmamba-tiny", "falconmamba-odd-tiny"]
-F32_BOUND = 1e-5
 EPS_KEY = "mamba.ssm.dt_b_c_rms_epsilon"
 
 
@@ -32,13 +34,6 @@ def report(request):
 
 def _ref(fixtures, name):
     return np.load(fixtures / "hf" / name / "reference.npz")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    # the references suppress end-of-text (id 0) as HF generate's min_new_tokens does
-    check_against_hf(hf_f32(name), _ref(fixtures, name), f"{name} (toolkit convert f32)", report, F32_BOUND,
-                     suppress=(0,))
 
 
 # llama.cpp 0c1e570's mamba loader (src/models/mamba.cpp, llama_model_mamba: load_arch_hparams

@@ -9,6 +9,9 @@ Checked for each: relative L2 error of all 64 positions' logits < F32_BOUND in o
 ubatches of 1 and of 7 tokens, the greedy continuation identical; attention layers with fewer
 KV heads than heads; two sequences in one batch give each the logits of its own run.
 Measured figures are written to the terminal.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
@@ -23,7 +26,6 @@ TINY = ["qwen3next-tiny", "qwen35-tiny", "qwen35moe-tiny"]
 # made by tools/make_gdn_fixtures.py: Dk != Dv and Hk != Hv (qwen35, qwen3next), attention at
 # layers 0 and 4 (qwen3next), the full_attention_interval rule with Hk == Hv (qwen35moe), MTP
 # tensors, a ConditionalGeneration checkpoint with a vision tower and an MoE MTP layer
-HELD = ["qwen35-dkdv-tiny", "qwen3next-dkdv-tiny", "qwen35moe-pattern-tiny", "qwen35-mtp-tiny", "qwen35moe-vl-tiny"]
 F32_BOUND = 1e-5
 # qwen35-small (widths 256): HF's own float32 logits are 1.96e-5 (rel L2) from a float64 run
 # of the same checkpoint (transformers 5.24, torch 2.13; 1.78e-5 with HF's token-by-token
@@ -43,13 +45,6 @@ def test_llamacpp_f32_matches_hf(fixtures, report, name):
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     check_against_hf(fixtures / "llamacpp" / f"{name}.f32.gguf", ref, f"{name} (llama.cpp f32)", report,
                      BOUNDS.get(name, F32_BOUND))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", TINY + HELD + ["qwen35-small"])
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report, BOUNDS.get(name, F32_BOUND))
 
 
 @pytest.mark.parametrize("name", TINY)

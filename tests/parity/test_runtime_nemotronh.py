@@ -15,6 +15,9 @@ continuation):
 
 Checked for each: relative L2 error of all 64 positions' logits < 1e-5 in one shot and in
 ubatches of 1 and of 7 tokens; greedy identical.  Measured figures go to the terminal.
+
+The two-sequence check of nemotronh-tiny is a table row now (tests/families.py),
+run by tests/parity/test_families.py.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import gguf
 import numpy as np
 import pytest
 
-from parity_util import logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -77,13 +80,6 @@ def test_converted_f32_matches_hf(hf_f32, report, name):
     for mode, e in errs.items():
         assert e < F32_BOUND, f"{name} {mode}: relative L2 error {e:.3e} >= {F32_BOUND}"
     assert greedy == want
-
-
-def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, report):
-    tok = np.load(FIX / "hf" / "nemotronh-tiny" / "reference.npz")["tokens"]
-    diff = two_sequences_vs_separate(hf_f32("nemotronh-tiny"), tok)
-    report.append(f"nemotronh-tiny: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
 
 
 def test_logits_do_not_depend_on_the_thread_count(hf_f32):

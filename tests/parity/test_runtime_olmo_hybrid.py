@@ -13,12 +13,15 @@ greedy identical, with the GDN's recurrence and with its chunked form forced; th
 (a file without ``ssm.beta_scale``: beta not doubled; RoPE on the NoPE file) far above the bound;
 two sequences in one batch give each its own run's logits; ``toolkit quantize`` Q8_0 / Q4_K_M with
 error ordered by bits; bad keys are one line.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import check_against_hf, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -42,12 +45,6 @@ def gdn_threshold():
 
 def _ref(fixtures, name):
     return np.load(fixtures / "hf" / name / "reference.npz")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    check_against_hf(hf_f32(name), _ref(fixtures, name), f"{name} (toolkit convert f32)", report, F32_BOUND,
-                     suppress=(0,))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -85,38 +82,6 @@ def test_calibration_wrong_readings_are_far_off(fixtures, hf_f32, tmp_path, repo
     err = rel_l2(logits_of(bad, ref["tokens"]), ref["logits"])
     report.append(f"{name} with {what}: rel L2 {err:.2e}")
     assert err > 100 * F32_BOUND
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
-    diff = two_sequences_vs_separate(hf_f32(name), _ref(fixtures, name)["tokens"])
-    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
-
-
-def test_quantize_error_ordered_by_bits(fixtures, hf_f32, tmp_path, report):
-    """`toolkit quantize` Q8_0 and Q4_K_M.  llama.cpp has no olmo-hybrid; its type rules are by tensor
-    name with no branch for the GDN families (rules.py), so a GDN layer's attn_q / attn_k / attn_v
-    take the attention rules (as kimi-linear's KDA layers do in llama.cpp), ssm_conv1d_{q,k,v} stay
-    F32 (by name), 1-D tensors F32; the error against HF grows as the bits shrink."""
-    from toolkit.gguf_io import GGMLType, GGUFFile
-    from toolkit.quantize import Options, quantize_file
-    name = "olmohybrid-tiny"
-    ref, src = _ref(fixtures, name), hf_f32(name)
-    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
-    for qtype in ("Q8_0", "Q4_K_M"):
-        out = tmp_path / f"{name}.{qtype}.gguf"
-        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
-        f = GGUFFile(str(out))
-        for n, t in f.tensors.items():
-            if len(t.shape) == 1 or "ssm_conv1d" in n or n.endswith(("ssm_a", "ssm_dt.bias")):
-                assert t.type == GGMLType.F32, (qtype, n)
-        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
-        lo = logits_of(out, ref["tokens"])
-        assert np.isfinite(lo).all()
-        errs[qtype] = rel_l2(lo, ref["logits"])
-    report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
 
 
 @pytest.mark.parametrize("kv,needles", [

@@ -3,6 +3,9 @@
 F32: relative L2 error of the logits of the 24 reference tokens < 1e-5 and the greedy
 continuation identical. bf16 / f16 / q8_0: the error is reported and bounded by what the
 type explains (see QUANT_BOUNDS). Each measured figure is written to the terminal.
+
+The f32 parity of the HF fixtures (one-shot and ubatches of 1 and 7) is a table row now (tests/families.py),
+run by tests/parity/test_families.py.
 """
 from __future__ import annotations
 
@@ -14,7 +17,6 @@ from parity_util import QUANT_BOUNDS, greedy_of as run_greedy, logits_of as run_
 
 pytestmark = pytest.mark.native
 
-HF_FIXTURES = ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny", "bamba-small"]
 F32_BOUND = 1e-5
 
 
@@ -56,12 +58,6 @@ def check_f32(path, ref, label: str, report: list[str]) -> None:
                   f"greedy {'identical' if greedy == ref['greedy'].tolist() else 'DIFFERS'}")
     assert err < F32_BOUND, f"{label}: relative L2 error {err:.3e} >= {F32_BOUND}"
     assert greedy == ref["greedy"].tolist(), f"{label}: greedy continuation differs"
-
-
-@pytest.mark.parametrize("name", HF_FIXTURES)
-def test_converted_f32_matches_hf(fixtures, converted, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_f32(converted(fixtures, name, "f32"), ref, f"{name} (toolkit convert f32)", report)
 
 
 @pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny"])

@@ -14,13 +14,16 @@ Checked on our own f32 conversions (the session's ``hf_f32``):
 - two sequences in one batch give each the logits of its own run (the QSA blocks and the PLE
   history are per sequence).
 Measured figures are written to the terminal.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
@@ -28,19 +31,12 @@ pytestmark = pytest.mark.native
 # held-back-style variants: hc_count 3 with budget 12 / ratio 3, a sigmoid gate and an
 # eos_token_id list; hc_count 4 with two PLE layers, 4-grams and budget 16 / ratio 8
 NAMES = ["qwen4exp-tiny", "qwen4exp-hc3-tiny", "qwen4exp-ple2-tiny"]
-F32_BOUND = 1e-5
 SPLIT_BOUND = 1e-6
 
 
 @pytest.fixture(scope="module")
 def report(request):
     yield from terminal_report(request, "qwen4exp parity")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report, F32_BOUND)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -64,14 +60,6 @@ def test_ubatch_splits_match_one_shot(hf_f32, fixtures, report, name):
     report.append(f"{name}: vs one-shot, rel L2 " + ", ".join(f"-b {b} {e:.1e}" for b, e in errs.items()))
     for b, e in errs.items():
         assert e < SPLIT_BOUND, f"{name} -b {b}: relative L2 {e:.3e} from the one-shot logits"
-
-
-@pytest.mark.parametrize("name", ["qwen4exp-tiny", "qwen4exp-ple2-tiny"])
-def test_two_sequences_in_one_batch_equal_separate_runs(hf_f32, fixtures, report, name):
-    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    diff = two_sequences_vs_separate(hf_f32(name), tok)
-    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
 
 
 def test_session_file_turns_match_scratch(monkeypatch, capsys, tmp_path, hf_f32):

@@ -11,17 +11,18 @@ default layer pattern, rms_norm_eps 1e-6 (zamba-1head-tiny).  llama.cpp has no Z
 Checked: our f32 conversion's logits < F32_BOUND relative L2 one-shot and in ubatches of 1 and 7,
 the greedy continuation identical; two sequences in one batch give each its own run's logits;
 ``toolkit quantize`` Q8_0 / Q4_K_M with error ordered by bits.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
-NAMES = ["zamba-tiny", "zamba-odd-tiny", "zamba-1head-tiny"]
-F32_BOUND = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +32,6 @@ def report(request):
 
 def _ref(fixtures, name):
     return np.load(fixtures / "hf" / name / "reference.npz")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    check_against_hf(hf_f32(name), _ref(fixtures, name), f"{name} (toolkit convert f32)", report, F32_BOUND,
-                     suppress=(0,))
 
 
 def test_fixtures_cover_the_layout(hf_f32):
@@ -68,39 +63,6 @@ def test_first_block_everywhere_is_wrong_for_untied(fixtures, hf_f32, tmp_path, 
     err = rel_l2(logits_of(bad, ref["tokens"]), ref["logits"])
     report.append(f"zamba-odd-tiny with block 0 on every hybrid layer: rel L2 {err:.2e}")
     assert err > 1e-3
-
-
-@pytest.mark.parametrize("name", ["zamba-tiny", "zamba-odd-tiny"])
-def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
-    diff = two_sequences_vs_separate(hf_f32(name), _ref(fixtures, name)["tokens"])
-    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
-
-
-def test_quantize_error_ordered_by_bits(fixtures, hf_f32, tmp_path, report):
-    """`toolkit quantize` Q8_0 and Q4_K_M (llama.cpp has no zamba: its name-based rules apply, as
-    for zamba2, the closest family): shared blocks stay stored once, norms / conv / SSM vectors F32;
-    the error against HF grows as the bits shrink."""
-    from toolkit.gguf_io import GGMLType, GGUFFile
-    from toolkit.quantize import Options, quantize_file
-    name = "zamba-tiny"
-    ref, src = _ref(fixtures, name), hf_f32(name)
-    errs = {"F32": rel_l2(logits_of(src, ref["tokens"]), ref["logits"])}
-    for qtype in ("Q8_0", "Q4_K_M"):
-        out = tmp_path / f"{name}.{qtype}.gguf"
-        quantize_file(str(src), str(out), qtype, Options(), n_threads=2)
-        f = GGUFFile(str(out))
-        assert sorted(n for n in f.tensors if n.startswith("shared.")) == \
-            sorted(n for n in GGUFFile(str(src)).tensors if n.startswith("shared."))
-        for n, t in f.tensors.items():
-            if len(t.shape) == 1 or n.endswith(("ssm_conv1d.weight", "ssm_a", "ssm_d")):
-                assert t.type == GGMLType.F32, (qtype, n)
-        assert any(t.type != GGMLType.F32 for t in f.tensors.values())
-        lo = logits_of(out, ref["tokens"])
-        assert np.isfinite(lo).all()
-        errs[qtype] = rel_l2(lo, ref["logits"])
-    report.append(f"{name} vs HF: " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()))
-    assert errs["F32"] < errs["Q8_0"] < errs["Q4_K_M"] < 1.0
 
 
 @pytest.mark.parametrize("kv,needles", [

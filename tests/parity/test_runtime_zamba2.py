@@ -10,28 +10,23 @@ under time_step_min that HF's chunked scan floors (zamba2-dtfloor-tiny).  llama.
 Checked for each: our f32 conversion's logits over all 64 positions < F32_BOUND relative L2 in
 one shot, in ubatches of 1 and of 7 tokens, the greedy continuation identical; two sequences in
 one batch give each the logits of its own run.  Measured figures are written to the terminal.
+
+The f32 parity, two-sequence and quantize-order checks of the family's fixtures are table rows now
+(tests/families.py), run by tests/parity/test_families.py; this module keeps the special ones.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from parity_util import QUANT_BOUNDS, check_against_hf, logits_of, rel_l2, terminal_report, two_sequences_vs_separate
+from parity_util import QUANT_BOUNDS, logits_of, rel_l2, terminal_report
 
 pytestmark = pytest.mark.native
 
-NAMES = ["zamba2-tiny", "zamba2-mem2-tiny", "zamba2-dtfloor-tiny"]
-F32_BOUND = 1e-5
 
 
 @pytest.fixture(scope="module")
 def report(request):
     yield from terminal_report(request, "zamba2 parity")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_converted_f32_matches_hf(fixtures, hf_f32, report, name):
-    ref = np.load(fixtures / "hf" / name / "reference.npz")
-    check_against_hf(hf_f32(name), ref, f"{name} (toolkit convert f32)", report, F32_BOUND)
 
 
 def test_fixtures_cover_the_layout(hf_f32):
@@ -48,14 +43,6 @@ def test_fixtures_cover_the_layout(hf_f32):
     assert d.layer_kinds[0] == LayerKind.ZAMBA2_SHARED and d.n_rot == 0 and d.ssm_dt_min > 0
     names = GGUFFile(str(hf_f32("zamba2-dtfloor-tiny"))).tensors
     assert "blk.0.ffn_lora_a.weight" in names and not any("attn_q_lora" in n for n in names)
-
-
-@pytest.mark.parametrize("name", ["zamba2-tiny", "zamba2-mem2-tiny"])
-def test_two_sequences_in_one_batch_equal_separate_runs(fixtures, hf_f32, report, name):
-    tok = np.load(fixtures / "hf" / name / "reference.npz")["tokens"]
-    diff = two_sequences_vs_separate(hf_f32(name), tok)
-    report.append(f"{name}: two sequences in one batch vs separate runs: max |diff| {diff:.1e}")
-    assert diff == 0.0
 
 
 @pytest.mark.parametrize("outtype", ["bf16", "f16", "q8_0"])

@@ -25,9 +25,9 @@ from toolkit.runtime.speculative import (DraftModel, PromptLookup, generate_spec
 from toolkit.runtime.tokenizer import Tokenizer
 
 from stats_util import chi2_p as _chi2_p, gammq as _gammq
+from families import names
 
-FAMILIES = ["bamba-tiny", "mamba2-tiny", "mamba-tiny", "jamba-tiny", "qwen35-tiny", "lfm2-tiny", "falconh1-tiny",
-            "zamba2-tiny", "nemotronh-tiny", "granitehybrid-moe-tiny", "qwen4exp-tiny"]
+FAMILIES = names("spec")
 N_GEN = 40
 
 
