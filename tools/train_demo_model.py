@@ -31,11 +31,21 @@ Outputs (in ``--out``): ``config.json``, ``generation_config.json``,
 losses, held-out perplexity before/after) and ``heldout.txt`` (the held-out files joined
 by a blank line: the text ``toolkit perplexity`` scores).
 
+``--arch qwen35`` trains instead a Qwen3.5-style hybrid (``Qwen3_5ForCausalLM``: gated delta
+net layers with gated full attention every 4th, tools/demo_qwen35.py, torch only) with one MTP
+(NextN) layer trained jointly (loss = main CE + ``--mtp-weight`` x MTP CE, the MTP row i
+predicting token i + 2, as the DeepSeek-V3 / Qwen3-Next reports describe), on the same corpus
+and held-out split, reusing the shipped demo's tokenizer (``--tokenizer``, so the Bamba demo
+can draft for it and the perplexities compare).  It writes config.json, model.safetensors
+(float32, HF names including ``mtp.*``), the tokenizer, generation_config.json and
+train_meta.json (both loss curves, the held-out perplexity of the main head).
+
 Usage::
 
     pip install -e ".[dev]"
     python tools/train_demo_model.py --out /tmp/demo-hf                 # full run
     python tools/train_demo_model.py --out /tmp/smoke --smoke           # 1-minute check
+    python tools/train_demo_model.py --arch qwen35 --out /tmp/q35 --steps 170 --batch 4 --threads 2 --max-minutes 57
 
 Perplexity here follows llama.cpp's ``llama-perplexity``: non-overlapping chunks of
 ``n_ctx`` tokens, only the second half of each chunk scored (ref: llama.cpp
