@@ -202,13 +202,19 @@ def main() -> None:
             if rnd:
                 tps[name].append(r.timings.gen_tps)
             info[name] = (spec, extra)
+    report(a, len(prompt), [name for name, _ in modes], tps, info)
+
+
+def report(a, n_prompt: int, names: list[str], tps: dict, info: dict) -> None:
+    """The table (median gen tokens/s per mode, speed-up over plain, draft counts, extra
+    memory), the acceptance per draft position and the best --draft-max per drafter."""
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"{a.model}: prompt {len(prompt)} tokens, {a.n} generated, {a.threads} threads, median of {a.repeat} rounds "
+    print(f"{a.model}: prompt {n_prompt} tokens, {a.n} generated, {a.threads} threads, median of {a.repeat} rounds "
           f"(load average {load}; a shared machine)")
     base = statistics.median(tps["plain"])
     print(f"{'mode':<14}{'gen t/s':>10}{'speed-up':>10}{'accepted':>10}{'drafted':>9}{'verify':>8}{'accept %':>10}{'extra MiB':>11}")
-    for name, _ in modes:
+    for name in names:
         spec, extra = info[name]
         med = statistics.median(tps[name])
         sp = (f"{spec.n_accepted:>10}{spec.n_drafted:>9}{spec.n_verify:>8}{100 * spec.acceptance:>9.1f}%"
@@ -216,7 +222,7 @@ def main() -> None:
         print(f"{name:<14}{med:>10.1f}{med / base:>9.2f}x{sp}{extra / 2**20:>11.2f}")
     print("draft-model extra memory: its weights and its context (KV, recurrent state, window, compute); "
           "mtp: the draft window and the head's context")
-    spec_modes = [name for name, _ in modes if info[name][0] is not None and info[name][0].n_drafted]
+    spec_modes = [name for name in names if info[name][0] is not None and info[name][0].n_drafted]
     if spec_modes:
         print("acceptance per draft position (drafts with a j-th token that kept it):")
         for name in spec_modes:
