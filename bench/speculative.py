@@ -10,7 +10,7 @@ comment asking for the same function with a name changed, then the edited first 
 model that copies writes the function again with small changes (what prompt lookup serves);
 -f FILE takes another prompt.
 Modes: plain, --lookup with each --draft-max in --k-lookup, with --draft-model each
---draft-max in --k-draft, and with --k-oracle an oracle drafter: the plain run's own greedy
+--draft-max in --k-draft, with --mtp (the model's own NextN head) each --draft-max in --k-mtp, and with --k-oracle an oracle drafter: the plain run's own greedy
 tokens, so every draft is accepted.  The oracle is no way to decode; it measures the ceiling
 a perfect drafter would reach with this model's verify cost (the speed-up a trained model
 that copies its input would approach with --lookup), separate from what a given model accepts.  Runs alternate mode by mode in each round (a shared machine's load
@@ -99,6 +99,8 @@ def main() -> None:
     ap.add_argument("--k-draft", type=int, nargs="+", default=[2, 4, 8])
     ap.add_argument("--k-oracle", type=int, nargs="*", default=[],
                     help="draft-max values for the oracle drafter (the plain run's tokens; the ceiling)")
+    ap.add_argument("--mtp", action="store_true", help="also draft with the model's own MTP / NextN head")
+    ap.add_argument("--k-mtp", type=int, nargs="+", default=[1, 2, 3, 4], help="--draft-max values for --mtp")
     ap.add_argument("--ngram", type=int, default=3)
     ap.add_argument("-f", "--file", help="prompt text from this file instead of the code-editing prompt")
     a = ap.parse_args()
@@ -110,6 +112,7 @@ def main() -> None:
     from toolkit.runtime import Context, Model
     from toolkit.runtime.generate import generate
     from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.mtp import check_mtp, open_mtp_draft
     from toolkit.runtime.speculative import DraftModel, PromptLookup, check_same_vocab, generate_speculative
     from toolkit.runtime.tokenizer import Tokenizer
 
@@ -150,6 +153,20 @@ def main() -> None:
             return r, r.spec, extra
         return f
 
+    def mtp(k):
+        def f():
+            with Context(m, n_ctx=n_ctx) as ctx:
+                ctx.memory.set_draft_window(k, keep_last=False)
+                d = open_mtp_draft(m, ctx, n_ctx=n_ctx, params=greedy)
+                try:
+                    extra = ctx.memory_report()["draft"] + sum(d.ctx.memory_report().values())
+                    r = generate_speculative(ctx, tok, prompt, a.n, Sampler(greedy), d, draft_max=k, ignore_eos=True)
+                finally:
+                    d.close()
+                    ctx.on_hidden = None
+            return r, r.spec, extra
+        return f
+
     class Oracle:
         """Drafts the plain greedy run's next tokens (known once `plain` has run)."""
         def draft(self, history, k):
@@ -169,6 +186,9 @@ def main() -> None:
     modes += [(f"oracle K={k}", oracle(k)) for k in a.k_oracle]
     if dm is not None:
         modes += [(f"draft K={k}", draft(k)) for k in a.k_draft]
+    if a.mtp:
+        check_mtp(m)
+        modes += [(f"mtp K={k}", mtp(k)) for k in a.k_mtp]
     tps: dict[str, list[float]] = {name: [] for name, _ in modes}
     info: dict[str, tuple] = {}
     ref = None
@@ -182,19 +202,35 @@ def main() -> None:
             if rnd:
                 tps[name].append(r.timings.gen_tps)
             info[name] = (spec, extra)
+    report(a, len(prompt), [name for name, _ in modes], tps, info)
+
+
+def report(a, n_prompt: int, names: list[str], tps: dict, info: dict) -> None:
+    """The table (median gen tokens/s per mode, speed-up over plain, draft counts, extra
+    memory), the acceptance per draft position and the best --draft-max per drafter."""
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"{a.model}: prompt {len(prompt)} tokens, {a.n} generated, {a.threads} threads, median of {a.repeat} rounds "
+    print(f"{a.model}: prompt {n_prompt} tokens, {a.n} generated, {a.threads} threads, median of {a.repeat} rounds "
           f"(load average {load}; a shared machine)")
     base = statistics.median(tps["plain"])
     print(f"{'mode':<14}{'gen t/s':>10}{'speed-up':>10}{'accepted':>10}{'drafted':>9}{'verify':>8}{'accept %':>10}{'extra MiB':>11}")
-    for name, _ in modes:
+    for name in names:
         spec, extra = info[name]
         med = statistics.median(tps[name])
         sp = (f"{spec.n_accepted:>10}{spec.n_drafted:>9}{spec.n_verify:>8}{100 * spec.acceptance:>9.1f}%"
               if spec else f"{'':>10}{'':>9}{'':>8}{'':>10}")
         print(f"{name:<14}{med:>10.1f}{med / base:>9.2f}x{sp}{extra / 2**20:>11.2f}")
-    print("draft-model extra memory: its weights and its context (KV, recurrent state, window, compute)")
+    print("draft-model extra memory: its weights and its context (KV, recurrent state, window, compute); "
+          "mtp: the draft window and the head's context")
+    spec_modes = [name for name in names if info[name][0] is not None and info[name][0].n_drafted]
+    if spec_modes:
+        print("acceptance per draft position (drafts with a j-th token that kept it):")
+        for name in spec_modes:
+            print(f"  {name:<14}" + " ".join(f"{100 * x:5.1f}%" for x in info[name][0].acceptance_at()))
+        for kind in ("lookup", "draft", "mtp"):
+            best = max((n for n in spec_modes if n.startswith(kind)), key=lambda n: statistics.median(tps[n]), default=None)
+            if best is not None:
+                print(f"best --draft-max for {kind}: {best.split('=')[1]} ({statistics.median(tps[best]) / base:.2f}x plain)")
 
 
 if __name__ == "__main__":

@@ -31,11 +31,21 @@ Outputs (in ``--out``): ``config.json``, ``generation_config.json``,
 losses, held-out perplexity before/after) and ``heldout.txt`` (the held-out files joined
 by a blank line: the text ``toolkit perplexity`` scores).
 
+``--arch qwen35`` trains instead a Qwen3.5-style hybrid (``Qwen3_5ForCausalLM``: gated delta
+net layers with gated full attention every 4th, tools/demo_qwen35.py, torch only) with one MTP
+(NextN) layer trained jointly (loss = main CE + ``--mtp-weight`` x MTP CE, the MTP row i
+predicting token i + 2, as the DeepSeek-V3 / Qwen3-Next reports describe), on the same corpus
+and held-out split, reusing the shipped demo's tokenizer (``--tokenizer``, so the Bamba demo
+can draft for it and the perplexities compare).  It writes config.json, model.safetensors
+(float32, HF names including ``mtp.*``), the tokenizer, generation_config.json and
+train_meta.json (both loss curves, the held-out perplexity of the main head).
+
 Usage::
 
     pip install -e ".[dev]"
     python tools/train_demo_model.py --out /tmp/demo-hf                 # full run
     python tools/train_demo_model.py --out /tmp/smoke --smoke           # 1-minute check
+    python tools/train_demo_model.py --arch qwen35 --out /tmp/q35 --steps 170 --batch 4 --threads 2 --max-minutes 57
 
 Perplexity here follows llama.cpp's ``llama-perplexity``: non-overlapping chunks of
 ``n_ctx`` tokens, only the second half of each chunk scored (ref: llama.cpp
@@ -140,6 +150,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--save-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--save-init", type=Path, default=None, help="also save the random-init model here")
     ap.add_argument("--smoke", action="store_true", help="tiny run to check the script (a few steps)")
+    ap.add_argument("--arch", choices=["bamba", "qwen35"], default="bamba",
+                    help="bamba: the shipped 5.9M demo (transformers); qwen35: the Qwen3.5-style hybrid with one "
+                         "MTP layer (tools/demo_qwen35.py, torch only), on the shipped demo's tokenizer")
+    ap.add_argument("--tokenizer", type=Path, default=Path(__file__).resolve().parents[1] / "examples" / "demo-hf",
+                    help="qwen35: the directory whose tokenizer.json / tokenizer_config.json are reused")
+    ap.add_argument("--mtp-weight", type=float, default=0.3, help="qwen35: weight of the MTP loss (DeepSeek-V3: 0.3)")
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.eval_chunks, args.batch = 5, 2, 4
@@ -252,6 +268,8 @@ def train(model, train_ids, args, t_start: float) -> tuple[list, bool, float]:
 
 def main() -> int:
     args = parse_args()
+    if args.arch == "qwen35":
+        return main_qwen35(args)
     import numpy as np
     import torch
     from transformers import PreTrainedTokenizerFast
@@ -340,6 +358,147 @@ def main() -> int:
     with torch.no_grad():
         gen = model.generate(prompt, max_new_tokens=40, do_sample=False)
     print("sample:", tok.decode(gen[0].tolist()), flush=True)
+    return 0
+
+
+def lr_schedule(args):
+    """Linear warmup (steps / 20) then cosine decay to 10 % of --lr over --steps."""
+    warmup = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        t = (step - warmup) / max(1, args.steps - warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    return lr_at
+
+
+def train_qwen35(model, train_ids, args, t_start: float) -> tuple[list, list, bool, float]:
+    """AdamW on random windows, loss = main CE + --mtp-weight * MTP CE (the MTP row i predicts
+    token i + 2).  Returns (main losses, mtp losses, stopped_early, minutes)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    lr_at = lr_schedule(args)
+    rng = np.random.default_rng(args.seed)
+    L, V = args.seq_len, model.lm_head.weight.shape[0]
+    losses, mtp_losses, stopped_early, t_train = [], [], False, time.time()
+    n_run = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
+    model.train()
+    for step in range(n_run):
+        if (time.time() - t_start) / 60 > args.max_minutes:
+            stopped_early = True
+            print(f"max-minutes reached at step {step}: stopping early (--stop-after {step} replays it)", flush=True)
+            break
+        starts = rng.integers(0, len(train_ids) - L - 1, size=args.batch)
+        x = torch.stack([train_ids[s:s + L + 1] for s in starts])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        logits, mlog = model(x[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, V), x[:, 1:].reshape(-1))
+        mloss = F.cross_entropy(mlog.reshape(-1, V), x[:, 2:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        (loss + args.mtp_weight * mloss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        mtp_losses.append(mloss.item())
+        el = time.time() - t_train
+        print(f"step {step:5d} loss {loss.item():.4f} mtp {mloss.item():.4f} lr {lr_at(step):.2e} "
+              f"{el / 60:.1f} min ({(step + 1) * args.batch * L / el:.0f} tok/s)", flush=True)
+    return losses, mtp_losses, stopped_early, (time.time() - t_train) / 60
+
+
+class _LogitsOnly:
+    """model(input_ids=x).logits for perplexity(): the main head only."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids):
+        return type("Out", (), {"logits": self.model(input_ids, mtp=False)[0]})()
+
+    def eval(self):
+        self.model.eval()
+
+    def train(self):
+        self.model.train()
+
+
+def save_qwen35(model, cfg: dict, args, meta: dict) -> None:
+    """config.json, model.safetensors (HF names, float32), the reused tokenizer, train_meta.json."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(model.hf_state_dict(), str(out / "model.safetensors"), metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(args.tokenizer / name, out / name)
+    (out / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
+         "pad_token_id": cfg["pad_token_id"]}, indent=2) + "\n")
+    (out / "train_meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def main_qwen35(args) -> int:
+    """--arch qwen35: the corpus and held-out split of the Bamba demo, its tokenizer, the
+    Qwen3.5-style model of tools/demo_qwen35.py with one MTP layer trained jointly."""
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from demo_qwen35 import Qwen35Mtp, qwen35_config
+
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    root = Path(sysconfig.get_paths()["stdlib"])
+    corpus = load_corpus(root)
+    if corpus is None:
+        print(f"error: no .py files under {root}", file=sys.stderr)
+        return 2
+    tok = Tokenizer.from_file(str(args.tokenizer / "tokenizer.json"))
+    eot = tok.token_to_id(EOT)
+    ids: list[int] = []
+    for enc in tok.encode_batch(corpus["train_texts"]):
+        ids.extend(enc.ids)
+        ids.append(eot)
+    train_ids = torch.tensor(ids, dtype=torch.long)
+    heldout_text = "\n\n".join(corpus["held_texts"])
+    held_ids = torch.tensor(tok.encode(heldout_text).ids, dtype=torch.long)
+    print(f"tokens: train {len(train_ids)}, held-out {len(held_ids)}", flush=True)
+    cfg = qwen35_config(tok.get_vocab_size(), eot, tok.token_to_id(PAD))
+    model = Qwen35Mtp(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    n_mtp = sum(p.numel() for n, p in model.named_parameters() if n.startswith("mtp_"))
+    print(f"model: {n_params} parameters ({n_mtp} in the MTP block)", flush=True)
+    losses, mtp_losses, stopped_early, train_minutes = train_qwen35(model, train_ids, args, t_start)
+    ppl = perplexity(_LogitsOnly(model), held_ids, args.eval_ctx, args.eval_chunks)
+    print(f"held-out ppl (trained): {ppl[0]:.2f} +/- {ppl[1]:.2f} over {ppl[2]} tokens", flush=True)
+    meta = {
+        "arch": "qwen35", "python": platform.python_version(), "stdlib": str(root),
+        "n_files": len(corpus["files"]), "file_list_sha256": corpus["list_sha"],
+        "heldout_rule": f"index % {HELDOUT_EVERY} == {HELDOUT_OFFSET} in the sorted list",
+        "train_tokens": len(train_ids), "heldout_tokens": len(held_ids), "n_params": n_params, "n_params_mtp": n_mtp,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "torch": torch.__version__, "steps_done": len(losses), "stopped_early": stopped_early,
+        "train_minutes": round(train_minutes, 2), "total_minutes": round((time.time() - t_start) / 60, 2),
+        "final_train_loss": float(np.mean(losses[-10:])) if losses else None,
+        "final_mtp_loss": float(np.mean(mtp_losses[-10:])) if mtp_losses else None,
+        "heldout_ppl_trained": {"ppl": ppl[0], "stderr": ppl[1], "n_tokens": ppl[2], "n_ctx": args.eval_ctx},
+        "loss_curve": [round(x, 4) for x in losses], "mtp_loss_curve": [round(x, 4) for x in mtp_losses],
+    }
+    save_qwen35(model, cfg, args, meta)
+    print(f"saved to {args.out} in {meta['total_minutes']} min", flush=True)
     return 0
 
 

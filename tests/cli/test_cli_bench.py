@@ -133,3 +133,30 @@ def test_bench_depth(monkeypatch, capsys):
 def test_bench_depth_and_cache_type_bad_args(monkeypatch, capsys, args):
     rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), *args)
     assert rc == 2 and ("-d" in err or "-ct" in err) and "Traceback" not in err
+
+
+def test_bench_mtp_rows(monkeypatch, capsys, hf_f32):
+    """--mtp: per tgN a 'tgN greedy' row and per --draft-max K a 'tgN mtpK' row with the draft
+    counts (per draft position too); the greedy tokens are checked equal inside the bench."""
+    model = str(hf_f32("qwen35-mtp-tiny"))
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", model, "-p", "0", "-n", "12", "-r", "1", "-t", "1",
+                       "--mtp", "--draft-max", "1,3", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["n_gen"], r.get("spec_type"), r.get("n_draft")) for r in rows] == [
+        (12, None, None), (12, "none", 0), (12, "mtp", 1), (12, "mtp", 3)]
+    for r in rows[2:]:
+        assert r["n_drafted"] > 0 and len(r["acceptance_at"]) == r["n_draft"]
+        assert r["samples_ts"] == pytest.approx([12 * 1e9 / s for s in r["samples_ns"]], rel=1e-6)
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "-t", "1",
+                       "--mtp", "--draft-max", "2")
+    assert rc == 0, err
+    assert "tg4 greedy" in out and "tg4 mtp2" in out
+
+
+@pytest.mark.parametrize("args, needle", [(("--mtp",), "has no MTP / NextN head"),
+                                          (("--mtp", "--draft-max", "0"), "--draft-max"),
+                                          (("--mtp", "-n", "0", "-p", "8"), "no tgN test")])
+def test_bench_mtp_errors(monkeypatch, capsys, args, needle):
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-n", "4", "-r", "1", *args)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -9,10 +9,11 @@ import json
 import pytest
 
 from cli_runner import cli
+from mtp_util import MTP_FIXTURES
 
 pytestmark = pytest.mark.native
 
-FIXTURES = ["qwen35-mtp-tiny", "qwen3next-mtp-tiny"]
+FIXTURES = MTP_FIXTURES   # every fixture with a NextN head
 PROMPT = "def read_lines(path):\\n    with open(path) as f:"
 
 
@@ -34,23 +35,29 @@ def test_greedy_mtp_equals_plain(monkeypatch, capsys, hf_f32, name):
             assert got["speculative"]["n_drafted"] > 0
 
 
+def test_the_table_has_every_family_with_a_head():
+    assert {"qwen35-mtp-tiny", "qwen3next-mtp-tiny", "qwen35moe-vl-tiny"} <= set(FIXTURES)
+
+
+@pytest.mark.parametrize("b", ["1", "512"])
 @pytest.mark.parametrize("name", FIXTURES)
-def test_session_with_mtp(monkeypatch, capsys, hf_f32, tmp_path, name):
+def test_session_with_mtp(monkeypatch, capsys, hf_f32, tmp_path, name, b):
     """A session saved by an --mtp run is reused by the next one (the block starts where the
     restored prefix ends), and both give plain decoding's tokens."""
     model = str(hf_f32(name))
-    ref = _run(monkeypatch, capsys, model, "-n", "24")
+    ref = _run(monkeypatch, capsys, model, "-n", "24", "-b", b)
     s = str(tmp_path / "s.session")
-    first = _run(monkeypatch, capsys, model, "-n", "24", "--mtp", "--session", s)
-    again = _run(monkeypatch, capsys, model, "-n", "24", "--mtp", "--session", s)
+    first = _run(monkeypatch, capsys, model, "-n", "24", "-b", b, "--mtp", "--session", s)
+    again = _run(monkeypatch, capsys, model, "-n", "24", "-b", b, "--mtp", "--session", s)
     assert first["tokens"] == ref["tokens"] == again["tokens"]
     assert again["n_reused"] > 0
 
 
+@pytest.mark.parametrize("b", ["1", "512"])
 @pytest.mark.parametrize("name", FIXTURES)
-def test_context_shift_with_mtp(monkeypatch, capsys, hf_f32, name):
+def test_context_shift_with_mtp(monkeypatch, capsys, hf_f32, name, b):
     model = str(hf_f32(name))
-    args = ("-n", "70", "-c", "40", "--context-shift", "--keep", "4")
+    args = ("-n", "70", "-c", "40", "--context-shift", "--keep", "4", "-b", b)
     ref = _run(monkeypatch, capsys, model, *args)
     for extra in (("--mtp",), ("--mtp", "--draft-max", "6"), ("--lookup",)):
         got = _run(monkeypatch, capsys, model, *args, *extra)

@@ -41,6 +41,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_util import examples
+from mtp_util import MTP_FIXTURES
 from toolkit.runtime import Context, Model
 
 pytestmark = pytest.mark.native
@@ -216,7 +217,7 @@ def test_random_memory_operations_match_recompute(name, every, ops):
     play(model(name), ops, every)
 
 
-@pytest.mark.parametrize("name", ["qwen35-mtp-tiny", "qwen3next-mtp-tiny"])
+@pytest.mark.parametrize("name", MTP_FIXTURES)
 @settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_mtp_block_memory_operations_match_recompute(name, ops):
@@ -229,9 +230,10 @@ def test_mtp_block_memory_operations_match_recompute(name, ops):
     play(_models[key], ops, 0)
 
 
+@pytest.mark.parametrize("name", MTP_FIXTURES)
 @settings(max_examples=examples(8, 20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(masks=st.lists(st.integers(0, 7), min_size=2, max_size=12), k=st.integers(1, 3))
-def test_mtp_draft_state_follows_random_accepts(masks, k):
+def test_mtp_draft_state_follows_random_accepts(name, masks, k):
     """MtpDraft in a speculative run whose drafts are right or wrong as ``masks`` says (bit j of
     the i-th draft call: draft j is the target's token): after it, the block's cache equals a
     fresh block fed the run's whole history (its drafted positions dropped, each accepted token
@@ -241,7 +243,7 @@ def test_mtp_draft_state_follows_random_accepts(masks, k):
     from toolkit.runtime.sampling import Sampler, SamplerParams
     from toolkit.runtime.speculative import generate_speculative
     from toolkit.runtime.tokenizer import Tokenizer
-    m = model("qwen35-mtp-tiny")
+    m = model(name)
     tok = Tokenizer.from_gguf(m.gguf)
     prompt = list(range(3, 14))
     with Context(m, n_ctx=64, n_ubatch=UB) as c0:
@@ -266,8 +268,8 @@ def test_mtp_draft_state_follows_random_accepts(masks, k):
         d.close()
     with Context(m, n_ctx=64, n_ubatch=UB) as c2:
         _, hs = c2.decode_batch([(history[:-1], 0)], logits="none", hidden=True)
-    if "qwen35-mtp-tiny/mtp" not in _models:
-        _models["qwen35-mtp-tiny/mtp"] = MtpModel(m)
-    with Context(_models["qwen35-mtp-tiny/mtp"], n_ctx=64, n_ubatch=UB) as mc:
+    if name + "/mtp" not in _models:
+        _models[name + "/mtp"] = MtpModel(m)
+    with Context(_models[name + "/mtp"], n_ctx=64, n_ubatch=UB) as mc:
         want = mc.decode_batch([(history[1:], 0)], logits="last", embd=[hs[0]])[0][-1]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)   # other batchings: not bit-equal

@@ -21,11 +21,12 @@ import struct
 import numpy as np
 import pytest
 
+from mtp_util import MTP_FIXTURES
 from toolkit.runtime import Context, Model
 from toolkit.runtime.mtp import MtpModel
 
 HF = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
-CASES = ["qwen35-mtp-tiny", "qwen3next-mtp-tiny", "qwen35moe-vl-tiny"]
+CASES = MTP_FIXTURES   # every fixture with a NextN head
 
 
 def _read_st(d: pathlib.Path) -> dict[str, np.ndarray]:

@@ -317,3 +317,16 @@ def test_interrupt_in_a_verify_step_leaves_held_tokens_equal_to_the_memory(hf_f3
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)   # another batching: not bit-equal
     finally:
         m.close()
+
+
+def test_spec_stats_per_position():
+    """SpecStats.add: acceptance per draft position (a kept token's predecessors were kept)."""
+    from toolkit.runtime.speculative import SpecStats
+    s = SpecStats()
+    s.add(3, 1)
+    s.add(2, 2)
+    s.add(0, 0)
+    assert (s.n_verify, s.n_drafted, s.n_accepted) == (3, 5, 3)
+    assert s.drafted_at == [2, 2, 1] and s.accepted_at == [2, 1, 0]
+    assert s.acceptance_at() == [1.0, 0.5, 0.0]
+    assert s.to_dict()["acceptance_at"] == [1.0, 0.5, 0.0]

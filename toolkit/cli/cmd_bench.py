@@ -10,6 +10,13 @@ Tests (one row each, llama-bench's names):
           untimed, and the test runs on top of them (``pp512 @ d4096``); as llama-bench does,
           the memory after the first fill at a depth is saved (the context's state) and
           loaded again before each later run instead of decoding the D tokens again.
+    ``--mtp`` (speculative decoding with the model's own MTP / NextN head): each tgN test is
+          also run as greedy generation of N tokens after a fixed code prompt, once plainly
+          (``tgN greedy``) and once per ``--draft-max`` K with K MTP drafts per verify call
+          (``tgN mtpK``); tokens/s = N / wall time of the generation (the prompt untimed).
+          The two give the same tokens (checked: a difference is an error); the rows add
+          spec_type, n_draft, n_drafted, n_accepted, acceptance and acceptance_at (per draft
+          position).  llama-bench has no such test; the names follow llama-speculative's.
 Each test runs once unmeasured (warm-up: page the weights in, as llama-bench does), then
 ``-r`` times; the memory is cleared before every run.  avg_ts / stddev_ts are the mean and
 sample standard deviation of the per-run tokens/s (llama-bench's definition).
@@ -126,7 +133,7 @@ def model_desc(f) -> str:
 def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threads: Optional[int],
               ubatch: int, warmup: bool = True, seed: int = 1234, n_batch: int | None = None,
               mmap: bool = True, pg: list[tuple[int, int]] = (), options=None, depths: list[int] = (0,),
-              type_k: str = "f32", type_v: str = "f32") -> Iterator[dict]:
+              type_k: str = "f32", type_v: str = "f32", mtp: list[int] = ()) -> Iterator[dict]:
     """Measure every pp/tg test on the GGUF at ``path``; yields one llama-bench JSON object per
     test as soon as it is measured (the model stays open between them).  ``n_batch``: tokens
     per decode call of a ppN test and of the depth fill (llama-bench's -b; None: the whole
@@ -137,7 +144,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
     the defaults, no repacking); each object has ``repack`` (the mode) and ``repack_info``
     (Model.repack_info).  ``depths``: each test runs once per depth D (tokens in the memory
     before the timed part; llama-bench's -d).  ``type_k`` / ``type_v``: the KV cache types
-    (llama-bench's -ctk / -ctv), reported in the rows.
+    (llama-bench's -ctk / -ctv), reported in the rows.  ``mtp``: --draft-max values of the
+    ``--mtp`` rows (:func:`mtp_rows`; empty: none), after the other tests.
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
@@ -145,6 +153,9 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
 
     m = Model(path, n_threads=threads, mmap=mmap, options=options)
     try:
+        if mtp:
+            from toolkit.runtime.mtp import check_mtp
+            check_mtp(m)
         n_threads = m.n_threads
         tensors = list(m.gguf)
         size = int(sum(t.nbytes for t in tensors))
@@ -175,27 +186,90 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
                 if warmup:
                     one_run()
                 samples_ns = [one_run() for _ in range(reps)]
-                n = p + g
-                samples_ts = [n * 1e9 / s for s in samples_ns]
-                yield {
-                    "build_commit": _git_commit(), "build_number": 0,
-                    "cpu_info": _cpu_name(), "gpu_info": "", "backends": "CPU",
-                    "model_filename": os.path.abspath(path), "model_type": model_type,
-                    "model_size": size, "model_n_params": n_params,
-                    "n_batch": batch, "n_ubatch": ubatch, "n_threads": n_threads,
-                    "type_k": type_k, "type_v": type_v, "n_gpu_layers": 0, "use_mmap": mmap,
-                    "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": d,
-                    "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    "avg_ns": int(statistics.fmean(samples_ns)),
-                    "stddev_ns": int(statistics.stdev(samples_ns)) if reps > 1 else 0,
-                    "avg_ts": statistics.fmean(samples_ts),
-                    "stddev_ts": statistics.stdev(samples_ts) if reps > 1 else 0.0,
-                    "samples_ns": [int(s) for s in samples_ns], "samples_ts": samples_ts,
-                    "file_type": ftype, "architecture": m.hparams.arch, **cpu_info(m.options),
-                    "repack": m.options.repack, "repack_info": m.repack_info,
-                }
+                yield _result(m, path, model_type, size, n_params, ftype, batch, ubatch, mmap, type_k, type_v,
+                              p, g, d, samples_ns)
+        if mtp:
+            yield from mtp_rows(m, path, (model_type, size, n_params, ftype), n_gen, mtp, reps, warmup, ubatch)
     finally:
         m.close()
+
+
+def _result(m, path: str, model_type: str, size: int, n_params: int, ftype, batch: int, ubatch: int, mmap: bool,
+            type_k: str, type_v: str, p: int, g: int, d: int, samples_ns: list[float], **extra) -> dict:
+    """One llama-bench JSON object: the test (p, g, d) timed ``samples_ns``; tokens/s per run
+    = (p + g) / its time.  ``extra``: fields added at the end."""
+    from toolkit.runtime import cpu_info
+
+    reps = len(samples_ns)
+    samples_ts = [(p + g) * 1e9 / s for s in samples_ns]
+    return {
+        "build_commit": _git_commit(), "build_number": 0,
+        "cpu_info": _cpu_name(), "gpu_info": "", "backends": "CPU",
+        "model_filename": os.path.abspath(path), "model_type": model_type,
+        "model_size": size, "model_n_params": n_params,
+        "n_batch": batch, "n_ubatch": ubatch, "n_threads": m.n_threads,
+        "type_k": type_k, "type_v": type_v, "n_gpu_layers": 0, "use_mmap": mmap,
+        "embeddings": False, "n_prompt": p, "n_gen": g, "n_depth": d,
+        "test_time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "avg_ns": int(statistics.fmean(samples_ns)),
+        "stddev_ns": int(statistics.stdev(samples_ns)) if reps > 1 else 0,
+        "avg_ts": statistics.fmean(samples_ts),
+        "stddev_ts": statistics.stdev(samples_ts) if reps > 1 else 0.0,
+        "samples_ns": [int(s) for s in samples_ns], "samples_ts": samples_ts,
+        "file_type": ftype, "architecture": m.hparams.arch, **cpu_info(m.options),
+        "repack": m.options.repack, "repack_info": m.repack_info, **extra,
+    }
+
+
+MTP_PROMPT = "def fibonacci(n):\n"   # --mtp: the greedy generations' prompt
+
+
+def mtp_rows(m, path: str, desc: tuple, n_gen: list[int], draft_max: list[int], reps: int, warmup: bool,
+             ubatch: int) -> Iterator[dict]:
+    """--mtp: per tgN test a ``tgN greedy`` row (plain greedy generation after MTP_PROMPT) and
+    per K in ``draft_max`` a ``tgN mtpK`` row (the same with K MTP drafts per verify call).
+    ``desc``: (model_type, size, n_params, ftype).  Raises ToolkitError when the drafted
+    generation's tokens differ from the plain one's (a bug, never expected)."""
+    from toolkit.errors import ToolkitError
+    from toolkit.runtime import Context
+    from toolkit.runtime.generate import generate
+    from toolkit.runtime.mtp import open_mtp_draft
+    from toolkit.runtime.sampling import Sampler, SamplerParams
+    from toolkit.runtime.speculative import generate_speculative
+    from toolkit.runtime.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(m.gguf)
+    prompt = tok.encode(MTP_PROMPT, add_special=True, parse_special=True)
+    greedy = SamplerParams(temp=0)
+    for g in [g for g in n_gen if g > 0]:
+        n_ctx = len(prompt) + g + max(draft_max) + 2
+        ref = None
+
+        def once(k: int):
+            with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=m.n_threads) as ctx:
+                if not k:
+                    return generate(ctx, tok, prompt, g, Sampler(greedy), ignore_eos=True)
+                ctx.memory.set_draft_window(k, keep_last=False)
+                d = open_mtp_draft(m, ctx, n_ctx=n_ctx, params=greedy)
+                try:
+                    return generate_speculative(ctx, tok, prompt, g, Sampler(greedy), d, draft_max=k,
+                                                ignore_eos=True)
+                finally:
+                    d.close()
+                    ctx.on_hidden = None
+
+        for k in [0] + list(draft_max):
+            runs = [once(k) for _ in range(reps + int(warmup))][int(warmup):]
+            for r in runs:
+                ref = ref if ref is not None else r.tokens
+                if r.tokens != ref:
+                    raise ToolkitError(f"{path}: tg{g} with --mtp --draft-max {k}: the tokens differ from "
+                                       f"plain greedy decoding")
+            extra = {"spec_type": "mtp" if k else "none", "n_draft": k}
+            if k:
+                extra.update(runs[-1].spec.to_dict())
+            yield _result(m, path, *desc, len(prompt), ubatch, m.mmap, "f32", "f32", 0, len(r.tokens), 0,
+                          [r.timings.gen_s * 1e9 for r in runs], **extra)
 
 
 def _fill(ctx, depth: int, batch: int, filled: dict, rng, n_vocab: int) -> None:
@@ -250,6 +324,8 @@ def test_name(r: dict) -> str:
     """llama-bench's test column: ``pp512``, ``tg128``, ``pp512+tg128``, with `` @ d4096`` at a depth."""
     p, g = r["n_prompt"], r["n_gen"]
     name = "+".join(([f"pp{p}"] if p else []) + ([f"tg{g}"] if g else []))
+    if "spec_type" in r:
+        name += f" {r['spec_type']}{r['n_draft']}" if r["n_draft"] else " greedy"
     return name + (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
 
 
@@ -349,6 +425,9 @@ def bench(
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
+    mtp: bool = typer.Option(False, "--mtp", help="Also run each tgN as greedy generation, plain (tgN greedy) and "
+                             "with the model's MTP / NextN head drafting (tgN mtpK); the file must have the head."),
+    draft_max: str = typer.Option("3", "--draft-max", help="--mtp: drafts per verify call, comma-separated."),
 ) -> None:
     """Prompt-processing (ppN), generation (tgN) and prompt + generation (ppN+tgM, -pg)
     tokens/s, like llama-bench: every combination of -m, -t, -b, -ub, -ctk / -ctv and -d runs
@@ -376,6 +455,11 @@ def bench(
             raise InputError(f"{m}: no such file")
     if not any(pp) and not any(tg) and not pg:
         raise InputError("nothing to run: every -p and -n value is 0")
+    mtp_k = _counts(draft_max, "--draft-max") if mtp else []
+    if any(k < 1 for k in mtp_k):
+        raise InputError(f"--draft-max {draft_max!r}: expected values >= 1")
+    if mtp and not any(tg):
+        raise InputError("--mtp: no tgN test to run it on (-n is 0)")
     options = runtime_options(repack)
     cols = [c for c, *_ in MD_COLUMNS if c not in ("n_batch", "n_ubatch", "mmap", "type_k", "type_v")
             or (c == "n_batch" and (len(bs) > 1 or bs != [0])) or (c == "n_ubatch" and (len(ubs) > 1 or ubs != [512]))
@@ -389,7 +473,7 @@ def bench(
         with interrupt.deferred():   # Ctrl-C stops the decode at a safe point (exit 130 / 143)
             for m, t, b, u, mp, (tk, tv) in itertools.product(model, ts, bs, ubs, mmps, kv_types):
                 for row in run_bench(m, pp, tg, reps, t or None, u, warmup, n_batch=b or None, mmap=bool(mp), pg=pg,
-                                     options=options, depths=depths, type_k=tk, type_v=tv):
+                                     options=options, depths=depths, type_k=tk, type_v=tv, mtp=mtp_k):
                     pr.row(row)
     finally:
         pr.footer()   # the rows so far stay a valid document, even when interrupted

@@ -54,19 +54,40 @@ log = logging.getLogger(__name__)
 @dataclass
 class SpecStats:
     """n_drafted: draft tokens sent to the target; n_accepted: of those, kept; n_verify: target
-    decode calls after the prompt (each scores its draft plus one position)."""
+    decode calls after the prompt (each scores its draft plus one position).  ``drafted_at[j]`` /
+    ``accepted_at[j]``: drafts that had a (j+1)-th token, and those whose (j+1)-th token was
+    kept (a kept token's predecessors were all kept)."""
 
     n_drafted: int = 0
     n_accepted: int = 0
     n_verify: int = 0
+    drafted_at: list = dataclasses.field(default_factory=list)
+    accepted_at: list = dataclasses.field(default_factory=list)
 
     @property
     def acceptance(self) -> float:
         return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
 
+    def add(self, n_drafted: int, n_accepted: int) -> None:
+        """One verify call that scored ``n_drafted`` drafts and kept the first ``n_accepted``."""
+        self.n_verify += 1
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        while len(self.drafted_at) < n_drafted:
+            self.drafted_at.append(0)
+            self.accepted_at.append(0)
+        for j in range(n_drafted):
+            self.drafted_at[j] += 1
+            self.accepted_at[j] += j < n_accepted
+
+    def acceptance_at(self) -> list[float]:
+        """Per draft position j (0-based): the share of drafts with a (j+1)-th token that kept it."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at)]
+
     def to_dict(self) -> dict:
         return {"n_drafted": self.n_drafted, "n_accepted": self.n_accepted, "n_verify": self.n_verify,
-                "acceptance": round(self.acceptance, 4)}
+                "acceptance": round(self.acceptance, 4),
+                "acceptance_at": [round(a, 4) for a in self.acceptance_at()]}
 
 
 # ---- drafts --------------------------------------------------------------------------------
@@ -436,9 +457,7 @@ def generate_speculative(ctx, tokenizer: Tokenizer, prompt_tokens: Sequence[int]
             rows = ctx.decode(toks, seq_id=seq_id, logits="all", snapshots=True)
             v = verifier.verify(step, seq_id, n_held, toks, rows, qs)
             history += step.tokens[len(history) + n_shifted - len(prompt):]
-            res.spec.n_verify += 1
-            res.spec.n_drafted += len(drafts)
-            res.spec.n_accepted += v.n_accepted
+            res.spec.add(len(drafts), v.n_accepted)
             reason = v.reason
             res.timings.gen_s = time.perf_counter() - t1
         res.stop_reason = reason
