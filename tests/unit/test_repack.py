@@ -124,13 +124,16 @@ def test_type_without_repacked_form_is_refused():
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.IQ4_NL])
 def test_q4_0_iq4_nl_relaid_take_the_files_bytes(qtype):
     """A group of 16 rows takes its 16 rows' blocks' bytes (18 per 32 values), no more; a part-filled
-    last group is padded to 16 rows; both have SIMD kernels at avx2 and avx512, not at scalar."""
+    last group is padded to 16 rows; both have SIMD kernels at avx2 and avx512, not at scalar, and
+    are re-laid by default there (tk_repack_auto: bench/README.md "Q4_0 and IQ4_NL re-laid")."""
     assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 32) == 32 * 4096 // 32 * 18
     assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 17) == 32 * 4096 // 32 * 18
     assert lib.tk_repack_matrix_bytes(int(qtype), 4100, 16) == 0
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_SCALAR) == 0
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX2) == 1
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX2) == 1 and lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_SCALAR) == 0
 
 
 # ---- BF16 (x86/repack_bf16_avx512.c, _avx2.c): FMA on widened weights, or VDPBF16PS ---------

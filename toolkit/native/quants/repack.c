@@ -419,7 +419,7 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
 /* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
  * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
  * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
- * and Q4_K (x1.6 AVX-VNNI, x1.5 plain); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
  * and token against the row kernel's int16 sums). */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -442,10 +442,11 @@ int tk_repack_fast(int type, int level) {
  * three pairs; with AVX-VNNI tg32 0.84x, 0.94x, 0.84x.  A token must take the same kernel alone
  * and in a ubatch (repack.h), so there Q8_0 stays on the row kernels for prompts too, until a
  * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
- * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x. */
+ * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x.  Q4_0 and IQ4_NL (Bamba 430M files, bench/README.md
+ * "Q4_0 and IQ4_NL re-laid"): pp512 3.3-4.8x at avx512, 1.4-3.8x at avx2 with and without
+ * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels. */
 int tk_repack_auto(int type, int level) {
     if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
-    if (type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) return 0;   /* not measured yet */
     return tk_repack_fast(type, level);
 }
 
