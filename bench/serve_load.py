@@ -8,7 +8,8 @@ Each server is started as ``-m M -np SLOTS -c CTX --host 127.0.0.1 --port P`` (l
 flag names; toolkit serve takes the same), warmed up for --warmup seconds, then CLIENTS
 concurrent streaming clients send random prompts (random words of a fixed list, random
 length, random max_tokens, greedy or sampled) for --duration seconds; a client drops its
-connection mid-stream with probability --p-disconnect.  One request in --p-plain is not streamed;
+connection mid-stream with probability --p-disconnect; a prompt is long (--long-words / 2 ..
+--long-words words) with probability --p-long.  One request in --p-plain is not streamed;
 with the same probability its client gives up (closes the connection) before the answer.
 Checks, printed as PASS / FAIL:
 
@@ -16,7 +17,8 @@ Checks, printed as PASS / FAIL:
       for toolkit serve also the statuses it counted itself (/metrics), which include the
       answers nobody read (a client that left: 499, never a 5xx)
     - the server process is alive at the end and /health answers
-    - RSS at the end is within 10% of the RSS after the warm-up (VmRSS of the process)
+    - RSS at the end is within --rss-tol (10%) of the RSS after the warm-up (VmRSS of the process,
+      also sampled every 30 s: rss_samples_mib)
     - toolkit serve: no failed draft model call (/metrics draft_errors_total; with
       ``--toolkit-args '--draft-model D.gguf'``: flags given to toolkit serve only)
 
@@ -100,10 +102,11 @@ async def plain(c: httpx.AsyncClient, url: str, body: dict, stats: dict, give_up
 
 
 async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_disc: float, max_new: int,
-                 p_plain: float) -> None:
-    async with httpx.AsyncClient(timeout=120) as c:
+                 p_plain: float, p_long: float = 0.0, long_words: int = 800) -> None:
+    async with httpx.AsyncClient(timeout=600) as c:
         while time.time() < stop_at:
-            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 120)))
+            n_words = rng.randint(long_words // 2, long_words) if rng.random() < p_long else rng.randint(4, 120)
+            prompt = " ".join(rng.choice(WORDS) for _ in range(n_words))
             body = {"prompt": prompt, "max_tokens": rng.randint(8, max_new), "stream": True,
                     "stream_options": {"include_usage": True},
                     "temperature": rng.choice([0.0, 0.8]), "seed": rng.randint(0, 1 << 30)}
@@ -145,11 +148,19 @@ async def client(url: str, rng: random.Random, stop_at: float, stats: dict, p_di
 
 
 async def load(url: str, clients: int, seconds: float, p_disc: float, max_new: int, seed: int,
-               p_plain: float) -> dict:
-    stats = {"status": {}, "ttft": [], "tokens": 0, "done": 0, "disconnects": 0, "errors": []}
+               p_plain: float, p_long: float = 0.0, long_words: int = 800, pid: int | None = None) -> dict:
+    """Run the clients for ``seconds``; with ``pid``, VmRSS (bytes) is also sampled every 30 s
+    into stats["rss"]."""
+    stats = {"status": {}, "ttft": [], "tokens": 0, "done": 0, "disconnects": 0, "errors": [], "rss": []}
     stop_at = time.time() + seconds
-    await asyncio.gather(*(client(url, random.Random(seed + i), stop_at, stats, p_disc, max_new, p_plain)
-                           for i in range(clients)))
+
+    async def sample_rss() -> None:
+        while pid is not None and time.time() < stop_at:
+            stats["rss"].append(rss_bytes(pid))
+            await asyncio.sleep(min(30.0, max(0.0, stop_at - time.time())))
+
+    await asyncio.gather(sample_rss(), *(client(url, random.Random(seed + i), stop_at, stats, p_disc, max_new,
+                                                 p_plain, p_long, long_words) for i in range(clients)))
     return stats
 
 
@@ -183,7 +194,8 @@ def bench_one(kind: str, args) -> dict:
         asyncio.run(load(url, args.clients, args.warmup, args.p_disconnect, args.max_tokens, 1000, args.p_plain))
         rss0 = rss_bytes(p.pid)
         t0 = time.time()
-        st = asyncio.run(load(url, args.clients, args.duration, args.p_disconnect, args.max_tokens, 0, args.p_plain))
+        st = asyncio.run(load(url, args.clients, args.duration, args.p_disconnect, args.max_tokens, 0, args.p_plain,
+                              args.p_long, args.long_words, p.pid))
         wall = time.time() - t0
         time.sleep(1.0)
         rss1 = rss_bytes(p.pid)
@@ -203,9 +215,10 @@ def bench_one(kind: str, args) -> dict:
             "requests_done": st["done"], "tokens": st["tokens"], "tokens_per_s": round(st["tokens"] / wall, 1),
             "ttft_p50_ms": q(0.50), "ttft_p95_ms": q(0.95), "status": st["status"], "server_status": served, "disconnects": st["disconnects"],
             "transport_errors": len(st["errors"]), "first_transport_error": (st["errors"] or [None])[0], "rss_warm_mib": round(rss0 / 2**20, 1),
-            "rss_end_mib": round(rss1 / 2**20, 1), "checks": {
+            "rss_end_mib": round(rss1 / 2**20, 1),
+            "rss_samples_mib": [round(r / 2**20, 1) for r in st["rss"]], "checks": {
                 "no_5xx_but_503": not bad, "no_draft_errors": not draft_errors, "alive": alive, "no_transport_errors": not st["errors"],
-                "rss_flat_10pct": abs(rss1 - rss0) <= 0.10 * rss0}}
+                f"rss_flat_{args.rss_tol:g}": abs(rss1 - rss0) <= args.rss_tol * rss0}}
 
 
 def main() -> int:
@@ -224,6 +237,9 @@ def main() -> int:
     ap.add_argument("--p-plain", type=float, default=0.2, help="share of requests not streamed")
     ap.add_argument("--toolkit-args", default="", help="more flags for toolkit serve only, one string "
                     "(e.g. '--draft-model D.gguf --draft-max 4')")
+    ap.add_argument("--p-long", type=float, default=0.0, help="share of long prompts (--long-words/2 .. --long-words words)")
+    ap.add_argument("--long-words", type=int, default=800)
+    ap.add_argument("--rss-tol", type=float, default=0.10, help="RSS check: |end - after warm-up| <= this share")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kinds = ([] if args.only_llama else ["toolkit"]) + (["llama-server"] if args.llama_server else [])

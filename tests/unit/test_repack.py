@@ -1,4 +1,4 @@
-"""Repacked weights (toolkit/native/quants/repack.c, x86/repack_avx512.c): Q8_0, Q4_K and Q6_K re-laid
+"""Repacked weights (toolkit/native/quants/repack.c, x86/repack_avx512.c): Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K re-laid
 in groups of 16 interleaved rows, through tk_mat_mul_repacked at each kernel level this machine has.
 
 - the scalar tiles (the reference order, repack.h) equal the float64 product
@@ -24,7 +24,7 @@ from toolkit.binding import ffi, lib
 pytestmark = pytest.mark.native
 
 T = gguf.GGMLQuantizationType
-RTYPES = [T.Q8_0, T.Q4_K, T.Q6_K]
+RTYPES = [T.Q8_0, T.Q4_0, T.IQ4_NL, T.Q4_K, T.Q6_K]
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
 # (level, AVX-VNNI on): at avx2 both the plain (vpmaddubsw) and, where the machine has it, the VNNI tiles
 VARIANTS = [(lv, 0) for lv in LEVELS] + ([(lib.TK_CPU_AVX2, 1)] if lib.tk_cpu_has_avxvnni() else [])
@@ -119,6 +119,21 @@ def test_type_without_repacked_form_is_refused():
                                  ffi.cast("float *", ffi.from_buffer(y)))
     assert st == lib.TK_ERR_UNSUPPORTED
     assert "no repacked form of q5_k" in ffi.string(lib.tk_last_error()).decode().lower()
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.IQ4_NL])
+def test_q4_0_iq4_nl_relaid_take_the_files_bytes(qtype):
+    """A group of 16 rows takes its 16 rows' blocks' bytes (18 per 32 values), no more; a part-filled
+    last group is padded to 16 rows; both have SIMD kernels at avx2 and avx512, not at scalar, and
+    are re-laid by default there (tk_repack_auto: bench/README.md "Q4_0 and IQ4_NL re-laid")."""
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 32) == 32 * 4096 // 32 * 18
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 17) == 32 * 4096 // 32 * 18
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4100, 16) == 0
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_SCALAR) == 0
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX2) == 1
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX2) == 1 and lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_SCALAR) == 0
 
 
 # ---- BF16 (x86/repack_bf16_avx512.c, _avx2.c): FMA on widened weights, or VDPBF16PS ---------

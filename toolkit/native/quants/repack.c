@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "quants/quants.h"
 #include "quants/repack.h"
 #include "tk_testing.h"
 
@@ -11,6 +12,7 @@ size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M) {
     const size_t ng = (size_t) ((M + TK_RP_ROWS - 1) / TK_RP_ROWS);
     if (K <= 0 || M <= 0) return 0;
     if (type == TK_GGML_Q8_0 && K % QK32 == 0) return ng * (size_t) (K / QK32) * sizeof(tk_rp_q8_0);
+    if ((type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) && K % QK32 == 0) return ng * (size_t) (K / QK32) * sizeof(tk_rp_q4_0);
     if (type == TK_GGML_Q4_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q4_K);
     if (type == TK_GGML_Q6_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q6_K);
     if (type == TK_GGML_BF16 && K % 2 == 0) return ng * (size_t) K * 2 * TK_RP_ROWS;
@@ -35,6 +37,25 @@ static void repack_q8_0(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                     for (int i = 0; i < 4; i++) o->q[k][r][i] = (uint8_t) (x->qs[4 * k + i] + 128);
             }
         }
+}
+
+/* Q4_0 and IQ4_NL: the same block (f16 d, 16 bytes of nibbles) */
+static void repack_q4_0(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK32, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_q4_0 * o = (tk_rp_q4_0 *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++, o++) {
+            memset(o, 0, sizeof *o);   /* padding: d = 0 */
+            for (int r = 0; r < TK_RP_ROWS && g * TK_RP_ROWS + r < M; r++) {
+                const blk_q4_0 * x = (const blk_q4_0 *) (const void *) (src + (size_t) (g * TK_RP_ROWS + r) * row_bytes) + b;
+                o->d[r] = x->d;
+                for (int k = 0; k < 4; k++) memcpy(o->q[k][r], x->qs + 4 * k, 4);
+            }
+        }
+}
+
+void tk_rp_q4x_table(int type, uint8_t u[16]) {
+    for (int n = 0; n < 16; n++) u[n] = (uint8_t) ((type == TK_GGML_IQ4_NL ? tk_kvalues_iq4nl[n] : n - 8) + 128);
 }
 
 static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
@@ -109,6 +130,7 @@ static void repack_bf16(const uint8_t * src, size_t row_bytes, int64_t K, int64_
 
 void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     if (type == TK_GGML_Q8_0) repack_q8_0(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) repack_q4_0(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q4_K) repack_q4_K(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q6_K) repack_q6_K(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_BF16) repack_bf16(src, row_bytes, K, M, dst);
@@ -119,7 +141,7 @@ size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K) { return (size_t) n_tok * (siz
 
 void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t n_tok, int64_t t0, int64_t t1,
                 uint8_t * prep) {
-    if (type == TK_GGML_Q8_0) {
+    if (type == TK_GGML_Q8_0 || type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) {
         const int64_t nb = K / QK32;
         float * daf = (float *) (void *) prep;
         int32_t * neg = (int32_t *) (void *) (daf + n_tok * nb);
@@ -164,17 +186,18 @@ static int64_t rp_token_block(size_t a_bytes, int tmax) {
     return tb < tmax ? tmax : tb - tb % tmax;
 }
 
-/* One loop for the three types: `type` picks the block (QK32 / QK_K elements, the group's bytes)
- * and the per-token terms that follow daf in prep (Q8_0: one int32 per block; Q4_K: 8 int16;
- * Q6_K: 16 int16), and casts `tile` back to its own signature for the call. */
+/* One loop for the types: `type` picks the block (QK32 / QK_K elements, the group's bytes)
+ * and the per-token terms that follow daf in prep (Q8_0, Q4_0, IQ4_NL: one int32 per block;
+ * Q4_K: 8 int16; Q6_K: 16 int16), and casts `tile` back to its own signature for the call. */
 typedef void (*rp_any_fn)(void);
 static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
-    const int64_t nb = K / (type == TK_GGML_Q8_0 ? QK32 : QK_K), tb = rp_token_block(a_bytes, 8);
-    const size_t gbytes = (size_t) nb * (type == TK_GGML_Q8_0 ? sizeof(tk_rp_q8_0)
+    const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL;
+    const int64_t nb = K / (type == TK_GGML_Q8_0 || q4x ? QK32 : QK_K), tb = rp_token_block(a_bytes, 8);
+    const size_t gbytes = (size_t) nb * (type == TK_GGML_Q8_0 ? sizeof(tk_rp_q8_0) : q4x ? sizeof(tk_rp_q4_0)
                                          : type == TK_GGML_Q4_K ? sizeof(tk_rp_q4_K) : sizeof(tk_rp_q6_K));
     const float * daf = (const float *) (const void *) prep;
-    const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);     /* Q8_0 */
+    const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);     /* Q8_0, Q4_0, IQ4_NL */
     const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);      /* Q4_K, Q6_K */
     const int64_t nbs = type == TK_GGML_Q4_K ? 8 : 16;                              /* bsums per block */
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
@@ -188,6 +211,8 @@ static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, in
                 float * yt = y + t * ldy + g * TK_RP_ROWS;
                 if (type == TK_GGML_Q8_0)
                     ((tk_rp_q8_tile_fn) tile)((const tk_rp_q8_0 *) wg, nb, at, a_bytes, daf + t * nb, neg + t * nb, T, nr, yt, ldy);
+                else if (q4x)
+                    ((tk_rp_q4_0_tile_fn) tile)((const tk_rp_q4_0 *) wg, nb, at, a_bytes, daf + t * nb, neg + t * nb, T, nr, yt, ldy);
                 else if (type == TK_GGML_Q4_K)
                     ((tk_rp_q4k_tile_fn) tile)((const tk_rp_q4_K *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T, nr,
                                                yt, ldy);
@@ -202,6 +227,11 @@ static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, in
 void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     rp_drive(TK_GGML_Q8_0, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_drive_q4_0(int type, tk_rp_q4_0_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    rp_drive(type, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
@@ -278,6 +308,48 @@ static void rp_q8_tile_scalar(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t *
         }
 }
 
+/* Q4_0, IQ4_NL: u = v(n) + 128 per nibble, then Q8_0's sum (from -128 * sum(a)) */
+static inline void rp_q4x_tile_scalar(int type, const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                      const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    uint8_t u[16];
+    tk_rp_q4x_table(type, u);
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const int8_t * q = ((const blk_q8_0 *) (const void *) (a + (size_t) t * a_bytes) + b)->qs;
+                int32_t p = neg[t * nb + b];
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < 4; i++) {
+                        const uint8_t v = wg[b].q[k][r][i];
+                        p += (int32_t) u[v & 15] * q[4 * k + i] + (int32_t) u[v >> 4] * q[16 + 4 * k + i];
+                    }
+                acc = fmaf(tkq_fp16_to_fp32(wg[b].d[r]) * daf[t * nb + b], (float) p, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void rp_q4_0_tile_scalar(const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                                const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    rp_q4x_tile_scalar(TK_GGML_Q4_0, wg, nb, a, a_bytes, daf, neg, T, nr, y, ldy);
+}
+
+static void rp_iq4_nl_tile_scalar(const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                                  const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    rp_q4x_tile_scalar(TK_GGML_IQ4_NL, wg, nb, a, a_bytes, daf, neg, T, nr, y, ldy);
+}
+
+static void rp_rows_q4_0_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_Q4_0, rp_q4_0_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+static void rp_rows_iq4_nl_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                  int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_IQ4_NL, rp_iq4_nl_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
 static void rp_q4k_tile_scalar(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                                const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
     for (int t = 0; t < T; t++)
@@ -347,12 +419,13 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
 /* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
  * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
  * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
- * and Q4_K (x1.6 AVX-VNNI, x1.5 plain); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
  * and token against the row kernel's int16 sums). */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16;
-    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16;
+    const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL;
+    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16 || q4x;
 #endif
     (void) type;
     (void) level;
@@ -369,7 +442,9 @@ int tk_repack_fast(int type, int level) {
  * three pairs; with AVX-VNNI tg32 0.84x, 0.94x, 0.84x.  A token must take the same kernel alone
  * and in a ubatch (repack.h), so there Q8_0 stays on the row kernels for prompts too, until a
  * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
- * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x. */
+ * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x.  Q4_0 and IQ4_NL (Bamba 430M files, bench/README.md
+ * "Q4_0 and IQ4_NL re-laid"): pp512 3.3-4.8x at avx512, 1.4-3.8x at avx2 with and without
+ * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels. */
 int tk_repack_auto(int type, int level) {
     if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
     return tk_repack_fast(type, level);
@@ -380,12 +455,16 @@ tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q8_0) return tk_rp_rows_q8_0_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_K) return tk_rp_rows_q4_K_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_0) return tk_rp_rows_q4_0_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_IQ4_NL) return tk_rp_rows_iq4_nl_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return bf16dot ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
     if (level == TK_CPU_AVX2) {
         const int vnni = tk_cpu_avxvnni();
         if (type == TK_GGML_Q8_0) return vnni ? tk_rp_avxvnni_rows_q8_0 : tk_rp_avx2_rows_q8_0;
         if (type == TK_GGML_Q4_K) return vnni ? tk_rp_avxvnni_rows_q4_K : tk_rp_avx2_rows_q4_K;
         if (type == TK_GGML_Q6_K) return vnni ? tk_rp_avxvnni_rows_q6_K : tk_rp_avx2_rows_q6_K;
+        if (type == TK_GGML_Q4_0) return vnni ? tk_rp_avxvnni_rows_q4_0 : tk_rp_avx2_rows_q4_0;
+        if (type == TK_GGML_IQ4_NL) return vnni ? tk_rp_avxvnni_rows_iq4_nl : tk_rp_avx2_rows_iq4_nl;
         if (type == TK_GGML_BF16) return tk_rp_avx2_rows_bf16;
     }
 #endif
@@ -393,6 +472,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
     if (type == TK_GGML_Q8_0) return rp_rows_q8_0_scalar;
     if (type == TK_GGML_Q4_K) return rp_rows_q4_K_scalar;
     if (type == TK_GGML_Q6_K) return rp_rows_q6_K_scalar;
+    if (type == TK_GGML_Q4_0) return rp_rows_q4_0_scalar;
+    if (type == TK_GGML_IQ4_NL) return rp_rows_iq4_nl_scalar;
     if (type == TK_GGML_BF16) return rp_rows_bf16_scalar;
     return NULL;
 }

@@ -15,6 +15,11 @@
  *   Q8_0 -> tk_rp_q8_0 per 32 values: d[r] (the f16 scale), q[k][r][i] =
  *           (uint8) (qs[4k + i] + 128) of row r (vpdpbusd's unsigned operand; the 128 * sum(a)
  *           this adds is taken off exactly, from the activation block's sum).
+ *   Q4_0, IQ4_NL -> tk_rp_q4_0 per 32 values: d[r] (the f16 scale), q[k][r][i] = qs[4k + i] of
+ *           row r, the file's nibbles (low: value 4k + i, high: 16 + 4k + i), so a group takes
+ *           the bytes of its 16 blocks.  The tiles map a nibble n to u = v(n) + 128 (Q4_0:
+ *           v = n - 8; IQ4_NL: kvalues_iq4nl[n]; one vpshufb) and sum as Q8_0 does, from
+ *           -128 * sum(a) (the plain AVX2 tiles: v(n) signed, from 0; the same integer).
  *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (f16), sc[j][r] and mn[k][r][2] (the
  *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
  *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
@@ -31,7 +36,7 @@
  *
  * The float order (per output y[t][r], every level, every n_tok, r0/r1, tile position):
  *   acc = 0; per block b, in order:
- *     Q8_0: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
+ *     Q8_0, Q4_0, IQ4_NL: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
  *     Q4_K: is = sum_j sc_j sum_l q_l a_l, ms = sum_j m_j bsum_j (exact int32);
  *           acc = fma(d_w * d_a, (float) is, acc);  acc = fma(-(dmin_w * d_a), (float) ms, acc)
  *     Q6_K: is = sum_j sc_j sum_l q_l a_l (exact int32);  acc = fma(d_w * d_a, (float) is, acc)
@@ -57,6 +62,10 @@ typedef struct {
     uint8_t q[8][TK_RP_ROWS][4];
 } tk_rp_q8_0;                                   /* 544 bytes per 16 x 32 values: 16 Q8_0 blocks' */
 typedef struct {
+    tk_half d[TK_RP_ROWS];
+    uint8_t q[4][TK_RP_ROWS][4];
+} tk_rp_q4_0;                                   /* 288 bytes per 16 x 32 values: 16 Q4_0 / IQ4_NL blocks' */
+typedef struct {
     tk_half d[TK_RP_ROWS], dmin[TK_RP_ROWS];
     uint8_t sc[8][TK_RP_ROWS];
     uint8_t mn[4][TK_RP_ROWS][2];
@@ -67,7 +76,7 @@ typedef struct {
     int8_t sc[16][TK_RP_ROWS];
     uint8_t q[64][TK_RP_ROWS][4];
 } tk_rp_q6_K;                                   /* 4384 bytes per 16 x 256 values */
-_Static_assert(sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
+_Static_assert(sizeof(tk_rp_q4_0) == 288 && sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
                "repacked block sizes");
 
 /* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the
@@ -91,7 +100,8 @@ int tk_repack_fast(int type, int level);
 int tk_repack_auto(int type, int level);
 
 /* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
- * Q8_0: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of each block;
+ * Q8_0, Q4_0, IQ4_NL: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of
+ * each block;
  * Q4_K: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks);
  * Q6_K: float daf[n_tok nb], then int16 bs[n_tok nb 16] (Q8_K's bsums: the 16 sub-blocks').
  * tk_rp_prep fills tokens [t0, t1) of n_tok; tk_rp_prep_bytes: the size for any type. */
@@ -99,9 +109,14 @@ size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K);
 void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t n_tok, int64_t t0, int64_t t1,
                 uint8_t * prep);
 
+/* the 16 values u = v(n) + 128 of the nibbles of Q4_0 (v = n - 8) or IQ4_NL (kvalues_iq4nl) */
+void tk_rp_q4x_table(int type, uint8_t u[16]);
+
 /* ---- the drives, shared by the levels (tile: 16 rows x T <= 8 tokens) ---------------- */
 typedef void (*tk_rp_q8_tile_fn)(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                                  const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_q4_0_tile_fn)(const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                   const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy);
 typedef void (*tk_rp_q4k_tile_fn)(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                                   const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
 typedef void (*tk_rp_q6k_tile_fn)(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
@@ -109,6 +124,9 @@ typedef void (*tk_rp_q6k_tile_fn)(const tk_rp_q6_K * wg, int64_t nb, const uint8
 void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+/* Q4_0 and IQ4_NL (type: which) */
+void tk_rp_drive_q4_0(int type, tk_rp_q4_0_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
@@ -144,6 +162,10 @@ void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_q4_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_iq4_nl_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                              int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 
@@ -154,7 +176,11 @@ void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
     void prefix##rows_q4_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
                            float *, int64_t, int64_t, int64_t);                                                \
     void prefix##rows_q6_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
-                           float *, int64_t, int64_t, int64_t);
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_q4_0(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_iq4_nl(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                             float *, int64_t, int64_t, int64_t);
 TK_RP_DECLARE(tk_rp_avx2_)
 TK_RP_DECLARE(tk_rp_avxvnni_)
 

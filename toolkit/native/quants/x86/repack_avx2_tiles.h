@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "quants/repack.h"
+#include "tk_cpu.h"
 
 #define RPY_INLINE RPY static inline __attribute__((always_inline))
 
@@ -46,17 +47,31 @@ RPY_INLINE void RPY_NAME(store)(float * y, __m256 v, int nr) {
     for (int r = 0; r < nr; r++) y[r] = tmp[r];
 }
 
-/* ---- Q8_0: 8 rows (half h) x T <= 4 tokens ---- */
+/* ---- Q8_0, Q4_0, IQ4_NL: 8 rows (half h) x T <= 4 tokens ----
+ * q4x NULL: Q8_0; else the nibbles' values in each 128-bit lane (tk_rp_q4x_table's u = v + 128
+ * with VNNI; v itself, signed, in the plain file's sign form): k < 4 the low nibbles of q[k]
+ * against activation bytes 4k .., k >= 4 the high nibbles of q[k - 4] against 4k .. */
 #ifndef RPY_Q8_UNROLL
 #define RPY_Q8_UNROLL 4
 #endif
-RPY_INLINE void RPY_NAME(q8)(int T, int h, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
-                             const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
+RPY_INLINE __m256i RPY_NAME(q8w)(const uint8_t * w, const __m256i * q4x, int k, int h) {
+    if (!q4x) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *) (const void *) (w + 32 + 64 * k + 32 * h));
+        return RPY_VNNI ? u : _mm256_xor_si256(u, _mm256_set1_epi8((char) 0x80));   /* plain: w signed */
+    }
+    const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) (w + 32 + 64 * (k & 3) + 32 * h));
+    const __m256i n = k < 4 ? v : _mm256_srli_epi16(v, 4);
+    return _mm256_shuffle_epi8(*q4x, _mm256_and_si256(n, _mm256_set1_epi8(15)));
+}
+
+RPY_INLINE void RPY_NAME(q8)(int T, int h, const uint8_t * wg, size_t wbytes, const __m256i * q4x, int64_t nb,
+                             const uint8_t * a, size_t a_bytes, const float * daf, const int32_t * neg, int nr, float * y,
+                             int64_t ldy) {
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const tk_rp_q8_0 * w = wg + b;
+        const uint8_t * w = wg + (size_t) b * wbytes;   /* d[16] (f16), then the weight bytes */
         __m256i p[4];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) p[t] = RPY_VNNI ? _mm256_set1_epi32(neg[t * nb + b]) : _mm256_setzero_si256();
@@ -66,20 +81,20 @@ RPY_INLINE void RPY_NAME(q8)(int T, int h, const tk_rp_q8_0 * wg, int64_t nb, co
 #pragma GCC unroll 2   /* plain AVX2: 53 GMAC/s against 46 fully unrolled, 52 at 1 (one thread, 3584 x 1024 x 512) */
 #endif
         for (int k = 0; k < 8; k++) {
-            const __m256i u = _mm256_loadu_si256((const __m256i *) (const void *) (w->q[k][8 * h]));
+            const __m256i u = RPY_NAME(q8w)(w, q4x, k, h);
 #if RPY_VNNI
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) p[t] = RPY_DOT(p[t], u, RPY_NAME(bc4)(a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2 + 4 * k));
 #else
-            const __m256i ws = _mm256_xor_si256(u, _mm256_set1_epi8((char) 0x80)), wa = _mm256_abs_epi8(ws);
+            const __m256i wa = _mm256_abs_epi8(u);
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
-                const __m256i s = _mm256_sign_epi8(RPY_NAME(bc4)(a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2 + 4 * k), ws);
+                const __m256i s = _mm256_sign_epi8(RPY_NAME(bc4)(a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2 + 4 * k), u);
                 p[t] = RPY_DOT(p[t], wa, s);
             }
 #endif
         }
-        const __m256 dw = RPY_NAME(f16x8)(w->d + 8 * h);
+        const __m256 dw = RPY_NAME(f16x8)((const tk_half *) (const void *) w + 8 * h);
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++)
             acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(daf[t * nb + b])), _mm256_cvtepi32_ps(p[t]), acc[t]);
@@ -209,28 +224,51 @@ RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, c
     for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
 }
 
-/* the drive's 16 x T tile: the halves holding rows, token quads (a constant T in each call) */
-#define RPY_TILES(KIND, WT, ST)                                                                            \
-    RPY static void RPY_NAME(KIND##_tiles)(const WT * wg, int64_t nb, const uint8_t * a, size_t a_bytes,    \
+/* the drive's 16 x T tile: the halves holding rows, token quads (a constant T in each call);
+ * W: the tile's leading weight arguments */
+#define RPY_TILES(NAME, KIND, WT, ST, PER, ...)                                                            \
+    RPY static void RPY_NAME(NAME##_tiles)(const WT * wg, int64_t nb, const uint8_t * a, size_t a_bytes,    \
                                            const float * daf, const ST * s, int T, int nr, float * y, int64_t ldy) { \
-        const int per = (int) (sizeof *s == 4 ? 1 : (sizeof(WT) == sizeof(tk_rp_q6_K) ? 16 : 8));            \
+        __VA_ARGS__;                                                                                       \
         for (int h = 0; h < 2 && 8 * h < nr; h++)                                                         \
             for (int t = 0; t < T; t += 4) {                                                               \
                 const uint8_t * at = a + (size_t) t * a_bytes;                                             \
                 const float * dt = daf + t * nb;                                                           \
-                const ST * st = s + t * nb * per;                                                          \
+                const ST * st = s + t * nb * (PER);                                                        \
                 switch (T - t < 4 ? T - t : 4) {                                                           \
-                    case 4: RPY_NAME(KIND)(4, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
-                    case 3: RPY_NAME(KIND)(3, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
-                    case 2: RPY_NAME(KIND)(2, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
-                    default: RPY_NAME(KIND)(1, h, wg, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    case 4: RPY_NAME(KIND)(4, h, W, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    case 3: RPY_NAME(KIND)(3, h, W, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    case 2: RPY_NAME(KIND)(2, h, W, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
+                    default: RPY_NAME(KIND)(1, h, W, nb, at, a_bytes, dt, st, nr, y + t * ldy, ldy); break; \
                 }                                                                                          \
             }                                                                                              \
     }
-RPY_TILES(q8, tk_rp_q8_0, int32_t)
-RPY_TILES(q4k, tk_rp_q4_K, int16_t)
-RPY_TILES(q6k, tk_rp_q6_K, int16_t)
+/* Q4_0 / IQ4_NL: the nibble table in both lanes (VNNI: u = v + 128; plain: v) */
+#define RPY_Q4X_TABLE(TYPE)                                                                                \
+    uint8_t u_[16];                                                                                        \
+    tk_rp_q4x_table((TYPE), u_);                                                                           \
+    const __m128i t_ = _mm_loadu_si128((const __m128i *) (const void *) u_);                               \
+    const __m256i tbl = _mm256_broadcastsi128_si256(RPY_VNNI ? t_ : _mm_xor_si128(t_, _mm_set1_epi8((char) 0x80)))
+#define W (const uint8_t *) wg, sizeof *wg, NULL
+RPY_TILES(q8, q8, tk_rp_q8_0, int32_t, 1, (void) 0)
+#undef W
+#define W (const uint8_t *) wg, sizeof *wg, &tbl
+RPY_TILES(q4_0, q8, tk_rp_q4_0, int32_t, 1, RPY_Q4X_TABLE(TK_GGML_Q4_0))
+RPY_TILES(iq4_nl, q8, tk_rp_q4_0, int32_t, 1, RPY_Q4X_TABLE(TK_GGML_IQ4_NL))
+#undef W
+#define W wg
+RPY_TILES(q4k, q4k, tk_rp_q4_K, int16_t, 8, (void) 0)
+RPY_TILES(q6k, q6k, tk_rp_q6_K, int16_t, 16, (void) 0)
+#undef W
 
+void RPY_NAME(rows_q4_0)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                         const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_Q4_0, RPY_NAME(q4_0_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+void RPY_NAME(rows_iq4_nl)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                           const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_IQ4_NL, RPY_NAME(iq4_nl_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
 void RPY_NAME(rows_q8_0)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
                          const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     tk_rp_drive_q8_0(RPY_NAME(q8_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);

@@ -45,17 +45,32 @@ RPZ_INLINE __m512 rp_avx512_f16x16(const tk_half * d) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (const void *) d));
 }
 
-RPZ_INLINE void rp_avx512_q8_tile(int T, const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
-                            const float * daf, const int32_t * neg, int nr, float * y, int64_t ldy) {
+/* Q8_0 (q4x NULL) and Q4_0 / IQ4_NL (q4x: their tk_rp_q4x_table in each 128-bit lane): per
+ * block the 8 registers of unsigned weights wq[k] against the activation bytes 4k .. 4k + 3
+ * (Q4_0 / IQ4_NL: k < 4 the low nibbles of q[k], k >= 4 the high nibbles of q[k - 4], looked
+ * up by vpshufb), then the same exact sums and float steps */
+RPZ_INLINE void rp_avx512_q8_tile(int T, const uint8_t * wg, size_t wbytes, const __m512i * q4x, int64_t nb,
+                                  const uint8_t * a, size_t a_bytes, const float * daf, const int32_t * neg, int nr,
+                                  float * y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const tk_rp_q8_0 * w = wg + b;
+        const uint8_t * w = wg + (size_t) b * wbytes;   /* d[16] (f16), then the weight bytes */
         __m512i wq[8];
+        if (q4x) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *) (w + 32 + 64 * k));
+                wq[k] = _mm512_shuffle_epi8(*q4x, _mm512_and_si512(v, m4));
+                wq[k + 4] = _mm512_shuffle_epi8(*q4x, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+        } else {
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *) w->q[k]);
-        const __m512 dw = rp_avx512_f16x16(w->d);
+            for (int k = 0; k < 8; k++) wq[k] = _mm512_loadu_si512((const void *) (w + 32 + 64 * k));
+        }
+        const __m512 dw = rp_avx512_f16x16((const tk_half *) (const void *) w);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const uint8_t * q = a + (size_t) t * a_bytes + (size_t) b * sizeof(blk_q8_0) + 2;
@@ -183,7 +198,35 @@ RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, con
 
 RPZ static void rp_avx512_q8_tiles(const tk_rp_q8_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
                              const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
-    RPZ_CASES(rp_avx512_q8_tile, wg, nb, a, a_bytes, daf, neg, nr, y, ldy)
+    RPZ_CASES(rp_avx512_q8_tile, (const uint8_t *) wg, sizeof *wg, NULL, nb, a, a_bytes, daf, neg, nr, y, ldy)
+}
+
+RPZ_INLINE void rp_avx512_q4x_tiles(int type, const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                    const float * daf, const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    uint8_t u[16];
+    tk_rp_q4x_table(type, u);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) (const void *) u));
+    RPZ_CASES(rp_avx512_q8_tile, (const uint8_t *) wg, sizeof *wg, &tbl, nb, a, a_bytes, daf, neg, nr, y, ldy)
+}
+
+RPZ static void rp_avx512_q4_0_tiles(const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                                     const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    rp_avx512_q4x_tiles(TK_GGML_Q4_0, wg, nb, a, a_bytes, daf, neg, T, nr, y, ldy);
+}
+
+RPZ static void rp_avx512_iq4_nl_tiles(const tk_rp_q4_0 * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                                       const int32_t * neg, int T, int nr, float * y, int64_t ldy) {
+    rp_avx512_q4x_tiles(TK_GGML_IQ4_NL, wg, nb, a, a_bytes, daf, neg, T, nr, y, ldy);
+}
+
+void tk_rp_rows_q4_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_Q4_0, rp_avx512_q4_0_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_rows_iq4_nl_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                              int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q4_0(TK_GGML_IQ4_NL, rp_avx512_iq4_nl_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 RPZ static void rp_avx512_q4k_tiles(const tk_rp_q4_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
