@@ -7,6 +7,15 @@ tools/make_*_fixtures.py.
     olmohybrid-bias-tiny  OLMo-Hybrid   attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
     falconh1-attnbias-tiny  Falcon-H1   attention_bias, with key_multiplier / attention_out_multiplier on k's / o's
     lfm2-convbias-tiny    LFM2          conv_bias: short-conv in_proj / conv / out_proj biases (blk.i.shortconv.*.bias)
+
+Made without torch by tools/make_config_variant_fixtures.py, reference.npz from the float64 NumPy
+forward of tests/mamba2_ref.py (checked against each base fixture's HF logits below):
+
+    bamba-bias-tiny          Bamba         attention_bias, mlp_bias (blk.i.ffn_{gate,up,down}.bias), mamba_proj_bias
+                                           (blk.i.ssm_{in,out}.bias, ours), mamba_conv_bias false, tied embeddings
+    granitehybrid-bias-tiny  Granite 4.0-H attention_bias (q / k biases in NORM RoPE order), mamba_proj_bias,
+                                           mamba_conv_bias false, RoPE, multipliers
+    mamba2-bias-tiny         Mamba-2       use_bias (in_proj / out_proj), use_conv_bias false, untied lm_head
 """
 from __future__ import annotations
 
@@ -22,7 +31,14 @@ VARIANTS = [
     ("olmohybrid-bias-tiny", "attention_bias", 1e-5, (0,)),
     ("falconh1-attnbias-tiny", "attention_bias", 1e-5, ()),
     ("lfm2-convbias-tiny", "conv_bias", 1e-5, ()),
+    ("bamba-bias-tiny", "biases", 1e-5, (2,)),
+    ("granitehybrid-bias-tiny", "biases", 1e-5, (2,)),
+    ("mamba2-bias-tiny", "biases", 1e-5, (2,)),
 ]
+
+# the variants whose reference is tests/mamba2_ref.py's, and the HF fixture it is checked against
+NUMPY_REFERENCE = {"bamba-bias-tiny": "bamba-tiny", "granitehybrid-bias-tiny": "granitehybrid-moe-tiny",
+                   "mamba2-bias-tiny": "mamba2-tiny"}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +52,25 @@ def test_variant_matches_hf(fixtures, hf_f32, report, name, flag, bound, suppres
     check_against_hf(hf_f32(name), ref, f"{name} ({flag})", report, bound, suppress=suppress)
 
 
+@pytest.mark.parametrize("name", sorted(NUMPY_REFERENCE))
+def test_numpy_reference_matches_hf(fixtures, name):
+    """The variant's reference is only as good as its NumPy forward: on the base fixture it
+    gives HF's logits and greedy tokens."""
+    import json
+
+    import mamba2_ref
+    from parity_util import rel_l2
+    base = fixtures / "hf" / NUMPY_REFERENCE[name]
+    ref = np.load(base / "reference.npz")
+    assert rel_l2(mamba2_ref.logits(base, ref["tokens"]), ref["logits"]) < 1e-6
+    eos = json.loads((base / "config.json").read_text())["eos_token_id"]
+    assert mamba2_ref.greedy(base, ref["tokens"], len(ref["greedy"]), (eos,)) == ref["greedy"].tolist()
+
+
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint
 FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias",
-                "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias"}
+                "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias",
+                "biases": r"(model|backbone)\.layers\.\d+\.(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
 
 
 @pytest.mark.parametrize("name,flag,bound,suppress", VARIANTS, ids=[v[0] for v in VARIANTS])

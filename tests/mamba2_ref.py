@@ -1,0 +1,196 @@
+"""Float64 NumPy forward passes of the Mamba-2 kinds (Mamba2ForCausalLM, BambaForCausalLM,
+GraniteMoeHybridForCausalLM), written from transformers 5.24's modeling_mamba2.py,
+modeling_bamba.py and modeling_granitemoehybrid.py and run on the HF safetensors directly.
+
+They stand in for HF where no torch is at hand: each is checked against its family fixture's HF
+reference.npz (tests/parity/test_runtime_granite_multipliers.py, tests/parity/test_config_variants.py),
+then run on config variants (tools/make_config_variant_fixtures.py) that set the flags the
+fixtures leave at their defaults: attention_bias (q/k/v/o_proj biases), mlp_bias (Bamba's
+gate/up/down_proj biases), mamba_proj_bias / use_bias (in_proj / out_proj biases),
+mamba_conv_bias / use_conv_bias false (no conv1d bias), tie_word_embeddings.
+
+Glossary: T tokens, D hidden, DI mamba inner width, H heads, P head dim, N d_state,
+G groups, E experts, F expert width.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+from safetensors.numpy import load_file
+
+
+def weights(hf_dir) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint's safetensors files, as float64."""
+    w: dict[str, np.ndarray] = {}
+    for p in sorted(pathlib.Path(hf_dir).glob("*.safetensors")):
+        w.update({k: v.astype(np.float64) for k, v in load_file(str(p)).items()})
+    return w
+
+
+def rms(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def softplus(x):
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def _lin(w, name, x):
+    """nn.Linear: x W^T (+ b where the checkpoint has ``name``.bias)."""
+    y = x @ w[name + ".weight"].T
+    b = w.get(name + ".bias")
+    return y if b is None else y + b
+
+
+def mamba2_mixer(w, p, x, H, P, N, G, eps):
+    """Mamba2Mixer / BambaMixer (== GraniteMoeHybridMambaLayer), recurrent form. x: [T, D].
+    in_proj / out_proj biases (use_bias, mamba_proj_bias) and the conv bias (use_conv_bias,
+    mamba_conv_bias) where the checkpoint has them."""
+    T = x.shape[0]
+    DI = H * P
+    zxbcdt = _lin(w, p + "in_proj", x)
+    z, xbc, dt = zxbcdt[:, :DI], zxbcdt[:, DI:DI + DI + 2 * G * N], zxbcdt[:, -H:]
+    cw = w[p + "conv1d.weight"][:, 0, :]                                  # [C, K]
+    K = cw.shape[1]
+    pad = np.concatenate([np.zeros((K - 1, xbc.shape[1])), xbc])
+    conv = np.stack([(pad[t:t + K].T * cw).sum(1) for t in range(T)])
+    xbc = silu(conv + w.get(p + "conv1d.bias", 0.0))
+    xs, B, C = xbc[:, :DI].reshape(T, H, P), xbc[:, DI:DI + G * N].reshape(T, G, N), xbc[:, DI + G * N:].reshape(T, G, N)
+    dt = softplus(dt + w[p + "dt_bias"])
+    A = -np.exp(w[p + "A_log"])
+    g = np.arange(H) // (H // G)
+    s = np.zeros((H, P, N))
+    y = np.empty((T, H, P))
+    for t in range(T):
+        s = np.exp(dt[t] * A)[:, None, None] * s + (dt[t][:, None] * xs[t])[:, :, None] * B[t][g][:, None, :]
+        y[t] = np.einsum("hpn,hn->hp", s, C[t][g]) + w[p + "D"][:, None] * xs[t]
+    y = y.reshape(T, DI) * silu(z)
+    y = rms(y.reshape(T, G, DI // G), 1.0, eps).reshape(T, DI) * w[p + "norm.weight"]
+    return _lin(w, p + "out_proj", y)
+
+
+def attention(w, p, x, cfg, bamba: bool):
+    """BambaAttention (RoPE on the first head_dim * partial_rotary_factor dims, scale hd^-1/2) or
+    GraniteMoeHybridAttention (RoPE over the whole head when position_embedding_type is "rope",
+    scale attention_multiplier); q/k/v/o_proj biases where the checkpoint has them (attention_bias)."""
+    T = x.shape[0]
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg["hidden_size"] // H
+    q = _lin(w, p + "q_proj", x).reshape(T, H, hd)
+    k = _lin(w, p + "k_proj", x).reshape(T, Hkv, hd)
+    v = _lin(w, p + "v_proj", x).reshape(T, Hkv, hd)
+    rp = cfg.get("rope_parameters") or {}
+    if bamba or cfg.get("position_embedding_type") == "rope":        # rotate_half within the first rot dims
+        rot = int(hd * rp.get("partial_rotary_factor", 1.0))
+        inv = 1.0 / rp.get("rope_theta", 10000.0) ** (np.arange(0, rot, 2) / rot)
+        ang = np.arange(T)[:, None] * inv[None, :]
+        cos, sin = np.cos(np.concatenate([ang, ang], 1))[:, None], np.sin(np.concatenate([ang, ang], 1))[:, None]
+
+        def rotate(a):
+            r, rest = a[..., :rot], a[..., rot:]
+            r = r * cos + np.concatenate([-r[..., rot // 2:], r[..., :rot // 2]], -1) * sin
+            return np.concatenate([r, rest], -1)
+        q, k = rotate(q), rotate(k)
+    k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)
+    scale = hd ** -0.5 if bamba else cfg["attention_multiplier"]
+    s = np.einsum("thd,shd->hts", q, k) * scale
+    s = np.where(np.tril(np.ones((T, T), bool))[None], s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    return _lin(w, p + "o_proj", np.einsum("hts,shd->thd", pr, v).reshape(T, H * hd))
+
+
+def swiglu(w, p, x):
+    """BambaMLP: down(silu(gate(x)) * up(x)), each with its bias where the checkpoint has one (mlp_bias)."""
+    return _lin(w, p + "down_proj", silu(_lin(w, p + "gate_proj", x)) * _lin(w, p + "up_proj", x))
+
+
+def granite_ffn(w, p, x, cfg):
+    """block_sparse_moe (top-k of router logits, softmax over the k), when num_local_experts > 0,
+    plus shared_mlp (input_linear = gate | up, no biases)."""
+    out = np.zeros_like(x)
+    if cfg.get("num_local_experts", 0):
+        k = cfg["num_experts_per_tok"]
+        logits = x @ w[p + "block_sparse_moe.router.layer.weight"].T         # [T, E]
+        wi, wo = w[p + "block_sparse_moe.input_linear.weight"], w[p + "block_sparse_moe.output_linear.weight"]
+        for t in range(x.shape[0]):
+            top = np.argsort(-logits[t], kind="stable")[:k]
+            g = np.exp(logits[t][top] - logits[t][top].max())
+            g /= g.sum()
+            for e, ge in zip(top, g):
+                h = wi[e] @ x[t]
+                F = h.shape[0] // 2
+                out[t] += ge * (wo[e] @ (silu(h[:F]) * h[F:]))
+    h = x @ w[p + "shared_mlp.input_linear.weight"].T
+    F = h.shape[1] // 2
+    return out + (silu(h[:, :F]) * h[:, F:]) @ w[p + "shared_mlp.output_linear.weight"].T
+
+
+def _head(w, x, embd, cfg, tie_default):
+    tie = cfg.get("tie_word_embeddings", tie_default)
+    return x @ (w[embd] if tie else w["lm_head.weight"]).T
+
+
+def hybrid_logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of a BambaForCausalLM or GraniteMoeHybridForCausalLM checkpoint."""
+    cfg = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    w = weights(hf_dir) if w is None else w
+    bamba = cfg["architectures"][0] == "BambaForCausalLM"
+    eps = cfg["rms_norm_eps"]
+    rm = 1.0 if bamba else cfg["residual_multiplier"]
+    if "layer_types" in cfg:
+        attn = [t in ("full_attention", "attention") for t in cfg["layer_types"]]
+    else:
+        attn = [i in cfg["attn_layer_indices"] for i in range(cfg["num_hidden_layers"])]
+    x = w["model.embed_tokens.weight"][tokens] * (1.0 if bamba else cfg["embedding_multiplier"])
+    H, N, G = cfg["mamba_n_heads"], cfg["mamba_d_state"], cfg["mamba_n_groups"]
+    P = cfg.get("mamba_d_head") or cfg["mamba_expand"] * cfg["hidden_size"] // H
+    for i, a in enumerate(attn):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"], eps)
+        h = attention(w, p + "self_attn.", h, cfg, bamba) if a else mamba2_mixer(w, p + "mamba.", h, H, P, N, G, eps)
+        x = x + h * rm
+        h = rms(x, w[p + ("pre_ff_layernorm" if bamba else "post_attention_layernorm") + ".weight"], eps)
+        x = x + (swiglu(w, p + "feed_forward.", h) if bamba else granite_ffn(w, p, h, cfg)) * rm
+    x = rms(x, w["model.final_layernorm.weight" if bamba else "model.norm.weight"], eps)
+    return _head(w, x, "model.embed_tokens.weight", cfg, False) / (1.0 if bamba else cfg["logits_scaling"])
+
+
+def mamba2_logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of a Mamba2ForCausalLM checkpoint (time_step_limit (0, inf))."""
+    cfg = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    w = weights(hf_dir) if w is None else w
+    eps = cfg["layer_norm_epsilon"]
+    H, P, N, G = cfg["num_heads"], cfg["head_dim"], cfg["state_size"], cfg["n_groups"]
+    x = w["backbone.embeddings.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"backbone.layers.{i}."
+        x = x + mamba2_mixer(w, p + "mixer.", rms(x, w[p + "norm.weight"], eps), H, P, N, G, eps)
+    x = rms(x, w["backbone.norm_f.weight"], eps)
+    return _head(w, x, "backbone.embeddings.weight", cfg, True)
+
+
+def logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of any checkpoint above, picked by config.json's architectures."""
+    arch = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())["architectures"][0]
+    return (mamba2_logits if arch == "Mamba2ForCausalLM" else hybrid_logits)(hf_dir, tokens, w)
+
+
+def greedy(hf_dir, tokens, n: int, suppress: tuple[int, ...] = ()) -> list[int]:
+    """``n`` greedy tokens after ``tokens`` (cache-free: the whole sequence each step), the ids
+    ``suppress`` never chosen (as HF ``generate`` with ``min_new_tokens`` suppresses end-of-text)."""
+    w = weights(hf_dir)
+    seq = list(int(t) for t in tokens)
+    out = []
+    for _ in range(n):
+        last = logits(hf_dir, np.array(seq), w)[-1].copy()
+        last[list(suppress)] = -np.inf
+        out.append(int(np.argmax(last)))
+        seq.append(out[-1])
+    return out
