@@ -1,6 +1,6 @@
 """Make the config-variant fixtures of issue 43 that need no torch: a family fixture with flags
 flipped in config.json, the tensors the flags add drawn at random (seeded), the ones they remove
-dropped, and reference.npz computed by the family's float64 NumPy forward (tests/mamba2_ref.py),
+dropped, and reference.npz computed by the family's float64 NumPy forward (tests/mamba_ref.py),
 which tests/parity/test_config_variants.py first checks against the base fixture's HF logits.
 
     bamba-bias-tiny          bamba-tiny with attention_bias (q/k/v/o_proj biases), mlp_bias
@@ -12,6 +12,8 @@ which tests/parity/test_config_variants.py first checks against the base fixture
                              multipliers other than 1
     mamba2-bias-tiny         mamba2-tiny with use_bias (in_proj / out_proj biases), use_conv_bias
                              false and tie_word_embeddings false (an lm_head)
+    mamba-bias-tiny          mamba-tiny with use_bias, use_conv_bias false, tie_word_embeddings false
+    falconmamba-bias-tiny    falconmamba-tiny with use_bias, use_conv_bias false
 
 Biases N(0, 0.1); an added lm_head N(0, 0.08), as the fixtures' matrices.  reference.npz: the base
 fixture's tokens, float32 logits of the float64 forward, and its 16 greedy tokens (cache-free
@@ -31,7 +33,7 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
-import mamba2_ref  # noqa: E402
+import mamba_ref  # noqa: E402
 
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
 _MLP = r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight"
@@ -50,6 +52,9 @@ SPECS = {
         (_ATTN, _SSM), (_CONV_B,), False, 432),
     "mamba2-bias-tiny": ("mamba2-tiny", dict(use_bias=True, use_conv_bias=False, tie_word_embeddings=False),
                          (_SSM,), (_CONV_B,), True, 433),
+    "mamba-bias-tiny": ("mamba-tiny", dict(use_bias=True, use_conv_bias=False, tie_word_embeddings=False),
+                        (_SSM,), (_CONV_B,), True, 434),
+    "falconmamba-bias-tiny": ("falconmamba-tiny", dict(use_bias=True, use_conv_bias=False), (_SSM,), (_CONV_B,), False, 435),
 }
 
 
@@ -83,8 +88,8 @@ def make(name: str, out_root: str, src_root: str) -> None:
     tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
     eos = cfg["eos_token_id"]
     np.savez(os.path.join(out, "reference.npz"), tokens=tokens,
-             logits=mamba2_ref.logits(out, tokens).astype(np.float32),
-             greedy=np.array(mamba2_ref.greedy(out, tokens, 16, (eos,)), dtype=np.int32))
+             logits=mamba_ref.logits(out, tokens).astype(np.float32),
+             greedy=np.array(mamba_ref.greedy(out, tokens, 16, (eos,)), dtype=np.int32))
 
 
 def main(argv: list[str]) -> None:

@@ -9,13 +9,15 @@ tools/make_*_fixtures.py.
     lfm2-convbias-tiny    LFM2          conv_bias: short-conv in_proj / conv / out_proj biases (blk.i.shortconv.*.bias)
 
 Made without torch by tools/make_config_variant_fixtures.py, reference.npz from the float64 NumPy
-forward of tests/mamba2_ref.py (checked against each base fixture's HF logits below):
+forward of tests/mamba_ref.py (checked against each base fixture's HF logits below):
 
     bamba-bias-tiny          Bamba         attention_bias, mlp_bias (blk.i.ffn_{gate,up,down}.bias), mamba_proj_bias
                                            (blk.i.ssm_{in,out}.bias, ours), mamba_conv_bias false, tied embeddings
     granitehybrid-bias-tiny  Granite 4.0-H attention_bias (q / k biases in NORM RoPE order), mamba_proj_bias,
                                            mamba_conv_bias false, RoPE, multipliers
     mamba2-bias-tiny         Mamba-2       use_bias (in_proj / out_proj), use_conv_bias false, untied lm_head
+    mamba-bias-tiny          Mamba         use_bias (blk.i.ssm_{in,out}.bias, ours), use_conv_bias false, untied lm_head
+    falconmamba-bias-tiny    FalconMamba   use_bias, use_conv_bias false
 """
 from __future__ import annotations
 
@@ -34,11 +36,14 @@ VARIANTS = [
     ("bamba-bias-tiny", "biases", 1e-5, (2,)),
     ("granitehybrid-bias-tiny", "biases", 1e-5, (2,)),
     ("mamba2-bias-tiny", "biases", 1e-5, (2,)),
+    ("mamba-bias-tiny", "biases", 1e-5, (0,)),
+    ("falconmamba-bias-tiny", "biases", 1e-5, (0,)),
 ]
 
-# the variants whose reference is tests/mamba2_ref.py's, and the HF fixture it is checked against
+# the variants whose reference is tests/mamba_ref.py's, and the HF fixture it is checked against
 NUMPY_REFERENCE = {"bamba-bias-tiny": "bamba-tiny", "granitehybrid-bias-tiny": "granitehybrid-moe-tiny",
-                   "mamba2-bias-tiny": "mamba2-tiny"}
+                   "mamba2-bias-tiny": "mamba2-tiny", "mamba-bias-tiny": "mamba-tiny",
+                   "falconmamba-bias-tiny": "falconmamba-tiny"}
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +63,13 @@ def test_numpy_reference_matches_hf(fixtures, name):
     gives HF's logits and greedy tokens."""
     import json
 
-    import mamba2_ref
+    import mamba_ref
     from parity_util import rel_l2
     base = fixtures / "hf" / NUMPY_REFERENCE[name]
     ref = np.load(base / "reference.npz")
-    assert rel_l2(mamba2_ref.logits(base, ref["tokens"]), ref["logits"]) < 1e-6
+    assert rel_l2(mamba_ref.logits(base, ref["tokens"]), ref["logits"]) < 1e-6
     eos = json.loads((base / "config.json").read_text())["eos_token_id"]
-    assert mamba2_ref.greedy(base, ref["tokens"], len(ref["greedy"]), (eos,)) == ref["greedy"].tolist()
+    assert mamba_ref.greedy(base, ref["tokens"], len(ref["greedy"]), (eos,)) == ref["greedy"].tolist()
 
 
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint

@@ -1,6 +1,6 @@
 """Granite 4.0-H multipliers (embedding, attention, residual, logits), which the HF fixture
 leaves at 1.0, checked against an independent float64 numpy forward pass written from
-transformers' modeling_granitemoehybrid.py and run on the HF safetensors directly (tests/mamba2_ref.py).
+transformers' modeling_granitemoehybrid.py and run on the HF safetensors directly (tests/mamba_ref.py).
 
 The numpy reference is first checked against the fixture's reference.npz (multipliers 1.0),
 then the config is rewritten with other multipliers, converted, and run by the C runtime.
@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mamba2_ref import hybrid_logits as reference_logits
+from mamba_ref import hybrid_logits as reference_logits
 
 pytestmark = pytest.mark.native
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
-from toolkit.convert.plan import Segment, kv_f32, kv_u32
+from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
 
@@ -121,9 +121,8 @@ def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int,
     conv = fam.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
     if conv_bias:
         fam.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (C,), why="the conv-bias switch is true")
-    else:   # zeros: row 0 of the [K, C]-viewed conv weight times 0
-        fam.emit(tn(T.SSM_CONV1D, i, ".bias"), (C,), [Segment(conv.segments[0].src, 0, 1, scales=(0.0,))],
-                 note="zeros: the conv-bias switch is false")
+    else:
+        fam.zeros(tn(T.SSM_CONV1D, i, ".bias"), conv, C, note="zeros: the conv-bias switch is false")
     fam.copy(tn(T.SSM_DT, i, ".bias"), m + "dt_bias", (H,))
     # A as a column [H, 1], the shape llama.cpp's Mamba-2 graph broadcasts; A = -exp(A_log)
     fam.copy(tn(T.SSM_A, i, ""), m + "A_log", (H,), (H, 1), op="neg_exp", note="A = -exp(A_log), [H] -> [H,1]")

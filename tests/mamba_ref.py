@@ -1,6 +1,7 @@
-"""Float64 NumPy forward passes of the Mamba-2 kinds (Mamba2ForCausalLM, BambaForCausalLM,
-GraniteMoeHybridForCausalLM), written from transformers 5.24's modeling_mamba2.py,
-modeling_bamba.py and modeling_granitemoehybrid.py and run on the HF safetensors directly.
+"""Float64 NumPy forward passes of the Mamba kinds (MambaForCausalLM, FalconMambaForCausalLM,
+Mamba2ForCausalLM, BambaForCausalLM, GraniteMoeHybridForCausalLM), written from transformers
+5.24's modeling_mamba.py, modeling_falcon_mamba.py, modeling_mamba2.py, modeling_bamba.py and
+modeling_granitemoehybrid.py and run on the HF safetensors directly.
 
 They stand in for HF where no torch is at hand: each is checked against its family fixture's HF
 reference.npz (tests/parity/test_runtime_granite_multipliers.py, tests/parity/test_config_variants.py),
@@ -10,7 +11,7 @@ gate/up/down_proj biases), mamba_proj_bias / use_bias (in_proj / out_proj biases
 mamba_conv_bias / use_conv_bias false (no conv1d bias), tie_word_embeddings.
 
 Glossary: T tokens, D hidden, DI mamba inner width, H heads, P head dim, N d_state,
-G groups, E experts, F expert width.
+G groups, E experts, F expert width, R dt rank, K conv width.
 """
 from __future__ import annotations
 
@@ -48,6 +49,52 @@ def _lin(w, name, x):
     return y if b is None else y + b
 
 
+def _causal_conv(w, p, x):
+    """Depthwise causal conv1d (HF conv1d.weight [C, 1, K]) plus its bias where the checkpoint
+    has one (use_conv_bias / mamba_conv_bias). x: [T, C]."""
+    cw = w[p + "conv1d.weight"][:, 0, :]                                  # [C, K]
+    K, T = cw.shape[1], x.shape[0]
+    pad = np.concatenate([np.zeros((K - 1, x.shape[1])), x])
+    return np.stack([(pad[t:t + K].T * cw).sum(1) for t in range(T)]) + w.get(p + "conv1d.bias", 0.0)
+
+
+def mamba1_mixer(w, p, x, N, R, mixer_eps=None):
+    """MambaMixer.slow_forward; FalconMambaMixer (``mixer_eps``: weightless RMSNorms on dt, B, C
+    before dt_proj).  in_proj / out_proj biases where the checkpoint has them (use_bias). x: [T, D]."""
+    T = x.shape[0]
+    xz = _lin(w, p + "in_proj", x)
+    DI = xz.shape[1] // 2
+    xs, z = silu(_causal_conv(w, p, xz[:, :DI])), xz[:, DI:]
+    dbc = xs @ w[p + "x_proj.weight"].T
+    dt, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]
+    if mixer_eps is not None:
+        dt, B, C = rms(dt, 1.0, mixer_eps), rms(B, 1.0, mixer_eps), rms(C, 1.0, mixer_eps)
+    dt = softplus(_lin(w, p + "dt_proj", dt))                                # [T, DI]
+    A = -np.exp(w[p + "A_log"])                                             # [DI, N]
+    s = np.zeros((DI, N))
+    y = np.empty((T, DI))
+    for t in range(T):
+        s = np.exp(dt[t][:, None] * A) * s + (dt[t] * xs[t])[:, None] * B[t][None, :]
+        y[t] = s @ C[t] + w[p + "D"] * xs[t]
+    return _lin(w, p + "out_proj", y * silu(z))
+
+
+def mamba1_logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of a MambaForCausalLM or FalconMambaForCausalLM checkpoint."""
+    cfg = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    w = weights(hf_dir) if w is None else w
+    eps, N = cfg["layer_norm_epsilon"], cfg["state_size"]
+    R = cfg["time_step_rank"]
+    R = -(-cfg["hidden_size"] // 16) if R == "auto" else R
+    mixer_eps = cfg.get("mixer_rms_eps", 1e-6) if cfg["architectures"][0] == "FalconMambaForCausalLM" else None
+    x = w["backbone.embeddings.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"backbone.layers.{i}."
+        x = x + mamba1_mixer(w, p + "mixer.", rms(x, w[p + "norm.weight"], eps), N, R, mixer_eps)
+    x = rms(x, w["backbone.norm_f.weight"], eps)
+    return _head(w, x, "backbone.embeddings.weight", cfg, True)
+
+
 def mamba2_mixer(w, p, x, H, P, N, G, eps):
     """Mamba2Mixer / BambaMixer (== GraniteMoeHybridMambaLayer), recurrent form. x: [T, D].
     in_proj / out_proj biases (use_bias, mamba_proj_bias) and the conv bias (use_conv_bias,
@@ -56,11 +103,7 @@ def mamba2_mixer(w, p, x, H, P, N, G, eps):
     DI = H * P
     zxbcdt = _lin(w, p + "in_proj", x)
     z, xbc, dt = zxbcdt[:, :DI], zxbcdt[:, DI:DI + DI + 2 * G * N], zxbcdt[:, -H:]
-    cw = w[p + "conv1d.weight"][:, 0, :]                                  # [C, K]
-    K = cw.shape[1]
-    pad = np.concatenate([np.zeros((K - 1, xbc.shape[1])), xbc])
-    conv = np.stack([(pad[t:t + K].T * cw).sum(1) for t in range(T)])
-    xbc = silu(conv + w.get(p + "conv1d.bias", 0.0))
+    xbc = silu(_causal_conv(w, p, xbc))
     xs, B, C = xbc[:, :DI].reshape(T, H, P), xbc[:, DI:DI + G * N].reshape(T, G, N), xbc[:, DI + G * N:].reshape(T, G, N)
     dt = softplus(dt + w[p + "dt_bias"])
     A = -np.exp(w[p + "A_log"])
@@ -179,7 +222,9 @@ def mamba2_logits(hf_dir, tokens, w=None) -> np.ndarray:
 def logits(hf_dir, tokens, w=None) -> np.ndarray:
     """Logits [T, V] of any checkpoint above, picked by config.json's architectures."""
     arch = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())["architectures"][0]
-    return (mamba2_logits if arch == "Mamba2ForCausalLM" else hybrid_logits)(hf_dir, tokens, w)
+    fn = {"Mamba2ForCausalLM": mamba2_logits, "MambaForCausalLM": mamba1_logits,
+          "FalconMambaForCausalLM": mamba1_logits}.get(arch, hybrid_logits)
+    return fn(hf_dir, tokens, w)
 
 
 def greedy(hf_dir, tokens, n: int, suppress: tuple[int, ...] = ()) -> list[int]:
