@@ -220,8 +220,12 @@ def mamba2_logits(hf_dir, tokens, w=None) -> np.ndarray:
 
 
 def logits(hf_dir, tokens, w=None) -> np.ndarray:
-    """Logits [T, V] of any checkpoint above, picked by config.json's architectures."""
+    """Logits [T, V] of any checkpoint above, or of a Lara-Mini one (tests/lara_ref.py), picked by
+    config.json's architectures."""
     arch = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())["architectures"][0]
+    if arch == "LaraMiniForCausalLM":
+        import lara_ref
+        return lara_ref.logits(hf_dir, tokens, w)
     fn = {"Mamba2ForCausalLM": mamba2_logits, "MambaForCausalLM": mamba1_logits,
           "FalconMambaForCausalLM": mamba1_logits}.get(arch, hybrid_logits)
     return fn(hf_dir, tokens, w)

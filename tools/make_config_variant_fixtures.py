@@ -1,6 +1,7 @@
 """Make the config-variant fixtures of issue 43 that need no torch: a family fixture with flags
 flipped in config.json, the tensors the flags add drawn at random (seeded), the ones they remove
-dropped, and reference.npz computed by the family's float64 NumPy forward (tests/mamba_ref.py),
+dropped, and reference.npz computed by the family's float64 NumPy forward (tests/mamba_ref.py,
+tests/lara_ref.py),
 which tests/parity/test_config_variants.py first checks against the base fixture's HF logits.
 
     bamba-bias-tiny          bamba-tiny with attention_bias (q/k/v/o_proj biases), mlp_bias
@@ -14,6 +15,8 @@ which tests/parity/test_config_variants.py first checks against the base fixture
                              false and tie_word_embeddings false (an lm_head)
     mamba-bias-tiny          mamba-tiny with use_bias, use_conv_bias false, tie_word_embeddings false
     falconmamba-bias-tiny    falconmamba-tiny with use_bias, use_conv_bias false
+    laramini-var-tiny        laramini-tiny with attention_bias, norm_topk_prob false (top-k weights
+                             not renormalised) and tie_word_embeddings false (reference: tests/lara_ref.py)
 
 Biases N(0, 0.1); an added lm_head N(0, 0.08), as the fixtures' matrices.  reference.npz: the base
 fixture's tokens, float32 logits of the float64 forward, and its 16 greedy tokens (cache-free
@@ -55,6 +58,8 @@ SPECS = {
     "mamba-bias-tiny": ("mamba-tiny", dict(use_bias=True, use_conv_bias=False, tie_word_embeddings=False),
                         (_SSM,), (_CONV_B,), True, 434),
     "falconmamba-bias-tiny": ("falconmamba-tiny", dict(use_bias=True, use_conv_bias=False), (_SSM,), (_CONV_B,), False, 435),
+    "laramini-var-tiny": ("laramini-tiny", dict(attention_bias=True, norm_topk_prob=False, tie_word_embeddings=False),
+                          (_ATTN,), (), True, 436),
 }
 
 
