@@ -129,3 +129,35 @@ def test_the_switch_matters(fixtures, tmp_path, name, key, value):
     convert(str(d), str(tmp_path / "s.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "s.gguf", ref["tokens"]), ref["logits"]) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["qwen3next-tiny", "qwen4exp-tiny"])
+def test_norm_topk_prob_false_self_consistency(fixtures, tmp_path, name):
+    """norm_topk_prob false on the families with no float reference here (a self-consistency
+    check, not parity): the file says expert_weights_norm = false (llama.cpp's key), the loaded
+    model routes without renormalising (moe_renorm 0; the C path laramini-var-tiny's row checks
+    against its reference), and the logits leave HF's renormalised ones, which the default
+    conversion still matches."""
+    import json
+    import shutil
+
+    import gguf
+
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    from toolkit.runtime import Model
+    d = tmp_path / name
+    shutil.copytree(fixtures / "hf" / name, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["norm_topk_prob"] = False
+    (d / "config.json").write_text(json.dumps(cfg))
+    convert(str(d), str(tmp_path / "n.gguf"), "f32")
+    r = gguf.GGUFReader(str(tmp_path / "n.gguf"))
+    key = next(k for k in r.fields if k.endswith(".expert_weights_norm"))
+    assert not bool(r.fields[key].parts[r.fields[key].data[0]][0])
+    with Model(tmp_path / "n.gguf") as m:
+        assert m.hparams.moe_renorm is False
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    convert(str(fixtures / "hf" / name), str(tmp_path / "d.gguf"), "f32")
+    assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) < 1e-5
+    assert rel_l2(logits_of(tmp_path / "n.gguf", ref["tokens"]), ref["logits"]) > 1e-3

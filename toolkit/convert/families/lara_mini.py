@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.families.qwen_gdn import MOE, QwenGDNFamily
-from toolkit.convert.plan import KV, Segment, kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
@@ -112,7 +112,6 @@ class LaraMiniFamily(QwenGDNFamily):
         self.rope_theta = float(theta)
         self.window = c.int("sliding_window", default=512)
         self.attn_bias = c.flag("attention_bias", False)      # q/k/v/o_proj biases
-        self.norm_topk = c.flag("norm_topk_prob", True)       # false: top-k softmax weights not renormalised
         self.layer_types = self._layer_types()
 
     def n_vocab_rows(self) -> int:
@@ -141,9 +140,8 @@ class LaraMiniFamily(QwenGDNFamily):
             kv_u32(key(Keys.Attention.SLIDING_WINDOW), self.window),
             KV(key(Keys.Attention.SLIDING_WINDOW_PATTERN), [t == "sliding_attention" for t in lt],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
+            *self.moe_norm_kv(),
         ]
-        if not self.norm_topk:   # absent: renormalised (the row's default)
-            p.kv.append(kv_bool(key(Keys.LLM.EXPERT_WEIGHTS_NORM), False))
 
     def _gdn(self, i: int, g: str) -> None:
         D, nk, nv, dk, dv = self.n_embd, self.n_k, self.n_v, self.d_k, self.d_v
