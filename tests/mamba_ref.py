@@ -1,7 +1,8 @@
 """Float64 NumPy forward passes of the Mamba kinds (MambaForCausalLM, FalconMambaForCausalLM,
-Mamba2ForCausalLM, BambaForCausalLM, GraniteMoeHybridForCausalLM), written from transformers
-5.24's modeling_mamba.py, modeling_falcon_mamba.py, modeling_mamba2.py, modeling_bamba.py and
-modeling_granitemoehybrid.py and run on the HF safetensors directly.
+Mamba2ForCausalLM, BambaForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM without
+MoE), written from transformers 5.24's modeling_mamba.py, modeling_falcon_mamba.py,
+modeling_mamba2.py, modeling_bamba.py, modeling_granitemoehybrid.py and modeling_nemotron_h.py
+and run on the HF safetensors directly.
 
 They stand in for HF where no torch is at hand: each is checked against its family fixture's HF
 reference.npz (tests/parity/test_runtime_granite_multipliers.py, tests/parity/test_config_variants.py),
@@ -219,6 +220,39 @@ def mamba2_logits(hf_dir, tokens, w=None) -> np.ndarray:
     return _head(w, x, "backbone.embeddings.weight", cfg, True)
 
 
+def nemotronh_logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of a NemotronHForCausalLM checkpoint without MoE layers: per layer
+    x + mixer(RMSNorm(x)), the mixer a Mamba-2 one (use_bias, use_conv_bias), attention without
+    RoPE (scale head_dim^-1/2) or the ReLU² MLP (up / down_proj, biases with mlp_bias)."""
+    cfg = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    w = weights(hf_dir) if w is None else w
+    eps = cfg["layer_norm_epsilon"]
+    H, P, N, G = cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"], cfg["n_groups"]
+    Hq, Hkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    x = w["backbone.embeddings.weight"][tokens]
+    T = x.shape[0]
+    for i, kind in enumerate(cfg["layers_block_type"]):
+        p = f"backbone.layers.{i}.mixer."
+        h = rms(x, w[f"backbone.layers.{i}.norm.weight"], eps)
+        if kind == "linear_attention":
+            h = mamba2_mixer(w, p, h, H, P, N, G, eps)
+        elif kind == "full_attention":
+            q = (h @ w[p + "q_proj.weight"].T).reshape(T, Hq, hd)
+            k = np.repeat((h @ w[p + "k_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
+            v = np.repeat((h @ w[p + "v_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
+            s = np.where(np.tril(np.ones((T, T), bool))[None], np.einsum("thd,shd->hts", q, k) * hd ** -0.5, -np.inf)
+            pr = np.exp(s - s.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            h = np.einsum("hts,shd->thd", pr, v).reshape(T, Hq * hd) @ w[p + "o_proj.weight"].T
+        elif kind == "mlp":
+            h = _lin(w, p + "down_proj", np.maximum(_lin(w, p + "up_proj", h), 0.0) ** 2)
+        else:
+            raise NotImplementedError(f"layer type {kind!r}")
+        x = x + h
+    x = rms(x, w["backbone.norm_f.weight"], eps)
+    return x @ w["lm_head.weight" if "lm_head.weight" in w else "backbone.embeddings.weight"].T
+
+
 def logits(hf_dir, tokens, w=None) -> np.ndarray:
     """Logits [T, V] of any checkpoint above, or of a Lara-Mini one (tests/lara_ref.py), picked by
     config.json's architectures."""
@@ -227,7 +261,7 @@ def logits(hf_dir, tokens, w=None) -> np.ndarray:
         import lara_ref
         return lara_ref.logits(hf_dir, tokens, w)
     fn = {"Mamba2ForCausalLM": mamba2_logits, "MambaForCausalLM": mamba1_logits,
-          "FalconMambaForCausalLM": mamba1_logits}.get(arch, hybrid_logits)
+          "FalconMambaForCausalLM": mamba1_logits, "NemotronHForCausalLM": nemotronh_logits}.get(arch, hybrid_logits)
     return fn(hf_dir, tokens, w)
 
 

@@ -15,6 +15,8 @@ which tests/parity/test_config_variants.py first checks against the base fixture
                              false and tie_word_embeddings false (an lm_head)
     mamba-bias-tiny          mamba-tiny with use_bias, use_conv_bias false, tie_word_embeddings false
     falconmamba-bias-tiny    falconmamba-tiny with use_bias, use_conv_bias false
+    nemotronh-bias-tiny      nemotronh-dense-tiny with use_bias, use_conv_bias false and mlp_bias
+                             (the ReLU² MLP's up / down_proj biases)
     laramini-var-tiny        laramini-tiny with attention_bias, norm_topk_prob false (top-k weights
                              not renormalised) and tie_word_embeddings false (reference: tests/lara_ref.py)
 
@@ -41,6 +43,7 @@ import mamba_ref  # noqa: E402
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
 _MLP = r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight"
 _SSM = r"(model|backbone)\.layers\.(\d+)\.(mamba|mixer)\.(in|out)_proj\.weight"
+_RELU2 = r"backbone\.layers\.(\d+)\.mixer\.(up|down)_proj\.weight"
 _CONV_B = r"(model|backbone)\.layers\.\d+\.(mamba|mixer)\.conv1d\.bias"
 
 # name: (base fixture, config.json changes, weight patterns that get a bias, patterns dropped,
@@ -58,6 +61,8 @@ SPECS = {
     "mamba-bias-tiny": ("mamba-tiny", dict(use_bias=True, use_conv_bias=False, tie_word_embeddings=False),
                         (_SSM,), (_CONV_B,), True, 434),
     "falconmamba-bias-tiny": ("falconmamba-tiny", dict(use_bias=True, use_conv_bias=False), (_SSM,), (_CONV_B,), False, 435),
+    "nemotronh-bias-tiny": ("nemotronh-dense-tiny", dict(use_bias=True, use_conv_bias=False, mlp_bias=True),
+                            (_SSM, _RELU2), (_CONV_B,), False, 437),
     "laramini-var-tiny": ("laramini-tiny", dict(attention_bias=True, norm_topk_prob=False, tie_word_embeddings=False),
                           (_ATTN,), (), True, 436),
 }

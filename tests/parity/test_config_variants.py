@@ -18,6 +18,7 @@ forward of tests/mamba_ref.py (checked against each base fixture's HF logits bel
     mamba2-bias-tiny         Mamba-2       use_bias (in_proj / out_proj), use_conv_bias false, untied lm_head
     mamba-bias-tiny          Mamba         use_bias (blk.i.ssm_{in,out}.bias, ours), use_conv_bias false, untied lm_head
     falconmamba-bias-tiny    FalconMamba   use_bias, use_conv_bias false
+    nemotronh-bias-tiny      Nemotron-H    use_bias, use_conv_bias false, mlp_bias (blk.i.ffn_{up,down}.bias)
     laramini-var-tiny        Lara-Mini     attention_bias (before the q / k norms), norm_topk_prob false
                                            (expert_weights_norm = false, llama.cpp's key), untied lm_head
                                            (reference: tests/lara_ref.py)
@@ -42,12 +43,14 @@ VARIANTS = [
     ("mamba-bias-tiny", "biases", 1e-5, (0,)),
     ("falconmamba-bias-tiny", "biases", 1e-5, (0,)),
     ("laramini-var-tiny", "attention_bias", 1e-5, (0,)),
+    ("nemotronh-bias-tiny", "biases", 1e-5, (0,)),
 ]
 
 # the variants whose reference is tests/mamba_ref.py's, and the HF fixture it is checked against
 NUMPY_REFERENCE = {"bamba-bias-tiny": "bamba-tiny", "granitehybrid-bias-tiny": "granitehybrid-moe-tiny",
                    "mamba2-bias-tiny": "mamba2-tiny", "mamba-bias-tiny": "mamba-tiny",
-                   "falconmamba-bias-tiny": "falconmamba-tiny", "laramini-var-tiny": "laramini-tiny"}
+                   "falconmamba-bias-tiny": "falconmamba-tiny", "laramini-var-tiny": "laramini-tiny",
+                   "nemotronh-bias-tiny": "nemotronh-dense-tiny"}
 
 
 @pytest.fixture(scope="module")
