@@ -61,7 +61,9 @@ def _causal_conv(w, p, x):
 
 def mamba1_mixer(w, p, x, N, R, mixer_eps=None):
     """MambaMixer.slow_forward; FalconMambaMixer (``mixer_eps``: weightless RMSNorms on dt, B, C
-    before dt_proj).  in_proj / out_proj biases where the checkpoint has them (use_bias). x: [T, D]."""
+    before dt_proj); JambaMambaMixer (dt/b/c_layernorm weights in the checkpoint, ``mixer_eps``
+    their epsilon).  in_proj / out_proj biases where the checkpoint has them (use_bias,
+    mamba_proj_bias). x: [T, D]."""
     T = x.shape[0]
     xz = _lin(w, p + "in_proj", x)
     DI = xz.shape[1] // 2
@@ -69,7 +71,8 @@ def mamba1_mixer(w, p, x, N, R, mixer_eps=None):
     dbc = xs @ w[p + "x_proj.weight"].T
     dt, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]
     if mixer_eps is not None:
-        dt, B, C = rms(dt, 1.0, mixer_eps), rms(B, 1.0, mixer_eps), rms(C, 1.0, mixer_eps)
+        nw = [w.get(p + n + "_layernorm.weight", 1.0) for n in ("dt", "b", "c")]
+        dt, B, C = rms(dt, nw[0], mixer_eps), rms(B, nw[1], mixer_eps), rms(C, nw[2], mixer_eps)
     dt = softplus(_lin(w, p + "dt_proj", dt))                                # [T, DI]
     A = -np.exp(w[p + "A_log"])                                             # [DI, N]
     s = np.zeros((DI, N))
@@ -220,6 +223,57 @@ def mamba2_logits(hf_dir, tokens, w=None) -> np.ndarray:
     return _head(w, x, "backbone.embeddings.weight", cfg, True)
 
 
+def _nope_attention(w, p, x, Hq, Hkv, hd):
+    """Causal GQA attention without RoPE, scale hd^-1/2, no biases (Jamba, Nemotron-H). x: [T, D]."""
+    T = x.shape[0]
+    q = (x @ w[p + "q_proj.weight"].T).reshape(T, Hq, hd)
+    k = np.repeat((x @ w[p + "k_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
+    v = np.repeat((x @ w[p + "v_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
+    s = np.where(np.tril(np.ones((T, T), bool))[None], np.einsum("thd,shd->hts", q, k) * hd ** -0.5, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    return np.einsum("hts,shd->thd", pr, v).reshape(T, Hq * hd) @ w[p + "o_proj.weight"].T
+
+
+def jamba_logits(hf_dir, tokens, w=None) -> np.ndarray:
+    """Logits [T, V] of a JambaForCausalLM checkpoint: attention (no RoPE, scale hd^-1/2) at
+    i % attn_layer_period == attn_layer_offset, else the Mamba-1 mixer with weighted dt/B/C norms;
+    MoE (softmax over all experts, top-k, not renormalised) at i % expert_layer_period ==
+    expert_layer_offset, else the SwiGLU MLP."""
+    cfg = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    w = weights(hf_dir) if w is None else w
+    eps, D = cfg["rms_norm_eps"], cfg["hidden_size"]
+    R = cfg["mamba_dt_rank"]
+    R = -(-D // 16) if R == "auto" else R
+    Hq, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = D // Hq
+    x = w["model.embed_tokens.weight"][tokens]
+    T = x.shape[0]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"], eps)
+        if i % cfg["attn_layer_period"] == cfg["attn_layer_offset"]:
+            h = _nope_attention(w, p + "self_attn.", h, Hq, Hkv, hd)
+        else:
+            h = mamba1_mixer(w, p + "mamba.", h, cfg["mamba_d_state"], R, eps)
+        x = x + h
+        h = rms(x, w[p + "pre_ff_layernorm.weight"], eps)
+        f = p + "feed_forward."
+        if i % cfg["expert_layer_period"] == cfg["expert_layer_offset"]:
+            lg = h @ w[f + "router.weight"].T
+            pr = np.exp(lg - lg.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            y = np.zeros_like(h)
+            for t in range(T):
+                for e in np.argsort(-pr[t], kind="stable")[:cfg["num_experts_per_tok"]]:
+                    y[t] += pr[t, e] * swiglu(w, f + f"experts.{e}.", h[t:t + 1])[0]
+        else:
+            y = swiglu(w, f, h)
+        x = x + y
+    x = rms(x, w["model.final_layernorm.weight"], eps)
+    return _head(w, x, "model.embed_tokens.weight", cfg, False)
+
+
 def nemotronh_logits(hf_dir, tokens, w=None) -> np.ndarray:
     """Logits [T, V] of a NemotronHForCausalLM checkpoint without MoE layers: per layer
     x + mixer(RMSNorm(x)), the mixer a Mamba-2 one (use_bias, use_conv_bias), attention without
@@ -230,20 +284,13 @@ def nemotronh_logits(hf_dir, tokens, w=None) -> np.ndarray:
     H, P, N, G = cfg["mamba_num_heads"], cfg["mamba_head_dim"], cfg["ssm_state_size"], cfg["n_groups"]
     Hq, Hkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     x = w["backbone.embeddings.weight"][tokens]
-    T = x.shape[0]
     for i, kind in enumerate(cfg["layers_block_type"]):
         p = f"backbone.layers.{i}.mixer."
         h = rms(x, w[f"backbone.layers.{i}.norm.weight"], eps)
         if kind == "linear_attention":
             h = mamba2_mixer(w, p, h, H, P, N, G, eps)
         elif kind == "full_attention":
-            q = (h @ w[p + "q_proj.weight"].T).reshape(T, Hq, hd)
-            k = np.repeat((h @ w[p + "k_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
-            v = np.repeat((h @ w[p + "v_proj.weight"].T).reshape(T, Hkv, hd), Hq // Hkv, axis=1)
-            s = np.where(np.tril(np.ones((T, T), bool))[None], np.einsum("thd,shd->hts", q, k) * hd ** -0.5, -np.inf)
-            pr = np.exp(s - s.max(-1, keepdims=True))
-            pr /= pr.sum(-1, keepdims=True)
-            h = np.einsum("hts,shd->thd", pr, v).reshape(T, Hq * hd) @ w[p + "o_proj.weight"].T
+            h = _nope_attention(w, p, h, Hq, Hkv, hd)
         elif kind == "mlp":
             h = _lin(w, p + "down_proj", np.maximum(_lin(w, p + "up_proj", h), 0.0) ** 2)
         else:
@@ -261,7 +308,8 @@ def logits(hf_dir, tokens, w=None) -> np.ndarray:
         import lara_ref
         return lara_ref.logits(hf_dir, tokens, w)
     fn = {"Mamba2ForCausalLM": mamba2_logits, "MambaForCausalLM": mamba1_logits,
-          "FalconMambaForCausalLM": mamba1_logits, "NemotronHForCausalLM": nemotronh_logits}.get(arch, hybrid_logits)
+          "FalconMambaForCausalLM": mamba1_logits, "NemotronHForCausalLM": nemotronh_logits,
+          "JambaForCausalLM": jamba_logits}.get(arch, hybrid_logits)
     return fn(hf_dir, tokens, w)
 
 

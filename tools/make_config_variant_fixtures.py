@@ -15,6 +15,7 @@ which tests/parity/test_config_variants.py first checks against the base fixture
                              false and tie_word_embeddings false (an lm_head)
     mamba-bias-tiny          mamba-tiny with use_bias, use_conv_bias false, tie_word_embeddings false
     falconmamba-bias-tiny    falconmamba-tiny with use_bias, use_conv_bias false
+    jamba-bias-tiny          jamba-tiny with mamba_proj_bias (in_proj / out_proj biases) and mamba_conv_bias false
     nemotronh-bias-tiny      nemotronh-dense-tiny with use_bias, use_conv_bias false and mlp_bias
                              (the ReLU² MLP's up / down_proj biases)
     laramini-var-tiny        laramini-tiny with attention_bias, norm_topk_prob false (top-k weights
@@ -61,6 +62,7 @@ SPECS = {
     "mamba-bias-tiny": ("mamba-tiny", dict(use_bias=True, use_conv_bias=False, tie_word_embeddings=False),
                         (_SSM,), (_CONV_B,), True, 434),
     "falconmamba-bias-tiny": ("falconmamba-tiny", dict(use_bias=True, use_conv_bias=False), (_SSM,), (_CONV_B,), False, 435),
+    "jamba-bias-tiny": ("jamba-tiny", dict(mamba_proj_bias=True, mamba_conv_bias=False), (_SSM,), (_CONV_B,), False, 438),
     "nemotronh-bias-tiny": ("nemotronh-dense-tiny", dict(use_bias=True, use_conv_bias=False, mlp_bias=True),
                             (_SSM, _RELU2), (_CONV_B,), False, 437),
     "laramini-var-tiny": ("laramini-tiny", dict(attention_bias=True, norm_topk_prob=False, tie_word_embeddings=False),

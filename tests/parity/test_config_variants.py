@@ -18,6 +18,7 @@ forward of tests/mamba_ref.py (checked against each base fixture's HF logits bel
     mamba2-bias-tiny         Mamba-2       use_bias (in_proj / out_proj), use_conv_bias false, untied lm_head
     mamba-bias-tiny          Mamba         use_bias (blk.i.ssm_{in,out}.bias, ours), use_conv_bias false, untied lm_head
     falconmamba-bias-tiny    FalconMamba   use_bias, use_conv_bias false
+    jamba-bias-tiny          Jamba         mamba_proj_bias (blk.i.ssm_{in,out}.bias, ours), mamba_conv_bias false
     nemotronh-bias-tiny      Nemotron-H    use_bias, use_conv_bias false, mlp_bias (blk.i.ffn_{up,down}.bias)
     laramini-var-tiny        Lara-Mini     attention_bias (before the q / k norms), norm_topk_prob false
                                            (expert_weights_norm = false, llama.cpp's key), untied lm_head
@@ -44,13 +45,14 @@ VARIANTS = [
     ("falconmamba-bias-tiny", "biases", 1e-5, (0,)),
     ("laramini-var-tiny", "attention_bias", 1e-5, (0,)),
     ("nemotronh-bias-tiny", "biases", 1e-5, (0,)),
+    ("jamba-bias-tiny", "biases", 1e-5, (2,)),
 ]
 
 # the variants whose reference is tests/mamba_ref.py's, and the HF fixture it is checked against
 NUMPY_REFERENCE = {"bamba-bias-tiny": "bamba-tiny", "granitehybrid-bias-tiny": "granitehybrid-moe-tiny",
                    "mamba2-bias-tiny": "mamba2-tiny", "mamba-bias-tiny": "mamba-tiny",
                    "falconmamba-bias-tiny": "falconmamba-tiny", "laramini-var-tiny": "laramini-tiny",
-                   "nemotronh-bias-tiny": "nemotronh-dense-tiny"}
+                   "nemotronh-bias-tiny": "nemotronh-dense-tiny", "jamba-bias-tiny": "jamba-tiny"}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,7 @@ def test_numpy_reference_matches_hf(fixtures, name):
     from parity_util import rel_l2
     base = fixtures / "hf" / NUMPY_REFERENCE[name]
     ref = np.load(base / "reference.npz")
-    # measured 1.7e-7 .. 5.0e-7 (the Mamba kinds), 2.1e-6 (laramini-tiny: HF float32's own floor)
+    # measured 1.7e-7 .. 5.0e-7 (the Mamba kinds), 1.1e-6 (jamba-tiny), 2.1e-6 (laramini-tiny: HF float32's own floor)
     assert rel_l2(mamba_ref.logits(base, ref["tokens"]), ref["logits"]) < 5e-6
     eos = json.loads((base / "config.json").read_text())["eos_token_id"]
     assert mamba_ref.greedy(base, ref["tokens"], len(ref["greedy"]), (eos,)) == ref["greedy"].tolist()
