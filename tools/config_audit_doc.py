@@ -19,6 +19,31 @@ DOC = ROOT / "docs" / "config-audit.md"
 REFUSAL_TEST = "tests/cli/test_config_refusals.py::test_refused[{fam}-{key}]"
 READ_TEST = "tests/unit/test_config_audit.py::test_every_key_declared_read_is_looked_up"
 COVER_TEST = "tests/unit/test_config_audit.py::test_every_attribute_of_the_hf_classes_is_read_irrelevant_or_refused"
+VARIANTS = ROOT / "tests" / "parity" / "test_config_variants.py"
+VARIANT_TEST = "tests/parity/test_config_variants.py::test_variant_matches_hf[{name}]"
+
+
+def variant_keys() -> dict[tuple[str, str], str]:
+    """(family class name, key) -> the first config-variant fixture (the rows of
+    tests/parity/test_config_variants.py's VARIANTS) whose config.json sets the switch ``key``
+    (a bool or string: biases, tied heads, activations, types) to a value other than its HF
+    default: the parity test that shows the key honoured."""
+    import re
+
+    from toolkit.convert.config_keys import same
+    from toolkit.convert.families import REGISTRY
+    attrs = json.loads(ATTRS.read_text())
+    block = VARIANTS.read_text().split("VARIANTS = [", 1)[1].split("\n]", 1)[0]
+    out: dict[tuple[str, str], str] = {}
+    for name in re.findall(r'^\s*\("([\w.-]+)",', block, re.M):
+        cfg = json.loads((ROOT / "tests" / "fixtures" / "hf" / name / "config.json").read_text())
+        fam = REGISTRY[cfg["architectures"][0]]
+        defaults = {a: v["default"] for c in fam.hf_configs for a, v in attrs["classes"][c]["attrs"].items()}
+        for a, v in cfg.items():
+            switch = isinstance(v, (bool, str)) or isinstance(defaults.get(a), (bool, str))
+            if a in defaults and switch and not same(v, defaults[a]):
+                out.setdefault((fam.__name__, a), name)
+    return out
 
 
 def _cell(v) -> str:
@@ -31,10 +56,10 @@ def _family_name(fam) -> str:
     return f"{' / '.join(fam.families)} (`{fam.__name__}`)" if fam.families else fam.__name__
 
 
-def rows(fam, attrs: dict) -> list[tuple[str, str, str, str, str, str]]:
+def rows(fam, attrs: dict, shown: dict[tuple[str, str], str] | None = None) -> list[tuple[str, str, str, str, str, str]]:
     """(attribute, HF type, HF default, toolkit, why, test) for every attribute of the family's
     HF classes (the class's own fields; PreTrainedConfig's are one table for all), then its
-    RoPE type row."""
+    RoPE type row.  ``shown``: :func:`variant_keys`, the parity test named for a key read."""
     ck = fam.config_keys
     seen: dict[str, tuple[str, object]] = {}
     for cls in fam.hf_configs:
@@ -44,7 +69,8 @@ def rows(fam, attrs: dict) -> list[tuple[str, str, str, str, str, str]]:
     for a, (typ, default) in seen.items():
         st = ck.status(a)
         if st == "read":
-            why, test = "", READ_TEST
+            v = (shown or {}).get((fam.__name__, a))
+            why, test = ("", VARIANT_TEST.format(name=v)) if v else ("", READ_TEST)
         elif st == "refused":
             ref = ck.refused[a]
             why = f"only {' or '.join(_cell(x) for x in ref.accepts)}: {ref.why}"
@@ -81,6 +107,8 @@ def render() -> str:
         "why (exit 3), before any tensor is read.  A family with RoPE lists the `rope_parameters.rope_type`",
         "values it converts; any other type (or a transformers-4 `rope_scaling` type) is refused the same way.",
         "The coverage test fails when a transformers release adds an attribute no family has declared.",
+        "A key read that a config-variant fixture sets away from HF's default names that variant's parity",
+        "test (tests/parity/test_config_variants.py, its logits against HF's or a float64 NumPy forward's).",
         "",
         "## Summary",
         "",
@@ -88,8 +116,9 @@ def render() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     per_family = []
+    shown = variant_keys()
     for fam in FAMILIES:
-        r = rows(fam, attrs)
+        r = rows(fam, attrs, shown)
         n = {s: sum(1 for x in r if x[3] == s and x[0] != "rope_parameters.rope_type") for s in ("read", "irrelevant", "refused")}
         total = sum(1 for x in r if x[0] != "rope_parameters.rope_type")
         rope = ", ".join(fam.config_keys.rope_types) or "(no RoPE read)"

@@ -40,10 +40,13 @@ def test_layer_types_disagree_with_tensors(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "model.layers.0.self_attn.")
 
 
-def test_norm_topk_prob_false_is_unsupported(monkeypatch, capsys, tmp_path):
+def test_attention_bias_without_the_tensors(monkeypatch, capsys, tmp_path):
+    """attention_bias converts (tests/parity/test_config_variants.py laramini-var-tiny; norm_topk_prob
+    false too, no longer refused); a config that says so over a checkpoint without the biases
+    names the missing tensor."""
     d = copy(tmp_path, "laramini-tiny")
-    edit_config(d, norm_topk_prob=False)
-    expect_error(monkeypatch, capsys, tmp_path, d, "key 'norm_topk_prob' = false is not supported", code=3)
+    edit_config(d, attention_bias=True)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "self_attn.q_proj.bias", "attention_bias is true")
 
 
 def test_sliding_window_of_zero(monkeypatch, capsys, tmp_path):

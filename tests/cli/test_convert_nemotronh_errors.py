@@ -66,6 +66,9 @@ def test_missing_expert(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize("key, value, needle, code", [
     ("moe_latent_size", 16, "key 'moe_latent_size' = 16", 3),          # unsupported: exit 3
     ("mlp_hidden_act", "silu", "key 'mlp_hidden_act' = \"silu\"", 3),
+    # NemotronHMLP experts take mlp_bias too: expert biases are not in the runtime (dense MLP layers
+    # convert with their biases: tests/parity/test_config_variants.py nemotronh-bias-tiny)
+    ("mlp_bias", True, "key 'mlp_bias' = true is not supported with MoE layers", 3),
     ("n_group", 3, "n_group 3 must divide n_routed_experts 4", 2),  # inconsistent input: exit 2
 ])
 def test_unsupported_or_inconsistent_config(monkeypatch, capsys, tmp_path, key, value, needle, code):

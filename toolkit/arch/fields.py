@@ -200,6 +200,9 @@ HPARAMS: tuple[HParam, ...] = (
        kinds=_MOE),
     _b("moe_weights_norm", False, "with moe.sigmoid: weights / (sum of the k + weights_norm_eps) (expert_weights_norm)",
        group="moe", key=_K.LLM.EXPERT_WEIGHTS_NORM, kinds=_MOE),
+    _b("moe_renorm", False, "with moe.softmax_topk: the k weights renormalised to sum 1 (the row's moe_renorm: Qwen, "
+       "Lara-Mini, MiniMax; off where expert_weights_norm is false: HF norm_topk_prob false)", group="moe",
+       c="renorm", kinds=_MOE),
     _f("moe_weights_norm_eps", 1e-20, "added to the sum of the k weights before renormalising (HF: 1e-20 "
        "Nemotron-H, 1e-6 LFM2-MoE)", group="moe", kinds=_MOE),
     _f("moe_weights_scale", 1.0, "with moe.sigmoid: weights * this (expert_weights_scale, routed_scaling_factor)",
@@ -305,7 +308,6 @@ HPARAMS: tuple[HParam, ...] = (
           "tensors)", c="dt_b_c_norms"),
     _spec("moe_softmax_topk", "moe", "softmax over all experts then top-k, weights not renormalised (Jamba) unless "
           "moe.renorm; 0: top-k of the logits then softmax over the k (Granite)", c="softmax_topk"),
-    _spec("moe_renorm", "moe", "with softmax_topk: the k weights renormalised to sum 1 (Qwen)", c="renorm"),
     _spec("moe_relu2", "moe", "experts and shared expert are down(relu(up(x))^2), no gate tensors", c="relu2"),
     _spec("gdn_head_tiled", "gdn", "v-head h reads K-head h % Hk (tiled, qwen35 GGUFs); 0: h / (Hv/Hk) (grouped, "
           "qwen3next)"),

@@ -322,7 +322,8 @@ def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense)."""
+    """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense);
+    moe_renorm (the row's, off when expert_weights_norm is false)."""
     f = r.f
     ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0)
     hp.n_ff = int(max(ff, default=0) if isinstance(ff, list) else ff)
@@ -339,6 +340,10 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
             hp.ffn_kinds.append(spec.dense_ffn)
         else:
             hp.ffn_kinds.append(FFNKind.NONE)
+    # softmax-then-top-k routing renormalised as the row says, unless the file's
+    # expert_weights_norm is false (HF norm_topk_prob false; llama.cpp's key)
+    hp.moe_renorm = bool(spec.moe_softmax_topk and spec.moe_renorm and r.opt(Keys.LLM.EXPERT_WEIGHTS_NORM, True)
+                         and FFNKind.MOE in hp.ffn_kinds)
 
 
 def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -74,16 +74,22 @@ GLOBAL_TENSORS = TensorSet(required=(_w(T.TOKEN_EMBD), _w(T.OUTPUT_NORM)),
 BLOCK_TENSORS = TensorSet(required=(_w(T.ATTN_NORM),))                  # every block's pre-norm
 _MAMBA1_CORE = (_w(T.SSM_IN), _w(T.SSM_CONV1D), _w(T.SSM_X), _w(T.SSM_DT), T.SSM_A, T.SSM_D, _w(T.SSM_OUT))
 _DT_B_C_NORMS = (_w(T.SSM_DT_NORM), _w(T.SSM_B_NORM), _w(T.SSM_C_NORM))
+# HF use_bias / mamba_proj_bias: the Mamba-1 / Mamba-2 in_proj and out_proj biases, together (ours)
+_SSM_PROJ_BIASES = ((_b(T.SSM_IN), _b(T.SSM_OUT)),)
 MAMBA1_TENSORS = TensorSet(required=_MAMBA1_CORE,
-                           optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)) + tuple((n,) for n in _DT_B_C_NORMS))
+                           optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)) + tuple((n,) for n in _DT_B_C_NORMS)
+                           + _SSM_PROJ_BIASES)
 JAMBA_MAMBA1_TENSORS = TensorSet(required=_MAMBA1_CORE + _DT_B_C_NORMS,  # Jamba's dt/B/C norms have weights
-                                 optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)))
+                                 optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)) + _SSM_PROJ_BIASES)
+_MAMBA2_CONV_BIAS = ((_b(T.SSM_CONV1D),),)
 MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT), T.SSM_A, T.SSM_D,
                                      _w(T.SSM_NORM), _w(T.SSM_OUT)),
-                           optional=((_b(T.SSM_CONV1D),),))
-ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)))
-# HF attention_bias (the families whose converter writes them: OLMo-Hybrid, Falcon-H1): q / k / v's together, o's
+                           optional=_MAMBA2_CONV_BIAS + _SSM_PROJ_BIASES)
+# HF attention_bias (OLMo-Hybrid, Falcon-H1, Bamba / Granite 4.0-H, Lara-Mini write them; mixer_attention.c
+# binds them for any attention without a q gate): q / k / v's together, o's
 ATTENTION_BIASES = ((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)), (_b(T.ATTN_OUT),))
+ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)),
+                              optional=ATTENTION_BIASES)
 # gated attention (attn_qk_norm): the same plus the per-head q / k RMSNorm weights [head_dim]
 GATED_ATTENTION_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + (_w(T.ATTN_Q_NORM), _w(T.ATTN_K_NORM)))
 # gated delta net: fused q|k|v, the output gate z, beta / alpha (qwen35: two matrices; qwen3next:
@@ -96,7 +102,9 @@ FFN_TENSORS = {
     # RecurrentGemma's MLP: GeGLU (tanh GeLU), every matrix with its bias
     FFNKind.GEGLU: TensorSet(required=(_w(T.FFN_NORM),) + tuple(f(t) for t in (T.FFN_UP, T.FFN_GATE, T.FFN_DOWN)
                                                                   for f in (_w, _b))),
-    FFNKind.DENSE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_UP), _w(T.FFN_GATE), _w(T.FFN_DOWN))),
+    # HF mlp_bias (Bamba): the three biases together
+    FFNKind.DENSE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_UP), _w(T.FFN_GATE), _w(T.FFN_DOWN)),
+                             optional=((_b(T.FFN_GATE), _b(T.FFN_UP), _b(T.FFN_DOWN)),)),
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_NORM), _w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_GATE_EXP),
                                      _w(T.FFN_DOWN_EXP)),
                            optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_GATE_SHEXP), _w(T.FFN_DOWN_SHEXP)),
@@ -112,7 +120,7 @@ SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_C
 ZAMBA2_LAYER_TENSORS = TensorSet(
     required=MAMBA2_TENSORS.required + tuple(_w(t) for t in (
         T.FFN_LORA_A, T.FFN_GATE_LORA_B, T.FFN_UP_LORA_B, T.SHARED_LINEAR)),
-    optional=MAMBA2_TENSORS.optional + (tuple(_w(t) for t in (      # use_shared_attention_adapter
+    optional=_MAMBA2_CONV_BIAS + (tuple(_w(t) for t in (      # use_shared_attention_adapter
         T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B)),))
 # zamba (v1) hybrid layer: its Mamba-1 block and its linear projection; the shared block as zamba2's
 ZAMBA_LAYER_TENSORS = TensorSet(required=MAMBA1_TENSORS.required + (_w(T.SHARED_LINEAR),),
@@ -123,7 +131,7 @@ ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
 # parallel (Falcon-H1): attention and Mamba-2 in one block; ssm_norm absent when mamba_rms_norm is false
 PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t in MAMBA2_TENSORS.required
                                                                          if t != _w(T.SSM_NORM)),
-                             optional=MAMBA2_TENSORS.optional + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES)
+                             optional=_MAMBA2_CONV_BIAS + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES)
 # qwen4exp: gated attention plus the QSA indexer's projections and norms
 QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
     T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
@@ -177,7 +185,8 @@ BAILINGMOE3_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
 # MLP and experts without gate matrices; the MoE's expert choice bias exp_probs_b (optional)
 NEMOTRON_FFN_TENSORS = {
     FFNKind.NONE: TensorSet(),
-    FFNKind.RELU2: TensorSet(required=(_w(T.FFN_UP), _w(T.FFN_DOWN))),
+    FFNKind.RELU2: TensorSet(required=(_w(T.FFN_UP), _w(T.FFN_DOWN)),
+                             optional=((_b(T.FFN_UP), _b(T.FFN_DOWN)),)),          # HF mlp_bias
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_DOWN_EXP)),
                            # the choice bias is optional in the loader (absent: 0), as for LFM2-MoE
                            optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)), (_b(T.FFN_EXP_PROBS_B),))),
@@ -185,6 +194,10 @@ NEMOTRON_FFN_TENSORS = {
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
 QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
+# Lara-Mini: Qwen3.5's, its attention (no q gate) with HF attention_bias's biases
+LARA_MINI_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS,
+                           LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
+                                                          optional=ATTENTION_BIASES)}
 # LFM2: attention with q/k RMSNorms (no output gate)
 LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 # LFM3: LFM2's, plus the per-head output gate attn_gate [D, H] (use_attention_gate) and the
@@ -427,7 +440,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_QWEN_READERS + (R.read_sliding_window, R.read_lara_mini, R.check_rms_eps),
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_qk_norm=True,
-             gdn_head_tiled=False, mixer_tensors=QWEN35_MIXER_TENSORS, note="Lara-Mini"),
+             gdn_head_tiled=False, mixer_tensors=LARA_MINI_MIXER_TENSORS, note="Lara-Mini"),
     # MiniMax-Text-01 (llama.cpp's minimax-01; docs/specs/more-hybrids.md §5): lightning attention
     # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
     # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)

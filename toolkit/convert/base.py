@@ -209,6 +209,12 @@ class Family:
         rows = math.prod(out_shape[:-1]) if len(out_shape) > 1 else 1
         return self.emit(out, out_shape, [Segment(t, 0, rows, perm, block)], op, note)
 
+    def zeros(self, out: str, like: OutTensor, n: int, note: str) -> OutTensor:
+        """``out`` [n] of zeros, for a tensor llama.cpp's loader requires that the checkpoint
+        leaves out (a conv bias switched off): row 0 of ``like``'s source, viewed as rows of
+        ``n`` (its element count a multiple of n), times 0."""
+        return self.emit(out, (n,), [Segment(like.segments[0].src, 0, 1, scales=(0.0,))], note=note)
+
     def stack(self, out: str, src: str, n: int, shape: tuple[int, ...], why: str = "", note: str = "") -> OutTensor:
         """Write sources ``src.format(e=e)`` (each of ``shape``), e = 0 .. n - 1, as ``out`` [n,
         *shape], in that order (routed experts); ``why`` may name ``{e}`` too."""

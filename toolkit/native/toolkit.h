@@ -228,6 +228,9 @@ typedef struct {
     int32_t sigmoid;               /* s = sigmoid(logits); choose top-k of s + exp_probs_b; weights = s */
     /* with moe.sigmoid: weights / (sum of the k + weights_norm_eps) (expert_weights_norm) */
     int32_t weights_norm;
+    /* with moe.softmax_topk: the k weights renormalised to sum 1 (the row's moe_renorm: Qwen, Lara-Mini,
+     * MiniMax; off where expert_weights_norm is false: HF norm_topk_prob false) */
+    int32_t renorm;
     /* added to the sum of the k weights before renormalising (HF: 1e-20 Nemotron-H, 1e-6 LFM2-MoE) */
     float weights_norm_eps;
     /* with moe.sigmoid: weights * this (expert_weights_scale, routed_scaling_factor) */
@@ -235,8 +238,6 @@ typedef struct {
     /* softmax over all experts then top-k, weights not renormalised (Jamba) unless moe.renorm; 0: top-k of
      * the logits then softmax over the k (Granite) [spec.moe_softmax_topk] */
     int32_t softmax_topk;
-    /* with softmax_topk: the k weights renormalised to sum 1 (Qwen) [spec.moe_renorm] */
-    int32_t renorm;
     /* experts and shared expert are down(relu(up(x))^2), no gate tensors [spec.moe_relu2] */
     int32_t relu2;
 } tk_hparams_moe;

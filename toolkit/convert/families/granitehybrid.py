@@ -10,11 +10,13 @@ HF tensor (numpy shape)                               GGUF tensor
 model.embed_tokens.weight [V, D]                      token_embd.weight
 layers.i.input_layernorm.weight [D]                   blk.i.attn_norm.weight
 layers.i.pre_ff_layernorm / post_attention_layernorm  blk.i.ffn_norm.weight
-recurrent layer: layers.i.mamba.*                     blk.i.ssm_* (as mamba2)
+recurrent layer: layers.i.mamba.*                     blk.i.ssm_* (as mamba2; mamba_proj_bias: ssm_in / ssm_out .bias,
+                                                      ours; mamba_conv_bias false: ssm_conv1d.bias zeros)
 attention layer: self_attn.q_proj [Hq hd, D]          blk.i.attn_q.weight  (rows reordered, below)
                  self_attn.k_proj [Hkv hd, D]         blk.i.attn_k.weight  (rows reordered)
                  self_attn.v_proj / o_proj            blk.i.attn_v / attn_output
-Bamba FFN: feed_forward.{gate,up,down}_proj           blk.i.ffn_{gate,up,down}.weight
+                 attention_bias: {q,k,v,o}_proj.bias  blk.i.attn_{q,k,v,output}.bias (q / k as their rows)
+Bamba FFN: feed_forward.{gate,up,down}_proj           blk.i.ffn_{gate,up,down}.weight (mlp_bias: and .bias)
 Granite MoE: block_sparse_moe.router.layer [E, D]     blk.i.ffn_gate_inp.weight
              block_sparse_moe.input_linear [E, 2F, D] blk.i.ffn_gate_exps [E,F,D] (rows :F) + ffn_up_exps (rows F:)
              block_sparse_moe.output_linear [E, D, F] blk.i.ffn_down_exps
@@ -35,7 +37,7 @@ match; the data then equals llama.cpp's file, whose converter also leaves them, 
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family, head_perm
+from toolkit.convert.base import Family, head_perm
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
@@ -55,19 +57,16 @@ class GraniteHybridFamily(Family):
         "num_key_value_heads rms_norm_eps max_position_embeddings attn_layer_indices layer_types mamba_n_heads "
         "mamba_d_head mamba_n_groups mamba_d_state mamba_d_conv mamba_expand rope_parameters embedding_multiplier "
         "logits_scaling residual_multiplier attention_multiplier num_local_experts num_experts_per_tok "
-        "shared_intermediate_size position_embedding_type",
-        refused={"mamba_proj_bias": SSM_PROJ_BIAS, "mamba_conv_bias": SSM_CONV_BIAS,
-                 "hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
-                 "time_step_limit": DT_LIMIT,
-                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's granitehybrid attention"),
-                 "mlp_bias": Refused((False,), "MLP biases: not in the runtime's granitehybrid FFN")},
+        "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias",
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
+                 "time_step_limit": DT_LIMIT},
         rope_types=("default",), aliases={"layers_block_type": "layer_types"})
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm|post_attention_layernorm)\.weight",
-        _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
-        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.weight",
-        _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.weight",
+        _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))",
+        _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.(weight|bias)",
+        _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.(weight|bias)",
         _L + r"block_sparse_moe\.(router\.layer|input_linear|output_linear)\.weight",
         _L + r"shared_mlp\.(input_linear|output_linear)\.weight",
     )
@@ -79,6 +78,12 @@ class GraniteHybridFamily(Family):
         self.n_layer = self.layer_count("num_hidden_layers")
         self.n_vocab = c.int("vocab_size")
         self.eps = c.eps("rms_norm_eps", default=1e-5)
+        # biases (BambaMixer / GraniteMoeHybridMambaLayer, the attention, BambaMLP; Granite's
+        # shared_mlp has none whatever mlp_bias says)
+        self.conv_bias = c.flag("mamba_conv_bias", True)
+        self.proj_bias = c.flag("mamba_proj_bias", False)
+        self.attn_bias = c.flag("attention_bias", False)
+        self.mlp_bias = self.bamba and c.flag("mlp_bias", False)
         # ---- Mamba-2 mixer (keys prefixed mamba_ in config.json) ----
         self.d_conv = c.int("mamba_d_conv", default=4)
         self.d_state = c.int("mamba_d_state", default=128)
@@ -184,13 +189,17 @@ class GraniteHybridFamily(Family):
                 self._attention(i, pre + "self_attn.")
             else:
                 emit_mamba2_mixer(self, i, pre + "mamba.", D, self.d_inner, self.d_state, self.n_group,
-                                  self.ssm_n_head, self.d_conv)
+                                  self.ssm_n_head, self.d_conv, self.conv_bias, self.proj_bias)
             self.copy(tn(T.FFN_NORM, i), pre + ffn_norm + ".weight", (D,))
             if self.bamba:
                 f = pre + "feed_forward."
                 self.copy(tn(T.FFN_GATE, i), f + "gate_proj.weight", (self.n_ff, D))
                 self.copy(tn(T.FFN_UP, i), f + "up_proj.weight", (self.n_ff, D))
                 self.copy(tn(T.FFN_DOWN, i), f + "down_proj.weight", (D, self.n_ff))
+                if self.mlp_bias:   # llama.cpp's ffn_{gate,up,down}.bias (build_ffn's optional biases)
+                    for out, src, n in ((T.FFN_GATE, "gate_proj", self.n_ff), (T.FFN_UP, "up_proj", self.n_ff),
+                                        (T.FFN_DOWN, "down_proj", D)):
+                        self.copy(tn(out, i, ".bias"), f + src + ".bias", (n,), why="mlp_bias is true")
             else:
                 self._granite_ffn(i, pre)
         self.copy(tn(T.OUTPUT_NORM), "model.final_layernorm.weight" if self.bamba else "model.norm.weight", (D,))
@@ -210,6 +219,10 @@ class GraniteHybridFamily(Family):
         self.copy(tn(T.ATTN_K, i), a + "k_proj.weight", (self.n_head_kv * hd, D), perm=pk, block=hd, note=note)
         self.copy(tn(T.ATTN_V, i), a + "v_proj.weight", (self.n_head_kv * hd, D))
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd))
+        if self.attn_bias:   # llama.cpp's bq / bk / bv / bo; q / k elements in the order of the weights' rows
+            for out, src, n, perm in ((T.ATTN_Q, "q_proj", self.n_head * hd, pq), (T.ATTN_K, "k_proj", self.n_head_kv * hd, pk),
+                                      (T.ATTN_V, "v_proj", self.n_head_kv * hd, None), (T.ATTN_OUT, "o_proj", D, None)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true").col_perm = perm
 
     def _split_rows(self, out_a: str, out_b: str, src: str, n_mat: int, n_rows: int, D: int, stacked: bool) -> None:
         """Split each of the ``n_mat`` [2 n_rows, D] matrices of ``src`` (``stacked``: a

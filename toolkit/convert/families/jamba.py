@@ -29,7 +29,7 @@ model.final_layernorm [D] / lm_head [V, D]         output_norm.weight / output.w
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import SSM_PROJ_BIAS, Family
+from toolkit.convert.base import Family
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba import ceil_div
 from toolkit.convert.plan import kv_arr_i32, kv_f32, kv_u32
@@ -46,17 +46,16 @@ class JambaFamily(Family):
         "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
         "num_key_value_heads rms_norm_eps max_position_embeddings num_experts_per_tok num_experts expert_layer_period "
         "expert_layer_offset attn_layer_period attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank "
-        "mamba_conv_bias",
-        refused={"mamba_proj_bias": SSM_PROJ_BIAS,
-                 "hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
+        "mamba_conv_bias mamba_proj_bias",
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
         aliases={"num_local_experts": "num_experts"})
     families = ("Jamba",)
     arch = ARCH_JAMBA
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm)\.weight",
-        _L + r"mamba\.(A_log|D|conv1d\.weight|conv1d\.bias|in_proj\.weight|x_proj\.weight|dt_proj\.weight|dt_proj\.bias|"
-             r"out_proj\.weight|dt_layernorm\.weight|b_layernorm\.weight|c_layernorm\.weight)",
+        _L + r"mamba\.(A_log|D|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|x_proj\.weight|dt_proj\.weight|"
+             r"dt_proj\.bias|out_proj\.(weight|bias)|dt_layernorm\.weight|b_layernorm\.weight|c_layernorm\.weight)",
         _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.weight",
         _L + r"feed_forward\.(gate_proj|up_proj|down_proj|router)\.weight",
         _L + r"feed_forward\.experts\.\d+\.(gate_proj|up_proj|down_proj)\.weight",
@@ -74,6 +73,7 @@ class JambaFamily(Family):
         r = c.d.get("mamba_dt_rank", "auto")
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("mamba_dt_rank")
         self.conv_bias = c.flag("mamba_conv_bias", True)
+        self.proj_bias = c.flag("mamba_proj_bias", False)   # in_proj / out_proj biases (ssm_in / ssm_out .bias, ours)
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads", default=self.n_head)
         if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
@@ -132,6 +132,8 @@ class JambaFamily(Family):
             else:
                 m = pre + "mamba."
                 self.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * di, D))
+                if self.proj_bias:
+                    self.copy(tn(T.SSM_IN, i, ".bias"), m + "in_proj.bias", (2 * di,), why="mamba_proj_bias is true")
                 self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (di, 1, K), (di, K), note="squeeze [C,1,K] -> [C,K]")
                 if self.conv_bias:
                     self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (di,))
@@ -144,6 +146,8 @@ class JambaFamily(Family):
                 self.copy(tn(T.SSM_A, i, ""), m + "A_log", (di, N), op="neg_exp", note="A = -exp(A_log)")
                 self.copy(tn(T.SSM_D, i, ""), m + "D", (di,))
                 self.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, di))
+                if self.proj_bias:
+                    self.copy(tn(T.SSM_OUT, i, ".bias"), m + "out_proj.bias", (D,), why="mamba_proj_bias is true")
             self.copy(tn(T.FFN_NORM, i), pre + "pre_ff_layernorm.weight", (D,))
             f = pre + "feed_forward."
             if i in moe:

@@ -13,8 +13,10 @@ Layers (``layer_types``; default period 5: linear, sliding, linear, full, slidin
 - ``sliding_attention``: attention (q / k RMSNorm per head, no output gate) with NeoX RoPE over the
   whole head and a window of W (``attention.sliding_window`` / ``_pattern``).
 - ``full_attention``: the same without RoPE (NoPE; the arch fixes "RoPE on the sliding layers only").
-Every layer: MoE FFN (softmax router, top-k, renormalised: ``norm_topk_prob`` must be true) plus a
-shared SwiGLU expert added without a gate (no ffn_gate_inp_shexp).
+Every layer: MoE FFN (softmax router, top-k, renormalised unless ``norm_topk_prob`` is false: then
+``expert_weights_norm = false``, llama.cpp's key) plus a shared SwiGLU expert added without a gate
+(no ffn_gate_inp_shexp).  ``attention_bias``: q/k/v/o_proj biases as blk.i.attn_{q,k,v,output}.bias
+(llama.cpp's names), added before the q / k norms as HF does.
 Every norm weight is a plain multiplier (modeling_lara_mini.py:52-68): written as stored, no +1 (unlike qwen35).
 
 HF tensor (saved name; numpy shape)                    GGUF tensor
@@ -63,11 +65,9 @@ class LaraMiniFamily(QwenGDNFamily):
         "vocab_size hidden_size num_hidden_layers num_attention_heads num_key_value_heads max_position_embeddings "
         "rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim linear_key_head_dim "
         "linear_value_head_dim linear_num_key_heads linear_num_value_heads moe_intermediate_size "
-        "shared_expert_intermediate_size num_experts_per_tok num_experts layer_types sliding_window",
-        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU"),
-                 "attention_bias": Refused((False,), "q/k/v/o biases: not in llama.cpp's layout nor the runtime"),
-                 "norm_topk_prob": Refused((True,), "the runtime always renormalises the top-k weights, as llama.cpp's "
-                                                     "qwen MoE graphs do")},
+        "shared_expert_intermediate_size num_experts_per_tok num_experts layer_types sliding_window attention_bias "
+        "norm_topk_prob",
+        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
         rope_types=("default",))
     families = ("Lara-Mini",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (docs/specs/more-hybrids.md §8.6)
@@ -78,7 +78,7 @@ class LaraMiniFamily(QwenGDNFamily):
         r"model\.embed_tokens\.weight", r"model\.norm\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|post_attention_layernorm)\.weight",
         _L + r"linear_attn\.(in_proj\.weight|A_log|dt_bias|conv1d\.weight|out_norm\.weight|out_proj\.weight)",
-        _L + r"self_attn\.(q|k|v|o)_proj\.weight", _L + r"self_attn\.(q|k)_norm\.weight",
+        _L + r"self_attn\.(q|k|v|o)_proj\.(weight|bias)", _L + r"self_attn\.(q|k)_norm\.weight",
     ) + tuple(_L + m for m in MOE if "shared_expert_gate" not in m) + (_L + r"mlp\.gate\.weight",)
 
     def _layer_types(self) -> list[str]:
@@ -111,6 +111,7 @@ class LaraMiniFamily(QwenGDNFamily):
             raise InputError(f"{c.path}: rope_parameters.rope_theta = {theta!r} must be a positive number")
         self.rope_theta = float(theta)
         self.window = c.int("sliding_window", default=512)
+        self.attn_bias = c.flag("attention_bias", False)      # q/k/v/o_proj biases
         self.layer_types = self._layer_types()
 
     def n_vocab_rows(self) -> int:
@@ -139,6 +140,7 @@ class LaraMiniFamily(QwenGDNFamily):
             kv_u32(key(Keys.Attention.SLIDING_WINDOW), self.window),
             KV(key(Keys.Attention.SLIDING_WINDOW_PATTERN), [t == "sliding_attention" for t in lt],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
+            *self.moe_norm_kv(),
         ]
 
     def _gdn(self, i: int, g: str) -> None:
@@ -169,6 +171,10 @@ class LaraMiniFamily(QwenGDNFamily):
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd))
         self.copy(tn(T.ATTN_Q_NORM, i), a + "q_norm.weight", (hd,), note="plain multiplier (no +1)")
         self.copy(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (hd,), note="plain multiplier (no +1)")
+        if self.attn_bias:
+            for out, src, n in ((T.ATTN_Q, "q_proj", self.n_head * hd), (T.ATTN_K, "k_proj", self.n_head_kv * hd),
+                                (T.ATTN_V, "v_proj", self.n_head_kv * hd), (T.ATTN_OUT, "o_proj", D)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true")
 
     def build(self):
         self.read_hparams()

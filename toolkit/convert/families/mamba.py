@@ -7,20 +7,22 @@ HF tensor (numpy shape)                     GGUF tensor
 backbone.embeddings.weight [V, D]           token_embd.weight
 backbone.layers.i.norm.weight [D]           blk.i.attn_norm.weight
   mixer.in_proj.weight [2 d_inner, D]       blk.i.ssm_in.weight
+  mixer.in_proj.bias (use_bias)             blk.i.ssm_in.bias (ours: not in llama.cpp's mamba)
   mixer.conv1d.weight [d_inner, 1, K]       blk.i.ssm_conv1d.weight [d_inner, K]   (squeeze)
-  mixer.conv1d.bias [d_inner]               blk.i.ssm_conv1d.bias
+  mixer.conv1d.bias [d_inner]               blk.i.ssm_conv1d.bias (zeros when use_conv_bias is false)
   mixer.x_proj.weight [R + 2N, d_inner]     blk.i.ssm_x.weight
   mixer.dt_proj.weight [d_inner, R] / bias  blk.i.ssm_dt.weight / .bias
   mixer.A_log [d_inner, N]                  blk.i.ssm_a = -exp(A_log)
   mixer.D [d_inner]                         blk.i.ssm_d
   mixer.out_proj.weight [D, d_inner]        blk.i.ssm_out.weight
+  mixer.out_proj.bias (use_bias)            blk.i.ssm_out.bias (ours)
 backbone.norm_f.weight [D]                  output_norm.weight
 lm_head.weight [V, D]                       output.weight (omitted when tied)
 """
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family
+from toolkit.convert.base import Family
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.gguf_io import ARCH_MAMBA, Keys
@@ -40,14 +42,13 @@ class MambaFamily(Family):
     hf_configs = ("MambaConfig",)
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel time_step_rank "
-        "tie_word_embeddings",
-        refused={"use_bias": SSM_PROJ_BIAS, "use_conv_bias": SSM_CONV_BIAS,
-                 "hidden_act": Refused(("silu",), "the mixer's activation is SiLU in the runtime and llama.cpp")})
+        "tie_word_embeddings use_bias use_conv_bias",
+        refused={"hidden_act": Refused(("silu",), "the mixer's activation is SiLU in the runtime and llama.cpp")})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
-        _L + r"mixer\.(A_log|D|conv1d\.weight|conv1d\.bias|dt_proj\.weight|dt_proj\.bias|in_proj\.weight|"
-             r"x_proj\.weight|out_proj\.weight)",
+        _L + r"mixer\.(A_log|D|conv1d\.weight|conv1d\.bias|dt_proj\.weight|dt_proj\.bias|in_proj\.(weight|bias)|"
+             r"x_proj\.weight|out_proj\.(weight|bias))",
     )
 
     def read_hparams(self) -> None:
@@ -63,6 +64,8 @@ class MambaFamily(Family):
         # "auto" / absent: ceil(D / 16) (mamba_ssm mamba_simple.py)
         self.dt_rank = ceil_div(self.n_embd, 16) if r in (None, "auto") else c.int("time_step_rank", "dt_rank")
         self.eps = c.eps("layer_norm_epsilon", "rms_norm_eps", default=1e-5)
+        self.conv_bias = c.flag("use_conv_bias", True)    # false: no conv1d.bias (zeros written)
+        self.proj_bias = c.flag("use_bias", False)        # in_proj / out_proj biases
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab
@@ -97,8 +100,13 @@ class MambaFamily(Family):
             m = pre + "mixer."
             self.copy(tn(T.ATTN_NORM, i), pre + "norm.weight", (D,))
             self.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * di, D))
-            self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (di, 1, K), (di, K), note="squeeze [C,1,K] -> [C,K]")
-            self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (di,))
+            if self.proj_bias:
+                self.copy(tn(T.SSM_IN, i, ".bias"), m + "in_proj.bias", (2 * di,), why="use_bias is true")
+            conv = self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (di, 1, K), (di, K), note="squeeze [C,1,K] -> [C,K]")
+            if self.conv_bias:
+                self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (di,), why="use_conv_bias is true")
+            else:
+                self.zeros(tn(T.SSM_CONV1D, i, ".bias"), conv, di, note="zeros: use_conv_bias is false")
             self.copy(tn(T.SSM_X, i), m + "x_proj.weight", (R + 2 * N, di))
             self.copy(tn(T.SSM_DT, i), m + "dt_proj.weight", (di, R))
             self.copy(tn(T.SSM_DT, i, ".bias"), m + "dt_proj.bias", (di,))
@@ -106,6 +114,8 @@ class MambaFamily(Family):
             self.copy(tn(T.SSM_A, i, ""), m + "A_log", (di, N), op="neg_exp", note="A = -exp(A_log)")
             self.copy(tn(T.SSM_D, i, ""), m + "D", (di,))
             self.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, di))
+            if self.proj_bias:
+                self.copy(tn(T.SSM_OUT, i, ".bias"), m + "out_proj.bias", (D,), why="use_bias is true")
         self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))
         self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)
         self.check_leftovers()

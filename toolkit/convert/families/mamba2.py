@@ -7,19 +7,21 @@ HF tensor (numpy shape)                         GGUF tensor
 backbone.embeddings.weight [V, D]               token_embd.weight
 backbone.layers.i.norm.weight [D]               blk.i.attn_norm.weight
   mixer.in_proj.weight [2 d_inner + 2GN + H, D] blk.i.ssm_in.weight      (z, xBC, dt)
-  mixer.conv1d.weight [C, 1, K] / bias [C]      blk.i.ssm_conv1d.weight [C, K] / .bias
+  mixer.in_proj.bias (use_bias)                 blk.i.ssm_in.bias (ours: not in llama.cpp's mamba2)
+  mixer.conv1d.weight [C, 1, K] / bias [C]      blk.i.ssm_conv1d.weight [C, K] / .bias (zeros when use_conv_bias is false)
   mixer.dt_bias [H]                             blk.i.ssm_dt.bias
   mixer.A_log [H]                               blk.i.ssm_a [H, 1] = -exp(A_log)
   mixer.D [H]                                   blk.i.ssm_d [H, 1]
   mixer.norm.weight [d_inner]                   blk.i.ssm_norm.weight [G, d_inner / G]
   mixer.out_proj.weight [D, d_inner]            blk.i.ssm_out.weight
+  mixer.out_proj.bias (use_bias)                blk.i.ssm_out.bias (ours)
 backbone.norm_f.weight [D]                      output_norm.weight
 lm_head.weight [V, D]                           output.weight (omitted when tied)
 """
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family
+from toolkit.convert.base import Family
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError
@@ -35,15 +37,14 @@ class Mamba2Family(Family):
     hf_configs = ("Mamba2Config",)
     config_keys = ConfigKeys.of(
         "num_heads head_dim vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel "
-        "n_groups tie_word_embeddings",
+        "n_groups tie_word_embeddings use_bias use_conv_bias",
         irrelevant={"time_step_rank": "not used by HF's Mamba-2 mixer"},
-        refused={"use_bias": SSM_PROJ_BIAS, "use_conv_bias": SSM_CONV_BIAS,
-                 "hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp"),
+        refused={"hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp"),
                  "time_step_limit": DT_LIMIT})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
-        _L + r"mixer\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
+        _L + r"mixer\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))",
     )
 
     def read_hparams(self) -> None:
@@ -60,6 +61,8 @@ class Mamba2Family(Family):
             raise InputError(f"{c.path}: key 'expand' = {expand} must be positive")
         self.d_inner = c.int("intermediate_size", "d_inner", default=int(expand * self.n_embd))
         self.head_dim = c.int("head_dim", default=64)
+        self.conv_bias = c.flag("use_conv_bias", True)    # false: no conv1d.bias (zeros written)
+        self.proj_bias = c.flag("use_bias", False)        # in_proj / out_proj biases
         self.n_head = c.int("num_heads", default=self.d_inner // self.head_dim)
         if self.n_head * self.head_dim != self.d_inner:
             raise InputError(f"{c.path}: num_heads {self.n_head} x head_dim {self.head_dim} != expand x hidden_size = {self.d_inner}")
@@ -94,19 +97,32 @@ class Mamba2Family(Family):
             pre = f"backbone.layers.{i}."
             self.copy(tn(T.ATTN_NORM, i), pre + "norm.weight", (D,))
             emit_mamba2_mixer(self, i, pre + "mixer.", D, self.d_inner, self.d_state, self.n_group,
-                              self.n_head, self.d_conv)
+                              self.n_head, self.d_conv, self.conv_bias, self.proj_bias)
         self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))
         self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
         self.check_leftovers()
         return p
 
 
-def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int, G: int, H: int, K: int) -> None:
-    """The Mamba-2 mixer tensors of layer ``i`` (HF prefix ``m``), shared by mamba2 and granitehybrid."""
+def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int, G: int, H: int, K: int,
+                      conv_bias: bool = True, proj_bias: bool = False) -> None:
+    """The Mamba-2 mixer tensors of layer ``i`` (HF prefix ``m``), shared by mamba2 and granitehybrid.
+
+    conv_bias:  HF use_conv_bias / mamba_conv_bias; false: the checkpoint has no conv1d.bias and
+                ssm_conv1d.bias is written as zeros (llama.cpp's loader requires it; the sum is the same)
+    proj_bias:  HF use_bias / mamba_proj_bias: in_proj / out_proj biases as blk.i.ssm_in.bias [W] /
+                blk.i.ssm_out.bias [D] (ours: llama.cpp's mamba2 graph has none)
+    """
     C = d_inner + 2 * G * N
-    fam.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * d_inner + 2 * G * N + H, D))
-    fam.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
-    fam.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (C,))
+    W = 2 * d_inner + 2 * G * N + H
+    fam.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (W, D))
+    if proj_bias:
+        fam.copy(tn(T.SSM_IN, i, ".bias"), m + "in_proj.bias", (W,), why="the projection-bias switch is true")
+    conv = fam.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
+    if conv_bias:
+        fam.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (C,), why="the conv-bias switch is true")
+    else:
+        fam.zeros(tn(T.SSM_CONV1D, i, ".bias"), conv, C, note="zeros: the conv-bias switch is false")
     fam.copy(tn(T.SSM_DT, i, ".bias"), m + "dt_bias", (H,))
     # A as a column [H, 1], the shape llama.cpp's Mamba-2 graph broadcasts; A = -exp(A_log)
     fam.copy(tn(T.SSM_A, i, ""), m + "A_log", (H,), (H, 1), op="neg_exp", note="A = -exp(A_log), [H] -> [H,1]")
@@ -114,3 +130,5 @@ def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int,
     # the gated RMSNorm is per group: [d_inner] -> [G, d_inner / G]
     fam.copy(tn(T.SSM_NORM, i), m + "norm.weight", (d_inner,), (G, d_inner // G), note="[d_inner] -> [G, d_inner/G]")
     fam.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, d_inner))
+    if proj_bias:
+        fam.copy(tn(T.SSM_OUT, i, ".bias"), m + "out_proj.bias", (D,), why="the projection-bias switch is true")

@@ -38,11 +38,11 @@ is in config.json, which transformers 5 always writes).  Ours besides: ``attenti
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import SSM_CONV_BIAS, SSM_PROJ_BIAS, Family, head_perm
+from toolkit.convert.base import Family, head_perm
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import ARCH_NEMOTRON_H, ARCH_NEMOTRON_H_MOE, Keys
 
 _L = r"backbone\.layers\.\d+\.mixer\."
@@ -94,7 +94,7 @@ class NemotronHFamily(Family):
         "vocab_size hidden_size layers_block_type num_attention_heads num_key_value_heads head_dim "
         "max_position_embeddings intermediate_size ssm_state_size mamba_num_heads mamba_head_dim n_groups conv_kernel "
         "n_routed_experts n_shared_experts moe_intermediate_size moe_shared_expert_intermediate_size num_experts_per_tok "
-        "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon",
+        "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon use_conv_bias use_bias mlp_bias",
         irrelevant={"tie_word_embeddings": "NemotronHForCausalLM ties nothing: a saved lm_head is the output",
                     "expand": "not read by HF's model (d_inner = mamba_num_heads x mamba_head_dim)",
                     "sliding_window": "not read by HF's model",
@@ -105,9 +105,7 @@ class NemotronHFamily(Family):
                     "mamba_proj_bias": "not read by HF's model (use_bias sets the in/out projection biases)",
                     "time_step_limit": "not read by HF's model: its mixer never clamps dt",
                     "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
-        refused={"use_conv_bias": SSM_CONV_BIAS, "use_bias": SSM_PROJ_BIAS,
-                 "mlp_bias": Refused((False,), "MLP biases: not in the runtime's nemotron_h FFN"),
-                 "mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
+        refused={"mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
                  "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU"),
                  "moe_latent_size": Refused((None,), "latent MoE projections: not in the runtime", bad=64)},
         # mamba_conv_bias: the spelling of older NemotronH configs
@@ -119,8 +117,8 @@ class NemotronHFamily(Family):
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         r"backbone\.layers\.\d+\.norm\.weight",
-        _L + r"(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
-        _L + r"(q_proj|k_proj|v_proj|o_proj|up_proj|down_proj)\.weight",
+        _L + r"(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))",
+        _L + r"(q_proj|k_proj|v_proj|o_proj)\.weight", _L + r"(up_proj|down_proj)\.(weight|bias)",
         _L + r"gate\.(weight|e_score_correction_bias)",
         _L + r"experts\.\d+\.(up_proj|down_proj)\.weight",
         _L + r"shared_experts\.(up_proj|down_proj)\.weight",
@@ -153,6 +151,13 @@ class NemotronHFamily(Family):
         # ---- MLP / MoE ----
         self.is_moe = "moe" in self.types
         self.n_ff = c.int("intermediate_size") if "mlp" in self.types else 0
+        # biases: the Mamba-2 in/out projections (use_bias), its conv (use_conv_bias), the MLP (mlp_bias)
+        self.conv_bias = c.flag("use_conv_bias", c.flag("mamba_conv_bias", True))   # (older configs' spelling)
+        self.proj_bias = c.flag("use_bias", False)
+        self.mlp_bias = c.flag("mlp_bias", False)
+        if self.mlp_bias and self.is_moe:   # NemotronHMLP experts take mlp_bias too; the runtime's experts have none
+            raise UnsupportedError(f"{c.path}: key 'mlp_bias' = true is not supported with MoE layers (expert "
+                                   f"biases: not in the runtime's nor llama.cpp's nemotron_h_moe)")
         if self.is_moe:
             self._read_moe(c)
 
@@ -191,7 +196,8 @@ class NemotronHFamily(Family):
             self.copy(tn(T.ATTN_NORM, i), pre + "norm.weight", (D,))
             m = pre + "mixer."
             if t == "linear_attention":
-                emit_mamba2_mixer(self, i, m, D, self.d_inner, self.d_state, self.n_group, self.ssm_n_head, self.d_conv)
+                emit_mamba2_mixer(self, i, m, D, self.d_inner, self.d_state, self.n_group, self.ssm_n_head, self.d_conv,
+                                  self.conv_bias, self.proj_bias)
             elif t == "full_attention":
                 # llama.cpp's converter applies LlamaModel.permute to q and k although nothing
                 # rotates them; the same reorder of every head's dims in q and k leaves q . k,
@@ -206,6 +212,9 @@ class NemotronHFamily(Family):
             elif t == "mlp":
                 self.copy(tn(T.FFN_UP, i), m + "up_proj.weight", (self.n_ff, D))
                 self.copy(tn(T.FFN_DOWN, i), m + "down_proj.weight", (D, self.n_ff))
+                if self.mlp_bias:   # llama.cpp's ffn_up / ffn_down .bias
+                    self.copy(tn(T.FFN_UP, i, ".bias"), m + "up_proj.bias", (self.n_ff,), why="mlp_bias is true")
+                    self.copy(tn(T.FFN_DOWN, i, ".bias"), m + "down_proj.bias", (D,), why="mlp_bias is true")
             else:
                 self._moe(i, m)
         self.copy(tn(T.OUTPUT_NORM), "backbone.norm_f.weight", (D,))

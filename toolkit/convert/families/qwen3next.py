@@ -46,7 +46,7 @@ from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.config_keys import ConfigKeys
-from toolkit.convert.families.qwen_gdn import (NORM_TOPK, QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
+from toolkit.convert.families.qwen_gdn import (QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
                                                QwenGDNFamily, text_config)
 from toolkit.convert.plan import KV, kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
@@ -74,8 +74,8 @@ class Qwen3NextFamily(QwenGDNFamily):
     hf_archs = ("Qwen3NextForCausalLM",)
     hf_configs = ("Qwen3NextConfig",)
     config_keys = ConfigKeys.of(
-        QWEN_READ + " " + QWEN_MOE_READ + " decoder_sparse_step mlp_only_layers",
-        refused={**QWEN_REFUSED, "norm_topk_prob": NORM_TOPK}, rope_types=("default",))
+        QWEN_READ + " " + QWEN_MOE_READ + " decoder_sparse_step mlp_only_layers norm_topk_prob",
+        refused=QWEN_REFUSED, rope_types=("default",))
     families = ("Qwen3-Next",)
     arch = ARCH_QWEN3NEXT
     known = _known(GDN_FUSED, MOE + DENSE)
@@ -227,7 +227,7 @@ class Qwen3NextFamily(QwenGDNFamily):
                kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps)]
         if self.has_moe:
             kv += [kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
-                   kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used)]
+                   kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used), *self.moe_norm_kv()]
         kv += [kv_u32(key(Keys.Attention.KEY_LENGTH), self.head_dim),
                kv_u32(key(Keys.Attention.VALUE_LENGTH), self.head_dim)]
         if self.has_moe:

@@ -36,7 +36,7 @@ import numpy as np
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.hfdir import Config
-from toolkit.convert.plan import KV, Segment, kv_u32
+from toolkit.convert.plan import KV, Segment, kv_bool, kv_u32
 from toolkit.convert.config_keys import Refused
 from toolkit.errors import InputError
 from toolkit.gguf_io import GGMLType, Keys
@@ -94,7 +94,6 @@ QWEN_REFUSED = {
     "attention_bias": Refused((False,), "q/k/v/o biases: not in llama.cpp's qwen layouts nor the runtime"),
     "hidden_act": Refused(("silu",), "the runtime's MLP and gated-norm activations are SiLU"),
 }
-NORM_TOPK = Refused((True,), "the runtime's qwen MoE always renormalises the top-k weights, as llama.cpp's graph does")
 # the composite (ForConditionalGeneration) class's own fields
 VL_IRRELEVANT = {k: "vision input only: the text model does not read it" for k in (
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
@@ -150,6 +149,13 @@ class QwenGDNFamily(Family):
             raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} > num_experts {self.n_expert}")
         self.n_ff_exp = c.int("moe_intermediate_size")
         self.n_ff_shexp = c.int("shared_expert_intermediate_size")
+        # norm_topk_prob false (Qwen3-Next, qwen4exp, Lara-Mini): the top-k softmax weights not renormalised
+        self.norm_topk = c.flag("norm_topk_prob", True)
+
+    def moe_norm_kv(self) -> list[KV]:
+        """``expert_weights_norm = false`` (llama.cpp's key) when norm_topk_prob is false; nothing
+        otherwise (absent: renormalised, the architecture row's default, as llama.cpp's files)."""
+        return [] if self.norm_topk else [kv_bool(self.key(Keys.LLM.EXPERT_WEIGHTS_NORM), False)]
 
     def read_attention(self, c: Config, what: str) -> None:
         """Gated attention heads (num_attention_heads, num_key_value_heads, head_dim default 256

@@ -2,8 +2,10 @@
  *
  * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
  * scratch ctx->g, ctx->u [U, F].
- * Formula: out = down(silu(gate(x)) * up(x)).
- * ref: transformers LlamaMLP / BambaMLP / JambaMLP; llama.cpp build_ffn (LLM_FFN_SILU, PAR).
+ * Formula: out = down(silu(gate(x) + b_g) * (up(x) + b_u)) + b_d, the biases where the file has
+ * ffn_{gate,up,down}.bias (HF mlp_bias: the three together), else none.
+ * ref: transformers LlamaMLP / BambaMLP / JambaMLP (bias=config.mlp_bias); llama.cpp build_ffn
+ * (LLM_FFN_SILU, PAR, with its optional up_b / gate_b / down_b).
  */
 #include <stdio.h>
 
@@ -45,14 +47,35 @@ tk_status tk_bind_ffn(tk_model * m, const tk_table * tab, const char * prefix, i
 }
 
 static tk_status dense_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    char prefix[32];
-    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 1, l);
+    char prefix[32], nm[128];
+    TK_CHECK(tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 1, l));
+    /* mlp_bias: gate / up / down biases, the three together (absent: none) */
+    const int64_t D = m->hp.n_embd, F = l->n_ff;
+#define NAME(s) tk_blk_name(nm, sizeof nm, il, s)
+    const int biased = tk_table_find(tab, NAME("ffn_up.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_gate.bias"), TK_SHAPE(F), biased, &l->ffn_gate_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_up.bias"), TK_SHAPE(F), biased, &l->ffn_up_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ffn_down.bias"), TK_SHAPE(D), biased, &l->ffn_down_b));
+    if (!biased && (l->ffn_gate_b || l->ffn_down_b))
+        return TK_FAIL(TK_ERR_INVALID, "%s: layer %d: ffn_gate.bias / ffn_down.bias without ffn_up.bias", tab->path, il);
+#undef NAME
+    return TK_OK;
 }
 
 static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
-    /* GLM-5-Next clamps the dense MLP with the shared experts' limit (llama-graph.cpp:1843-1860) */
-    return tk_swiglu_clamped(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, ctx->model->hp.ffn.swiglu_clamp_shexp,
-                             out);
+    const float limit = ctx->model->hp.ffn.swiglu_clamp_shexp;
+    if (!l->ffn_up_b)   /* GLM-5-Next clamps the dense MLP with the shared experts' limit (llama-graph.cpp:1843-1860) */
+        return tk_swiglu_clamped(ctx, &l->ffn_gate, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, limit, out);
+    /* mlp_bias: the biases after each projection (BambaMLP's nn.Linear(..., bias=True)) */
+    const int64_t F = l->n_ff, D = ctx->model->hp.n_embd;
+    TK_CHECK(tk_matmul2(&l->ffn_gate, &l->ffn_up, 0, ctx->cur, U, ctx->g, ctx->u, &ctx->mm));
+    tk_bias_rows(ctx, ctx->g, l->ffn_gate_b, F, U, 0);
+    tk_bias_rows(ctx, ctx->u, l->ffn_up_b, F, U, 0);
+    tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, limit > 0.0f ? limit : 0.0f, 1};
+    tk_par_rows(ctx->pool, U, F, tk_silu_mul_rows, &j);
+    TK_CHECK(tk_matmul(&l->ffn_down, 0, ctx->g, U, out, &ctx->mm));
+    tk_bias_rows(ctx, out, l->ffn_down_b, D, U, 0);
+    return TK_OK;
 }
 
 const tk_ffn_ops tk_ffn_dense = {

@@ -3,7 +3,8 @@
  *
  * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
  * ffn_up [D, F] (ggml order), ffn_down [F, D]; scratch ctx->u [U, F].
- * Formula: out = down(relu(up(x))^2)  (mlp_hidden_act "relu2"; no biases: mlp_bias = false).
+ * Formula: out = down(relu(up(x) + b_u)^2) + b_d  (mlp_hidden_act "relu2"; the biases where the MLP
+ * layer's file has ffn_up.bias / ffn_down.bias, HF mlp_bias; the experts have none).
  * ref: transformers modeling_nemotron_h.py NemotronHMLP, activations.py ReLUSquaredActivation;
  *      llama.cpp build_ffn (LLM_FFN_RELU_SQR, LLM_FFN_PAR with no gate).
  */
@@ -22,22 +23,37 @@ static void relu2_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
-                       const float * x, int32_t n, float * y) {
+/* down(relu(up(x) + bu)^2) + bd; bu [F] / bd [D] may be NULL */
+static tk_status relu2_ffn_biased(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                                  const float * x, int32_t n, const float * bu, const float * bd, float * y) {
     const int64_t F = up->ne[1];
     TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
+    if (bu) tk_bias_rows(ctx, ctx->u, bu, F, n, 0);
     tk_rows_job j = {NULL, NULL, ctx->u, F, F, F, 0.0f, 1};
     tk_par_rows(ctx->pool, n, F, relu2_rows, &j);
-    return tk_matmul(down, mat, ctx->u, n, y, &ctx->mm);
+    TK_CHECK(tk_matmul(down, mat, ctx->u, n, y, &ctx->mm));
+    if (bd) tk_bias_rows(ctx, y, bd, down->ne[1], n, 0);
+    return TK_OK;
+}
+
+tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
+                       const float * x, int32_t n, float * y) {
+    return relu2_ffn_biased(ctx, up, down, mat, x, n, NULL, NULL, y);
 }
 
 static tk_status relu2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    char prefix[32];
-    return tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 0, l);
+    char prefix[32], nm[128];
+    TK_CHECK(tk_bind_ffn(m, tab, tk_blk_name(prefix, sizeof prefix, il, ""), 0, l));
+    /* mlp_bias (Nemotron-H): ffn_up.bias [F] and ffn_down.bias [D], llama.cpp's names, the two together */
+    const int biased = tk_table_find(tab, tk_blk_name(nm, sizeof nm, il, "ffn_up.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, tk_blk_name(nm, sizeof nm, il, "ffn_up.bias"), TK_SHAPE(l->n_ff), biased, &l->ffn_up_b));
+    TK_CHECK(tk_bind_vec(m, tab, tk_blk_name(nm, sizeof nm, il, "ffn_down.bias"), TK_SHAPE(m->hp.n_embd), biased,
+                         &l->ffn_down_b));
+    return TK_OK;
 }
 
 static tk_status relu2_forward(tk_context * ctx, const tk_layer * l, int32_t U, float * out) {
-    return tk_relu2_ffn(ctx, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, out);
+    return relu2_ffn_biased(ctx, &l->ffn_up, &l->ffn_down, 0, ctx->cur, U, l->ffn_up_b, l->ffn_down_b, out);
 }
 
 const tk_ffn_ops tk_ffn_relu2 = {

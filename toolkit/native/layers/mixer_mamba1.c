@@ -7,11 +7,11 @@
  *   one head: ssm_x [DI, R + 2N], ssm_dt [R, DI]; M heads (Zamba): ssm_x [Dm, R + 2N, M],
  *   ssm_dt [R, Dm, M], head n owning channels [n Dm, (n + 1) Dm) of x, dt, A, D, z, y
  * Formula:
- *   (x, z) = in_proj(cur);  x = silu(conv1d(x) + b)
+ *   (x, z) = in_proj(cur) (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  x = silu(conv1d(x) + b)
  *   per head n: (dt, B, C) = x_proj[n](x_n)   [Jamba: RMSNorm on each; dt_b_c_rms: weightless (FalconMamba)]
  *                                     (their epsilon ssm_dt_b_c_eps: HF FalconMamba's mixer_rms_eps, 1e-6)
  *   dt_n = softplus(dt_proj[n](dt) + dt_bias_n)
- *   s_n = exp(dt_n A_n) s_n + dt_n B x_n;  y_n = (C.s_n + D_n x_n) * silu(z_n);  out = out_proj(y)
+ *   s_n = exp(dt_n A_n) s_n + dt_n B x_n;  y_n = (C.s_n + D_n x_n) * silu(z_n);  out = out_proj(y) (+ ssm_out.bias)
  * ref: transformers modeling_mamba.py MambaMixer.slow_forward, modeling_jamba.py
  *      JambaMambaMixer, modeling_falcon_mamba.py FalconMambaMixer (rms_forward, mixer_rms_eps),
  *      modeling_zamba.py ZambaMambaMixer.slow_forward (per-head x_proj_weight / dt_proj_weight);
@@ -84,6 +84,11 @@ static tk_status m1_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_b_norm.weight"), TK_SHAPE(N), norms, &l->ssm_b_norm));
     TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_c_norm.weight"), TK_SHAPE(N), norms, &l->ssm_c_norm));
     TK_CHECK(tk_bind_weight(m, tab, NAME("ssm_out.weight"), TK_SHAPE(DI, D), 1, &l->ssm_out));
+    /* in_proj / out_proj biases (HF use_bias, mamba_proj_bias): ours, the two together; llama.cpp's
+     * mamba graph has none */
+    const int biased = tk_table_find(tab, NAME("ssm_in.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_in.bias"), TK_SHAPE(2 * DI), biased, &l->ssm_in_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("ssm_out.bias"), TK_SHAPE(D), biased, &l->ssm_out_b));
 #undef NAME
     return TK_OK;
 }
@@ -138,6 +143,7 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
     TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    if (l->ssm_in_b) tk_bias_rows(ctx, ctx->proj, l->ssm_in_b, 2 * DI, U, 0);   /* use_bias / mamba_proj_bias */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
@@ -165,7 +171,9 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
             if (snap) memcpy(snap, state, rv.piece_n[1] * sizeof(float));
         }
     }
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
+    TK_CHECK(tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm));
+    if (l->ssm_out_b) tk_bias_rows(ctx, out, l->ssm_out_b, hp->n_embd, U, 0);
+    return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_mamba1 = {

@@ -6,10 +6,10 @@
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   state per sequence: "conv" [CD, K-1] (causal conv window), "ssm" [H, P, N]
  * Formula:
- *   (z, xBC, dt) = in_proj(cur) [W];  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), floored at ssm_dt_min when set (zamba2)
+ *   (z, xBC, dt) = in_proj(cur) [W] (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), floored at ssm_dt_min when set (zamba2)
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
- *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y)
+ *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y) (+ ssm_out.bias with ssm_in.bias)
  *   speculative window (memory_rs.c): a row that keeps per-token snapshots takes the recurrence
  *     and copies "conv" (tk_rs_snap_conv) and "ssm" after each token
  *   Falcon-H1 variants: no ssm_norm tensor (mamba_rms_norm false): y = y * silu(z);
@@ -79,7 +79,16 @@ tk_status tk_mamba2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * 
 }
 
 static tk_status m2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
-    return tk_mamba2_bind(m, tab, il, l, 1);
+    const tk_hparams * hp = &m->hp;
+    TK_CHECK(tk_mamba2_bind(m, tab, il, l, 1));
+    /* in_proj / out_proj biases (HF Mamba2 use_bias, Bamba / Granite mamba_proj_bias): ours, the
+     * two together; llama.cpp's mamba2 graph has none */
+    char nm[128];
+    const int64_t W = 2 * (int64_t) hp->ssm.d_inner + 2 * (int64_t) hp->ssm.n_group * hp->ssm.d_state + hp->ssm.n_head;
+    const int biased = tk_table_find(tab, tk_blk_name(nm, sizeof nm, il, "ssm_in.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, tk_blk_name(nm, sizeof nm, il, "ssm_in.bias"), TK_SHAPE(W), biased, &l->ssm_in_b));
+    TK_CHECK(tk_bind_vec(m, tab, tk_blk_name(nm, sizeof nm, il, "ssm_out.bias"), TK_SHAPE(hp->n_embd), biased, &l->ssm_out_b));
+    return TK_OK;
 }
 
 /* Falcon-H1's gates (the Mamba-2 one is tk_gated_norm_rows): y = rmsnorm(y) w * silu(z) per
@@ -105,6 +114,7 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
     TK_CHECK(tk_matmul(&l->ssm_in, 0, ctx->cur, U, ctx->proj, &ctx->mm));
+    if (l->ssm_in_b) tk_bias_rows(ctx, ctx->proj, l->ssm_in_b, W, U, 0);   /* use_bias / mamba_proj_bias */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K);
@@ -138,7 +148,9 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     tk_rows_job gj = {ctx->proj, l->ssm_norm, ctx->y, W, DI, DI, hp->rms_eps, G};
     const int gate_first = l->ssm_norm && !hp->ssm.norm_before_gate;
     tk_par_rows(ctx->pool, U, DI, gate_first ? tk_gated_norm_rows : norm_then_gate_rows, &gj);
-    return tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm);
+    TK_CHECK(tk_matmul(&l->ssm_out, 0, ctx->y, U, out, &ctx->mm));
+    if (l->ssm_out_b) tk_bias_rows(ctx, out, l->ssm_out_b, hp->n_embd, U, 0);
+    return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_mamba2 = {
