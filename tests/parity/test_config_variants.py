@@ -10,6 +10,8 @@ tools/make_*_fixtures.py.
     falconh1-yarn-tiny    Falcon-H1     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.25)
     lfm2-yarn-tiny        LFM2          rope_parameters yarn with attention_factor 1.3 (factor 8 over 12 positions)
     olmohybrid-linear-tiny  OLMo-Hybrid rope_parameters linear (factor 4)
+    qwen3next-yarn-tiny   Qwen3-Next    rope_parameters yarn on partial NEOX RoPE (16 of 32 dims, betas 8 / 0.5)
+    qwen35-linear-tiny    Qwen3.5       rope_parameters linear with interleaved M-RoPE sections (16 of 32 dims)
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
 references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
@@ -31,6 +33,8 @@ VARIANTS = [
     ("falconh1-yarn-tiny", "rope yarn", 1e-5, ()),
     ("lfm2-yarn-tiny", "rope yarn", 1e-5, ()),
     ("olmohybrid-linear-tiny", "rope linear", 1e-5, (0,)),
+    ("qwen3next-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("qwen35-linear-tiny", "rope linear", 1e-5, (0,)),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
@@ -102,7 +106,9 @@ def test_the_rope_scaling_matters(fixtures, tmp_path, name, flag, bound, suppres
     far from HF, so the rows above would fail on a converter or runtime that ignored it."""
     from parity_util import logits_of, rel_l2
     from toolkit.convert import convert
-    d = _with_rope(fixtures, tmp_path, name, lambda rp: {"rope_type": "default", "rope_theta": rp["rope_theta"]})
+    scaling = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor")
+    d = _with_rope(fixtures, tmp_path, name, lambda rp: {**{k: v for k, v in rp.items() if k not in scaling},
+                                                        "rope_type": "default"})
     convert(d, str(tmp_path / "d.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) > 100 * bound
@@ -126,6 +132,9 @@ ROPE_KEYS = {
     "lfm2-yarn-tiny": ("lfm2", {"type": "yarn", "factor": 8.0, "original_context_length": 12,
                                 "attn_factor": 1.3 / (0.1 * np.log(8.0) + 1.0)}),
     "olmohybrid-linear-tiny": ("olmo-hybrid", {"type": "linear", "factor": 4.0}),
+    "qwen3next-yarn-tiny": ("qwen3next", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                          "yarn_beta_fast": 8.0, "yarn_beta_slow": 0.5}),
+    "qwen35-linear-tiny": ("qwen35", {"type": "linear", "factor": 4.0}),
 }
 
 
