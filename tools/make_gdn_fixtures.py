@@ -9,6 +9,8 @@ first round of fixtures does not cover:
                           on partial RoPE 16 of 32, base 100 (issue 43 item 4)
     qwen35-linear-tiny    Qwen3_5ForCausalLM, rope_parameters linear (factor 4) with interleaved M-RoPE
                           sections, partial 16 of 32, base 100 (issue 43 item 4)
+    qwen35moe-yarn-tiny   Qwen3_5MoeForCausalLM, rope_parameters yarn (factor 8 over 12 positions, attention_factor
+                          0.9) with M-RoPE sections, 16 of 32 dims, base 200 (issue 43 item 4)
     qwen35-mtp-tiny       Qwen3_5ForCausalLM with synthetic mtp.* tensors (one MTP layer, dense MLP)
                           added to a shard after save_pretrained (which drops them)
     qwen35moe-vl-tiny     Qwen3_5MoeForConditionalGeneration: a tiny vision tower (model.visual.*), text
@@ -120,6 +122,15 @@ SPECS = {
                   num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
                   rope_parameters=dict(rope_type="linear", rope_theta=100.0, partial_rotary_factor=0.5, factor=4.0,
+                                       mrope_section=[3, 3, 2], mrope_interleaved=True))),
+    "qwen35moe-yarn-tiny": dict(
+        cls="Qwen3_5MoeForCausalLM", conf="Qwen3_5MoeTextConfig", seed=16,
+        text=dict(_BASE, **_MOE, num_hidden_layers=3, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "linear_attention", "full_attention"],
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=96,
+                  linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="yarn", rope_theta=200.0, partial_rotary_factor=0.5, factor=8.0,
+                                       original_max_position_embeddings=12, attention_factor=0.9,
                                        mrope_section=[3, 3, 2], mrope_interleaved=True))),
     "qwen35moe-pattern-tiny": dict(
         cls="Qwen3_5MoeForCausalLM", conf="Qwen3_5MoeTextConfig", seed=13, drop_layer_types=True,

@@ -9,6 +9,7 @@
     lfm2-convbias-tiny  Lfm2ForCausalLM, conv_bias true (short-conv in_proj / conv / out_proj biases), 4 layers
     lfm2-yarn-tiny      Lfm2ForCausalLM, rope_parameters yarn (factor 8, original context 12, base 50) with
                         attention_factor 1.3, head_dim 16 (issue 43 item 4)
+    lfm2moe-linear-tiny Lfm2MoeForCausalLM, rope_parameters linear (factor 4, base 100), 3 layers (issue 43 item 4)
     lfm2moe-bias-tiny   Lfm2MoeForCausalLM, 2 dense layers then MoE (8 experts, top 3), a
                         non-zero expert_bias (N(0, 0.2): it changes which experts are chosen),
                         conv_L_cache 2, attention at 1 and 4 of 5
@@ -83,6 +84,14 @@ SPECS = {
                  max_position_embeddings=96, layer_types=["conv", "full_attention", "conv", "full_attention"],
                  rope_parameters=dict(rope_type="yarn", rope_theta=50.0, factor=8.0, original_max_position_embeddings=12,
                                       attention_factor=1.3))),
+    # issue 43 item 4: linear RoPE scaling on LFM2-MoE
+    "lfm2moe-linear-tiny": dict(
+        cls="Lfm2MoeForCausalLM", conf="Lfm2MoeConfig", seed=46,
+        cfg=dict(_BASE, num_hidden_layers=3, intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                 num_experts_per_tok=2, num_dense_layers=1, use_expert_bias=True, norm_topk_prob=True,
+                 routed_scaling_factor=1.0, conv_L_cache=3, tie_word_embeddings=False, max_position_embeddings=96,
+                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                 rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=4.0))),
 }
 
 

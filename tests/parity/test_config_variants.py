@@ -12,6 +12,8 @@ tools/make_*_fixtures.py.
     olmohybrid-linear-tiny  OLMo-Hybrid rope_parameters linear (factor 4)
     qwen3next-yarn-tiny   Qwen3-Next    rope_parameters yarn on partial NEOX RoPE (16 of 32 dims, betas 8 / 0.5)
     qwen35-linear-tiny    Qwen3.5       rope_parameters linear with interleaved M-RoPE sections (16 of 32 dims)
+    qwen35moe-yarn-tiny   Qwen3.5-MoE   rope_parameters yarn with attention_factor 0.9 (factor 8 over 12 positions)
+    lfm2moe-linear-tiny   LFM2-MoE      rope_parameters linear (factor 4)
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
 references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
@@ -35,6 +37,8 @@ VARIANTS = [
     ("olmohybrid-linear-tiny", "rope linear", 1e-5, (0,)),
     ("qwen3next-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("qwen35-linear-tiny", "rope linear", 1e-5, (0,)),
+    ("qwen35moe-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("lfm2moe-linear-tiny", "rope linear", 1e-5, ()),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
@@ -135,6 +139,9 @@ ROPE_KEYS = {
     "qwen3next-yarn-tiny": ("qwen3next", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
                                           "yarn_beta_fast": 8.0, "yarn_beta_slow": 0.5}),
     "qwen35-linear-tiny": ("qwen35", {"type": "linear", "factor": 4.0}),
+    "qwen35moe-yarn-tiny": ("qwen35moe", {"type": "yarn", "factor": 8.0, "original_context_length": 12,
+                                          "attn_factor": 0.9 / (0.1 * np.log(8.0) + 1.0)}),
+    "lfm2moe-linear-tiny": ("lfm2moe", {"type": "linear", "factor": 4.0}),
 }
 
 

@@ -227,7 +227,7 @@ class LFM2MoeFamily(LFM2Family):
         "rope_parameters max_position_embeddings norm_eps num_attention_heads num_key_value_heads conv_L_cache "
         "num_dense_layers num_experts_per_tok num_experts use_expert_bias routed_scaling_factor norm_topk_prob "
         "layer_types full_attn_idxs conv_bias",
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     arch = ARCH_LFM2MOE
     known = _COMMON + _MOE
     has_moe = True
