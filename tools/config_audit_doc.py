@@ -82,7 +82,7 @@ def rows(fam, attrs: dict, shown: dict[tuple[str, str], str] | None = None) -> l
         out.append((a, typ, _cell(default), st, why, test))
     if ck.rope_types:
         out.append(("rope_parameters.rope_type", "str", '"default"', "refused",
-                    f"only {' or '.join(_cell(x) for x in ck.rope_types)} converted",
+                    f"only {' or '.join(_cell(x) for x in ck.rope_types)} converted: {ck.rope_why}",
                     REFUSAL_TEST.format(fam=fam.__name__, key="rope_parameters.rope_type")))
     return out
 

@@ -5,6 +5,12 @@ first round of fixtures does not cover:
     qwen3next-dkdv-tiny   Qwen3NextForCausalLM, Dk 16 != Dv 32, attention at layers 0 and 4 of 5, tied embeddings
     qwen35moe-pattern-tiny Qwen3_5MoeForCausalLM, no layer_types in config.json: full_attention_interval 3
                           (attention at 2 and 5 of 6), Hk = Hv (no V-head reorder)
+    qwen3next-yarn-tiny   Qwen3NextForCausalLM, rope_parameters yarn (factor 4 over 16 positions, betas 8 / 0.5)
+                          on partial RoPE 16 of 32, base 100 (issue 43 item 4)
+    qwen35-linear-tiny    Qwen3_5ForCausalLM, rope_parameters linear (factor 4) with interleaved M-RoPE
+                          sections, partial 16 of 32, base 100 (issue 43 item 4)
+    qwen35moe-yarn-tiny   Qwen3_5MoeForCausalLM, rope_parameters yarn (factor 8 over 12 positions, attention_factor
+                          0.9) with M-RoPE sections, 16 of 32 dims, base 200 (issue 43 item 4)
     qwen35-mtp-tiny       Qwen3_5ForCausalLM with synthetic mtp.* tensors (one MTP layer, dense MLP)
                           added to a shard after save_pretrained (which drops them)
     qwen35moe-vl-tiny     Qwen3_5MoeForConditionalGeneration: a tiny vision tower (model.visual.*), text
@@ -99,6 +105,33 @@ SPECS = {
                   mlp_only_layers=[], norm_topk_prob=True,
                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=32,
                   rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25))),
+    # issue 43 item 4: RoPE scaling past the original context, on partial NEOX RoPE (16 of 32 dims, base 100)
+    "qwen3next-yarn-tiny": dict(
+        cls="Qwen3NextForCausalLM", conf="Qwen3NextConfig", seed=15,
+        text=dict(_BASE, **_MOE, num_hidden_layers=3, intermediate_size=96, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "full_attention", "linear_attention"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, decoder_sparse_step=1,
+                  mlp_only_layers=[], norm_topk_prob=True, max_position_embeddings=64,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="yarn", rope_theta=100.0, partial_rotary_factor=0.5, factor=4.0,
+                                       original_max_position_embeddings=16, beta_fast=8.0, beta_slow=0.5))),
+    "qwen35-linear-tiny": dict(
+        cls="Qwen3_5ForCausalLM", conf="Qwen3_5TextConfig", seed=14,
+        text=dict(_BASE, num_hidden_layers=3, intermediate_size=96, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "full_attention", "linear_attention"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+                  linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="linear", rope_theta=100.0, partial_rotary_factor=0.5, factor=4.0,
+                                       mrope_section=[3, 3, 2], mrope_interleaved=True))),
+    "qwen35moe-yarn-tiny": dict(
+        cls="Qwen3_5MoeForCausalLM", conf="Qwen3_5MoeTextConfig", seed=16,
+        text=dict(_BASE, **_MOE, num_hidden_layers=3, tie_word_embeddings=False,
+                  layer_types=["linear_attention", "linear_attention", "full_attention"],
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=96,
+                  linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+                  rope_parameters=dict(rope_type="yarn", rope_theta=200.0, partial_rotary_factor=0.5, factor=8.0,
+                                       original_max_position_embeddings=12, attention_factor=0.9,
+                                       mrope_section=[3, 3, 2], mrope_interleaved=True))),
     "qwen35moe-pattern-tiny": dict(
         cls="Qwen3_5MoeForCausalLM", conf="Qwen3_5MoeTextConfig", seed=13, drop_layer_types=True,
         text=dict(_BASE, **_MOE, num_hidden_layers=6, tie_word_embeddings=False, full_attention_interval=3,

@@ -7,6 +7,9 @@
                         block_ffn_dim_multiplier 1.5 / block_multiple_of 32 (F = 160 from
                         intermediate_size 160), untied lm_head, 4 heads / 1 KV head
     lfm2-convbias-tiny  Lfm2ForCausalLM, conv_bias true (short-conv in_proj / conv / out_proj biases), 4 layers
+    lfm2-yarn-tiny      Lfm2ForCausalLM, rope_parameters yarn (factor 8, original context 12, base 50) with
+                        attention_factor 1.3, head_dim 16 (issue 43 item 4)
+    lfm2moe-linear-tiny Lfm2MoeForCausalLM, rope_parameters linear (factor 4, base 100), 3 layers (issue 43 item 4)
     lfm2moe-bias-tiny   Lfm2MoeForCausalLM, 2 dense layers then MoE (8 experts, top 3), a
                         non-zero expert_bias (N(0, 0.2): it changes which experts are chosen),
                         conv_L_cache 2, attention at 1 and 4 of 5
@@ -72,6 +75,23 @@ SPECS = {
         cfg=dict(_BASE, hidden_size=48, num_hidden_layers=4, intermediate_size=96, block_auto_adjust_ff_dim=False,
                  conv_L_cache=3, conv_bias=True, tie_word_embeddings=False, num_attention_heads=4, num_key_value_heads=2,
                  layer_types=["conv", "full_attention", "conv", "conv"])),
+    # issue 43 item 4: yarn with an explicit attention_factor (llama.cpp: rope.scaling.attn_factor over
+    # yarn's own 0.1 ln 8 + 1), factor 8 over an original context of 12, HF's betas 32 / 1, base 50
+    "lfm2-yarn-tiny": dict(
+        cls="Lfm2ForCausalLM", conf="Lfm2Config", seed=44,
+        cfg=dict(_BASE, hidden_size=48, num_hidden_layers=4, intermediate_size=96, block_auto_adjust_ff_dim=False,
+                 conv_L_cache=3, tie_word_embeddings=False, num_attention_heads=3, num_key_value_heads=1,
+                 max_position_embeddings=96, layer_types=["conv", "full_attention", "conv", "full_attention"],
+                 rope_parameters=dict(rope_type="yarn", rope_theta=50.0, factor=8.0, original_max_position_embeddings=12,
+                                      attention_factor=1.3))),
+    # issue 43 item 4: linear RoPE scaling on LFM2-MoE
+    "lfm2moe-linear-tiny": dict(
+        cls="Lfm2MoeForCausalLM", conf="Lfm2MoeConfig", seed=46,
+        cfg=dict(_BASE, num_hidden_layers=3, intermediate_size=96, moe_intermediate_size=32, num_experts=4,
+                 num_experts_per_tok=2, num_dense_layers=1, use_expert_bias=True, norm_topk_prob=True,
+                 routed_scaling_factor=1.0, conv_L_cache=3, tie_word_embeddings=False, max_position_embeddings=96,
+                 num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                 rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=4.0))),
 }
 
 

@@ -9,6 +9,8 @@ is ../shared/fixtures' (GDN at 0, 1, 3 with Hk 2, Hv 4, Dk 16, Dv 32, beta x2; R
     olmohybrid-bias-tiny  olmohybrid-tiny's layout (GDN at 0, 1, 3; RoPE attention at 2, GQA 4/2) with
                           attention_bias true (q/k/v/o_proj biases, N(0, 0.1)), hidden 32, untied
                           (the config audit's first supported flag, issue 43)
+    olmohybrid-linear-tiny  rope_parameters linear (factor 4, base 100), hidden 48, 3 heads of 16 over 1 KV
+                          head, attention at 1 and 3 (issue 43 item 4: RoPE scaling)
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -45,6 +47,13 @@ SPECS = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, attention_bias=True,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
         linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096)),
+    "olmohybrid-linear-tiny": dict(seed=53, rope=True, text=dict(
+        vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
+        hidden_size=48, intermediate_size=64, num_hidden_layers=4, num_attention_heads=3, num_key_value_heads=1,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        rope_parameters={"rope_type": "linear", "rope_theta": 100.0, "factor": 4.0}, attention_bias=False,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=64)),
 }
 
 

@@ -20,8 +20,10 @@ from families import main_fixture
 
 # one shared fixture per family (tests/fixtures/hf), the one refusal cases are made from
 FIXTURE = main_fixture()
-# what a refused RoPE type is set to (HF's yarn, with the parameters it needs)
-YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+# what a refused RoPE type is set to: the first of these a family does not convert, with the
+# parameters HF needs for it (HF's yarn; dynamic NTK where yarn converts)
+REFUSED_ROPE = {"yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+                "dynamic": {"rope_type": "dynamic", "factor": 2.0}}
 
 
 def refusal_cases() -> list[tuple[str, str, object]]:
@@ -32,7 +34,8 @@ def refusal_cases() -> list[tuple[str, str, object]]:
         ck = fam.config_keys
         cases += [(fam.__name__, key, ref.example()) for key, ref in ck.refused.items()]
         if ck.rope_types:
-            cases.append((fam.__name__, "rope_parameters.rope_type", "yarn"))
+            t = next(t for t in REFUSED_ROPE if t not in ck.rope_types)
+            cases.append((fam.__name__, "rope_parameters.rope_type", t))
     return cases
 
 
@@ -57,9 +60,9 @@ def _edited(tmp_path, fixture: str, key: str, value) -> str:
     if key == "rope_parameters.rope_type":
         rp = c.get("rope_parameters") or {}
         if any(isinstance(v, dict) for v in rp.values()):    # one per layer type (LFM3): scale the full layers
-            rp = {**rp, "full_attention": {**rp["full_attention"], **YARN}}
+            rp = {**rp, "full_attention": {**rp["full_attention"], **REFUSED_ROPE[value]}}
         else:
-            rp = {**rp, **YARN}
+            rp = {**rp, **REFUSED_ROPE[value]}
         c["rope_parameters"] = rp
     else:
         c[key] = value
@@ -78,3 +81,35 @@ def test_refused(monkeypatch, capsys, tmp_path, fam, key, value):
     shown = key if key != "rope_parameters.rope_type" or fam != "LFM3Family" else "rope_parameters.full_attention.rope_type"
     assert "config.json" in line and f"key '{shown}' = " in line and "is not supported" in line, line
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+# RoPE-scaling settings refused where the type itself converts (toolkit/convert/rope_scaling.py),
+# and a type refused because the family's HF code raises for it: (fixture, rope_parameters
+# edit, what the one line names)
+ROPE_REFUSED = [
+    ("falconh1-yarn-tiny", {"truncate": False}, "key 'rope_parameters.truncate' = false is not supported"),
+    ("lfm2-yarn-tiny", {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+     "key 'rope_parameters.rope_type' = \"llama3\" is not supported"),
+    ("olmohybrid-linear-tiny", {"rope_type": "longrope", "long_factor": [1.0] * 8, "short_factor": [1.0] * 8,
+                                "original_max_position_embeddings": 16}, "= \"longrope\" is not supported"),
+    ("recurrentgemma-tiny", {"rope_type": "linear", "factor": 2.0}, "RecurrentGemmaRotaryEmbedding raises"),
+]
+
+
+@pytest.mark.parametrize("fixture,edit,needle", ROPE_REFUSED, ids=[f"{r[0]}-{next(iter(r[1]))}" for r in ROPE_REFUSED])
+def test_rope_scaling_refused(monkeypatch, capsys, tmp_path, fixture, edit, needle):
+    src, d = HF / fixture, tmp_path / fixture
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    c["rope_parameters"] = {**(c.get("rope_parameters") or {}), **edit}
+    (d / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(out))
+    line = " ".join(err.split())
+    assert rc == 3 and line.startswith("error:") and "Traceback" not in err, err
+    assert "config.json" in line and needle in line, line
+    assert not out.exists()

@@ -44,9 +44,11 @@ def test_attention_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
 
 
 def test_scaled_rope_is_refused(monkeypatch, capsys, tmp_path):
+    """linear / yarn convert (tests/parity/test_config_variants.py); llama3 stays refused, with why."""
     d = copy(tmp_path, NAME)
-    edit_rope(d, rope_type="linear", factor=2.0)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"linear\"", code=3)
+    edit_rope(d, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=64)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"llama3\"", "rope_freqs", code=3)
 
 
 def test_missing_mamba_tensor(monkeypatch, capsys, tmp_path):

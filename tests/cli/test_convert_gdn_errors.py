@@ -154,9 +154,11 @@ def test_mtp_missing_fc(monkeypatch, capsys, tmp_path):
 
 
 def test_rope_scaling_refused(monkeypatch, capsys, tmp_path):
+    """yarn and linear convert (tests/parity/test_config_variants.py); dynamic NTK stays refused, with why."""
     d = copy(tmp_path, "qwen3next-tiny")
-    edit_rope(d, rope_type="yarn", factor=4.0)
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"yarn\"", code=3)
+    edit_rope(d, rope_type="dynamic", factor=4.0)
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"dynamic\"", "llama.cpp has no such type",
+                 code=3)
 
 
 def test_config_values_of_the_wrong_kind(tmp_path):

@@ -5,8 +5,8 @@
   stream; attention layers after the first neutralised the same way, see attention_only),
   the logits after a shift equal a fresh run over the kept tokens at their new
   positions within 1e-5, for NORM partial (Bamba, n_rot 8 of 16), NORM full (the same file
-  with rope.dimension_count = head_dim), NEOX partial (qwen35 16 of 32, qwen3next 4 of 16) and
-  no RoPE (Jamba: positions only)
+  with rope.dimension_count = head_dim), NEOX partial (qwen35 16 of 32, qwen3next 4 of 16),
+  no RoPE (Jamba: positions only) and RoPE scaling (Falcon-H1 yarn, OLMo-Hybrid linear)
 - every runnable hybrid fixture family decodes 500 tokens in a 64-token context, shifting as
   often as needed: no error, no NaN, the KV positions 0..n-1 exactly once and the recurrent
   state at n-1 after every shift; the state saved after the third shift reloads into a fresh
@@ -108,7 +108,11 @@ def assert_contiguous(ctx, n_past: int, model: Model) -> None:
 
 ROTARY = [("bamba-tiny", None, "norm-partial"), ("bamba-tiny", 16, "norm-full"),
           ("qwen35-tiny", None, "neox-partial"), ("qwen3next-tiny", None, "neox-partial-4"),
-          ("jamba-tiny", None, "none"), ("granitehybrid-moe-tiny", None, "none-moe")]
+          ("jamba-tiny", None, "none"), ("granitehybrid-moe-tiny", None, "none-moe"),
+          # RoPE scaling (rope.scaling.*): the cached K turns by delta at the scaled frequencies, and
+          # yarn's cos / sin scale is not applied again (tk_attention_rope_shift)
+          ("falconh1-yarn-tiny", None, "yarn"), ("olmohybrid-linear-tiny", None, "linear"),
+          ("qwen3next-yarn-tiny", None, "yarn-neox-partial")]
 
 
 @pytest.mark.parametrize("name,n_rot,kind", ROTARY, ids=[r[2] for r in ROTARY])

@@ -26,6 +26,16 @@ forward of tests/mamba_ref.py (checked against each base fixture's HF logits bel
 
 The f32 parity of the variant fixtures is a table row now (tests/families.py),
 run by tests/parity/test_families.py.
+    falconh1-yarn-tiny    Falcon-H1     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.25)
+    lfm2-yarn-tiny        LFM2          rope_parameters yarn with attention_factor 1.3 (factor 8 over 12 positions)
+    olmohybrid-linear-tiny  OLMo-Hybrid rope_parameters linear (factor 4)
+    qwen3next-yarn-tiny   Qwen3-Next    rope_parameters yarn on partial NEOX RoPE (16 of 32 dims, betas 8 / 0.5)
+    qwen35-linear-tiny    Qwen3.5       rope_parameters linear with interleaved M-RoPE sections (16 of 32 dims)
+    qwen35moe-yarn-tiny   Qwen3.5-MoE   rope_parameters yarn with attention_factor 0.9 (factor 8 over 12 positions)
+    lfm2moe-linear-tiny   LFM2-MoE      rope_parameters linear (factor 4)
+
+The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
+references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
 """
 from __future__ import annotations
 
@@ -48,7 +58,16 @@ VARIANTS = [
     ("laramini-var-tiny", "attention_bias", 1e-5, (0,)),
     ("nemotronh-bias-tiny", "biases", 1e-5, (0,)),
     ("jamba-bias-tiny", "biases", 1e-5, (2,)),
+    ("falconh1-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("lfm2-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("olmohybrid-linear-tiny", "rope linear", 1e-5, (0,)),
+    ("qwen3next-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("qwen35-linear-tiny", "rope linear", 1e-5, (0,)),
+    ("qwen35moe-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("lfm2moe-linear-tiny", "rope linear", 1e-5, ()),
 ]
+TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
+ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
 
 # the variants whose reference is tests/mamba_ref.py's, and the HF fixture it is checked against
 NUMPY_REFERENCE = {"bamba-bias-tiny": "bamba-tiny", "granitehybrid-bias-tiny": "granitehybrid-moe-tiny",
@@ -79,7 +98,7 @@ FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.
                 "biases": r"(model|backbone)\.layers\.\d+\.(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
 
 
-@pytest.mark.parametrize("name,flag,bound,suppress", VARIANTS, ids=[v[0] for v in VARIANTS])
+@pytest.mark.parametrize("name,flag,bound,suppress", TENSOR_VARIANTS, ids=[v[0] for v in TENSOR_VARIANTS])
 def test_the_flag_matters(fixtures, tmp_path, name, flag, bound, suppress):
     """Calibration: with the flag's tensors zeroed the run is far from HF, so the rows above
     would fail on a runtime that dropped them."""
@@ -157,3 +176,82 @@ def test_norm_topk_prob_false_self_consistency(fixtures, tmp_path, name):
     convert(str(fixtures / "hf" / name), str(tmp_path / "d.gguf"), "f32")
     assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) < 1e-5
     assert rel_l2(logits_of(tmp_path / "n.gguf", ref["tokens"]), ref["logits"]) > 1e-3
+
+
+def _with_rope(fixtures, tmp_path, name: str, edit) -> str:
+    """tmp copy of fixture ``name`` whose config.json's rope_parameters is ``edit(rope_parameters)``
+    (the other files linked, never written)."""
+    import json
+    import os
+    src, d = fixtures / "hf" / name, tmp_path / name
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["rope_parameters"] = edit(dict(cfg["rope_parameters"]))
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+@pytest.mark.parametrize("name,flag,bound,suppress", ROPE_VARIANTS, ids=[v[0] for v in ROPE_VARIANTS])
+def test_the_rope_scaling_matters(fixtures, tmp_path, name, flag, bound, suppress):
+    """Calibration: the same checkpoint converted with the default RoPE (the scaling dropped) is
+    far from HF, so the rows above would fail on a converter or runtime that ignored it."""
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    scaling = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor")
+    d = _with_rope(fixtures, tmp_path, name, lambda rp: {**{k: v for k, v in rp.items() if k not in scaling},
+                                                        "rope_type": "default"})
+    convert(d, str(tmp_path / "d.gguf"), "f32")
+    ref = np.load(fixtures / "hf" / name / "reference.npz")
+    assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) > 100 * bound
+
+
+def test_yarn_attention_factor_matters(fixtures, tmp_path):
+    """Calibration of lfm2-yarn-tiny's attention_factor 1.3 (rope.scaling.attn_factor): without it
+    (HF's default 0.1 ln 8 + 1) the logits are far from HF's."""
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    d = _with_rope(fixtures, tmp_path, "lfm2-yarn-tiny", lambda rp: {k: v for k, v in rp.items() if k != "attention_factor"})
+    convert(d, str(tmp_path / "d.gguf"), "f32")
+    ref = np.load(fixtures / "hf" / "lfm2-yarn-tiny" / "reference.npz")
+    assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) > 1e-3
+
+
+# llama.cpp's keys (gguf-py Keys.Rope) each RoPE-scaling fixture's file carries, as written
+ROPE_KEYS = {
+    "falconh1-yarn-tiny": ("falcon-h1", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                         "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.25}),
+    "lfm2-yarn-tiny": ("lfm2", {"type": "yarn", "factor": 8.0, "original_context_length": 12,
+                                "attn_factor": 1.3 / (0.1 * np.log(8.0) + 1.0)}),
+    "olmohybrid-linear-tiny": ("olmo-hybrid", {"type": "linear", "factor": 4.0}),
+    "qwen3next-yarn-tiny": ("qwen3next", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                          "yarn_beta_fast": 8.0, "yarn_beta_slow": 0.5}),
+    "qwen35-linear-tiny": ("qwen35", {"type": "linear", "factor": 4.0}),
+    "qwen35moe-yarn-tiny": ("qwen35moe", {"type": "yarn", "factor": 8.0, "original_context_length": 12,
+                                          "attn_factor": 0.9 / (0.1 * np.log(8.0) + 1.0)}),
+    "lfm2moe-linear-tiny": ("lfm2moe", {"type": "linear", "factor": 4.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(ROPE_KEYS))
+def test_rope_scaling_keys_are_llama_cpps(hf_f32, name):
+    """The file has llama.cpp's rope.scaling.* keys (names, types, values) and no other
+    rope.scaling key; the runtime reads them back into the hparams."""
+    import gguf
+
+    from toolkit.runtime import Model
+    arch, want = ROPE_KEYS[name]
+    path = hf_f32(name)
+    fields = gguf.GGUFReader(str(path)).fields
+    got = {k[len(f"{arch}.rope.scaling."):]: fields[k].contents() for k in fields if k.startswith(f"{arch}.rope.scaling.")}
+    assert set(got) == set(want), got
+    for k, v in want.items():
+        assert got[k] == v if isinstance(v, str) else got[k] == pytest.approx(v, rel=1e-6), (k, got[k], v)
+    assert f"{arch}.rope.scaling.type" == gguf.Keys.Rope.SCALING_TYPE.format(arch=arch)
+    with Model(path) as m:
+        hp = m.hparams
+        assert hp.rope_scaling_type == {"linear": 1, "yarn": 2}[want["type"]]
+        assert hp.rope_freq_scale == pytest.approx(1.0 / want["factor"])
+        assert hp.rope_attn_factor == pytest.approx(want.get("attn_factor", 1.0), rel=1e-6)

@@ -185,6 +185,22 @@ HPARAMS: tuple[HParam, ...] = (
     _i("n_rot", 0, "rotated dims per head (NORM mode: adjacent pairs); 0 = none", group="attn", kinds=(_ATTN,)),
     _f("rope_freq_base", 10000.0, "RoPE base", group="attn", key=_K.Rope.FREQ_BASE, absent=10000.0, kinds=(_ATTN,)),
     _b("use_rope", True, "RoPE on q / k", group="attn", kinds=(_ATTN,)),
+    # RoPE scaling as llama.cpp's rope.scaling.* keys say it (read_rope_scaling; kernels/ops.c tk_rope_angles)
+    _i("rope_scaling_type", 0, "rope.scaling.type: 0 none, 1 linear (every pair's angle * freq_scale), 2 yarn "
+       "(ramped between scaled and unscaled over the pairs, cos/sin * 0.1 ln(1/freq_scale) + 1)", group="attn",
+       kinds=(_ATTN,)),
+    _f("rope_freq_scale", 1.0, "1 / rope.scaling.factor (linear, yarn)", group="attn", kinds=(_ATTN,)),
+    _i("rope_orig_ctx", 0, "yarn: the pretraining context L (rope.scaling.original_context_length; absent: "
+       "context_length)", group="attn", kinds=(_ATTN,)),
+    _f("rope_yarn_beta_fast", 32.0, "yarn: the ramp starts at the pair turning beta_fast times over L "
+       "(rope.scaling.yarn_beta_fast)", group="attn", key=_K.Rope.SCALING_YARN_BETA_FAST, absent=32.0, gt=0.0,
+       kinds=(_ATTN,)),
+    _f("rope_yarn_beta_slow", 1.0, "yarn: the ramp ends at the pair turning beta_slow times over L "
+       "(rope.scaling.yarn_beta_slow)", group="attn", key=_K.Rope.SCALING_YARN_BETA_SLOW, absent=1.0, gt=0.0,
+       kinds=(_ATTN,)),
+    _f("rope_attn_factor", 1.0, "the rotated dims' cos/sin * this (rope.scaling.attn_factor; HF's "
+       "attention_factor over yarn's own 0.1 ln(factor) + 1)", group="attn", key=_K.Rope.SCALING_ATTN_FACTOR,
+       absent=1.0, gt=0.0, kinds=(_ATTN,)),
     _f("attention_scale", 0.0, "0 -> 1/sqrt(head_dim)", group="attn", c="scale", key=_K.Attention.SCALE, absent=0.0,
        kinds=(_ATTN,)),
     # ffn

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # value types of the keys: a declared field's (toolkit.arch.fields), and those of the keys no one
 # field is read from
 _KEY_TYPES = {h.key: h.key_type or h.type for h in F.HPARAMS if h.key}
-_FLOAT_KEYS = {k_ for k_, t in _KEY_TYPES.items() if t == "float"} | {Keys.Attention.LAYERNORM_EPS}
+_FLOAT_KEYS = {k_ for k_, t in _KEY_TYPES.items() if t == "float"} | {Keys.Attention.LAYERNORM_EPS,
+                                                                       Keys.Rope.SCALING_FACTOR}
 _BOOL_KEYS = {k_ for k_, t in _KEY_TYPES.items() if t == "bool"} | {Keys.KDA.SAFE_GATE, Keys.Rope.SCALING_FINETUNED}
 _LIST_KEYS = {Keys.Attention.HEAD_COUNT_KV, Keys.Attention.LAYER_INDICES, Keys.Rope.DIMENSION_SECTIONS,
               Keys.LLM.FEED_FORWARD_LENGTH}
@@ -319,6 +320,34 @@ def read_attention(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if hp.n_rot < 0 or hp.n_rot > hp.head_dim or hp.n_rot % 2:
         raise r.bad(Keys.Rope.DIMENSION_COUNT, f"= {hp.n_rot} must be even and at most the head dim {hp.head_dim}")
     r.fill(hp, "rope_freq_base", "attention_scale")
+    if hp.use_rope:
+        read_rope_scaling(r, hp)
+
+
+# rope.scaling.type values (llama.cpp's llama_rope_scaling_type names) -> rope_scaling_type
+ROPE_SCALING_TYPES = {"none": 0, "linear": 1, "yarn": 2}
+
+
+def read_rope_scaling(r: KeyReader, hp: "HParams") -> None:
+    """llama.cpp's RoPE scaling keys: ``rope.scaling.type`` ("none" when absent; "linear" or
+    "yarn"; "longrope" and other names refused), ``rope.scaling.factor`` (> 0; 0 or absent: 1),
+    ``rope.scaling.original_context_length`` (yarn; absent: context_length), yarn's
+    ``yarn_beta_fast`` / ``yarn_beta_slow`` and ``rope.scaling.attn_factor``, as llama.cpp reads
+    them (llama-model.cpp load_hparams, llama-context.cpp).  Raises InputError naming the key."""
+    t = r.f.get(k(Keys.Rope.SCALING_TYPE, r.arch), "none")
+    if t not in ROPE_SCALING_TYPES:
+        raise r.bad(Keys.Rope.SCALING_TYPE, f"= {str(t)[:40]!r} is not supported (only "
+                                            f"{', '.join(repr(n) for n in ROPE_SCALING_TYPES)})")
+    hp.rope_scaling_type = ROPE_SCALING_TYPES[t]
+    factor = float(r.opt(Keys.Rope.SCALING_FACTOR, 0.0))
+    if not (math.isfinite(factor) and factor >= 0):
+        raise r.bad(Keys.Rope.SCALING_FACTOR, f"= {factor} must be a finite number > 0")
+    hp.rope_freq_scale = 1.0 / factor if factor and hp.rope_scaling_type else 1.0
+    ctx = int(r.opt(Keys.Rope.SCALING_ORIG_CTX_LEN, 0)) or hp.n_ctx_train
+    if hp.rope_scaling_type == ROPE_SCALING_TYPES["yarn"] and ctx <= 0:
+        raise r.bad(Keys.Rope.SCALING_ORIG_CTX_LEN, f"= {ctx} must be > 0 for yarn (and context_length is not set)")
+    hp.rope_orig_ctx = max(ctx, 0)
+    r.fill(hp, "rope_yarn_beta_fast", "rope_yarn_beta_slow", "rope_attn_factor")
 
 
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:

@@ -116,6 +116,10 @@ COMMON_IRRELEVANT: dict[str, str] = {
 }
 
 
+# why a family whose HF code applies the RoPE scaling types refuses them (no variant fixture here yet)
+ROPE_NOT_YET = "RoPE scaling is converted only where a variant fixture checks it against HF"
+
+
 @dataclass(frozen=True)
 class ConfigKeys:
     """One family's declaration.
@@ -129,6 +133,16 @@ class ConfigKeys:
                  code applies no RoPE (``rope_parameters`` is then declared irrelevant)
     aliases:     alias -> key (the HF class's ``attribute_map``): an alias in config.json is
                  checked as its key
+    rope_why:    why the other RoPE types are refused (in the error and docs/config-audit.md);
+                 :data:`ROPE_NOT_YET` when not given
+
+    RoPE types.  The families whose HF rotary embedding runs ``ROPE_INIT_FUNCTIONS`` and whose
+    variant fixtures pass convert ``linear`` and ``yarn`` as llama.cpp's ``rope.scaling.*`` keys
+    (:mod:`toolkit.convert.rope_scaling`: OLMo-Hybrid, Falcon-H1, LFM2, LFM2-MoE, Qwen3-Next, Qwen3.5, Qwen3.5-MoE); ``dynamic``, ``llama3``
+    and ``longrope`` stay refused there (:data:`toolkit.convert.rope_scaling.SCALED_WHY`).  A family
+    whose HF code applies no other type keeps refusing them for that reason (RecurrentGemma:
+    RecurrentGemmaRotaryEmbedding raises for any type but "default"); the other families'
+    HF code applies the types but no variant fixture checks them here yet (:data:`ROPE_NOT_YET`).
     """
 
     read: frozenset[str]
@@ -136,17 +150,19 @@ class ConfigKeys:
     refused: Mapping[str, Refused] = field(default_factory=dict)
     rope_types: tuple[str, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
+    rope_why: str = ""
 
     @classmethod
     def of(cls, read: str, irrelevant: Mapping[str, str] | None = None, refused: Mapping[str, Refused] | None = None,
-           rope_types: tuple[str, ...] = (), aliases: Mapping[str, str] | None = None) -> "ConfigKeys":
+           rope_types: tuple[str, ...] = (), aliases: Mapping[str, str] | None = None,
+           rope_why: str = "") -> "ConfigKeys":
         """``read`` as one whitespace-separated string; COMMON_IRRELEVANT less the keys read
         or refused is added to ``irrelevant``."""
         r = frozenset(read.split())
         ref = dict(refused or {})
         irr = {k: v for k, v in COMMON_IRRELEVANT.items() if k not in r and k not in ref}
         irr.update(irrelevant or {})
-        return cls(r, irr, ref, tuple(rope_types), dict(aliases or {}))
+        return cls(r, irr, ref, tuple(rope_types), dict(aliases or {}), rope_why or (ROPE_NOT_YET if rope_types else ""))
 
     def status(self, key: str) -> str:
         """``read``, ``irrelevant``, ``refused`` or ``undeclared``."""
@@ -187,7 +203,7 @@ class ConfigKeys:
                 t = p.get("rope_type", p.get("type"))
                 if t is None or t in self.rope_types:
                     continue
-                why = f"only {' or '.join(_short(x) for x in self.rope_types)} converted"
+                why = f"only {' or '.join(_short(x) for x in self.rope_types)} converted: {self.rope_why}"
                 raise UnsupportedError(f"{path}: key '{where}.rope_type' = {_short(t)} is not supported ({why})")
 
 

@@ -87,6 +87,13 @@ class Keys:
         FREQ_BASE = gguf.Keys.Rope.FREQ_BASE
         SCALING_FINETUNED = gguf.Keys.Rope.SCALING_FINETUNED
         DIMENSION_SECTIONS = gguf.Keys.Rope.DIMENSION_SECTIONS
+        # llama.cpp's RoPE scaling (rope.scaling.type "none" / "linear" / "yarn" / "longrope")
+        SCALING_TYPE = gguf.Keys.Rope.SCALING_TYPE
+        SCALING_FACTOR = gguf.Keys.Rope.SCALING_FACTOR
+        SCALING_ORIG_CTX_LEN = gguf.Keys.Rope.SCALING_ORIG_CTX_LEN
+        SCALING_ATTN_FACTOR = gguf.Keys.Rope.SCALING_ATTN_FACTOR
+        SCALING_YARN_BETA_FAST = gguf.Keys.Rope.SCALING_YARN_BETA_FAST
+        SCALING_YARN_BETA_SLOW = gguf.Keys.Rope.SCALING_YARN_BETA_SLOW
         # llama.cpp's (gemma3 / gemma4): the RoPE base of the sliding-window layers
         FREQ_BASE_SWA = "{arch}.rope.freq_base_swa"
         # ours (LFM3's "proportional" RoPE on the full-attention layers): the dims whose pairs

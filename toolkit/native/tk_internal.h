@@ -231,9 +231,28 @@ float tk_softplus(float x);
 void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base);
 /* tk_rope_neox on the pairs i < n_pairs only (LFM3's proportional RoPE; n_pairs = n_rot/2: tk_rope_neox) */
 void tk_rope_neox_pairs(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs, int32_t pos, float base);
+/* RoPE scaling of one call (llama.cpp's rope.scaling.*, ops.c tk_rope_scaling_of): pair i of n_rot turns
+ * by pos * tk_rope_freq(s, i, ...) and its cos / sin are multiplied by mscale. */
+typedef struct {
+    int32_t type;              /* 0 none, 1 linear, 2 yarn (tk_hparams_attn.rope_scaling_type) */
+    double freq_scale;         /* 1 / factor */
+    double low, high;          /* yarn: the ramp's first and last pair (llama.cpp ggml_rope_yarn_corr_dims) */
+    float mscale;              /* cos / sin * this */
+} tk_rope_scaling;
+/* The scaling of the attention hparams `a` for RoPE over n_rot dims at `base`; with_mscale 0: mscale 1
+ * (the context shift re-rotates cached keys, which already carry it) */
+tk_rope_scaling tk_rope_scaling_of(const tk_hparams_attn * a, int32_t n_rot, double base, int with_mscale);
+/* tk_rope_norm / tk_rope_neox_pairs under the scaling s (NULL: none) */
+void tk_rope_norm_scaled(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base,
+                         const tk_rope_scaling * s);
+void tk_rope_neox_pairs_scaled(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs,
+                               int32_t pos, float base, const tk_rope_scaling * s);
 /* RoPE of layer il (attention kinds) on n_head rows head_stride apart, at position pos: the model's
- * mode, base and rotated dims, per layer for LFM3 (sliding: rope_freq_base_swa; else proportional) */
+ * mode, base, rotated dims and scaling (rope.scaling.*), per layer for LFM3 (sliding: rope_freq_base_swa;
+ * else proportional) */
 void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos);
+/* tk_attention_rope for the context shift: by pos = delta, the cos / sin not scaled (mscale 1) */
+void tk_attention_rope_shift(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t delta);
 
 /* ---- ssm.c: tk_ssm_conv, tk_ssm_scan_mamba1/2 are declared in tk_testing.h ------- */
 /* A chunk threshold parameter (tk_context_params.ssd_min, tk_gdn_head.min_chunk, ...) as the

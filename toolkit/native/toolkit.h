@@ -194,6 +194,19 @@ typedef struct {
     int32_t n_rot;                 /* rotated dims per head (NORM mode: adjacent pairs); 0 = none */
     float rope_freq_base;          /* RoPE base */
     int32_t use_rope;              /* RoPE on q / k */
+    /* rope.scaling.type: 0 none, 1 linear (every pair's angle * freq_scale), 2 yarn (ramped between scaled
+     * and unscaled over the pairs, cos/sin * 0.1 ln(1/freq_scale) + 1) */
+    int32_t rope_scaling_type;
+    float rope_freq_scale;         /* 1 / rope.scaling.factor (linear, yarn) */
+    /* yarn: the pretraining context L (rope.scaling.original_context_length; absent: context_length) */
+    int32_t rope_orig_ctx;
+    /* yarn: the ramp starts at the pair turning beta_fast times over L (rope.scaling.yarn_beta_fast) */
+    float rope_yarn_beta_fast;
+    /* yarn: the ramp ends at the pair turning beta_slow times over L (rope.scaling.yarn_beta_slow) */
+    float rope_yarn_beta_slow;
+    /* the rotated dims' cos/sin * this (rope.scaling.attn_factor; HF's attention_factor over yarn's own
+     * 0.1 ln(factor) + 1) */
+    float rope_attn_factor;
     float scale;                   /* 0 -> 1/sqrt(head_dim) */
     /* W: a query at position i sees the keys j with i - W < j <= i on a sliding layer */
     int32_t n_swa;

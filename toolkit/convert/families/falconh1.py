@@ -56,6 +56,7 @@ import math
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.convert.base import SSM_PROJ_BIAS
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
@@ -81,7 +82,7 @@ class FalconH1Family(Family):
                  "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
                  "mlp_bias": Refused((False,), "MLP biases: not in the falcon-h1 GGUF layout"),
                  "time_step_limit": DT_LIMIT},
-        rope_types=("default",), aliases={"layers_block_type": "layer_types"})
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
     known = (
@@ -161,10 +162,8 @@ class FalconH1Family(Family):
         if self.head_dim % 2:
             raise InputError(f"{c.path}: head_dim {self.head_dim} must be even (RoPE)")
         self.rope_theta = c.rope_theta(10000.0)
-        rope_type = c.rope("rope_type", "default")
-        if rope_type != "default" or c.rope("partial_rotary_factor", 1.0) != 1.0:
-            raise UnsupportedError(f"{c.path}: rope_type {rope_type!r} / partial_rotary_factor: only plain RoPE "
-                                   f"on the whole head is supported")
+        if c.rope("partial_rotary_factor", 1.0) != 1.0:
+            raise UnsupportedError(f"{c.path}: partial_rotary_factor: only RoPE on the whole head is supported")
 
     def n_vocab_rows(self) -> int:
         return self.n_vocab
@@ -194,7 +193,7 @@ class FalconH1Family(Family):
             # ours: every layer has attention; Mamba-2 head dim; the gate order when it is not llama.cpp's
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), list(range(self.n_layer))),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.ssm_head_dim),
-        ]
+        ] + rope_scaling_kv(c, key)
         if self.rms_norm and self.norm_before_gate:
             p.kv.append(kv_bool(key(Keys.SSM.NORM_BEFORE_GATE), True))
         D, m = self.n_embd, self.mult

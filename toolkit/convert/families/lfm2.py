@@ -39,6 +39,7 @@ from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import KV, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError
@@ -70,7 +71,7 @@ class LFM2Family(Family):
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache block_multiple_of "
         "block_ffn_dim_multiplier block_auto_adjust_ff_dim full_attn_idxs layer_types block_ff_dim conv_bias",
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("LFM2",)
     arch = ARCH_LFM2
     known = _COMMON
@@ -146,7 +147,7 @@ class LFM2Family(Family):
                 kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps)] + self.moe_kv() + [
                 kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
                 kv_u32(key(Keys.ShortConv.L_CACHE), self.d_conv),
-                kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn))]
+                kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn))] + rope_scaling_kv(self.cfg, key)
 
     def moe_kv(self) -> list[KV]:
         return []
@@ -226,7 +227,7 @@ class LFM2MoeFamily(LFM2Family):
         "rope_parameters max_position_embeddings norm_eps num_attention_heads num_key_value_heads conv_L_cache "
         "num_dense_layers num_experts_per_tok num_experts use_expert_bias routed_scaling_factor norm_topk_prob "
         "layer_types full_attn_idxs conv_bias",
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     arch = ARCH_LFM2MOE
     known = _COMMON + _MOE
     has_moe = True

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError
@@ -76,7 +77,7 @@ class OlmoHybridFamily(Family):
         irrelevant={k: "A_log / dt_bias initialisation only" for k in (
             "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")},
         refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from docs/specs/more-hybrids.md)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -170,6 +171,7 @@ class OlmoHybridFamily(Family):
         ]
         if self.rope_theta is not None:
             p.kv.append(kv_f32(key(Keys.Rope.FREQ_BASE), self.rope_theta))
+            p.kv += rope_scaling_kv(self.cfg, key)
         if self.beta_scale != 1.0:
             p.kv.append(kv_f32(key(Keys.SSM.BETA_SCALE), self.beta_scale))
 

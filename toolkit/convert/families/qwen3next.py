@@ -45,6 +45,7 @@ import re
 from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.qwen_gdn import (QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
                                                QwenGDNFamily, text_config)
@@ -75,7 +76,7 @@ class Qwen3NextFamily(QwenGDNFamily):
     hf_configs = ("Qwen3NextConfig",)
     config_keys = ConfigKeys.of(
         QWEN_READ + " " + QWEN_MOE_READ + " decoder_sparse_step mlp_only_layers norm_topk_prob",
-        refused=QWEN_REFUSED, rope_types=("default",))
+        refused=QWEN_REFUSED, rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Qwen3-Next",)
     arch = ARCH_QWEN3NEXT
     known = _known(GDN_FUSED, MOE + DENSE)
@@ -144,8 +145,9 @@ class Qwen3NextFamily(QwenGDNFamily):
         self.n_rot = int(self.head_dim * prf)
         self.rope_theta = c.rope_theta(10000.0)
         rt = c.rope("rope_type", "default")
-        if rt != "default":
-            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported (only 'default')")
+        if rt not in self.config_keys.rope_types:
+            raise UnsupportedError(f"{c.path}: rope_parameters.rope_type = {rt!r} is not supported "
+                                   f"(only {', '.join(repr(t) for t in self.config_keys.rope_types)})")
         sections = c.rope("mrope_section", self.default_mrope if self.mrope else None)
         self.mrope_sections = None
         if sections is None:
@@ -224,7 +226,7 @@ class Qwen3NextFamily(QwenGDNFamily):
         if self.mrope_sections is not None:
             kv.append(kv_arr_i32(key(Keys.Rope.DIMENSION_SECTIONS), self.mrope_sections))
         kv += [kv_f32(key(Keys.Rope.FREQ_BASE), self.rope_theta),
-               kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps)]
+               kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps)] + rope_scaling_kv(self.c, key)
         if self.has_moe:
             kv += [kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
                    kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used), *self.moe_norm_kv()]
@@ -303,7 +305,7 @@ class Qwen35Family(Qwen3NextFamily):
 
     hf_archs = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
     hf_configs = ("Qwen3_5TextConfig", "Qwen3_5Config")
-    config_keys = ConfigKeys.of(QWEN_READ, irrelevant=VL_IRRELEVANT, refused=QWEN_REFUSED, rope_types=("default",))
+    config_keys = ConfigKeys.of(QWEN_READ, irrelevant=VL_IRRELEVANT, refused=QWEN_REFUSED, rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Qwen3.5",)
     arch = ARCH_QWEN35
     known = _known(GDN_SPLIT, DENSE)
@@ -319,7 +321,7 @@ class Qwen35MoeFamily(Qwen3NextFamily):
     hf_archs = ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
     hf_configs = ("Qwen3_5MoeTextConfig", "Qwen3_5MoeConfig")
     config_keys = ConfigKeys.of(QWEN_READ + " " + QWEN_MOE_READ, irrelevant=VL_IRRELEVANT, refused=QWEN_REFUSED,
-                                rope_types=("default",))
+                                rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Qwen3.5",)
     arch = ARCH_QWEN35MOE
     known = _known(GDN_SPLIT, MOE)

@@ -76,7 +76,8 @@ class RecurrentGemmaFamily(Family):
         "tie_word_embeddings max_position_embeddings",
         irrelevant={"w_init_variance_scale": "weight initialisation only"},
         refused={"hidden_activation": Refused(("gelu_pytorch_tanh",), "the runtime's MLP and gate branch are GeLU-tanh")},
-        rope_types=("default",), aliases={"sliding_window": "attention_window_size", "layer_types": "layers_block_type"})
+        rope_types=("default",), aliases={"sliding_window": "attention_window_size", "layer_types": "layers_block_type"},
+        rope_why="HF's RecurrentGemmaRotaryEmbedding raises for any other type (modeling_recurrent_gemma.py)")
     families = ("RecurrentGemma",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model RecurrentGemmaForCausalLM is not supported"
     vllm = False        # not in vLLM's supported-models list as we read it

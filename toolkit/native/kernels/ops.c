@@ -331,16 +331,58 @@ void tk_mul_silu_row(float * y, const float * z, int64_t n) {
 /* softplus with torch's threshold 20 (ref: torch.nn.functional.softplus; ggml ssm ops). */
 float tk_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+/* RoPE scaling as llama.cpp runs rope.scaling.* (ggml rope_yarn, ggml_rope_yarn_corr_dims,
+ * llama-context.cpp's yarn_attn_factor), which is HF's (modeling_rope_utils.py
+ * _compute_linear_scaling_rope_parameters, _compute_yarn_parameters with truncate):
+ *   linear: inv_freq_i = freq_scale * base^(-2i/n_rot)
+ *   yarn:   inv_freq_i = base^(-2i/n_rot) (freq_scale (1 - r_i) + r_i), r_i = 1 - clamp((i - low) / max(high - low,
+ *           0.001), 0, 1), low = max(0, floor(d(beta_fast))), high = min(n_rot - 1, ceil(d(beta_slow))),
+ *           d(b) = n_rot ln(L / (2 pi b)) / (2 ln base); cos / sin * (0.1 ln(1/freq_scale) + 1 if freq_scale < 1)
+ *   and any type (none too, as llama.cpp): cos / sin * attn_factor. */
+static double rope_corr_dim(int32_t n_rot, int32_t n_ctx_orig, double n_turns, double base) {
+    return (double) n_rot * log((double) n_ctx_orig / (n_turns * 2.0 * 3.14159265358979323846)) / (2.0 * log(base));
+}
+
+tk_rope_scaling tk_rope_scaling_of(const tk_hparams_attn * a, int32_t n_rot, double base, int with_mscale) {
+    tk_rope_scaling s = { 0, 1.0, 0.0, 0.0, 1.0f };
+    if (!a) return s;
+    double ms = a->rope_attn_factor > 0 ? (double) a->rope_attn_factor : 1.0;   /* llama.cpp: whatever the type */
+    s.type = a->rope_scaling_type > 0 ? a->rope_scaling_type : 0;
+    s.freq_scale = s.type && a->rope_freq_scale > 0 ? (double) a->rope_freq_scale : 1.0;
+    if (s.type == 2) {
+        s.low = fmax(0.0, floor(rope_corr_dim(n_rot, a->rope_orig_ctx, a->rope_yarn_beta_fast, base)));
+        s.high = fmin((double) n_rot - 1.0, ceil(rope_corr_dim(n_rot, a->rope_orig_ctx, a->rope_yarn_beta_slow, base)));
+        if (s.freq_scale < 1.0) ms *= 0.1 * log(1.0 / s.freq_scale) + 1.0;
+    }
+    s.mscale = with_mscale ? (float) ms : 1.0f;
+    return s;
+}
+
+/* the angle step of pair i (of n_rot / 2) under s (NULL: none) */
+static inline double rope_freq(const tk_rope_scaling * s, int32_t i, int32_t n_rot, double base) {
+    const double f = pow(base, -2.0 * (double) i / (double) n_rot);
+    if (!s || s->type <= 0) return f;
+    if (s->type == 1) return f * s->freq_scale;
+    const double y = ((double) i - s->low) / fmax(0.001, s->high - s->low);
+    const double r = 1.0 - fmin(1.0, fmax(0.0, y));            /* 1: extrapolate (unscaled), 0: interpolate */
+    return f * (s->freq_scale * (1.0 - r) + r);
+}
+
 /* RoPE, NORM mode (adjacent pairs), on the first n_rot dims of each head; the rest of the
  * head passes through.  x: [n_head, head_dim] of one token at position `pos`.
  *   theta_i = pos * base^(-2i / n_rot),  (x[2i], x[2i+1]) <- rotation by theta_i
  * ref: ggml rope_f32 (mode 0); HF's rotate_half form after the converter's q/k row
  * permutation within the first n_rot dims. Angles in double, then cos/sin rounded. */
 void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base) {
+    tk_rope_norm_scaled(x, n_head, head_dim, n_rot, pos, base, NULL);
+}
+
+void tk_rope_norm_scaled(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, int32_t pos, float base,
+                         const tk_rope_scaling * sc) {
+    const double ms = sc ? (double) sc->mscale : 1.0;
     for (int32_t i = 0; i < n_rot / 2; i++) {
-        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
-        const double theta = (double) pos * inv_freq;
-        const float c = (float) cos(theta), s = (float) sin(theta);
+        const double theta = (double) pos * rope_freq(sc, i, n_rot, (double) base);
+        const float c = (float) (cos(theta) * ms), s = (float) (sin(theta) * ms);
         for (int32_t h = 0; h < n_head; h++) {
             float * p = x + (int64_t) h * head_dim + 2 * i;
             const float x0 = p[0], x1 = p[1];
@@ -357,15 +399,20 @@ void tk_rope_norm(float * x, int32_t n_head, int32_t head_dim, int32_t n_rot, in
  * partial_rotary_factor); llama.cpp's interleaved M-RoPE reduces to this for text (spec
  * gdn-family.md §2.2, B15).  Angles in double, then cos/sin rounded, as tk_rope_norm. */
 void tk_rope_neox(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t pos, float base) {
-    tk_rope_neox_pairs(x, n_head, head_stride, n_rot, n_rot / 2, pos, base);
+    tk_rope_neox_pairs_scaled(x, n_head, head_stride, n_rot, n_rot / 2, pos, base, NULL);
 }
 
 void tk_rope_neox_pairs(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs, int32_t pos, float base) {
+    tk_rope_neox_pairs_scaled(x, n_head, head_stride, n_rot, n_pairs, pos, base, NULL);
+}
+
+void tk_rope_neox_pairs_scaled(float * x, int32_t n_head, int64_t head_stride, int32_t n_rot, int32_t n_pairs,
+                               int32_t pos, float base, const tk_rope_scaling * sc) {
     const int32_t half = n_rot / 2;
+    const double ms = sc ? (double) sc->mscale : 1.0;
     for (int32_t i = 0; i < n_pairs && i < half; i++) {
-        const double inv_freq = pow((double) base, -2.0 * (double) i / (double) n_rot);
-        const double theta = (double) pos * inv_freq;
-        const float c = (float) cos(theta), s = (float) sin(theta);
+        const double theta = (double) pos * rope_freq(sc, i, n_rot, (double) base);
+        const float c = (float) (cos(theta) * ms), s = (float) (sin(theta) * ms);
         for (int32_t h = 0; h < n_head; h++) {
             float * p = x + (int64_t) h * head_stride + i;
             const float x0 = p[0], x1 = p[half];

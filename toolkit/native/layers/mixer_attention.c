@@ -68,6 +68,11 @@ static tk_status attn_check(const tk_hparams * hp, int il) {
     if (hp->attn.use_rope && (hp->attn.n_rot < 0 || hp->attn.n_rot > hp->attn.head_dim || hp->attn.n_rot % 2))
         return TK_FAIL(TK_ERR_INVALID, "n_rot = %d must be even and at most head_dim = %d", hp->attn.n_rot, hp->attn.head_dim);
     if (hp->attn.use_rope && !(hp->attn.rope_freq_base > 0)) return TK_FAIL(TK_ERR_INVALID, "rope_freq_base = %g must be > 0", hp->attn.rope_freq_base);
+    if (hp->attn.use_rope && (hp->attn.rope_scaling_type < 0 || hp->attn.rope_scaling_type > 2 ||
+                              (hp->attn.rope_scaling_type > 0 && !(hp->attn.rope_freq_scale > 0)) || (hp->attn.rope_scaling_type == 2 &&
+                              (hp->attn.rope_orig_ctx <= 0 || !(hp->attn.rope_yarn_beta_fast > 0) || !(hp->attn.rope_yarn_beta_slow > 0)))))
+        return TK_FAIL(TK_ERR_INVALID, "rope scaling type %d (freq_scale %g, attn_factor %g, original context %d) invalid",
+                       hp->attn.rope_scaling_type, hp->attn.rope_freq_scale, hp->attn.rope_attn_factor, hp->attn.rope_orig_ctx);
     if (!(hp->attn.rope_freq_base_swa >= 0) || hp->attn.rope_prop_rot < 0 || hp->attn.rope_prop_rot > hp->attn.n_rot || hp->attn.rope_prop_rot % 2 ||
         (hp->attn.rope_prop_rot && !hp->attn.rope_neox))
         return TK_FAIL(TK_ERR_INVALID, "rope_freq_base_swa = %g / rope_prop_rot = %d invalid (n_rot %d)", hp->attn.rope_freq_base_swa,
@@ -271,16 +276,29 @@ static void attn_qk_prep(const tk_hparams * hp, const tk_layer * l, int il, floa
     tk_attention_rope(hp, il, k, Hkv, hd, pos);
 }
 
-void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos) {
+static void attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos,
+                           int with_mscale) {
     if (!hp->attn.use_rope || hp->attn.n_rot <= 0) return;
     const int sliding = hp->attn.swa_layers && hp->attn.swa_layers[il];
     if (hp->attn.rope_swa_only && !sliding) return;        /* Lara-Mini's full layers: NoPE */
+    const float base = sliding && hp->attn.rope_freq_base_swa > 0 ? hp->attn.rope_freq_base_swa : hp->attn.rope_freq_base;
+    /* rope.scaling.* (linear, yarn): the families that convert it have one base and every pair rotating */
+    const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->attn.n_rot, base, with_mscale);
     if (sliding && hp->attn.rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
         tk_rope_neox(x, n_head, head_stride, hp->attn.n_rot, pos, hp->attn.rope_freq_base_swa);
     else if (!sliding && hp->attn.rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
         tk_rope_neox_pairs(x, n_head, head_stride, hp->attn.n_rot, hp->attn.rope_prop_rot / 2, pos, hp->attn.rope_freq_base);
-    else if (hp->attn.rope_neox) tk_rope_neox(x, n_head, head_stride, hp->attn.n_rot, pos, hp->attn.rope_freq_base);
-    else tk_rope_norm(x, n_head, hp->attn.head_dim, hp->attn.n_rot, pos, hp->attn.rope_freq_base);
+    else if (hp->attn.rope_neox)
+        tk_rope_neox_pairs_scaled(x, n_head, head_stride, hp->attn.n_rot, hp->attn.n_rot / 2, pos, base, &sc);
+    else tk_rope_norm_scaled(x, n_head, hp->attn.head_dim, hp->attn.n_rot, pos, base, &sc);
+}
+
+void tk_attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t pos) {
+    attention_rope(hp, il, x, n_head, head_stride, pos, 1);
+}
+
+void tk_attention_rope_shift(const tk_hparams * hp, int il, float * x, int32_t n_head, int64_t head_stride, int32_t delta) {
+    attention_rope(hp, il, x, n_head, head_stride, delta, 0);
 }
 
 /* attn_q_gate: att[t][h] *= sigmoid(gate_h of token t) over tokens [t0, t1) */

@@ -187,7 +187,7 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
             float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
-            tk_attention_rope(hp, l, k, kv->kv_dim[l] / hp->attn.head_dim, hp->attn.head_dim, delta);   /* the layer's RoPE */
+            tk_attention_rope_shift(hp, l, k, kv->kv_dim[l] / hp->attn.head_dim, hp->attn.head_dim, delta);   /* the layer's RoPE */
         }
     }
 }
