@@ -115,6 +115,30 @@ def test_threads_invariant_at_depth(fixtures, t):
         assert np.array_equal(_deep(path, t, thr, 512, 2300), base), f"{t}: {thr} threads at depth"
 
 
+LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", TYPES)
+def test_chunk_conversion_is_to_float(t, level):
+    """The blocked attention's row conversion (attn_body.h tk_attn_cvt_*: F16C, the bf16 shift,
+    q8_0's q d in vectors) gives the type's to_float bit for bit, tails included (80 = 2 x 32 + 16
+    values; f16 / bf16 rows of 100 with a scalar tail)."""
+    from toolkit.binding import ffi
+    from toolkit.runtime.options import KV_TYPES
+    ty = KV_TYPES[t]
+    rng = np.random.default_rng(7)
+    for n in ((96, 64) if t.startswith("q") else (100, 96, 7)):
+        x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 300.0], n)).astype(np.float32)
+        x[:3] = [0.0, -0.0, 6.1e-5]                          # zeros and an f16 subnormal
+        row = bytearray(int(lib.tk_quant_row_size(ty, n)))
+        assert lib.tk_quantize_rows(ty, ffi.from_buffer("float[]", x), ffi.from_buffer(row), 1, n, 1) == 0
+        want, got = np.empty(n, np.float32), np.full(n, np.nan, np.float32)
+        assert lib.tk_dequantize_row(ty, ffi.from_buffer(row), ffi.from_buffer("float[]", want), n) == 0
+        lib.tk_attn_cvt_at(level, ty, ffi.from_buffer(row), ffi.from_buffer("float[]", got), n)
+        assert got.tobytes() == want.tobytes(), (t, level, n)
+
+
 @pytest.fixture
 def reference_off():
     yield

@@ -24,6 +24,21 @@ int tk_attn_reference(void) { return __atomic_load_n(&attn_ref, __ATOMIC_RELAXED
 
 void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0, __ATOMIC_RELAXED); }
 
+/* the level's row conversion (attn_body.h tk_attn_cvt_*) */
+static tk_attn_cvt_fn attn_cvt_of(int level) {
+#ifdef TK_HAVE_X86
+    if (level >= TK_CPU_AVX512) return tk_attn_cvt_avx512;
+    if (level >= TK_CPU_AVX2) return tk_attn_cvt_avx2;
+#endif
+    (void) level;
+    return tk_attn_cvt_plain;
+}
+
+void tk_attn_cvt_at(int level, int32_t type, const void * src, float * dst, int32_t n) {
+    if (level > tk_cpu_detected()) level = tk_cpu_detected();
+    if (!attn_cvt_of(level)(type, src, dst, n)) tk_type_traits_get(type)->to_float(src, dst, n);
+}
+
 /* ---- sizes ---- */
 
 /* tokens per tile: TK_ATTN_ROWS rows, or one token when a group alone has more heads */
@@ -83,6 +98,7 @@ typedef struct {
     size_t part_n;
     float * conv;              /* a typed cache: [n_threads, CH (dk + dv)] the chunk's rows as floats, else NULL */
     const tk_type_traits * tk, * tv;
+    tk_attn_cvt_fn cvt;        /* the level's row conversion (attn_body.h), else the types' to_float */
     int32_t slot[TK_ATTN_CHUNK];   /* slot i's "cell" in the converted rows: i */
 } attn_run_job;
 
@@ -178,8 +194,9 @@ static tk_attn_args attn_convert(const attn_run_job * j, const tk_attn_tile * tl
     for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) {
         if (!w->any[i]) continue;
         const size_t c = (size_t) w->cell[i];
-        j->tk->to_float(a->kt + c * a->k_cb + (size_t) tl->g * a->k_gb, kc + (size_t) i * dk, dk);
-        j->tv->to_float(a->vt + c * a->v_cb + (size_t) tl->g * a->v_gb, vc + (size_t) i * dv, dv);
+        const uint8_t * ks = a->kt + c * a->k_cb + (size_t) tl->g * a->k_gb, * vs = a->vt + c * a->v_cb + (size_t) tl->g * a->v_gb;
+        if (!j->cvt(a->type_k, ks, kc + (size_t) i * dk, dk)) j->tk->to_float(ks, kc + (size_t) i * dk, dk);
+        if (!j->cvt(a->type_v, vs, vc + (size_t) i * dv, dv)) j->tv->to_float(vs, vc + (size_t) i * dv, dv);
     }
     b.k = kc;
     b.v = vc;
@@ -338,6 +355,7 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
     j.a = a;
     j.chunk = tk_attn_chunk_plain;
     j.fold = tk_attn_fold_plain;
+    j.cvt = attn_cvt_of(tk_cpu_level());
 #ifdef TK_HAVE_X86
     const int level = tk_cpu_level();
     if (level >= TK_CPU_AVX512) {

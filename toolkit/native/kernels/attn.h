@@ -112,13 +112,19 @@ typedef void (*tk_attn_fold_fn)(int32_t dv, float * m, float * l, float * O, flo
 void tk_attn_chunk_plain(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                          const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_plain(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+/* a typed cache's row of n values as floats, the type's to_float bit for bit; 0: not a type the
+ * instance converts (f16 in the plain one, q4_0): the caller takes the type's to_float */
+typedef int (*tk_attn_cvt_fn)(int32_t type, const uint8_t * src, float * dst, int32_t n);
+int tk_attn_cvt_plain(int32_t type, const uint8_t * src, float * dst, int32_t n);
 #ifdef TK_HAVE_X86
 void tk_attn_chunk_avx2(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                         const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx2(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+int tk_attn_cvt_avx2(int32_t type, const uint8_t * src, float * dst, int32_t n);
 void tk_attn_chunk_avx512(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                           const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx512(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+int tk_attn_cvt_avx512(int32_t type, const uint8_t * src, float * dst, int32_t n);
 #endif
 
 #endif
