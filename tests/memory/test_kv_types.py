@@ -14,6 +14,7 @@
   naming both), and `run --session` names the file;
 * a context shift re-rotates a quantized K (dequantize, rotate, quantize, as llama.cpp's shift):
   the continuation after it stays within the type's bound of a fresh run at the shifted positions;
+* sliding windows, Zamba's shared blocks and QSA run with typed caches (estimate, state blobs);
 * bad types and MLA's latent rows (float32 only) are refused with one line.
 """
 from __future__ import annotations
@@ -334,3 +335,26 @@ def test_speculative_rollback_typed(monkeypatch, capsys, fixtures):
     rc, out, err = cli(monkeypatch, capsys, *args, "-md", path, "--draft-max", "3")
     assert rc == 0, err
     assert json.loads(out)["tokens"] == plain
+
+
+@pytest.mark.parametrize("name,t", [("lfm3-tiny", "f16"), ("zamba2-mem2-tiny", "q8_0"), ("qwen4exp-tiny", "q8_0"),
+                                    ("zamba-1head-tiny", "bf16")])
+def test_other_attention_kinds(hf_f32, name, t):
+    """Sliding windows (lfm3: the iSWA caches), Zamba's shared blocks, QSA's selected cells (its
+    indexer keys stay f32): estimate == allocation, logits within the type's bound of the f32
+    cache, and a state blob restores the exact continuation."""
+    path = str(hf_f32(name))
+    with Model(path, n_threads=2) as m:
+        toks = _toks(m, 80)
+        o = _opts(t)
+        with Context(m, n_ctx=128, n_ubatch=16, n_threads=2) as c:
+            ref = c.decode(toks, logits="all")
+        with Context(m, n_ctx=128, n_ubatch=16, n_threads=2, options=o, n_checkpoints=2) as c:
+            got = c.decode(toks, logits="all")
+            assert c.memory_report() == memory_estimate(m, n_ctx=128, n_ubatch=16, n_threads=2, n_checkpoints=2, options=o)
+            blob = c.state_bytes()
+            nxt = c.decode([5])
+            c.memory.seq_rm(0, -1, -1)
+            c.load_state(blob)
+            assert np.array_equal(c.decode([5]), nxt)
+    assert 0 < _rel(got, ref) < BOUND[t]
