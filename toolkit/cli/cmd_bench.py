@@ -345,9 +345,9 @@ def bench(
     n_depth: str = typer.Option("0", "-d", "--n-depth", help="Tokens decoded into the memory before each test, "
                                 "untimed (comma-separated; llama-bench's -d)."),
     cache_type_k: str = typer.Option("f32", "-ctk", "--cache-type-k", help="KV cache type of K, comma-separated "
-                                     "(f32)."),
+                                     "(f32, f16, bf16, q8_0, q4_0)."),
     cache_type_v: str = typer.Option("f32", "-ctv", "--cache-type-v", help="KV cache type of V, comma-separated "
-                                     "(f32)."),
+                                     "(f32, f16, bf16, q8_0, q4_0)."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),
