@@ -222,7 +222,7 @@ def main() -> int:
     ap.add_argument("-n", type=lambda s: [int(x) for x in s.split(",")], default=[128])
     ap.add_argument("-d", type=lambda s: [int(x) for x in s.split(",")], default=[0],
                     help="depths (llama-bench's -d, comma-separated), passed to both sides")
-    ap.add_argument("-ctk", help="KV cache type of K, passed to both sides (llama.cpp's default: f16, ours: f32)")
+    ap.add_argument("-ctk", help="KV cache type of K (f32, f16, bf16, q8_0, q4_0), passed to both sides (llama.cpp's default: f16, ours: f32)")
     ap.add_argument("-ctv", help="KV cache type of V, passed to both sides")
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("-t", type=int, default=2)

@@ -47,7 +47,7 @@ def test_prompt_sources_agree(monkeypatch, capsys, tmp_path):
     (["hi", "-p", "x"], "one prompt source, not PROMPT and -p/--prompt"),
     (["-f", "/nonexistent/p.txt"], "-f/--file /nonexistent/p.txt"),
     (["-ngl", "99", "hi"], "not supported: -ngl (toolkit runs on CPU)"),
-    (["-ctk", "q8_0", "hi"], "not supported: -ctk"),
+    (["-ctk", "q9_9", "hi"], "-ctk 'q9_9': not a KV cache type"),
     (["--flash-attn", "hi"], "not supported: --flash-attn"),
     (["-xyz", "hi"], "no such option: -xyz"),
     (["-c", "-1", "hi"], "--ctx-size -1"),

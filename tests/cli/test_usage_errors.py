@@ -39,7 +39,7 @@ def test_usage_error_is_one_line(monkeypatch, capsys, args, want):
     (["serve", "-ngl", "99"], "not supported: -ngl (toolkit runs on CPU)"),
     (["serve", "--n-gpu-layers", "99"], "not supported: --n-gpu-layers (toolkit runs on CPU)"),
     (["serve", "-fa"], "not supported: -fa"),
-    (["serve", "-ctk", "q8_0"], "not supported: -ctk"),
+    (["serve", "-ctk", "q9_9"], "-ctk 'q9_9': not a KV cache type"),
     (["serve", "-kvu"], "not supported: -kvu"),
     (["serve", "-cnv"], "no such option: -cnv"),      # not a server flag: no chat advice
 ])

@@ -15,7 +15,6 @@ from toolkit.errors import InputError
 _MULTI_SHORT = re.compile(r"^-[A-Za-z][A-Za-z0-9-]+$")
 
 _GPU = "toolkit runs on CPU"
-_F32KV = "the KV cache is float32"
 
 # llama.cpp's common/arg.cpp flags, by spelling, that toolkit does not have, and why
 UNSUPPORTED: dict[str, str] = {
@@ -23,7 +22,6 @@ UNSUPPORTED: dict[str, str] = {
                      "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu",
                      "-dev", "--device", "-nkvo", "--no-kv-offload", "--no-op-offload",
                      "-cmoe", "--cpu-moe", "-ncmoe", "--n-cpu-moe", "-ot", "--override-tensor"), _GPU),
-    **dict.fromkeys(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"), _F32KV),
     **dict.fromkeys(("-fa", "--flash-attn"), "toolkit has one attention kernel; it needs no switch"),
     **dict.fromkeys(("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic"),
                     "no n-gram cache files (--lookup drafts from the context itself)"),

@@ -32,6 +32,7 @@ toolkit's cpu_level / cpu_features / ssd_threshold.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import itertools
 import json
@@ -72,7 +73,7 @@ def _pair(text: str) -> tuple[int, int]:
     return v[0], v[1]
 
 
-KV_TYPES = ("f32",)   # the KV cache types the runtime has (llama.cpp's names)
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")   # the KV cache types (llama.cpp's names): toolkit.runtime.options.KV_TYPES
 
 
 def _kv_types(text: str, flag: str) -> list[str]:
@@ -80,7 +81,7 @@ def _kv_types(text: str, flag: str) -> list[str]:
     out = [v.strip().lower() for v in text.split(",")]
     for v in out:
         if v not in KV_TYPES:
-            raise InputError(f"{flag} {text!r}: KV cache type {v!r} is not supported (supported: {', '.join(KV_TYPES)})")
+            raise InputError(f"{flag} {text!r}: {v!r} is not a KV cache type (use one of {', '.join(KV_TYPES)})")
     return out
 
 
@@ -144,8 +145,9 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
     the defaults, no repacking); each object has ``repack`` (the mode) and ``repack_info``
     (Model.repack_info).  ``depths``: each test runs once per depth D (tokens in the memory
     before the timed part; llama-bench's -d).  ``type_k`` / ``type_v``: the KV cache types
-    (llama-bench's -ctk / -ctv), reported in the rows.  ``mtp``: --draft-max values of the
-    ``--mtp`` rows (:func:`mtp_rows`; empty: none), after the other tests.
+    (llama-bench's -ctk / -ctv: the context's RuntimeOptions.cache_type_k / _v), reported in the
+    rows.  ``mtp``: --draft-max values of the ``--mtp`` rows (:func:`mtp_rows`; empty: none), after
+    the other tests.
 
     Raises: InputError (bad file / arguments), NativeError, ResourceError.
     """
@@ -167,7 +169,8 @@ def run_bench(path: str, n_prompt: list[int], n_gen: list[int], reps: int, threa
         n_ctx = max(depths) + max([1] + [p + g for p, g in pairs]) + 1
         tests = [(p, g, d) for d in depths for p, g in pairs]
         batch = n_batch or max(n_prompt + [1])
-        with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=n_threads) as ctx:
+        copts = dataclasses.replace(m.options, cache_type_k=type_k, cache_type_v=type_v)
+        with Context(m, n_ctx=n_ctx, n_ubatch=ubatch, n_threads=n_threads, options=copts) as ctx:
             filled: dict[int, bytes] = {}   # depth -> the memory's state after the fill
             for p, g, d in tests:
                 toks = rng.integers(0, m.n_vocab, max(p, g)).astype(np.int32)
@@ -419,9 +422,9 @@ def bench(
     n_depth: str = typer.Option("0", "-d", "--n-depth", help="Tokens decoded into the memory before each test, "
                                 "untimed (comma-separated; llama-bench's -d)."),
     cache_type_k: str = typer.Option("f32", "-ctk", "--cache-type-k", help="KV cache type of K, comma-separated "
-                                     "(f32)."),
+                                     "(f32, f16, bf16, q8_0, q4_0)."),
     cache_type_v: str = typer.Option("f32", "-ctv", "--cache-type-v", help="KV cache type of V, comma-separated "
-                                     "(f32)."),
+                                     "(f32, f16, bf16, q8_0, q4_0)."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="One unmeasured run per test first."),
     output: str = typer.Option("md", "-o", "--output", help="md (table), csv, json or jsonl, with llama-bench's field names."),
     as_json: bool = typer.Option(False, "--json", help="Same as -o json."),

@@ -155,18 +155,21 @@ def info(
     ubatch: Optional[int] = typer.Option(None, "-ub", "--ubatch-size", "--ubatch", help="With --memory: tokens per micro-batch (compute buffers) \\[default: 512]."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", help="With --memory: speculative decoding's window (toolkit run / serve --draft-max): K recurrent states per sequence \\[default: 0, none]."),
     mtp: bool = typer.Option(False, "--mtp", help="With --memory: also what --mtp loads and allocates (the MTP head's weights, its KV cache and buffers)."),
+    cache_type_k: str = typer.Option("f32", "-ctk", "--cache-type-k", help="With --memory: the KV cache type of K (f32, f16, bf16, q8_0, q4_0; toolkit run's -ctk)."),
+    cache_type_v: str = typer.Option("f32", "-ctv", "--cache-type-v", help="With --memory: the KV cache type of V (toolkit run's -ctv)."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
     given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
                             ("--batch-size", batch), ("--ubatch-size", ubatch), ("--draft-max", draft_max),
-                            ("--mtp", mtp or None)) if v is not None]
+                            ("--mtp", mtp or None), ("-ctk", None if cache_type_k == "f32" else cache_type_k),
+                            ("-ctv", None if cache_type_v == "f32" else cache_type_v)) if v is not None]
     if memory:
         from toolkit.cli.limits import DEFAULT_BATCH, DEFAULT_UBATCH, micro_batch
         ub = micro_batch(DEFAULT_BATCH if batch is None else batch, DEFAULT_UBATCH if ubatch is None else ubatch)
         _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
                 4 if checkpoints is None else checkpoints, ub,
-                draft_max if draft_max is not None else (3 if mtp else 0), mtp)
+                draft_max if draft_max is not None else (3 if mtp else 0), mtp, (cache_type_k, cache_type_v))
         return
     if given:
         from toolkit.errors import InputError
@@ -234,12 +237,13 @@ def info(
 
 
 def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0,
-            mtp: bool = False) -> None:
+            mtp: bool = False, kv_types: tuple[str, str] = ("f32", "f32")) -> None:
     """`info --memory`: the bytes by kind a context would allocate (toolkit.runtime.memory_estimate,
     the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
     from toolkit.runtime import Model, memory_estimate
-    from toolkit.runtime.memory import format_mla, format_repack, format_report, mla_latent, repack_estimate
+    from toolkit.runtime.memory import format_mla, format_repack, format_report, mla_latent, repack_estimate, total_bytes
+    from toolkit.cli.runtime_opts import runtime_options
 
     bad = [msg for ok, msg in ((n_ctx >= 0, f"--ctx-size {n_ctx}: must be >= 0 (0: the model's context length)"),
                                (1 <= n_seq <= 64, f"--parallel {n_seq}: must be in [1, 64]"),
@@ -248,33 +252,36 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
                                (0 <= n_draft <= 256, f"--draft-max {n_draft}: must be in [0, 256]")) if not ok]
     if bad:   # only the failing flags
         raise InputError("; ".join(bad))
+    kv_types = tuple(t.strip().lower() for t in kv_types)
+    opts = runtime_options(None, *kv_types)   # InputError for a type that is not one
     with Model(path, check_ram=False) as m:   # UnsupportedError for a convert-only architecture
         hp = m.hparams
         n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it
         # a verifying target's window (toolkit run / serve: keep_last False), K states per sequence
-        r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False)
+        r = memory_estimate(m, n_ctx, n_seq, n_ubatch, n_checkpoints=n_ckpt, draft_window=n_draft, keep_last=False,
+                            options=opts)
         # what a load re-lays with the default (or TOOLKIT_REPACK) mode: heap, besides the mapped file
-        from toolkit.cli.runtime_opts import runtime_options
-        mode = runtime_options(None).repack
+        mode = opts.repack
         rp = dict(repack_estimate(m, mode=mode), mode=mode)
         rm = None
         if mtp:                        # the MTP head as --mtp loads it: a model and a context of its own
             from toolkit.runtime.mtp import MtpModel
             with MtpModel(m) as mm:
-                rm = memory_estimate(mm, n_ctx, n_seq, n_ubatch)
+                rm = memory_estimate(mm, n_ctx, n_seq, n_ubatch, options=opts)
                 rp_m = repack_estimate(mm, mode=mode)
             rp = {**rp, "n_tensors": rp["n_tensors"] + rp_m["n_tensors"], "bytes": rp["bytes"] + rp_m["bytes"]}
     mla = mla_latent(hp, n_ctx)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
-                               "memory": r, "total": sum(r.values()), "repack": rp,
-                               **({"mtp": rm, "mtp_total": sum(rm.values())} if rm else {}),
+                               "cache_type_k": kv_types[0], "cache_type_v": kv_types[1],
+                               "memory": r, "total": total_bytes(r), "repack": rp,
+                               **({"mtp": rm, "mtp_total": total_bytes(rm)} if rm else {}),
                                **({"mla_latent": mla} if mla else {})}, indent=1))
     else:
         typer.echo(f"{path}: {m.gguf.arch}, {len(hp.attention_layers)} attention / {len(hp.recurrent_layers)} recurrent layers")
-        typer.echo(format_report(r, n_ctx, n_seq))
+        typer.echo(format_report(r, n_ctx, n_seq, kv_types))
         if rm:
-            typer.echo("with --mtp, besides the total: the MTP head's " + format_report(rm, n_ctx, n_seq))
+            typer.echo("with --mtp, besides the total: the MTP head's " + format_report(rm, n_ctx, n_seq, kv_types))
         if mla:
             typer.echo(format_mla(mla))
         if rp["n_tensors"]:

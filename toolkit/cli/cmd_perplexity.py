@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from toolkit.cli.app import app
-from toolkit.cli.runtime_opts import repack_option, runtime_options
+from toolkit.cli.runtime_opts import cache_type_option, repack_option, runtime_options
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ def perplexity(
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): tokens decoded at once (at most --ctx-size); the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     repack: Optional[bool] = repack_option(),
+    cache_type_k: str = cache_type_option("k"),
+    cache_type_v: str = cache_type_option("v"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Perplexity of MODEL on FILE, the way llama.cpp's llama-perplexity computes it:
@@ -55,7 +57,7 @@ def perplexity(
         raise InputError(f"--chunks {chunks}: must be >= 0 (0: all)")
     if ctx < 4 or ctx % 2:   # the runtime's rule (perplexity.py); too large: the C library names the memory (exit 4)
         raise InputError(f"-c/--ctx-size {ctx}: must be an even number >= 4")
-    options = runtime_options(repack)
+    options = runtime_options(repack, cache_type_k, cache_type_v)
 
     err = console(stderr=True)
     tty = sys.stderr.isatty()

@@ -17,7 +17,7 @@ import typer
 
 from toolkit.cli.app import app, err_console
 from toolkit.cli.argv import process_escapes
-from toolkit.cli.runtime_opts import repack_option, runtime_options
+from toolkit.cli.runtime_opts import cache_type_option, repack_option, runtime_options
 from toolkit.errors import InputError
 
 DEFAULT_MODEL = pathlib.Path(__file__).resolve().parent.parent / "data" / "default.gguf"
@@ -92,6 +92,8 @@ def run(
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", "--ubatch", help="Micro-batch (llama.cpp's n_ubatch): prompt tokens decoded at once; the compute buffers follow it."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     repack: Optional[bool] = repack_option(),
+    cache_type_k: str = cache_type_option("k"),
+    cache_type_v: str = cache_type_option("v"),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Comma-separated token ids to feed instead of prompt text."),
     logits_out: Optional[str] = typer.Option(None, "--logits-out", help="Write the float32 logits of every prompt position, shape (n_prompt, n_vocab), to this .npy file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (prompt_tokens, tokens, text, timings, ...) instead of streaming."),
@@ -116,7 +118,7 @@ def run(
     from toolkit.cli.limits import micro_batch
     ubatch = micro_batch(batch, ubatch)
     _check_numbers(ctx_size, threads, n_predict, seed, checkpoints, checkpoint_every, n_probs)
-    options = runtime_options(repack)
+    options = runtime_options(repack, cache_type_k, cache_type_v)
     if keep < -1:
         raise InputError(f"--keep must be >= -1 (-1: the whole prompt), got {keep}")
     draft_max, draft_min = check_draft(draft_model, lookup, draft_ngram, draft_max, draft_min, mtp=mtp)

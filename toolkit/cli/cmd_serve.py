@@ -17,7 +17,7 @@ import typer
 
 from toolkit.cli.app import app, err_console
 from toolkit.cli.cmd_run import resolve_model
-from toolkit.cli.runtime_opts import repack_option, runtime_options
+from toolkit.cli.runtime_opts import cache_type_option, repack_option, runtime_options
 from toolkit.errors import InputError
 
 
@@ -33,6 +33,8 @@ def serve(
     threads: int = typer.Option(0, "-t", "--threads", help="CPU threads (0: TOOLKIT_THREADS, else all cores)."),
     no_mmap: bool = typer.Option(False, "--no-mmap", help="Read the whole model into memory instead of mapping the file (llama.cpp's --no-mmap)."),
     repack: Optional[bool] = repack_option(),
+    cache_type_k: str = cache_type_option("k"),
+    cache_type_v: str = cache_type_option("v"),
     repack_draft: Optional[bool] = typer.Option(None, "--repack-draft/--no-repack-draft", show_default=False, help="The same choice for the --draft-model's weights (default: as --repack/--no-repack)."),
     checkpoints: int = typer.Option(4, "--checkpoints", help="Recurrent-state checkpoints kept per slot (the points a new request can resume from)."),
     checkpoint_every: int = typer.Option(256, "--checkpoint-every", help="Also checkpoint every N positions (0: only at prompt and answer ends)."),
@@ -68,7 +70,7 @@ def serve(
     if api_key is not None and not api_key.strip():
         raise InputError("--api-key: empty key")
     path = resolve_model(model)
-    options = runtime_options(repack)
+    options = runtime_options(repack, cache_type_k, cache_type_v)
     draft_options = runtime_options(repack_draft) if repack_draft is not None else options
     import uvicorn
 

@@ -47,6 +47,7 @@ static tk_scratch scratch_of(const tk_model * m, const tk_context_params * p, in
     sc.gdn_min = p->gdn_min;
     sc.kda_min = p->kda_min;
     sc.lightning_min = p->lightning_min;
+    sc.kv_typed = p->type_k != TK_KV_F32 || p->type_v != TK_KV_F32;
     for (int i = 0; i < m->hp.n_layer; i++) {
         const tk_mixer_ops * ops = tk_mixer_ops_of(m->hp.layer_kinds[i]);
         if (ops && ops->scratch) ops->scratch(m, i, n_ubatch, n_threads, &sc);
@@ -236,7 +237,7 @@ static tk_status estimate(const tk_model * model, const tk_context_params * p, i
                           tk_memory_report * r) {
     const layer_needs nd = needs_of(&model->hp);
     memset(r, 0, sizeof *r);
-    if (nd.has_attn) tk_memory_kv_estimate(model, p->n_ctx, p->n_ubatch, p->n_seq_max, n_ckpt, k, r);
+    if (nd.has_attn) tk_memory_kv_estimate(model, p->n_ctx, p->n_ubatch, p->n_seq_max, n_ckpt, k, p->type_k, p->type_v, r);
     if (nd.has_rec) TK_CHECK(tk_memory_rs_estimate(model, p->n_seq_max, n_ckpt, k, flags, r));
     scratch_plan sp;
     plan_scratch(model, p, p->n_threads > 0 ? p->n_threads : 1, &sp);
@@ -269,11 +270,11 @@ static tk_status new_memory(const tk_model * model, const tk_context_params * p,
     *out = NULL;
     if (has_attn && model->hp.attn.swa_layers) {   /* sliding-window layers: a full and a sliding-window cache */
         tk_memory * full = NULL, * swa = NULL;
-        TK_CHECK(tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_FULL, &full));
-        tk_status st = tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_SWA, &swa);
+        TK_CHECK(tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_FULL, p->type_k, p->type_v, &full));
+        tk_status st = tk_memory_kv_new_sel(model, p->n_ctx, p->n_ubatch, p->n_seq_max, TK_KV_SWA, p->type_k, p->type_v, &swa);
         if (st != TK_OK) { full->free(full); return st; }
         TK_CHECK(tk_memory_iswa_new(model, full, swa, &kv));
-    } else if (has_attn) TK_CHECK(tk_memory_kv_new(model, p->n_ctx, p->n_ubatch, &kv));
+    } else if (has_attn) TK_CHECK(tk_memory_kv_new(model, p->n_ctx, p->n_ubatch, p->type_k, p->type_v, &kv));
     if (has_rec) {
         const tk_status st = tk_memory_rs_new(model, p->n_seq_max, &rs);
         if (st != TK_OK) {
@@ -316,6 +317,7 @@ tk_status tk_context_memory_estimate(const tk_model * model, const tk_context_pa
     if (params->n_ctx > TK_MAX_CTX) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", params->n_ctx);
     if (n_checkpoints < 0) return TK_FAIL(TK_ERR_INVALID, "checkpoints = %d must be >= 0", n_checkpoints);
     TK_CHECK(check_spec_window(draft_window, spec_flags));
+    TK_CHECK(tk_kv_types_check(model, params->type_k, params->type_v));
     return estimate(model, params, n_checkpoints, draft_window, spec_flags, report);
 }
 
@@ -325,6 +327,7 @@ tk_status tk_context_new(tk_model * model, const tk_context_params * params, tk_
     if (!model || !params) return TK_FAIL(TK_ERR_INVALID, "model or params is NULL");
     tk_context_params p = *params;
     TK_CHECK(check_params(&p));
+    TK_CHECK(tk_kv_types_check(model, p.type_k, p.type_v));
     TK_CHECK(check_memory(model, &p));   /* before any allocation; names the size */
     if (p.n_ctx > TK_MAX_CTX) return TK_FAIL(TK_ERR_INVALID, "n_ctx = %d must be in [1, 2^24]", p.n_ctx);
 

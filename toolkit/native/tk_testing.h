@@ -249,6 +249,11 @@ void tk_attn_set_reference(int on);
  * larger is planned) the blocked attention needs for H query heads over Hkv KV heads of key
  * width dk and value width dv on n_threads threads; 0 when H or Hkv <= 0 */
 size_t tk_attn_work_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_threads);
+/* the blocked attention's conversion of a typed cache's row of n values (a KV type: f16, bf16,
+ * q8_0, q4_0) into floats at kernel level `level` (capped at the machine's), as a chunk converts
+ * it (kernels/attn_body.h tk_attn_cvt_*, else the type's to_float); tests compare it with
+ * tk_dequantize_row bit for bit */
+void tk_attn_cvt_at(int level, int32_t type, const void * src, float * dst, int32_t n);
 
 /* ==== RG-LRU (rglru.c) ================================================================ */
 /* RecurrentGemma's RG-LRU gates for heads [h0, h1) of n_tok tokens: out[t][h bw + j] =

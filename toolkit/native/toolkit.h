@@ -437,7 +437,15 @@ typedef struct {
      * lightning attention (lightning.c).  0: the process default (tk_ssd_threshold() ...,
      * tk_testing.h); TK_CHUNK_NEVER: always the recurrence; else at least 1. */
     int32_t ssd_min, gdn_min, kda_min, lightning_min;
+    /* The ggml type of the KV cache's K rows and V rows (llama.cpp's -ctk / -ctv, its block
+     * layouts): TK_KV_F32 (0, the default: exact), TK_KV_F16, TK_KV_BF16, TK_KV_Q8_0, TK_KV_Q4_0.
+     * A token's K and V are converted once as they are stored (ggml's from_float of the type:
+     * fp32_to_fp16 / fp32_to_bf16 rounding, quantize_row_q8_0_ref / q4_0_ref); attention reads
+     * the rows back per chunk.  TK_ERR_INVALID for another id; TK_ERR_UNSUPPORTED for a block
+     * type on heads that are not a whole number of blocks, and for MLA's latent rows (f32 only). */
+    int32_t type_k, type_v;
 } tk_context_params;
+enum { TK_KV_F32 = 0, TK_KV_F16 = 1, TK_KV_Q4_0 = 2, TK_KV_Q8_0 = 8, TK_KV_BF16 = 30 };   /* ggml_type ids */
 
 enum { TK_CHUNK_NEVER = -1 };
 
@@ -512,6 +520,7 @@ typedef struct {
     uint64_t checkpoint_bytes; /* n_seq_max x checkpoints x one state */
     uint64_t compute_bytes;    /* float scratch of the forward pass */
     uint64_t draft_bytes;      /* speculative window: n_seq_max x (K+1) x one state (tk_context_set_spec_window) */
+    uint64_t kv_k_bytes, kv_v_bytes;   /* kv_bytes split: K rows (of type_k, and the float32 indexer keys), V rows (of type_v) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
 /* The report tk_context_memory would give for a context of `model` made with `params`, then

@@ -208,15 +208,17 @@ def _check_int32(model: Model, **params: int) -> None:
 
 def _report_dict(model: Model, r) -> dict[str, int]:
     """A tk_memory_report as the bytes by kind (+ ``weights``, the bytes of the tensors the model
-    loads, ``Model.weight_bytes``)."""
+    loads, ``Model.weight_bytes``; ``kv_k`` / ``kv_v``: ``kv`` split into the K rows (with any
+    float32 indexer keys) and the V rows, of the cache's types)."""
     return {"weights": int(model.weight_bytes), "kv": int(r.kv_bytes),
             "recurrent": int(r.recurrent_bytes), "checkpoints": int(r.checkpoint_bytes),
-            "compute": int(r.compute_bytes), "draft": int(r.draft_bytes)}
+            "compute": int(r.compute_bytes), "draft": int(r.draft_bytes),
+            "kv_k": int(r.kv_k_bytes), "kv_v": int(r.kv_v_bytes)}
 
 
 def memory_estimate(model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatch: int = 512,
                     n_threads: int | None = None, n_checkpoints: int = 0, draft_window: int = 0,
-                    keep_last: bool = True) -> dict[str, int]:
+                    keep_last: bool = True, options: RuntimeOptions | None = None) -> dict[str, int]:
     """Bytes by kind that ``Context(model, n_ctx, n_seq_max, n_ubatch, n_threads, n_checkpoints)``
     would allocate, after ``memory.set_draft_window(draft_window, keep_last=keep_last)``: the
     dict :meth:`Context.memory_report` then gives, computed by the C library
@@ -232,7 +234,7 @@ def memory_estimate(model: Model, n_ctx: int = 4096, n_seq_max: int = 1, n_ubatc
                  n_checkpoints=int(n_checkpoints), draft_window=int(draft_window))
     p = ffi.new("tk_context_params *")
     p.n_ctx, p.n_seq_max, p.n_ubatch, p.n_threads = int(n_ctx), int(n_seq_max), int(n_ubatch), n_threads
-    model.options.fill_context(p)
+    (options if options is not None else model.options).fill_context(p)
     r = ffi.new("tk_memory_report *")
     flags = 0 if keep_last else lib.TK_SPEC_NO_LAST
     check(lib.tk_context_memory_estimate(model.ptr, p, int(n_checkpoints), int(draft_window), flags, r), "memory estimate")

@@ -37,12 +37,22 @@ def _kinds(r: dict[str, int]) -> tuple[str, ...]:
     return KINDS + (("draft",) if r.get("draft") else ())
 
 
-def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int) -> str:
-    """One line per kind and the total, e.g. ``kv          1.50 MiB  (1572864 bytes)``."""
+def total_bytes(r: dict[str, int]) -> int:
+    """The sum of the report's kinds (``kv_k`` / ``kv_v`` are ``kv`` split, not added)."""
+    return sum(r[k] for k in _kinds(r))
+
+
+def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int, kv_types: tuple[str, str] | None = None) -> str:
+    """One line per kind and the total, e.g. ``kv          1.50 MiB  (1572864 bytes)``; with
+    ``kv_types`` (the K and V cache types, RuntimeOptions.cache_type_k / _v) and a KV cache, the
+    kv line ends with the bytes per type: ``K f16 768.00 KiB, V f16 768.00 KiB``."""
     lines = [f"memory (n_ctx = {n_ctx}, n_seq_max = {n_seq_max}):"]
     for k in _kinds(r):
-        lines.append(f"  {k:<12}{_fmt(r[k]):>12}  ({r[k]} bytes)")
-    total = sum(r[k] for k in _kinds(r))
+        line = f"  {k:<12}{_fmt(r[k]):>12}  ({r[k]} bytes)"
+        if k == "kv" and kv_types and r[k] and "kv_k" in r:
+            line += f"  K {kv_types[0]} {_fmt(r['kv_k'])}, V {kv_types[1]} {_fmt(r['kv_v'])}"
+        lines.append(line)
+    total = total_bytes(r)
     lines.append(f"  {'total':<12}{_fmt(total):>12}  ({total} bytes)")
     return "\n".join(lines)
 

@@ -29,6 +29,9 @@ from toolkit.errors import InputError
 REPACK_MODES = {"off": lib.TK_REPACK_OFF, "auto": lib.TK_REPACK_AUTO, "all": lib.TK_REPACK_ALL}
 REPACK_ENV = {"0": "off", "1": "all", "auto": "auto"}        # TOOLKIT_REPACK's values
 BF16_GEMMS = {"default": lib.TK_BF16_GEMM_DEFAULT, "fma": lib.TK_BF16_GEMM_FMA, "dpbf16": lib.TK_BF16_GEMM_DPBF16}
+# the KV cache types (tk_context_params.type_k / type_v), by llama.cpp's -ctk / -ctv names
+KV_TYPES = {"f32": lib.TK_KV_F32, "f16": lib.TK_KV_F16, "bf16": lib.TK_KV_BF16, "q8_0": lib.TK_KV_Q8_0,
+            "q4_0": lib.TK_KV_Q4_0}
 CHUNK_ENV = {"ssd_min": "TOOLKIT_SSD_MIN", "gdn_min": "TOOLKIT_GDN_MIN", "kda_min": "TOOLKIT_KDA_MIN",
              "lightning_min": "TOOLKIT_LIGHTNING_MIN"}
 
@@ -46,6 +49,9 @@ class RuntimeOptions:
         ssd_min, gdn_min, kda_min, lightning_min:
                        tokens (int >= 0) from which a sequence's run in a ubatch takes the chunked
                        form (0: never); None: the library's default (tk_ssd_threshold() ...).
+        cache_type_k, cache_type_v:
+                       the KV cache's K and V row types, llama.cpp's -ctk / -ctv names: "f32" (the
+                       default: exact), "f16", "bf16", "q8_0", "q4_0" (KV_TYPES).
 
     Raises:
         InputError: a value outside these.
@@ -56,6 +62,8 @@ class RuntimeOptions:
     gdn_min: int | None = None
     kda_min: int | None = None
     lightning_min: int | None = None
+    cache_type_k: str = "f32"
+    cache_type_v: str = "f32"
 
     def __post_init__(self):
         if isinstance(self.repack, bool):
@@ -64,6 +72,8 @@ class RuntimeOptions:
             raise InputError(f"repack={self.repack!r}: use one of {', '.join(REPACK_MODES)}")
         if self.bf16_gemm not in BF16_GEMMS:
             raise InputError(f"bf16_gemm={self.bf16_gemm!r}: use one of {', '.join(BF16_GEMMS)}")
+        for flag, name in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v")):
+            kv_type_id(getattr(self, name), flag)
         for name in CHUNK_ENV:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**31):
@@ -118,3 +128,16 @@ class RuntimeOptions:
         for name in CHUNK_ENV:
             v = getattr(self, name)
             setattr(p, name, 0 if v is None else lib.TK_CHUNK_NEVER if v == 0 else v)
+        p.type_k = KV_TYPES[self.cache_type_k]
+        p.type_v = KV_TYPES[self.cache_type_v]
+
+
+def kv_type_id(name: str, flag: str = "-ctk") -> int:
+    """The ggml type id of a KV cache type name (KV_TYPES: f32, f16, bf16, q8_0, q4_0).
+
+    Raises:
+        InputError: another name, as ``-ctk 'q5_0': not a KV cache type (use one of f32, f16, ...)``.
+    """
+    if name not in KV_TYPES:
+        raise InputError(f"{flag} {name!r}: not a KV cache type (use one of {', '.join(KV_TYPES)})")
+    return int(KV_TYPES[name])

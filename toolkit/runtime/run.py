@@ -256,7 +256,7 @@ def report_memory(on_report: Callable[[str], None], m: Model, mem: dict[str, int
     ``Context.memory_report``) for one sequence of ``n_ctx`` tokens, then ``m``'s re-laid
     weights when it has any (``run -v``, ``chat -v``)."""
     from toolkit.runtime.memory import format_repack, format_report
-    on_report(format_report(mem, n_ctx, 1))
+    on_report(format_report(mem, n_ctx, 1, (m.options.cache_type_k, m.options.cache_type_v)))
     rp = m.repack_info
     if rp["n_tensors"]:
         on_report(format_repack(rp))

@@ -24,6 +24,21 @@ int tk_attn_reference(void) { return __atomic_load_n(&attn_ref, __ATOMIC_RELAXED
 
 void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0, __ATOMIC_RELAXED); }
 
+/* the level's row conversion (attn_body.h tk_attn_cvt_*) */
+static tk_attn_cvt_fn attn_cvt_of(int level) {
+#ifdef TK_HAVE_X86
+    if (level >= TK_CPU_AVX512) return tk_attn_cvt_avx512;
+    if (level >= TK_CPU_AVX2) return tk_attn_cvt_avx2;
+#endif
+    (void) level;
+    return tk_attn_cvt_plain;
+}
+
+void tk_attn_cvt_at(int level, int32_t type, const void * src, float * dst, int32_t n) {
+    if (level > tk_cpu_detected()) level = tk_cpu_detected();
+    if (!attn_cvt_of(level)(type, src, dst, n)) tk_type_traits_get(type)->to_float(src, dst, n);
+}
+
 /* ---- sizes ---- */
 
 /* tokens per tile: TK_ATTN_ROWS rows, or one token when a group alone has more heads */
@@ -43,6 +58,15 @@ size_t tk_attn_work_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_
     (void) dk;
     if (H <= 0 || Hkv <= 0) return 0;
     return (size_t) (n_threads > 0 ? n_threads : 1) * attn_ws_floats(H / Hkv, dv) * sizeof(float);
+}
+
+size_t tk_attn_conv_bytes(int32_t dk, int32_t dv, int n_threads) {
+    return (size_t) (n_threads > 0 ? n_threads : 1) * TK_ATTN_CHUNK * ((size_t) dk + (size_t) dv) * sizeof(float);
+}
+
+size_t tk_attn_scratch_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_threads, int typed) {
+    const size_t w = tk_attn_work_bytes(H, Hkv, dk, dv, n_threads);
+    return w && typed ? w + tk_attn_conv_bytes(dk, dv, n_threads) : w;
 }
 
 size_t tk_attn_part_floats(int32_t H, int32_t Hkv, int32_t dv) {
@@ -72,10 +96,15 @@ typedef struct {
     int32_t sid0, n_sid;       /* split-K: super-chunk ids sid0 .. sid0 + n_sid - 1 */
     float * part;              /* split-K: [n_tiles Hkv n_sid, part_n] the super-chunk partials, or NULL */
     size_t part_n;
+    float * conv;              /* a typed cache: [n_threads, CH (dk + dv)] the chunk's rows as floats, else NULL */
+    const tk_type_traits * tk, * tv;
+    tk_attn_cvt_fn cvt;        /* the level's row conversion (attn_body.h), else the types' to_float */
+    int32_t slot[TK_ATTN_CHUNK];   /* slot i's "cell" in the converted rows: i */
 } attn_run_job;
 
 typedef struct {
     float * S, * mc, * lc, * Oc, * ms, * ls, * Os, * mt, * lt, * Ot;
+    float * conv;              /* a typed cache: the thread's converted rows, else NULL */
     int32_t * cell;
     uint8_t * vis, * any;
 } attn_ws;
@@ -98,6 +127,7 @@ static attn_ws attn_ws_at(const attn_run_job * j, int thread) {
         *tri[k][2] = w + 2 * Rp;
         w += Rp * (dv + 2);
     }
+    s.conv = j->conv ? j->conv + (size_t) thread * TK_ATTN_CHUNK * ((size_t) j->a->dk + dv) : NULL;
     return s;
 }
 
@@ -153,6 +183,30 @@ static int attn_fill_chunk(const attn_run_job * j, const tk_attn_tile * tl, int3
     return seen;
 }
 
+/* a typed cache: the chunk's K and V rows of the tile's group that some token sees (any[i]),
+ * converted into the thread's rows, slot i at i dk and i dv; the args of a float32 cache over
+ * them (cell of slot i: i, j->slot) */
+static tk_attn_args attn_convert(const attn_run_job * j, const tk_attn_tile * tl, const attn_ws * w) {
+    const tk_attn_args * a = j->a;
+    tk_attn_args b = *a;
+    const int32_t dk = a->dk, dv = a->dv;
+    float * kc = w->conv, * vc = w->conv + (size_t) TK_ATTN_CHUNK * dk;
+    for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) {
+        if (!w->any[i]) continue;
+        const size_t c = (size_t) w->cell[i];
+        const uint8_t * ks = a->kt + c * a->k_cb + (size_t) tl->g * a->k_gb, * vs = a->vt + c * a->v_cb + (size_t) tl->g * a->v_gb;
+        if (!j->cvt(a->type_k, ks, kc + (size_t) i * dk, dk)) j->tk->to_float(ks, kc + (size_t) i * dk, dk);
+        if (!j->cvt(a->type_v, vs, vc + (size_t) i * dv, dv)) j->tv->to_float(vs, vc + (size_t) i * dv, dv);
+    }
+    b.k = kc;
+    b.v = vc;
+    b.k_cs = dk;
+    b.v_cs = dv;
+    b.k_gs = b.v_gs = 0;
+    b.type_k = b.type_v = TK_GGML_F32;
+    return b;
+}
+
 /* the tile's super-chunk over list entries [i0, i1): (ms, ls, Os) of rows [0, R), folded from
  * its chunks in position order */
 static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t i0, int32_t i1, const attn_ws * w,
@@ -170,7 +224,12 @@ static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t 
         const int seen = attn_fill_chunk(j, tl, i, e, k, w);
         i = e;
         if (!seen) continue;
-        j->chunk(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+        if (j->conv) {         /* a typed cache: the rows some token sees, as floats, then the float32 chunk on them */
+            const tk_attn_args b = attn_convert(j, tl, w);
+            j->chunk(&b, tl, j->slot, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+        } else {
+            j->chunk(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+        }
         for (int32_t r = 0; r < tl->R; r++)
             j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
     }
@@ -296,6 +355,7 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
     j.a = a;
     j.chunk = tk_attn_chunk_plain;
     j.fold = tk_attn_fold_plain;
+    j.cvt = attn_cvt_of(tk_cpu_level());
 #ifdef TK_HAVE_X86
     const int level = tk_cpu_level();
     if (level >= TK_CPU_AVX512) {
@@ -311,8 +371,15 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
     j.work = (float *) ctx->work;
     j.ws = attn_ws_floats(j.grp, a->dv);
     j.part_n = tk_attn_part_floats(a->H, a->Hkv, a->dv);
-    if (ctx->work_bytes < tk_attn_work_bytes(a->H, a->Hkv, a->dk, a->dv, n_threads) || ctx->attn_n < (size_t) a->kv->n_cells)
-        return 0;
+    const size_t work = tk_attn_work_bytes(a->H, a->Hkv, a->dk, a->dv, n_threads);
+    if (ctx->work_bytes < work || ctx->attn_n < (size_t) a->kv->n_cells) return 0;
+    if (tk_attn_typed(a)) {    /* the conversion rows after the threads' workspaces */
+        if (ctx->work_bytes < work + tk_attn_conv_bytes(a->dk, a->dv, n_threads)) return 0;
+        j.conv = (float *) (void *) ((uint8_t *) ctx->work + work);
+        j.tk = tk_type_traits_get(a->type_k);
+        j.tv = tk_type_traits_get(a->type_v);
+        for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) j.slot[i] = i;
+    }
     j.T = attn_tile_tokens(j.grp);
     if (j.T > a->ub->n_seq_tokens) j.T = a->ub->n_seq_tokens;
     for (int32_t s = 0; s < a->ub->n_seqs; s++)   /* every list checked before any output is written */

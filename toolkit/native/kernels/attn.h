@@ -10,6 +10,11 @@
  *   output row (t, h): o + t o_ts + h o_hs          [dv]  (written, fully)
  *   key of cell c, KV head g: k + c k_cs + g k_gs   [dk]
  *   value of cell c, KV head g: v + c v_cs + g v_gs [dv]  (MLA: v = k, the latent's first dv floats)
+ *   a typed cache (type_k or type_v not TK_GGML_F32: tk_context_params.type_k / type_v): the
+ *   rows are kt + c k_cb + g k_gb (bytes) of dk values of type_k, vt + c v_cb + g v_gb of dv
+ *   of type_v, and k, v are unused.  Each chunk's rows that some token of the tile sees are
+ *   converted (the type's to_float) into the thread's workspace, [CH, dk] and [CH, dv], and
+ *   the chunk runs on them as on a float32 cache: never a float copy of the whole cache.
  * Formula, per (t, h), g = h / grp:
  *   o = sum_c softmax_c(scale q . k_c) v_c over the cells t sees: seqs[c] has t's sequence,
  *   0 <= pos[c] <= pos_t, pos[c] > pos_t - window (a sliding layer), sel[t n + c] (QSA / DSA);
@@ -57,13 +62,25 @@ typedef struct {
     const tk_kv_view * kv;     /* cells: pos, seqs, n_cells, window */
     const tk_ubatch * ub;      /* tokens: pos, sequence */
     const uint8_t * sel;       /* [U, n_cells] the cells each token may attend (QSA, DSA), or NULL */
+    /* a typed cache (above); all 0 (type_k = type_v = TK_GGML_F32): k and v are float32 */
+    const uint8_t * kt, * vt;
+    int32_t type_k, type_v;
+    size_t k_cb, k_gb, v_cb, v_gb;
 } tk_attn_args;
+
+static inline int tk_attn_typed(const tk_attn_args * a) { return a->type_k != TK_GGML_F32 || a->type_v != TK_GGML_F32; }
 
 /* tk_attn_work_bytes (the bytes of ctx->work tk_attn_run needs): tk_testing.h */
 /* floats of one (tile, group) split-K partial (tk_scratch.attn_part), and of ctx->attn for
  * the largest such partial, n_ctx cells and n_threads */
 size_t tk_attn_part_floats(int32_t H, int32_t Hkv, int32_t dv);
 size_t tk_attn_buffer_floats(size_t part, int32_t n_ctx, int n_threads);
+/* bytes of ctx->work a typed cache needs after tk_attn_work_bytes': n_threads x the chunk's
+ * converted rows, TK_ATTN_CHUNK x (dk + dv) floats */
+size_t tk_attn_conv_bytes(int32_t dk, int32_t dv, int n_threads);
+/* the workspace bytes a kind asks the scratch plan for: tk_attn_work_bytes, and with a typed
+ * cache (tk_scratch.kv_typed) tk_attn_conv_bytes after it */
+size_t tk_attn_scratch_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int n_threads, int typed);
 /* the attention above into a->o; ctx: pool, work (tk_attn_work_bytes), attn; returns 1, or
  * 0 (nothing written) when the workspaces are short or a sequence has two cells at one
  * position: the caller runs its reference kernel */
@@ -95,13 +112,19 @@ typedef void (*tk_attn_fold_fn)(int32_t dv, float * m, float * l, float * O, flo
 void tk_attn_chunk_plain(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                          const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_plain(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+/* a typed cache's row of n values as floats, the type's to_float bit for bit; 0: not a type the
+ * instance converts (f16 in the plain one, q4_0): the caller takes the type's to_float */
+typedef int (*tk_attn_cvt_fn)(int32_t type, const uint8_t * src, float * dst, int32_t n);
+int tk_attn_cvt_plain(int32_t type, const uint8_t * src, float * dst, int32_t n);
 #ifdef TK_HAVE_X86
 void tk_attn_chunk_avx2(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                         const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx2(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+int tk_attn_cvt_avx2(int32_t type, const uint8_t * src, float * dst, int32_t n);
 void tk_attn_chunk_avx512(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                           const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx512(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
+int tk_attn_cvt_avx512(int32_t type, const uint8_t * src, float * dst, int32_t n);
 #endif
 
 #endif

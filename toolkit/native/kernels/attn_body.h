@@ -17,6 +17,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "quants/quants.h"
+#if ATTN_VL > 4
+#include <immintrin.h>
+#endif
+
 typedef float vf __attribute__((vector_size(ATTN_VL * 4)));
 typedef int32_t vi __attribute__((vector_size(ATTN_VL * 4)));
 typedef float vfu __attribute__((vector_size(ATTN_VL * 4), aligned(4)));   /* unaligned loads / stores */
@@ -170,6 +175,54 @@ void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, c
                 O[(size_t) (r0 + u) * dv + j] = acc;
             }
     }
+}
+
+/* a typed cache's row of n values (the type's whole blocks) as floats, bit for bit the type's
+ * to_float (every conversion here is exact, or one rounding as ggml's: q8_0's q d): f16 (F16C,
+ * AVX2 / AVX-512 instances only), bf16, q8_0; returns 0 for another type (the caller takes the
+ * type's to_float) */
+typedef uint16_t vh __attribute__((vector_size(ATTN_VL * 2), aligned(2)));
+typedef uint32_t vu __attribute__((vector_size(ATTN_VL * 4)));
+typedef int8_t vb __attribute__((vector_size(ATTN_VL), aligned(1)));
+
+int ATTN_NAME(tk_attn_cvt)(int32_t type, const uint8_t * src, float * dst, int32_t n) {
+    int32_t i = 0;
+    switch (type) {
+        case TK_GGML_BF16:
+            for (; i + ATTN_VL <= n; i += ATTN_VL) v_store(dst + i, (vf) (__builtin_convertvector(*(const vh *) (const void *) (src + 2 * i), vu) << 16));
+            for (; i < n; i++) {
+                uint16_t h;
+                memcpy(&h, src + 2 * i, 2);
+                dst[i] = tkq_bf16_to_fp32(h);
+            }
+            return 1;
+        case TK_GGML_Q8_0: {
+            const blk_q8_0 * x = (const blk_q8_0 *) (const void *) src;
+            for (int32_t b = 0; b < n / QK32; b++) {
+                const float d = tkq_fp16_to_fp32(x[b].d);
+                for (int32_t j = 0; j < QK32; j += ATTN_VL)
+                    v_store(dst + b * QK32 + j, __builtin_convertvector(*(const vb *) (const void *) (x[b].qs + j), vf) * d);
+            }
+            return 1;
+        }
+#if ATTN_VL == 8
+        case TK_GGML_F16:
+            for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (const void *) (src + 2 * i))));
+            break;
+#elif ATTN_VL == 16
+        case TK_GGML_F16:
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (const void *) (src + 2 * i))));
+            break;
+#endif
+        default:
+            return 0;
+    }
+    for (; i < n; i++) {       /* f16's tail */
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = tkq_fp16_to_fp32(h);
+    }
+    return 1;
 }
 
 void ATTN_NAME(tk_attn_fold)(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2) {

@@ -78,6 +78,8 @@ typedef struct {
     /* input, set by the context's scratch plan: its run-length thresholds (tk_context_params:
      * 0 the process default, < 0 never), for the chunked forms' workspace (tk_chunked_work_bytes) */
     int32_t gdn_min, kda_min, lightning_min;
+    int kv_typed;              /* input: the KV cache's K or V type is not float32 (the attention's chunk
+                                * conversion workspace, kernels/attn.h tk_attn_conv_bytes) */
 } tk_scratch;
 static inline void tk_scratch_need(size_t * have, size_t need) { if (need > *have) *have = need; }
 

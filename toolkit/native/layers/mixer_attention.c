@@ -54,8 +54,8 @@ static void attn_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thr
     tk_scratch_need(&need->q, (size_t) m->hp.attn.n_head * (size_t) attn_q_stride(&m->hp));
     tk_scratch_need(&need->kv, (size_t) attn_kv_dim(m, il));
     if (m->hp.attn.head_gate) tk_scratch_need(&need->gate, (size_t) m->hp.attn.n_head);   /* the per-head gate */
-    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes(m->hp.attn.n_head, m->hp.n_head_kv[il], m->hp.attn.head_dim,
-                                                           m->hp.attn.head_dim, n_threads));   /* the blocked kernel's */
+    tk_scratch_need(&need->work_bytes, tk_attn_scratch_bytes(m->hp.attn.n_head, m->hp.n_head_kv[il], m->hp.attn.head_dim,
+                                                              m->hp.attn.head_dim, n_threads, need->kv_typed));   /* the blocked kernel's */
     tk_scratch_need(&need->attn_part, tk_attn_part_floats(m->hp.attn.n_head, m->hp.n_head_kv[il], m->hp.attn.head_dim));
 }
 
@@ -122,13 +122,15 @@ typedef struct {
     float scale;
     int level;                 /* tk_cpu_level() */
     const uint8_t * sel;       /* [U, n_cells] QSA's selected cells per token, or NULL */
+    const tk_type_traits * tk, * tv;   /* a typed cache (tk_kv_view.type_k / type_v not f32): the rows' types, else NULL */
 } attn_job;
 
 /* One (token t = p / H, head h = p % H) pair: its query and output rows, its KV head's rows
  * in cell 0 (cell c at + c * kvd), and what selects the cells it attends. */
 typedef struct {
-    const float * q, * k, * v;
+    const float * q, * k, * v; /* k, v: a float32 cache's */
     float * o;
+    int32_t kvo;               /* the KV head's first value in a cell's row */
     uint64_t sbit;             /* the token's sequence */
     int32_t pos;
     const uint8_t * sel;       /* [n_cells] the cells QSA selected for the token, or NULL (all) */
@@ -139,7 +141,7 @@ static inline __attribute__((always_inline)) attn_pair attn_pair_at(const attn_j
     const int32_t H = j->H, hd = j->hd, qs = j->qs, t = (int32_t) (p / H), h = (int32_t) (p % H);
     const size_t kvo = (size_t) (h / j->grp) * (size_t) hd, oo = (size_t) t * H * hd + (size_t) h * hd;
     const size_t qo = (size_t) t * H * qs + (size_t) h * qs;
-    const attn_pair a = {ctx->q + qo, j->kv.k + kvo, j->kv.v + kvo, ctx->att + oo,
+    const attn_pair a = {ctx->q + qo, (const float *) j->kv.k + kvo, (const float *) j->kv.v + kvo, ctx->att + oo, (int32_t) kvo,
                          UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens], j->ub->pos[t],
                          j->sel ? j->sel + (size_t) t * (size_t) j->kv.n_cells : NULL};
     return a;
@@ -164,6 +166,18 @@ static inline __attribute__((always_inline)) double attn_exp(const tk_kv_view * 
     return den;
 }
 
+/* cell c's key (K) or value row of the pair's KV head as floats: a float32 cache's row in
+ * place, a typed cache's converted into buf [hd] */
+static inline __attribute__((always_inline)) const float * attn_row(const attn_job * j, const attn_pair * a, int32_t c,
+                                                                    int is_v, float * buf) {
+    if (!j->tk) return (is_v ? a->v : a->k) + (size_t) c * j->kvd;
+    const tk_type_traits * tt = is_v ? j->tv : j->tk;
+    const size_t row = is_v ? j->kv.v_row : j->kv.k_row;
+    const size_t off = tk_kv_row_bytes(is_v ? j->kv.type_v : j->kv.type_k, a->kvo);
+    tt->to_float((const uint8_t *) (is_v ? j->kv.v : j->kv.k) + (size_t) c * row + off, buf, j->hd);
+    return buf;
+}
+
 /* pairs [p0, p1) of (token t = p / H, head h = p % H): softmax(q.k * scale) v over the
  * cells of t's sequence with pos <= t's; scores in the thread's row of ctx->vec.  q.k keeps
  * 8 partial sums (i mod 8) added in a fixed tree, so the loops vectorize; a plain and an
@@ -171,15 +185,16 @@ static inline __attribute__((always_inline)) double attn_exp(const tk_kv_view * 
 static inline __attribute__((always_inline)) void attn_heads_body(const attn_job * j, int64_t p0, int64_t p1, int thread) {
     tk_context * ctx = j->ctx;
     const tk_kv_view * kv = &j->kv;
-    const int32_t hd = j->hd, kvd = j->kvd;
+    const int32_t hd = j->hd;
     float * score = ctx->vec + (size_t) thread * ctx->vec_n;   /* [n_cells] */
+    float * buf = ctx->row + (size_t) thread * ctx->row_n;     /* a typed cache's row as floats [hd] (no mat-mul runs here) */
     for (int64_t p = p0; p < p1; p++) {
         const attn_pair a = attn_pair_at(j, p);
         const float * qh = a.q;
         float mx = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
             if (!attn_sees(kv, c, &a)) continue;
-            const float * kc = a.k + (size_t) c * kvd;
+            const float * kc = attn_row(j, &a, c, 0, buf);
             v8f acc = {0};
             int32_t i = 0;
             for (; i + 8 <= hd; i += 8) {
@@ -198,7 +213,7 @@ static inline __attribute__((always_inline)) void attn_heads_body(const attn_job
         const double den = attn_exp(kv, &a, score, mx);
         for (int32_t c = 0; c < kv->n_cells; c++) {
             if (!attn_sees(kv, c, &a)) continue;
-            const float * vc = a.v + (size_t) c * kvd;
+            const float * vc = attn_row(j, &a, c, 1, buf);
             for (int32_t i = 0; i < hd; i++) o[i] += score[c] * vc[i];
         }
         const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
@@ -257,7 +272,7 @@ static void attn_heads_avx2(const attn_job * j, int64_t p0, int64_t p1, int thre
 static void attn_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const attn_job * j = arg;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (j->level >= TK_CPU_AVX2) { attn_heads_avx2(j, p0, p1, thread); return; }
+    if (j->level >= TK_CPU_AVX2 && !j->tk) {   /* a typed cache: the body's rows converted one by one */ attn_heads_avx2(j, p0, p1, thread); return; }
 #endif
     attn_heads_plain(j, p0, p1, thread);
 }
@@ -372,16 +387,23 @@ tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, co
     const float scale = hp->attn.scale != 0.0f ? hp->attn.scale : (float) (1.0 / sqrt((double) hd));
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
+    const int typed = kv.type_k != TK_GGML_F32 || kv.type_v != TK_GGML_F32;
+    const tk_type_traits * tk = tk_type_traits_get(kv.type_k), * tv = tk_type_traits_get(kv.type_v);
     for (int32_t t = 0; t < U; t++) {
         attn_qk_prep(hp, l, il, ctx->q + (int64_t) t * H * qs, ctx->k + (int64_t) t * kvd, Hkv, ub->pos[t]);
-        const int32_t c = kv.ub_cells[t];
-        memcpy(kv.k + (size_t) c * kvd, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
-        memcpy(kv.v + (size_t) c * kvd, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+        const size_t c = (size_t) kv.ub_cells[t];
+        /* the cache's types: ggml's from_float (f16 / bf16 rounding, quantize_row_*_ref), as
+         * llama.cpp's ggml_set_rows into its K and V */
+        if (kv.type_k == TK_GGML_F32) memcpy((uint8_t *) kv.k + c * kv.k_row, ctx->k + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+        else tk->from_float(ctx->k + (int64_t) t * kvd, (uint8_t *) kv.k + c * kv.k_row, kvd);
+        if (kv.type_v == TK_GGML_F32) memcpy((uint8_t *) kv.v + c * kv.v_row, ctx->v + (int64_t) t * kvd, (size_t) kvd * sizeof(float));
+        else tv->from_float(ctx->v + (int64_t) t * kvd, (uint8_t *) kv.v + c * kv.v_row, kvd);
     }
     const tk_attn_args a = {ctx->q, (int64_t) H * qs, qs, ctx->att, (int64_t) H * hd, hd, kv.k, kv.v, kvd, hd, kvd, hd,
-                            hd, hd, H, Hkv, scale, &kv, ub, sel};
+                            hd, hd, H, Hkv, scale, &kv, ub, sel, kv.k, kv.v, kv.type_k, kv.type_v,
+                            kv.k_row, tk_kv_row_bytes(kv.type_k, hd), kv.v_row, tk_kv_row_bytes(kv.type_v, hd)};
     if (!tk_attn_reference() && tk_attn_run(ctx, &a)) return TK_OK;   /* kernels/attn.h: the blocked form */
-    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel};
+    attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel, typed ? tk : NULL, typed ? tv : NULL};
     /* the reference: (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);
     return TK_OK;

@@ -132,7 +132,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         float m = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
             if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
-            const float * row = kv->k + (size_t) c * w;
+            const float * row = (const float *) kv->k + (size_t) c * w;   /* float32 only (tk_kv_types_check) */
             float acc[8] = {0};
             int32_t i = 0;
             for (; i + 8 <= w; i += 8)
@@ -149,7 +149,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
             if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
             score[c] = expf(score[c] - m);
             den += score[c];
-            const float * row = kv->k + (size_t) c * w;
+            const float * row = (const float *) kv->k + (size_t) c * w;   /* float32 only (tk_kv_types_check) */
             for (int32_t i = 0; i < rkv; i++) o[i] += score[c] * row[i];
         }
         const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
@@ -180,7 +180,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
             tk_rope_norm(row + rkv, 1, dr, dr, ub->pos[t], hp->attn.rope_freq_base);
             tk_rope_norm(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->attn.rope_freq_base);
         }
-        memcpy(kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
+        memcpy((float *) kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
     }
     const uint8_t * sel = NULL;   /* GLM-5-Next: the DSA indexer's choice (the cells above are in place) */
     if (hp->dsa.full) TK_CHECK(tk_dsa_selection(ctx, l, il, ub, ctx->cur, ctx->narrow, &kv, &sel));
@@ -198,7 +198,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     const float scale = (float) (1.0 / sqrt((double) qs));
     /* kernels/attn.h: one KV head whose keys are the latent rows and values their first rkv floats */
     const tk_attn_args a = {ctx->proj, (int64_t) h * w, w, ctx->y, (int64_t) h * rkv, rkv, kv.k, kv.k, w, 0, w, 0,
-                            w, rkv, h, 1, scale, &kv, ub, sel};
+                            w, rkv, h, 1, scale, &kv, ub, sel, NULL, NULL, TK_GGML_F32, TK_GGML_F32, 0, 0, 0, 0};
     if (tk_attn_reference() || !tk_attn_run(ctx, &a)) {   /* the reference */
         mla_job mj = {ctx, ub, kv, scale, sel};
         tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);

@@ -37,8 +37,8 @@ static void z1_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_threa
     tk_scratch_need(&need->y, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->q, (size_t) hp->attn.n_head * (size_t) hp->attn.head_dim);
     tk_scratch_need(&need->kv, (size_t) z1_kv_dim(m, il));
-    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes(hp->attn.n_head, z1_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim,
-                                                           hp->attn.head_dim, n_threads));   /* the blocked attention's */
+    tk_scratch_need(&need->work_bytes, tk_attn_scratch_bytes(hp->attn.n_head, z1_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim,
+                                                              hp->attn.head_dim, n_threads, need->kv_typed));   /* the blocked attention's */
     tk_scratch_need(&need->attn_part, tk_attn_part_floats(hp->attn.n_head, z1_kv_dim(m, il) / hp->attn.head_dim, hp->attn.head_dim));
 }
 

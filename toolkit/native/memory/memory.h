@@ -39,7 +39,8 @@ typedef struct {
 
 /* What an attention layer sees of the KV cache during a ubatch (after prepare). */
 typedef struct {
-    float * k, * v;            /* cell c's row at + c * kv_dim: [n_cells, kv_dim] */
+    void * k, * v;             /* cell c's K row at (char *) k + c * k_row, V row at (char *) v + c * v_row:
+                                * kv_dim values of type_k / type_v (tk_context_params; f32: [n_cells, kv_dim] floats) */
     const int32_t * pos;       /* [n_cells] position, -1 = empty */
     const uint64_t * seqs;     /* [n_cells] bit set of sequences that see the cell */
     const int32_t * ub_cells;  /* [n_tokens of the ubatch] cell of each token */
@@ -47,6 +48,8 @@ typedef struct {
     float * ik;                /* cell c's third row (QSA raw indexer key) at + c * ik_dim, or NULL */
     int32_t ik_dim;
     int32_t window;            /* sliding-window layer: a token at p sees cells with p - window < pos <= p; 0: all */
+    int32_t type_k, type_v;    /* ggml types of the K and V rows (TK_GGML_F32, F16, BF16, Q8_0, Q4_0) */
+    size_t k_row, v_row;       /* bytes of one cell's K row and V row */
 } tk_kv_view;
 
 /* What a recurrent layer sees of its state during a ubatch (after prepare): ubatch row s
@@ -170,12 +173,22 @@ struct tk_memory {
 
 /* Constructors: kv allocates K and V for the layers whose kind has a kv_dim, rs the pieces of
  * the layers whose kind has rs_pieces (layer.h). */
-tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out);
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t type_k, int32_t type_v,
+                           tk_memory ** out);
 /* sel TK_KV_ALL: every layer with a kv_dim (tk_memory_kv_new); TK_KV_FULL: those not sliding;
  * TK_KV_SWA: the sliding-window layers (hp.attn.swa_layers), cells holding only each sequence's
  * window (memory_kv.c: tk_kv_swa_cells) */
 enum { TK_KV_ALL = 0, TK_KV_FULL = 1, TK_KV_SWA = 2 };
-tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out);
+tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel,
+                               int32_t type_k, int32_t type_v, tk_memory ** out);
+/* type_k / type_v: the ggml type of the K / V rows (tk_context_params.type_k, type_v; checked by
+ * tk_kv_types_check); the third array (indexer keys) is always float32 */
+/* TK_OK when type_k and type_v are KV cache types (f32, f16, bf16, q8_0, q4_0) the model's layers
+ * can hold: a block type needs every K and V head a whole number of blocks, and MLA's latent
+ * rows are float32 only (TK_ERR_UNSUPPORTED names the layer) */
+tk_status tk_kv_types_check(const tk_model * model, int32_t type_k, int32_t type_v);
+/* bytes of one cell's row of n values of a KV type */
+size_t tk_kv_row_bytes(int32_t type, int32_t n);
 /* cells of the sliding-window cache: n_seq x (W + k + n_ckpt x (W - 1)) + n_ubatch (k: the
  * speculative window, n_ckpt: checkpoints per sequence), at most n_ctx */
 int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_ubatch, int32_t k, int32_t n_ckpt);
@@ -195,7 +208,7 @@ tk_status tk_memory_hybrid_new(tk_memory * kv, tk_memory * rs, int32_t n_seq, tk
  * draft_bytes with a speculative window k (flags TK_SPEC_NO_LAST), n_ckpt and k refused as
  * set_checkpoints / set_spec_window refuse them.  Sums saturate. */
 void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubatch, int32_t n_seq, int32_t n_ckpt, int32_t k,
-                           tk_memory_report * r);
+                           int32_t type_k, int32_t type_v, tk_memory_report * r);
 tk_status tk_memory_rs_estimate(const tk_model * model, int32_t n_cells, int32_t n_ckpt, int32_t k, uint32_t flags,
                                 tk_memory_report * r);
 

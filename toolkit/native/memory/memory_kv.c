@@ -33,10 +33,12 @@ typedef struct {
     int32_t * pos;             /* [n_cells] -1 = empty */
     uint64_t * seqs;           /* [n_cells] bit set of sequence ids */
     int32_t * ub_cells;        /* [n_ubatch] cells of the current ubatch's tokens */
-    int32_t * kv_dim;          /* [n_layer] floats of K (and of V) per cell, 0 = no tensors */
-    float ** k;                /* [n_layer] -> [n_cells, kv_dim] or NULL */
-    float ** v;                /* [n_layer] -> [n_cells, v_dim] or NULL */
-    int32_t * v_dim;           /* [n_layer] floats of V per cell: kv_dim, or the kind's kv_v_dim (MLA: 0, no V) */
+    int32_t * kv_dim;          /* [n_layer] values of K (and of V) per cell, 0 = no tensors */
+    uint8_t ** k;              /* [n_layer] -> [n_cells] rows of k_row bytes (kv_dim values of type_k) or NULL */
+    uint8_t ** v;              /* [n_layer] -> [n_cells] rows of v_row bytes (v_dim values of type_v) or NULL */
+    int32_t * v_dim;           /* [n_layer] values of V per cell: kv_dim, or the kind's kv_v_dim (MLA: 0, no V) */
+    size_t * k_row, * v_row;   /* [n_layer] bytes of one cell's K row, V row (tk_kv_row_bytes) */
+    int32_t type_k, type_v;    /* ggml types of the rows (tk_context_params.type_k, type_v) */
     int32_t * ik_dim;          /* [n_layer] floats of the third array per cell, 0 = none */
     float ** ik;               /* [n_layer] -> [n_cells, ik_dim] or NULL */
     const tk_model * model;    /* RoPE parameters for seq_add (K is stored rotated) */
@@ -176,20 +178,31 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     const uint64_t bit = UINT64_C(1) << seq;
     const tk_hparams * hp = &kv->model->hp;
     const int rotate = hp->attn.use_rope && hp->attn.n_rot > 0;
+    float * tmp = NULL;        /* a typed cache: one K row dequantized, rotated, quantized back (llama.cpp's shift) */
+    if (kv->type_k != TK_GGML_F32) {
+        int32_t w = 0;
+        for (int32_t l = 0; l < kv->n_layer; l++) w = kv->kv_dim[l] > w ? kv->kv_dim[l] : w;
+        tmp = malloc((size_t) (w > 0 ? w : 1) * sizeof(float));
+        if (!tmp) return;      /* out of memory: positions and keys left as they were */
+    }
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
-        for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c */
+        for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c (float32 only) */
             if (!kv->k[l] || hp->layer_kinds[l] != TK_LAYER_MLA) continue;
-            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l] + hp->mla.kv_lora_rank;
+            float * k = (float *) (void *) (kv->k[l] + (size_t) i * kv->k_row[l]) + hp->mla.kv_lora_rank;
             tk_rope_norm(k, 1, hp->mla.dr, hp->mla.dr, delta, hp->attn.rope_freq_base);
         }
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
-            float * k = kv->k[l] + (size_t) i * kv->kv_dim[l];
+            uint8_t * row = kv->k[l] + (size_t) i * kv->k_row[l];
+            float * k = tmp ? tmp : (float *) (void *) row;
+            if (tmp) tk_type_traits_get(kv->type_k)->to_float(row, tmp, kv->kv_dim[l]);
             tk_attention_rope_shift(hp, l, k, kv->kv_dim[l] / hp->attn.head_dim, hp->attn.head_dim, delta);   /* the layer's RoPE */
+            if (tmp) tk_type_traits_get(kv->type_k)->from_float(tmp, row, kv->kv_dim[l]);
         }
     }
+    free(tmp);
 }
 
 static tk_status kv_can_fit(tk_memory * m, int32_t n_tokens) {
@@ -214,10 +227,10 @@ static void kv_compact(tk_memory_kv * kv) {
             kv->seqs[j] = kv->seqs[i];
             for (int32_t l = 0; l < kv->n_layer; l++) {
                 if (!kv->k[l]) continue;
-                const size_t d = (size_t) kv->kv_dim[l];
-                memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d * sizeof(float));
-                const size_t dv = (size_t) kv->v_dim[l];
-                if (dv) memcpy(kv->v[l] + (size_t) j * dv, kv->v[l] + (size_t) i * dv, dv * sizeof(float));
+                const size_t d = kv->k_row[l];
+                memcpy(kv->k[l] + (size_t) j * d, kv->k[l] + (size_t) i * d, d);
+                const size_t dv = kv->v_row[l];
+                if (dv) memcpy(kv->v[l] + (size_t) j * dv, kv->v[l] + (size_t) i * dv, dv);
                 if (kv->ik[l]) {
                     const size_t e = (size_t) kv->ik_dim[l];
                     memcpy(kv->ik[l] + (size_t) j * e, kv->ik[l] + (size_t) i * e, e * sizeof(float));
@@ -273,6 +286,8 @@ static void kv_free(tk_memory * m) {
     free(kv->ik_dim);
     free(kv->kv_dim);
     free(kv->v_dim);
+    free(kv->k_row);
+    free(kv->v_row);
     free(kv->pos);
     free(kv->seqs);
     free(kv->ub_cells);
@@ -285,7 +300,7 @@ static tk_status kv_view(tk_memory * m, int il, tk_kv_view * out) {
     tk_memory_kv * kv = KV(m);
     if (il < 0 || il >= kv->n_layer || !kv->k[il]) return TK_FAIL(TK_ERR_STATE, "layer %d has no KV cache", il);
     *out = (tk_kv_view) {kv->k[il], kv->v[il], kv->pos, kv->seqs, kv->ub_cells, kv->n_cells, kv->kv_dim[il],
-                         kv->ik[il], kv->ik_dim[il], kv->window};
+                         kv->ik[il], kv->ik_dim[il], kv->window, kv->type_k, kv->type_v, kv->k_row[il], kv->v_row[il]};
     return TK_OK;
 }
 
@@ -312,8 +327,13 @@ static void kv_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
 
 static void kv_report(tk_memory * m, tk_memory_report * r) {
     tk_memory_kv * kv = KV(m);
-    for (int32_t l = 0; l < kv->n_layer; l++)
-        r->kv_bytes += ((uint64_t) kv->kv_dim[l] + (uint64_t) kv->v_dim[l] + (uint64_t) kv->ik_dim[l]) * (uint64_t) kv->n_cells * sizeof(float);
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        const uint64_t kb = ((uint64_t) kv->k_row[l] + (uint64_t) kv->ik_dim[l] * sizeof(float)) * (uint64_t) kv->n_cells;
+        const uint64_t vb = (uint64_t) kv->v_row[l] * (uint64_t) kv->n_cells;
+        r->kv_k_bytes += kb;
+        r->kv_v_bytes += vb;
+        r->kv_bytes += kb + vb;
+    }
 }
 
 /* ---- state: section KV (layout in state.c) ------------------------------------------------ */
@@ -358,6 +378,25 @@ static int kv_writes(tk_memory_kv * kv, int32_t i, int32_t seq, const kv_wsel * 
     return 0;
 }
 
+/* a layer's word of the section header: its K width, and the K and V types above it (f32: 0,
+ * so a float32 cache writes the width alone; state.c's layout) */
+static uint32_t kv_width_word(const tk_memory_kv * kv, int32_t l) {
+    if (!kv->kv_dim[l]) return 0;
+    return (uint32_t) kv->kv_dim[l] | (uint32_t) kv->type_k << 20 | (uint32_t) kv->type_v << 26;
+}
+
+/* a KV cache type's name as -ctk / -ctv spell it (llama.cpp's, ggml_type_name) */
+static const char * kv_type_name(uint32_t t) {
+    switch (t) {
+        case TK_GGML_F32: return "f32";
+        case TK_GGML_F16: return "f16";
+        case TK_GGML_BF16: return "bf16";
+        case TK_GGML_Q8_0: return "q8_0";
+        case TK_GGML_Q4_0: return "q4_0";
+        default: return "?";
+    }
+}
+
 static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
     tk_memory_kv * kv = KV(m);
     (void) tmp;
@@ -368,7 +407,7 @@ static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
     for (int32_t i = 0; i < kv->n_cells; i++) n += kv_writes(kv, i, seq, &sel);
     tk_put_u32(w, (uint32_t) kv->n_layer);
     tk_put_u32(w, n);
-    for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, (uint32_t) kv->kv_dim[l]);
+    for (int32_t l = 0; l < kv->n_layer; l++) tk_put_u32(w, kv_width_word(kv, l));
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!kv_writes(kv, i, seq, &sel)) continue;
         tk_put_i32(w, kv->pos[i]);
@@ -376,8 +415,8 @@ static void kv_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp)
         tk_put_u64(w, seq < 0 ? kv->seqs[i] : 1);
         for (int32_t l = 0; l < kv->n_layer; l++) {
             if (!kv->kv_dim[l]) continue;
-            tk_put(w, kv->k[l] + (size_t) i * kv->kv_dim[l], (size_t) kv->kv_dim[l] * sizeof(float));
-            if (kv->v_dim[l]) tk_put(w, kv->v[l] + (size_t) i * kv->v_dim[l], (size_t) kv->v_dim[l] * sizeof(float));
+            tk_put(w, kv->k[l] + (size_t) i * kv->k_row[l], kv->k_row[l]);
+            if (kv->v_dim[l]) tk_put(w, kv->v[l] + (size_t) i * kv->v_row[l], kv->v_row[l]);
             if (kv->ik_dim[l]) tk_put(w, kv->ik[l] + (size_t) i * kv->ik_dim[l], (size_t) kv->ik_dim[l] * sizeof(float));
         }
     }
@@ -393,7 +432,12 @@ static tk_status kv_read_header(tk_memory_kv * kv, tk_rbuf * q, const tk_state_r
     for (int32_t l = 0; l < kv->n_layer; l++) {
         uint32_t d;
         if (!tk_get(q, &d, 4)) return TK_STATE_BAD("KV section truncated");
-        if ((int32_t) d != kv->kv_dim[l]) return TK_STATE_BAD("KV layer %d width %u, the model has %d", l, d, kv->kv_dim[l]);
+        const uint32_t want = kv_width_word(kv, l);
+        if (d != want && (d & 0xfffff) == (want & 0xfffff))
+            return TK_FAIL(TK_ERR_INVALID, "state: KV cache types K %s, V %s in the file, this context's are K %s, V %s "
+                           "(-ctk / -ctv must match the session's)", kv_type_name(d >> 20 & 63), kv_type_name(d >> 26),
+                           kv_type_name((uint32_t) kv->type_k), kv_type_name((uint32_t) kv->type_v));
+        if ((int32_t) (d & 0xfffff) != kv->kv_dim[l]) return TK_STATE_BAD("KV layer %d width %u, the model has %d", l, d & 0xfffff, kv->kv_dim[l]);
     }
     int32_t room = 0;
     for (int32_t i = 0; i < kv->n_cells; i++) room += kv->pos[i] < 0 || (rd->seq >= 0 && kv->seqs[i] == rd->dst_bit);
@@ -434,10 +478,10 @@ static tk_status kv_state_read(tk_memory * m, uint32_t tag, tk_rbuf * q, tk_stat
         }
         for (int32_t l = 0; l < kv->n_layer; l++) {
             if (!kv->kv_dim[l]) continue;
-            const size_t n = (size_t) kv->kv_dim[l] * sizeof(float);
-            const size_t nv = (size_t) kv->v_dim[l] * sizeof(float);
-            if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * kv->kv_dim[l] : NULL, n) ||
-                (nv && !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * kv->v_dim[l] : NULL, nv)))
+            const size_t n = kv->k_row[l];
+            const size_t nv = kv->v_dim[l] ? kv->v_row[l] : 0;
+            if (!tk_get(q, rd->apply ? kv->k[l] + (size_t) cell * n : NULL, n) ||
+                (nv && !tk_get(q, rd->apply ? kv->v[l] + (size_t) cell * nv : NULL, nv)))
                 return TK_STATE_BAD("KV cell %u truncated", i);
             if (kv->ik_dim[l] && !tk_get(q, rd->apply ? kv->ik[l] + (size_t) cell * kv->ik_dim[l] : NULL,
                                          (size_t) kv->ik_dim[l] * sizeof(float)))
@@ -464,10 +508,9 @@ static tk_status kv_swa_resize(tk_memory_kv * kv) {
         if (!pos || !seqs) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
         for (int32_t l = 0; l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
-            const size_t d = (size_t) kv->kv_dim[l];
-            float * kk = realloc(kv->k[l], (size_t) n * d * sizeof(float));
+            uint8_t * kk = realloc(kv->k[l], (size_t) n * kv->k_row[l]);
             if (kk) kv->k[l] = kk;
-            float * vv = kv->v_dim[l] ? realloc(kv->v[l], (size_t) n * (size_t) kv->v_dim[l] * sizeof(float)) : NULL;
+            uint8_t * vv = kv->v_dim[l] ? realloc(kv->v[l], (size_t) n * kv->v_row[l]) : NULL;
             if (vv) kv->v[l] = vv;
             if (!kk || (kv->v_dim[l] && !vv)) return TK_FAIL(TK_ERR_NOMEM, "out of memory growing the sliding-window KV cache");
         }
@@ -522,8 +565,38 @@ static const tk_memory KV_METHODS = {
     .trim = kv_trim,
 };
 
+size_t tk_kv_row_bytes(int32_t type, int32_t n) {
+    const tk_type_traits * tt = tk_type_traits_get(type);
+    return tt && tt->blck_size ? (size_t) (n / tt->blck_size) * (size_t) tt->type_size : 0;
+}
+
+tk_status tk_kv_types_check(const tk_model * model, int32_t type_k, int32_t type_v) {
+    const int32_t ts[2] = {type_k, type_v};
+    static const char * const names[2] = {"type_k", "type_v"};
+    const tk_hparams * hp = &model->hp;
+    for (int i = 0; i < 2; i++) {
+        const int32_t t = ts[i];
+        if (t != TK_GGML_F32 && t != TK_GGML_F16 && t != TK_GGML_BF16 && t != TK_GGML_Q8_0 && t != TK_GGML_Q4_0)
+            return TK_FAIL(TK_ERR_INVALID, "%s = %d is not a KV cache type (f32, f16, bf16, q8_0, q4_0)", names[i], t);
+        if (t == TK_GGML_F32) continue;
+        const char * tn = kv_type_name((uint32_t) t);
+        const int64_t blk = tk_type_traits_get(t)->blck_size;
+        for (int32_t l = 0; l < hp->n_layer; l++) {
+            const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
+            if (!ops || !ops->kv_dim) continue;
+            if (ops->kv_v_dim)   /* MLA: the latent rows are read as float32 (mixer_mla.c) */
+                return TK_FAIL(TK_ERR_UNSUPPORTED, "KV cache type %s: layer %d (%s) keeps MLA's latent rows, float32 only",
+                               tn, l, ops->name);
+            if (hp->attn.head_dim % blk)
+                return TK_FAIL(TK_ERR_UNSUPPORTED, "KV cache type %s: head_dim %d is not a multiple of its block (%lld values)",
+                               tn, hp->attn.head_dim, (long long) blk);
+        }
+    }
+    return TK_OK;
+}
+
 void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubatch, int32_t n_seq, int32_t n_ckpt, int32_t k,
-                           tk_memory_report * r) {
+                           int32_t type_k, int32_t type_v, tk_memory_report * r) {
     const tk_hparams * hp = &model->hp;
     /* a sliding-window layer's cells: the sliding cache's, as tk_memory_kv_new_sel makes it and
      * kv_set_checkpoints / kv_set_spec_window grow it (memory_iswa.c holds both caches) */
@@ -532,20 +605,26 @@ void tk_memory_kv_estimate(const tk_model * model, int32_t n_ctx, int32_t n_ubat
         const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
         if (!ops || !ops->kv_dim) continue;
         const int32_t n_cells = hp->attn.swa_layers && hp->attn.swa_layers[l] ? swa_cells : n_ctx;
-        const uint64_t per_cell = (uint64_t) ops->kv_dim(model, l) +
-                                  (uint64_t) (ops->kv_v_dim ? ops->kv_v_dim(model, l) : ops->kv_dim(model, l)) +
-                                  (uint64_t) (ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0);
-        r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_mul(tk_sat_mul(per_cell, (uint64_t) n_cells), sizeof(float)));
+        const int32_t ik = ops->kv_idx_dim ? ops->kv_idx_dim(model, l) : 0;
+        const uint64_t k_cell = (uint64_t) tk_kv_row_bytes(type_k, ops->kv_dim(model, l)) + (uint64_t) (ik > 0 ? ik : 0) * sizeof(float);
+        const uint64_t v_cell = (uint64_t) tk_kv_row_bytes(type_v, ops->kv_v_dim ? ops->kv_v_dim(model, l) : ops->kv_dim(model, l));
+        const uint64_t kb = tk_sat_mul(k_cell, (uint64_t) n_cells), vb = tk_sat_mul(v_cell, (uint64_t) n_cells);
+        r->kv_k_bytes = tk_sat_add(r->kv_k_bytes, kb);
+        r->kv_v_bytes = tk_sat_add(r->kv_v_bytes, vb);
+        r->kv_bytes = tk_sat_add(r->kv_bytes, tk_sat_add(kb, vb));
     }
 }
 
-tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, tk_memory ** out) {
-    return tk_memory_kv_new_sel(model, n_cells, n_ubatch, 1, TK_KV_ALL, out);
+tk_status tk_memory_kv_new(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t type_k, int32_t type_v,
+                           tk_memory ** out) {
+    return tk_memory_kv_new_sel(model, n_cells, n_ubatch, 1, TK_KV_ALL, type_k, type_v, out);
 }
 
-tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel, tk_memory ** out) {
+tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t n_ubatch, int32_t n_seq, int sel,
+                               int32_t type_k, int32_t type_v, tk_memory ** out) {
     const tk_hparams * hp = &model->hp;
     *out = NULL;
+    TK_CHECK(tk_kv_types_check(model, type_k, type_v));
     const int32_t n_ctx = n_cells;
     if (sel == TK_KV_SWA) {
         if (!hp->attn.swa_layers || hp->attn.n_swa <= 0) return TK_FAIL(TK_ERR_INVALID, "sliding-window KV cache for a model without a window");
@@ -560,6 +639,8 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     kv->n_seq = n_seq;
     kv->n_ubatch = n_ubatch;
     kv->n_ctx = n_ctx;
+    kv->type_k = type_k;
+    kv->type_v = type_v;
     if (sel == TK_KV_SWA) {
         kv->base.set_spec_window = kv_set_spec_window;
         kv->window = hp->attn.n_swa;
@@ -572,11 +653,14 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
     kv->ub_cells = malloc((size_t) n_ubatch * sizeof(int32_t));
     kv->kv_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
     kv->v_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
-    kv->k = calloc((size_t) hp->n_layer, sizeof(float *));
-    kv->v = calloc((size_t) hp->n_layer, sizeof(float *));
+    kv->k = calloc((size_t) hp->n_layer, sizeof(uint8_t *));
+    kv->v = calloc((size_t) hp->n_layer, sizeof(uint8_t *));
+    kv->k_row = calloc((size_t) hp->n_layer, sizeof(size_t));
+    kv->v_row = calloc((size_t) hp->n_layer, sizeof(size_t));
     kv->ik_dim = calloc((size_t) hp->n_layer, sizeof(int32_t));
     kv->ik = calloc((size_t) hp->n_layer, sizeof(float *));
-    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->v_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik) {
+    if (!kv->pos || !kv->seqs || !kv->ub_cells || !kv->kv_dim || !kv->v_dim || !kv->k || !kv->v || !kv->ik_dim || !kv->ik ||
+        !kv->k_row || !kv->v_row) {
         kv_free(&kv->base);
         return TK_FAIL(TK_ERR_NOMEM, "out of memory");
     }
@@ -587,12 +671,14 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
         if ((sel == TK_KV_FULL && sliding) || (sel == TK_KV_SWA && !sliding)) continue;
         kv->kv_dim[l] = ops->kv_dim(model, l);
         kv->v_dim[l] = ops->kv_v_dim ? ops->kv_v_dim(model, l) : kv->kv_dim[l];
-        size_t n = (size_t) n_cells * (size_t) kv->kv_dim[l], nv = (size_t) n_cells * (size_t) kv->v_dim[l];
-        kv->k[l] = calloc(n, sizeof(float));
-        kv->v[l] = nv ? calloc(nv, sizeof(float)) : NULL;
+        kv->k_row[l] = tk_kv_row_bytes(type_k, kv->kv_dim[l]);
+        kv->v_row[l] = tk_kv_row_bytes(type_v, kv->v_dim[l]);
+        size_t n = (size_t) n_cells * kv->k_row[l], nv = (size_t) n_cells * kv->v_row[l];
+        kv->k[l] = calloc(n, 1);
+        kv->v[l] = nv ? calloc(nv, 1) : NULL;
         if (!kv->k[l] || (nv && !kv->v[l])) {
             kv_free(&kv->base);
-            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu floats per layer)", n + nv);
+            return TK_FAIL(TK_ERR_NOMEM, "out of memory allocating the KV cache (%zu bytes per layer)", n + nv);
         }
         if (ops->kv_idx_dim && ops->kv_idx_dim(model, l) > 0) {   /* 0: none on this layer (DSA's shared layers) */
             kv->ik_dim[l] = ops->kv_idx_dim(model, l);

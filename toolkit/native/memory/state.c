@@ -8,6 +8,11 @@
  *     tag 1 KV     u32 n_layer  u32 n_cells  u32 kv_dim[n_layer]
  *                  n_cells x { i32 pos  u32 0  u64 seq set  (K, V rows of each layer with kv_dim > 0, then its
  *                  QSA raw indexer key row where the layer keeps one) }
+ *                  kv_dim word of a layer with a cache: bits 0-19 the width, 20-25 the K rows' ggml
+ *                  type, 26-31 the V rows' (tk_context_params.type_k / type_v; 0 = f32, so a float32
+ *                  cache writes the width alone); a row is the type's bytes (f16: 2 a value, q8_0:
+ *                  34 per 32, ...).  A blob whose types differ from the context's is refused.
+ *     tag 4 KV_SWA the sliding-window layers' cache, laid out as tag 1
  *     tag 2 RS     u32 n_states  u32 0  u64 cell_n
  *                  n_states x { i32 pos  i32 first pos  u64 seq set  f32[cell_n] }
  *     tag 3 CKPT   u32 n  u32 0  u64 cell_n

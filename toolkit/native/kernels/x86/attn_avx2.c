@@ -5,7 +5,7 @@
 
 #ifdef TK_HAVE_X86
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #define ATTN_VL 8
 #define ATTN_NB 2              /* 4 rows x 2 value vectors: 8 accumulators of the 16 registers */
 #define ATTN_NAME(x) x##_avx2
