@@ -196,3 +196,18 @@ def test_verbose_prints_the_memory_report(monkeypatch, capsys, template_file):
     assert {"weights", "kv", "recurrent", "checkpoints", "compute", "total"} <= set(kinds), err
     rc, _, quiet = cli(monkeypatch, capsys, "chat", *args, stdin="Hello\n")
     assert rc == 0 and "memory" not in quiet, quiet
+
+
+@pytest.mark.parametrize("n", ["0", "2"])
+def test_checkpoints_are_what_the_flag_says(monkeypatch, capsys, template_file, n):
+    """chat keeps --checkpoints N (chat -h: 0 none), the figure info --memory gives for the same
+    flags (before: chat kept max(N, 8) whatever the flag said)."""
+    args = ["-m", str(DEMO), "-c", "256", "-t", "1", "--checkpoints", n]
+    rc, out, err = cli(monkeypatch, capsys, "chat", "--chat-template", template_file, "--temp", "0", "-n", "2",
+                       *args, "-v", stdin="Hello\n")
+    assert rc == 0, err
+    chat_line = next(ln for ln in err.splitlines() if ln.split()[:1] == ["checkpoints"])
+    rc, info, _ = cli(monkeypatch, capsys, "info", str(DEMO), "--memory", "-c", "256", "--checkpoints", n)
+    assert rc == 0
+    info_line = next(ln for ln in info.splitlines() if ln.split()[:1] == ["checkpoints"])
+    assert chat_line.split() == info_line.split(), (chat_line, info_line)

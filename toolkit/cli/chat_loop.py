@@ -98,7 +98,7 @@ def chat_loop(opts, as_json: bool = False, verbose: bool = False, inputs: tuple[
             if note:
                 _note(note)
             ctx = Context(m, n_ctx=context_size(opts.ctx_size, m), n_seq_max=1, n_ubatch=opts.ubatch,
-                          n_threads=opts.threads, n_checkpoints=max(opts.checkpoints, 8),
+                          n_threads=opts.threads, n_checkpoints=opts.checkpoints,
                           checkpoint_every=opts.checkpoint_every)
             chat = Chat(ctx, tok, tpl, Sampler(opts.sampling), system=opts.system)
             chat.inputs = tuple(str(p) for p in (opts.draft_model, opts.chat_template, *inputs)
