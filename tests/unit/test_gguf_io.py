@@ -108,10 +108,16 @@ def test_atomic_output_interrupted_while_creating_leaves_no_temp(tmp_path, monke
         return fd
 
     monkeypatch.setattr(writer.os, "open", open_then_signal)
+    # Python's own SIGINT handler, whatever an earlier test in this worker left installed (a
+    # recording handler turns the signal into no KeyboardInterrupt: the flake CI saw once)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     out = tmp_path / "x.bin"
-    with pytest.raises(KeyboardInterrupt):
-        with writer.atomic_output(str(out)) as tmp:
-            open(tmp, "wb").write(b"x")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with writer.atomic_output(str(out)) as tmp:
+                open(tmp, "wb").write(b"x")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     monkeypatch.undo()
     assert os.listdir(tmp_path) == []
 
