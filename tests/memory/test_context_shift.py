@@ -112,7 +112,8 @@ ROTARY = [("bamba-tiny", None, "norm-partial"), ("bamba-tiny", 16, "norm-full"),
           # RoPE scaling (rope.scaling.*): the cached K turns by delta at the scaled frequencies, and
           # yarn's cos / sin scale is not applied again (tk_attention_rope_shift)
           ("falconh1-yarn-tiny", None, "yarn"), ("olmohybrid-linear-tiny", None, "linear"),
-          ("qwen3next-yarn-tiny", None, "yarn-neox-partial")]
+          ("qwen3next-yarn-tiny", None, "yarn-neox-partial"), ("bamba-yarn-tiny", None, "yarn-norm-partial"),
+          ("granitehybrid-linear-tiny", None, "linear-moe")]
 
 
 @pytest.mark.parametrize("name,n_rot,kind", ROTARY, ids=[r[2] for r in ROTARY])

@@ -33,6 +33,8 @@ run by tests/parity/test_families.py.
     qwen35-linear-tiny    Qwen3.5       rope_parameters linear with interleaved M-RoPE sections (16 of 32 dims)
     qwen35moe-yarn-tiny   Qwen3.5-MoE   rope_parameters yarn with attention_factor 0.9 (factor 8 over 12 positions)
     lfm2moe-linear-tiny   LFM2-MoE      rope_parameters linear (factor 4)
+    bamba-yarn-tiny       Bamba         rope_parameters yarn on partial NORM RoPE (8 of 16 dims, factor 4 over 16 positions, betas 4 / 0.5)
+    granitehybrid-linear-tiny  Granite 4.0-H  position_embedding_type rope, rope_parameters linear (factor 4), MoE
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
 references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
@@ -65,6 +67,8 @@ VARIANTS = [
     ("qwen35-linear-tiny", "rope linear", 1e-5, (0,)),
     ("qwen35moe-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("lfm2moe-linear-tiny", "rope linear", 1e-5, ()),
+    ("bamba-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
@@ -232,6 +236,9 @@ ROPE_KEYS = {
     "qwen35moe-yarn-tiny": ("qwen35moe", {"type": "yarn", "factor": 8.0, "original_context_length": 12,
                                           "attn_factor": 0.9 / (0.1 * np.log(8.0) + 1.0)}),
     "lfm2moe-linear-tiny": ("lfm2moe", {"type": "linear", "factor": 4.0}),
+    "bamba-yarn-tiny": ("granitehybrid", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                          "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5, "finetuned": True}),
+    "granitehybrid-linear-tiny": ("granitehybrid", {"type": "linear", "factor": 4.0, "finetuned": True}),
 }
 
 
@@ -248,7 +255,7 @@ def test_rope_scaling_keys_are_llama_cpps(hf_f32, name):
     got = {k[len(f"{arch}.rope.scaling."):]: fields[k].contents() for k in fields if k.startswith(f"{arch}.rope.scaling.")}
     assert set(got) == set(want), got
     for k, v in want.items():
-        assert got[k] == v if isinstance(v, str) else got[k] == pytest.approx(v, rel=1e-6), (k, got[k], v)
+        assert got[k] == v if isinstance(v, (str, bool)) else got[k] == pytest.approx(v, rel=1e-6), (k, got[k], v)
     assert f"{arch}.rope.scaling.type" == gguf.Keys.Rope.SCALING_TYPE.format(arch=arch)
     with Model(path) as m:
         hp = m.hparams

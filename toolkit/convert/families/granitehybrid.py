@@ -40,6 +40,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family, head_perm
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import ARCH_GRANITE_HYBRID, Keys
@@ -60,7 +61,7 @@ class GraniteHybridFamily(Family):
         "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias",
         refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
                  "time_step_limit": DT_LIMIT},
-        rope_types=("default",), aliases={"layers_block_type": "layer_types"})
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm|post_attention_layernorm)\.weight",
@@ -178,6 +179,8 @@ class GraniteHybridFamily(Family):
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn)),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.ssm_head_dim),
         ]
+        if self.use_rope:     # HF runs ROPE_INIT_FUNCTIONS only with its rotary embedding (not "nope")
+            p.kv += rope_scaling_kv(c, key)
 
         D = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "model.embed_tokens.weight", (self.n_vocab, D))
