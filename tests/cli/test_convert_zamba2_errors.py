@@ -46,7 +46,7 @@ def test_missing_adapter(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", f"'{name}'")
 
 
-@pytest.mark.parametrize("key,value", [("use_long_context", True), ("add_bias_linear", True), ("hidden_act", "silu")])
+@pytest.mark.parametrize("key,value", [("add_bias_linear", True), ("hidden_act", "silu")])
 def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})

@@ -262,3 +262,30 @@ def test_rope_scaling_keys_are_llama_cpps(hf_f32, name):
         assert hp.rope_scaling_type == {"linear": 1, "yarn": 2}[want["type"]]
         assert hp.rope_freq_scale == pytest.approx(1.0 / want["factor"])
         assert hp.rope_attn_factor == pytest.approx(want.get("attn_factor", 1.0), rel=1e-6)
+
+
+def test_zamba2_use_long_context(fixtures, tmp_path):
+    """Zamba2 ``use_long_context`` true: transformers 5.24 sets max_position_embeddings = 16384
+    (Zamba2Config.__post_init__) and leaves the RoPE as rope_theta says (the model's "rescaled
+    rope_theta" warning has no code behind it: HF's logits on zamba2-tiny are bit-identical with it
+    on and off, measured with /work/tfvenv).  So the file has context_length 16384 and the logits
+    are zamba2-tiny's HF reference."""
+    import json
+    import os
+
+    import gguf
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    src, d = fixtures / "hf" / "zamba2-tiny", tmp_path / "zamba2-long"
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg["use_mem_rope"] is True and cfg["max_position_embeddings"] != 16384
+    (d / "config.json").write_text(json.dumps({**cfg, "use_long_context": True}))
+    convert(str(d), str(tmp_path / "l.gguf"), "f32")
+    fields = gguf.GGUFReader(str(tmp_path / "l.gguf")).fields
+    assert fields["zamba2.context_length"].contents() == 16384
+    ref = np.load(src / "reference.npz")
+    assert rel_l2(logits_of(tmp_path / "l.gguf", ref["tokens"]), ref["logits"]) < 1e-5

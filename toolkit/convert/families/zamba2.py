@@ -71,7 +71,10 @@ def shared_attention_kv(fam: Family, bmap: list[int]) -> list:
     key = fam.key
     return [
         kv_u32(key(Keys.LLM.BLOCK_COUNT), fam.n_layer),
-        kv_u32(key(Keys.LLM.CONTEXT_LENGTH), fam.cfg.int("max_position_embeddings", default=4096)),
+        # Zamba2 use_long_context: HF's Zamba2Config sets max_position_embeddings = 16384 (transformers
+        # 5.24 configuration_zamba2.py __post_init__); its RoPE is unchanged (see Zamba2Family.__init__)
+        kv_u32(key(Keys.LLM.CONTEXT_LENGTH), 16384 if getattr(fam, "long_context", False)
+               else fam.cfg.int("max_position_embeddings", default=4096)),
         kv_u32(key(Keys.LLM.EMBEDDING_LENGTH), fam.n_embd),
         kv_u32(key(Keys.LLM.FEED_FORWARD_LENGTH), fam.n_ff),
         kv_u32(key(Keys.Attention.HEAD_COUNT), fam.n_head),
@@ -103,10 +106,10 @@ class Zamba2Family(Family):
         "vocab_size max_position_embeddings hidden_size num_hidden_layers layers_block_type mamba_d_state mamba_d_conv "
         "mamba_expand mamba_ngroups n_mamba_heads intermediate_size num_attention_heads num_key_value_heads "
         "num_mem_blocks use_shared_attention_adapter adapter_rank use_mem_rope rope_parameters rms_norm_eps "
-        "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min",
+        "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min "
+        "use_long_context",
         refused={"use_conv_bias": SSM_CONV_BIAS,
                  "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout"),
-                 "use_long_context": Refused((False,), "HF's long-context RoPE base rescale: not converted"),
                  "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU")},
         rope_types=("default",), aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)
@@ -166,6 +169,10 @@ class Zamba2Family(Family):
             raise InputError(f"{c.path}: key 'num_mem_blocks' = {self.n_mem} must be > 0")
         self.attn_adapters = c.flag("use_shared_attention_adapter", False)
         self.use_rope = c.flag("use_mem_rope", False)
+        # use_long_context: in transformers 5.24 it only sets max_position_embeddings = 16384; the
+        # model logs "using rescaled rope_theta" but Zamba2RotaryEmbedding reads rope_theta as given
+        # (no rescale: HF's logits are bit-identical with it on or off, zamba2-tiny measured)
+        self.long_context = c.flag("use_long_context", False)
         rp = c.d.get("rope_parameters") or {}
         theta = rp.get("rope_theta", c.d.get("rope_theta", 10000.0)) if isinstance(rp, dict) else None
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
