@@ -210,6 +210,16 @@ VARIANTS = {
                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                 "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
                                                 "mrope_interleaved": True}),
+    # issue 43 item 4: yarn RoPE scaling (factor 4 over 40 of the 160 reference positions, base 100, betas
+    # 4 / 0.5) on the partial interleaved M-RoPE (8 of 32 dims), which the QSA indexer's q / pooled keys share
+    "qwen4exp-yarn-tiny": dict(hidden_size=32, head_dim=32, num_attention_heads=2, num_key_value_heads=1,
+                               moe_intermediate_size=16, shared_expert_intermediate_size=16, hc_count=3, hc_lowrank=6,
+                               indexer_budget=12, indexer_compress_ratio=3, ple_embed_dim=32, ngram_vocab_size_base=30,
+                               split_ngram_parts=2, max_position_embeddings=160,
+                               rope_parameters={"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0,
+                                                "original_max_position_embeddings": 40, "beta_fast": 4.0,
+                                                "beta_slow": 0.5, "partial_rotary_factor": 0.25,
+                                                "mrope_section": [2, 1, 1], "mrope_interleaved": True}),
 }
 
 

@@ -35,6 +35,7 @@ run by tests/parity/test_families.py.
     lfm2moe-linear-tiny   LFM2-MoE      rope_parameters linear (factor 4)
     bamba-yarn-tiny       Bamba         rope_parameters yarn on partial NORM RoPE (8 of 16 dims, factor 4 over 16 positions, betas 4 / 0.5)
     granitehybrid-linear-tiny  Granite 4.0-H  position_embedding_type rope, rope_parameters linear (factor 4), MoE
+    qwen4exp-yarn-tiny    qwen4exp      rope_parameters yarn (factor 4 over 40 of 160 positions) on the attention and the QSA indexer
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
 references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
@@ -69,6 +70,7 @@ VARIANTS = [
     ("lfm2moe-linear-tiny", "rope linear", 1e-5, ()),
     ("bamba-yarn-tiny", "rope yarn", 1e-5, ()),
     ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
+    ("qwen4exp-yarn-tiny", "rope yarn", 1e-5, ()),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
@@ -239,6 +241,8 @@ ROPE_KEYS = {
     "bamba-yarn-tiny": ("granitehybrid", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
                                           "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5, "finetuned": True}),
     "granitehybrid-linear-tiny": ("granitehybrid", {"type": "linear", "factor": 4.0, "finetuned": True}),
+    "qwen4exp-yarn-tiny": ("qwen4exp", {"type": "yarn", "factor": 4.0, "original_context_length": 40,
+                                        "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5}),
 }
 
 

@@ -82,6 +82,7 @@ import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.config_keys import ConfigKeys
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.families.qwen_gdn import QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, QwenGDNFamily, text_config
 from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_str, kv_u32
 from toolkit.convert.st_reader import STTensor, ShardReader
@@ -138,7 +139,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
                           "buffers, the n-gram table's shape), which convert reads" for k in (
                         "seed", "ngram_vocab_size_base", "make_ngram_vocab_size_divisible_by")}},
         refused={"attention_bias": QWEN_REFUSED["attention_bias"]},
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Qwen3.8-Flash-Next (qwen4exp)",)
     vllm = False
     arch = ARCH_QWEN4EXP
@@ -286,6 +287,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
             kv_u32(key(Keys.Attention.HEAD_COUNT_KV), self.n_head_kv),
             kv_arr_i32(key(Keys.Rope.DIMENSION_SECTIONS), self.mrope_sections),
             kv_f32(key(Keys.Rope.FREQ_BASE), self.rope_theta),
+            *rope_scaling_kv(self.c, key),     # llama.cpp's rope.scaling.*: the attention's and the indexer's RoPE
             kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
             kv_u32(key(Keys.LLM.EXPERT_COUNT), self.n_expert),
             kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used),

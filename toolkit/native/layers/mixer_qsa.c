@@ -89,6 +89,7 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
     const int32_t nst = ub->n_seq_tokens, r = j->r, di = hp->idx.head_dim, Hi = hp->idx.n_head;
     const uint64_t bit = UINT64_C(1) << ub->seq[s];
     const int32_t t0 = s * nst, pmax = ub->pos[t0 + nst - 1];
+    const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->attn.n_rot, hp->attn.rope_freq_base, 1);
     /* the sequence's cells up to its last position in this ubatch, in position order */
     int32_t * cells = malloc((size_t) kv->n_cells * sizeof(int32_t));
     if (!cells) return TK_FAIL(TK_ERR_NOMEM, "out of memory (QSA cell list)");
@@ -111,7 +112,8 @@ static tk_status qsa_select_seq(const qsa_job * j, int32_t s) {
         }
         for (int32_t i = 0; i < di; i++) pk[i] /= (float) r;
         tk_rms_norm(pk, j->l->idx_k_norm, hp->rms_eps, di, pk);
-        if (hp->attn.use_rope && hp->attn.n_rot > 0) tk_rope_neox(pk, 1, di, hp->attn.n_rot, kv->pos[cells[b * r]], hp->attn.rope_freq_base);
+        if (hp->attn.use_rope && hp->attn.n_rot > 0)   /* HF: the attention's cos / sin (rope.scaling.* included) */
+            tk_rope_neox_pairs_scaled(pk, 1, di, hp->attn.n_rot, hp->attn.n_rot / 2, kv->pos[cells[b * r]], hp->attn.rope_freq_base, &sc);
     }
     const float isq = (float) (1.0 / sqrt((double) di));
     for (int32_t i = 0; i < nst; i++) {
@@ -156,6 +158,7 @@ static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const
     tk_kv_view kv;
     TK_CHECK(ctx->mem->kv_view(ctx->mem, il, &kv));
     if (!kv.ik || kv.ik_dim != di) return TK_FAIL(TK_ERR_STATE, "layer %d has no indexer key cache", il);
+    const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->attn.n_rot, hp->attn.rope_freq_base, 1);
     /* indexer: queries normed and rotated per head, raw keys into the cells */
     float * keys = ctx->proj + (size_t) U * Hi * di;   /* [U, di] after the queries [U, Hi di] */
     TK_CHECK(tk_matmul(&l->idx_q, 0, ctx->cur, U, ctx->proj, &ctx->mm));
@@ -163,7 +166,8 @@ static tk_status qsa_forward(tk_context * ctx, const tk_layer * l, int il, const
     for (int32_t t = 0; t < U; t++) {
         float * q = ctx->proj + (size_t) t * Hi * di;
         for (int32_t h = 0; h < Hi; h++) tk_rms_norm(q + (size_t) h * di, l->idx_q_norm, hp->rms_eps, di, q + (size_t) h * di);
-        if (hp->attn.use_rope && hp->attn.n_rot > 0) tk_rope_neox(q, Hi, di, hp->attn.n_rot, ub->pos[t], hp->attn.rope_freq_base);
+        if (hp->attn.use_rope && hp->attn.n_rot > 0)
+            tk_rope_neox_pairs_scaled(q, Hi, di, hp->attn.n_rot, hp->attn.n_rot / 2, ub->pos[t], hp->attn.rope_freq_base, &sc);
         memcpy(kv.ik + (size_t) kv.ub_cells[t] * di, keys + (size_t) t * di, (size_t) di * sizeof(float));
     }
     /* the cells a token sees are claimed before the forward (prepare), so the raw keys of the
