@@ -18,11 +18,11 @@
 /* ---- which kernel: tk_attn_set_reference (tests, bench/attn_depth.py); the library reads no
  * environment ---- */
 
-static int attn_ref = 0;   /* 1: the reference kernels */
+static int attn_ref = 0;   /* 1: the reference kernels; 2: the blocked form, a typed cache's rows converted first (no direct read) */
 
 int tk_attn_reference(void) { return __atomic_load_n(&attn_ref, __ATOMIC_RELAXED); }
 
-void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0, __ATOMIC_RELAXED); }
+void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0 ? (on > 2 ? 1 : on) : 0, __ATOMIC_RELAXED); }
 
 /* the level's row conversion (attn_body.h tk_attn_cvt_*) */
 static tk_attn_cvt_fn attn_cvt_of(int level) {
@@ -99,6 +99,7 @@ typedef struct {
     float * conv;              /* a typed cache: [n_threads, CH (dk + dv)] the chunk's rows as floats, else NULL */
     const tk_type_traits * tk, * tv;
     tk_attn_cvt_fn cvt;        /* the level's row conversion (attn_body.h), else the types' to_float */
+    tk_attn_chunk_fn direct;   /* a typed cache the level's chunk reads directly (f16 / bf16 K and V), else NULL */
     int32_t slot[TK_ATTN_CHUNK];   /* slot i's "cell" in the converted rows: i */
 } attn_run_job;
 
@@ -224,7 +225,9 @@ static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t 
         const int seen = attn_fill_chunk(j, tl, i, e, k, w);
         i = e;
         if (!seen) continue;
-        if (j->conv) {         /* a typed cache: the rows some token sees, as floats, then the float32 chunk on them */
+        if (j->direct) {       /* f16 / bf16 K and V: the chunk reads the cache's rows */
+            j->direct(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+        } else if (j->conv) {  /* another typed cache: the rows some token sees, as floats, then the float32 chunk on them */
             const tk_attn_args b = attn_convert(j, tl, w);
             j->chunk(&b, tl, j->slot, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
         } else {
@@ -379,6 +382,14 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
         j.tk = tk_type_traits_get(a->type_k);
         j.tv = tk_type_traits_get(a->type_v);
         for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) j.slot[i] = i;
+        const int direct = tk_attn_reference() != 2;
+        if (direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16) j.direct = tk_attn_chunk_bf16_plain;
+#ifdef TK_HAVE_X86
+        const int f16 = direct && a->type_k == TK_GGML_F16 && a->type_v == TK_GGML_F16,
+                  bf16 = direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16;
+        if (level >= TK_CPU_AVX512) j.direct = f16 ? tk_attn_chunk_f16_avx512 : bf16 ? tk_attn_chunk_bf16_avx512 : NULL;
+        else if (level >= TK_CPU_AVX2) j.direct = f16 ? tk_attn_chunk_f16_avx2 : bf16 ? tk_attn_chunk_bf16_avx2 : NULL;
+#endif
     }
     j.T = attn_tile_tokens(j.grp);
     if (j.T > a->ub->n_seq_tokens) j.T = a->ub->n_seq_tokens;
