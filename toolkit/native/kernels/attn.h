@@ -34,8 +34,9 @@
  *   the reference kernel (tk_attn_run returns 0).
  * Work: per ubatch row (one sequence), a tile is T of its tokens x the grp heads of one KV
  * group (T grp >= TK_ATTN_ROWS where the row allows), so each K / V chunk is read once per
- * tile; tiles x groups go to the threads.  When they are fewer than the threads (decoding
- * one token), each (tile, group, super-chunk) is an item (split-K) whose partial lands in
+ * tile; tiles x groups go to the threads.  When the tiles are fewer than twice the threads
+ * (decoding), each (tile, super-chunk) is an item (split-K) that runs every group on each chunk
+ * in turn (a cell's K and V lines read once for all groups), its (tile, group) partials land in
  * ctx->attn, and the folds run after, in order.
  * ref: Dao et al., FlashAttention-2 (2023) §3.1; Dao et al., Flash-Decoding (2023).
  */
