@@ -156,6 +156,21 @@ def test_blocked_matches_reference(fixtures, t, reference_off):
     assert _rel(got, ref) < 1e-5   # float reordering (f16 on qwen35-tiny: 3.3e-6, the others <= 1.4e-6 of the max)
 
 
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_direct_read_equals_converted_rows(fixtures, t, level, reference_off, at_level):
+    """f16 / bf16 K and V are read by the blocked chunk directly (attn_body.h v_load_kt): the
+    logits equal, bit for bit, those of the chunk over the rows converted first
+    (tk_attn_set_reference(2)), at every level, in one ubatch and one token at a time."""
+    at_level(level)
+    path = _path(fixtures, "qwen35-tiny")
+    lib.tk_attn_set_reference(2)
+    want = _logits(path, t)
+    lib.tk_attn_set_reference(0)
+    got = _logits(path, t)
+    assert got.tobytes() == want.tobytes(), (t, level)
+
+
 @pytest.mark.parametrize("t", ["f32"] + TYPES)
 def test_estimate_equals_allocation(fixtures, t):
     path = _path(fixtures, "bamba-small")

@@ -7,7 +7,8 @@ through whole models, at every kernel level this machine runs:
   cells (glm5next), QSA's selected cells (qwen4exp), sliding windows (lfm3, recurrentgemma),
   the shared block (zamba2), two sequences in one cache;
 * a token's logits are bit-identical whatever its ubatch (1, 7, 512) and the thread count
-  (1, 2, 3: decoding at depth > 2048 cells runs split-K at 2 and 3 threads, not at 1).
+  (1, 2, 3: decoding at depth > 2048 cells runs split-K, the KV groups inside, at every thread count;
+  a prompt of many tiles does not).
 """
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _deep(path: str, n_threads: int, n_ubatch: int, n_tok: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=LEVEL_IDS.get)
-@pytest.mark.parametrize("name", ["qwen35-tiny", "glm5next-tiny"])
+@pytest.mark.parametrize("name", ["qwen35-tiny", "glm5next-tiny", "qwen3next-tiny"])   # qwen3next-tiny: 2 KV groups
 def test_threads_and_ubatch_invariant_at_depth(name, level, fixtures, at_level, reference_off):
     """2300 cells: two super-chunks, so split-K runs where (tile, group) items leave threads
     idle; the bits do not move with the thread count or the ubatch, and stay within float

@@ -243,7 +243,9 @@ int tk_lightning_set_threshold(int n);
 /* ==== attention over the KV cache (kernels/attn.c) ==================================== */
 /* on = 1: the attention kinds (mixer_attention.c, mixer_mla.c) run their reference kernel (per
  * (token, head) pair, every cell, float scores; the form before the blocked one), 0: the
- * blocked kernel (kernels/attn.h), -1: back to the default, the blocked one. */
+ * blocked kernel (kernels/attn.h), 2: the blocked kernel with a typed cache's rows converted to
+ * floats before each chunk (not read directly: f16 / bf16 K and V are by default), -1: back to
+ * the default, the blocked one. */
 void tk_attn_set_reference(int on);
 /* bytes of the context's workspace (ctx->work, which the chunked recurrent forms share: the
  * larger is planned) the blocked attention needs for H query heads over Hkv KV heads of key

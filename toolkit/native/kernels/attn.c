@@ -18,11 +18,11 @@
 /* ---- which kernel: tk_attn_set_reference (tests, bench/attn_depth.py); the library reads no
  * environment ---- */
 
-static int attn_ref = 0;   /* 1: the reference kernels */
+static int attn_ref = 0;   /* 1: the reference kernels; 2: the blocked form, a typed cache's rows converted first (no direct read) */
 
 int tk_attn_reference(void) { return __atomic_load_n(&attn_ref, __ATOMIC_RELAXED); }
 
-void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0, __ATOMIC_RELAXED); }
+void tk_attn_set_reference(int on) { __atomic_store_n(&attn_ref, on > 0 ? (on > 2 ? 1 : on) : 0, __ATOMIC_RELAXED); }
 
 /* the level's row conversion (attn_body.h tk_attn_cvt_*) */
 static tk_attn_cvt_fn attn_cvt_of(int level) {
@@ -99,6 +99,7 @@ typedef struct {
     float * conv;              /* a typed cache: [n_threads, CH (dk + dv)] the chunk's rows as floats, else NULL */
     const tk_type_traits * tk, * tv;
     tk_attn_cvt_fn cvt;        /* the level's row conversion (attn_body.h), else the types' to_float */
+    tk_attn_chunk_fn direct;   /* a typed cache the level's chunk reads directly (f16 / bf16 K and V), else NULL */
     int32_t slot[TK_ATTN_CHUNK];   /* slot i's "cell" in the converted rows: i */
 } attn_run_job;
 
@@ -207,12 +208,28 @@ static tk_attn_args attn_convert(const attn_run_job * j, const tk_attn_tile * tl
     return b;
 }
 
+/* the filled chunk (attn_fill_chunk) for the tile's group, folded into (ms, ls, Os) of rows [0, R) */
+static void attn_chunk_fold(const attn_run_job * j, const tk_attn_tile * tl, const attn_ws * w, float * ms, float * ls,
+                            float * Os) {
+    const tk_attn_args * a = j->a;
+    const int32_t dv = a->dv;
+    if (j->direct) {           /* f16 / bf16 K and V: the chunk reads the cache's rows */
+        j->direct(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+    } else if (j->conv) {      /* another typed cache: the rows some token sees, as floats, then the float32 chunk on them */
+        const tk_attn_args b = attn_convert(j, tl, w);
+        j->chunk(&b, tl, j->slot, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+    } else {
+        j->chunk(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
+    }
+    for (int32_t r = 0; r < tl->R; r++)
+        j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
+}
+
 /* the tile's super-chunk over list entries [i0, i1): (ms, ls, Os) of rows [0, R), folded from
  * its chunks in position order */
 static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t i0, int32_t i1, const attn_ws * w,
                        float * ms, float * ls, float * Os) {
-    const tk_attn_args * a = j->a;
-    const int32_t dv = a->dv, * pos = a->kv->pos;
+    const int32_t * pos = j->a->kv->pos;
     for (int32_t r = 0; r < tl->R; r++) {
         ms[r] = -INFINITY;
         ls[r] = 0.0f;
@@ -223,15 +240,7 @@ static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t 
         while (e < i1 && pos[j->list[e]] / TK_ATTN_CHUNK == k) e++;
         const int seen = attn_fill_chunk(j, tl, i, e, k, w);
         i = e;
-        if (!seen) continue;
-        if (j->conv) {         /* a typed cache: the rows some token sees, as floats, then the float32 chunk on them */
-            const tk_attn_args b = attn_convert(j, tl, w);
-            j->chunk(&b, tl, j->slot, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
-        } else {
-            j->chunk(a, tl, w->cell, w->vis, w->any, w->mc, w->lc, w->Oc, w->S);
-        }
-        for (int32_t r = 0; r < tl->R; r++)
-            j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
+        if (seen) attn_chunk_fold(j, tl, w, ms, ls, Os);
     }
 }
 
@@ -270,16 +279,40 @@ static void attn_items(void * arg, int64_t p0, int64_t p1, int thread) {
     }
 }
 
-/* split-K: the partial of item p = (tile, group) n_sid + s at part + p part_n: m [Rp], l [Rp], O [Rp, dv] */
+/* split-K: item p = (tile, super-chunk s), the KV groups inside: each chunk's slots are filled
+ * once (they do not depend on the group) and run for every group in turn, so the cache lines of
+ * a cell (every group's K and V rows) are read together, and the threads stream disjoint cell
+ * ranges.  The partial of (tile, group g, s) lands at part + ((tile Hkv + g) n_sid + s) part_n:
+ * m [Rp], l [Rp], O [Rp, dv], the same folds in the same order as attn_super's. */
 static void attn_split_items(void * arg, int64_t p0, int64_t p1, int thread) {
     const attn_run_job * j = arg;
     const attn_ws w = attn_ws_at(j, thread);
+    const int32_t Hkv = j->a->Hkv, * pos = j->a->kv->pos;
     const size_t Rp = (size_t) attn_rows_max(j->grp);
     for (int64_t p = p0; p < p1; p++) {
-        const int64_t tg = p / j->n_sid, sid = j->sid0 + p % j->n_sid;
-        const tk_attn_tile tl = attn_tile_at(j, tg / j->a->Hkv, (int32_t) (tg % j->a->Hkv));
-        float * pt = j->part + (size_t) p * j->part_n;
-        attn_super(j, &tl, attn_lower(j, sid * ATTN_SPAN), attn_lower(j, (sid + 1) * ATTN_SPAN), &w, pt, pt + Rp, pt + 2 * Rp);
+        const int64_t tile = p / j->n_sid, s = p % j->n_sid, sid = j->sid0 + s;
+        const tk_attn_tile t0 = attn_tile_at(j, tile, 0);
+        for (int32_t g = 0; g < Hkv; g++) {
+            float * pt = j->part + (size_t) ((tile * Hkv + g) * j->n_sid + s) * j->part_n;
+            for (int32_t r = 0; r < t0.R; r++) {
+                pt[r] = -INFINITY;
+                pt[Rp + r] = 0.0f;
+            }
+        }
+        const int32_t i1 = attn_lower(j, (sid + 1) * ATTN_SPAN);
+        for (int32_t i = attn_lower(j, sid * ATTN_SPAN); i < i1;) {
+            const int64_t k = pos[j->list[i]] / TK_ATTN_CHUNK;
+            int32_t e = i;
+            while (e < i1 && pos[j->list[e]] / TK_ATTN_CHUNK == k) e++;
+            const int seen = attn_fill_chunk(j, &t0, i, e, k, &w);
+            i = e;
+            if (!seen) continue;
+            for (int32_t g = 0; g < Hkv; g++) {
+                const tk_attn_tile tl = attn_tile_at(j, tile, g);
+                float * pt = j->part + (size_t) ((tile * Hkv + g) * j->n_sid + s) * j->part_n;
+                attn_chunk_fold(j, &tl, &w, pt, pt + Rp, pt + 2 * Rp);
+            }
+        }
     }
 }
 
@@ -379,6 +412,14 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
         j.tk = tk_type_traits_get(a->type_k);
         j.tv = tk_type_traits_get(a->type_v);
         for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) j.slot[i] = i;
+        const int direct = tk_attn_reference() != 2;
+        if (direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16) j.direct = tk_attn_chunk_bf16_plain;
+#ifdef TK_HAVE_X86
+        const int f16 = direct && a->type_k == TK_GGML_F16 && a->type_v == TK_GGML_F16,
+                  bf16 = direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16;
+        if (level >= TK_CPU_AVX512) j.direct = f16 ? tk_attn_chunk_f16_avx512 : bf16 ? tk_attn_chunk_bf16_avx512 : NULL;
+        else if (level >= TK_CPU_AVX2) j.direct = f16 ? tk_attn_chunk_f16_avx2 : bf16 ? tk_attn_chunk_bf16_avx2 : NULL;
+#endif
     }
     j.T = attn_tile_tokens(j.grp);
     if (j.T > a->ub->n_seq_tokens) j.T = a->ub->n_seq_tokens;
@@ -399,12 +440,15 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
         const int64_t items = (int64_t) j.n_tiles * a->Hkv;
         j.sid0 = a->kv->pos[j.list[0]] / ATTN_SPAN;
         j.n_sid = a->kv->pos[j.list[j.n_list - 1]] / ATTN_SPAN - j.sid0 + 1;
-        /* split-K when the (tile, group) items leave threads idle and the partials fit; the
-         * folds are the same either way (attn.h), so the choice changes no bit */
+        /* split-K, the groups inside, when the tiles are few (decoding: one) and the partials
+         * fit: the threads stream disjoint cell ranges and each cell's lines are read once for
+         * all its groups (with the groups outside, each group's pass over a cache larger than
+         * the L2 brings in the lines of the others).  The folds are the same either way
+         * (attn.h), so the choice changes no bit. */
         const size_t room = ctx->attn_n - (size_t) j.n_list;
-        if (n_threads > 1 && j.n_sid > 1 && items < 2 * n_threads && (size_t) items * (size_t) j.n_sid * j.part_n <= room) {
+        if (j.n_sid > 1 && j.n_tiles < 2 * n_threads && (size_t) items * (size_t) j.n_sid * j.part_n <= room) {
             j.part = ctx->attn + j.n_list;
-            tk_pool_run(ctx->pool, items * j.n_sid, attn_split_items, &j);
+            tk_pool_run(ctx->pool, j.n_tiles * j.n_sid, attn_split_items, &j);
             tk_pool_run(ctx->pool, items, attn_split_fold, &j);
         } else {
             tk_pool_run(ctx->pool, items, attn_items, &j);

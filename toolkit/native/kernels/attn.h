@@ -34,8 +34,9 @@
  *   the reference kernel (tk_attn_run returns 0).
  * Work: per ubatch row (one sequence), a tile is T of its tokens x the grp heads of one KV
  * group (T grp >= TK_ATTN_ROWS where the row allows), so each K / V chunk is read once per
- * tile; tiles x groups go to the threads.  When they are fewer than the threads (decoding
- * one token), each (tile, group, super-chunk) is an item (split-K) whose partial lands in
+ * tile; tiles x groups go to the threads.  When the tiles are fewer than twice the threads
+ * (decoding), each (tile, super-chunk) is an item (split-K) that runs every group on each chunk
+ * in turn (a cell's K and V lines read once for all groups), its (tile, group) partials land in
  * ctx->attn, and the folds run after, in order.
  * ref: Dao et al., FlashAttention-2 (2023) §3.1; Dao et al., Flash-Decoding (2023).
  */
@@ -86,7 +87,8 @@ size_t tk_attn_scratch_bytes(int32_t H, int32_t Hkv, int32_t dk, int32_t dv, int
  * position: the caller runs its reference kernel */
 int tk_attn_run(tk_context * ctx, const tk_attn_args * a);
 /* 1: the attention kinds run their reference kernel (per (token, head), every cell; the one
- * before the blocked form), 0: the blocked form (tk_attn_set_reference in tk_testing.h) */
+ * before the blocked form), 0: the blocked form, 2: the blocked form with a typed cache's rows
+ * always converted first (tk_attn_set_reference in tk_testing.h) */
 int tk_attn_reference(void);
 
 /* ---- the per-level instances (attn_body.h) ---- */
@@ -116,15 +118,28 @@ void tk_attn_fold_plain(int32_t dv, float * m, float * l, float * O, float m2, f
  * instance converts (f16 in the plain one, q4_0): the caller takes the type's to_float */
 typedef int (*tk_attn_cvt_fn)(int32_t type, const uint8_t * src, float * dst, int32_t n);
 int tk_attn_cvt_plain(int32_t type, const uint8_t * src, float * dst, int32_t n);
+/* the chunk over a typed cache whose K and V are both bf16 (..._bf16) or both f16 (..._f16,
+ * AVX2 / AVX-512 only), its rows read directly (a->kt, a->vt): the same floats as the chunk over
+ * the rows converted first, without the conversion pass */
+void tk_attn_chunk_bf16_plain(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                              const uint8_t * any, float * m, float * l, float * O, float * ws);
 #ifdef TK_HAVE_X86
 void tk_attn_chunk_avx2(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                         const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx2(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
 int tk_attn_cvt_avx2(int32_t type, const uint8_t * src, float * dst, int32_t n);
+void tk_attn_chunk_f16_avx2(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                        const uint8_t * any, float * m, float * l, float * O, float * ws);
+void tk_attn_chunk_bf16_avx2(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                         const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_chunk_avx512(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
                           const uint8_t * any, float * m, float * l, float * O, float * ws);
 void tk_attn_fold_avx512(int32_t dv, float * m, float * l, float * O, float m2, float l2, const float * O2);
 int tk_attn_cvt_avx512(int32_t type, const uint8_t * src, float * dst, int32_t n);
+void tk_attn_chunk_f16_avx512(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                        const uint8_t * any, float * m, float * l, float * O, float * ws);
+void tk_attn_chunk_bf16_avx512(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                         const uint8_t * any, float * m, float * l, float * O, float * ws);
 #endif
 
 #endif

@@ -81,18 +81,45 @@ ATTN_INL vf v_exp(vf x) {
     return p * s1 * s2;
 }
 
-/* S[r][i] for the 4 rows r0.. and cell c (key kc): q . k scaled, or -INFINITY where unseen */
-ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const float * kc, const uint8_t * const see[4],
-                         int32_t i, float * S, int32_t r0) {
+/* the cache's element types the chunk reads directly (attn_chunk_body's kt): float32, f16 (F16C:
+ * AVX2 / AVX-512 instances only) and bf16; each conversion to float is exact, so a chunk over a
+ * typed row computes what it would over the row converted first */
+enum { ATTN_F32 = 0, ATTN_F16 = 1, ATTN_BF16 = 2 };
+
+typedef uint16_t vh __attribute__((vector_size(ATTN_VL * 2), aligned(2)));
+typedef uint32_t vu __attribute__((vector_size(ATTN_VL * 4)));
+
+/* ATTN_VL values of type kt at element e of row p, as floats */
+ATTN_INL vf v_load_kt(const uint8_t * p, int32_t e, const int kt) {
+#if ATTN_VL == 8
+    if (kt == ATTN_F16) return (vf) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (const void *) (p + 2 * (size_t) e)));
+#elif ATTN_VL == 16
+    if (kt == ATTN_F16) return (vf) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (const void *) (p + 2 * (size_t) e)));
+#endif
+    if (kt == ATTN_BF16) return (vf) (__builtin_convertvector(*(const vh *) (const void *) (p + 2 * (size_t) e), vu) << 16);
+    return v_load((const float *) (const void *) p + e);
+}
+
+/* one value of type kt at element e of row p */
+ATTN_INL float s_load_kt(const uint8_t * p, int32_t e, const int kt) {
+    if (kt == ATTN_F32) return ((const float *) (const void *) p)[e];
+    uint16_t h;
+    memcpy(&h, p + 2 * (size_t) e, 2);
+    return kt == ATTN_F16 ? tkq_fp16_to_fp32(h) : tkq_bf16_to_fp32(h);
+}
+
+/* S[r][i] for the 4 rows r0.. and cell c (key row kc, of type kt): q . k scaled, or -INFINITY where unseen */
+ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const uint8_t * kc, const uint8_t * const see[4],
+                         int32_t i, float * S, int32_t r0, const int kt) {
     const int32_t dk = a->dk, nv = dk / ATTN_VL;
     vf acc[4] = {{0}, {0}, {0}, {0}};
     for (int32_t d = 0; d < nv; d++) {
-        const vf kv = v_load(kc + d * ATTN_VL);
+        const vf kv = v_load_kt(kc, d * ATTN_VL, kt);
         for (int u = 0; u < 4; u++) acc[u] += v_load(q[u] + d * ATTN_VL) * kv;
     }
     for (int u = 0; u < 4; u++) {
         float s = v_hsum(acc[u]);
-        for (int32_t d = nv * ATTN_VL; d < dk; d++) s += q[u][d] * kc[d];
+        for (int32_t d = nv * ATTN_VL; d < dk; d++) s += q[u][d] * s_load_kt(kc, d, kt);
         S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i] = see[u][i] ? s * a->scale : -INFINITY;
     }
 }
@@ -121,17 +148,18 @@ ATTN_INL float attn_softmax_row(float * S, float * l) {
     return m;
 }
 
-/* O[r][j..] for 4 rows, value floats [j, j + NBV ATTN_VL): one chain per float over the seen cells */
-ATTN_INL void attn_pv4(const tk_attn_args * a, const float * vb, const int32_t * cell, const int32_t * cl, int32_t ncl,
-                       const float * S, int32_t r0, float * O, int32_t j, const int NBV) {
+/* O[r][j..] for 4 rows, value floats [j, j + NBV ATTN_VL): one chain per float over the seen
+ * cells (value row of cell c: vb + c vcs bytes, of type kt) */
+ATTN_INL void attn_pv4(const tk_attn_args * a, const uint8_t * vb, size_t vcs, const int32_t * cell, const int32_t * cl,
+                       int32_t ncl, const float * S, int32_t r0, float * O, int32_t j, const int NBV, const int kt) {
     vf acc[4][4];
     for (int u = 0; u < 4; u++)
         for (int b = 0; b < NBV; b++) acc[u][b] = (vf) {0};
     for (int32_t x = 0; x < ncl; x++) {
         const int32_t i = cl[x];
-        const float * vc = vb + (int64_t) cell[i] * a->v_cs + j;
+        const uint8_t * vc = vb + (size_t) cell[i] * vcs;
         vf vv[4];
-        for (int b = 0; b < NBV; b++) vv[b] = v_load(vc + b * ATTN_VL);
+        for (int b = 0; b < NBV; b++) vv[b] = v_load_kt(vc, j + b * ATTN_VL, kt);
         for (int u = 0; u < 4; u++) {
             const vf p = v_set1(S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i]);
             for (int b = 0; b < NBV; b++) acc[u][b] += p * vv[b];
@@ -141,8 +169,10 @@ ATTN_INL void attn_pv4(const tk_attn_args * a, const float * vb, const int32_t *
         for (int b = 0; b < NBV; b++) v_store(O + (size_t) (r0 + u) * a->dv + j + b * ATTN_VL, acc[u][b]);
 }
 
-void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
-                              const uint8_t * any, float * m, float * l, float * O, float * ws) {
+/* the chunk (attn.h tk_attn_chunk_fn) over K and V of element type kt: float32 (a->k, a->v,
+ * strides in floats) or a typed cache's rows read directly (a->kt, a->vt, strides in bytes) */
+ATTN_INL void attn_chunk_body(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                              const uint8_t * any, float * m, float * l, float * O, float * ws, const int kt) {
     const int32_t Rp = tl->Rp, dv = a->dv;
     float * S = ws;                          /* [Rp, TK_ATTN_CHUNK] */
     int32_t cl[TK_ATTN_CHUNK], ncl = 0;      /* the chunk's slots some row sees, in order */
@@ -150,7 +180,19 @@ void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, c
         if (any[i]) cl[ncl++] = i;
     for (int32_t r = 0; r < Rp; r++)
         for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) S[(size_t) r * TK_ATTN_CHUNK + i] = -INFINITY;
-    const float * kb = a->k + (int64_t) tl->g * a->k_gs;
+    const uint8_t * kb, * vb;
+    size_t kcs, vcs;                         /* bytes per cell */
+    if (kt == ATTN_F32) {
+        kb = (const uint8_t *) (const void *) (a->k + (int64_t) tl->g * a->k_gs);
+        vb = (const uint8_t *) (const void *) (a->v + (int64_t) tl->g * a->v_gs);
+        kcs = (size_t) a->k_cs * sizeof(float);
+        vcs = (size_t) a->v_cs * sizeof(float);
+    } else {
+        kb = a->kt + (size_t) tl->g * a->k_gb;
+        vb = a->vt + (size_t) tl->g * a->v_gb;
+        kcs = a->k_cb;
+        vcs = a->v_cb;
+    }
     for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
         const float * q[4];
         const uint8_t * see[4];
@@ -158,31 +200,47 @@ void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, c
             q[u] = tk_attn_qrow(a, tl, r0 + u);
             see[u] = vis + (size_t) (tk_attn_row(tl, r0 + u) / tl->grp) * TK_ATTN_CHUNK;
         }
-        for (int32_t x = 0; x < ncl; x++) attn_dots4(a, q, kb + (int64_t) cell[cl[x]] * a->k_cs, see, cl[x], S, r0);
+        for (int32_t x = 0; x < ncl; x++) attn_dots4(a, q, kb + (size_t) cell[cl[x]] * kcs, see, cl[x], S, r0, kt);
     }
     for (int32_t r = 0; r < Rp; r++) m[r] = attn_softmax_row(S + (size_t) r * TK_ATTN_CHUNK, &l[r]);
-    const float * vb = a->v + (int64_t) tl->g * a->v_gs;
     const int32_t nv = dv / ATTN_VL;
     for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
         int32_t j = 0;
-        for (; j + ATTN_NB * ATTN_VL <= nv * ATTN_VL; j += ATTN_NB * ATTN_VL) attn_pv4(a, vb, cell, cl, ncl, S, r0, O, j, ATTN_NB);
-        for (; j < nv * ATTN_VL; j += ATTN_VL) attn_pv4(a, vb, cell, cl, ncl, S, r0, O, j, 1);
+        for (; j + ATTN_NB * ATTN_VL <= nv * ATTN_VL; j += ATTN_NB * ATTN_VL)
+            attn_pv4(a, vb, vcs, cell, cl, ncl, S, r0, O, j, ATTN_NB, kt);
+        for (; j < nv * ATTN_VL; j += ATTN_VL) attn_pv4(a, vb, vcs, cell, cl, ncl, S, r0, O, j, 1, kt);
         for (; j < dv; j++)                  /* the scalar tail of dv */
             for (int u = 0; u < 4; u++) {
                 float acc = 0.0f;
                 for (int32_t x = 0; x < ncl; x++)
-                    acc += S[(size_t) (r0 + u) * TK_ATTN_CHUNK + cl[x]] * vb[(int64_t) cell[cl[x]] * a->v_cs + j];
+                    acc += S[(size_t) (r0 + u) * TK_ATTN_CHUNK + cl[x]] * s_load_kt(vb + (size_t) cell[cl[x]] * vcs, j, kt);
                 O[(size_t) (r0 + u) * dv + j] = acc;
             }
     }
+}
+
+void ATTN_NAME(tk_attn_chunk)(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                              const uint8_t * any, float * m, float * l, float * O, float * ws) {
+    attn_chunk_body(a, tl, cell, vis, any, m, l, O, ws, ATTN_F32);
+}
+
+#if ATTN_VL > 4
+/* the chunk over a cache whose K and V are both f16, or both bf16, read directly (attn.h) */
+void ATTN_NAME(tk_attn_chunk_f16)(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                                  const uint8_t * any, float * m, float * l, float * O, float * ws) {
+    attn_chunk_body(a, tl, cell, vis, any, m, l, O, ws, ATTN_F16);
+}
+#endif
+
+void ATTN_NAME(tk_attn_chunk_bf16)(const tk_attn_args * a, const tk_attn_tile * tl, const int32_t * cell, const uint8_t * vis,
+                                   const uint8_t * any, float * m, float * l, float * O, float * ws) {
+    attn_chunk_body(a, tl, cell, vis, any, m, l, O, ws, ATTN_BF16);
 }
 
 /* a typed cache's row of n values (the type's whole blocks) as floats, bit for bit the type's
  * to_float (every conversion here is exact, or one rounding as ggml's: q8_0's q d): f16 (F16C,
  * AVX2 / AVX-512 instances only), bf16, q8_0; returns 0 for another type (the caller takes the
  * type's to_float) */
-typedef uint16_t vh __attribute__((vector_size(ATTN_VL * 2), aligned(2)));
-typedef uint32_t vu __attribute__((vector_size(ATTN_VL * 4)));
 typedef int8_t vb __attribute__((vector_size(ATTN_VL), aligned(1)));
 
 int ATTN_NAME(tk_attn_cvt)(int32_t type, const uint8_t * src, float * dst, int32_t n) {

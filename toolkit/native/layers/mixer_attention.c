@@ -402,7 +402,7 @@ tk_status tk_attention_core_sel(tk_context * ctx, const tk_layer * l, int il, co
     const tk_attn_args a = {ctx->q, (int64_t) H * qs, qs, ctx->att, (int64_t) H * hd, hd, kv.k, kv.v, kvd, hd, kvd, hd,
                             hd, hd, H, Hkv, scale, &kv, ub, sel, kv.k, kv.v, kv.type_k, kv.type_v,
                             kv.k_row, tk_kv_row_bytes(kv.type_k, hd), kv.v_row, tk_kv_row_bytes(kv.type_v, hd)};
-    if (!tk_attn_reference() && tk_attn_run(ctx, &a)) return TK_OK;   /* kernels/attn.h: the blocked form */
+    if (tk_attn_reference() != 1 && tk_attn_run(ctx, &a)) return TK_OK;   /* kernels/attn.h: the blocked form */
     attn_job aj = {ctx, ub, kv, H, hd, kvd, grp, qs, scale, tk_cpu_level(), sel, typed ? tk : NULL, typed ? tv : NULL};
     /* the reference: (token, head) pairs over the threads; each thread scores into its own row of vec */
     tk_par_rows(ctx->pool, (int64_t) U * H, (int64_t) kv.n_cells * hd / 4, attn_heads, &aj);

@@ -199,7 +199,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     /* kernels/attn.h: one KV head whose keys are the latent rows and values their first rkv floats */
     const tk_attn_args a = {ctx->proj, (int64_t) h * w, w, ctx->y, (int64_t) h * rkv, rkv, kv.k, kv.k, w, 0, w, 0,
                             w, rkv, h, 1, scale, &kv, ub, sel, NULL, NULL, TK_GGML_F32, TK_GGML_F32, 0, 0, 0, 0};
-    if (tk_attn_reference() || !tk_attn_run(ctx, &a)) {   /* the reference */
+    if (tk_attn_reference() == 1 || !tk_attn_run(ctx, &a)) {   /* the reference */
         mla_job mj = {ctx, ub, kv, scale, sel};
         tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);
     }
