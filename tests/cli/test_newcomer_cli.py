@@ -207,3 +207,24 @@ def test_info_memory_takes_the_no_repack_it_mentions(monkeypatch, capsys, tmp_pa
     assert rc == 0 and "re-laid at load" not in out, (out, err)
     rc, out, err = cli(monkeypatch, capsys, "info", str(f), "--no-repack")
     assert rc == 2 and "--repack/--no-repack" in err and "only used with --memory" in err, err
+
+
+@pytest.mark.native
+def test_quantize_numeric_type_ids(monkeypatch, capsys, tmp_path):
+    """llama-quantize's numeric ftype ids (QUANT_OPTIONS: 7 = Q8_0, 2 = Q4_0, 15 = Q4_K_M), as TYPE
+    with or without OUT and NTHREADS; an id of a type not written, or no type, is one line, exit 2."""
+    import json
+    import shutil
+    src = tmp_path / "m.gguf"
+    shutil.copy(MODEL, src)
+    for tid, name in (("7", "Q8_0"), ("2", "Q4_0"), ("15", "Q4_K_M")):
+        rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / f"o{tid}.gguf"), tid, "--json")
+        assert rc == 0, (tid, err)
+        assert (json.loads(out)["file_type"], json.loads(out)["file_type_id"]) == (name, int(tid)), out
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), "7", "1", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["threads"] == 1 and d["output"] == str(tmp_path / "ggml-model-Q8_0.gguf")
+    for bad, needle in (("19", "IQ2_XXS: not a type toolkit quantize writes"), ("99", "unsupported quantization type id 99")):
+        rc, _, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / "x.gguf"), bad)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
