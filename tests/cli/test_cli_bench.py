@@ -55,6 +55,15 @@ def test_bench_missing_model(monkeypatch, capsys, tmp_path):
     assert rc == 2 and "nope.gguf" in err
 
 
+def test_bench_without_m_uses_the_packaged_model(monkeypatch, capsys):
+    # as run: no -m is the packaged default model (was: "Missing option '-m'")
+    from toolkit.cli.cmd_run import DEFAULT_MODEL
+    rc, out, err = cli(monkeypatch, capsys, "bench", "-p", "4", "-n", "0", "-r", "1", "-t", "1", "--json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [r["model_filename"] for r in rows] == [str(DEFAULT_MODEL)]
+
+
 def test_bench_lists_models_and_formats(monkeypatch, capsys):
     import csv
     import io

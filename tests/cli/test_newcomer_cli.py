@@ -191,3 +191,40 @@ def test_bench_pg(monkeypatch, capsys):
     assert [ln.split("|")[-3].strip() for ln in out.splitlines()[2:5]] == ["pp8", "tg4", "pp8+tg4"], out
     rc, _, err = cli(monkeypatch, capsys, "bench", "-m", str(MODEL), "-pg", "8")
     assert rc == 2 and "-pg '8': expected PP,TG" in err, err
+
+
+def test_info_memory_takes_the_no_repack_it_mentions(monkeypatch, capsys, tmp_path):
+    # info --memory's re-laid line says "--no-repack: none"; info must take that flag (it did not)
+    from toolkit.binding import lib
+    from toolkit.quantize import quantize_file
+    if lib.tk_cpu_level() not in (lib.TK_CPU_AVX2, lib.TK_CPU_AVX512):
+        pytest.skip("repacking at load needs the avx2 or avx512 level")
+    f = tmp_path / "q8.gguf"
+    quantize_file(str(FIX / "llamacpp" / "qwen35-small.f32.gguf"), str(f), "Q8_0", n_threads=1)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(f), "--memory", "--repack")
+    assert rc == 0 and "re-laid at load" in out and "--no-repack: none" in out, err
+    rc, out, err = cli(monkeypatch, capsys, "info", str(f), "--memory", "--no-repack")
+    assert rc == 0 and "re-laid at load" not in out, (out, err)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(f), "--no-repack")
+    assert rc == 2 and "--repack/--no-repack" in err and "only used with --memory" in err, err
+
+
+@pytest.mark.native
+def test_quantize_numeric_type_ids(monkeypatch, capsys, tmp_path):
+    """llama-quantize's numeric ftype ids (QUANT_OPTIONS: 7 = Q8_0, 2 = Q4_0, 15 = Q4_K_M), as TYPE
+    with or without OUT and NTHREADS; an id of a type not written, or no type, is one line, exit 2."""
+    import json
+    import shutil
+    src = tmp_path / "m.gguf"
+    shutil.copy(MODEL, src)
+    for tid, name in (("7", "Q8_0"), ("2", "Q4_0"), ("15", "Q4_K_M")):
+        rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / f"o{tid}.gguf"), tid, "--json")
+        assert rc == 0, (tid, err)
+        assert (json.loads(out)["file_type"], json.loads(out)["file_type_id"]) == (name, int(tid)), out
+    rc, out, err = cli(monkeypatch, capsys, "quantize", str(src), "7", "1", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["threads"] == 1 and d["output"] == str(tmp_path / "ggml-model-Q8_0.gguf")
+    for bad, needle in (("19", "IQ2_XXS: not a type toolkit quantize writes"), ("99", "unsupported quantization type id 99")):
+        rc, _, err = cli(monkeypatch, capsys, "quantize", str(src), str(tmp_path / "x.gguf"), bad)
+        assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -121,3 +121,14 @@ def test_chat_with_mtp_answers_as_without(monkeypatch, capsys, hf_f32, shift):
 def test_serve_mtp_without_a_head_exit_2(monkeypatch, capsys, hf_f32):
     rc, out, err = cli(monkeypatch, capsys, "serve", "-m", str(hf_f32("qwen35-tiny")), "--port", "0", "--mtp")
     assert rc == 2 and "has no MTP / NextN head" in err.strip().splitlines()[-1], err
+
+
+def test_run_v_reports_the_mtp_head_as_info_does(monkeypatch, capsys, hf_f32):
+    # run -v --mtp: the MTP head's memory in info --memory --mtp's words (K/V types included)
+    model = str(hf_f32("qwen35-mtp-tiny"))
+    rc, out, err = cli(monkeypatch, capsys, "run", "-m", model, "-p", "hi", "-n", "2", "-v", "--mtp", "-c", "256")
+    assert rc == 0, err
+    rc, iout, ierr = cli(monkeypatch, capsys, "info", model, "--memory", "--mtp", "-c", "256")
+    assert rc == 0, ierr
+    head = iout[iout.index("with --mtp, besides the total"):]
+    assert head.strip() in err, (head, err)

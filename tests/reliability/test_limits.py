@@ -97,11 +97,21 @@ def test_bad_sizes_are_input_errors(flag, value):
     assert rc == 2 and err.startswith("error:"), err
 
 
-@pytest.mark.parametrize("env", ["0", "-1", "two", "1e3"])
+@pytest.mark.parametrize("env", ["-1", "257", "two", "1e3"])
 def test_bad_thread_environment_is_an_input_error(monkeypatch, env):
     monkeypatch.setenv("TOOLKIT_THREADS", env)
     rc, _o, err = cli(["run", "-m", str(FIX / "mamba-tiny.f32.gguf"), "--tokens", "1", "-n", "1"])
     assert rc == 2 and "TOOLKIT_THREADS" in err, err
+
+
+def test_thread_environment_zero_means_all_cores_as_t_0(monkeypatch):
+    # -t 0 means all cores; TOOLKIT_THREADS=0 must mean the same (it was refused)
+    import os
+    from toolkit.binding.cpu import default_threads
+    monkeypatch.setenv("TOOLKIT_THREADS", "0")
+    assert default_threads() == len(os.sched_getaffinity(0))
+    rc, _o, err = cli(["run", "-m", str(FIX / "mamba-tiny.f32.gguf"), "--tokens", "1", "-n", "1", "-t", "0"])
+    assert rc == 0, err
 
 
 def test_one_thread_machine_gives_the_same_logits(monkeypatch):

@@ -41,3 +41,18 @@ def test_mtp_streams_equal_plain_greedy(start_server, hf_f32, name, forced):
     assert st["draft_tokens"] > 0, "no draft was sent"
     if forced:
         assert 0 < st["draft_tokens_accepted"] < st["draft_tokens"], st
+
+
+@pytest.mark.native
+def test_start_up_memory_counts_the_mtp_head(start_server, hf_f32, monkeypatch, capsys):
+    # serve's start-up line / --json left the MTP head out; info --memory --mtp counts it
+    import json
+    from cli_runner import cli
+    from toolkit.cli.cmd_serve import _mtp_memory
+    target = hf_f32("qwen35-mtp-tiny")
+    s = start_server(target, n_slots=1, n_ctx=1024, n_ubatch=UBATCH, draft_max=3, mtp=True)
+    got = _mtp_memory(s.svc.engine)
+    rc, out, err = cli(monkeypatch, capsys, "info", str(target), "--memory", "--mtp", "-c", "1024", "--json")
+    assert rc == 0, err
+    want = json.loads(out)["mtp"]
+    assert got is not None and got["weights"] == want["weights"] > 0 and got["kv"] == want["kv"], (got, want)

@@ -67,3 +67,13 @@ def test_flags(monkeypatch, capsys):
         rc, _, err = cli(monkeypatch, capsys, "serve", *args)
         assert rc == 2, (args, err)
         assert flag in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_metrics_help_names_every_draft_source():
+    # /metrics' HELP lines for the draft counters named --lookup and --draft-model but not --mtp
+    from types import SimpleNamespace
+    from toolkit.serve.app import prometheus
+    svc = SimpleNamespace(engine=SimpleNamespace(stats=lambda: {"slots_busy": 0, "slots": 1, "queue": 0}), http={})
+    helps = {ln.split()[2]: ln for ln in prometheus(svc).splitlines() if ln.startswith("# HELP")}
+    for name in ("toolkit_draft_tokens_total", "toolkit_draft_tokens_accepted_total", "toolkit_draft_errors_total"):
+        assert "--mtp" in helps[name] and "--draft-model" in helps[name], helps[name]

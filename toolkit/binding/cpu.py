@@ -118,10 +118,12 @@ def cpu_info(options=None) -> dict:
 
 
 def default_threads() -> int:
-    """``TOOLKIT_THREADS`` when set, else the CPUs this process may use.
+    """``TOOLKIT_THREADS`` when set and not 0, else the CPUs this process may use.
+
+    ``TOOLKIT_THREADS=0`` means every CPU, as ``-t 0`` does.
 
     Raises:
-        InputError: TOOLKIT_THREADS is not an integer in [1, 256].
+        InputError: TOOLKIT_THREADS is not an integer in [0, 256].
     """
     env = os.environ.get("TOOLKIT_THREADS")
     if env:
@@ -129,9 +131,10 @@ def default_threads() -> int:
             n = int(env)
         except ValueError:
             raise InputError(f"TOOLKIT_THREADS={env!r} is not an integer") from None
-        if not 1 <= n <= 256:   # context.c's bound, like -t/--threads
-            raise InputError(f"TOOLKIT_THREADS={env!r}: must be in [1, 256]")
-        return n
+        if not 0 <= n <= 256:   # context.c's bound, like -t/--threads (0: every CPU, as -t 0)
+            raise InputError(f"TOOLKIT_THREADS={env!r}: must be in [0, 256] (0: all cores)")
+        if n:
+            return n
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux

@@ -407,7 +407,7 @@ CSV_FIELDS = ["build_commit", "build_number", "cpu_info", "gpu_info", "backends"
 
 @app.command()
 def bench(
-    model: list[str] = typer.Option(..., "-m", "--model", help="GGUF model file (repeat -m for several)."),
+    model: list[str] = typer.Option([], "-m", "--model", help="GGUF model file (repeat -m for several; default: the packaged model, as run)."),
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="Prompt lengths to test (comma-separated; 0: none)."),
     n_gen: str = typer.Option("128", "-n", "--n-gen", help="Generation lengths to test (comma-separated; 0: none)."),
     prompt_gen: list[str] = typer.Option([], "-pg", help="PP,TG: a PP-token prompt then TG generated tokens, timed together (test pp512+tg128; repeatable; llama-bench's -pg)."),
@@ -453,6 +453,9 @@ def bench(
         check_threads("--threads", t, zero_is_auto=True)
     for u in ubs:
         check_range("--ubatch", u, 1, MAX_UBATCH)
+    if not model:   # as run / chat / serve: the packaged default model
+        from toolkit.cli.cmd_run import resolve_model
+        model = [resolve_model(None)]
     for m in model:
         if not os.path.isfile(m):
             raise InputError(f"{m}: no such file")

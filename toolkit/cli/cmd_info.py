@@ -157,19 +157,23 @@ def info(
     mtp: bool = typer.Option(False, "--mtp", help="With --memory: also what --mtp loads and allocates (the MTP head's weights, its KV cache and buffers)."),
     cache_type_k: str = typer.Option("f32", "-ctk", "--cache-type-k", help="With --memory: the KV cache type of K (f32, f16, bf16, q8_0, q4_0; toolkit run's -ctk)."),
     cache_type_v: str = typer.Option("f32", "-ctv", "--cache-type-v", help="With --memory: the KV cache type of V (toolkit run's -ctv)."),
+    repack: Optional[bool] = typer.Option(None, "--repack/--no-repack", show_default=False,
+                                          help="With --memory: the weights re-laid at load as toolkit run --repack / "
+                                               "--no-repack would (default: TOOLKIT_REPACK, else auto)."),
 ) -> None:
     """Describe a GGUF file: architecture, hparams, which layers are attention or recurrent,
     the tensor table (name, ggml shape, type, bytes) and a tokenizer summary."""
     given = [f for f, v in (("--ctx-size", ctx_size), ("--parallel", parallel), ("--checkpoints", checkpoints),
                             ("--batch-size", batch), ("--ubatch-size", ubatch), ("--draft-max", draft_max),
                             ("--mtp", mtp or None), ("-ctk", None if cache_type_k == "f32" else cache_type_k),
-                            ("-ctv", None if cache_type_v == "f32" else cache_type_v)) if v is not None]
+                            ("-ctv", None if cache_type_v == "f32" else cache_type_v),
+                            ("--repack/--no-repack", repack)) if v is not None]
     if memory:
         from toolkit.cli.limits import DEFAULT_BATCH, DEFAULT_UBATCH, micro_batch
         ub = micro_batch(DEFAULT_BATCH if batch is None else batch, DEFAULT_UBATCH if ubatch is None else ubatch)
         _memory(model, as_json, 4096 if ctx_size is None else ctx_size, 1 if parallel is None else parallel,
                 4 if checkpoints is None else checkpoints, ub,
-                draft_max if draft_max is not None else (3 if mtp else 0), mtp, (cache_type_k, cache_type_v))
+                draft_max if draft_max is not None else (3 if mtp else 0), mtp, (cache_type_k, cache_type_v), repack)
         return
     if given:
         from toolkit.errors import InputError
@@ -237,7 +241,7 @@ def info(
 
 
 def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_ubatch: int, n_draft: int = 0,
-            mtp: bool = False, kv_types: tuple[str, str] = ("f32", "f32")) -> None:
+            mtp: bool = False, kv_types: tuple[str, str] = ("f32", "f32"), repack: Optional[bool] = None) -> None:
     """`info --memory`: the bytes by kind a context would allocate (toolkit.runtime.memory_estimate,
     the C library's figures; the model is mapped, nothing else is allocated)."""
     from toolkit.errors import InputError
@@ -253,7 +257,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
     if bad:   # only the failing flags
         raise InputError("; ".join(bad))
     kv_types = tuple(t.strip().lower() for t in kv_types)
-    opts = runtime_options(None, *kv_types)   # InputError for a type that is not one
+    opts = runtime_options(repack, *kv_types)   # InputError for a type that is not one
     with Model(path, check_ram=False) as m:   # UnsupportedError for a convert-only architecture
         hp = m.hparams
         n_ctx = n_ctx or int(hp.n_ctx_train or 4096)   # -c 0: the training context, as toolkit run reads it

@@ -58,16 +58,30 @@ def _nthreads(positional: Optional[str], threads: int) -> int:
     return int(positional)
 
 
+def _is_type(arg: str) -> bool:
+    """Whether ``arg`` names a file type or is a numeric id (llama-quantize's try_parse_ftype:
+    the argument after IN is the TYPE when it parses as one, else the output name)."""
+    from toolkit.quantize.types import file_type
+    if arg.strip().isdigit():
+        return True
+    try:
+        file_type(arg)
+        return True
+    except InputError:
+        return False
+
+
 def default_output(input: str, type: str) -> str:
     """llama-quantize's name for ``quantize IN TYPE``: IN's folder, ``ggml-model-TYPE.gguf``
     (TYPE as llama-quantize spells it: upper case, an alias kept as typed).  An unknown TYPE
     is an InputError listing the valid ones (it may be a mistyped output name)."""
     from toolkit.quantize.types import file_type
     try:
-        file_type(type)
+        info = file_type(type)
     except InputError as e:
         raise InputError(f"{e} (with two arguments, the second is the TYPE: toolkit quantize IN.gguf [OUT.gguf] TYPE)") from None
-    return os.path.join(os.path.dirname(input), f"ggml-model-{type.upper()}.gguf")
+    name = info.name if type.strip().isdigit() else type.upper()   # a numeric id: the type's name, as llama-quantize
+    return os.path.join(os.path.dirname(input), f"ggml-model-{name}.gguf")
 
 
 @app.command()
@@ -76,7 +90,8 @@ def quantize(
     output: Optional[str] = typer.Argument(None, metavar="[OUT.gguf]", help="Output GGUF (written atomically; must differ "
                                            "from the input). Omitted: IN's folder, ggml-model-TYPE.gguf, as llama-quantize names it."),
     type: Optional[str] = typer.Argument(None, metavar="TYPE", help="File type: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M "
-                                         "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K)."),
+                                         "Q3_K_L Q4_K_S Q4_K_M Q5_K_S Q5_K_M Q6_K IQ4_NL IQ4_XS (aliases Q3_K Q4_K Q5_K), or llama-quantize's numeric id "
+                                         "(e.g. 7 = Q8_0, 2 = Q4_0, 15 = Q4_K_M)."),
     nthreads: Optional[str] = typer.Argument(None, metavar="[NTHREADS]", help="Threads, as llama-quantize's last "
                                              "argument (the same as -t)."),
     tensor_type: Optional[List[str]] = typer.Option(None, "--tensor-type", help="REGEX=TYPE: tensors whose name matches "
@@ -99,7 +114,7 @@ def quantize(
     from toolkit.quantize import Options, quantize_file
     from toolkit.quantize.types import file_type, tensor_type as parse_type
 
-    if nthreads is None and type is not None and type.isdigit() and output is not None:
+    if nthreads is None and type is not None and type.isdigit() and output is not None and _is_type(output):
         nthreads, type = type, None   # `quantize IN TYPE NTHREADS`: no output name, as llama-quantize allows
     if type is None:   # `quantize IN TYPE`: llama-quantize's default output name
         if output is None:

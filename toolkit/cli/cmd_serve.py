@@ -96,7 +96,8 @@ def serve(
         raise
     server = uvicorn.Server(uvicorn.Config(create_app(svc), host=host, port=port, log_level="info" if verbose else "warning",
                                            access_log=verbose, timeout_graceful_shutdown=2))
-    _announce(server, svc, path, host, as_json, draft_model, memory, svc.engine.model.repack_info)
+    _announce(server, svc, path, host, as_json, draft_model, memory, svc.engine.model.repack_info,
+              _mtp_memory(svc.engine))
     stop_jobs_on_shutdown(server, svc.engine)
     try:
         server.run(sockets=[sock])
@@ -128,11 +129,24 @@ def _memory(engine, n_checkpoints: int) -> dict[str, int]:
                            draft_window=c.draft_window, keep_last=False)   # the slots verify: no state after the last token
 
 
+def _mtp_memory(engine) -> Optional[dict[str, int]]:
+    """With --mtp: the bytes by kind of the MTP head's own context, its weights included (as
+    ``info --memory --mtp`` and ``run -v --mtp`` count them); None without --mtp."""
+    from toolkit.runtime.mtp import MtpDraft
+    draft = getattr(engine.spec, "draft", None) if getattr(engine, "spec", None) is not None else None
+    if not isinstance(draft, MtpDraft):
+        return None
+    r = draft.ctx.memory_report()
+    r["weights"] = draft.ctx.model.weight_bytes
+    return r
+
+
 def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Optional[str] = None,
-              memory: Optional[dict] = None, repack: Optional[dict] = None) -> None:
+              memory: Optional[dict] = None, repack: Optional[dict] = None, mtp_memory: Optional[dict] = None) -> None:
     """Print the address once uvicorn listens (its startup hook), to stderr or as --json, with
-    the memory of the context (``memory``: bytes by kind) and what re-laying the weights took
-    (``repack``: Model.repack_info)."""
+    the memory of the context (``memory``: bytes by kind), what re-laying the weights took
+    (``repack``: Model.repack_info) and, with --mtp, the MTP head's memory (``mtp_memory``:
+    bytes by kind, besides ``memory``)."""
     from toolkit.cli import report
     from toolkit.runtime.memory import format_brief, format_repack_brief
     orig = server.startup
@@ -150,6 +164,8 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
             info["memory"] = memory
         if repack is not None:
             info["repack"] = repack
+        if mtp_memory is not None:
+            info["mtp_memory"] = mtp_memory
         if as_json:
             typer.echo(json.dumps(dict(info, **report.common_fields(svc.engine.model.gguf.arch))), nl=True)
         else:
@@ -157,6 +173,7 @@ def _announce(server, svc, path: str, host: str, as_json: bool, draft_model: Opt
                               f"chat template: {info['chat_template']}"
                               + (f"; draft model: {draft_model}, up to {svc.engine.draft_max} tokens" if draft_model else "")
                               + (f"; {format_brief(memory)}" if memory is not None else "")
+                              + (f"; with --mtp, besides: the MTP head's {format_brief(mtp_memory)}" if mtp_memory is not None else "")
                               + (f"; {format_repack_brief(repack)}" if repack is not None else "")
                               + "); Ctrl-C stops", highlight=False)
     server.startup = startup

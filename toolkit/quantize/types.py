@@ -71,11 +71,25 @@ ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
 
 
 def file_type(name: str) -> FileTypeInfo:
-    """Look up a file type by its llama-quantize name (case-insensitive, aliases allowed).
+    """Look up a file type by its llama-quantize name (case-insensitive, aliases allowed) or its
+    numeric id, as llama-quantize takes both (``7`` = Q8_0, ``15`` = Q4_K_M: the ``llama_ftype``
+    value, ``gguf.LlamaFileType``, of tools/quantize/quantize.cpp's QUANT_OPTIONS).
 
     Raises:
-        InputError: unknown name (the message lists the valid ones).
+        InputError: unknown name or id, or an id of a type this toolkit does not write (the
+            message lists the valid ones).
     """
+    if name.strip().isdigit():
+        n = int(name)
+        for info in FILE_TYPES.values():
+            if int(info.ftype) == n:
+                return info
+        try:
+            known = f" ({FileType(n).name.removeprefix('MOSTLY_')}: not a type toolkit quantize writes)"
+        except ValueError:
+            known = ""
+        raise InputError(f"unsupported quantization type id {n}{known}; valid ids: "
+                         + ", ".join(f"{int(i.ftype)}={k}" for k, i in FILE_TYPES.items()))
     key = ALIASES.get(name.upper(), name.upper())
     try:
         return FILE_TYPES[key]

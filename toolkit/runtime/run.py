@@ -286,7 +286,8 @@ def make_drafter(opts: RunOptions, tok: Tokenizer, seed: int, on_report=None, mo
         if on_report is not None:
             r = draft.ctx.memory_report()
             r["weights"] = draft.ctx.model.weight_bytes
-            on_report("MTP head " + format_report(r, opts.ctx_size, 1))
+            kv = (draft.ctx.model.options.cache_type_k, draft.ctx.model.options.cache_type_v)
+            on_report("with --mtp, besides the total: the MTP head's " + format_report(r, opts.ctx_size, 1, kv))
         return draft, None
     if opts.draft_model is None:
         return PromptLookup(opts.draft_ngram), None
