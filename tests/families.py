@@ -191,6 +191,8 @@ FIXTURES: tuple[Fixture, ...] = (
          "moe two_seq quant rollback shift estimate", llamacpp=LC_GGUF, suppress=EOT,
          keep_f32=("*.ffn_gate_inp.weight",)),
     _row("minimax-ab-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe"),
+    _row("minimax-gelu-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe parity", suppress=EOT),
+    _row("minimax-relu2-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe parity", suppress=EOT),
     _row("minimax-wide-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE", "moe"),
     _row("minimax-linear-tiny", "MiniMaxFamily", "minimax-01", "LIGHTNING", "MOE", "moe"),
     _row("recurrentgemma-tiny", "RecurrentGemmaFamily", "recurrent-gemma", "ATTENTION RGLRU", "GEGLU",

@@ -2,6 +2,8 @@
 ../shared/fixtures' (lightning at 0, 1, 3, attention at 2; 4 heads of 16 over 2 KV heads; MoE 4 top-2;
 α 1.7 on every branch, β 1; block_size 16).
 
+    minimax-gelu-tiny   minimax-ab-tiny with hidden_act "gelu_pytorch_tanh" (the experts' gate, issue 43)
+    minimax-relu2-tiny  minimax-ab-tiny with hidden_act "relu2"
     minimax-ab-tiny     5 layers [full, linear, linear, full, linear] (attention first and twice),
                         hidden 48, 3 heads of 16 over 1 KV head (MQA), MoE 3 experts top-2 of width 24;
                         residual factors all distinct and β != 1: linear α 1.3 / β 0.8, full α 0.6 /
@@ -42,6 +44,24 @@ COMMON = dict(vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_
 SPECS = {
     "minimax-ab-tiny": dict(seed=61, text=dict(
         COMMON, hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=16,
+        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        num_local_experts=3, num_experts_per_tok=2, block_size=24,
+        linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
+        full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
+        mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
+    "minimax-gelu-tiny": dict(seed=64, text=dict(
+        COMMON | dict(hidden_act="gelu_pytorch_tanh"), hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=16,
+        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        num_local_experts=3, num_experts_per_tok=2, block_size=24,
+        linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
+        full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
+        mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
+    "minimax-relu2-tiny": dict(seed=65, text=dict(
+        COMMON | dict(hidden_act="relu2"), hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
         num_key_value_heads=1, head_dim=16,
         layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
         num_local_experts=3, num_experts_per_tok=2, block_size=24,

@@ -52,11 +52,13 @@ def test_rope_type_is_unsupported(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "rope_type' = \"yarn\" is not supported", code=3)
 
 
-def test_hidden_act_other_than_silu_is_unsupported(monkeypatch, capsys, tmp_path):
-    """The experts' activation is ACT2FN[hidden_act] in HF; the runtime runs SwiGLU only."""
+def test_hidden_act_outside_the_runtime_s_activations_is_unsupported(monkeypatch, capsys, tmp_path):
+    """HF applies ACT2FN[hidden_act] to qkv_proj and the experts' gate; the runtime has the
+    activations of toolkit.convert.activation.ACCEPTED (minimax-gelu-tiny / -relu2-tiny run them),
+    and refuses another ACT2FN name (mish) with one line."""
     d = copy(tmp_path, "minimax-tiny")
-    edit_config(d, hidden_act="gelu")
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'hidden_act' = \"gelu\" is not supported", code=3)
+    edit_config(d, hidden_act="mish")
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'hidden_act' = \"mish\" is not supported", code=3)
 
 
 def test_remote_code_postnorm_false_is_unsupported(monkeypatch, capsys, tmp_path):

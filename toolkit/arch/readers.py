@@ -350,10 +350,20 @@ def read_rope_scaling(r: KeyReader, hp: "HParams") -> None:
     r.fill(hp, "rope_yarn_beta_fast", "rope_yarn_beta_slow", "rope_attn_factor")
 
 
+# HF ACT2FN names (transformers 5.24 activations.py ACT2CLS) -> hparams ffn_act (C TK_ACT_*, layers/layer.h)
+FFN_ACTS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_python": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2,
+            "gelu_fast": 2, "gelu_python_tanh": 2, "relu": 3, "relu2": 4, "quick_gelu": 5, "sigmoid": 6, "tanh": 7}
+
+
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense);
-    moe_renorm (the row's, off when expert_weights_norm is false)."""
+    moe_renorm (the row's, off when expert_weights_norm is false); the gate's activation
+    ``feed_forward.activation`` (ours, an HF ACT2FN name of :data:`FFN_ACTS`; absent: silu)."""
     f = r.f
+    act = f.get(k(Keys.LLM.FEED_FORWARD_ACTIVATION, r.arch), "silu")
+    if not isinstance(act, str) or act not in FFN_ACTS:
+        raise r.bad(Keys.LLM.FEED_FORWARD_ACTIVATION, f"= {act!r} is not supported ({', '.join(FFN_ACTS)})")
+    hp.ffn_act = FFN_ACTS[act]
     ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0)
     hp.n_ff = int(max(ff, default=0) if isinstance(ff, list) else ff)
     r.fill(hp, "n_expert", "n_expert_used", "n_ff_shexp")

@@ -51,6 +51,11 @@ class Keys:
         # scale and renormalisation
         LEADING_DENSE_BLOCK_COUNT = gguf.Keys.LLM.LEADING_DENSE_BLOCK_COUNT
         EXPERT_GATING_FUNC = gguf.Keys.LLM.EXPERT_GATING_FUNC
+        # ours (not in llama.cpp, which hard-codes each architecture's FFN activation): HF's
+        # hidden_act of the FFN gate (act(gate x) * up x), written only when it is not the
+        # family's default (silu), so default files stay byte-identical; llama.cpp runs such a
+        # file with its own activation (wrong logits).  Values: toolkit.arch.readers.FFN_ACTS
+        FEED_FORWARD_ACTIVATION = "{arch}.feed_forward.activation"
 
     class Attention:
         HEAD_COUNT = gguf.Keys.Attention.HEAD_COUNT

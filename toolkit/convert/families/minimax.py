@@ -37,6 +37,7 @@ import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
+from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
 from toolkit.convert.st_reader import DTYPES, ShardReader
 from toolkit.convert.config_keys import ConfigKeys, Refused
@@ -65,10 +66,9 @@ class MiniMaxFamily(Family):
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
         "max_position_embeddings rms_norm_eps tie_word_embeddings num_experts_per_tok num_local_experts rope_parameters "
         "layer_types full_attn_alpha_factor full_attn_beta_factor linear_attn_alpha_factor linear_attn_beta_factor "
-        "mlp_alpha_factor mlp_beta_factor",
+        "mlp_alpha_factor mlp_beta_factor hidden_act",
         irrelevant={"block_size": "the block length of HF's lightning-attention form: an evaluation order, the same math"},
-        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU"),
-                 "sliding_window": Refused((None,), "MiniMax attention is full in the runtime", bad=4096)},
+        refused={"sliding_window": Refused((None,), "MiniMax attention is full in the runtime", bad=4096)},
         rope_types=("default",), aliases={"num_experts": "num_local_experts"})
     families = ("MiniMax-Text-01",)
     vllm = True          # vLLM lists MiniMaxText01ForCausalLM
@@ -156,6 +156,8 @@ class MiniMaxFamily(Family):
             KV(key(Keys.Attention.RECURRENT_LAYERS), [t == "linear_attention" for t in self.layer_types],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
         ]
+        # the experts' act (MiniMaxExperts / MiniMaxMLP ACT2FN[config.hidden_act]); written only when not silu
+        p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key)
         if len(set(self.alpha)) > 1 or any(b != 1.0 for b in self.beta):
             # not residual_scale: llama.cpp would load the file and run another model (its one
             # factor on both branches, beta 1: 0.25 / 0.58 from HF on minimax-ab / -wide-tiny,

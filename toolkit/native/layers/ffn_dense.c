@@ -2,8 +2,9 @@
  *
  * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
  * scratch ctx->g, ctx->u [U, F].
- * Formula: out = down(silu(gate(x) + b_g) * (up(x) + b_u)) + b_d, the biases where the file has
- * ffn_{gate,up,down}.bias (HF mlp_bias: the three together), else none.
+ * Formula: out = down(act(gate(x) + b_g) * (up(x) + b_u)) + b_d, the biases where the file has
+ * ffn_{gate,up,down}.bias (HF mlp_bias: the three together), else none; act is hp.ffn.act (HF
+ * hidden_act, TK_ACT_* of layer.h; 0 silu, the default), for the routed / shared experts too.
  * ref: transformers LlamaMLP / BambaMLP / JambaMLP (bias=config.mlp_bias); llama.cpp build_ffn
  * (LLM_FFN_SILU, PAR, with its optional up_b / gate_b / down_b).
  */
@@ -11,7 +12,7 @@
 
 #include "layers/layer.h"
 
-/* SwiGLU: down(silu(gate(x)) * up(x)) for n tokens of x [n, D] into y [n, D]. */
+/* SwiGLU: down(act(gate(x)) * up(x)), act hp.ffn.act (HF hidden_act; 0 silu), for n tokens of x [n, D] into y [n, D]. */
 tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                     int64_t mat, const float * x, int32_t n, float * y) {
     return tk_swiglu_clamped(ctx, gate, up, down, mat, x, n, 0.0f, y);
@@ -25,6 +26,7 @@ tk_status tk_swiglu_clamped(tk_context * ctx, const tk_weight * gate, const tk_w
     const int64_t F = up->ne[1];
     TK_CHECK(tk_matmul2(gate, up, mat, x, n, ctx->g, ctx->u, &ctx->mm));
     tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, limit > 0.0f ? limit : 0.0f, 1};
+    j.act = ctx->model->hp.ffn.act;   /* HF hidden_act (0: silu) */
     tk_par_rows(ctx->pool, n, F, tk_silu_mul_rows, &j);
     return tk_matmul(down, mat, ctx->g, n, y, &ctx->mm);
 }
@@ -72,6 +74,7 @@ static tk_status dense_forward(tk_context * ctx, const tk_layer * l, int32_t U, 
     tk_bias_rows(ctx, ctx->g, l->ffn_gate_b, F, U, 0);
     tk_bias_rows(ctx, ctx->u, l->ffn_up_b, F, U, 0);
     tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, limit > 0.0f ? limit : 0.0f, 1};
+    j.act = ctx->model->hp.ffn.act;
     tk_par_rows(ctx->pool, U, F, tk_silu_mul_rows, &j);
     TK_CHECK(tk_matmul(&l->ffn_down, 0, ctx->g, U, out, &ctx->mm));
     tk_bias_rows(ctx, out, l->ffn_down_b, D, U, 0);

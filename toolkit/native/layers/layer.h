@@ -161,12 +161,18 @@ typedef struct {
     int64_t a_stride, y_stride, n;  /* row strides (floats), row width */
     float f;                   /* eps or scale */
     int32_t groups;
+    int32_t act;               /* tk_silu_mul_rows: the gate's tk_act (0: silu; left 0 by 8-value initialisers) */
 } tk_rows_job;
 void tk_par_rows(tk_pool * pool, int64_t n_rows, int64_t width, tk_task_fn fn, void * job);
 /* y[t] = rmsnorm(x[t]) * w over U rows of width n */
 void tk_rms_norm_rows(tk_context * ctx, const float * x, const float * w, float eps, int64_t n, int32_t U, float * y);
 void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread);        /* y[t] += a[t] * f */
-void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread);   /* y[t] = silu(y[t]) * a[t] */
+void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread);   /* y[t] = act(y[t]) * a[t] (act: j->act, 0 silu) */
+/* HF ACT2FN activations (transformers 5.24 activations.py ACT2CLS) the FFN gate can take; the
+ * numbers are hparams ffn.act's (toolkit/arch/fields.py ffn_act, GGUF {arch}.feed_forward.activation) */
+enum { TK_ACT_SILU = 0, TK_ACT_GELU = 1, TK_ACT_GELU_TANH = 2, TK_ACT_RELU = 3, TK_ACT_RELU2 = 4,
+       TK_ACT_QUICK_GELU = 5, TK_ACT_SIGMOID = 6, TK_ACT_TANH = 7, TK_ACT_COUNT = 8 };
+float tk_act(int32_t act, float x);
 void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *= silu(z); grouped RMSNorm */
 /* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then SiLU, with
  * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */

@@ -31,7 +31,7 @@ void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     for (int64_t i = t0 * j->n; i < t1 * j->n; i++) j->y[i] += j->a[i] * j->f;
 }
 
-/* y[t] = silu(y[t]) * a[t]; with f > 0 (GLM-5-Next's SwiGLU clamp) first y <- min(y, f), a <- clamp(a, -f, f) */
+/* y[t] = act(y[t]) * a[t] (act j->act, TK_ACT_*: 0 silu); with f > 0 (GLM-5-Next's SwiGLU clamp) first y <- min(y, f), a <- clamp(a, -f, f) */
 void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_rows_job * j = arg;
     (void) thread;
@@ -45,7 +45,32 @@ void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
             }
         }
     }
-    for (int64_t t = t0; t < t1; t++) tk_silu_mul_row(j->y + t * j->y_stride, j->a + t * j->a_stride, j->n);
+    if (j->act == TK_ACT_SILU) {   /* the vectorised SiLU, unchanged */
+        for (int64_t t = t0; t < t1; t++) tk_silu_mul_row(j->y + t * j->y_stride, j->a + t * j->a_stride, j->n);
+        return;
+    }
+    for (int64_t t = t0; t < t1; t++) {
+        float * y = j->y + t * j->y_stride;
+        const float * a = j->a + t * j->a_stride;
+        for (int64_t i = 0; i < j->n; i++) y[i] = tk_act(j->act, y[i]) * a[i];
+    }
+}
+
+/* act(x) for the TK_ACT_* of layer.h, as HF's ACT2FN computes them in float32:
+ * gelu x/2 (1 + erf(x / sqrt 2)); gelu_tanh x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+ * (gelu_pytorch_tanh, gelu_new, gelu_fast); relu max(x, 0); relu2 relu(x)^2; quick_gelu
+ * x sigmoid(1.702 x); sigmoid; tanh.  silu x sigmoid(x) (tk_silu). */
+float tk_act(int32_t act, float x) {
+    switch (act) {
+    case TK_ACT_GELU: return 0.5f * x * (1.0f + erff(x * (float) M_SQRT1_2));
+    case TK_ACT_GELU_TANH: return tk_gelu_tanh(x);
+    case TK_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case TK_ACT_RELU2: return x > 0.0f ? x * x : 0.0f;
+    case TK_ACT_QUICK_GELU: return x / (1.0f + expf(-1.702f * x));
+    case TK_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case TK_ACT_TANH: return tanhf(x);
+    default: return tk_silu(x);
+    }
 }
 
 /* Mamba-2 gate: y[t] *= silu(z[t]); then RMSNorm over each of `groups` groups, weight b */

@@ -7,7 +7,7 @@
  *   state per sequence: "S" [nh, d(v), d(k)]: head h's S (d x d, indexed [k][v]) with element
  *     (k, v) at h d d + v d + k (llama.cpp's layout, ne = [d(k), d(v), nh])
  * Formula, per token (docs/specs/more-hybrids.md §5.4; HF MiniMaxLightningAttention):
- *   q, k, v = thirds of silu(attn_qkv x) per head
+ *   q, k, v = thirds of act(attn_qkv x) per head (act: HF hidden_act, hp.ffn.act; silu by default)
  *   s_h = (2^(-8/nh))^(h+1) (1 - il / (L - 1 + 1e-5) + 1e-5)        (HF's slope rate)
  *   S_h <- exp(-s_h) S_h + k_h v_h^T;  o_h = S_h^T q_h               (no scaling, no softmax)
  *   y = rmsnorm(concat_h o_h; attn_norm_2, 1e-6) * sigmoid(attn_gate x)   (HF's fixed 1e-6; llama.cpp
@@ -128,7 +128,11 @@ static tk_status lightning_forward(tk_context * ctx, const tk_layer * l, int il,
     tk_rs_view rv;
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
     TK_CHECK(tk_matmul(&l->wqkv, 0, ctx->cur, U, ctx->proj, &ctx->mm));
-    for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = ctx->proj[i] / (1.0f + expf(-ctx->proj[i]));
+    const int32_t act = ctx->model->hp.ffn.act;   /* HF ACT2FN[hidden_act] on qkv_proj, the experts' act too */
+    if (act == TK_ACT_SILU)
+        for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = ctx->proj[i] / (1.0f + expf(-ctx->proj[i]));
+    else
+        for (int64_t i = 0; i < (int64_t) U * 3 * W; i++) ctx->proj[i] = tk_act(act, ctx->proj[i]);
     TK_CHECK(tk_matmul(&l->wgate, 0, ctx->cur, U, ctx->gate, &ctx->mm));
     lightning_job j = {ctx, ub, rv, il, tk_lightning_work_floats(hp->attn.head_dim)};
     tk_par_rows(ctx->pool, (int64_t) ub->n_seqs * hp->attn.n_head, (int64_t) ub->n_seq_tokens * hp->attn.head_dim * hp->attn.head_dim,
