@@ -461,7 +461,7 @@ typedef struct {
     const int32_t * seq_id;    /* [n_tokens] in [0, n_seq_max) */
     const int8_t  * logits;    /* [n_tokens] 1 = write this token's logits */
     int32_t flags;             /* TK_BATCH_SNAPSHOTS, or 0 */
-    /* MTP / NextN drafts (appended; layers/mtp.c).  embd: [n_tokens, n_embd] the hidden state h
+    /* MTP / NextN drafts (layers/mtp.c).  embd: [n_tokens, n_embd] the hidden state h
      * each token's MTP step reads (required by an MTP block's model, refused by others);
      * hidden_out: [n_tokens, n_embd] or NULL, filled with each token's final hidden state, the
      * output_norm'd vector the output head reads (what an MTP step takes as h) */
