@@ -217,7 +217,8 @@ typedef struct {
      * rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
     int32_t rope_prop_rot;
     int32_t head_gate;             /* attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
-    /* RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
+    /* RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE
+     * [spec.rope_swa_only] */
     int32_t rope_swa_only;
     int32_t rope_neox;             /* RoPE pairs (i, i + n_rot/2) (NEOX); 0: adjacent pairs (NORM) [spec.rope_neox] */
     /* attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate) [spec.attn_q_gate] */
