@@ -29,12 +29,12 @@ NAME = "laramini-tiny"
 
 
 def test_layout(hf_f32):
-    from toolkit.arch import HParams
+    from toolkit.arch import HParams, arch_spec
     from toolkit.gguf_io import GGUFFile
     f = GGUFFile(str(hf_f32(NAME)))
     hp = HParams.from_gguf(f)
     assert hp.arch == "lara-mini" and hp.attention_layers == [1, 3, 4] and hp.recurrent_layers == [0, 2]
-    assert hp.n_swa == 16 and hp.swa_layers == [0, 1, 0, 0, 1] and hp.rope_swa_only == 1
+    assert hp.n_swa == 16 and hp.swa_layers == [0, 1, 0, 0, 1] and arch_spec(hp.arch).rope_swa_only
     assert hp.n_rot == 16 and hp.rope_freq_base == 1e4 and hp.n_expert == 4 and hp.n_expert_used == 2
     t = f.tensors
     # the fused in_proj [2 Hk Dk + 2 Hv Dv + 2 Hv, D] = [192, 64] cut into four (ne: [D, rows])

@@ -266,8 +266,8 @@ HPARAMS: tuple[HParam, ...] = (
     _i("attn_head_gate", 0, "attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required)",
        group="attn"),
     # Lara-Mini
-    _i("rope_swa_only", 0, "RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE",
-       group="attn"),
+    _spec("rope_swa_only", "attn", "RoPE on the sliding-window layers (swa_layers) only; the other attention layers "
+          "NoPE"),
     # MiniMax-Text-01
     _f("res_alpha_lin", 1.0, "alpha of a recurrent mixer's branch (MiniMax: lightning)", group="res", c="alpha_rec"),
     _f("res_alpha_full", 1.0, "alpha of an attention mixer's branch", group="res", c="alpha_attn"),

@@ -637,14 +637,6 @@ def read_minimax(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.residual_scale = 1.0
 
 
-def read_lara_mini(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Lara-Mini (after read_sliding_window; docs/specs/more-hybrids.md §8): RoPE on the sliding-window
-    layers only, fixed by the architecture (the full layers are NoPE, modeling_lara_mini.py:258-260, 975-976; a file
-    without sliding layers is NoPE throughout, as HF is); the gated norm's epsilon is rms_norm_eps
-    (gdn_norm_eps 0, the default)."""
-    hp.rope_swa_only = 1
-
-
 def read_lfm3(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """LFM3 (after read_attention and read_sliding_window): ``rope.freq_base_swa`` (the sliding
     layers' base; default rope.freq_base), ``rope.proportional_dimension_count`` (ours: the full

@@ -250,6 +250,7 @@ class ArchSpec:
     moe_relu2: bool = False             # experts / shared expert are ReLU² up/down, no gate matrices
     attn_qk_norm_full: bool = False     # with attn_qk_norm: one RMSNorm over all heads ([H hd] / [Hkv hd] weights)
     gdn_qkv_apart: bool = False         # GDN q / k / v: attn_q, attn_k, attn_v + ssm_conv1d_{q,k,v} (not attn_qkv, ssm_conv1d)
+    rope_swa_only: bool = False         # RoPE on the sliding-window layers only, the full ones NoPE (Lara-Mini)
     # the block recipe
     norm: Norm = Norm.PRE               # where the RMSNorms sit (POST: attention blocks; the file may drop SANDWICH's)
     residual: Residual = Residual.PLAIN
@@ -434,13 +435,13 @@ ARCHES: tuple[ArchSpec, ...] = (
              norm=Norm.SANDWICH, **{**_LFM2_FLAGS, "mixer_tensors": LFM3_MIXER_TENSORS}, note="LFM3"),
     # Lara-Mini (docs/specs/more-hybrids.md §8; qwen35moe's names): gated delta net (v-heads grouped,
     # plain norm weights, gated-norm epsilon rms_eps), attention with per-head q / k norms and no
-    # output gate, NEOX RoPE on the sliding-window layers and NoPE on the full ones (read_lara_mini),
+    # output gate, NEOX RoPE on the sliding-window layers and NoPE on the full ones (rope_swa_only),
     # MoE (softmax, top-k, renormalised) with an ungated shared expert (no ffn_gate_inp_shexp)
     ArchSpec(ARCH_LARA_MINI, c_id=17,
-             readers=_QWEN_READERS + (R.read_sliding_window, R.read_lara_mini, R.check_rms_eps),
+             readers=_QWEN_READERS + (R.read_sliding_window, R.check_rms_eps),
              mixers=(LayerKind.GDN, LayerKind.ATTENTION), recurrent=LayerKind.GDN, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True, attn_qk_norm=True,
-             gdn_head_tiled=False, mixer_tensors=LARA_MINI_MIXER_TENSORS, note="Lara-Mini"),
+             gdn_head_tiled=False, rope_swa_only=True, mixer_tensors=LARA_MINI_MIXER_TENSORS, note="Lara-Mini"),
     # MiniMax-Text-01 (llama.cpp's minimax-01; docs/specs/more-hybrids.md §5): lightning attention
     # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
     # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)

@@ -217,7 +217,8 @@ typedef struct {
      * rope_prop_rot/2, at base^(-2i/n_rot); 0: every pair */
     int32_t rope_prop_rot;
     int32_t head_gate;             /* attn_gate [D, H]: head h's output * sigmoid(attn_gate x)_h (required) */
-    /* RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE */
+    /* RoPE on the sliding-window layers (swa_layers) only; the other attention layers NoPE
+     * [spec.rope_swa_only] */
     int32_t rope_swa_only;
     int32_t rope_neox;             /* RoPE pairs (i, i + n_rot/2) (NEOX); 0: adjacent pairs (NORM) [spec.rope_neox] */
     /* attn_q rows per head [q_h (hd) | gate_h (hd)]; output * sigmoid(gate) [spec.attn_q_gate] */
@@ -464,7 +465,7 @@ typedef struct {
     const int32_t * seq_id;    /* [n_tokens] in [0, n_seq_max) */
     const int8_t  * logits;    /* [n_tokens] 1 = write this token's logits */
     int32_t flags;             /* TK_BATCH_SNAPSHOTS, or 0 */
-    /* MTP / NextN drafts (appended; layers/mtp.c).  embd: [n_tokens, n_embd] the hidden state h
+    /* MTP / NextN drafts (layers/mtp.c).  embd: [n_tokens, n_embd] the hidden state h
      * each token's MTP step reads (required by an MTP block's model, refused by others);
      * hidden_out: [n_tokens, n_embd] or NULL, filled with each token's final hidden state, the
      * output_norm'd vector the output head reads (what an MTP step takes as h) */

@@ -66,7 +66,7 @@ typedef struct {
     size_t  cell_n;            /* floats of one whole state, all recurrent layers' pieces */
     int32_t * ckpt_pos;        /* [n_cells * n_ckpt] position of each snapshot, -1 = empty */
     float * ckpt;              /* [n_cells * n_ckpt, cell_n] */
-    /* speculative window (appended; see the file comment) */
+    /* speculative window (see the file comment) */
     int32_t n_snap;            /* ring rows per sequence: k + 1, or k with TK_SPEC_NO_LAST; 0 = off */
     int32_t n_verify;          /* longest ubatch row that keeps snapshots: k + 1 */
     float * (*ring)[TK_RS_MAX_PIECES];   /* [n_layer] -> [n_cells * n_snap, piece n] */
