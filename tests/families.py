@@ -143,6 +143,7 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("nemotronh-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE RELU2",
          "moe two_seq rollback spec shift cli_shift estimate cli_session", llamacpp=("f32.summary.json", "quant.json")),
     _row("nemotronh-pattern-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE", "moe"),
+    _row("nemotronh-latent-tiny", "NemotronHFamily", "nemotron_h_moe", "ATTENTION MAMBA2 NONE", "MOE NONE", "moe parity"),
     _row("nemotronh-dense-tiny", "NemotronHFamily", "nemotron_h", "ATTENTION MAMBA2 NONE", "NONE RELU2",
          "shift cli_shift"),
     _row("nemotronh-bias-tiny", "NemotronHFamily", "nemotron_h", "ATTENTION MAMBA2 NONE", "NONE RELU2", "parity", suppress=EOT),

@@ -8,6 +8,10 @@
                             routed_scaling_factor 2.5; Mamba-2 with 4 B/C groups and conv kernel 3;
                             attention head_dim 24 != hidden / heads, 1 KV head.  Only M, * and E
                             layers: the layout llama.cpp's runtime loads (nemotron_h_moe).
+    nemotronh-latent-tiny   NemotronHForCausalLM, latent MoE (Nemotron 3 Super's): moe_latent_size
+                            40 < hidden 64, the routed experts between fc1_latent_proj [40, 64]
+                            and fc2_latent_proj [64, 40]; layers M E * M E, 8 experts in 2
+                            groups, top-2, routed_scaling_factor 1.5.
     nemotronh-dense-tiny    NemotronHForCausalLM without MoE (GGUF ``nemotron_h``):
                             layers_block_type M - * M -, tied embeddings, conv kernel 2.
 
@@ -44,6 +48,12 @@ SPECS = {
         num_experts_per_tok=2, n_group=4, topk_group=2, moe_intermediate_size=24,
         moe_shared_expert_intermediate_size=40, norm_topk_prob=False, routed_scaling_factor=2.5,
         tie_word_embeddings=False)),
+    "nemotronh-latent-tiny": dict(seed=33, cfg=dict(
+        _BASE, layers_block_type=["linear_attention", "moe", "full_attention", "linear_attention", "moe"],
+        n_groups=2, conv_kernel=4, head_dim=16, num_key_value_heads=2, n_routed_experts=8,
+        num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=24,
+        moe_shared_expert_intermediate_size=40, moe_latent_size=40, norm_topk_prob=True,
+        routed_scaling_factor=1.5, tie_word_embeddings=False)),
     "nemotronh-dense-tiny": dict(seed=32, cfg=dict(
         _BASE, layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"],
         n_groups=2, conv_kernel=2, head_dim=16, num_key_value_heads=2, tie_word_embeddings=True)),

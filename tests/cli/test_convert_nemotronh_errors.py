@@ -64,7 +64,6 @@ def test_missing_expert(monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("key, value, needle, code", [
-    ("moe_latent_size", 16, "key 'moe_latent_size' = 16", 3),          # unsupported: exit 3
     ("mlp_hidden_act", "silu", "key 'mlp_hidden_act' = \"silu\"", 3),
     # NemotronHMLP experts take mlp_bias too: expert biases are not in the runtime (dense MLP layers
     # convert with their biases: tests/parity/test_config_variants.py nemotronh-bias-tiny)

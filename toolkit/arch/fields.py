@@ -210,6 +210,9 @@ HPARAMS: tuple[HParam, ...] = (
     _i("n_expert_used", 0, "experts per token", group="moe", key=_K.LLM.EXPERT_USED_COUNT, absent=0, kinds=_MOE),
     _i("n_ff_shexp", 0, "shared expert width", c=None, why="C reads the shared expert width from ffn_up_shexp",
        key=_K.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, absent=0, kinds=_MOE),
+    _i("moe_latent_size", 0, "routed experts' latent width Dl (HF moe_latent_size; 0: none): x -> ffn_latent_down "
+       "[D, Dl] -> experts in Dl -> ffn_latent_up [Dl, D]", group="moe", key=_K.LLM.MOE_LATENT_SIZE, absent=0,
+       kinds=_MOE),
     _i("moe_n_group", 1, "expert groups (expert_group_count; <= 1: none)", group="moe", kinds=_MOE),
     _i("moe_topk_group", 1, "groups kept per token (expert_group_used_count)", group="moe", kinds=_MOE),
     _b("moe_sigmoid", False, "s = sigmoid(logits); choose top-k of s + exp_probs_b; weights = s", group="moe",

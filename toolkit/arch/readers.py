@@ -366,7 +366,7 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.ffn_act = FFN_ACTS[act]
     ff = r.opt(Keys.LLM.FEED_FORWARD_LENGTH, 0)
     hp.n_ff = int(max(ff, default=0) if isinstance(ff, list) else ff)
-    r.fill(hp, "n_expert", "n_expert_used", "n_ff_shexp")
+    r.fill(hp, "n_expert", "n_expert_used", "n_ff_shexp", "moe_latent_size")
     if hp.n_expert and not (0 < hp.n_expert_used <= hp.n_expert):
         raise r.bad(Keys.LLM.EXPERT_USED_COUNT, f"= {hp.n_expert_used} must be in [1, expert_count={hp.n_expert}]")
     hp.ffn_kinds = []

@@ -189,7 +189,8 @@ NEMOTRON_FFN_TENSORS = {
                              optional=((_b(T.FFN_UP), _b(T.FFN_DOWN)),)),          # HF mlp_bias
     FFNKind.MOE: TensorSet(required=(_w(T.FFN_GATE_INP), _w(T.FFN_UP_EXP), _w(T.FFN_DOWN_EXP)),
                            # the choice bias is optional in the loader (absent: 0), as for LFM2-MoE
-                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)), (_b(T.FFN_EXP_PROBS_B),))),
+                           optional=((_w(T.FFN_UP_SHEXP), _w(T.FFN_DOWN_SHEXP)), (_b(T.FFN_EXP_PROBS_B),),
+                                     (_w(T.FFN_LATENT_DOWN), _w(T.FFN_LATENT_UP)))),   # HF moe_latent_size
 }
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
 QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}

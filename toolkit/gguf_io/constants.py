@@ -33,6 +33,7 @@ class Keys:
         RESIDUAL_SCALE = gguf.Keys.LLM.RESIDUAL_SCALE
         LOGIT_SCALE = gguf.Keys.LLM.LOGIT_SCALE
         EXPERT_FEED_FORWARD_LENGTH = gguf.Keys.LLM.EXPERT_FEED_FORWARD_LENGTH
+        MOE_LATENT_SIZE = gguf.Keys.LLM.MOE_LATENT_SIZE   # nemotron_h_moe's latent MoE (Nemotron 3 Super)
         FULL_ATTENTION_INTERVAL = gguf.Keys.LLM.FULL_ATTENTION_INTERVAL
         FINAL_LOGIT_SOFTCAPPING = gguf.Keys.LLM.FINAL_LOGIT_SOFTCAPPING   # Gemma-2's; recurrent-gemma's logits_soft_cap
         # qwen4exp: row width of per_layer_token_embd (one PLE n-gram head)

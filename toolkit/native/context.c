@@ -63,7 +63,10 @@ static size_t moe_width(const tk_model * m) {
     int has_moe = 0;
     for (int i = 0; i < hp->n_layer; i++) has_moe |= hp->ffn_kinds[i] == TK_FFN_MOE;
     if (!has_moe) return 0;
-    return 2 * (size_t) hp->n_embd + (size_t) hp->moe.n_expert + 3 * (size_t) hp->moe.n_expert_used;
+    const size_t D = (size_t) hp->n_embd, Dl = (size_t) hp->moe.latent_size;
+    /* latent MoE: the gathered rows are Dl wide, plus the ubatch's latent inputs and sums [2 Dl] */
+    const size_t W = Dl > D ? Dl : D;
+    return 2 * W + (Dl ? 2 * Dl : 0) + (size_t) hp->moe.n_expert + 3 * (size_t) hp->moe.n_expert_used;
 }
 
 /* hyper-connection widths (all 0 without them): hcD, the low rank R, hc, the PLE row Ep */
@@ -183,9 +186,12 @@ static tk_status alloc_scratch(tk_context * c, int n_threads) {
     if (c->moe_x) {            /* the MoE block (moe_width), carved */
         const tk_hparams * hp = &c->model->hp;
         const size_t D = (size_t) hp->n_embd, E = (size_t) hp->moe.n_expert, k = (size_t) hp->moe.n_expert_used;
-        c->moe_y = c->moe_x + U * D;
-        c->moe_r = c->moe_y + U * D;
-        c->moe_wt = c->moe_r + U * E;
+        const size_t Dl = (size_t) hp->moe.latent_size, W = Dl > D ? Dl : D;
+        c->moe_y = c->moe_x + U * W;
+        c->moe_r = c->moe_y + U * W;
+        c->moe_xl = Dl ? c->moe_r + U * E : NULL;     /* latent MoE: [U, Dl] inputs, [U, Dl] sums */
+        c->moe_ol = Dl ? c->moe_xl + U * Dl : NULL;
+        c->moe_wt = (Dl ? c->moe_ol + U * Dl : c->moe_r + U * E);
         c->moe_sel = (int32_t *) (c->moe_wt + U * k);
         c->moe_list = c->moe_sel + U * k;
     }

@@ -76,6 +76,7 @@ typedef struct {
     tk_weight ffn_gate_inp;                             /* [D, E] */
     tk_weight ffn_gate_exps, ffn_up_exps, ffn_down_exps;/* [D, Fe, E], [D, Fe, E], [Fe, D, E] */
     tk_weight ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp; /* [D, Fs], [D, Fs], [Fs, D] */
+    tk_weight ffn_latent_down, ffn_latent_up;   /* latent MoE (moe.latent_size Dl > 0): [D, Dl], [Dl, D] */
     float * ffn_gate_inp_shexp;                         /* [D]: shared expert * sigmoid(w . x), or NULL */
     float * ffn_exp_probs_b;                            /* [E]: expert choice bias (moe_sigmoid), or NULL */
     /* zamba2 hybrid layer (mixer_zamba2.c): the shared block's tensors (bound into every layer
@@ -327,6 +328,7 @@ struct tk_context {
     float * moe_x;             /* [U, D] one expert's gathered tokens */
     float * moe_y;             /* [U, D] their expert outputs; then the shared expert's for the ubatch */
     float * moe_r;             /* [U, n_expert] router logits, then scores */
+    float * moe_xl, * moe_ol;  /* latent MoE only: [U, Dl] the tokens' latent inputs, their routed sums */
     float * moe_wt;            /* [U, n_expert_used] routing weights */
     int32_t * moe_sel;         /* [U, n_expert_used] the chosen experts */
     int32_t * moe_list;        /* [U n_expert_used] token * n_expert_used + slot, grouped by expert */

@@ -237,6 +237,9 @@ typedef struct {
 typedef struct {
     int32_t n_expert;              /* experts */
     int32_t n_expert_used;         /* experts per token */
+    /* routed experts' latent width Dl (HF moe_latent_size; 0: none): x -> ffn_latent_down [D, Dl] ->
+     * experts in Dl -> ffn_latent_up [Dl, D] */
+    int32_t latent_size;
     int32_t n_group;               /* expert groups (expert_group_count; <= 1: none) */
     int32_t topk_group;            /* groups kept per token (expert_group_used_count) */
     int32_t sigmoid;               /* s = sigmoid(logits); choose top-k of s + exp_probs_b; weights = s */

@@ -22,6 +22,8 @@ E: mixer.gate.weight [E, D]                           blk.i.ffn_gate_inp.weight
    mixer.experts.e.up_proj [Fe, D] (e < E)            blk.i.ffn_up_exps.weight [E, Fe, D] (stacked)
    mixer.experts.e.down_proj [D, Fe]                  blk.i.ffn_down_exps.weight [E, D, Fe]
    mixer.shared_experts.{up,down}_proj                blk.i.ffn_{up,down}_shexp.weight
+   mixer.fc1_latent_proj [Dl, D] / fc2 [D, Dl]         blk.i.ffn_latent_down / ffn_latent_up.weight (moe_latent_size
+                                                      Dl set: the experts' D above is Dl; key moe_latent_size)
 backbone.norm_f.weight [D]                            output_norm.weight
 lm_head.weight [V, D]                                 output.weight (whenever saved: HF never ties it)
 
@@ -94,7 +96,8 @@ class NemotronHFamily(Family):
         "vocab_size hidden_size layers_block_type num_attention_heads num_key_value_heads head_dim "
         "max_position_embeddings intermediate_size ssm_state_size mamba_num_heads mamba_head_dim n_groups conv_kernel "
         "n_routed_experts n_shared_experts moe_intermediate_size moe_shared_expert_intermediate_size num_experts_per_tok "
-        "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon use_conv_bias use_bias mlp_bias",
+        "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon use_conv_bias use_bias mlp_bias "
+        "moe_latent_size",
         irrelevant={"tie_word_embeddings": "NemotronHForCausalLM ties nothing: a saved lm_head is the output",
                     "expand": "not read by HF's model (d_inner = mamba_num_heads x mamba_head_dim)",
                     "sliding_window": "not read by HF's model",
@@ -106,8 +109,7 @@ class NemotronHFamily(Family):
                     "time_step_limit": "not read by HF's model: its mixer never clamps dt",
                     "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
         refused={"mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
-                 "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU"),
-                 "moe_latent_size": Refused((None,), "latent MoE projections: not in the runtime", bad=64)},
+                 "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU")},
         # mamba_conv_bias: the spelling of older NemotronH configs
         aliases={"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
                  "mamba_conv_bias": "use_conv_bias"})
@@ -119,7 +121,7 @@ class NemotronHFamily(Family):
         r"backbone\.layers\.\d+\.norm\.weight",
         _L + r"(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))",
         _L + r"(q_proj|k_proj|v_proj|o_proj)\.weight", _L + r"(up_proj|down_proj)\.(weight|bias)",
-        _L + r"gate\.(weight|e_score_correction_bias)",
+        _L + r"gate\.(weight|e_score_correction_bias)", _L + r"fc[12]_latent_proj\.weight",
         _L + r"experts\.\d+\.(up_proj|down_proj)\.weight",
         _L + r"shared_experts\.(up_proj|down_proj)\.weight",
     )
@@ -171,6 +173,13 @@ class NemotronHFamily(Family):
         self.topk_group = c.int("topk_group", default=1)
         self.scale = c.float("routed_scaling_factor", default=1.0)
         self.norm_topk = c.flag("norm_topk_prob", True)
+        # latent MoE (Nemotron 3 Super): the routed experts run in Dl = moe_latent_size between
+        # fc1_latent_proj [Dl, D] and fc2_latent_proj [D, Dl] (the router and shared expert in D)
+        self.latent = c.d.get("moe_latent_size")
+        if self.latent is not None:
+            self.latent = c.int("moe_latent_size")
+            if self.latent < 1:
+                raise InputError(f"{c.path}: key 'moe_latent_size' must be a positive integer or null, got {self.latent}")
         if not 0 < self.n_expert_used <= self.n_expert:
             raise InputError(f"{c.path}: num_experts_per_tok {self.n_expert_used} must be in [1, n_routed_experts={self.n_expert}]")
         if self.n_expert % self.n_group_exp or not 0 < self.topk_group <= self.n_group_exp:
@@ -251,6 +260,8 @@ class NemotronHFamily(Family):
                 kv_bool(key(Keys.LLM.EXPERT_WEIGHTS_NORM), self.norm_topk),
                 kv_f32(key(Keys.LLM.EXPERT_WEIGHTS_SCALE), self.scale),
             ]
+            if self.latent is not None:   # llama.cpp's key; written only for a latent MoE
+                p.kv.append(kv_u32(key(Keys.LLM.MOE_LATENT_SIZE), self.latent))
         p.kv += [
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
             kv_u32(key(Keys.Rope.DIMENSION_COUNT), self.head_dim),
@@ -270,7 +281,12 @@ class NemotronHFamily(Family):
         D, E, Fe, Fs = self.n_embd, self.n_expert, self.n_ff_exp, self.n_ff_shexp
         self.copy(tn(T.FFN_GATE_INP, i), m + "gate.weight", (E, D))
         self.copy(tn(T.FFN_EXP_PROBS_B, i, ".bias"), m + "gate.e_score_correction_bias", (E,))
-        for out, w, shape in ((T.FFN_UP_EXP, "up_proj", (Fe, D)), (T.FFN_DOWN_EXP, "down_proj", (D, Fe))):
+        Dx = D
+        if self.latent is not None:   # llama.cpp's ffn_latent_down / ffn_latent_up (Nemotron 3 Super)
+            Dx = self.latent
+            self.copy(tn(T.FFN_LATENT_DOWN, i), m + "fc1_latent_proj.weight", (Dx, D), why="moe_latent_size is set")
+            self.copy(tn(T.FFN_LATENT_UP, i), m + "fc2_latent_proj.weight", (D, Dx), why="moe_latent_size is set")
+        for out, w, shape in ((T.FFN_UP_EXP, "up_proj", (Fe, Dx)), (T.FFN_DOWN_EXP, "down_proj", (Dx, Fe))):
             segs = [Segment(self.take(f"{m}experts.{e}.{w}.weight", shape), 0, shape[0]) for e in range(E)]
             self.emit(tn(out, i), (E,) + shape, segs, note=f"experts.0..{E - 1}.{w} stacked")
         self.copy(tn(T.FFN_UP_SHEXP, i), m + "shared_experts.up_proj.weight", (Fs, D))

@@ -40,10 +40,19 @@ static tk_status moe_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     if (!up) return TK_FAIL(TK_ERR_INVALID, "%s: missing tensor '%s'", tab->path, nm);
     const int64_t F = up->ne[1];
     l->n_ff_exp = (int32_t) F;
+    /* latent MoE (moe_latent_size Dl): the routed experts are Dl wide, between ffn_latent_down
+     * [D, Dl] and ffn_latent_up [Dl, D] (llama.cpp's names); both required then, refused otherwise */
+    const int64_t Dl = hp->moe.latent_size, Dx = Dl ? Dl : D;
+    if (Dl) {
+        TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_latent_down.weight"), TK_SHAPE(D, Dl), 1, &l->ffn_latent_down));
+        TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_latent_up.weight"), TK_SHAPE(Dl, D), 1, &l->ffn_latent_up));
+    } else if (tk_table_find(tab, NAME("ffn_latent_down.weight")) || tk_table_find(tab, NAME("ffn_latent_up.weight"))) {
+        return TK_FAIL(TK_ERR_INVALID, "%s: tensor '%s' without the key moe_latent_size", tab->path, nm);
+    }
     TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_inp.weight"), TK_SHAPE(D, E), 1, &l->ffn_gate_inp));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_up_exps));
-    if (!hp->moe.relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_exps.weight"), TK_SHAPE(D, F, E), 1, &l->ffn_gate_exps));
-    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_exps.weight"), TK_SHAPE(F, D, E), 1, &l->ffn_down_exps));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_up_exps.weight"), TK_SHAPE(Dx, F, E), 1, &l->ffn_up_exps));
+    if (!hp->moe.relu2) TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_gate_exps.weight"), TK_SHAPE(Dx, F, E), 1, &l->ffn_gate_exps));
+    TK_CHECK(tk_bind_weight(m, tab, NAME("ffn_down_exps.weight"), TK_SHAPE(F, Dx, E), 1, &l->ffn_down_exps));
     const tk_tensor_desc * sh = tk_table_find(tab, NAME("ffn_up_shexp.weight"));
     if (sh) {
         const int64_t Fs = sh->ne[1];
@@ -214,16 +223,27 @@ static tk_status moe_forward(tk_context * ctx, const tk_layer * l, int32_t U, fl
     for (int64_t i = 0; i < (int64_t) U * k; i++) list[start[sel[i]]++] = (int32_t) i;
     for (int32_t e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-    memset(out, 0, (size_t) U * (size_t) D * sizeof(float));
-    moe_rows_job j = {ctx->cur, ctx->moe_x, ctx->moe_y, out, NULL, wt, l->ffn_gate_inp_shexp, D, k};
+    /* latent MoE: the experts see xl = latent_down x [U, Dl] and sum into ol [U, Dl]; then
+     * out = latent_up ol (HF: fc2_latent_proj(experts(fc1_latent_proj(x)))) */
+    const int32_t Dl = hp->moe.latent_size, Dx = Dl ? Dl : D;
+    float * eout = Dl ? ctx->moe_ol : out;
+    const float * ein = ctx->cur;
+    if (Dl) {
+        TK_CHECK(tk_matmul(&l->ffn_latent_down, 0, ctx->cur, U, ctx->moe_xl, &ctx->mm));
+        ein = ctx->moe_xl;
+    }
+    memset(eout, 0, (size_t) U * (size_t) Dx * sizeof(float));
+    moe_rows_job j = {ein, ctx->moe_x, ctx->moe_y, eout, NULL, wt, l->ffn_gate_inp_shexp, Dx, k};
     for (int32_t e = 0; e < E; e++) {
         const int32_t n = start[e + 1] - start[e];
         if (!n) continue;
         j.li = list + start[e];
-        tk_par_rows(ctx->pool, n, D, gather_rows, &j);
+        tk_par_rows(ctx->pool, n, Dx, gather_rows, &j);
         TK_CHECK(expert(ctx, &l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps, e, j.xg, n, hp->ffn.swiglu_clamp_exp, j.yg));
-        tk_par_rows(ctx->pool, n, D, scatter_rows, &j);
+        tk_par_rows(ctx->pool, n, Dx, scatter_rows, &j);
     }
+    if (Dl) TK_CHECK(tk_matmul(&l->ffn_latent_up, 0, ctx->moe_ol, U, out, &ctx->mm));
+    j.x = ctx->cur; j.out = out; j.D = D;
     if (l->n_ff_shexp) {
         TK_CHECK(expert(ctx, &l->ffn_gate_shexp, &l->ffn_up_shexp, &l->ffn_down_shexp, 0, ctx->cur, U, hp->ffn.swiglu_clamp_shexp,
                       j.yg));
