@@ -129,6 +129,8 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("qwen35-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE",
          "parity rollback spec shift cli_shift estimate_lc", llamacpp=LC_LOGITS, quant_refs=WITH_S_L, slow=True),
     _row("qwen35-linear-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", suppress=EOT),
+    _row("qwen35-attnbias-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity two_seq quant sessions",
+         suppress=EOT),
     _row("qwen35-small", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", bound=2e-5,
          llamacpp=("f32.gguf", "logits.npy", "f32.summary.json"), quant_refs=FULL_SET, slow=True),
     _row("qwen35-dkdv-tiny", "Qwen35Family", "qwen35", "ATTENTION GDN", "DENSE", "parity", llamacpp=LC_SUMMARY, slow=True),

@@ -86,7 +86,7 @@ MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT
                                      _w(T.SSM_NORM), _w(T.SSM_OUT)),
                            optional=_MAMBA2_CONV_BIAS + _SSM_PROJ_BIASES)
 # HF attention_bias (OLMo-Hybrid, Falcon-H1, Bamba / Granite 4.0-H, Lara-Mini write them; mixer_attention.c
-# binds them for any attention without a q gate): q / k / v's together, o's
+# binds them for any attention; Qwen3-Next / Qwen3.5 with the q gate half): q / k / v's together, o's
 ATTENTION_BIASES = ((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)), (_b(T.ATTN_OUT),))
 ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)),
                               optional=ATTENTION_BIASES)
@@ -193,7 +193,9 @@ NEMOTRON_FFN_TENSORS = {
                                      (_w(T.FFN_LATENT_DOWN), _w(T.FFN_LATENT_UP)))),   # HF moe_latent_size
 }
 # the Qwen3-Next / Qwen3.5 blocks: gated attention, GDN (with ssm_ba for qwen3next)
-QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
+# (HF attention_bias: q / k / v's together, o's; q's [2 Hq hd] with the gate half)
+QWEN35_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
+                                                                      optional=ATTENTION_BIASES)}
 QWEN3NEXT_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS, LayerKind.GDN: GDN_BA_TENSORS}
 # Lara-Mini: Qwen3.5's, its attention (no q gate) with HF attention_bias's biases
 LARA_MINI_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS,

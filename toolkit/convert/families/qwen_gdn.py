@@ -52,7 +52,7 @@ GDN_SPLIT = (r"linear_attn\.(?:in_proj_qkv\.weight|in_proj_z\.weight|in_proj_a\.
              r"A_log|dt_bias|conv1d\.weight|norm\.weight|out_proj\.weight)")
 GDN_FUSED = (r"linear_attn\.(?:in_proj_qkvz\.weight|in_proj_ba\.weight|"
              r"A_log|dt_bias|conv1d\.weight|norm\.weight|out_proj\.weight)")
-GATED_ATTN = r"self_attn\.(?:q_proj|k_proj|v_proj|o_proj|q_norm|k_norm)\.weight"
+GATED_ATTN = r"self_attn\.(?:(?:q_proj|k_proj|v_proj|o_proj|q_norm|k_norm)\.weight|[qkvo]_proj\.bias)"
 NORMS = r"(?:input_layernorm|post_attention_layernorm)\.weight"
 MOE = (r"mlp\.(?:gate|shared_expert_gate)\.weight",
        r"mlp\.shared_expert\.(?:gate_proj|up_proj|down_proj)\.weight",
@@ -88,10 +88,9 @@ def v_head_segments(t, row0: int, n_k: int, n_v: int, head_dim: int, reorder: bo
 # what the gated-delta-net Qwen families read of their text configs, and refuse
 QWEN_READ = ("vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
              "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim "
-             "linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads layer_types")
+             "linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads layer_types attention_bias")
 QWEN_MOE_READ = "moe_intermediate_size shared_expert_intermediate_size num_experts_per_tok num_experts"
 QWEN_REFUSED = {
-    "attention_bias": Refused((False,), "q/k/v/o biases: not in llama.cpp's qwen layouts nor the runtime"),
     "hidden_act": Refused(("silu",), "the runtime's MLP and gated-norm activations are SiLU"),
 }
 # the composite (ForConditionalGeneration) class's own fields
@@ -161,8 +160,10 @@ class QwenGDNFamily(Family):
         """Gated attention heads (num_attention_heads, num_key_value_heads, head_dim default 256
         as the HF configs have it).  ``what`` names the family in the attention_bias error.
 
-        attention_bias is refused before (:data:`QWEN_REFUSED`).
+        attention_bias (q/k/v/o_proj biases; q_proj's [2 Hq hd] holds the gate half's too):
+        ``self.attn_bias``.
         """
+        self.attn_bias = c.flag("attention_bias", False)
         self.n_head = c.int("num_attention_heads")
         self.n_head_kv = c.int("num_key_value_heads")
         self.head_dim = c.int("head_dim", default=256)
@@ -212,6 +213,10 @@ class QwenGDNFamily(Family):
         self.copy(tn(T.ATTN_OUT, i), a + "o_proj.weight", (D, self.n_head * hd))
         self.plus_one(tn(T.ATTN_Q_NORM, i), a + "q_norm.weight", (hd,))
         self.plus_one(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (hd,))
+        if getattr(self, "attn_bias", False):   # HF attention_bias: llama.cpp's bq / bk / bv / bo names
+            for out, src, n in ((T.ATTN_Q, "q_proj", 2 * self.n_head * hd), (T.ATTN_K, "k_proj", self.n_head_kv * hd),
+                                (T.ATTN_V, "v_proj", self.n_head_kv * hd), (T.ATTN_OUT, "o_proj", D)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true")
 
     def gated_delta_net(self, i: int, g: str) -> None:
         """GDN tensors of block ``i`` from ``g`` = ``...linear_attn.``, split projections

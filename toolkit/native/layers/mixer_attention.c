@@ -102,11 +102,9 @@ static tk_status attn_bind(tk_model * m, const tk_table * tab, int il, tk_layer 
      * (llama.cpp's optional bq / bk / bv / bo); RecurrentGemma (hp.attn.bias) always has the output's */
     TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(D), hp->attn.bias, &l->attn_out_b));
     const int qkv = tk_table_find(tab, NAME("attn_q.bias")) != NULL;
-    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * HD), qkv, &l->attn_q_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q.bias"), TK_SHAPE(Hq * attn_q_stride(hp)), qkv, &l->attn_q_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("attn_k.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_k_b));
     TK_CHECK(tk_bind_vec(m, tab, NAME("attn_v.bias"), TK_SHAPE(Hkv * HD), qkv, &l->attn_v_b));
-    if ((l->attn_q_b || l->attn_out_b) && hp->attn.q_gate)
-        return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: layer %d: attention biases with attn_q_gate are not supported", tab->path, il);
 #undef NAME
     return TK_OK;
 }
@@ -351,8 +349,8 @@ tk_status tk_attention_forward_sel(tk_context * ctx, const tk_layer * l, int il,
     TK_CHECK(tk_matmul(&l->wq, 0, ctx->cur, U, ctx->q, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wk, 0, ctx->cur, U, ctx->k, &ctx->mm));
     TK_CHECK(tk_matmul(&l->wv, 0, ctx->cur, U, ctx->v, &ctx->mm));
-    if (l->attn_q_b) {         /* attention_bias (no q gate: checked at bind) */
-        tk_bias_rows(ctx, ctx->q, l->attn_q_b, (int64_t) H * hd, U, 0);
+    if (l->attn_q_b) {         /* attention_bias (with a q gate: q_proj's [H 2 hd] rows, the gate halves' too) */
+        tk_bias_rows(ctx, ctx->q, l->attn_q_b, (int64_t) H * attn_q_stride(hp), U, 0);
         tk_bias_rows(ctx, ctx->k, l->attn_k_b, (int64_t) l->n_head_kv * hd, U, 0);
         tk_bias_rows(ctx, ctx->v, l->attn_v_b, (int64_t) l->n_head_kv * hd, U, 0);
     }
