@@ -34,6 +34,17 @@ static tk_attn_cvt_fn attn_cvt_of(int level) {
     return tk_attn_cvt_plain;
 }
 
+/* the level's chunk over f16 / bf16 K and V read directly (attn_body.h; both the same type), else NULL */
+static tk_attn_chunk_fn attn_direct_of(int level, int32_t type_k, int32_t type_v) {
+    if (type_k != type_v || (type_k != TK_GGML_F16 && type_k != TK_GGML_BF16)) return NULL;
+#ifdef TK_HAVE_X86
+    if (level >= TK_CPU_AVX512) return type_k == TK_GGML_F16 ? tk_attn_chunk_f16_avx512 : tk_attn_chunk_bf16_avx512;
+    if (level >= TK_CPU_AVX2) return type_k == TK_GGML_F16 ? tk_attn_chunk_f16_avx2 : tk_attn_chunk_bf16_avx2;
+#endif
+    (void) level;
+    return type_k == TK_GGML_BF16 ? tk_attn_chunk_bf16_plain : NULL;
+}
+
 void tk_attn_cvt_at(int level, int32_t type, const void * src, float * dst, int32_t n) {
     if (level > tk_cpu_detected()) level = tk_cpu_detected();
     if (!attn_cvt_of(level)(type, src, dst, n)) tk_type_traits_get(type)->to_float(src, dst, n);
@@ -225,22 +236,34 @@ static void attn_chunk_fold(const attn_run_job * j, const tk_attn_tile * tl, con
         j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
 }
 
-/* the tile's super-chunk over list entries [i0, i1): (ms, ls, Os) of rows [0, R), folded from
- * its chunks in position order */
-static void attn_super(const attn_run_job * j, const tk_attn_tile * tl, int32_t i0, int32_t i1, const attn_ws * w,
-                       float * ms, float * ls, float * Os) {
+/* the tile's super-chunk over list entries [i0, i1) for KV groups [g0, g1): each chunk's slots
+ * filled once (they do not depend on the group) and run for every group in turn, folded in
+ * position order into group g's (m [Rp], l [Rp], O [Rp, dv]) at out + (g - g0) gstride floats
+ * (rows [0, R)).  With several groups, a cell's K and V lines (every group's rows) are read together. */
+static void attn_super(const attn_run_job * j, int64_t tile, int32_t g0, int32_t g1, int32_t i0, int32_t i1,
+                       const attn_ws * w, float * out, size_t gstride) {
     const int32_t * pos = j->a->kv->pos;
-    for (int32_t r = 0; r < tl->R; r++) {
-        ms[r] = -INFINITY;
-        ls[r] = 0.0f;
+    const size_t Rp = (size_t) attn_rows_max(j->grp);
+    const tk_attn_tile t0 = attn_tile_at(j, tile, g0);
+    for (int32_t g = g0; g < g1; g++) {
+        float * o = out + (size_t) (g - g0) * gstride;
+        for (int32_t r = 0; r < t0.R; r++) {
+            o[r] = -INFINITY;
+            o[Rp + r] = 0.0f;
+        }
     }
     for (int32_t i = i0; i < i1;) {
         const int64_t k = pos[j->list[i]] / TK_ATTN_CHUNK;
         int32_t e = i;
         while (e < i1 && pos[j->list[e]] / TK_ATTN_CHUNK == k) e++;
-        const int seen = attn_fill_chunk(j, tl, i, e, k, w);
+        const int seen = attn_fill_chunk(j, &t0, i, e, k, w);
         i = e;
-        if (seen) attn_chunk_fold(j, tl, w, ms, ls, Os);
+        if (!seen) continue;
+        for (int32_t g = g0; g < g1; g++) {
+            const tk_attn_tile tl = attn_tile_at(j, tile, g);
+            float * o = out + (size_t) (g - g0) * gstride;
+            attn_chunk_fold(j, &tl, w, o, o + Rp, o + 2 * Rp);
+        }
     }
 }
 
@@ -270,7 +293,7 @@ static void attn_items(void * arg, int64_t p0, int64_t p1, int thread) {
         attn_total_init(&tl, &w);
         for (int32_t i = 0; i < j->n_list;) {
             const int32_t e = attn_lower(j, (int64_t) (pos[j->list[i]] / ATTN_SPAN + 1) * ATTN_SPAN);
-            attn_super(j, &tl, i, e, &w, w.ms, w.ls, w.Os);
+            attn_super(j, p / j->a->Hkv, tl.g, tl.g + 1, i, e, &w, w.ms, 0);
             for (int32_t r = 0; r < tl.R; r++)
                 j->fold(dv, &w.mt[r], &w.lt[r], w.Ot + (size_t) r * dv, w.ms[r], w.ls[r], w.Os + (size_t) r * dv);
             i = e;
@@ -283,36 +306,15 @@ static void attn_items(void * arg, int64_t p0, int64_t p1, int thread) {
  * once (they do not depend on the group) and run for every group in turn, so the cache lines of
  * a cell (every group's K and V rows) are read together, and the threads stream disjoint cell
  * ranges.  The partial of (tile, group g, s) lands at part + ((tile Hkv + g) n_sid + s) part_n:
- * m [Rp], l [Rp], O [Rp, dv], the same folds in the same order as attn_super's. */
+ * m [Rp], l [Rp], O [Rp, dv]. */
 static void attn_split_items(void * arg, int64_t p0, int64_t p1, int thread) {
     const attn_run_job * j = arg;
     const attn_ws w = attn_ws_at(j, thread);
-    const int32_t Hkv = j->a->Hkv, * pos = j->a->kv->pos;
-    const size_t Rp = (size_t) attn_rows_max(j->grp);
+    const int32_t Hkv = j->a->Hkv;
     for (int64_t p = p0; p < p1; p++) {
         const int64_t tile = p / j->n_sid, s = p % j->n_sid, sid = j->sid0 + s;
-        const tk_attn_tile t0 = attn_tile_at(j, tile, 0);
-        for (int32_t g = 0; g < Hkv; g++) {
-            float * pt = j->part + (size_t) ((tile * Hkv + g) * j->n_sid + s) * j->part_n;
-            for (int32_t r = 0; r < t0.R; r++) {
-                pt[r] = -INFINITY;
-                pt[Rp + r] = 0.0f;
-            }
-        }
-        const int32_t i1 = attn_lower(j, (sid + 1) * ATTN_SPAN);
-        for (int32_t i = attn_lower(j, sid * ATTN_SPAN); i < i1;) {
-            const int64_t k = pos[j->list[i]] / TK_ATTN_CHUNK;
-            int32_t e = i;
-            while (e < i1 && pos[j->list[e]] / TK_ATTN_CHUNK == k) e++;
-            const int seen = attn_fill_chunk(j, &t0, i, e, k, &w);
-            i = e;
-            if (!seen) continue;
-            for (int32_t g = 0; g < Hkv; g++) {
-                const tk_attn_tile tl = attn_tile_at(j, tile, g);
-                float * pt = j->part + (size_t) ((tile * Hkv + g) * j->n_sid + s) * j->part_n;
-                attn_chunk_fold(j, &tl, &w, pt, pt + Rp, pt + 2 * Rp);
-            }
-        }
+        attn_super(j, tile, 0, Hkv, attn_lower(j, sid * ATTN_SPAN), attn_lower(j, (sid + 1) * ATTN_SPAN), &w,
+                   j->part + (size_t) (tile * Hkv * j->n_sid + s) * j->part_n, (size_t) j->n_sid * j->part_n);
     }
 }
 
@@ -412,14 +414,7 @@ int tk_attn_run(tk_context * ctx, const tk_attn_args * a) {
         j.tk = tk_type_traits_get(a->type_k);
         j.tv = tk_type_traits_get(a->type_v);
         for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) j.slot[i] = i;
-        const int direct = tk_attn_reference() != 2;
-        if (direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16) j.direct = tk_attn_chunk_bf16_plain;
-#ifdef TK_HAVE_X86
-        const int f16 = direct && a->type_k == TK_GGML_F16 && a->type_v == TK_GGML_F16,
-                  bf16 = direct && a->type_k == TK_GGML_BF16 && a->type_v == TK_GGML_BF16;
-        if (level >= TK_CPU_AVX512) j.direct = f16 ? tk_attn_chunk_f16_avx512 : bf16 ? tk_attn_chunk_bf16_avx512 : NULL;
-        else if (level >= TK_CPU_AVX2) j.direct = f16 ? tk_attn_chunk_f16_avx2 : bf16 ? tk_attn_chunk_bf16_avx2 : NULL;
-#endif
+        if (tk_attn_reference() != 2) j.direct = attn_direct_of(tk_cpu_level(), a->type_k, a->type_v);
     }
     j.T = attn_tile_tokens(j.grp);
     if (j.T > a->ub->n_seq_tokens) j.T = a->ub->n_seq_tokens;

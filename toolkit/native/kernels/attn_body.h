@@ -244,16 +244,8 @@ void ATTN_NAME(tk_attn_chunk_bf16)(const tk_attn_args * a, const tk_attn_tile * 
 typedef int8_t vb __attribute__((vector_size(ATTN_VL), aligned(1)));
 
 int ATTN_NAME(tk_attn_cvt)(int32_t type, const uint8_t * src, float * dst, int32_t n) {
-    int32_t i = 0;
+    int kt;
     switch (type) {
-        case TK_GGML_BF16:
-            for (; i + ATTN_VL <= n; i += ATTN_VL) v_store(dst + i, (vf) (__builtin_convertvector(*(const vh *) (const void *) (src + 2 * i), vu) << 16));
-            for (; i < n; i++) {
-                uint16_t h;
-                memcpy(&h, src + 2 * i, 2);
-                dst[i] = tkq_bf16_to_fp32(h);
-            }
-            return 1;
         case TK_GGML_Q8_0: {
             const blk_q8_0 * x = (const blk_q8_0 *) (const void *) src;
             for (int32_t b = 0; b < n / QK32; b++) {
@@ -263,23 +255,15 @@ int ATTN_NAME(tk_attn_cvt)(int32_t type, const uint8_t * src, float * dst, int32
             }
             return 1;
         }
-#if ATTN_VL == 8
-        case TK_GGML_F16:
-            for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (const void *) (src + 2 * i))));
-            break;
-#elif ATTN_VL == 16
-        case TK_GGML_F16:
-            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (const void *) (src + 2 * i))));
-            break;
+        case TK_GGML_BF16: kt = ATTN_BF16; break;
+#if ATTN_VL > 4
+        case TK_GGML_F16: kt = ATTN_F16; break;
 #endif
-        default:
-            return 0;
+        default: return 0;
     }
-    for (; i < n; i++) {       /* f16's tail */
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = tkq_fp16_to_fp32(h);
-    }
+    int32_t i = 0;             /* f16 / bf16: the chunk's own loads (v_load_kt, s_load_kt) */
+    for (; i + ATTN_VL <= n; i += ATTN_VL) v_store(dst + i, v_load_kt(src, i, kt));
+    for (; i < n; i++) dst[i] = s_load_kt(src, i, kt);
     return 1;
 }
 
