@@ -41,34 +41,21 @@ from make_gdn_fixtures import REPO, write_fixture  # noqa: E402
 COMMON = dict(vocab_size=512, initializer_range=0.08, bos_token_id=0, eos_token_id=0, pad_token_id=1,
               hidden_act="silu", max_position_embeddings=4096, router_jitter_noise=0.0)
 
+# minimax-ab-tiny's text config; its activation variants differ in hidden_act only
+_AB_TEXT = dict(
+    COMMON, hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
+    num_key_value_heads=1, head_dim=16,
+    layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    num_local_experts=3, num_experts_per_tok=2, block_size=24,
+    linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
+    full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
+    mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
+    rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)
+
 SPECS = {
-    "minimax-ab-tiny": dict(seed=61, text=dict(
-        COMMON, hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
-        num_key_value_heads=1, head_dim=16,
-        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
-        num_local_experts=3, num_experts_per_tok=2, block_size=24,
-        linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
-        full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
-        mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
-        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
-    "minimax-gelu-tiny": dict(seed=64, text=dict(
-        COMMON | dict(hidden_act="gelu_pytorch_tanh"), hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
-        num_key_value_heads=1, head_dim=16,
-        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
-        num_local_experts=3, num_experts_per_tok=2, block_size=24,
-        linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
-        full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
-        mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
-        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
-    "minimax-relu2-tiny": dict(seed=65, text=dict(
-        COMMON | dict(hidden_act="relu2"), hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=3,
-        num_key_value_heads=1, head_dim=16,
-        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"],
-        num_local_experts=3, num_experts_per_tok=2, block_size=24,
-        linear_attn_alpha_factor=1.3, linear_attn_beta_factor=0.8,
-        full_attn_alpha_factor=0.6, full_attn_beta_factor=1.25,
-        mlp_alpha_factor=1.1, mlp_beta_factor=0.7,
-        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False)),
+    "minimax-ab-tiny": dict(seed=61, text=_AB_TEXT),
+    "minimax-gelu-tiny": dict(seed=64, text=dict(_AB_TEXT, hidden_act="gelu_pytorch_tanh")),
+    "minimax-relu2-tiny": dict(seed=65, text=dict(_AB_TEXT, hidden_act="relu2")),
     "minimax-wide-tiny": dict(seed=63, text=dict(
         COMMON, hidden_size=48, intermediate_size=24, num_hidden_layers=5, num_attention_heads=2,
         num_key_value_heads=2, head_dim=40,
