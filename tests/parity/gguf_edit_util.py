@@ -10,9 +10,11 @@ import pytest
 from toolkit.cli.app import main
 
 
-def rewrite(src, dst, kv: dict | None = None, drop_kv: tuple[str, ...] = ()) -> None:
+def rewrite(src, dst, kv: dict | None = None, drop_kv: tuple[str, ...] = (), drop_tensors: str | None = None,
+            add_tensors: dict | None = None) -> None:
     """Copy GGUF ``src`` to ``dst`` with the key/values ``kv`` (name -> (value, type, sub type))
-    set and ``drop_kv`` left out; tensors unchanged (an f32 file)."""
+    set and ``drop_kv`` left out; tensors unchanged (an f32 file), less those whose name starts
+    with ``drop_tensors``, plus ``add_tensors`` (name -> float32 array)."""
     r = gguf.GGUFReader(str(src))
     arch = r.fields["general.architecture"].contents()
     w = gguf.GGUFWriter(str(dst), arch)
@@ -26,7 +28,11 @@ def rewrite(src, dst, kv: dict | None = None, drop_kv: tuple[str, ...] = ()) -> 
     for name, (v, vt, sub) in kv.items():
         w.add_key_value(name, v, vt, sub_type=sub)
     for t in r.tensors:
+        if drop_tensors and t.name.startswith(drop_tensors):
+            continue
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, a in (add_tensors or {}).items():
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -58,7 +58,8 @@ def test_first_block_everywhere_is_wrong_for_untied(fixtures, hf_f32, tmp_path, 
     src = hf_f32("zamba-odd-tiny")
     bad = tmp_path / "one-block.gguf"
     rewrite(src, bad, kv={"zamba.shared_block_count": (1, gguf.GGUFValueType.UINT32, None),
-                          "zamba.shared_block_map": ([0, -1, -1, 0], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)})
+                          "zamba.shared_block_map": ([0, -1, -1, 0], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)},
+            drop_tensors="shared.1.")   # kept, block 1 is a tensor set the runtime refuses to leave unread
     ref = _ref(fixtures, "zamba-odd-tiny")
     err = rel_l2(logits_of(bad, ref["tokens"]), ref["logits"])
     report.append(f"zamba-odd-tiny with block 0 on every hybrid layer: rel L2 {err:.2e}")

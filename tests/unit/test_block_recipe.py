@@ -31,9 +31,9 @@ def _edited(m: Model, **block):
     return c, keep
 
 
-def _logits(m: Model, c=None) -> np.ndarray:
-    if c is not None:      # run m's file under the edited recipe
-        ptr = _load(m.path, c, list(m.gguf))
+def _logits(m: Model, c=None, unused: str | None = None) -> np.ndarray:
+    if c is not None:      # run m's file under the edited recipe (less the tensors ending in `unused`)
+        ptr = _load(m.path, c, [t for t in m.gguf if not (unused and t.name.endswith(unused))])
         lib.tk_model_free(m._ptr)
         m._ptr = ptr
     ctx = Context(m, n_ctx=64, n_ubatch=64, n_threads=1)
@@ -62,7 +62,9 @@ def test_the_loader_binds_the_norms_the_recipe_names():
             _load(m.path, c, list(m.gguf))
         # the FFN under the block's attn_norm: a file of the same shapes, other numbers
         c, keep = _edited(m, ffn_norm="attn_norm.weight")
-        other = _logits(m, c)
+        with pytest.raises(NativeError, match="tensors the runtime does not use: 'blk.0.ffn_norm.weight'"):
+            _load(m.path, c, list(m.gguf))     # the file's own ffn_norm left unread: refused
+        other = _logits(m, c, unused=".ffn_norm.weight")
         assert other.shape == base.shape and not np.array_equal(other, base)
 
 

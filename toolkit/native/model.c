@@ -115,6 +115,7 @@ tk_status tk_bind_weight(tk_model * m, const tk_table * tab, const char * name, 
     if (!tt->to_float)
         return TK_FAIL(TK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which this build cannot dequantize",
                        tab->path, name, tt->name);
+    if (tab->used) tab->used[t - tab->t] = 1;
     w->data = tab->base + t->offset;
     w->type = t->type;
     for (int d = 0; d < 4; d++) w->ne[d] = t->ne[d];
@@ -165,6 +166,28 @@ tk_status tk_bind_vec(tk_model * m, const tk_table * tab, const char * name, int
     return TK_OK;
 }
 
+
+/* Every tensor of the table was bound: a tensor the runtime never reads (a bias this build does
+ * not apply, a tensor of a newer converter, a file for a variant the hparams do not describe)
+ * would otherwise be dropped without a word and the model run wrong.  TK_ERR_INVALID naming the
+ * file, how many, and the first few. */
+static tk_status check_all_bound(const tk_table * tab) {
+    int64_t n = 0;
+    char names[256] = "";
+    size_t len = 0;
+    for (int64_t i = 0; i < tab->n; i++) {
+        if (tab->used[i]) continue;
+        if (n < 3) {
+            int k = snprintf(names + len, sizeof names - len, "%s'%s'", n ? ", " : "", tab->t[i].name);
+            if (k > 0) len = len + (size_t) k < sizeof names ? len + (size_t) k : sizeof names - 1;
+        }
+        n++;
+    }
+    if (!n) return TK_OK;
+    return TK_FAIL(TK_ERR_INVALID, "%s: %lld tensor%s the runtime does not use: %s%s (written for a configuration "
+                   "its keys do not describe, or by a newer converter)", tab->path, (long long) n, n == 1 ? "" : "s",
+                   names, n > 3 ? ", ..." : "");
+}
 
 /* ==== hparams checks ================================================================= */
 
@@ -409,6 +432,31 @@ void tk_model_repack_info(const tk_model * m, tk_repack_info * out) {
     if (m) *out = m->rp_info;
 }
 
+/* Validate the table and bind the model's tensors (global, MTP head, each layer's), then
+ * check_all_bound; a tied output is remembered for repacking. */
+static tk_status bind_all(tk_model * m, tk_table * tab) {
+    const tk_hparams * hp = &m->hp;
+    tab->used = calloc((size_t) (tab->n ? tab->n : 1), 1);
+    if (!tab->used) return TK_FAIL(TK_ERR_NOMEM, "out of memory");
+    tk_status st = validate_table(tab);
+    if (st == TK_OK) st = tk_bind_weight(m, tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
+    const char * out_norm = hp->block.output_norm;   /* the recipe's name (LFM2: token_embd_norm.weight) */
+    if (st == TK_OK && tk_hc_on(hp) && hp->hc.sinkhorn_iters <= 0) st = tk_hc_bind_output(m, tab);   /* qwen4exp's final mixer */
+    else if (st == TK_OK) st = tk_bind_vec(m, tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
+    if (st == TK_OK) st = tk_bind_weight(m, tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
+    if (st == TK_OK) st = tk_mtp_bind(m, tab);   /* an MTP block run as a draft (layers/mtp.c) */
+    const int tied = st == TK_OK && !m->output.data;
+    if (tied) m->output = m->tok_embd;   /* tied embeddings */
+    for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, tab, il);
+    if (st == TK_OK) st = check_all_bound(tab);
+    free(tab->used);
+    tab->used = NULL;
+    /* a tied output is a mat-mul weight: re-laid (as m->output; the gathers read tok_embd) */
+    if (st == TK_OK && tied && tk_repack_matrix_bytes(m->output.type, m->output.ne[0], m->output.ne[1]))
+        st = remember(m, &m->output);
+    return st;
+}
+
 tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tensor_desc * tensors,
                         int64_t n_tensors, const tk_model_params * params, tk_model ** out) {
     if (!out) return TK_FAIL(TK_ERR_INVALID, "out is NULL");
@@ -496,20 +544,8 @@ tk_status tk_model_load(const char * path, const tk_hparams * hp, const tk_tenso
         return st;
     }
 
-    tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path};
-    tk_status st = validate_table(&tab);
-    if (st == TK_OK) st = tk_bind_weight(m, &tab, "token_embd.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 1, &m->tok_embd);
-    const char * out_norm = m->hp.block.output_norm;   /* the recipe's name (LFM2: token_embd_norm.weight) */
-    if (st == TK_OK && tk_hc_on(hp) && hp->hc.sinkhorn_iters <= 0) st = tk_hc_bind_output(m, &tab);   /* qwen4exp's final mixer */
-    else if (st == TK_OK) st = tk_bind_vec(m, &tab, out_norm, TK_SHAPE(hp->n_embd), 1, &m->output_norm);
-    if (st == TK_OK) st = tk_bind_weight(m, &tab, "output.weight", TK_SHAPE(hp->n_embd, hp->n_vocab), 0, &m->output);
-    if (st == TK_OK) st = tk_mtp_bind(m, &tab);   /* an MTP block run as a draft (layers/mtp.c) */
-    const int tied = st == TK_OK && !m->output.data;
-    if (tied) m->output = m->tok_embd;   /* tied embeddings */
-    for (int il = 0; st == TK_OK && il < hp->n_layer; il++) st = bind_layer(m, &tab, il);
-    /* a tied output is a mat-mul weight: re-laid (as m->output; the gathers read tok_embd) */
-    if (st == TK_OK && tied && tk_repack_matrix_bytes(m->output.type, m->output.ne[0], m->output.ne[1]))
-        st = remember(m, &m->output);
+    tk_table tab = {tensors, n_tensors, m->map_size, (const uint8_t *) m->map, path, NULL};
+    tk_status st = bind_all(m, &tab);
     if (st == TK_OK) st = repack_weights(m, params);
     if (st != TK_OK) {
         tk_model_free(m);

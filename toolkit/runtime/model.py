@@ -80,8 +80,10 @@ class Model(NativeHandle):
         # the per-layer arrays stay alive with the model (tk_model_load copies them; tests reuse them)
         self._c_hparams, self._c_arrays = c_hparams(hp)
 
+        from toolkit.runtime.mtp import nextn_tensor_names
+        skip = nextn_tensor_names(self.gguf)   # the NextN blocks: MtpModel's table (--mtp)
         try:
-            self._ptr = load_table(self.path, self._c_hparams, list(self.gguf), mmap=mmap,
+            self._ptr = load_table(self.path, self._c_hparams, [t for t in self.gguf if t.name not in skip], mmap=mmap,
                                    params=self.options.model_params())
         except NativeError as e:
             # name the layer kind the file implies: a missing 'blk.N.ssm_in' on what the file

@@ -40,6 +40,7 @@ typedef struct {
     size_t map_size;
     const uint8_t * base;
     const char * path;
+    uint8_t * used;          /* [n]: set by tk_bind_weight for each entry it binds (NULL: not kept) */
 } tk_table;
 const tk_tensor_desc * tk_table_find(const tk_table * tab, const char * name);   /* NULL when absent */
 /* Bind a matrix-like weight (stays in the mapping) of expected ggml shape exp[n_exp]; an
