@@ -530,6 +530,12 @@ typedef struct {
     uint64_t kv_k_bytes, kv_v_bytes;   /* kv_bytes split: K rows (of type_k, and the float32 indexer keys), V rows (of type_v) */
 } tk_memory_report;
 tk_status tk_context_memory(tk_context * ctx, tk_memory_report * report);
+/* Make the memory tk_context_memory reports resident now (KV cells, recurrent states,
+ * checkpoints, the speculative window as set so far), contents unchanged: the cells are
+ * allocated lazily (untouched pages), so RSS otherwise rises towards the report as sequences
+ * first reach new cells.  `serve` calls it at start-up, as llama.cpp clears its KV buffer.
+ * Not during a decode on ctx. */
+tk_status tk_context_prefault(tk_context * ctx);
 /* The report tk_context_memory would give for a context of `model` made with `params`, then
  * given n_checkpoints per sequence (tk_memory_set_checkpoints) and a speculative window of
  * draft_window tokens with spec_flags (tk_context_set_spec_window_ex), without allocating any of

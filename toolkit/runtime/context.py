@@ -325,6 +325,14 @@ class Context(NativeHandle):
         check(lib.tk_context_memory(self.ptr, r), "memory report")
         return _report_dict(self.model, r)
 
+    def prefault(self) -> None:
+        """Make the memory :meth:`memory_report` counts (KV cells, recurrent states, checkpoints,
+        the speculative window set so far) resident now, contents unchanged (tk_context_prefault).
+        Its pages are otherwise touched only as sequences first reach them, so a server's RSS
+        rises towards the report in steps that look like a leak; llama.cpp clears its KV buffer
+        at creation for the same effect.  Costs the report's bytes of RAM at once."""
+        check(lib.tk_context_prefault(self.ptr), "prefault")
+
     # ---- decoding ---------------------------------------------------------------------
     def _run_interruptible(self, call, what: str) -> None:
         """Run a native call on a helper thread so that SIGINT / SIGTERM can stop it.

@@ -70,6 +70,8 @@ class Engine:
         except BaseException:
             self.ctx.close()
             raise
+        # resident now, not as slots first reach their cells: RSS stays flat under load (llama.cpp clears its KV)
+        self.ctx.prefault()
         self.n_ubatch, self.queue_max, self._rr = n_ubatch, queue, 0
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: collections.deque[Job] = collections.deque()

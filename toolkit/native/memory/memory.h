@@ -96,6 +96,8 @@ typedef struct {
  * hybrid sets it to its recurrent child; NULL: only the window the next token sees) */
 typedef struct { uint8_t * p; uint64_t cap, off; struct tk_memory * ckpts; } tk_wbuf;   /* p NULL: size pass */
 typedef struct { const uint8_t * p; uint64_t n, off; } tk_rbuf;
+/* Make [p, p + n) resident: read and write back one byte per page (state.c) */
+void tk_touch_pages(void * p, size_t n);
 void tk_put(tk_wbuf * w, const void * src, size_t n);
 void tk_put_u32(tk_wbuf * w, uint32_t v);
 void tk_put_i32(tk_wbuf * w, int32_t v);
@@ -147,6 +149,8 @@ struct tk_memory {
     void     (*after_ubatch)(tk_memory * m, const tk_ubatch * ub);         /* periodic snapshots */
     /* bytes held (kv_bytes, recurrent_bytes, checkpoint_bytes; compute_bytes is the context's) */
     void     (*report)(tk_memory * m, tk_memory_report * r);
+    /* write every page of what report counts (contents kept): tk_context_prefault */
+    void     (*prefault)(tk_memory * m);
     /* state files: write this memory's sections (seq -1: all, else one sequence); read one
      * section (TK_ERR_INVALID for a tag it does not own); after the last section of the
      * check pass, read_end checks that nothing is missing and the children agree */

@@ -124,6 +124,7 @@ static void hy_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
     }
 }
 
+static void hy_prefault(tk_memory * m) { KVM(m)->prefault(KVM(m)); RSM(m)->prefault(RSM(m)); }
 static void hy_report(tk_memory * m, tk_memory_report * r) { KVM(m)->report(KVM(m), r); RSM(m)->report(RSM(m), r); }
 
 /* a sliding-window KV cache writes the window before each checkpoint of the recurrent child
@@ -199,6 +200,7 @@ static const tk_memory HY_METHODS = {
     .ckpt_next = hy_ckpt_next,
     .after_ubatch = hy_after_ubatch,
     .report = hy_report,
+    .prefault = hy_prefault,
     .state_write = hy_state_write,
     .state_read = hy_state_read,
     .state_read_end = hy_state_read_end,

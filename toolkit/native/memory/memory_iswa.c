@@ -99,6 +99,7 @@ static void is_after_ubatch(tk_memory * m, const tk_ubatch * ub) {
     FM(m)->after_ubatch(FM(m), ub);
     SM(m)->after_ubatch(SM(m), ub);
 }
+static void is_prefault(tk_memory * m) { FM(m)->prefault(FM(m)); SM(m)->prefault(SM(m)); }
 static void is_report(tk_memory * m, tk_memory_report * r) { FM(m)->report(FM(m), r); SM(m)->report(SM(m), r); }
 static void is_state_write(tk_memory * m, tk_wbuf * w, int32_t seq, float * tmp) {
     FM(m)->state_write(FM(m), w, seq, tmp);
@@ -145,6 +146,7 @@ static const tk_memory IS_METHODS = {
     .ckpt_next = is_ckpt_next,
     .after_ubatch = is_after_ubatch,
     .report = is_report,
+    .prefault = is_prefault,
     .state_write = is_state_write,
     .state_read = is_state_read,
     .state_read_end = is_state_read_end,

@@ -534,6 +534,15 @@ int32_t tk_kv_swa_cells(int32_t n_swa, int32_t n_ctx, int32_t n_seq, int32_t n_u
 
 static size_t kv_state_tmp_floats(tk_memory * m) { (void) m; return 0; }
 
+static void kv_prefault(tk_memory * m) {
+    tk_memory_kv * kv = KV(m);
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        tk_touch_pages(kv->k[l], (size_t) kv->n_cells * kv->k_row[l]);
+        tk_touch_pages(kv->v[l], (size_t) kv->n_cells * kv->v_row[l]);
+        tk_touch_pages(kv->ik[l], (size_t) kv->n_cells * (size_t) kv->ik_dim[l] * sizeof(float));
+    }
+}
+
 static const tk_memory KV_METHODS = {
     .clear = kv_clear,
     .can_seq_rm = kv_can_seq_rm,
@@ -555,6 +564,7 @@ static const tk_memory KV_METHODS = {
     .ckpt_next = kv_ckpt_next,
     .after_ubatch = kv_after_ubatch,
     .report = kv_report,
+    .prefault = kv_prefault,
     .state_write = kv_state_write,
     .state_read = kv_state_read,
     .state_read_end = kv_state_read_end,

@@ -753,6 +753,17 @@ static void rs_free(tk_memory * m) {
     free(rs);
 }
 
+static void rs_prefault(tk_memory * m) {
+    tk_memory_rs * rs = RS(m);
+    const size_t ring_rows = (size_t) rs->n_cells * (size_t) rs->n_snap;
+    for (int32_t l = 0; l < rs->n_layer; l++)
+        for (int32_t k = 0; k < rs->n_pieces[l]; k++) {
+            tk_touch_pages(rs->data[l][k], ((size_t) rs->n_cells * rs->piece[l][k].n + 1) * sizeof(float));
+            if (rs->ring) tk_touch_pages(rs->ring[l][k], ring_rows * rs->piece[l][k].n * sizeof(float) + 1);
+        }
+    tk_touch_pages(rs->ckpt, (size_t) rs->n_cells * (size_t) rs->n_ckpt * rs->cell_n * sizeof(float) + 1);
+}
+
 static const tk_memory RS_METHODS = {
     .clear = rs_clear,
     .can_seq_rm = rs_can_seq_rm,
@@ -775,6 +786,7 @@ static const tk_memory RS_METHODS = {
     .ckpt_next = rs_ckpt_next,
     .after_ubatch = rs_after_ubatch,
     .report = rs_report,
+    .prefault = rs_prefault,
     .state_write = rs_state_write,
     .state_read = rs_state_read,
     .state_read_end = rs_state_read_end,

@@ -23,6 +23,7 @@
  * positions in order, the KV and recurrent children ending at the same position, room in
  * this context) before it changes anything, so a rejected blob leaves the memory as it was.
  */
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +124,24 @@ tk_status tk_context_memory(tk_context * ctx, tk_memory_report * r) {
     memset(r, 0, sizeof *r);
     ctx->mem->report(ctx->mem, r);
     r->compute_bytes = ctx->scratch_bytes;
+    return TK_OK;
+}
+
+/* calloc / malloc hand big blocks out as untouched pages, resident only once written: a server
+ * would otherwise grow towards what it announced (a new longest sequence, a first checkpoint of
+ * a slot), as steps nobody can tell from a leak.  llama.cpp clears its KV buffer at creation for
+ * the same effect. */
+void tk_touch_pages(void * p, size_t n) {
+    if (!p || !n) return;
+    volatile uint8_t * b = p;
+    const size_t pg = (size_t) sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n; i += pg) b[i] = b[i];
+    b[n - 1] = b[n - 1];
+}
+
+tk_status tk_context_prefault(tk_context * ctx) {
+    if (!ctx) return TK_FAIL(TK_ERR_INVALID, "ctx is NULL");
+    ctx->mem->prefault(ctx->mem);
     return TK_OK;
 }
 
