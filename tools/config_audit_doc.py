@@ -20,7 +20,7 @@ REFUSAL_TEST = "tests/cli/test_config_refusals.py::test_refused[{fam}-{key}]"
 READ_TEST = "tests/unit/test_config_audit.py::test_every_key_declared_read_is_looked_up"
 COVER_TEST = "tests/unit/test_config_audit.py::test_every_attribute_of_the_hf_classes_is_read_irrelevant_or_refused"
 VARIANTS = ROOT / "tests" / "parity" / "test_config_variants.py"
-VARIANT_TEST = "tests/parity/test_config_variants.py::test_variant_matches_hf[{name}]"
+VARIANT_TEST = "tests/parity/test_families.py::test_converted_f32_matches_hf[{name}]"
 
 
 def variant_keys() -> dict[tuple[str, str], str]:

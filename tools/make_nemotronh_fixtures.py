@@ -14,6 +14,9 @@
                             groups, top-2, routed_scaling_factor 1.5.
     nemotronh-dense-tiny    NemotronHForCausalLM without MoE (GGUF ``nemotron_h``):
                             layers_block_type M - * M -, tied embeddings, conv kernel 2.
+    nemotronh-act-tiny      mlp_hidden_act "silu" (not relu2; issue 43): an MLP layer and a MoE
+                            layer (8 experts in 2 groups, top-2, shared expert), both
+                            down(silu(up x)); layers M - * E M.
 
 Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), never in the tests:
 
@@ -57,6 +60,13 @@ SPECS = {
     "nemotronh-dense-tiny": dict(seed=32, cfg=dict(
         _BASE, layers_block_type=["linear_attention", "mlp", "full_attention", "linear_attention", "mlp"],
         n_groups=2, conv_kernel=2, head_dim=16, num_key_value_heads=2, tie_word_embeddings=True)),
+    "nemotronh-act-tiny": dict(seed=34, cfg=dict(
+        _BASE | dict(mlp_hidden_act="silu"),
+        layers_block_type=["linear_attention", "mlp", "full_attention", "moe", "linear_attention"],
+        n_groups=2, conv_kernel=4, head_dim=16, num_key_value_heads=2, n_routed_experts=8,
+        num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=24,
+        moe_shared_expert_intermediate_size=40, norm_topk_prob=True, routed_scaling_factor=1.5,
+        tie_word_embeddings=False)),
 }
 
 

@@ -9,6 +9,9 @@ lru 64, K 4, window 16, 8 of 16 dims rotated, soft cap 30).
                              attention_bias true (q / k / v biases), lru_width 80 (RG-LRU blocks of 20:
                              not a multiple of 8 or 16), conv1d_width 3, intermediate_size 128 (MLP 64),
                              logits_soft_cap 12, rms_norm_eps 1e-5, tied embeddings
+    recurrentgemma-act-tiny  hidden_activation "gelu" (the erf form, not gelu_pytorch_tanh; issue 43):
+                             the MLP's gate and the recurrent block's y branch; recurrentgemma-tiny's
+                             shapes (r, r, a, r; H 64, 4 heads / 1 KV head of 16, lru 64, K 4, window 16)
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -42,6 +45,13 @@ SPECS = {
         conv1d_width=3, logits_soft_cap=12.0, rms_norm_eps=1e-5, block_types=["recurrent", "attention"],
         attention_bias=True, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        max_position_embeddings=4096)),
+    "recurrentgemma-act-tiny": dict(seed=62, cfg=dict(
+        vocab_size=512, bos_token_id=0, eos_token_id=0, pad_token_id=1, hidden_size=64, intermediate_size=192,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, lru_width=64, attention_window_size=16,
+        conv1d_width=4, logits_soft_cap=30.0, rms_norm_eps=1e-6, block_types=["recurrent", "recurrent", "attention"],
+        attention_bias=False, hidden_activation="gelu", tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         max_position_embeddings=4096)),
 }
 

@@ -10,6 +10,9 @@
                         softplus(dt + dt_bias) falls under time_step_min (1e-3) and HF's chunked scan
                         floors it (dt_limit); greedy: argmax of repeated full forwards (HF's decode
                         step does not apply dt_limit, its prompt pass does)
+    zamba2-act-tiny     hidden_act "silu" (not gelu; issue 43: the shared block's MLP, adapters on its
+                        gate_up_proj), hybrid layers 1 and 3 of 4, one shared block, 4 attention heads,
+                        mamba_expand 1 (4 heads of 16), intermediate_size 64
 
 Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), never in the tests:
 
@@ -49,6 +52,11 @@ SPECS = {
                                                      use_shared_attention_adapter=False,
                                                      layers_block_type=["hybrid", "mamba", "mamba", "hybrid"]),
                                 dt_bias=-9.0, greedy_full_forward=True),
+    "zamba2-act-tiny": dict(seed=33, text=dict(_BASE | dict(hidden_act="silu"), num_hidden_layers=4, num_mem_blocks=1,
+                                                 mamba_ngroups=1, mamba_d_conv=4, num_attention_heads=4,
+                                                 num_key_value_heads=4, adapter_rank=8, mamba_expand=1,
+                                                 n_mamba_heads=4, intermediate_size=64,
+                                                 layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])),
 }
 
 

@@ -10,6 +10,8 @@ copied here as it is) does not cover:
     zamba-1head-tiny  one Mamba head (n_mamba_heads 1: x_proj / dt_proj stored 2-D), HF's default
                       layer pattern (attn_layer_period 2, offset 0: hybrid layers 2, 3, 5 of 6),
                       tied, rms_norm_eps 1e-6, 2 attention heads of 64, intermediate_size 64
+    zamba-act-tiny    hidden_act "silu" (not gelu; issue 43: the shared block's MLP), else
+                      zamba-odd-tiny's shapes, tied (one shared block), hybrid layers 1 and 3 of 4
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -45,6 +47,13 @@ SPECS = {
                                                   num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
                                                   rms_norm_eps=1e-6, attn_layer_period=2, attn_layer_offset=0,
                                                   tie_word_embeddings=True)),
+    "zamba-act-tiny": dict(seed=53, text=dict(_BASE | dict(hidden_act="silu"), hidden_size=48,
+                                                num_hidden_layers=4, n_mamba_heads=3, mamba_d_state=8, mamba_d_conv=3,
+                                                mamba_dt_rank=5, num_attention_heads=4, num_key_value_heads=2,
+                                                intermediate_size=80, rms_norm_eps=1e-5, mamba_conv_bias=True,
+                                                tie_word_embeddings=True,
+                                                layers_block_type=["mamba", "hybrid", "mamba", "hybrid"]),
+                           hub_block_types=True),
 }
 
 

@@ -36,6 +36,11 @@ run by tests/parity/test_families.py.
     bamba-yarn-tiny       Bamba         rope_parameters yarn on partial NORM RoPE (8 of 16 dims, factor 4 over 16 positions, betas 4 / 0.5)
     granitehybrid-linear-tiny  Granite 4.0-H  position_embedding_type rope, rope_parameters linear (factor 4), MoE
     qwen4exp-yarn-tiny    qwen4exp      rope_parameters yarn (factor 4 over 40 of 160 positions) on the attention and the QSA indexer
+    nemotronh-act-tiny    Nemotron-H    mlp_hidden_act silu (MLP layer, routed and shared experts; default relu2)
+    zamba2-act-tiny       Zamba2        hidden_act silu (the shared block's MLP; default gelu)
+    zamba-act-tiny        Zamba         hidden_act silu (the shared block's MLP; default gelu)
+    recurrentgemma-act-tiny  RecurrentGemma  hidden_activation gelu (MLP gate and the recurrent block's y branch;
+                                           default gelu_pytorch_tanh)
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
 references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
@@ -71,8 +76,13 @@ VARIANTS = [
     ("bamba-yarn-tiny", "rope yarn", 1e-5, ()),
     ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
     ("qwen4exp-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("nemotronh-act-tiny", "activation", 1e-5, ()),
+    ("zamba2-act-tiny", "activation", 1e-5, ()),
+    ("zamba-act-tiny", "activation", 1e-5, (0,)),
+    ("recurrentgemma-act-tiny", "activation", 1e-5, (0,)),
 ]
-TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
+TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith(("rope", "activation"))]
+ACT_VARIANTS = [v for v in VARIANTS if v[1] == "activation"]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
 
 # the variants whose reference is tests/mamba_ref.py's, and the HF fixture it is checked against
@@ -150,6 +160,39 @@ def test_the_switch_matters(fixtures, tmp_path, name, key, value):
     convert(str(d), str(tmp_path / "s.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "s.gguf", ref["tokens"]), ref["logits"]) > 1e-3
+
+
+# the activation variants' key and the family's HF default (configuration_*.py)
+ACT_DEFAULTS = {"nemotronh-act-tiny": ("mlp_hidden_act", "relu2"), "zamba2-act-tiny": ("hidden_act", "gelu"),
+                "zamba-act-tiny": ("hidden_act", "gelu"),
+                "recurrentgemma-act-tiny": ("hidden_activation", "gelu_pytorch_tanh")}
+
+
+@pytest.mark.parametrize("name,flag,bound,suppress", ACT_VARIANTS, ids=[v[0] for v in ACT_VARIANTS])
+def test_the_activation_matters(fixtures, tmp_path, name, flag, bound, suppress):
+    """Calibration: the same checkpoint converted with the activation key at the family's default
+    (the file then has no feed_forward.activation) is off HF's logits by more than twice the bound,
+    so the table row (tests/families.py) would fail on a converter or runtime that dropped the key.
+    Measured: nemotronh 3.1e-1, zamba2 2.8e-2, zamba 5.4e-2; recurrentgemma 5.6e-5 (gelu vs its tanh
+    form, the closest pair)."""
+    import json
+    import os
+
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    key, default = ACT_DEFAULTS[name]
+    src, d = fixtures / "hf" / name, tmp_path / name
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg[key] != default
+    cfg[key] = default
+    (d / "config.json").write_text(json.dumps(cfg))
+    convert(str(d), str(tmp_path / "a.gguf"), "f32")
+    ref = np.load(src / "reference.npz")
+    assert rel_l2(logits_of(tmp_path / "a.gguf", ref["tokens"]), ref["logits"]) > 2 * bound
 
 
 @pytest.mark.parametrize("name", ["qwen3next-tiny", "qwen4exp-tiny"])

@@ -119,7 +119,7 @@ def _broken(tmp_path, edit) -> pathlib.Path:
     (lambda c: c.update(block_types=["recurrent", "mamba"]), InputError, "block_types"),
     (lambda c: c.update(block_types=["attention"]), InputError, "missing tensor .*q_proj"),  # layout disagrees
     (lambda c: c.update(intermediate_size=191), InputError, "intermediate_size"),
-    (lambda c: c.update(hidden_activation="relu"), UnsupportedError, "hidden_activation"),
+    (lambda c: c.update(hidden_activation="mish"), UnsupportedError, "hidden_activation"),   # gelu etc.: recurrentgemma-act-tiny
     (lambda c: c.update(attention_window_size=0), InputError, "attention_window_size"),
     (lambda c: c.update(logits_soft_cap=-1.0), InputError, "logits_soft_cap"),
     (lambda c: c.update(attention_bias=True), InputError, "q_proj.bias"),

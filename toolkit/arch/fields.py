@@ -319,8 +319,10 @@ HPARAMS: tuple[HParam, ...] = (
     _f("swiglu_clamp_exp", 0.0, "routed experts (llama.cpp's per-layer swiglu_clamp_exp; HF swiglu_limit)",
        group="ffn"),
     _f("swiglu_clamp_shexp", 0.0, "shared experts and dense MLPs (swiglu_clamp_shexp)", group="ffn"),
-    _i("ffn_act", 0, "act of the gate in act(gate x) * up x, dense MLPs and experts (HF hidden_act): 0 silu, 1 gelu "
-       "(erf), 2 gelu_tanh, 3 relu, 4 relu2, 5 quick_gelu, 6 sigmoid, 7 tanh (feed_forward.activation, ours)",
+    _i("ffn_act", 0, "act of the gate in act(gate x) * up x, dense MLPs and experts (HF hidden_act; the ungated "
+       "down(act(up x)) of Nemotron-H, the Zamba shared MLP, RecurrentGemma's MLP and y branch too): 0 silu, 1 gelu "
+       "(erf), 2 gelu_tanh, 3 relu, 4 relu2, 5 quick_gelu, 6 sigmoid, 7 tanh (feed_forward.activation, ours; "
+       "absent: the row's ffn_act)",
        group="ffn", c="act"),
     # Ling 3
     _i("kda_a_positive", 0, "ssm_a holds +exp(A_log) (bailingmoe3; kimi-linear, glm5-next: -exp)", group="kda"),

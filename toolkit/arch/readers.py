@@ -358,9 +358,11 @@ FFN_ACTS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_python": 1, "gelu_pytorch_ta
 def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """FFN widths and experts; FFN kind per layer from the tensors (router -> MoE, up -> dense);
     moe_renorm (the row's, off when expert_weights_norm is false); the gate's activation
-    ``feed_forward.activation`` (ours, an HF ACT2FN name of :data:`FFN_ACTS`; absent: silu)."""
+    ``feed_forward.activation`` (ours, an HF ACT2FN name of :data:`FFN_ACTS`; absent: the row's
+    ``ffn_act``, the family's HF default: silu, relu2 Nemotron-H, gelu Zamba / Zamba2,
+    gelu_pytorch_tanh RecurrentGemma)."""
     f = r.f
-    act = f.get(k(Keys.LLM.FEED_FORWARD_ACTIVATION, r.arch), "silu")
+    act = f.get(k(Keys.LLM.FEED_FORWARD_ACTIVATION, r.arch), spec.ffn_act)
     if not isinstance(act, str) or act not in FFN_ACTS:
         raise r.bad(Keys.LLM.FEED_FORWARD_ACTIVATION, f"= {act!r} is not supported ({', '.join(FFN_ACTS)})")
     hp.ffn_act = FFN_ACTS[act]

@@ -254,6 +254,7 @@ class ArchSpec:
     attn_qk_norm_full: bool = False     # with attn_qk_norm: one RMSNorm over all heads ([H hd] / [Hkv hd] weights)
     gdn_qkv_apart: bool = False         # GDN q / k / v: attn_q, attn_k, attn_v + ssm_conv1d_{q,k,v} (not attn_qkv, ssm_conv1d)
     rope_swa_only: bool = False         # RoPE on the sliding-window layers only, the full ones NoPE (Lara-Mini)
+    ffn_act: str = "silu"               # the FFN activation (HF ACT2FN name) of a file without feed_forward.activation
     # the block recipe
     norm: Norm = Norm.PRE               # where the RMSNorms sit (POST: attention blocks; the file may drop SANDWICH's)
     residual: Residual = Residual.PLAIN
@@ -328,7 +329,8 @@ _LFM2_FLAGS = dict(rope_neox=True, attn_qk_norm=True, output_norm=_w(T.TOKEN_EMB
 # feed_forward_length (read_nemotron_layers)
 _NEMOTRON_READERS = _BASE_READERS + (R.read_nemotron_layers, R.read_mamba2, R.read_attention, R.read_ffn,
                                      R.check_nemotron_layers, R.read_moe_routing, R.check_rms_eps)
-_NEMOTRON_FLAGS = dict(dense_ffn=FFNKind.RELU2, moe_sigmoid=True, moe_relu2=True, ffn_tensors=NEMOTRON_FFN_TENSORS)
+_NEMOTRON_FLAGS = dict(dense_ffn=FFNKind.RELU2, moe_sigmoid=True, moe_relu2=True, ffn_act="relu2",
+                       ffn_tensors=NEMOTRON_FFN_TENSORS)
 
 ARCHES: tuple[ArchSpec, ...] = (
     ArchSpec(ARCH_MAMBA, c_id=0,
@@ -410,7 +412,7 @@ ARCHES: tuple[ArchSpec, ...] = (
     ArchSpec(ARCH_ZAMBA2, c_id=12,
              readers=_BASE_READERS + (R.read_mamba2, R.read_attention, R.read_zamba2, R.read_ffn, R.check_rms_eps),
              mixers=(LayerKind.MAMBA2, LayerKind.ZAMBA2_SHARED), recurrent=LayerKind.MAMBA2, attention_from_file=True,
-             rope_neox=True),
+             rope_neox=True, ffn_act="gelu"),
     # Zamba v1 (our layout, README "Zamba layout"): multi-head Mamba-1 layers; the hybrid ones
     # (attention.layer_indices) first run a shared attention block (no RoPE), as zamba2's without
     # adapters; one block when the checkpoint ties them, one per hybrid layer when it does not
@@ -418,7 +420,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=_BASE_READERS + (R.read_mamba1_heads, R.read_attention, R.read_zamba2, R.read_ffn,
                                         R.check_rms_eps),
              mixers=(LayerKind.MAMBA1, LayerKind.ZAMBA_SHARED), recurrent=LayerKind.MAMBA1, attention_from_file=True,
-             rope=False, note="Zamba (v1)"),
+             rope=False, ffn_act="gelu", note="Zamba (v1)"),
     # OLMo-Hybrid (docs/specs/more-hybrids.md §3; names proposed there): gated delta net layers (v-heads
     # grouped, beta x ssm.beta_scale, gated-norm epsilon 1e-5) and post-norm attention layers with
     # q / k norms over all heads, NoPE (rope.dimension_count 0) or NEOX RoPE over the whole head
@@ -461,7 +463,7 @@ ARCHES: tuple[ArchSpec, ...] = (
              readers=(R.read_common, R.read_layer_kinds, R.read_rglru, R.read_attention, R.read_ffn,
                       R.read_recurrent_gemma, R.check_rms_eps),
              mixers=(LayerKind.RGLRU, LayerKind.ATTENTION), recurrent=LayerKind.RGLRU, attention_from_file=True,
-             ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, rope_neox=True, attn_bias=True, logit_softcap=True,
+             ffns=(FFNKind.GEGLU,), dense_ffn=FFNKind.GEGLU, ffn_act="gelu_pytorch_tanh", rope_neox=True, attn_bias=True, logit_softcap=True,
              # the per-head RG-LRU gate blocks, expanded to float32 at load: a fallback type only loses precision
              quant_no_fallback=(".rglru_gate_i.weight", ".rglru_gate_a.weight"),
              mixer_tensors=RECURRENT_GEMMA_MIXER_TENSORS, note="RecurrentGemma"),

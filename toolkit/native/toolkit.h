@@ -263,8 +263,10 @@ typedef struct {
 typedef struct {
     float swiglu_clamp_exp;        /* routed experts (llama.cpp's per-layer swiglu_clamp_exp; HF swiglu_limit) */
     float swiglu_clamp_shexp;      /* shared experts and dense MLPs (swiglu_clamp_shexp) */
-    /* act of the gate in act(gate x) * up x, dense MLPs and experts (HF hidden_act): 0 silu, 1 gelu (erf),
-     * 2 gelu_tanh, 3 relu, 4 relu2, 5 quick_gelu, 6 sigmoid, 7 tanh (feed_forward.activation, ours) */
+    /* act of the gate in act(gate x) * up x, dense MLPs and experts (HF hidden_act; the ungated
+     * down(act(up x)) of Nemotron-H, the Zamba shared MLP, RecurrentGemma's MLP and y branch too): 0 silu,
+     * 1 gelu (erf), 2 gelu_tanh, 3 relu, 4 relu2, 5 quick_gelu, 6 sigmoid, 7 tanh
+     * (feed_forward.activation, ours; absent: the row's ffn_act) */
     int32_t act;
 } tk_hparams_ffn;
 

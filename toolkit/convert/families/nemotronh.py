@@ -40,6 +40,7 @@ is in config.json, which transformers 5 always writes).  Ours besides: ``attenti
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family, head_perm
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
@@ -97,7 +98,7 @@ class NemotronHFamily(Family):
         "max_position_embeddings intermediate_size ssm_state_size mamba_num_heads mamba_head_dim n_groups conv_kernel "
         "n_routed_experts n_shared_experts moe_intermediate_size moe_shared_expert_intermediate_size num_experts_per_tok "
         "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon use_conv_bias use_bias mlp_bias "
-        "moe_latent_size",
+        "moe_latent_size mlp_hidden_act",
         irrelevant={"tie_word_embeddings": "NemotronHForCausalLM ties nothing: a saved lm_head is the output",
                     "expand": "not read by HF's model (d_inner = mamba_num_heads x mamba_head_dim)",
                     "sliding_window": "not read by HF's model",
@@ -108,8 +109,7 @@ class NemotronHFamily(Family):
                     "mamba_proj_bias": "not read by HF's model (use_bias sets the in/out projection biases)",
                     "time_step_limit": "not read by HF's model: its mixer never clamps dt",
                     "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
-        refused={"mlp_hidden_act": Refused(("relu2",), "the runtime's nemotron_h MLP is ReLU²"),
-                 "mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU")},
+        refused={"mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU")},
         # mamba_conv_bias: the spelling of older NemotronH configs
         aliases={"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
                  "mamba_conv_bias": "use_conv_bias"})
@@ -262,6 +262,9 @@ class NemotronHFamily(Family):
             ]
             if self.latent is not None:   # llama.cpp's key; written only for a latent MoE
                 p.kv.append(kv_u32(key(Keys.LLM.MOE_LATENT_SIZE), self.latent))
+        # the MLP layers' and the experts' act (NemotronHMLP / NemotronHExperts ACT2FN[mlp_hidden_act]);
+        # written only when not relu2 (ours: llama.cpp hard-codes ReLU²)
+        p.kv += ffn_act_kv(c.path, c.d, key, attr="mlp_hidden_act", default="relu2")
         p.kv += [
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
             kv_u32(key(Keys.Rope.DIMENSION_COUNT), self.head_dim),

@@ -46,10 +46,11 @@ import math
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.encode import f32_to_bf16
 from toolkit.convert.plan import KV, kv_f32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_RECURRENT_GEMMA, GGUFValueType
@@ -73,9 +74,8 @@ class RecurrentGemmaFamily(Family):
     config_keys = ConfigKeys.of(
         "num_hidden_layers vocab_size hidden_size intermediate_size num_attention_heads lru_width attention_window_size "
         "conv1d_width logits_soft_cap rms_norm_eps rope_parameters block_types num_key_value_heads attention_bias "
-        "tie_word_embeddings max_position_embeddings",
+        "tie_word_embeddings max_position_embeddings hidden_activation",
         irrelevant={"w_init_variance_scale": "weight initialisation only"},
-        refused={"hidden_activation": Refused(("gelu_pytorch_tanh",), "the runtime's MLP and gate branch are GeLU-tanh")},
         rope_types=("default",), aliases={"sliding_window": "attention_window_size", "layer_types": "layers_block_type"},
         rope_why="HF's RecurrentGemmaRotaryEmbedding raises for any other type (modeling_recurrent_gemma.py)")
     families = ("RecurrentGemma",)
@@ -161,6 +161,9 @@ class RecurrentGemmaFamily(Family):
               kv_f32(key(Keys.LLM.EMBEDDING_SCALE), embedding_normalizer(self.n_embd))]
         if self.cap is not None:
             kv.append(kv_f32(key(Keys.LLM.FINAL_LOGIT_SOFTCAPPING), self.cap))
+        # the MLP's and the recurrent block's y-branch act (RecurrentGemmaMlp / RecurrentGemmaRecurrentBlock
+        # ACT2FN[hidden_activation]); written only when not gelu_pytorch_tanh
+        kv += ffn_act_kv(self.cfg.path, self.cfg.d, key, attr="hidden_activation", default="gelu_pytorch_tanh")
         return kv
 
     def build(self):

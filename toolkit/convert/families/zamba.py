@@ -44,6 +44,7 @@ import math
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
 from toolkit.convert.plan import kv_arr_i32, kv_u32
@@ -64,10 +65,10 @@ class ZambaFamily(Family):
     config_keys = ConfigKeys.of(
         "vocab_size tie_word_embeddings hidden_size attention_hidden_size intermediate_size num_hidden_layers "
         "num_attention_heads attention_head_dim num_key_value_heads n_mamba_heads rms_norm_eps attn_layer_period "
-        "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type",
+        "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type "
+        "hidden_act",
         irrelevant={"max_position_embeddings": "Zamba has no RoPE; no context limit is written (llama.cpp's converter neither)"},
         refused={"mamba_proj_bias": SSM_PROJ_BIAS,
-                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU"),
                  "hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba",)
@@ -132,6 +133,8 @@ class ZambaFamily(Family):
             kv_u32(key(Keys.Zamba2.SHARED_BLOCK_COUNT), self.n_mem),
             kv_arr_i32(key(Keys.Zamba2.SHARED_BLOCK_MAP), bmap),
         ]
+        # the shared block's MLP act (ZambaMLP ACT2FN[hidden_act]); written only when not gelu
+        p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key, default="gelu")
 
     def _shared_block(self, b: int, st: str) -> None:
         D, F = self.n_embd, self.n_ff

@@ -39,6 +39,7 @@ RoPE (use_mem_rope) is NEOX (rotate_half) over the whole head: rows are stored i
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
@@ -107,10 +108,9 @@ class Zamba2Family(Family):
         "mamba_expand mamba_ngroups n_mamba_heads intermediate_size num_attention_heads num_key_value_heads "
         "num_mem_blocks use_shared_attention_adapter adapter_rank use_mem_rope rope_parameters rms_norm_eps "
         "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min "
-        "use_long_context",
+        "use_long_context hidden_act",
         refused={"use_conv_bias": SSM_CONV_BIAS,
-                 "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout"),
-                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU")},
+                 "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout")},
         rope_types=("default",), aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)
     llama_cpp = False   # our layout: llama.cpp has no Zamba2
@@ -200,6 +200,8 @@ class Zamba2Family(Family):
             kv_arr_i32(key(Keys.Zamba2.SHARED_BLOCK_MAP), bmap),
             kv_u32(key(Keys.Zamba2.ADAPTER_RANK), self.rank),
         ]
+        # the shared block's MLP act (Zamba2MLP ACT2FN[hidden_act]); written only when not gelu
+        p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key, default="gelu")
 
     def _split(self, gate: str, up: str, src: str, shape: tuple[int, int]) -> None:
         """rows [0, I) of ``src`` as ``gate``, rows [I, 2I) as ``up`` (HF chunk(2, dim=-1))."""

@@ -7,7 +7,7 @@
  * experts ffn_{gate,up,down}_exps [D, Fe, E] / [Fe, D, E]; shared expert [D, Fs] / [Fs, D];
  * shared expert gate ffn_gate_inp_shexp [D] (ggml [D, 1] or [D]), optional; expert choice
  * bias exp_probs_b.bias [E] (moe_sigmoid only), optional.  With moe_relu2 the experts and the
- * shared expert have no gate matrices and compute down(relu(up(x))^2) (ffn_relu2.c).
+ * shared expert have no gate matrices and compute down(act(up(x))) (ffn_relu2.c; act hp.ffn.act, relu2 by default).
  */
 #include <float.h>
 #include <math.h>

@@ -3,17 +3,25 @@
  *
  * Shapes (U tokens, D n_embd, F = n_ff of the layer):  in ctx->cur [U, D], out [U, D];
  * ffn_up [D, F] (ggml order), ffn_down [F, D]; scratch ctx->u [U, F].
- * Formula: out = down(relu(up(x) + b_u)^2) + b_d  (mlp_hidden_act "relu2"; the biases where the MLP
- * layer's file has ffn_up.bias / ffn_down.bias, HF mlp_bias; the experts have none).
+ * Formula: out = down(act(up(x) + b_u)) + b_d, act hp.ffn.act (HF mlp_hidden_act, TK_ACT_* of layer.h;
+ * default relu2: relu(x)^2), for the experts and shared expert too; the biases where the MLP
+ * layer's file has ffn_up.bias / ffn_down.bias, HF mlp_bias; the experts have none.
  * ref: transformers modeling_nemotron_h.py NemotronHMLP, activations.py ReLUSquaredActivation;
  *      llama.cpp build_ffn (LLM_FFN_RELU_SQR, LLM_FFN_PAR with no gate).
  */
 #include "layers/layer.h"
 
-/* y[t] = max(y[t], 0)^2 over rows of width n */
+/* y[t] = act(y[t]) over rows of width n (j->act; relu2 max(y, 0)^2 inline, as before) */
 static void relu2_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_rows_job * j = arg;
     (void) thread;
+    if (j->act != TK_ACT_RELU2) {
+        for (int64_t t = t0; t < t1; t++) {
+            float * y = j->y + t * j->y_stride;
+            for (int64_t i = 0; i < j->n; i++) y[i] = tk_act(j->act, y[i]);
+        }
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
         float * y = j->y + t * j->y_stride;
         for (int64_t i = 0; i < j->n; i++) {
@@ -23,13 +31,14 @@ static void relu2_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-/* down(relu(up(x) + bu)^2) + bd; bu [F] / bd [D] may be NULL */
+/* down(act(up(x) + bu)) + bd (act hp.ffn.act, relu2 by default); bu [F] / bd [D] may be NULL */
 static tk_status relu2_ffn_biased(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
                                   const float * x, int32_t n, const float * bu, const float * bd, float * y) {
     const int64_t F = up->ne[1];
     TK_CHECK(tk_matmul(up, mat, x, n, ctx->u, &ctx->mm));
     if (bu) tk_bias_rows(ctx, ctx->u, bu, F, n, 0);
     tk_rows_job j = {NULL, NULL, ctx->u, F, F, F, 0.0f, 1};
+    j.act = ctx->model->hp.ffn.act;   /* HF mlp_hidden_act */
     tk_par_rows(ctx->pool, n, F, relu2_rows, &j);
     TK_CHECK(tk_matmul(down, mat, ctx->u, n, y, &ctx->mm));
     if (bd) tk_bias_rows(ctx, y, bd, down->ne[1], n, 0);

@@ -13,11 +13,11 @@
  *   ffn_dense.c        TK_FFN_DENSE        SwiGLU
  *   mixer_none.c       TK_LAYER_NONE       no mixer (forward NULL): the block is its FFN alone
  *   ffn_moe.c          TK_FFN_MOE          routed SwiGLU (or ReLU²) experts + optional shared expert
- *   ffn_relu2.c        TK_FFN_RELU2        down(relu(up(x))^2), no gate
+ *   ffn_relu2.c        TK_FFN_RELU2        down(act(up(x))), no gate (act hp.ffn.act: relu2 by default)
  *   mixer_lightning.c  TK_LAYER_LIGHTNING  MiniMax's lightning attention (decayed linear attention, gated norm)
  *   mixer_qsa.c        TK_LAYER_QSA        gated attention over the cells QSA's block indexer selects (qwen4exp)
  *   mixer_rglru.c      TK_LAYER_RGLRU      RecurrentGemma's recurrent block (conv, RG-LRU scan, GeLU branch)
- *   ffn_geglu.c        TK_FFN_GEGLU        down(gelu_tanh(gate x + bg) * (up x + bu)) + bd (RecurrentGemma)
+ *   ffn_geglu.c        TK_FFN_GEGLU        down(act(gate x + bg) * (up x + bu)) + bd (RecurrentGemma; act hp.ffn.act)
  *   mixer_kda.c        TK_LAYER_KDA        Kimi Delta Attention (per-channel decay delta rule, low-rank gates)
  *   mixer_mla.c        TK_LAYER_MLA        multi-head latent attention, absorbed, the latent cached
  * Not kinds but per-model / per-layer add-ons of qwen4exp: residual_hc.c (hyper-connections:
@@ -189,6 +189,8 @@ void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);
 /* y[t] += b (act 0), or y[t] = gelu_tanh(y[t] + b) (act 1), over U rows of width n (RecurrentGemma's biases) */
 void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act);
+/* y[t] = act(y[t] + b) over U rows of width n, act a TK_ACT_* (RecurrentGemma's gate branch: hidden_activation) */
+void tk_bias_act_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int32_t act);
 /* gelu_pytorch_tanh: x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (HF ACT2FN["gelu_pytorch_tanh"]) */
 float tk_gelu_tanh(float x);
 void tk_l2_norm(float * x, int32_t n, float eps, float scale);   /* x <- scale x / sqrt(|x|^2 + eps) */
@@ -254,7 +256,7 @@ tk_status tk_swiglu(tk_context * ctx, const tk_weight * gate, const tk_weight * 
 /* the same with GLM-5-Next's clamp (limit > 0): gate <- min(gate, limit), up <- clamp(up, -limit, limit) */
 tk_status tk_swiglu_clamped(tk_context * ctx, const tk_weight * gate, const tk_weight * up, const tk_weight * down,
                             int64_t mat, const float * x, int32_t n, float limit, float * y);
-/* ffn_relu2.c: down(relu(up(x))^2) for n rows of x [n, D] into y [n, D] (scratch ctx->u) */
+/* ffn_relu2.c: down(act(up(x))) for n rows of x [n, D] into y [n, D] (act hp.ffn.act, relu2 by default; scratch ctx->u) */
 tk_status tk_relu2_ffn(tk_context * ctx, const tk_weight * up, const tk_weight * down, int64_t mat,
                        const float * x, int32_t n, float * y);
 

@@ -165,17 +165,31 @@ float tk_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-/* y[t] = gelu_tanh(y[t] + a) over rows [t0, t1) */
+/* y[t] = act(y[t] + a) over rows [t0, t1) (j->act, TK_ACT_*; gelu_tanh through tk_gelu_tanh as before) */
 static void bias_gelu_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_rows_job * j = arg;
     (void) thread;
+    if (j->act == TK_ACT_GELU_TANH) {
+        for (int64_t t = t0; t < t1; t++) {
+            float * y = j->y + t * j->y_stride;
+            for (int64_t i = 0; i < j->n; i++) y[i] = tk_gelu_tanh(y[i] + j->a[i]);
+        }
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
         float * y = j->y + t * j->y_stride;
-        for (int64_t i = 0; i < j->n; i++) y[i] = tk_gelu_tanh(y[i] + j->a[i]);
+        for (int64_t i = 0; i < j->n; i++) y[i] = tk_act(j->act, y[i] + j->a[i]);
     }
 }
 
 void tk_bias_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int act) {
     tk_rows_job j = {b, NULL, y, 0, n, n, 0.0f, 1};
+    j.act = TK_ACT_GELU_TANH;
     tk_par_rows(ctx->pool, U, n, act ? bias_gelu_rows : bias_rows, &j);
+}
+
+void tk_bias_act_rows(tk_context * ctx, float * y, const float * b, int64_t n, int32_t U, int32_t act) {
+    tk_rows_job j = {b, NULL, y, 0, n, n, 0.0f, 1};
+    j.act = act;
+    tk_par_rows(ctx->pool, U, n, bias_gelu_rows, &j);
 }

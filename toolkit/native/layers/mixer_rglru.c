@@ -13,7 +13,7 @@
  *     "ssm" [lru] (the RG-LRU's h, float32 as HF keeps it); both zero at a new sequence
  * Formula, per sequence, tokens in order (docs/specs/more-hybrids.md §6.4; transformers 5.24
  * modeling_recurrent_gemma.py RecurrentGemmaRecurrentBlock.forward, modeling_recurrent_gemma.py:392-461):
- *   yb = gelu_tanh(rglru_y x + b_y)
+ *   yb = act(rglru_y x + b_y)     (act hp.ffn.act: HF hidden_activation, default gelu_pytorch_tanh)
  *   u  = causal_conv_K(rglru_x x + b_x) + b_conv          (no activation)
  *   ga = u_h . Wa_h + ba_h, gi = u_h . Wi_h + bi_h per head (block-diagonal)
  *   h  = RG-LRU scan (kernels/rglru.c: a = sigmoid(Lambda)^(8 r) as exp(-8 r softplus(Lambda)),
@@ -140,7 +140,7 @@ static tk_status rglru_forward(tk_context * ctx, const tk_layer * l, int il, con
     TK_CHECK(ctx->mem->rs_view(ctx->mem, il, &rv));
 
     TK_CHECK(tk_matmul(&l->rglru_y, 0, ctx->cur, U, ctx->y, &ctx->mm));
-    tk_bias_rows(ctx, ctx->y, l->rglru_y_b, lru, U, 1);
+    tk_bias_act_rows(ctx, ctx->y, l->rglru_y_b, lru, U, hp->ffn.act);   /* HF hidden_activation (gelu_pytorch_tanh) */
     TK_CHECK(tk_matmul(&l->rglru_x, 0, ctx->cur, U, ctx->proj, &ctx->mm));
     tk_bias_rows(ctx, ctx->proj, l->rglru_x_b, lru, U, 0);
     for (int32_t s = 0; s < ub->n_seqs; s++) {

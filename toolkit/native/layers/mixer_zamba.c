@@ -15,7 +15,7 @@
  *   o = Wo softmax(q k^T * scale + causal) v,  q = Wq h, k = Wk h, v = Wv h
  *       (scale = attention.scale = (hd/2)^-1/2, no RoPE; tk_attention_core)
  *   f = rmsnorm(o) * shared.ffn_norm
- *   t = shared_linear(Wd (gelu(Wg f) * Wu f))         (gelu: the erf form, HF "gelu")
+ *   t = shared_linear(Wd (act(Wg f) * Wu f))          (act hp.ffn.act, HF hidden_act: default gelu, the erf form)
  *   out = mamba1(rmsnorm(x + t) * attn_norm)            (mixer_mamba1.c, ssm_n_head heads)
  * The block skeleton (forward.c) then adds out to x: t enters the Mamba input only.
  * The shared block is mixer_zamba2.c's (tk_zamba_shared_block) without LoRA adapters.

@@ -16,7 +16,7 @@
  *       NEOX RoPE over n_rot dims; tk_attention_core)
  *   f = rmsnorm(o) * shared.ffn_norm
  *   g = Wg f + Bg (Af f), u = Wu f + Bu (Af f)       (HF gate_up_proj + its adapter, chunked)
- *   t = shared_linear(Wd (gelu(g) * u))              (gelu: the erf form, HF "gelu")
+ *   t = shared_linear(Wd (act(g) * u))               (act hp.ffn.act, HF hidden_act: default gelu, the erf form)
  *   out = mamba2(rmsnorm(x + t) * attn_norm)          (mixer_mamba2.c, dt floored at ssm_dt_min)
  * The block skeleton (forward.c) then adds out to x.
  */
@@ -133,10 +133,19 @@ static tk_status z2_proj_lora(tk_context * ctx, const tk_weight * w, const tk_we
     return TK_OK;
 }
 
-/* g [U, F] = gelu(g) * u, gelu(x) = x/2 (1 + erf(x / sqrt 2)) (HF ACT2FN["gelu"]) */
+/* g [U, F] = act(g) * u (j->act, HF hidden_act); gelu(x) = x/2 (1 + erf(x / sqrt 2)) (HF ACT2FN["gelu"],
+ * the default) inline as before, the others through tk_act */
 static void z2_gelu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     const tk_rows_job * j = arg;
     (void) thread;
+    if (j->act != TK_ACT_GELU) {
+        for (int64_t t = t0; t < t1; t++) {
+            float * g = j->y + t * j->y_stride;
+            const float * u = j->a + t * j->a_stride;
+            for (int64_t i = 0; i < j->n; i++) g[i] = tk_act(j->act, g[i]) * u[i];
+        }
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
         float * g = j->y + t * j->y_stride;
         const float * u = j->a + t * j->a_stride;
@@ -166,6 +175,7 @@ tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, co
     TK_CHECK(z2_proj_lora(ctx, &l->ffn_gate, &l->ffn_lora_a, &l->ffn_gate_lora_b, ctx->cur, U, ctx->g));
     TK_CHECK(z2_proj_lora(ctx, &l->ffn_up, &l->ffn_lora_a, &l->ffn_up_lora_b, ctx->cur, U, ctx->u));
     tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
+    j.act = hp->ffn.act;   /* HF hidden_act (gelu by default) */
     tk_par_rows(ctx->pool, U, F, z2_gelu_mul_rows, &j);
     TK_CHECK(tk_matmul(&l->ffn_down, 0, ctx->g, U, out, &ctx->mm));
     return tk_matmul(&l->shared_linear, 0, out, U, ctx->cur, &ctx->mm);
