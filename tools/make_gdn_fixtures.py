@@ -281,7 +281,8 @@ def save_reference(out: str, tokens: np.ndarray, logits: np.ndarray, greedy: np.
     import transformers
 
     np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in sorted(os.listdir(out)))
+    files = [os.path.join(out, f) for f in sorted(os.listdir(out))]
+    total = sum(os.path.getsize(f) for f in files if not os.path.islink(f))   # links: the shared tokenizer
     print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}{extra}, transformers {transformers.__version__}")
     if total > budget_mib * 2**20:
         sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the {budget_mib} MiB fixture budget")
@@ -324,30 +325,27 @@ def write_fixture(model, out: str, reload=None, edit_config=None, describe=None,
     save_reference(out, tokens, logits, greedy, extra)
 
 
-def write_variant(out: str, src: str, changes: dict, biased=(), seed: int = 0, load: dict | None = None,
-                  eos_masked: bool = True, budget_mib: float = 1.4) -> None:
-    """A variant fixture at ``out`` (replaced) of the fixture at ``src``: its config.json with
-    ``changes``, its weights in one model.safetensors, a bias N(0, 0.1) (numpy ``default_rng(seed)``)
-    added beside each weight whose name fully matches a pattern of ``biased``, generation_config.json
-    copied and the tokenizer links kept; reference.npz of ``src``'s tokens by :func:`hf_reference` (``eos_masked``: the
-    cache-free greedy with config's eos_token_id masked) on AutoModelForCausalLM in float32
-    (``load``: more from_pretrained arguments), which must load every tensor and miss none.
-    ``budget_mib``: the size the fixture may have (:func:`save_reference`)."""
+def variant_files(out: str, src: str, changes: dict, biased=(), seed: int = 0, dropped=(), lm_head: bool = False) -> dict:
+    """The checkpoint files of a variant of the fixture at ``src``, at ``out`` (replaced): its
+    config.json with ``changes``, its weights in one model.safetensors with a bias N(0, 0.1) (numpy
+    ``default_rng(seed)``) added beside each weight whose name fully matches a pattern of ``biased``,
+    the tensors matching a pattern of ``dropped`` left out, and with ``lm_head`` an lm_head.weight
+    N(0, 0.08) of the embedding's shape; generation_config.json copied and the tokenizer links kept
+    (a copied tokenizer where ``src`` has files).  Needs numpy and safetensors only.  Returns the
+    config written."""
     import re
 
-    import torch
-    import transformers
     from safetensors.numpy import load_file, save_file
 
     rng = np.random.default_rng(seed)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    for f in ("generation_config.json",):
-        if os.path.exists(os.path.join(src, f)):
-            shutil.copy(os.path.join(src, f), out)
-    for f in ("tokenizer.json", "tokenizer_config.json"):   # the links to tests/fixtures/tokenizer/ kept as links
-        if os.path.islink(os.path.join(src, f)):
-            os.symlink(os.readlink(os.path.join(src, f)), os.path.join(out, f))
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        p = os.path.join(src, f)
+        if os.path.islink(p) and f.startswith("tokenizer"):   # the links to tests/fixtures/tokenizer/ kept as links
+            os.symlink(os.readlink(p), os.path.join(out, f))
+        elif os.path.exists(p):
+            shutil.copy(p, out)
     cfg = json.load(open(os.path.join(src, "config.json")))
     cfg.update(changes)
     with open(os.path.join(out, "config.json"), "w") as fh:
@@ -359,7 +357,26 @@ def write_variant(out: str, src: str, changes: dict, biased=(), seed: int = 0, l
     for n in sorted(w):
         if any(re.fullmatch(p, n) for p in biased):
             w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
+    w = {n: t for n, t in w.items() if not any(re.fullmatch(p, n) for p in dropped)}
+    if lm_head:
+        embd = next(n for n in w if n.endswith("embeddings.weight") or n.endswith("embed_tokens.weight"))
+        w["lm_head.weight"] = (0.08 * rng.standard_normal(w[embd].shape)).astype(np.float32)
     save_file(dict(sorted(w.items())), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    return cfg
+
+
+def write_variant(out: str, src: str, changes: dict, biased=(), seed: int = 0, load: dict | None = None,
+                  eos_masked: bool = True, budget_mib: float = 1.4) -> None:
+    """A variant fixture at ``out`` of the fixture at ``src`` (:func:`variant_files`: ``changes``
+    in config.json, biases on the weights matching ``biased``), with reference.npz of ``src``'s
+    tokens by :func:`hf_reference` (``eos_masked``: the cache-free greedy with config's
+    eos_token_id masked) on AutoModelForCausalLM in float32 (``load``: more from_pretrained
+    arguments), which must load every tensor and miss none.  ``budget_mib``: the size the fixture
+    may have (:func:`save_reference`)."""
+    import torch
+    import transformers
+
+    cfg = variant_files(out, src, changes, biased, seed)
     torch.manual_seed(0)
     model, info = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True,
                                                                    **(load or {}))

@@ -36,7 +36,9 @@ rotated dims (HF's rotary embedding takes head_dim = qk_rope_head_dim, configura
 ``__post_init__``).  HF also multiplies the MLA softmax scale by ``mscale(factor, mscale_all_dim)^2``
 (modeling_bailing_hybrid.py yarn_apply_mscale, any non-default type); llama.cpp's bailingmoe3 graph
 keeps 1/sqrt(qk_head_dim) and reads no key for it, so that factor is folded into attn_q / attn_q_b's
-rows (every score q . k carries it), and llama.cpp runs the file as HF does.
+rows (every score q . k carries it): the file holds llama.cpp's keys only, and libllama 0c1e570 runs
+it as toolkit does (1.1e-6 with mscale_all_dim 0.8) at HF's default betas 32 / 1 (it reads
+rope.scaling.yarn_beta_* only for grok / mistral3: other betas run 0.08 from HF there).
 """
 from __future__ import annotations
 
