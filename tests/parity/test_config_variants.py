@@ -330,3 +330,25 @@ def test_zamba2_use_long_context(fixtures, tmp_path):
     assert fields["zamba2.context_length"].contents() == 16384
     ref = np.load(src / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "l.gguf", ref["tokens"]), ref["logits"]) < 1e-5
+
+
+def test_zamba2_long_context_yarn_original_context(fixtures, tmp_path):
+    """Zamba2 ``use_long_context`` with yarn and no ``original_max_position_embeddings``: HF's
+    Zamba2Config sets max_position_embeddings = 16384 first, and its standardize_rope_params then
+    defaults the yarn original context to that (transformers 5.24: rope_parameters
+    original_max_position_embeddings 16384 with config.json's 4096, checked in /work/tfvenv), so
+    the file's rope.scaling.original_context_length is 16384, not config.json's 4096."""
+    import json
+    import pathlib
+
+    import gguf
+    from toolkit.convert import convert
+    d = _with_rope(fixtures, tmp_path, "zamba2-yarn-tiny",
+                   lambda rp: {k: v for k, v in rp.items() if k != "original_max_position_embeddings"})
+    cfg = json.loads((pathlib.Path(d) / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 4096 and cfg["rope_parameters"]["rope_type"] == "yarn"
+    (pathlib.Path(d) / "config.json").write_text(json.dumps({**cfg, "use_long_context": True}))
+    convert(d, str(tmp_path / "l.gguf"), "f32")
+    fields = gguf.GGUFReader(str(tmp_path / "l.gguf")).fields
+    assert fields["zamba2.rope.scaling.original_context_length"].contents() == 16384
+    assert fields["zamba2.context_length"].contents() == 16384
