@@ -1,7 +1,8 @@
 """Make the attention-bias fixtures of issue 43 from HF (needs /work/tfvenv: torch + transformers 5.24):
 a family fixture with ``attention_bias`` true, its q/k/v/o_proj biases drawn N(0, 0.1) (seeded), the
 other weights the base fixture's; reference.npz: the base fixture's tokens, HF's float32 logits
-[T, n_vocab] and 16 greedy tokens (cache-free forward, end-of-text masked as ``min_new_tokens`` does).
+[T, n_vocab] and 16 greedy tokens (cache-free forward, end-of-text masked as ``min_new_tokens`` does),
+written by tools/make_gdn_fixtures.py's write_variant.
 
     qwen35-attnbias-tiny   qwen35-tiny with attention_bias (gated attention: q_proj's bias [2 Hq hd]
                            covers the gate half)
@@ -10,69 +11,23 @@ other weights the base fixture's; reference.npz: the base fixture's tokens, HF's
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import REPO, write_variant  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
 # name: (base fixture, config.json changes, weight patterns that get a bias, seed)
 SPECS = {"qwen35-attnbias-tiny": ("qwen35-tiny", dict(attention_bias=True), (_ATTN,), 451)}
-
-
-def make(name: str, out_root: str, src_root: str) -> None:
-    import torch
-    import transformers
-    from safetensors.numpy import load_file, save_file
-
-    base, changes, biased, seed = SPECS[name]
-    src, out = os.path.join(src_root, base), os.path.join(out_root, name)
-    rng = np.random.default_rng(seed)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    for f in ("generation_config.json",):
-        if os.path.exists(os.path.join(src, f)):
-            shutil.copy(os.path.join(src, f), out)
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    cfg.update(changes)
-    with open(os.path.join(out, "config.json"), "w") as fh:
-        json.dump(cfg, fh, indent=2, sort_keys=True)
-    w = {}
-    for f in sorted(os.listdir(src)):
-        if f.endswith(".safetensors"):
-            w.update(load_file(os.path.join(src, f)))
-    for n in sorted(w):
-        if any(re.fullmatch(p, n) for p in biased):
-            w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
-    save_file(dict(sorted(w.items())), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    missing = {n for n in w} - set(model.state_dict())
-    assert not missing, missing
-    tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
-    eos = cfg["eos_token_id"]
-    with torch.no_grad():
-        logits = model(torch.tensor(tokens[None], dtype=torch.long), use_cache=False).logits[0].float().numpy()
-        seq = [int(t) for t in tokens]
-        greedy = []
-        for _ in range(16):
-            lg = model(torch.tensor([seq], dtype=torch.long), use_cache=False).logits[0, -1].clone()
-            lg[eos] = -float("inf")
-            greedy.append(int(lg.argmax()))
-            seq.append(greedy[-1])
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits.astype(np.float32),
-             greedy=np.array(greedy, dtype=np.int32))
 
 
 def main(argv: list[str]) -> None:
     out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
     src_root = os.path.join(REPO, "tests", "fixtures", "hf")
     for name in argv[1:] or list(SPECS):
-        make(name, out_root, src_root)
+        base, changes, biased, seed = SPECS[name]
+        write_variant(os.path.join(out_root, name), os.path.join(src_root, base), changes, biased, seed)
 
 
 if __name__ == "__main__":

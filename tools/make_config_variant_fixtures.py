@@ -29,17 +29,16 @@ forward, end-of-text suppressed as HF ``generate`` with ``min_new_tokens`` does)
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import sys
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mamba_ref  # noqa: E402
+from make_gdn_fixtures import variant_files  # noqa: E402
 
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
 _MLP = r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight"
@@ -71,32 +70,9 @@ SPECS = {
 
 
 def make(name: str, out_root: str, src_root: str) -> None:
-    from safetensors.numpy import load_file, save_file
-
     base, changes, biased, dropped, lm_head, seed = SPECS[name]
     src, out = os.path.join(src_root, base), os.path.join(out_root, name)
-    rng = np.random.default_rng(seed)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        if os.path.exists(os.path.join(src, f)):
-            shutil.copy(os.path.join(src, f), out)
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    cfg.update(changes)
-    with open(os.path.join(out, "config.json"), "w") as fh:
-        json.dump(cfg, fh, indent=2, sort_keys=True)
-    w = {}
-    for f in sorted(os.listdir(src)):
-        if f.endswith(".safetensors"):
-            w.update(load_file(os.path.join(src, f)))
-    for n in sorted(w):
-        if any(re.fullmatch(p, n) for p in biased):
-            w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
-    w = {n: t for n, t in w.items() if not any(re.fullmatch(p, n) for p in dropped)}
-    if lm_head:
-        embd = next(n for n in w if n.endswith("embeddings.weight") or n.endswith("embed_tokens.weight"))
-        w["lm_head.weight"] = (0.08 * rng.standard_normal(w[embd].shape)).astype(np.float32)
-    save_file(dict(sorted(w.items())), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    cfg = variant_files(out, src, changes, biased, seed, dropped, lm_head)
     tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
     eos = cfg["eos_token_id"]
     np.savez(os.path.join(out, "reference.npz"), tokens=tokens,

@@ -26,13 +26,11 @@ reference.npz: ``tokens`` int32 [64], ``logits`` float32 [64, 512] (eager attent
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_gdn_fixtures import N_GREEDY, N_TOKENS, REPO, TOKENIZER_SRC, tokens_of_source  # noqa: E402
+from make_gdn_fixtures import REPO, write_fixture  # noqa: E402
 
 _BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, hidden_act="silu", max_position_embeddings=8192,
              initializer_range=0.08, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, pad_token_id=1,
@@ -100,26 +98,7 @@ def make(name: str, out_root: str) -> None:
     cfg.architectures = ["FalconH1ForCausalLM"]
     model = transformers.FalconH1ForCausalLM._from_config(cfg, attn_implementation="eager").eval()
     _redraw(torch, model.named_parameters(), torch.Generator().manual_seed(spec["seed"]))
-    out = os.path.join(out_root, name)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, max_shard_size="160KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-    tokens = tokens_of_source()
-    ids = torch.tensor(tokens[None].astype(np.int64))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
-                             do_sample=False)
-    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    files = sorted(os.listdir(out))
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
-    print(f"wrote {out}: {sum(f.endswith('.safetensors') for f in files)} shards, {total / 1024:.0f} KiB, "
-          f"greedy {greedy.tolist()}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+    write_fixture(model, os.path.join(out_root, name), min_new=False)
 
 
 def main(argv: list[str]) -> None:

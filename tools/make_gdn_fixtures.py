@@ -250,15 +250,54 @@ def tokens_of_source() -> np.ndarray:
     return np.asarray(ids[:N_TOKENS], dtype=np.int32)
 
 
-def write_fixture(model, out: str, reload, edit_config=None, describe=None) -> None:
+def hf_reference(model, tokens: np.ndarray, eos: int | None = None, min_new: bool = True):
+    """HF's reference of ``model`` on ``tokens`` [T] int32: (logits [T, n_vocab] float32, greedy
+    [N_GREEDY] int32).  The greedy tokens are HF ``generate``'s (greedy, its own cache;
+    ``min_new_tokens`` = N_GREEDY when ``min_new``) or, with ``eos``, the cache-free forward's
+    argmax with ``eos`` masked (as ``min_new_tokens`` does)."""
+    import torch
+
+    ids = torch.tensor(tokens[None].astype(np.int64))
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[0].float().numpy().astype(np.float32)
+        if eos is None:
+            extra = dict(min_new_tokens=N_GREEDY) if min_new else {}
+            gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
+                                 do_sample=False, **extra)
+            return logits, gen[0, len(tokens):].numpy().astype(np.int32)
+        seq, greedy = [int(t) for t in tokens], []
+        for _ in range(N_GREEDY):
+            lg = model(torch.tensor([seq], dtype=torch.long), use_cache=False).logits[0, -1].clone()
+            lg[eos] = -float("inf")
+            greedy.append(int(lg.argmax()))
+            seq.append(greedy[-1])
+    return logits, np.array(greedy, dtype=np.int32)
+
+
+def save_reference(out: str, tokens: np.ndarray, logits: np.ndarray, greedy: np.ndarray, extra: str = "",
+                   budget_mib: float = 1.4) -> None:
+    """reference.npz (``tokens``, ``logits``, ``greedy``) at ``out``; prints the fixture's size and
+    exits when it is over the budget (1.4 MiB unless the base fixture was larger)."""
+    import transformers
+
+    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
+    files = [os.path.join(out, f) for f in sorted(os.listdir(out))]
+    total = sum(os.path.getsize(f) for f in files if not os.path.islink(f))   # links: the shared tokenizer
+    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}{extra}, transformers {transformers.__version__}")
+    if total > budget_mib * 2**20:
+        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the {budget_mib} MiB fixture budget")
+
+
+def write_fixture(model, out: str, reload=None, edit_config=None, describe=None, after_save=None,
+                  min_new: bool = True) -> None:
     """Save ``model`` as a fixture at ``out`` (replaced): safetensors shards of 160KB, this
     module's tokenizer, and reference.npz (the N_TOKENS prompt tokens, their float32 logits, the
-    N_GREEDY greedy tokens of HF ``generate`` with ``min_new_tokens``).  ``reload(out)`` reads
-    the saved checkpoint back, which must reproduce the logits; ``edit_config(dict)`` rewrites
-    config.json after saving; ``describe(reloaded)`` adds to the printed line.  Exits when the
-    fixture is over the 1.4 MiB budget."""
+    N_GREEDY greedy tokens of HF ``generate``, with ``min_new_tokens`` when ``min_new``: see
+    :func:`hf_reference`).  ``reload(out)`` reads the saved checkpoint back, which must reproduce
+    the logits (None: not checked); ``edit_config(dict)`` rewrites config.json after saving;
+    ``after_save(out)`` edits the saved files further; ``describe(reloaded)`` adds to the printed
+    line.  Exits when the fixture is over the 1.4 MiB budget."""
     import torch
-    import transformers
 
     if os.path.exists(out):
         shutil.rmtree(out)
@@ -272,23 +311,81 @@ def write_fixture(model, out: str, reload, edit_config=None, describe=None) -> N
         edit_config(c)
         with open(path, "w") as fh:
             json.dump(c, fh, indent=2)
+    if after_save is not None:
+        after_save(out)
     tokens = tokens_of_source()
-    ids = torch.tensor(tokens[None].astype(np.int64))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
-                             min_new_tokens=N_GREEDY, do_sample=False)
-    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
-    re = reload(out)   # the saved checkpoint reproduces the logits (what the tests convert is what was run)
-    with torch.no_grad():
-        again = re(input_ids=ids).logits[0].float().numpy()
-    assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in sorted(os.listdir(out)))
-    extra = f", {describe(re)}" if describe is not None else ""
-    print(f"wrote {out}: {total / 1024:.0f} KiB, greedy {greedy.tolist()}{extra}, transformers {transformers.__version__}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+    logits, greedy = hf_reference(model, tokens, min_new=min_new)
+    extra = ""
+    if reload is not None:
+        re = reload(out)   # the saved checkpoint reproduces the logits (what the tests convert is what was run)
+        with torch.no_grad():
+            again = re(input_ids=torch.tensor(tokens[None].astype(np.int64))).logits[0].float().numpy()
+        assert np.array_equal(again, logits), "reloaded checkpoint gives other logits"
+        extra = f", {describe(re)}" if describe is not None else ""
+    save_reference(out, tokens, logits, greedy, extra)
+
+
+def variant_files(out: str, src: str, changes: dict, biased=(), seed: int = 0, dropped=(), lm_head: bool = False) -> dict:
+    """The checkpoint files of a variant of the fixture at ``src``, at ``out`` (replaced): its
+    config.json with ``changes``, its weights in one model.safetensors with a bias N(0, 0.1) (numpy
+    ``default_rng(seed)``) added beside each weight whose name fully matches a pattern of ``biased``,
+    the tensors matching a pattern of ``dropped`` left out, and with ``lm_head`` an lm_head.weight
+    N(0, 0.08) of the embedding's shape; generation_config.json copied and the tokenizer links kept
+    (a copied tokenizer where ``src`` has files).  Needs numpy and safetensors only.  Returns the
+    config written."""
+    import re
+
+    from safetensors.numpy import load_file, save_file
+
+    rng = np.random.default_rng(seed)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        p = os.path.join(src, f)
+        if os.path.islink(p) and f.startswith("tokenizer"):   # the links to tests/fixtures/tokenizer/ kept as links
+            os.symlink(os.readlink(p), os.path.join(out, f))
+        elif os.path.exists(p):
+            shutil.copy(p, out)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    cfg.update(changes)
+    with open(os.path.join(out, "config.json"), "w") as fh:
+        json.dump(cfg, fh, indent=2, sort_keys=True)
+    w = {}
+    for f in sorted(os.listdir(src)):
+        if f.endswith(".safetensors"):
+            w.update(load_file(os.path.join(src, f)))
+    for n in sorted(w):
+        if any(re.fullmatch(p, n) for p in biased):
+            w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
+    w = {n: t for n, t in w.items() if not any(re.fullmatch(p, n) for p in dropped)}
+    if lm_head:
+        embd = next(n for n in w if n.endswith("embeddings.weight") or n.endswith("embed_tokens.weight"))
+        w["lm_head.weight"] = (0.08 * rng.standard_normal(w[embd].shape)).astype(np.float32)
+    save_file(dict(sorted(w.items())), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    return cfg
+
+
+def write_variant(out: str, src: str, changes: dict, biased=(), seed: int = 0, load: dict | None = None,
+                  eos_masked: bool = True, budget_mib: float = 1.4) -> None:
+    """A variant fixture at ``out`` of the fixture at ``src`` (:func:`variant_files`: ``changes``
+    in config.json, biases on the weights matching ``biased``), with reference.npz of ``src``'s
+    tokens by :func:`hf_reference` (``eos_masked``: the cache-free greedy with config's
+    eos_token_id masked) on AutoModelForCausalLM in float32 (``load``: more from_pretrained
+    arguments), which must load every tensor and miss none.  ``budget_mib``: the size the fixture
+    may have (:func:`save_reference`)."""
+    import torch
+    import transformers
+
+    cfg = variant_files(out, src, changes, biased, seed)
+    torch.manual_seed(0)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True,
+                                                                   **(load or {}))
+    model.eval()
+    assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
+    eos = cfg.get("text_config", cfg).get("eos_token_id", cfg.get("eos_token_id")) if eos_masked else None
+    logits, greedy = hf_reference(model, tokens, eos=eos)
+    save_reference(out, tokens, logits, greedy, budget_mib=budget_mib)
 
 
 def _build(name: str, spec: dict):
@@ -312,32 +409,15 @@ def make(name: str, out_root: str) -> None:
     import torch
 
     spec = SPECS[name]
-    out = os.path.join(out_root, name)
     model = _build(name, spec)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, max_shard_size="160KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(TOKENIZER_SRC, f), os.path.join(out, f))
-    if spec.get("drop_layer_types"):
-        _drop_layer_types(out, spec["text"]["full_attention_interval"])
-    if spec.get("mtp"):
-        _add_to_last_shard(out, _mtp_tensors(torch, spec["text"], torch.Generator().manual_seed(spec["seed"] + 100)))
 
-    tokens = tokens_of_source()
-    ids = torch.tensor(tokens[None].astype(np.int64))
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float().numpy().astype(np.float32)
-        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=N_GREEDY,
-                             do_sample=False)
-    greedy = gen[0, N_TOKENS:].numpy().astype(np.int32)
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    files = sorted(os.listdir(out))
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in files)
-    n_st = sum(f.endswith(".safetensors") for f in files)
-    print(f"wrote {out}: {n_st} shards, {total / 1024:.0f} KiB, greedy {greedy.tolist()}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget (< 1.5 MB)")
+    def after_save(out: str) -> None:
+        if spec.get("drop_layer_types"):
+            _drop_layer_types(out, spec["text"]["full_attention_interval"])
+        if spec.get("mtp"):
+            _add_to_last_shard(out, _mtp_tensors(torch, spec["text"], torch.Generator().manual_seed(spec["seed"] + 100)))
+
+    write_fixture(model, os.path.join(out_root, name), after_save=after_save, min_new=False)
 
 
 def summarize(gguf_path: str, out: str) -> None:

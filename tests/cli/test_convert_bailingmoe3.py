@@ -120,5 +120,12 @@ def test_head_gate_shape(monkeypatch, capsys, tmp_path):
 
 def test_other_rope_types_refused(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "bailinghybrid-tiny")
-    edit_config(d, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0})
-    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"yarn\"", code=3)
+    edit_config(d, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "rope_type' = \"dynamic\"", code=3)
+
+
+def test_mscale_all_dim_must_be_a_number(monkeypatch, capsys, tmp_path):
+    d = copy(tmp_path, "bailinghybrid-tiny")
+    edit_config(d, rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0,
+                                    "original_max_position_embeddings": 16, "mscale_all_dim": "big"})
+    expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "'rope_parameters.mscale_all_dim' = 'big' must be a positive number")

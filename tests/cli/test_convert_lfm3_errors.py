@@ -32,9 +32,30 @@ def test_unknown_layer_type(monkeypatch, capsys, tmp_path):
 def test_unknown_rope_type(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "lfm3-tiny")
     rp = config(d)["rope_parameters"]
-    edit_config(d, rope_parameters={**rp, "full_attention": {**rp["full_attention"], "rope_type": "yarn"}})
-    expect_error(monkeypatch, capsys, tmp_path, d, "key 'rope_parameters.full_attention.rope_type' = \"yarn\" is not supported",
+    edit_config(d, rope_parameters={**rp, "full_attention": {**rp["full_attention"], "rope_type": "dynamic"}})
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'rope_parameters.full_attention.rope_type' = \"dynamic\" is not supported",
                  code=3)
+
+
+def test_sliding_rope_scaling_is_unsupported(monkeypatch, capsys, tmp_path):
+    """llama.cpp's rope.scaling.* scale the non-sliding layers only: the sliding layers' yarn has no key."""
+    d = copy(tmp_path, "lfm3-tiny")
+    rp = config(d)["rope_parameters"]
+    edit_config(d, rope_parameters={**rp, "sliding_attention": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                                "original_max_position_embeddings": 16}})
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'rope_parameters.sliding_attention.rope_type' = 'yarn' with "
+                 "scaling is not supported", code=3)
+
+
+def test_partial_yarn_is_unsupported(monkeypatch, capsys, tmp_path):
+    """HF's yarn with partial_rotary_factor < 1 gives an inv_freq shorter than Lfm3's whole-head rotation."""
+    d = copy(tmp_path, "lfm3-tiny")
+    rp = config(d)["rope_parameters"]
+    edit_config(d, rope_parameters={**rp, "full_attention": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                             "original_max_position_embeddings": 16,
+                                                             "partial_rotary_factor": 0.5}})
+    expect_error(monkeypatch, capsys, tmp_path, d, "key 'rope_parameters.full_attention.partial_rotary_factor' = 0.5 "
+                 "is not supported with yarn", code=3)
 
 
 def test_conv_bias_is_unsupported(monkeypatch, capsys, tmp_path):

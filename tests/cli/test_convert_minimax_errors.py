@@ -48,8 +48,8 @@ def test_sliding_window_is_unsupported(monkeypatch, capsys, tmp_path):
 
 def test_rope_type_is_unsupported(monkeypatch, capsys, tmp_path):
     d = copy(tmp_path, "minimax-tiny")
-    edit_config(d, rope_parameters={"rope_theta": 1e6, "rope_type": "yarn"})
-    expect_error(monkeypatch, capsys, tmp_path, d, "rope_type' = \"yarn\" is not supported", code=3)
+    edit_config(d, rope_parameters={"rope_theta": 1e6, "rope_type": "dynamic", "factor": 2.0})
+    expect_error(monkeypatch, capsys, tmp_path, d, "rope_type' = \"dynamic\" is not supported", code=3)
 
 
 def test_hidden_act_outside_the_runtime_s_activations_is_unsupported(monkeypatch, capsys, tmp_path):

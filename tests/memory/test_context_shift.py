@@ -113,7 +113,7 @@ ROTARY = [("bamba-tiny", None, "norm-partial"), ("bamba-tiny", 16, "norm-full"),
           # yarn's cos / sin scale is not applied again (tk_attention_rope_shift)
           ("falconh1-yarn-tiny", None, "yarn"), ("olmohybrid-linear-tiny", None, "linear"),
           ("qwen3next-yarn-tiny", None, "yarn-neox-partial"), ("bamba-yarn-tiny", None, "yarn-norm-partial"),
-          ("granitehybrid-linear-tiny", None, "linear-moe")]
+          ("granitehybrid-linear-tiny", None, "linear-moe"), ("laramini-yarn-tiny", None, "yarn-sliding-only")]
 
 
 @pytest.mark.parametrize("name,n_rot,kind", ROTARY, ids=[r[2] for r in ROTARY])
@@ -137,15 +137,22 @@ def test_shift_equals_fresh_run_attention_only(hf_f32, tmp_path, name, n_rot, ki
     assert err <= 1e-5
 
 
-@pytest.mark.parametrize("keep_layer,kind", [(2, "proportional"), (4, "sliding")])
-def test_shift_equals_fresh_run_lfm3_per_layer_rope(hf_f32, tmp_path, keep_layer, kind):
+LFM3_LAYERS = [("lfm3-tiny", 2, "proportional"), ("lfm3-tiny", 4, "sliding"),
+               # rope.scaling.* on the full layer (yarn over the whole head; proportional's factor as linear),
+               # and the sliding layer unscaled beside it
+               ("lfm3-yarn-tiny", 2, "full-yarn"), ("lfm3-yarn-tiny", 4, "sliding-beside-yarn"),
+               ("lfm3-propscale-tiny", 2, "proportional-linear")]
+
+
+@pytest.mark.parametrize("name,keep_layer,kind", LFM3_LAYERS, ids=[r[2] for r in LFM3_LAYERS])
+def test_shift_equals_fresh_run_lfm3_per_layer_rope(hf_f32, tmp_path, name, keep_layer, kind):
     """LFM3: a cached K is re-rotated with its own layer's RoPE: the full layer's proportional
     one (only the first pairs turn) or the sliding layer's base (memory_kv.c seq_add through
     tk_attention_rope).  Only attention layer ``keep_layer`` adds anything (the conv layers'
     out_proj and the other attention layer's output are zeroed), as attention_only does."""
     import gguf
     path = tmp_path / "lfm3.attn.gguf"
-    shutil.copyfile(hf_f32("lfm3-tiny"), path)
+    shutil.copyfile(hf_f32(name), path)
     r = gguf.GGUFReader(path, "r+")
     for t in r.tensors:
         if t.name.endswith("shortconv.out_proj.weight") or (t.name.endswith("attn_output.weight") and
@@ -322,15 +329,17 @@ def test_generate_interrupted_after_a_decode_holds_what_the_memory_holds(hf_f32,
         save_session(ctx, tmp_path / "s.session", res.held_tokens)
 
 
-def test_shift_equals_fresh_run_ling3_mla_rope(hf_f32, tmp_path):
+@pytest.mark.parametrize("name,scaling", [("bailinghybrid-tiny", 0), ("bailinghybrid-yarn-tiny", 2)])
+def test_shift_equals_fresh_run_ling3_mla_rope(hf_f32, tmp_path, name, scaling):
     """Ling 3 (bailingmoe3): MLA caches k_rot after its interleaved RoPE, so a shift rotates the
-    cached k_rot (memory_kv.c kv_seq_add, hp.mla_rope).  As attention_only() does for the other
+    cached k_rot (memory_kv.c kv_seq_add, hp.mla_rope), at rope.scaling.*'s frequencies without the
+    yarn cos / sin factor again (bailinghybrid-yarn-tiny).  As attention_only() does for the other
     families: every KDA layer's and every MLA layer's but the first one's attn_output zeroed, so
     the shifted run must equal a fresh run of the kept tokens.  Seen failing with the k_rot
     rotation turned off (max |diff| 0.15 against 1e-5)."""
     import gguf
     path = tmp_path / "ling.attn.gguf"
-    shutil.copyfile(hf_f32("bailinghybrid-tiny"), path)
+    shutil.copyfile(hf_f32(name), path)
     r = gguf.GGUFReader(path, "r+")
     for t in r.tensors:
         if t.name.endswith("attn_output.weight") and t.name.split(".")[1] != "1":   # layer 1: the first MLA
@@ -341,6 +350,7 @@ def test_shift_equals_fresh_run_ling3_mla_rope(hf_f32, tmp_path):
     d = n_discard_for(40, n_keep)
     with Model(path) as m:
         assert m.hparams.mla_rope == 1 and m.hparams.attention_layers == [1, 3]
+        assert m.hparams.rope_scaling_type == scaling
         with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
             ctx.decode(t, logits="none")
             assert context_shift(ctx, 0, n_keep, 40) == d == 18
@@ -348,5 +358,5 @@ def test_shift_equals_fresh_run_ling3_mla_rope(hf_f32, tmp_path):
         with Context(m, n_ctx=64, n_ubatch=UB) as ctx:
             ref = ctx.decode(np.concatenate([t[:n_keep], t[n_keep + d:], x]), logits="all")[-len(x):]
     err = float(np.max(np.abs(got - ref)))
-    print(f"ling3 mla rope: max |shifted - fresh| = {err:.3g} (tolerance 1e-5)")
+    print(f"{name} mla rope: max |shifted - fresh| = {err:.3g} (tolerance 1e-5)")
     assert err <= 1e-5

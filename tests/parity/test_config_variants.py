@@ -41,9 +41,18 @@ run by tests/parity/test_families.py.
     zamba-act-tiny        Zamba         hidden_act silu (the shared block's MLP; default gelu)
     recurrentgemma-act-tiny  RecurrentGemma  hidden_activation gelu (MLP gate and the recurrent block's y branch;
                                            default gelu_pytorch_tanh)
+    laramini-yarn-tiny    Lara-Mini     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.5) on the sliding layers' RoPE
+    minimax-yarn-tiny     MiniMax       rope_parameters yarn with attention_factor 1.25 on the softmax layers
+    zamba2-yarn-tiny      Zamba2        rope_parameters yarn (betas 8 / 0.5) on the shared blocks' RoPE (use_mem_rope)
+    zamba2-linear-tiny    Zamba2        rope_parameters linear (factor 4)
+    bailinghybrid-yarn-tiny  Ling 3     DeepSeek-style yarn on the MLA's rotated dims: mscale 1, mscale_all_dim 0.8
+                                        (cos / sin x their ratio, the softmax scale x mscale(4, 0.8)^2, folded into attn_q_b)
+    lfm3-yarn-tiny        LFM3          rope_parameters.full_attention yarn over the whole head (the sliding layers default)
+    lfm3-propscale-tiny   LFM3          rope_parameters.full_attention proportional with factor 4 (linear on its 4 of 8 pairs)
 
 The RoPE-scaling rows (issue 43 item 4) run 64 + 16 positions, past the original context; their
-references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py).
+references are HF's own float32 logits (transformers 5.24, tools/make_*_fixtures.py; the last seven
+tools/make_rope3_fixtures.py: the family fixture's weights with rope_parameters changed).
 """
 from __future__ import annotations
 
@@ -80,6 +89,13 @@ VARIANTS = [
     ("zamba2-act-tiny", "activation", 1e-5, ()),
     ("zamba-act-tiny", "activation", 1e-5, (0,)),
     ("recurrentgemma-act-tiny", "activation", 1e-5, (0,)),
+    ("laramini-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("minimax-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("zamba2-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("zamba2-linear-tiny", "rope linear", 1e-5, (0,)),
+    ("bailinghybrid-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("lfm3-yarn-tiny", "rope yarn", 1e-5, (0,)),
+    ("lfm3-propscale-tiny", "rope linear", 1e-5, (0,)),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith(("rope", "activation"))]
 ACT_VARIANTS = [v for v in VARIANTS if v[1] == "activation"]
@@ -238,7 +254,11 @@ def _with_rope(fixtures, tmp_path, name: str, edit) -> str:
         if f != "config.json":
             os.symlink(src / f, d / f)
     cfg = json.loads((src / "config.json").read_text())
-    cfg["rope_parameters"] = edit(dict(cfg["rope_parameters"]))
+    rp = cfg["rope_parameters"]
+    if "full_attention" in rp:      # one dict per layer type (LFM3): the full layers' is the scaled one
+        cfg["rope_parameters"] = {**rp, "full_attention": edit(dict(rp["full_attention"]))}
+    else:
+        cfg["rope_parameters"] = edit(dict(rp))
     (d / "config.json").write_text(json.dumps(cfg))
     return str(d)
 
@@ -249,9 +269,11 @@ def test_the_rope_scaling_matters(fixtures, tmp_path, name, flag, bound, suppres
     far from HF, so the rows above would fail on a converter or runtime that ignored it."""
     from parity_util import logits_of, rel_l2
     from toolkit.convert import convert
-    scaling = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor")
+    scaling = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
+               "mscale_all_dim")
     d = _with_rope(fixtures, tmp_path, name, lambda rp: {**{k: v for k, v in rp.items() if k not in scaling},
-                                                        "rope_type": "default"})
+                                                        "rope_type": "proportional" if rp.get("rope_type") == "proportional"
+                                                        else "default"})
     convert(d, str(tmp_path / "d.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "d.gguf", ref["tokens"]), ref["logits"]) > 100 * bound
@@ -286,6 +308,21 @@ ROPE_KEYS = {
     "granitehybrid-linear-tiny": ("granitehybrid", {"type": "linear", "factor": 4.0, "finetuned": True}),
     "qwen4exp-yarn-tiny": ("qwen4exp", {"type": "yarn", "factor": 4.0, "original_context_length": 40,
                                         "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5}),
+    "laramini-yarn-tiny": ("lara-mini", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                         "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5}),
+    "minimax-yarn-tiny": ("minimax-01", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                         "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5,
+                                         "attn_factor": 1.25 / (0.1 * np.log(4.0) + 1.0)}),
+    "zamba2-yarn-tiny": ("zamba2", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                    "yarn_beta_fast": 8.0, "yarn_beta_slow": 0.5}),
+    "zamba2-linear-tiny": ("zamba2", {"type": "linear", "factor": 4.0}),
+    # HF's attention_factor mscale(4, 1) / mscale(4, 0.8) over llama.cpp's own mscale(4, 1)
+    "bailinghybrid-yarn-tiny": ("bailingmoe3", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                                "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5,
+                                                "attn_factor": 1.0 / (0.08 * np.log(4.0) + 1.0)}),
+    "lfm3-yarn-tiny": ("lfm3", {"type": "yarn", "factor": 4.0, "original_context_length": 16,
+                                "yarn_beta_fast": 4.0, "yarn_beta_slow": 0.5}),
+    "lfm3-propscale-tiny": ("lfm3", {"type": "linear", "factor": 4.0}),
 }
 
 
@@ -336,3 +373,25 @@ def test_zamba2_use_long_context(fixtures, tmp_path):
     assert fields["zamba2.context_length"].contents() == 16384
     ref = np.load(src / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "l.gguf", ref["tokens"]), ref["logits"]) < 1e-5
+
+
+def test_zamba2_long_context_yarn_original_context(fixtures, tmp_path):
+    """Zamba2 ``use_long_context`` with yarn and no ``original_max_position_embeddings``: HF's
+    Zamba2Config sets max_position_embeddings = 16384 first, and its standardize_rope_params then
+    defaults the yarn original context to that (transformers 5.24: rope_parameters
+    original_max_position_embeddings 16384 with config.json's 4096, checked in /work/tfvenv), so
+    the file's rope.scaling.original_context_length is 16384, not config.json's 4096."""
+    import json
+    import pathlib
+
+    import gguf
+    from toolkit.convert import convert
+    d = _with_rope(fixtures, tmp_path, "zamba2-yarn-tiny",
+                   lambda rp: {k: v for k, v in rp.items() if k != "original_max_position_embeddings"})
+    cfg = json.loads((pathlib.Path(d) / "config.json").read_text())
+    assert cfg["max_position_embeddings"] == 4096 and cfg["rope_parameters"]["rope_type"] == "yarn"
+    (pathlib.Path(d) / "config.json").write_text(json.dumps({**cfg, "use_long_context": True}))
+    convert(d, str(tmp_path / "l.gguf"), "f32")
+    fields = gguf.GGUFReader(str(tmp_path / "l.gguf")).fields
+    assert fields["zamba2.rope.scaling.original_context_length"].contents() == 16384
+    assert fields["zamba2.context_length"].contents() == 16384

@@ -821,7 +821,7 @@ def read_bailingmoe3_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> No
     """What Ling 3 adds to the KDA family (docs/specs/kda-family.md §1.4, §2.1, §2.3): ssm_a holds
     +exp(A_log); ``kda.safe_gate`` false is the softplus gate (llama.cpp refuses it, D3; true: the
     bounded gate at ``kda.gate_lower_bound``); MLA rotates its dr dims (adjacent pairs at
-    ``rope.freq_base``) and gates each head's output (``attn_gate``)."""
+    ``rope.freq_base``, scaled as ``rope.scaling.*`` says: :func:`read_rope_scaling`) and gates each head's output (``attn_gate``)."""
     hp.kda_a_positive = 1
     if not bool(r.opt(Keys.KDA.SAFE_GATE, True)):
         hp.kda_gate_lower_bound = 0.0
@@ -835,3 +835,5 @@ def read_bailingmoe3_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> No
         if hp.mla_dr % 2 or not hp.rope_freq_base > 0:
             raise r.bad(Keys.Rope.FREQ_BASE, f"= {hp.rope_freq_base} (rope.dimension_count {hp.mla_dr}): RoPE needs an "
                         f"even dimension count and a positive base")
+        if hp.mla_rope:
+            read_rope_scaling(r, hp)     # rope.scaling.* of the MLA RoPE (mixer_mla.c)

@@ -139,7 +139,8 @@ class ConfigKeys:
     RoPE types.  The families whose HF rotary embedding runs ``ROPE_INIT_FUNCTIONS`` and whose
     variant fixtures pass convert ``linear`` and ``yarn`` as llama.cpp's ``rope.scaling.*`` keys
     (:mod:`toolkit.convert.rope_scaling`: OLMo-Hybrid, Falcon-H1, LFM2, LFM2-MoE, Qwen3-Next, Qwen3.5, Qwen3.5-MoE,
-    Bamba, Granite 4.0-H); ``dynamic``, ``llama3``
+    Bamba, Granite 4.0-H, qwen4exp, Lara-Mini, MiniMax, Zamba2, Ling 3 (its MLA, with DeepSeek's mscale_all_dim),
+    LFM3 (the full layers' RoPE, as llama.cpp scales the non-sliding layers)); ``dynamic``, ``llama3``
     and ``longrope`` stay refused there (:data:`toolkit.convert.rope_scaling.SCALED_WHY`).  A family
     whose HF code applies no other type keeps refusing them for that reason (RecurrentGemma:
     RecurrentGemmaRotaryEmbedding raises for any type but "default"); the other families'

@@ -91,8 +91,25 @@ def rope_scaling_kv(c, key: Callable[[str], str]) -> list[KV]:
     af = rp.get("attention_factor")
     if af is None:
         m, m_all = rp.get("mscale"), rp.get("mscale_all_dim")
-        af = _mscale(factor, m) / _mscale(factor, m_all) if m and m_all else _mscale(factor)
+        af = (_mscale(factor, _number(c, "mscale", m)) / _mscale(factor, _number(c, "mscale_all_dim", m_all))
+              if m and m_all else _mscale(factor))
     af = _number(c, "attention_factor", af)
     if af != _mscale(factor):
         kv.append(kv_f32(key(Keys.Rope.SCALING_ATTN_FACTOR), af / _mscale(factor)))
     return kv
+
+
+def mla_softmax_mscale(c) -> float:
+    """HF's DeepSeek-style softmax factor of an MLA (transformers 5.24 modeling_bailing_hybrid.py
+    yarn_apply_mscale): ``mscale(factor, mscale_all_dim)^2`` when ``rope_parameters`` has a type other
+    than default and a non-zero ``mscale_all_dim``; else 1.
+
+    Raises:
+        InputError: a factor or mscale_all_dim that is not a positive number (names config.json and the key).
+    """
+    rp = _params(c)
+    m_all = rp.get("mscale_all_dim")
+    if not rp or not m_all:
+        return 1.0
+    m = _mscale(_number(c, "factor", rp.get("factor")), _number(c, "mscale_all_dim", m_all))
+    return m * m

@@ -30,6 +30,15 @@ line); ``expert_swiglu_limit_list`` / ``share_expert_swiglu_limit_list`` are not
 clamps, D16).  Ours, only where llama.cpp's file cannot say the value: ``kda.l2_norm_epsilon`` and
 ``attention.mla_norm_epsilon`` (HF's fixed 1e-6, where llama.cpp uses ``rms_norm_eps``; D4, D5)
 when ``rms_norm_eps`` != 1e-6.
+
+RoPE scaling (``rope_parameters`` linear / yarn) as llama.cpp's ``rope.scaling.*`` keys on the MLA's
+rotated dims (HF's rotary embedding takes head_dim = qk_rope_head_dim, configuration_bailing_hybrid.py
+``__post_init__``).  HF also multiplies the MLA softmax scale by ``mscale(factor, mscale_all_dim)^2``
+(modeling_bailing_hybrid.py yarn_apply_mscale, any non-default type); llama.cpp's bailingmoe3 graph
+keeps 1/sqrt(qk_head_dim) and reads no key for it, so that factor is folded into attn_q / attn_q_b's
+rows (every score q . k carries it): the file holds llama.cpp's keys only, and libllama 0c1e570 runs
+it as toolkit does (1.1e-6 with mscale_all_dim 0.8) at HF's default betas 32 / 1 (it reads
+rope.scaling.yarn_beta_* only for grok / mistral3: other betas run 0.08 from HF there).
 """
 from __future__ import annotations
 
@@ -40,6 +49,7 @@ from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int, spelled
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, mla_softmax_mscale, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_BAILINGMOE3
@@ -59,7 +69,7 @@ class BailingMoe3Family(KDAMixin, Family):
         KDA_READ + " first_k_dense_replace rope_parameters num_mtp_layers num_local_experts rope_theta head_dim "
         "short_conv_kernel_size layer_group_size kda_safe_gate kda_lower_bound",
         irrelevant={"tie_word_embeddings": "HF's model ties nothing (_tied_weights_keys = {}): the saved lm_head is the output"},
-        refused=KDA_REFUSED, rope_types=("default",))
+        refused=KDA_REFUSED, rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Ling 3",)
     arch = ARCH_BAILINGMOE3
     known = (r"model\.word_embeddings\.weight", r"model\.norm\.weight", r"lm_head\.weight",
@@ -114,6 +124,8 @@ class BailingMoe3Family(KDAMixin, Family):
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise InputError(f"{c.path}: rope_theta = {theta!r} must be a positive number")
         self.rope_theta = float(theta)
+        # HF's yarn_apply_mscale: the softmax scale times mscale(factor, mscale_all_dim)^2 (folded into q)
+        self.q_scale = mla_softmax_mscale(c)
 
     def _read_ffn(self, c) -> None:
         self.n_ff = c.int("intermediate_size")
@@ -197,6 +209,7 @@ class BailingMoe3Family(KDAMixin, Family):
             kv_u32(key(Keys.LLM.LEADING_DENSE_BLOCK_COUNT), self.n_lead_dense),
             kv_f32(key(Keys.LLM.EXPERT_WEIGHTS_SCALE), self.scale),
             kv_bool(key(Keys.LLM.EXPERT_WEIGHTS_NORM), self.norm_topk),
+            *rope_scaling_kv(self.cfg, key),     # llama.cpp's rope.scaling.*: the MLA's q_rot / k_rot
         ]
         if self.eps != HF_EPS:   # ours: HF's fixed 1e-6 where llama.cpp uses rms_norm_eps (D4, D5)
             p.kv += [kv_f32(key(KD.L2_NORM_EPS), HF_EPS), kv_f32(key(KD.MLA_NORM_EPS), HF_EPS)]
@@ -217,7 +230,7 @@ class BailingMoe3Family(KDAMixin, Family):
             if self.layer_types[i] == "linear_attention":
                 self.kda_tensors(i, a, low_rank=False, a_log_shape=(self.kda_n_head, 1), a_log_op="exp", o_name="dense")
             else:
-                self.mla_tensors(i, a, o_name="dense")
+                self.mla_tensors(i, a, o_name="dense", q_scale=self.q_scale)
                 self.copy(tn(T.ATTN_GATE, i), a + "g_proj.weight", (self.n_head, H),
                           why="num_attention_heads (one output gate per head)")
             self.copy(tn(T.FFN_NORM, i), pre + "post_attention_layernorm.weight", (H,))

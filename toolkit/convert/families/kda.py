@@ -213,19 +213,25 @@ class KDAMixin:
         self.copy(tn(T.ATTN_OUT, i), a + o_name + ".weight", (H, C), why=why)
 
     # ---- MLA ----
-    def mla_tensors(self, i: int, a: str, o_name: str = "o_proj") -> None:
+    def mla_tensors(self, i: int, a: str, o_name: str = "o_proj", q_scale: float = 1.0) -> None:
         """Layer i's MLA tensors; kv_b_proj split per head into attn_k_b (transposed) and attn_v_b,
-        as llama.cpp's converter does (``k_b.transpose(1, 2)``)."""
+        as llama.cpp's converter does (``k_b.transpose(1, 2)``).  ``q_scale`` != 1: attn_q /
+        attn_q_b's rows times it (a float32 product), so every score q . k is (Ling 3's yarn
+        ``mscale_all_dim`` softmax factor, which llama.cpp's graph has no key for)."""
         H, h, dn, dr, dv, rkv = self.n_embd, self.n_head, self.dn, self.dr, self.dv, self.kv_lora_rank
+        scales = (float(q_scale),) if q_scale != 1.0 else ()
+        note = f"rows x {q_scale:.9g} (the softmax scale's mscale_all_dim factor)" if scales else ""
         if self.q_lora_rank is None:
-            self.copy(tn(T.ATTN_Q, i), a + "q_proj.weight", (h * (dn + dr), H),
-                      why="num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)")
+            t = self.take(a + "q_proj.weight", (h * (dn + dr), H),
+                          why="num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)")
+            self.emit(tn(T.ATTN_Q, i), (h * (dn + dr), H), [Segment(t, 0, h * (dn + dr), scales=scales)], note=note)
         else:
             rq = self.q_lora_rank
             self.copy(tn(T.ATTN_Q_A, i), a + "q_a_proj.weight", (rq, H), why="q_lora_rank")
             self.copy(tn(T.ATTN_Q_A_NORM, i), a + "q_a_layernorm.weight", (rq,), why="q_lora_rank")
-            self.copy(tn(T.ATTN_Q_B, i), a + "q_b_proj.weight", (h * (dn + dr), rq),
-                      why="num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank")
+            t = self.take(a + "q_b_proj.weight", (h * (dn + dr), rq),
+                          why="num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim), q_lora_rank")
+            self.emit(tn(T.ATTN_Q_B, i), (h * (dn + dr), rq), [Segment(t, 0, h * (dn + dr), scales=scales)], note=note)
         kva = self.hf.tensors.get(a + "kv_a_proj_with_mqa.weight")
         if kva is not None and kva.shape != (rkv + dr, H):
             raise InputError(f"{kva.path}: tensor {a + 'kv_a_proj_with_mqa.weight'!r} has shape {list(kva.shape)}, "

@@ -49,6 +49,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.families.qwen_gdn import MOE, QwenGDNFamily
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LARA_MINI, GGUFValueType
@@ -68,7 +69,7 @@ class LaraMiniFamily(QwenGDNFamily):
         "shared_expert_intermediate_size num_experts_per_tok num_experts layer_types sliding_window attention_bias "
         "norm_topk_prob",
         refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
-        rope_types=("default",))
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Lara-Mini",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (docs/specs/more-hybrids.md §8.6)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -141,6 +142,7 @@ class LaraMiniFamily(QwenGDNFamily):
             KV(key(Keys.Attention.SLIDING_WINDOW_PATTERN), [t == "sliding_attention" for t in lt],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
             *self.moe_norm_kv(),
+            *rope_scaling_kv(self.cfg, key),    # llama.cpp's rope.scaling.*: the sliding layers' RoPE (the full ones NoPE)
         ]
 
     def _gdn(self, i: int, g: str) -> None:

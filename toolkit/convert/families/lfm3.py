@@ -26,16 +26,22 @@ Keys: lfm2's (per-layer head_count_kv with 0 on conv layers, shortconv.l_cache, 
 ``rope.freq_base`` (the full layers' θ), ``rope.freq_base_swa`` (the sliding layers', llama.cpp's
 gemma name), ``rope.dimension_count`` = hd, and ours ``rope.proportional_dimension_count`` =
 2 int(prf hd / 2): the full layers' "proportional" RoPE rotates the NEOX pairs (i, i + hd/2),
-i < that / 2, at θ^(-2i/hd) (written only when it is not hd).  docs/specs/more-hybrids.md's proposal of a
+i < that / 2, at θ^(-2i/hd) (written only when it is not hd).  RoPE scaling of the full layers
+(``rope_parameters.full_attention`` linear / yarn, or proportional with ``factor``: linear) as
+llama.cpp's ``rope.scaling.*``, which llama.cpp applies to the non-sliding layers only; the sliding
+layers' scaling is refused (llama.cpp has no key for it).  docs/specs/more-hybrids.md's proposal of a
 ``rope_freqs`` tensor (llama.cpp's Gemma-4 encoding) is not followed: this writer streams source
 tensors only.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.families.lfm2 import CONV_BIAS, LFM2Family
 from toolkit.convert.plan import KV, kv_f32, kv_u32
+from toolkit.convert.rope_scaling import SCALED_WHY, rope_scaling_kv
 
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -57,7 +63,7 @@ class LFM3Family(LFM2Family):
         "sliding_window use_sandwich_norm use_attention_gate",
         refused={"conv_bias": CONV_BIAS,
                  "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's lfm3 attention")},
-        rope_types=("default", "proportional"), aliases={"rms_norm_eps": "norm_eps"})
+        rope_types=("default", "proportional", "linear", "yarn"), rope_why=SCALED_WHY, aliases={"rms_norm_eps": "norm_eps"})
     families = ("LFM3",)
     llama_cpp = False   # llama.cpp 0c1e570 has no lfm3 (nor does it load this file as lfm2: sliding window, gates)
     vllm = False        # not in vLLM's supported-models list as we read it
@@ -93,6 +99,7 @@ class LFM3Family(LFM2Family):
         self.gate = c.flag("use_attention_gate", True)
         self.types = self._layer_types()
         self.attn_layers = [i for i, t in enumerate(self.types) if t != "conv"]
+        self.scaling = []      # rope.scaling.* of the full layers (_rope)
         self.theta_full, self.prop_dims = self._rope("full_attention", 1000000.0)
         self.theta_swa, swa_dims = self._rope("sliding_attention", 10000.0)
         if swa_dims != self.head_dim:
@@ -112,8 +119,12 @@ class LFM3Family(LFM2Family):
         return list(t)
 
     def _rope(self, kind: str, theta_default: float) -> tuple[float, int]:
-        """(θ, rotated dims) of a layer kind's ``rope_parameters[kind]``: "default" rotates the
-        whole head; "proportional" the pairs i < int(partial_rotary_factor hd / 2)."""
+        """(θ, rotated dims) of a layer kind's ``rope_parameters[kind]``: "default", "linear" and
+        "yarn" rotate the whole head (Lfm3's apply_rotary_pos_emb takes the whole head);
+        "proportional" the pairs i < int(partial_rotary_factor hd / 2), its inv_freq divided by
+        ``factor`` (linear scaling).  The full layers' linear / yarn / proportional factor become
+        ``rope.scaling.*`` (``self.scaling``: llama.cpp applies them to the non-sliding layers);
+        the sliding layers take none (llama.cpp's rope.freq_scale_swa has no key)."""
         c = self.cfg
         rp = (c.d.get("rope_parameters") or {}).get(kind, {})
         if not isinstance(rp, dict):
@@ -122,14 +133,30 @@ class LFM3Family(LFM2Family):
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise InputError(f"{c.path}: rope_parameters.{kind}.rope_theta = {theta!r} must be a positive number")
         rt = rp.get("rope_type", "proportional" if kind == "full_attention" else "default")
+        factor = rp.get("factor", 1.0) if rt == "proportional" else None
+        scaled = rt in ("linear", "yarn") or (factor is not None and factor != 1.0)
+        if scaled and kind != "full_attention":
+            raise UnsupportedError(f"{c.path}: key 'rope_parameters.{kind}.rope_type' = {rt!r} with scaling is not "
+                                   f"supported (only on full_attention: llama.cpp's rope.scaling.* keys scale the "
+                                   f"non-sliding layers, the sliding ones have no key)")
+        if rt in ("linear", "yarn"):
+            if rp.get("partial_rotary_factor", 1.0) != 1.0:   # HF: inv_freq shorter than the head, a shape error
+                raise UnsupportedError(f"{c.path}: key 'rope_parameters.{kind}.partial_rotary_factor' = "
+                                       f"{rp['partial_rotary_factor']!r} is not supported with {rt} (only 1: Lfm3 "
+                                       f"rotates the whole head)")
+            self.scaling = rope_scaling_kv(SimpleNamespace(path=c.path, d={**c.d, "rope_parameters": rp}), self.key)
+            return float(theta), self.head_dim
         if rt == "default":
             return float(theta), self.head_dim
         if rt != "proportional":
             raise UnsupportedError(f"{c.path}: rope_parameters.{kind}.rope_type = {rt!r} is not supported "
-                                   f"(default, proportional)")
+                                   f"(default, proportional, linear, yarn)")
         prf = rp.get("partial_rotary_factor", 1.0)
         if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 <= prf <= 1:
             raise InputError(f"{c.path}: rope_parameters.{kind}.partial_rotary_factor = {prf!r} must be in [0, 1]")
+        if scaled:    # HF's _compute_proportional_rope_parameters: inv_freq /= factor, linear scaling
+            lin = {"rope_type": "linear", "factor": factor}
+            self.scaling = rope_scaling_kv(SimpleNamespace(path=c.path, d={"rope_parameters": lin}), self.key)
         return float(theta), 2 * int(prf * self.head_dim // 2)
 
     def kv(self) -> list[KV]:
@@ -155,7 +182,7 @@ class LFM3Family(LFM2Family):
                  GGUFValueType.ARRAY, GGUFValueType.BOOL)]
         if self.prop_dims != self.head_dim:
             kv.append(kv_u32(key(Keys.Rope.PROPORTIONAL_DIMS), self.prop_dims))
-        return kv
+        return kv + self.scaling
 
     def build(self):
         self.read_hparams()

@@ -41,6 +41,7 @@ from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
 from toolkit.convert.st_reader import DTYPES, ShardReader
 from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_MINIMAX, MINIMAX_RESIDUAL_ALPHA, MINIMAX_RESIDUAL_BETA, GGUFValueType
@@ -69,7 +70,7 @@ class MiniMaxFamily(Family):
         "mlp_alpha_factor mlp_beta_factor hidden_act",
         irrelevant={"block_size": "the block length of HF's lightning-attention form: an evaluation order, the same math"},
         refused={"sliding_window": Refused((None,), "MiniMax attention is full in the runtime", bad=4096)},
-        rope_types=("default",), aliases={"num_experts": "num_local_experts"})
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"num_experts": "num_local_experts"})
     families = ("MiniMax-Text-01",)
     vllm = True          # vLLM lists MiniMaxText01ForCausalLM
     arch = ARCH_MINIMAX
@@ -155,6 +156,7 @@ class MiniMaxFamily(Family):
             kv_u32(key(Keys.Rope.DIMENSION_COUNT), self.head_dim),   # what transformers 5.24 rotates
             KV(key(Keys.Attention.RECURRENT_LAYERS), [t == "linear_attention" for t in self.layer_types],
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
+            *rope_scaling_kv(self.cfg, key),    # llama.cpp's rope.scaling.*: the softmax layers' RoPE
         ]
         # the experts' act (MiniMaxExperts / MiniMaxMLP ACT2FN[config.hidden_act]); written only when not silu
         p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key)

@@ -38,6 +38,8 @@ RoPE (use_mem_rope) is NEOX (rotate_half) over the whole head: rows are stored i
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
@@ -45,6 +47,7 @@ from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
 from toolkit.convert.base import SSM_CONV_BIAS
 from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA2
@@ -111,7 +114,8 @@ class Zamba2Family(Family):
         "use_long_context hidden_act",
         refused={"use_conv_bias": SSM_CONV_BIAS,
                  "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout")},
-        rope_types=("default",), aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
+        rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY,
+        aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)
     llama_cpp = False   # our layout: llama.cpp has no Zamba2
     arch = ARCH_ZAMBA2
@@ -202,6 +206,11 @@ class Zamba2Family(Family):
         ]
         # the shared block's MLP act (Zamba2MLP ACT2FN[hidden_act]); written only when not gelu
         p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key, default="gelu")
+        if self.use_rope:   # llama.cpp's rope.scaling.*; HF rotates only with use_mem_rope
+            c = self.cfg
+            if self.long_context:   # HF's yarn defaults original_max_position_embeddings to the 16384 it sets
+                c = SimpleNamespace(path=c.path, d={**c.d, "max_position_embeddings": 16384})
+            p.kv += rope_scaling_kv(c, key)
 
     def _split(self, gate: str, up: str, src: str, shape: tuple[int, int]) -> None:
         """rows [0, I) of ``src`` as ``gate``, rows [I, 2I) as ``up`` (HF chunk(2, dim=-1))."""

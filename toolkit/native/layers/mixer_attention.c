@@ -295,12 +295,13 @@ static void attention_rope(const tk_hparams * hp, int il, float * x, int32_t n_h
     const int sliding = hp->attn.swa_layers && hp->attn.swa_layers[il];
     if (hp->attn.rope_swa_only && !sliding) return;        /* Lara-Mini's full layers: NoPE */
     const float base = sliding && hp->attn.rope_freq_base_swa > 0 ? hp->attn.rope_freq_base_swa : hp->attn.rope_freq_base;
-    /* rope.scaling.* (linear, yarn): the families that convert it have one base and every pair rotating */
+    /* rope.scaling.* (linear, yarn): every layer's, but LFM3's sliding layers (llama.cpp scales only the
+     * non-sliding layers of a model with rope.freq_base_swa: its rope.freq_scale_swa has no key) */
     const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->attn.n_rot, base, with_mscale);
     if (sliding && hp->attn.rope_freq_base_swa > 0)        /* LFM3's sliding layers: their own base */
         tk_rope_neox(x, n_head, head_stride, hp->attn.n_rot, pos, hp->attn.rope_freq_base_swa);
-    else if (!sliding && hp->attn.rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE */
-        tk_rope_neox_pairs(x, n_head, head_stride, hp->attn.n_rot, hp->attn.rope_prop_rot / 2, pos, hp->attn.rope_freq_base);
+    else if (!sliding && hp->attn.rope_prop_rot > 0)       /* LFM3's full layers: proportional RoPE (its factor: linear) */
+        tk_rope_neox_pairs_scaled(x, n_head, head_stride, hp->attn.n_rot, hp->attn.rope_prop_rot / 2, pos, hp->attn.rope_freq_base, &sc);
     else if (hp->attn.rope_neox)
         tk_rope_neox_pairs_scaled(x, n_head, head_stride, hp->attn.n_rot, hp->attn.n_rot / 2, pos, base, &sc);
     else tk_rope_norm_scaled(x, n_head, hp->attn.head_dim, hp->attn.n_rot, pos, base, &sc);

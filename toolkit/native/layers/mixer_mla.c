@@ -20,7 +20,9 @@
  *   out = attn_output [o_1 | ... | o_h]
  *   No RoPE: kimi-linear shares k_rot unrotated (modeling_kimi_linear.py:191-193).  Ling 3 (hp.mla.rope): q_rot and
  *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (modeling_bailing_hybrid.py:253-289; HF de-interleaves after,
- *   which changes no dot product) before the cache write (memory_kv.c's kv_seq_add rotates the
+ *   which changes no dot product), scaled as rope.scaling.* says (tk_rope_scaling_of: linear / yarn, cos / sin * the
+ *   yarn attn_factor; HF's mscale_all_dim softmax factor is folded into attn_q / attn_q_b by the converter) before the
+ *   cache write (memory_kv.c's kv_seq_add rotates the
  *   cached k_rot on); the head-wise gate (hp.attn.head_gate): o_h *= sigmoid(attn_gate x)_h.
  *   GLM-5-Next (hp.dsa.full): the softmax runs over the cells dsa.c's indexer selects (q_r the
  *   q-LoRA latent), the indexer's [k_I | gamma] in the cells' third array (kv_idx_dim).
@@ -173,12 +175,14 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     }
     /* the latent rows [c | k_rot], c normed, into the token's cell */
     TK_CHECK(tk_matmul(&l->wkv_a, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    /* Ling 3's rope.scaling.* (linear, yarn; its yarn attn_factor on the rotated dims, as llama.cpp's ggml_rope_ext) */
+    const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, dr, hp->attn.rope_freq_base, 1);
     for (int32_t t = 0; t < U; t++) {
         float * row = ctx->k + (int64_t) t * w;
         tk_rms_norm(row, l->kv_a_norm, hp->mla.norm_eps, rkv, row);
         if (hp->mla.rope) {    /* Ling 3: interleaved RoPE on k_rot (cached rotated) and each head's q_rot */
-            tk_rope_norm(row + rkv, 1, dr, dr, ub->pos[t], hp->attn.rope_freq_base);
-            tk_rope_norm(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->attn.rope_freq_base);
+            tk_rope_norm_scaled(row + rkv, 1, dr, dr, ub->pos[t], hp->attn.rope_freq_base, &sc);
+            tk_rope_norm_scaled(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->attn.rope_freq_base, &sc);
         }
         memcpy((float *) kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
     }

@@ -191,7 +191,9 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
         for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c (float32 only) */
             if (!kv->k[l] || hp->layer_kinds[l] != TK_LAYER_MLA) continue;
             float * k = (float *) (void *) (kv->k[l] + (size_t) i * kv->k_row[l]) + hp->mla.kv_lora_rank;
-            tk_rope_norm(k, 1, hp->mla.dr, hp->mla.dr, delta, hp->attn.rope_freq_base);
+            /* rope.scaling.*'s angles, without the yarn attn_factor (the shift composes rotations, as tk_attention_rope_shift) */
+            const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->mla.dr, hp->attn.rope_freq_base, 0);
+            tk_rope_norm_scaled(k, 1, hp->mla.dr, hp->mla.dr, delta, hp->attn.rope_freq_base, &sc);
         }
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
             if (!kv->k[l]) continue;
