@@ -10,6 +10,9 @@ copied here as it is) does not cover:
     zamba-1head-tiny  one Mamba head (n_mamba_heads 1: x_proj / dt_proj stored 2-D), HF's default
                       layer pattern (attn_layer_period 2, offset 0: hybrid layers 2, 3, 5 of 6),
                       tied, rms_norm_eps 1e-6, 2 attention heads of 64, intermediate_size 64
+    zamba-projbias-tiny mamba_proj_bias (in_proj / out_proj biases N(0, 0.1), in the Mamba layers and
+                      the hybrid layers' mamba_decoder), hybrid layers 1 and 3 of 4, tied, hidden 48,
+                      2 Mamba heads, 4 attention heads of 24 (issue 43)
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -45,6 +48,11 @@ SPECS = {
                                                   num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
                                                   rms_norm_eps=1e-6, attn_layer_period=2, attn_layer_offset=0,
                                                   tie_word_embeddings=True)),
+    "zamba-projbias-tiny": dict(seed=53, text=dict(_BASE, hidden_size=48, num_hidden_layers=4, n_mamba_heads=2,
+                                                     mamba_d_state=8, mamba_d_conv=4, mamba_dt_rank="auto",
+                                                     num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+                                                     rms_norm_eps=1e-5, mamba_proj_bias=True, tie_word_embeddings=True,
+                                                     layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])),
 }
 
 
@@ -53,6 +61,8 @@ def _redraw(torch, named, g) -> None:
         for name, p in named:
             if name.endswith("A_log"):
                 p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith("_proj.bias"):   # mamba_proj_bias
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif name.endswith(("conv1d.bias", "dt_proj_bias")):
                 p.copy_(0.3 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1 or name.endswith(".D"):
