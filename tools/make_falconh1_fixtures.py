@@ -7,6 +7,9 @@ head_dim = hidden / heads, untied) does not cover:
                           null (expand x hidden), 3 layers, other multipliers
     falconh1-yarn-tiny    rope_parameters yarn (factor 4, original_max_position_embeddings 16, base 100,
                           beta_fast 4, beta_slow 0.25), 2 layers (issue 43 item 4)
+    falconh1-projbias-tiny  mamba_proj_bias (in_proj bias), projectors_bias (out_proj bias) and
+                          mlp_bias (gate / up / down_proj biases), with ssm / mlp multipliers that
+                          scale them, 2 layers (issue 43)
     falconh1-nonorm-tiny  mamba_rms_norm false (no gated norm: y * silu(z)), tied embeddings with
                           lm_head_multiplier != embedding_multiplier, Hkv = Hq, no conv bias,
                           d_conv 2, 3 layers, mamba_d_head "auto"
@@ -59,6 +62,15 @@ SPECS = {
         embedding_multiplier=1.5, lm_head_multiplier=0.8, key_multiplier=1.7, attention_in_multiplier=0.6,
         attention_out_multiplier=1.4, ssm_in_multiplier=1.1, ssm_out_multiplier=0.9,
         mlp_multipliers=[1.1, 0.9], ssm_multipliers=[1.2, 0.8, 1.0, 1.1, 0.9])),
+    # issue 43: the projection / MLP biases, with multipliers != 1 on each of the blocks they pass through
+    "falconh1-projbias-tiny": dict(seed=45, config=dict(
+        _BASE, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, mamba_d_ssm=None, mamba_expand=2, mamba_n_heads=6, mamba_d_head=16, mamba_n_groups=2, mamba_d_conv=4,
+        mamba_rms_norm=True, mamba_norm_before_gate=True, tie_word_embeddings=False,
+        mamba_proj_bias=True, projectors_bias=True, mlp_bias=True,
+        embedding_multiplier=1.5, lm_head_multiplier=0.8, key_multiplier=1.7, attention_in_multiplier=0.6,
+        attention_out_multiplier=1.4, ssm_in_multiplier=1.3, ssm_out_multiplier=0.7,
+        mlp_multipliers=[1.3, 0.6], ssm_multipliers=[1.2, 0.8, 1.4, 0.9, 1.1])),
     # issue 43 item 4: yarn RoPE scaling past the original context (16 of the 64 + 16 positions), base 100
     # and betas 4 / 0.25 so that the ramp runs over pairs 0..5 of 8 (head_dim 16); HF's default
     # attention_factor 0.1 ln 4 + 1

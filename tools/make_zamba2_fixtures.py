@@ -13,6 +13,9 @@
     zamba2-act-tiny     hidden_act "silu" (not gelu; issue 43: the shared block's MLP, adapters on its
                         gate_up_proj), hybrid layers 1 and 3 of 4, one shared block, 4 attention heads,
                         mamba_expand 1 (4 heads of 16), intermediate_size 64
+    zamba2-bias-tiny    add_bias_linear: the Mamba-2 in_proj / out_proj biases and the shared MLP's
+                        gate_up_proj / down_proj biases (N(0, 0.1)), hybrid layers 1 and 3 of 4,
+                        one shared block, RoPE and attention adapters (issue 43)
 
 Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), never in the tests:
 
@@ -57,6 +60,10 @@ SPECS = {
                                                  num_key_value_heads=4, adapter_rank=8, mamba_expand=1,
                                                  n_mamba_heads=4, intermediate_size=64,
                                                  layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])),
+    "zamba2-bias-tiny": dict(seed=33, text=dict(_BASE, num_hidden_layers=4, num_mem_blocks=1, mamba_ngroups=2,
+                                                  mamba_d_conv=4, num_attention_heads=4, num_key_value_heads=4,
+                                                  adapter_rank=8, add_bias_linear=True,
+                                                  layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])),
 }
 
 
@@ -67,6 +74,8 @@ def _redraw(torch, named, g, dt_bias: float | None) -> None:
                 p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
             elif name.endswith("dt_bias") and dt_bias is not None:
                 p.fill_(dt_bias)
+            elif name.endswith("_proj.bias"):   # add_bias_linear
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif name.endswith(("dt_bias", ".D")):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1:

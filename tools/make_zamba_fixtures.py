@@ -12,6 +12,9 @@ copied here as it is) does not cover:
                       tied, rms_norm_eps 1e-6, 2 attention heads of 64, intermediate_size 64
     zamba-act-tiny    hidden_act "silu" (not gelu; issue 43: the shared block's MLP), else
                       zamba-odd-tiny's shapes, tied (one shared block), hybrid layers 1 and 3 of 4
+    zamba-projbias-tiny mamba_proj_bias (in_proj / out_proj biases N(0, 0.1), in the Mamba layers and
+                      the hybrid layers' mamba_decoder), hybrid layers 1 and 3 of 4, tied, hidden 48,
+                      2 Mamba heads, 4 attention heads of 24 (issue 43)
 
 Runs only where torch and transformers are installed (here /tmp/devenv_m1), never in the tests:
 
@@ -54,6 +57,11 @@ SPECS = {
                                                 tie_word_embeddings=True,
                                                 layers_block_type=["mamba", "hybrid", "mamba", "hybrid"]),
                            hub_block_types=True),
+    "zamba-projbias-tiny": dict(seed=53, text=dict(_BASE, hidden_size=48, num_hidden_layers=4, n_mamba_heads=2,
+                                                     mamba_d_state=8, mamba_d_conv=4, mamba_dt_rank="auto",
+                                                     num_attention_heads=4, num_key_value_heads=4, intermediate_size=64,
+                                                     rms_norm_eps=1e-5, mamba_proj_bias=True, tie_word_embeddings=True,
+                                                     layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])),
 }
 
 
@@ -62,6 +70,8 @@ def _redraw(torch, named, g) -> None:
         for name, p in named:
             if name.endswith("A_log"):
                 p.copy_(torch.empty(p.shape).uniform_(1.0, 16.0, generator=g).log())
+            elif name.endswith("_proj.bias"):   # mamba_proj_bias
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif name.endswith(("conv1d.bias", "dt_proj_bias")):
                 p.copy_(0.3 * torch.randn(p.shape, generator=g))
             elif p.ndim == 1 or name.endswith(".D"):

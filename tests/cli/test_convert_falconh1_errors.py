@@ -28,11 +28,21 @@ def test_bad_config_value(monkeypatch, capsys, tmp_path, key, value, needle):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle)
 
 
-@pytest.mark.parametrize("key, value", [("mamba_proj_bias", True), ("hidden_act", "gelu"), ("time_step_limit", [0.0, 8.0])])
+@pytest.mark.parametrize("key, value", [("hidden_act", "gelu"), ("time_step_limit", [0.0, 8.0])])
 def test_unsupported_option(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", key, code=3)
+
+
+@pytest.mark.parametrize("key, tensor", [("mamba_proj_bias", "mamba.in_proj.bias"), ("projectors_bias", "mamba.out_proj.bias"),
+                                         ("mlp_bias", "feed_forward.gate_proj.bias")])
+def test_bias_switch_without_its_tensors(monkeypatch, capsys, tmp_path, key, tensor):
+    """mamba_proj_bias / projectors_bias / mlp_bias true (converted since issue 43:
+    falconh1-projbias-tiny) on a checkpoint without the biases: the first one is named, exit 2."""
+    d = copy(tmp_path, NAME)
+    edit_config(d, **{key: True})
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", f"'model.layers.0.{tensor}'")
 
 
 def test_attention_bias_without_its_tensors(monkeypatch, capsys, tmp_path):

@@ -46,8 +46,17 @@ def test_missing_adapter(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", f"'{name}'")
 
 
+def test_add_bias_linear_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """add_bias_linear true (converted since issue 43: zamba2-bias-tiny) on a checkpoint without
+    the biases: the first one (the shared block's, written first) is named, exit 2."""
+    d = copy(tmp_path, NAME)
+    edit_config(d, add_bias_linear=True)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor",
+                 "'model.layers.1.shared_transformer.feed_forward.gate_up_proj.bias'")
+
+
 # hidden_act: an ACT2FN name outside the runtime's activations (silu etc. convert: zamba2-act-tiny)
-@pytest.mark.parametrize("key,value", [("add_bias_linear", True), ("hidden_act", "mish")])
+@pytest.mark.parametrize("key,value", [("hidden_act", "mish")])
 def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})

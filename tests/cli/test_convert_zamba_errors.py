@@ -46,8 +46,16 @@ def test_mamba_heads_not_dividing_the_inner_size(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "n_mamba_heads 3")
 
 
+def test_mamba_proj_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """mamba_proj_bias true (converted since issue 43: zamba-projbias-tiny) on a checkpoint without
+    the biases: the first one is named, exit 2."""
+    d = copy(tmp_path, TIED)
+    edit_config(d, mamba_proj_bias=True)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "'model.layers.0.mamba.in_proj.bias'")
+
+
 # hidden_act: an ACT2FN name outside the runtime's activations (silu etc. convert: zamba-act-tiny)
-@pytest.mark.parametrize("key,value", [("mamba_proj_bias", True), ("hidden_act", "mish"), ("hidden_mamba_act", "gelu"),
+@pytest.mark.parametrize("key,value", [("hidden_act", "mish"), ("hidden_mamba_act", "gelu"),
                                        ("attention_hidden_size", 96)])
 def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, TIED)

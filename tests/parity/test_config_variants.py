@@ -7,6 +7,11 @@ tools/make_*_fixtures.py.
     olmohybrid-bias-tiny  OLMo-Hybrid   attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
     falconh1-attnbias-tiny  Falcon-H1   attention_bias, with key_multiplier / attention_out_multiplier on k's / o's
     lfm2-convbias-tiny    LFM2          conv_bias: short-conv in_proj / conv / out_proj biases (blk.i.shortconv.*.bias)
+    falconh1-projbias-tiny  Falcon-H1   mamba_proj_bias (blk.i.ssm_in.bias x ssm_multipliers), projectors_bias
+                                        (blk.i.ssm_out.bias x ssm_out_multiplier), mlp_bias (blk.i.ffn_{gate,up,down}.bias)
+    zamba-projbias-tiny   Zamba         mamba_proj_bias: in_proj (de-interleaved) / out_proj biases (blk.i.ssm_{in,out}.bias)
+    zamba2-bias-tiny      Zamba2        add_bias_linear: Mamba-2 in_proj / out_proj biases (blk.i.ssm_{in,out}.bias) and
+                                        the shared MLP's (shared.b.ffn_{gate,up,down}.bias, gate_up_proj's halves)
 
 Made without torch by tools/make_config_variant_fixtures.py, reference.npz from the float64 NumPy
 forward of tests/mamba_ref.py (checked against each base fixture's HF logits below):
@@ -75,6 +80,9 @@ VARIANTS = [
     ("laramini-var-tiny", "attention_bias", 1e-5, (0,)),
     ("nemotronh-bias-tiny", "biases", 1e-5, (0,)),
     ("jamba-bias-tiny", "biases", 1e-5, (2,)),
+    ("falconh1-projbias-tiny", "biases", 1e-5, ()),
+    ("zamba-projbias-tiny", "biases", 1e-5, (0,)),
+    ("zamba2-bias-tiny", "biases", 1e-5, ()),
     ("falconh1-yarn-tiny", "rope yarn", 1e-5, ()),
     ("lfm2-yarn-tiny", "rope yarn", 1e-5, ()),
     ("olmohybrid-linear-tiny", "rope linear", 1e-5, (0,)),
@@ -127,7 +135,8 @@ def test_numpy_reference_matches_hf(fixtures, name):
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint
 FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias",
                 "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias",
-                "biases": r"(model|backbone)\.layers\.\d+\.(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
+                "biases": r"(model|backbone)\.layers\.\d+\.(mamba_decoder\.|shared_transformer\.)?"
+                          r"(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
 
 
 @pytest.mark.parametrize("name,flag,bound,suppress", TENSOR_VARIANTS, ids=[v[0] for v in TENSOR_VARIANTS])

@@ -120,18 +120,21 @@ SHORTCONV_TENSORS = TensorSet(required=(_w(T.SHORTCONV_INPROJ), _w(T.SHORTCONV_C
 ZAMBA2_LAYER_TENSORS = TensorSet(
     required=MAMBA2_TENSORS.required + tuple(_w(t) for t in (
         T.FFN_LORA_A, T.FFN_GATE_LORA_B, T.FFN_UP_LORA_B, T.SHARED_LINEAR)),
-    optional=_MAMBA2_CONV_BIAS + (tuple(_w(t) for t in (      # use_shared_attention_adapter
+    optional=_MAMBA2_CONV_BIAS + _SSM_PROJ_BIASES + (tuple(_w(t) for t in (      # use_shared_attention_adapter
         T.ATTN_Q_LORA_A, T.ATTN_Q_LORA_B, T.ATTN_K_LORA_A, T.ATTN_K_LORA_B, T.ATTN_V_LORA_A, T.ATTN_V_LORA_B)),))
 # zamba (v1) hybrid layer: its Mamba-1 block and its linear projection; the shared block as zamba2's
 ZAMBA_LAYER_TENSORS = TensorSet(required=MAMBA1_TENSORS.required + (_w(T.SHARED_LINEAR),),
-                                optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)))
+                                optional=((_b(T.SSM_CONV1D),), (_b(T.SSM_DT),)) + _SSM_PROJ_BIASES)   # mamba_proj_bias
 ZAMBA2_SHARED_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
     T.SHARED_ATTN_NORM, T.SHARED_ATTN_Q, T.SHARED_ATTN_K, T.SHARED_ATTN_V, T.SHARED_ATTN_OUT, T.SHARED_FFN_NORM,
-    T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)))
-# parallel (Falcon-H1): attention and Mamba-2 in one block; ssm_norm absent when mamba_rms_norm is false
+    T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)),
+    optional=(tuple(_b(t) for t in (T.SHARED_FFN_GATE, T.SHARED_FFN_UP, T.SHARED_FFN_DOWN)),))   # zamba2 add_bias_linear
+# parallel (Falcon-H1): attention and Mamba-2 in one block; ssm_norm absent when mamba_rms_norm is false;
+# the in_proj / out_proj biases are two switches there (mamba_proj_bias, projectors_bias)
 PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t in MAMBA2_TENSORS.required
                                                                          if t != _w(T.SSM_NORM)),
-                             optional=_MAMBA2_CONV_BIAS + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES)
+                             optional=_MAMBA2_CONV_BIAS + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES
+                             + ((_b(T.SSM_IN),), (_b(T.SSM_OUT),)))   # mamba_proj_bias, projectors_bias: each alone
 # qwen4exp: gated attention plus the QSA indexer's projections and norms
 QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
     T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
@@ -304,6 +307,8 @@ class ArchSpec:
         ffn_norm = {_w(T.FFN_NORM): "blk.{bid}." + self.ffn_norm}
         hybrid = [i for i, kd in enumerate(layer_kinds) if kd in (LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED)]
         req |= {t.format(bid=j % n_shared_block) for j in range(len(hybrid)) for t in ZAMBA2_SHARED_BLOCK_TENSORS.required}
+        opt += [{t.format(bid=b) for t in g} for b in sorted({j % n_shared_block for j in range(len(hybrid))})
+                for g in ZAMBA2_SHARED_BLOCK_TENSORS.optional]
         for i, (kd, fk) in enumerate(zip(layer_kinds, ffn_kinds)):
             # a post-norm block (Norm.POST) has neither pre-norm: its mixer row lists its post-norms
             pre = {_w(T.ATTN_NORM), _w(T.FFN_NORM)} if self.norm == Norm.POST and kd == LayerKind.ATTENTION else set()

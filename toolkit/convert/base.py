@@ -192,6 +192,8 @@ class Family:
                 if a != ot.row_len or s.n_rows % b or s.row0 * b + s.n_rows * a > s.src.n_elements:
                     raise ValueError(f"{name}: transposed blocks {s.tblock} x {s.n_rows // max(b, 1)} do not fit {s.src.name}")
                 continue
+            if s.col_scales is not None and s.col_scales.shape != (ot.row_len,):
+                raise ValueError(f"{name}: col_scales of shape {s.col_scales.shape} for rows of {ot.row_len}")
             if s.src.n_elements % ot.row_len or (s.row0 + s.n_rows) * ot.row_len > s.src.n_elements:
                 raise ValueError(f"{name}: segment rows [{s.row0}, {s.row0 + s.n_rows}) x {ot.row_len} outside {s.src.name} {s.src.shape}")
         self.plan.tensors.append(ot)

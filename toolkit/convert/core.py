@@ -192,6 +192,7 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
         np_dtype, isz = DTYPES[src.dtype]
         row_bytes = row_len * isz
         if (seg.perm is None and t.op is None and t.col_perm is None and not seg.scales and seg.tblock is None
+                and seg.col_scales is None
                 and (src.dtype, t.type) in PASSTHROUGH):
             # the bytes are already what GGUF wants: copy them inside the kernel, no band in memory
             n = seg.n_rows * row_bytes
@@ -222,6 +223,8 @@ def _write_tensor(w: GGUFStreamWriter, rd: ShardReader, buf: _Buffer, obuf: _Buf
                 raw, dtype = widen(raw, dtype).astype(np.float32), "F32"
                 for f in seg.scales:
                     raw = raw * np.float32(f)
+            if seg.col_scales is not None:   # per column: float32 products
+                raw, dtype = widen(raw, dtype).astype(np.float32) * seg.col_scales.astype(np.float32), "F32"
             if nat is not None:
                 data = obuf.view((r1 - r0) * out_row)
                 nat.convert_rows(int(_GGML_OF[dtype]), np.ascontiguousarray(raw), int(t.type), data,

@@ -18,6 +18,9 @@ transform we need is expressible without holding a whole tensor:
         applied per band after widening to float
     scale (Falcon-H1's muP multipliers folded into a weight, per row block)
         one segment per block, each with its factors (``Segment.scales``)
+    scale per column (Falcon-H1's ssm_multipliers folded into in_proj's bias, a vector whose
+        z / x / B / C / dt blocks get different factors)
+        one segment with ``Segment.col_scales``
 """
 from __future__ import annotations
 
@@ -88,6 +91,8 @@ class Segment:
             Must map each block of ``block`` rows onto itself (bands never split a block).
     scales: factors the rows are multiplied by, in turn, after widening to float32 (each a
             float32 product, as llama.cpp's ``tensor * multiplier`` on a float32 tensor)
+    col_scales: float32 array of the output's row length or None: each row multiplied by it
+            elementwise after ``scales`` (one float32 product per element)
     tblock: (a, b) or None: the segment is n_rows / b blocks, each an a x b matrix in the source
             starting at source row ``row0`` (here counted in rows of b elements) and written
             transposed (b rows of a, the output's row length); MLA's per-head k_b (llama.cpp's
@@ -101,6 +106,7 @@ class Segment:
     block: int = 1
     scales: tuple[float, ...] = ()
     tblock: tuple[int, int] | None = None
+    col_scales: np.ndarray | None = None
 
 
 @dataclass

@@ -22,16 +22,21 @@ layers.i.input_layernorm.weight [D]            blk.i.attn_norm.weight
   self_attn.{q,k,v,o}_proj.bias (attention_bias) blk.i.attn_{q,k,v,output}.bias  k: key_multiplier, o: attention_out_multiplier
   mamba.in_proj.weight [W, D]                  blk.i.ssm_in.weight             ssm_in_multiplier, then ssm_multipliers[0..4]
                                                                                on the z, x, B, C, dt row blocks
+  mamba.in_proj.bias [W] (mamba_proj_bias)     blk.i.ssm_in.bias               ssm_multipliers[0..4] on the z, x, B, C, dt
+                                                                               blocks (HF scales in_proj's output by
+                                                                               mup_vector; ssm_in_multiplier is on its input)
   mamba.conv1d.weight [DI+2GN, 1, K] / .bias   blk.i.ssm_conv1d.weight [DI+2GN, K] / .bias
   mamba.dt_bias [H]                            blk.i.ssm_dt.bias
   mamba.A_log [H]                              blk.i.ssm_a [H, 1] = -exp(A_log)
   mamba.D [H]                                  blk.i.ssm_d [H, 1]
   mamba.norm.weight [DI]                       blk.i.ssm_norm.weight [G, DI/G] (only with mamba_rms_norm)
   mamba.out_proj.weight [D, DI]                blk.i.ssm_out.weight            ssm_out_multiplier
+  mamba.out_proj.bias [D] (projectors_bias)    blk.i.ssm_out.bias              ssm_out_multiplier
   pre_ff_layernorm.weight [D]                  blk.i.ffn_norm (llama.cpp's name: no .weight)
   feed_forward.gate_proj.weight [F, D]         blk.i.ffn_gate.weight           mlp_multipliers[0]
   feed_forward.up_proj.weight [F, D]           blk.i.ffn_up.weight
   feed_forward.down_proj.weight [D, F]         blk.i.ffn_down.weight           mlp_multipliers[1]
+  feed_forward.{gate,up,down}_proj.bias (mlp_bias) blk.i.ffn_{gate,up,down}.bias gate: mlp_multipliers[0], down: [1]
 model.final_layernorm.weight [D]               output_norm.weight
 lm_head.weight [V, D]                          output.weight                   lm_head_multiplier
 
@@ -39,6 +44,10 @@ Tied embeddings (``tie_word_embeddings``): HF's logits are embed_tokens(h) * lm_
 while its inputs are embed_tokens * embedding_multiplier, so ``output.weight`` is written
 from embed_tokens with lm_head_multiplier (llama.cpp's converter would leave it out and reuse
 the embedding_multiplier-scaled token_embd, which is wrong unless the two multipliers agree).
+
+The biases are llama.cpp's tensor names (gguf-py: ``.bias`` of the same tensor); llama.cpp's
+falcon-h1 graph has none of the ssm_in / ssm_out / ffn biases, so a file with them is not
+expected to match HF there (not tried); the runtime here binds each where the file has it.
 
 RoPE: HF rotates halves (Llama's rotate_half); llama.cpp runs falcon-h1 with NEOX RoPE, so q/k
 rows stay as stored and ``rope.dimension_count`` is not written (llama.cpp: the head dim).
@@ -54,11 +63,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.convert.base import SSM_PROJ_BIAS
 from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -76,11 +86,8 @@ class FalconH1Family(Family):
         "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
         "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
         "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
-        "mamba_conv_bias attention_bias",
+        "mamba_conv_bias attention_bias mamba_proj_bias projectors_bias mlp_bias",
         refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
-                 "mamba_proj_bias": SSM_PROJ_BIAS,
-                 "projectors_bias": Refused((False,), "projection biases: not in the falcon-h1 GGUF layout"),
-                 "mlp_bias": Refused((False,), "MLP biases: not in the falcon-h1 GGUF layout"),
                  "time_step_limit": DT_LIMIT},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
@@ -88,9 +95,9 @@ class FalconH1Family(Family):
     known = (
         r"model\.embed_tokens\.weight", r"model\.final_layernorm\.weight", r"lm_head\.weight",
         _L + r"(input_layernorm|pre_ff_layernorm)\.weight",
-        _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)",
+        _L + r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))",
         _L + r"self_attn\.(q_proj|k_proj|v_proj|o_proj)\.(weight|bias)",
-        _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.weight",
+        _L + r"feed_forward\.(gate_proj|up_proj|down_proj)\.(weight|bias)",
     )
 
     # ---- config.json ----------------------------------------------------------------------
@@ -147,6 +154,9 @@ class FalconH1Family(Family):
         self.rms_norm = c.flag("mamba_rms_norm", False)
         self.conv_bias = c.flag("mamba_conv_bias", True)   # false: no conv1d.bias (a stored one is a leftover)
         self.attn_bias = c.flag("attention_bias", False)   # q/k/v/o_proj biases
+        self.in_bias = c.flag("mamba_proj_bias", False)    # mamba.in_proj's bias
+        self.out_bias = c.flag("projectors_bias", False)   # mamba.out_proj's bias
+        self.mlp_bias = c.flag("mlp_bias", False)          # feed_forward.{gate,up,down}_proj biases
         self.norm_before_gate = c.flag("mamba_norm_before_gate", True)
 
     def _read_attention(self) -> None:
@@ -210,6 +220,10 @@ class FalconH1Family(Family):
             self.scaled(tn(T.FFN_GATE, i), f + "gate_proj.weight", (self.n_ff, D), [self.mlp_mult[0]])
             self.copy(tn(T.FFN_UP, i), f + "up_proj.weight", (self.n_ff, D))
             self.scaled(tn(T.FFN_DOWN, i), f + "down_proj.weight", (D, self.n_ff), [self.mlp_mult[1]])
+            if self.mlp_bias:   # HF: act(gate_proj(x) * gate_multiplier) * up_proj(x), down_proj(y) * down_multiplier
+                self.scaled(tn(T.FFN_GATE, i, ".bias"), f + "gate_proj.bias", (self.n_ff,), [self.mlp_mult[0]])
+                self.copy(tn(T.FFN_UP, i, ".bias"), f + "up_proj.bias", (self.n_ff,), why="mlp_bias is true")
+                self.scaled(tn(T.FFN_DOWN, i, ".bias"), f + "down_proj.bias", (D,), [self.mlp_mult[1]])
         self.copy(tn(T.OUTPUT_NORM), "model.final_layernorm.weight", (D,))
         self._output()
         self.check_leftovers()
@@ -248,6 +262,12 @@ class FalconH1Family(Family):
             r0 += n
         self.emit(tn(T.SSM_IN, i), (2 * DI + 2 * G * N + H, D), segs,
                   note=f"x ssm_in_multiplier {ssm_in:g}, then ssm_multipliers on the z, x, B, C, dt rows")
+        if self.in_bias:   # HF: in_proj(x * ssm_in_multiplier) * mup_vector: the bias gets mup_vector only
+            W = 2 * DI + 2 * G * N + H
+            mup = np.concatenate([np.full(n, f, np.float32) for n, f in zip(blocks, self.ssm_mult)])
+            b = self.take(s + "in_proj.bias", (W,), why="mamba_proj_bias is true")
+            self.emit(tn(T.SSM_IN, i, ".bias"), (W,), [Segment(b, 0, 1, col_scales=mup)],
+                      note="x ssm_multipliers on the z, x, B, C, dt blocks (HF's mup_vector)")
         self.copy(tn(T.SSM_CONV1D, i), s + "conv1d.weight", (C, 1, K), (C, K), note="squeeze [C,1,K] -> [C,K]")
         if self.conv_bias:
             self.copy(tn(T.SSM_CONV1D, i, ".bias"), s + "conv1d.bias", (C,), why="mamba_conv_bias is true")
@@ -260,6 +280,8 @@ class FalconH1Family(Family):
             self.take(s + "norm.weight", (DI,))
             self.omit(s + "norm.weight", "mamba_rms_norm is false: FalconH1Mixer does not use its norm")
         self.scaled(tn(T.SSM_OUT, i), s + "out_proj.weight", (D, DI), [self.mult["ssm_out_multiplier"]])
+        if self.out_bias:   # HF: out_proj(y) * ssm_out_multiplier
+            self.scaled(tn(T.SSM_OUT, i, ".bias"), s + "out_proj.bias", (D,), [self.mult["ssm_out_multiplier"]])
 
     def _output(self) -> None:
         V, D = self.n_vocab, self.n_embd

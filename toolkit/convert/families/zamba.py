@@ -21,12 +21,14 @@ model.layers.i.mamba_decoder.input_layernorm.weight [D]   blk.i.attn_norm.weight
 (mamba_decoder.)mamba.:
   in_proj.weight [2I, D], rows interleaved x_c = 2c,      blk.i.ssm_in.weight [2I, D], rows [x | z]
     z_c = 2c + 1 (view(.., I, 2, T))                        (llama.cpp's mamba layout; de-interleaved)
+  in_proj.bias [2I] (mamba_proj_bias), interleaved alike  blk.i.ssm_in.bias [2I], [x | z] (de-interleaved)
   conv1d.weight [I, 1, K] / conv1d.bias [I]               blk.i.ssm_conv1d.weight [I, K] / .bias
   x_proj_weight [M, R + 2N, Dm]                           blk.i.ssm_x.weight (same; [R + 2N, Dm] when M = 1)
   dt_proj_weight [M, Dm, R] / dt_proj_bias [M, Dm]        blk.i.ssm_dt.weight (same; [Dm, R] when M = 1) / .bias [I]
   A_log [M, Dm, N]                                        blk.i.ssm_a [I, N] = -exp(A_log)
   D [M, Dm]                                               blk.i.ssm_d [I]
   out_proj.weight [D, I]                                  blk.i.ssm_out.weight
+  out_proj.bias [D] (mamba_proj_bias)                     blk.i.ssm_out.bias
 linear.weight [D, D]                                      blk.i.shared_linear.weight
 shared_transf of the block's hybrid layer:
   input_layernorm.weight [A]                              shared.b.attn_norm.weight
@@ -48,14 +50,14 @@ from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
 from toolkit.convert.plan import kv_arr_i32, kv_u32
-from toolkit.convert.base import SSM_PROJ_BIAS
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA
 
 _L = r"model\.layers\.\d+\."
-_MIXER = r"mamba\.(A_log|D|dt_proj_bias|dt_proj_weight|x_proj_weight|conv1d\.weight|conv1d\.bias|in_proj\.weight|out_proj\.weight)"
+_MIXER = (r"mamba\.(A_log|D|dt_proj_bias|dt_proj_weight|x_proj_weight|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)"
+          r"|out_proj\.(weight|bias))")
 _ST = _L + r"shared_transf\."
 
 
@@ -66,10 +68,9 @@ class ZambaFamily(Family):
         "vocab_size tie_word_embeddings hidden_size attention_hidden_size intermediate_size num_hidden_layers "
         "num_attention_heads attention_head_dim num_key_value_heads n_mamba_heads rms_norm_eps attn_layer_period "
         "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type "
-        "hidden_act",
+        "hidden_act mamba_proj_bias",
         irrelevant={"max_position_embeddings": "Zamba has no RoPE; no context limit is written (llama.cpp's converter neither)"},
-        refused={"mamba_proj_bias": SSM_PROJ_BIAS,
-                 "hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
+        refused={"hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba",)
     llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
@@ -150,6 +151,10 @@ class ZambaFamily(Family):
         deint = np.concatenate([np.arange(0, 2 * I, 2), np.arange(1, 2 * I, 2)])
         self.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * I, D), perm=deint, block=2 * I,
                   note="rows de-interleaved: [x (I) | z (I)]")
+        proj_bias = self.cfg.flag("mamba_proj_bias", False)
+        if proj_bias:   # one row of 2I, its columns de-interleaved as the weight's rows
+            self.copy(tn(T.SSM_IN, i, ".bias"), m + "in_proj.bias", (2 * I,), why="mamba_proj_bias is true",
+                      note="de-interleaved: [x (I) | z (I)]").col_perm = deint
         self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (I, 1, K), (I, K), note="squeeze [C,1,K] -> [C,K]")
         if self.cfg.flag("mamba_conv_bias", True):
             self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (I,))
@@ -161,6 +166,8 @@ class ZambaFamily(Family):
         self.copy(tn(T.SSM_A, i, ""), m + "A_log", (M, Dm, N), (I, N), op="neg_exp", note="A = -exp(A_log), heads flattened")
         self.copy(tn(T.SSM_D, i, ""), m + "D", (M, Dm), (I,), note="heads flattened")
         self.copy(tn(T.SSM_OUT, i), m + "out_proj.weight", (D, I))
+        if proj_bias:
+            self.copy(tn(T.SSM_OUT, i, ".bias"), m + "out_proj.bias", (D,), why="mamba_proj_bias is true")
 
     def _block_owners(self) -> dict[int, int]:
         """Shared block b -> the hybrid layer whose ``shared_transf`` it is."""

@@ -15,7 +15,8 @@ HF tensor (numpy shape)                                   GGUF tensor
 model.embed_tokens.weight [V, D]                          token_embd.weight
 model.layers.i.input_layernorm.weight [D]                 blk.i.attn_norm.weight   (Mamba-2 layer)
 model.layers.i.mamba_decoder.input_layernorm.weight [D]   blk.i.attn_norm.weight   (hybrid layer)
-  (mamba_decoder.)mamba.* (Mamba-2 mixer)                 blk.i.ssm_* (as mamba2.py)
+  (mamba_decoder.)mamba.* (Mamba-2 mixer)                 blk.i.ssm_* (as mamba2.py; add_bias_linear: in_proj /
+                                                          out_proj biases as blk.i.ssm_{in,out}.bias)
   linear.weight [D, D]                                    blk.i.shared_linear.weight
 shared_transformer of the first hybrid layer of block b (the others are tied to it):
   input_layernorm.weight [A]                              shared.b.attn_norm.weight
@@ -25,6 +26,8 @@ shared_transformer of the first hybrid layer of block b (the others are tied to 
   feed_forward.gate_up_proj.weight [2 I, D]               shared.b.ffn_gate.weight (rows 0..I),
                                                           shared.b.ffn_up.weight (rows I..2I)
   feed_forward.down_proj.weight [D, I]                    shared.b.ffn_down.weight
+  feed_forward.gate_up_proj.bias [2 I] (add_bias_linear)  shared.b.ffn_gate.bias (0..I), shared.b.ffn_up.bias (I..2I)
+  feed_forward.down_proj.bias [D] (add_bias_linear)       shared.b.ffn_down.bias
   self_attn.linear_{q,k,v}_adapter_list.j.0.weight [r, A] blk.i.attn_{q,k,v}_lora_a.weight
     (only with use_shared_attention_adapter; the MLP adapter is always there)
   self_attn.linear_{q,k,v}_adapter_list.j.1.weight [A, r] blk.i.attn_{q,k,v}_lora_b.weight
@@ -53,7 +56,7 @@ from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA2
 
 _L = r"model\.layers\.\d+\."
-_MIXER = r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.weight|norm\.weight|out_proj\.weight)"
+_MIXER = r"mamba\.(A_log|D|dt_bias|conv1d\.weight|conv1d\.bias|in_proj\.(weight|bias)|norm\.weight|out_proj\.(weight|bias))"
 _ST = _L + r"shared_transformer\."
 # config.json layers_block_type: the transformers 5 names and the original (hub) ones
 _BLOCK_TYPES = {"mamba": False, "linear_attention": False, "hybrid": True}
@@ -111,9 +114,8 @@ class Zamba2Family(Family):
         "mamba_expand mamba_ngroups n_mamba_heads intermediate_size num_attention_heads num_key_value_heads "
         "num_mem_blocks use_shared_attention_adapter adapter_rank use_mem_rope rope_parameters rms_norm_eps "
         "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min "
-        "use_long_context hidden_act",
-        refused={"use_conv_bias": SSM_CONV_BIAS,
-                 "add_bias_linear": Refused((False,), "linear biases: not in the zamba2 GGUF layout")},
+        "use_long_context hidden_act add_bias_linear",
+        refused={"use_conv_bias": SSM_CONV_BIAS},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY,
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)
@@ -125,7 +127,7 @@ class Zamba2Family(Family):
         _L + r"mamba_decoder\.input_layernorm\.weight", _L + r"mamba_decoder\." + _MIXER,
         _ST + r"(input_layernorm|pre_ff_layernorm)\.weight",
         _ST + r"self_attn\.[qkvo]_proj\.weight", _ST + r"self_attn\.linear_[qkv]_adapter_list\.\d+\.[01]\.weight",
-        _ST + r"feed_forward\.(gate_up_proj|down_proj)\.weight",
+        _ST + r"feed_forward\.(gate_up_proj|down_proj)\.(weight|bias)",
         _ST + r"feed_forward\.gate_up_proj_adapter_list\.\d+\.[01]\.weight",
     )
 
@@ -173,6 +175,8 @@ class Zamba2Family(Family):
             raise InputError(f"{c.path}: key 'num_mem_blocks' = {self.n_mem} must be > 0")
         self.attn_adapters = c.flag("use_shared_attention_adapter", False)
         self.use_rope = c.flag("use_mem_rope", False)
+        # add_bias_linear: the Mamba-2 in_proj / out_proj and the shared MLP's gate_up_proj / down_proj biases
+        self.bias = c.flag("add_bias_linear", False)
         # use_long_context: in transformers 5.24 it only sets max_position_embeddings = 16384; the
         # model logs "using rescaled rope_theta" but Zamba2RotaryEmbedding reads rope_theta as given
         # (no rescale: HF's logits are bit-identical with it on or off, zamba2-tiny measured)
@@ -224,6 +228,11 @@ class Zamba2Family(Family):
         copy_shared_attention(self, b, st)
         self._split(tn(T.SHARED_FFN_GATE, b), tn(T.SHARED_FFN_UP, b), st + "feed_forward.gate_up_proj.weight", (2 * I, D))
         self.copy(tn(T.SHARED_FFN_DOWN, b), st + "feed_forward.down_proj.weight", (D, I))
+        if self.bias:
+            t = self.take(st + "feed_forward.gate_up_proj.bias", (2 * I,), why="add_bias_linear is true")
+            self.emit(tn(T.SHARED_FFN_GATE, b, ".bias"), (I,), [Segment(t, 0, 1)], note="elements [0, I) of gate_up's bias")
+            self.emit(tn(T.SHARED_FFN_UP, b, ".bias"), (I,), [Segment(t, 1, 1)], note="elements [I, 2I) of gate_up's bias")
+            self.copy(tn(T.SHARED_FFN_DOWN, b, ".bias"), st + "feed_forward.down_proj.bias", (D,), why="add_bias_linear is true")
 
     def _adapters(self, i: int, j: int, st: str) -> None:
         """Hybrid layer i (the j-th hybrid layer): its adapters, slot j of its shared block's lists."""
@@ -257,7 +266,7 @@ class Zamba2Family(Family):
                 pre += "mamba_decoder."
             self.copy(tn(T.ATTN_NORM, i), pre + "input_layernorm.weight", (D,))
             emit_mamba2_mixer(self, i, pre + "mamba.", D, self.d_inner, self.d_state, self.n_group,
-                              self.ssm_n_head, self.d_conv)
+                              self.ssm_n_head, self.d_conv, proj_bias=self.bias)
         self._omit_tied_copies(owner)
         self.copy(tn(T.OUTPUT_NORM), "model.final_layernorm.weight", (D,))
         self.tied_output("model.embed_tokens.weight", "lm_head.weight", self.n_vocab, D, tie_default=True)

@@ -10,7 +10,8 @@
  * Falcon-H1's muP multipliers are folded into the weights by the converter, as llama.cpp's
  * does (ssm_in_multiplier and the five zxbcdt ssm_multipliers into ssm_in's row blocks,
  * attention_in_multiplier into attn_q/k/v, key_multiplier into attn_k, ssm_out_multiplier into
- * ssm_out, attention_out_multiplier into attn_output), so the sum has no factors here.
+ * ssm_out, attention_out_multiplier into attn_output; the same factors into the biases the
+ * checkpoint may have), so the sum has no factors here.
  * ref: transformers modeling_falcon_h1.py FalconH1DecoderLayer.forward; llama.cpp
  *      src/models/falcon-h1.cpp (attention and build_mamba2_layer on the same attn_norm output).
  */
@@ -21,10 +22,19 @@ static tk_status par_check(const tk_hparams * hp, int il) {
     return tk_mixer_mamba2.check(hp, il);
 }
 
-/* attention tensors, then Mamba-2's (ssm_norm optional: Falcon-H1's mamba_rms_norm) */
+/* attention tensors, then Mamba-2's (ssm_norm optional: Falcon-H1's mamba_rms_norm), then the
+ * in_proj / out_proj biases, each where the file has it (Falcon-H1: mamba_proj_bias gives
+ * ssm_in.bias [W], projectors_bias ssm_out.bias [D], independently; llama.cpp's names) */
 static tk_status par_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
+    const tk_hparams * hp = &m->hp;
     TK_CHECK(tk_mixer_attention.bind(m, tab, il, l));
-    return tk_mamba2_bind(m, tab, il, l, 0);
+    TK_CHECK(tk_mamba2_bind(m, tab, il, l, 0));
+    char nm[128];
+    const int64_t W = 2 * (int64_t) hp->ssm.d_inner + 2 * (int64_t) hp->ssm.n_group * hp->ssm.d_state + hp->ssm.n_head;
+    const int in_b = tk_table_find(tab, tk_blk_name(nm, sizeof nm, il, "ssm_in.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, nm, TK_SHAPE(W), in_b, &l->ssm_in_b));
+    const int out_b = tk_table_find(tab, tk_blk_name(nm, sizeof nm, il, "ssm_out.bias")) != NULL;
+    return tk_bind_vec(m, tab, nm, TK_SHAPE(hp->n_embd), out_b, &l->ssm_out_b);
 }
 
 static int32_t par_rs_pieces(const tk_model * m, int il, tk_rs_piece * out) { return tk_mixer_mamba2.rs_pieces(m, il, out); }

@@ -15,9 +15,11 @@
  *   o = Wo softmax(rope(q) rope(k)^T * scale) v   (scale = attention.scale = (hd/2)^-1/2,
  *       NEOX RoPE over n_rot dims; tk_attention_core)
  *   f = rmsnorm(o) * shared.ffn_norm
- *   g = Wg f + Bg (Af f), u = Wu f + Bu (Af f)       (HF gate_up_proj + its adapter, chunked)
- *   t = shared_linear(Wd (act(g) * u))               (act hp.ffn.act, HF hidden_act: default gelu, the erf form)
- *   out = mamba2(rmsnorm(x + t) * attn_norm)          (mixer_mamba2.c, dt floored at ssm_dt_min)
+ *   g = Wg f + bg + Bg (Af f), u = Wu f + bu + Bu (Af f)   (HF gate_up_proj + its adapter, chunked;
+ *       bg / bu / bd: shared.b.ffn_{gate,up,down}.bias where the file has them, add_bias_linear)
+ *   t = shared_linear(Wd (act(g) * u) + bd)          (act hp.ffn.act, HF hidden_act: default gelu, the erf form)
+ *   out = mamba2(rmsnorm(x + t) * attn_norm)          (mixer_mamba2.c, dt floored at ssm_dt_min; its
+ *       ssm_in / ssm_out biases with add_bias_linear)
  * The block skeleton (forward.c) then adds out to x.
  */
 #include <math.h>
@@ -87,8 +89,18 @@ tk_status tk_zamba_bind_shared(tk_model * m, const tk_table * tab, int32_t b, tk
     TK_CHECK(tk_bind_weight(m, tab, SNAME("attn_v.weight"), TK_SHAPE(A, KV), 1, &l->wv));
     TK_CHECK(tk_bind_weight(m, tab, SNAME("attn_output.weight"), TK_SHAPE(HD, D), 1, &l->wo));
     TK_CHECK(tk_bind_vec(m, tab, SNAME("ffn_norm.weight"), TK_SHAPE(D), 1, &l->ffn_norm));
+    TK_CHECK(tk_bind_ffn(m, tab, shared_name(nm, sizeof nm, b, ""), 1, l));
+    /* Zamba2 add_bias_linear: the MLP's gate / up (gate_up_proj's halves) and down biases, the three
+     * together (absent: none; Zamba's MLP has none) */
+    const int64_t F = l->n_ff;
+    const int biased = tk_table_find(tab, SNAME("ffn_up.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, SNAME("ffn_gate.bias"), TK_SHAPE(F), biased, &l->ffn_gate_b));
+    TK_CHECK(tk_bind_vec(m, tab, SNAME("ffn_up.bias"), TK_SHAPE(F), biased, &l->ffn_up_b));
+    TK_CHECK(tk_bind_vec(m, tab, SNAME("ffn_down.bias"), TK_SHAPE(D), biased, &l->ffn_down_b));
+    if (!biased && (l->ffn_gate_b || l->ffn_down_b))
+        return TK_FAIL(TK_ERR_INVALID, "%s: shared block %d: ffn_gate.bias / ffn_down.bias without ffn_up.bias", tab->path, b);
 #undef SNAME
-    return tk_bind_ffn(m, tab, shared_name(nm, sizeof nm, b, ""), 1, l);
+    return TK_OK;
 }
 
 static tk_status z2_bind(tk_model * m, const tk_table * tab, int il, tk_layer * l) {
@@ -174,10 +186,15 @@ tk_status tk_zamba_shared_block(tk_context * ctx, const tk_layer * l, int il, co
     tk_rms_norm_rows(ctx, out, l->ffn_norm, hp->rms_eps, D, U, ctx->cur);
     TK_CHECK(z2_proj_lora(ctx, &l->ffn_gate, &l->ffn_lora_a, &l->ffn_gate_lora_b, ctx->cur, U, ctx->g));
     TK_CHECK(z2_proj_lora(ctx, &l->ffn_up, &l->ffn_lora_a, &l->ffn_up_lora_b, ctx->cur, U, ctx->u));
+    if (l->ffn_up_b) {   /* add_bias_linear: gate_up_proj's bias (its adapter has none) */
+        tk_bias_rows(ctx, ctx->g, l->ffn_gate_b, F, U, 0);
+        tk_bias_rows(ctx, ctx->u, l->ffn_up_b, F, U, 0);
+    }
     tk_rows_job j = {ctx->u, NULL, ctx->g, F, F, F, 0.0f, 1};
     j.act = hp->ffn.act;   /* HF hidden_act (gelu by default) */
     tk_par_rows(ctx->pool, U, F, z2_gelu_mul_rows, &j);
     TK_CHECK(tk_matmul(&l->ffn_down, 0, ctx->g, U, out, &ctx->mm));
+    if (l->ffn_down_b) tk_bias_rows(ctx, out, l->ffn_down_b, D, U, 0);   /* before shared_linear (no bias) */
     return tk_matmul(&l->shared_linear, 0, out, U, ctx->cur, &ctx->mm);
 }
 
