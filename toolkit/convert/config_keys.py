@@ -67,9 +67,6 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
-# the Mamba-2 kinds' dt clamp (HF time_step_limit, default (0, inf)): refused unless off
-DT_LIMIT = Refused(((0.0, float("inf")),), "a dt clamp: neither the runtime nor llama.cpp has one", bad=[0.0, 0.1])
-
 # Attributes whose meaning is the same in every HF class that has them, and that change
 # neither the tensors nor the computation of the logits.  A family adds its own.
 COMMON_IRRELEVANT: dict[str, str] = {
