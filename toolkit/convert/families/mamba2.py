@@ -24,7 +24,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 import math
 
-from toolkit.convert.config_keys import ConfigKeys, Refused, _num
+from toolkit.convert.config_keys import ConfigKeys, Refused, json_number
 from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
@@ -123,7 +123,7 @@ def dt_limit_kv(fam: Family, floor: float | None = None) -> list:
         v = c.d.get("time_step_limit")
         if v is None:
             return []
-        lim = [_num(x) for x in v] if isinstance(v, (list, tuple)) else None
+        lim = [json_number(x) for x in v] if isinstance(v, (list, tuple)) else None
         if (lim is None or len(lim) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x)
                                                for x in lim)):
             raise InputError(f"{c.path}: key 'time_step_limit' must be two numbers [min, max], got {v!r}")
