@@ -58,10 +58,11 @@ def test_partial_yarn_is_unsupported(monkeypatch, capsys, tmp_path):
                  "is not supported with yarn", code=3)
 
 
-def test_conv_bias_is_unsupported(monkeypatch, capsys, tmp_path):
+def test_conv_bias_without_its_tensors(monkeypatch, capsys, tmp_path):
+    """conv_bias true converts (lfm3-convbias-tiny); a checkpoint without the biases names the first."""
     d = copy(tmp_path, "lfm3-tiny")
     edit_config(d, conv_bias=True)
-    expect_error(monkeypatch, capsys, tmp_path, d, "key 'conv_bias' = true is not supported", code=3)
+    expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor 'model.layers.0.conv.in_proj.bias'", "conv_bias is true")
 
 
 def test_missing_sandwich_norm(monkeypatch, capsys, tmp_path):

@@ -12,6 +12,7 @@ tools/make_*_fixtures.py.
     zamba-projbias-tiny   Zamba         mamba_proj_bias: in_proj (de-interleaved) / out_proj biases (blk.i.ssm_{in,out}.bias)
     zamba2-bias-tiny      Zamba2        add_bias_linear: Mamba-2 in_proj / out_proj biases (blk.i.ssm_{in,out}.bias) and
                                         the shared MLP's (shared.b.ffn_{gate,up,down}.bias, gate_up_proj's halves)
+    lfm3-convbias-tiny    LFM3          conv_bias, as LFM2's (tools/make_dtclamp_fixtures.py)
 
 Made without torch by tools/make_config_variant_fixtures.py, reference.npz from the float64 NumPy
 forward of tests/mamba_ref.py (checked against each base fixture's HF logits below):
@@ -72,6 +73,7 @@ VARIANTS = [
     ("olmohybrid-bias-tiny", "attention_bias", 1e-5, (0,)),
     ("falconh1-attnbias-tiny", "attention_bias", 1e-5, ()),
     ("lfm2-convbias-tiny", "conv_bias", 1e-5, ()),
+    ("lfm3-convbias-tiny", "conv_bias", 1e-5, ()),
     ("bamba-bias-tiny", "biases", 1e-5, (2,)),
     ("granitehybrid-bias-tiny", "biases", 1e-5, (2,)),
     ("mamba2-bias-tiny", "biases", 1e-5, (2,)),
@@ -165,6 +167,39 @@ def test_the_flag_matters(fixtures, tmp_path, name, flag, bound, suppress):
     convert(str(d), str(tmp_path / "z.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "z.gguf", ref["tokens"]), ref["logits"]) > 100 * bound
+
+
+# the Mamba-2 dt clamp fixtures (tools/make_dtclamp_fixtures.py; their f32 parity is their
+# tests/families.py row): the config key that sets HF's dt_limit, and its value that clamps nothing
+DT_CLAMP = [("mamba2-dtclamp-tiny", "time_step_limit", [0.0, "Infinity"]),
+            ("bamba-dtclamp-tiny", "time_step_limit", [0.0, "Infinity"]),
+            ("falconh1-dtclamp-tiny", "time_step_limit", [0.0, "Infinity"]),
+            ("nemotronh-dtmin-tiny", "time_step_min", 0.0),
+            ("zamba2-noconvb-tiny", "time_step_min", 0.0),
+            ("zamba2-dtfloor-tiny", "time_step_min", 0.0)]
+
+
+@pytest.mark.parametrize("name,key,off", DT_CLAMP, ids=[v[0] for v in DT_CLAMP])
+def test_the_dt_clamp_matters(fixtures, tmp_path, name, key, off):
+    """Calibration: the same checkpoint converted with the clamp off (no ssm.dt_min / dt_max in
+    the file) is far from HF, so the fixture's parity row would fail on a converter or runtime
+    that dropped the clamp."""
+    import json
+    import os
+
+    from parity_util import logits_of, rel_l2
+    from toolkit.convert import convert
+    src, d = fixtures / "hf" / name, tmp_path / name
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg[key] = off
+    (d / "config.json").write_text(json.dumps(cfg))
+    convert(str(d), str(tmp_path / "u.gguf"), "f32")
+    ref = np.load(src / "reference.npz")
+    assert rel_l2(logits_of(tmp_path / "u.gguf", ref["tokens"]), ref["logits"]) > 1e-3
 
 
 @pytest.mark.parametrize("name,key,value", [("laramini-var-tiny", "norm_topk_prob", True)])

@@ -102,7 +102,8 @@ def test_logits_do_not_depend_on_the_thread_count(hf_f32):
 # (ours: max_position_embeddings); the layer list, the Mamba-2 head dim and the RMS epsilon under
 # its own key are ours; general.* model-card keys are llama.cpp's alone.
 DIFFERENT = {"feed_forward_length", "context_length"}
-OURS_ONLY = {"attention.layer_indices", "ssm.head_dim", "attention.layer_norm_rms_epsilon"}
+# ssm.dt_min: HF's dt floor (NemotronHMamba2Mixer dt_limit = (time_step_min, inf)); llama.cpp's scan has none
+OURS_ONLY = {"attention.layer_indices", "ssm.head_dim", "attention.layer_norm_rms_epsilon", "ssm.dt_min"}
 GENERAL_MAY_DIFFER = {"general.name", "general.type", "general.size_label", "general.basename",
                       "general.quantization_version"}
 

@@ -174,6 +174,11 @@ HPARAMS: tuple[HParam, ...] = (
     _f("gdn_beta_scale", 0.0, "GDN beta = sigmoid(b) * this (2: beta in (0, 2)); 0: 1", group="gdn",
        key=_K.SSM.BETA_SCALE, absent=1.0, gt=0.0),
     _f("gdn_norm_eps", 0.0, "epsilon of the GDN gated norm; 0: rms_eps", group="gdn"),
+    _f("ssm_dt_min", 0.0, "Mamba-2 dt = min(max(softplus(dt + dt_bias), dt_min), dt_max) (HF's dt_limit: "
+       "time_step_limit[0]; Zamba2 / Nemotron-H time_step_min); 0 = no floor", group="ssm",
+       key=_K.SSM.DT_MIN, absent=0.0, lo=0.0, kinds=_MAMBA2),
+    _f("ssm_dt_max", 0.0, "the Mamba-2 dt ceiling (HF time_step_limit[1]); 0 = none (HF's inf)", group="ssm",
+       key=_K.SSM.DT_MAX, absent=0.0, lo=0.0, kinds=_MAMBA2),
     _b("ssm_norm_before_gate", False, "Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate); "
        "0 y = rmsnorm(y * silu(z)) w", group="ssm", c="norm_before_gate", key=_K.SSM.NORM_BEFORE_GATE, absent=False,
        kinds=_MAMBA2),
@@ -234,8 +239,6 @@ HPARAMS: tuple[HParam, ...] = (
     # zamba2
     _i("n_shared_block", 0, "M shared blocks: the j-th hybrid layer runs shared.{j % M}", group="zamba",
        kinds=(LayerKind.ZAMBA2_SHARED, LayerKind.ZAMBA_SHARED)),
-    _f("ssm_dt_min", 0.0, "Mamba-2 dt = max(softplus(dt + dt_bias), dt_min); 0 = no floor", group="ssm",
-       key=_K.Zamba2.SSM_DT_MIN, absent=0.0, lo=0.0, kinds=(LayerKind.ZAMBA2_SHARED,)),
     # qwen4exp
     _i("hc_count", 0, "hyper-connection streams (0: the plain residual)", group="hc",
        key=_K.HyperConnection.COUNT, lo=1, hi=64),

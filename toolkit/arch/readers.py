@@ -214,7 +214,8 @@ def read_lfm2_moe_routing(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
 
 
 def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """Mamba-2 heads (= time_step_rank), head dim and B/C groups, checked against d_inner."""
+    """Mamba-2 heads (= time_step_rank), head dim and B/C groups, checked against d_inner; the
+    dt clamp ``ssm.dt_min`` / ``ssm.dt_max`` (ours, absent: none)."""
     hp.n_group = int(r.opt(Keys.SSM.GROUP_COUNT, 1))
     hp.ssm_n_head = hp.dt_rank
     if hp.d_inner % hp.ssm_n_head:
@@ -224,6 +225,7 @@ def read_mamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
         raise r.bad(Keys.SSM.HEAD_DIM, f"= {hp.ssm_head_dim} disagrees with inner_size / time_step_rank = {hp.d_inner // hp.ssm_n_head}")
     if hp.n_group <= 0 or hp.ssm_n_head % hp.n_group:
         raise r.bad(Keys.SSM.GROUP_COUNT, f"= {hp.n_group} does not divide the head count {hp.ssm_n_head}")
+    r.fill(hp, "ssm_dt_min", "ssm_dt_max")   # HF's dt_limit clamp (ours; absent: none)
 
 
 def read_norm_before_gate(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
@@ -389,7 +391,7 @@ def read_ffn(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     """Zamba2 and Zamba (README "Zamba2 layout", "Zamba layout"): the hybrid layers, the
-    shared-block map, the dt floor (zamba2).
+    shared-block map (the dt floor ssm.dt_min: :func:`read_mamba2`).
 
     ``shared_block_map`` [block_count] holds -1 on a Mamba-2 layer and, on a hybrid layer, the
     shared block it runs, which must be (its rank among the hybrid layers) % shared_block_count
@@ -412,7 +414,6 @@ def read_zamba2(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     if bmap != want:
         raise r.bad(Keys.Zamba2.SHARED_BLOCK_MAP, f"= {bmap[:16]} disagrees with attention.layer_indices {hybrid[:16]} "
                     f"and shared_block_count {hp.n_shared_block} (expected {want[:16]})")
-    r.fill(hp, "ssm_dt_min")
     kind = _ZAMBA_HYBRID[spec.recurrent]
     hp.layer_kinds = [kind if i in set(hybrid) else spec.recurrent for i in range(n_layer)]
 

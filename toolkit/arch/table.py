@@ -207,12 +207,14 @@ LARA_MINI_MIXER_TENSORS = {**QWEN35_MIXER_TENSORS,
 # LFM2: attention with q/k RMSNorms (no output gate)
 LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENSORS}
 # LFM3: LFM2's, plus the per-head output gate attn_gate [D, H] (use_attention_gate) and the
-# sandwich norms on every block (use_sandwich_norm; the row's Norm.SANDWICH), each all-or-none
+# sandwich norms on every block (use_sandwich_norm; the row's Norm.SANDWICH), each all-or-none;
+# the short conv's three biases (conv_bias) as LFM2's
 _SANDWICH = ((_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),)
 LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
                                                      optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
-                      LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required, optional=_SANDWICH)}
+                      LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required,
+                                                     optional=SHORTCONV_TENSORS.optional + _SANDWICH)}
 # RecurrentGemma: local attention with o_proj's bias always, q / k / v biases with attention_bias
 RECURRENT_GEMMA_MIXER_TENSORS = {
     **MIXER_TENSORS,

@@ -47,8 +47,9 @@ class Refused:
         return _BAD_STR
 
 
-def _num(v: Any) -> Any:
-    """transformers 5 writes inf as ``{"__float__": "Infinity"}``; json reads ``Infinity``."""
+def json_number(v: Any) -> Any:
+    """A config.json number as HF reads it: transformers 5 writes inf as ``{"__float__": "Infinity"}``,
+    json reads ``Infinity``; the strings "inf" / "Infinity" / "-inf" / "NaN" become floats."""
     if isinstance(v, dict) and set(v) == {"__float__"}:
         v = v["__float__"]
     if isinstance(v, str) and v in ("inf", "Infinity", "-inf", "-Infinity", "NaN"):
@@ -59,16 +60,13 @@ def _num(v: Any) -> Any:
 def same(a: Any, b: Any) -> bool:
     """JSON values equal as HF compares them (tuples as lists, 1 == 1.0, inf spelled
     ``"inf"``, ``Infinity`` or ``{"__float__": "Infinity"}``)."""
-    a, b = _num(a), _num(b)
+    a, b = json_number(a), json_number(b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     return a == b
 
-
-# the Mamba-2 kinds' dt clamp (HF time_step_limit, default (0, inf)): refused unless off
-DT_LIMIT = Refused(((0.0, float("inf")),), "a dt clamp: neither the runtime nor llama.cpp has one", bad=[0.0, 0.1])
 
 # Attributes whose meaning is the same in every HF class that has them, and that change
 # neither the tensors nor the computation of the logits.  A family adds its own.
@@ -211,5 +209,5 @@ class ConfigKeys:
 
 def _short(v: Any) -> str:
     """``v`` as config.json spells it (true, null, "silu", [0.0, Infinity]), cut at 60 characters."""
-    s = json.dumps(_num(v) if not isinstance(v, tuple) else list(v))
+    s = json.dumps(json_number(v) if not isinstance(v, tuple) else list(v))
     return s if len(s) <= 60 else s[:57] + "..."

@@ -133,6 +133,12 @@ class Keys:
         # ours (not in llama.cpp): Mamba-1 heads with their own x_proj / dt_proj (Zamba v1
         # n_mamba_heads; docs/specs/more-hybrids.md §7.3)
         HEAD_COUNT = "{arch}.ssm.head_count"
+        # ours (not in llama.cpp, whose Mamba-2 scan has no dt clamp): the Mamba-2 dt clamp
+        # dt = min(max(softplus(dt + dt_bias), dt_min), dt_max) of HF's chunked scan (dt_limit:
+        # time_step_limit for Mamba-2 / Bamba / Granite 4.0-H / Falcon-H1, (time_step_min, inf) for
+        # Zamba2 and Nemotron-H), each written only when it clamps (dt_min > 0, dt_max finite)
+        DT_MIN = "{arch}.ssm.dt_min"
+        DT_MAX = "{arch}.ssm.dt_max"
         # ours (not in llama.cpp): the gated delta net's beta = sigmoid(b) * beta_scale (OLMo-Hybrid's
         # linear_allow_neg_eigval: 2.0, beta in (0, 2); docs/specs/more-hybrids.md §3.3), written only
         # when it is not 1, llama.cpp's GDN value; a file without it reads 1
@@ -181,7 +187,7 @@ class Keys:
         SHARED_BLOCK_COUNT = "{arch}.shared_block_count"  # num_mem_blocks: shared.{b}.* sets stored once
         SHARED_BLOCK_MAP = "{arch}.shared_block_map"      # INT32 [block_count]: -1 Mamba-2 only, else b
         ADAPTER_RANK = "{arch}.adapter_rank"              # LoRA rank r of the per-layer adapters
-        SSM_DT_MIN = "{arch}.ssm.dt_min"                  # time_step_min: dt floor of the chunked scan
+        SSM_DT_MIN = "{arch}.ssm.dt_min"                  # time_step_min: dt floor of the chunked scan (= SSM.DT_MIN)
 
     class PerLayerEmbedding:
         """Per-layer n-gram hash embeddings, PLE (qwen4exp); llama.cpp 0c1e570's gguf-py

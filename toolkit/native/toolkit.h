@@ -165,10 +165,13 @@ typedef struct {
     int32_t dt_b_c_rms;            /* weightless RMS norm of dt, B, C (Falcon-Mamba) */
     /* epsilon of the Mamba-1 dt / B / C RMSNorms (dt_b_c_rms, dt_b_c_norms); 0: rms_eps */
     float dt_b_c_eps;
+    /* Mamba-2 dt = min(max(softplus(dt + dt_bias), dt_min), dt_max) (HF's dt_limit: time_step_limit[0];
+     * Zamba2 / Nemotron-H time_step_min); 0 = no floor */
+    float dt_min;
+    float dt_max;                  /* the Mamba-2 dt ceiling (HF time_step_limit[1]); 0 = none (HF's inf) */
     /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate); 0 y = rmsnorm(y *
      * silu(z)) w */
     int32_t norm_before_gate;
-    float dt_min;                  /* Mamba-2 dt = max(softplus(dt + dt_bias), dt_min); 0 = no floor */
     /* Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors)
      * [spec.ssm_dt_b_c_norms] */
     int32_t dt_b_c_norms;

@@ -69,7 +69,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.families.mamba2 import dt_limit_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_FALCON_H1
@@ -86,9 +87,8 @@ class FalconH1Family(Family):
         "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
         "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
         "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
-        "mamba_conv_bias attention_bias mamba_proj_bias projectors_bias mlp_bias",
-        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
-                 "time_step_limit": DT_LIMIT},
+        "mamba_conv_bias attention_bias mamba_proj_bias projectors_bias mlp_bias time_step_limit",
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
@@ -203,7 +203,7 @@ class FalconH1Family(Family):
             # ours: every layer has attention; Mamba-2 head dim; the gate order when it is not llama.cpp's
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), list(range(self.n_layer))),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.ssm_head_dim),
-        ] + rope_scaling_kv(c, key)
+        ] + rope_scaling_kv(c, key) + dt_limit_kv(self)
         if self.rms_norm and self.norm_before_gate:
             p.kv.append(kv_bool(key(Keys.SSM.NORM_BEFORE_GATE), True))
         D, m = self.n_embd, self.mult

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family, head_perm
-from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
-from toolkit.convert.families.mamba2 import emit_mamba2_mixer
+from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.families.mamba2 import dt_limit_kv, emit_mamba2_mixer
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
@@ -58,9 +58,8 @@ class GraniteHybridFamily(Family):
         "num_key_value_heads rms_norm_eps max_position_embeddings attn_layer_indices layer_types mamba_n_heads "
         "mamba_d_head mamba_n_groups mamba_d_state mamba_d_conv mamba_expand rope_parameters embedding_multiplier "
         "logits_scaling residual_multiplier attention_multiplier num_local_experts num_experts_per_tok "
-        "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias",
-        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU"),
-                 "time_step_limit": DT_LIMIT},
+        "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias time_step_limit",
+        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
@@ -178,7 +177,7 @@ class GraniteHybridFamily(Family):
             # ours: explicit layer list and Mamba-2 head dim
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn)),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.ssm_head_dim),
-        ]
+        ] + dt_limit_kv(self)
         if self.use_rope:     # HF runs ROPE_INIT_FUNCTIONS only with its rotary embedding (not "nope")
             p.kv += rope_scaling_kv(c, key)
 

@@ -41,14 +41,13 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import KV, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_LFM2, ARCH_LFM2MOE, GGUFValueType
 
-# the short conv's biases (HF conv_bias, in_proj / conv / out_proj): LFM2 and LFM2-MoE convert them (our
-# names: llama.cpp's lfm2 layout has none); LFM3 refuses them (no fixture shows its runtime with them)
-CONV_BIAS = Refused((False,), "short-conv biases: converted for LFM2 only, not verified for LFM3")
+# the short conv's biases (HF conv_bias, in_proj / conv / out_proj): LFM2, LFM2-MoE and LFM3 convert
+# them (our names: llama.cpp's lfm2 layout has none)
 
 _L = r"model\.layers\.\d+\."
 _CONV_TYPE, _ATTN_TYPE = "conv", "full_attention"

@@ -39,7 +39,7 @@ from types import SimpleNamespace
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.config_keys import ConfigKeys, Refused
-from toolkit.convert.families.lfm2 import CONV_BIAS, LFM2Family
+from toolkit.convert.families.lfm2 import LFM2Family
 from toolkit.convert.plan import KV, kv_f32, kv_u32
 from toolkit.convert.rope_scaling import SCALED_WHY, rope_scaling_kv
 
@@ -60,9 +60,8 @@ class LFM3Family(LFM2Family):
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache layer_types head_dim "
-        "sliding_window use_sandwich_norm use_attention_gate",
-        refused={"conv_bias": CONV_BIAS,
-                 "attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's lfm3 attention")},
+        "sliding_window use_sandwich_norm use_attention_gate conv_bias",
+        refused={"attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's lfm3 attention")},
         rope_types=("default", "proportional", "linear", "yarn"), rope_why=SCALED_WHY, aliases={"rms_norm_eps": "norm_eps"})
     families = ("LFM3",)
     llama_cpp = False   # llama.cpp 0c1e570 has no lfm3 (nor does it load this file as lfm2: sliding window, gates)
@@ -70,7 +69,7 @@ class LFM3Family(LFM2Family):
     arch = ARCH_LFM3
     known = (r"model\.embed_tokens\.weight", r"model\.embedding_norm\.weight", r"lm_head\.weight",
              _L + r"(?:operator_norm|ffn_norm|post_operator_norm|post_ffn_norm)\.weight",
-             _L + r"conv\.(?:in_proj|conv|out_proj)\.weight",
+             _L + r"conv\.(?:in_proj|conv|out_proj)\.(?:weight|bias)",
              _L + r"self_attn\.(?:q_proj|k_proj|v_proj|o_proj|q_norm|k_norm|gate_proj)\.weight",
              _L + r"feed_forward\.w[123]\.weight")
 
@@ -97,6 +96,7 @@ class LFM3Family(LFM2Family):
             raise InputError(f"{c.path}: key 'sliding_window' = {self.window} is out of range (must be <= {1 << 24})")
         self.sandwich = c.flag("use_sandwich_norm", True)
         self.gate = c.flag("use_attention_gate", True)
+        self.conv_bias = c.flag("conv_bias", False)   # the short conv's in_proj / conv / out_proj biases (LFM2's path)
         self.types = self._layer_types()
         self.attn_layers = [i for i, t in enumerate(self.types) if t != "conv"]
         self.scaling = []      # rope.scaling.* of the full layers (_rope)

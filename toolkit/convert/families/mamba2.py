@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.config_keys import DT_LIMIT, ConfigKeys, Refused
+import math
+
+from toolkit.convert.config_keys import ConfigKeys, Refused, json_number
 from toolkit.convert.plan import kv_f32, kv_u32
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
 
 _L = r"backbone\.layers\.\d+\."
@@ -37,10 +39,9 @@ class Mamba2Family(Family):
     hf_configs = ("Mamba2Config",)
     config_keys = ConfigKeys.of(
         "num_heads head_dim vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel "
-        "n_groups tie_word_embeddings use_bias use_conv_bias",
+        "n_groups tie_word_embeddings use_bias use_conv_bias time_step_limit",
         irrelevant={"time_step_rank": "not used by HF's Mamba-2 mixer"},
-        refused={"hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp"),
-                 "time_step_limit": DT_LIMIT})
+        refused={"hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp")})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -90,7 +91,7 @@ class Mamba2Family(Family):
             kv_u32(key(Keys.SSM.GROUP_COUNT), self.n_group),
             kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.head_dim),   # ours; llama.cpp derives it
-        ]
+        ] + dt_limit_kv(self)
         D = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
         for i in range(self.n_layer):
@@ -102,6 +103,43 @@ class Mamba2Family(Family):
         self.tied_output("backbone.embeddings.weight", "lm_head.weight", self.n_vocab, D, tie_default=False)
         self.check_leftovers()
         return p
+
+
+def dt_limit_kv(fam: Family, floor: float | None = None) -> list:
+    """The dt clamp keys ``ssm.dt_min`` / ``ssm.dt_max`` (ours: llama.cpp's Mamba-2 scan has no
+    clamp) of HF's chunked scan, dt = clamp(softplus(dt + dt_bias), lo, hi) (``dt_limit``).
+
+    floor None: (lo, hi) is config.json's ``time_step_limit`` (Mamba-2, Bamba / Granite 4.0-H,
+    Falcon-H1; absent or null: (0, inf)); else (floor, inf) (Nemotron-H: its mixer sets dt_limit
+    = (time_step_min, inf) and never reads time_step_limit).  Each key is written only where it
+    clamps (lo > 0, hi finite), so a file without a clamp is the one written before.  HF applies
+    the clamp in its prompt (chunked) pass, not in its one-token decode step
+    (mamba2_selective_state_update takes no dt_limit); the runtime applies it at every token.
+    """
+    c = fam.cfg
+    if floor is not None:
+        lo, hi = floor, math.inf
+    else:
+        v = c.d.get("time_step_limit")
+        if v is None:
+            return []
+        lim = [json_number(x) for x in v] if isinstance(v, (list, tuple)) else None
+        if (lim is None or len(lim) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x)
+                                               for x in lim)):
+            raise InputError(f"{c.path}: key 'time_step_limit' must be two numbers [min, max], got {v!r}")
+        lo, hi = float(lim[0]), float(lim[1])
+    if not math.isfinite(lo) and lo > 0:
+        raise UnsupportedError(f"{c.path}: key 'time_step_limit' = {[lo, hi]}: an infinite dt floor is not supported")
+    if not hi > 0:
+        raise UnsupportedError(f"{c.path}: key 'time_step_limit' = {[lo, hi]}: a dt ceiling <= 0 (every dt {hi}) "
+                               "is not supported")
+    key = fam.key
+    out = []
+    if lo > 0:   # softplus >= 0: a floor <= 0 clamps nothing
+        out.append(kv_f32(key(Keys.SSM.DT_MIN), lo))
+    if math.isfinite(hi):
+        out.append(kv_f32(key(Keys.SSM.DT_MAX), hi))
+    return out
 
 
 def emit_mamba2_mixer(fam: Family, i: int, m: str, D: int, d_inner: int, N: int, G: int, H: int, K: int,

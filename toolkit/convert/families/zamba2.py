@@ -48,7 +48,6 @@ from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.families.mamba2 import emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
-from toolkit.convert.base import SSM_CONV_BIAS
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
@@ -115,7 +114,8 @@ class Zamba2Family(Family):
         "num_mem_blocks use_shared_attention_adapter adapter_rank use_mem_rope rope_parameters rms_norm_eps "
         "tie_word_embeddings hybrid_layer_ids mamba_headdim attention_head_dim attention_hidden_size time_step_min "
         "use_long_context hidden_act add_bias_linear",
-        refused={"use_conv_bias": SSM_CONV_BIAS},
+        irrelevant={"use_conv_bias": "not read by HF's model: Zamba2MambaMixer builds conv1d with bias=True "
+                                      "whatever it says (the checkpoint has conv1d.bias)"},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY,
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba2",)

@@ -6,7 +6,7 @@
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   state per sequence: "conv" [CD, K-1] (causal conv window), "ssm" [H, P, N]
  * Formula:
- *   (z, xBC, dt) = in_proj(cur) [W] (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), floored at ssm_dt_min when set (zamba2)
+ *   (z, xBC, dt) = in_proj(cur) [W] (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), clamped to [ssm_dt_min, ssm_dt_max] where set (HF dt_limit)
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
  *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y) (+ ssm_out.bias with ssm_in.bias)
@@ -128,8 +128,10 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t t = 0; t < U; t++) {
         float * dtr = ctx->proj + (int64_t) t * W + DI + CD;
         for (int32_t h = 0; h < H; h++) dtr[h] = tk_softplus(dtr[h] + l->ssm_dt_b[h]);
-        if (hp->ssm.dt_min > 0.0f)   /* zamba2: the chunked scan's dt_limit floor */
+        if (hp->ssm.dt_min > 0.0f)   /* HF's dt_limit floor: time_step_limit[0] (Zamba2, Nemotron-H: time_step_min) */
             for (int32_t h = 0; h < H; h++) dtr[h] = fmaxf(dtr[h], hp->ssm.dt_min);
+        if (hp->ssm.dt_max > 0.0f)   /* its ceiling: time_step_limit[1] (torch.clamp: the floor, then this) */
+            for (int32_t h = 0; h < H; h++) dtr[h] = fminf(dtr[h], hp->ssm.dt_max);
     }
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         float * state = rv.piece[1] + (size_t) rv.ub_cells[s] * rv.piece_n[1];
