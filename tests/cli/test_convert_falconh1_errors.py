@@ -28,7 +28,7 @@ def test_bad_config_value(monkeypatch, capsys, tmp_path, key, value, needle):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", needle)
 
 
-@pytest.mark.parametrize("key, value", [("mamba_proj_bias", True), ("hidden_act", "gelu"), ("time_step_limit", [0.0, 8.0])])
+@pytest.mark.parametrize("key, value", [("mamba_proj_bias", True), ("hidden_act", "mish"), ("time_step_limit", [0.0, 8.0])])
 def test_unsupported_option(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, NAME)
     edit_config(d, **{key: value})

@@ -46,7 +46,7 @@ def test_mamba_heads_not_dividing_the_inner_size(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "config.json", "n_mamba_heads 3")
 
 
-@pytest.mark.parametrize("key,value", [("mamba_proj_bias", True), ("hidden_act", "silu"), ("hidden_mamba_act", "gelu"),
+@pytest.mark.parametrize("key,value", [("mamba_proj_bias", True), ("hidden_act", "silu"), ("hidden_mamba_act", "mish"),
                                        ("attention_hidden_size", 96)])
 def test_unsupported_variants(monkeypatch, capsys, tmp_path, key, value):
     d = copy(tmp_path, TIED)

@@ -169,6 +169,9 @@ typedef struct {
      * silu(z)) w */
     int32_t norm_before_gate;
     float dt_min;                  /* Mamba-2 dt = max(softplus(dt + dt_bias), dt_min); 0 = no floor */
+    /* act after the causal conv of the Mamba-1 / Mamba-2 / GDN / KDA mixers (HF hidden_act, Nemotron-H
+     * mamba_hidden_act, Zamba hidden_mamba_act): TK_ACT_* as ffn_act, 0 silu (ssm.activation, ours) */
+    int32_t act;
     /* Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors)
      * [spec.ssm_dt_b_c_norms] */
     int32_t dt_b_c_norms;

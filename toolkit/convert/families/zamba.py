@@ -48,6 +48,7 @@ from toolkit.convert.base import Family
 from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
 from toolkit.convert.plan import kv_arr_i32, kv_u32
 from toolkit.convert.base import SSM_PROJ_BIAS
+from toolkit.convert.activation import ssm_act_kv
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -64,11 +65,11 @@ class ZambaFamily(Family):
     config_keys = ConfigKeys.of(
         "vocab_size tie_word_embeddings hidden_size attention_hidden_size intermediate_size num_hidden_layers "
         "num_attention_heads attention_head_dim num_key_value_heads n_mamba_heads rms_norm_eps attn_layer_period "
-        "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type",
+        "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type "
+        "hidden_mamba_act",
         irrelevant={"max_position_embeddings": "Zamba has no RoPE; no context limit is written (llama.cpp's converter neither)"},
         refused={"mamba_proj_bias": SSM_PROJ_BIAS,
-                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU"),
-                 "hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
+                 "hidden_act": Refused(("gelu",), "the runtime's shared-block MLP is GeLU")},
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba",)
     llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
@@ -132,6 +133,9 @@ class ZambaFamily(Family):
             kv_u32(key(Keys.Zamba2.SHARED_BLOCK_COUNT), self.n_mem),
             kv_arr_i32(key(Keys.Zamba2.SHARED_BLOCK_MAP), bmap),
         ]
+        # hidden_mamba_act: the Mamba conv's act (causal_conv1d_fn activation=); the gate z's is F.silu, fixed.
+        # Written only when not silu
+        p.kv += ssm_act_kv(self.cfg.path, self.cfg.d, key, attr="hidden_mamba_act")
 
     def _shared_block(self, b: int, st: str) -> None:
         D, F = self.n_embd, self.n_ff

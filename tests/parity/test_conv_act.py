@@ -1,0 +1,69 @@
+"""The mixers' conv activation (issue 43): HF's ``hidden_act`` (Nemotron-H ``mamba_hidden_act``,
+Zamba ``hidden_mamba_act``) is the activation after the causal conv of the Mamba-1 / Mamba-2 / GDN /
+KDA mixers (``causal_conv1d_fn(..., activation=...)``), and, where the attribute is ``hidden_act`` of
+a family with an MLP, the MLP / experts' gate too.  The converter writes ours
+``{arch}.ssm.activation`` (and ``{arch}.feed_forward.activation``) only when not silu.
+
+The fixtures (tools/make_conv_act_fixtures.py: a family fixture's weights with the attribute changed,
+HF float32 logits) run at HF accuracy as rows of tests/families.py (parity, two_seq); here: each key
+the file carries matters (without it the run is far from HF's), a file at the default has neither
+key, and a bad value in a file is one error line.
+"""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from families import BY_NAME
+from gguf_edit_util import rewrite, run_error
+from parity_util import logits_of, rel_l2
+
+pytestmark = pytest.mark.native
+
+# (fixture, its base fixture, the keys (less "{arch}.") the conversion writes, with their values)
+FIXTURES = [
+    ("mamba-gelu-tiny", "mamba-tiny", {"ssm.activation": "gelu"}),
+    ("mamba2-gelu-tiny", "mamba2-tiny", {"ssm.activation": "gelu_pytorch_tanh"}),
+    ("bamba-gelu-tiny", "bamba-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("qwen35-gelu-tiny", "qwen35-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("kimilinear-gelu-tiny", "kimilinear-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("nemotronh-relu-tiny", "nemotronh-dense-tiny", {"ssm.activation": "relu"}),
+    ("zamba-gelutanh-tiny", "zamba-tiny", {"ssm.activation": "gelu_pytorch_tanh"}),
+]
+CASES = [(name, key) for name, _, keys in FIXTURES for key in keys]
+
+
+def _act_keys(path) -> dict[str, str]:
+    r = gguf.GGUFReader(str(path))
+    arch = r.fields["general.architecture"].contents()
+    return {k[len(arch) + 1:]: r.fields[k].contents() for k in r.fields if k.endswith(".activation")}
+
+
+@pytest.mark.parametrize("name,base,keys", FIXTURES, ids=[f[0] for f in FIXTURES])
+def test_the_file_has_the_keys_and_the_default_file_none(hf_f32, name, base, keys):
+    """The variant's file says HF's name; its base fixture (silu) converts without either key, so
+    default files are byte-identical to before the keys existed."""
+    assert _act_keys(hf_f32(name)) == keys
+    assert _act_keys(hf_f32(base)) == {}
+
+
+@pytest.mark.parametrize("name,key", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+def test_each_key_matters(hf_f32, tmp_path, name, key):
+    """Calibration: the same file without the key (that activation read as silu) is far from HF,
+    so the families rows would fail on a runtime or converter that dropped it; a family whose
+    hidden_act also sets the MLP is checked key by key (the conv's alone matters)."""
+    src = hf_f32(name)
+    arch = gguf.GGUFReader(str(src)).fields["general.architecture"].contents()
+    out = tmp_path / "dropped.gguf"
+    rewrite(src, out, drop_kv=(f"{arch}.{key}",))
+    ref = np.load(BY_NAME[name].hf / "reference.npz")
+    assert rel_l2(logits_of(out, ref["tokens"]), ref["logits"]) > 1e-3
+
+
+def test_a_value_outside_the_runtime_s_is_one_error_line(monkeypatch, capsys, hf_f32, tmp_path):
+    """A file whose ssm.activation is not one the runtime has: one line naming the key, exit 2."""
+    out = tmp_path / "bad.gguf"
+    rewrite(hf_f32("mamba-gelu-tiny"), out, kv={"mamba.ssm.activation": ("mish", gguf.GGUFValueType.STRING, None)})
+    err = run_error(monkeypatch, capsys, out)
+    assert "mamba.ssm.activation" in err and "mish" in err, err
