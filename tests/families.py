@@ -121,6 +121,7 @@ FIXTURES: tuple[Fixture, ...] = (
          "moe parity two_seq spec estimate", llamacpp=LC_SUMMARY),
     _row("qwen4exp-hc3-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity estimate"),
     _row("qwen4exp-yarn-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity"),
+    _row("qwen4exp-gelu-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity", suppress=(2, 5)),
     _row("qwen4exp-ple2-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE",
          "moe parity two_seq rollback estimate sessions"),
     _row("qwen3next-tiny", "Qwen3NextFamily", "qwen3next", "ATTENTION GDN", "MOE",

@@ -17,6 +17,8 @@ Where HF's modeling code applies the attribute (transformers 5.24, the CPU path)
                            experts' gate (the gated norm's act is "sigmoid", fixed)
     nemotronh-relu-tiny    nemotronh-dense-tiny, mamba_hidden_act relu: the Mamba-2 conv only
     zamba-gelutanh-tiny    zamba-tiny, hidden_mamba_act gelu_pytorch_tanh: the Mamba conv only
+    qwen4exp-gelu-tiny     qwen4exp-hc3-tiny (output_gate_type sigmoid), hidden_act gelu: the GDN conv and
+                           the experts' gate (the gated norm takes output_gate_type)
 
     /work/tfvenv/bin/python tools/make_conv_act_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -39,6 +41,7 @@ SPECS = {
     "kimilinear-gelu-tiny": ("kimilinear-tiny", dict(hidden_act="gelu")),
     "nemotronh-relu-tiny": ("nemotronh-dense-tiny", dict(mamba_hidden_act="relu")),
     "zamba-gelutanh-tiny": ("zamba-tiny", dict(hidden_mamba_act="gelu_pytorch_tanh")),
+    "qwen4exp-gelu-tiny": ("qwen4exp-hc3-tiny", dict(hidden_act="gelu")),
 }
 
 

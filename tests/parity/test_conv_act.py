@@ -30,6 +30,8 @@ FIXTURES = [
     ("kimilinear-gelu-tiny", "kimilinear-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
     ("nemotronh-relu-tiny", "nemotronh-dense-tiny", {"ssm.activation": "relu"}),
     ("zamba-gelutanh-tiny", "zamba-tiny", {"ssm.activation": "gelu_pytorch_tanh"}),
+    # before: converted without a word (hidden_act was read for the output gate only) and ran 7.1e-2 from HF
+    ("qwen4exp-gelu-tiny", "qwen4exp-hc3-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
 ]
 CASES = [(name, key) for name, _, keys in FIXTURES for key in keys]
 
@@ -67,3 +69,19 @@ def test_a_value_outside_the_runtime_s_is_one_error_line(monkeypatch, capsys, hf
     rewrite(hf_f32("mamba-gelu-tiny"), out, kv={"mamba.ssm.activation": ("mish", gguf.GGUFValueType.STRING, None)})
     err = run_error(monkeypatch, capsys, out)
     assert "mamba.ssm.activation" in err and "mish" in err, err
+
+
+def test_quantize_keeps_the_keys(hf_f32, tmp_path):
+    """`toolkit quantize` carries both keys into the Q8_0 file, and that file runs them: it is
+    closer to HF than the same Q8_0 file with the keys dropped (the activations read as silu)."""
+    from toolkit.quantize import Options, quantize_file
+    name = "qwen35-gelu-tiny"
+    out = tmp_path / "q8.gguf"
+    quantize_file(str(hf_f32(name)), str(out), "Q8_0", Options(), n_threads=2)
+    assert _act_keys(out) == {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}
+    dropped = tmp_path / "q8-dropped.gguf"
+    rewrite(out, dropped, drop_kv=("qwen35.ssm.activation", "qwen35.feed_forward.activation"))
+    ref = np.load(BY_NAME[name].hf / "reference.npz")
+    with_keys = rel_l2(logits_of(out, ref["tokens"]), ref["logits"])
+    without = rel_l2(logits_of(dropped, ref["tokens"]), ref["logits"])
+    assert with_keys < without / 2, (with_keys, without)
