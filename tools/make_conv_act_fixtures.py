@@ -19,6 +19,10 @@ Where HF's modeling code applies the attribute (transformers 5.24, the CPU path)
     zamba-gelutanh-tiny    zamba-tiny, hidden_mamba_act gelu_pytorch_tanh: the Mamba conv only
     qwen4exp-gelu-tiny     qwen4exp-hc3-tiny (output_gate_type sigmoid), hidden_act gelu: the GDN conv and
                            the experts' gate (the gated norm takes output_gate_type)
+    falconh1-gelu-tiny     falconh1-attnbias-tiny, hidden_act gelu: the Mamba-2 conv and the MLP gate
+                           (after gate_multiplier 1.1, which the converter folds into ffn_gate)
+    olmohybrid-relu2-tiny  olmohybrid-bias-tiny, hidden_act relu2: the GDN's three separate q / k / v
+                           convs and the MLP gate
 
     /work/tfvenv/bin/python tools/make_conv_act_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -42,6 +46,8 @@ SPECS = {
     "nemotronh-relu-tiny": ("nemotronh-dense-tiny", dict(mamba_hidden_act="relu")),
     "zamba-gelutanh-tiny": ("zamba-tiny", dict(hidden_mamba_act="gelu_pytorch_tanh")),
     "qwen4exp-gelu-tiny": ("qwen4exp-hc3-tiny", dict(hidden_act="gelu")),
+    "falconh1-gelu-tiny": ("falconh1-attnbias-tiny", dict(hidden_act="gelu")),
+    "olmohybrid-relu2-tiny": ("olmohybrid-bias-tiny", dict(hidden_act="relu2")),
 }
 
 

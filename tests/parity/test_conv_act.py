@@ -32,6 +32,8 @@ FIXTURES = [
     ("zamba-gelutanh-tiny", "zamba-tiny", {"ssm.activation": "gelu_pytorch_tanh"}),
     # before: converted without a word (hidden_act was read for the output gate only) and ran 7.1e-2 from HF
     ("qwen4exp-gelu-tiny", "qwen4exp-hc3-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("falconh1-gelu-tiny", "falconh1-attnbias-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("olmohybrid-relu2-tiny", "olmohybrid-bias-tiny", {"ssm.activation": "relu2", "feed_forward.activation": "relu2"}),
 ]
 CASES = [(name, key) for name, _, keys in FIXTURES for key in keys]
 
