@@ -23,6 +23,10 @@ Where HF's modeling code applies the attribute (transformers 5.24, the CPU path)
                            (after gate_multiplier 1.1, which the converter folds into ffn_gate)
     olmohybrid-relu2-tiny  olmohybrid-bias-tiny, hidden_act relu2: the GDN's three separate q / k / v
                            convs and the MLP gate
+    granitehybrid-gelu-tiny  granitehybrid-linear-tiny (Granite 4.0-H MoE), hidden_act gelu: the Mamba-2
+                           conv, the routed experts (GraniteMoeHybridMoE) and the shared MLP
+    qwen35moe-gelu-tiny    qwen35moe-yarn-tiny, hidden_act gelu: the GDN conv, the routed experts and the
+                           shared expert
 
     /work/tfvenv/bin/python tools/make_conv_act_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -48,6 +52,8 @@ SPECS = {
     "qwen4exp-gelu-tiny": ("qwen4exp-hc3-tiny", dict(hidden_act="gelu")),
     "falconh1-gelu-tiny": ("falconh1-attnbias-tiny", dict(hidden_act="gelu")),
     "olmohybrid-relu2-tiny": ("olmohybrid-bias-tiny", dict(hidden_act="relu2")),
+    "granitehybrid-gelu-tiny": ("granitehybrid-linear-tiny", dict(hidden_act="gelu")),
+    "qwen35moe-gelu-tiny": ("qwen35moe-yarn-tiny", dict(hidden_act="gelu")),
 }
 
 

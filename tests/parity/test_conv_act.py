@@ -34,6 +34,8 @@ FIXTURES = [
     ("qwen4exp-gelu-tiny", "qwen4exp-hc3-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
     ("falconh1-gelu-tiny", "falconh1-attnbias-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
     ("olmohybrid-relu2-tiny", "olmohybrid-bias-tiny", {"ssm.activation": "relu2", "feed_forward.activation": "relu2"}),
+    ("granitehybrid-gelu-tiny", "granitehybrid-linear-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("qwen35moe-gelu-tiny", "qwen35moe-yarn-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
 ]
 CASES = [(name, key) for name, _, keys in FIXTURES for key in keys]
 
