@@ -89,3 +89,36 @@ def test_quantize_keeps_the_keys(hf_f32, tmp_path):
     with_keys = rel_l2(logits_of(out, ref["tokens"]), ref["logits"])
     without = rel_l2(logits_of(dropped, ref["tokens"]), ref["logits"])
     assert with_keys < without / 2, (with_keys, without)
+
+
+def _conv_act_cases() -> list[tuple[str, str]]:
+    """(family class name, attribute) for every family that reads a conv-activation attribute
+    (MiniMax's hidden_act sets its FFN and lightning qkv only: no conv)."""
+    from toolkit.convert.families import FAMILIES
+    attrs = ("hidden_act", "mamba_hidden_act", "hidden_mamba_act")
+    return [(f.__name__, a) for f in FAMILIES for a in attrs if a in f.config_keys.read and f.__name__ != "MiniMaxFamily"]
+
+
+@pytest.mark.parametrize("fam,attr", _conv_act_cases(), ids=[f"{f}-{a}" for f, a in _conv_act_cases()])
+def test_every_conv_act_family_writes_the_key(tmp_path, fam, attr):
+    """Each family whose mixer conv takes the attribute, the ones without a fixture above too
+    (FalconMamba, Jamba, Qwen3-Next, Qwen3.5-MoE, GLM-5-Next, Ling 3), writes ssm.activation from it
+    (its main fixture with the attribute changed; qwen4exp-tiny has no output_gate_type, so its
+    hidden_act must be one the output gate takes: sigmoid)."""
+    import json
+    import os
+
+    from families import main_fixture
+    from toolkit.convert import convert
+    src = BY_NAME[main_fixture()[fam]].hf
+    d = tmp_path / src.name
+    d.mkdir()
+    for f in os.listdir(src):
+        if f != "config.json":
+            os.symlink(src / f, d / f)
+    value = "sigmoid" if fam == "Qwen4ExpFamily" else "gelu"
+    cfg = json.loads((src / "config.json").read_text())
+    (cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg)[attr] = value
+    (d / "config.json").write_text(json.dumps(cfg))
+    convert(str(d), str(tmp_path / "a.gguf"), "f32")
+    assert _act_keys(tmp_path / "a.gguf")["ssm.activation"] == value
