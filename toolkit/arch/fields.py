@@ -330,6 +330,10 @@ HPARAMS: tuple[HParam, ...] = (
     # Ling 3
     _i("kda_a_positive", 0, "ssm_a holds +exp(A_log) (bailingmoe3; kimi-linear, glm5-next: -exp)", group="kda"),
     _i("mla_rope", 0, "RoPE on q_rot and k_rot (NORM: adjacent pairs, attn.rope_freq_base)", group="mla"),
+    # the mixers' conv activation (issue 43)
+    _i("ssm_act", 0, "act after the causal conv of the Mamba-1 / Mamba-2 / GDN / KDA mixers (HF hidden_act, "
+       "Nemotron-H mamba_hidden_act, Zamba hidden_mamba_act): TK_ACT_* as ffn_act, 0 silu (ssm.activation, ours)",
+       group="ssm", c="act", kinds=_MAMBA + (LayerKind.GDN, LayerKind.KDA)),
     # the architecture row's choices (toolkit.arch.table.ArchSpec)
     _spec("ssm_dt_b_c_norms", "ssm", "Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required "
           "tensors)", c="dt_b_c_norms"),

@@ -170,9 +170,20 @@ def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
     hp.n_head_kv = [0] * n_layer    # read_attention fills the attention layers'
 
 
+def read_ssm_act(r: KeyReader, hp: "HParams") -> None:
+    """The activation after the mixer's causal conv (Mamba-1 / Mamba-2 / GDN / KDA): ``ssm.activation``
+    (ours, an HF ACT2FN name of :data:`FFN_ACTS`; absent: silu, llama.cpp's) into ssm_act."""
+    act = r.f.get(k(Keys.SSM.ACTIVATION, r.arch), "silu")
+    if not isinstance(act, str) or act not in FFN_ACTS:
+        raise r.bad(Keys.SSM.ACTIVATION, f"= {act!r} is not supported ({', '.join(FFN_ACTS)})")
+    hp.ssm_act = FFN_ACTS[act]
+
+
 def read_ssm(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """The recurrent sizes every Mamba layer has: conv kernel, inner size, state size, dt rank."""
+    """The recurrent sizes every Mamba layer has: conv kernel, inner size, state size, dt rank;
+    the conv's activation (:func:`read_ssm_act`)."""
     r.fill(hp, "d_conv", "d_inner", "d_state", "dt_rank", "dt_b_c_rms")
+    read_ssm_act(r, hp)
     # FalconMamba: HF's epsilon of the dt/B/C norms where it differs from rms_eps (our key)
     eps = r.opt(Keys.SSM.DT_B_C_RMS_EPS, None)
     hp.ssm_dt_b_c_eps = hp.rms_eps if eps is None else float(eps)
@@ -708,13 +719,15 @@ def read_recurrent_gemma(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
 
 
 def read_kda(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
-    """KDA layers (docs/specs/kda-family.md §1.2, §2.1): the conv kernel (ssm.conv_kernel), head dim
+    """KDA layers (docs/specs/kda-family.md §1.2, §2.1): the conv kernel (ssm.conv_kernel) and its
+    activation (:func:`read_ssm_act`), head dim
     (kda.head_dim), heads (ours kda.head_count, else attention.head_count as llama.cpp), the q/k
     l2-norm epsilon (ours kda.l2_norm_epsilon, else rms_eps as llama.cpp, docs/specs/kda-family.md D4) and the gate's
     lower bound (kda.gate_lower_bound; absent: kimi's unbounded softplus gate)."""
     if LayerKind.KDA not in hp.layer_kinds:
         return
     r.fill(hp, "d_conv", "kda_head_dim")
+    read_ssm_act(r, hp)
     hp.kda_n_head = int(r.opt(Keys.KDA.HEAD_COUNT, 0)) or int(r.req(Keys.Attention.HEAD_COUNT))
     if not 0 < hp.kda_n_head <= 65536:
         raise r.bad(Keys.KDA.HEAD_COUNT, f"= {hp.kda_n_head} is out of range")

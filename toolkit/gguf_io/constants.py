@@ -143,6 +143,12 @@ class Keys:
         # linear_allow_neg_eigval: 2.0, beta in (0, 2); docs/specs/more-hybrids.md §3.3), written only
         # when it is not 1, llama.cpp's GDN value; a file without it reads 1
         BETA_SCALE = "{arch}.ssm.beta_scale"
+        # ours (not in llama.cpp, which hard-codes SiLU after the causal conv of its Mamba / GDN / KDA
+        # graphs): HF's hidden_act of the mixer's conv (Nemotron-H mamba_hidden_act, Zamba
+        # hidden_mamba_act), an HF ACT2FN name, written only when it is not silu, so default files stay
+        # byte-identical; llama.cpp runs such a file with SiLU (wrong logits).  Values:
+        # toolkit.arch.readers.FFN_ACTS
+        ACTIVATION = "{arch}.ssm.activation"
 
     class KDA:
         """Kimi Delta Attention and its MLA / MoE neighbours (docs/specs/kda-family.md §1.2).  llama.cpp

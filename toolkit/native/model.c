@@ -249,6 +249,8 @@ static tk_status check_hparams(const tk_hparams * hp) {
                        hp->ffn.swiglu_clamp_shexp);
     if (hp->ffn.act < 0 || hp->ffn.act >= TK_ACT_COUNT)
         return TK_FAIL(TK_ERR_INVALID, "ffn act = %d invalid (0 .. %d)", hp->ffn.act, TK_ACT_COUNT - 1);
+    if (hp->ssm.act < 0 || hp->ssm.act >= TK_ACT_COUNT)
+        return TK_FAIL(TK_ERR_INVALID, "ssm act = %d invalid (0 .. %d)", hp->ssm.act, TK_ACT_COUNT - 1);
     /* the block recipe: a placement and a residual scheme this runtime has, the hyper-connection residual exactly
      * when hc says so (qwen4exp's with their placement, GLM-5-Next's mHC with pre-norms), the norms' tensor names */
     if (hp->block.norm < TK_NORM_PRE || hp->block.norm > TK_NORM_HYPER || hp->block.residual < TK_RESIDUAL_PLAIN ||

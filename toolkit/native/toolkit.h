@@ -172,6 +172,9 @@ typedef struct {
     /* Mamba-2 gated norm: 1 y = rmsnorm(y) w * silu(z) (mamba_norm_before_gate); 0 y = rmsnorm(y *
      * silu(z)) w */
     int32_t norm_before_gate;
+    /* act after the causal conv of the Mamba-1 / Mamba-2 / GDN / KDA mixers (HF hidden_act, Nemotron-H
+     * mamba_hidden_act, Zamba hidden_mamba_act): TK_ACT_* as ffn_act, 0 silu (ssm.activation, ours) */
+    int32_t act;
     /* Mamba-1 dt, B, C each through an RMSNorm with weights (Jamba; required tensors)
      * [spec.ssm_dt_b_c_norms] */
     int32_t dt_b_c_norms;

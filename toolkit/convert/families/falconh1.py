@@ -69,7 +69,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.mamba2 import dt_limit_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -87,8 +88,7 @@ class FalconH1Family(Family):
         "mamba_d_state mamba_d_conv mamba_expand mamba_norm_before_gate mamba_rms_norm rope_parameters "
         "lm_head_multiplier embedding_multiplier mlp_multipliers key_multiplier attention_out_multiplier "
         "attention_in_multiplier ssm_multipliers ssm_in_multiplier ssm_out_multiplier "
-        "mamba_conv_bias attention_bias mamba_proj_bias projectors_bias mlp_bias time_step_limit",
-        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
+        "mamba_conv_bias attention_bias mamba_proj_bias projectors_bias mlp_bias time_step_limit hidden_act",
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     families = ("Falcon-H1",)
     arch = ARCH_FALCON_H1
@@ -206,6 +206,9 @@ class FalconH1Family(Family):
         ] + rope_scaling_kv(c, key) + dt_limit_kv(self)
         if self.rms_norm and self.norm_before_gate:
             p.kv.append(kv_bool(key(Keys.SSM.NORM_BEFORE_GATE), True))
+        # hidden_act: the Mamba conv's act (causal_conv1d_fn activation=) and the MLP gate's (ACT2FN[hidden_act],
+        # after gate_multiplier, folded into ffn_gate); the gates of y are F.silu, fixed.  Written only when not silu
+        p.kv += ffn_act_kv(c.path, c.d, key) + ssm_act_kv(c.path, c.d, key)
         D, m = self.n_embd, self.mult
         self.scaled(tn(T.TOKEN_EMBD), "model.embed_tokens.weight", (self.n_vocab, D), [m["embedding_multiplier"]])
         for i in range(self.n_layer):

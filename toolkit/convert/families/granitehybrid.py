@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family, head_perm
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.mamba2 import dt_limit_kv, emit_mamba2_mixer
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
@@ -58,8 +59,8 @@ class GraniteHybridFamily(Family):
         "num_key_value_heads rms_norm_eps max_position_embeddings attn_layer_indices layer_types mamba_n_heads "
         "mamba_d_head mamba_n_groups mamba_d_state mamba_d_conv mamba_expand rope_parameters embedding_multiplier "
         "logits_scaling residual_multiplier attention_multiplier num_local_experts num_experts_per_tok "
-        "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias time_step_limit",
-        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
+        "shared_intermediate_size position_embedding_type attention_bias mlp_bias mamba_proj_bias mamba_conv_bias time_step_limit "
+        "hidden_act",
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"layers_block_type": "layer_types"})
     known = (
         r"model\.embed_tokens\.weight", r"model\.(final_layernorm|norm)\.weight", r"lm_head\.weight",
@@ -180,6 +181,9 @@ class GraniteHybridFamily(Family):
         ] + dt_limit_kv(self)
         if self.use_rope:     # HF runs ROPE_INIT_FUNCTIONS only with its rotary embedding (not "nope")
             p.kv += rope_scaling_kv(c, key)
+        # hidden_act: the Mamba conv's act (causal_conv1d_fn activation=) and the MLP / experts' gate
+        # (ACT2FN[hidden_act]); the gated norm's is F.silu, fixed.  Each key written only when not silu
+        p.kv += ffn_act_kv(c.path, c.d, key) + ssm_act_kv(c.path, c.d, key)
 
         D = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "model.embed_tokens.weight", (self.n_vocab, D))

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.mamba import ceil_div
 from toolkit.convert.plan import kv_arr_i32, kv_f32, kv_u32
 from toolkit.errors import InputError
@@ -46,8 +47,7 @@ class JambaFamily(Family):
         "vocab_size tie_word_embeddings hidden_size intermediate_size num_hidden_layers num_attention_heads "
         "num_key_value_heads rms_norm_eps max_position_embeddings num_experts_per_tok num_experts expert_layer_period "
         "expert_layer_offset attn_layer_period attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank "
-        "mamba_conv_bias mamba_proj_bias",
-        refused={"hidden_act": Refused(("silu",), "the runtime's Mamba and MLP activations are SiLU")},
+        "mamba_conv_bias mamba_proj_bias hidden_act",
         aliases={"num_local_experts": "num_experts"})
     families = ("Jamba",)
     arch = ARCH_JAMBA
@@ -117,6 +117,9 @@ class JambaFamily(Family):
             kv_u32(key(Keys.LLM.EXPERT_USED_COUNT), self.n_expert_used if moe else 0),
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn)),   # ours
         ]
+        # hidden_act: the Mamba conv's act (causal_conv1d_fn activation=) and the MLP / experts' gate
+        # (ACT2FN[hidden_act]); the gate z's is F.silu, fixed.  Each key written only when not silu
+        p.kv += ffn_act_kv(c.path, c.d, key) + ssm_act_kv(c.path, c.d, key)
         D, di, N, K, R, F = self.n_embd, self.d_inner, self.d_state, self.d_conv, self.dt_rank, self.n_ff
         hd = self.head_dim
         self.copy(tn(T.TOKEN_EMBD), "model.embed_tokens.weight", (self.n_vocab, D))

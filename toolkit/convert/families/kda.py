@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.config_keys import Refused
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
@@ -49,9 +50,8 @@ from toolkit.gguf_io import Keys
 KDA_READ = ("vocab_size hidden_size intermediate_size moe_intermediate_size num_hidden_layers num_attention_heads "
             "num_key_value_heads n_shared_experts routed_scaling_factor kv_lora_rank q_lora_rank qk_rope_head_dim "
             "v_head_dim qk_nope_head_dim n_group topk_group num_experts_per_tok norm_topk_prob max_position_embeddings "
-            "rms_norm_eps mlp_layer_types layer_types")
+            "rms_norm_eps mlp_layer_types layer_types hidden_act")
 KDA_REFUSED = {
-    "hidden_act": Refused(("silu",), "the runtime's KDA and MLP activations are SiLU"),
     "attention_bias": Refused((False,), "MLA biases: not in llama.cpp's layout nor the runtime"),
 }
 KDA_UNTIED = Refused((False,), "the output is the checkpoint's lm_head.weight; a tied head is not converted")
@@ -176,6 +176,9 @@ class KDAMixin:
             kv_u32(key(Keys.LLM.EXPERT_GROUP_USED_COUNT), self.topk_group),
             kv_u32(key(Keys.LLM.EXPERT_GATING_FUNC), 2),   # sigmoid
         ]
+        # hidden_act: the q / k / v short convs' act (causal_conv1d_fn activation=) and the MLP / experts'
+        # gate (ACT2FN[hidden_act]); the gated norm's is "sigmoid", fixed.  Each key written only when not silu
+        kv += ffn_act_kv(self.cfg.path, self.cfg.d, key) + ssm_act_kv(self.cfg.path, self.cfg.d, key)
         return kv
 
     # ---- KDA ----

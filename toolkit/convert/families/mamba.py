@@ -10,6 +10,7 @@ backbone.layers.i.norm.weight [D]           blk.i.attn_norm.weight
   mixer.in_proj.bias (use_bias)             blk.i.ssm_in.bias (ours: not in llama.cpp's mamba)
   mixer.conv1d.weight [d_inner, 1, K]       blk.i.ssm_conv1d.weight [d_inner, K]   (squeeze)
   mixer.conv1d.bias [d_inner]               blk.i.ssm_conv1d.bias (zeros when use_conv_bias is false)
+hidden_act: the activation after the conv (ours mamba.ssm.activation when not silu; llama.cpp: SiLU)
   mixer.x_proj.weight [R + 2N, d_inner]     blk.i.ssm_x.weight
   mixer.dt_proj.weight [d_inner, R] / bias  blk.i.ssm_dt.weight / .bias
   mixer.A_log [d_inner, N]                  blk.i.ssm_a = -exp(A_log)
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.activation import ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
 from toolkit.gguf_io import ARCH_MAMBA, Keys
 
@@ -42,8 +44,7 @@ class MambaFamily(Family):
     hf_configs = ("MambaConfig",)
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel time_step_rank "
-        "tie_word_embeddings use_bias use_conv_bias",
-        refused={"hidden_act": Refused(("silu",), "the mixer's activation is SiLU in the runtime and llama.cpp")})
+        "tie_word_embeddings use_bias use_conv_bias hidden_act")
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -93,6 +94,8 @@ class MambaFamily(Family):
             kv_bool(key(Keys.SSM.DT_B_C_RMS), self.dt_b_c_rms),
         ]
         p.kv += self.extra_kv()
+        # the conv's act (HF causal_conv1d_fn(..., activation=hidden_act); z's gate is F.silu, fixed); written only when not silu
+        p.kv += ssm_act_kv(self.cfg.path, self.cfg.d, key)
         D, di, N, K, R = self.n_embd, self.d_inner, self.d_state, self.d_conv, self.dt_rank
         self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
         for i in range(self.n_layer):

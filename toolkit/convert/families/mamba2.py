@@ -20,11 +20,12 @@ lm_head.weight [V, D]                           output.weight (omitted when tied
 """
 from __future__ import annotations
 
-from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.base import Family
 import math
 
-from toolkit.convert.config_keys import ConfigKeys, Refused, json_number
+from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.base import Family
+from toolkit.convert.activation import ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys, json_number
 from toolkit.convert.plan import kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import ARCH_MAMBA2, Keys
@@ -39,9 +40,8 @@ class Mamba2Family(Family):
     hf_configs = ("Mamba2Config",)
     config_keys = ConfigKeys.of(
         "num_heads head_dim vocab_size hidden_size state_size num_hidden_layers layer_norm_epsilon expand conv_kernel "
-        "n_groups tie_word_embeddings use_bias use_conv_bias time_step_limit",
-        irrelevant={"time_step_rank": "not used by HF's Mamba-2 mixer"},
-        refused={"hidden_act": Refused(("silu",), "the conv activation is SiLU in the runtime and llama.cpp")})
+        "n_groups tie_word_embeddings use_bias use_conv_bias time_step_limit hidden_act",
+        irrelevant={"time_step_rank": "not used by HF's Mamba-2 mixer"})
     known = (
         r"backbone\.embeddings\.weight", r"backbone\.norm_f\.weight", r"lm_head\.weight",
         _L + r"norm\.weight",
@@ -92,6 +92,8 @@ class Mamba2Family(Family):
             kv_f32(key(Keys.Attention.LAYERNORM_RMS_EPS), self.eps),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.head_dim),   # ours; llama.cpp derives it
         ] + dt_limit_kv(self)
+        # the conv's act (HF causal_conv1d_fn(..., activation=hidden_act); the gated norm's is F.silu, fixed)
+        p.kv += ssm_act_kv(self.cfg.path, self.cfg.d, key)
         D = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "backbone.embeddings.weight", (self.n_vocab, D))
         for i in range(self.n_layer):

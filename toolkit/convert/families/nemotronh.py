@@ -40,9 +40,9 @@ is in config.json, which transformers 5 always writes).  Ours besides: ``attenti
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.activation import ffn_act_kv
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.base import Family, head_perm
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.mamba2 import dt_limit_kv, emit_mamba2_mixer
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.errors import InputError, UnsupportedError
@@ -98,7 +98,7 @@ class NemotronHFamily(Family):
         "max_position_embeddings intermediate_size ssm_state_size mamba_num_heads mamba_head_dim n_groups conv_kernel "
         "n_routed_experts n_shared_experts moe_intermediate_size moe_shared_expert_intermediate_size num_experts_per_tok "
         "routed_scaling_factor n_group topk_group norm_topk_prob layer_norm_epsilon use_conv_bias use_bias mlp_bias "
-        "moe_latent_size mlp_hidden_act time_step_min",
+        "moe_latent_size mlp_hidden_act time_step_min mamba_hidden_act",
         irrelevant={"tie_word_embeddings": "NemotronHForCausalLM ties nothing: a saved lm_head is the output",
                     "expand": "not read by HF's model (d_inner = mamba_num_heads x mamba_head_dim)",
                     "sliding_window": "not read by HF's model",
@@ -109,7 +109,6 @@ class NemotronHFamily(Family):
                     "mamba_proj_bias": "not read by HF's model (use_bias sets the in/out projection biases)",
                     "time_step_limit": "not read by HF's model: its mixer's dt_limit is (time_step_min, inf)",
                     "attention_bias": "not read by HF's model: its q/k/v/o projections have no biases"},
-        refused={"mamba_hidden_act": Refused(("silu",), "the runtime's Mamba-2 conv activation is SiLU")},
         # mamba_conv_bias: the spelling of older NemotronH configs
         aliases={"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
                  "mamba_conv_bias": "use_conv_bias"})
@@ -279,6 +278,9 @@ class NemotronHFamily(Family):
             kv_arr_i32(key(Keys.Attention.LAYER_INDICES), attn),
             kv_u32(key(Keys.SSM.HEAD_DIM), self.ssm_head_dim),
         ] + dt_limit_kv(self, floor=self.cfg.float("mamba_dt_min", "time_step_min", default=0.001))   # HF: dt_limit (time_step_min, inf)
+        # mamba_hidden_act: the Mamba-2 conv's act (causal_conv1d_fn activation=); the gated norm's is F.silu,
+        # fixed.  Written only when not silu
+        p.kv += ssm_act_kv(c.path, c.d, key, attr="mamba_hidden_act")
 
     def _moe(self, i: int, m: str) -> None:
         D, E, Fe, Fs = self.n_embd, self.n_expert, self.n_ff_exp, self.n_ff_shexp

@@ -55,7 +55,8 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_OLMO_HYBRID, GGUFValueType
@@ -73,10 +74,9 @@ class OlmoHybridFamily(Family):
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters layer_types linear_num_key_heads "
         "linear_num_value_heads linear_key_head_dim linear_value_head_dim linear_conv_kernel_dim linear_allow_neg_eigval "
-        "attention_bias",
+        "attention_bias hidden_act",
         irrelevant={k: "A_log / dt_bias initialisation only" for k in (
             "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")},
-        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("OLMo-Hybrid",)
     llama_cpp = False   # llama.cpp 0c1e570 has no olmo-hybrid architecture (names from docs/specs/more-hybrids.md)
@@ -174,6 +174,9 @@ class OlmoHybridFamily(Family):
             p.kv += rope_scaling_kv(self.cfg, key)
         if self.beta_scale != 1.0:
             p.kv.append(kv_f32(key(Keys.SSM.BETA_SCALE), self.beta_scale))
+        # hidden_act: the q / k / v convs' act (causal_conv1d_fn activation=) and the MLP gate's
+        # (ACT2FN[hidden_act]); the gated norm's is "silu", fixed.  Each key written only when not silu
+        p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key) + ssm_act_kv(self.cfg.path, self.cfg.d, key)
 
     def _norm(self, out: str, pre: str, names: tuple[str, ...]) -> None:
         """One RMSNorm weight [D] saved under either of ``names`` (the transformers rename)."""

@@ -45,6 +45,7 @@ import re
 from typing import ClassVar
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.qwen_gdn import (QWEN_MOE_READ, QWEN_READ, QWEN_REFUSED, VL_IRRELEVANT, DENSE, GATED_ATTN, GDN_FUSED, GDN_SPLIT, L, MOE, MTP, NORMS, P,
@@ -247,6 +248,9 @@ class Qwen3NextFamily(QwenGDNFamily):
         # ours, as every hybrid here: the explicit attention layer list (main layers only; the
         # runtime runs block_count - nextn_predict_layers layers)
         kv.append(kv_arr_i32(key(Keys.Attention.LAYER_INDICES), sorted(attn)))
+        # hidden_act: the GDN conv's act (causal_conv1d_fn activation=) and the MLP / experts' gate
+        # (ACT2FN[hidden_act]); each key written only when not silu
+        kv += ffn_act_kv(self.c.path, self.c.d, key) + ssm_act_kv(self.c.path, self.c.d, key)
         return kv
 
     def _block(self, i: int, lp: str, attention: bool, dense: bool) -> None:

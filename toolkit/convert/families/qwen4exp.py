@@ -81,6 +81,7 @@ import re
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.config_keys import ConfigKeys, Refused
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.families.qwen_gdn import QWEN_MOE_READ, QWEN_READ, VL_IRRELEVANT, QwenGDNFamily, text_config
@@ -314,6 +315,10 @@ class Qwen4ExpFamily(QwenGDNFamily):
             # ours: the gated delta net's output gate activation (llama.cpp assumes sigmoid)
             kv_str(key(Keys.SSM.OUTPUT_GATE_TYPE), self.output_gate),
         ]
+        # hidden_act also sets the GDN conv's act (causal_conv1d_fn activation=) and the MLP / experts' gate
+        # (ACT2FN[hidden_act]); each key written only when not silu (hidden_act "sigmoid", the only other value
+        # the output gate check above lets through, was run as SiLU there before)
+        p.kv += ffn_act_kv(self.c.path, self.c.d, key) + ssm_act_kv(self.c.path, self.c.d, key)
         self._ple_consts: dict[str, list[int]] = {"layer_multipliers": [], "ngram_heads_offsets": [],
                                                   "ngram_heads_vocab_sizes": []}
         self._ple_row_dim = 0

@@ -88,11 +88,12 @@ def v_head_segments(t, row0: int, n_k: int, n_v: int, head_dim: int, reorder: bo
 # what the gated-delta-net Qwen families read of their text configs, and refuse
 QWEN_READ = ("vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
              "max_position_embeddings rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim "
-             "linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads layer_types attention_bias")
+             "linear_key_head_dim linear_value_head_dim linear_num_key_heads linear_num_value_heads layer_types attention_bias "
+             "hidden_act")
 QWEN_MOE_READ = "moe_intermediate_size shared_expert_intermediate_size num_experts_per_tok num_experts"
-QWEN_REFUSED = {
-    "hidden_act": Refused(("silu",), "the runtime's MLP and gated-norm activations are SiLU"),
-}
+# (hidden_act is read: the GDN conv's act and the MLP / experts' gate, ffn_act_kv + ssm_act_kv; the gated
+# norm's act is "silu" in HF's Qwen3NextRMSNormGated, not the config's)
+QWEN_REFUSED: dict[str, Refused] = {}
 # the composite (ForConditionalGeneration) class's own fields
 VL_IRRELEVANT = {k: "vision input only: the text model does not read it" for k in (
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}

@@ -46,11 +46,11 @@ import math
 import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.activation import ffn_act_kv
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.base import Family
 from toolkit.convert.families.zamba2 import Zamba2Family, copy_shared_attention, shared_attention_kv, shared_block_map
 from toolkit.convert.plan import kv_arr_i32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
 from toolkit.gguf_io.constants import ARCH_ZAMBA
@@ -68,9 +68,8 @@ class ZambaFamily(Family):
         "vocab_size tie_word_embeddings hidden_size attention_hidden_size intermediate_size num_hidden_layers "
         "num_attention_heads attention_head_dim num_key_value_heads n_mamba_heads rms_norm_eps attn_layer_period "
         "attn_layer_offset mamba_d_state mamba_d_conv mamba_expand mamba_dt_rank mamba_conv_bias layers_block_type "
-        "hidden_act mamba_proj_bias",
+        "hidden_act mamba_proj_bias hidden_mamba_act",
         irrelevant={"max_position_embeddings": "Zamba has no RoPE; no context limit is written (llama.cpp's converter neither)"},
-        refused={"hidden_mamba_act": Refused(("silu",), "the runtime's Mamba activation is SiLU")},
         aliases={"layer_types": "layers_block_type", "head_dim": "attention_head_dim"})
     families = ("Zamba",)
     llama_cpp = False   # our layout (Zamba2's shared-block names): llama.cpp has no Zamba
@@ -136,6 +135,9 @@ class ZambaFamily(Family):
         ]
         # the shared block's MLP act (ZambaMLP ACT2FN[hidden_act]); written only when not gelu
         p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key, default="gelu")
+        # hidden_mamba_act: the Mamba conv's act (causal_conv1d_fn activation=); the gate z's is F.silu, fixed.
+        # Written only when not silu
+        p.kv += ssm_act_kv(self.cfg.path, self.cfg.d, key, attr="hidden_mamba_act")
 
     def _shared_block(self, b: int, st: str) -> None:
         D, F = self.n_embd, self.n_ff

@@ -170,21 +170,23 @@ void tk_rms_norm_rows(tk_context * ctx, const float * x, const float * w, float 
 void tk_add_rows(void * arg, int64_t t0, int64_t t1, int thread);        /* y[t] += a[t] * f */
 void tk_silu_mul_rows(void * arg, int64_t t0, int64_t t1, int thread);   /* y[t] = act(y[t]) * a[t] (act: j->act, 0 silu) */
 /* HF ACT2FN activations (transformers 5.24 activations.py ACT2CLS) the FFN gate can take; the
- * numbers are hparams ffn.act's (toolkit/arch/fields.py ffn_act, GGUF {arch}.feed_forward.activation) */
+ * numbers are hparams ffn.act's (toolkit/arch/fields.py ffn_act, GGUF {arch}.feed_forward.activation) and
+ * ssm.act's (ssm_act, {arch}.ssm.activation: the mixers' conv) */
 enum { TK_ACT_SILU = 0, TK_ACT_GELU = 1, TK_ACT_GELU_TANH = 2, TK_ACT_RELU = 3, TK_ACT_RELU2 = 4,
        TK_ACT_QUICK_GELU = 5, TK_ACT_SIGMOID = 6, TK_ACT_TANH = 7, TK_ACT_COUNT = 8 };
 float tk_act(int32_t act, float x);
 void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread); /* y *= silu(z); grouped RMSNorm */
-/* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then SiLU, with
+/* causal conv (tk_ssm_conv) of one sequence's n_tok rows over `channels`, then act(.) (a TK_ACT_*:
+ * the mixer's conv activation, hparams ssm.act, HF hidden_act; TK_ACT_SILU the vectorised SiLU), with
  * the carried window `state` [channels, d_conv-1] updated; channels split over the threads */
-void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
-                  const float * w, const float * b, float * state, float * y, int64_t y_stride);
+void tk_conv_act(tk_context * ctx, int32_t act, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels,
+                 int32_t d_conv, const float * w, const float * b, float * state, float * y, int64_t y_stride);
 /* speculative window: before the conv of row s (n_tok rows of x) runs, write the snapshots
  * of its window piece k ([channels, d_conv-1], oldest first) after each token that keeps
  * one (tk_rs_snap): the last d_conv-1 columns of (state, x[0..i]); no-op without a window */
 void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,
                      int32_t channels, int32_t d_conv);
-/* the same causal conv without the SiLU (LFM2's short conv) */
+/* the same causal conv without an activation (LFM2's short conv) */
 void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride);
 /* y[t] += b (act 0), or y[t] = gelu_tanh(y[t] + b) (act 1), over U rows of width n (RecurrentGemma's biases) */

@@ -1,5 +1,5 @@
 /* layer_rows.c: row loops the layer kinds share (contracts in layer.h): RMSNorm rows, the
- * residual add, the SwiGLU and Mamba-2 gates, the causal conv + SiLU, and bias rows (+ GeLU-tanh,
+ * residual add, the SwiGLU and Mamba-2 gates, the causal conv + activation, and bias rows (+ GeLU-tanh,
  * RecurrentGemma), each split over
  * the context's threads so that every row's result is the same at any thread count.
  */
@@ -86,7 +86,7 @@ void tk_gated_norm_rows(void * arg, int64_t t0, int64_t t1, int thread) {
     }
 }
 
-/* causal conv over a channel range of one sequence's run, then SiLU (contract: tk_ssm_conv) */
+/* causal conv over a channel range of one sequence's run, then the activation (contract: tk_ssm_conv) */
 typedef struct {
     const float * x;
     int64_t x_stride;
@@ -96,32 +96,38 @@ typedef struct {
     float * y;
     int64_t y_stride;
     int64_t channels;
-    int silu;                  /* 1: SiLU after the conv */
+    int32_t act;               /* TK_ACT_* after the conv (TK_ACT_SILU: the vectorised row); -1: none */
 } conv_job;
 
 /* [b0, b1): blocks of 8 channels (tk_ssm_conv's lanes: a split at a multiple of 8 keeps
  * every channel's result) */
-static void conv_silu_channels(void * arg, int64_t b0, int64_t b1, int thread) {
+static void conv_act_channels(void * arg, int64_t b0, int64_t b1, int thread) {
     const conv_job * j = arg;
     (void) thread;
     const int64_t c0 = 8 * b0, c1 = 8 * b1 < j->channels ? 8 * b1 : j->channels;
     const int32_t nc = (int32_t) (c1 - c0), ns = j->d_conv - 1;
     tk_ssm_conv(j->x + c0, j->x_stride, j->n_tok, nc, j->d_conv, j->w + c0 * j->d_conv, j->b ? j->b + c0 : NULL,
                 j->state + c0 * ns, j->y + c0, j->y_stride);
-    if (j->silu)
+    if (j->act == TK_ACT_SILU) {   /* the vectorised SiLU, unchanged */
         for (int32_t t = 0; t < j->n_tok; t++) tk_silu_row(j->y + t * j->y_stride + c0, nc);
+    } else if (j->act > 0) {
+        for (int32_t t = 0; t < j->n_tok; t++) {
+            float * y = j->y + t * j->y_stride + c0;
+            for (int32_t i = 0; i < nc; i++) y[i] = tk_act(j->act, y[i]);
+        }
+    }
 }
 
-void tk_conv_silu(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
-                  const float * w, const float * b, float * state, float * y, int64_t y_stride) {
-    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 1};
-    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
+void tk_conv_act(tk_context * ctx, int32_t act, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels,
+                 int32_t d_conv, const float * w, const float * b, float * state, float * y, int64_t y_stride) {
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, act};
+    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_act_channels, &j);
 }
 
 void tk_conv_rows(tk_context * ctx, const float * x, int64_t x_stride, int32_t n_tok, int32_t channels, int32_t d_conv,
                   const float * w, const float * b, float * state, float * y, int64_t y_stride) {
-    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, 0};
-    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_silu_channels, &j);
+    conv_job j = {x, x_stride, n_tok, d_conv, w, b, state, y, y_stride, channels, -1};
+    tk_par_rows(ctx->pool, (channels + 7) / 8, 8 * (int64_t) n_tok, conv_act_channels, &j);
 }
 
 void tk_rs_snap_conv(const tk_rs_view * rv, int k, int32_t s, const float * x, int64_t x_stride, int32_t n_tok,

@@ -20,7 +20,7 @@
  * (qwen4exp's linear layers are this kind too: gdn_gate_act from the file, tiled heads.)
  * Formula, per token (docs/specs/gdn-family.md §2.1):
  *   m = attn_qkv x;  z = attn_gate x;  b, a = ssm_beta x, ssm_alpha x (or ssm_ba x)
- *   c = silu(causal_conv1d(m))  (tap K-1 on the current token; window carried, zero at start)
+ *   c = act(causal_conv1d(m)) (hp.ssm.act, HF hidden_act; default silu)  (tap K-1 on the current token; window carried, zero at start)
  *   q_g, k_g, v_h = the parts of c;  q_g <- l2(q_g) / sqrt(Dk), k_g <- l2(k_g),
  *     l2(x) = x (sum x^2 + 1e-6)^-1/2  (HF's fixed eps; llama.cpp uses rms_eps, docs/specs/gdn-family.md B14)
  *   beta_h = sigmoid(b_h) * gdn_beta_scale (0: 1; OLMo-Hybrid's 2: beta in (0, 2), I - beta k k^T
@@ -274,11 +274,11 @@ static tk_status gdn_forward(tk_context * ctx, const tk_layer * l, int il, const
         pj.ba_stride = Hv;
         pj.grouped_ba = 0;
     }
-    /* causal conv + SiLU per sequence row, its window carried in the "conv" piece */
+    /* causal conv + act per sequence row, its window carried in the "conv" piece */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * C, C, nst, C, K);
-        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
-                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * C, C);
+        tk_conv_act(ctx, hp->ssm.act, ctx->proj + (int64_t) s * nst * C, C, nst, C, K, l->ssm_conv1d, NULL,
+                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * C, C);
     }
     tk_par_rows(ctx->pool, U, C, gdn_prep_rows, &pj);
 

@@ -12,7 +12,7 @@
  *   state per sequence: "conv" [3C, K-1] (the last K-1 conv inputs), "S" [n, D, D]: head h's
  *     S (Dk x Dv) with element (i, j) at h D D + j D + i (llama.cpp's layout, as mixer_gdn.c)
  * Formula, per token (docs/specs/kda-family.md §2.1):
- *   m = [attn_q x | attn_k x | attn_v x];  c = silu(causal_conv1d(m))  (tap K-1 on the current
+ *   m = [attn_q x | attn_k x | attn_v x];  c = act(causal_conv1d(m)) (hp.ssm.act, HF hidden_act; default silu)  (tap K-1 on the current
  *     token; window carried, zero at start);  q_h, k_h, v_h = the parts of c
  *   q_h <- l2(q_h) / sqrt(D), k_h <- l2(k_h),  l2(x) = x (sum x^2 + kda_l2_eps)^-1/2
  *     (HF's 1e-6, modeling_kimi_linear.py:402-410; llama.cpp's file reads rms_eps, docs/specs/kda-family.md D4)
@@ -251,11 +251,11 @@ static tk_status kda_forward(tk_context * ctx, const tk_layer * l, int il, const
     TK_CHECK(kda_gate_proj(ctx, &l->ssm_f_a, &l->ssm_f_b, U, g));
     TK_CHECK(tk_matmul(&l->ssm_beta, 0, ctx->cur, U, beta, &ctx->mm));
     TK_CHECK(kda_gate_proj(ctx, &l->ssm_g_a, &l->ssm_g_b, U, ctx->gate));
-    /* causal conv + SiLU per sequence row, its window carried in the "conv" piece */
+    /* causal conv + act per sequence row, its window carried in the "conv" piece */
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 3 * C, 3 * C, nst, 3 * C, K);
-        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * 3 * C, 3 * C, nst, 3 * C, K, l->ssm_conv1d, NULL,
-                     rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * 3 * C, 3 * C);
+        tk_conv_act(ctx, hp->ssm.act, ctx->proj + (int64_t) s * nst * 3 * C, 3 * C, nst, 3 * C, K, l->ssm_conv1d, NULL,
+                      rv.piece[0] + (size_t) rv.ub_cells[s] * rv.piece_n[0], ctx->conv + (int64_t) s * nst * 3 * C, 3 * C);
     }
     kda_prep_job pj = {hp, l, ctx->conv, g, beta};
     tk_par_rows(ctx->pool, U, 3 * C, kda_prep_rows, &pj);

@@ -7,7 +7,7 @@
  *   one head: ssm_x [DI, R + 2N], ssm_dt [R, DI]; M heads (Zamba): ssm_x [Dm, R + 2N, M],
  *   ssm_dt [R, Dm, M], head n owning channels [n Dm, (n + 1) Dm) of x, dt, A, D, z, y
  * Formula:
- *   (x, z) = in_proj(cur) (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  x = silu(conv1d(x) + b)
+ *   (x, z) = in_proj(cur) (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  x = act(conv1d(x) + b) (act: hp.ssm.act, HF hidden_act; default silu)
  *   per head n: (dt, B, C) = x_proj[n](x_n)   [Jamba: RMSNorm on each; dt_b_c_rms: weightless (FalconMamba)]
  *                                     (their epsilon ssm_dt_b_c_eps: HF FalconMamba's mixer_rms_eps, 1e-6)
  *   dt_n = softplus(dt_proj[n](dt) + dt_bias_n)
@@ -147,8 +147,8 @@ static tk_status m1_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K);
-        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * DI, DI);
+        tk_conv_act(ctx, hp->ssm.act, ctx->proj + (int64_t) s * nst * 2 * DI, 2 * DI, nst, DI, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                      rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * DI, DI);
     }
 
     TK_CHECK(m1_project(ctx, l, U));

@@ -6,7 +6,7 @@
  *   in:  ctx->cur [U, D]            out: [U, D]
  *   state per sequence: "conv" [CD, K-1] (causal conv window), "ssm" [H, P, N]
  * Formula:
- *   (z, xBC, dt) = in_proj(cur) [W] (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  xBC = silu(conv1d(xBC) + b);  dt = softplus(dt + dt_bias), clamped to [ssm_dt_min, ssm_dt_max] where set (HF dt_limit)
+ *   (z, xBC, dt) = in_proj(cur) [W] (+ ssm_in.bias where the file has it: use_bias / mamba_proj_bias, ours);  xBC = act(conv1d(xBC) + b) (hp.ssm.act, HF hidden_act; default silu);  dt = softplus(dt + dt_bias), clamped to [ssm_dt_min, ssm_dt_max] where set (HF dt_limit)
  *   per head h: s_h = exp(dt_h A_h) s_h + dt_h x_h B_g^T;  y_h = s_h C_g + D_h x_h
  *     (the recurrence, or the chunked SSD form for runs of tk_ssd_threshold() tokens)
  *   y = grouped RMSNorm(y * silu(z)) * w (group size DI/G);  out = out_proj(y) (+ ssm_out.bias with ssm_in.bias)
@@ -118,8 +118,8 @@ static tk_status m2_forward(tk_context * ctx, const tk_layer * l, int il, const 
     for (int32_t s = 0; s < ub->n_seqs; s++) {
         const int32_t cell = rv.ub_cells[s];
         tk_rs_snap_conv(&rv, 0, s, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K);
-        tk_conv_silu(ctx, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
-                     rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * CD, CD);
+        tk_conv_act(ctx, hp->ssm.act, ctx->proj + (int64_t) s * nst * W + DI, W, nst, CD, K, l->ssm_conv1d, l->ssm_conv1d_b,
+                      rv.piece[0] + (size_t) cell * rv.piece_n[0], ctx->conv + (int64_t) s * nst * CD, CD);
     }
 
     /* dt = softplus(dt + dt_bias), in place in proj's dt columns; then each sequence's run
