@@ -93,10 +93,13 @@ def test_quantize_keeps_the_keys(hf_f32, tmp_path):
 
 def _conv_act_cases() -> list[tuple[str, str]]:
     """(family class name, attribute) for every family that reads a conv-activation attribute
-    (MiniMax's hidden_act sets its FFN and lightning qkv only: no conv)."""
+    (MiniMax's hidden_act sets its FFN and lightning qkv only: no conv; Zamba's and Zamba2's
+    hidden_act only the shared block's MLP: tests/parity/test_config_variants.py's act rows)."""
     from toolkit.convert.families import FAMILIES
     attrs = ("hidden_act", "mamba_hidden_act", "hidden_mamba_act")
-    return [(f.__name__, a) for f in FAMILIES for a in attrs if a in f.config_keys.read and f.__name__ != "MiniMaxFamily"]
+    mlp_only = {("MiniMaxFamily", "hidden_act"), ("ZambaFamily", "hidden_act"), ("Zamba2Family", "hidden_act")}
+    return [(f.__name__, a) for f in FAMILIES for a in attrs
+            if a in f.config_keys.read and (f.__name__, a) not in mlp_only]
 
 
 @pytest.mark.parametrize("fam,attr", _conv_act_cases(), ids=[f"{f}-{a}" for f, a in _conv_act_cases()])
