@@ -115,7 +115,10 @@ class LFM3Family(LFM2Family):
         """(θ, rotated dims) of a layer kind's ``rope_parameters[kind]``: "default" rotates the
         whole head; "proportional" the pairs i < int(partial_rotary_factor hd / 2)."""
         c = self.cfg
-        rp = (c.d.get("rope_parameters") or {}).get(kind, {})
+        rps = c.d.get("rope_parameters") or {}
+        if not isinstance(rps, dict):
+            raise InputError(f"{c.path}: key 'rope_parameters' must be an object")
+        rp = rps.get(kind, {})
         if not isinstance(rp, dict):
             raise InputError(f"{c.path}: rope_parameters.{kind} must be an object")
         theta = rp.get("rope_theta", theta_default)
