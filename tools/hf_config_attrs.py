@@ -8,27 +8,35 @@ configuration classes import without it), never in the project's venv:
     python3 -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install transformers==5.24.0
     /tmp/tfvenv/bin/python tools/hf_config_attrs.py > tests/fixtures/hf_config_attrs.json
 
-For each class (by ``model_type``, below) it writes the dataclass fields the class adds to
-``PreTrainedConfig`` (name -> the annotation and the value of ``Config()``), its
+For each class a converter names in its ``hf_configs`` (read from toolkit/convert/families/*.py,
+so a new family's classes are recorded with no list to edit here), in ``model_type`` order, it
+writes the dataclass fields the class adds to ``PreTrainedConfig`` (name -> the annotation and the value of ``Config()``), its
 ``attribute_map`` (alias -> field), and once the fields of ``PreTrainedConfig`` itself.
 A composite class (``text_config`` / ``vision_config``) lists only its own fields; its text
 class is listed under its own model_type.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
+import pathlib
 import sys
 
-# model_type of every configuration class a toolkit family converts (toolkit/convert/families/*:
-# ``hf_configs``); a composite's text class follows it
-MODEL_TYPES = (
-    "bailing_hybrid", "bamba", "falcon_h1", "falcon_mamba", "glm5_next", "glm5_next_text", "granitemoehybrid",
-    "jamba", "kimi_linear", "lara_mini", "lfm2", "lfm2_moe", "lfm3", "mamba", "mamba2", "minimax", "nemotron_h",
-    "olmo_hybrid", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp",
-    "qwen4_exp_text", "recurrent_gemma", "zamba", "zamba2",
-)
+FAMILIES_DIR = pathlib.Path(__file__).resolve().parents[1] / "toolkit" / "convert" / "families"
+
+
+def hf_config_classes() -> list[str]:
+    """The ``hf_configs`` of every converter under toolkit/convert/families/ (read from the source
+    with ``ast``: this venv has no toolkit dependencies), each class name once, sorted."""
+    names: set[str] = set()
+    for path in sorted(FAMILIES_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "hf_configs"
+                                                    for t in node.targets):
+                names.update(ast.literal_eval(node.value))
+    return sorted(names)
 
 
 def plain(v):
@@ -72,7 +80,7 @@ def describe(cls, skip: set[str]) -> dict:
 
 def main() -> int:
     import transformers
-    from transformers import CONFIG_MAPPING, PreTrainedConfig
+    from transformers import PreTrainedConfig
 
     base = {f.name for f in dataclasses.fields(PreTrainedConfig)}
     out = {
@@ -81,8 +89,8 @@ def main() -> int:
         "base": describe(PreTrainedConfig, set()),
         "classes": {},
     }
-    for mt in MODEL_TYPES:
-        cls = CONFIG_MAPPING[mt]
+    for cls in sorted((getattr(transformers, n) for n in hf_config_classes()), key=lambda c: c.model_type):
+        mt = cls.model_type
         subs = set(getattr(cls, "sub_configs", {}) or {})
         out["classes"][cls.__name__] = {
             "model_type": mt,

@@ -46,9 +46,10 @@ def test_every_family_list_is_the_registrys(monkeypatch, capsys):
         assert joined in text, (where, text)
     listing = cli(monkeypatch, capsys, "convert", "--list-archs")[1]
     assert not [n for n in names if n not in listing], listing
-    for src in ("toolkit/cli/app.py", "toolkit/cli/cmd_convert.py"):   # no copy to keep in step
-        text = (root / src).read_text()
-        assert not [n for n in ("Kimi-Linear", "FalconMamba", "Ling 3", "Zamba2") if n in text], src
+    for src in ("toolkit/cli/app.py", "toolkit/cli/cmd_convert.py", "toolkit/cli/help.py"):
+        text = (root / src).read_text()        # no copy to keep in step (a remark may name two)
+        named = [n for n in names if n in text]
+        assert len(named) <= 2, (src, named)
 
 
 def test_list_archs_names_every_hf_architecture(monkeypatch, capsys):

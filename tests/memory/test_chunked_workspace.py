@@ -7,39 +7,41 @@ the blocked attention's workspace shares: the larger of the two), and the estima
 what the context allocates."""
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import pytest
 
+from families import BY_NAME, having
 from toolkit.binding import lib
 from toolkit.runtime import Context, Model, memory_estimate
 
 pytestmark = pytest.mark.native
 
-FIX = pathlib.Path(__file__).parent.parent / "fixtures"
 N_CTX, N_SEQ, N_THR = 128, 1, 2
 
-# name, (threshold getter, setter), per-thread workspace floats from the model's hparams
+# layer kind -> (threshold getter, setter, per-thread workspace floats from the model's hparams,
+# the RuntimeOptions field of a context's own threshold)
 KINDS = {
-    "qwen35-tiny": (lib.tk_gdn_threshold, lib.tk_gdn_set_threshold,
-                    lambda hp: lib.tk_gdn_work_floats(hp.d_state, hp.ssm_head_dim)),
-    "kimilinear-tiny": (lib.tk_kda_threshold, lib.tk_kda_set_threshold,
-                        lambda hp: lib.tk_kda_work_floats(hp.kda_head_dim, hp.kda_head_dim)),
-    "minimax-tiny": (lib.tk_lightning_threshold, lib.tk_lightning_set_threshold,
-                     lambda hp: lib.tk_lightning_work_floats(hp.head_dim)),
+    "GDN": (lib.tk_gdn_threshold, lib.tk_gdn_set_threshold,
+            lambda hp: lib.tk_gdn_work_floats(hp.d_state, hp.ssm_head_dim), "gdn_min"),
+    "KDA": (lib.tk_kda_threshold, lib.tk_kda_set_threshold,
+            lambda hp: lib.tk_kda_work_floats(hp.kda_head_dim, hp.kda_head_dim), "kda_min"),
+    "LIGHTNING": (lib.tk_lightning_threshold, lib.tk_lightning_set_threshold,
+                  lambda hp: lib.tk_lightning_work_floats(hp.head_dim), "lightning_min"),
 }
 
 
+def _kind(f) -> str:
+    (k,) = [k for k in KINDS if k in f.layers]    # a "chunked" row has one chunked kind
+    return k
+
+
+ROWS = having("chunked")      # tests/families.py
+NAMES = [f.name for f in ROWS]
+
+
 @pytest.fixture(scope="module")
-def paths(tmp_path_factory):
-    from toolkit.convert import convert
-    d = tmp_path_factory.mktemp("chunked_ws")
-    out = {"qwen35-tiny": FIX / "llamacpp" / "qwen35-tiny.f32.gguf"}
-    for n in ("kimilinear-tiny", "minimax-tiny"):
-        out[n] = d / f"{n}.f32.gguf"
-        convert(str(FIX / "hf" / n), str(out[n]), "f32")
-    return out
+def paths(hf_f32):
+    return {f.name: f.f32(hf_f32) for f in ROWS}
 
 
 def attn_work(hp) -> int:
@@ -61,9 +63,9 @@ def compute_bytes(m, n_ub):
     return est["compute"]
 
 
-@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("name", NAMES)
 def test_workspace_only_when_the_threshold_can_use_it(paths, name):
-    get, set_, per_thread = KINDS[name]
+    get, set_, per_thread, _ = KINDS[_kind(BY_NAME[name])]
     before = get()
     try:
         with Model(paths[name]) as m:
@@ -88,8 +90,8 @@ def test_the_recurrence_runs_without_the_workspace(paths):
     """A threshold turned on after the context was made (so it holds no workspace) leaves the
     recurrence in force: the same logits as at threshold 0, bit for bit (with the workspace,
     threshold 1 would run the chunked form: other bits)."""
-    name = "qwen35-tiny"
-    get, set_, _ = KINDS[name]
+    name = next(f.name for f in ROWS if _kind(f) == "GDN")
+    get, set_, _, _ = KINDS["GDN"]
     before = get()
     tok = list(range(1, 40))
     try:
@@ -106,16 +108,15 @@ def test_the_recurrence_runs_without_the_workspace(paths):
         set_(before)
 
 
-@pytest.mark.parametrize("name,field", [("qwen35-tiny", "gdn_min"), ("kimilinear-tiny", "kda_min"),
-                                        ("minimax-tiny", "lightning_min")])
-def test_the_contexts_own_threshold_plans_the_workspace(paths, name, field):
+@pytest.mark.parametrize("name", NAMES)
+def test_the_contexts_own_threshold_plans_the_workspace(paths, name):
     """A context's threshold (RuntimeOptions -> tk_context_params, the CLI's TOOLKIT_*_MIN) plans
     the workspace as the process default does: with the default at 0 ("never"), options that turn
     the form on from 1 token give the context (and its estimate) the workspace, 0 ("never")
     none.  Failed before: the plan read only the process default, so such a context had no
     workspace and silently ran the recurrence."""
     from toolkit.runtime.options import RuntimeOptions
-    get, set_, per_thread = KINDS[name]
+    get, set_, per_thread, field = KINDS[_kind(BY_NAME[name])]
     before = get()
     try:
         set_(0)

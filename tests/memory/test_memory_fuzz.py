@@ -5,31 +5,12 @@ one batch, roll a sequence back (seq_rm(s, p0, -1)), seq_cp, seq_keep, whole-seq
 clear, an explicit checkpoint, a whole-context state round trip, or a one-sequence state moved
 to another id.  The oracle keeps each sequence's token history; every decode's logits must
 equal a fresh context's logits for that history (F32), and every sequence must end where its
-history ends.  Hybrid models with attention (RoPE and not), a Mamba-1 hybrid (Jamba) and a
-gated delta net hybrid (qwen35moe-tiny: GDN, gated attention, MoE; llama.cpp's file until our
-converter writes the family).  Nemotron-H (nemotronh-tiny: Mamba-2, attention without RoPE,
-blocks with no mixer (ReLU² MLP, sigmoid-routed MoE); nemotronh-dense-tiny), and Falcon-H1
-(falconh1-tiny: attention and Mamba-2 in every layer, so every layer has both KV cells and
-recurrent state), and LFM2 / LFM2-MoE (short conv window as the recurrent state,
-q/k-normed attention, sigmoid-routed MoE), FalconMamba (falconmamba-tiny: Mamba-1 with the
-weightless dt/B/C norms), Zamba v1 (zamba-tiny, zamba-odd-tiny: multi-head Mamba-1, a shared
-attention block without RoPE; one block per hybrid layer in the untied one), OLMo-Hybrid
-(olmohybrid-tiny, olmohybrid-nope-tiny: GDN with separate q/k/v, beta x2, and post-norm attention),
-a sliding-window model (swa/lfm2: lfm2-tiny with its layer 3 a window-5 sliding layer,
-tests/swa_util.py: a full and a sliding-window KV cache that keeps each sequence's last W + k
-positions and each checkpoint's window; swa/lfm2-all: both attention layers sliding, the full cache
-holds positions only; a rollback past what it holds is refused and the oracle keeps the history),
-LFM3 (lfm3-tiny: conv, full attention with proportional RoPE, sliding attention with window 16,
-sandwich norms), and Lara-Mini (laramini-tiny: GDN, RoPE sliding attention with window 16, NoPE
-full attention, MoE with an ungated shared expert), and MiniMax-Text-01 (minimax-tiny: lightning
-attention, its [nh, d, d] state the only recurrent piece; residuals on the normed input scaled by α),
-and RecurrentGemma (recurrentgemma-tiny: RG-LRU layers, the conv window and h their pieces, the
-position-0 reset, local MQA with window 16; recurrentgemma-odd-tiny: window 8, GQA with biases), and
-Kimi-Linear (kimilinear-tiny, kimilinear-var-tiny: KDA conv windows and per-channel-decay state, MLA
-with the latent cached and no V, q-LoRA, sigmoid MoE with groups), GLM-5-Next (glm5next-tiny: mHC
-streams, MLA with the DSA indexer's [k_I | gamma] cached per token in the KV cells, a shared indexer
-layer; sparse from 39 visible tokens) and Ling 3 (bailinghybrid-tiny: full-rank KDA gates, MLA
-with RoPE'd k_rot cached and the head gate).  Run under ASan/UBSan by CI (pytest -m native).
+history ends.  The models are tests/families.py's rows with a ``fuzz`` value (the
+checkpoint interval: 0 none), on our conversion, or on llama.cpp's file for ``fuzz_lc``
+(KV cells, recurrent pieces, MLA's and
+DSA's cached rows, sliding windows, shared blocks), plus lfm2-tiny with sliding layers
+(swa_util), and the MTP blocks (mtp_util.MTP_FIXTURES).  Run under ASan/UBSan by CI (pytest -m
+native).
 """
 from __future__ import annotations
 
@@ -40,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from families import FIXTURES
 from hypothesis_util import examples
 from mtp_util import MTP_FIXTURES
 from toolkit.runtime import Context, Model
@@ -196,21 +178,13 @@ def play(m: Model, ops, every: int) -> None:
                 assert ctx.memory.seq_pos_max(s) == len(hist[s]) - 1, (o, s)
 
 
-@pytest.mark.parametrize("name,every", [("bamba-tiny", 4), ("jamba-tiny", 0), ("granitehybrid-moe-tiny", 3),
-                                        ("llamacpp/qwen35moe-tiny", 2), ("nemotronh-tiny", 3),
-                                        ("nemotronh-dense-tiny", 0),
-                                        ("falconh1-tiny", 3), ("lfm2-tiny", 3), ("lfm2moe-tiny", 0),
-                                        ("zamba2-tiny", 3), ("falconmamba-tiny", 3),
-                                        ("zamba-tiny", 3), ("zamba-odd-tiny", 0),
-                                        ("olmohybrid-tiny", 3), ("olmohybrid-nope-tiny", 0),
-                                        ("swa/lfm2", 3), ("swa/lfm2", 0), ("swa/lfm2-all", 3), ("lfm3-tiny", 3),
-                                        ("laramini-tiny", 3), ("laramini-tiny", 0),
-                                        ("minimax-tiny", 3), ("minimax-tiny", 0),
-                                        ("recurrentgemma-tiny", 3), ("recurrentgemma-odd-tiny", 0),
-                                        ("kimilinear-tiny", 3), ("kimilinear-var-tiny", 0),
-                                        ("glm5next-tiny", 3), ("glm5next-tiny", 0),
-                                        ("bailinghybrid-tiny", 3), ("bailinghybrid-tiny", 0),
-                                        ("glm5next-var-tiny", 3), ("bailinghybrid-var-tiny", 0)])
+# tests/families.py's ``fuzz`` (our conversion) and ``fuzz_lc`` (llama.cpp's file) values, and
+# the sliding-window variants of lfm2-tiny (swa_util: window 5 on layer 3, or on layers 1 and 3)
+FUZZ = ([(f.name, e) for f in FIXTURES for e in f.fuzz] + [(f"llamacpp/{f.name}", e) for f in FIXTURES for e in f.fuzz_lc]
+        + [("swa/lfm2", 3), ("swa/lfm2", 0), ("swa/lfm2-all", 3)])
+
+
+@pytest.mark.parametrize("name,every", FUZZ)
 @settings(max_examples=examples(10, 25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(op, min_size=1, max_size=25))
 def test_random_memory_operations_match_recompute(name, every, ops):

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pytest
 
+from families import FIXTURES, names
 from toolkit.arch import ARCHES, FFNKind, HParams, LayerKind, Norm, Residual, arch_spec
 from toolkit.arch import readers as R
 from toolkit.arch import fields as F
@@ -78,11 +79,9 @@ def test_arch_ids_equal_c():
 
 
 def test_runtime_arches():
-    assert RUNTIME_ARCHES == ("mamba", "mamba2", "granitehybrid", "jamba", "qwen3next", "qwen35", "qwen35moe",
-                              "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe", "falcon-h1", "qwen4exp", "zamba2",
-                              "zamba", "olmo-hybrid", "lfm3", "lara-mini", "minimax-01", "recurrent-gemma",
-                              "kimi-linear", "glm5-next",
-                              "bailingmoe3")
+    """The architectures the runtime loads are those of tests/families.py's rows: each has a
+    fixture, and every fixture's architecture runs."""
+    assert sorted(RUNTIME_ARCHES) == sorted({f.arch for f in FIXTURES})
     assert [a.name for a in ARCHES if not a.runs] == []
     assert arch_spec("llama") is None
 
@@ -241,13 +240,7 @@ def test_llamacpp_tensor_names(hf_f32, name):
     _check_names(f, hp)
 
 
-@pytest.mark.parametrize("name", ["mamba-tiny", "mamba2-tiny", "bamba-tiny", "granitehybrid-moe-tiny", "jamba-tiny",
-                                  "llamacpp/qwen3next-tiny", "llamacpp/qwen35-tiny", "llamacpp/qwen35moe-tiny",
-                                  "nemotronh-tiny", "nemotronh-dense-tiny", "falconh1-tiny",
-                                  "llamacpp/lfm2-tiny", "llamacpp/lfm2moe-tiny", "zamba2-tiny", "qwen4exp-tiny",
-                                  "qwen4exp-ple2-tiny", "falconmamba-odd-tiny", "zamba-odd-tiny",
-                                  "olmohybrid-tiny", "olmohybrid-nope-tiny",
-                                  "zamba-1head-tiny"])
+@pytest.mark.parametrize("name", names("loader") + [f"llamacpp/{n}" for n in names("loader_lc")])   # tests/families.py
 def test_loader_requires_exactly_the_expected_tensors(hf_f32, name):
     path = FIX / f"{name}.f32.gguf" if name.startswith("llamacpp/") else hf_f32(name)
     m = Model(path, n_threads=1)

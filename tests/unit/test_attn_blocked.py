@@ -9,12 +9,16 @@ through whole models, at every kernel level this machine runs:
 * a token's logits are bit-identical whatever its ubatch (1, 7, 512) and the thread count
   (1, 2, 3: decoding at depth > 2048 cells runs split-K, the KV groups inside, at every thread count;
   a prompt of many tiles does not).
+
+The models are tests/families.py's rows carrying ``attn`` (``attn_deep``: at depth; ``attn_ub``:
+ubatch and cell placement), on llama.cpp's f32 file where the row has one.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from families import BY_NAME, names
 from toolkit.binding import lib
 from toolkit.runtime.context import Context
 from toolkit.runtime.model import Model
@@ -23,8 +27,6 @@ pytestmark = pytest.mark.native
 
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
 LEVEL_IDS = {0: "scalar", 1: "avx2", 2: "avx512"}
-LLAMACPP = ["qwen35-tiny", "kimilinear-tiny", "glm5next-tiny", "bamba-tiny"]
-HF = ["qwen4exp-tiny", "lfm3-tiny", "recurrentgemma-tiny", "zamba2-tiny"]
 
 
 @pytest.fixture
@@ -33,10 +35,9 @@ def reference_off():
     lib.tk_attn_set_reference(-1)
 
 
-def _path(name, fixtures, hf_f32) -> str:
-    if name in LLAMACPP:
-        return str(fixtures / "llamacpp" / f"{name}.f32.gguf")
-    return str(hf_f32(name))
+def _path(name, hf_f32) -> str:
+    """llama.cpp's f32 file of the row where it has one, else our conversion."""
+    return str(BY_NAME[name].f32(hf_f32))
 
 
 def _logits(path: str, reference: bool, n_tok: int = 150, n_ubatch: int = 32, n_threads: int = 2) -> np.ndarray:
@@ -54,10 +55,10 @@ def _logits(path: str, reference: bool, n_tok: int = 150, n_ubatch: int = 32, n_
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=LEVEL_IDS.get)
-@pytest.mark.parametrize("name", LLAMACPP + HF)
-def test_blocked_matches_reference(name, level, fixtures, hf_f32, at_level, reference_off):
+@pytest.mark.parametrize("name", names("attn"))
+def test_blocked_matches_reference(name, level, hf_f32, at_level, reference_off):
     assert at_level(level) == level
-    path = _path(name, fixtures, hf_f32)
+    path = _path(name, hf_f32)
     ref = _logits(path, True)
     got = _logits(path, False)
     assert np.isfinite(ref).all()
@@ -76,13 +77,13 @@ def _deep(path: str, n_threads: int, n_ubatch: int, n_tok: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=LEVEL_IDS.get)
-@pytest.mark.parametrize("name", ["qwen35-tiny", "glm5next-tiny", "qwen3next-tiny"])   # qwen3next-tiny: 2 KV groups
-def test_threads_and_ubatch_invariant_at_depth(name, level, fixtures, at_level, reference_off):
+@pytest.mark.parametrize("name", names("attn_deep"))   # qwen3next-tiny: 2 KV groups
+def test_threads_and_ubatch_invariant_at_depth(name, level, hf_f32, at_level, reference_off):
     """2300 cells: two super-chunks, so split-K runs where (tile, group) items leave threads
     idle; the bits do not move with the thread count or the ubatch, and stay within float
     reordering of the reference."""
     assert at_level(level) == level
-    path = str(fixtures / "llamacpp" / f"{name}.f32.gguf")
+    path = _path(name, hf_f32)
     n_tok = 2300
     base = _deep(path, 1, 512, n_tok)
     for n_threads, n_ubatch in [(2, 512), (3, 512), (2, 7), (3, 97)]:
@@ -94,20 +95,20 @@ def test_threads_and_ubatch_invariant_at_depth(name, level, fixtures, at_level, 
     assert err <= 1e-5 * np.abs(ref).max(), f"{name}: blocked vs reference at depth {err:.3e}"
 
 
-@pytest.mark.parametrize("name", ["qwen35-tiny", "kimilinear-tiny"])
-def test_ubatch_invariant(name, fixtures, reference_off):
-    path = str(fixtures / "llamacpp" / f"{name}.f32.gguf")
+@pytest.mark.parametrize("name", names("attn_ub"))
+def test_ubatch_invariant(name, hf_f32, reference_off):
+    path = _path(name, hf_f32)
     base = _logits(path, False, n_ubatch=512)
     for ub in (1, 7):
         assert np.array_equal(_logits(path, False, n_ubatch=ub), base), f"{name} -ub {ub}"
 
 
-@pytest.mark.parametrize("name", ["qwen35-tiny", "kimilinear-tiny"])
-def test_cell_placement_does_not_matter(name, fixtures, reference_off):
+@pytest.mark.parametrize("name", names("attn_ub"))
+def test_cell_placement_does_not_matter(name, hf_f32, reference_off):
     """Sequence 1's cells behind sequence 0's (from cell 100, so a 128-cell boundary would fall
     at its position 28): its logits are the bits of sequence 1 decoded alone from cell 0
     (chunks go by position, not by cell index: attn.h)."""
-    path = str(fixtures / "llamacpp" / f"{name}.f32.gguf")
+    path = _path(name, hf_f32)
     toks = (np.arange(150, dtype=np.int32) * 29 + 3) % 200
     with Model(path, n_threads=2) as m:
         with Context(m, n_ctx=256, n_seq_max=2, n_ubatch=64, n_threads=2) as c:

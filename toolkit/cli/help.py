@@ -93,7 +93,7 @@ FAMILIES = "{families}"   # in a command's help: the converter registry's family
 
 
 def expand(text: str) -> str:
-    """``text`` with :data:`FAMILIES` replaced by ``Mamba, FalconMamba, ...`` (the converters
+    """``text`` with :data:`FAMILIES` replaced by the registry's ``family_names()`` (the converters
     are imported only when a help text asks for them)."""
     if FAMILIES in text:
         from toolkit.convert.families import family_names

@@ -200,11 +200,15 @@ class Family:
         return ot
 
     def copy(self, out: str, src: str, shape: tuple[int, ...], out_shape: tuple[int, ...] | None = None,
-             op: str | None = None, note: str = "", perm: np.ndarray | None = None, block: int = 1,
+             op: str | None = None, note: str = "", perm=None, block: int = 1,
              why: str = "") -> OutTensor:
         """Write source ``src`` (expected ``shape``) as ``out`` with ``out_shape`` (a reshape of
-        the same elements; default the same shape), optionally reordering rows."""
+        the same elements; default the same shape), optionally reordering rows (``perm``, or a
+        function returning it, called once the source's shape is checked: a config value out of
+        reason then fails as that shape error, not while building a row index of its size)."""
         t = self.take(src, shape, why)
+        if callable(perm):
+            perm = perm()
         out_shape = tuple(out_shape if out_shape is not None else shape) or (1,)
         if math.prod(out_shape) != t.n_elements:
             raise ValueError(f"{out}: out shape {out_shape} does not hold the {t.n_elements} elements of {src}")

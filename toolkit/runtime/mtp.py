@@ -35,6 +35,7 @@ from toolkit.arch import FFNKind, LayerKind
 from toolkit.binding import ffi
 from toolkit.errors import InputError
 from toolkit.runtime.model import Model, c_hparams, load_table
+from toolkit.runtime.speculative import draft_sampler, draft_steps, sample_draft
 
 FAMILIES = ("qwen3next", "qwen35", "qwen35moe")   # the architectures whose NextN block runs
 
@@ -164,8 +165,6 @@ class MtpDraft:
     """
 
     def __init__(self, ctx, params=None, seed: int = 0):
-        from toolkit.runtime.speculative import draft_sampler
-
         self.ctx = ctx
         n = int(ctx.n_seq_max)
         self.held: list[list[int]] = [[] for _ in range(n)]   # tokens fed, block position order
@@ -261,11 +260,7 @@ class MtpDraft:
         if self.pick is not None:
             d = int(self.pick(item[1], j))
             return d, (np.array([d]), np.array([1.0]))
-        ids, probs = sampler.candidates(row)
-        if ids.size == 1:
-            return int(ids[0]), (ids, probs)
-        j = int(np.searchsorted(np.cumsum(probs), sampler.rng.random(), side="right"))
-        return int(ids[min(j, ids.size - 1)]), (ids, probs)
+        return sample_draft(sampler, row)
 
     def draft_batch(self, items) -> list[tuple[list[int], list]]:
         """Drafts for several sequences (``items`` as DraftModel.draft_batch takes them: (seq,
@@ -297,38 +292,20 @@ class MtpDraft:
             self.held[s].extend(t)
             if ks[i] > 0:
                 row[i], h[i] = lo[-1], hi[-1:]
-        live = sorted(row)
-        gram = {i: items[i][4].fork() for i in live if len(items[i]) > 4 and items[i][4] is not None}
-        while live:
-            step = []
-            for i in live:
-                g = gram.get(i)
-                if g is not None:
-                    if g.done():
-                        continue
-                    row[i] = g.mask(row[i])
-                    if not np.isfinite(row[i]).any():
-                        continue
-                d, q = self._choose(items[i], len(out[i][0]), row[i])
-                out[i][0].append(d)
-                out[i][1].append(q)
-                if g is not None:
-                    g.accept(d)
-                if len(out[i][0]) < ks[i]:
-                    step.append(i)
-            if not step:
-                break
+
+        def decode(step: list[int], toks: list[int]) -> list[np.ndarray]:
             seqs = [items[i][0] for i in step]
             try:
-                lo, hi = self.ctx.decode_batch([([out[i][0][-1]], s) for i, s in zip(step, seqs)], logits="last",
+                lo, hi = self.ctx.decode_batch([([t], s) for t, s in zip(toks, seqs)], logits="last",
                                                embd=[h[i] for i in step], hidden=True)
             except BaseException:
                 for s in seqs:
                     self.forget(s)
                 raise
             for j, i in enumerate(step):
-                row[i], h[i] = lo[j][-1], hi[j][-1:]
-            live = step
+                h[i] = hi[j][-1:]
+            return [x[-1] for x in lo]
+        out = draft_steps(items, ks, row, self._choose, decode)
         for i, (s, _, _) in enumerate(ins):    # drafted positions go: they were fed the block's own h
             keep = n_main[i] - self.base[s]
             if self.ctx.memory.seq_pos_max(s) + 1 > keep:

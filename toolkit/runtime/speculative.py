@@ -186,6 +186,56 @@ def open_draft_context(model, draft_max: int, *, n_ctx: int, n_seq_max: int = 1,
     return DraftModel(dctx, params, seed)
 
 
+def sample_draft(sampler, row: np.ndarray) -> tuple[int, tuple]:
+    """One draft token from the logits ``row`` [V] under ``sampler`` (a draft_sampler: its
+    candidates and its rng): (token, q as (ids, probs)); one candidate (greedy) is taken as is."""
+    ids, probs = sampler.candidates(row)
+    if ids.size == 1:
+        return int(ids[0]), (ids, probs)
+    j = int(np.searchsorted(np.cumsum(probs), sampler.rng.random(), side="right"))
+    return int(ids[min(j, ids.size - 1)]), (ids, probs)
+
+
+def draft_steps(items, ks: list[int], row: dict, choose, decode) -> list[tuple[list[int], list]]:
+    """The draft loop of :meth:`DraftModel.draft_batch` and toolkit.runtime.mtp's
+    ``MtpDraft.draft_batch``, once the drafter holds each history.
+
+    ``items``: draft_batch's [(seq, history, k, sampler[, grammar]), ...]; ``ks[i]``: at most this
+    many drafts for item i; ``row``: item index -> the logits [V] of its first draft (the items
+    that draft at all); ``choose(item, j, row)`` -> (token, q) of the j-th draft;
+    ``decode(step, tokens)``: feeds tokens[n] to the sequence of item step[n], all in one decode
+    call, and returns each one's next logits [V] (on a failed call it empties those sequences and
+    raises).  A grammar (the item's fifth entry) is forked: each draft is chosen from its masked
+    row, and an item stops where the grammar is complete or allows no token.  Returns per item
+    (tokens, q)."""
+    out: list[tuple[list[int], list]] = [([], []) for _ in items]
+    live = sorted(row)
+    gram = {i: items[i][4].fork() for i in live if len(items[i]) > 4 and items[i][4] is not None}
+    while live:
+        step = []
+        for i in live:
+            g = gram.get(i)
+            if g is not None:
+                if g.done():
+                    continue
+                row[i] = g.mask(row[i])
+                if not np.isfinite(row[i]).any():
+                    continue
+            d, q = choose(items[i], len(out[i][0]), row[i])
+            out[i][0].append(d)
+            out[i][1].append(q)
+            if g is not None:
+                g.accept(d)
+            if len(out[i][0]) < ks[i]:
+                step.append(i)
+        if not step:
+            break
+        for i, r in zip(step, decode(step, [out[i][0][-1] for i in step])):
+            row[i] = r
+        live = step
+    return out
+
+
 class DraftModel:
     """Drafts from a second (smaller) model sharing the vocabulary.  Its context ``ctx`` keeps
     one sequence per target sequence (``toolkit run``: sequence 0; ``toolkit serve``: one per
@@ -285,48 +335,21 @@ class DraftModel:
             raise
         for s, t in rows_in:
             self.held[s].extend(t)
-        out: list[tuple[list[int], list]] = [([], []) for _ in items]
         live = [i for i in range(len(items)) if ks[i] > 0]
-        row = {i: rows[i][-1] for i in live}
-        gram = {i: items[i][4].fork() for i in live if len(items[i]) > 4 and items[i][4] is not None}
-        while live:
-            step = []
-            for i in live:
-                sampler = items[i][3]
-                g = gram.get(i)
-                if g is not None:
-                    if g.done():
-                        continue
-                    row[i] = g.mask(row[i])
-                    if not np.isfinite(row[i]).any():
-                        continue
-                ids, probs = sampler.candidates(row[i])
-                if ids.size == 1:
-                    d = int(ids[0])
-                else:
-                    j = int(np.searchsorted(np.cumsum(probs), sampler.rng.random(), side="right"))
-                    d = int(ids[min(j, ids.size - 1)])
-                out[i][0].append(d)
-                out[i][1].append((ids, probs))
-                if g is not None:
-                    g.accept(d)
-                if len(out[i][0]) < ks[i]:
-                    step.append(i)
-            if not step:
-                break
+
+        def decode(step: list[int], toks: list[int]) -> list[np.ndarray]:
             seqs = [items[i][0] for i in step]
             try:
-                new = self.ctx.decode_batch([([out[i][0][-1]], s) for i, s in zip(step, seqs)], logits="last",
-                                            snapshots=True)
+                new = self.ctx.decode_batch([([t], s) for t, s in zip(toks, seqs)], logits="last", snapshots=True)
             except BaseException:
                 for s in seqs:
                     self.forget(s)
                 raise
-            for i, s, r in zip(step, seqs, new):
-                self.held[s].append(out[i][0][-1])
-                row[i] = r[-1]
-            live = step
-        return out
+            for s, t in zip(seqs, toks):
+                self.held[s].append(t)
+            return [r[-1] for r in new]
+        return draft_steps(items, ks, {i: rows[i][-1] for i in live}, lambda item, j, row: sample_draft(item[3], row),
+                           decode)
 
     def close(self) -> None:
         self.ctx.close()

@@ -184,8 +184,9 @@ class BailingMoe3Family(KDAMixin, Family):
 
     def _keys(self) -> None:
         key, p, KD = self.key, self.plan, Keys.KDA
-        _, ctx = spelled(self.cfg, "max_position_embeddings")
-        p.kv += self.kda_leading_keys(int(ctx) if ctx is not None else 262144, rope_base=self.rope_theta)
+        name, _ = spelled(self.cfg, "max_position_embeddings")
+        ctx = self.cfg.int(name) if name is not None else 262144   # InputError naming the key: not an integer, < 1
+        p.kv += self.kda_leading_keys(ctx, rope_base=self.rope_theta)
         p.kv += [
             kv_u32(key(Keys.Attention.KEY_LENGTH), self.kv_lora_rank + self.dr),
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.kda_head_dim),   # llama.cpp: head_dim of config.json (unused)

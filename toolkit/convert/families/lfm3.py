@@ -126,7 +126,10 @@ class LFM3Family(LFM2Family):
         ``rope.scaling.*`` (``self.scaling``: llama.cpp applies them to the non-sliding layers);
         the sliding layers take none (llama.cpp's rope.freq_scale_swa has no key)."""
         c = self.cfg
-        rp = (c.d.get("rope_parameters") or {}).get(kind, {})
+        rps = c.d.get("rope_parameters") or {}
+        if not isinstance(rps, dict):
+            raise InputError(f"{c.path}: key 'rope_parameters' must be an object")
+        rp = rps.get(kind, {})
         if not isinstance(rp, dict):
             raise InputError(f"{c.path}: rope_parameters.{kind} must be an object")
         theta = rp.get("rope_theta", theta_default)

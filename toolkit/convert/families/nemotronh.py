@@ -212,9 +212,9 @@ class NemotronHFamily(Family):
                 # and so the attention, unchanged.  Done here too, for llama.cpp's bytes.
                 hd, note = self.head_dim, "rows in llama.cpp's q/k order (LlamaModel.permute; q . k unchanged)"
                 self.copy(tn(T.ATTN_Q, i), m + "q_proj.weight", (self.n_head * hd, D),
-                          perm=head_perm(self.n_head, hd, hd), block=hd, note=note)
+                          perm=lambda: head_perm(self.n_head, hd, hd), block=hd, note=note)
                 self.copy(tn(T.ATTN_K, i), m + "k_proj.weight", (self.n_head_kv * hd, D),
-                          perm=head_perm(self.n_head_kv, hd, hd), block=hd, note=note)
+                          perm=lambda: head_perm(self.n_head_kv, hd, hd), block=hd, note=note)
                 self.copy(tn(T.ATTN_V, i), m + "v_proj.weight", (self.n_head_kv * hd, D))
                 self.copy(tn(T.ATTN_OUT, i), m + "o_proj.weight", (D, self.n_head * hd))
             elif t == "mlp":

@@ -150,7 +150,7 @@ class ZambaFamily(Family):
         D, I, N, K, R, M = self.n_embd, self.d_inner, self.d_state, self.d_conv, self.dt_rank, self.n_mh
         Dm = I // M
         # HF splits in_proj's output with view(B, I, 2, T): x_c is row 2c, z_c row 2c + 1
-        deint = np.concatenate([np.arange(0, 2 * I, 2), np.arange(1, 2 * I, 2)])
+        deint = lambda: np.concatenate([np.arange(0, 2 * I, 2), np.arange(1, 2 * I, 2)])  # noqa: E731
         self.copy(tn(T.SSM_IN, i), m + "in_proj.weight", (2 * I, D), perm=deint, block=2 * I,
                   note="rows de-interleaved: [x (I) | z (I)]")
         proj_bias = self.cfg.flag("mamba_proj_bias", False)
