@@ -156,7 +156,7 @@ class ZambaFamily(Family):
         proj_bias = self.cfg.flag("mamba_proj_bias", False)
         if proj_bias:   # one row of 2I, its columns de-interleaved as the weight's rows
             self.copy(tn(T.SSM_IN, i, ".bias"), m + "in_proj.bias", (2 * I,), why="mamba_proj_bias is true",
-                      note="de-interleaved: [x (I) | z (I)]").col_perm = deint
+                      note="de-interleaved: [x (I) | z (I)]").col_perm = deint()
         self.copy(tn(T.SSM_CONV1D, i), m + "conv1d.weight", (I, 1, K), (I, K), note="squeeze [C,1,K] -> [C,K]")
         if self.cfg.flag("mamba_conv_bias", True):
             self.copy(tn(T.SSM_CONV1D, i, ".bias"), m + "conv1d.bias", (I,))
