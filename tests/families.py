@@ -207,6 +207,7 @@ FIXTURES: tuple[Fixture, ...] = (
          keep_f32=("*.ffn_gate_inp.weight", "*.ssm_a", "*ssm_conv1d*"), quant_refs=FULL_SET),
     _row("kimilinear-var-tiny", "KimiLinearFamily", "kimi-linear", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq rollback estimate", suppress=EOT),
+    _row("kimilinear-attnbias-tiny", "KimiLinearFamily", "kimi-linear", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
     _row("glm5next-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq rollback shift estimate", llamacpp=LC_LOGITS, suppress=EOT, quant_refs=WITH_S_L),
     _row("glm5next-var-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE",
@@ -215,11 +216,13 @@ FIXTURES: tuple[Fixture, ...] = (
          suppress=EOT),
     _row("glm5next-notail-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE", "mla moe parity two_seq",
          suppress=EOT),
+    _row("glm5next-attnbias-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
     _row("bailinghybrid-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq quant rollback shift estimate", llamacpp=LC_LOGITS, suppress=EOT,
          quant_refs=WITH_S_L),
     _row("bailinghybrid-var-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq rollback", suppress=EOT),
+    _row("bailinghybrid-attnbias-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
 )
 
 BY_NAME: dict[str, Fixture] = {f.name: f for f in FIXTURES}

@@ -5,6 +5,12 @@ other weights the base fixture's; reference.npz: the base fixture's tokens, HF's
 
     qwen35-attnbias-tiny   qwen35-tiny with attention_bias (gated attention: q_proj's bias [2 Hq hd]
                            covers the gate half)
+    kimilinear-attnbias-tiny     kimilinear-var-tiny (q-LoRA) with attention_bias: the MLA layers'
+                                 q_a_proj, kv_a_proj_with_mqa and o_proj biases (KimiLinearAttention)
+    glm5next-attnbias-tiny       glm5next-tiny likewise (Glm5NextTextAttention; the DSA indexer reads the
+                                 biased q-LoRA latent)
+    bailinghybrid-attnbias-tiny  bailinghybrid-tiny likewise (BailingHybridAttention; o_proj saved as
+                                 attention.dense, which HF renames on load)
 
     /work/tfvenv/bin/python tools/make_attnbias_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -20,8 +26,23 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
-# name: (base fixture, config.json changes, weight patterns that get a bias, seed)
-SPECS = {"qwen35-attnbias-tiny": ("qwen35-tiny", dict(attention_bias=True), (_ATTN,), 451)}
+# the MLA layers' biased projections (group 1: the layer's attention prefix); a layer is MLA when it has
+# kv_a_proj_with_mqa (the KDA layers' o_proj / dense stay bias-free, as in HF)
+_MLA = r"(model\.(?:language_model\.)?layers\.\d+\.(?:self_attn|attention)\.)(?:q_a_proj|kv_a_proj_with_mqa|o_proj|dense)\.weight"
+# name: (base fixture, config.json changes (into text_config where the base has one), weight patterns
+# that get a bias, seed)
+SPECS = {"qwen35-attnbias-tiny": ("qwen35-tiny", dict(attention_bias=True), (_ATTN,), 451),
+         "kimilinear-attnbias-tiny": ("kimilinear-var-tiny", dict(attention_bias=True), (_MLA,), 452),
+         "glm5next-attnbias-tiny": ("glm5next-tiny", dict(attention_bias=True), (_MLA,), 453),
+         "bailinghybrid-attnbias-tiny": ("bailinghybrid-tiny", dict(attention_bias=True), (_MLA,), 454)}
+
+
+def _biased(n: str, w: dict, patterns) -> bool:
+    for p in patterns:
+        m = re.fullmatch(p, n)
+        if m and (p is not _MLA or m.group(1) + "kv_a_proj_with_mqa.weight" in w):
+            return True
+    return False
 
 
 def make(name: str, out_root: str, src_root: str) -> None:
@@ -38,7 +59,7 @@ def make(name: str, out_root: str, src_root: str) -> None:
         if os.path.exists(os.path.join(src, f)):
             shutil.copy(os.path.join(src, f), out)
     cfg = json.load(open(os.path.join(src, "config.json")))
-    cfg.update(changes)
+    (cfg["text_config"] if "text_config" in cfg else cfg).update(changes)
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(cfg, fh, indent=2, sort_keys=True)
     w = {}
@@ -46,15 +67,18 @@ def make(name: str, out_root: str, src_root: str) -> None:
         if f.endswith(".safetensors"):
             w.update(load_file(os.path.join(src, f)))
     for n in sorted(w):
-        if any(re.fullmatch(p, n) for p in biased):
+        if _biased(n, w, biased):
             w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
     save_file(dict(sorted(w.items())), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    missing = {n for n in w} - set(model.state_dict())
-    assert not missing, missing
+    cls = getattr(transformers, cfg["architectures"][0], transformers.AutoModelForCausalLM)
+    model, info = cls.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+    model.eval()
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    n_bias = sum(1 for n in model.state_dict() if re.search(r"self_attn\.[a-z_]*_(?:proj|mqa)\.bias$", n))
+    assert n_bias == sum(1 for n in w if n.endswith(".bias") and _biased(n[:-4] + "weight", w, biased)), n_bias
     tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
-    eos = cfg["eos_token_id"]
+    eos = cfg.get("eos_token_id", cfg.get("text_config", {}).get("eos_token_id"))
     with torch.no_grad():
         logits = model(torch.tensor(tokens[None], dtype=torch.long), use_cache=False).logits[0].float().numpy()
         seq = [int(t) for t in tokens]

@@ -24,6 +24,13 @@ forward of tests/mamba_ref.py (checked against each base fixture's HF logits bel
                                            (expert_weights_norm = false, llama.cpp's key), untied lm_head
                                            (reference: tests/lara_ref.py)
 
+Made from HF (torch, transformers 5.24 float32 logits) by tools/make_attnbias_fixtures.py:
+
+    kimilinear-attnbias-tiny     Kimi-Linear  attention_bias: MLA q_a_proj / kv_a_proj_with_mqa / o_proj biases
+                                              (blk.i.attn_{q_a,kv_a_mqa,output}.bias), q-LoRA
+    glm5next-attnbias-tiny       GLM-5-Next   the same (the DSA indexer reads the biased q-LoRA latent)
+    bailinghybrid-attnbias-tiny  Ling 3       the same (o_proj saved as attention.dense), RoPE on k_rot after the bias
+
 The f32 parity of the variant fixtures is a table row now (tests/families.py),
 run by tests/parity/test_families.py.
     falconh1-yarn-tiny    Falcon-H1     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.25)
@@ -71,6 +78,9 @@ VARIANTS = [
     ("bamba-yarn-tiny", "rope yarn", 1e-5, ()),
     ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
     ("qwen4exp-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("kimilinear-attnbias-tiny", "mla_bias", 1e-5, (0,)),
+    ("glm5next-attnbias-tiny", "mla_bias", 1e-5, (0,)),
+    ("bailinghybrid-attnbias-tiny", "mla_bias", 1e-5, (0,)),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith("rope")]
 ROPE_VARIANTS = [v for v in VARIANTS if v[1].startswith("rope")]
@@ -101,6 +111,7 @@ def test_numpy_reference_matches_hf(fixtures, name):
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint
 FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias",
                 "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias",
+                "mla_bias": r"model\.(language_model\.)?layers\.\d+\.(self_attn|attention)\.(q_a_proj|kv_a_proj_with_mqa|o_proj|dense)\.bias",
                 "biases": r"(model|backbone)\.layers\.\d+\.(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
 
 

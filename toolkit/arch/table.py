@@ -88,6 +88,8 @@ MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT
 # HF attention_bias (OLMo-Hybrid, Falcon-H1, Bamba / Granite 4.0-H, Lara-Mini write them; mixer_attention.c
 # binds them for any attention; Qwen3-Next / Qwen3.5 with the q gate half): q / k / v's together, o's
 ATTENTION_BIASES = ((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)), (_b(T.ATTN_OUT),))
+# HF attention_bias of the MLA families (mixer_mla.c): kv_a_proj_with_mqa's and o_proj's together, q_a_proj's (q-LoRA)
+MLA_BIASES = ((_b(T.ATTN_KV_A_MQA), _b(T.ATTN_OUT)), (_b(T.ATTN_Q_A),))
 ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)),
                               optional=ATTENTION_BIASES)
 # gated attention (attn_qk_norm): the same plus the per-head q / k RMSNorm weights [head_dim]
@@ -168,7 +170,8 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  # MLA (mixer_mla.c): attn_q or the q-LoRA trio, the kv_a latent and its norm, k_b / v_b
                  LayerKind.MLA: TensorSet(required=tuple(_w(t) for t in (
                      T.ATTN_KV_A_MQA, T.ATTN_KV_A_NORM, T.ATTN_K_B, T.ATTN_V_B, T.ATTN_OUT)),
-                     optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B))))}
+                     optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B)),
+                               *MLA_BIASES))}
 # GLM-5-Next: mHC around each block (residual_hc.c), MLA with the DSA indexer on its full layers
 MHC_BLOCK_TENSORS = TensorSet(required=(_w(T.ATTN_NORM),) + tuple(f"blk.{{bid}}.hc_{b}_{n}.weight"
                                                                   for b in ("attn", "ffn") for n in ("fn", "base", "scale")))
@@ -177,7 +180,7 @@ DSA_INDEXER = tuple(f"blk.{{bid}}.{n}" for n in (
     "indexer.proj.weight", "indexer_compressor_ape.weight", "indexer_compressor_gate.weight"))
 GLM5_NEXT_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
     required=MIXER_TENSORS[LayerKind.MLA].required + tuple(_w(t) for t in (T.ATTN_Q_A, T.ATTN_Q_A_NORM, T.ATTN_Q_B)),
-    optional=(DSA_INDEXER,))}
+    optional=(DSA_INDEXER, *MLA_BIASES))}
 # Ling 3: MLA with the head-wise output gate
 BAILINGMOE3_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
     required=MIXER_TENSORS[LayerKind.MLA].required + (_w(T.ATTN_GATE),), optional=MIXER_TENSORS[LayerKind.MLA].optional)}
