@@ -1,7 +1,8 @@
-"""Make the attention-bias fixtures of issue 43 from HF (needs /work/tfvenv: torch + transformers 5.24):
-a family fixture with ``attention_bias`` true, its q/k/v/o_proj biases drawn N(0, 0.1) (seeded), the
-other weights the base fixture's; reference.npz: the base fixture's tokens, HF's float32 logits
-[T, n_vocab] and 16 greedy tokens (cache-free forward, end-of-text masked as ``min_new_tokens`` does).
+"""Make the attention-side variant fixtures of issue 43 from HF (needs /work/tfvenv: torch + transformers
+5.24): a family fixture with one config switch flipped (``attention_bias`` true: its biases drawn
+N(0, 0.1), seeded), the other weights the base fixture's; reference.npz: the base fixture's tokens, HF's
+float32 logits [T, n_vocab] and 16 greedy tokens (cache-free forward, end-of-text masked as
+``min_new_tokens`` does).
 
     qwen35-attnbias-tiny   qwen35-tiny with attention_bias (gated attention: q_proj's bias [2 Hq hd]
                            covers the gate half)
@@ -11,6 +12,11 @@ other weights the base fixture's; reference.npz: the base fixture's tokens, HF's
                                  biased q-LoRA latent)
     bailinghybrid-attnbias-tiny  bailinghybrid-tiny likewise (BailingHybridAttention; o_proj saved as
                                  attention.dense, which HF renames on load)
+    glm5next-tied-tiny           glm5next-tiny with the root config's tie_word_embeddings true (what
+                                 Glm5NextConfig(tie_word_embeddings=True) saves: text_config's stays false,
+                                 and HF ties by the root's) and no lm_head.weight (save_pretrained drops it)
+    minimax-swa-tiny             minimax-tiny with sliding_window 8 (HF: every full_attention layer sees
+                                 the keys j with i - 8 < j <= i)
 
     /work/tfvenv/bin/python tools/make_attnbias_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -34,7 +40,12 @@ _MLA = r"(model\.(?:language_model\.)?layers\.\d+\.(?:self_attn|attention)\.)(?:
 SPECS = {"qwen35-attnbias-tiny": ("qwen35-tiny", dict(attention_bias=True), (_ATTN,), 451),
          "kimilinear-attnbias-tiny": ("kimilinear-var-tiny", dict(attention_bias=True), (_MLA,), 452),
          "glm5next-attnbias-tiny": ("glm5next-tiny", dict(attention_bias=True), (_MLA,), 453),
-         "bailinghybrid-attnbias-tiny": ("bailinghybrid-tiny", dict(attention_bias=True), (_MLA,), 454)}
+         "bailinghybrid-attnbias-tiny": ("bailinghybrid-tiny", dict(attention_bias=True), (_MLA,), 454),
+         "glm5next-tied-tiny": ("glm5next-tiny", {}, (), 455),
+         "minimax-swa-tiny": ("minimax-tiny", dict(sliding_window=8), (), 456)}
+# name: changes to the root of config.json (not text_config), tensors left out of the checkpoint
+ROOT_CHANGES = {"glm5next-tied-tiny": dict(tie_word_embeddings=True)}
+DROP = {"glm5next-tied-tiny": ("lm_head.weight",)}
 
 
 def _biased(n: str, w: dict, patterns) -> bool:
@@ -60,12 +71,15 @@ def make(name: str, out_root: str, src_root: str) -> None:
             shutil.copy(os.path.join(src, f), out)
     cfg = json.load(open(os.path.join(src, "config.json")))
     (cfg["text_config"] if "text_config" in cfg else cfg).update(changes)
+    cfg.update(ROOT_CHANGES.get(name, {}))
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(cfg, fh, indent=2, sort_keys=True)
     w = {}
     for f in sorted(os.listdir(src)):
         if f.endswith(".safetensors"):
             w.update(load_file(os.path.join(src, f)))
+    for n in DROP.get(name, ()):
+        del w[n]
     for n in sorted(w):
         if _biased(n, w, biased):
             w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)

@@ -30,6 +30,8 @@ Made from HF (torch, transformers 5.24 float32 logits) by tools/make_attnbias_fi
                                               (blk.i.attn_{q_a,kv_a_mqa,output}.bias), q-LoRA
     glm5next-attnbias-tiny       GLM-5-Next   the same (the DSA indexer reads the biased q-LoRA latent)
     bailinghybrid-attnbias-tiny  Ling 3       the same (o_proj saved as attention.dense), RoPE on k_rot after the bias
+    glm5next-tied-tiny           GLM-5-Next   the root's tie_word_embeddings true (text_config's false), no lm_head
+    minimax-swa-tiny             MiniMax      sliding_window 8 on its full_attention layer (attention.sliding_window)
 
 The f32 parity of the variant fixtures is a table row now (tests/families.py),
 run by tests/parity/test_families.py.
@@ -143,7 +145,8 @@ def test_the_flag_matters(fixtures, tmp_path, name, flag, bound, suppress):
     assert rel_l2(logits_of(tmp_path / "z.gguf", ref["tokens"]), ref["logits"]) > 100 * bound
 
 
-@pytest.mark.parametrize("name,key,value", [("laramini-var-tiny", "norm_topk_prob", True)])
+@pytest.mark.parametrize("name,key,value", [("laramini-var-tiny", "norm_topk_prob", True),
+                                            ("minimax-swa-tiny", "sliding_window", None)])
 def test_the_switch_matters(fixtures, tmp_path, name, key, value):
     """Calibration for a switch that adds no tensor: the same checkpoint converted with the switch
     at its default is far from the reference, so the row above would fail on a converter or

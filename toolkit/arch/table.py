@@ -450,9 +450,11 @@ ARCHES: tuple[ArchSpec, ...] = (
              gdn_head_tiled=False, rope_swa_only=True, mixer_tensors=LARA_MINI_MIXER_TENSORS, note="Lara-Mini"),
     # MiniMax-Text-01 (llama.cpp's minimax-01; docs/specs/more-hybrids.md §5): lightning attention
     # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
-    # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)
+    # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax); HF sliding_window:
+    # attention.sliding_window / _pattern (every attention layer)
     ArchSpec(ARCH_MINIMAX, c_id=18,
-             readers=(R.read_common, R.read_layer_kinds, R.read_attention, R.read_ffn, R.read_minimax, R.check_rms_eps),
+             readers=(R.read_common, R.read_layer_kinds, R.read_attention, R.read_sliding_window, R.read_ffn, R.read_minimax,
+                      R.check_rms_eps),
              mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
              residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),

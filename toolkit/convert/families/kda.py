@@ -56,7 +56,6 @@ KDA_READ = ("vocab_size hidden_size intermediate_size moe_intermediate_size num_
 KDA_REFUSED = {
     "hidden_act": Refused(("silu",), "the runtime's KDA and MLP activations are SiLU"),
 }
-KDA_UNTIED = Refused((False,), "the output is the checkpoint's lm_head.weight; a tied head is not converted")
 
 SPELLINGS = {
     "n_routed_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
