@@ -171,6 +171,7 @@ FIXTURES: tuple[Fixture, ...] = (
          llamacpp=LC_SUMMARY),
     _row("lfm3-tiny", "LFM3Family", "lfm3", "ATTENTION SHORTCONV", "DENSE",
          "swa parity two_seq quant rollback shift estimate cli_session", suppress=EOT, keep_f32=("*.shortconv.conv.weight",)),
+    _row("lfm3-attnbias-tiny", "LFM3Family", "lfm3", "ATTENTION SHORTCONV", "DENSE", "swa parity two_seq", suppress=EOT),
     _row("zamba2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE",
          "parity two_seq rollback spec shift estimate cli_session"),
     _row("zamba2-mem2-tiny", "Zamba2Family", "zamba2", "MAMBA2 ZAMBA2_SHARED", "NONE", "parity two_seq"),

@@ -30,6 +30,7 @@ Made from HF (torch, transformers 5.24 float32 logits) by tools/make_attnbias_fi
                                               (blk.i.attn_{q_a,kv_a_mqa,output}.bias), q-LoRA
     glm5next-attnbias-tiny       GLM-5-Next   the same (the DSA indexer reads the biased q-LoRA latent)
     bailinghybrid-attnbias-tiny  Ling 3       the same (o_proj saved as attention.dense), RoPE on k_rot after the bias
+    lfm3-attnbias-tiny           LFM3         attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
     glm5next-tied-tiny           GLM-5-Next   the root's tie_word_embeddings true (text_config's false), no lm_head
     minimax-swa-tiny             MiniMax      sliding_window 8 on its full_attention layer (attention.sliding_window)
 
@@ -80,6 +81,7 @@ VARIANTS = [
     ("bamba-yarn-tiny", "rope yarn", 1e-5, ()),
     ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
     ("qwen4exp-yarn-tiny", "rope yarn", 1e-5, ()),
+    ("lfm3-attnbias-tiny", "attention_bias", 1e-5, (0,)),
     ("kimilinear-attnbias-tiny", "mla_bias", 1e-5, (0,)),
     ("glm5next-attnbias-tiny", "mla_bias", 1e-5, (0,)),
     ("bailinghybrid-attnbias-tiny", "mla_bias", 1e-5, (0,)),

@@ -211,7 +211,7 @@ LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENS
 _SANDWICH = ((_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),)
 LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
-                                                     optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
+                                                     optional=((_w(T.ATTN_GATE),),) + _SANDWICH + ATTENTION_BIASES),
                       LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required, optional=_SANDWICH)}
 # RecurrentGemma: local attention with o_proj's bias always, q / k / v biases with attention_bias
 RECURRENT_GEMMA_MIXER_TENSORS = {
