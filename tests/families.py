@@ -117,6 +117,7 @@ FIXTURES: tuple[Fixture, ...] = (
     _row("qwen4exp-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE",
          "moe parity two_seq spec estimate", llamacpp=LC_SUMMARY),
     _row("qwen4exp-hc3-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity estimate"),
+    _row("qwen4exp-attnbias-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity two_seq"),
     _row("qwen4exp-yarn-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE", "moe parity"),
     _row("qwen4exp-ple2-tiny", "Qwen4ExpFamily", "qwen4exp", "GDN QSA", "MOE",
          "moe parity two_seq rollback estimate sessions"),

@@ -17,6 +17,8 @@ float32 logits [T, n_vocab] and 16 greedy tokens (cache-free forward, end-of-tex
                                  and HF ties by the root's) and no lm_head.weight (save_pretrained drops it)
     lfm3-attnbias-tiny           lfm3-tiny with attention_bias (q/k/v biases before the q / k norms, o's
                                  after the per-head gate; full and sliding layers)
+    qwen4exp-attnbias-tiny       qwen4exp-tiny with attention_bias (the QSA layers' gated attention, as
+                                 qwen35-attnbias-tiny; the indexer's projections have no bias)
     minimax-swa-tiny             minimax-tiny with sliding_window 8 (HF: every full_attention layer sees
                                  the keys j with i - 8 < j <= i)
 
@@ -45,6 +47,7 @@ SPECS = {"qwen35-attnbias-tiny": ("qwen35-tiny", dict(attention_bias=True), (_AT
          "bailinghybrid-attnbias-tiny": ("bailinghybrid-tiny", dict(attention_bias=True), (_MLA,), 454),
          "glm5next-tied-tiny": ("glm5next-tiny", {}, (), 455),
          "lfm3-attnbias-tiny": ("lfm3-tiny", dict(attention_bias=True), (_ATTN,), 457),
+         "qwen4exp-attnbias-tiny": ("qwen4exp-tiny", dict(attention_bias=True), (_ATTN,), 458),
          "minimax-swa-tiny": ("minimax-tiny", dict(sliding_window=8), (), 456)}
 # name: changes to the root of config.json (not text_config), tensors left out of the checkpoint
 ROOT_CHANGES = {"glm5next-tied-tiny": dict(tie_word_embeddings=True)}

@@ -31,6 +31,7 @@ Made from HF (torch, transformers 5.24 float32 logits) by tools/make_attnbias_fi
     glm5next-attnbias-tiny       GLM-5-Next   the same (the DSA indexer reads the biased q-LoRA latent)
     bailinghybrid-attnbias-tiny  Ling 3       the same (o_proj saved as attention.dense), RoPE on k_rot after the bias
     lfm3-attnbias-tiny           LFM3         attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
+    qwen4exp-attnbias-tiny       qwen4exp     attention_bias: the QSA layers' q/k/v/o_proj biases (q's [2 Hq hd] with the gate half)
     glm5next-tied-tiny           GLM-5-Next   the root's tie_word_embeddings true (text_config's false), no lm_head
     minimax-swa-tiny             MiniMax      sliding_window 8 on its full_attention layer (attention.sliding_window)
 
@@ -82,6 +83,7 @@ VARIANTS = [
     ("granitehybrid-linear-tiny", "rope linear", 1e-5, ()),
     ("qwen4exp-yarn-tiny", "rope yarn", 1e-5, ()),
     ("lfm3-attnbias-tiny", "attention_bias", 1e-5, (0,)),
+    ("qwen4exp-attnbias-tiny", "attention_bias", 1e-5, ()),
     ("kimilinear-attnbias-tiny", "mla_bias", 1e-5, (0,)),
     ("glm5next-attnbias-tiny", "mla_bias", 1e-5, (0,)),
     ("bailinghybrid-attnbias-tiny", "mla_bias", 1e-5, (0,)),

@@ -136,7 +136,7 @@ PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t
                              optional=_MAMBA2_CONV_BIAS + ((_w(T.SSM_NORM),),) + ATTENTION_BIASES)
 # qwen4exp: gated attention plus the QSA indexer's projections and norms
 QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
-    T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
+    T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)), optional=ATTENTION_BIASES)   # + HF attention_bias
 # qwen4exp hyper-connections (residual_hc.c): per block the attention and FFN mixers in place of
 # attn_norm / post_attention_norm, and the final mixer in place of output_norm
 HC_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
