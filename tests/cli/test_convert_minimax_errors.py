@@ -40,10 +40,13 @@ def test_layer_types_disagree_with_tensors(monkeypatch, capsys, tmp_path):
     expect_error(monkeypatch, capsys, tmp_path, d, "missing tensor", "model.layers.0.self_attn.q_proj")
 
 
-def test_sliding_window_is_unsupported(monkeypatch, capsys, tmp_path):
-    d = copy(tmp_path, "minimax-tiny")
-    edit_config(d, sliding_window=8)
-    expect_error(monkeypatch, capsys, tmp_path, d, "key 'sliding_window' = 8 is not supported", code=3)
+def test_sliding_window_out_of_range(monkeypatch, capsys, tmp_path):
+    """sliding_window converts (minimax-swa-tiny runs it against HF); 0 or more than the runtime's
+    2**24 is one line naming the key, exit 2."""
+    for w in (0, (1 << 24) + 1):
+        d = copy(tmp_path / str(w), "minimax-tiny")
+        edit_config(d, sliding_window=w)
+        expect_error(monkeypatch, capsys, tmp_path / str(w), d, "config.json", "sliding_window", code=2)
 
 
 def test_rope_type_is_unsupported(monkeypatch, capsys, tmp_path):

@@ -30,6 +30,17 @@ forward of tests/mamba_ref.py (checked against each base fixture's HF logits bel
                                            (expert_weights_norm = false, llama.cpp's key), untied lm_head
                                            (reference: tests/lara_ref.py)
 
+Made from HF (torch, transformers 5.24 float32 logits) by tools/make_attnbias_fixtures.py:
+
+    kimilinear-attnbias-tiny     Kimi-Linear  attention_bias: MLA q_a_proj / kv_a_proj_with_mqa / o_proj biases
+                                              (blk.i.attn_{q_a,kv_a_mqa,output}.bias), q-LoRA
+    glm5next-attnbias-tiny       GLM-5-Next   the same (the DSA indexer reads the biased q-LoRA latent)
+    bailinghybrid-attnbias-tiny  Ling 3       the same (o_proj saved as attention.dense), RoPE on k_rot after the bias
+    lfm3-attnbias-tiny           LFM3         attention_bias: q/k/v/o_proj biases (blk.i.attn_{q,k,v,output}.bias)
+    qwen4exp-attnbias-tiny       qwen4exp     attention_bias: the QSA layers' q/k/v/o_proj biases (q's [2 Hq hd] with the gate half)
+    glm5next-tied-tiny           GLM-5-Next   the root's tie_word_embeddings true (text_config's false), no lm_head
+    minimax-swa-tiny             MiniMax      sliding_window 8 on its full_attention layer (attention.sliding_window)
+
 The f32 parity of the variant fixtures is a table row now (tests/families.py),
 run by tests/parity/test_families.py.
     falconh1-yarn-tiny    Falcon-H1     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.25)
@@ -106,6 +117,11 @@ VARIANTS = [
     ("bailinghybrid-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("lfm3-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("lfm3-propscale-tiny", "rope linear", 1e-5, (0,)),
+    ("lfm3-attnbias-tiny", "attention_bias", 1e-5, (0,)),
+    ("qwen4exp-attnbias-tiny", "attention_bias", 1e-5, ()),
+    ("kimilinear-attnbias-tiny", "mla_bias", 1e-5, (0,)),
+    ("glm5next-attnbias-tiny", "mla_bias", 1e-5, (0,)),
+    ("bailinghybrid-attnbias-tiny", "mla_bias", 1e-5, (0,)),
 ]
 TENSOR_VARIANTS = [v for v in VARIANTS if not v[1].startswith(("rope", "activation"))]
 ACT_VARIANTS = [v for v in VARIANTS if v[1] == "activation"]
@@ -137,6 +153,7 @@ def test_numpy_reference_matches_hf(fixtures, name):
 # calibration per variant: the tensors the flag adds, zeroed in a copy of the checkpoint
 FLAG_TENSORS = {"attention_bias": r"model\.layers\.\d+\.self_attn\.[qkvo]_proj\.bias",
                 "conv_bias": r"model\.layers\.\d+\.conv\.(in_proj|conv|out_proj)\.bias",
+                "mla_bias": r"model\.(language_model\.)?layers\.\d+\.(self_attn|attention)\.(q_a_proj|kv_a_proj_with_mqa|o_proj|dense)\.bias",
                 "biases": r"(model|backbone)\.layers\.\d+\.(mamba_decoder\.|shared_transformer\.)?"
                           r"(self_attn|feed_forward|mamba|mixer)\.\w+_proj\.bias"}
 
@@ -202,7 +219,8 @@ def test_the_dt_clamp_matters(fixtures, tmp_path, name, key, off):
     assert rel_l2(logits_of(tmp_path / "u.gguf", ref["tokens"]), ref["logits"]) > 1e-3
 
 
-@pytest.mark.parametrize("name,key,value", [("laramini-var-tiny", "norm_topk_prob", True)])
+@pytest.mark.parametrize("name,key,value", [("laramini-var-tiny", "norm_topk_prob", True),
+                                            ("minimax-swa-tiny", "sliding_window", None)])
 def test_the_switch_matters(fixtures, tmp_path, name, key, value):
     """Calibration for a switch that adds no tensor: the same checkpoint converted with the switch
     at its default is far from the reference, so the row above would fail on a converter or

@@ -88,6 +88,8 @@ MAMBA2_TENSORS = TensorSet(required=(_w(T.SSM_IN), _w(T.SSM_CONV1D), _b(T.SSM_DT
 # HF attention_bias (OLMo-Hybrid, Falcon-H1, Bamba / Granite 4.0-H, Lara-Mini write them; mixer_attention.c
 # binds them for any attention; Qwen3-Next / Qwen3.5 with the q gate half): q / k / v's together, o's
 ATTENTION_BIASES = ((_b(T.ATTN_Q), _b(T.ATTN_K), _b(T.ATTN_V)), (_b(T.ATTN_OUT),))
+# HF attention_bias of the MLA families (mixer_mla.c): kv_a_proj_with_mqa's and o_proj's together, q_a_proj's (q-LoRA)
+MLA_BIASES = ((_b(T.ATTN_KV_A_MQA), _b(T.ATTN_OUT)), (_b(T.ATTN_Q_A),))
 ATTENTION_TENSORS = TensorSet(required=(_w(T.ATTN_Q), _w(T.ATTN_K), _w(T.ATTN_V), _w(T.ATTN_OUT)),
                               optional=ATTENTION_BIASES)
 # gated attention (attn_qk_norm): the same plus the per-head q / k RMSNorm weights [head_dim]
@@ -137,7 +139,7 @@ PARALLEL_TENSORS = TensorSet(required=ATTENTION_TENSORS.required + tuple(t for t
                              + ((_b(T.SSM_IN),), (_b(T.SSM_OUT),)))   # mamba_proj_bias, projectors_bias: each alone
 # qwen4exp: gated attention plus the QSA indexer's projections and norms
 QSA_TENSORS = TensorSet(required=GATED_ATTENTION_TENSORS.required + tuple(_w(t) for t in (
-    T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)))
+    T.INDEXER_Q_PROJ, T.INDEXER_K_PROJ, T.INDEXER_Q_NORM, T.INDEXER_K_NORM)), optional=ATTENTION_BIASES)   # + HF attention_bias
 # qwen4exp hyper-connections (residual_hc.c): per block the attention and FFN mixers in place of
 # attn_norm / post_attention_norm, and the final mixer in place of output_norm
 HC_BLOCK_TENSORS = TensorSet(required=tuple(_w(t) for t in (
@@ -171,7 +173,8 @@ MIXER_TENSORS = {LayerKind.MAMBA1: MAMBA1_TENSORS, LayerKind.MAMBA2: MAMBA2_TENS
                  # MLA (mixer_mla.c): attn_q or the q-LoRA trio, the kv_a latent and its norm, k_b / v_b
                  LayerKind.MLA: TensorSet(required=tuple(_w(t) for t in (
                      T.ATTN_KV_A_MQA, T.ATTN_KV_A_NORM, T.ATTN_K_B, T.ATTN_V_B, T.ATTN_OUT)),
-                     optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B))))}
+                     optional=((_w(T.ATTN_Q),), (_w(T.ATTN_Q_A), _w(T.ATTN_Q_A_NORM), _w(T.ATTN_Q_B)),
+                               *MLA_BIASES))}
 # GLM-5-Next: mHC around each block (residual_hc.c), MLA with the DSA indexer on its full layers
 MHC_BLOCK_TENSORS = TensorSet(required=(_w(T.ATTN_NORM),) + tuple(f"blk.{{bid}}.hc_{b}_{n}.weight"
                                                                   for b in ("attn", "ffn") for n in ("fn", "base", "scale")))
@@ -180,7 +183,7 @@ DSA_INDEXER = tuple(f"blk.{{bid}}.{n}" for n in (
     "indexer.proj.weight", "indexer_compressor_ape.weight", "indexer_compressor_gate.weight"))
 GLM5_NEXT_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
     required=MIXER_TENSORS[LayerKind.MLA].required + tuple(_w(t) for t in (T.ATTN_Q_A, T.ATTN_Q_A_NORM, T.ATTN_Q_B)),
-    optional=(DSA_INDEXER,))}
+    optional=(DSA_INDEXER, *MLA_BIASES))}
 # Ling 3: MLA with the head-wise output gate
 BAILINGMOE3_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.MLA: TensorSet(
     required=MIXER_TENSORS[LayerKind.MLA].required + (_w(T.ATTN_GATE),), optional=MIXER_TENSORS[LayerKind.MLA].optional)}
@@ -212,7 +215,7 @@ LFM2_MIXER_TENSORS = {**MIXER_TENSORS, LayerKind.ATTENTION: GATED_ATTENTION_TENS
 _SANDWICH = ((_w(T.ATTN_POST_NORM), _w(T.FFN_POST_NORM)),)
 LFM3_MIXER_TENSORS = {**LFM2_MIXER_TENSORS,
                       LayerKind.ATTENTION: TensorSet(required=GATED_ATTENTION_TENSORS.required,
-                                                     optional=((_w(T.ATTN_GATE),),) + _SANDWICH),
+                                                     optional=((_w(T.ATTN_GATE),),) + _SANDWICH + ATTENTION_BIASES),
                       LayerKind.SHORTCONV: TensorSet(required=SHORTCONV_TENSORS.required,
                                                      optional=SHORTCONV_TENSORS.optional + _SANDWICH)}
 # RecurrentGemma: local attention with o_proj's bias always, q / k / v biases with attention_bias
@@ -456,9 +459,11 @@ ARCHES: tuple[ArchSpec, ...] = (
              gdn_head_tiled=False, rope_swa_only=True, mixer_tensors=LARA_MINI_MIXER_TENSORS, note="Lara-Mini"),
     # MiniMax-Text-01 (llama.cpp's minimax-01; docs/specs/more-hybrids.md §5): lightning attention
     # (mixer_lightning.c) and plain GQA with NEOX RoPE, MoE on every layer (softmax, top-k,
-    # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax)
+    # renormalised), each branch joining as alpha * rmsnorm(x) + beta * branch (read_minimax); HF sliding_window:
+    # attention.sliding_window / _pattern (every attention layer)
     ArchSpec(ARCH_MINIMAX, c_id=18,
-             readers=(R.read_common, R.read_layer_kinds, R.read_attention, R.read_ffn, R.read_minimax, R.check_rms_eps),
+             readers=(R.read_common, R.read_layer_kinds, R.read_attention, R.read_sliding_window, R.read_ffn, R.read_minimax,
+                      R.check_rms_eps),
              mixers=(LayerKind.LIGHTNING, LayerKind.ATTENTION), recurrent=LayerKind.LIGHTNING, attention_from_file=True,
              ffns=(FFNKind.MOE,), moe_softmax_topk=True, moe_renorm=True, rope_neox=True,
              residual=Residual.NORMED_FACTORS, note="MiniMax-Text-01"),

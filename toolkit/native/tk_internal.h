@@ -128,6 +128,7 @@ typedef struct {
     tk_weight wkv_a;                                     /* [D, rkv + dr] */
     float * kv_a_norm;                                   /* [rkv] */
     tk_weight wk_b, wv_b;                                /* [dn, rkv, h], [rkv, dv, h] */
+    float * q_a_b, * kv_a_b;                             /* HF attention_bias: [rq], [rkv + dr] (with attn_out_b [D]), else NULL */
     int32_t kind;              /* tk_layer_kind */
     int32_t ffn_kind;          /* tk_ffn_kind */
     int32_t n_head_kv;

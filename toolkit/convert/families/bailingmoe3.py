@@ -76,6 +76,7 @@ class BailingMoe3Family(KDAMixin, Family):
              _L + r"(?:input_layernorm|post_attention_layernorm)\.weight",
              _L + r"attention\.(?:q|k|v|b|f|g|q_a|q_b|kv_b)_proj\.weight", _L + r"attention\.kv_a_proj_with_mqa\.weight",
              _L + r"attention\.dense\.weight",
+             _L + r"attention\.(?:q_a_proj|kv_a_proj_with_mqa|dense)\.bias",     # attention_bias
              _L + r"attention\.(?:q|k|v)_conv1d\.weight",
              _L + r"attention\.(?:A_log|dt_bias|o_norm\.weight|q_a_layernorm\.weight|kv_a_layernorm\.weight)",
              _L + r"mlp\.(?:gate|up|down)_proj\.weight",

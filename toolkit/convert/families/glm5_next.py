@@ -13,6 +13,11 @@ works too), ``linear_attn_config`` or the flat ``linear_*`` keys, ``layer_types`
 ``mlp_layer_types`` (default: the first min(3, L) layers dense; HF ignores
 ``first_k_dense_replace``, D11).  The vision tower (``model.visual.*``) is left out with one
 line.  The tokenizer needs none of GLM's special tokens (llama.cpp's converter does, D10).
+``tie_word_embeddings`` is the root's (Glm5NextForConditionalGeneration ties lm_head to
+``embed_tokens`` by its own config, Glm5NextConfig; text_config's is not read by HF's model, and a
+composite saved with ``tie_word_embeddings=True`` keeps text_config's false): true writes no
+``output.weight`` (the output is ``token_embd``, as llama.cpp reads a file without it) and leaves a
+saved ``lm_head.weight`` out.
 
 HF tensor (prefix model.language_model.layers.i.)     GGUF tensor
 hc_{attn,ffn}_fn [hc(2+hc), hc H]                      blk.i.hc_{attn,ffn}_fn.weight (F32 at any outtype)
@@ -40,7 +45,7 @@ import logging
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
-from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDA_UNTIED, KDAMixin, layer_list, read_flag, read_int
+from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int
 from toolkit.convert.families.qwen_gdn import text_config
 from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys
@@ -88,12 +93,12 @@ class Glm5NextFamily(KDAMixin, Family):
     config_keys = ConfigKeys.of(
         KDA_READ + " n_routed_experts index_topk index_head_dim index_n_heads indexer_types swiglu_limit "
         "linear_head_dim linear_num_heads linear_conv_kernel_dim linear_lower_bound hc_mult hc_eps hc_sinkhorn_iters "
-        "index_kpool index_kpool_always_select_tail",
+        "index_kpool index_kpool_always_select_tail tie_word_embeddings",
         irrelevant={**{k: "vision input only: the text model does not read it" for k in (
             "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id", "video_start_token_id",
             "video_end_token_id")},
             "head_dim": "not read by HF's model (MLA: qk_nope_head_dim, qk_rope_head_dim, v_head_dim)"},
-        refused={**KDA_REFUSED, "tie_word_embeddings": KDA_UNTIED}, aliases={"num_local_experts": "n_routed_experts"})
+        refused=KDA_REFUSED, aliases={"num_local_experts": "n_routed_experts"})
     families = ("GLM-5-Next",)
     arch = ARCH_GLM5_NEXT
     vllm = False
@@ -104,6 +109,7 @@ class Glm5NextFamily(KDAMixin, Family):
              _L + r"self_attn\.(?:q|k|v|o|b|f_a|f_b|g_a|g_b|q_a|q_b|kv_a_proj_with_mqa|kv_b)(?:_proj)?\.weight",
              _L + r"self_attn\.(?:q|k|v)_conv1d\.weight",
              _L + r"self_attn\.(?:A_log|dt_bias|o_norm\.weight|q_a_layernorm\.weight|kv_a_layernorm\.weight)",
+             _L + r"self_attn\.(?:q_a_proj|kv_a_proj_with_mqa|o_proj)\.bias",     # attention_bias
              _L + r"self_attn\.indexer\.(?:wq_b|wk|weights_proj)\.weight",
              _L + r"self_attn\.indexer\.k_norm\.(?:weight|bias)",
              _L + r"self_attn\.indexer\.index_kpool_compress_(?:ape|gate)",
@@ -113,6 +119,7 @@ class Glm5NextFamily(KDAMixin, Family):
              _L + r"mlp\.shared_experts\.(?:gate|up|down)_proj\.weight")
 
     def read_hparams(self) -> None:
+        self.tie = self.cfg.flag("tie_word_embeddings", False)   # the root's (Glm5NextConfig), before the merge
         c = self.cfg = text_config(self.cfg)
         self.n_embd = c.int("hidden_size")
         self.n_layer = self.layer_count("num_hidden_layers")
@@ -309,6 +316,11 @@ class Glm5NextFamily(KDAMixin, Family):
             else:
                 self.moe(i, pre + "mlp.", expert_names=("gate_proj", "up_proj", "down_proj"))
         self.copy(tn(T.OUTPUT_NORM), m + "norm.weight", (H,))
-        self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, H))
+        if self.tie:      # HF ties lm_head to embed_tokens: the output is token_embd
+            if self.has("lm_head.weight"):
+                self.take("lm_head.weight", (self.n_vocab, H))
+                self.omit("lm_head.weight", "tie_word_embeddings: the output reuses token_embd.weight")
+        else:
+            self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, H), why="tie_word_embeddings is false")
         self.check_leftovers()
         return self.plan

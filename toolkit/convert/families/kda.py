@@ -28,6 +28,9 @@ MLA  q_proj [h(dn+dr), H] or                     blk.i.attn_q
      kv_b_proj [h(dn+dv), rkv], per head         blk.i.attn_k_b [h, rkv, dn] (each head's k rows transposed)
        rows [k_nope (dn) | v (dv)]               blk.i.attn_v_b [h, dv, rkv]
      o_proj [H, h dv]                            blk.i.attn_output
+     attention_bias: q_a_proj.bias [rq],          blk.i.attn_q_a.bias, attn_kv_a_mqa.bias, attn_output.bias
+       kv_a_proj_with_mqa.bias [rkv+dr],          (HF's q_proj, q_b_proj and kv_b_proj have none;
+       o_proj.bias [H]                            llama.cpp's MLA graphs load none of them)
 MoE  gate.weight [E, H]                          blk.i.ffn_gate_inp (kept F32)
      gate.e_score_correction_bias [E]            blk.i.exp_probs_b.bias
      experts.e.w1 / w3 [Fe, H], w2 [H, Fe]       blk.i.ffn_{gate,up}_exps [E, Fe, H], ffn_down_exps [E, H, Fe]
@@ -40,7 +43,6 @@ from __future__ import annotations
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.plan import Segment, kv_arr_i32, kv_f32, kv_u32
 from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
-from toolkit.convert.config_keys import Refused
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
 
@@ -50,11 +52,9 @@ from toolkit.gguf_io import Keys
 KDA_READ = ("vocab_size hidden_size intermediate_size moe_intermediate_size num_hidden_layers num_attention_heads "
             "num_key_value_heads n_shared_experts routed_scaling_factor kv_lora_rank q_lora_rank qk_rope_head_dim "
             "v_head_dim qk_nope_head_dim n_group topk_group num_experts_per_tok norm_topk_prob max_position_embeddings "
-            "rms_norm_eps mlp_layer_types layer_types hidden_act")
+            "rms_norm_eps mlp_layer_types layer_types hidden_act attention_bias")
 KDA_REFUSED = {
-    "attention_bias": Refused((False,), "MLA biases: not in llama.cpp's layout nor the runtime"),
 }
-KDA_UNTIED = Refused((False,), "the output is the checkpoint's lm_head.weight; a tied head is not converted")
 
 SPELLINGS = {
     "n_routed_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
@@ -220,10 +220,19 @@ class KDAMixin:
         """Layer i's MLA tensors; kv_b_proj split per head into attn_k_b (transposed) and attn_v_b,
         as llama.cpp's converter does (``k_b.transpose(1, 2)``).  ``q_scale`` != 1: attn_q /
         attn_q_b's rows times it (a float32 product), so every score q . k is (Ling 3's yarn
-        ``mscale_all_dim`` softmax factor, which llama.cpp's graph has no key for)."""
+        ``mscale_all_dim`` softmax factor, which llama.cpp's graph has no key for).  HF ``attention_bias``
+        (KimiLinearAttention, Glm5NextTextAttention, BailingHybridAttention): q_a_proj's (q-LoRA only),
+        kv_a_proj_with_mqa's and the output projection's biases as blk.i.attn_q_a.bias [rq],
+        attn_kv_a_mqa.bias [rkv + dr], attn_output.bias [H]."""
         H, h, dn, dr, dv, rkv = self.n_embd, self.n_head, self.dn, self.dr, self.dv, self.kv_lora_rank
         scales = (float(q_scale),) if q_scale != 1.0 else ()
         note = f"rows x {q_scale:.9g} (the softmax scale's mscale_all_dim factor)" if scales else ""
+        if self.cfg.flag("attention_bias", False):
+            why = "attention_bias is true"
+            if self.q_lora_rank is not None:
+                self.copy(tn(T.ATTN_Q_A, i, ".bias"), a + "q_a_proj.bias", (self.q_lora_rank,), why=why)
+            self.copy(tn(T.ATTN_KV_A_MQA, i, ".bias"), a + "kv_a_proj_with_mqa.bias", (rkv + dr,), why=why)
+            self.copy(tn(T.ATTN_OUT, i, ".bias"), a + o_name + ".bias", (H,), why=why)
         if self.q_lora_rank is None:
             t = self.take(a + "q_proj.weight", (h * (dn + dr), H),
                           why="num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)")

@@ -51,6 +51,7 @@ class KimiLinearFamily(KDAMixin, Family):
              _L + r"self_attn\.(?:q|k|v|o|b|f_a|f_b|g_a|g_b|q_a|q_b|kv_a_proj_with_mqa|kv_b)(?:_proj)?\.weight",
              _L + r"self_attn\.(?:q|k|v)_conv1d\.weight",
              _L + r"self_attn\.(?:A_log|dt_bias|o_norm\.weight|q_a_layernorm\.weight|kv_a_layernorm\.weight)",
+             _L + r"self_attn\.(?:q_a_proj|kv_a_proj_with_mqa|o_proj)\.bias",     # attention_bias
              _L + r"(?:mlp|block_sparse_moe)\.(?:gate|up|down)_proj\.weight",
              _L + r"block_sparse_moe\.gate\.(?:weight|e_score_correction_bias)",
              _L + r"block_sparse_moe\.experts\.\d+\.w[123]\.weight",

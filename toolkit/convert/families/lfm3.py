@@ -18,6 +18,7 @@ conv layer: conv.in_proj [3D, D] (B | C | x)            blk.i.shortconv.in_proj
 attention:  self_attn.{q,k,v,o}_proj                    blk.i.attn_{q,k,v}, attn_output
             self_attn.{q,k}_norm [hd]                   blk.i.attn_{q,k}_norm
             self_attn.gate_proj [H, D] (per-head gate)  blk.i.attn_gate
+            self_attn.{q,k,v,o}_proj.bias               blk.i.attn_{q,k,v,output}.bias (attention_bias)
 dense FFN:  feed_forward.w1 / w3 / w2                   blk.i.ffn_gate / ffn_up / ffn_down
 lm_head.weight [V, D] (tie_word_embeddings false)       output.weight
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from toolkit.arch.tensor_names import T, tn
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.families.lfm2 import LFM2Family
 from toolkit.convert.plan import KV, kv_f32, kv_u32
 from toolkit.convert.rope_scaling import SCALED_WHY, rope_scaling_kv
@@ -60,8 +61,7 @@ class LFM3Family(LFM2Family):
     config_keys = ConfigKeys.of(
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
         "max_position_embeddings norm_eps tie_word_embeddings rope_parameters conv_L_cache layer_types head_dim "
-        "sliding_window use_sandwich_norm use_attention_gate conv_bias",
-        refused={"attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's lfm3 attention")},
+        "sliding_window use_sandwich_norm use_attention_gate conv_bias attention_bias",
         rope_types=("default", "proportional", "linear", "yarn"), rope_why=SCALED_WHY, aliases={"rms_norm_eps": "norm_eps"})
     families = ("LFM3",)
     llama_cpp = False   # llama.cpp 0c1e570 has no lfm3 (nor does it load this file as lfm2: sliding window, gates)
@@ -71,6 +71,7 @@ class LFM3Family(LFM2Family):
              _L + r"(?:operator_norm|ffn_norm|post_operator_norm|post_ffn_norm)\.weight",
              _L + r"conv\.(?:in_proj|conv|out_proj)\.(?:weight|bias)",
              _L + r"self_attn\.(?:q_proj|k_proj|v_proj|o_proj|q_norm|k_norm|gate_proj)\.weight",
+             _L + r"self_attn\.[qkvo]_proj\.bias",      # attention_bias
              _L + r"feed_forward\.w[123]\.weight")
 
     def read_hparams(self) -> None:
@@ -219,3 +220,7 @@ class LFM3Family(LFM2Family):
         self.copy(tn(T.ATTN_K_NORM, i), a + "k_norm.weight", (hd,))
         if self.gate:
             self.copy(tn(T.ATTN_GATE, i), a + "gate_proj.weight", (self.n_head, D), why="use_attention_gate")
+        if self.cfg.flag("attention_bias", False):   # Lfm3Attention: q/k/v_proj (before q/k_norm) and o_proj biases
+            for out, src, n in ((T.ATTN_Q, "q_proj", self.n_head * hd), (T.ATTN_K, "k_proj", self.n_head_kv * hd),
+                                (T.ATTN_V, "v_proj", self.n_head_kv * hd), (T.ATTN_OUT, "o_proj", D)):
+                self.copy(tn(out, i, ".bias"), a + src + ".bias", (n,), why="attention_bias is true")

@@ -30,6 +30,9 @@ transformers 5.24 rotates: all ``head_dim`` channels, whatever ``rotary_dim`` sa
 branches' α differ, or any β is not 1 (llama.cpp's single ``residual_scale`` cannot say so), ours
 ``minimax-01.residual_alpha`` / ``residual_beta`` = [linear, full, mlp] are written instead of
 ``residual_scale``, so that llama.cpp refuses the file rather than run another model.
+HF ``sliding_window`` (set: every full_attention layer attends the last W keys, itself included):
+``attention.sliding_window`` = W and ``attention.sliding_window_pattern`` true on those layers, written
+only when set (llama.cpp's keys; its minimax-01 graph was not checked to read them).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from toolkit.convert.base import Family
 from toolkit.convert.activation import ffn_act_kv
 from toolkit.convert.plan import KV, kv_arr_f32, kv_f32, kv_u32
 from toolkit.convert.st_reader import DTYPES, ShardReader
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import Keys
@@ -67,9 +70,8 @@ class MiniMaxFamily(Family):
         "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
         "max_position_embeddings rms_norm_eps tie_word_embeddings num_experts_per_tok num_local_experts rope_parameters "
         "layer_types full_attn_alpha_factor full_attn_beta_factor linear_attn_alpha_factor linear_attn_beta_factor "
-        "mlp_alpha_factor mlp_beta_factor hidden_act",
+        "mlp_alpha_factor mlp_beta_factor hidden_act sliding_window",
         irrelevant={"block_size": "the block length of HF's lightning-attention form: an evaluation order, the same math"},
-        refused={"sliding_window": Refused((None,), "MiniMax attention is full in the runtime", bad=4096)},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY, aliases={"num_experts": "num_local_experts"})
     families = ("MiniMax-Text-01",)
     vllm = True          # vLLM lists MiniMaxText01ForCausalLM
@@ -117,6 +119,11 @@ class MiniMaxFamily(Family):
         self.alpha = [c.float(*k, default=1.0) for k in _ALPHA]
         self.beta = [c.float(*k, default=1.0) for k in _BETA]
         self.layer_types = self._layer_types()
+        # HF: sliding_window set -> every full_attention layer's mask is create_sliding_window_causal_mask
+        # (key j visible to query i when i - W < j <= i; modeling_minimax.py MiniMaxModel.forward)
+        self.window = c.int("sliding_window") if c.d.get("sliding_window") is not None else None
+        if self.window is not None and self.window > 1 << 24:   # the runtime's bound (readers.read_sliding_window)
+            raise InputError(f"{c.path}: key 'sliding_window' = {self.window} is out of range (must be <= {1 << 24})")
 
     def _layer_types(self) -> list[str]:
         c, L = self.cfg, self.n_layer
@@ -158,6 +165,10 @@ class MiniMaxFamily(Family):
                GGUFValueType.ARRAY, GGUFValueType.BOOL),
             *rope_scaling_kv(self.cfg, key),    # llama.cpp's rope.scaling.*: the softmax layers' RoPE
         ]
+        if self.window is not None:   # llama.cpp's keys; every softmax-attention layer slides
+            p.kv += [kv_u32(key(Keys.Attention.SLIDING_WINDOW), self.window),
+                     KV(key(Keys.Attention.SLIDING_WINDOW_PATTERN), [t == "full_attention" for t in self.layer_types],
+                        GGUFValueType.ARRAY, GGUFValueType.BOOL)]
         # the experts' act (MiniMaxExperts / MiniMaxMLP ACT2FN[config.hidden_act]); written only when not silu
         p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key)
         if len(set(self.alpha)) > 1 or any(b != 1.0 for b in self.beta):

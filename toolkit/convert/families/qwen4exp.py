@@ -82,7 +82,7 @@ import numpy as np
 
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.convert.families.qwen_gdn import QWEN_MOE_READ, QWEN_READ, VL_IRRELEVANT, QwenGDNFamily, text_config
 from toolkit.convert.plan import KV, Segment, kv_arr_i32, kv_f32, kv_str, kv_u32
@@ -132,14 +132,13 @@ class Qwen4ExpFamily(QwenGDNFamily):
     hf_configs = ("Qwen4ExpTextConfig", "Qwen4ExpConfig")
     config_keys = ConfigKeys.of(
         # (no intermediate_size: Qwen4ExpTextConfig has none, the text model has no dense MLP)
-        " ".join(k for k in QWEN_READ.split() if k not in ("intermediate_size", "attention_bias")) + " " + QWEN_MOE_READ + " norm_topk_prob hidden_act hc_count hc_lowrank ple_layer_ids ple_embed_dim ple_conv_kernel_size "
+        " ".join(k for k in QWEN_READ.split() if k != "intermediate_size") + " " + QWEN_MOE_READ + " norm_topk_prob hidden_act hc_count hc_lowrank ple_layer_ids ple_embed_dim ple_conv_kernel_size "
         "ngram_size heads_per_ngram split_ngram_parts indexer_n_heads indexer_kv_heads indexer_head_dim indexer_budget "
         "indexer_compress_ratio output_gate_type image_token_id eos_token_id full_attention_interval",
         irrelevant={**{k: v for k, v in VL_IRRELEVANT.items() if k != "image_token_id"},
                     **{k: "the n-gram hash's sizes and multipliers it sets are stored in the checkpoint (hash-constant "
                           "buffers, the n-gram table's shape), which convert reads" for k in (
                         "seed", "ngram_vocab_size_base", "make_ngram_vocab_size_divisible_by")}},
-        refused={"attention_bias": Refused((False,), "q/k/v/o biases: not in the runtime's qwen4exp (QSA) attention")},
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Qwen3.8-Flash-Next (qwen4exp)",)
     vllm = False
@@ -152,6 +151,7 @@ class Qwen4ExpFamily(QwenGDNFamily):
         _L + r"linear_attn\.(?:in_proj_qkv\.weight|in_proj_z\.weight|in_proj_a\.weight|in_proj_b\.weight|"
              r"A_log|dt_bias|conv1d\.weight|norm\.weight|out_proj\.weight)",
         _L + r"self_attn\.(?:q_proj|k_proj|v_proj|o_proj|q_norm|k_norm)\.weight",
+        _L + r"self_attn\.[qkvo]_proj\.bias",     # attention_bias (q's [2 Hq hd] with the gate half)
         _L + r"self_attn\.indexer\.(?:index_qk_proj|q_layernorm|k_layernorm)\.weight",
         _L + r"mlp\.(?:gate|shared_expert_gate)\.weight",
         _L + r"mlp\.shared_expert\.(?:gate_proj|up_proj|down_proj)\.weight",

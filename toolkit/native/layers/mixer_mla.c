@@ -18,6 +18,8 @@
  *     a_h = softmax(qt_h . [c | k_rot]^T (dn + dr)^-1/2) over the cells of the token's sequence with
  *     pos <= its own, o_h = v_b_h (a_h . C)   (C: the cached c rows)
  *   out = attn_output [o_1 | ... | o_h]
+ *   HF attention_bias (where the file has them): + attn_q_a.bias after attn_q_a (before its norm), + attn_kv_a_mqa.bias
+ *   after attn_kv_a_mqa (before the norm / RoPE), + attn_output.bias on out (modeling_kimi_linear.py:218-246)
  *   No RoPE: kimi-linear shares k_rot unrotated (modeling_kimi_linear.py:191-193).  Ling 3 (hp.mla.rope): q_rot and
  *   k_rot rotated in adjacent pairs by pos base^(-2i/dr) (modeling_bailing_hybrid.py:253-289; HF de-interleaves after,
  *   which changes no dot product), scaled as rope.scaling.* says (tk_rope_scaling_of: linear / yarn, cos / sin * the
@@ -100,6 +102,12 @@ static tk_status mla_bind(tk_model * m, const tk_table * tab, int il, tk_layer *
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_v_b.weight"), TK_SHAPE(rkv, dv, h), 1, &l->wv_b));
     TK_CHECK(tk_bind_weight(m, tab, NAME("attn_output.weight"), TK_SHAPE(h * dv, H), 1, &l->wo));
     if (hp->attn.head_gate) TK_CHECK(tk_bind_weight(m, tab, NAME("attn_gate.weight"), TK_SHAPE(H, h), 1, &l->w_head_gate));
+    /* HF attention_bias (q_a_proj, kv_a_proj_with_mqa, o_proj; q_proj / q_b / kv_b have none): kv_a's and the
+     * output's together, q_a's with them where q-LoRA */
+    const int bias = tk_table_find(tab, NAME("attn_kv_a_mqa.bias")) != NULL;
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_kv_a_mqa.bias"), TK_SHAPE(rkv + dr), bias, &l->kv_a_b));
+    TK_CHECK(tk_bind_vec(m, tab, NAME("attn_output.bias"), TK_SHAPE(H), bias, &l->attn_out_b));
+    if (rq > 0) TK_CHECK(tk_bind_vec(m, tab, NAME("attn_q_a.bias"), TK_SHAPE(rq), bias, &l->q_a_b));
 #undef NAME
     if (hp->dsa.full) TK_CHECK(tk_dsa_bind(m, tab, il, l, rq));
     return TK_OK;
@@ -168,6 +176,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     /* q [U, h (dn + dr)] */
     if (rq > 0) {
         TK_CHECK(tk_matmul(&l->wq_a, 0, ctx->cur, U, ctx->narrow, &ctx->mm));
+        if (l->q_a_b) tk_bias_rows(ctx, ctx->narrow, l->q_a_b, rq, U, 0);
         tk_rms_norm_rows(ctx, ctx->narrow, l->q_a_norm, hp->mla.norm_eps, rq, U, ctx->narrow);
         TK_CHECK(tk_matmul(&l->wq_b, 0, ctx->narrow, U, ctx->q, &ctx->mm));
     } else {
@@ -175,6 +184,7 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
     }
     /* the latent rows [c | k_rot], c normed, into the token's cell */
     TK_CHECK(tk_matmul(&l->wkv_a, 0, ctx->cur, U, ctx->k, &ctx->mm));
+    if (l->kv_a_b) tk_bias_rows(ctx, ctx->k, l->kv_a_b, w, U, 0);
     /* Ling 3's rope.scaling.* (linear, yarn; its yarn attn_factor on the rotated dims, as llama.cpp's ggml_rope_ext) */
     const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, dr, hp->attn.rope_freq_base, 1);
     for (int32_t t = 0; t < U; t++) {
@@ -224,7 +234,9 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
                 for (int32_t i = 0; i < dv; i++) o[i] *= gt;
             }
     }
-    return tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm);
+    TK_CHECK(tk_matmul(&l->wo, 0, ctx->att, U, out, &ctx->mm));
+    if (l->attn_out_b) tk_bias_rows(ctx, out, l->attn_out_b, hp->n_embd, U, 0);   /* o_proj's bias */
+    return TK_OK;
 }
 
 const tk_mixer_ops tk_mixer_mla = {
