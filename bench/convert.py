@@ -4,7 +4,7 @@
 usage: python bench/convert.py [HF_DIR] [--outtype bf16] [--repeat 3] [--out DIR] [--json]
 
 Make the bench checkpoint once (numpy only, ~13 s, 796 MiB; not in the repository):
-    python ../shared/tools/make_random_checkpoint.py ../shared/bench/bamba-430m /tmp/bamba-430m
+    python tools/make_random_checkpoint.py bench/bamba-430m /tmp/bamba-430m
 
 Each run is a fresh `python -m toolkit convert` subprocess; peak RSS is that child's
 ru_maxrss (what /usr/bin/time reports), wall time is measured around the subprocess.

@@ -9,7 +9,7 @@ llama.cpp's tool on the same machine, and the outputs are compared byte for byte
     python bench/quantize.py /tmp/bamba-430m.bf16.gguf --types Q8_0 Q4_K_M --threads 2 \
         [--llama-quantize /path/to/llama-quantize] [--repeat 3]
 
-The bench checkpoint: python ../shared/tools/make_random_checkpoint.py ../shared/bench/bamba-430m /tmp/bamba-430m
+The bench checkpoint: python tools/make_random_checkpoint.py bench/bamba-430m /tmp/bamba-430m
 then `toolkit convert /tmp/bamba-430m /tmp/bamba-430m.bf16.gguf --outtype bf16`.
 """
 from __future__ import annotations

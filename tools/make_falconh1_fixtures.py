@@ -19,7 +19,7 @@ tests:
 
     /tmp/venv-hf/bin/python tools/make_falconh1_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 
-Like ../shared/fixtures (round 2): seeded, every parameter redrawn: matrices and conv kernels
+Like the reference set (round 2): seeded, every parameter redrawn: matrices and conv kernels
 N(0, 0.08); RMSNorm weights (Falcon-H1 computes x w: input / pre-FF / final / mamba norms) and D
 1 + N(0, 0.1); dt_bias and conv bias N(0, 0.1); A_log = log U(1, 16).  Several safetensors
 shards; the 512-token tokenizer and 64 tokens of Python source of tools/make_gdn_fixtures.py.

@@ -1,4 +1,4 @@
-"""Make the FalconMamba fixtures (tests/fixtures/hf/falconmamba-*): ../shared/fixtures has none.
+"""Make the FalconMamba fixtures (tests/fixtures/hf/falconmamba-*): the reference set has none.
 
     falconmamba-tiny      3 layers, hidden 64, d_state 16, expand 2 (d_inner 128), conv 4, dt_rank
                           "auto" (4), layer_norm_epsilon 1e-5 and mixer_rms_eps 1e-6 (HF's defaults:
@@ -16,7 +16,7 @@ log U(1, 16); D 1 + N(0, 0.1); conv bias N(0, 0.1); dt_proj.bias = softplus⁻¹
 in [1e-3, 0.1] (Mamba's init, redrawn).  Several safetensors shards (max_shard_size 160KB); the
 tokenizer, token text and reference.npz layout of tools/make_gdn_fixtures.py (64 tokens, float32
 logits [64, 512]); the 16 greedy tokens by HF ``generate`` with ``min_new_tokens=16`` (end-of-text,
-id 0, suppressed), as ../shared/fixtures round 3.
+id 0, suppressed), as the reference set round 3.
 """
 from __future__ import annotations
 

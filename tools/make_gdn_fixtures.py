@@ -29,9 +29,9 @@ the values of the ``ssm_a`` tensors (llama.cpp computes -exp in float32, we roun
 result, so they may differ by 1 ulp), and every non-tokenizer key/value.  The llama.cpp files
 come from llama.cpp 0c1e570's ``convert_hf_to_gguf.py NAME --outtype f32`` (``--no-mtp`` for
 checkpoints without mtp.* tensors, which it otherwise asserts on) with the BPE pre-tokenizer
-check forced to ``gpt-2``, as for ../shared/fixtures.
+check forced to ``gpt-2``, as for the reference set.
 
-Like ../shared/fixtures (round 2): seeded; initializer_range 0.08, every parameter redrawn:
+Like the reference set (round 2): seeded; initializer_range 0.08, every parameter redrawn:
 matrices and conv kernels N(0, 0.08); zero-centred RMSNorm gammas (HF computes x (1 + w):
 input/post-attention/final/q/k norms) N(0, 0.1) around 0; the gated norm (``linear_attn.norm``,
 x w) 1 + N(0, 0.1); A_log = log U(1, 16); dt_bias N(0, 0.1).  Several safetensors shards

@@ -1,5 +1,5 @@
 """Make the held-back-like GLM-5-Next and Ling 3 fixtures (tests/fixtures/hf/*); glm5next-tiny and
-bailinghybrid-tiny are ../shared/fixtures' (tools/make_fixtures3_kda.py there).
+bailinghybrid-tiny are the reference set's (tools/make_fixtures3_kda.py there).
 
     glm5next-var-tiny      5 layers, hidden 64: attention first ([indexed full, indexed shared, linear,
                            linear, indexed full]), 3 mHC streams, 6 Sinkhorn iterations, k-pools of 6,
@@ -20,7 +20,7 @@ Runs only where torch and transformers are installed (here /tmp/devenv_m1), neve
 Parameters redrawn as tools/make_kimi_fixtures.py does; the seed is the first from 1 up whose
 reference pass has a routing gap of at least 1e-4 at every position of every MoE layer and (GLM) a
 relative gap of at least 1e-3 between the last kept and the first dropped pool of every indexer
-selection that drops one (as ../shared's glm5next-tiny: no reference depends on ties, docs/specs/kda-family.md §2.4).
+selection that drops one (as the reference set's glm5next-tiny: no reference depends on ties, docs/specs/kda-family.md §2.4).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Write bench/kimilinear-1.5b: a Kimi-Linear spec folder for ../shared/tools/make_random_checkpoint.py
+"""Write bench/kimilinear-1.5b: a Kimi-Linear spec folder for tools/make_random_checkpoint.py
 (config.json in the published form, tensors.json as the published checkpoints name and shard
-them, BF16; the tokenizer of ../shared/bench/qwen35moe-1.5b).
+them, BF16; the tokenizer of bench/qwen35moe-1.5b).
 
     python3 tools/make_kimi_bench_spec.py [OUT_DIR]     # default bench/kimilinear-1.5b
 

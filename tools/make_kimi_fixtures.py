@@ -1,5 +1,5 @@
 """Make the held-back-like Kimi-Linear fixture (tests/fixtures/hf/kimilinear-var-tiny); kimilinear-tiny
-is ../shared/fixtures' (tools/make_fixtures3_kda.py there).
+is the reference set's (tools/make_fixtures3_kda.py there).
 
     kimilinear-var-tiny   5 layers, hidden 64: MLA at 0 and 3 (attention first), KDA at 1, 2, 4 with
                           3 heads of 24 (KDA heads != the 2 MLA heads), conv 3; MLA with q-LoRA 24,

@@ -1,5 +1,5 @@
 """Make the held-back-style LFM2 / LFM2-MoE fixtures (tests/fixtures/hf/*), checkpoints that
-../shared/fixtures' lfm2-tiny / lfm2moe-tiny do not cover:
+the reference set's lfm2-tiny / lfm2moe-tiny do not cover:
 
     lfm2-k4-tiny        Lfm2ForCausalLM, conv_L_cache 4 (the 4-tap conv kernel), 5 layers with
                         attention at 0 and 3 given by the original ``full_attn_idxs`` (no
@@ -23,9 +23,9 @@ Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), n
 
 tests/fixtures/llamacpp/NAME.f32.summary.json: ``python tools/make_gdn_fixtures.py --summarize`` of
 llama.cpp 0c1e570's ``convert_hf_to_gguf.py NAME --outtype f32`` (BPE pre-tokenizer check forced to
-``gpt-2``, as for ../shared/fixtures).
+``gpt-2``, as for the reference set).
 
-Like ../shared/fixtures (round 2) and tools/make_gdn_fixtures.py (whose tokenizer, source text,
+Like the reference set (round 2) and tools/make_gdn_fixtures.py (whose tokenizer, source text,
 reference format and size budget this reuses): seeded, every parameter redrawn: matrices and
 conv kernels N(0, 0.08), RMSNorm gammas (LFM2 multiplies by w) 1 + N(0, 0.3), the expert bias
 buffer N(0, 0.2); several safetensors shards (max_shard_size 160KB).  reference.npz: ``tokens``

@@ -1,5 +1,5 @@
 """Write bench/minimax-0.5b/ (config.json, tensors.json, tokenizer and generation config): the spec that
-../shared/tools/make_random_checkpoint.py turns into a random-weight MiniMaxForCausalLM of 0.5B for
+tools/make_random_checkpoint.py turns into a random-weight MiniMaxForCausalLM of 0.5B for
 bench/run.py.  Shapes after MiniMax-Text-01 scaled down: heads of 128 (8 query heads, 2 KV heads),
 attention on every 8th layer (7 and 15 of 16, as MiniMax-Text-01's pattern), MoE on every layer (8
 experts, top-2, width 896), one residual α on every branch and β 1 (MiniMax-Text-01's

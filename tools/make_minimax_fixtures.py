@@ -1,5 +1,5 @@
 """Make the held-back MiniMax-Text-01 fixtures (tests/fixtures/hf/minimax-*-tiny); minimax-tiny is
-../shared/fixtures' (lightning at 0, 1, 3, attention at 2; 4 heads of 16 over 2 KV heads; MoE 4 top-2;
+the reference set's (lightning at 0, 1, 3, attention at 2; 4 heads of 16 over 2 KV heads; MoE 4 top-2;
 α 1.7 on every branch, β 1; block_size 16).
 
     minimax-gelu-tiny   minimax-ab-tiny with hidden_act "gelu_pytorch_tanh" (the experts' gate, issue 43)
@@ -27,7 +27,7 @@ The four decay buffers (slope_rate, query/key/diagonal_decay) are buffers, not p
 them from the config and saves them; the converter drops them.  Tokenizer, token text and
 reference.npz layout of tools/make_gdn_fixtures.py (64 tokens, float32 logits [64, 512], eager
 attention); the 16 greedy tokens by HF ``generate`` with ``min_new_tokens=16`` (end-of-text, id 0,
-suppressed), as ../shared/fixtures round 3.  HF runs the prompt by its block form (no cache) and
+suppressed), as the reference set round 3.  HF runs the prompt by its block form (no cache) and
 the continuation by the recurrence.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Make the held-back-style Nemotron-H fixtures (tests/fixtures/hf/*), checkpoints that
-../shared/fixtures' nemotronh-tiny (layers_block_type, M - * M E, one expert group) does not cover:
+the reference set's nemotronh-tiny (layers_block_type, M - * M E, one expert group) does not cover:
 
     nemotronh-pattern-tiny  NemotronHForCausalLM, MoE, config.json in the ORIGINAL form: a
                             ``hybrid_override_pattern`` string "ME*ME" + num_hidden_layers (no
@@ -22,7 +22,7 @@ Runs only where torch and transformers 5.24 are installed (here /tmp/venv-hf), n
 
     /tmp/venv-hf/bin/python tools/make_nemotronh_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 
-Like ../shared/fixtures (round 2): seeded, every parameter redrawn: matrices N(0, 0.08); the
+Like the reference set (round 2): seeded, every parameter redrawn: matrices N(0, 0.08); the
 RMSNorm weights (HF computes x w) and D around 1 (1 + N(0, 0.1)); A_log = log U(1, 16); other
 1-D parameters and the router's e_score_correction_bias buffer N(0, 0.1) (a runtime that ignores
 the bias picks other experts).  reference.npz: the 64 tokens of make_gdn_fixtures.py's source

@@ -1,5 +1,5 @@
 """Make the held-back OLMo-Hybrid fixture (tests/fixtures/hf/olmohybrid-nope-tiny); olmohybrid-tiny
-is ../shared/fixtures' (GDN at 0, 1, 3 with Hk 2, Hv 4, Dk 16, Dv 32, beta x2; RoPE attention at 2).
+is the reference set's (GDN at 0, 1, 3 with Hk 2, Hv 4, Dk 16, Dv 32, beta x2; RoPE attention at 2).
 
     olmohybrid-nope-tiny  5 layers [full, linear, linear, full, linear] (attention first and twice),
                           hidden 48, 3 attention heads of 16 over 1 KV head (MQA), NoPE
@@ -20,7 +20,7 @@ Seeded; every parameter redrawn: matrices N(0, 0.08); RMSNorm weights (1-D) 1 + 
 log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1].  Several safetensors shards
 (max_shard_size 160KB); tokenizer, token text and reference.npz layout of tools/make_gdn_fixtures.py
 (64 tokens, float32 logits [64, 512]); the 16 greedy tokens by HF ``generate`` with
-``min_new_tokens=16`` (end-of-text, id 0, suppressed), as ../shared/fixtures round 3.
+``min_new_tokens=16`` (end-of-text, id 0, suppressed), as the reference set round 3.
 """
 from __future__ import annotations
 

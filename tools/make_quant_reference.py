@@ -12,8 +12,8 @@ For every QUANT_DIR/GLOB (default *.gguf) this writes OUT_DIR/<file name>.json:
      "file_sha256": sha256 of the whole file}
 
 Usage:
-    python tools/make_quant_reference.py ../shared/fixtures/llamacpp/bamba-small.f32.gguf \
-        ../shared/fixtures/llamacpp/quant tests/fixtures/quant ['bamba-small.*.gguf']
+    python tools/make_quant_reference.py REFSET/llamacpp/bamba-small.f32.gguf \   # REFSET: the reference set (docs/glossary.md)
+        REFSET/llamacpp/quant tests/fixtures/quant ['bamba-small.*.gguf']
 """
 from __future__ import annotations
 

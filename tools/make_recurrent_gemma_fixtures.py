@@ -1,5 +1,5 @@
 """Make the held-back RecurrentGemma fixture (tests/fixtures/hf/recurrentgemma-odd-tiny);
-recurrentgemma-tiny is ../shared/fixtures' (4 layers r, r, a, r; H 64, 4 heads / 1 KV head of 16,
+recurrentgemma-tiny is the reference set's (4 layers r, r, a, r; H 64, 4 heads / 1 KV head of 16,
 lru 64, K 4, window 16, 8 of 16 dims rotated, soft cap 30).
 
     recurrentgemma-odd-tiny  5 layers from block_types [recurrent, attention] cycled (r, a, r, a, r),
@@ -18,9 +18,9 @@ Runs only where torch and transformers are installed (here /tmp/devenv_m1), neve
     /tmp/devenv_m1/bin/python tools/make_recurrent_gemma_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
     /tmp/devenv_m1/bin/python tools/make_recurrent_gemma_fixtures.py --bench-spec bench/recurrentgemma-0.5b
 
-The second form writes the bench model's spec for ../shared/tools/make_random_checkpoint.py (config.json,
+The second form writes the bench model's spec for tools/make_random_checkpoint.py (config.json,
 tensors.json: every tensor's saved name, shape, dtype and shard, from transformers' model built on
-the meta device; the tokenizer files of ../shared/bench/qwen35-0.5b): BENCH_CFG below, 0.50 B
+the meta device; the tokenizer files of bench/qwen35-0.5b): BENCH_CFG below, 0.50 B
 parameters, RecurrentGemma-2B's shape (r, r, a cycled over 26 layers, MQA, window 2048) scaled down.
 
 Seeded; every parameter redrawn (RecurrentGemma's own initialiser ignores initializer_range):

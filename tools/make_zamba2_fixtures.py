@@ -1,5 +1,5 @@
 """Make the held-back-style Zamba2 fixtures (tests/fixtures/hf/*), checkpoints that
-../shared/fixtures' zamba2-tiny (one shared block, hybrid layers 1 and 4) does not cover:
+the reference set's zamba2-tiny (one shared block, hybrid layers 1 and 4) does not cover:
 
     zamba2-mem2-tiny    two shared blocks (num_mem_blocks 2) over three hybrid layers (1, 2, 4 of 5:
                         blocks 0, 1, 0), the original hub form of ``layers_block_type`` ("mamba" /

@@ -1,5 +1,5 @@
 """Make the held-back-style Zamba (v1) fixtures (tests/fixtures/hf/zamba-*), checkpoints that
-../shared/fixtures' zamba-tiny (2 Mamba heads, hybrid layers 2 and 4, one tied shared block;
+the reference set's zamba-tiny (2 Mamba heads, hybrid layers 2 and 4, one tied shared block;
 copied here as it is) does not cover:
 
     zamba-odd-tiny    tie_word_embeddings false, so transformers unties the shared blocks: hybrid
@@ -20,7 +20,7 @@ Runs only where torch and transformers are installed (here /tmp/devenv_m1), neve
 
     /tmp/devenv_m1/bin/python tools/make_zamba_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 
-Seeded; every parameter redrawn as ../shared/fixtures' zamba-tiny was: matrices N(0, 0.08); RMSNorm
+Seeded; every parameter redrawn as the reference set's zamba-tiny was: matrices N(0, 0.08); RMSNorm
 weights and the per-head D 1 + N(0, 0.3); conv and dt_proj biases N(0, 0.3); A_log = log U(1, 16).
 Several safetensors shards (max_shard_size 160KB); the tokenizer, token text and reference.npz
 layout of tools/make_gdn_fixtures.py (64 tokens, float32 logits [64, 512]); the 16 greedy tokens by

@@ -2,10 +2,10 @@
 
 References:
 - tests/fixtures/llamacpp/{qwen3next,qwen35,qwen35moe}-tiny.f32.gguf: llama.cpp's files of the
-  tiny fixtures (../shared/fixtures, ``--no-mtp``), compared tensor by tensor and key by key
+  tiny fixtures (the reference set, ``--no-mtp``), compared tensor by tensor and key by key
   (tokenizer keys included).
 - tests/fixtures/llamacpp/NAME.f32.summary.json (tools/make_gdn_fixtures.py --summarize):
-  llama.cpp's file of qwen35-small (the 11 MB file lives in ../shared/fixtures/llamacpp) and of
+  llama.cpp's file of qwen35-small (the 11 MB file lives in the reference set's llamacpp/ folder) and of
   the held-back-style fixtures made by tools/make_gdn_fixtures.py: every tensor's shape, type
   and sha256, the ssm_a values, and the non-tokenizer keys.
 

@@ -9,7 +9,7 @@ GGUF (the contract the runtime's RG-LRU kind implements) gives HF's logits withi
 L2 (4.9e-7; seen failing at 0.21 / 0.77 / 0.18 with the whole head rotated, the +1 not folded,
 the window not written).
 
-recurrentgemma-tiny is ../shared/fixtures' (transformers 5.24): 4 layers recurrent, recurrent,
+recurrentgemma-tiny is the reference set's (transformers 5.24): 4 layers recurrent, recurrent,
 attention, recurrent; H 64, 4 heads / 1 KV head of 16, lru 64, K 4, window 16, tied embeddings.
 """
 from __future__ import annotations

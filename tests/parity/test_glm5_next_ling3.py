@@ -1,7 +1,7 @@
 """GLM-5-Next (glm5-next) and Ling 3 (bailingmoe3) run: our f32 conversion against HF's logits at
 one shot and ubatches of 1 and 7, greedy identical; llama.cpp's own files run here; two
 sequences in one batch equal separate runs; deliberate breaks of this branch's pieces seen
-failing (docs/specs/kda-family.md; fixtures ../shared/fixtures/hf/{glm5next,bailinghybrid}-tiny:
+failing (docs/specs/kda-family.md; fixtures the reference set's {glm5next,bailinghybrid}-tiny:
 glm5next-tiny 160 tokens, sparse from position 39, hc 4, k-pools of 8, budget 32, SwiGLU limit
 1.0; bailinghybrid-tiny 64 tokens, KDA at 0 and 2, MLA with q-LoRA, dr 8, head gate at 1 and 3).
 

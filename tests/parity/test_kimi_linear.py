@@ -1,7 +1,7 @@
 """Kimi-Linear (KimiLinearForCausalLM -> kimi-linear): our conversion against HF's logits,
 llama.cpp's own file, and the layout.
 
-kimilinear-tiny is ../shared/fixtures' (transformers 5.24): KDA at 0, 1, 3 (4 heads of 16, conv
+kimilinear-tiny is the reference set's (transformers 5.24): KDA at 0, 1, 3 (4 heads of 16, conv
 4), NoPE MLA at 2 (dn 16, dr 8, dv 16, kv_lora_rank 32, no q-LoRA), layer 0 dense, MoE 8 experts
 top-2 + shared, rms_norm_eps 1e-5.  kimilinear-var-tiny (tools/make_kimi_fixtures.py) is a
 held-back-like variant saved as transformers 5.24 writes it: MLA first (0 and 3) with q-LoRA 24,

@@ -1,7 +1,7 @@
 """Lara-Mini (LaraMiniForCausalLM -> lara-mini): our conversion against HF's logits, and the file's
 layout.
 
-laramini-tiny is ../shared/fixtures' (transformers 5.24): 5 layers linear (GDN), sliding
+laramini-tiny is the reference set's (transformers 5.24): 5 layers linear (GDN), sliding
 attention, linear, full attention, sliding attention (window 16); 4 heads / 2 KV heads of 16,
 NeoX RoPE θ 10 000 on the sliding layers and NoPE on the full one; GDN Hk 2, Hv 4, Dk = Dv = 16,
 conv 4, the fused in_proj; MoE on every layer (4 experts, top-2, renormalised) plus an ungated

@@ -2,12 +2,12 @@
 
 References:
 - tests/fixtures/llamacpp/{lfm2,lfm2moe}-tiny.f32.gguf: llama.cpp's conversions of the tiny
-  fixtures (../shared/fixtures), compared with ours tensor by tensor and key by key.  What may
+  fixtures (the reference set, docs/glossary.md), compared with ours tensor by tensor and key by key.  What may
   differ: llama.cpp's model-card ``general.*`` keys (as for the GDN families), and the keys only
   we write: ``{arch}.attention.layer_indices`` and ``tokenizer.huggingface.json``.
 - tests/fixtures/llamacpp/NAME.f32.summary.json (tools/make_gdn_fixtures.py --summarize): llama.cpp's
   conversions of the held-back-style fixtures (llama.cpp 0c1e570's convert_hf_to_gguf.py
-  --outtype f32, the BPE pre-tokenizer check forced to gpt-2, as for ../shared/fixtures):
+  --outtype f32, the BPE pre-tokenizer check forced to gpt-2, as for the reference set):
   every tensor's shape, type and sha256 and the non-tokenizer keys.  Ours equal them, plus our
   keys; for lfm2moe-scale-tiny also expert_weights_scale / expert_weights_norm (llama.cpp's
   converter drops routed_scaling_factor and norm_topk_prob).

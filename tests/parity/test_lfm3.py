@@ -1,6 +1,6 @@
 """LFM3 (Lfm3ForCausalLM -> lfm3): our conversion against HF's logits, and the file's layout.
 
-lfm3-tiny is ../shared/fixtures' (transformers 5.24): 5 layers conv, conv, full attention, conv,
+lfm3-tiny is the reference set's (transformers 5.24): 5 layers conv, conv, full attention, conv,
 sliding attention (window 16), 4 heads / 2 KV heads of 16, proportional RoPE (factor 0.5) on the
 full layer and θ 10 000 on the sliding one, sandwich norms, the per-head output gate, tied
 embeddings.  llama.cpp has no lfm3: no llama.cpp file (README "LFM3 layout").

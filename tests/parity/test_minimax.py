@@ -1,7 +1,7 @@
 """MiniMax-Text-01 (MiniMaxForCausalLM -> minimax-01): our conversion against HF's logits,
 llama.cpp's own file, and the layout.
 
-minimax-tiny is ../shared/fixtures' (transformers 5.24): 4 layers linear, linear, full, linear
+minimax-tiny is the reference set's (transformers 5.24): 4 layers linear, linear, full, linear
 (lightning attention on the linear ones); 4 heads / 2 KV heads of 16, NeoX RoPE θ 1e6 on all 16
 channels; MoE on every layer (4 experts, top-2, renormalised); residual factors α 1.7, β 1 on
 every branch; block_size 16 (HF's prompt chunking).  Held back (tools/make_minimax_fixtures.py):

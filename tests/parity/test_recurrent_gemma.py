@@ -1,6 +1,6 @@
 """RecurrentGemma (RecurrentGemmaForCausalLM -> recurrent-gemma): the runtime against HF's logits.
 
-recurrentgemma-tiny is ../shared/fixtures' (transformers 5.24): 4 layers r, r, a, r; H 64, 4 heads /
+recurrentgemma-tiny is the reference set's (transformers 5.24): 4 layers r, r, a, r; H 64, 4 heads /
 1 KV head of 16 (MQA), 8 of 16 dims rotated, window 16, lru 64 (RG-LRU blocks of 16), K 4, soft cap
 30.  recurrentgemma-odd-tiny (tools/make_recurrent_gemma_fixtures.py) is held back from the code's
 writing: 5 layers r, a, r, a, r; H 96 (embedding scale bf16(sqrt 96) = 9.8125), 4 heads / 2 KV heads

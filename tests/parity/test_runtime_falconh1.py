@@ -2,7 +2,7 @@
 llama.cpp's converter.
 
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits for them
-and its 16-token greedy continuation.  falconh1-tiny is ../shared/fixtures' (every muP
+and its 16-token greedy continuation.  falconh1-tiny is the reference set's (every muP
 multiplier non-default, mamba_rms_norm with the norm before the gate); the held-back ones come
 from tools/make_falconh1_fixtures.py (gate before norm, 2 groups, explicit head_dim, d_ssm from
 expand; no gated norm, tied embeddings with lm_head_multiplier != embedding_multiplier, no conv

@@ -3,7 +3,7 @@ our file against llama.cpp 0c1e570's.
 
 Fixtures (tests/fixtures/hf/NAME/reference.npz: 64 tokens, HF's float32 logits, a 16-token greedy
 continuation):
-- nemotronh-tiny (../shared/fixtures): layers_block_type Mamba-2 / MLP / attention / Mamba-2 /
+- nemotronh-tiny (the reference set, docs/glossary.md): layers_block_type Mamba-2 / MLP / attention / Mamba-2 /
   MoE, one expert group.  Its ``greedy`` was made with the end-of-text token (id 0) banned: HF's
   own logits put id 0 first after the 64 tokens (HF ``generate`` today stops there at once), and
   ``greedy`` is the argmax over the other ids.  Both are checked: our plain greedy run stops at

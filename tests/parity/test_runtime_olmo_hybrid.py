@@ -3,7 +3,7 @@ the HF reference.
 
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits and its
 16-token greedy continuation with end-of-text (id 0) suppressed (``min_new_tokens``).
-olmohybrid-tiny is ../shared/fixtures' (GDN at 0, 1, 3: Hk 2, Hv 4, Dk 16, Dv 32, beta x 2; post-norm
+olmohybrid-tiny is the reference set's (GDN at 0, 1, 3: Hk 2, Hv 4, Dk 16, Dv 32, beta x 2; post-norm
 attention at 2 with NEOX RoPE, GQA 4/2); tools/make_olmohybrid_fixtures.py made olmohybrid-nope-tiny
 (attention at 0 and 3, NoPE as the released checkpoints, MQA 3/1; GDN Hk 3, Hv 6, Dk 8, Dv 12,
 conv 3, beta x 1; tied).  llama.cpp has no OLMo-Hybrid: no llama.cpp file.

@@ -2,7 +2,7 @@
 
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits and its
 16-token greedy continuation with end-of-text (id 0) suppressed (``min_new_tokens``).
-zamba-tiny is ../shared/fixtures' (2 Mamba heads, hybrid layers 2 and 4, one tied shared block);
+zamba-tiny is the reference set's (2 Mamba heads, hybrid layers 2 and 4, one tied shared block);
 tools/make_zamba_fixtures.py made the others: tie_word_embeddings false, so each of the hybrid
 layers 0 and 3 has its own shared block, 3 Mamba heads, GQA, no conv bias, the hub's
 "mamba"/"hybrid" block types (zamba-odd-tiny); one Mamba head (2-D x_proj / dt_proj), HF's

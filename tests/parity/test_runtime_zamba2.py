@@ -1,7 +1,7 @@
 """Parity of zamba2 (our GGUF layout, README "Zamba2 layout") with the HF reference.
 
 tests/fixtures/hf/NAME/reference.npz: 64 tokens of Python source, HF's float32 logits for them
-and its 16-token greedy continuation.  zamba2-tiny is ../shared/fixtures' (one shared block,
+and its 16-token greedy continuation.  zamba2-tiny is the reference set's (one shared block,
 hybrid layers 1 and 4); tools/make_zamba2_fixtures.py made the others: two shared blocks over
 three hybrid layers with the hub's "mamba"/"hybrid" block types, mamba_ngroups 2 and
 mamba_d_conv 3 (zamba2-mem2-tiny); no RoPE, no attention adapters, hybrid layer 0, and a dt

@@ -39,9 +39,9 @@ def outside_citations(text: str) -> list[str]:
 
 def test_no_citation_leaves_the_repository():
     bad = []
-    for f in _files("toolkit", "ARCHITECTURE.md", "README.md"):
+    for f in _files("toolkit", "tests", "tools", "bench", "ARCHITECTURE.md", "README.md"):
         rel = str(f.relative_to(ROOT))
-        if rel in KERNELS_PENDING:
+        if rel in KERNELS_PENDING or rel == "tests/unit/test_docs_map.py":   # this file names the old forms
             continue
         bad += [f"{rel}: {ln}" for ln in outside_citations(f.read_text(errors="replace"))]
     assert not bad, "\n".join(bad)
