@@ -240,6 +240,7 @@ FIXTURES: tuple[Fixture, ...] = (
          keep_f32=("*.ssm_conv1d.weight", "*.ffn_gate_inp.weight"), fuzz=(3, 0)),
     _row("laramini-var-tiny", "LaraMiniFamily", "lara-mini", "ATTENTION GDN", "MOE", "swa moe parity", suppress=EOT),
     _row("laramini-yarn-tiny", "LaraMiniFamily", "lara-mini", "ATTENTION GDN", "MOE", "swa moe parity shift", suppress=EOT),
+    _row("laramini-gelu-tiny", "LaraMiniFamily", "lara-mini", "ATTENTION GDN", "MOE", "swa moe parity two_seq", suppress=EOT),
     _row("minimax-tiny", "MiniMaxFamily", "minimax-01", "ATTENTION LIGHTNING", "MOE",
          "moe two_seq quant rollback shift estimate loader chunked", llamacpp=LC_GGUF, suppress=EOT,
          keep_f32=("*.ffn_gate_inp.weight",), fuzz=(3, 0)),

@@ -27,6 +27,8 @@ Where HF's modeling code applies the attribute (transformers 5.24, the CPU path)
                            conv, the routed experts (GraniteMoeHybridMoE) and the shared MLP
     qwen35moe-gelu-tiny    qwen35moe-yarn-tiny, hidden_act gelu: the GDN conv, the routed experts and the
                            shared expert
+    laramini-gelu-tiny     laramini-tiny, hidden_act gelu: the GDN conv, the routed experts (LaraMiniExperts)
+                           and the ungated shared expert (LaraMiniMLP); the gated norm's act is "silu", fixed
 
     /work/tfvenv/bin/python tools/make_conv_act_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
@@ -54,6 +56,7 @@ SPECS = {
     "olmohybrid-relu2-tiny": ("olmohybrid-bias-tiny", dict(hidden_act="relu2")),
     "granitehybrid-gelu-tiny": ("granitehybrid-linear-tiny", dict(hidden_act="gelu")),
     "qwen35moe-gelu-tiny": ("qwen35moe-yarn-tiny", dict(hidden_act="gelu")),
+    "laramini-gelu-tiny": ("laramini-tiny", dict(hidden_act="gelu")),
 }
 
 

@@ -58,6 +58,8 @@ run by tests/parity/test_families.py.
     zamba-act-tiny        Zamba         hidden_act silu (the shared block's MLP; default gelu)
     recurrentgemma-act-tiny  RecurrentGemma  hidden_activation gelu (MLP gate and the recurrent block's y branch;
                                            default gelu_pytorch_tanh)
+    laramini-gelu-tiny    Lara-Mini     hidden_act gelu (the GDN conv, routed experts and shared expert; the
+                                           gated norm's act is silu, fixed; tools/make_conv_act_fixtures.py)
     laramini-yarn-tiny    Lara-Mini     rope_parameters yarn (factor 4 over 16 positions, betas 4 / 0.5) on the sliding layers' RoPE
     minimax-yarn-tiny     MiniMax       rope_parameters yarn with attention_factor 1.25 on the softmax layers
     zamba2-yarn-tiny      Zamba2        rope_parameters yarn (betas 8 / 0.5) on the shared blocks' RoPE (use_mem_rope)
@@ -110,6 +112,7 @@ VARIANTS = [
     ("zamba2-act-tiny", "activation", 1e-5, ()),
     ("zamba-act-tiny", "activation", 1e-5, (0,)),
     ("recurrentgemma-act-tiny", "activation", 1e-5, (0,)),
+    ("laramini-gelu-tiny", "activation", 1e-5, (0,)),
     ("laramini-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("minimax-yarn-tiny", "rope yarn", 1e-5, (0,)),
     ("zamba2-yarn-tiny", "rope yarn", 1e-5, (0,)),
@@ -243,7 +246,8 @@ def test_the_switch_matters(fixtures, tmp_path, name, key, value):
 # the activation variants' key and the family's HF default (configuration_*.py)
 ACT_DEFAULTS = {"nemotronh-act-tiny": ("mlp_hidden_act", "relu2"), "zamba2-act-tiny": ("hidden_act", "gelu"),
                 "zamba-act-tiny": ("hidden_act", "gelu"),
-                "recurrentgemma-act-tiny": ("hidden_activation", "gelu_pytorch_tanh")}
+                "recurrentgemma-act-tiny": ("hidden_activation", "gelu_pytorch_tanh"),
+                "laramini-gelu-tiny": ("hidden_act", "silu")}
 
 
 @pytest.mark.parametrize("name,flag,bound,suppress", ACT_VARIANTS, ids=[v[0] for v in ACT_VARIANTS])
@@ -251,7 +255,7 @@ def test_the_activation_matters(fixtures, tmp_path, name, flag, bound, suppress)
     """Calibration: the same checkpoint converted with the activation key at the family's default
     (the file then has no feed_forward.activation) is off HF's logits by more than twice the bound,
     so the table row (tests/families.py) would fail on a converter or runtime that dropped the key.
-    Measured: nemotronh 3.1e-1, zamba2 2.8e-2, zamba 5.4e-2; recurrentgemma 5.6e-5 (gelu vs its tanh
+    Measured: nemotronh 3.1e-1, zamba2 2.8e-2, zamba 5.4e-2, laramini 3.8e-1; recurrentgemma 5.6e-5 (gelu vs its tanh
     form, the closest pair)."""
     import json
     import os

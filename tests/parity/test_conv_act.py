@@ -36,6 +36,7 @@ FIXTURES = [
     ("olmohybrid-relu2-tiny", "olmohybrid-bias-tiny", {"ssm.activation": "relu2", "feed_forward.activation": "relu2"}),
     ("granitehybrid-gelu-tiny", "granitehybrid-linear-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
     ("qwen35moe-gelu-tiny", "qwen35moe-yarn-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
+    ("laramini-gelu-tiny", "laramini-tiny", {"ssm.activation": "gelu", "feed_forward.activation": "gelu"}),
 ]
 CASES = [(name, key) for name, _, keys in FIXTURES for key in keys]
 

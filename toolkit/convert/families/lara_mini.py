@@ -17,6 +17,8 @@ Every layer: MoE FFN (softmax router, top-k, renormalised unless ``norm_topk_pro
 ``expert_weights_norm = false``, llama.cpp's key) plus a shared SwiGLU expert added without a gate
 (no ffn_gate_inp_shexp).  ``attention_bias``: q/k/v/o_proj biases as blk.i.attn_{q,k,v,output}.bias
 (llama.cpp's names), added before the q / k norms as HF does.
+``hidden_act`` (default silu): the GDN conv's activation and the experts' / shared expert's gate, our
+``lara-mini.ssm.activation`` / ``lara-mini.feed_forward.activation`` when not silu (the gated norm's is silu).
 Every norm weight is a plain multiplier (modeling_lara_mini.py:52-68): written as stored, no +1 (unlike qwen35).
 
 HF tensor (saved name; numpy shape)                    GGUF tensor
@@ -46,9 +48,10 @@ lm_head.weight [V, D]                                  output.weight (omitted wh
 from __future__ import annotations
 
 from toolkit.arch.tensor_names import T, tn
+from toolkit.convert.activation import ffn_act_kv, ssm_act_kv
 from toolkit.convert.families.qwen_gdn import MOE, QwenGDNFamily
 from toolkit.convert.plan import KV, Segment, kv_f32, kv_u32
-from toolkit.convert.config_keys import ConfigKeys, Refused
+from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, rope_scaling_kv
 from toolkit.errors import InputError
 from toolkit.gguf_io import Keys
@@ -67,8 +70,7 @@ class LaraMiniFamily(QwenGDNFamily):
         "rms_norm_eps tie_word_embeddings rope_parameters head_dim linear_conv_kernel_dim linear_key_head_dim "
         "linear_value_head_dim linear_num_key_heads linear_num_value_heads moe_intermediate_size "
         "shared_expert_intermediate_size num_experts_per_tok num_experts layer_types sliding_window attention_bias "
-        "norm_topk_prob",
-        refused={"hidden_act": Refused(("silu",), "the runtime's MLP activation is SiLU")},
+        "norm_topk_prob hidden_act",
         rope_types=SCALED_ROPE_TYPES, rope_why=SCALED_WHY)
     families = ("Lara-Mini",)
     llama_cpp = False   # llama.cpp 0c1e570: "Model LaraMiniForCausalLM is not supported" (docs/specs/more-hybrids.md §8.6)
@@ -144,6 +146,10 @@ class LaraMiniFamily(QwenGDNFamily):
             *self.moe_norm_kv(),
             *rope_scaling_kv(self.cfg, key),    # llama.cpp's rope.scaling.*: the sliding layers' RoPE (the full ones NoPE)
         ]
+        # hidden_act: the GDN conv's act (causal_conv1d_fn activation=), the routed experts' and the shared
+        # expert's gate (LaraMiniExperts / LaraMiniMLP ACT2FN[hidden_act]); the gated norm's is "silu", fixed
+        # (LaraMiniRMSNormGated).  Each key written only when not silu: default files unchanged
+        p.kv += ffn_act_kv(self.cfg.path, self.cfg.d, key) + ssm_act_kv(self.cfg.path, self.cfg.d, key)
 
     def _gdn(self, i: int, g: str) -> None:
         D, nk, nv, dk, dv = self.n_embd, self.n_k, self.n_v, self.d_k, self.d_v
