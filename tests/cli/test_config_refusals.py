@@ -7,9 +7,6 @@ The cases are generated from the declarations, so a refusal declared later is te
 without a new test."""
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 
 from cli_runner import cli as run_cli
@@ -17,6 +14,7 @@ from convert_error_util import HF
 from toolkit.convert.families import FAMILIES
 
 from families import main_fixture
+from hf_edit_util import config_edited
 
 # one shared fixture per family (tests/fixtures/hf), the one refusal cases are made from
 FIXTURE = main_fixture()
@@ -48,26 +46,20 @@ def test_every_family_has_a_fixture():
 
 
 def _edited(tmp_path, fixture: str, key: str, value) -> str:
-    """tmp copy of ``fixture``: config.json edited (into ``text_config`` where the fixture has
-    one), every other file a symlink to the fixture's (inputs are never written)."""
-    src, d = HF / fixture, tmp_path / fixture
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
-    cfg = json.loads((src / "config.json").read_text())
-    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-    if key == "rope_parameters.rope_type":
-        rp = c.get("rope_parameters") or {}
-        if any(isinstance(v, dict) for v in rp.values()):    # one per layer type (LFM3): scale the full layers
-            rp = {**rp, "full_attention": {**rp["full_attention"], **REFUSED_ROPE[value]}}
+    """tmp copy of ``fixture`` (hf_edit_util.config_edited: the other files linked) with ``key``
+    set to ``value`` (into ``text_config`` where the fixture has one); a refused RoPE type is
+    REFUSED_ROPE's parameters merged into ``rope_parameters``."""
+    def refuse(c: dict) -> None:
+        if key == "rope_parameters.rope_type":
+            rp = c.get("rope_parameters") or {}
+            if any(isinstance(v, dict) for v in rp.values()):    # one per layer type (LFM3): scale the full layers
+                rp = {**rp, "full_attention": {**rp["full_attention"], **REFUSED_ROPE[value]}}
+            else:
+                rp = {**rp, **REFUSED_ROPE[value]}
+            c["rope_parameters"] = rp
         else:
-            rp = {**rp, **REFUSED_ROPE[value]}
-        c["rope_parameters"] = rp
-    else:
-        c[key] = value
-    (d / "config.json").write_text(json.dumps(cfg))
-    return str(d)
+            c[key] = value
+    return str(config_edited(HF / fixture, tmp_path, refuse))
 
 
 @pytest.mark.parametrize("fam,key,value", refusal_cases(), ids=[case_id(f, k) for f, k, _ in refusal_cases()])
@@ -98,15 +90,7 @@ ROPE_REFUSED = [
 
 @pytest.mark.parametrize("fixture,edit,needle", ROPE_REFUSED, ids=[f"{r[0]}-{next(iter(r[1]))}" for r in ROPE_REFUSED])
 def test_rope_scaling_refused(monkeypatch, capsys, tmp_path, fixture, edit, needle):
-    src, d = HF / fixture, tmp_path / fixture
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
-    cfg = json.loads((src / "config.json").read_text())
-    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-    c["rope_parameters"] = {**(c.get("rope_parameters") or {}), **edit}
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = config_edited(HF / fixture, tmp_path, lambda c: c.update(rope_parameters={**(c.get("rope_parameters") or {}), **edit}))
     out = tmp_path / "out.gguf"
     rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(out))
     line = " ".join(err.split())

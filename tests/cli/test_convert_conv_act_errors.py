@@ -4,9 +4,6 @@ hidden_mamba_act: toolkit.convert.activation) set to an HF ACT2FN name the runti
 written.  The cases come from the families' declarations (``config_keys.read``)."""
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
 
 from cli_runner import cli as run_cli
@@ -14,6 +11,7 @@ from convert_error_util import HF
 from toolkit.convert.families import FAMILIES
 
 from families import main_fixture
+from hf_edit_util import config_edited
 
 ATTRS = ("hidden_act", "mamba_hidden_act", "hidden_mamba_act")
 FIXTURE = main_fixture()
@@ -30,15 +28,7 @@ def test_the_conv_act_families_read_their_attribute():
 
 @pytest.mark.parametrize("fam,attr", CASES, ids=[f"{f}-{a}" for f, a in CASES])
 def test_an_activation_the_runtime_lacks_is_refused(monkeypatch, capsys, tmp_path, fam, attr):
-    src, d = HF / FIXTURE[fam], tmp_path / FIXTURE[fam]
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
-    cfg = json.loads((src / "config.json").read_text())
-    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-    c[attr] = "mish"
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = config_edited(HF / FIXTURE[fam], tmp_path, {attr: "mish"})
     out = tmp_path / "out.gguf"
     rc, _, err = run_cli(monkeypatch, capsys, "convert", str(d), str(out))
     line = " ".join(err.split())          # rich may wrap the one line on a narrow terminal

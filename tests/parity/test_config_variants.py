@@ -204,19 +204,11 @@ def test_the_dt_clamp_matters(fixtures, tmp_path, name, key, off):
     """Calibration: the same checkpoint converted with the clamp off (no ssm.dt_min / dt_max in
     the file) is far from HF, so the fixture's parity row would fail on a converter or runtime
     that dropped the clamp."""
-    import json
-    import os
-
+    from hf_edit_util import config_edited
     from parity_util import logits_of, rel_l2
     from toolkit.convert import convert
-    src, d = fixtures / "hf" / name, tmp_path / name
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg[key] = off
-    (d / "config.json").write_text(json.dumps(cfg))
+    src = fixtures / "hf" / name
+    d = config_edited(src, tmp_path, {key: off}, root=True)
     convert(str(d), str(tmp_path / "u.gguf"), "f32")
     ref = np.load(src / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "u.gguf", ref["tokens"]), ref["logits"]) > 1e-3

@@ -109,20 +109,10 @@ def test_every_conv_act_family_writes_the_key(tmp_path, fam, attr):
     (FalconMamba, Jamba, Qwen3-Next, Qwen3.5-MoE, GLM-5-Next, Ling 3), writes ssm.activation from it
     (its main fixture with the attribute changed; qwen4exp-tiny has no output_gate_type, so its
     hidden_act must be one the output gate takes: sigmoid)."""
-    import json
-    import os
-
     from families import main_fixture
+    from hf_edit_util import config_edited
     from toolkit.convert import convert
-    src = BY_NAME[main_fixture()[fam]].hf
-    d = tmp_path / src.name
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
     value = "sigmoid" if fam == "Qwen4ExpFamily" else "gelu"
-    cfg = json.loads((src / "config.json").read_text())
-    (cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg)[attr] = value
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = config_edited(BY_NAME[main_fixture()[fam]].hf, tmp_path, {attr: value})
     convert(str(d), str(tmp_path / "a.gguf"), "f32")
     assert _act_keys(tmp_path / "a.gguf")["ssm.activation"] == value

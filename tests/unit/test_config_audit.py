@@ -79,18 +79,9 @@ def test_absent_tie_word_embeddings_is_hf_s_default(tmp_path, fixture, fam):
     """config.json without tie_word_embeddings: the output is tied exactly when HF's class
     default ties it (Mamba2Config and GraniteMoeHybridConfig default to false: before, an
     absent key tied them and a saved lm_head was dropped)."""
-    import os
-
+    from hf_edit_util import config_edited
     from toolkit.convert import make_plan
-    src = HF_DIR / fixture
-    d = tmp_path / fixture
-    d.mkdir()
-    for f in os.listdir(src):
-        if f != "config.json":
-            os.symlink(src / f, d / f)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg.pop("tie_word_embeddings", None)
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = config_edited(HF_DIR / fixture, tmp_path, lambda c: c.pop("tie_word_embeddings", None), root=True)
     tied = {ATTRS["classes"][c]["attrs"]["tie_word_embeddings"]["default"] for c in fam.hf_configs
             if "tie_word_embeddings" in ATTRS["classes"][c]["attrs"]}
     assert len(tied) == 1
