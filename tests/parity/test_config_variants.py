@@ -220,16 +220,10 @@ def test_the_switch_matters(fixtures, tmp_path, name, key, value):
     """Calibration for a switch that adds no tensor: the same checkpoint converted with the switch
     at its default is far from the reference, so the row above would fail on a converter or
     runtime that dropped it (norm_topk_prob false -> expert_weights_norm = false -> moe.renorm 0)."""
-    import json
-    import shutil
-
+    from hf_edit_util import config_edited
     from parity_util import logits_of, rel_l2
     from toolkit.convert import convert
-    d = tmp_path / name
-    shutil.copytree(fixtures / "hf" / name, d)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg[key] = value
-    (d / "config.json").write_text(json.dumps(cfg))
+    d = config_edited(fixtures / "hf" / name, tmp_path, {key: value}, root=True)
     convert(str(d), str(tmp_path / "s.gguf"), "f32")
     ref = np.load(fixtures / "hf" / name / "reference.npz")
     assert rel_l2(logits_of(tmp_path / "s.gguf", ref["tokens"]), ref["logits"]) > 1e-3
