@@ -38,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mamba_ref  # noqa: E402
-from make_gdn_fixtures import variant_files  # noqa: E402
+from make_gdn_fixtures import main_of_variants, variant_files  # noqa: E402
 
 _ATTN = r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.weight"
 _MLP = r"model\.layers\.(\d+)\.feed_forward\.(gate|up|down)_proj\.weight"
@@ -80,12 +80,5 @@ def make(name: str, out_root: str, src_root: str) -> None:
              greedy=np.array(mamba_ref.greedy(out, tokens, 16, (eos,)), dtype=np.int32))
 
 
-def main(argv: list[str]) -> None:
-    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
-    src_root = os.path.join(REPO, "tests", "fixtures", "hf")
-    for name in argv[1:] or list(SPECS):
-        make(name, out_root, src_root)
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main_of_variants(sys.argv[1:], SPECS, make)

@@ -30,18 +30,21 @@ Where HF's modeling code applies the attribute (transformers 5.24, the CPU path)
     laramini-gelu-tiny     laramini-tiny, hidden_act gelu: the GDN conv, the routed experts (LaraMiniExperts)
                            and the ungated shared expert (LaraMiniMLP); the gated norm's act is "silu", fixed
 
+Made by tools/make_gdn_fixtures.py's write_variant (keep_shards: the base fixture's safetensors files
+copied as they are; HF's class must load them all and read the attribute back).
+
     /work/tfvenv/bin/python tools/make_conv_act_fixtures.py [OUT_DIR] [NAME ...]   # default tests/fixtures/hf
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import main_of_variants, write_variant  # noqa: E402
+
 # name: (base fixture, config.json changes)
 SPECS = {
     "mamba-gelu-tiny": ("mamba-tiny", dict(hidden_act="gelu")),
@@ -61,53 +64,12 @@ SPECS = {
 
 
 def make(name: str, out_root: str, src_root: str) -> None:
-    import torch
-    import transformers
-
     base, changes = SPECS[name]
-    src, out = os.path.join(src_root, base), os.path.join(out_root, name)
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    for f in sorted(os.listdir(src)):
-        if f.endswith(".safetensors") or f in ("model.safetensors.index.json", "generation_config.json"):
-            shutil.copy(os.path.join(src, f), out)
-        elif f.startswith("tokenizer") and os.path.islink(os.path.join(src, f)):
-            os.symlink(os.readlink(os.path.join(src, f)), os.path.join(out, f))
-    cfg = json.load(open(os.path.join(src, "config.json")))
-    c = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-    c.update(changes)
-    with open(os.path.join(out, "config.json"), "w") as fh:
-        json.dump(cfg, fh, indent=2, sort_keys=True)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    for k, v in changes.items():
-        got = getattr(model.config.get_text_config(), k)
-        assert got == v, (k, got, v)
-    tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
-    eos = cfg["eos_token_id"] if "eos_token_id" in cfg else c["eos_token_id"]
-    eos = eos if isinstance(eos, list) else [eos]
-    with torch.no_grad():
-        logits = model(torch.tensor(tokens[None].astype(np.int64)), use_cache=False).logits[0].float().numpy()
-        seq = [int(t) for t in tokens]
-        greedy = []
-        for _ in range(16):
-            lg = model(torch.tensor([seq], dtype=torch.long), use_cache=False).logits[0, -1].clone()
-            lg[eos] = -float("inf")
-            greedy.append(int(lg.argmax()))
-            seq.append(greedy[-1])
+    src = os.path.join(src_root, base)
+    logits, _ = write_variant(os.path.join(out_root, name), src, changes, keep_shards=True)
     base_logits = np.load(os.path.join(src, "reference.npz"))["logits"]
-    d = float(np.linalg.norm(logits - base_logits) / np.linalg.norm(base_logits))
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits.astype(np.float32),
-             greedy=np.array(greedy, dtype=np.int32))
-    print(f"wrote {out}: greedy {greedy}, rel L2 to {base}'s logits {d:.3g}")
-
-
-def main(argv: list[str]) -> None:
-    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
-    src_root = os.path.join(REPO, "tests", "fixtures", "hf")
-    for name in argv[1:] or list(SPECS):
-        make(name, out_root, src_root)
+    print(f"  rel L2 to {base}'s logits {float(np.linalg.norm(logits - base_logits) / np.linalg.norm(base_logits)):.3g}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main_of_variants(sys.argv[1:], SPECS, make)

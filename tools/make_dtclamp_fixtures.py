@@ -28,15 +28,15 @@ Runs only where torch and transformers 5.24 are installed, never in the tests:
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-N_GREEDY = 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_gdn_fixtures import N_GREEDY, copy_tokenizer, main_of_variants, save_reference  # noqa: E402
+
 LIMIT = [0.4, 1.0]
 
 # name: (base fixture, config.json changes, seed of the added biases, clamps: logits must move)
@@ -73,12 +73,7 @@ def make(name: str, out_root: str, src_root: str) -> None:
     if os.path.lexists(out):
         shutil.rmtree(out)
     model.save_pretrained(out, max_shard_size="400KB")
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        s = os.path.join(src, f)
-        if os.path.islink(s):
-            os.symlink(os.readlink(s), os.path.join(out, f))
-        elif os.path.exists(s):
-            shutil.copy(s, out)
+    copy_tokenizer(src, out)
     ref = np.load(os.path.join(src, "reference.npz"))
     tokens = ref["tokens"]
     ids = torch.tensor(tokens[None].astype(np.int64))
@@ -92,19 +87,8 @@ def make(name: str, out_root: str, src_root: str) -> None:
     moved = rel_l2(logits, ref["logits"])
     if clamps and not moved > 1e-3:
         sys.exit(f"{name}: the clamp moves the logits by {moved:.2e} relative L2 from {base}'s (<= 1e-3)")
-    np.savez(os.path.join(out, "reference.npz"), tokens=tokens, logits=logits, greedy=greedy)
-    total = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if not os.path.islink(os.path.join(out, f)))
-    print(f"wrote {out}: {total / 1024:.0f} KiB, {moved:.3e} rel L2 from {base}, greedy {greedy.tolist()}")
-    if total > 1.4 * 2**20:
-        sys.exit(f"{out} is {total / 2**20:.2f} MiB, over the 1.4 MiB fixture budget")
-
-
-def main(argv: list[str]) -> None:
-    out_root = argv[0] if argv else os.path.join(REPO, "tests", "fixtures", "hf")
-    src_root = os.path.join(REPO, "tests", "fixtures", "hf")
-    for name in argv[1:] or list(SPECS):
-        make(name, out_root, src_root)
+    save_reference(out, tokens, logits, greedy, f", {moved:.3e} rel L2 from {base}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main_of_variants(sys.argv[1:], SPECS, make)

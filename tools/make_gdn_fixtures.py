@@ -325,39 +325,63 @@ def write_fixture(model, out: str, reload=None, edit_config=None, describe=None,
     save_reference(out, tokens, logits, greedy, extra)
 
 
-def variant_files(out: str, src: str, changes: dict, biased=(), seed: int = 0, dropped=(), lm_head: bool = False) -> dict:
-    """The checkpoint files of a variant of the fixture at ``src``, at ``out`` (replaced): its
-    config.json with ``changes``, its weights in one model.safetensors with a bias N(0, 0.1) (numpy
-    ``default_rng(seed)``) added beside each weight whose name fully matches a pattern of ``biased``,
-    the tensors matching a pattern of ``dropped`` left out, and with ``lm_head`` an lm_head.weight
-    N(0, 0.08) of the embedding's shape; generation_config.json copied and the tokenizer links kept
-    (a copied tokenizer where ``src`` has files).  Needs numpy and safetensors only.  Returns the
-    config written."""
+def copy_tokenizer(src: str, out: str, more=()) -> None:
+    """tokenizer.json and tokenizer_config.json of the fixture at ``src`` into ``out``: its links
+    to tests/fixtures/tokenizer/ kept as links, files copied; the files ``more`` copied where
+    ``src`` has them."""
+    for f in ("tokenizer.json", "tokenizer_config.json", *more):
+        p = os.path.join(src, f)
+        if os.path.islink(p) and f.startswith("tokenizer"):
+            os.symlink(os.readlink(p), os.path.join(out, f))
+        elif os.path.exists(p):
+            shutil.copy(p, out)
+
+
+def _matches(n: str, w: dict, patterns) -> bool:
+    """Whether tensor ``n`` of the weights ``w`` matches one of ``patterns``: a regular expression
+    that fully matches the name, or a function ``(name, weights) -> bool``."""
     import re
 
+    return any(p(n, w) if callable(p) else re.fullmatch(p, n) for p in patterns)
+
+
+def variant_files(out: str, src: str, changes: dict, biased=(), seed: int = 0, dropped=(), lm_head: bool = False,
+                  root_changes: dict | None = None, keep_shards: bool = False) -> dict:
+    """The checkpoint files of a variant of the fixture at ``src``, at ``out`` (replaced): its
+    config.json with ``changes`` (into ``text_config`` where the fixture has one) and
+    ``root_changes`` (into the root), its weights in one model.safetensors with a bias N(0, 0.1)
+    (numpy ``default_rng(seed)``) added beside each weight that matches a pattern of ``biased``
+    (:func:`_matches`: a regular expression on the name or a function of the name and the weights),
+    the tensors matching a pattern of ``dropped`` left out, and with ``lm_head`` an lm_head.weight
+    N(0, 0.08) of the embedding's shape; with ``keep_shards`` (no biases, drops or lm_head), the
+    fixture's safetensors files and index copied as they are.  generation_config.json copied and the
+    tokenizer links kept (a copied tokenizer where ``src`` has files).  Needs numpy and safetensors
+    only.  Returns the config written."""
     from safetensors.numpy import load_file, save_file
 
     rng = np.random.default_rng(seed)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        p = os.path.join(src, f)
-        if os.path.islink(p) and f.startswith("tokenizer"):   # the links to tests/fixtures/tokenizer/ kept as links
-            os.symlink(os.readlink(p), os.path.join(out, f))
-        elif os.path.exists(p):
-            shutil.copy(p, out)
+    copy_tokenizer(src, out, ("generation_config.json",))
     cfg = json.load(open(os.path.join(src, "config.json")))
-    cfg.update(changes)
+    (cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg).update(changes)
+    cfg.update(root_changes or {})
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(cfg, fh, indent=2, sort_keys=True)
+    if keep_shards:
+        assert not (biased or dropped or lm_head), "keep_shards copies the weights as they are"
+        for f in sorted(os.listdir(src)):
+            if f.endswith(".safetensors") or f == "model.safetensors.index.json":
+                shutil.copy(os.path.join(src, f), out)
+        return cfg
     w = {}
     for f in sorted(os.listdir(src)):
         if f.endswith(".safetensors"):
             w.update(load_file(os.path.join(src, f)))
     for n in sorted(w):
-        if any(re.fullmatch(p, n) for p in biased):
+        if _matches(n, w, biased):
             w[n[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(w[n].shape[0])).astype(np.float32)
-    w = {n: t for n, t in w.items() if not any(re.fullmatch(p, n) for p in dropped)}
+    w = {n: t for n, t in w.items() if not _matches(n, w, dropped)}
     if lm_head:
         embd = next(n for n in w if n.endswith("embeddings.weight") or n.endswith("embed_tokens.weight"))
         w["lm_head.weight"] = (0.08 * rng.standard_normal(w[embd].shape)).astype(np.float32)
@@ -365,27 +389,62 @@ def variant_files(out: str, src: str, changes: dict, biased=(), seed: int = 0, d
     return cfg
 
 
+def _size_mib(d: str) -> float:
+    """The size of the files in ``d`` (not the links: the shared tokenizer), MiB."""
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if not os.path.islink(os.path.join(d, f))) / 2**20
+
+
 def write_variant(out: str, src: str, changes: dict, biased=(), seed: int = 0, load: dict | None = None,
-                  eos_masked: bool = True, budget_mib: float = 1.4) -> None:
+                  eos_masked: bool = True, budget_mib: float | None = None, dropped=(),
+                  root_changes: dict | None = None, keep_shards: bool = False) -> tuple:
     """A variant fixture at ``out`` of the fixture at ``src`` (:func:`variant_files`: ``changes``
-    in config.json, biases on the weights matching ``biased``), with reference.npz of ``src``'s
-    tokens by :func:`hf_reference` (``eos_masked``: the cache-free greedy with config's
-    eos_token_id masked) on AutoModelForCausalLM in float32 (``load``: more from_pretrained
-    arguments), which must load every tensor and miss none.  ``budget_mib``: the size the fixture
-    may have (:func:`save_reference`)."""
+    in config.json (its text_config where it has one), ``root_changes`` in its root, biases on the
+    weights matching ``biased``, the tensors matching ``dropped`` left out, ``keep_shards``: the
+    weights' files copied), with reference.npz of ``src``'s tokens by :func:`hf_reference`
+    (``eos_masked``: the cache-free greedy with config's eos_token_id masked) on the class of its
+    ``architectures[0]`` (AutoModelForCausalLM where transformers has none) in float32 (``load``:
+    more from_pretrained arguments).  The model must load every tensor of the files and miss none
+    (no missing, unexpected or mismatched key, and as many ``.bias`` tensors in the model as in
+    the files: none dropped by the class's keys to ignore on load), and its config must read each
+    change that is not a dict (dicts, such as rope_parameters, HF rewrites) back.  ``budget_mib``:
+    the size the fixture may have (:func:`save_reference`; None: 1.4 MiB, or the base fixture's
+    size and a tenth where that is larger).  Returns (logits [T, n_vocab] float32, greedy int32)."""
     import torch
     import transformers
+    from safetensors import safe_open
 
-    cfg = variant_files(out, src, changes, biased, seed)
+    cfg = variant_files(out, src, changes, biased, seed, dropped, root_changes=root_changes, keep_shards=keep_shards)
     torch.manual_seed(0)
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True,
-                                                                   **(load or {}))
+    cls = getattr(transformers, cfg["architectures"][0], transformers.AutoModelForCausalLM)
+    model, info = cls.from_pretrained(out, dtype=torch.float32, output_loading_info=True, **(load or {}))
     model.eval()
     assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    n_bias = 0
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(out, f), "np") as st:
+                n_bias += sum(1 for n in st.keys() if n.endswith(".bias"))
+    loaded = sum(1 for n in model.state_dict() if n.endswith(".bias"))
+    assert loaded == n_bias, f"{out}: the model has {loaded} .bias tensors, the files {n_bias}"
+    for conf, ch in ((model.config.get_text_config(), changes), (model.config, root_changes or {})):
+        for k, v in ch.items():
+            assert isinstance(v, dict) or getattr(conf, k) == v, (out, k, getattr(conf, k), v)
     tokens = np.load(os.path.join(src, "reference.npz"))["tokens"]
     eos = cfg.get("text_config", cfg).get("eos_token_id", cfg.get("eos_token_id")) if eos_masked else None
     logits, greedy = hf_reference(model, tokens, eos=eos)
-    save_reference(out, tokens, logits, greedy, budget_mib=budget_mib)
+    save_reference(out, tokens, logits, greedy, budget_mib=max(1.4, 1.1 * _size_mib(src)) if budget_mib is None else budget_mib)
+    return logits, greedy
+
+
+def main_of_variants(argv: list[str], names, make) -> None:
+    """The variant makers' command line, ``[OUT_DIR] [NAME ...]``: ``make(name, OUT_DIR, src_root)``
+    for each NAME (default: every one of ``names``), OUT_DIR default and src_root tests/fixtures/hf."""
+    src_root = os.path.join(REPO, "tests", "fixtures", "hf")
+    out_root = argv[0] if argv else src_root
+    for name in argv[1:] or list(names):
+        if name not in names:
+            sys.exit(f"unknown fixture {name!r}; known: {', '.join(names)}")
+        make(name, out_root, src_root)
 
 
 def _build(name: str, spec: dict):
