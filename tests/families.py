@@ -285,6 +285,8 @@ FIXTURES: tuple[Fixture, ...] = (
          "mla moe parity two_seq rollback", suppress=EOT, fuzz=(0,)),
     _row("bailinghybrid-yarn-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE",
          "mla moe parity shift", suppress=EOT),
+    _row("bailinghybrid-mtp-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE", "mla moe mtp parity",
+         llamacpp=LC_SUMMARY, suppress=EOT, fuzz=(3,)),
     _row("bailinghybrid-attnbias-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
 )
 

@@ -1,8 +1,9 @@
 """MTP drafts (``--mtp``): the model's own multi-token-prediction (NextN) block as the draft.
 
-Qwen3-Next / Qwen3.5 checkpoints carry an MTP block (HF ``mtp.*``), and GLM-5-Next ones a
-DeepSeek-V3-style NextN layer (HF ``layers.{L}.{eh_proj, enorm, hnorm, shared_head.norm}`` and an
-MLA + DSA + MoE decoder layer without mHC), converted as llama.cpp's ``blk.{L}.*`` (L = block_count - nextn_predict_layers, the first block after the main ones) with
+Qwen3-Next / Qwen3.5 checkpoints carry an MTP block (HF ``mtp.*``), and GLM-5-Next / Ling 3 ones a
+DeepSeek-V3-style NextN layer (HF ``layers.{L}.{eh_proj, enorm, hnorm, shared_head.norm}`` (Ling 3:
+``final_layernorm``, llama.cpp's ``blk.L.layer_output_norm``) and an MLA (+ GLM's DSA indexer, Ling's
+RoPE and head gate) + MoE decoder layer, GLM's without mHC), converted as llama.cpp's ``blk.{L}.*`` (L = block_count - nextn_predict_layers, the first block after the main ones) with
 ``blk.{L}.nextn.{eh_proj, enorm, hnorm, shared_head_norm}``.  One draft step, for the token t
 just chosen (drafted or accepted) and h the final hidden state at the position before it
 (vLLM ``qwen3_next_mtp.py``, ``Qwen3NextMultiTokenPredictor.forward``)::
@@ -39,7 +40,7 @@ from toolkit.errors import InputError
 from toolkit.runtime.model import Model, c_hparams, load_table
 from toolkit.runtime.speculative import draft_sampler, draft_steps, sample_draft
 
-FAMILIES = ("qwen3next", "qwen35", "qwen35moe", "glm5-next")   # the architectures whose NextN block runs
+FAMILIES = ("qwen3next", "qwen35", "qwen35moe", "glm5-next", "bailingmoe3")   # the architectures whose NextN block runs
 
 _HEAD = {"nextn.eh_proj.weight": "nextn.eh_proj.weight", "nextn.enorm.weight": "nextn.enorm.weight",
          "nextn.hnorm.weight": "nextn.hnorm.weight", "nextn.shared_head_norm.weight": "output_norm.weight",
@@ -99,6 +100,9 @@ def _block_hparams(hp, gguf, L: int):
     with its own DSA indexer (GLM-5-Next, DeepSeek-V3's NextN layer: a plain pre-norm block, no
     mHC streams -- llama.cpp 0c1e570 glm5-next.cpp binds no hc_* tensors past n_layer), its FFN."""
     ffn = FFNKind.MOE if f"blk.{L}.ffn_gate_inp.weight" in gguf.tensors else FFNKind.DENSE
+    if hp.arch == "bailingmoe3":     # Ling 3: MLA with its RoPE and head gate, as the main attention layers
+        return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.MLA], ffn_kinds=[ffn], n_head_kv=[1],
+                                   compress_ratios=[], ple_index=[], swa_layers=[], dsa_full=[])
     if hp.arch == "glm5-next":
         return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.MLA], ffn_kinds=[ffn], n_head_kv=[1],
                                    dsa_full=[1], hc_count=0, hc_sinkhorn_iters=0, hc_eps=0.0, norm_place=int(Norm.PRE),
@@ -118,6 +122,8 @@ def _block_table(gguf, L: int) -> list:
         if not t.name.startswith(pre):
             continue
         rest = t.name[len(pre):]
+        if rest == "layer_output_norm.weight":   # Ling 3's shared head norm (llama.cpp bailingmoe3.cpp graph_mtp)
+            rest = "nextn.shared_head_norm.weight"
         name = _HEAD.get(rest, None) if rest.startswith("nextn.") else "blk.0." + rest
         if name is None:
             continue
