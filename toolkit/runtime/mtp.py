@@ -3,7 +3,8 @@
 Qwen3-Next / Qwen3.5 checkpoints carry an MTP block (HF ``mtp.*``), and GLM-5-Next / Ling 3 ones a
 DeepSeek-V3-style NextN layer (HF ``layers.{L}.{eh_proj, enorm, hnorm, shared_head.norm}`` (Ling 3:
 ``final_layernorm``, llama.cpp's ``blk.L.layer_output_norm``) and an MLA (+ GLM's DSA indexer, Ling's
-RoPE and head gate) + MoE decoder layer, GLM's without mHC), converted as llama.cpp's ``blk.{L}.*`` (L = block_count - nextn_predict_layers, the first block after the main ones) with
+RoPE and head gate) + MoE decoder layer, GLM's without mHC), converted as llama.cpp's ``blk.{L}.*``
+(L = block_count - nextn_predict_layers, the first block after the main ones) with
 ``blk.{L}.nextn.{eh_proj, enorm, hnorm, shared_head_norm}``.  One draft step, for the token t
 just chosen (drafted or accepted) and h the final hidden state at the position before it
 (vLLM ``qwen3_next_mtp.py``, ``Qwen3NextMultiTokenPredictor.forward``)::
@@ -40,7 +41,8 @@ from toolkit.errors import InputError
 from toolkit.runtime.model import Model, c_hparams, load_table
 from toolkit.runtime.speculative import draft_sampler, draft_steps, sample_draft
 
-FAMILIES = ("qwen3next", "qwen35", "qwen35moe", "glm5-next", "bailingmoe3")   # the architectures whose NextN block runs
+# the architectures whose NextN block runs
+FAMILIES = ("qwen3next", "qwen35", "qwen35moe", "glm5-next", "bailingmoe3")
 
 _HEAD = {"nextn.eh_proj.weight": "nextn.eh_proj.weight", "nextn.enorm.weight": "nextn.enorm.weight",
          "nextn.hnorm.weight": "nextn.hnorm.weight", "nextn.shared_head_norm.weight": "output_norm.weight",
@@ -96,9 +98,10 @@ def check_mtp(model: Model) -> int:
 
 
 def _block_hparams(hp, gguf, L: int):
-    """The main model's hparams for a one-layer model of block L: gated attention (Qwen) or MLA
-    with its own DSA indexer (GLM-5-Next, DeepSeek-V3's NextN layer: a plain pre-norm block, no
-    mHC streams -- llama.cpp 0c1e570 glm5-next.cpp binds no hc_* tensors past n_layer), its FFN."""
+    """The main model's hparams for a one-layer model of block L: gated attention (Qwen), MLA with
+    its RoPE and head gate (Ling 3, as llama.cpp 0c1e570 bailingmoe3.cpp graph_mtp runs it) or MLA
+    with its own DSA indexer (GLM-5-Next, DeepSeek-V3's NextN layer: a plain pre-norm block, no mHC
+    streams -- llama.cpp's glm5-next.cpp binds no hc_* tensors past n_layer); its FFN."""
     ffn = FFNKind.MOE if f"blk.{L}.ffn_gate_inp.weight" in gguf.tensors else FFNKind.DENSE
     if hp.arch == "bailingmoe3":     # Ling 3: MLA with its RoPE and head gate, as the main attention layers
         return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.MLA], ffn_kinds=[ffn], n_head_kv=[1],
