@@ -276,6 +276,8 @@ FIXTURES: tuple[Fixture, ...] = (
          suppress=EOT),
     _row("glm5next-attnbias-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
     _row("glm5next-tied-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE", "mla moe parity", suppress=EOT),
+    _row("glm5next-mtp-tiny", "Glm5NextFamily", "glm5-next", "KDA MLA", "DENSE MOE", "mla moe mtp parity",
+         llamacpp=LC_SUMMARY, suppress=EOT, fuzz=(3,)),
     _row("bailinghybrid-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE",
          "mla moe parity two_seq quant rollback shift estimate", llamacpp=LC_LOGITS, suppress=EOT,
          quant_refs=WITH_S_L, fuzz=(3, 0)),
@@ -283,6 +285,8 @@ FIXTURES: tuple[Fixture, ...] = (
          "mla moe parity two_seq rollback", suppress=EOT, fuzz=(0,)),
     _row("bailinghybrid-yarn-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE",
          "mla moe parity shift", suppress=EOT),
+    _row("bailinghybrid-mtp-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE", "mla moe mtp parity",
+         llamacpp=LC_SUMMARY, suppress=EOT, fuzz=(3,)),
     _row("bailinghybrid-attnbias-tiny", "BailingMoe3Family", "bailingmoe3", "KDA MLA", "DENSE MOE", "mla moe parity two_seq", suppress=EOT),
 )
 

@@ -1,5 +1,6 @@
 """The fixtures with an MTP / NextN head: every checkpoint under tests/fixtures/hf whose
-safetensors carry ``mtp.*`` tensors (the table the --mtp tests run over, so a fixture given a
+safetensors carry ``mtp.*`` tensors (Qwen3-Next / Qwen3.5) or a DeepSeek-style NextN layer's
+``layers.N.eh_proj`` (GLM-5-Next) (the table the --mtp tests run over, so a fixture given a
 head is tested without editing them)."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def _has_mtp(d: pathlib.Path) -> bool:
     for f in d.glob("*.safetensors"):
         with open(f, "rb") as fh:
             n = struct.unpack("<Q", fh.read(8))[0]
-            if any(k.startswith(("mtp.", "model.mtp.")) for k in json.loads(fh.read(n))):
+            if any(k.startswith(("mtp.", "model.mtp.")) or k.endswith(".eh_proj.weight") for k in json.loads(fh.read(n))):
                 return True
     return False
 

@@ -36,7 +36,8 @@ def test_greedy_mtp_equals_plain(monkeypatch, capsys, hf_f32, name):
 
 
 def test_the_table_has_every_family_with_a_head():
-    assert {"qwen35-mtp-tiny", "qwen3next-mtp-tiny", "qwen35moe-vl-tiny"} <= set(FIXTURES)
+    assert {"qwen35-mtp-tiny", "qwen3next-mtp-tiny", "qwen35moe-vl-tiny", "glm5next-mtp-tiny",
+            "bailinghybrid-mtp-tiny"} <= set(FIXTURES)
 
 
 @pytest.mark.parametrize("b", ["1", "512"])
@@ -69,7 +70,15 @@ def test_info_says_whether_there_is_an_mtp_head(monkeypatch, capsys, hf_f32):
     rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("qwen35-mtp-tiny")), "--json", "--no-tensors")
     assert rc == 0, err
     assert json.loads(out)["mtp"] == "1 NextN block at blk.4 (runs with --mtp)"
+    rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("glm5next-mtp-tiny")), "--json", "--no-tensors")
+    assert rc == 0, err
+    assert json.loads(out)["mtp"] == "1 NextN block at blk.5 (runs with --mtp)"
+    rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("bailinghybrid-mtp-tiny")), "--json", "--no-tensors")
+    assert rc == 0, err
+    assert json.loads(out)["mtp"] == "1 NextN block at blk.4 (runs with --mtp)"
     rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("qwen35-tiny")), "--no-tensors")
+    assert rc == 0 and "MTP head: none" in out
+    rc, out, err = cli(monkeypatch, capsys, "info", str(hf_f32("glm5next-tiny")), "--no-tensors")
     assert rc == 0 and "MTP head: none" in out
     rc, out, err = cli(monkeypatch, capsys, "run", "-m", str(hf_f32("qwen35-tiny")), "-p", "x", "--mtp")
     assert rc == 2 and "has no MTP / NextN head" in err and len(err.strip().splitlines()) == 1 and out == ""

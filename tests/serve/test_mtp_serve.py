@@ -16,7 +16,8 @@ N_GEN = 32
 
 @pytest.mark.native
 @pytest.mark.parametrize("forced", [False, True])
-@pytest.mark.parametrize("name", ["qwen35-mtp-tiny", "qwen3next-mtp-tiny"])
+@pytest.mark.parametrize("name", ["qwen35-mtp-tiny", "qwen3next-mtp-tiny", "glm5next-mtp-tiny",
+                                  "bailinghybrid-mtp-tiny"])
 def test_mtp_streams_equal_plain_greedy(start_server, hf_f32, name, forced):
     from toolkit.runtime import Model
     from toolkit.runtime.tokenizer import Tokenizer

@@ -23,11 +23,11 @@ from toolkit.runtime.sampling import Sampler, SamplerParams
 from toolkit.runtime.speculative import draft_sampler, generate_speculative
 from toolkit.runtime.tokenizer import Tokenizer
 
+from mtp_util import MTP_FIXTURES   # every fixture with a NextN head (glm5next-mtp-tiny: GLM-5-Next's MLA + DSA layer)
 from stats_util import chi2_p
 
 pytestmark = pytest.mark.native
 
-MTP_FIXTURES = ["qwen35-mtp-tiny", "qwen3next-mtp-tiny", "qwen35moe-vl-tiny"]
 N_GEN = 30
 
 

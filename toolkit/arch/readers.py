@@ -156,8 +156,9 @@ def read_layer_kinds(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None:
             raise r.bad(Keys.Attention.LAYER_INDICES, f"= {idx} has an index outside [0, {n_layer})")
         attn = {int(i) for i in idx}
     elif isinstance(hkv, (list, tuple)):
-        if len(hkv) != n_layer:
-            raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"has {len(hkv)} entries, block_count is {n_layer}")
+        n_block = int(r.req(Keys.LLM.BLOCK_COUNT))   # n_layer + the MTP blocks (their entries ignored here)
+        if len(hkv) not in (n_layer, n_block):
+            raise r.bad(Keys.Attention.HEAD_COUNT_KV, f"has {len(hkv)} entries, block_count is {n_block}")
         attn = {i for i, v in enumerate(hkv) if int(v) > 0}
     elif interval is not None:
         if interval <= 0:
@@ -793,7 +794,8 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
 
     Raises:
         InputError: a missing key, a count, k-pool or iteration count below 1, a budget that is
-            not a multiple of the k-pool, per-layer lists of the wrong length, clamps that differ
+            not a multiple of the k-pool, per-layer lists of the wrong length (block_count entries,
+            MTP blocks included as llama.cpp writes them, or the main layers'), clamps that differ
             between layers.
     """
     f, L, I = r.f, hp.n_layer, Keys.Attention.Indexer
@@ -802,10 +804,11 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
     if hp.idx_top_k <= 0 or hp.idx_top_k % hp.dsa_kpool:
         raise r.bad(I.TOP_K, f"= {hp.idx_top_k} must be a positive multiple of {k(I.KPOOL, r.arch)} = {hp.dsa_kpool}")
     r.fill(hp, "dsa_select_tail")
+    n_block = int(r.req(Keys.LLM.BLOCK_COUNT))    # L + nextn_predict_layers (an MTP block: glm.py)
     types = r.opt(I.TYPES, [True] * L)
-    if len(types) != L:
-        raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count)")
-    hp.dsa_full = [int(t) for t in types]
+    if len(types) not in (L, n_block):
+        raise r.bad(I.TYPES, f"has {len(types)} entries, expected {L} (block_count - nextn_predict_layers)")
+    hp.dsa_full = [int(t) for t in types[:L]]
     mla = [i for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.MLA]
     if mla and not hp.dsa_full[mla[0]]:
         raise r.bad(I.TYPES, f"marks layer {mla[0]}, the first attention layer, shared: a shared DSA layer reuses the "
@@ -824,7 +827,7 @@ def read_glm5_next_extras(r: KeyReader, hp: "HParams", spec: "ArchSpec") -> None
         if v is None:
             continue
         v = v if isinstance(v, list) else [v] * L
-        if len(v) != L or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v):
+        if len(v) not in (L, n_block) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v):
             raise r.bad(key, f"= {str(v)[:60]} must list {L} non-negative numbers")
         if len(set(v)) > 1:
             raise r.bad(key, f"= {str(v)[:60]}: a clamp per layer is not supported (HF has one swiglu_limit)")

@@ -89,6 +89,7 @@ class T:
     NEXTN_SHARED_HEAD_NORM = gguf.TENSOR_NAMES[_M.NEXTN_SHARED_HEAD_NORM]
     NEXTN_SHARED_HEAD_HEAD = gguf.TENSOR_NAMES[_M.NEXTN_SHARED_HEAD_HEAD]
     NEXTN_EMBED_TOKENS = gguf.TENSOR_NAMES[_M.NEXTN_EMBED_TOKENS]
+    LAYER_OUT_NORM = gguf.TENSOR_NAMES[_M.LAYER_OUT_NORM]   # Ling 3's NextN block: its shared head's norm (HF final_layernorm)
     FFN_GATE_INP_SHEXP = gguf.TENSOR_NAMES[_M.FFN_GATE_INP_SHEXP]
     FFN_EXP_PROBS_B = "blk.{bid}.exp_probs_b"      # Nemotron-H MoE expert choice bias (".bias")
     PER_LAYER_TOKEN_EMBD = gguf.TENSOR_NAMES[_M.PER_LAYER_TOKEN_EMBD]

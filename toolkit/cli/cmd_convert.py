@@ -64,8 +64,8 @@ def convert(
                                 "Norms, biases, ssm_a/ssm_d, ssm_conv1d and routers stay F32."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (hparams, tensor map, types) without writing."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary (or the plan) as one JSON object."),
-    no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (mtp.* tensors of "
-                                "Qwen3-Next / Qwen3.5 checkpoints); a checkpoint without one needs no flag."),
+    no_mtp: bool = typer.Option(False, "--no-mtp", help="Leave out the MTP / NextN draft head (HF mtp.* tensors, or "
+                                "the NextN layers stored after the main ones); a checkpoint without one needs no flag."),
     list_archs: bool = typer.Option(False, "--list-archs", help="List each HF architecture, its family, the GGUF "
                                     "architecture it becomes and whether llama.cpp loads the result, then exit."),
 ) -> None:

@@ -105,7 +105,7 @@ def run(
     context_shift: bool = typer.Option(False, "--context-shift/--no-context-shift", help="When the context is full, drop half of the tokens after --keep and go on (llama-cli's --context-shift)."),
     keep: int = typer.Option(0, "--keep", help="Prompt tokens a context shift keeps (-1: all; a BOS is always kept)."),
     draft_model: Optional[str] = typer.Option(None, "-md", "--draft-model", "--model-draft", help="Speculative decoding: draft with this smaller GGUF (same vocabulary); the output is what the model alone gives (greedy: token for token)."),
-    mtp: bool = typer.Option(False, "--mtp", help="Speculative decoding with the model's own MTP / NextN head as the draft (Qwen3-Next, Qwen3.5 files converted with it; --draft-max default 3); the output is what the model alone gives (greedy: token for token)."),
+    mtp: bool = typer.Option(False, "--mtp", help="Speculative decoding with the model's own MTP / NextN head as the draft (Qwen3-Next, Qwen3.5, GLM-5-Next, Ling 3 files converted with it; --draft-max default 3); the output is what the model alone gives (greedy: token for token)."),
     lookup: bool = typer.Option(False, "--lookup", help="Speculative decoding with prompt-lookup drafts: the tokens that followed the context's last n-gram earlier on (no second model; helps most when the output copies the input)."),
     draft_ngram: Optional[int] = typer.Option(None, "--draft-ngram", help="Longest n-gram a --lookup draft matches (default 3; implies --lookup)."),
     draft_max: Optional[int] = typer.Option(None, "--draft-max", "--draft", "--draft-n", help="Speculative decoding: tokens drafted per step at most (1-256; the recurrent state keeps that many + 1 snapshots per sequence) \\[default: 16]."),

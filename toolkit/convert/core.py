@@ -38,7 +38,8 @@ BAND_ELEMENTS = 4 * 2**20
 def make_plan(hf_dir: str, outtype: str = "f32", no_mtp: bool = False) -> Plan:
     """The full plan (key/values incl. tokenizer, tensors with types) from headers only.
 
-    no_mtp: leave out an MTP / NextN draft head (``mtp.*``; qwen3next, qwen35, qwen35moe).
+    no_mtp: leave out an MTP / NextN draft head (``mtp.*``: qwen3next, qwen35, qwen35moe; the
+        layers after the main ones: glm5-next, bailingmoe3).
 
     Raises:
         InputError: anything wrong with the directory (names the file, key or tensor).

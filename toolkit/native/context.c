@@ -456,8 +456,8 @@ tk_status tk_decode(tk_context * ctx, const tk_batch * b, float * logits_out) {
         return TK_FAIL(TK_ERR_INVALID, "batch: an MTP block needs each token's hidden state (tk_batch.embd is NULL)");
     if (!ctx->model->nextn_eh_proj.data && b->embd)
         return TK_FAIL(TK_ERR_INVALID, "batch: tk_batch.embd is set but the model is not an MTP block");
-    if (b->hidden_out && tk_hc_on(&ctx->model->hp))
-        return TK_FAIL(TK_ERR_UNSUPPORTED, "batch: hidden_out is not supported with hyper-connections");
+    if (b->hidden_out && tk_hc_on(&ctx->model->hp) && ctx->model->hp.hc.sinkhorn_iters <= 0)   /* mHC writes it */
+        return TK_FAIL(TK_ERR_UNSUPPORTED, "batch: hidden_out is not supported with qwen4exp's hyper-connections");
     TK_CHECK(ctx->mem->can_fit(ctx->mem, n));
     __atomic_store_n(&ctx->abort_requested, 0, __ATOMIC_RELAXED);
 

@@ -1,13 +1,16 @@
 """MTP drafts (``--mtp``): the model's own multi-token-prediction (NextN) block as the draft.
 
-Qwen3-Next / Qwen3.5 checkpoints carry an MTP block (HF ``mtp.*``), converted as llama.cpp's
-``blk.{L}.*`` (L = block_count - nextn_predict_layers, the first block after the main ones) with
+Qwen3-Next / Qwen3.5 checkpoints carry an MTP block (HF ``mtp.*``), and GLM-5-Next / Ling 3 ones a
+DeepSeek-V3-style NextN layer (HF ``layers.{L}.{eh_proj, enorm, hnorm, shared_head.norm}`` (Ling 3:
+``final_layernorm``, llama.cpp's ``blk.L.layer_output_norm``) and an MLA (+ GLM's DSA indexer, Ling's
+RoPE and head gate) + MoE decoder layer, GLM's without mHC), converted as llama.cpp's ``blk.{L}.*``
+(L = block_count - nextn_predict_layers, the first block after the main ones) with
 ``blk.{L}.nextn.{eh_proj, enorm, hnorm, shared_head_norm}``.  One draft step, for the token t
 just chosen (drafted or accepted) and h the final hidden state at the position before it
 (vLLM ``qwen3_next_mtp.py``, ``Qwen3NextMultiTokenPredictor.forward``)::
 
     x = eh_proj [rmsnorm(embd(t)) * enorm ; rmsnorm(h) * hnorm]     # [e; h], eh_proj [2D, D]
-    x = block(x)                                   # the family's MTP layer (gated attention + MLP/MoE)
+    x = block(x)                                   # the family's MTP layer (gated attention or MLA + MLP/MoE)
     h' = rmsnorm(x) * shared_head_norm             # the next step's h
     logits = output h'                             # the main model's (shared) head
 
@@ -32,12 +35,14 @@ from typing import Sequence
 import numpy as np
 
 from toolkit.arch import FFNKind, LayerKind
+from toolkit.arch.kinds import Norm
 from toolkit.binding import ffi
 from toolkit.errors import InputError
 from toolkit.runtime.model import Model, c_hparams, load_table
 from toolkit.runtime.speculative import draft_sampler, draft_steps, sample_draft
 
-FAMILIES = ("qwen3next", "qwen35", "qwen35moe")   # the architectures whose NextN block runs
+# the architectures whose NextN block runs
+FAMILIES = ("qwen3next", "qwen35", "qwen35moe", "glm5-next", "bailingmoe3")
 
 _HEAD = {"nextn.eh_proj.weight": "nextn.eh_proj.weight", "nextn.enorm.weight": "nextn.enorm.weight",
          "nextn.hnorm.weight": "nextn.hnorm.weight", "nextn.shared_head_norm.weight": "output_norm.weight",
@@ -93,8 +98,18 @@ def check_mtp(model: Model) -> int:
 
 
 def _block_hparams(hp, gguf, L: int):
-    """The main model's hparams for a one-layer model of block L: gated attention, its FFN."""
+    """The main model's hparams for a one-layer model of block L: gated attention (Qwen), MLA with
+    its RoPE and head gate (Ling 3, as llama.cpp 0c1e570 bailingmoe3.cpp graph_mtp runs it) or MLA
+    with its own DSA indexer (GLM-5-Next, DeepSeek-V3's NextN layer: a plain pre-norm block, no mHC
+    streams -- llama.cpp's glm5-next.cpp binds no hc_* tensors past n_layer); its FFN."""
     ffn = FFNKind.MOE if f"blk.{L}.ffn_gate_inp.weight" in gguf.tensors else FFNKind.DENSE
+    if hp.arch == "bailingmoe3":     # Ling 3: MLA with its RoPE and head gate, as the main attention layers
+        return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.MLA], ffn_kinds=[ffn], n_head_kv=[1],
+                                   compress_ratios=[], ple_index=[], swa_layers=[], dsa_full=[])
+    if hp.arch == "glm5-next":
+        return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.MLA], ffn_kinds=[ffn], n_head_kv=[1],
+                                   dsa_full=[1], hc_count=0, hc_sinkhorn_iters=0, hc_eps=0.0, norm_place=int(Norm.PRE),
+                                   compress_ratios=[], ple_index=[], swa_layers=[])
     att = [i for i in range(hp.n_layer) if hp.layer_kinds[i] == LayerKind.ATTENTION]
     n_kv = hp.n_head_kv[att[0]] if att else hp.n_head
     return dataclasses.replace(hp, n_layer=1, layer_kinds=[LayerKind.ATTENTION], ffn_kinds=[ffn], n_head_kv=[n_kv],
@@ -110,6 +125,8 @@ def _block_table(gguf, L: int) -> list:
         if not t.name.startswith(pre):
             continue
         rest = t.name[len(pre):]
+        if rest == "layer_output_norm.weight":   # Ling 3's shared head norm (llama.cpp bailingmoe3.cpp graph_mtp)
+            rest = "nextn.shared_head_norm.weight"
         name = _HEAD.get(rest, None) if rest.startswith("nextn.") else "blk.0." + rest
         if name is None:
             continue
@@ -139,6 +156,8 @@ class MtpModel(Model):
         self._contexts = weakref.WeakSet()
         self.tensors = _block_table(main.gguf, L)
         self._c_hparams, self._c_arrays = c_hparams(self.hparams)
+        if self.hparams.hc_count == 0:
+            self._c_hparams.block.residual = 0     # the row's mHC residual is the main layers' (TK_RESIDUAL_PLAIN)
         self._ptr = load_table(self.path, self._c_hparams, self.tensors, mmap=self.mmap,
                                params=self.options.model_params())
 

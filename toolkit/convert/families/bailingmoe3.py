@@ -22,6 +22,15 @@ dense                                   blk.i.attn_output
 mlp.gate.expert_bias                    blk.i.exp_probs_b.bias
 the rest as kimi-linear (kda.py); model.word_embeddings -> token_embd.
 
+MTP / NextN layers (llama.cpp 0c1e570 bailingmoe3.py / bailingmoe3.cpp graph_mtp; HF ignores
+``layers.{L..}``, modeling_bailing_hybrid.py:964-967), block b = L + j (L = num_hidden_layers):
+eh_proj [D, 2D], enorm, hnorm               blk.b.nextn.{eh_proj, enorm, hnorm}
+final_layernorm (the shared head's norm)    blk.b.layer_output_norm
+the layer's MLA (+ g_proj head gate), MoE   as a main attention layer's
+and the keys ``block_count`` L + n, ``head_count_kv`` 1 on the MTP blocks, ``nextn_predict_layers``
+(written only with the layers: HF's save writes num_mtp_layers 1 without them); ``--no-mtp``
+leaves them out.
+
 Keys: llama.cpp's (``kda.safe_gate``, ``kda.gate_lower_bound``, ``rope.freq_base``,
 ``expert_shared_feed_forward_length``, ``expert_weights_norm``, ...), with HF's values where the
 two disagree: the shared-expert width is HF's ``moe_intermediate_size x num_shared_experts``
@@ -47,7 +56,7 @@ import logging
 from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int, spelled
-from toolkit.convert.plan import kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys
 from toolkit.convert.rope_scaling import SCALED_ROPE_TYPES, SCALED_WHY, mla_softmax_mscale, rope_scaling_kv
 from toolkit.errors import InputError, UnsupportedError
@@ -82,7 +91,8 @@ class BailingMoe3Family(KDAMixin, Family):
              _L + r"mlp\.(?:gate|up|down)_proj\.weight",
              _L + r"mlp\.gate\.(?:weight|expert_bias)",
              _L + r"mlp\.experts\.\d+\.(?:gate|up|down)_proj\.weight",
-             _L + r"mlp\.shared_experts\.(?:gate|up|down)_proj\.weight")
+             _L + r"mlp\.shared_experts\.(?:gate|up|down)_proj\.weight",
+             _L + r"(?:eh_proj|enorm|hnorm|final_layernorm)\.weight")    # MTP layers
 
     def read_hparams(self) -> None:
         c = self.cfg
@@ -93,7 +103,7 @@ class BailingMoe3Family(KDAMixin, Family):
         for key in ("score_function", "scoring_func"):
             if c.d.get(key, "sigmoid") != "sigmoid":
                 raise UnsupportedError(f"{c.path}: {key} = {c.d[key]!r} is not supported (only 'sigmoid')")
-        self.n_mtp = c.int("num_nextn_predict_layers", "num_mtp_layers", default=0, min_value=0)
+        self.n_mtp_cfg = c.int("num_nextn_predict_layers", "num_mtp_layers", default=0, min_value=0)
         # ---- KDA: n = num_attention_heads, D = head_dim of config.json (HF's linear_head_dim) ----
         self.n_head = c.int("num_attention_heads", default=32)
         self.kda_n_head = self.n_head
@@ -187,7 +197,14 @@ class BailingMoe3Family(KDAMixin, Family):
         key, p, KD = self.key, self.plan, Keys.KDA
         name, _ = spelled(self.cfg, "max_position_embeddings")
         ctx = self.cfg.int(name) if name is not None else 262144   # InputError naming the key: not an integer, < 1
-        p.kv += self.kda_leading_keys(ctx, rope_base=self.rope_theta)
+        lead = self.kda_leading_keys(ctx, rope_base=self.rope_theta)
+        if self.n_mtp:    # bailingmoe3.py: block_count += n, head_count_kv 1 on the MTP blocks (attention)
+            for j, e in enumerate(lead):
+                if e.key == key(Keys.LLM.BLOCK_COUNT):
+                    lead[j] = kv_u32(e.key, self.n_layer + self.n_mtp)
+                elif e.key == key(Keys.Attention.HEAD_COUNT_KV):
+                    lead[j] = kv_arr_i32(e.key, list(e.value) + [1] * self.n_mtp)
+        p.kv += lead
         p.kv += [
             kv_u32(key(Keys.Attention.KEY_LENGTH), self.kv_lora_rank + self.dr),
             kv_u32(key(Keys.Attention.VALUE_LENGTH), self.kda_head_dim),   # llama.cpp: head_dim of config.json (unused)
@@ -215,13 +232,59 @@ class BailingMoe3Family(KDAMixin, Family):
         ]
         if self.eps != HF_EPS:   # ours: HF's fixed 1e-6 where llama.cpp uses rms_norm_eps (D4, D5)
             p.kv += [kv_f32(key(KD.L2_NORM_EPS), HF_EPS), kv_f32(key(KD.MLA_NORM_EPS), HF_EPS)]
+        if self.n_mtp:   # bailingmoe3.py writes it from the config; we only with the layers (HF's save has none)
+            p.kv.append(kv_u32(key(Keys.LLM.NEXTN_PREDICT_LAYERS), self.n_mtp))
+
+    def _mtp_ids(self) -> list[int]:
+        pre = "model.layers."
+        return sorted({int(n[len(pre):].split(".", 1)[0]) for n in self.hf.tensors if n.startswith(pre)
+                       and int(n[len(pre):].split(".", 1)[0]) >= self.n_layer})
+
+    def _mtp_layers(self) -> int:
+        """The MTP layers in the checkpoint (``model.layers.{L + j}.``), 0 when it has none (HF's
+        save writes num_mtp_layers 1 without them) or ``no_mtp``.
+
+        Raises:
+            InputError: layers after the main ones that are not L, L + 1, ..., or more of them
+                than num_nextn_predict_layers / num_mtp_layers says, or one without its eh_proj."""
+        ids = self._mtp_ids()
+        if not ids or self.no_mtp:
+            return 0
+        first = self.hf.tensors[next(t for t in self.hf.tensors if t.startswith(f"model.layers.{ids[0]}."))]
+        if ids != list(range(self.n_layer, self.n_layer + len(ids))) or len(ids) > self.n_mtp_cfg:
+            raise InputError(f"{first.path}: the checkpoint has layers {ids} after the {self.n_layer} main ones, but "
+                             f"num_nextn_predict_layers = {self.n_mtp_cfg} (MTP layers are {self.n_layer}.."
+                             f"{self.n_layer + self.n_mtp_cfg - 1})")
+        for i in ids:
+            if not self.has(f"model.layers.{i}.eh_proj.weight"):
+                raise InputError(f"{first.path}: MTP layer {i} has no tensor 'model.layers.{i}.eh_proj.weight'")
+        return len(ids)
+
+    def _mtp(self) -> None:
+        """The MTP layers as llama.cpp's bailingmoe3.py writes them (module docstring), or every
+        tensor of them left out (``--no-mtp``)."""
+        H = self.n_embd
+        if not self.n_mtp:
+            for n in [n for n in self.hf.tensors if any(n.startswith(f"model.layers.{i}.") for i in self._mtp_ids())]:
+                self.omit(n, "MTP / NextN layer: --no-mtp")
+            return
+        for i in range(self.n_layer, self.n_layer + self.n_mtp):
+            pre = f"model.layers.{i}."
+            a = pre + "attention."
+            self.copy(tn(T.NEXTN_EH_PROJ, i), pre + "eh_proj.weight", (H, 2 * H), why="hidden_size, 2 hidden_size")
+            self.copy(tn(T.NEXTN_ENORM, i), pre + "enorm.weight", (H,))
+            self.copy(tn(T.NEXTN_HNORM, i), pre + "hnorm.weight", (H,))
+            self.copy(tn(T.LAYER_OUT_NORM, i), pre + "final_layernorm.weight", (H,))   # the shared head's norm
+            self.copy(tn(T.ATTN_NORM, i), pre + "input_layernorm.weight", (H,))
+            self.mla_tensors(i, a, o_name="dense", q_scale=self.q_scale)
+            self.copy(tn(T.ATTN_GATE, i), a + "g_proj.weight", (self.n_head, H),
+                      why="num_attention_heads (one output gate per head)")
+            self.copy(tn(T.FFN_NORM, i), pre + "post_attention_layernorm.weight", (H,))
+            self.moe(i, pre + "mlp.", bias_name="gate.expert_bias", expert_names=("gate_proj", "up_proj", "down_proj"))
 
     def build(self):
         self.read_hparams()
-        mtp = [n for n in self.hf.tensors if n.startswith(f"model.layers.{self.n_layer}.")]
-        if self.n_mtp and mtp:   # HF's save writes num_mtp_layers 1 without MTP tensors: only real ones refused
-            raise UnsupportedError(f"{self.hf.tensors[mtp[0]].path}: tensor {mtp[0]!r}: MTP layers "
-                                   f"(num_nextn_predict_layers = {self.n_mtp}) are not supported (HF ignores them)")
+        self.n_mtp = self._mtp_layers()
         self._keys()
         H = self.n_embd
         self.copy(tn(T.TOKEN_EMBD), "model.word_embeddings.weight", (self.n_vocab, H))
@@ -240,6 +303,7 @@ class BailingMoe3Family(KDAMixin, Family):
                 self.dense_mlp(i, (pre + "mlp.",))
             else:
                 self.moe(i, pre + "mlp.", bias_name="gate.expert_bias", expert_names=("gate_proj", "up_proj", "down_proj"))
+        self._mtp()
         self.copy(tn(T.OUTPUT_NORM), "model.norm.weight", (H,))
         self.copy(tn(T.OUTPUT), "lm_head.weight", (self.n_vocab, H))
         self.check_leftovers()

@@ -31,6 +31,18 @@ self_attn.indexer.index_kpool_compress_gate [dI, H]    blk.i.indexer_compressor_
 the KDA layer (A_log [n] -> ssm_a [n] = -exp), MLA (q-LoRA, NoPE), dense MLP / MoE (mlp.*,
 experts.e.{gate,up,down}_proj): kda.py.
 
+MTP / NextN layers (llama.cpp 0c1e570 glm.py Glm5NextModel: ``num_nextn_predict_layers`` layers
+stored after the main ones, ``model.language_model.layers.{L + j}.``, L = num_hidden_layers; HF
+ignores them, modeling_glm5_next.py:1390), DeepSeek-V3's layout, as block L + j:
+enorm / hnorm / eh_proj [D, 2D] / shared_head.norm     blk.b.nextn.{enorm, hnorm, eh_proj, shared_head_norm}
+shared_head.head / embed_tokens (when present)         blk.b.nextn.{shared_head_head, embed_tokens}
+input_layernorm, post_attention_layernorm              blk.b.attn_norm, blk.b.ffn_norm
+self_attn.* (MLA with its own indexer), mlp.*          as a main attention layer's (no hc_*: llama.cpp's
+                                                       loader binds mHC tensors for the main layers only)
+and the keys ``block_count`` = L + n, ``nextn_predict_layers`` = n, ``head_count_kv`` padded with 1,
+the SwiGLU clamps per block.  The count comes from the tensors (a config that says 1 without
+them -- HF's save -- converts without a head); ``--no-mtp`` leaves them out.
+
 Keys: llama.cpp's (``attention.layer_norm_epsilon`` 1e-6: the indexer key LayerNorm;
 ``attention.indexer.{head_count,key_length,top_k,kpool,kpool_select_tail,types}``,
 ``hyper_connection.{count,sinkhorn_iterations,epsilon}`` -- llama.cpp's loader accepts only a
@@ -47,7 +59,7 @@ from toolkit.arch.tensor_names import T, tn
 from toolkit.convert.base import Family
 from toolkit.convert.families.kda import KDA_READ, KDA_REFUSED, KDAMixin, layer_list, read_flag, read_int
 from toolkit.convert.families.qwen_gdn import text_config
-from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_bool, kv_f32, kv_u32
+from toolkit.convert.plan import kv_arr_bool, kv_arr_f32, kv_arr_i32, kv_bool, kv_f32, kv_u32
 from toolkit.convert.config_keys import ConfigKeys
 from toolkit.errors import InputError, UnsupportedError
 from toolkit.gguf_io import GGMLType, Keys
@@ -93,7 +105,7 @@ class Glm5NextFamily(KDAMixin, Family):
     config_keys = ConfigKeys.of(
         KDA_READ + " n_routed_experts index_topk index_head_dim index_n_heads indexer_types swiglu_limit "
         "linear_head_dim linear_num_heads linear_conv_kernel_dim linear_lower_bound hc_mult hc_eps hc_sinkhorn_iters "
-        "index_kpool index_kpool_always_select_tail tie_word_embeddings",
+        "index_kpool index_kpool_always_select_tail tie_word_embeddings num_nextn_predict_layers",
         irrelevant={**{k: "vision input only: the text model does not read it" for k in (
             "image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id", "video_start_token_id",
             "video_end_token_id")},
@@ -116,7 +128,8 @@ class Glm5NextFamily(KDAMixin, Family):
              _L + r"mlp\.(?:gate|up|down)_proj\.weight",
              _L + r"mlp\.gate\.(?:weight|e_score_correction_bias)",
              _L + r"mlp\.experts\.\d+\.(?:gate|up|down)_proj\.weight",
-             _L + r"mlp\.shared_experts\.(?:gate|up|down)_proj\.weight")
+             _L + r"mlp\.shared_experts\.(?:gate|up|down)_proj\.weight",
+             _L + r"(?:eh_proj|enorm|hnorm|shared_head\.norm|shared_head\.head|embed_tokens)\.weight")   # MTP layers
 
     def read_hparams(self) -> None:
         self.tie = self.cfg.flag("tie_word_embeddings", False)   # the root's (Glm5NextConfig), before the merge
@@ -131,6 +144,30 @@ class Glm5NextFamily(KDAMixin, Family):
         self._read_mla(c)
         self._read_ffn(c)
         self._read_dsa_mhc(c)
+        self.n_mtp = self._mtp_layers(c)
+
+    def _mtp_layers(self, c) -> int:
+        """The MTP layers in the checkpoint (``layers.{L + j}.``, L = num_hidden_layers), 0 when it
+        has none or ``no_mtp``.
+
+        Raises:
+            InputError: MTP layers that are not L, L + 1, ..., or more of them than
+                num_nextn_predict_layers says, or a layer without its eh_proj."""
+        want = c.int("num_nextn_predict_layers", default=0, min_value=0)
+        pre = "model.language_model.layers."
+        ids = sorted({int(n[len(pre):].split(".", 1)[0]) for n in self.hf.tensors if n.startswith(pre)
+                      and int(n[len(pre):].split(".", 1)[0]) >= self.n_layer})
+        if not ids or self.no_mtp:
+            return 0
+        n = len(ids)
+        first = self.hf.tensors[next(t for t in self.hf.tensors if t.startswith(f"{pre}{ids[0]}."))]
+        if ids != list(range(self.n_layer, self.n_layer + n)) or n > want:
+            raise InputError(f"{first.path}: the checkpoint has layers {ids} after the {self.n_layer} main ones, but "
+                             f"num_nextn_predict_layers = {want} (MTP layers are {self.n_layer}..{self.n_layer + want - 1})")
+        for i in ids:
+            if not self.has(f"{pre}{i}.eh_proj.weight"):
+                raise InputError(f"{first.path}: MTP layer {i} has no tensor '{pre}{i}.eh_proj.weight'")
+        return n
 
     def _read_kda(self, c) -> None:
         lac = self.read_kda_dims(c, n_head_default=64)
@@ -221,14 +258,24 @@ class Glm5NextFamily(KDAMixin, Family):
 
     def _keys(self) -> None:
         key, p, KD, I, HC = self.key, self.plan, Keys.KDA, Keys.Attention.Indexer, Keys.HyperConnection
-        L = self.n_layer
-        p.kv += self.kda_leading_keys(self.cfg.int("max_position_embeddings", default=1048576))
+        L = self.n_layer + self.n_mtp     # llama.cpp's block_count: the MTP layers included
+        lead = self.kda_leading_keys(self.cfg.int("max_position_embeddings", default=1048576))
+        if self.n_mtp:    # glm.py: block_count += n, head_count_kv padded with 1 (attention)
+            for j, e in enumerate(lead):
+                if e.key == key(Keys.LLM.BLOCK_COUNT):
+                    lead[j] = kv_u32(e.key, L)
+                elif e.key == key(Keys.Attention.HEAD_COUNT_KV):
+                    lead[j] = kv_arr_i32(e.key, [0 if lt == "linear_attention" else 1 for lt in self.layer_types]
+                                         + [1] * self.n_mtp)
+        p.kv += lead
         p.kv += [
             kv_u32(key(Keys.LLM.VOCAB_SIZE), self.n_vocab),
             kv_f32(key(Keys.Attention.LAYERNORM_EPS), INDEXER_LN_EPS),
             kv_u32(key(Keys.SSM.CONV_KERNEL), self.d_conv),
             kv_u32(key(KD.HEAD_DIM), self.kda_head_dim),
         ]
+        if self.n_mtp:
+            p.kv.append(kv_u32(key(Keys.LLM.NEXTN_PREDICT_LAYERS), self.n_mtp))
         if self.gate_lb is not None:
             p.kv.append(kv_f32(key(KD.GATE_LOWER_BOUND), self.gate_lb))
         rkv = self.kv_lora_rank
@@ -288,6 +335,35 @@ class Glm5NextFamily(KDAMixin, Family):
                       why="index_head_dim")
         t.type = GGMLType.F32
 
+    def _mtp(self, m: str) -> None:
+        """The MTP layers as llama.cpp's glm.py writes them (module docstring), or every tensor
+        of them left out (``--no-mtp``)."""
+        H = self.n_embd
+        if not self.n_mtp:
+            pre = m + "layers."
+            for n in [n for n in self.hf.tensors if n.startswith(pre) and int(n[len(pre):].split(".", 1)[0]) >= self.n_layer]:
+                self.omit(n, "MTP / NextN layer: --no-mtp")
+            return
+        for i in range(self.n_layer, self.n_layer + self.n_mtp):
+            pre = f"{m}layers.{i}."
+            self.copy(tn(T.NEXTN_EH_PROJ, i), pre + "eh_proj.weight", (H, 2 * H), why="hidden_size, 2 hidden_size")
+            self.copy(tn(T.NEXTN_ENORM, i), pre + "enorm.weight", (H,))
+            self.copy(tn(T.NEXTN_HNORM, i), pre + "hnorm.weight", (H,))
+            if self.has(pre + "shared_head.norm.weight"):
+                self.copy(tn(T.NEXTN_SHARED_HEAD_NORM, i), pre + "shared_head.norm.weight", (H,))
+            if self.has(pre + "shared_head.head.weight"):
+                self.copy(tn(T.NEXTN_SHARED_HEAD_HEAD, i), pre + "shared_head.head.weight", (self.n_vocab, H))
+            if self.has(pre + "embed_tokens.weight"):
+                self.copy(tn(T.NEXTN_EMBED_TOKENS, i), pre + "embed_tokens.weight", (self.n_vocab, H))
+            self.copy(tn(T.ATTN_NORM, i), pre + "input_layernorm.weight", (H,))
+            self.mla_tensors(i, pre + "self_attn.")
+            self._indexer(i, pre + "self_attn.")      # an MTP layer runs its own indexer (glm5-next.cpp)
+            self.copy(tn(T.FFN_NORM, i), pre + "post_attention_layernorm.weight", (H,))
+            if self.has(pre + "mlp.gate.weight"):
+                self.moe(i, pre + "mlp.", expert_names=("gate_proj", "up_proj", "down_proj"))
+            else:
+                self.dense_mlp(i, (pre + "mlp.",))
+
     def build(self):
         self.read_hparams()
         self._keys()
@@ -315,6 +391,7 @@ class Glm5NextFamily(KDAMixin, Family):
                 self.dense_mlp(i, (pre + "mlp.",))
             else:
                 self.moe(i, pre + "mlp.", expert_names=("gate_proj", "up_proj", "down_proj"))
+        self._mtp(m)
         self.copy(tn(T.OUTPUT_NORM), m + "norm.weight", (H,))
         if self.tie:      # HF ties lm_head to embed_tokens: the output is token_embd
             if self.has("lm_head.weight"):

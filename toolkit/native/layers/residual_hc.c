@@ -177,7 +177,8 @@ tk_status tk_forward_ubatch_hc(tk_context * ctx, const tk_ubatch * ub, float * l
  *     Mc /= column sums + hc_eps; then (iters - 1) times: rows /= (row sum + hc_eps), columns likewise
  *     x_in = sum_c pre_c X_c;  y = block(rmsnorm(x_in) * norm)
  *     X'_j = post_j y + sum_i Mc[i][j] X_i
- *   logits = output(rmsnorm((1/hc) sum_c X_c) * output_norm)
+ *   logits = output(rmsnorm((1/hc) sum_c X_c) * output_norm)   (that normed vector is tk_batch.hidden_out's
+ *   row when asked: the h an MTP draft reads)
  * The coefficients are computed in float32 as HF computes them (its .float()).  No state. */
 
 static tk_status mhc_bind_set(tk_model * m, const tk_table * tab, int il, const char * blk, tk_weight * fn, float ** base,
@@ -335,8 +336,9 @@ static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * log
         TK_CHECK(ffn->forward(ctx, l, U, ctx->out));
         mhc_apply_post(ctx->hx, ctx->out, ctx->hi, ctx->hg, U, hc, D, ctx->hn);
     }
+    /* logits for the rows that ask; the normed state of every row when asked (an MTP draft's h) */
     for (int32_t t = 0; t < U; t++) {
-        if (ub->out_row[t] < 0) continue;
+        if (ub->out_row[t] < 0 && !ctx->hidden_out) continue;
         const float * xt = ctx->hx + (size_t) t * HD;
         float * h = ctx->out;
         for (int32_t i = 0; i < D; i++) {
@@ -345,6 +347,8 @@ static tk_status mhc_forward(tk_context * ctx, const tk_ubatch * ub, float * log
             h[i] = sum / (float) hc;
         }
         tk_rms_norm(h, m->output_norm, hp->rms_eps, D, ctx->cur);
+        if (ctx->hidden_out) memcpy(ctx->hidden_out + (int64_t) ub->bidx[t] * D, ctx->cur, (size_t) D * sizeof(float));
+        if (ub->out_row[t] < 0) continue;
         float * lo = logits_out + (int64_t) ub->out_row[t] * hp->n_vocab;
         TK_CHECK(tk_matmul(&m->output, 0, ctx->cur, 1, lo, &ctx->mm));
     }
