@@ -140,7 +140,8 @@ def test_q4_0_iq4_nl_relaid_take_the_files_bytes(qtype):
 def test_q5_k_iq4_xs_relaid_take_the_files_bytes(qtype, file_bytes):
     """A group of 16 rows takes its 16 rows' blocks' bytes (Q5_K 176, IQ4_XS 136 per 256 values: the
     scales stay packed, unpacked in the tiles), no more; a part-filled last group is padded to 16
-    rows; SIMD kernels at avx2 and avx512, not at scalar."""
+    rows; SIMD kernels at avx2 and avx512, not at scalar; re-laid by default at avx512 only
+    (tk_repack_auto: bench/README.md "Q5_K and IQ4_XS re-laid")."""
     assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 32) == 32 * 4096 // 256 * file_bytes
     assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 17) == 32 * 4096 // 256 * file_bytes
     assert lib.tk_repack_matrix_bytes(int(qtype), 4000, 16) == 0
@@ -148,6 +149,8 @@ def test_q5_k_iq4_xs_relaid_take_the_files_bytes(qtype, file_bytes):
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX2) == 1
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX512) == 1
     assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_SCALAR) == 0
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX2) == 0
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX512) == 1
 
 
 # ---- BF16 (x86/repack_bf16_avx512.c, _avx2.c): FMA on widened weights, or VDPBF16PS ---------

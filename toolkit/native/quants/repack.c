@@ -577,10 +577,16 @@ int tk_repack_fast(int type, int level) {
  * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
  * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x.  Q4_0 and IQ4_NL (Bamba 430M files, bench/README.md
  * "Q4_0 and IQ4_NL re-laid"): pp512 3.3-4.8x at avx512, 1.4-3.8x at avx2 with and without
- * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels. */
+ * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels.  Q5_K and IQ4_XS
+ * (Bamba 430M Q5_K_M / IQ4_XS files, bench/README.md "Q5_K and IQ4_XS re-laid", under load 6-15):
+ * at avx512 pp512 1.6-2.0x (Q5_K) and 2.7-3.2x (IQ4_XS), tg64 1.04x, 1.16x (Q5_K) and 0.96-1.76x
+ * in five pairs (IQ4_XS): re-laid.  At avx2 without AVX-VNNI IQ4_XS lost prompts (pp512 0.88x,
+ * 0.61x: the sign form's four operations per 32 bytes and token) and Q5_K generation (tg64 0.88x,
+ * 0.83x, 0.65x: the 5th bit's shifts per line): both stay on the row kernels at avx2 (the AVX-VNNI
+ * tiles not measured: no such machine here). */
 int tk_repack_auto(int type, int level) {
     if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
-    if (type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS) return 0;   /* not measured yet */
+    if (level == TK_CPU_AVX2 && (type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS)) return 0;
     return tk_repack_fast(type, level);
 }
 
