@@ -1,7 +1,7 @@
 """Repacked weights at load (TOOLKIT_REPACK=1, RuntimeOptions(repack="all"); quants/repack.h): every mat-mul of a re-laid weight,
 generation included, runs the repacked kernel, so a token's logits still do not depend on its
 ubatch (-b 512 / 1 / 7 and two sequences in one batch: bit-identical), at avx512, avx2 and
-avx2 without AVX-VNNI, on Q8_0, Q4_K_M (Q4_K + Q6_K), Q4_0 and IQ4_NL files
+avx2 without AVX-VNNI, on Q8_0, Q4_K_M (Q4_K + Q6_K), Q4_0, IQ4_NL, Q5_K_M (Q5_K + Q6_K) and IQ4_XS files
 of a small dense model (qwen35-small: 256-wide, Q4_K re-laid) and of a tiny MoE one (qwen35moe:
 the experts' GEMMs re-laid); what was re-laid matches `info --memory`'s estimate.
 
@@ -53,7 +53,7 @@ print(json.dumps({"info": info, "estimate": repack_estimate(m, mode=o.repack)}))
 def files(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("repack")
     out = []
-    for src, types in ((FIX / "qwen35-small.f32.gguf", ("Q8_0", "Q4_K_M", "Q4_0", "IQ4_NL")), (FIX / "qwen35moe-tiny.f32.gguf", ("Q8_0",))):
+    for src, types in ((FIX / "qwen35-small.f32.gguf", ("Q8_0", "Q4_K_M", "Q4_0", "IQ4_NL", "Q5_K_M", "IQ4_XS")), (FIX / "qwen35moe-tiny.f32.gguf", ("Q8_0",))):
         for qt in types:
             dst = tmp / f"{src.name.split('.')[0]}.{qt}.gguf"
             quantize_file(str(src), str(dst), qt, n_threads=2)

@@ -1,4 +1,4 @@
-"""Repacked weights (toolkit/native/quants/repack.c, x86/repack_avx512.c): Q8_0, Q4_0, IQ4_NL, Q4_K and Q6_K re-laid
+"""Repacked weights (toolkit/native/quants/repack.c, x86/repack_avx512.c): Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS re-laid
 in groups of 16 interleaved rows, through tk_mat_mul_repacked at each kernel level this machine has.
 
 - the scalar tiles (the reference order, repack.h) equal the float64 product
@@ -24,7 +24,7 @@ from toolkit.binding import ffi, lib
 pytestmark = pytest.mark.native
 
 T = gguf.GGMLQuantizationType
-RTYPES = [T.Q8_0, T.Q4_0, T.IQ4_NL, T.Q4_K, T.Q6_K]
+RTYPES = [T.Q8_0, T.Q4_0, T.IQ4_NL, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_XS]
 LEVELS = [lv for lv in (lib.TK_CPU_SCALAR, lib.TK_CPU_AVX2, lib.TK_CPU_AVX512) if lv <= lib.tk_cpu_detected()]
 # (level, AVX-VNNI on): at avx2 both the plain (vpmaddubsw) and, where the machine has it, the VNNI tiles
 VARIANTS = [(lv, 0) for lv in LEVELS] + ([(lib.TK_CPU_AVX2, 1)] if lib.tk_cpu_has_avxvnni() else [])
@@ -112,13 +112,13 @@ def test_repacked_and_plain_agree_to_the_bound(qtype, K, M, at_variant):
 
 def test_type_without_repacked_form_is_refused():
     K, M = 256, 16
-    raw = qref.quantize_rows(T.Q5_K, np.ones((M, K), np.float32))
+    raw = qref.quantize_rows(T.Q3_K, np.ones((M, K), np.float32))
     x = np.ones((1, K), np.float32)
     y = np.zeros((1, M), np.float32)
-    st = lib.tk_mat_mul_repacked(int(T.Q5_K), ffi.from_buffer(raw), K, M, ffi.cast("float *", ffi.from_buffer(x)), 1,
+    st = lib.tk_mat_mul_repacked(int(T.Q3_K), ffi.from_buffer(raw), K, M, ffi.cast("float *", ffi.from_buffer(x)), 1,
                                  ffi.cast("float *", ffi.from_buffer(y)))
     assert st == lib.TK_ERR_UNSUPPORTED
-    assert "no repacked form of q5_k" in ffi.string(lib.tk_last_error()).decode().lower()
+    assert "no repacked form of q3_k" in ffi.string(lib.tk_last_error()).decode().lower()
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_0, T.IQ4_NL])
@@ -134,6 +134,23 @@ def test_q4_0_iq4_nl_relaid_take_the_files_bytes(qtype):
     assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX512) == 1
     assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX2) == 1 and lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX512) == 1
     assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_SCALAR) == 0
+
+
+@pytest.mark.parametrize("qtype,file_bytes", [(T.Q5_K, 176), (T.IQ4_XS, 136)])
+def test_q5_k_iq4_xs_relaid_take_the_files_bytes(qtype, file_bytes):
+    """A group of 16 rows takes its 16 rows' blocks' bytes (Q5_K 176, IQ4_XS 136 per 256 values: the
+    scales stay packed, unpacked in the tiles), no more; a part-filled last group is padded to 16
+    rows; SIMD kernels at avx2 and avx512, not at scalar; re-laid by default at avx512 only
+    (tk_repack_auto: bench/README.md "Q5_K and IQ4_XS re-laid")."""
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 32) == 32 * 4096 // 256 * file_bytes
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4096, 17) == 32 * 4096 // 256 * file_bytes
+    assert lib.tk_repack_matrix_bytes(int(qtype), 4000, 16) == 0
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_SCALAR) == 0
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX2) == 1
+    assert lib.tk_repack_fast(int(qtype), lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_SCALAR) == 0
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX2) == 0
+    assert lib.tk_repack_auto(int(qtype), lib.TK_CPU_AVX512) == 1
 
 
 # ---- BF16 (x86/repack_bf16_avx512.c, _avx2.c): FMA on widened weights, or VDPBF16PS ---------

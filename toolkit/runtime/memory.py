@@ -96,7 +96,8 @@ def format_brief(r: dict[str, int]) -> str:
 def repack_types(level: int | None = None, mode: str = "all") -> tuple[str, ...]:
     """The types re-laid at a kernel level (default: the level in force) in a repack mode
     (RuntimeOptions.repack): "all" those with a repacked kernel (repack.c tk_repack_fast: avx512
-    Q8_0 / Q4_K / Q6_K / BF16; avx2 Q8_0 / Q4_K / BF16, BF16 with K even; none elsewhere), "auto"
+    Q8_0 / Q4_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS / BF16; avx2 the same but Q6_K; BF16 with K even;
+    none elsewhere), "auto"
     those whose re-laid form wins (tk_repack_auto), "off" none."""
     import gguf as _gguf
 

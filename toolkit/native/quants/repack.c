@@ -15,6 +15,8 @@ size_t tk_repack_matrix_bytes(int type, int64_t K, int64_t M) {
     if ((type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) && K % QK32 == 0) return ng * (size_t) (K / QK32) * sizeof(tk_rp_q4_0);
     if (type == TK_GGML_Q4_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q4_K);
     if (type == TK_GGML_Q6_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q6_K);
+    if (type == TK_GGML_Q5_K && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_q5_K);
+    if (type == TK_GGML_IQ4_XS && K % QK_K == 0) return ng * (size_t) (K / QK_K) * sizeof(tk_rp_iq4_xs);
     if (type == TK_GGML_BF16 && K % 2 == 0) return ng * (size_t) K * 2 * TK_RP_ROWS;
     return 0;
 }
@@ -85,6 +87,44 @@ static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
         }
 }
 
+/* Q5_K: the file's bytes, byte k of the 16 rows' fields side by side (padding: all zero) */
+static void repack_q5_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_q5_K * o = (tk_rp_q5_K *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t i = 0; i < nb; i++, o++) {
+            memset(o, 0, sizeof *o);
+            for (int r = 0; r < TK_RP_ROWS && g * TK_RP_ROWS + r < M; r++) {
+                const blk_q5_K * x = (const blk_q5_K *) (const void *) (src + (size_t) (g * TK_RP_ROWS + r) * row_bytes) + i;
+                o->d[r] = x->d;
+                o->dmin[r] = x->dmin;
+                for (int k = 0; k < 12; k++) o->s12[k][r] = x->scales[k];
+                for (int k = 0; k < 8; k++) memcpy(o->qh[k][r], x->qh + 4 * k, 4);
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 8; k++) memcpy(o->q[c][k][r], x->qs + 32 * c + 4 * k, 4);
+            }
+        }
+}
+
+/* IQ4_XS: the file's bytes (padding: d = 0) */
+static void repack_iq4_xs(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
+    const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
+    tk_rp_iq4_xs * o = (tk_rp_iq4_xs *) (void *) dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t i = 0; i < nb; i++, o++) {
+            memset(o, 0, sizeof *o);
+            for (int r = 0; r < TK_RP_ROWS && g * TK_RP_ROWS + r < M; r++) {
+                const blk_iq4_xs * x = (const blk_iq4_xs *) (const void *) (src + (size_t) (g * TK_RP_ROWS + r) * row_bytes) + i;
+                o->d[r] = x->d;
+                o->sh[0][r] = (uint8_t) (x->scales_h & 0xFF);
+                o->sh[1][r] = (uint8_t) (x->scales_h >> 8);
+                for (int j = 0; j < 4; j++) o->sl[j][r] = x->scales_l[j];
+                for (int j = 0; j < 8; j++)
+                    for (int k = 0; k < 4; k++) memcpy(o->q[j][k][r], x->qs + 16 * j + 4 * k, 4);
+            }
+        }
+}
+
 static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
     tk_rp_q6_K * o = (tk_rp_q6_K *) (void *) dst;
@@ -133,6 +173,8 @@ void tk_repack_matrix(int type, const uint8_t * src, size_t row_bytes, int64_t K
     else if (type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL) repack_q4_0(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q4_K) repack_q4_K(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_Q6_K) repack_q6_K(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_Q5_K) repack_q5_K(src, row_bytes, K, M, dst);
+    else if (type == TK_GGML_IQ4_XS) repack_iq4_xs(src, row_bytes, K, M, dst);
     else if (type == TK_GGML_BF16) repack_bf16(src, row_bytes, K, M, dst);
 }
 
@@ -153,7 +195,7 @@ void tk_rp_prep(int type, const uint8_t * a, size_t a_bytes, int64_t K, int64_t 
                 daf[t * nb + b] = tkq_fp16_to_fp32(x->d);
                 neg[t * nb + b] = -128 * s;
             }
-    } else if (type == TK_GGML_Q4_K) {
+    } else if (type == TK_GGML_Q4_K || type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS) {
         const int64_t nb = K / QK_K;
         float * daf = (float *) (void *) prep;
         int16_t * bs = (int16_t *) (void *) (daf + n_tok * nb);
@@ -188,18 +230,20 @@ static int64_t rp_token_block(size_t a_bytes, int tmax) {
 
 /* One loop for the types: `type` picks the block (QK32 / QK_K elements, the group's bytes)
  * and the per-token terms that follow daf in prep (Q8_0, Q4_0, IQ4_NL: one int32 per block;
- * Q4_K: 8 int16; Q6_K: 16 int16), and casts `tile` back to its own signature for the call. */
+ * Q4_K, Q5_K, IQ4_XS: 8 int16; Q6_K: 16 int16), and casts `tile` back to its own signature for the call. */
 typedef void (*rp_any_fn)(void);
 static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL;
     const int64_t nb = K / (type == TK_GGML_Q8_0 || q4x ? QK32 : QK_K), tb = rp_token_block(a_bytes, 8);
     const size_t gbytes = (size_t) nb * (type == TK_GGML_Q8_0 ? sizeof(tk_rp_q8_0) : q4x ? sizeof(tk_rp_q4_0)
-                                         : type == TK_GGML_Q4_K ? sizeof(tk_rp_q4_K) : sizeof(tk_rp_q6_K));
+                                         : type == TK_GGML_Q4_K ? sizeof(tk_rp_q4_K)
+                                         : type == TK_GGML_Q5_K ? sizeof(tk_rp_q5_K)
+                                         : type == TK_GGML_IQ4_XS ? sizeof(tk_rp_iq4_xs) : sizeof(tk_rp_q6_K));
     const float * daf = (const float *) (const void *) prep;
     const int32_t * neg = (const int32_t *) (const void *) (daf + n_tok * nb);     /* Q8_0, Q4_0, IQ4_NL */
     const int16_t * bs = (const int16_t *) (const void *) (daf + n_tok * nb);      /* Q4_K, Q6_K */
-    const int64_t nbs = type == TK_GGML_Q4_K ? 8 : 16;                              /* bsums per block */
+    const int64_t nbs = type == TK_GGML_Q6_K ? 16 : 8;                              /* bsums per block */
     for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
         const int64_t n = t0 + tb < n_tok ? tb : n_tok - t0;
         for (int64_t g = g0; g < g1; g++) {
@@ -213,6 +257,12 @@ static void rp_drive(int type, rp_any_fn tile, const uint8_t * wp, int64_t K, in
                     ((tk_rp_q8_tile_fn) tile)((const tk_rp_q8_0 *) wg, nb, at, a_bytes, daf + t * nb, neg + t * nb, T, nr, yt, ldy);
                 else if (q4x)
                     ((tk_rp_q4_0_tile_fn) tile)((const tk_rp_q4_0 *) wg, nb, at, a_bytes, daf + t * nb, neg + t * nb, T, nr, yt, ldy);
+                else if (type == TK_GGML_Q5_K)
+                    ((tk_rp_q5k_tile_fn) tile)((const tk_rp_q5_K *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T, nr,
+                                               yt, ldy);
+                else if (type == TK_GGML_IQ4_XS)
+                    ((tk_rp_iq4xs_tile_fn) tile)((const tk_rp_iq4_xs *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T,
+                                                 nr, yt, ldy);
                 else if (type == TK_GGML_Q4_K)
                     ((tk_rp_q4k_tile_fn) tile)((const tk_rp_q4_K *) wg, nb, at, a_bytes, daf + t * nb, bs + t * nb * nbs, T, nr,
                                                yt, ldy);
@@ -237,6 +287,16 @@ void tk_rp_drive_q4_0(int type, tk_rp_q4_0_tile_fn tile, const uint8_t * wp, int
 void tk_rp_drive_q4_K(tk_rp_q4k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     rp_drive(TK_GGML_Q4_K, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_drive_q5_K(tk_rp_q5k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    rp_drive(TK_GGML_Q5_K, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_drive_iq4_xs(tk_rp_iq4xs_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                        size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    rp_drive(TK_GGML_IQ4_XS, (rp_any_fn) tile, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
@@ -401,6 +461,79 @@ static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t 
         }
 }
 
+/* Q5_K: Q4_K's sums with the 5th bit (qh) on the nibbles, the scales unpacked per row */
+static void rp_q5k_tile_scalar(const tk_rp_q5_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                               const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                const tk_rp_q5_K * w = wg + i;
+                const int8_t * q = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+                const int16_t * s = bs + (t * nb + i) * 8;
+                uint8_t s12[12], sm[16];
+                uint32_t u[4];
+                for (int k = 0; k < 12; k++) s12[k] = w->s12[k][r];
+                tk_scales_k4(s12, u);
+                memcpy(sm, u, 16);   /* scales 0-7, mins 0-7 */
+                int32_t is = 0, ms = 0;
+                for (int c = 0; c < 4; c++) {
+                    int32_t lo = 0, hi = 0;
+                    for (int k = 0; k < 8; k++)
+                        for (int l = 0; l < 4; l++) {
+                            const uint8_t v = w->q[c][k][r][l], h = w->qh[k][r][l];
+                            lo += ((v & 15) | (((h >> (2 * c)) & 1) << 4)) * q[64 * c + 4 * k + l];
+                            hi += ((v >> 4) | (((h >> (2 * c + 1)) & 1) << 4)) * q[64 * c + 32 + 4 * k + l];
+                        }
+                    is += lo * sm[2 * c] + hi * sm[2 * c + 1];
+                }
+                for (int j = 0; j < 8; j++) ms += sm[8 + j] * s[j];
+                const float da = daf[t * nb + i];
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * da, (float) is, acc);
+                acc = fmaf(-(tkq_fp16_to_fp32(w->dmin[r]) * da), (float) ms, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+/* IQ4_XS: per sub-block of 32 (ls - 32) * sum kvalues_iq4nl[n] a */
+static void rp_iq4xs_tile_scalar(const tk_rp_iq4_xs * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                 const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    (void) bs;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < nr; r++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                const tk_rp_iq4_xs * w = wg + i;
+                const int8_t * q = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+                const unsigned sh = (unsigned) w->sh[0][r] | ((unsigned) w->sh[1][r] << 8);
+                int32_t is = 0;
+                for (int j = 0; j < 8; j++) {
+                    const int ls = ((w->sl[j / 2][r] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
+                    int32_t p = 0;
+                    for (int k = 0; k < 4; k++)
+                        for (int l = 0; l < 4; l++) {
+                            const uint8_t v = w->q[j][k][r][l];
+                            p += tk_kvalues_iq4nl[v & 15] * q[32 * j + 4 * k + l] + tk_kvalues_iq4nl[v >> 4] * q[32 * j + 16 + 4 * k + l];
+                        }
+                    is += (ls - 32) * p;
+                }
+                acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * daf[t * nb + i], (float) is, acc);
+            }
+            y[t * ldy + r] = acc;
+        }
+}
+
+static void rp_rows_q5_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q5_K(rp_q5k_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+static void rp_rows_iq4_xs_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                                  int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_iq4_xs(rp_iq4xs_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
 static void rp_rows_q6_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                                 int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     tk_rp_drive_q6_K(rp_q6k_tile_scalar, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
@@ -423,9 +556,9 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
  * and token against the row kernel's int16 sums). */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL;
-    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x;
-    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16 || q4x;
+    const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL, q5xs = type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS;
+    if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x || q5xs;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16 || q4x || q5xs;
 #endif
     (void) type;
     (void) level;
@@ -444,9 +577,16 @@ int tk_repack_fast(int type, int level) {
  * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
  * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x.  Q4_0 and IQ4_NL (Bamba 430M files, bench/README.md
  * "Q4_0 and IQ4_NL re-laid"): pp512 3.3-4.8x at avx512, 1.4-3.8x at avx2 with and without
- * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels. */
+ * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels.  Q5_K and IQ4_XS
+ * (Bamba 430M Q5_K_M / IQ4_XS files, bench/README.md "Q5_K and IQ4_XS re-laid", under load 6-15):
+ * at avx512 pp512 1.6-2.0x (Q5_K) and 2.7-3.2x (IQ4_XS), tg64 1.04x, 1.16x (Q5_K) and 0.96-1.76x
+ * in five pairs (IQ4_XS): re-laid.  At avx2 without AVX-VNNI IQ4_XS lost prompts (pp512 0.88x,
+ * 0.61x: the sign form's four operations per 32 bytes and token) and Q5_K generation (tg64 0.88x,
+ * 0.83x, 0.65x: the 5th bit's shifts per line): both stay on the row kernels at avx2 (the AVX-VNNI
+ * tiles not measured: no such machine here). */
 int tk_repack_auto(int type, int level) {
     if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
+    if (level == TK_CPU_AVX2 && (type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS)) return 0;
     return tk_repack_fast(type, level);
 }
 
@@ -457,6 +597,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q6_K) return tk_rp_rows_q6_K_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_Q4_0) return tk_rp_rows_q4_0_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_IQ4_NL) return tk_rp_rows_iq4_nl_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_Q5_K) return tk_rp_rows_q5_K_avx512;
+    if (level == TK_CPU_AVX512 && type == TK_GGML_IQ4_XS) return tk_rp_rows_iq4_xs_avx512;
     if (level == TK_CPU_AVX512 && type == TK_GGML_BF16) return bf16dot ? tk_rp_rows_bf16_avx512 : tk_rp_rows_bf16_fma_avx512;
     if (level == TK_CPU_AVX2) {
         const int vnni = tk_cpu_avxvnni();
@@ -465,6 +607,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
         if (type == TK_GGML_Q6_K) return vnni ? tk_rp_avxvnni_rows_q6_K : tk_rp_avx2_rows_q6_K;
         if (type == TK_GGML_Q4_0) return vnni ? tk_rp_avxvnni_rows_q4_0 : tk_rp_avx2_rows_q4_0;
         if (type == TK_GGML_IQ4_NL) return vnni ? tk_rp_avxvnni_rows_iq4_nl : tk_rp_avx2_rows_iq4_nl;
+        if (type == TK_GGML_Q5_K) return vnni ? tk_rp_avxvnni_rows_q5_K : tk_rp_avx2_rows_q5_K;
+        if (type == TK_GGML_IQ4_XS) return vnni ? tk_rp_avxvnni_rows_iq4_xs : tk_rp_avx2_rows_iq4_xs;
         if (type == TK_GGML_BF16) return tk_rp_avx2_rows_bf16;
     }
 #endif
@@ -474,6 +618,8 @@ tk_rp_rows_fn tk_repack_rows(int type, int level, int bf16dot) {
     if (type == TK_GGML_Q6_K) return rp_rows_q6_K_scalar;
     if (type == TK_GGML_Q4_0) return rp_rows_q4_0_scalar;
     if (type == TK_GGML_IQ4_NL) return rp_rows_iq4_nl_scalar;
+    if (type == TK_GGML_Q5_K) return rp_rows_q5_K_scalar;
+    if (type == TK_GGML_IQ4_XS) return rp_rows_iq4_xs_scalar;
     if (type == TK_GGML_BF16) return rp_rows_bf16_scalar;
     return NULL;
 }

@@ -26,6 +26,15 @@
  *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
  *           6-bit value 4g + i of row r as a byte, q + 32 in [0, 63] (unpacked: 21% more bytes
  *           than the file's 210 per row; the 32 * sum(a) this adds is taken off per sub-block).
+ *   Q5_K -> tk_rp_q5_K per 256 values, the file's 176 bytes per row: d[r], dmin[r] (f16),
+ *           s12[k][r] (byte k of the row's 12 packed 6-bit scales and mins: unpacked in the tiles,
+ *           tk_scales_k4, for 16 rows at once), qh[k][r][i] = qh[4k + i] of row r (bit j: the
+ *           5th bit of sub-block j's value 4k + i), q[c][k][r][i] = qs[32c + 4k + i] of row r
+ *           (as Q4_K: low nibble sub-block 2c, high nibble 2c + 1).
+ *   IQ4_XS -> tk_rp_iq4_xs per 256 values, the file's 136 bytes per row: d[r] (f16), sh[b][r]
+ *           (byte b of scales_h), sl[j][r] (scales_l[j]), q[j][k][r][i] = qs[16j + 4k + i] of
+ *           row r (sub-block j: low nibble value 32j + 4k + i, high nibble 32j + 16 + 4k + i,
+ *           looked up as IQ4_NL's).
  *   BF16 -> per pair of columns j (K even): 16 uint32, row r's (bf16 w[2j] | w[2j + 1] << 16): the
  *           operand of one VDPBF16PS against a token's bf16 pair broadcast, or, widened (<< 16,
  *           & 0xffff0000), of two FMAs against its fp32 values (x86/repack_bf16_avx512.c, _avx2.c).
@@ -39,7 +48,9 @@
  *     Q8_0, Q4_0, IQ4_NL: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
  *     Q4_K: is = sum_j sc_j sum_l q_l a_l, ms = sum_j m_j bsum_j (exact int32);
  *           acc = fma(d_w * d_a, (float) is, acc);  acc = fma(-(dmin_w * d_a), (float) ms, acc)
- *     Q6_K: is = sum_j sc_j sum_l q_l a_l (exact int32);  acc = fma(d_w * d_a, (float) is, acc)
+ *     Q5_K: as Q4_K (q_l the 5-bit values)
+ *     Q6_K, IQ4_XS: is = sum_j sc_j sum_l q_l a_l (exact int32; IQ4_XS: sc_j = ls_j - 32, q_l =
+ *           kvalues_iq4nl[n]);  acc = fma(d_w * d_a, (float) is, acc)
  *   y = acc
  * so the scalar tiles here and the SIMD ones give the same bits, and so does a token alone
  * (generation) or in any ubatch.  It is not the order of the row kernels (qdot.h: 8 float
@@ -76,6 +87,19 @@ typedef struct {
     int8_t sc[16][TK_RP_ROWS];
     uint8_t q[64][TK_RP_ROWS][4];
 } tk_rp_q6_K;                                   /* 4384 bytes per 16 x 256 values */
+typedef struct {
+    tk_half d[TK_RP_ROWS], dmin[TK_RP_ROWS];
+    uint8_t s12[12][TK_RP_ROWS];
+    uint8_t qh[8][TK_RP_ROWS][4];
+    uint8_t q[4][8][TK_RP_ROWS][4];
+} tk_rp_q5_K;                                   /* 2816 bytes per 16 x 256 values: 16 Q5_K blocks' */
+typedef struct {
+    tk_half d[TK_RP_ROWS];
+    uint8_t sh[2][TK_RP_ROWS];
+    uint8_t sl[4][TK_RP_ROWS];
+    uint8_t q[8][4][TK_RP_ROWS][4];
+} tk_rp_iq4_xs;                                 /* 2176 bytes per 16 x 256 values: 16 IQ4_XS blocks' */
+_Static_assert(sizeof(tk_rp_q5_K) == 16 * 176 && sizeof(tk_rp_iq4_xs) == 16 * 136, "Q5_K / IQ4_XS re-laid: the file's bytes");
 _Static_assert(sizeof(tk_rp_q4_0) == 288 && sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
                "repacked block sizes");
 
@@ -102,7 +126,7 @@ int tk_repack_auto(int type, int level);
 /* Per-token terms of the activations, computed once per mat-mul (not per thread chunk):
  * Q8_0, Q4_0, IQ4_NL: float daf[n_tok nb] (d_a), then int32 neg[n_tok nb] (-128 * sum(qs)) of
  * each block;
- * Q4_K: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks);
+ * Q4_K, Q5_K, IQ4_XS: float daf[n_tok nb], then int16 bs[n_tok nb 8] (the sums of the 8 sub-blocks);
  * Q6_K: float daf[n_tok nb], then int16 bs[n_tok nb 16] (Q8_K's bsums: the 16 sub-blocks').
  * tk_rp_prep fills tokens [t0, t1) of n_tok; tk_rp_prep_bytes: the size for any type. */
 size_t tk_rp_prep_bytes(int64_t n_tok, int64_t K);
@@ -121,6 +145,14 @@ typedef void (*tk_rp_q4k_tile_fn)(const tk_rp_q4_K * wg, int64_t nb, const uint8
                                   const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
 typedef void (*tk_rp_q6k_tile_fn)(const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                                   const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_q5k_tile_fn)(const tk_rp_q5_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                  const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+typedef void (*tk_rp_iq4xs_tile_fn)(const tk_rp_iq4_xs * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                    const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy);
+void tk_rp_drive_q5_K(tk_rp_q5k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                      size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_drive_iq4_xs(tk_rp_iq4xs_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
+                        size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q6_K(tk_rp_q6k_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
                       size_t a_bytes, int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_drive_q8_0(tk_rp_q8_tile_fn tile, const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a,
@@ -166,6 +198,10 @@ void tk_rp_rows_q4_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_rows_iq4_nl_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                               int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_q5_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
+void tk_rp_rows_iq4_xs_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                              int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1);
 
@@ -180,6 +216,10 @@ void tk_rp_rows_q6_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
     void prefix##rows_q4_0(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
                            float *, int64_t, int64_t, int64_t);                                                \
     void prefix##rows_iq4_nl(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                             float *, int64_t, int64_t, int64_t);                                              \
+    void prefix##rows_q5_K(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
+                           float *, int64_t, int64_t, int64_t);                                                \
+    void prefix##rows_iq4_xs(const uint8_t *, int64_t, int64_t, const uint8_t *, size_t, int64_t, const uint8_t *, \
                              float *, int64_t, int64_t, int64_t);
 TK_RP_DECLARE(tk_rp_avx2_)
 TK_RP_DECLARE(tk_rp_avxvnni_)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "quants/repack.h"
+#include "quants/x86/repack_scales.h"
 #include "tk_cpu.h"
 
 #define RPY_INLINE RPY static inline __attribute__((always_inline))
@@ -224,6 +225,169 @@ RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, c
     for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
 }
 
+/* ---- Q5_K: Q4_K's sums on 5-bit values (the nibble | bit n of the qh byte moved to bit 4) ---- */
+RPY_INLINE __m256i RPY_NAME(q5v)(__m256i nib, __m256i hb, int n) {
+    const __m256i b4 = n <= 4 ? _mm256_sll_epi32(hb, _mm_cvtsi32_si128(4 - n)) : _mm256_srl_epi32(hb, _mm_cvtsi32_si128(n - 4));
+    return _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi8(15)), _mm256_and_si256(b4, _mm256_set1_epi8(16)));
+}
+
+RPY_INLINE void RPY_NAME(q5k)(int T, int h, const tk_rp_q5_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q5_K * w = wg + i;
+        uint8_t sc[8][16], mn[4][16][2];
+        tk_rp_q5k_scales(w->s12, sc, mn);
+        const int8_t * q[4];
+        __m256i is[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            is[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+#if RPY_VNNI
+            __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[c][k][8 * h]);
+                const __m256i hb = _mm256_loadu_si256((const __m256i *) (const void *) w->qh[k][8 * h]);
+                const __m256i vl = RPY_NAME(q5v)(v, hb, 2 * c), vh = RPY_NAME(q5v)(_mm256_srli_epi16(v, 4), hb, 2 * c + 1);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    lo[t] = RPY_DOT(lo[t], vl, RPY_NAME(bc4)(q[t] + 64 * c + 4 * k));
+                    hi[t] = RPY_DOT(hi[t], vh, RPY_NAME(bc4)(q[t] + 64 * c + 32 + 4 * k));
+                }
+            }
+            const __m256i sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (sc[2 * c] + 8 * h)));
+            const __m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (sc[2 * c + 1] + 8 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++)
+                is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_mullo_epi32(lo[t], sl), _mm256_mullo_epi32(hi[t], sh)));
+#else
+            /* as Q4_K's plain tile, the int16 pair sums over 4 of the 8 lines at a time:
+             * 4 x 2 x 31 x 128 = 31744 < 32768 */
+#pragma GCC unroll 2
+            for (int hf = 0; hf < 2; hf++) {
+                const __m256i sx = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (sc[2 * c + hf] + 8 * h)));
+                const __m256i sx2 = _mm256_or_si256(sx, _mm256_slli_epi32(sx, 16));
+#pragma GCC unroll 2
+                for (int k0 = 0; k0 < 8; k0 += 4) {
+                    __m256i ps[4];
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) ps[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+                    for (int k = k0; k < k0 + 4; k++) {
+                        const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[c][k][8 * h]);
+                        const __m256i hb = _mm256_loadu_si256((const __m256i *) (const void *) w->qh[k][8 * h]);
+                        const __m256i vx = RPY_NAME(q5v)(hf ? _mm256_srli_epi16(v, 4) : v, hb, 2 * c + hf);
+#pragma GCC unroll 4
+                        for (int t = 0; t < T; t++)
+                            ps[t] = _mm256_add_epi16(ps[t], _mm256_maddubs_epi16(vx, RPY_NAME(bc4)(q[t] + 64 * c + 32 * hf + 4 * k)));
+                    }
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(ps[t], sx2));
+                }
+            }
+#endif
+        }
+        __m256i mv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mv[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *) (const void *) mn[k][8 * h]));
+        const __m256 d = RPY_NAME(f16x8)(w->d + 8 * h), dm = RPY_NAME(f16x8)(w->dmin + 8 * h);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 8;
+            __m256i ms = _mm256_madd_epi16(mv[0], RPY_NAME(bc4)(s));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mv[1], RPY_NAME(bc4)(s + 2)));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mv[2], RPY_NAME(bc4)(s + 4)));
+            ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mv[3], RPY_NAME(bc4)(s + 6)));
+            const __m256 da = _mm256_set1_ps(daf[t * nb + i]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(is[t]), acc[t]);
+            acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
+}
+
+/* ---- IQ4_XS: per sub-block of 32 the looked-up nibbles (IQ4_NL's table), times ls - 32.
+ * VNNI: u = v + 128 from -128 * bsum, one vpmulld per sub-block; plain: the sign form (v signed,
+ * |v| <= 127, pair sums <= 32512) and vpmaddwd by ls - 32 in both int16 halves ---- */
+RPY_INLINE void RPY_NAME(iq4xs)(int T, int h, const tk_rp_iq4_xs * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    uint8_t u_[16];
+    tk_rp_q4x_table(TK_GGML_IQ4_NL, u_);
+    const __m128i t_ = _mm_loadu_si128((const __m128i *) (const void *) u_);
+    const __m256i tbl = _mm256_broadcastsi128_si256(RPY_VNNI ? t_ : _mm_xor_si128(t_, _mm_set1_epi8((char) 0x80)));
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_iq4_xs * w = wg + i;
+        int8_t ls[8][16];
+        tk_rp_iq4xs_scales(w->sh, w->sl, ls);
+        const int8_t * q[4];
+        const int16_t * s[4];
+        __m256i is[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            s[t] = bs + (t * nb + i) * 8;
+            is[t] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 8; j++) {
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (ls[j] + 8 * h)));
+#if RPY_VNNI
+            __m256i p[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) p[t] = _mm256_set1_epi32(-128 * (int32_t) s[t][j]);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[j][k][8 * h]);
+                const __m256i ul = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m4));
+                const __m256i uh = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    p[t] = RPY_DOT(p[t], ul, RPY_NAME(bc4)(q[t] + 32 * j + 4 * k));
+                    p[t] = RPY_DOT(p[t], uh, RPY_NAME(bc4)(q[t] + 32 * j + 16 + 4 * k));
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
+#else
+            const __m256i sx2 = _mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(sc, 16));
+#pragma GCC unroll 2
+            for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[j][k][8 * h]);
+                const __m256i wl = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m4));
+                const __m256i wh = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                const __m256i al = _mm256_abs_epi8(wl), ah = _mm256_abs_epi8(wh);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(RPY_NAME(bc4)(q[t] + 32 * j + 4 * k), wl));
+                    const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(RPY_NAME(bc4)(q[t] + 32 * j + 16 + 4 * k), wh));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sx2), _mm256_madd_epi16(ph, sx2)));
+                }
+            }
+            (void) s;
+#endif
+        }
+        const __m256 d = RPY_NAME(f16x8)(w->d + 8 * h);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(daf[t * nb + i])), _mm256_cvtepi32_ps(is[t]), acc[t]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
+}
+
 /* the drive's 16 x T tile: the halves holding rows, token quads (a constant T in each call);
  * W: the tile's leading weight arguments */
 #define RPY_TILES(NAME, KIND, WT, ST, PER, ...)                                                            \
@@ -259,7 +423,18 @@ RPY_TILES(iq4_nl, q8, tk_rp_q4_0, int32_t, 1, RPY_Q4X_TABLE(TK_GGML_IQ4_NL))
 #define W wg
 RPY_TILES(q4k, q4k, tk_rp_q4_K, int16_t, 8, (void) 0)
 RPY_TILES(q6k, q6k, tk_rp_q6_K, int16_t, 16, (void) 0)
+RPY_TILES(q5k, q5k, tk_rp_q5_K, int16_t, 8, (void) 0)
+RPY_TILES(iq4xs, iq4xs, tk_rp_iq4_xs, int16_t, 8, (void) 0)
 #undef W
+
+void RPY_NAME(rows_q5_K)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                         const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q5_K(RPY_NAME(q5k_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+void RPY_NAME(rows_iq4_xs)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
+                           const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_iq4_xs(RPY_NAME(iq4xs_tiles), wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
 
 void RPY_NAME(rows_q4_0)(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes, int64_t n_tok,
                          const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {

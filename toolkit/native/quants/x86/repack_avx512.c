@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "quants/repack.h"
+#include "quants/x86/repack_scales.h"
 #include "quants/x86/tk_avx512.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -183,6 +184,123 @@ RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, con
     for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
 }
 
+/* Q5_K: Q4_K's tile, each nibble with its 5th bit (bit 2c / 2c + 1 of the qh byte, rotated to
+ * bit 4), the scales and mins unpacked from the group's packed bytes once per block */
+RPZ_INLINE void rp_avx512_q5k_tile(int T, const tk_rp_q5_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                   const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(15), m5 = _mm512_set1_epi8(31);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_q5_K * w = wg + i;
+        uint8_t sc[8][16], mn[4][16][2];
+        tk_rp_q5k_scales(w->s12, sc, mn);
+        const int8_t * q[8];
+        __m512i is[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            is[t] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < 4; c++) {
+            /* bit 2c (2c + 1) of each byte to bit 4 of the same byte: a 32-bit rotation */
+            const __m512i rl = _mm512_set1_epi32((4 - 2 * c) & 31), rh = _mm512_set1_epi32((3 - 2 * c) & 31);
+            __m512i lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) lo[t] = hi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *) w->q[c][k]);
+                const __m512i hb = _mm512_loadu_si512((const void *) w->qh[k]);
+                /* (m4 ? v : the rotation) & 31 (_MM_TERNLOG A ? B : C = 0xCA) */
+                const __m512i vl = _mm512_and_si512(_mm512_ternarylogic_epi32(m4, v, _mm512_rolv_epi32(hb, rl), 0xCA), m5);
+                const __m512i vh = _mm512_and_si512(
+                    _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(v, 4), _mm512_rolv_epi32(hb, rh), 0xCA), m5);
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], vl, rp_avx512_bcast4(q[t] + 64 * c + 4 * k));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], vh, rp_avx512_bcast4(q[t] + 64 * c + 32 + 4 * k));
+                }
+            }
+            const __m512i sl = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (const void *) sc[2 * c]));
+            const __m512i sh = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (const void *) sc[2 * c + 1]));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++)
+                is[t] = _mm512_add_epi32(is[t], _mm512_add_epi32(_mm512_mullo_epi32(lo[t], sl), _mm512_mullo_epi32(hi[t], sh)));
+        }
+        __m512i mv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) mv[k] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *) (const void *) mn[k]));
+        const __m512 d = rp_avx512_f16x16(w->d), dm = rp_avx512_f16x16(w->dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 8;
+            __m512i ms = _mm512_madd_epi16(mv[0], rp_avx512_bcast4(s));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mv[1], rp_avx512_bcast4(s + 2)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mv[2], rp_avx512_bcast4(s + 4)));
+            ms = _mm512_add_epi32(ms, _mm512_madd_epi16(mv[3], rp_avx512_bcast4(s + 6)));
+            const __m512 da = _mm512_set1_ps(daf[t * nb + i]);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(is[t]), acc[t]);
+            acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, da), _mm512_cvtepi32_ps(ms), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
+}
+
+/* IQ4_XS: per sub-block of 32, IQ4_NL's looked-up u = v + 128 from -128 * bsum (the sub-block's
+ * two Q8_K bsums), then one vpmulld by the 16 rows' ls - 32 */
+RPZ_INLINE void rp_avx512_iq4xs_tile(int T, const tk_rp_iq4_xs * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                     const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    uint8_t u[16];
+    tk_rp_q4x_table(TK_GGML_IQ4_NL, u);
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *) (const void *) u));
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const tk_rp_iq4_xs * w = wg + i;
+        int8_t ls[8][16];
+        tk_rp_iq4xs_scales(w->sh, w->sl, ls);
+        const int8_t * q[8];
+        const int16_t * s[8];
+        __m512i is[8];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
+            s[t] = bs + (t * nb + i) * 8;
+            is[t] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 8; j++) {
+            __m512i p[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) p[t] = _mm512_set1_epi32(-128 * (int32_t) s[t][j]);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m512i v = _mm512_loadu_si512((const void *) w->q[j][k]);
+                const __m512i ul = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, m4));
+                const __m512i uh = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    p[t] = _mm512_dpbusd_epi32(p[t], ul, rp_avx512_bcast4(q[t] + 32 * j + 4 * k));
+                    p[t] = _mm512_dpbusd_epi32(p[t], uh, rp_avx512_bcast4(q[t] + 32 * j + 16 + 4 * k));
+                }
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (const void *) ls[j]));
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
+        }
+        const __m512 d = rp_avx512_f16x16(w->d);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
+}
+
 /* one function per token count (T a constant in each, so the tiles unroll) */
 #define RPZ_CASES(F, ...)                                                                   \
     switch (T) {                                                                           \
@@ -252,6 +370,26 @@ void tk_rp_rows_q8_0_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint
 void tk_rp_rows_q4_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
                             int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
     tk_rp_drive_q4_K(rp_avx512_q4k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+RPZ static void rp_avx512_q5k_tiles(const tk_rp_q5_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes, const float * daf,
+                                    const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rp_avx512_q5k_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+RPZ static void rp_avx512_iq4xs_tiles(const tk_rp_iq4_xs * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
+                                      const float * daf, const int16_t * bs, int T, int nr, float * y, int64_t ldy) {
+    RPZ_CASES(rp_avx512_iq4xs_tile, wg, nb, a, a_bytes, daf, bs, nr, y, ldy)
+}
+
+void tk_rp_rows_q5_K_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                            int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_q5_K(rp_avx512_q5k_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
+}
+
+void tk_rp_rows_iq4_xs_avx512(const uint8_t * wp, int64_t K, int64_t M, const uint8_t * a, size_t a_bytes,
+                              int64_t n_tok, const uint8_t * prep, float * y, int64_t ldy, int64_t g0, int64_t g1) {
+    tk_rp_drive_iq4_xs(rp_avx512_iq4xs_tiles, wp, K, M, a, a_bytes, n_tok, prep, y, ldy, g0, g1);
 }
 
 #endif /* __x86_64__ && __GNUC__ */
