@@ -85,6 +85,14 @@ static void repack_q4_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
         }
 }
 
+/* u(e) of a Q6_K block: the 6-bit value of element e + 32, in [0, 63]: element 128 h + 32 s + l is
+ * the low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high) with bits 2s, 2s + 1 of qh[32 h + l]
+ * above it (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
+static inline int q6_u(const blk_q6_K * x, int e) {
+    const int h = e / 128, sb = (e / 32) % 4, l = e % 32;
+    return ((x->ql[64 * h + 32 * (sb & 1) + l] >> (4 * (sb >> 1))) & 0xF) | (((x->qh[32 * h + l] >> (2 * sb)) & 3) << 4);
+}
+
 static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
     tk_rp_q6_K * o = (tk_rp_q6_K *) (void *) dst;
@@ -93,20 +101,14 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
             memset(o, 0, sizeof *o);
             for (int r = 0; r < TK_RP_ROWS; r++) {
                 const int64_t row = g * TK_RP_ROWS + r;
-                if (row >= M) continue;   /* padding: d = 0 */
+                if (row >= M) continue;   /* padding: d = 0 (and sc = 0) */
                 const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
                 o->d[r] = x->d;
-                for (int j = 0; j < 16; j++) o->sc[j][r] = x->scales[j];
-                /* element 128 h + 32 s + l: low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high),
-                 * bits 2s, 2s + 1 of qh[32 h + l] (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
-                for (int h = 0; h < 2; h++)
-                    for (int sb = 0; sb < 4; sb++)
-                        for (int l = 0; l < 32; l++) {
-                            const int e = 128 * h + 32 * sb + l;
-                            const int q = ((x->ql[64 * h + 32 * (sb & 1) + l] >> (4 * (sb >> 1))) & 0xF) |
-                                          (((x->qh[32 * h + l] >> (2 * sb)) & 3) << 4);
-                            o->q[e / 4][r][e % 4] = (uint8_t) q;   /* the value + 32 */
-                        }
+                for (int j = 0; j < 16; j++) o->sc[j / 2][r][j % 2] = x->scales[j];
+                for (int j = 0; j < 16; j++)
+                    for (int m = 0; m < 3; m++)
+                        for (int l = 0; l < 4; l++)
+                            o->q[j][m][r][l] = (uint8_t) (q6_u(x, 16 * j + 4 * m + l) | ((q6_u(x, 16 * j + 12 + l) >> (2 * m)) & 3) << 6);
             }
         }
 }
@@ -391,9 +393,16 @@ static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t 
                 int32_t is = 0;
                 for (int j = 0; j < 16; j++) {
                     int32_t p = -32 * s[j];
-                    for (int g = 4 * j; g < 4 * j + 4; g++)
-                        for (int l = 0; l < 4; l++) p += w->q[g][r][l] * q[4 * g + l];
-                    is += w->sc[j][r] * p;
+                    for (int l = 0; l < 4; l++) {
+                        int u3 = 0;
+                        for (int m = 0; m < 3; m++) {
+                            const uint8_t v = w->q[j][m][r][l];
+                            p += (v & 63) * q[16 * j + 4 * m + l];
+                            u3 |= (v >> 6) << (2 * m);
+                        }
+                        p += u3 * q[16 * j + 12 + l];
+                    }
+                    is += w->sc[j / 2][r][j % 2] * p;
                 }
                 acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * daf[t * nb + i], (float) is, acc);
             }
@@ -419,13 +428,12 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
 /* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
  * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
  * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
- * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
- * and token against the row kernel's int16 sums). */
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); Q6_K at avx2: see tk_repack_auto. */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL;
     if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x;
-    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16 || q4x;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x;
 #endif
     (void) type;
     (void) level;
