@@ -104,11 +104,13 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
                 if (row >= M) continue;   /* padding: d = 0 (and sc = 0) */
                 const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
                 o->d[r] = x->d;
+                uint8_t u[QK_K];
+                for (int e = 0; e < QK_K; e++) u[e] = (uint8_t) q6_u(x, e);
                 for (int j = 0; j < 16; j++) o->sc[j / 2][r][j % 2] = x->scales[j];
                 for (int j = 0; j < 16; j++)
                     for (int m = 0; m < 3; m++)
                         for (int l = 0; l < 4; l++)
-                            o->q[j][m][r][l] = (uint8_t) (q6_u(x, 16 * j + 4 * m + l) | ((q6_u(x, 16 * j + 12 + l) >> (2 * m)) & 3) << 6);
+                            o->q[j][m][r][l] = (uint8_t) (u[16 * j + 4 * m + l] | ((u[16 * j + 12 + l] >> (2 * m)) & 3) << 6);
             }
         }
 }
