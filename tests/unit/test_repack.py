@@ -247,3 +247,13 @@ def test_relaid_bytes_are_the_files(qtype):
     row = qref.quantize_rows(qtype, np.ones((1, K), np.float32)).shape[1]
     assert lib.tk_repack_matrix_bytes(int(qtype), K, 32) == 32 * row
     assert lib.tk_repack_matrix_bytes(int(qtype), K, 17) == 32 * row
+
+
+def test_q6_k_relaid_by_default_at_avx512_only():
+    """Q6_K has repacked tiles at both levels (--repack), but the default re-lays it at avx512 only:
+    at avx2 it did not win in the model (repack.c tk_repack_auto; bench/README.md "Q6_K re-laid in
+    the file's bytes")."""
+    q6 = int(T.Q6_K)
+    assert lib.tk_repack_fast(q6, lib.TK_CPU_AVX2) == 1 and lib.tk_repack_fast(q6, lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(q6, lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(q6, lib.TK_CPU_AVX2) == 0 and lib.tk_repack_auto(q6, lib.TK_CPU_SCALAR) == 0

@@ -454,9 +454,14 @@ int tk_repack_fast(int type, int level) {
  * one-token tile over the re-laid layout keeps up.  Q4_K at avx2 without AVX-VNNI: pp512 1.31x,
  * tg128 1.20x; BF16: pp512 1.62x, tg128 1.12x.  Q4_0 and IQ4_NL (Bamba 430M files, bench/README.md
  * "Q4_0 and IQ4_NL re-laid"): pp512 3.3-4.8x at avx512, 1.4-3.8x at avx2 with and without
- * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels. */
+ * AVX-VNNI; tg64 at avx2 1.06-2.8x in twelve pairs: re-laid at both levels.  Q6_K in the file's
+ * bytes (bench/README.md "Q6_K re-laid in the file's bytes", Bamba 430M Q4_K_M, default with
+ * it against without it, 2 threads, under load 5-17): at avx512 against the 4384-byte form
+ * pp512 0.92x, tg64 1.23x (medians of 7 pairs), re-laid; at avx2 without AVX-VNNI pp512 0.99x,
+ * tg64 0.93x (medians of 13 pairs; one thread's 3584 x 1024 x 512 GEMM 1.3-1.4x the row
+ * kernel): no win, so at avx2 Q6_K stays on the row kernels unless --repack. */
 int tk_repack_auto(int type, int level) {
-    if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
+    if (level == TK_CPU_AVX2 && (type == TK_GGML_Q8_0 || type == TK_GGML_Q6_K)) return 0;
     return tk_repack_fast(type, level);
 }
 
