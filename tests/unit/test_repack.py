@@ -254,3 +254,23 @@ def test_bf16_repack_levels_and_sizes(bf16dot):
         assert bf16dot(1) == 1
         assert lib.tk_repack_act_f32(int(T.BF16), lib.TK_CPU_AVX512) == 0
         assert lib.tk_repack_act_f32(int(T.BF16), lib.TK_CPU_AVX2) == 1
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q6_K], ids=lambda t: t.name)
+def test_relaid_bytes_are_the_files(qtype):
+    """Issue 44: Q8_0 and Q6_K re-laid take the file's bytes (Q6_K: 3360 per 16 rows x 256, was 4384);
+    a part-filled last group takes a whole group's."""
+    K = 768
+    row = qref.quantize_rows(qtype, np.ones((1, K), np.float32)).shape[1]
+    assert lib.tk_repack_matrix_bytes(int(qtype), K, 32) == 32 * row
+    assert lib.tk_repack_matrix_bytes(int(qtype), K, 17) == 32 * row
+
+
+def test_q6_k_relaid_by_default_at_avx512_only():
+    """Q6_K has repacked tiles at both levels (--repack), but the default re-lays it at avx512 only:
+    at avx2 it did not win in the model (repack.c tk_repack_auto; bench/README.md "Q6_K re-laid in
+    the file's bytes")."""
+    q6 = int(T.Q6_K)
+    assert lib.tk_repack_fast(q6, lib.TK_CPU_AVX2) == 1 and lib.tk_repack_fast(q6, lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(q6, lib.TK_CPU_AVX512) == 1
+    assert lib.tk_repack_auto(q6, lib.TK_CPU_AVX2) == 0 and lib.tk_repack_auto(q6, lib.TK_CPU_SCALAR) == 0

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-REPACK_HELP = ("Re-lay the mat-mul weights at load for the repacked GEMM kernels: Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, IQ4_XS, BF16 "
-               "at the avx2 and avx512 levels, Q6_K at avx512. Default (TOOLKIT_REPACK=auto): the types whose re-laid form "
+REPACK_HELP = ("Re-lay the mat-mul weights at load for the repacked GEMM kernels: Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, BF16 "
+               "at the avx2 and avx512 levels. Default (TOOLKIT_REPACK=auto): the types whose re-laid form "
                "measured faster for prompts and generation (avx512: all eight; avx2: Q4_0, IQ4_NL, Q4_K, BF16); --repack (TOOLKIT_REPACK=1): every type with a repacked "
                "kernel; --no-repack (TOOLKIT_REPACK=0): none, every mat-mul reads the mapped file. -v prints the "
                "bytes re-laid and the time it took.")

@@ -125,6 +125,14 @@ static void repack_iq4_xs(const uint8_t * src, size_t row_bytes, int64_t K, int6
         }
 }
 
+/* u(e) of a Q6_K block: the 6-bit value of element e + 32, in [0, 63]: element 128 h + 32 s + l is
+ * the low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high) with bits 2s, 2s + 1 of qh[32 h + l]
+ * above it (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
+static inline int q6_u(const blk_q6_K * x, int e) {
+    const int h = e / 128, sb = (e / 32) % 4, l = e % 32;
+    return ((x->ql[64 * h + 32 * (sb & 1) + l] >> (4 * (sb >> 1))) & 0xF) | (((x->qh[32 * h + l] >> (2 * sb)) & 3) << 4);
+}
+
 static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_t M, uint8_t * dst) {
     const int64_t nb = K / QK_K, ng = (M + TK_RP_ROWS - 1) / TK_RP_ROWS;
     tk_rp_q6_K * o = (tk_rp_q6_K *) (void *) dst;
@@ -133,20 +141,16 @@ static void repack_q6_K(const uint8_t * src, size_t row_bytes, int64_t K, int64_
             memset(o, 0, sizeof *o);
             for (int r = 0; r < TK_RP_ROWS; r++) {
                 const int64_t row = g * TK_RP_ROWS + r;
-                if (row >= M) continue;   /* padding: d = 0 */
+                if (row >= M) continue;   /* padding: d = 0 (and sc = 0) */
                 const blk_q6_K * x = (const blk_q6_K *) (const void *) (src + (size_t) row * row_bytes) + i;
                 o->d[r] = x->d;
-                for (int j = 0; j < 16; j++) o->sc[j][r] = x->scales[j];
-                /* element 128 h + 32 s + l: low nibble of ql[64 h + 32 (s & 1) + l] (s >= 2: high),
-                 * bits 2s, 2s + 1 of qh[32 h + l] (qdot_kquants.c tk_vec_dot_q6_K_q8_K) */
-                for (int h = 0; h < 2; h++)
-                    for (int sb = 0; sb < 4; sb++)
-                        for (int l = 0; l < 32; l++) {
-                            const int e = 128 * h + 32 * sb + l;
-                            const int q = ((x->ql[64 * h + 32 * (sb & 1) + l] >> (4 * (sb >> 1))) & 0xF) |
-                                          (((x->qh[32 * h + l] >> (2 * sb)) & 3) << 4);
-                            o->q[e / 4][r][e % 4] = (uint8_t) q;   /* the value + 32 */
-                        }
+                uint8_t u[QK_K];
+                for (int e = 0; e < QK_K; e++) u[e] = (uint8_t) q6_u(x, e);
+                for (int j = 0; j < 16; j++) o->sc[j / 2][r][j % 2] = x->scales[j];
+                for (int j = 0; j < 16; j++)
+                    for (int m = 0; m < 3; m++)
+                        for (int l = 0; l < 4; l++)
+                            o->q[j][m][r][l] = (uint8_t) (u[16 * j + 4 * m + l] | ((u[16 * j + 12 + l] >> (2 * m)) & 3) << 6);
             }
         }
 }
@@ -451,9 +455,16 @@ static void rp_q6k_tile_scalar(const tk_rp_q6_K * wg, int64_t nb, const uint8_t 
                 int32_t is = 0;
                 for (int j = 0; j < 16; j++) {
                     int32_t p = -32 * s[j];
-                    for (int g = 4 * j; g < 4 * j + 4; g++)
-                        for (int l = 0; l < 4; l++) p += w->q[g][r][l] * q[4 * g + l];
-                    is += w->sc[j][r] * p;
+                    for (int l = 0; l < 4; l++) {
+                        int u3 = 0;
+                        for (int m = 0; m < 3; m++) {
+                            const uint8_t v = w->q[j][m][r][l];
+                            p += (v & 63) * q[16 * j + 4 * m + l];
+                            u3 |= (v >> 6) << (2 * m);
+                        }
+                        p += u3 * q[16 * j + 12 + l];
+                    }
+                    is += w->sc[j / 2][r][j % 2] * p;
                 }
                 acc = fmaf(tkq_fp16_to_fp32(w->d[r]) * daf[t * nb + i], (float) is, acc);
             }
@@ -552,13 +563,12 @@ static void rp_rows_q4_K_scalar(const uint8_t * wp, int64_t K, int64_t M, const 
 /* Where re-laying pays (single thread, 3584 x 1024 weights x 512 tokens, tk_mat_mul against
  * tk_mat_mul_repacked, under load: docs/internals-kernels.md "Repacked weights"): avx512 all
  * three types (x2.5 Q8_0, x2.0 Q4_K, x1.5 Q6_K); avx2 Q8_0 (x1.9 with AVX-VNNI, x1.2-1.7 plain)
- * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); not Q6_K at avx2 (x0.9: a vpmulld per sub-block of 16
- * and token against the row kernel's int16 sums). */
+ * and Q4_K (x1.6 AVX-VNNI, x1.5 plain), Q4_0 and IQ4_NL (bench/README.md); Q6_K at avx2: see tk_repack_auto. */
 int tk_repack_fast(int type, int level) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const int q4x = type == TK_GGML_Q4_0 || type == TK_GGML_IQ4_NL, q5xs = type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS;
     if (level == TK_CPU_AVX512) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x || q5xs;
-    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_BF16 || q4x || q5xs;
+    if (level == TK_CPU_AVX2) return type == TK_GGML_Q8_0 || type == TK_GGML_Q4_K || type == TK_GGML_Q6_K || type == TK_GGML_BF16 || q4x || q5xs;
 #endif
     (void) type;
     (void) level;
@@ -583,9 +593,15 @@ int tk_repack_fast(int type, int level) {
  * in five pairs (IQ4_XS): re-laid.  At avx2 without AVX-VNNI IQ4_XS lost prompts (pp512 0.88x,
  * 0.61x: the sign form's four operations per 32 bytes and token) and Q5_K generation (tg64 0.88x,
  * 0.83x, 0.65x: the 5th bit's shifts per line): both stay on the row kernels at avx2 (the AVX-VNNI
- * tiles not measured: no such machine here). */
+ * tiles not measured: no such machine here).
+ *  Q6_K in the file's
+ * bytes (bench/README.md "Q6_K re-laid in the file's bytes", Bamba 430M Q4_K_M, default with
+ * it against without it, 2 threads, under load 5-17): at avx512 against the 4384-byte form
+ * pp512 0.92x, tg64 1.23x (medians of 7 pairs), re-laid; at avx2 without AVX-VNNI pp512 0.99x,
+ * tg64 0.93x (medians of 13 pairs; one thread's 3584 x 1024 x 512 GEMM 1.3-1.4x the row
+ * kernel): no win, so at avx2 Q6_K stays on the row kernels unless --repack. */
 int tk_repack_auto(int type, int level) {
-    if (level == TK_CPU_AVX2 && type == TK_GGML_Q8_0) return 0;
+    if (level == TK_CPU_AVX2 && (type == TK_GGML_Q8_0 || type == TK_GGML_Q6_K)) return 0;
     if (level == TK_CPU_AVX2 && (type == TK_GGML_Q5_K || type == TK_GGML_IQ4_XS)) return 0;
     return tk_repack_fast(type, level);
 }

@@ -23,9 +23,14 @@
  *   Q4_K -> tk_rp_q4_K per 256 values: d[r], dmin[r] (f16), sc[j][r] and mn[k][r][2] (the
  *           6-bit scales of sub-block j, the mins of sub-blocks 2k and 2k+1), q[c][k][r][i] =
  *           qs[32c + 4k + i] of row r (low nibble: sub-block 2c, high nibble: 2c + 1).
- *   Q6_K -> tk_rp_q6_K per 256 values: d[r], sc[j][r] (the 16 signed scales), q[g][r][i] = the
- *           6-bit value 4g + i of row r as a byte, q + 32 in [0, 63] (unpacked: 21% more bytes
- *           than the file's 210 per row; the 32 * sum(a) this adds is taken off per sub-block).
+ *   Q6_K -> tk_rp_q6_K per 256 values, the bytes of the file's 16 blocks (3360): d[r] (f16),
+ *           sc[k][r][e] = the signed scale of sub-block 2k + e of row r (a row's pair is one int16
+ *           pair for vpmaddwd), and per sub-block j of 16 values three registers' worth of bytes
+ *           q[j][m][r][i] (m < 3) = u(16j + 4m + i) | ((u(16j + 12 + i) >> 2m) & 3) << 6 of row r,
+ *           u = the 6-bit value + 32 in [0, 63] (ql's nibble | qh's 2 bits << 4): bits 0-5 the
+ *           values 4m + i, bits 6-7 a third of value 12 + i each, unpacked in registers (masks
+ *           and shifts); the 32 * sum(a) the + 32 adds is taken off once per block, as
+ *           32 sum_j sc_j bsum_j.
  *   Q5_K -> tk_rp_q5_K per 256 values, the file's 176 bytes per row: d[r], dmin[r] (f16),
  *           s12[k][r] (byte k of the row's 12 packed 6-bit scales and mins: unpacked in the tiles,
  *           tk_scales_k4, for 16 rows at once), qh[k][r][i] = qh[4k + i] of row r (bit j: the
@@ -48,8 +53,9 @@
  *     Q8_0, Q4_0, IQ4_NL: p = sum of the 32 integer products (exact);  acc = fma(d_w * d_a, (float) p, acc)
  *     Q4_K: is = sum_j sc_j sum_l q_l a_l, ms = sum_j m_j bsum_j (exact int32);
  *           acc = fma(d_w * d_a, (float) is, acc);  acc = fma(-(dmin_w * d_a), (float) ms, acc)
+ *     Q6_K: is = sum_j sc_j sum_l q_l a_l (exact int32, q = u - 32);  acc = fma(d_w * d_a, (float) is, acc)
  *     Q5_K: as Q4_K (q_l the 5-bit values)
- *     Q6_K, IQ4_XS: is = sum_j sc_j sum_l q_l a_l (exact int32; IQ4_XS: sc_j = ls_j - 32, q_l =
+ *     IQ4_XS: is = sum_j sc_j sum_l q_l a_l (exact int32; sc_j = ls_j - 32, q_l =
  *           kvalues_iq4nl[n]);  acc = fma(d_w * d_a, (float) is, acc)
  *   y = acc
  * so the scalar tiles here and the SIMD ones give the same bits, and so does a token alone
@@ -84,9 +90,9 @@ typedef struct {
 } tk_rp_q4_K;                                   /* 2368 bytes per 16 x 256 values (Q4_K: 2304) */
 typedef struct {
     tk_half d[TK_RP_ROWS];
-    int8_t sc[16][TK_RP_ROWS];
-    uint8_t q[64][TK_RP_ROWS][4];
-} tk_rp_q6_K;                                   /* 4384 bytes per 16 x 256 values */
+    int8_t sc[8][TK_RP_ROWS][2];
+    uint8_t q[16][3][TK_RP_ROWS][4];
+} tk_rp_q6_K;                                   /* 3360 bytes per 16 x 256 values: 16 Q6_K blocks' (was 4384) */
 typedef struct {
     tk_half d[TK_RP_ROWS], dmin[TK_RP_ROWS];
     uint8_t s12[12][TK_RP_ROWS];
@@ -100,7 +106,7 @@ typedef struct {
     uint8_t q[8][4][TK_RP_ROWS][4];
 } tk_rp_iq4_xs;                                 /* 2176 bytes per 16 x 256 values: 16 IQ4_XS blocks' */
 _Static_assert(sizeof(tk_rp_q5_K) == 16 * 176 && sizeof(tk_rp_iq4_xs) == 16 * 136, "Q5_K / IQ4_XS re-laid: the file's bytes");
-_Static_assert(sizeof(tk_rp_q4_0) == 288 && sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 4384,
+_Static_assert(sizeof(tk_rp_q4_0) == 288 && sizeof(tk_rp_q8_0) == 544 && sizeof(tk_rp_q4_K) == 2368 && sizeof(tk_rp_q6_K) == 3360,
                "repacked block sizes");
 
 /* Bytes of one repacked matrix of M rows of K values of `type` (whole groups); 0 when the

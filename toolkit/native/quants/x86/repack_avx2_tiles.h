@@ -185,7 +185,27 @@ RPY_INLINE void RPY_NAME(q4k)(int T, int h, const tk_rp_q4_K * wg, int64_t nb, c
     for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);
 }
 
-/* ---- Q6_K ---- */
+/* ---- Q6_K ----
+ * the 6-bit values of sub-block j, rows 8h .. 8h + 7 (repack.h): wq[m] = the bytes & 63 (m < 3),
+ * wq[3] = their bits 6-7 gathered ((r2 & 0xC0) | (r1 & 0xC0) >> 2 | (r0 & 0xC0) >> 4, then >> 2:
+ * the epi16 shifts bring in only zero bits) */
+RPY_INLINE void RPY_NAME(q6k_unpack)(const uint8_t * q, int h, __m256i wq[4]) {
+    const __m256i m63 = _mm256_set1_epi8(63), mc0 = _mm256_set1_epi8((char) 0xC0);
+    const __m256i r0 = _mm256_loadu_si256((const __m256i *) (const void *) (q + 32 * h)),
+                  r1 = _mm256_loadu_si256((const __m256i *) (const void *) (q + 64 + 32 * h)),
+                  r2 = _mm256_loadu_si256((const __m256i *) (const void *) (q + 128 + 32 * h));
+    wq[0] = _mm256_and_si256(r0, m63);
+    wq[1] = _mm256_and_si256(r1, m63);
+    wq[2] = _mm256_and_si256(r2, m63);
+    const __m256i v = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(r2, mc0), _mm256_srli_epi16(_mm256_and_si256(r1, mc0), 2)),
+                                      _mm256_srli_epi16(_mm256_and_si256(r0, mc0), 4));
+    wq[3] = _mm256_srli_epi16(v, 2);
+}
+
+/* per sub-block j: VNNI p = sum u a (vpdpbusd), is += sc_j p (vpmulld); plain: two int16 sums
+ * of two vpmaddubsw each (|pair sum| <= 2 x 63 x 128, two: 32256 < 32768), is += vpmaddwd by
+ * sc_j in both int16 halves of the row's lane.  Per block - 32 sum_j sc_j bsum_j (vpmaddwd of the
+ * row's scale pairs against the token's bsum pairs) */
 RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                               const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
     __m256 acc[4];
@@ -194,32 +214,55 @@ RPY_INLINE void RPY_NAME(q6k)(int T, int h, const tk_rp_q6_K * wg, int64_t nb, c
     for (int64_t i = 0; i < nb; i++) {
         const tk_rp_q6_K * w = wg + i;
         const int8_t * q[4];
-        const int16_t * s[4];
         __m256i is[4];
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
-            s[t] = bs + (t * nb + i) * 16;
             is[t] = _mm256_setzero_si256();
         }
-        for (int j = 0; j < 16; j++) {
-            __m256i p[4];
+        for (int k = 0; k < 8; k++) {
+            const __m256i sp = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (const void *) w->sc[k][8 * h]));
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const int j = 2 * k + e;
+                __m256i wq[4];
+                RPY_NAME(q6k_unpack)(w->q[j][0][0], h, wq);
+#if RPY_VNNI
+                const __m256i sc = e ? _mm256_srai_epi32(sp, 16) : _mm256_srai_epi32(_mm256_slli_epi32(sp, 16), 16);
 #pragma GCC unroll 4
-            for (int t = 0; t < T; t++) p[t] = _mm256_set1_epi32(-32 * (int32_t) s[t][j]);
+                for (int t = 0; t < T; t++) {
+                    __m256i p = RPY_DOT(_mm256_setzero_si256(), wq[0], RPY_NAME(bc4)(q[t] + 16 * j));
+                    p = RPY_DOT(p, wq[1], RPY_NAME(bc4)(q[t] + 16 * j + 4));
+                    p = RPY_DOT(p, wq[2], RPY_NAME(bc4)(q[t] + 16 * j + 8));
+                    p = RPY_DOT(p, wq[3], RPY_NAME(bc4)(q[t] + 16 * j + 12));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p, sc));
+                }
+#else
+                const __m256i sc2 = e ? _mm256_blend_epi16(sp, _mm256_srli_epi32(sp, 16), 0x55)
+                                      : _mm256_blend_epi16(sp, _mm256_slli_epi32(sp, 16), 0xAA);
 #pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *) (const void *) w->q[4 * j + g][8 * h]);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; t++) p[t] = RPY_DOT(p[t], v, RPY_NAME(bc4)(q[t] + 16 * j + 4 * g));
+                for (int t = 0; t < T; t++) {
+                    const __m256i x = _mm256_add_epi16(_mm256_maddubs_epi16(wq[0], RPY_NAME(bc4)(q[t] + 16 * j)),
+                                                       _mm256_maddubs_epi16(wq[1], RPY_NAME(bc4)(q[t] + 16 * j + 4)));
+                    const __m256i z = _mm256_add_epi16(_mm256_maddubs_epi16(wq[2], RPY_NAME(bc4)(q[t] + 16 * j + 8)),
+                                                       _mm256_maddubs_epi16(wq[3], RPY_NAME(bc4)(q[t] + 16 * j + 12)));
+                    is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(_mm256_madd_epi16(x, sc2), _mm256_madd_epi16(z, sc2)));
+                }
+#endif
             }
-            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *) (const void *) (w->sc[j] + 8 * h)));
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) is[t] = _mm256_add_epi32(is[t], _mm256_mullo_epi32(p[t], sc));
         }
         const __m256 d = RPY_NAME(f16x8)(w->d + 8 * h);
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(daf[t * nb + i])), _mm256_cvtepi32_ps(is[t]), acc[t]);
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 16;
+            __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) (const void *) w->sc[k][8 * h])),
+                                                              RPY_NAME(bc4)(s + 2 * k)));
+            const __m256i x = _mm256_sub_epi32(is[t], _mm256_slli_epi32(off, 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(daf[t * nb + i])), _mm256_cvtepi32_ps(x), acc[t]);
+        }
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) RPY_NAME(store)(y + t * ldy + 8 * h, acc[t], nr - 8 * h);

@@ -144,7 +144,26 @@ RPZ_INLINE void rp_avx512_q4k_tile(int T, const tk_rp_q4_K * wg, int64_t nb, con
     for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
 }
 
-/* Q6_K: per sub-block of 16 (4 groups), the lane starts at -32 * bsum (the stored q + 32) */
+/* Q6_K's 6-bit values of sub-block j, 16 rows x 4 values per register (repack.h): wq[m] = the
+ * bytes & 63 (m < 3), wq[3] = their bits 6-7 gathered (epi16 shifts: the bits a shift brings in
+ * from the lane's other byte are masked off, or land where a later byte's mask takes them off) */
+RPZ_INLINE void rp_avx512_q6k_unpack(const uint8_t * q, __m512i wq[4]) {
+    const __m512i m63 = _mm512_set1_epi8(63), m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi8(15),
+                  mc0 = _mm512_set1_epi8((char) 0xC0);
+    const __m512i r0 = _mm512_loadu_si512((const void *) q), r1 = _mm512_loadu_si512((const void *) (q + 64)),
+                  r2 = _mm512_loadu_si512((const void *) (q + 128));
+    wq[0] = _mm512_and_si512(r0, m63);
+    wq[1] = _mm512_and_si512(r1, m63);
+    wq[2] = _mm512_and_si512(r2, m63);
+    /* bits 0-1 from r0 >> 6, bits 2-7 from r1 >> 4 (2-3 its own 6-7) */
+    const __m512i lo = _mm512_ternarylogic_epi32(_mm512_srli_epi16(r0, 6), _mm512_srli_epi16(r1, 4), m3, 0xE4);
+    /* bits 0-3 from lo, bits 4-7 from (r2 & 0xC0) >> 2 (4-5 its own 6-7, 6-7 zero) */
+    wq[3] = _mm512_ternarylogic_epi32(lo, _mm512_srli_epi16(_mm512_and_si512(r2, mc0), 2), m15, 0xE4);
+}
+
+/* Q6_K: per sub-block j, p = sum u a over its 16 values (vpdpbusd, u unsigned), is += sc_j p
+ * (vpmulld); per block the - 32 sum_j sc_j bsum_j of the stored + 32 (vpmaddwd of the row's
+ * scale pairs against the token's bsum pairs) */
 RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, const uint8_t * a, size_t a_bytes,
                              const float * daf, const int16_t * bs, int nr, float * y, int64_t ldy) {
     __m512 acc[8];
@@ -153,32 +172,44 @@ RPZ_INLINE void rp_avx512_q6k_tile(int T, const tk_rp_q6_K * wg, int64_t nb, con
     for (int64_t i = 0; i < nb; i++) {
         const tk_rp_q6_K * w = wg + i;
         const int8_t * q[8];
-        const int16_t * s[8];
         __m512i is[8];
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             q[t] = ((const blk_q8_K *) (const void *) (a + (size_t) t * a_bytes) + i)->qs;
-            s[t] = bs + (t * nb + i) * 16;
             is[t] = _mm512_setzero_si512();
         }
-        for (int j = 0; j < 16; j++) {
-            __m512i p[8];
+        for (int k = 0; k < 8; k++) {
+            /* the pair (sc_2k, sc_2k+1) of each row: int16 halves of its lane */
+            const __m512i sp = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *) (const void *) w->sc[k]));
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const int j = 2 * k + e;
+                const __m512i sc = e ? _mm512_srai_epi32(sp, 16) : _mm512_srai_epi32(_mm512_slli_epi32(sp, 16), 16);
+                __m512i wq[4], p[8];
+                rp_avx512_q6k_unpack(w->q[j][0][0], wq);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) p[t] = _mm512_set1_epi32(-32 * (int32_t) s[t][j]);
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                const __m512i v = _mm512_loadu_si512((const void *) w->q[4 * j + g]);
+                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[0], rp_avx512_bcast4(q[t] + 16 * j));
+#pragma GCC unroll 3
+                for (int m = 1; m < 4; m++)
 #pragma GCC unroll 8
-                for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], v, rp_avx512_bcast4(q[t] + 16 * j + 4 * g));
+                    for (int t = 0; t < T; t++) p[t] = _mm512_dpbusd_epi32(p[t], wq[m], rp_avx512_bcast4(q[t] + 16 * j + 4 * m));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
             }
-            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *) (const void *) w->sc[j]));
-#pragma GCC unroll 8
-            for (int t = 0; t < T; t++) is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(p[t], sc));
         }
+        __m512i sp[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) sp[k] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *) (const void *) w->sc[k]));
         const __m512 d = rp_avx512_f16x16(w->d);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(is[t]), acc[t]);
+        for (int t = 0; t < T; t++) {
+            const int16_t * s = bs + (t * nb + i) * 16;
+            __m512i off = _mm512_madd_epi16(sp[0], rp_avx512_bcast4(s));
+#pragma GCC unroll 7
+            for (int k = 1; k < 8; k++) off = _mm512_add_epi32(off, _mm512_madd_epi16(sp[k], rp_avx512_bcast4(s + 2 * k)));
+            const __m512i x = _mm512_sub_epi32(is[t], _mm512_slli_epi32(off, 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(daf[t * nb + i])), _mm512_cvtepi32_ps(x), acc[t]);
+        }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) rp_avx512_store(y + t * ldy, acc[t], nr);
