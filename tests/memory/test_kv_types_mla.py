@@ -201,3 +201,9 @@ def test_cli_info_memory(monkeypatch, capsys, fixtures):
             got = c.memory_report()
         assert d["memory"]["kv"] == got["kv"] == d["memory"]["kv_k"] and d["memory"]["kv_v"] == 0
         assert d["cache_type_k"] == t
+        lat = d["mla_latent"]                  # the latent in the K type, the DSA keys in f32
+        assert lat["type"] == t and lat["bytes"] + lat["dsa_bytes"] == d["memory"]["kv"]
+        assert lat["bytes"] == 2 * 32 // ROW[t][0] * ROW[t][1] * 1024
+        # the DSA selection rows (n_ubatch x n_ctx) and kept pools are in compute
+        assert lat["dsa_selection_bytes"] == 512 * 1024 and 0 < lat["dsa_pools_bytes"]
+        assert lat["dsa_selection_bytes"] + lat["dsa_pools_bytes"] < d["memory"]["compute"]
