@@ -7,7 +7,7 @@ every cache type (-ctk = -ctv: f32, f16, bf16, q8_0, q4_0), the prompt of its re
 decoded in one call, and the logits of every position are compared with the reference's: relative
 L2 error (||ours - HF|| / ||HF||, float64) and top-1 agreement (the share of positions whose argmax
 is HF's).  A type the model cannot hold (block types on heads that are not a multiple of 32 wide;
-MLA's latent rows) is reported as refused.  Deterministic: no timing.
+MLA latent rows not a multiple of 32 wide) is reported as refused.  Deterministic: no timing.
 """
 from __future__ import annotations
 

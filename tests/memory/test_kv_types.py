@@ -15,7 +15,7 @@
 * a context shift re-rotates a quantized K (dequantize, rotate, quantize, as llama.cpp's shift):
   the continuation after it stays within the type's bound of a fresh run at the shifted positions;
 * sliding windows, Zamba's shared blocks and QSA run with typed caches (estimate, state blobs);
-* bad types and MLA's latent rows (float32 only) are refused with one line.
+* bad types are refused with one line (MLA's latent rows: tests/memory/test_kv_types_mla.py).
 """
 from __future__ import annotations
 
@@ -281,15 +281,6 @@ def test_block_type_needs_whole_blocks(fixtures):
             Context(m, n_ctx=32, options=_opts("q8_0"))
         with Context(m, n_ctx=32, options=_opts("f16")) as c:
             assert np.isfinite(c.decode([1, 2, 3])).all()
-
-
-@pytest.mark.parametrize("name", ["kimilinear-tiny", "glm5next-tiny"])
-def test_mla_latent_f32_only(fixtures, name):
-    with Model(_path(fixtures, name), n_threads=1) as m:
-        with pytest.raises(UnsupportedError, match=r"KV cache type f16: layer \d+ \(mla\) keeps MLA's latent rows, float32 only"):
-            Context(m, n_ctx=32, options=_opts("f16", "f32"))
-        with pytest.raises(UnsupportedError, match="float32 only"):
-            memory_estimate(m, n_ctx=32, options=_opts("f32", "q8_0"))
 
 
 @pytest.mark.parametrize("cmd", [["run"], ["perplexity"], ["bench"], ["serve"], ["info", "--memory"]])

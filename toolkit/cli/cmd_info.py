@@ -274,7 +274,7 @@ def _memory(path: str, as_json: bool, n_ctx: int, n_seq: int, n_ckpt: int, n_uba
                 rm = memory_estimate(mm, n_ctx, n_seq, n_ubatch, options=opts)
                 rp_m = repack_estimate(mm, mode=mode)
             rp = {**rp, "n_tensors": rp["n_tensors"] + rp_m["n_tensors"], "bytes": rp["bytes"] + rp_m["bytes"]}
-    mla = mla_latent(hp, n_ctx)
+    mla = mla_latent(hp, n_ctx, kv_types[0], n_ubatch, n_seq)
     if as_json:
         typer.echo(json.dumps({"file": path, "n_ctx": n_ctx, "n_seq_max": n_seq, "checkpoints": n_ckpt,
                                "cache_type_k": kv_types[0], "cache_type_v": kv_types[1],

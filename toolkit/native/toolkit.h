@@ -457,7 +457,10 @@ typedef struct {
      * A token's K and V are converted once as they are stored (ggml's from_float of the type:
      * fp32_to_fp16 / fp32_to_bf16 rounding, quantize_row_q8_0_ref / q4_0_ref); attention reads
      * the rows back per chunk.  TK_ERR_INVALID for another id; TK_ERR_UNSUPPORTED for a block
-     * type on heads that are not a whole number of blocks, and for MLA's latent rows (f32 only). */
+     * type on heads that are not a whole number of blocks.  MLA (Kimi-Linear, Ling 3, GLM-5-Next)
+     * keeps one latent row [c | k_rot] of kv_lora_rank + rope values per cell in type_k (a block
+     * type needs that width a multiple of 32) and no V rows: type_v stores nothing there.  DSA's
+     * indexer keys (the cells' third array) stay float32. */
     int32_t type_k, type_v;
 } tk_context_params;
 enum { TK_KV_F32 = 0, TK_KV_F16 = 1, TK_KV_Q4_0 = 2, TK_KV_Q8_0 = 8, TK_KV_BF16 = 30 };   /* ggml_type ids */

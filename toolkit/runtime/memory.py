@@ -57,33 +57,48 @@ def format_report(r: dict[str, int], n_ctx: int, n_seq_max: int, kv_types: tuple
     return "\n".join(lines)
 
 
-def mla_latent(hp, n_ctx: int) -> dict[str, int] | None:
-    """What the MLA layers' latent cache (mixer_mla.c: ``kv_lora_rank + qk_rope_head_dim`` floats
-    a token) takes against caching K and V (``n_head (dn + dr + dv)`` floats a token), for n_ctx
-    cells of float32; None for a model without MLA layers.  ``{"layers", "floats_per_token",
-    "kv_floats_per_token", "bytes", "kv_bytes"}``."""
+# (values, bytes) of one block of each KV cache type (ggml's layouts: quants/quants.h)
+KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
+
+
+def mla_latent(hp, n_ctx: int, type_k: str = "f32", n_ubatch: int = 512, n_seq: int = 1) -> dict | None:
+    """What the MLA layers' latent cache (mixer_mla.c: ``kv_lora_rank + qk_rope_head_dim`` values
+    a token, of the K cache's type ``type_k``) takes against caching K and V (``n_head (dn + dr +
+    dv)`` values a token, the same type), for n_ctx cells; None for a model without MLA layers.
+    ``{"layers", "type", "floats_per_token", "kv_floats_per_token", "bytes", "kv_bytes"}``; with
+    DSA (GLM-5-Next) also its float32 indexer keys (``dsa_*``, in kv) and, in compute, the selection
+    rows (``dsa_selection_bytes``: n_ubatch x n_ctx bytes, dsa.c's ctx->dsa_sel) and the kept pooled
+    keys (``dsa_pools_bytes``: per full layer and sequence, n_ctx / kpool pools of index_head_dim
+    floats, their kpool cells and last position)."""
     from toolkit.arch import LayerKind
     n = sum(1 for kd in hp.layer_kinds if kd == LayerKind.MLA)
     if not n:
         return None
+    vals, nb = KV_BLOCK[type_k]
     lat = hp.mla_kv_lora_rank + hp.mla_dr
     full = hp.n_head * (hp.mla_dn + hp.mla_dr + hp.mla_dv)
-    d = {"layers": n, "floats_per_token": lat, "kv_floats_per_token": full,
-         "bytes": n * lat * n_ctx * 4, "kv_bytes": n * full * n_ctx * 4}
+    d = {"layers": n, "type": type_k, "floats_per_token": lat, "kv_floats_per_token": full,
+         "bytes": n * (lat // vals * nb) * n_ctx, "kv_bytes": n * full * nb * n_ctx // vals}
     if hp.dsa_full:            # GLM-5-Next: the DSA indexer's [k_I | gamma] beside the latent, on its full layers
         nf = sum(1 for i, kd in enumerate(hp.layer_kinds) if kd == LayerKind.MLA and hp.dsa_full[i])
-        d.update(dsa_layers=nf, dsa_floats_per_token=2 * hp.idx_head_dim, dsa_bytes=nf * 2 * hp.idx_head_dim * n_ctx * 4)
+        cap = n_ctx // hp.dsa_kpool if hp.dsa_kpool > 0 else 0
+        d.update(dsa_layers=nf, dsa_floats_per_token=2 * hp.idx_head_dim, dsa_bytes=nf * 2 * hp.idx_head_dim * n_ctx * 4,
+                 dsa_selection_bytes=n_ubatch * n_ctx,
+                 dsa_pools_bytes=nf * n_seq * cap * (hp.idx_head_dim * 4 + hp.dsa_kpool * 4 + 4))
     return d
 
 
 def format_mla(d: dict[str, int]) -> str:
     """``info --memory``'s line on the MLA latent cache and what it saves."""
-    return (f"  kv holds the MLA latent: {d['layers']} layer(s) x {d['floats_per_token']} floats a token "
+    t = d.get("type", "f32")
+    return (f"  kv holds the MLA latent: {d['layers']} layer(s) x {d['floats_per_token']} {t} values a token "
             f"(kv_lora_rank + qk_rope_head_dim), {_fmt(d['bytes'])}; caching K and V "
-            f"({d['kv_floats_per_token']} floats a token) would take {_fmt(d['kv_bytes'])}: "
+            f"({d['kv_floats_per_token']} values a token) would take {_fmt(d['kv_bytes'])}: "
             f"{d['kv_bytes'] / d['bytes']:.1f}x less" +
             (f"\n  kv also holds the DSA indexer's keys: {d['dsa_layers']} layer(s) x {d['dsa_floats_per_token']} floats "
-             f"a token ([k_I | gamma]), {_fmt(d['dsa_bytes'])}" if "dsa_layers" in d else ""))
+             f"a token ([k_I | gamma], float32 with any -ctk), {_fmt(d['dsa_bytes'])}" if "dsa_layers" in d else "") +
+            (f"\n  compute holds the DSA selection rows (n_ubatch x n_ctx bytes), {_fmt(d['dsa_selection_bytes'])}, and "
+             f"the kept pooled keys, {_fmt(d['dsa_pools_bytes'])}" if "dsa_selection_bytes" in d else ""))
 
 
 def format_brief(r: dict[str, int]) -> str:

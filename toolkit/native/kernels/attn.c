@@ -203,17 +203,20 @@ static tk_attn_args attn_convert(const attn_run_job * j, const tk_attn_tile * tl
     tk_attn_args b = *a;
     const int32_t dk = a->dk, dv = a->dv;
     float * kc = w->conv, * vc = w->conv + (size_t) TK_ATTN_CHUNK * dk;
+    /* MLA: V is the first dv values of K's row (same rows, same type): taken from K's converted row */
+    const int v_in_k = a->vt == a->kt && a->v_cb == a->k_cb && a->v_gb == a->k_gb && a->type_v == a->type_k && dv <= dk;
     for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) {
         if (!w->any[i]) continue;
         const size_t c = (size_t) w->cell[i];
         const uint8_t * ks = a->kt + c * a->k_cb + (size_t) tl->g * a->k_gb, * vs = a->vt + c * a->v_cb + (size_t) tl->g * a->v_gb;
         if (!j->cvt(a->type_k, ks, kc + (size_t) i * dk, dk)) j->tk->to_float(ks, kc + (size_t) i * dk, dk);
+        if (v_in_k) continue;
         if (!j->cvt(a->type_v, vs, vc + (size_t) i * dv, dv)) j->tv->to_float(vs, vc + (size_t) i * dv, dv);
     }
     b.k = kc;
-    b.v = vc;
+    b.v = v_in_k ? kc : vc;
     b.k_cs = dk;
-    b.v_cs = dv;
+    b.v_cs = v_in_k ? dk : dv;
     b.k_gs = b.v_gs = 0;
     b.type_k = b.type_v = TK_GGML_F32;
     return b;

@@ -14,7 +14,9 @@
  *   rows are kt + c k_cb + g k_gb (bytes) of dk values of type_k, vt + c v_cb + g v_gb of dv
  *   of type_v, and k, v are unused.  Each chunk's rows that some token of the tile sees are
  *   converted (the type's to_float) into the thread's workspace, [CH, dk] and [CH, dv], and
- *   the chunk runs on them as on a float32 cache: never a float copy of the whole cache.
+ *   the chunk runs on them as on a float32 cache: never a float copy of the whole cache.  MLA's
+ *   typed latent (vt = kt, v_cb = k_cb, v_gb = k_gb, type_v = type_k, dv <= dk): V is the prefix of
+ *   K's converted row, converted once.
  * Formula, per (t, h), g = h / grp:
  *   o = sum_c softmax_c(scale q . k_c) v_c over the cells t sees: seqs[c] has t's sequence,
  *   0 <= pos[c] <= pos_t, pos[c] > pos_t - window (a sliding layer), sel[t n + c] (QSA / DSA);

@@ -8,8 +8,10 @@
  *   attn_kv_a_mqa [H, rkv + dr];  attn_kv_a_norm [rkv]
  *   attn_k_b [dn, rkv, h] (head h: rkv rows of dn, kv_b's k rows transposed);  attn_v_b [rkv, dv, h]
  *   attn_output [h dv, H]
- *   KV cache per cell: one row [c (rkv) | k_rot (dr)], no V (kv_v_dim 0): rkv + dr floats a token
- *     where caching K and V would take h (dn + dr + dv)
+ *   KV cache per cell: one row [c (rkv) | k_rot (dr)], no V (kv_v_dim 0): rkv + dr values a token
+ *     where caching K and V would take h (dn + dr + dv); of the K cache's type (tk_context_params.type_k:
+ *     f32, f16, bf16, q8_0, q4_0, rkv + dr a multiple of the block), stored as ggml's from_float and read
+ *     through its to_float; type_v stores nothing here (as llama.cpp's MLA, whose V is a view of K)
  * Formula (docs/specs/kda-family.md §2.3; HF's expanded form, modeling_kimi_linear.py:276-315):
  *   q_h = [q_nope_h (dn) | q_rot_h (dr)] = (attn_q x)_h, or (attn_q_b rmsnorm(attn_q_a x))_h
  *   [c | k_rot] = attn_kv_a_mqa x;  c <- rmsnorm(c) * attn_kv_a_norm   (q_a / kv_a eps mla_norm_eps)
@@ -56,11 +58,12 @@ static void mla_scratch(const tk_model * m, int il, int32_t n_ubatch, int n_thre
     tk_scratch_need(&need->q, h * mx(dn + dr, dv));
     tk_scratch_need(&need->kv, rkv + dr);
     tk_scratch_need(&need->proj, h * (rkv + dr));
-    tk_scratch_need(&need->y, h * rkv);
+    tk_scratch_need(&need->y, mx(h * rkv, rkv + dr));   /* also ctx->row's width: a typed latent row as floats */
     tk_scratch_need(&need->conv, mx(dn, rkv));
     tk_scratch_need(&need->step, mx(rkv, dv));
     if (hp->attn.head_gate) tk_scratch_need(&need->gate, h);
-    tk_scratch_need(&need->work_bytes, tk_attn_work_bytes((int32_t) h, 1, (int32_t) (rkv + dr), (int32_t) rkv, n_threads));
+    tk_scratch_need(&need->work_bytes, tk_attn_scratch_bytes((int32_t) h, 1, (int32_t) (rkv + dr), (int32_t) rkv, n_threads,
+                                                              need->kv_typed));
     tk_scratch_need(&need->attn_part, tk_attn_part_floats((int32_t) h, 1, (int32_t) rkv));
 }
 
@@ -123,9 +126,18 @@ typedef struct {
     const uint8_t * sel;       /* [U, n_cells] the cells each token attends (GLM-5-Next's DSA), or NULL: all it sees */
 } mla_job;
 
+/* cell c's latent row as floats: a float32 cache's in place, a typed cache's (type_k) converted
+ * into buf [w] by the type's to_float */
+static inline const float * mla_row(const tk_kv_view * kv, const tk_type_traits * tt, int32_t c, int32_t w, float * buf) {
+    if (!tt) return (const float *) kv->k + (size_t) c * w;
+    tt->to_float((const uint8_t *) kv->k + (size_t) c * kv->k_row, buf, w);
+    return buf;
+}
+
 /* pairs [p0, p1) of (token t = p / h, head hh = p % h): a = softmax(qt . row * scale) over the
  * cells the token sees, o = a . C (the rows' first rkv floats) into ctx->y; scores in the
- * thread's row of ctx->vec; the same operations per pair whatever the split */
+ * thread's row of ctx->vec, a typed row converted in its row of ctx->row; the same operations
+ * per pair whatever the split */
 static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const mla_job * j = arg;
     tk_context * ctx = j->ctx;
@@ -133,6 +145,8 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
     const tk_hparams * hp = &ctx->model->hp;
     const int32_t h = hp->attn.n_head, rkv = hp->mla.kv_lora_rank, w = kv->kv_dim;
     float * score = ctx->vec + (size_t) thread * ctx->vec_n;
+    float * buf = ctx->row + (size_t) thread * ctx->row_n;   /* [w] (mla_scratch: row_n > w) */
+    const tk_type_traits * tt = kv->type_k != TK_GGML_F32 ? tk_type_traits_get(kv->type_k) : NULL;
     for (int64_t p = p0; p < p1; p++) {
         const int32_t t = (int32_t) (p / h), hh = (int32_t) (p % h);
         const uint64_t sbit = UINT64_C(1) << j->ub->seq[t / j->ub->n_seq_tokens];
@@ -142,7 +156,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
         float m = -FLT_MAX;
         for (int32_t c = 0; c < kv->n_cells; c++) {
             if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
-            const float * row = (const float *) kv->k + (size_t) c * w;   /* float32 only (tk_kv_types_check) */
+            const float * row = mla_row(kv, tt, c, w, buf);
             float acc[8] = {0};
             int32_t i = 0;
             for (; i + 8 <= w; i += 8)
@@ -159,7 +173,7 @@ static void mla_heads(void * arg, int64_t p0, int64_t p1, int thread) {
             if (!(kv->seqs[c] & sbit) || kv->pos[c] > pos || kv->pos[c] < 0 || (sel && !sel[c])) continue;
             score[c] = expf(score[c] - m);
             den += score[c];
-            const float * row = (const float *) kv->k + (size_t) c * w;   /* float32 only (tk_kv_types_check) */
+            const float * row = mla_row(kv, tt, c, w, buf);
             for (int32_t i = 0; i < rkv; i++) o[i] += score[c] * row[i];
         }
         const float inv = den > 0 ? (float) (1.0 / den) : 0.0f;
@@ -194,7 +208,10 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
             tk_rope_norm_scaled(row + rkv, 1, dr, dr, ub->pos[t], hp->attn.rope_freq_base, &sc);
             tk_rope_norm_scaled(ctx->q + (int64_t) t * h * qs + dn, h, qs, dr, ub->pos[t], hp->attn.rope_freq_base, &sc);
         }
-        memcpy((float *) kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
+        /* the cache's type: ggml's from_float (f16 / bf16 rounding, quantize_row_*_ref), as llama.cpp's
+         * ggml_set_rows into its MLA K cache */
+        if (kv.type_k == TK_GGML_F32) memcpy((float *) kv.k + (size_t) kv.ub_cells[t] * (size_t) w, row, (size_t) w * sizeof(float));
+        else tk_type_traits_get(kv.type_k)->from_float(row, (uint8_t *) kv.k + (size_t) kv.ub_cells[t] * kv.k_row, w);
     }
     const uint8_t * sel = NULL;   /* GLM-5-Next: the DSA indexer's choice (the cells above are in place) */
     if (hp->dsa.full) TK_CHECK(tk_dsa_selection(ctx, l, il, ub, ctx->cur, ctx->narrow, &kv, &sel));
@@ -210,9 +227,12 @@ static tk_status mla_forward(tk_context * ctx, const tk_layer * l, int il, const
         }
     }
     const float scale = (float) (1.0 / sqrt((double) qs));
-    /* kernels/attn.h: one KV head whose keys are the latent rows and values their first rkv floats */
+    /* kernels/attn.h: one KV head whose keys are the latent rows and values their first rkv floats; a typed
+     * cache: the rows of type_k as both (vt = kt, v_cb = k_cb: attn.c takes V from K's converted rows) */
+    const int typed = kv.type_k != TK_GGML_F32;
     const tk_attn_args a = {ctx->proj, (int64_t) h * w, w, ctx->y, (int64_t) h * rkv, rkv, kv.k, kv.k, w, 0, w, 0,
-                            w, rkv, h, 1, scale, &kv, ub, sel, NULL, NULL, TK_GGML_F32, TK_GGML_F32, 0, 0, 0, 0};
+                            w, rkv, h, 1, scale, &kv, ub, sel, typed ? kv.k : NULL, typed ? kv.k : NULL,
+                            kv.type_k, typed ? kv.type_k : TK_GGML_F32, typed ? kv.k_row : 0, 0, typed ? kv.k_row : 0, 0};
     if (tk_attn_reference() == 1 || !tk_attn_run(ctx, &a)) {   /* the reference */
         mla_job mj = {ctx, ub, kv, scale, sel};
         tk_par_rows(ctx->pool, (int64_t) U * h, (int64_t) kv.n_cells * w / 4, mla_heads, &mj);

@@ -188,8 +188,9 @@ tk_status tk_memory_kv_new_sel(const tk_model * model, int32_t n_cells, int32_t 
 /* type_k / type_v: the ggml type of the K / V rows (tk_context_params.type_k, type_v; checked by
  * tk_kv_types_check); the third array (indexer keys) is always float32 */
 /* TK_OK when type_k and type_v are KV cache types (f32, f16, bf16, q8_0, q4_0) the model's layers
- * can hold: a block type needs every K and V head a whole number of blocks, and MLA's latent
- * rows are float32 only (TK_ERR_UNSUPPORTED names the layer) */
+ * can hold: a block type needs every K and V head a whole number of blocks, and MLA's latent row
+ * (kv_lora_rank + rope values, of type_k; no V rows, type_v stores nothing there) a whole number
+ * of blocks (TK_ERR_UNSUPPORTED names the layer) */
 tk_status tk_kv_types_check(const tk_model * model, int32_t type_k, int32_t type_v);
 /* bytes of one cell's row of n values of a KV type */
 size_t tk_kv_row_bytes(int32_t type, int32_t n);

@@ -188,15 +188,20 @@ static void kv_seq_add(tk_memory * m, int32_t seq, int32_t p0, int32_t p1, int32
     for (int32_t i = 0; i < kv->n_cells; i++) {
         if (!(kv->seqs[i] & bit) || kv->pos[i] < p0 || kv->pos[i] >= p1) continue;
         kv->pos[i] += delta;
-        for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c (float32 only) */
+        for (int32_t l = 0; hp->mla.rope && l < kv->n_layer; l++) {   /* Ling 3's MLA: the cached k_rot after c */
             if (!kv->k[l] || hp->layer_kinds[l] != TK_LAYER_MLA) continue;
-            float * k = (float *) (void *) (kv->k[l] + (size_t) i * kv->k_row[l]) + hp->mla.kv_lora_rank;
+            /* a typed latent row: the whole row dequantized, k_rot rotated, the row quantized back (llama.cpp's
+             * shift of its MLA K cache: ggml_rope_ext on the dequantized view, stored with ggml_cpy) */
+            uint8_t * row = kv->k[l] + (size_t) i * kv->k_row[l];
+            if (tmp) tk_type_traits_get(kv->type_k)->to_float(row, tmp, kv->kv_dim[l]);
+            float * k = (tmp ? tmp : (float *) (void *) row) + hp->mla.kv_lora_rank;
             /* rope.scaling.*'s angles, without the yarn attn_factor (the shift composes rotations, as tk_attention_rope_shift) */
             const tk_rope_scaling sc = tk_rope_scaling_of(&hp->attn, hp->mla.dr, hp->attn.rope_freq_base, 0);
             tk_rope_norm_scaled(k, 1, hp->mla.dr, hp->mla.dr, delta, hp->attn.rope_freq_base, &sc);
+            if (tmp) tk_type_traits_get(kv->type_k)->from_float(tmp, row, kv->kv_dim[l]);
         }
         for (int32_t l = 0; rotate && l < kv->n_layer; l++) {
-            if (!kv->k[l]) continue;
+            if (!kv->k[l] || hp->layer_kinds[l] == TK_LAYER_MLA) continue;   /* MLA's rows: the loop above */
             uint8_t * row = kv->k[l] + (size_t) i * kv->k_row[l];
             float * k = tmp ? tmp : (float *) (void *) row;
             if (tmp) tk_type_traits_get(kv->type_k)->to_float(row, tmp, kv->kv_dim[l]);
@@ -596,9 +601,15 @@ tk_status tk_kv_types_check(const tk_model * model, int32_t type_k, int32_t type
         for (int32_t l = 0; l < hp->n_layer; l++) {
             const tk_mixer_ops * ops = tk_mixer_ops_of(hp->layer_kinds[l]);
             if (!ops || !ops->kv_dim) continue;
-            if (ops->kv_v_dim)   /* MLA: the latent rows are read as float32 (mixer_mla.c) */
-                return TK_FAIL(TK_ERR_UNSUPPORTED, "KV cache type %s: layer %d (%s) keeps MLA's latent rows, float32 only",
-                               tn, l, ops->name);
+            if (ops->kv_v_dim) {  /* MLA: one latent row [c | k_rot] of kv_dim values in type_k, V its first
+                                     kv_lora_rank values (mixer_mla.c); no V rows, so type_v stores nothing */
+                const int32_t wd = ops->kv_dim(model, l);
+                if (i == 0 && wd % blk)
+                    return TK_FAIL(TK_ERR_UNSUPPORTED, "KV cache type %s: layer %d (%s) latent row of %d values (kv_lora_rank "
+                                   "%d + rope %d) is not a multiple of its block (%lld values)", tn, l, ops->name, wd,
+                                   hp->mla.kv_lora_rank, hp->mla.dr, (long long) blk);
+                continue;
+            }
             if (hp->attn.head_dim % blk)
                 return TK_FAIL(TK_ERR_UNSUPPORTED, "KV cache type %s: head_dim %d is not a multiple of its block (%lld values)",
                                tn, hp->attn.head_dim, (long long) blk);
