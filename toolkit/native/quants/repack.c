@@ -593,8 +593,7 @@ int tk_repack_fast(int type, int level) {
  * in five pairs (IQ4_XS): re-laid.  At avx2 without AVX-VNNI IQ4_XS lost prompts (pp512 0.88x,
  * 0.61x: the sign form's four operations per 32 bytes and token) and Q5_K generation (tg64 0.88x,
  * 0.83x, 0.65x: the 5th bit's shifts per line): both stay on the row kernels at avx2 (the AVX-VNNI
- * tiles not measured: no such machine here).
- *  Q6_K in the file's
+ * tiles not measured: no such machine here).  Q6_K in the file's
  * bytes (bench/README.md "Q6_K re-laid in the file's bytes", Bamba 430M Q4_K_M, default with
  * it against without it, 2 threads, under load 5-17): at avx512 against the 4384-byte form
  * pp512 0.92x, tg64 1.23x (medians of 7 pairs), re-laid; at avx2 without AVX-VNNI pp512 0.99x,
