@@ -239,6 +239,41 @@ static void attn_chunk_fold(const attn_run_job * j, const tk_attn_tile * tl, con
         j->fold(dv, &ms[r], &ls[r], Os + (size_t) r * dv, w->mc[r], w->lc[r], w->Oc + (size_t) r * dv);
 }
 
+/* a hint (no effect on any value): the K and V lines of KV groups [g0, g1) of the cells of list
+ * entries [i0, i1) into the L2, one chunk ahead of the chunk that reads them (a cell's rows are
+ * read once per chunk from memory, and each chunk's cells lie at a stride the hardware
+ * prefetchers follow only within a page).  noipa: a function of prefetches alone is found pure,
+ * and its call deleted */
+__attribute__((noipa)) static void attn_prefetch(const attn_run_job * j, int32_t g0, int32_t g1, int32_t i0, int32_t i1) {
+    const tk_attn_args * a = j->a;
+    const uint8_t * kb, * vb;
+    size_t kcs, vcs, kgs, vgs;
+    if (tk_attn_typed(a)) {
+        kb = a->kt;
+        vb = a->vt;
+        kcs = a->k_cb;
+        vcs = a->v_cb;
+        kgs = a->k_gb;
+        vgs = a->v_gb;
+    } else {
+        kb = (const uint8_t *) (const void *) a->k;
+        vb = (const uint8_t *) (const void *) a->v;
+        kcs = (size_t) a->k_cs * sizeof(float);
+        vcs = (size_t) a->v_cs * sizeof(float);
+        kgs = (size_t) a->k_gs * sizeof(float);
+        vgs = (size_t) a->v_gs * sizeof(float);
+    }
+    const size_t kn = kgs ? (size_t) (g1 - g0) * kgs : a->kv->k_row, vn = vgs ? (size_t) (g1 - g0) * vgs : a->kv->v_row;
+    const int same = vb == kb && vcs == kcs && vgs == kgs;   /* MLA: V is K's latent */
+    for (int32_t i = i0; i < i1; i++) {
+        const size_t c = (size_t) j->list[i];
+        const uint8_t * k = kb + c * kcs + (size_t) g0 * kgs, * v = vb + c * vcs + (size_t) g0 * vgs;
+        for (size_t o = 0; o < kn; o += 64) __builtin_prefetch(k + o, 0, 2);
+        if (!same)
+            for (size_t o = 0; o < vn; o += 64) __builtin_prefetch(v + o, 0, 2);
+    }
+}
+
 /* the tile's super-chunk over list entries [i0, i1) for KV groups [g0, g1): each chunk's slots
  * filled once (they do not depend on the group) and run for every group in turn, folded in
  * position order into group g's (m [Rp], l [Rp], O [Rp, dv]) at out + (g - g0) gstride floats
@@ -262,6 +297,7 @@ static void attn_super(const attn_run_job * j, int64_t tile, int32_t g0, int32_t
         const int seen = attn_fill_chunk(j, &t0, i, e, k, w);
         i = e;
         if (!seen) continue;
+        attn_prefetch(j, g0, g1, e, e + TK_ATTN_CHUNK < i1 ? e + TK_ATTN_CHUNK : i1);
         for (int32_t g = g0; g < g1; g++) {
             const tk_attn_tile tl = attn_tile_at(j, tile, g);
             float * o = out + (size_t) (g - g0) * gstride;

@@ -13,6 +13,9 @@
  *   multiply-add chain per output float in slot (position) order.
  * Rows are computed in fours and value vectors in blocks of ATTN_NB; each row's and float's
  * chain is the same whichever block it falls in, so a row's results do not depend on its tile.
+ * The dots of 4 rows x ATTN_VL / 4 cells are reduced together (v_hsum_lanes: the same tree per
+ * lane, bit for bit v_hsum's), the cells past a multiple of ATTN_VL / 4 (and a dk with a scalar
+ * tail) one at a time; the -INFINITY of unseen slots is set by the softmax pass.
  */
 #include <math.h>
 #include <string.h>
@@ -35,6 +38,17 @@ typedef float v4 __attribute__((vector_size(16)));
 ATTN_INL vf v_load(const float * p) { return *(const vfu *) p; }
 ATTN_INL void v_store(float * p, vf x) { *(vfu *) p = x; }
 ATTN_INL vf v_set1(float x) { return (vf) {0} + x; }
+/* x in every lane (v_set1 adds it to +0, which turns -0 into +0: a broadcast where that cannot
+ * matter, the probabilities p >= +0) */
+ATTN_INL vf v_bcast(float x) {
+#if ATTN_VL == 16
+    return (vf) _mm512_set1_ps(x);
+#elif ATTN_VL == 8
+    return (vf) _mm256_set1_ps(x);
+#else
+    return (vf) {x, x, x, x};
+#endif
+}
 ATTN_INL vf v_sel(vi m, vf a, vf b) { return (vf) ((m & (vi) a) | (~m & (vi) b)); }
 
 ATTN_INL float v_hsum(vf v) {
@@ -108,9 +122,10 @@ ATTN_INL float s_load_kt(const uint8_t * p, int32_t e, const int kt) {
     return kt == ATTN_F16 ? tkq_fp16_to_fp32(h) : tkq_bf16_to_fp32(h);
 }
 
-/* S[r][i] for the 4 rows r0.. and cell c (key row kc, of type kt): q . k scaled, or -INFINITY where unseen */
-ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const uint8_t * kc, const uint8_t * const see[4],
-                         int32_t i, float * S, int32_t r0, const int kt) {
+/* S[r][i] for the 4 rows r0.. and cell c (key row kc, of type kt): q . k scaled (the rows that
+ * do not see c are set to -INFINITY by attn_softmax_row) */
+ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const uint8_t * kc, int32_t i, float * S,
+                         int32_t r0, const int kt) {
     const int32_t dk = a->dk, nv = dk / ATTN_VL;
     vf acc[4] = {{0}, {0}, {0}, {0}};
     for (int32_t d = 0; d < nv; d++) {
@@ -120,15 +135,89 @@ ATTN_INL void attn_dots4(const tk_attn_args * a, const float * const q[4], const
     for (int u = 0; u < 4; u++) {
         float s = v_hsum(acc[u]);
         for (int32_t d = nv * ATTN_VL; d < dk; d++) s += q[u][d] * s_load_kt(kc, d, kt);
-        S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i] = see[u][i] ? s * a->scale : -INFINITY;
+        S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i] = s * a->scale;
     }
 }
 
-/* row r's probabilities in place of its scores; returns m, *l the sum */
-ATTN_INL float attn_softmax_row(float * S, float * l) {
+/* cells per dot group: 4 rows x ATTN_NC cells, ATTN_VL sums, reduced together into one vector */
+#define ATTN_NC (ATTN_VL / 4)
+
+/* lane j = v_hsum(a[j]) bit for bit, for the ATTN_VL vectors a[]: v_hsum's tree run on all of
+ * them at once, each add pairing the two operands v_hsum pairs (16 lanes folded to 8, 8 to 4,
+ * then (x0 + x2) + (x1 + x3)), the vectors interleaved between the levels by shuffles */
+ATTN_INL vf v_hsum_lanes(const vf * a) {
+    vf e[4];                   /* e[k] lanes 4m .. 4m + 3: x (4 floats) of a[k ATTN_VL / 4 + m] */
+#if ATTN_VL == 16
+    vf c[8];                   /* c[k] lanes 0 .. 7: h of a[2k], 8 .. 15: h of a[2k + 1] */
+    for (int k = 0; k < 8; k++)
+        c[k] = __builtin_shufflevector(a[2 * k], a[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(a[2 * k], a[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int k = 0; k < 4; k++)
+        e[k] = __builtin_shufflevector(c[2 * k], c[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               __builtin_shufflevector(c[2 * k], c[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    vf f[2];                   /* f[k] lanes 2n, 2n + 1: (x0 + x2, x1 + x3) of a[k ATTN_VL / 2 + n] */
+    for (int k = 0; k < 2; k++)
+        f[k] = __builtin_shufflevector(e[2 * k], e[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               __builtin_shufflevector(e[2 * k], e[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    return __builtin_shufflevector(f[0], f[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(f[0], f[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#elif ATTN_VL == 8
+    for (int k = 0; k < 4; k++)
+        e[k] = __builtin_shufflevector(a[2 * k], a[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               __builtin_shufflevector(a[2 * k], a[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    vf f[2];
+    for (int k = 0; k < 2; k++)
+        f[k] = __builtin_shufflevector(e[2 * k], e[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+               __builtin_shufflevector(e[2 * k], e[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    return __builtin_shufflevector(f[0], f[1], 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(f[0], f[1], 1, 3, 5, 7, 9, 11, 13, 15);
+#else
+    for (int k = 0; k < 4; k++) e[k] = a[k];
+    vf f[2];
+    for (int k = 0; k < 2; k++)
+        f[k] = __builtin_shufflevector(e[2 * k], e[2 * k + 1], 0, 1, 4, 5) +
+               __builtin_shufflevector(e[2 * k], e[2 * k + 1], 2, 3, 6, 7);
+    return __builtin_shufflevector(f[0], f[1], 0, 2, 4, 6) + __builtin_shufflevector(f[0], f[1], 1, 3, 5, 7);
+#endif
+}
+
+/* attn_dots4 for the ATTN_NC cells of slots sl[0 ..] (key rows kc[]) at once, bit for bit: the
+ * same multiply-add chain per (row, cell), the sums reduced together (v_hsum_lanes; lane
+ * u ATTN_NC + c: row u, cell c); dk a multiple of ATTN_VL */
+ATTN_INL void attn_dots_nc(const tk_attn_args * a, const float * const q[4], const uint8_t * const kc[ATTN_NC],
+                           const int32_t * sl, float * S, int32_t r0, const int kt) {
+    const int32_t nv = a->dk / ATTN_VL;
+    vf acc[ATTN_VL];
+    for (int j = 0; j < ATTN_VL; j++) acc[j] = (vf) {0};
+    for (int32_t d = 0; d < nv; d++) {
+        vf qv[4];
+        for (int u = 0; u < 4; u++) qv[u] = v_load(q[u] + d * ATTN_VL);
+        for (int c = 0; c < ATTN_NC; c++) {
+            const vf kv = v_load_kt(kc[c], d * ATTN_VL, kt);
+            for (int u = 0; u < 4; u++) acc[u * ATTN_NC + c] += qv[u] * kv;
+        }
+    }
+    float s[ATTN_VL] __attribute__((aligned(64)));
+    *(vf *) (void *) s = v_hsum_lanes(acc) * a->scale;
+    float * S0 = S + (size_t) r0 * TK_ATTN_CHUNK;
+    if (sl[ATTN_NC - 1] == sl[0] + ATTN_NC - 1) {     /* consecutive slots: a row's ATTN_NC scores together */
+        for (int u = 0; u < 4; u++) memcpy(S0 + (size_t) u * TK_ATTN_CHUNK + sl[0], s + u * ATTN_NC, ATTN_NC * sizeof(float));
+    } else {
+        for (int u = 0; u < 4; u++)
+            for (int c = 0; c < ATTN_NC; c++) S0[(size_t) u * TK_ATTN_CHUNK + sl[c]] = s[u * ATTN_NC + c];
+    }
+}
+
+/* row r's probabilities in place of its scores (-INFINITY first where the row does not see the
+ * slot: see[i] 0, whatever S held there); returns m, *l the sum */
+typedef uint8_t vsee __attribute__((vector_size(ATTN_VL), aligned(1)));
+
+ATTN_INL float attn_softmax_row(float * S, const uint8_t * see, float * l) {
     vf mv = v_set1(-INFINITY);
     for (int32_t i = 0; i < TK_ATTN_CHUNK; i += ATTN_VL) {
-        const vf s = v_load(S + i);
+        const vi on = __builtin_convertvector(*(const vsee *) (const void *) (see + i), vi) != 0;
+        const vf s = v_sel(on, v_load(S + i), v_set1(-INFINITY));
+        v_store(S + i, s);
         mv = v_sel(s > mv, s, mv);
     }
     const float m = v_hmax(mv);
@@ -161,7 +250,7 @@ ATTN_INL void attn_pv4(const tk_attn_args * a, const uint8_t * vb, size_t vcs, c
         vf vv[4];
         for (int b = 0; b < NBV; b++) vv[b] = v_load_kt(vc, j + b * ATTN_VL, kt);
         for (int u = 0; u < 4; u++) {
-            const vf p = v_set1(S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i]);
+            const vf p = v_bcast(S[(size_t) (r0 + u) * TK_ATTN_CHUNK + i]);
             for (int b = 0; b < NBV; b++) acc[u][b] += p * vv[b];
         }
     }
@@ -178,8 +267,6 @@ ATTN_INL void attn_chunk_body(const tk_attn_args * a, const tk_attn_tile * tl, c
     int32_t cl[TK_ATTN_CHUNK], ncl = 0;      /* the chunk's slots some row sees, in order */
     for (int32_t i = 0; i < TK_ATTN_CHUNK; i++)
         if (any[i]) cl[ncl++] = i;
-    for (int32_t r = 0; r < Rp; r++)
-        for (int32_t i = 0; i < TK_ATTN_CHUNK; i++) S[(size_t) r * TK_ATTN_CHUNK + i] = -INFINITY;
     const uint8_t * kb, * vb;
     size_t kcs, vcs;                         /* bytes per cell */
     if (kt == ATTN_F32) {
@@ -193,16 +280,22 @@ ATTN_INL void attn_chunk_body(const tk_attn_args * a, const tk_attn_tile * tl, c
         kcs = a->k_cb;
         vcs = a->v_cb;
     }
+    /* S's slots outside cl are left as they are: attn_softmax_row sets them (and every slot a
+     * row does not see) to -INFINITY */
+    const int32_t nx = a->dk % ATTN_VL ? 0 : ncl / ATTN_NC * ATTN_NC;   /* the cells dotted ATTN_NC at a time */
     for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
         const float * q[4];
-        const uint8_t * see[4];
-        for (int u = 0; u < 4; u++) {
-            q[u] = tk_attn_qrow(a, tl, r0 + u);
-            see[u] = vis + (size_t) (tk_attn_row(tl, r0 + u) / tl->grp) * TK_ATTN_CHUNK;
+        for (int u = 0; u < 4; u++) q[u] = tk_attn_qrow(a, tl, r0 + u);
+        int32_t x = 0;
+        for (; x < nx; x += ATTN_NC) {
+            const uint8_t * kc[ATTN_NC];
+            for (int c = 0; c < ATTN_NC; c++) kc[c] = kb + (size_t) cell[cl[x + c]] * kcs;
+            attn_dots_nc(a, q, kc, cl + x, S, r0, kt);
         }
-        for (int32_t x = 0; x < ncl; x++) attn_dots4(a, q, kb + (size_t) cell[cl[x]] * kcs, see, cl[x], S, r0, kt);
+        for (; x < ncl; x++) attn_dots4(a, q, kb + (size_t) cell[cl[x]] * kcs, cl[x], S, r0, kt);
     }
-    for (int32_t r = 0; r < Rp; r++) m[r] = attn_softmax_row(S + (size_t) r * TK_ATTN_CHUNK, &l[r]);
+    for (int32_t r = 0; r < Rp; r++)
+        m[r] = attn_softmax_row(S + (size_t) r * TK_ATTN_CHUNK, vis + (size_t) (tk_attn_row(tl, r) / tl->grp) * TK_ATTN_CHUNK, &l[r]);
     const int32_t nv = dv / ATTN_VL;
     for (int32_t r0 = 0; r0 < Rp; r0 += 4) {
         int32_t j = 0;
